@@ -1,0 +1,50 @@
+"""Exceptions raised by treadle. Every error names the thing it is about."""
+
+from __future__ import annotations
+
+
+class TreadleError(Exception):
+    """Base class of every error treadle raises on purpose."""
+
+
+class InvalidName(TreadleError, ValueError):
+    """A project, branch or table name that is empty, too long or could escape its root."""
+
+
+class NotFound(TreadleError, KeyError):
+    """An unknown project, branch, table, commit or object."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain.
+        return str(self.args[0]) if self.args else "not found"
+
+
+class AlreadyExists(TreadleError):
+    """Creating something (a branch, a project) that already exists."""
+
+
+class CommitConflict(TreadleError):
+    """A commit lost a race against another writer that changed the same table."""
+
+
+class SchemaMismatch(TreadleError, ValueError):
+    """Appended rows whose columns or types do not match the table."""
+
+
+class StorageError(TreadleError):
+    """The object store or disk failed (after retries) or refused access."""
+
+
+class CredentialsError(StorageError):
+    """Credentials are missing or were refused by the object store."""
+
+
+class CorruptData(TreadleError):
+    """Stored bytes failed their checksum or could not be decoded."""
+
+
+class VideoError(TreadleError, ValueError):
+    """Video input that cannot be encoded, remuxed or decoded."""
+
+
+class PlanError(TreadleError, ValueError):
+    """A recipe, run record or loader state that cannot be planned."""

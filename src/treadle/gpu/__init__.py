@@ -1,0 +1,1 @@
+"""treadle.gpu."""

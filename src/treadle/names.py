@@ -1,0 +1,27 @@
+"""Validation of user-chosen names (projects, branches, tables, episodes).
+
+A name becomes one path segment under the store's root, so it must never be
+able to climb out of it: no separators, no ``..``, no control characters.
+"""
+
+from __future__ import annotations
+
+import re
+
+from treadle.errors import InvalidName
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_name(name: object, kind: str) -> str:
+    """Return ``name`` if it is a safe single path segment, else raise :class:`InvalidName`."""
+    if not isinstance(name, str):
+        raise InvalidName(f"{kind} name must be a string, got {type(name).__name__}: {name!r}")
+    if not name:
+        raise InvalidName(f"{kind} name is empty")
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise InvalidName(
+            f"invalid {kind} name {name!r}: use 1-128 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit, with no '..'"
+        )
+    return name

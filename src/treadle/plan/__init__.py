@@ -1,0 +1,1 @@
+"""Planning: recipes, run records, weighted draws. Pure: no I/O."""

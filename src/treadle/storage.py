@@ -1,0 +1,340 @@
+"""One object-store root for everything treadle keeps: catalogs, tables, media.
+
+A :class:`Store` is a root URI (a local path, ``file://``, ``s3://``, ``gs://``
+or ``az://``) opened through ``obstore``. Keys are ``/``-separated paths
+relative to the root. Lance opens the same root through :meth:`Store.lance_uri`
+and :attr:`Store.lance_options`, so both see one set of credentials.
+
+Credentials are held only in the store objects; they are never part of a
+``repr``, an error message or anything treadle writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+from obstore.store import LocalStore, from_url
+
+from treadle.errors import CredentialsError, NotFound, StorageError
+
+_CLIENT_KEYS = {
+    "allow_http",
+    "allow_invalid_certificates",
+    "connect_timeout",
+    "timeout",
+    "pool_idle_timeout",
+    "pool_max_idle_per_host",
+    "http1_only",
+    "http2_only",
+    "proxy_url",
+    "user_agent",
+}
+_SECRET_HINTS = ("secret", "key", "token", "password", "credential", "sas", "signature")
+_CLOUD_SCHEMES = {"s3", "gs", "az", "abfs", "abfss", "azure"}
+
+
+def default_root() -> str:
+    """``$TREADLE_ROOT`` if set, else ``~/.treadle``."""
+    return os.environ.get("TREADLE_ROOT") or str(Path.home() / ".treadle")
+
+
+def redact(options: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``options`` safe to print: anything that looks like a secret is masked."""
+    out: dict[str, Any] = {}
+    for k, v in (options or {}).items():
+        lk = k.lower()
+        secret = any(h in lk for h in _SECRET_HINTS) and "region" not in lk
+        out[k] = "***" if secret else v
+    return out
+
+
+def _as_bool(v: Any) -> bool:
+    return str(v).lower() in {"1", "true", "yes", "on"}
+
+
+class _Loop:
+    """One long-lived event loop thread shared by every store (obstore's async API)."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _pid: int | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None or cls._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                t = threading.Thread(target=loop.run_forever, name="treadle-io", daemon=True)
+                t.start()
+                cls._loop, cls._pid = loop, os.getpid()
+            return cls._loop
+
+    @classmethod
+    def run(cls, coro):  # type: ignore[no-untyped-def]
+        return asyncio.run_coroutine_threadsafe(coro, cls.get()).result()
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """Bytes ``[start, end)`` of object ``key``."""
+
+    key: str
+    start: int
+    end: int
+
+
+class Store:
+    """An object-store root. Use :meth:`Store.open`."""
+
+    def __init__(self, url: str, inner: Any, lance_root: str, lance_options: dict[str, str]):
+        self.url = url
+        self._inner = inner
+        self._lance_root = lance_root.rstrip("/")
+        self._lance_options = lance_options
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike[str] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        create: bool = False,
+    ) -> Store:
+        """Open ``root`` (default :func:`default_root`, created if missing).
+
+        A local root must exist and be writable unless ``create=True``. Object-store
+        roots need credentials in ``storage_options`` or the usual environment
+        variables; without them this raises :class:`CredentialsError` before any
+        request is made.
+        """
+        options = {str(k): v for k, v in (storage_options or {}).items()}
+        if root is None:
+            root, create = default_root(), True
+        root = os.fspath(root)
+        parsed = urlparse(root)
+        if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+            path = Path(parsed.path if parsed.scheme == "file" else root).expanduser().resolve()
+            return cls._open_local(path, create)
+        if parsed.scheme not in _CLOUD_SCHEMES:
+            raise StorageError(f"unsupported root {root!r}: use a path or s3://, gs://, az://, file://")
+        return cls._open_cloud(root, parsed.scheme, options)
+
+    @classmethod
+    def _open_local(cls, path: Path, create: bool) -> Store:
+        if not path.exists():
+            if not create:
+                raise StorageError(
+                    f"root {str(path)!r} does not exist (create it, or pass create=True)"
+                )
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StorageError(f"cannot create root {str(path)!r}: {e.strerror}") from None
+        if not path.is_dir():
+            raise StorageError(f"root {str(path)!r} is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise StorageError(f"root {str(path)!r} is not writable")
+        inner = LocalStore(prefix=str(path))
+        return cls(str(path), inner, str(path), {})
+
+    @classmethod
+    def _open_cloud(cls, root: str, scheme: str, options: dict[str, Any]) -> Store:
+        if scheme == "s3":
+            _require_s3_credentials(root, options)
+        client = {k: str(v) for k, v in options.items() if k.lower() in _CLIENT_KEYS}
+        config = {k: str(v) for k, v in options.items() if k.lower() not in _CLIENT_KEYS}
+        if scheme == "s3" and any(k.lower() in ("aws_endpoint", "endpoint") for k in config):
+            config.setdefault("aws_virtual_hosted_style_request", "false")
+        retry = {
+            "max_retries": 8,
+            "backoff": {
+                "init_backoff": timedelta(milliseconds=50),
+                "max_backoff": timedelta(seconds=5),
+                "base": 2.0,
+            },
+            "retry_timeout": timedelta(seconds=120),
+        }
+        try:
+            inner = from_url(
+                root.rstrip("/"), config=config, client_options=client, retry_config=retry
+            )
+        except Exception as e:  # obstore raises on unknown keys etc.; never echo values
+            raise StorageError(f"cannot open {root!r}: {type(e).__name__}: {_first_line(e)}") from None
+        lance_options = {k: str(v) for k, v in options.items()}
+        if "allow_http" in client:
+            lance_options["allow_http"] = client["allow_http"]
+        return cls(root.rstrip("/"), inner, root.rstrip("/"), lance_options)
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    # -- Lance --------------------------------------------------------------------------
+    def lance_uri(self, key: str) -> str:
+        """The URI Lance opens for ``key`` (a dataset directory under the root)."""
+        return f"{self._lance_root}/{key}"
+
+    @property
+    def lance_options(self) -> dict[str, str] | None:
+        """``storage_options`` for Lance (None for local roots)."""
+        return dict(self._lance_options) or None
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self._inner, LocalStore)
+
+    # -- objects ------------------------------------------------------------------------
+    def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        """Write ``data`` at ``key``. With ``if_absent``, return False if it already exists."""
+        try:
+            obstore.put(self._inner, key, data, mode="create" if if_absent else "overwrite")
+            return True
+        except (AlreadyExistsError, PreconditionError):
+            if if_absent:
+                return False
+            raise
+        except Exception as e:
+            raise self._error("write", key, e) from None
+
+    def get(self, key: str) -> bytes:
+        """All bytes of ``key`` (:class:`NotFound` if missing)."""
+        try:
+            return bytes(obstore.get(self._inner, key).bytes())
+        except Exception as e:
+            raise self._error("read", key, e) from None
+
+    def exists(self, key: str) -> bool:
+        try:
+            obstore.head(self._inner, key)
+            return True
+        except NotFoundError:
+            return False
+        except FileNotFoundError:
+            return False
+        except Exception as e:
+            raise self._error("stat", key, e) from None
+
+    def size(self, key: str) -> int:
+        try:
+            return int(obstore.head(self._inner, key)["size"])
+        except Exception as e:
+            raise self._error("stat", key, e) from None
+
+    def list(self, prefix: str) -> list[str]:
+        """Keys under ``prefix`` (recursive), sorted."""
+        prefix = prefix.rstrip("/") + "/"
+        out: list[str] = []
+        try:
+            for chunk in obstore.list(self._inner, prefix):
+                out.extend(str(m["path"]) for m in chunk)
+        except (NotFoundError, FileNotFoundError):
+            return []
+        except Exception as e:
+            raise self._error("list", prefix, e) from None
+        return sorted(out)
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        """Immediate sub-folder names under ``prefix``."""
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        try:
+            res = obstore.list_with_delimiter(self._inner, prefix or None)
+        except (NotFoundError, FileNotFoundError):
+            return []
+        except Exception as e:
+            raise self._error("list", prefix, e) from None
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
+
+    def delete(self, key: str) -> None:
+        try:
+            obstore.delete(self._inner, key)
+        except (NotFoundError, FileNotFoundError):
+            pass
+        except Exception as e:
+            raise self._error("delete", key, e) from None
+
+    def get_ranges(self, requests: Sequence[RangeRequest]) -> list[bytes]:
+        """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced."""
+        if not requests:
+            return []
+        by_key: dict[str, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_key.setdefault(r.key, []).append(i)
+
+        async def one(key: str, idx: list[int]) -> tuple[list[int], list[Any]]:
+            starts = [requests[i].start for i in idx]
+            ends = [requests[i].end for i in idx]
+            try:
+                bufs = await obstore.get_ranges_async(self._inner, key, starts=starts, ends=ends)
+            except Exception as e:
+                raise self._error("read", key, e) from None
+            return idx, bufs
+
+        async def all_() -> list[tuple[list[int], list[Any]]]:
+            return await asyncio.gather(*(one(k, v) for k, v in by_key.items()))
+
+        out: list[bytes] = [b""] * len(requests)
+        for idx, bufs in _Loop.run(all_()):
+            for i, b in zip(idx, bufs):
+                out[i] = b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
+        return out
+
+    def _error(self, op: str, key: str, e: Exception) -> Exception:
+        where = f"{self.url}/{key}"
+        if isinstance(e, (NotFoundError, FileNotFoundError)):
+            return NotFound(f"no object {where}")
+        if isinstance(e, (UnauthenticatedError, PermissionDeniedError)):
+            return CredentialsError(
+                f"{op} {where} refused: access denied (check credentials in storage_options "
+                "or the AWS_*/GOOGLE_*/AZURE_* environment)"
+            )
+        return StorageError(f"{op} {where} failed: {type(e).__name__}: {_first_line(e)}")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:
+    keys = {k.lower() for k in options}
+    if _as_bool(options.get("skip_signature", options.get("aws_skip_signature", False))):
+        return
+    if {"aws_access_key_id", "aws_secret_access_key"} <= keys or {
+        "access_key_id",
+        "secret_access_key",
+    } <= keys:
+        return
+    env = os.environ
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        return
+    if any(
+        env.get(v)
+        for v in (
+            "AWS_PROFILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        )
+    ):
+        return
+    raise CredentialsError(
+        f"no credentials for {root!r}: pass storage_options={{'aws_access_key_id': ..., "
+        "'aws_secret_access_key': ...}} or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+        "(or skip_signature='true' for a public bucket)"
+    )
