@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs the test-only peer libraries of requirements/peers.txt into the active venv.
+#
+# - Every install runs with -c requirements/constraints.txt so torch stays the pinned
+#   CPU build (2.13.0); nothing here may pull a CUDA torch.
+# - Lines tagged "# no-deps" are installed with --no-deps (MosaicML Streaming 0.13.0
+#   would otherwise downgrade numpy and pull every cloud SDK; torchvision would pull
+#   another torch). Their runtime needs are listed as ordinary lines.
+# - Idempotent: pip skips what is already satisfied; a stamp skips the whole run when
+#   peers.txt and constraints.txt are unchanged.
+# - Reaches only PyPI (through pip's configured indexes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then
+  . .venv/bin/activate
+fi
+PY=${PYTHON_BIN:-python}
+peers=requirements/peers.txt
+cons=requirements/constraints.txt
+stamp="$("$PY" -c 'import sys; print(sys.prefix)')/.treadle-peers"
+want=$(cat "$peers" "$cons" | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ "${FORCE:-0}" != 1 ]; then
+  echo "peers up to date"
+  exit 0
+fi
+
+torch_before=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
+
+nodeps=()
+deps=()
+while IFS= read -r line; do
+  spec=${line%%#*}
+  spec=$(echo "$spec" | xargs)
+  [ -z "$spec" ] && continue
+  if [[ "$line" == *"# no-deps"* ]]; then
+    nodeps+=("$spec")
+  else
+    deps+=("$spec")
+  fi
+done < "$peers"
+
+if [ ${#deps[@]} -gt 0 ]; then
+  "$PY" -m pip install -q --prefer-binary "${deps[@]}" -c "$cons"
+fi
+if [ ${#nodeps[@]} -gt 0 ]; then
+  "$PY" -m pip install -q --prefer-binary --no-deps "${nodeps[@]}" -c "$cons"
+fi
+
+torch_after=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
+if [ "$torch_before" != "none" ] && [ "$torch_before" != "$torch_after" ]; then
+  echo "install-peers: torch changed from $torch_before to $torch_after" >&2
+  exit 1
+fi
+echo "$want" > "$stamp"
+echo "peers installed (torch $torch_after)"
