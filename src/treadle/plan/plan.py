@@ -1,0 +1,304 @@
+"""The plan: which moment of which table sits at every global sample position.
+
+Pure after pinning. For the batch of step ``s`` (batch size ``B``, components ``c``):
+
+1. **Counts.** The :class:`~treadle.plan.schedule.Schedule` gives each component's seat count
+   in batch ``s`` and its cumulative count ``N_c(s)`` of earlier draws, in O(1).
+2. **Canonical order.** The batch's samples, before shuffling, are component 0's draws
+   ``N_0(s) .. N_0(s)+k_0-1``, then component 1's, and so on (``B`` items).
+3. **Slots.** Slot ``t`` holds item ``pi_s(t)``, where ``pi_s`` is a keyed Feistel bijection
+   of ``[0, B)`` keyed by (seed, step). Rank ``r`` of ``W`` takes slots ``r, r+W, ...``;
+   global position ``= s*B + t``.
+4. **Draws.** Draw ``j`` of component ``c`` (``N`` eligible moments) is eligible index
+   ``perm_{c,e}(j mod N)`` of epoch ``e = j div N``, ``perm`` a Feistel bijection of ``[0, N)``
+   keyed by (seed, component, epoch) — a fresh order each epoch, never materialised.
+5. **Moments.** Eligible index -> (episode, frame) via per-episode eligible counts and their
+   prefix sums, -> moment row = episode start + frame.
+
+Everything is vectorised numpy: a batch costs O(B/W + components) at any step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import PlanError
+from treadle.plan.permute import DRAW_DOMAIN, SLOT_DOMAIN, derive_key, half_bits, permute
+from treadle.plan.record import RunRecord
+from treadle.plan.schedule import Schedule
+from treadle.plan.windows import Windows
+
+_MAX_INT64 = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The samples of one step for one rank, in slot order (all arrays int64, length B/W)."""
+
+    step: int
+    rank: int
+    world_size: int
+    component: np.ndarray
+    """Index into the recipe's components."""
+    moment: np.ndarray
+    """Row of the anchor moment in that component's pinned table."""
+    position: np.ndarray
+    """Global sample position ``step * batch_size + slot``."""
+    draw: np.ndarray
+    """Index of the draw within its component (epoch = draw // eligible)."""
+
+    def __len__(self) -> int:
+        return len(self.moment)
+
+
+def eligible_counts(lengths: np.ndarray, windows: Windows | None) -> np.ndarray:
+    """Eligible moments per episode: those whose every window offset stays in the episode."""
+    lo, hi = (0, 0) if windows is None else windows.span()
+    return np.maximum(np.asarray(lengths, dtype=np.int64) - (hi - lo), 0)
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise PlanError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
+class Plan:
+    """A pinned, pure plan: ``batch(step, rank, world_size)`` for any step, with no I/O.
+
+    Build one with ``Recipe.plan()`` or :meth:`from_record`. ``tables`` are the pinned tables,
+    aligned with ``record.tables``.
+    """
+
+    def __init__(
+        self,
+        record: RunRecord,
+        tables: Sequence[Any],
+        *,
+        episodes: Sequence[Any] | None = None,
+    ):
+        if not isinstance(record, RunRecord):
+            raise PlanError(f"Plan needs a RunRecord, got {type(record).__name__}")
+        if len(tables) != len(record.tables):
+            raise PlanError(f"run record names {len(record.tables)} tables, got {len(tables)}")
+        self._record = record
+        self._tables = tuple(tables)
+        if episodes is None:
+            episodes = [t.episodes() for t in self._tables]
+        self._schedule = Schedule(
+            [c.weight_quantised for c in record.components],
+            record.weight_denominator,
+            record.batch_size,
+        )
+        self._build_index(episodes)
+        self._slot_h = np.uint64(half_bits(record.batch_size))
+        self._seed = record.seed
+
+    def _build_index(self, episodes: Sequence[Any]) -> None:
+        firsts, begins, ends = [], [], []
+        base = 0
+        bases, elig = [], []
+        for i, comp in enumerate(self._record.components):
+            ep = episodes[comp.table]
+            starts = np.asarray(ep.starts, dtype=np.int64)
+            counts = eligible_counts(ep.lengths, comp.windows)
+            lo = 0 if comp.windows is None else comp.windows.span()[0]
+            keep = counts > 0
+            cnt = counts[keep]
+            total = int(cnt.sum())
+            if total != comp.eligible:
+                entry = self._record.tables[comp.table]
+                raise PlanError(
+                    f"component {i} ({entry.name!r} @ version {entry.version}) has {total} "
+                    f"eligible moments, but the run record says {comp.eligible}"
+                )
+            cum = np.cumsum(cnt)
+            firsts.append(starts[keep] - lo)
+            begins.append(base + cum - cnt)
+            ends.append(base + cum)
+            bases.append(base)
+            elig.append(total)
+            base += total
+        self._first_moment = np.concatenate(firsts)
+        self._cum_begin = np.concatenate(begins)
+        self._cum_end = np.concatenate(ends)
+        self._base = np.asarray(bases, dtype=np.int64)
+        self._elig = np.asarray(elig, dtype=np.int64)
+        self._elig_u = self._elig.astype(np.uint64)
+        self._h = np.asarray([half_bits(n) for n in elig], dtype=np.uint64)
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_record(cls, record: RunRecord | str | dict[str, Any], client: Any) -> Plan:
+        """Rebuild a plan from its run record, re-opening each table at its recorded version.
+
+        Branch heads are not consulted: ``client.project(p, create=False).table_at(name, v)``.
+        """
+        if not isinstance(record, RunRecord):
+            record = RunRecord.from_json(record)
+        project = client.project(record.project, create=False)
+        tables = []
+        for entry in record.tables:
+            table = project.table_at(entry.name, entry.version)
+            if int(table.num_moments) != entry.num_moments:
+                raise PlanError(
+                    f"table {entry.name!r} @ version {entry.version} has {table.num_moments} "
+                    f"moments, but the run record says {entry.num_moments}"
+                )
+            tables.append(table)
+        return cls(record, tables)
+
+    # -- facts ----------------------------------------------------------------------------
+
+    @property
+    def record(self) -> RunRecord:
+        """The run record (JSON-serialisable; ``record.run_id``)."""
+        return self._record
+
+    @property
+    def run_id(self) -> str:
+        return self._record.run_id
+
+    @property
+    def tables(self) -> tuple[Any, ...]:
+        """Pinned tables, aligned with ``record.tables``."""
+        return self._tables
+
+    def table(self, component: int) -> Any:
+        """The pinned table component ``component`` reads."""
+        return self._tables[self._record.components[self._component(component)].table]
+
+    def windows(self, component: int) -> Windows | None:
+        """The component's windows; None means every column at the moment itself."""
+        return self._record.components[self._component(component)].windows
+
+    def eligible(self, component: int) -> int:
+        """Number of eligible moments of a component (its epoch length in draws)."""
+        return int(self._elig[self._component(component)])
+
+    @property
+    def batch_size(self) -> int:
+        return self._record.batch_size
+
+    @property
+    def seed(self) -> int:
+        return self._record.seed
+
+    @property
+    def num_components(self) -> int:
+        return len(self._record.components)
+
+    @property
+    def weights(self) -> tuple[Fraction, ...]:
+        """Normalised weights in use (exact fractions)."""
+        return self._record.weights
+
+    @property
+    def schedule(self) -> Schedule:
+        return self._schedule
+
+    def counts(self, step: int) -> np.ndarray:
+        """Samples of each component in the global batch of ``step``."""
+        return self._schedule.counts(self._step(step))
+
+    def cumulative(self, step: int) -> list[int]:
+        """Samples of each component in global batches ``0 .. step-1`` (exact integers)."""
+        return self._schedule.cumulative(self._step(step, allow_end=True))
+
+    # -- batches --------------------------------------------------------------------------
+
+    def batch(self, step: int, rank: int = 0, world_size: int = 1) -> Batch:
+        """The samples of ``step`` that rank ``rank`` of ``world_size`` reads: slots
+        ``rank, rank + world_size, ...`` of the global batch."""
+        step = self._step(step)
+        world_size = _as_int(world_size, "world_size")
+        rank = _as_int(rank, "rank")
+        b = self.batch_size
+        if world_size < 1:
+            raise PlanError(f"world_size must be >= 1, got {world_size}")
+        if b % world_size:
+            raise PlanError(
+                f"batch_size {b} is not divisible by world_size {world_size}: "
+                f"every rank must read the same number of samples"
+            )
+        if not 0 <= rank < world_size:
+            raise PlanError(f"rank must be in 0..{world_size - 1}, got {rank}")
+        slots = np.arange(rank, b, world_size, dtype=np.int64)
+        component, moment, draw = self._samples(step, slots)
+        return Batch(
+            step=step,
+            rank=rank,
+            world_size=world_size,
+            component=component,
+            moment=moment,
+            position=slots + step * b,
+            draw=draw,
+        )
+
+    def at(self, position: int) -> tuple[int, int]:
+        """(component, moment) of the sample at a global position."""
+        position = _as_int(position, "position")
+        if position < 0:
+            raise PlanError(f"position must be >= 0, got {position}")
+        step, slot = divmod(position, self.batch_size)
+        self._step(step)
+        c, m, _ = self._samples(step, np.asarray([slot], dtype=np.int64))
+        return int(c[0]), int(m[0])
+
+    def moments(self, component: int, draws: np.ndarray) -> np.ndarray:
+        """Moment rows of draws ``draws`` (component-local draw indices) of a component."""
+        c = self._component(component)
+        draws = np.asarray(draws, dtype=np.int64)
+        if draws.size and draws.min() < 0:
+            raise PlanError("draw indices must be >= 0")
+        return self._moments(np.full(draws.shape, c, dtype=np.int64), draws)
+
+    def _samples(self, step: int, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        key = derive_key(SLOT_DOMAIN, self._seed, step)
+        items = permute(slots.astype(np.uint64), self.batch_size, self._slot_h, key)
+        items = items.astype(np.int64)
+        counts = self._schedule.counts(step)
+        ends = np.cumsum(counts)
+        comp = np.searchsorted(ends, items, side="right")
+        first = np.asarray(self._schedule.cumulative(step), dtype=np.int64)
+        draw = first[comp] + (items - (ends - counts)[comp])
+        return comp, self._moments(comp, draw), draw
+
+    def _moments(self, comp: np.ndarray, draw: np.ndarray) -> np.ndarray:
+        n = self._elig[comp]
+        epoch, idx = np.divmod(draw, n)
+        key = derive_key(DRAW_DOMAIN, self._seed, comp, epoch)
+        e = permute(idx.astype(np.uint64), self._elig_u[comp], self._h[comp], key)
+        g = self._base[comp] + e.astype(np.int64)
+        ep = np.searchsorted(self._cum_end, g, side="right")
+        return self._first_moment[ep] + (g - self._cum_begin[ep])
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def _component(self, component: int) -> int:
+        c = _as_int(component, "component")
+        if not 0 <= c < self.num_components:
+            raise PlanError(f"component must be in 0..{self.num_components - 1}, got {c}")
+        return c
+
+    def _step(self, step: int, allow_end: bool = False) -> int:
+        step = _as_int(step, "step")
+        if step < 0:
+            raise PlanError(f"step must be >= 0, got {step}")
+        last = _MAX_INT64 // self.batch_size - (0 if allow_end else 1)
+        if step > last:
+            raise PlanError(f"step {step} is past the last step {last} (positions are int64)")
+        return step
+
+    def __repr__(self) -> str:
+        names = [self._record.table_of(i).name for i in range(self.num_components)]
+        return (
+            f"Plan(run_id={self.run_id!r}, components={names}, "
+            f"batch_size={self.batch_size}, seed={self.seed})"
+        )

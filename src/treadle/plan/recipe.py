@@ -1,0 +1,215 @@
+"""What a user declares: components (table, windows, weight), a seed and a batch size.
+
+``Recipe(...).plan()`` pins every table (branch head -> commit and Lance version), checks the
+windows against each table, counts eligible moments, quantises the weights and returns a pure
+:class:`~treadle.plan.plan.Plan`. Every bad input is a :class:`~treadle.errors.PlanError`
+(a ``ValueError``) naming the thing.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import PlanError
+from treadle.plan.plan import Plan, eligible_counts
+from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
+from treadle.plan.schedule import WEIGHT_DENOMINATOR, quantise_weights
+from treadle.plan.windows import Rows, Video, Windows
+
+_MAX_SEED = 2**64 - 1
+
+
+def _table_label(table: Any) -> str:
+    name = getattr(table, "name", None)
+    return repr(name) if name is not None else repr(table)
+
+
+def check_weight(weight: Any, what: str = "weight") -> float:
+    """A positive, finite real number (not a bool, not a string) as a float."""
+    if isinstance(weight, (bool, np.bool_)) or not isinstance(weight, numbers.Real):
+        raise PlanError(f"{what} must be a positive number, got {weight!r}")
+    value = float(weight)
+    if not math.isfinite(value) or value <= 0:
+        raise PlanError(f"{what} must be positive and finite, got {weight!r}")
+    return value
+
+
+class Component:
+    """One source of samples: a table (a branch-relative ``TableRef`` or a pinned ``Table``),
+    its windows (None: every column at the moment itself) and a positive weight."""
+
+    def __init__(
+        self, table: Any, windows: Windows | Mapping[str, Any] | None = None, weight: float = 1.0
+    ):
+        if table is None or not (
+            callable(getattr(table, "pin", None)) or callable(getattr(table, "episodes", None))
+        ):
+            raise PlanError(
+                f"Component table must be a table (branch.table(name) or table.at(...)), "
+                f"got {table!r}"
+            )
+        if windows is not None and not isinstance(windows, Windows):
+            if isinstance(windows, Mapping):
+                windows = Windows(windows)
+            else:
+                raise PlanError(
+                    f"Component windows for table {_table_label(table)} must be td.Windows, "
+                    f"got {type(windows).__name__}"
+                )
+        self.table = table
+        self.windows = windows
+        self.weight = check_weight(weight, f"weight of table {_table_label(table)}")
+
+    def __repr__(self) -> str:
+        return f"Component({_table_label(self.table)}, {self.windows!r}, weight={self.weight})"
+
+
+def check_windows(windows: Windows | None, table: Any, where: str) -> None:
+    """Every window column exists; ``Video`` only on video columns, ``Rows`` only on others."""
+    if windows is None:
+        return
+    names = set(table.schema.names)
+    video = set(table.video_columns)
+    for col, spec in windows.items():
+        if col not in names:
+            raise PlanError(
+                f"{where}: window column {col!r} is not a column of table {table.name!r} "
+                f"(columns: {sorted(names)})"
+            )
+        if isinstance(spec, Video) and col not in video:
+            raise PlanError(
+                f"{where}: td.Video window on column {col!r}, which is not a video column of "
+                f"table {table.name!r} (video columns: {sorted(video)}); use td.Rows"
+            )
+        if isinstance(spec, Rows) and col in video:
+            raise PlanError(
+                f"{where}: td.Rows window on video column {col!r} of table {table.name!r}; "
+                f"use td.Video"
+            )
+
+
+class Recipe:
+    """Components, a seed (0..2**64-1) and a global batch size: everything a run is made of."""
+
+    def __init__(self, seed: int, batch_size: int, components: Sequence[Component]):
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
+        if not 0 <= int(seed) <= _MAX_SEED:
+            raise PlanError(f"seed must be in 0..2**64-1, got {seed}")
+        if isinstance(batch_size, (bool, np.bool_)) or not isinstance(
+            batch_size, (int, np.integer)
+        ):
+            raise PlanError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if int(batch_size) < 1:
+            raise PlanError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(components, (Component, str, bytes)) or not isinstance(components, Sequence):
+            raise PlanError(f"components must be a list of td.Component, got {components!r}")
+        if not components:
+            raise PlanError("components is empty: a recipe needs at least one td.Component")
+        for i, c in enumerate(components):
+            if not isinstance(c, Component):
+                raise PlanError(f"components[{i}] must be a td.Component, got {c!r}")
+        if len(components) > WEIGHT_DENOMINATOR:
+            raise PlanError(
+                f"{len(components)} components; at most {WEIGHT_DENOMINATOR} are supported"
+            )
+        self.seed = int(seed)
+        self.batch_size = int(batch_size)
+        self.components = tuple(components)
+
+    def plan(self) -> Plan:
+        """Pin every table now and return the pure plan."""
+        pinned: dict[Any, tuple[Any, str | None]] = {}
+        per_component = []
+        for comp in self.components:
+            ref = comp.table
+            if callable(getattr(ref, "pin", None)):
+                key = _ref_key(ref)
+                if key not in pinned:
+                    pinned[key] = (ref.pin(), ref.branch.name)
+                per_component.append(pinned[key])
+            else:
+                per_component.append((ref, None))
+
+        projects = sorted({t.project.name for t, _ in per_component})
+        if len(projects) != 1:
+            raise PlanError(f"components come from projects {projects}; a run reads one project")
+
+        tables: list[Any] = []
+        entries: list[TableEntry] = []
+        episodes: list[Any] = []
+        index: dict[tuple[str, int, str, str | None], int] = {}
+        table_of: list[int] = []
+        for table, branch in per_component:
+            key = (table.name, int(table.version), table.commit_id, branch)
+            if key not in index:
+                index[key] = len(tables)
+                tables.append(table)
+                ep = table.episodes()
+                episodes.append(ep)
+                entries.append(
+                    TableEntry(
+                        name=table.name,
+                        branch=branch,
+                        commit=table.commit_id,
+                        version=int(table.version),
+                        num_moments=int(table.num_moments),
+                        num_episodes=len(ep.lengths),
+                    )
+                )
+            table_of.append(index[key])
+
+        numerators = quantise_weights([c.weight for c in self.components], WEIGHT_DENOMINATOR)
+        comps = []
+        for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
+            table = tables[t]
+            where = f"component {i} (table {table.name!r})"
+            check_windows(comp.windows, table, where)
+            lengths = np.asarray(episodes[t].lengths, dtype=np.int64)
+            eligible = int(eligible_counts(lengths, comp.windows).sum())
+            if eligible == 0:
+                lo, hi = (0, 0) if comp.windows is None else comp.windows.span()
+                longest = int(lengths.max()) if lengths.size else 0
+                raise PlanError(
+                    f"{where} has no eligible moments: its windows span {hi - lo + 1} moments "
+                    f"(offsets {lo}..{hi}) but the longest of its {lengths.size} episodes has "
+                    f"{longest}"
+                )
+            comps.append(
+                ComponentEntry(
+                    table=t,
+                    windows=comp.windows,
+                    weight=comp.weight,
+                    weight_quantised=numerators[i],
+                    eligible=eligible,
+                )
+            )
+        record = RunRecord(
+            project=projects[0],
+            seed=self.seed,
+            batch_size=self.batch_size,
+            weight_denominator=WEIGHT_DENOMINATOR,
+            tables=tuple(entries),
+            components=tuple(comps),
+        )
+        return Plan(record, tables, episodes=episodes)
+
+    def __repr__(self) -> str:
+        return (
+            f"Recipe(seed={self.seed}, batch_size={self.batch_size}, "
+            f"components={list(self.components)!r})"
+        )
+
+
+def _ref_key(ref: Any) -> Any:
+    """Pin each (project, branch, table) once per recipe, so shared refs agree."""
+    try:
+        branch = ref.branch
+        return (getattr(branch.project, "name", None), branch.name, ref.name)
+    except AttributeError:
+        return id(ref)

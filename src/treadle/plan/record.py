@@ -1,0 +1,340 @@
+"""The run record: everything that fixes a run's batches, as JSON, and its ``run_id``.
+
+Layout (``to_json()``; keys sorted)::
+
+    {
+      "algorithm": "treadle.plan/1",
+      "project": "robotics",
+      "seed": 2048, "batch_size": 64, "weight_denominator": 1000,
+      "tables": [
+        {"name": "failed_grasps", "branch": "main", "commit": "01a1a71d...", "version": 7,
+         "num_moments": 9412, "num_episodes": 40}, ...
+      ],
+      "components": [
+        {"table": 0, "windows": {...} | null, "weight": 0.3, "weight_quantised": 300,
+         "eligible": 8100}, ...
+      ],
+      "run_id": "3f0c..."
+    }
+
+``components[i].table`` indexes ``tables``. ``windows`` is ``Windows.to_json()``, or null for
+"every column at the moment itself". ``weight`` is what the user asked for; the normalised
+weight actually used is ``weight_quantised / weight_denominator``. ``branch`` is null for a
+table that was pinned explicitly (``TableRef.at(...)``).
+
+``run_id`` is the first 16 hex digits of the sha256 of the canonical JSON (sorted keys, no
+spaces) of what determines batches: algorithm, project, for each component its table name and
+Lance version, windows and quantised weight, the weight denominator, seed and batch size. Commit
+ids, branch names, user weights and counts are not part of it: a commit that leaves a table's
+version alone (a checkpoint row in another table) does not start a new run. Rank count never
+enters a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from treadle.errors import PlanError
+from treadle.plan.windows import Windows
+
+ALGORITHM = "treadle.plan/1"
+_MAX_SEED = 2**64 - 1
+_TOP_KEYS = {
+    "algorithm",
+    "project",
+    "seed",
+    "batch_size",
+    "weight_denominator",
+    "tables",
+    "components",
+    "run_id",
+}
+_TABLE_KEYS = {"name", "branch", "commit", "version", "num_moments", "num_episodes"}
+_COMPONENT_KEYS = {"table", "windows", "weight", "weight_quantised", "eligible"}
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, ASCII: the form that is hashed."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One pinned table of a run."""
+
+    name: str
+    branch: str | None
+    commit: str
+    version: int
+    num_moments: int
+    num_episodes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "branch": self.branch,
+            "commit": self.commit,
+            "version": self.version,
+            "num_moments": self.num_moments,
+            "num_episodes": self.num_episodes,
+        }
+
+
+@dataclass(frozen=True)
+class ComponentEntry:
+    """One component of a run: a table (index into ``RunRecord.tables``), windows, weights."""
+
+    table: int
+    windows: Windows | None
+    weight: float
+    weight_quantised: int
+    eligible: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "windows": None if self.windows is None else self.windows.to_json(),
+            "weight": self.weight,
+            "weight_quantised": self.weight_quantised,
+            "eligible": self.eligible,
+        }
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run reads, and in which order: pinned tables, windows, weights, seed, batch size."""
+
+    project: str
+    seed: int
+    batch_size: int
+    weight_denominator: int
+    tables: tuple[TableEntry, ...]
+    components: tuple[ComponentEntry, ...]
+    algorithm: str = ALGORITHM
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        """The part of the record that determines batches (hashed into ``run_id``)."""
+        return {
+            "algorithm": self.algorithm,
+            "project": self.project,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "weight_denominator": self.weight_denominator,
+            "components": [
+                {
+                    "table": self.tables[c.table].name,
+                    "version": self.tables[c.table].version,
+                    "windows": None if c.windows is None else c.windows.to_json(),
+                    "weight": c.weight_quantised,
+                }
+                for c in self.components
+            ],
+        }
+
+    @property
+    def run_id(self) -> str:
+        """16 hex digits of sha256 over :meth:`identity` (canonical JSON)."""
+        digest = hashlib.sha256(canonical_json(self.identity()).encode()).hexdigest()
+        return digest[:16]
+
+    # -- convenience ------------------------------------------------------------------------
+
+    @property
+    def num_components(self) -> int:
+        return len(self.components)
+
+    @property
+    def weights(self) -> tuple[Fraction, ...]:
+        """Normalised weights actually used, exact: ``weight_quantised / weight_denominator``."""
+        return tuple(Fraction(c.weight_quantised, self.weight_denominator) for c in self.components)
+
+    def table_of(self, component: int) -> TableEntry:
+        """The pinned table a component reads."""
+        return self.tables[self.components[component].table]
+
+    # -- JSON -------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "project": self.project,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "weight_denominator": self.weight_denominator,
+            "tables": [t.to_dict() for t in self.tables],
+            "components": [c.to_dict() for c in self.components],
+            "run_id": self.run_id,
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        """JSON text (sorted keys); ``indent`` for a human-readable form."""
+        if indent is None:
+            return canonical_json(self.to_dict())
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent)
+
+    @classmethod
+    def from_json(cls, value: str | bytes | dict[str, Any]) -> RunRecord:
+        """Parse and strictly validate a record (text or an already-decoded dict).
+
+        Unknown or missing fields, wrong types, and a ``run_id`` that does not match the
+        contents raise :class:`PlanError` naming the field.
+        """
+        if isinstance(value, (str, bytes, bytearray)):
+            try:
+                value = json.loads(value)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise PlanError(f"run record is not valid JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise PlanError(f"run record must be a JSON object, got {type(value).__name__}")
+        _keys(value, _TOP_KEYS - {"run_id"}, _TOP_KEYS, "run record")
+        algorithm = _str(value, "algorithm", "run record")
+        if algorithm != ALGORITHM:
+            raise PlanError(
+                f"run record field 'algorithm' is {algorithm!r}; this treadle plans {ALGORITHM!r}"
+            )
+        tables_raw = value["tables"]
+        if not isinstance(tables_raw, list) or not tables_raw:
+            raise PlanError("run record field 'tables' must be a non-empty list")
+        tables = []
+        for i, t in enumerate(tables_raw):
+            where = f"run record tables[{i}]"
+            if not isinstance(t, dict):
+                raise PlanError(f"{where} must be an object")
+            _keys(t, _TABLE_KEYS, _TABLE_KEYS, where)
+            branch = t["branch"]
+            if branch is not None and not isinstance(branch, str):
+                raise PlanError(f"{where} field 'branch' must be a string or null")
+            tables.append(
+                TableEntry(
+                    name=_str(t, "name", where),
+                    branch=branch,
+                    commit=_str(t, "commit", where),
+                    version=_int(t, "version", where),
+                    num_moments=_int(t, "num_moments", where),
+                    num_episodes=_int(t, "num_episodes", where),
+                )
+            )
+        comps_raw = value["components"]
+        if not isinstance(comps_raw, list) or not comps_raw:
+            raise PlanError("run record field 'components' must be a non-empty list")
+        comps = []
+        for i, c in enumerate(comps_raw):
+            where = f"run record components[{i}]"
+            if not isinstance(c, dict):
+                raise PlanError(f"{where} must be an object")
+            _keys(c, _COMPONENT_KEYS, _COMPONENT_KEYS, where)
+            w = c["windows"]
+            if w is not None and not isinstance(w, dict):
+                raise PlanError(f"{where} field 'windows' must be an object or null")
+            try:
+                windows = None if w is None else Windows.from_json(w)
+            except PlanError as e:
+                raise PlanError(f"{where} field 'windows': {e}") from None
+            weight = c["weight"]
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise PlanError(f"{where} field 'weight' must be a number")
+            comps.append(
+                ComponentEntry(
+                    table=_int(c, "table", where),
+                    windows=windows,
+                    weight=float(weight),
+                    weight_quantised=_int(c, "weight_quantised", where),
+                    eligible=_int(c, "eligible", where),
+                )
+            )
+        record = cls(
+            project=_str(value, "project", "run record"),
+            seed=_int(value, "seed", "run record"),
+            batch_size=_int(value, "batch_size", "run record"),
+            weight_denominator=_int(value, "weight_denominator", "run record"),
+            tables=tuple(tables),
+            components=tuple(comps),
+            algorithm=algorithm,
+        )
+        if "run_id" in value and value["run_id"] != record.run_id:
+            raise PlanError(
+                f"run record field 'run_id' is {value['run_id']!r} but its contents hash to "
+                f"{record.run_id!r} (the record was edited)"
+            )
+        return record
+
+
+def _keys(d: dict[str, Any], required: set[str], allowed: set[str], where: str) -> None:
+    missing = sorted(required - d.keys())
+    if missing:
+        raise PlanError(f"{where} is missing field {missing[0]!r}")
+    extra = sorted(d.keys() - allowed)
+    if extra:
+        raise PlanError(f"{where} has unknown field {extra[0]!r}")
+
+
+def _str(d: dict[str, Any], key: str, where: str) -> str:
+    v = d[key]
+    if not isinstance(v, str) or not v:
+        raise PlanError(f"{where} field {key!r} must be a non-empty string, got {v!r}")
+    return v
+
+
+def _int(d: dict[str, Any], key: str, where: str) -> int:
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise PlanError(f"{where} field {key!r} must be an integer, got {v!r}")
+    return v
+
+
+def _validate(r: RunRecord) -> None:
+    """Checks shared by construction and parsing; each error names the field."""
+    if r.algorithm != ALGORITHM:
+        raise PlanError(f"run record field 'algorithm' must be {ALGORITHM!r}, got {r.algorithm!r}")
+    if not isinstance(r.project, str) or not r.project:
+        raise PlanError(f"run record field 'project' must be a non-empty string, got {r.project!r}")
+    for key in ("seed", "batch_size", "weight_denominator"):
+        v = getattr(r, key)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise PlanError(f"run record field {key!r} must be an integer, got {v!r}")
+    if not 0 <= r.seed <= _MAX_SEED:
+        raise PlanError(f"run record field 'seed' must be in 0..2**64-1, got {r.seed}")
+    if r.batch_size < 1:
+        raise PlanError(f"run record field 'batch_size' must be >= 1, got {r.batch_size}")
+    if r.weight_denominator < 1:
+        raise PlanError(
+            f"run record field 'weight_denominator' must be >= 1, got {r.weight_denominator}"
+        )
+    if not r.tables:
+        raise PlanError("run record field 'tables' is empty")
+    if not r.components:
+        raise PlanError("run record field 'components' is empty")
+    for i, t in enumerate(r.tables):
+        if t.version < 0 or t.num_moments < 0 or t.num_episodes < 0:
+            raise PlanError(f"run record tables[{i}] has a negative version or count")
+    for i, c in enumerate(r.components):
+        if not 0 <= c.table < len(r.tables):
+            raise PlanError(
+                f"run record components[{i}] field 'table' is {c.table}, "
+                f"but there are {len(r.tables)} tables"
+            )
+        if c.weight_quantised < 1:
+            raise PlanError(f"run record components[{i}] field 'weight_quantised' must be >= 1")
+        if not (c.weight > 0 and c.weight != float("inf")):
+            raise PlanError(f"run record components[{i}] field 'weight' must be positive, finite")
+        if c.eligible < 1:
+            raise PlanError(f"run record components[{i}] field 'eligible' must be >= 1")
+        if c.eligible > r.tables[c.table].num_moments:
+            raise PlanError(
+                f"run record components[{i}] field 'eligible' exceeds its table's num_moments"
+            )
+    total = sum(c.weight_quantised for c in r.components)
+    if total != r.weight_denominator:
+        raise PlanError(
+            f"run record quantised weights sum to {total}, not weight_denominator "
+            f"{r.weight_denominator}"
+        )
