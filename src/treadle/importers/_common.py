@@ -1,0 +1,560 @@
+"""Shared pieces of the importers: sources, safe paths, column building, the import driver.
+
+Resumability (the choice every importer shares)
+-----------------------------------------------
+An import is **one transaction** (:meth:`Branch.transaction`). Rows are staged as
+Lance data files that no version references (the transaction flushes every ~64 MB, so
+memory stays bounded), and the branch moves once, by compare-and-swap, at the very
+end. A crash at any point before that leaves the branch exactly where it was (the
+orphaned files are removed by ``treadle gc``); re-running the same command starts
+over and cannot duplicate rows, because nothing of the first attempt was ever
+visible.
+
+Each import also has a deterministic **import id**: a hash of the format, the
+source (its URL/paths and their sizes) and the options. It is written into the
+commit message (``import-id=<id>``). Before doing any work, a re-run looks for that
+id in the branch's log and, if the commit is there (the crash came after the commit
+but before the process noticed), returns that commit instead of importing again.
+So "run it again until it succeeds" is always safe.
+
+Partial reuse of the data files staged by a crashed attempt was rejected: it would
+need a second, non-atomic manifest next to the catalog, and re-reading a source is
+cheap next to the risk of committing half-written fragments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import CorruptData, InvalidName, NotFound, SchemaMismatch, TreadleError
+
+SHAPE_KEY = b"treadle:shape"
+DTYPE_KEY = b"treadle:dtype"
+IMPORT_ID_RE = re.compile(r"import-id=([0-9a-f]{16})")
+_COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class UnsafeInput(TreadleError, ValueError):
+    """Source data that would need unpickling (``.pyd``/``.pth`` members, MDS ``pkl``).
+
+    Refused unless the caller passes ``allow_pickle=True``.
+    """
+
+
+class UnsupportedFormat(TreadleError, ValueError):
+    """A source in a format version or encoding the importer does not know."""
+
+
+#: rows per appended chunk (each importer may pick smaller chunks for wide rows)
+DEFAULT_CHUNK_ROWS = 1024
+#: bytes per appended chunk, whichever limit comes first
+DEFAULT_CHUNK_BYTES = 32 << 20
+
+
+def workers() -> int:
+    """Threads used for decoding (both cores on the 2-core machines, at most 8)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+# -- names --------------------------------------------------------------------------------
+
+
+def column_name(name: str, where: str) -> str:
+    """``name`` if it is a safe column name, else :class:`InvalidName` naming ``where``."""
+    if not isinstance(name, str) or not _COLUMN.fullmatch(name) or ".." in name:
+        raise InvalidName(
+            f"{where}: column name {name!r} is not allowed (1-128 of A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit, no '..')"
+        )
+    return name
+
+
+# -- sources ------------------------------------------------------------------------------
+
+
+def is_url(src: str) -> bool:
+    """True for object-store URLs (``s3://``, ``gs://``, ``az://``, ...), False for paths."""
+    scheme = urlparse(str(src)).scheme
+    return len(scheme) > 1 and scheme != "file"
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand WebDataset brace patterns: ``shard-{000000..000009}.tar``, ``{a,b}``.
+
+    Numeric ranges keep the zero padding of the first bound. Several groups expand as
+    a cartesian product, left to right.
+    """
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return [pattern]
+    head, body, tail = pattern[: m.start()], m.group(1), pattern[m.end() :]
+    rng = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if rng:
+        lo, hi = rng.group(1), rng.group(2)
+        width = len(lo)
+        a, b = int(lo), int(hi)
+        step = 1 if b >= a else -1
+        options = [str(i).zfill(width) for i in range(a, b + step, step)]
+    else:
+        options = body.split(",")
+    out: list[str] = []
+    for opt in options:
+        out.extend(expand_braces(head + opt + tail))
+    return out
+
+
+class Source:
+    """Read-only access to files under one source root: a local folder or an object-store URL.
+
+    Every relative path is checked to stay under the root (no ``..``, no absolute paths,
+    no symlink leaving a local root): a path from a manifest (``index.json``,
+    ``state.json``, ``info.json``) can never read outside the source it came with.
+    """
+
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None):
+        self.root = str(root)
+        self.url = is_url(self.root)
+        if self.url:
+            from treadle.storage import Store
+
+            self._store = Store.open(self.root.rstrip("/"), storage_options)
+            self._local: Path | None = None
+        else:
+            p = self.root[7:] if self.root.startswith("file://") else self.root
+            self._local = Path(p).expanduser().resolve()
+            self._store = None
+
+    def __repr__(self) -> str:
+        return f"Source({self.root!r})"
+
+    def describe(self, rel: str = "") -> str:
+        """A printable name of ``rel`` under the root (no credentials)."""
+        return f"{self.root.rstrip('/')}/{rel}" if rel else self.root
+
+    def _check(self, rel: str) -> str:
+        rel = str(rel).replace("\\", "/")
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if rel.startswith("/") or any(p == ".." for p in parts) or not parts:
+            raise InvalidName(f"path {rel!r} escapes the source root {self.root!r}")
+        return "/".join(parts)
+
+    def local_path(self, rel: str) -> Path:
+        """The local file for ``rel`` (only for local sources), checked to stay under the root."""
+        assert self._local is not None
+        rel = self._check(rel)
+        p = (self._local / rel).resolve()
+        if p != self._local and self._local not in p.parents:
+            raise InvalidName(f"path {rel!r} escapes the source root {self.root!r}")
+        return p
+
+    def exists(self, rel: str) -> bool:
+        if self._local is not None:
+            return self.local_path(rel).is_file()
+        return self._store.exists(self._check(rel))
+
+    def size(self, rel: str) -> int:
+        if self._local is not None:
+            p = self.local_path(rel)
+            if not p.is_file():
+                raise NotFound(f"no file {self.describe(rel)}")
+            return p.stat().st_size
+        return self._store.size(self._check(rel))
+
+    def read(self, rel: str) -> bytes:
+        """All bytes of ``rel`` (:class:`NotFound` if missing)."""
+        if self._local is not None:
+            p = self.local_path(rel)
+            try:
+                return p.read_bytes()
+            except FileNotFoundError:
+                raise NotFound(f"no file {self.describe(rel)}") from None
+            except IsADirectoryError:
+                raise NotFound(f"{self.describe(rel)} is a folder, not a file") from None
+        return self._store.get(self._check(rel))
+
+    def open(self, rel: str) -> io.RawIOBase | io.BufferedReader:
+        """A sequential binary reader of ``rel`` (ranged GETs of 8 MiB for object stores)."""
+        if self._local is not None:
+            p = self.local_path(rel)
+            try:
+                return open(p, "rb")  # noqa: SIM115 - caller closes
+            except FileNotFoundError:
+                raise NotFound(f"no file {self.describe(rel)}") from None
+        key = self._check(rel)
+        return io.BufferedReader(_RangeReader(self._store, key, self._store.size(key)), 1 << 20)
+
+    def list(self, rel: str = "") -> list[str]:
+        """Files under ``rel`` (recursive), relative to the root, sorted."""
+        if self._local is not None:
+            base = self._local / self._check(rel) if rel else self._local
+            if not base.exists():
+                return []
+            return sorted(
+                str(p.relative_to(self._local)).replace(os.sep, "/")
+                for p in base.rglob("*")
+                if p.is_file()
+            )
+        prefix = self._check(rel) if rel else ""
+        return self._store.list(prefix)
+
+
+class _RangeReader(io.RawIOBase):
+    """A forward-only reader of one object through ranged GETs (bounded memory)."""
+
+    CHUNK = 8 << 20
+
+    def __init__(self, store: Any, key: str, size: int):
+        self._store, self._key, self._size, self._pos = store, key, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._pos >= self._size:
+            return 0
+        n = min(len(b), self._size - self._pos, self.CHUNK)
+        from treadle.storage import RangeRequest
+
+        data = self._store.get_ranges([RangeRequest(self._key, self._pos, self._pos + n)])[0]
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def split_url(path: str) -> tuple[str, str]:
+    """``(root, name)`` of a file path or URL: its folder and its base name."""
+    s = str(path).rstrip("/")
+    if "/" not in s:
+        return ".", s
+    root, name = s.rsplit("/", 1)
+    return root or "/", name
+
+
+# -- values -> arrow -----------------------------------------------------------------------
+
+
+def tensor_field(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> pa.Field:
+    """A fixed-shape tensor field as the table layer stores it."""
+    size = math.prod(shape)
+    return pa.field(
+        name,
+        pa.list_(pa.from_numpy_dtype(dtype), size),
+        metadata={
+            SHAPE_KEY: json.dumps(list(shape)).encode(),
+            DTYPE_KEY: np.dtype(dtype).name.encode(),
+        },
+    )
+
+
+def tensor_array(stack: np.ndarray) -> pa.Array:
+    """``[n, *shape]`` numpy -> flat fixed-size-list array (zero-copy for contiguous input)."""
+    size = math.prod(stack.shape[1:]) if stack.ndim > 1 else 1
+    flat = np.ascontiguousarray(stack).reshape(-1)
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat), size)
+
+
+def rows_to_table(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    where: Callable[[int], str],
+    schema: pa.Schema | None = None,
+) -> pa.Table:
+    """Python/numpy values per row -> one Arrow table.
+
+    numpy arrays become tensor columns (every row must have the same dtype and
+    shape), bytes become ``large_binary``, everything else is inferred by Arrow. With
+    ``schema`` (fixed by the first chunk) the result is cast to it; a value that does
+    not fit raises :class:`SchemaMismatch` naming the sample (``where(row)``).
+    """
+    fields: list[pa.Field] = []
+    arrays: list[pa.Array] = []
+    for col in columns:
+        values = [r.get(col) for r in rows]
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            have = sorted(rows[missing[0]])
+            raise SchemaMismatch(
+                f"{where(missing[0])} has no {col!r} (it has {have}); every sample must have "
+                "the same members"
+            )
+        want = schema.field(col) if schema is not None and col in schema.names else None
+        if isinstance(values[0], np.ndarray):
+            first = values[0]
+            for i, v in enumerate(values):
+                if (
+                    not isinstance(v, np.ndarray)
+                    or v.shape != first.shape
+                    or v.dtype != first.dtype
+                ):
+                    got = f"{v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else type(v)
+                    raise SchemaMismatch(
+                        f"{where(i)}: {col!r} is {got}, earlier samples have "
+                        f"{first.dtype}{list(first.shape)}"
+                    )
+            stack = np.stack(values) if first.ndim else np.asarray(values)
+            if first.ndim == 0:
+                f, a = pa.field(col, pa.from_numpy_dtype(first.dtype)), pa.array(stack)
+            else:
+                f, a = tensor_field(col, first.dtype, first.shape), tensor_array(stack)
+        elif isinstance(values[0], (bytes, bytearray, memoryview)):
+            f, a = pa.field(col, pa.large_binary()), pa.array(values, pa.large_binary())
+        else:
+            try:
+                a = pa.array(values, want.type if want is not None else None)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                bad = _first_bad(values, want.type if want is not None else None)
+                raise SchemaMismatch(
+                    f"{where(bad)}: {col!r} does not fit the column type: {e}"
+                ) from None
+            f = pa.field(col, a.type)
+        if want is not None and (f.type != want.type or f.metadata != want.metadata):
+            if f.metadata != want.metadata or SHAPE_KEY in (want.metadata or {}):
+                raise SchemaMismatch(
+                    f"{where(0)}: {col!r} is {_describe(f)}, earlier samples have {_describe(want)}"
+                )
+            try:
+                a = a.cast(want.type)
+                f = want
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise SchemaMismatch(
+                    f"{where(0)}: {col!r} is {_describe(f)}, earlier samples have {_describe(want)}"
+                ) from None
+        fields.append(f)
+        arrays.append(a)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _describe(f: pa.Field) -> str:
+    meta = f.metadata or {}
+    if SHAPE_KEY in meta:
+        return f"{meta.get(DTYPE_KEY, b'?').decode()}{meta[SHAPE_KEY].decode()}"
+    return str(f.type)
+
+
+def _first_bad(values: list[Any], typ: pa.DataType | None) -> int:
+    if typ is None:
+        typ = pa.array(values[:1]).type
+    for i, v in enumerate(values):
+        try:
+            pa.array([v], typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return i
+    return 0
+
+
+# -- images ----------------------------------------------------------------------------------
+
+IMAGE_EXTS = {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "pbm", "pnm", "tif", "tiff"}
+_AV_CODEC = {"jpg": "mjpeg", "jpeg": "mjpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
+
+
+def decode_image(data: bytes, ext: str, where: str) -> np.ndarray:
+    """Encoded image bytes -> ``uint8 [H, W, 3]`` RGB (``[H, W]`` kept for 8-bit grey).
+
+    Uses FFmpeg (PyAV) for JPEG/PNG/WebP/BMP and Pillow, when installed, for the rest.
+    """
+    ext = ext.lower().rsplit(".", 1)[-1]
+    codec = _AV_CODEC.get(ext) or _sniff(data)
+    if codec is not None:
+        import av
+
+        try:
+            ctx = av.CodecContext.create(codec, "r")
+            frames = ctx.decode(av.Packet(bytes(data)))
+            if not frames:
+                frames = ctx.decode(None)
+            frame = frames[0]
+            if frame.format.name in ("gray", "gray8"):
+                return frame.to_ndarray()
+            return frame.to_ndarray(format="rgb24")
+        except Exception as e:  # FFmpeg errors are many types
+            raise CorruptData(f"{where}: cannot decode {ext} image: {e}") from None
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise SchemaMismatch(f"{where}: decoding .{ext} images needs Pillow") from None
+    try:
+        img = Image.open(io.BytesIO(data))
+        img = img.convert("L" if img.mode in ("L", "1") else "RGB")
+        return np.asarray(img)
+    except Exception as e:
+        raise CorruptData(f"{where}: cannot decode {ext} image: {e}") from None
+
+
+def _sniff(data: bytes) -> str | None:
+    head = bytes(data[:12])
+    if head.startswith(b"\xff\xd8"):
+        return "mjpeg"
+    if head.startswith(b"\x89PNG"):
+        return "png"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return None
+
+
+# -- parallel map with bounded look-ahead -----------------------------------------------------
+
+
+def ordered_map(
+    fn: Callable[[Any], Any], items: Iterable[Any], threads: int | None = None
+) -> Iterator[Any]:
+    """``map(fn, items)`` on a thread pool, in order, with at most ``2*threads`` in flight."""
+    threads = threads or workers()
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    from collections import deque
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="treadle-import") as pool:
+        pending: deque[Any] = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+# -- the import driver --------------------------------------------------------------------------
+
+
+@dataclass
+class ImportResult:
+    """What an import did: the commit (None when the source was empty), rows, bytes, seconds."""
+
+    commit: Any
+    table: str
+    rows: int
+    episodes: int
+    bytes_read: int
+    seconds: float
+    import_id: str
+    skipped: bool = False
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else float("inf")
+
+
+def import_id(
+    fmt: str, sources: Sequence[str], sizes: Sequence[int], options: dict[str, Any]
+) -> str:
+    """The deterministic id of an import: format, sources and their sizes, options."""
+    blob = json.dumps(
+        {"format": fmt, "sources": list(sources), "sizes": list(sizes), "options": options},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def find_import(branch: Any, iid: str, limit: int = 200) -> Any:
+    """The commit of ``branch`` (within ``limit`` commits) that recorded import ``iid``."""
+    try:
+        log = branch.log(limit=limit)
+    except TreadleError:
+        return None
+    for c in log:
+        m = IMPORT_ID_RE.search(c.message or "")
+        if m and m.group(1) == iid:
+            return c
+    return None
+
+
+def resolve_branch(
+    project: Any,
+    branch: str | None,
+    client: Any = None,
+    root: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """A :class:`Branch` from a project name or object (created if missing)."""
+    from treadle.errors import NotFound as _NF
+
+    if isinstance(project, str):
+        if client is None:
+            from treadle.catalog import Client
+
+            client = Client(root, storage_options)
+        project = client.project(project)
+    name = branch or "main"
+    try:
+        return project.branch(name)
+    except _NF:
+        if name == "main":
+            raise
+        return project.create_branch(name)
+
+
+class Progress:
+    """A tqdm bar (disabled when ``progress`` is False or stderr is not a terminal)."""
+
+    def __init__(self, total: int | None, desc: str, unit: str, enabled: bool | None):
+        from tqdm import tqdm
+
+        self._bar = tqdm(
+            total=total, desc=desc, unit=unit, disable=(enabled is False) or None, leave=False
+        )
+        self._lock = threading.Lock()
+
+    def update(self, n: int, nbytes: int = 0) -> None:
+        with self._lock:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def run_import(
+    *,
+    fmt: str,
+    branch: Any,
+    table: str,
+    iid: str,
+    what: str,
+    write: Callable[[Any, Progress], tuple[int, int, int]],
+    total: int | None,
+    unit: str,
+    progress: bool | None,
+) -> ImportResult:
+    """Run ``write(table_writer, bar) -> (rows, episodes, bytes)`` in one transaction.
+
+    Skips the work (and returns the earlier commit) when ``branch`` already has a commit
+    recording import ``iid``. On any exception nothing is committed.
+    """
+    import time
+
+    from treadle.names import check_name
+
+    check_name(table, "table")
+    done = find_import(branch, iid)
+    if done is not None:
+        return ImportResult(done, table, 0, 0, 0, 0.0, iid, skipped=True)
+    t0 = time.perf_counter()
+    bar = Progress(total, f"import {fmt}", unit, progress)
+    try:
+        message = f"import {fmt} {what} into {table} (import-id={iid})"
+        with branch.transaction(message) as tx:
+            rows, episodes, nbytes = write(tx.table(table), bar)
+    finally:
+        bar.close()
+    return ImportResult(tx.commit, table, rows, episodes, nbytes, time.perf_counter() - t0, iid)
