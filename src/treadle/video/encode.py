@@ -1,0 +1,362 @@
+"""Encode raw frames, or remux/re-encode container files, into an :class:`EncodedStream`.
+
+Output: H.264 Annex-B, yuv420p, BT.601 limited range tags, SPS/PPS before every
+keyframe. Our own encodes use a fixed keyframe interval, closed GOPs and no
+B-frames; remuxed H.264 keeps whatever the file had (B-frames, open GOPs) and the
+index records it exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import av
+import numpy as np
+from av.video.reformatter import VideoReformatter
+
+from treadle.errors import VideoError
+from treadle.video.stream import COLOUR_TAGS, EncodedStream, StreamIndex, StreamMeta
+from treadle.video.values import VideoFile, VideoFrames, check_encoder, check_fps, check_frames
+
+_Packet = tuple[bytes, int | None, int | None, bool]  # (bytes, pts, dts, key)
+
+
+def encode_value(value: VideoFrames | VideoFile | EncodedStream) -> EncodedStream:
+    """Turn a video column value into an :class:`EncodedStream` (the table writer's entry point)."""
+    if isinstance(value, EncodedStream):
+        return value
+    if isinstance(value, VideoFrames):
+        return encode_frames(
+            value.frames, fps=value.fps, gop=value.gop, crf=value.crf, preset=value.preset
+        )
+    if isinstance(value, VideoFile):
+        return from_container(value.source, gop=value.gop, crf=value.crf, preset=value.preset)
+    raise VideoError(
+        f"a video column takes td.VideoFrames or td.VideoFile, got {type(value).__name__}"
+    )
+
+
+def _rate(fps: float) -> Fraction:
+    return Fraction(fps).limit_denominator(1001)
+
+
+def encode_frames(
+    frames: np.ndarray,
+    fps: float = 30.0,
+    gop: int = 30,
+    crf: int = 23,
+    preset: str = "medium",
+) -> EncodedStream:
+    """Encode RGB ``uint8 [T, H, W, 3]`` frames to H.264 (see module docstring)."""
+    frames = check_frames(frames)
+    fps = check_fps(fps)
+    gop, crf, preset = check_encoder(gop, crf, preset)
+    t, h, w, _ = frames.shape
+    reformatter = VideoReformatter()
+
+    def yuv() -> Iterator[av.VideoFrame]:
+        for i in range(t):
+            rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[i]), format="rgb24")
+            yield reformatter.reformat(
+                rgb,
+                format="yuv420p",
+                dst_colorspace="ITU601",
+                dst_color_range="MPEG",
+                interpolation="BILINEAR",
+                threads=1,
+            )
+
+    return _encode_yuv(yuv(), width=w, height=h, fps=fps, gop=gop, crf=crf, preset=preset)
+
+
+def _encode_yuv(
+    frames: Iterable[av.VideoFrame],
+    *,
+    width: int,
+    height: int,
+    fps: float,
+    gop: int,
+    crf: int,
+    preset: str,
+) -> EncodedStream:
+    rate = _rate(fps)
+    ctx: Any = av.CodecContext.create("libx264", "w")
+    ctx.width, ctx.height, ctx.pix_fmt = width, height, "yuv420p"
+    ctx.framerate = rate
+    ctx.time_base = 1 / rate
+    ctx.gop_size = gop
+    ctx.max_b_frames = 0
+    for name, value in COLOUR_TAGS.items():
+        setattr(ctx, name, value)
+    params = (
+        f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0:open-gop=0:"
+        "repeat-headers=1:annexb=1"
+    )
+    ctx.options = {"crf": str(crf), "preset": preset, "x264-params": params}
+    packets: list[_Packet] = []
+    n = 0
+    try:
+        for frame in frames:
+            frame.pts = n
+            n += 1
+            packets.extend((bytes(p), p.pts, p.dts, p.is_keyframe) for p in ctx.encode(frame))
+        packets.extend((bytes(p), p.pts, p.dts, p.is_keyframe) for p in ctx.encode(None))
+    except av.FFmpegError as e:
+        raise VideoError(f"H.264 encode failed: {e}") from None
+    if len(packets) != n:
+        raise VideoError(f"encoder produced {len(packets)} packets for {n} frames")
+    meta = StreamMeta(
+        codec="h264",
+        width=width,
+        height=height,
+        fps=float(fps),
+        pix_fmt="yuv420p",
+        num_frames=n,
+        time_base=1 / rate,
+        **COLOUR_TAGS,
+    )
+    return _build(packets, meta, where="encoded stream")
+
+
+def _build(packets: list[_Packet], meta: StreamMeta, where: str) -> EncodedStream:
+    """Concatenate packets (decode order) and index them in display order."""
+    n = len(packets)
+    if n == 0:
+        raise VideoError(f"{where}: no video frames")
+    pts = np.empty(n, dtype=np.int64)
+    for i, (_, p, d, _) in enumerate(packets):
+        if p is None:
+            if d is None:
+                raise VideoError(f"{where}: packet {i} has no timestamp")
+            p = d
+        pts[i] = p
+    if len(np.unique(pts)) != n:
+        raise VideoError(f"{where}: packets share a presentation timestamp")
+    sizes = np.fromiter((len(b) for b, *_ in packets), dtype=np.int64, count=n)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    keys = np.fromiter((k for *_, k in packets), dtype=bool, count=n)
+    crcs = np.fromiter((zlib.crc32(b) for b, *_ in packets), dtype=np.uint32, count=n)
+    if not keys[0]:
+        raise VideoError(f"{where}: the first packet is not a keyframe")
+    order = np.argsort(pts, kind="stable")  # display index -> decode position
+    index = StreamIndex(
+        offset=offsets[order],
+        size=sizes[order].astype(np.int32),
+        key=keys[order],
+        pts=pts[order],
+        decode=order.astype(np.int32),
+        crc=crcs[order],
+        width=meta.width,
+        height=meta.height,
+        fps=meta.fps,
+        codec=meta.codec,
+    )
+    index.display_of_decode  # noqa: B018 (validates)
+    return EncodedStream(data=b"".join(b for b, *_ in packets), index=index, meta=meta)
+
+
+# -- containers ------------------------------------------------------------------------
+
+
+def from_container(
+    source: str | os.PathLike[str] | bytes,
+    *,
+    gop: int = 30,
+    crf: int = 23,
+    preset: str = "medium",
+) -> EncodedStream:
+    """Read the first video stream of a container file (path or bytes).
+
+    H.264 is remuxed to Annex-B with ``h264_mp4toannexb`` (bit-exact, no re-encode; SPS/PPS
+    are inserted before any keyframe that lacks them). Other codecs are decoded and
+    re-encoded to H.264 (``gop``/``crf``/``preset``; timestamps become ``0..N-1`` at the
+    stream's average rate). Anything FFmpeg cannot open or decode raises :class:`VideoError`.
+    """
+    gop, crf, preset = check_encoder(gop, crf, preset)
+    label = f"<{len(source)} bytes>" if isinstance(source, bytes) else repr(os.fspath(source))
+    try:
+        container = av.open(io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source))
+    except (av.FFmpegError, OSError, ValueError) as e:
+        raise VideoError(f"cannot open video {label}: {e}") from None
+    try:
+        streams = container.streams.video
+        if not streams:
+            raise VideoError(f"video {label} has no video stream")
+        stream = streams[0]
+        codec = stream.codec_context.name if stream.codec_context else None
+        if codec == "h264":
+            result = _remux_h264(container, stream, label)
+            _check_decodes(result, label)
+            return result
+        if codec is None:
+            raise VideoError(f"video {label}: unknown codec")
+        return _reencode(container, stream, label, gop=gop, crf=crf, preset=preset)
+    except av.FFmpegError as e:
+        raise VideoError(f"cannot read video {label}: {e}") from None
+    finally:
+        container.close()
+
+
+def _fps(stream: Any) -> float:
+    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+        if rate:
+            f = float(rate)
+            if math.isfinite(f) and f > 0:
+                return f
+    return 30.0
+
+
+def _meta(stream: Any, num_frames: int, fps: float) -> StreamMeta:
+    cc = stream.codec_context
+    return StreamMeta(
+        codec="h264",
+        width=int(cc.width),
+        height=int(cc.height),
+        fps=fps,
+        pix_fmt=str(cc.pix_fmt),
+        colorspace=int(cc.colorspace),
+        color_primaries=int(cc.color_primaries),
+        color_trc=int(cc.color_trc),
+        color_range=int(cc.color_range),
+        num_frames=num_frames,
+        time_base=Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000),
+    )
+
+
+def nal_types(data: bytes) -> list[int]:
+    """NAL unit types of an Annex-B buffer, in order (a write-time check, not a read path)."""
+    out = []
+    i = data.find(b"\x00\x00\x01")
+    while 0 <= i < len(data) - 3:
+        out.append(data[i + 3] & 0x1F)
+        i = data.find(b"\x00\x00\x01", i + 3)
+    return out
+
+
+def _nal_units(data: bytes) -> list[tuple[int, bytes]]:
+    """(type, unit bytes without start code) for each NAL of an Annex-B buffer."""
+    starts = []
+    i = data.find(b"\x00\x00\x01")
+    while i >= 0:
+        starts.append(i + 3)
+        i = data.find(b"\x00\x00\x01", i + 3)
+    units = []
+    for k, s in enumerate(starts):
+        e = starts[k + 1] - 3 if k + 1 < len(starts) else len(data)
+        unit = data[s:e].rstrip(b"\x00") if k + 1 < len(starts) else data[s:e]
+        if unit:
+            units.append((unit[0] & 0x1F, unit))
+    return units
+
+
+def _remux_h264(container: Any, stream: Any, label: str) -> EncodedStream:
+    try:
+        bsf = av.BitStreamFilterContext("h264_mp4toannexb", in_stream=stream)
+    except (av.FFmpegError, ValueError) as e:
+        raise VideoError(f"video {label}: cannot start h264_mp4toannexb: {e}") from None
+    packets: list[_Packet] = []
+    params: dict[int, bytes] = {}  # latest SPS (7) / PPS (8) units seen
+
+    def take(pkts: Iterable[Any]) -> None:
+        for q in pkts:
+            b = bytes(q)
+            if not b:
+                continue
+            units = _nal_units(b)
+            types = {t for t, _ in units}
+            for t, u in units:
+                if t in (7, 8):
+                    params[t] = u
+            key = bool(q.is_keyframe)
+            if key and not {7, 8} <= types:
+                if {7, 8} - params.keys():
+                    raise VideoError(f"video {label}: keyframe without SPS/PPS")
+                b = b"".join(b"\x00\x00\x00\x01" + params[t] for t in (7, 8)) + b
+            packets.append((b, q.pts, q.dts, key))
+
+    for pkt in container.demux(stream):
+        if pkt.size == 0:
+            continue
+        take(bsf.filter(pkt))
+    take(bsf.filter(None))
+    return _build(packets, _meta(stream, len(packets), _fps(stream)), where=f"video {label}")
+
+
+def _check_decodes(stream: EncodedStream, label: str) -> None:
+    """Decode the first GOP: catches undecodable input at write time, cheaply."""
+    idx = stream.index
+    keys = idx.key_decode_positions
+    end = int(keys[1]) if len(keys) > 1 else len(idx)
+    ctx: Any = av.CodecContext.create("h264", "r")
+    dod = idx.display_of_decode
+    got = 0
+    try:
+        for d in range(end):
+            i = int(dod[d])
+            o = int(idx.offset[i])
+            pkt = av.Packet(stream.data[o : o + int(idx.size[i])])
+            pkt.pts = int(idx.pts[i])
+            got += len(ctx.decode(pkt))
+        got += len(ctx.decode(None))
+    except av.FFmpegError as e:
+        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
+    if got == 0:
+        raise VideoError(f"video {label}: H.264 stream decodes to no frames")
+
+
+def _reencode(
+    container: Any, stream: Any, label: str, *, gop: int, crf: int, preset: str
+) -> EncodedStream:
+    cc = stream.codec_context
+    width, height = int(cc.width), int(cc.height)
+    if width < 2 or height < 2 or width % 2 or height % 2:
+        raise VideoError(
+            f"video {label}: frame size {height}x{width} (HxW) must be even to re-encode to H.264"
+        )
+    reformatter = VideoReformatter()
+
+    def yuv() -> Iterator[av.VideoFrame]:
+        try:
+            for frame in container.decode(stream):
+                yield reformatter.reformat(
+                    frame,
+                    format="yuv420p",
+                    src_colorspace=src_colorspace(frame),
+                    src_color_range=src_color_range(frame),
+                    dst_colorspace="ITU601",
+                    dst_color_range="MPEG",
+                    interpolation="BILINEAR",
+                    threads=1,
+                )
+        except av.FFmpegError as e:
+            raise VideoError(f"video {label}: cannot decode {cc.name}: {e}") from None
+
+    out = _encode_yuv(
+        yuv(), width=width, height=height, fps=_fps(stream), gop=gop, crf=crf, preset=preset
+    )
+    if out.num_frames == 0:
+        raise VideoError(f"video {label}: no frames decoded")
+    return out
+
+
+def src_colorspace(frame: Any) -> str:
+    """The matrix to convert ``frame`` with: its tag, BT.601 when untagged or unknown."""
+    cs = int(frame.colorspace)
+    if cs == 1:
+        return "ITU709"
+    if cs in (9, 10):
+        return "BT2020"
+    if cs == 7:
+        return "SMPTE240M"
+    return "ITU601"
+
+
+def src_color_range(frame: Any) -> str:
+    """``JPEG`` (full) when tagged full range, else ``MPEG`` (limited)."""
+    return "JPEG" if int(frame.color_range) == 2 else "MPEG"

@@ -1,0 +1,118 @@
+"""Arrow layout of a video column: one struct per frame (display order).
+
+Fields (see docs/ARCHITECTURE.md): ``stream`` (project-relative media key), ``offset``,
+``size`` (the frame's packet in the stream object), ``key``, ``pts``, ``decode``
+(decode-order position), ``crc`` (``zlib.crc32`` of the packet), ``width``,
+``height``, ``fps``, ``codec``. The column's field carries ``{"treadle:kind": "video"}``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from treadle.errors import VideoError
+from treadle.video.stream import EncodedStream, StreamIndex
+
+VIDEO_KIND_KEY = b"treadle:kind"
+VIDEO_KIND = b"video"
+VIDEO_FIELD_METADATA = {"treadle:kind": "video"}
+
+
+def video_struct_type() -> pa.StructType:
+    """The arrow type of a video column."""
+    return pa.struct(
+        [
+            pa.field("stream", pa.string(), nullable=False),
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("size", pa.int32(), nullable=False),
+            pa.field("key", pa.bool_(), nullable=False),
+            pa.field("pts", pa.int64(), nullable=False),
+            pa.field("decode", pa.int32(), nullable=False),
+            pa.field("crc", pa.uint32()),
+            pa.field("width", pa.int32(), nullable=False),
+            pa.field("height", pa.int32(), nullable=False),
+            pa.field("fps", pa.float64(), nullable=False),
+            pa.field("codec", pa.string(), nullable=False),
+        ]
+    )
+
+
+def video_field(name: str, nullable: bool = True) -> pa.Field:
+    """A schema field for a video column, with ``{"treadle:kind": "video"}`` metadata."""
+    return pa.field(name, video_struct_type(), nullable=nullable, metadata=VIDEO_FIELD_METADATA)
+
+
+def is_video_field(field: pa.Field) -> bool:
+    """Whether ``field`` is a video column (by its metadata)."""
+    return bool(field.metadata) and field.metadata.get(VIDEO_KIND_KEY) == VIDEO_KIND
+
+
+def index_to_arrow(stream_key: str, stream: EncodedStream | StreamIndex) -> pa.StructArray:
+    """One struct per frame, display order, for the episode's rows of a video column."""
+    idx = stream.index if isinstance(stream, EncodedStream) else stream
+    n = len(idx)
+    crc = (
+        pa.nulls(n, pa.uint32())
+        if idx.crc is None
+        else pa.array(np.asarray(idx.crc, np.uint32), pa.uint32())
+    )
+    return pa.StructArray.from_arrays(
+        [
+            pa.array([stream_key] * n, pa.string()),
+            pa.array(np.asarray(idx.offset, np.int64), pa.int64()),
+            pa.array(np.asarray(idx.size, np.int32), pa.int32()),
+            pa.array(np.asarray(idx.key, bool), pa.bool_()),
+            pa.array(np.asarray(idx.pts, np.int64), pa.int64()),
+            pa.array(np.asarray(idx.decode, np.int32), pa.int32()),
+            crc,
+            pa.array(np.full(n, idx.width, np.int32), pa.int32()),
+            pa.array(np.full(n, idx.height, np.int32), pa.int32()),
+            pa.array(np.full(n, idx.fps, np.float64), pa.float64()),
+            pa.array([idx.codec] * n, pa.string()),
+        ],
+        fields=list(video_struct_type()),
+    )
+
+
+def index_from_arrow(array: pa.StructArray | pa.ChunkedArray) -> tuple[str, StreamIndex]:
+    """``(stream_key, StreamIndex)`` from one episode's rows of a video column.
+
+    The rows must be the whole episode, in frame order (all of one stream). A null
+    ``crc`` anywhere turns checksum verification off for the episode.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not pa.types.is_struct(array.type):
+        raise VideoError(f"video column must be a struct array, got {array.type}")
+    if len(array) == 0:
+        raise VideoError("video index has no rows")
+    if array.null_count:
+        raise VideoError("video column has null rows (a frame without a stream entry)")
+
+    def col(name: str) -> pa.Array:
+        try:
+            return array.field(name)
+        except KeyError:
+            raise VideoError(f"video column lacks field {name!r}") from None
+
+    streams = col("stream")
+    first = streams[0].as_py()
+    if pc.count_distinct(streams).as_py() != 1:
+        raise VideoError("video index rows span more than one stream (pass one episode)")
+    crc_col = col("crc")
+    crc = None if crc_col.null_count else crc_col.to_numpy(zero_copy_only=False).astype(np.uint32)
+    codec = col("codec")[0].as_py()
+    return first, StreamIndex(
+        offset=col("offset").to_numpy(zero_copy_only=False).astype(np.int64, copy=False),
+        size=col("size").to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
+        key=col("key").to_numpy(zero_copy_only=False).astype(bool, copy=False),
+        pts=col("pts").to_numpy(zero_copy_only=False).astype(np.int64, copy=False),
+        decode=col("decode").to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
+        crc=crc,
+        width=int(col("width")[0].as_py()),
+        height=int(col("height")[0].as_py()),
+        fps=float(col("fps")[0].as_py()),
+        codec=str(codec),
+    )

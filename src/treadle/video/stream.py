@@ -1,0 +1,124 @@
+"""An encoded H.264 stream and its per-frame index.
+
+The stream bytes hold packets (access units) in **decode order**, Annex-B framed,
+with SPS/PPS in-band before every keyframe, so any byte range that starts at a
+keyframe decodes on its own. The index has one entry per frame in **display
+order**: entry ``i`` describes the packet that decodes to display frame ``i``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+
+import numpy as np
+
+from treadle.errors import VideoError
+
+#: Colour convention of streams treadle encodes: BT.601 (SMPTE 170M) matrix, primaries and
+#: transfer, limited ("tv"/MPEG) range. The CPU decode path converts with the stream's own
+#: tags (BT.601 limited when untagged); a GPU NV12->RGB kernel must use the same matrix.
+COLOUR_TAGS = {"colorspace": 6, "color_primaries": 6, "color_trc": 6, "color_range": 1}
+
+
+@dataclass(frozen=True)
+class StreamMeta:
+    """Per-stream facts: codec, size, rate, pixel format and colour tags (FFmpeg enum values)."""
+
+    codec: str
+    width: int
+    height: int
+    fps: float
+    pix_fmt: str
+    colorspace: int
+    color_primaries: int
+    color_trc: int
+    color_range: int
+    num_frames: int
+    time_base: Fraction
+
+
+@dataclass(frozen=True, eq=False)
+class StreamIndex:
+    """Per-frame index of one stream, all arrays in display order (length = frames).
+
+    ``offset``/``size``: the frame's packet in the stream bytes; ``key``: the packet starts
+    a GOP (decodable alone); ``pts``: presentation timestamp (strictly increasing);
+    ``decode``: the packet's position in decode order; ``crc``: ``zlib.crc32`` of the
+    packet bytes, or ``None`` when not recorded (then corruption is caught only by the
+    decoder).
+    """
+
+    offset: np.ndarray  # int64
+    size: np.ndarray  # int32
+    key: np.ndarray  # bool
+    pts: np.ndarray  # int64
+    decode: np.ndarray  # int32
+    crc: np.ndarray | None  # uint32
+    width: int
+    height: int
+    fps: float
+    codec: str = "h264"
+
+    def __post_init__(self) -> None:
+        n = len(self.offset)
+        arrays = [self.size, self.key, self.pts, self.decode]
+        if self.crc is not None:
+            arrays.append(self.crc)
+        if any(len(a) != n for a in arrays):
+            raise VideoError("video index arrays have different lengths")
+        if n == 0:
+            raise VideoError("video index is empty")
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.offset)
+
+    @cached_property
+    def display_of_decode(self) -> np.ndarray:
+        """``display_of_decode[d]`` = display index of the packet at decode position ``d``."""
+        n = len(self)
+        dec = np.asarray(self.decode, dtype=np.int64)
+        if dec.min() < 0 or dec.max() >= n:
+            raise VideoError("video index: decode positions out of range")
+        out = np.full(n, -1, dtype=np.int64)
+        out[dec] = np.arange(n, dtype=np.int64)
+        if (out < 0).any():
+            raise VideoError("video index: decode positions are not a permutation")
+        if not self.key[out[0]]:
+            raise VideoError("video index: the first packet in decode order is not a keyframe")
+        if n > 1 and not (np.diff(self.pts) > 0).all():
+            raise VideoError("video index: pts are not strictly increasing in display order")
+        return out
+
+    @cached_property
+    def key_decode_positions(self) -> np.ndarray:
+        """Sorted decode positions of the keyframes."""
+        self.display_of_decode  # noqa: B018 (validates)
+        return np.sort(np.asarray(self.decode[self.key], dtype=np.int64))
+
+
+@dataclass(frozen=True, eq=False)
+class EncodedStream:
+    """Annex-B H.264 bytes (packets in decode order), their index and stream metadata."""
+
+    data: bytes
+    index: StreamIndex
+    meta: StreamMeta
+
+    @cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def media_key(self, table: str) -> str:
+        """Project-relative object key for this stream: ``media/<table>/<sha256>.h264``."""
+        return f"media/{table}/{self.sha256}.h264"
+
+    @property
+    def num_frames(self) -> int:
+        return self.index.num_frames
