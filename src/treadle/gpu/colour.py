@@ -1,0 +1,246 @@
+"""Colour conventions of a YUV 4:2:0 stream: matrix, range and chroma siting.
+
+The CPU path converts with FFmpeg's scaler, which reads these three tags from the
+decoded frame. The GPU path must use the same tags, so they come from the same place:
+the H.264 sequence parameter set (SPS) that precedes every IDR in treadle's Annex-B
+streams (:func:`colour_from_annexb`), or the tags of a decoded PyAV frame
+(:func:`colour_from_av_frame`). Defaults follow FFmpeg: an untagged matrix is BT.601,
+an untagged range is limited, and an H.264 stream without chroma location info has
+its chroma *left*-sited (co-sited with even luma columns, between luma rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Kr, Kb per matrix (ITU-T H.273 MatrixCoefficients / AVColorSpace values).
+_KR_KB = {
+    1: (0.2126, 0.0722),  # BT.709
+    4: (0.30, 0.11),  # FCC
+    5: (0.299, 0.114),  # BT.470BG (BT.601 625)
+    6: (0.299, 0.114),  # SMPTE 170M (BT.601 525)
+    7: (0.212, 0.087),  # SMPTE 240M
+    9: (0.2627, 0.0593),  # BT.2020 non-constant luminance
+}
+_MATRIX_NAMES = {"bt601": 6, "bt709": 1, "fcc": 4, "smpte240m": 7, "bt2020": 9}
+
+# AVChromaLocation -> (horizontal, vertical) position of chroma sample (0, 0) in luma
+# pixels: chroma sample (i, j) sits at luma (2i + dx, 2j + dy). Same table as
+# FFmpeg's av_chroma_location_enum_to_pos (in 1/256 luma pixel there).
+_CHROMA_SITING = {
+    1: (0.0, 0.5),  # left (MPEG-2, H.264 default)
+    2: (0.5, 0.5),  # center (MPEG-1, JPEG)
+    3: (0.0, 0.0),  # top-left
+    4: (0.5, 0.0),  # top
+    5: (0.0, 1.0),  # bottom-left
+    6: (0.5, 1.0),  # bottom
+}
+AVCHROMA_LOC_UNSPECIFIED = 0
+AVCHROMA_LOC_LEFT = 1
+AVCHROMA_LOC_CENTER = 2
+
+
+@dataclass(frozen=True)
+class Colour:
+    """How to turn this stream's YUV into RGB.
+
+    ``matrix`` is an ITU-T H.273 / AVColorSpace code (1 = BT.709, 5/6 = BT.601, 2 =
+    unspecified -> BT.601 as FFmpeg does); ``full_range`` is True for JPEG range
+    (0-255 luma) and False for limited range (16-235 luma, 16-240 chroma);
+    ``chroma_loc`` is an AVChromaLocation code (0 = unspecified -> center, as
+    FFmpeg's scaler assumes for frames that carry no location).
+    """
+
+    matrix: int = 6
+    full_range: bool = False
+    chroma_loc: int = AVCHROMA_LOC_LEFT
+
+    @classmethod
+    def named(cls, matrix: str, *, full_range: bool = False, chroma_loc: int = 1) -> Colour:
+        """``Colour.named("bt709")``; matrices: bt601, bt709, fcc, smpte240m, bt2020."""
+        try:
+            return cls(_MATRIX_NAMES[matrix], full_range, chroma_loc)
+        except KeyError:
+            raise ValueError(f"unknown matrix {matrix!r}; one of {sorted(_MATRIX_NAMES)}") from None
+
+    @property
+    def kr_kb(self) -> tuple[float, float]:
+        return _KR_KB.get(self.matrix, _KR_KB[6])
+
+    @property
+    def siting(self) -> tuple[float, float]:
+        """(dx, dy): chroma sample (0, 0) sits at luma position (dx, dy)."""
+        return _CHROMA_SITING.get(self.chroma_loc, _CHROMA_SITING[AVCHROMA_LOC_CENTER])
+
+    def rgb_coefficients(self) -> tuple[float, float, float, float, float, float, float]:
+        """(y_scale, y_offset, c_scale, r_v, g_u, g_v, b_u) for 8-bit samples.
+
+        ``R = ys*(Y - yo) + r_v*cs*(V - 128)``, ``G = ys*(Y - yo) + cs*(g_u*(U - 128) +
+        g_v*(V - 128))``, ``B = ys*(Y - yo) + b_u*cs*(U - 128)``; RGB in 0..255.
+        """
+        kr, kb = self.kr_kb
+        kg = 1.0 - kr - kb
+        if self.full_range:
+            ys, yo, cs = 1.0, 0.0, 1.0
+        else:
+            ys, yo, cs = 255.0 / 219.0, 16.0, 255.0 / 224.0
+        return (
+            ys,
+            yo,
+            cs,
+            2.0 * (1.0 - kr),
+            -2.0 * kb * (1.0 - kb) / kg,
+            -2.0 * kr * (1.0 - kr) / kg,
+            2.0 * (1.0 - kb),
+        )
+
+
+def colour_from_av_frame(frame, chroma_loc: int = AVCHROMA_LOC_LEFT) -> Colour:
+    """Tags of a decoded PyAV frame (PyAV does not expose the chroma location: pass it)."""
+    return Colour(int(frame.colorspace), int(frame.color_range) == 2, chroma_loc)
+
+
+# --- H.264 SPS parsing (ITU-T H.264 7.3.2.1.1 and E.1.1) -------------------------------
+
+
+class _Bits:
+    def __init__(self, rbsp: bytes):
+        self.data = rbsp
+        self.pos = 0
+
+    def u(self, n: int) -> int:
+        v = 0
+        for _ in range(n):
+            byte = self.data[self.pos >> 3] if (self.pos >> 3) < len(self.data) else 0
+            v = (v << 1) | ((byte >> (7 - (self.pos & 7))) & 1)
+            self.pos += 1
+        return v
+
+    def ue(self) -> int:
+        zeros = 0
+        while self.u(1) == 0:
+            zeros += 1
+            if zeros > 31:
+                raise ValueError("bad exp-Golomb code in SPS")
+        return (1 << zeros) - 1 + self.u(zeros)
+
+    def se(self) -> int:
+        k = self.ue()
+        return (k + 1) // 2 if k & 1 else -(k // 2)
+
+
+def _unescape(nal: bytes) -> bytes:
+    return nal.replace(b"\x00\x00\x03", b"\x00\x00")
+
+
+def _nal_units(annexb: bytes):
+    """Yield NAL unit payloads (header byte included) of an Annex-B byte string."""
+    i = annexb.find(b"\x00\x00\x01")
+    while i >= 0:
+        start = i + 3
+        j = annexb.find(b"\x00\x00\x01", start)
+        end = len(annexb) if j < 0 else j
+        nal = annexb[start:end]
+        yield nal.rstrip(b"\x00") if j >= 0 else nal
+        i = j
+
+
+@dataclass(frozen=True)
+class SpsInfo:
+    """What the GPU path needs from an H.264 SPS."""
+
+    profile_idc: int
+    width: int
+    height: int
+    chroma_format_idc: int
+    bit_depth: int
+    colour: Colour
+
+
+def parse_sps(nal: bytes) -> SpsInfo:
+    """Parse an H.264 SPS NAL unit (header byte first, emulation bytes still in)."""
+    if not nal or nal[0] & 0x1F != 7:
+        raise ValueError("not an SPS NAL unit")
+    b = _Bits(_unescape(nal[1:]))
+    profile = b.u(8)
+    b.u(8)  # constraint flags
+    b.u(8)  # level
+    b.ue()  # seq_parameter_set_id
+    chroma_format_idc, bit_depth = 1, 8
+    if profile in (100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135):
+        chroma_format_idc = b.ue()
+        if chroma_format_idc == 3:
+            b.u(1)  # separate_colour_plane_flag
+        bit_depth = b.ue() + 8
+        b.ue()  # bit_depth_chroma_minus8
+        b.u(1)  # qpprime_y_zero_transform_bypass_flag
+        if b.u(1):  # seq_scaling_matrix_present_flag
+            for i in range(8 if chroma_format_idc != 3 else 12):
+                if b.u(1):
+                    last, nxt = 8, 8
+                    for _ in range(16 if i < 6 else 64):
+                        if nxt:
+                            nxt = (last + b.se() + 256) % 256
+                        last = nxt or last
+    b.ue()  # log2_max_frame_num_minus4
+    poc_type = b.ue()
+    if poc_type == 0:
+        b.ue()
+    elif poc_type == 1:
+        b.u(1)
+        b.se()
+        b.se()
+        for _ in range(b.ue()):
+            b.se()
+    b.ue()  # max_num_ref_frames
+    b.u(1)  # gaps_in_frame_num_value_allowed_flag
+    mbs_w = b.ue() + 1
+    map_units_h = b.ue() + 1
+    frame_mbs_only = b.u(1)
+    if not frame_mbs_only:
+        b.u(1)
+    b.u(1)  # direct_8x8_inference_flag
+    width, height = mbs_w * 16, map_units_h * 16 * (2 - frame_mbs_only)
+    if b.u(1):  # frame_cropping_flag
+        left, right, top, bottom = b.ue(), b.ue(), b.ue(), b.ue()
+        sub_w = 2 if chroma_format_idc in (1, 2) else 1
+        sub_h = 2 if chroma_format_idc == 1 else 1
+        cx = sub_w if chroma_format_idc else 1
+        cy = (sub_h if chroma_format_idc else 1) * (2 - frame_mbs_only)
+        width -= cx * (left + right)
+        height -= cy * (top + bottom)
+    matrix, full, loc = 2, False, AVCHROMA_LOC_LEFT
+    if b.u(1):  # vui_parameters_present_flag
+        if b.u(1):  # aspect_ratio_info_present_flag
+            if b.u(8) == 255:
+                b.u(16)
+                b.u(16)
+        if b.u(1):  # overscan_info_present_flag
+            b.u(1)
+        if b.u(1):  # video_signal_type_present_flag
+            b.u(3)
+            full = bool(b.u(1))
+            if b.u(1):  # colour_description_present_flag
+                b.u(8)
+                b.u(8)
+                matrix = b.u(8)
+        if b.u(1):  # chroma_loc_info_present_flag
+            loc = b.ue() + 1
+            b.ue()
+    return SpsInfo(profile, width, height, chroma_format_idc, bit_depth, Colour(matrix, full, loc))
+
+
+def sps_from_annexb(annexb: bytes) -> SpsInfo | None:
+    """The first SPS in an Annex-B byte string, or None."""
+    for nal in _nal_units(bytes(annexb)):
+        if nal and nal[0] & 0x1F == 7:
+            return parse_sps(nal)
+    return None
+
+
+def colour_from_annexb(annexb: bytes, default: Colour | None = None) -> Colour:
+    """Colour tags of the first SPS in ``annexb`` (``default`` or BT.601 limited if none)."""
+    sps = sps_from_annexb(annexb)
+    if sps is None:
+        return default or Colour()
+    return sps.colour

@@ -1,0 +1,195 @@
+"""The fused Triton kernel: YUV 4:2:0 planes -> RGB, resize, layout, dtype, norm, one pass.
+
+Imported lazily by :func:`treadle.gpu.transform.convert` (Triton is optional). Runs on
+CUDA tensors, or on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``
+set before this module is imported), which is how the CPU test suite runs it.
+
+Each program writes ``BLOCK`` output pixels of one frame: for each pixel it gathers the
+luma taps (``KLY x KLX``) and chroma taps (``KCY x KCX``) from the tap tables built by
+:func:`treadle.gpu.transform.filter_taps`, applies the matrix, rounds to uint8 and
+either stores that or ``(q / 255 - mean) / std`` in the output dtype. Planes and output
+are addressed through strides, so a pitched NVDEC surface, NV12's interleaved chroma
+and a slice of the batch tensor all work without copies.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from treadle.gpu.colour import Colour
+
+
+@triton.jit
+def _yuv420_kernel(
+    y_ptr,
+    u_ptr,
+    v_ptr,
+    out_ptr,
+    ly_idx,
+    ly_w,
+    lx_idx,
+    lx_w,
+    cy_idx,
+    cy_w,
+    cx_idx,
+    cx_w,
+    sy_t,
+    sy_h,
+    sy_w,
+    su_t,
+    su_h,
+    su_w,
+    sv_t,
+    sv_h,
+    sv_w,
+    so_t,
+    so_h,
+    so_w,
+    so_c,
+    h,
+    w,
+    ys,
+    yo,
+    cs,
+    rv,
+    gu,
+    gv,
+    bu,
+    m0,
+    m1,
+    m2,
+    s0,
+    s1,
+    s2,
+    KLY: tl.constexpr,
+    KLX: tl.constexpr,
+    KCY: tl.constexpr,
+    KCX: tl.constexpr,
+    OUT_UINT8: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    t = tl.program_id(1).to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < h * w
+    oy = offs // w
+    ox = offs % w
+
+    yb = y_ptr + t * sy_t
+    lum = tl.zeros([BLOCK], dtype=tl.float32)
+    for a in tl.static_range(KLY):
+        iy = tl.load(ly_idx + oy * KLY + a, mask=mask, other=0).to(tl.int64)
+        wy = tl.load(ly_w + oy * KLY + a, mask=mask, other=0.0)
+        row = tl.zeros([BLOCK], dtype=tl.float32)
+        for b in tl.static_range(KLX):
+            ix = tl.load(lx_idx + ox * KLX + b, mask=mask, other=0).to(tl.int64)
+            wx = tl.load(lx_w + ox * KLX + b, mask=mask, other=0.0)
+            p = tl.load(yb + iy * sy_h + ix * sy_w, mask=mask, other=0).to(tl.float32)
+            row += wx * p
+        lum += wy * row
+
+    ub = u_ptr + t * su_t
+    vb = v_ptr + t * sv_t
+    cb = tl.zeros([BLOCK], dtype=tl.float32)
+    cr = tl.zeros([BLOCK], dtype=tl.float32)
+    for a in tl.static_range(KCY):
+        iy = tl.load(cy_idx + oy * KCY + a, mask=mask, other=0).to(tl.int64)
+        wy = tl.load(cy_w + oy * KCY + a, mask=mask, other=0.0)
+        row_u = tl.zeros([BLOCK], dtype=tl.float32)
+        row_v = tl.zeros([BLOCK], dtype=tl.float32)
+        for b in tl.static_range(KCX):
+            ix = tl.load(cx_idx + ox * KCX + b, mask=mask, other=0).to(tl.int64)
+            wx = tl.load(cx_w + ox * KCX + b, mask=mask, other=0.0)
+            pu = tl.load(ub + iy * su_h + ix * su_w, mask=mask, other=0).to(tl.float32)
+            pv = tl.load(vb + iy * sv_h + ix * sv_w, mask=mask, other=0).to(tl.float32)
+            row_u += wx * pu
+            row_v += wx * pv
+        cb += wy * row_u
+        cr += wy * row_v
+
+    lum = (lum - yo) * ys
+    cb = (cb - 128.0) * cs
+    cr = (cr - 128.0) * cs
+    r = lum + rv * cr
+    g = lum + gu * cb + gv * cr
+    bl = lum + bu * cb
+    r = tl.floor(tl.minimum(tl.maximum(r, 0.0), 255.0) + 0.5)
+    g = tl.floor(tl.minimum(tl.maximum(g, 0.0), 255.0) + 0.5)
+    bl = tl.floor(tl.minimum(tl.maximum(bl, 0.0), 255.0) + 0.5)
+
+    ob = out_ptr + t * so_t + oy.to(tl.int64) * so_h + ox.to(tl.int64) * so_w
+    if OUT_UINT8:
+        tl.store(ob, r.to(tl.uint8), mask=mask)
+        tl.store(ob + so_c, g.to(tl.uint8), mask=mask)
+        tl.store(ob + 2 * so_c, bl.to(tl.uint8), mask=mask)
+    else:
+        # IEEE division (not the approximate one) so results match torch's.
+        r = tl.math.div_rn(tl.math.div_rn(r, 255.0) - m0, s0)
+        g = tl.math.div_rn(tl.math.div_rn(g, 255.0) - m1, s1)
+        bl = tl.math.div_rn(tl.math.div_rn(bl, 255.0) - m2, s2)
+        ty = out_ptr.dtype.element_ty
+        tl.store(ob, r.to(ty), mask=mask)
+        tl.store(ob + so_c, g.to(ty), mask=mask)
+        tl.store(ob + 2 * so_c, bl.to(ty), mask=mask)
+
+
+def _block() -> int:
+    # The interpreter runs each program as numpy ops: big blocks mean few programs.
+    return 4096 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else 256
+
+
+def launch(y, u, v, out, spec, colour: Colour, taps) -> None:
+    """Launch the kernel for ``T`` frames (``y/u/v [T,...]``, ``out [T,...]``, validated)."""
+    t, _, _ = y.shape
+    if spec.layout == "THWC":
+        _, h, w, _ = out.shape
+        so_t, so_h, so_w, so_c = out.stride()
+    else:
+        _, _, h, w = out.shape
+        so_t, so_c, so_h, so_w = out.stride()
+    ys, yo, cs, rv, gu, gv, bu = colour.rgb_coefficients()
+    (m0, m1, m2), (s0, s1, s2) = spec.norm()
+    block = _block()
+    grid = (triton.cdiv(h * w, block), t)
+    _yuv420_kernel[grid](
+        y,
+        u,
+        v,
+        out,
+        *taps.luma_y,
+        *taps.luma_x,
+        *taps.chroma_y,
+        *taps.chroma_x,
+        *y.stride(),
+        *u.stride(),
+        *v.stride(),
+        so_t,
+        so_h,
+        so_w,
+        so_c,
+        h,
+        w,
+        ys,
+        yo,
+        cs,
+        rv,
+        gu,
+        gv,
+        bu,
+        m0,
+        m1,
+        m2,
+        s0,
+        s1,
+        s2,
+        KLY=taps.luma_y[0].shape[1],
+        KLX=taps.luma_x[0].shape[1],
+        KCY=taps.chroma_y[0].shape[1],
+        KCX=taps.chroma_x[0].shape[1],
+        OUT_UINT8=out.dtype == torch.uint8,
+        BLOCK=block,
+    )

@@ -1,0 +1,352 @@
+"""YUV 4:2:0 (NV12 or I420) -> the window spec's tensor: RGB, resize, layout, dtype, norm.
+
+One definition of the maths, two implementations:
+
+- :func:`reference_convert`: vectorised torch, any device. It is the oracle in tests
+  and the fallback when Triton is not installed.
+- the fused Triton kernel (:mod:`treadle.gpu.kernel`): one pass from the decoder's NV12
+  surface into a slice of the batch tensor.
+
+The maths is the one FFmpeg's scaler (swscale) uses with
+``interpolation=BILINEAR | FULL_CHR_H_INT | ACCURATE_RND`` (:data:`SWS_PARITY_FLAGS`):
+
+* Luma and each chroma plane are resampled separately to the output size with
+  swscale's "bilinear" filter: a triangle whose radius is one *source* pixel when
+  upscaling and ``src/dst`` source pixels when downscaling (an antialiased tent, not
+  a 2-tap lerp), centred at ``(i + 0.5) * src/dst - 0.5``; taps past the edge repeat
+  the edge pixel; weights are normalised to sum to 1.
+* Chroma sample ``(i, j)`` sits at luma position ``(2i + dx, 2j + dy)`` given by the
+  stream's chroma location (H.264 default: left, ``dx = 0, dy = 0.5``), and the chroma
+  filter centre is shifted accordingly (FFmpeg >= 8 honours the frame's location).
+* YUV -> RGB with the stream's matrix (BT.601/709/...) and range (limited/full), in
+  float32, then ``floor(x + 0.5)`` clamped to 0..255: this is the uint8 output.
+* Float outputs are computed from that uint8 value, ``(q / 255 - mean) / std``, so a
+  float batch equals the CPU path's ``rgb24 -> float`` batch whenever the uint8 values
+  agree.
+
+Measured against PyAV/swscale with :data:`SWS_PARITY_FLAGS` (tests/test_gpu_transform.py):
+max abs diff 1 (uint8) at native size and when resizing, for BT.601/709, limited/full
+range, left/centre siting. With PyAV's *default* flags (``BILINEAR`` only) swscale
+shares one chroma value between two output pixels (and at native size replicates
+chroma 2x2 with its fast tables); ``chroma="sws_default"`` emulates that sharing, and
+the measured bound is then a few levels (see the test module), not 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from treadle.gpu.colour import Colour
+
+#: PyAV ``interpolation`` flags whose output this module reproduces within 1 level:
+#: ``Interpolation.BILINEAR | Interpolation.FULL_CHR_H_INT | Interpolation.ACCURATE_RND``.
+SWS_PARITY_FLAGS = 2 | 8192 | 262144
+
+_TORCH_DTYPES = {
+    "uint8": torch.uint8,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+CHROMA_MODES = ("full", "sws_default")
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """The tensor a window's frames become: size (h, w) or None (native), layout, dtype, norm.
+
+    Mirrors :class:`treadle.plan.windows.Video` (use :meth:`from_video`).
+    """
+
+    size: tuple[int, int] | None = None
+    layout: str = "THWC"
+    dtype: str = "uint8"
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+
+    def __post_init__(self):
+        if self.layout not in ("THWC", "TCHW"):
+            raise ValueError(f"layout must be THWC or TCHW, got {self.layout!r}")
+        if self.dtype not in _TORCH_DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_TORCH_DTYPES)}, got {self.dtype!r}")
+        if self.dtype == "uint8" and (self.mean is not None or self.std is not None):
+            raise ValueError("mean/std need a float dtype")
+
+    @classmethod
+    def from_video(cls, video) -> OutputSpec:
+        """From a :class:`treadle.plan.windows.Video` spec."""
+        return cls(video.size, video.layout, video.dtype, video.mean, video.std)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _TORCH_DTYPES[self.dtype]
+
+    def out_hw(self, height: int, width: int) -> tuple[int, int]:
+        return self.size if self.size is not None else (height, width)
+
+    def frame_shape(self, height: int, width: int) -> tuple[int, int, int]:
+        """Shape of one output frame for a ``height x width`` source."""
+        h, w = self.out_hw(height, width)
+        return (h, w, 3) if self.layout == "THWC" else (3, h, w)
+
+    def norm(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """(mean, std) per channel applied after ``/ 255`` (identity when unset)."""
+        return (self.mean or (0.0, 0.0, 0.0), self.std or (1.0, 1.0, 1.0))
+
+
+# --- resampling taps --------------------------------------------------------------------
+
+
+def filter_taps(n_src: int, n_dst: int, shift: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """swscale-style bilinear taps from ``n_src`` samples to ``n_dst``.
+
+    Output ``i`` is centred at source coordinate ``(i + 0.5) * n_src / n_dst - 0.5 +
+    shift``; the tent's radius is ``max(1, n_src / n_dst)``. Returns ``(idx, w)``, both
+    ``[n_dst, K]`` (int32 indices already clamped to the edges, float32 weights summing
+    to 1 per row; unused taps have weight 0).
+    """
+    if n_src <= 0 or n_dst <= 0:
+        raise ValueError(f"sizes must be positive, got {n_src} -> {n_dst}")
+    scale = n_src / n_dst
+    radius = max(1.0, scale)
+    centre = (torch.arange(n_dst, dtype=torch.float64) + 0.5) * scale - 0.5 + shift
+    k = int(math.ceil(2 * radius)) + 1
+    first = torch.floor(centre - radius).to(torch.int64) + 1
+    j = first[:, None] + torch.arange(k, dtype=torch.int64)[None, :]
+    w = (1.0 - (j.to(torch.float64) - centre[:, None]).abs() / radius).clamp_min(0.0)
+    w = w / w.sum(1, keepdim=True)
+    idx = j.clamp(0, n_src - 1)
+    # Drop all-zero trailing columns so K stays small.
+    used = (w > 0).any(0).nonzero()
+    k_used = int(used.max()) + 1 if used.numel() else 1
+    return idx[:, :k_used].to(torch.int32).contiguous(), w[:, :k_used].to(
+        torch.float32
+    ).contiguous()
+
+
+def _nearest_taps(n_src: int, n_dst: int, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = (torch.arange(n_dst) // factor).clamp(max=n_src - 1).to(torch.int32)[:, None]
+    return idx.contiguous(), torch.ones(n_dst, 1, dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class Taps:
+    """Per-axis tap tables for one (source size, output size, siting, mode)."""
+
+    luma_y: tuple[torch.Tensor, torch.Tensor]
+    luma_x: tuple[torch.Tensor, torch.Tensor]
+    chroma_y: tuple[torch.Tensor, torch.Tensor]
+    chroma_x: tuple[torch.Tensor, torch.Tensor]
+
+    def to(self, device: torch.device | str) -> Taps:
+        return Taps(*(tuple(t.to(device) for t in pair) for pair in self._pairs()))
+
+    def _pairs(self):
+        return (self.luma_y, self.luma_x, self.chroma_y, self.chroma_x)
+
+
+@functools.lru_cache(maxsize=256)
+def _taps_cpu(
+    height: int,
+    width: int,
+    h: int,
+    w: int,
+    siting: tuple[float, float],
+    chroma: str,
+    device: str,
+) -> Taps:
+    hc, wc = (height + 1) // 2, (width + 1) // 2
+    dx, dy = siting
+    luma_y, luma_x = filter_taps(height, h), filter_taps(width, w)
+    # Chroma sample j sits at luma 2j + d; swscale centres chroma tap 0 at
+    # (0.5 * wc/w - 0.5) + (0.5 - d) / 2 in chroma units.
+    chroma_y = filter_taps(hc, h, (0.5 - dy) / 2)
+    if chroma == "full":
+        chroma_x = filter_taps(wc, w, (0.5 - dx) / 2)
+    elif chroma == "sws_default":
+        native = (h, w) == (height, width)
+        if native and h % 2 == 0:
+            # swscale's unscaled yuv2rgb converter: chroma replicated 2x2.
+            chroma_y, chroma_x = _nearest_taps(hc, h, 2), _nearest_taps(wc, w, 2)
+        elif w % 2:
+            chroma_x = filter_taps(wc, w, (0.5 - dx) / 2)  # swscale forces full chroma
+        else:
+            # One chroma value per output pixel pair, resampled to w/2 positions.
+            idx, wt = filter_taps(wc, w // 2, (0.5 - dx) / 2)
+            pair = torch.arange(w) // 2
+            chroma_x = (idx[pair].contiguous(), wt[pair].contiguous())
+    else:
+        raise ValueError(f"chroma mode must be one of {CHROMA_MODES}, got {chroma!r}")
+    taps = Taps(luma_y, luma_x, chroma_y, chroma_x)
+    return taps if device == "cpu" else taps.to(device)
+
+
+def taps_for(
+    height: int,
+    width: int,
+    spec: OutputSpec,
+    colour: Colour,
+    chroma: str = "full",
+    device: torch.device | str = "cpu",
+) -> Taps:
+    """Cached tap tables for a ``height x width`` source under ``spec`` on ``device``."""
+    h, w = spec.out_hw(height, width)
+    return _taps_cpu(height, width, h, w, colour.siting, chroma, str(torch.device(device)))
+
+
+# --- reference implementation ----------------------------------------------------------
+
+
+def _resample(plane: torch.Tensor, ty, tx) -> torch.Tensor:
+    """plane [T, H, W] float32 -> [T, h, w] through separable taps."""
+    iy, wy = ty
+    ix, wx = tx
+    rows = None
+    for k in range(iy.shape[1]):
+        term = plane[:, iy[:, k].long(), :] * wy[None, :, k, None]
+        rows = term if rows is None else rows + term
+    out = None
+    for k in range(ix.shape[1]):
+        term = rows[:, :, ix[:, k].long()] * wx[None, None, :, k]
+        out = term if out is None else out + term
+    return out
+
+
+def _check_planes(y: torch.Tensor, u: torch.Tensor, v: torch.Tensor):
+    if y.dim() == 2:
+        y, u, v = y[None], u[None], v[None]
+    if y.dim() != 3 or u.dim() != 3 or v.dim() != 3:
+        raise ValueError(f"planes must be [T, H, W], got {tuple(y.shape)}, {tuple(u.shape)}")
+    t, height, width = y.shape
+    hc, wc = (height + 1) // 2, (width + 1) // 2
+    for name, p in (("u", u), ("v", v)):
+        if tuple(p.shape) != (t, hc, wc):
+            raise ValueError(f"{name} plane must be {(t, hc, wc)} for Y {tuple(y.shape)}")
+        if p.dtype != torch.uint8 or y.dtype != torch.uint8:
+            raise ValueError("planes must be uint8")
+    return y, u, v
+
+
+def _check_out(out: torch.Tensor, spec: OutputSpec, t: int, height: int, width: int):
+    want = (t, *spec.frame_shape(height, width))
+    if out.dim() == 3:
+        out = out[None]
+    if tuple(out.shape) != want:
+        raise ValueError(f"out must have shape {want} for this spec, got {tuple(out.shape)}")
+    if out.dtype != spec.torch_dtype:
+        raise ValueError(f"out must be {spec.torch_dtype}, got {out.dtype}")
+    return out
+
+
+def reference_convert(
+    y: torch.Tensor,
+    u: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    spec: OutputSpec,
+    colour: Colour,
+    chroma: str = "full",
+) -> torch.Tensor:
+    """Pure-torch conversion of ``T`` frames (any device) into ``out`` (written in place).
+
+    ``y`` is ``[T, H, W]`` uint8, ``u``/``v`` are ``[T, ceil(H/2), ceil(W/2)]`` uint8 (any
+    strides: for NV12 pass ``uv[..., 0]`` and ``uv[..., 1]``); ``out`` is ``[T, h, w, 3]``
+    (THWC) or ``[T, 3, h, w]`` (TCHW) of ``spec.dtype``, any strides. Returns ``out``.
+    """
+    y, u, v = _check_planes(y, u, v)
+    t, height, width = y.shape
+    out4 = _check_out(out, spec, t, height, width)
+    taps = taps_for(height, width, spec, colour, chroma, y.device)
+    lum = _resample(y.float(), taps.luma_y, taps.luma_x)
+    cb = _resample(u.float(), taps.chroma_y, taps.chroma_x) - 128.0
+    cr = _resample(v.float(), taps.chroma_y, taps.chroma_x) - 128.0
+    ys, yo, cs, rv, gu, gv, bu = colour.rgb_coefficients()
+    lum = (lum - yo) * ys
+    cb = cb * cs
+    cr = cr * cs
+    rgb = torch.stack((lum + rv * cr, lum + gu * cb + gv * cr, lum + bu * cb), dim=1)
+    q = torch.floor(rgb.clamp(0.0, 255.0) + 0.5)  # [T, 3, h, w]
+    if spec.dtype == "uint8":
+        res = q.to(torch.uint8)
+    else:
+        mean, std = spec.norm()
+        m = torch.tensor(mean, dtype=torch.float32, device=q.device)[None, :, None, None]
+        s = torch.tensor(std, dtype=torch.float32, device=q.device)[None, :, None, None]
+        res = ((q / 255.0 - m) / s).to(spec.torch_dtype)
+    if spec.layout == "THWC":
+        res = res.permute(0, 2, 3, 1)
+    out4.copy_(res)
+    return out
+
+
+# --- dispatch ---------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    """True when ``triton`` imports (the kernel still needs CUDA or TRITON_INTERPRET=1)."""
+    try:
+        import triton  # noqa: F401
+    except Exception:  # ImportError, or a broken install raising anything else
+        return False
+    return True
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def convert(
+    y: torch.Tensor,
+    u: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    spec: OutputSpec,
+    colour: Colour,
+    *,
+    chroma: str = "full",
+    impl: str = "auto",
+) -> torch.Tensor:
+    """Convert ``T`` frames of YUV 4:2:0 planes into ``out`` (see :func:`reference_convert`).
+
+    ``impl``: ``"triton"`` (the fused kernel: CUDA tensors, or CPU tensors under
+    ``TRITON_INTERPRET=1``), ``"torch"`` (the reference), or ``"auto"`` (Triton when the
+    tensors are on CUDA and Triton imports, else torch).
+    """
+    if impl == "auto":
+        impl = "triton" if (y.is_cuda and triton_available()) else "torch"
+    if impl == "torch":
+        return reference_convert(y, u, v, out, spec, colour, chroma)
+    if impl != "triton":
+        raise ValueError(f"impl must be auto, triton or torch, got {impl!r}")
+    if not y.is_cuda and not _interpreting():
+        raise RuntimeError("the Triton kernel needs CUDA tensors (or TRITON_INTERPRET=1)")
+    from treadle.gpu.kernel import launch
+
+    y3, u3, v3 = _check_planes(y, u, v)
+    t, height, width = y3.shape
+    out4 = _check_out(out, spec, t, height, width)
+    taps = taps_for(height, width, spec, colour, chroma, y.device)
+    launch(y3, u3, v3, out4, spec, colour, taps)
+    return out
+
+
+def nv12_convert(
+    y: torch.Tensor,
+    uv: torch.Tensor,
+    out: torch.Tensor,
+    spec: OutputSpec,
+    colour: Colour,
+    *,
+    chroma: str = "full",
+    impl: str = "auto",
+) -> torch.Tensor:
+    """NV12 planes (``y [T,H,W]``, interleaved ``uv [T,H/2,W/2,2]``) into ``out``."""
+    if uv.shape[-1] != 2:
+        raise ValueError(f"uv must end in a dimension of 2 (interleaved), got {tuple(uv.shape)}")
+    return convert(y, uv[..., 0], uv[..., 1], out, spec, colour, chroma=chroma, impl=impl)
