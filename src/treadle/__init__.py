@@ -5,7 +5,12 @@ pins every table to a version, plans every batch before the first step, and
 streams device batches, in the same order on one GPU or many, with exact resume.
 """
 
-from treadle.errors import (
+import os as _os
+
+_os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
+
+from treadle.catalog import Branch, Client, Commit, Project  # noqa: E402
+from treadle.errors import (  # noqa: E402
     AlreadyExists,
     CommitConflict,
     CorruptData,
@@ -18,12 +23,22 @@ from treadle.errors import (
     TreadleError,
     VideoError,
 )
-from treadle.plan.windows import Rows, Video, Windows
+from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
+from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef, Transaction  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",
+    "Branch",
+    "Client",
+    "Commit",
+    "EpisodeIndex",
+    "Project",
+    "ScanRequest",
+    "Table",
+    "TableRef",
+    "Transaction",
     "CommitConflict",
     "CorruptData",
     "CredentialsError",

@@ -133,7 +133,9 @@ class Store:
             path = Path(parsed.path if parsed.scheme == "file" else root).expanduser().resolve()
             return cls._open_local(path, create)
         if parsed.scheme not in _CLOUD_SCHEMES:
-            raise StorageError(f"unsupported root {root!r}: use a path or s3://, gs://, az://, file://")
+            raise StorageError(
+                f"unsupported root {root!r}: use a path or s3://, gs://, az://, file://"
+            )
         return cls._open_cloud(root, parsed.scheme, options)
 
     @classmethod
@@ -176,7 +178,9 @@ class Store:
                 root.rstrip("/"), config=config, client_options=client, retry_config=retry
             )
         except Exception as e:  # obstore raises on unknown keys etc.; never echo values
-            raise StorageError(f"cannot open {root!r}: {type(e).__name__}: {_first_line(e)}") from None
+            raise StorageError(
+                f"cannot open {root!r}: {type(e).__name__}: {_first_line(e)}"
+            ) from None
         lance_options = {k: str(v) for k, v in options.items()}
         if "allow_http" in client:
             lance_options["allow_http"] = client["allow_http"]
@@ -298,7 +302,9 @@ class Store:
         where = f"{self.url}/{key}"
         if isinstance(e, (NotFoundError, FileNotFoundError)):
             return NotFound(f"no object {where}")
-        if isinstance(e, (UnauthenticatedError, PermissionDeniedError)):
+        text = str(e)
+        denied = "403 Forbidden" in text or "401 Unauthorized" in text or "AccessDenied" in text
+        if isinstance(e, (UnauthenticatedError, PermissionDeniedError)) or denied:
             return CredentialsError(
                 f"{op} {where} refused: access denied (check credentials in storage_options "
                 "or the AWS_*/GOOGLE_*/AZURE_* environment)"

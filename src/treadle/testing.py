@@ -74,7 +74,9 @@ class SeaweedS3:
             "-filer.port": _free_port(),
             "-s3.port": self.port,
         }
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
+        env = dict(
+            os.environ, AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key
+        )
         args = [
             weed_binary(),
             "mini",
@@ -96,7 +98,9 @@ class SeaweedS3:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited early ({self.proc.returncode}); see {self.dir}/weed.log")
+                raise RuntimeError(
+                    f"weed exited early ({self.proc.returncode}); see {self.dir}/weed.log"
+                )
             if self._bucket_ready():
                 return self
             time.sleep(0.2)
@@ -153,5 +157,3 @@ class SeaweedS3:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-

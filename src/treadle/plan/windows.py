@@ -162,12 +162,16 @@ class Windows:
         if specs is None:
             specs = {}
         if not isinstance(specs, Mapping):
-            raise PlanError(f"Windows takes a dict of column -> Video/Rows, got {type(specs).__name__}")
+            raise PlanError(
+                f"Windows takes a dict of column -> Video/Rows, got {type(specs).__name__}"
+            )
         items = []
         for col, spec in specs.items():
             check_name(col, "column")
             if not isinstance(spec, (Rows, Video)):
-                raise PlanError(f"window for column {col!r} must be td.Video or td.Rows, got {spec!r}")
+                raise PlanError(
+                    f"window for column {col!r} must be td.Video or td.Rows, got {spec!r}"
+                )
             items.append((col, spec))
         object.__setattr__(self, "specs", tuple(sorted(items)))
 

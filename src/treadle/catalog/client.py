@@ -1,0 +1,265 @@
+"""The catalog: a :class:`Client` on a root holds projects; a project holds branches and commits."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import suppress
+from datetime import timedelta
+from typing import Any
+
+import lance
+
+from treadle.catalog.commit import Commit
+from treadle.catalog.gc import GcReport, collect_garbage
+from treadle.catalog.refs import RefLog
+from treadle.errors import AlreadyExists, InvalidName, NotFound
+from treadle.names import check_name
+from treadle.storage import Store, redact
+from treadle.table.table import EpisodeIndex, Table, TableRef, compute_episode_index
+from treadle.table.write import Transaction
+
+
+class Client:
+    """Entry point: a store root (local path or ``s3://``/``gs://``/``az://``/``file://`` URL).
+
+    ``root=None`` uses ``$TREADLE_ROOT`` or ``~/.treadle`` (created if missing). An
+    explicit local root must exist unless ``create=True``. Credentials come from
+    ``storage_options`` or the environment and are never printed or stored.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        create: bool = False,
+    ):
+        self.store = Store.open(root, storage_options, create=create)
+        self._storage_options = dict(storage_options or {})
+        self._projects: dict[str, Project] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def root(self) -> str:
+        return self.store.url
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options this client was opened with (pass them on to other processes)."""
+        return dict(self._storage_options)
+
+    def __repr__(self) -> str:
+        opts = f", storage_options={redact(self._storage_options)}" if self._storage_options else ""
+        return f"Client({self.root!r}{opts})"
+
+    def projects(self) -> list[str]:
+        """Names of the projects under this root."""
+        return [
+            p
+            for p in self.store.list_dirs("projects")
+            if self.store.list_dirs(f"projects/{p}/refs")
+        ]
+
+    def project(self, name: str, *, create: bool = True) -> Project:
+        """Open project ``name``; create it (with an empty ``main`` branch) unless ``create=False``."""
+        check_name(name, "project")
+        with self._lock:
+            proj = self._projects.get(name)
+        if proj is None:
+            proj = Project(self, name)
+            if proj.refs.head("main") is None and not proj.refs.branches():
+                if not create:
+                    raise NotFound(f"project {name!r} not found under {self.root}")
+                root = Commit.create([], f"create project {name}", {})
+                proj.save_commit(root)
+                proj.refs.try_advance("main", 0, root.id)  # a racing creator may win: fine
+            with self._lock:
+                proj = self._projects.setdefault(name, proj)
+        return proj
+
+
+class Project:
+    """A namespace of tables with git-like history."""
+
+    def __init__(self, client: Client, name: str):
+        self.client = client
+        self.name = name
+        self.prefix = f"projects/{name}"
+        self.refs = RefLog(client.store, self.prefix)
+        self._commits: dict[str, Commit] = {}
+        self._datasets: dict[tuple[str, int], lance.LanceDataset] = {}
+        self._episodes: dict[tuple[str, int], EpisodeIndex] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Project({self.name!r})"
+
+    # -- branches ----------------------------------------------------------------------
+    def branch(self, name: str = "main") -> Branch:
+        """An existing branch (:class:`NotFound` otherwise)."""
+        check_name(name, "branch")
+        if self.refs.head(name) is None:
+            raise NotFound(
+                f"branch {name!r} not found in project {self.name!r}; branches: {self.branches()}"
+            )
+        return Branch(self, name)
+
+    def create_branch(self, name: str, from_: str = "main") -> Branch:
+        """A new branch at the head of ``from_`` (a branch name or a commit id/prefix)."""
+        check_name(name, "branch")
+        head = self.refs.head(from_) if _is_name(from_) else None
+        commit_id = head.commit_id if head else self.commit(from_).id
+        if self.refs.head(name) is not None or not self.refs.try_advance(name, 0, commit_id):
+            raise AlreadyExists(f"branch {name!r} already exists in project {self.name!r}")
+        return Branch(self, name)
+
+    def branches(self) -> list[str]:
+        return self.refs.branches()
+
+    # -- commits -----------------------------------------------------------------------
+    def save_commit(self, commit: Commit) -> None:
+        self.client.store.put(
+            f"{self.prefix}/commits/{commit.id}.json", commit.to_bytes(), if_absent=True
+        )
+        with self._lock:
+            self._commits[commit.id] = commit
+
+    def load_commit(self, commit_id: str) -> Commit:
+        with self._lock:
+            c = self._commits.get(commit_id)
+        if c is None:
+            data = self.client.store.get(f"{self.prefix}/commits/{commit_id}.json")
+            c = Commit.from_bytes(data, expect_id=commit_id)
+            with self._lock:
+                self._commits[commit_id] = c
+        return c
+
+    def commit(self, id_or_prefix: str) -> Commit:
+        """A commit by full id or unique prefix (at least 4 hex characters)."""
+        s = str(id_or_prefix).lower()
+        if len(s) < 4 or any(ch not in "0123456789abcdef" for ch in s):
+            raise NotFound(f"{id_or_prefix!r} is not a commit id or prefix (4+ hex characters)")
+        if len(s) == 64:
+            try:
+                return self.load_commit(s)
+            except NotFound:
+                raise NotFound(f"commit {s[:8]} not found in project {self.name!r}") from None
+        ids = [
+            k.rsplit("/", 1)[-1][:-5]
+            for k in self.client.store.list(f"{self.prefix}/commits")
+            if k.rsplit("/", 1)[-1].startswith(s)
+        ]
+        if not ids:
+            raise NotFound(f"commit {s!r} not found in project {self.name!r}")
+        if len(ids) > 1:
+            raise NotFound(f"commit prefix {s!r} is ambiguous in project {self.name!r}: {ids[:5]}")
+        return self.load_commit(ids[0])
+
+    def iter_commits(self, start: str) -> Iterator[Commit]:
+        """``start`` and its first-parent ancestors, newest first."""
+        cid: str | None = start
+        while cid:
+            c = self.load_commit(cid)
+            yield c
+            cid = c.parents[0] if c.parents else None
+
+    # -- tables ------------------------------------------------------------------------
+    def table_uri(self, name: str) -> str:
+        return self.client.store.lance_uri(f"{self.prefix}/tables/{name}.lance")
+
+    def open_dataset(self, name: str, version: int) -> lance.LanceDataset:
+        key = (name, int(version))
+        with self._lock:
+            ds = self._datasets.get(key)
+        if ds is None:
+            try:
+                ds = lance.dataset(
+                    self.table_uri(name),
+                    version=int(version),
+                    storage_options=self.client.store.lance_options,
+                )
+            except ValueError as e:
+                raise NotFound(
+                    f"table {name!r} version {version} not found in project {self.name!r}: "
+                    f"{str(e).splitlines()[0][:200]}"
+                ) from None
+            with self._lock:
+                ds = self._datasets.setdefault(key, ds)
+        return ds
+
+    def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table:
+        """Table ``name`` pinned at Lance ``version`` (what a run record names)."""
+        check_name(name, "table")
+        self.open_dataset(name, version)
+        return Table(self, name, version, commit_id)
+
+    def episode_index(self, table: Table) -> EpisodeIndex:
+        key = (table.name, table.version)
+        with self._lock:
+            idx = self._episodes.get(key)
+        if idx is None:
+            idx = compute_episode_index(table)
+            with self._lock:
+                self._episodes[key] = idx
+        return idx
+
+    def gc(self, older_than: timedelta = timedelta(hours=1)) -> GcReport:
+        """Remove table versions and media no commit reaches (see :mod:`treadle.catalog.gc`)."""
+        return collect_garbage(self, older_than)
+
+    def protect_version(self, name: str, version: int) -> None:
+        """Tag a committed table version so Lance's cleanup never removes it."""
+        ds = self.open_dataset(name, version)
+        with suppress(Exception):  # an existing tag (a retry, or gc got there first) is fine
+            ds.tags.create(f"treadle-v{version}", version)
+
+
+class Branch:
+    """A named, moving pointer to a commit of a project."""
+
+    def __init__(self, project: Project, name: str):
+        self.project = project
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Branch({self.project.name}/{self.name})"
+
+    @property
+    def commit_id(self) -> str:
+        head = self.project.refs.head(self.name)
+        if head is None:
+            raise NotFound(f"branch {self.name!r} of project {self.project.name!r} is gone")
+        return head.commit_id
+
+    def head(self) -> Commit:
+        return self.project.load_commit(self.commit_id)
+
+    def log(self, limit: int | None = None) -> list[Commit]:
+        """Commits of this branch, newest first (first-parent history)."""
+        out = []
+        for c in self.project.iter_commits(self.commit_id):
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(c)
+        return out
+
+    def tables(self) -> list[str]:
+        return sorted(self.head().tables)
+
+    def table(self, name: str) -> TableRef:
+        check_name(name, "table")
+        return TableRef(self, name)
+
+    def transaction(self, message: str = "transaction") -> Transaction:
+        """Several writes as one commit: ``with branch.transaction("msg") as tx: ...``."""
+        return Transaction(self, message)
+
+
+def _is_name(s: str) -> bool:
+    try:
+        check_name(s, "branch")
+        return True
+    except InvalidName:
+        return False

@@ -1,0 +1,76 @@
+"""Commits: immutable, content-addressed snapshots of every table of a project."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+def canonical_json(value: Any) -> bytes:
+    """The one byte form of ``value`` that ids and hashes are computed from."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit: its parents, message, time and the Lance version of every table.
+
+    ``id`` is the sha256 (hex) of the canonical JSON of the other fields, so the same
+    content always has the same id and no commit can be changed after it is written.
+    """
+
+    parents: tuple[str, ...]
+    message: str
+    time: float
+    tables: dict[str, int] = field(default_factory=dict)
+    id: str = ""
+
+    @classmethod
+    def create(cls, parents: list[str], message: str, tables: dict[str, int]) -> Commit:
+        c = cls(tuple(parents), str(message), round(time.time(), 6), dict(sorted(tables.items())))
+        return c._with_id()
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "parents": list(self.parents),
+            "message": self.message,
+            "time": self.time,
+            "tables": {k: {"version": int(v)} for k, v in sorted(self.tables.items())},
+        }
+
+    def _with_id(self) -> Commit:
+        cid = hashlib.sha256(canonical_json(self._body())).hexdigest()
+        return Commit(self.parents, self.message, self.time, self.tables, cid)
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:8]
+
+    @property
+    def datetime(self) -> datetime:
+        return datetime.fromtimestamp(self.time, UTC)
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self._body())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, expect_id: str | None = None) -> Commit:
+        body = json.loads(data)
+        c = cls(
+            tuple(body["parents"]),
+            body["message"],
+            float(body["time"]),
+            {k: int(v["version"]) for k, v in body["tables"].items()},
+        )._with_id()
+        if expect_id is not None and c.id != expect_id:
+            from treadle.errors import CorruptData
+
+            raise CorruptData(f"commit object {expect_id} does not hash to its id (got {c.id})")
+        return c
+
+    def __repr__(self) -> str:
+        return f"Commit({self.short_id} {self.message!r}, tables={self.tables})"

@@ -1,0 +1,210 @@
+"""Tables: a branch-relative reference (:class:`TableRef`) and a pinned snapshot (:class:`Table`).
+
+Rows are *moments*. A moment's id is its row position in the pinned Lance version,
+``0 .. num_moments - 1``. Time-indexed tables carry ``episode`` (string) and
+``frame`` (int32, contiguous from 0) columns; an episode's rows are contiguous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import NotFound, SchemaMismatch
+from treadle.table.tensors import is_video
+
+if TYPE_CHECKING:
+    import lance
+
+    from treadle.catalog.client import Branch, Project
+    from treadle.catalog.commit import Commit
+
+EPISODE = "episode"
+FRAME = "frame"
+
+
+@dataclass(frozen=True)
+class EpisodeIndex:
+    """Where each episode's rows are: ``starts[e] .. starts[e] + lengths[e] - 1``."""
+
+    names: list[str]
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass(frozen=True)
+class ScanRequest:
+    """What a :class:`treadle.ScanDataset` reads: columns (and a filter) of one pinned table."""
+
+    table: Table
+    columns: tuple[str, ...]
+    filter: str | None = None
+
+
+class Table:
+    """One table pinned to one Lance version (immutable; reads never see later commits)."""
+
+    def __init__(self, project: Project, name: str, version: int, commit_id: str | None):
+        self.project = project
+        self.name = name
+        self.version = int(version)
+        self.commit_id = commit_id
+
+    def __repr__(self) -> str:
+        at = self.commit_id[:8] if self.commit_id else "?"
+        return f"Table({self.project.name}/{self.name} @ {at} v{self.version})"
+
+    @property
+    def uri(self) -> str:
+        return self.project.table_uri(self.name)
+
+    @property
+    def dataset(self) -> lance.LanceDataset:
+        return self.project.open_dataset(self.name, self.version)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.dataset.schema
+
+    @cached_property
+    def num_moments(self) -> int:
+        return self.dataset.count_rows()
+
+    @property
+    def is_time_indexed(self) -> bool:
+        names = self.schema.names
+        return EPISODE in names and FRAME in names
+
+    @property
+    def video_columns(self) -> list[str]:
+        return [f.name for f in self.schema if is_video(f)]
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes())
+
+    def episodes(self) -> EpisodeIndex:
+        """Episode boundaries (cached per table version)."""
+        return self.project.episode_index(self)
+
+    def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
+        if columns is None:
+            return None
+        if isinstance(columns, str):
+            columns = [columns]
+        unknown = [c for c in columns if c not in self.schema.names]
+        if unknown:
+            raise NotFound(
+                f"table {self.name!r} has no column(s) {unknown}; columns: {self.schema.names}"
+            )
+        return list(columns)
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
+        """Every row (optionally some columns / a Lance SQL filter) as an Arrow table."""
+        return self.dataset.to_table(columns=self._check_columns(columns), filter=filter)
+
+    def take(
+        self, rows: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """Rows at these moment ids, in the order given."""
+        idx = np.asarray(rows, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_moments):
+            raise IndexError(
+                f"row ids out of range for table {self.name!r} with {self.num_moments} moments"
+            )
+        return self.dataset.take(idx, columns=self._check_columns(columns))
+
+    def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
+        """Describe a plain scan of ``columns`` for :class:`treadle.ScanDataset`."""
+        cols = self._check_columns(columns) or []
+        return ScanRequest(self, tuple(cols), filter)
+
+
+class TableRef:
+    """A table by name on a branch; resolved to a :class:`Table` when read or planned."""
+
+    def __init__(self, branch: Branch, name: str):
+        self.branch = branch
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TableRef({self.branch.project.name}/{self.name} @ {self.branch.name})"
+
+    def pin(self) -> Table:
+        """The table at the branch head, now."""
+        head = self.branch.head()
+        return self._from_commit(head)
+
+    def at(self, commit_or_version: str | int) -> Table:
+        """The table as of a commit (id or unique prefix) or a Lance version number."""
+        if isinstance(commit_or_version, int) and not isinstance(commit_or_version, bool):
+            return self.branch.project.table_at(self.name, commit_or_version)
+        return self._from_commit(self.branch.project.commit(str(commit_or_version)))
+
+    def _from_commit(self, commit: Commit) -> Table:
+        if self.name not in commit.tables:
+            raise NotFound(
+                f"table {self.name!r} not found in project {self.branch.project.name!r} at "
+                f"{commit.short_id} (branch {self.branch.name!r}); tables: {sorted(commit.tables)}"
+            )
+        return Table(self.branch.project, self.name, commit.tables[self.name], commit.id)
+
+    # writes: each is one commit on the branch
+    def append(self, data: pa.Table | dict[str, Any], message: str | None = None) -> Commit:
+        """Append rows (an Arrow table or a dict of columns) in one commit."""
+        with self.branch.transaction(message or f"append to {self.name}") as tx:
+            tx.table(self.name).append(data)
+        return tx.commit
+
+    def append_episode(
+        self, columns: dict[str, Any], episode: str | None = None, message: str | None = None
+    ) -> Commit:
+        """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``)."""
+        with self.branch.transaction(message or f"append episode to {self.name}") as tx:
+            tx.table(self.name).append_episode(columns, episode=episode)
+        return tx.commit
+
+    # reads of the head
+    @property
+    def num_moments(self) -> int:
+        return self.pin().num_moments
+
+    @property
+    def num_episodes(self) -> int:
+        return self.pin().num_episodes
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.pin().schema
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
+        return self.pin().to_arrow(columns, filter)
+
+    def take(
+        self, rows: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        return self.pin().take(rows, columns)
+
+    def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
+        return self.pin().scan_request(columns, filter)
+
+
+def compute_episode_index(table: Table) -> EpisodeIndex:
+    n = table.num_moments
+    if not table.is_time_indexed:
+        return EpisodeIndex([table.name], np.zeros(1, np.int64), np.array([n], np.int64))
+    frames = table.dataset.to_table(columns=[FRAME]).column(FRAME).to_numpy()
+    starts = np.flatnonzero(frames == 0).astype(np.int64)
+    if n and (not starts.size or starts[0] != 0):
+        raise SchemaMismatch(f"table {table.name!r} v{table.version}: first row is not frame 0")
+    lengths = np.diff(np.append(starts, n)).astype(np.int64)
+    names = table.dataset.take(starts, columns=[EPISODE]).column(EPISODE).to_pylist() if n else []
+    return EpisodeIndex([str(x) for x in names], starts, lengths)

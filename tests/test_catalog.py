@@ -1,0 +1,242 @@
+"""Catalog semantics: commits, branches, logs, pins — on local disk and on S3."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import treadle as td
+from treadle.table.tensors import to_numpy
+
+
+def _episode(n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "action": rng.random((n, 7), dtype=np.float32),
+        "image": rng.integers(0, 255, (n, 8, 8, 3), dtype=np.uint8),
+        "task": "pick",
+    }
+
+
+def test_commit_branch_log_pin(any_root):
+    root, opts = any_root
+    client = td.Client(root, storage_options=opts)
+    project = client.project("robotics")
+    main = project.branch("main")
+    first = main.commit_id
+    assert len(first) == 64 and main.head().tables == {}
+
+    t = main.table("grasps")
+    c1 = t.append_episode(_episode(10, 1), episode="e0")
+    c2 = t.append_episode(_episode(5, 2), episode="e1")
+    assert main.commit_id == c2.id
+    assert [c.id for c in main.log()] == [c2.id, c1.id, first]
+    assert c2.parents == (c1.id,) and c1.parents == (first,)
+    assert c2.short_id == c2.id[:8]
+
+    pinned = t.pin()
+    assert pinned.num_moments == 15 and pinned.num_episodes == 2
+    idx = pinned.episodes()
+    assert idx.names == ["e0", "e1"]
+    assert idx.starts.tolist() == [0, 10] and idx.lengths.tolist() == [10, 5]
+
+    # exact round trip of tensor columns
+    ep = _episode(5, 2)
+    got = pinned.take([10, 11, 12, 13, 14], ["image", "action", "frame", "task"])
+    assert np.array_equal(to_numpy(got.column("image"), got.schema.field("image")), ep["image"])
+    assert np.array_equal(to_numpy(got.column("action"), got.schema.field("action")), ep["action"])
+    assert got.column("frame").to_pylist() == [0, 1, 2, 3, 4]
+    assert got.column("task").to_pylist() == ["pick"] * 5
+
+    # a pinned table keeps reading its version after later commits
+    t.append_episode(_episode(7, 3), episode="e2")
+    assert pinned.num_moments == 15 and pinned.to_arrow(["frame"]).num_rows == 15
+    assert t.pin().num_moments == 22
+    assert t.at(c1.id[:8]).num_moments == 10
+    assert t.at(c2.id).version == pinned.version
+
+    # commit objects are content-addressed
+    raw = client.store.get(f"projects/robotics/commits/{c2.id}.json")
+    assert td.Commit.from_bytes(raw).id == c2.id
+    assert json.loads(raw)["tables"]["grasps"]["version"] == pinned.version
+
+
+def test_branch_diverges_independently(any_root):
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("t").append({"x": np.arange(3), "s": ["a", "b", "c"]})
+    exp = project.create_branch("exp", from_="main")
+    assert sorted(project.branches()) == ["exp", "main"]
+    assert exp.table("t").num_moments == 3
+
+    exp.table("t").append({"x": np.arange(3, 5), "s": ["d", "e"]})
+    main.table("t").append({"x": np.arange(10, 11), "s": ["z"]})
+    assert exp.table("t").to_arrow(["x"]).column("x").to_pylist() == [0, 1, 2, 3, 4]
+    assert main.table("t").to_arrow(["x"]).column("x").to_pylist() == [0, 1, 2, 10]
+    exp.table("only_exp").append({"y": [1.0]})
+    assert exp.tables() == ["only_exp", "t"] and main.tables() == ["t"]
+    with pytest.raises(td.AlreadyExists):
+        project.create_branch("exp")
+    # a branch from a commit id
+    old = project.create_branch("old", from_=main.log()[1].id[:10])
+    assert old.table("t").num_moments == 3
+
+
+def test_transaction_is_one_commit_across_tables(local_root):
+    main = td.Client(local_root).project("p").branch()
+    before = len(main.log())
+    with main.transaction("two tables") as tx:
+        tx.table("a").append({"x": [1, 2]})
+        tx.table("b").append_episode({"v": np.zeros((4, 2), np.float32)}, episode="ep")
+        tx.table("a").append({"x": [3]})
+    assert len(main.log()) == before + 1
+    assert tx.commit is not None and tx.commit.message == "two tables"
+    assert set(tx.commit.tables) == {"a", "b"}
+    assert main.table("a").to_arrow().column("x").to_pylist() == [1, 2, 3]
+    assert main.table("b").pin().episodes().lengths.tolist() == [4]
+
+
+def test_failed_write_leaves_branch_unchanged(any_root):
+    root, opts = any_root
+    main = td.Client(root, storage_options=opts).project("p").branch()
+    main.table("t").append({"x": np.arange(3, dtype=np.int64), "v": np.zeros((3, 2), np.float32)})
+    head = main.commit_id
+    with pytest.raises(RuntimeError):
+        with main.transaction("boom") as tx:
+            tx.table("t").append({"x": [9], "v": np.zeros((1, 2), np.float32)})
+            raise RuntimeError("user code failed")
+    assert main.commit_id == head
+    for bad, match in [
+        ({"x": [1]}, "missing columns"),
+        ({"x": [1], "v": np.zeros((1, 2), np.float32), "w": [1]}, "unknown columns"),
+        ({"x": [1], "v": np.zeros((1, 3), np.float32)}, "shape"),
+        ({"x": [1], "v": np.zeros((1, 2), np.float64)}, "type"),
+        ({"x": ["a"], "v": np.zeros((1, 2), np.float32)}, "type"),
+    ]:
+        with pytest.raises(td.SchemaMismatch, match=match):
+            main.table("t").append(bad)
+        assert main.commit_id == head
+    assert main.table("t").num_moments == 3
+
+
+def test_episode_bad_input(local_root):
+    t = td.Client(local_root).project("p").branch().table("eps")
+    with pytest.raises(td.SchemaMismatch, match="different numbers of frames"):
+        t.append_episode({"a": np.zeros((4, 2)), "b": np.zeros((5,))})
+    with pytest.raises(td.SchemaMismatch, match="set by treadle"):
+        t.append_episode({"frame": np.zeros(3)})
+    with pytest.raises(td.SchemaMismatch, match="non-empty dict"):
+        t.append_episode({})
+    with pytest.raises(td.SchemaMismatch, match="no frames"):
+        t.append_episode({"a": np.zeros((0, 2))})
+    with pytest.raises(td.SchemaMismatch, match="frame"):
+        t.append({"episode": ["e", "e"], "frame": np.array([0, 2], np.int32)})
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a/b", "..", "../x", "a\x00b", "with space", "-lead", "x" * 200, "a..b", 3, None]
+)
+def test_bad_names_are_rejected(local_root, name):
+    client = td.Client(local_root)
+    with pytest.raises(td.InvalidName):
+        client.project(name)
+    project = client.project("ok")
+    with pytest.raises(td.InvalidName):
+        project.branch(name)
+    with pytest.raises(td.InvalidName):
+        project.create_branch(name)
+    with pytest.raises(td.InvalidName):
+        project.branch().table(name)
+    assert client.projects() == ["ok"]
+
+
+def test_unknown_things_are_named(local_root):
+    client = td.Client(local_root)
+    with pytest.raises(td.NotFound, match="project 'nope'"):
+        client.project("nope", create=False)
+    project = client.project("p")
+    with pytest.raises(td.NotFound, match="branch 'dev'"):
+        project.branch("dev")
+    with pytest.raises(td.NotFound, match="table 'ghost'"):
+        project.branch().table("ghost").pin()
+    with pytest.raises(td.NotFound, match="commit"):
+        project.commit("deadbeef")
+    with pytest.raises(td.NotFound):
+        project.commit("xyz!")
+    project.branch().table("t").append({"x": [1]})
+    with pytest.raises(td.NotFound, match="column"):
+        project.branch().table("t").to_arrow(["nope"])
+    with pytest.raises(td.NotFound, match="version 99"):
+        project.table_at("t", 99)
+    assert client.projects() == ["p"]
+
+
+def test_roots(tmp_path, monkeypatch):
+    with pytest.raises(td.StorageError, match="does not exist"):
+        td.Client(str(tmp_path / "missing"))
+    assert td.Client(str(tmp_path / "made"), create=True).projects() == []
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(td.StorageError, match="not a directory"):
+        td.Client(str(f))
+    monkeypatch.setattr("os.access", lambda *a, **k: False)
+    with pytest.raises(td.StorageError, match="not writable"):
+        td.Client(str(tmp_path))
+    monkeypatch.undo()
+    monkeypatch.setenv("TREADLE_ROOT", str(tmp_path / "default"))
+    assert td.Client().root == str(tmp_path / "default")
+    assert td.Client(f"file://{tmp_path}").root == str(tmp_path)
+    with pytest.raises(td.StorageError, match="unsupported root"):
+        td.Client("ftp://host/x")
+
+
+def test_s3_credentials(s3_server, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    opts = s3_server.storage_options()
+    no_creds = {k: v for k, v in opts.items() if "key" not in k}
+    with pytest.raises(td.CredentialsError, match="no credentials"):
+        td.Client(s3_server.url("creds"), storage_options=no_creds)
+    wrong = dict(opts, aws_secret_access_key="not-the-secret-9f8e7d")
+    client = td.Client(s3_server.url("creds"), storage_options=wrong)
+    with pytest.raises(td.CredentialsError) as err:
+        client.project("p")
+    assert "not-the-secret-9f8e7d" not in str(err.value)
+    assert "not-the-secret-9f8e7d" not in repr(client)
+    assert s3_server.secret_key not in repr(td.Client(s3_server.url("c"), storage_options=opts))
+
+
+def test_gc_keeps_reachable_and_removes_the_rest(local_root):
+    project = td.Client(local_root).project("p")
+    main = project.branch()
+    t = main.table("t")
+    t.append({"x": np.arange(100)})
+    t.append({"x": np.arange(100, 200)})
+    # an abandoned write: a transaction that failed after staging rows
+    with pytest.raises(RuntimeError), main.transaction("crash") as tx:
+        tx.table("t").append({"x": np.arange(1000, 1100)})
+        tx._flush("t", tx._tables["t"])  # data files written, never committed
+        raise RuntimeError
+    # an unreachable version (committed to Lance, never to a branch)
+    from treadle.table.write import _lance_overwrite
+
+    ds = project.open_dataset("t", t.pin().version)
+    orphan_v = _lance_overwrite(project.table_uri("t"), ds.schema, [], None)
+    t.append({"x": np.arange(200, 300)})
+    files_before = sum(1 for _ in (Path(local_root) / "projects/p/tables/t.lance/data").iterdir())
+    report = project.gc(older_than=timedelta(0))
+    kept = report.kept_versions["t"]
+    assert orphan_v not in kept and len(kept) == 3
+    assert report.removed_versions >= 1 and report.removed_bytes > 0
+    files_after = sum(1 for _ in (Path(local_root) / "projects/p/tables/t.lance/data").iterdir())
+    assert files_after == files_before - 1  # the abandoned write's data file
+    for v in kept:  # every reachable version still reads, with the same rows
+        assert project.table_at("t", v).num_moments in (100, 200, 300)
+    with pytest.raises(td.NotFound):
+        project.table_at("t", orphan_v)
+    assert t.to_arrow().column("x").to_pylist() == list(range(300))

@@ -1,0 +1,83 @@
+"""Concurrent writers on one branch: nothing lost, conflicts are clear."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import treadle as td
+
+_WRITER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import treadle as td
+    root, opts, wid, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    main = td.Client(root, storage_options=opts or None).project("p").branch("main")
+    for i in range(n):
+        table = "shared" if i % 2 == 0 else f"own{wid}"
+        main.table(table).append({"writer": np.array([wid] * 3), "i": np.array([i] * 3)},
+                                 message=f"w{wid} c{i}")
+    """
+)
+
+
+@pytest.mark.slow
+def test_eight_writers_lose_nothing(any_root):
+    root, opts = any_root
+    writers, commits = 8, 10
+    project = td.Client(root, storage_options=opts).project("p")  # create before the race
+    start = len(project.branch().log())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, root, json.dumps(opts or {}), str(w), str(commits)],
+            stderr=subprocess.PIPE,
+        )
+        for w in range(writers)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode()[-2000:]
+    main = project.branch()
+    log = main.log()
+    assert len(log) == start + writers * commits
+    messages = {c.message for c in log}
+    assert messages >= {f"w{w} c{i}" for w in range(writers) for i in range(commits)}
+    shared = main.table("shared").to_arrow()
+    assert shared.num_rows == writers * (commits // 2) * 3
+    pairs = set(zip(shared.column("writer").to_pylist(), shared.column("i").to_pylist()))
+    assert pairs == {(w, i) for w in range(writers) for i in range(0, commits, 2)}
+    for w in range(writers):
+        own = main.table(f"own{w}").to_arrow()
+        assert own.column("i").to_pylist() == [i for i in range(1, commits, 2) for _ in range(3)]
+    # history is linear and every commit's tables only grow
+    sizes = [c.tables.get("shared", 0) for c in reversed(log)]
+    assert sizes == sorted(sizes)
+
+
+def test_concurrent_schema_change_is_a_conflict(local_root):
+    main = td.Client(local_root).project("p").branch()
+    tx = main.transaction("first")
+    tx.table("t").append({"x": np.arange(3)})
+    main.table("t").append({"x": ["a", "b"]})  # another writer creates t with strings
+    head = main.commit_id
+    with pytest.raises(td.CommitConflict, match="different schema"):
+        tx.__exit__(None, None, None)
+    assert main.commit_id == head
+    assert main.table("t").to_arrow().column("x").to_pylist() == ["a", "b"]
+
+
+def test_loser_rebases_appends_in_order(local_root):
+    main = td.Client(local_root).project("p").branch()
+    main.table("t").append({"x": [0]})
+    tx = main.transaction("slow writer")
+    tx.table("t").append({"x": [2]})
+    main.table("t").append({"x": [1]})  # lands first
+    tx.__exit__(None, None, None)
+    assert main.table("t").to_arrow().column("x").to_pylist() == [0, 1, 2]
+    assert [c.message for c in main.log()][:2] == ["slow writer", "append to t"]
