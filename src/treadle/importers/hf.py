@@ -1,0 +1,305 @@
+"""Import a Hugging Face ``datasets`` dataset: ``save_to_disk`` output, or parquet/arrow files.
+
+Nothing here imports ``datasets``. A ``save_to_disk`` folder holds ``state.json`` (its
+``_data_files`` name Arrow IPC *stream* files) and ``dataset_info.json``; a
+``DatasetDict`` folder holds ``dataset_dict.json`` and one such folder per split. The
+Arrow files are memory-mapped and their record batches go to the table as they are
+(zero-copy) unless a column needs work:
+
+- ``Image`` features (``struct<bytes, path>``): ``images="encoded"`` keeps the encoded
+  bytes as a ``large_binary`` column, ``images="decoded"`` stores ``uint8 [H, W, 3]``
+  tensors (one shape per column), decoded on a thread pool.
+- Arrow extension types (``Array2D``...) are stored as their storage type.
+
+The Hugging Face schema metadata is dropped (the table has its own).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.importers._common import (
+    DEFAULT_CHUNK_ROWS,
+    ImportResult,
+    Progress,
+    Source,
+    column_name,
+    decode_image,
+    import_id,
+    ordered_map,
+    resolve_branch,
+    run_import,
+    split_url,
+    tensor_array,
+    tensor_field,
+)
+
+
+@dataclass(frozen=True)
+class HfFile:
+    """One data file of the dataset."""
+
+    source: Source
+    name: str
+    kind: str  # "arrow" or "parquet"
+
+    def describe(self) -> str:
+        return self.source.describe(self.name)
+
+
+def resolve_files(
+    paths: Sequence[str] | str,
+    split: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> list[HfFile]:
+    """The data files of a ``save_to_disk`` folder (or DatasetDict split), or given files."""
+    if isinstance(paths, str):
+        paths = [paths]
+    out: list[HfFile] = []
+    for p in paths:
+        p = str(p).rstrip("/")
+        if p.endswith((".arrow", ".parquet")):
+            root, name = split_url(p)
+            out.append(HfFile(Source(root, storage_options), name, _kind(name)))
+            continue
+        src = Source(p, storage_options)
+        out.extend(_folder_files(src, split))
+    if not out:
+        raise NotFound(f"no Arrow or parquet files in {list(paths)}")
+    return out
+
+
+def _kind(name: str) -> str:
+    return "parquet" if name.endswith(".parquet") else "arrow"
+
+
+def _folder_files(src: Source, split: str | None, prefix: str = "") -> list[HfFile]:
+    rel = (lambda n: f"{prefix}/{n}") if prefix else (lambda n: n)
+    if src.exists(rel("dataset_dict.json")):
+        try:
+            splits = json.loads(src.read(rel("dataset_dict.json")))["splits"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptData(f"{src.describe(rel('dataset_dict.json'))}: malformed ({e})") from None
+        if split is None:
+            if len(splits) == 1:
+                split = splits[0]
+            elif "train" in splits:
+                split = "train"
+            else:
+                raise SchemaMismatch(
+                    f"{src.describe(prefix)} is a DatasetDict with splits {splits}: pick one "
+                    "with split=..."
+                )
+        if split not in splits:
+            raise NotFound(f"{src.describe(prefix)} has no split {split!r} (it has {splits})")
+        return _folder_files(src, None, rel(split))
+    if src.exists(rel("state.json")):
+        try:
+            state = json.loads(src.read(rel("state.json")))
+            names = [f["filename"] for f in state["_data_files"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptData(f"{src.describe(rel('state.json'))}: malformed ({e})") from None
+        return [HfFile(src, rel(n), _kind(n)) for n in names]
+    names = [n for n in src.list(prefix) if n.endswith((".arrow", ".parquet"))]
+    if not names:
+        raise NotFound(
+            f"{src.describe(prefix)} has no state.json, dataset_dict.json, .arrow or .parquet files"
+        )
+    return [HfFile(src, n, _kind(n)) for n in names]
+
+
+def _features(schema: pa.Schema) -> dict[str, Any]:
+    meta = schema.metadata or {}
+    raw = meta.get(b"huggingface")
+    if not raw:
+        return {}
+    try:
+        info = json.loads(raw)
+        return dict(info.get("info", {}).get("features", {}) or {})
+    except (ValueError, AttributeError):
+        return {}
+
+
+def _is_image(feature: Any, typ: pa.DataType) -> bool:
+    return (
+        isinstance(feature, dict)
+        and feature.get("_type") == "Image"
+        and pa.types.is_struct(typ)
+        and typ.get_field_index("bytes") >= 0
+    )
+
+
+def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """Record batches of one file (memory-mapped for local Arrow files)."""
+    where = f.describe()
+    try:
+        if f.kind == "parquet":
+            handle = (
+                str(f.source.local_path(f.name))
+                if not f.source.url
+                else pa.BufferReader(f.source.read(f.name))
+            )
+            pf = pq.ParquetFile(handle)
+            yield from pf.iter_batches(batch_size=chunk_rows)
+            return
+        if not f.source.url:
+            mm = pa.memory_map(str(f.source.local_path(f.name)))
+        else:
+            mm = pa.PythonFile(f.source.open(f.name), mode="r")
+        try:
+            reader = pa.ipc.open_stream(mm)
+            yield from reader
+        except pa.ArrowInvalid:
+            if f.source.url:
+                raise
+            mm = pa.memory_map(str(f.source.local_path(f.name)))
+            reader = pa.ipc.open_file(mm)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+    except FileNotFoundError:
+        raise NotFound(f"HF data file {where} does not exist") from None
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptData(f"HF data file {where} is corrupt or truncated: {e}") from None
+
+
+def convert_batch(
+    batch: pa.RecordBatch, features: dict[str, Any], images: str, where: str
+) -> pa.Table:
+    """One source batch -> a table batch (image columns mapped, extension types unwrapped)."""
+    fields, arrays = [], []
+    for i, field in enumerate(batch.schema):
+        name = column_name(field.name, where)
+        col = batch.column(i)
+        if isinstance(col.type, pa.ExtensionType):
+            col = col.storage
+        if _is_image(features.get(field.name), col.type):
+            raw = col.field("bytes")
+            if raw.null_count:
+                bad = next(j for j in range(len(raw)) if not raw[j].is_valid)
+                raise SchemaMismatch(
+                    f"{where}, row {bad}: image column {name!r} has no embedded bytes "
+                    "(only a path); save the dataset with embedded images"
+                )
+            if images == "decoded":
+                frames = [
+                    decode_image(b.as_py(), "", f"{where}, row {j}, column {name!r}")
+                    for j, b in enumerate(raw)
+                ]
+                shapes = {a.shape for a in frames}
+                if len(shapes) > 1:
+                    raise SchemaMismatch(
+                        f"{where}: image column {name!r} has several shapes {sorted(shapes)}; "
+                        "use images='encoded'"
+                    )
+                stack = np.stack(frames)
+                fields.append(tensor_field(name, stack.dtype, stack.shape[1:]))
+                arrays.append(tensor_array(stack))
+            else:
+                fields.append(pa.field(name, pa.large_binary()))
+                arrays.append(raw.cast(pa.large_binary()))
+            continue
+        fields.append(pa.field(name, col.type))
+        arrays.append(col)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def iter_batches(
+    files: Sequence[HfFile],
+    *,
+    images: str = "encoded",
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    threads: int | None = None,
+) -> Iterator[pa.Table]:
+    """Tables of the dataset's rows, file by file (zero-copy unless images are decoded)."""
+    if images not in ("encoded", "decoded"):
+        raise ValueError(f"images must be 'encoded' or 'decoded', got {images!r}")
+    state: dict[str, Any] = {"schema": None}
+
+    def batches() -> Iterator[tuple[pa.RecordBatch, dict[str, Any], str]]:
+        for f in files:
+            features: dict[str, Any] | None = None
+            for j, b in enumerate(file_batches(f, chunk_rows)):
+                if features is None:
+                    features = _features(b.schema)
+                    if not features and f.kind == "parquet":
+                        features = _features(pq.read_schema(_parquet_handle(f)))
+                yield b, features, f"HF file {f.describe()}, batch {j}"
+
+    def conv(item: tuple[pa.RecordBatch, dict[str, Any], str]) -> tuple[pa.Table, str]:
+        b, features, where = item
+        return convert_batch(b, features, images, where), where
+
+    for table, where in ordered_map(conv, batches(), threads if images == "decoded" else 1):
+        if state["schema"] is None:
+            state["schema"] = table.schema
+        elif not table.schema.equals(state["schema"]):
+            try:
+                table = table.cast(state["schema"])
+            except (pa.ArrowInvalid, ValueError, pa.ArrowNotImplementedError):
+                raise SchemaMismatch(
+                    f"{where}: columns {table.schema} differ from earlier files' "
+                    f"{state['schema']}"
+                ) from None
+        yield table
+
+
+def _parquet_handle(f: HfFile) -> Any:
+    if f.source.url:
+        return pa.BufferReader(f.source.read(f.name))
+    return str(f.source.local_path(f.name))
+
+
+def import_hf(
+    paths: Sequence[str] | str,
+    project: Any,
+    table: str,
+    *,
+    branch: str | None = None,
+    split: str | None = None,
+    images: str = "encoded",
+    storage_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
+    client: Any = None,
+    root: str | None = None,
+    progress: bool | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    allow_pickle: bool = False,
+) -> ImportResult:
+    """Import a ``save_to_disk`` folder (``split=`` for a DatasetDict) or parquet/arrow files.
+
+    One commit on ``branch``. ``allow_pickle`` is accepted for a uniform CLI; nothing in
+    these formats is ever unpickled.
+    """
+    del allow_pickle
+    files = resolve_files(paths, split, source_options)
+    br = resolve_branch(project, branch, client, root, storage_options)
+    sizes = [f.source.size(f.name) for f in files]
+    iid = import_id("hf", [f.describe() for f in files], sizes, {"images": images, "split": split})
+
+    def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
+        rows = 0
+        for t in iter_batches(files, images=images, chunk_rows=chunk_rows):
+            tw.append(t)
+            rows += t.num_rows
+            bar.update(t.num_rows)
+        return rows, 0, sum(sizes)
+
+    return run_import(
+        fmt="hf",
+        branch=br,
+        table=table,
+        iid=iid,
+        what=f"{len(files)} file(s) from {files[0].source.root}",
+        write=write,
+        total=None,
+        unit="row",
+        progress=progress,
+    )
