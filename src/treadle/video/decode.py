@@ -58,8 +58,10 @@ class Decoder:
             ctx: Any = av.CodecContext.create("h264", "r")
             ctx.thread_count = self.threads
             ctx.thread_type = "FRAME" if self.threads != 1 else "SLICE"
-            # Fail on detected bitstream errors instead of concealing them.
-            ctx.options = {"err_detect": "crccheck+bitstream+buffer+explode"}
+            # Stricter bitstream checks, but no "explode": open-GOP leading frames before
+            # the first keyframe of a window reference missing pictures by design (they are
+            # warm-up and dropped), and "explode" would turn them into errors.
+            ctx.options = {"err_detect": "crccheck+bitstream+buffer"}
             self._ctx = ctx
         return self._ctx
 
@@ -100,9 +102,11 @@ def verify_window(
 ) -> None:
     """Check the fetched range's length and every packet's crc32 against the index."""
     if len(data) != plan.nbytes:
+        cut = np.flatnonzero(plan.rel_offset + plan.size > len(data))
+        frame = int(plan.frames[cut[0]]) if len(cut) else int(plan.frames[-1])
         raise CorruptData(
-            f"{where}: stream is truncated: read {len(data)} bytes for frames "
-            f"{int(plan.frames.min())}..{int(plan.frames.max())}, expected {plan.nbytes}"
+            f"{where} frame {frame}: stream is truncated (read {len(data)} bytes of the "
+            f"{plan.nbytes} the window needs)"
         )
     if index.crc is None:
         return

@@ -18,6 +18,7 @@ from typing import Any
 
 import av
 import numpy as np
+from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from treadle.errors import VideoError
@@ -95,8 +96,7 @@ def _encode_yuv(
     for name, value in COLOUR_TAGS.items():
         setattr(ctx, name, value)
     params = (
-        f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0:open-gop=0:"
-        "repeat-headers=1:annexb=1"
+        f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1:annexb=1"
     )
     ctx.options = {"crf": str(crf), "preset": preset, "x264-params": params}
     packets: list[_Packet] = []
@@ -104,6 +104,8 @@ def _encode_yuv(
     try:
         for frame in frames:
             frame.pts = n
+            frame.time_base = ctx.time_base  # else PyAV rescales pts from the source's base
+            frame.pict_type = PictureType.NONE  # a decoded I picture would force an IDR
             n += 1
             packets.extend((bytes(p), p.pts, p.dts, p.is_keyframe) for p in ctx.encode(frame))
         packets.extend((bytes(p), p.pts, p.dts, p.is_keyframe) for p in ctx.encode(None))

@@ -125,9 +125,9 @@ class VideoReader:
             return self.store.get_ranges(ranges)
         except (NotFound, StorageError) as e:
             msg = str(e)
-            named = [
-                where_text(r.where) for r in requests if self.object_key(r.key) in msg
-            ] or [where_text(r.where) for r in requests[:1]]
+            named = [where_text(r.where) for r in requests if self.object_key(r.key) in msg] or [
+                where_text(r.where) for r in requests[:1]
+            ]
             raise type(e)(f"{named[0]}: {msg}") from None
 
     def _one(self, req: WindowRequest, plan: WindowPlan, data: bytes) -> Any:
@@ -174,7 +174,9 @@ class VideoReader:
         if self._pool is None or len(requests) == 1:
             outs = [self._one(r, p, d) for r, p, d in zip(requests, plans, datas)]
         else:
-            futures = [self._pool.submit(self._one, r, p, d) for r, p, d in zip(requests, plans, datas)]
+            futures = [
+                self._pool.submit(self._one, r, p, d) for r, p, d in zip(requests, plans, datas)
+            ]
             outs = []
             first_error: BaseException | None = None
             for f in futures:

@@ -111,9 +111,7 @@ class VideoFile:
             if not os.path.isfile(self.source):
                 raise VideoError(f"video file {os.fspath(self.source)!r} does not exist")
         else:
-            raise VideoError(
-                f"VideoFile takes a path or bytes, got {type(self.source).__name__}"
-            )
+            raise VideoError(f"VideoFile takes a path or bytes, got {type(self.source).__name__}")
         check_encoder(self.gop, self.crf, self.preset)
 
     @property

@@ -1,0 +1,61 @@
+"""Helpers for video tests and benchmarks: synthetic clips, reference decodes, test MP4s."""
+
+from __future__ import annotations
+
+import io
+from fractions import Fraction
+
+import av
+import numpy as np
+
+
+def synthetic_frames(t: int, h: int, w: int, seed: int = 0) -> np.ndarray:
+    """``uint8 [t, h, w, 3]``: moving gradients plus a little noise (P-frames carry data)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    ts = np.arange(t)[:, None, None]
+    r = (x[None] * 2 + ts * 3) % 256
+    g = (y[None] * 2 + ts * 5) % 256
+    b = ((x + y)[None] + ts * 7) % 256
+    frames = np.stack([r, g, b], axis=-1).astype(np.int16)
+    frames += rng.integers(-8, 9, frames.shape, dtype=np.int16)
+    return np.clip(frames, 0, 255).astype(np.uint8)
+
+
+def reference_decode(data: bytes, fmt: str | None = None) -> np.ndarray:
+    """Sequential decode of a whole file (FFmpeg demuxer + decoder), RGB, display order."""
+    with av.open(io.BytesIO(data), format=fmt) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    return np.stack(frames)
+
+
+def reference_frames(data: bytes, fmt: str | None = None) -> list[av.VideoFrame]:
+    """Sequential decode, the frames themselves (for resize references)."""
+    with av.open(io.BytesIO(data), format=fmt) as c:
+        return list(c.decode(video=0))
+
+
+def make_mp4(
+    frames: np.ndarray,
+    *,
+    codec: str = "libx264",
+    fps: int = 30,
+    options: dict[str, str] | None = None,
+    fmt: str = "mp4",
+) -> bytes:
+    """Mux ``frames`` into an MP4/MKV with ``codec`` (e.g. libx264 with B-frames, mpeg4)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as c:
+        s = c.add_stream(codec, rate=Fraction(fps))
+        s.width, s.height = frames.shape[2], frames.shape[1]
+        s.pix_fmt = "yuv420p"
+        if options:
+            s.options = options
+        for i, f in enumerate(frames):
+            vf = av.VideoFrame.from_ndarray(f, format="rgb24")
+            vf.pts = i
+            for p in s.encode(vf):
+                c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+    return buf.getvalue()
