@@ -75,13 +75,19 @@ def workers() -> int:
 
 
 def column_name(name: str, where: str) -> str:
-    """``name`` if it is a safe column name, else :class:`InvalidName` naming ``where``."""
-    if not isinstance(name, str) or not _COLUMN.fullmatch(name) or ".." in name:
+    """The table column for a source column ``name``.
+
+    Lance refuses ``.`` in top-level field names, so dots become ``_``
+    (``observation.images.top`` -> ``observation_images_top``, a WebDataset member
+    ``seg.png`` -> ``seg_png``). Anything else unsafe raises :class:`InvalidName`.
+    """
+    out = name.replace(".", "_") if isinstance(name, str) else name
+    if not isinstance(out, str) or not _COLUMN.fullmatch(out):
         raise InvalidName(
             f"{where}: column name {name!r} is not allowed (1-128 of A-Z a-z 0-9 . _ -, "
-            "starting with a letter or digit, no '..')"
+            "starting with a letter or digit)"
         )
-    return name
+    return out
 
 
 # -- sources ------------------------------------------------------------------------------

@@ -87,7 +87,9 @@ def _folder_files(src: Source, split: str | None, prefix: str = "") -> list[HfFi
         try:
             splits = json.loads(src.read(rel("dataset_dict.json")))["splits"]
         except (ValueError, KeyError, TypeError) as e:
-            raise CorruptData(f"{src.describe(rel('dataset_dict.json'))}: malformed ({e})") from None
+            raise CorruptData(
+                f"{src.describe(rel('dataset_dict.json'))}: malformed ({e})"
+            ) from None
         if split is None:
             if len(splits) == 1:
                 split = splits[0]
@@ -245,8 +247,7 @@ def iter_batches(
                 table = table.cast(state["schema"])
             except (pa.ArrowInvalid, ValueError, pa.ArrowNotImplementedError):
                 raise SchemaMismatch(
-                    f"{where}: columns {table.schema} differ from earlier files' "
-                    f"{state['schema']}"
+                    f"{where}: columns {table.schema} differ from earlier files' {state['schema']}"
                 ) from None
         yield table
 

@@ -341,9 +341,7 @@ def _ndarray(args: str, b: memoryview) -> np.ndarray:
     return np.frombuffer(b[i:], dtype).reshape(shape)
 
 
-def decode_sample(
-    sample: memoryview, shard: MdsShard, where: str, images: str
-) -> dict[str, Any]:
+def decode_sample(sample: memoryview, shard: MdsShard, where: str, images: str) -> dict[str, Any]:
     """One raw sample -> ``{column: value}``."""
     sizes: list[int] = []
     pos = 0
@@ -362,7 +360,9 @@ def decode_sample(
     out: dict[str, Any] = {}
     for col, enc, size in zip(shard.columns, shard.encodings, sizes):
         try:
-            out[col] = decode_value(enc, sample[pos : pos + size], f"{where}, column {col!r}", images)
+            out[col] = decode_value(
+                enc, sample[pos : pos + size], f"{where}, column {col!r}", images
+            )
         except (CorruptData, UnsupportedFormat):
             raise
         except Exception as e:
@@ -392,6 +392,7 @@ def iter_batches(
         for shard in shards
         for lo in range(0, max(shard.samples, 1), chunk_rows)
     ]
+
     def run(task: tuple[MdsShard, int, int, bytes]) -> tuple[list[str], list[dict[str, Any]]]:
         shard, lo, hi, data = task
         where_shard = source.describe(shard.raw_name)

@@ -1,0 +1,488 @@
+"""Import a LeRobot dataset (codebase v3.0, and v2.1/v2.0) as a time-indexed table.
+
+Layouts read (from LeRobot's ``datasets/utils.py``):
+
+- **v3.0** — ``meta/info.json`` (``codebase_version``, ``fps``, ``features``,
+  ``data_path``, ``video_path``); ``meta/episodes/chunk-*/file-*.parquet`` (one row per
+  episode: ``episode_index``, ``length``, ``data/chunk_index``, ``data/file_index``,
+  ``videos/<key>/chunk_index|file_index|from_timestamp|to_timestamp``);
+  ``meta/tasks.parquet``; ``data/chunk-*/file-*.parquet`` holding the frames of many
+  episodes; ``videos/<key>/chunk-*/file-*.mp4`` holding many episodes one after the
+  other (an episode is the span ``[from_timestamp, to_timestamp)`` of its file).
+- **v2.1** — ``meta/episodes.jsonl``, ``meta/tasks.jsonl``,
+  ``data/chunk-XXX/episode_XXXXXX.parquet`` and
+  ``videos/chunk-XXX/<key>/episode_XXXXXX.mp4`` (one file per episode and camera).
+
+Each episode becomes one ``append_episode`` (rows ``episode``, ``frame``, then every
+feature; a ``task`` string column when the dataset has tasks). Each camera
+(``dtype: video``) becomes a video column: a v2.1 episode file goes in whole as
+``td.VideoFile`` (H.264 is remuxed without re-encoding; other codecs, such as
+LeRobot's default AV1, are re-encoded by the video layer); a v3.0 episode is cut out of
+its shared file by decoding the frames whose timestamps fall in the episode's span and
+passing them as ``td.VideoFrames`` (the video layer cannot cut a file yet).
+
+Checks, each a clear error naming the episode: ``timestamp`` must equal
+``frame_index / fps`` within ``tolerance_s``; each camera must have exactly one frame
+per row, at ``from_timestamp + timestamp`` (within ``tolerance_s`` or half a frame,
+whichever is larger).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.importers._common import (
+    ImportResult,
+    Progress,
+    Source,
+    UnsupportedFormat,
+    column_name,
+    decode_image,
+    import_id,
+    ordered_map,
+    resolve_branch,
+    run_import,
+)
+
+SUPPORTED = ("v3.0", "v2.1", "v2.0")
+DEFAULT_V3_DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+DEFAULT_V3_VIDEO = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+DEFAULT_V2_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+DEFAULT_V2_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+
+
+@dataclass
+class Episode:
+    """One episode's metadata."""
+
+    index: int
+    length: int
+    data_file: str
+    video_files: dict[str, str] = field(default_factory=dict)
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass
+class LeRobotMeta:
+    """What ``meta/`` says about the dataset."""
+
+    version: str
+    fps: float
+    features: dict[str, Any]
+    cameras: list[str]
+    images: list[str]
+    tasks: dict[int, str]
+    episodes: list[Episode]
+
+
+def read_meta(source: Source) -> LeRobotMeta:
+    """Parse ``meta/`` of a v3.0 or v2.1 dataset (:class:`UnsupportedFormat` otherwise)."""
+    where = source.describe("meta/info.json")
+    try:
+        info = json.loads(source.read("meta/info.json"))
+    except NotFound:
+        raise NotFound(f"not a LeRobot dataset: {where} does not exist") from None
+    except ValueError as e:
+        raise CorruptData(f"{where} is not valid JSON: {e}") from None
+    version = info.get("codebase_version")
+    if version not in SUPPORTED:
+        raise UnsupportedFormat(
+            f"{where}: LeRobot codebase_version {version!r} is not supported "
+            f"(supported: {', '.join(SUPPORTED)})"
+        )
+    try:
+        fps = float(info["fps"])
+        features = dict(info["features"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptData(f"{where}: missing or bad 'fps'/'features' ({e})") from None
+    if fps <= 0:
+        raise CorruptData(f"{where}: fps must be positive, got {fps}")
+    cameras = [k for k, f in features.items() if f.get("dtype") == "video"]
+    images = [k for k, f in features.items() if f.get("dtype") == "image"]
+    if version == "v3.0":
+        tasks = _tasks_v3(source)
+        episodes = _episodes_v3(source, info, cameras)
+    else:
+        tasks = _tasks_v2(source)
+        episodes = _episodes_v2(source, info, cameras)
+    return LeRobotMeta(version, fps, features, cameras, images, tasks, episodes)
+
+
+def _tasks_v3(source: Source) -> dict[int, str]:
+    if not source.exists("meta/tasks.parquet"):
+        return {}
+    t = pq.read_table(pa.BufferReader(source.read("meta/tasks.parquet")))
+    names = t.column_names
+    task_col = (
+        "task" if "task" in names else next((n for n in names if n.startswith("__index")), None)
+    )
+    if task_col is None or "task_index" not in names:
+        raise CorruptData(f"{source.describe('meta/tasks.parquet')}: no task/task_index columns")
+    return {int(i): str(s) for i, s in zip(t["task_index"].to_pylist(), t[task_col].to_pylist())}
+
+
+def _tasks_v2(source: Source) -> dict[int, str]:
+    if not source.exists("meta/tasks.jsonl"):
+        return {}
+    out = {}
+    for line in source.read("meta/tasks.jsonl").decode().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out[int(d["task_index"])] = str(d["task"])
+    return out
+
+
+def _episodes_v3(source: Source, info: dict[str, Any], cameras: list[str]) -> list[Episode]:
+    files = [n for n in source.list("meta/episodes") if n.endswith(".parquet")]
+    if not files:
+        raise NotFound(f"LeRobot v3.0 dataset {source.root} has no meta/episodes/*.parquet")
+    data_path = info.get("data_path") or DEFAULT_V3_DATA
+    video_path = info.get("video_path") or DEFAULT_V3_VIDEO
+    out: list[Episode] = []
+    for name in files:
+        t = pq.read_table(pa.BufferReader(source.read(name)))
+        rows = t.to_pylist()
+        for r in rows:
+            try:
+                ep = int(r["episode_index"])
+                e = Episode(
+                    ep,
+                    int(r["length"]),
+                    data_path.format(
+                        chunk_index=int(r["data/chunk_index"]),
+                        file_index=int(r["data/file_index"]),
+                    ),
+                )
+                for cam in cameras:
+                    e.video_files[cam] = video_path.format(
+                        video_key=cam,
+                        chunk_index=int(r[f"videos/{cam}/chunk_index"]),
+                        file_index=int(r[f"videos/{cam}/file_index"]),
+                    )
+                    e.spans[cam] = (
+                        float(r[f"videos/{cam}/from_timestamp"]),
+                        float(r[f"videos/{cam}/to_timestamp"]),
+                    )
+            except (KeyError, TypeError, ValueError) as err:
+                raise CorruptData(
+                    f"{source.describe(name)}: episode row is missing {err}"
+                ) from None
+            out.append(e)
+    out.sort(key=lambda e: e.index)
+    return out
+
+
+def _episodes_v2(source: Source, info: dict[str, Any], cameras: list[str]) -> list[Episode]:
+    if not source.exists("meta/episodes.jsonl"):
+        raise NotFound(f"LeRobot {info.get('codebase_version')} dataset has no meta/episodes.jsonl")
+    chunks = int(info.get("chunks_size") or 1000)
+    data_path = info.get("data_path") or DEFAULT_V2_DATA
+    video_path = info.get("video_path") or DEFAULT_V2_VIDEO
+    out = []
+    for line in source.read("meta/episodes.jsonl").decode().splitlines():
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        ep = int(d["episode_index"])
+        e = Episode(
+            ep,
+            int(d["length"]),
+            data_path.format(episode_chunk=ep // chunks, episode_index=ep),
+        )
+        for cam in cameras:
+            e.video_files[cam] = video_path.format(
+                episode_chunk=ep // chunks, video_key=cam, episode_index=ep
+            )
+        out.append(e)
+    out.sort(key=lambda e: e.index)
+    return out
+
+
+# -- frames -------------------------------------------------------------------------------
+
+
+class _DataFiles:
+    """The data parquet file of the current episode(s); one file in memory at a time."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self.name: str | None = None
+        self.table: pa.Table | None = None
+        self.episodes: np.ndarray | None = None
+
+    def rows(self, ep: Episode) -> pa.Table:
+        if self.name != ep.data_file:
+            try:
+                raw = self.source.read(ep.data_file)
+            except NotFound:
+                raise NotFound(
+                    f"episode {ep.index}: data file {self.source.describe(ep.data_file)} is missing"
+                ) from None
+            try:
+                self.table = pq.read_table(pa.BufferReader(raw))
+            except (pa.ArrowInvalid, OSError) as e:
+                raise CorruptData(
+                    f"episode {ep.index}: data file {self.source.describe(ep.data_file)} is "
+                    f"corrupt: {e}"
+                ) from None
+            self.name = ep.data_file
+            self.episodes = self.table["episode_index"].to_numpy()
+        assert self.table is not None and self.episodes is not None
+        idx = np.flatnonzero(self.episodes == ep.index)
+        t = self.table.take(pa.array(idx))
+        if "frame_index" in t.column_names:
+            t = t.sort_by("frame_index")
+        return t
+
+
+def check_timestamps(ts: np.ndarray, fi: np.ndarray, fps: float, ep: int, tol: float) -> None:
+    """``timestamp == frame_index / fps`` (within ``tol``), and frames ``0..T-1``."""
+    if fi.size and not np.array_equal(fi, np.arange(fi.size)):
+        bad = int(np.flatnonzero(fi != np.arange(fi.size))[0])
+        raise CorruptData(
+            f"episode {ep}: frame_index is not 0..{fi.size - 1} (row {bad} has {fi[bad]})"
+        )
+    drift = np.abs(ts.astype(np.float64) - np.arange(ts.size) / fps)
+    if drift.size and drift.max() > tol:
+        k = int(np.argmax(drift > tol))
+        raise CorruptData(
+            f"episode {ep}: timestamp drifts from frame_index/fps at frame {k}: "
+            f"{float(ts[k]):.6f}s, expected {k / fps:.6f}s at {fps:g} fps "
+            f"(drift {drift[k]:.6f}s > tolerance {tol}s)"
+        )
+
+
+def decode_span(
+    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
+) -> np.ndarray:
+    """Decode the ``count`` frames at ``start + k/fps`` from an MP4 (``uint8 [T, H, W, 3]``)."""
+    import io
+
+    import av
+
+    half = max(tol, 0.5 / fps)
+    want = start + np.arange(count) / fps
+    out: list[np.ndarray | None] = [None] * count
+    try:
+        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
+            stream = c.streams.video[0]
+            stream.thread_type = "AUTO"
+            tb = float(stream.time_base)
+            if start > 0:
+                c.seek(int(max(0.0, start - half) / tb), stream=stream, backward=True)
+            for frame in c.decode(stream):
+                if frame.pts is None:
+                    continue
+                t = frame.pts * tb
+                if t < start - half:
+                    continue
+                if t >= want[-1] + half:
+                    break
+                k = int(round((t - start) * fps))
+                if 0 <= k < count and abs(t - want[k]) <= half and out[k] is None:
+                    out[k] = frame.to_ndarray(format="rgb24")
+    except av.error.FFmpegError as e:
+        raise CorruptData(f"{where}: cannot decode video: {e}") from None
+    missing = [k for k, f in enumerate(out) if f is None]
+    if missing:
+        got = count - len(missing)
+        raise CorruptData(
+            f"{where}: video has {got} frames for the episode's {count} rows (no frame at "
+            f"{want[missing[0]]:.4f}s for row {missing[0]})"
+        )
+    return np.stack(out)  # type: ignore[arg-type]
+
+
+def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
+    """Video frames (packets) in a file and its codec, without decoding."""
+    import io
+
+    import av
+
+    try:
+        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
+            s = c.streams.video[0]
+            n = sum(1 for p in c.demux(s) if p.size)
+            return n, s.codec_context.name
+    except av.error.FFmpegError as e:
+        raise CorruptData(f"{where}: cannot read video: {e}") from None
+
+
+def iter_episodes(
+    source: Source,
+    meta: LeRobotMeta,
+    *,
+    images: str = "encoded",
+    tolerance_s: float = 1e-4,
+    threads: int | None = None,
+) -> Iterator[tuple[str, dict[str, Any], int]]:
+    """``(episode name, columns for append_episode, bytes read)`` per episode, in order.
+
+    Video decoding of upcoming episodes runs on a thread pool while earlier ones are written.
+    """
+    from treadle.video import VideoFile, VideoFrames
+
+    files = _DataFiles(source)
+
+    def load(ep: Episode) -> tuple[Episode, pa.Table]:
+        return ep, files.rows(ep)
+
+    def build(item: tuple[Episode, pa.Table]) -> tuple[str, dict[str, Any], int]:
+        ep, t = item
+        name = f"episode_{ep.index:06d}"
+        if t.num_rows != ep.length:
+            raise CorruptData(
+                f"episode {ep.index}: {t.num_rows} rows in {source.describe(ep.data_file)}, "
+                f"meta says length {ep.length}"
+            )
+        if t.num_rows == 0:
+            raise CorruptData(f"episode {ep.index} has no rows")
+        ts = t["timestamp"].to_numpy() if "timestamp" in t.column_names else None
+        fi = t["frame_index"].to_numpy() if "frame_index" in t.column_names else None
+        if ts is not None:
+            check_timestamps(
+                ts, fi if fi is not None else np.arange(len(ts)), meta.fps, ep.index, tolerance_s
+            )
+        else:
+            ts = np.arange(t.num_rows) / meta.fps
+        cols: dict[str, Any] = {}
+        nbytes = t.nbytes
+        for c in t.column_names:
+            col = column_name(c, f"LeRobot episode {ep.index}")
+            cols[col] = _column(
+                t[c].combine_chunks(), meta.features.get(c), c in meta.images, images, ep.index, c
+            )
+        if meta.tasks and "task_index" in t.column_names and "task" not in cols:
+            cols["task"] = [meta.tasks.get(int(i), "") for i in t["task_index"].to_numpy()]
+        for cam in meta.cameras:
+            col = column_name(cam, f"LeRobot episode {ep.index}")
+            vname = ep.video_files[cam]
+            where = f"episode {ep.index}, camera {cam!r} ({source.describe(vname)})"
+            try:
+                data: bytes | str = (
+                    str(source.local_path(vname)) if not source.url else source.read(vname)
+                )
+                if not source.url and not source.exists(vname):
+                    raise NotFound(vname)
+            except NotFound:
+                raise NotFound(f"{where}: video file is missing") from None
+            nbytes += len(data) if isinstance(data, bytes) else 0
+            if meta.version == "v3.0":
+                start, _end = ep.spans[cam]
+                frames = decode_span(
+                    data, start + float(ts[0]), t.num_rows, meta.fps, tolerance_s, where
+                )
+                cols[col] = VideoFrames(frames, fps=meta.fps)
+            else:
+                n, _codec = count_frames(data, where)
+                if n != t.num_rows:
+                    raise CorruptData(
+                        f"{where}: video has {n} frames for the episode's {t.num_rows} rows"
+                    )
+                cols[col] = VideoFile(data)
+        return name, cols, nbytes
+
+    def loaded() -> Iterator[tuple[Episode, pa.Table]]:
+        for ep in meta.episodes:
+            yield load(ep)
+
+    yield from ordered_map(build, loaded(), threads)
+
+
+def _column(col: pa.Array, feature: Any, is_image: bool, images: str, ep: int, name: str) -> Any:
+    if isinstance(col.type, pa.ExtensionType):
+        col = col.storage
+    if is_image and pa.types.is_struct(col.type):
+        raw = col.field("bytes")
+        if images == "decoded":
+            return np.stack(
+                [
+                    decode_image(b.as_py(), "", f"episode {ep}, {name!r}, frame {j}")
+                    for j, b in enumerate(raw)
+                ]
+            )
+        return raw.cast(pa.large_binary())
+    if (
+        pa.types.is_list(col.type)
+        or pa.types.is_fixed_size_list(col.type)
+        or pa.types.is_large_list(col.type)
+    ):
+        shape = tuple((feature or {}).get("shape") or ())
+        flat = col.flatten()
+        while pa.types.is_list(flat.type) or pa.types.is_fixed_size_list(flat.type):
+            flat = flat.flatten()
+        try:
+            arr = flat.to_numpy(zero_copy_only=False)
+            return arr.reshape((len(col), *shape)) if shape else arr.reshape(len(col), -1)
+        except (ValueError, pa.ArrowInvalid) as e:
+            raise SchemaMismatch(
+                f"episode {ep}: feature {name!r} does not have shape {list(shape)}: {e}"
+            ) from None
+    return col
+
+
+def import_lerobot(
+    src: str,
+    project: Any,
+    table: str,
+    *,
+    branch: str | None = None,
+    images: str = "encoded",
+    tolerance_s: float = 1e-4,
+    storage_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
+    client: Any = None,
+    root: str | None = None,
+    progress: bool | None = None,
+    allow_pickle: bool = False,
+) -> ImportResult:
+    """Import a LeRobot v3.0 / v2.1 dataset folder (or URL) into ``table``; one commit.
+
+    ``tolerance_s`` bounds timestamp drift (LeRobot's own default, 1e-4 s).
+    ``allow_pickle`` is accepted for a uniform CLI; LeRobot data is never unpickled.
+    """
+    del allow_pickle
+    source = Source(str(src).rstrip("/"), source_options)
+    meta = read_meta(source)
+    br = resolve_branch(project, branch, client, root, storage_options)
+    names = sorted({e.data_file for e in meta.episodes}) + sorted(
+        {f for e in meta.episodes for f in e.video_files.values()}
+    )
+    sizes = [source.size(n) if source.exists(n) else -1 for n in names]
+    iid = import_id(
+        "lerobot",
+        [source.describe(n) for n in names],
+        sizes,
+        {"images": images, "tolerance_s": tolerance_s},
+    )
+
+    def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
+        rows = eps = nbytes = 0
+        for name, cols, n in iter_episodes(source, meta, images=images, tolerance_s=tolerance_s):
+            tw.append_episode(cols, episode=name)
+            first = next(iter(cols.values()))
+            rows += len(first)
+            eps += 1
+            nbytes += n
+            bar.update(1)
+        return rows, eps, sum(s for s in sizes if s > 0)
+
+    return run_import(
+        fmt="lerobot",
+        branch=br,
+        table=table,
+        iid=iid,
+        what=f"{meta.version} dataset {source.root} ({len(meta.episodes)} episodes)",
+        write=write,
+        total=len(meta.episodes),
+        unit="episode",
+        progress=progress,
+    )

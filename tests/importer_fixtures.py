@@ -1,0 +1,371 @@
+"""Fixtures for the import tests, written with each format's own writer.
+
+- WebDataset: ``webdataset.ShardWriter``; MDS: ``streaming.MDSWriter``; Hugging Face:
+  ``datasets.Dataset.save_to_disk``.
+- LeRobot: its writer (lerobot 0.4.4) needs torchcodec/CUDA torchvision to read back and
+  is not installed here, so datasets are written from LeRobot's documented on-disk layout
+  (``src/lerobot/datasets/utils.py``: ``meta/info.json``, ``meta/episodes/...parquet``,
+  ``meta/tasks.parquet``, ``data/chunk-*/file-*.parquet``, ``videos/<key>/chunk-*/file-*.mp4``
+  for v3.0; ``meta/episodes.jsonl``, ``data/chunk-000/episode_*.parquet``,
+  ``videos/chunk-000/<key>/episode_*.mp4`` for v2.1) with real H.264 MP4s made by PyAV.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+_TV_DONE = False
+
+
+def import_streaming() -> Any:
+    """``import streaming`` on CPU torch.
+
+    PyPI's torchvision is a CUDA build whose ops are missing on CPU torch; defining the two
+    op schemas it registers first (``nms``, ``qnms``) lets ``import torchvision`` (and so
+    ``import streaming``) succeed. Test-only workaround, never in the library.
+    """
+    global _TV_DONE
+    import torch
+
+    if not _TV_DONE:
+        try:
+            lib = torch.library.Library("torchvision", "FRAGMENT")
+            lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            import_streaming._lib = lib  # type: ignore[attr-defined]  # keep it alive
+        except RuntimeError:
+            pass  # already defined (a real torchvision build, or a second call)
+        _TV_DONE = True
+    import streaming
+
+    return streaming
+
+
+def png_bytes(a: np.ndarray) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(a).save(out, format="PNG")
+    return out.getvalue()
+
+
+def jpeg_bytes(a: np.ndarray) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(a).save(out, format="JPEG")
+    return out.getvalue()
+
+
+# -- WebDataset ---------------------------------------------------------------------------------
+
+
+def make_wds(folder: Path, n: int = 60, per_shard: int = 25, seed: int = 0, size: int = 16) -> str:
+    """Shards ``shard-000000.tar ...`` with jpg/png/cls/json/npy/txt members; returns a brace pattern."""
+    import webdataset as wds
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    with wds.ShardWriter(str(folder / "shard-%06d.tar"), maxcount=per_shard, verbose=0) as w:
+        for i in range(n):
+            img = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
+            w.write(
+                {
+                    "__key__": f"sample{i:05d}",
+                    "png": png_bytes(img),
+                    "cls": i % 10,
+                    "json": {"id": i, "score": float(i) / 7, "tags": ["a", "b"][: 1 + i % 2]},
+                    "npy": rng.random(7).astype(np.float32),
+                    "txt": f"caption {i}",
+                }
+            )
+    count = (n + per_shard - 1) // per_shard
+    return str(folder / f"shard-{{000000..{count - 1:06d}}}.tar")
+
+
+# -- MDS ------------------------------------------------------------------------------------------
+
+MDS_COLUMNS = {
+    "image": "png",
+    "photo": "jpeg",
+    "raw": "pil",
+    "action": "ndarray:float32:7",
+    "state": "ndarray",
+    "label": "int",
+    "small": "uint8",
+    "score": "float32",
+    "name": "str",
+    "count": "str_int",
+    "meta": "json",
+    "blob": "bytes",
+}
+
+
+def make_mds(
+    folder: Path,
+    n: int = 80,
+    compression: str | None = "zstd",
+    seed: int = 0,
+    size_limit: int = 1 << 15,
+) -> str:
+    """An MDS dataset written by ``streaming.MDSWriter``; returns its folder."""
+    from PIL import Image
+
+    streaming = import_streaming()
+    rng = np.random.default_rng(seed)
+    with streaming.MDSWriter(
+        out=str(folder), columns=MDS_COLUMNS, compression=compression, size_limit=size_limit
+    ) as w:
+        for i in range(n):
+            a = rng.integers(0, 255, (12, 12, 3), dtype=np.uint8)
+            w.write(
+                {
+                    "image": Image.fromarray(a),
+                    "photo": Image.fromarray(a),
+                    "raw": Image.fromarray(a),
+                    "action": rng.random(7).astype(np.float32),
+                    "state": rng.random((2, 3)),
+                    "label": i,
+                    "small": i % 256,
+                    "score": float(i) / 3,
+                    "name": f"item-{i}",
+                    "count": i * 11,
+                    "meta": {"i": i, "odd": bool(i % 2)},
+                    "blob": bytes([i % 256]) * (1 + i % 5),
+                }
+            )
+    return str(folder)
+
+
+# -- Hugging Face ---------------------------------------------------------------------------------
+
+
+def make_hf(folder: Path, n: int = 40, seed: int = 0, shard_size: str = "4KB") -> str:
+    """A ``datasets.Dataset`` with Image/ClassLabel/Sequence/string columns, saved to disk."""
+    import datasets
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    feats = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "label": datasets.ClassLabel(names=["cat", "dog", "bird"]),
+            "action": datasets.Sequence(datasets.Value("float32"), length=4),
+            "text": datasets.Value("string"),
+            "score": datasets.Value("float64"),
+        }
+    )
+    ds = datasets.Dataset.from_dict(
+        {
+            "image": [
+                Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)) for _ in range(n)
+            ],
+            "label": [i % 3 for i in range(n)],
+            "action": rng.random((n, 4)).astype(np.float32).tolist(),
+            "text": [f"row {i}" for i in range(n)],
+            "score": rng.random(n).tolist(),
+        },
+        features=feats,
+    )
+    ds.save_to_disk(str(folder), max_shard_size=shard_size)
+    return str(folder)
+
+
+# -- LeRobot ----------------------------------------------------------------------------------------
+
+
+def encode_mp4(path: Path, frames: np.ndarray, fps: int, gop: int = 10) -> None:
+    """H.264 MP4 of ``frames`` (THWC uint8) with PyAV; pts = frame number at ``1/fps``."""
+    import av
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width, s.height = frames.shape[2], frames.shape[1]
+        s.pix_fmt = "yuv420p"
+        s.options = {"g": str(gop), "bf": "0", "crf": "18"}
+        for f in frames:
+            for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+
+
+def decode_mp4(path: Path) -> np.ndarray:
+    """Every frame of an MP4 as rgb24, in display order (PyAV)."""
+    import av
+
+    with av.open(str(path)) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+
+def _frames(rng: np.random.Generator, n: int, h: int = 32, w: int = 32) -> np.ndarray:
+    base = rng.integers(0, 255, (1, h, w, 3), dtype=np.uint8)
+    drift = (np.arange(n, dtype=np.int32)[:, None, None, None] * 5) % 255
+    return ((base.astype(np.int32) + drift) % 255).astype(np.uint8)
+
+
+def _features(cams: list[str], h: int, w: int, fps: int) -> dict[str, Any]:
+    feats: dict[str, Any] = {
+        "observation.state": {"dtype": "float32", "shape": [6], "names": None},
+        "action": {"dtype": "float32", "shape": [6], "names": None},
+        "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+        "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+        "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+        "index": {"dtype": "int64", "shape": [1], "names": None},
+        "task_index": {"dtype": "int64", "shape": [1], "names": None},
+    }
+    for cam in cams:
+        feats[cam] = {
+            "dtype": "video",
+            "shape": [h, w, 3],
+            "names": ["height", "width", "channels"],
+            "info": {"video.fps": fps, "video.codec": "h264", "video.pix_fmt": "yuv420p"},
+        }
+    return feats
+
+
+def _episode_table(ep: int, n: int, start: int, fps: int, rng: np.random.Generator) -> pa.Table:
+    return pa.table(
+        {
+            "observation.state": pa.array(
+                rng.random((n, 6)).astype(np.float32).tolist(), pa.list_(pa.float32())
+            ),
+            "action": pa.array(
+                rng.random((n, 6)).astype(np.float32).tolist(), pa.list_(pa.float32())
+            ),
+            "timestamp": pa.array((np.arange(n) / fps).astype(np.float32)),
+            "frame_index": pa.array(np.arange(n, dtype=np.int64)),
+            "episode_index": pa.array(np.full(n, ep, dtype=np.int64)),
+            "index": pa.array(np.arange(start, start + n, dtype=np.int64)),
+            "task_index": pa.array(np.full(n, ep % 2, dtype=np.int64)),
+        }
+    )
+
+
+def make_lerobot_v3(
+    root: Path,
+    lengths: tuple[int, ...] = (12, 9, 15),
+    fps: int = 10,
+    cams: tuple[str, ...] = ("observation.images.top",),
+    seed: int = 0,
+) -> dict[str, Any]:
+    """A LeRobot v3.0 dataset: all episodes in one data file and one MP4 per camera.
+
+    Returns what was written: ``{"tables": [per-episode pa.Table], "frames": {cam: [THWC]}}``.
+    """
+    rng = np.random.default_rng(seed)
+    h = w = 32
+    tasks = ["pick the cube", "place the cube"]
+    tables, frames = [], {c: [] for c in cams}
+    start = 0
+    ep_rows = []
+    for ep, n in enumerate(lengths):
+        t = _episode_table(ep, n, start, fps, rng)
+        tables.append(t)
+        row: dict[str, Any] = {
+            "episode_index": ep,
+            "tasks": [tasks[ep % 2]],
+            "length": n,
+            "data/chunk_index": 0,
+            "data/file_index": 0,
+            "dataset_from_index": start,
+            "dataset_to_index": start + n,
+            "meta/episodes/chunk_index": 0,
+            "meta/episodes/file_index": 0,
+        }
+        t0 = start / fps
+        for cam in cams:
+            frames[cam].append(_frames(rng, n, h, w))
+            row[f"videos/{cam}/chunk_index"] = 0
+            row[f"videos/{cam}/file_index"] = 0
+            row[f"videos/{cam}/from_timestamp"] = t0
+            row[f"videos/{cam}/to_timestamp"] = t0 + n / fps
+        ep_rows.append(row)
+        start += n
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
+    (root / "data" / "chunk-000").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.concat_tables(tables), root / "data/chunk-000/file-000.parquet")
+    pq.write_table(pa.Table.from_pylist(ep_rows), root / "meta/episodes/chunk-000/file-000.parquet")
+    pq.write_table(
+        pa.table({"task_index": [0, 1], "__index_level_0__": tasks}), root / "meta/tasks.parquet"
+    )
+    for cam in cams:
+        encode_mp4(root / f"videos/{cam}/chunk-000/file-000.mp4", np.concatenate(frames[cam]), fps)
+    info = {
+        "codebase_version": "v3.0",
+        "robot_type": "test",
+        "total_episodes": len(lengths),
+        "total_frames": start,
+        "total_tasks": 2,
+        "chunks_size": 1000,
+        "data_files_size_in_mb": 100,
+        "video_files_size_in_mb": 200,
+        "fps": fps,
+        "splits": {"train": f"0:{len(lengths)}"},
+        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+        "features": _features(list(cams), h, w, fps),
+    }
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+    return {"tables": tables, "frames": frames, "tasks": tasks, "fps": fps}
+
+
+def make_lerobot_v21(
+    root: Path,
+    lengths: tuple[int, ...] = (10, 7),
+    fps: int = 10,
+    cams: tuple[str, ...] = ("observation.images.wrist",),
+    seed: int = 1,
+) -> dict[str, Any]:
+    """A LeRobot v2.1 dataset: one parquet and one MP4 per episode (and camera)."""
+    rng = np.random.default_rng(seed)
+    h = w = 32
+    tasks = ["pick", "place"]
+    tables, frames = [], {c: [] for c in cams}
+    start = 0
+    eps = []
+    for ep, n in enumerate(lengths):
+        t = _episode_table(ep, n, start, fps, rng)
+        tables.append(t)
+        (root / "data/chunk-000").mkdir(parents=True, exist_ok=True)
+        pq.write_table(t, root / f"data/chunk-000/episode_{ep:06d}.parquet")
+        for cam in cams:
+            f = _frames(rng, n, h, w)
+            frames[cam].append(f)
+            encode_mp4(root / f"videos/chunk-000/{cam}/episode_{ep:06d}.mp4", f, fps)
+        eps.append({"episode_index": ep, "tasks": [tasks[ep % 2]], "length": n})
+        start += n
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    (root / "meta/episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
+    (root / "meta/tasks.jsonl").write_text(
+        "".join(json.dumps({"task_index": i, "task": t}) + "\n" for i, t in enumerate(tasks))
+    )
+    info = {
+        "codebase_version": "v2.1",
+        "robot_type": "test",
+        "total_episodes": len(lengths),
+        "total_frames": start,
+        "total_tasks": 2,
+        "total_videos": len(lengths) * len(cams),
+        "total_chunks": 1,
+        "chunks_size": 1000,
+        "fps": fps,
+        "splits": {"train": f"0:{len(lengths)}"},
+        "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
+        "features": _features(list(cams), h, w, fps),
+    }
+    (root / "meta/info.json").write_text(json.dumps(info, indent=2))
+    return {"tables": tables, "frames": frames, "tasks": tasks, "fps": fps}
