@@ -1,0 +1,112 @@
+"""``treadle import {webdataset,mds,lerobot,hf} SRC... --project P --table T``.
+
+Wire with ``treadle.importers.cli.register(subparsers)`` in the main CLI; each
+sub-command sets ``args.func`` to a function taking ``args`` and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from treadle.errors import TreadleError
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``import`` command (with one sub-command per format) to ``subparsers``."""
+    p = subparsers.add_parser(
+        "import",
+        help="convert WebDataset / MDS / LeRobot / Hugging Face data into a table (one commit)",
+        description="Import a dataset into a table of a project, as one commit. Re-running "
+        "after a crash is safe: nothing is committed until the end, and an import already "
+        "committed is not repeated.",
+    )
+    sub = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
+    helps = {
+        "webdataset": "tar shards: paths, folders, s3://... URLs, brace patterns",
+        "mds": "MosaicML Streaming folder or URL with index.json",
+        "lerobot": "LeRobot dataset root (v3.0 or v2.1)",
+        "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
+    }
+    for fmt, h in helps.items():
+        sp = sub.add_parser(fmt, help=h, description=h)
+        sp.add_argument("src", nargs="+", metavar="SRC")
+        sp.add_argument("--project", required=True)
+        sp.add_argument("--table", required=True)
+        sp.add_argument("--branch", default=None, help="default: main")
+        sp.add_argument("--root", default=None, help="treadle root (default $TREADLE_ROOT)")
+        sp.add_argument(
+            "--allow-pickle",
+            action="store_true",
+            help="unpickle .pyd/.pickle/.pth members and MDS pkl columns (runs code from the "
+            "data: only for data you trust)",
+        )
+        sp.add_argument(
+            "--images",
+            choices=["encoded", "decoded"],
+            default="encoded",
+            help="keep images encoded (bytes) or store uint8 [H,W,3] tensors",
+        )
+        if fmt == "hf":
+            sp.add_argument("--split", default=None, help="split of a DatasetDict")
+        if fmt == "lerobot":
+            sp.add_argument("--tolerance-s", type=float, default=1e-4)
+        sp.add_argument("--no-progress", action="store_true")
+        sp.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``treadle import`` command; prints a JSON summary, returns an exit code."""
+    from treadle import importers
+
+    common: dict[str, Any] = {
+        "branch": args.branch,
+        "root": args.root,
+        "images": args.images,
+        "allow_pickle": args.allow_pickle,
+        "progress": False if args.no_progress else None,
+    }
+    try:
+        if args.format == "webdataset":
+            res = importers.webdataset(args.src, args.project, args.table, **common)
+        elif args.format == "hf":
+            res = importers.hf(args.src, args.project, args.table, split=args.split, **common)
+        else:
+            if len(args.src) != 1:
+                print(f"treadle import {args.format}: give exactly one SRC", file=sys.stderr)
+                return 2
+            if args.format == "mds":
+                res = importers.mds(args.src[0], args.project, args.table, **common)
+            else:
+                res = importers.lerobot(
+                    args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
+                )
+    except TreadleError as e:
+        print(f"treadle import {args.format}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    summary = {
+        "commit": res.commit.short_id if res.commit is not None else None,
+        "table": res.table,
+        "rows": res.rows,
+        "episodes": res.episodes,
+        "seconds": round(res.seconds, 3),
+        "import_id": res.import_id,
+        "already_imported": res.skipped,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m treadle.importers.cli import ...``) until cli.py wires it."""
+    parser = argparse.ArgumentParser(prog="treadle")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
