@@ -1,1 +1,48 @@
-"""treadle.gpu."""
+"""treadle.gpu: NVDEC decode, the fused NV12 -> tensor kernel, and CPU fallback.
+
+The loader calls :func:`select_backend` once with its device; the backend's
+``video_reader(store, prefix=...)`` reads :class:`treadle.video.WindowRequest` batches,
+either into tensors on the GPU (:class:`NvdecBackend`) or into host memory
+(:class:`CpuBackend`). Importing this package needs no GPU, CUDA or Triton.
+"""
+
+from treadle.gpu.backend import (
+    CpuBackend,
+    GpuFallbackWarning,
+    GpuUnavailable,
+    NvdecBackend,
+    select_backend,
+    warn_once,
+)
+from treadle.gpu.colour import Colour, colour_from_annexb, parse_sps, sps_from_annexb
+from treadle.gpu.decode import GpuVideoReader, NvdecDecoder, decode_window_to
+from treadle.gpu.transform import (
+    SWS_PARITY_FLAGS,
+    OutputSpec,
+    chroma_mode_for,
+    convert,
+    nv12_convert,
+    reference_convert,
+)
+
+__all__ = [
+    "SWS_PARITY_FLAGS",
+    "Colour",
+    "CpuBackend",
+    "GpuFallbackWarning",
+    "GpuUnavailable",
+    "GpuVideoReader",
+    "NvdecBackend",
+    "NvdecDecoder",
+    "OutputSpec",
+    "chroma_mode_for",
+    "colour_from_annexb",
+    "convert",
+    "decode_window_to",
+    "nv12_convert",
+    "parse_sps",
+    "reference_convert",
+    "select_backend",
+    "sps_from_annexb",
+    "warn_once",
+]

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Kr, Kb per matrix (ITU-T H.273 MatrixCoefficients / AVColorSpace values).
+# Kr, Kb per matrix (ITU-T H.273 MatrixCoefficients / AVColorSpace values). The same
+# choice as the CPU path (treadle.video.encode.src_colorspace): BT.709, BT.2020 (NCL
+# coefficients for both 9 and 10), SMPTE 240M, and BT.601 for everything else.
+_BT601 = (0.299, 0.114)
 _KR_KB = {
     1: (0.2126, 0.0722),  # BT.709
-    4: (0.30, 0.11),  # FCC
-    5: (0.299, 0.114),  # BT.470BG (BT.601 625)
-    6: (0.299, 0.114),  # SMPTE 170M (BT.601 525)
     7: (0.212, 0.087),  # SMPTE 240M
     9: (0.2627, 0.0593),  # BT.2020 non-constant luminance
+    10: (0.2627, 0.0593),  # BT.2020 constant luminance: converted as NCL, as swscale does
 }
-_MATRIX_NAMES = {"bt601": 6, "bt709": 1, "fcc": 4, "smpte240m": 7, "bt2020": 9}
+_MATRIX_NAMES = {"bt601": 6, "bt709": 1, "smpte240m": 7, "bt2020": 9}
 
 # AVChromaLocation -> (horizontal, vertical) position of chroma sample (0, 0) in luma
 # pixels: chroma sample (i, j) sits at luma (2i + dx, 2j + dy). Same table as
@@ -44,8 +45,8 @@ AVCHROMA_LOC_CENTER = 2
 class Colour:
     """How to turn this stream's YUV into RGB.
 
-    ``matrix`` is an ITU-T H.273 / AVColorSpace code (1 = BT.709, 5/6 = BT.601, 2 =
-    unspecified -> BT.601 as FFmpeg does); ``full_range`` is True for JPEG range
+    ``matrix`` is an ITU-T H.273 / AVColorSpace code (1 = BT.709, 7 = SMPTE 240M,
+    9/10 = BT.2020; anything else, untagged included, is BT.601 as on the CPU path); ``full_range`` is True for JPEG range
     (0-255 luma) and False for limited range (16-235 luma, 16-240 chroma);
     ``chroma_loc`` is an AVChromaLocation code (0 = unspecified -> center, as
     FFmpeg's scaler assumes for frames that carry no location).
@@ -57,7 +58,7 @@ class Colour:
 
     @classmethod
     def named(cls, matrix: str, *, full_range: bool = False, chroma_loc: int = 1) -> Colour:
-        """``Colour.named("bt709")``; matrices: bt601, bt709, fcc, smpte240m, bt2020."""
+        """``Colour.named("bt709")``; matrices: bt601, bt709, smpte240m, bt2020."""
         try:
             return cls(_MATRIX_NAMES[matrix], full_range, chroma_loc)
         except KeyError:
@@ -65,7 +66,7 @@ class Colour:
 
     @property
     def kr_kb(self) -> tuple[float, float]:
-        return _KR_KB.get(self.matrix, _KR_KB[6])
+        return _KR_KB.get(self.matrix, _BT601)
 
     @property
     def siting(self) -> tuple[float, float]:

@@ -7,20 +7,29 @@ set before this module is imported), which is how the CPU test suite runs it.
 Each program writes ``BLOCK`` output pixels of one frame: for each pixel it gathers the
 luma taps (``KLY x KLX``) and chroma taps (``KCY x KCX``) from the tap tables built by
 :func:`treadle.gpu.transform.filter_taps`, applies the matrix, rounds to uint8 and
-either stores that or ``(q / 255 - mean) / std`` in the output dtype. Planes and output
+either stores that or ``q * (1 / (255 * std)) - mean / std`` in the output dtype. Planes and output
 are addressed through strides, so a pitched NVDEC surface, NV12's interleaved chroma
 and a slice of the batch tensor all work without copies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
 import torch
 import triton
 import triton.language as tl
 
 from treadle.gpu.colour import Colour
+
+
+@triton.jit
+def _to_bf16(x):
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
@@ -59,17 +68,18 @@ def _yuv420_kernel(
     gu,
     gv,
     bu,
-    m0,
-    m1,
-    m2,
-    s0,
-    s1,
-    s2,
+    a0,
+    a1,
+    a2,
+    c0,
+    c1,
+    c2,
     KLY: tl.constexpr,
     KLX: tl.constexpr,
     KCY: tl.constexpr,
     KCX: tl.constexpr,
     OUT_UINT8: tl.constexpr,
+    OUT_BF16: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -127,19 +137,30 @@ def _yuv420_kernel(
         tl.store(ob + so_c, g.to(tl.uint8), mask=mask)
         tl.store(ob + 2 * so_c, bl.to(tl.uint8), mask=mask)
     else:
-        # IEEE division (not the approximate one) so results match torch's.
-        r = tl.math.div_rn(tl.math.div_rn(r, 255.0) - m0, s0)
-        g = tl.math.div_rn(tl.math.div_rn(g, 255.0) - m1, s1)
-        bl = tl.math.div_rn(tl.math.div_rn(bl, 255.0) - m2, s2)
-        ty = out_ptr.dtype.element_ty
-        tl.store(ob, r.to(ty), mask=mask)
-        tl.store(ob + so_c, g.to(ty), mask=mask)
-        tl.store(ob + 2 * so_c, bl.to(ty), mask=mask)
+        # q * (1 / (255 * std)) + (-mean / std), as the CPU path computes it.
+        r = r * a0 + c0
+        g = g * a1 + c1
+        bl = bl * a2 + c2
+        if OUT_BF16:
+            # Round to nearest even by hand: the interpreter truncates in .to(bfloat16).
+            tl.store(ob, _to_bf16(r), mask=mask)
+            tl.store(ob + so_c, _to_bf16(g), mask=mask)
+            tl.store(ob + 2 * so_c, _to_bf16(bl), mask=mask)
+        else:
+            ty = out_ptr.dtype.element_ty
+            tl.store(ob, r.to(ty), mask=mask)
+            tl.store(ob + so_c, g.to(ty), mask=mask)
+            tl.store(ob + 2 * so_c, bl.to(ty), mask=mask)
+
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# The interpreter patches triton.language globally while a kernel runs: one at a time.
+_interpreter_lock = threading.Lock()
 
 
 def _block() -> int:
     # The interpreter runs each program as numpy ops: big blocks mean few programs.
-    return 4096 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") else 256
+    return 4096 if _INTERPRET else 256
 
 
 def launch(y, u, v, out, spec, colour: Colour, taps) -> None:
@@ -152,9 +173,68 @@ def launch(y, u, v, out, spec, colour: Colour, taps) -> None:
         _, _, h, w = out.shape
         so_t, so_c, so_h, so_w = out.stride()
     ys, yo, cs, rv, gu, gv, bu = colour.rgb_coefficients()
-    (m0, m1, m2), (s0, s1, s2) = spec.norm()
+    (a0, a1, a2), (c0, c1, c2) = spec.affine()
     block = _block()
     grid = (triton.cdiv(h * w, block), t)
+    with _interpreter_lock if _INTERPRET else contextlib.nullcontext():
+        _launch(
+            grid,
+            y,
+            u,
+            v,
+            out,
+            taps,
+            so_t,
+            so_h,
+            so_w,
+            so_c,
+            h,
+            w,
+            ys,
+            yo,
+            cs,
+            rv,
+            gu,
+            gv,
+            bu,
+            a0,
+            a1,
+            a2,
+            c0,
+            c1,
+            c2,
+            block,
+        )
+
+
+def _launch(
+    grid,
+    y,
+    u,
+    v,
+    out,
+    taps,
+    so_t,
+    so_h,
+    so_w,
+    so_c,
+    h,
+    w,
+    ys,
+    yo,
+    cs,
+    rv,
+    gu,
+    gv,
+    bu,
+    a0,
+    a1,
+    a2,
+    c0,
+    c1,
+    c2,
+    block,
+):
     _yuv420_kernel[grid](
         y,
         u,
@@ -180,16 +260,17 @@ def launch(y, u, v, out, spec, colour: Colour, taps) -> None:
         gu,
         gv,
         bu,
-        m0,
-        m1,
-        m2,
-        s0,
-        s1,
-        s2,
+        a0,
+        a1,
+        a2,
+        c0,
+        c1,
+        c2,
         KLY=taps.luma_y[0].shape[1],
         KLX=taps.luma_x[0].shape[1],
         KCY=taps.chroma_y[0].shape[1],
         KCX=taps.chroma_x[0].shape[1],
         OUT_UINT8=out.dtype == torch.uint8,
+        OUT_BF16=out.dtype == torch.bfloat16,
         BLOCK=block,
     )

@@ -20,9 +20,10 @@ The maths is the one FFmpeg's scaler (swscale) uses with
   filter centre is shifted accordingly (FFmpeg >= 8 honours the frame's location).
 * YUV -> RGB with the stream's matrix (BT.601/709/...) and range (limited/full), in
   float32, then ``floor(x + 0.5)`` clamped to 0..255: this is the uint8 output.
-* Float outputs are computed from that uint8 value, ``(q / 255 - mean) / std``, so a
-  float batch equals the CPU path's ``rgb24 -> float`` batch whenever the uint8 values
-  agree.
+* Float outputs are computed from that uint8 value as the CPU path does,
+  ``q * float32(1 / (255 * std)) + float32(-mean / std)``, so a float batch equals the
+  CPU path's whenever the uint8 values agree (on a GPU the compiler may fuse the
+  multiply-add: then within 1 ulp).
 
 Measured against PyAV/swscale with :data:`SWS_PARITY_FLAGS` (tests/test_gpu_transform.py):
 max abs diff 1 (uint8) at native size and when resizing, for BT.601/709, limited/full
@@ -94,9 +95,37 @@ class OutputSpec:
         h, w = self.out_hw(height, width)
         return (h, w, 3) if self.layout == "THWC" else (3, h, w)
 
-    def norm(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        """(mean, std) per channel applied after ``/ 255`` (identity when unset)."""
-        return (self.mean or (0.0, 0.0, 0.0), self.std or (1.0, 1.0, 1.0))
+    def affine(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """(scale, shift) per channel: float output = ``q * scale + shift`` for uint8 ``q``.
+
+        ``scale = 1 / (255 * std)`` and ``shift = -mean / std``, computed in float64 and
+        rounded to float32, exactly as the CPU path (:func:`treadle.video.finish_window`).
+        """
+        mean = torch.tensor(self.mean or (0.0, 0.0, 0.0), dtype=torch.float64)
+        std = torch.tensor(self.std or (1.0, 1.0, 1.0), dtype=torch.float64)
+        scale = (1.0 / (255.0 * std)).to(torch.float32).tolist()
+        shift = (-mean / std).to(torch.float32).tolist()
+        return tuple(scale), tuple(shift)
+
+
+def chroma_mode_for(interpolation: int | str | None) -> str:
+    """The chroma mode that reproduces swscale run with PyAV ``interpolation`` flags.
+
+    ``"full"`` when ``FULL_CHR_H_INT`` is set (within 1 level when ``ACCURATE_RND`` is
+    set too), else ``"sws_default"``. Accepts an int / ``Interpolation`` flag, a name
+    such as ``"BILINEAR"``, names joined by ``|``, or None (PyAV's default, BILINEAR).
+    """
+    if interpolation is None:
+        return "sws_default"
+    if isinstance(interpolation, str):
+        from av.video.reformatter import Interpolation
+
+        flags = 0
+        for name in interpolation.split("|"):
+            flags |= int(Interpolation[name.strip().upper()])
+    else:
+        flags = int(interpolation)
+    return "full" if flags & 8192 else "sws_default"
 
 
 # --- resampling taps --------------------------------------------------------------------
@@ -274,10 +303,10 @@ def reference_convert(
     if spec.dtype == "uint8":
         res = q.to(torch.uint8)
     else:
-        mean, std = spec.norm()
-        m = torch.tensor(mean, dtype=torch.float32, device=q.device)[None, :, None, None]
-        s = torch.tensor(std, dtype=torch.float32, device=q.device)[None, :, None, None]
-        res = ((q / 255.0 - m) / s).to(spec.torch_dtype)
+        scale, shift = spec.affine()
+        a = torch.tensor(scale, dtype=torch.float32, device=q.device)[None, :, None, None]
+        c = torch.tensor(shift, dtype=torch.float32, device=q.device)[None, :, None, None]
+        res = (q * a + c).to(spec.torch_dtype)
     if spec.layout == "THWC":
         res = res.permute(0, 2, 3, 1)
     out4.copy_(res)
