@@ -77,7 +77,7 @@ class FakeClient:
         client = self
 
         class _P:
-            def table_at(self, table, version):
+            def table_at(self, table, version, commit_id=None):
                 return client.tables[(name, table, version)]
 
         return _P()

@@ -138,14 +138,15 @@ class Plan:
     def from_record(cls, record: RunRecord | str | dict[str, Any], client: Any) -> Plan:
         """Rebuild a plan from its run record, re-opening each table at its recorded version.
 
-        Branch heads are not consulted: ``client.project(p, create=False).table_at(name, v)``.
+        Branch heads are not consulted:
+        ``client.project(p, create=False).table_at(name, version, commit_id=commit)``.
         """
         if not isinstance(record, RunRecord):
             record = RunRecord.from_json(record)
         project = client.project(record.project, create=False)
         tables = []
         for entry in record.tables:
-            table = project.table_at(entry.name, entry.version)
+            table = project.table_at(entry.name, entry.version, commit_id=entry.commit)
             if int(table.num_moments) != entry.num_moments:
                 raise PlanError(
                     f"table {entry.name!r} @ version {entry.version} has {table.num_moments} "

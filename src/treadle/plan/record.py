@@ -20,7 +20,8 @@ Layout (``to_json()``; keys sorted)::
 ``components[i].table`` indexes ``tables``. ``windows`` is ``Windows.to_json()``, or null for
 "every column at the moment itself". ``weight`` is what the user asked for; the normalised
 weight actually used is ``weight_quantised / weight_denominator``. ``branch`` is null for a
-table that was pinned explicitly (``TableRef.at(...)``).
+table that was pinned explicitly (``TableRef.at(...)``); ``commit`` is null for a table pinned
+by Lance version alone.
 
 ``run_id`` is the first 16 hex digits of the sha256 of the canonical JSON (sorted keys, no
 spaces) of what determines batches: algorithm, project, for each component its table name and
@@ -68,7 +69,7 @@ class TableEntry:
 
     name: str
     branch: str | None
-    commit: str
+    commit: str | None
     version: int
     num_moments: int
     num_episodes: int
@@ -210,14 +211,16 @@ class RunRecord:
             if not isinstance(t, dict):
                 raise PlanError(f"{where} must be an object")
             _keys(t, _TABLE_KEYS, _TABLE_KEYS, where)
-            branch = t["branch"]
+            branch, commit = t["branch"], t["commit"]
             if branch is not None and not isinstance(branch, str):
                 raise PlanError(f"{where} field 'branch' must be a string or null")
+            if commit is not None and (not isinstance(commit, str) or not commit):
+                raise PlanError(f"{where} field 'commit' must be a commit id or null")
             tables.append(
                 TableEntry(
                     name=_str(t, "name", where),
                     branch=branch,
-                    commit=_str(t, "commit", where),
+                    commit=commit,
                     version=_int(t, "version", where),
                     num_moments=_int(t, "num_moments", where),
                     num_episodes=_int(t, "num_episodes", where),
