@@ -372,34 +372,38 @@ _AV_CODEC = {"jpg": "mjpeg", "jpeg": "mjpeg", "png": "png", "webp": "webp", "bmp
 def decode_image(data: bytes, ext: str, where: str) -> np.ndarray:
     """Encoded image bytes -> ``uint8 [H, W, 3]`` RGB (``[H, W]`` kept for 8-bit grey).
 
-    Uses FFmpeg (PyAV) for JPEG/PNG/WebP/BMP and Pillow, when installed, for the rest.
+    Pillow decodes when it is installed (the decoder WebDataset, MDS and ``datasets``
+    use, so decoded pixels equal theirs exactly, JPEG included); otherwise FFmpeg
+    (PyAV, a treadle dependency) decodes JPEG/PNG/WebP/BMP.
     """
     ext = ext.lower().rsplit(".", 1)[-1]
-    codec = _AV_CODEC.get(ext) or _sniff(data)
-    if codec is not None:
-        import av
-
-        try:
-            ctx = av.CodecContext.create(codec, "r")
-            frames = ctx.decode(av.Packet(bytes(data)))
-            if not frames:
-                frames = ctx.decode(None)
-            frame = frames[0]
-            if frame.format.name in ("gray", "gray8"):
-                return frame.to_ndarray()
-            return frame.to_ndarray(format="rgb24")
-        except Exception as e:  # FFmpeg errors are many types
-            raise CorruptData(f"{where}: cannot decode {ext} image: {e}") from None
     try:
         from PIL import Image
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise SchemaMismatch(f"{where}: decoding .{ext} images needs Pillow") from None
+    except ImportError:
+        Image = None  # noqa: N806
+    if Image is not None:
+        try:
+            img = Image.open(io.BytesIO(bytes(data)))
+            img = img.convert("L" if img.mode in ("L", "1") else "RGB")
+            return np.asarray(img)
+        except Exception as e:
+            raise CorruptData(f"{where}: cannot decode {ext or 'image'}: {e}") from None
+    codec = _AV_CODEC.get(ext) or _sniff(data)
+    if codec is None:
+        raise SchemaMismatch(f"{where}: decoding .{ext} images needs Pillow")
+    import av
+
     try:
-        img = Image.open(io.BytesIO(data))
-        img = img.convert("L" if img.mode in ("L", "1") else "RGB")
-        return np.asarray(img)
-    except Exception as e:
-        raise CorruptData(f"{where}: cannot decode {ext} image: {e}") from None
+        ctx = av.CodecContext.create(codec, "r")
+        frames = ctx.decode(av.Packet(bytes(data)))
+        if not frames:
+            frames = ctx.decode(None)
+        frame = frames[0]
+        if frame.format.name in ("gray", "gray8"):
+            return frame.to_ndarray()
+        return frame.to_ndarray(format="rgb24")
+    except Exception as e:  # FFmpeg errors are many types
+        raise CorruptData(f"{where}: cannot decode {ext or 'image'}: {e}") from None
 
 
 def _sniff(data: bytes) -> str | None:

@@ -219,21 +219,14 @@ def decompress(algo: str, data: bytes, raw_size: int, where: str) -> bytes:
 
 def load_shard(source: Source, shard: MdsShard) -> bytes:
     """The raw (decompressed) bytes of a shard, checked against the index."""
-    name = shard.zip_name if shard.zip_name and not source.exists(shard.raw_name) else None
+    candidates = [shard.raw_name] + ([shard.zip_name] if shard.zip_name else [])
+    name = next((n for n in candidates if source.exists(n)), None)
     if name is None:
-        where = source.describe(shard.raw_name)
-        try:
-            data = source.read(shard.raw_name)
-        except NotFound:
-            if shard.zip_name:
-                raise NotFound(
-                    f"MDS shard {shard.index} is missing: neither {where} nor "
-                    f"{source.describe(shard.zip_name)} exists"
-                ) from None
-            raise NotFound(f"MDS shard {shard.index} is missing: {where} does not exist") from None
-    else:
-        where = source.describe(name)
-        data = source.read(name)
+        files = " nor ".join(source.describe(n) for n in candidates)
+        raise NotFound(f"MDS shard {shard.index} listed in index.json is missing: no {files}")
+    where = source.describe(name)
+    data = source.read(name)
+    if name != shard.raw_name:
         if shard.zip_bytes is not None and len(data) != shard.zip_bytes:
             raise CorruptData(
                 f"MDS shard {where} has {len(data)} bytes, index.json says {shard.zip_bytes}"
