@@ -1,0 +1,122 @@
+"""Hugging Face import: save_to_disk folders, DatasetDicts, parquet; round trip vs ``datasets``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from importer_fixtures import make_hf
+from treadle.catalog import Client
+from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.importers import hf as import_hf
+from treadle.table.tensors import to_numpy
+
+datasets = pytest.importorskip("datasets")
+
+
+@pytest.fixture
+def client(local_root):
+    return Client(local_root)
+
+
+def _check_rows(t, ref, *, decoded: bool):
+    rows = t.to_arrow(["label", "text", "score"]).to_pylist()
+    action = to_numpy(t.to_arrow(["action"]).column("action"), t.schema.field("action"))
+    assert len(rows) == len(ref)
+    raw = ref.cast_column("image", datasets.Image(decode=False))
+    if decoded:
+        images = to_numpy(t.to_arrow(["image"]).column("image"), t.schema.field("image"))
+    else:
+        images = t.to_arrow(["image"]).column("image").to_pylist()
+    for i, g in enumerate(rows):
+        r = ref[i]
+        assert g["label"] == r["label"] and g["text"] == r["text"] and g["score"] == r["score"]
+        np.testing.assert_array_equal(action[i], np.asarray(r["action"], np.float32))
+        if decoded:
+            np.testing.assert_array_equal(images[i], np.asarray(r["image"]))
+        else:
+            assert images[i] == raw[i]["image"]["bytes"]
+
+
+@pytest.mark.parametrize("images", ["encoded", "decoded"])
+def test_save_to_disk_round_trip(tmp_path, client, images):
+    folder = make_hf(tmp_path / "ds", n=40)
+    assert len(list(Path(folder).glob("*.arrow"))) > 1  # several shards
+    res = import_hf(folder, client.project("p"), "t", images=images, progress=False)
+    assert res.rows == 40
+    t = client.project("p").branch("main").table("t").pin()
+    _check_rows(t, datasets.load_from_disk(folder), decoded=images == "decoded")
+
+
+def test_zero_copy_batches_from_memory_map(tmp_path):
+    import pyarrow as pa
+
+    from treadle.importers.hf import iter_batches, resolve_files
+
+    n = 200_000
+    ds = datasets.Dataset.from_dict(
+        {"a": np.arange(n, dtype=np.float64), "b": np.arange(n, dtype=np.int64)}
+    )
+    ds.save_to_disk(str(tmp_path / "plain"))
+    files = resolve_files(str(tmp_path / "plain"))
+    before = pa.total_allocated_bytes()
+    tables = list(iter_batches(files))
+    grown = pa.total_allocated_bytes() - before
+    assert sum(t.num_rows for t in tables) == n
+    assert sum(t.nbytes for t in tables) >= 16 * n
+    # Batches point into the memory-mapped file: the Arrow pool barely grows.
+    assert grown < 16 * n // 20, grown
+
+
+def test_dataset_dict_split_and_parquet(tmp_path, client):
+    folder = make_hf(tmp_path / "single", n=20)
+    ds = datasets.load_from_disk(folder)
+    dd = datasets.DatasetDict({"train": ds, "test": ds.select(range(5))})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    import_hf(str(tmp_path / "dd"), client.project("p"), "test", split="test", progress=False)
+    assert client.project("p").branch("main").table("test").num_moments == 5
+    with pytest.raises(NotFound, match="nope"):
+        import_hf(str(tmp_path / "dd"), client.project("p"), "x", split="nope", progress=False)
+
+    ds.to_parquet(str(tmp_path / "data.parquet"))
+    import_hf(str(tmp_path / "data.parquet"), client.project("p"), "pq", progress=False)
+    t = client.project("p").branch("main").table("pq").pin()
+    _check_rows(t, ds, decoded=False)
+
+
+def test_truncated_arrow_file_nothing_committed(tmp_path, client):
+    folder = make_hf(tmp_path / "ds", n=40)
+    f = sorted(Path(folder).glob("*.arrow"))[1]
+    f.write_bytes(f.read_bytes()[:-200])
+    with pytest.raises(CorruptData, match=f.name):
+        import_hf(folder, client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+
+
+def test_files_with_different_columns(tmp_path, client):
+    a = datasets.Dataset.from_dict({"x": [1, 2]})
+    b = datasets.Dataset.from_dict({"y": ["a"]})
+    a.to_parquet(str(tmp_path / "a.parquet"))
+    b.to_parquet(str(tmp_path / "b.parquet"))
+    with pytest.raises(SchemaMismatch, match="b.parquet"):
+        import_hf(
+            [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")],
+            client.project("p"),
+            "t",
+            progress=False,
+        )
+    assert client.project("p").branch("main").tables() == []
+
+
+def test_state_json_path_escaping_is_refused(tmp_path, client):
+    import json
+
+    folder = make_hf(tmp_path / "ds", n=10)
+    state = Path(folder, "state.json")
+    s = json.loads(state.read_text())
+    s["_data_files"][0]["filename"] = "../../etc/passwd"
+    state.write_text(json.dumps(s))
+    with pytest.raises(Exception, match="escapes"):
+        import_hf(folder, client.project("p"), "t", progress=False)
