@@ -190,3 +190,27 @@ def test_arrow_layout_round_trip(clip):
     other = tv.index_to_arrow("media/t/y.h264", s)
     with pytest.raises(VideoError, match="more than one stream"):
         tv.index_from_arrow(pa.concat_arrays([arr, other]))
+
+
+@pytest.mark.parametrize("bframes", [0, 2])
+def test_raw_annexb_file_is_indexed_by_decoding(bframes):
+    frames = synthetic_frames(30, 48, 64, seed=4)
+    params = f"bframes={bframes}:keyint=10:min-keyint=10:scenecut=0"
+    src = tv.from_container(make_mp4(frames, options={"preset": "ultrafast", "x264-params": params}))
+    raw = tv.encode_value(tv.VideoFile(src.data, fps=15))  # a bare .h264: no timestamps
+    assert raw.data == src.data
+    assert np.array_equal(raw.index.decode, src.index.decode)
+    assert np.array_equal(raw.index.key, src.index.key)
+    assert np.array_equal(raw.index.pts, np.arange(30)) and raw.meta.fps == 15.0
+
+
+def test_av1_input_is_reencoded():
+    frames = synthetic_frames(24, 64, 64, seed=9)
+    av1 = make_mp4(frames, codec="libsvtav1", options={"preset": "11", "g": "2"})
+    with av.open(io.BytesIO(av1)) as c:
+        assert c.streams.video[0].codec_context.name in ("libdav1d", "av1")
+    s = tv.from_container(av1, gop=12, crf=10, preset="ultrafast")
+    assert s.meta.codec == "h264" and s.num_frames == 24
+    assert np.flatnonzero(s.index.key).tolist() == [0, 12]
+    diff = np.abs(reference_decode(av1).astype(int) - reference_decode(s.data, "h264"))
+    assert diff.mean() < 4

@@ -8,6 +8,7 @@ index records it exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import os
@@ -37,7 +38,9 @@ def encode_value(value: VideoFrames | VideoFile | EncodedStream) -> EncodedStrea
             value.frames, fps=value.fps, gop=value.gop, crf=value.crf, preset=value.preset
         )
     if isinstance(value, VideoFile):
-        return from_container(value.source, gop=value.gop, crf=value.crf, preset=value.preset)
+        return from_container(
+            value.source, fps=value.fps, gop=value.gop, crf=value.crf, preset=value.preset
+        )
     raise VideoError(
         f"a video column takes td.VideoFrames or td.VideoFile, got {type(value).__name__}"
     )
@@ -169,6 +172,7 @@ def _build(packets: list[_Packet], meta: StreamMeta, where: str) -> EncodedStrea
 def from_container(
     source: str | os.PathLike[str] | bytes,
     *,
+    fps: float | None = None,
     gop: int = 30,
     crf: int = 23,
     preset: str = "medium",
@@ -178,9 +182,12 @@ def from_container(
     H.264 is remuxed to Annex-B with ``h264_mp4toannexb`` (bit-exact, no re-encode; SPS/PPS
     are inserted before any keyframe that lacks them). Other codecs are decoded and
     re-encoded to H.264 (``gop``/``crf``/``preset``; timestamps become ``0..N-1`` at the
-    stream's average rate). Anything FFmpeg cannot open or decode raises :class:`VideoError`.
+    stream's average rate). A raw Annex-B ``.h264`` file (no timestamps) is indexed by one
+    decode pass. ``fps`` overrides the container's rate (raw streams have none; FFmpeg
+    guesses 25). Anything FFmpeg cannot open or decode raises :class:`VideoError`.
     """
     gop, crf, preset = check_encoder(gop, crf, preset)
+    fps = None if fps is None else check_fps(fps)
     label = f"<{len(source)} bytes>" if isinstance(source, bytes) else repr(os.fspath(source))
     try:
         container = av.open(io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source))
@@ -193,12 +200,12 @@ def from_container(
         stream = streams[0]
         codec = stream.codec_context.name if stream.codec_context else None
         if codec == "h264":
-            result = _remux_h264(container, stream, label)
+            result = _remux_h264(container, stream, label, fps)
             _check_decodes(result, label)
             return result
         if codec is None:
             raise VideoError(f"video {label}: unknown codec")
-        return _reencode(container, stream, label, gop=gop, crf=crf, preset=preset)
+        return _reencode(container, stream, label, fps=fps, gop=gop, crf=crf, preset=preset)
     except av.FFmpegError as e:
         raise VideoError(f"cannot read video {label}: {e}") from None
     finally:
@@ -257,7 +264,7 @@ def _nal_units(data: bytes) -> list[tuple[int, bytes]]:
     return units
 
 
-def _remux_h264(container: Any, stream: Any, label: str) -> EncodedStream:
+def _remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> EncodedStream:
     try:
         bsf = av.BitStreamFilterContext("h264_mp4toannexb", in_stream=stream)
     except (av.FFmpegError, ValueError) as e:
@@ -287,7 +294,33 @@ def _remux_h264(container: Any, stream: Any, label: str) -> EncodedStream:
             continue
         take(bsf.filter(pkt))
     take(bsf.filter(None))
-    return _build(packets, _meta(stream, len(packets), _fps(stream)), where=f"video {label}")
+    meta = _meta(stream, len(packets), fps or _fps(stream))
+    if packets and any(p is None for _, p, _, _ in packets):
+        # A raw elementary stream has no timestamps: the decoder's output order is the
+        # display order, so number the packets in decode order and decode once.
+        packets = _timestamps_by_decoding(packets, label)
+        meta = dataclasses.replace(meta, time_base=1 / _rate(meta.fps))
+    return _build(packets, meta, where=f"video {label}")
+
+
+def _timestamps_by_decoding(packets: list[_Packet], label: str) -> list[_Packet]:
+    ctx: Any = av.CodecContext.create("h264", "r")
+    shown: list[int] = []
+    try:
+        for d, (b, _, _, _) in enumerate(packets):
+            pkt = av.Packet(b)
+            pkt.pts = d
+            shown.extend(int(f.pts) for f in ctx.decode(pkt))
+        shown.extend(int(f.pts) for f in ctx.decode(None))
+    except av.FFmpegError as e:
+        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
+    if sorted(shown) != list(range(len(packets))):
+        raise VideoError(
+            f"video {label}: raw H.264 without timestamps decodes to {len(shown)} pictures "
+            f"for {len(packets)} packets"
+        )
+    rank = {d: i for i, d in enumerate(shown)}
+    return [(b, rank[d], d, k) for d, (b, _, _, k) in enumerate(packets)]
 
 
 def _check_decodes(stream: EncodedStream, label: str) -> None:
@@ -313,7 +346,14 @@ def _check_decodes(stream: EncodedStream, label: str) -> None:
 
 
 def _reencode(
-    container: Any, stream: Any, label: str, *, gop: int, crf: int, preset: str
+    container: Any,
+    stream: Any,
+    label: str,
+    *,
+    fps: float | None,
+    gop: int,
+    crf: int,
+    preset: str,
 ) -> EncodedStream:
     cc = stream.codec_context
     width, height = int(cc.width), int(cc.height)
@@ -340,7 +380,7 @@ def _reencode(
             raise VideoError(f"video {label}: cannot decode {cc.name}: {e}") from None
 
     out = _encode_yuv(
-        yuv(), width=width, height=height, fps=_fps(stream), gop=gop, crf=crf, preset=preset
+        yuv(), width=width, height=height, fps=fps or _fps(stream), gop=gop, crf=crf, preset=preset
     )
     if out.num_frames == 0:
         raise VideoError(f"video {label}: no frames decoded")

@@ -95,9 +95,11 @@ class VideoFile:
     H.264 is remuxed to Annex-B without re-encoding; any other codec FFmpeg can decode
     (AV1, VP9, HEVC, MPEG-4, ...) is decoded and re-encoded to H.264 with ``gop``,
     ``crf`` and ``preset`` (one stored codec keeps one decode path, CPU and GPU).
+    ``fps`` overrides the file's frame rate (a raw ``.h264`` stream has none).
     """
 
     source: str | os.PathLike[str] | bytes
+    fps: float | None = None
     gop: int = 30
     crf: int = 23
     preset: str = "medium"
@@ -112,11 +114,6 @@ class VideoFile:
                 raise VideoError(f"video file {os.fspath(self.source)!r} does not exist")
         else:
             raise VideoError(f"VideoFile takes a path or bytes, got {type(self.source).__name__}")
+        if self.fps is not None:
+            object.__setattr__(self, "fps", check_fps(self.fps))
         check_encoder(self.gop, self.crf, self.preset)
-
-    @property
-    def label(self) -> str:
-        """How errors name this input."""
-        if isinstance(self.source, bytes):
-            return f"<{len(self.source)} bytes>"
-        return repr(os.fspath(self.source))
