@@ -1,0 +1,157 @@
+"""The run-record card and ``treadle plan`` (TOML and Python recipes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+import treadle as td
+from plan_helpers import FakeRef, FakeTable
+from treadle.plan.card import add_plan_parser, plan_command, render_card
+from treadle.plan.recipe import Component, Recipe
+from treadle.plan.record import RunRecord
+from treadle.video.values import VideoFrames
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="treadle")
+    add_plan_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def root(tmp_path):
+    path = tmp_path / "store"
+    client = td.Client(str(path), create=True)
+    branch = client.project("robotics").branch("main")
+    fails = branch.table("failed_grasps")
+    for i in range(2):
+        fails.append_episode(
+            {
+                "wrist_camera": VideoFrames(np.zeros((12, 16, 16, 3), np.uint8)),
+                "action": np.zeros((12, 7), np.float32),
+            },
+            episode=f"f{i}",
+        )
+    branch.table("nominal_grasps").append_episode(
+        {"action": np.zeros((40, 7), np.float32)}, episode="n0"
+    )
+    return str(path), branch.commit_id
+
+
+TOML = """
+project = "robotics"
+root = "{root}"
+seed = 2048
+batch_size = 64
+
+[[components]]
+table = "failed_grasps"
+weight = 0.3
+[components.windows]
+wrist_camera = {{ kind = "video", range = [0, 10], size = [32, 32] }}
+action = {{ kind = "rows", offsets = [0, 2, 4] }}
+
+[[components]]
+table = "nominal_grasps"
+weight = 0.7
+"""
+
+
+def test_toml_recipe_prints_the_card(root, tmp_path, capsys):
+    path, head = root
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TOML.format(root=path))
+    args = parse(["plan", str(recipe), "--world-size", "4"])
+    assert args.func is plan_command
+    assert plan_command(args) == 0
+    out = capsys.readouterr().out
+    assert f"failed_grasps  @ main ({head[:8]})" in out
+    assert "24 moments, 2 episodes" in out and "40 moments, 1 episodes" in out
+    assert "300/1000" in out and "19 or 20 per batch" in out and "44 or 45 per batch" in out
+    assert "wrist_camera Video[0..9] 32x32" in out and "action Rows[0, 2, 4]" in out
+    assert "seed = 2048" in out
+    assert "rank 0 [0000, 0004, 0008, …]" in out and "rank 3 [0003, 0007, 0011, …]" in out
+    assert "rank 4" not in out
+
+
+def test_json_output_is_the_run_record(root, tmp_path, capsys):
+    path, _ = root
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TOML.format(root="/nonexistent"))
+    assert plan_command(parse(["plan", str(recipe), "--json", "--root", path])) == 0
+    record = RunRecord.from_json(capsys.readouterr().out)
+    assert [t.name for t in record.tables] == ["failed_grasps", "nominal_grasps"]
+    assert record.components[0].eligible == 2 * (12 - 9)
+
+
+def test_python_recipe(root, tmp_path, capsys):
+    path, _ = root
+    script = tmp_path / "recipe.py"
+    script.write_text(
+        "import treadle as td\n"
+        "from treadle.plan.recipe import Component, Recipe\n"
+        f"branch = td.Client({path!r}).project('robotics').branch('main')\n"
+        "def recipe():\n"
+        "    return Recipe(7, 8, [Component(branch.table('nominal_grasps'))])\n"
+    )
+    assert plan_command(parse(["plan", str(script), "--world-size", "2", "--slots", "2"])) == 0
+    out = capsys.readouterr().out
+    assert "nominal_grasps" in out and "rank 1 [0001, 0003, …]" in out and "8 per batch" in out
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("project = 'robotics'\nseed = 1\nbatch_size = 8\ncomponents = []\n", "components"),
+        ("project = 'robotics'\nseed = 1\ncomponents = [{table = 'x'}]\n", "'batch_size'"),
+        ("project = 'robotics'\nseed = 1\nbatch_size = 8\ncolour = 1\n", "'colour'"),
+        (
+            "project = 'robotics'\nseed = 1\nbatch_size = 8\n"
+            "[[components]]\ntable = 'nominal_grasps'\nweight = 0\n",
+            "weight",
+        ),
+        (
+            "project = 'robotics'\nseed = 1\nbatch_size = 8\n"
+            "[[components]]\ntable = 'nominal_grasps'\nwindows = { action = { kind = 'rows' } }\n",
+            "'action' needs range",
+        ),
+        (
+            "project = 'robotics'\nseed = 1\nbatch_size = 8\n"
+            "[[components]]\ntable = 'nominal_grasps'\nwindows = { action = { kind = 'video', range = [0, 2] } }\n",
+            "not a video column",
+        ),
+        (
+            "project = 'robotics'\nseed = 1\nbatch_size = 6\n[[components]]\ntable = 'nominal_grasps'\n",
+            "--world-size 4",
+        ),
+        ("this is not toml", "not valid TOML"),
+    ],
+)
+def test_bad_recipes_exit_2_with_a_message(root, tmp_path, capsys, text, message):
+    path, _ = root
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text(text)
+    assert plan_command(parse(["plan", str(recipe), "--root", path, "--world-size", "4"])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("treadle plan: ") and message in err
+
+
+def test_missing_recipe_file(tmp_path, capsys):
+    assert plan_command(parse(["plan", str(tmp_path / "nope.toml")])) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_card_from_a_record_alone():
+    t = FakeTable("t", [5, 5])
+    plan = Recipe(1, 6, [Component(FakeRef(t), weight=1), Component(FakeRef(t), weight=3)]).plan()
+    card = render_card(plan.record, world_size=3, slots=5)
+    assert card.startswith(f"Run record {plan.run_id}")
+    assert "250/1000" in card and "1 or 2 per batch" in card and "4 or 5 per batch" in card
+    assert "rank 2 [0002, 0005]" in card and "step 0" not in card
+    card = render_card(plan.record, world_size=4)
+    assert "not divisible by 4 ranks" in card
+    assert json.loads(plan.record.to_json())["run_id"] in card
