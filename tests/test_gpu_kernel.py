@@ -1,0 +1,157 @@
+"""The fused Triton kernel, run by Triton's interpreter on CPU, against the torch reference.
+
+Expected: float outputs bit-identical; uint8 outputs within 1 level, and equal in all
+but a handful of pixels (the kernel sums taps in 2-D, the reference separably, so a
+value within float rounding of .5 may round the other way).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before treadle.gpu.kernel is imported (lazily)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytest.importorskip("triton")
+
+from treadle.gpu.colour import AVCHROMA_LOC_CENTER, AVCHROMA_LOC_LEFT, Colour  # noqa: E402
+from treadle.gpu.transform import (  # noqa: E402
+    OutputSpec,
+    convert,
+    nv12_convert,
+    reference_convert,
+)
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def smooth_planes(t: int, h: int, w: int, seed: int = 0, pitch: int = 0):
+    """Random-ish but smooth YUV planes; with ``pitch`` > w, padded like an NVDEC surface."""
+    g = torch.Generator().manual_seed(seed)
+    hc, wc = (h + 1) // 2, (w + 1) // 2
+    stride = max(pitch, w)
+    y = torch.randint(0, 256, (t, h, stride), dtype=torch.uint8, generator=g)
+    uv = torch.randint(0, 256, (t, hc, max(pitch // 2, wc), 2), dtype=torch.uint8, generator=g)
+    return y[:, :, :w], uv[:, :, :wc]
+
+
+def run_both(y, uv, spec, colour, chroma="full"):
+    t, h, w = y.shape
+    shape = (t, *spec.frame_shape(h, w))
+    ref = torch.empty(shape, dtype=spec.torch_dtype)
+    ker = torch.full(shape, 3, dtype=spec.torch_dtype)
+    reference_convert(y, uv[..., 0], uv[..., 1], ref, spec, colour, chroma)
+    nv12_convert(y, uv, ker, spec, colour, chroma=chroma, impl="triton")
+    return ref, ker
+
+
+def assert_close(ref, ker, dtype):
+    if dtype == "uint8":
+        d = (ref.int() - ker.int()).abs()
+        assert int(d.max()) <= 1
+        assert int((d > 0).sum()) <= max(2, d.numel() // 2000)
+    else:
+        assert torch.equal(ref, ker)
+
+
+CASES = [
+    # (source h, w, output size, layout, dtype, norm, colour)
+    (48, 64, None, "THWC", "uint8", False, Colour(6, False, AVCHROMA_LOC_LEFT)),
+    (48, 64, (24, 32), "TCHW", "uint8", False, Colour(1, False, AVCHROMA_LOC_LEFT)),
+    (48, 64, (96, 128), "THWC", "float32", True, Colour(1, True, AVCHROMA_LOC_LEFT)),
+    (35, 51, (30, 40), "TCHW", "float16", True, Colour(6, True, AVCHROMA_LOC_CENTER)),
+    (36, 50, None, "THWC", "bfloat16", False, Colour(9, False, AVCHROMA_LOC_LEFT)),
+    (120, 160, (56, 56), "TCHW", "bfloat16", True, Colour(1, False, AVCHROMA_LOC_LEFT)),
+    (17, 23, (10, 12), "THWC", "float32", False, Colour(7, False, AVCHROMA_LOC_CENTER)),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-{c[2]}-{c[3]}-{c[4]}")
+def test_kernel_matches_reference(case):
+    h, w, size, layout, dtype, norm, colour = case
+    y, uv = smooth_planes(2, h, w, seed=h + w, pitch=w + 13)  # pitched, like NVDEC
+    assert not y.is_contiguous()
+    spec = OutputSpec(size, layout, dtype, MEAN if norm else None, STD if norm else None)
+    ref, ker = run_both(y, uv, spec, colour)
+    assert_close(ref, ker, dtype)
+
+
+@pytest.mark.parametrize("size", [None, (24, 32)], ids=str)
+def test_kernel_matches_reference_in_sws_default_mode(size):
+    y, uv = smooth_planes(1, 48, 64, seed=5)
+    spec = OutputSpec(size)
+    ref, ker = run_both(y, uv, spec, Colour(), chroma="sws_default")
+    assert_close(ref, ker, "uint8")
+
+
+def test_kernel_writes_only_its_slice_of_the_batch():
+    y, uv = smooth_planes(3, 32, 48, seed=9)
+    spec = OutputSpec((16, 24), "TCHW", "float16", MEAN, STD)
+    batch = torch.full((4, 3, 3, 16, 24), -7.0, dtype=torch.float16)
+    convert(y, uv[..., 0], uv[..., 1], batch[2], spec, Colour(), impl="triton")
+    assert (batch[[0, 1, 3]] == -7).all()
+    ref = torch.empty(3, 3, 16, 24, dtype=torch.float16)
+    reference_convert(y, uv[..., 0], uv[..., 1], ref, spec, Colour())
+    assert torch.equal(batch[2], ref)
+
+
+def test_kernel_single_frame_and_channels_last_view():
+    """A 2-D frame and an output that is a permuted (non-contiguous) view."""
+    y, uv = smooth_planes(1, 40, 40, seed=2)
+    spec = OutputSpec((20, 20), "TCHW", "uint8")
+    store = torch.zeros(1, 20, 20, 3, dtype=torch.uint8)
+    out = store.permute(0, 3, 1, 2)  # TCHW view over THWC memory
+    convert(y[0], uv[0, ..., 0], uv[0, ..., 1], out, spec, Colour(), impl="triton")
+    ref = torch.empty(1, 3, 20, 20, dtype=torch.uint8)
+    reference_convert(y, uv[..., 0], uv[..., 1], ref, spec, Colour())
+    assert_close(ref, out, "uint8")
+    assert int(store.sum()) > 0
+
+
+def test_kernel_on_real_decoded_frames_matches_ffmpeg():
+    """End to end on CPU: H.264 -> PyAV planes -> kernel vs swscale (parity flags)."""
+    import numpy as np
+
+    import treadle.video as tv
+    from treadle.gpu.transform import SWS_PARITY_FLAGS
+    from treadle.video._testing import synthetic_frames
+
+    s = tv.encode_frames(synthetic_frames(3, 48, 64), gop=3)
+    import av
+
+    cc = av.CodecContext.create("h264", "r")
+    frames = []
+    for i in s.index.display_of_decode.tolist():  # packets in decode order
+        o, n = int(s.index.offset[i]), int(s.index.size[i])
+        frames += cc.decode(av.Packet(s.data[o : o + n]))
+    frames += cc.decode(None)
+    assert len(frames) == 3
+    for f in frames:
+        ys, us, vs = (
+            torch.from_numpy(
+                np.frombuffer(bytes(p), np.uint8)
+                .reshape(p.height, p.line_size)[:, : p.width]
+                .copy()
+            )
+            for p in f.planes
+        )
+        out = torch.empty(1, 3, 24, 32, dtype=torch.uint8)
+        spec = OutputSpec((24, 32), "TCHW")
+        convert(ys, us, vs, out, spec, Colour(6, False, AVCHROMA_LOC_LEFT), impl="triton")
+        want = f.to_ndarray(format="rgb24", width=32, height=24, interpolation=SWS_PARITY_FLAGS)
+        d = (out[0].permute(1, 2, 0).int() - torch.from_numpy(want.copy()).int()).abs()
+        assert int(d.max()) <= 1
+
+
+def test_triton_impl_refuses_cpu_tensors_without_interpreter(monkeypatch):
+    from treadle.gpu import transform
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    y, uv = smooth_planes(1, 8, 8)
+    out = torch.empty(1, 8, 8, 3, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        transform.convert(y, uv[..., 0], uv[..., 1], out, OutputSpec(), Colour(), impl="triton")
+    # auto picks the torch reference for CPU tensors
+    transform.convert(y, uv[..., 0], uv[..., 1], out, OutputSpec(), Colour(), impl="auto")
