@@ -74,13 +74,15 @@ def workers() -> int:
 # -- names --------------------------------------------------------------------------------
 
 
-def column_name(name: str, where: str) -> str:
-    """The table column for a source column ``name``.
+def column_name(name: str, where: str, rename: dict[str, str] | None = None) -> str:
+    """The table column for a source column ``name`` (``rename`` maps source names first).
 
     Lance refuses ``.`` in top-level field names, so dots become ``_``
     (``observation.images.top`` -> ``observation_images_top``, a WebDataset member
     ``seg.png`` -> ``seg_png``). Anything else unsafe raises :class:`InvalidName`.
     """
+    if rename and name in rename:
+        name = rename[name]
     out = name.replace(".", "_") if isinstance(name, str) else name
     if not isinstance(out, str) or not _COLUMN.fullmatch(out):
         raise InvalidName(
@@ -421,10 +423,17 @@ def _sniff(data: bytes) -> str | None:
 
 
 def ordered_map(
-    fn: Callable[[Any], Any], items: Iterable[Any], threads: int | None = None
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
+    threads: int | None = None,
+    ahead: int | None = None,
 ) -> Iterator[Any]:
-    """``map(fn, items)`` on a thread pool, in order, with at most ``2*threads`` in flight."""
+    """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
+
+    ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results.
+    """
     threads = threads or workers()
+    ahead = max(1, ahead or 2 * threads)
     if threads <= 1:
         yield from map(fn, items)
         return
@@ -434,7 +443,7 @@ def ordered_map(
         pending: deque[Any] = deque()
         for item in items:
             pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * threads:
+            if len(pending) >= ahead:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()

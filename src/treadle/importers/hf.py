@@ -173,12 +173,16 @@ def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
 
 
 def convert_batch(
-    batch: pa.RecordBatch, features: dict[str, Any], images: str, where: str
+    batch: pa.RecordBatch,
+    features: dict[str, Any],
+    images: str,
+    where: str,
+    rename: dict[str, str] | None = None,
 ) -> pa.Table:
     """One source batch -> a table batch (image columns mapped, extension types unwrapped)."""
     fields, arrays = [], []
     for i, field in enumerate(batch.schema):
-        name = column_name(field.name, where)
+        name = column_name(field.name, where, rename)
         col = batch.column(i)
         if isinstance(col.type, pa.ExtensionType):
             col = col.storage
@@ -219,6 +223,7 @@ def iter_batches(
     images: str = "encoded",
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     threads: int | None = None,
+    rename: dict[str, str] | None = None,
 ) -> Iterator[pa.Table]:
     """Tables of the dataset's rows, file by file (zero-copy unless images are decoded)."""
     if images not in ("encoded", "decoded"):
@@ -237,7 +242,7 @@ def iter_batches(
 
     def conv(item: tuple[pa.RecordBatch, dict[str, Any], str]) -> tuple[pa.Table, str]:
         b, features, where = item
-        return convert_batch(b, features, images, where), where
+        return convert_batch(b, features, images, where, rename), where
 
     for table, where in ordered_map(conv, batches(), threads if images == "decoded" else 1):
         if state["schema"] is None:
@@ -273,6 +278,7 @@ def import_hf(
     progress: bool | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     allow_pickle: bool = False,
+    rename: dict[str, str] | None = None,
 ) -> ImportResult:
     """Import a ``save_to_disk`` folder (``split=`` for a DatasetDict) or parquet/arrow files.
 
@@ -283,11 +289,16 @@ def import_hf(
     files = resolve_files(paths, split, source_options)
     br = resolve_branch(project, branch, client, root, storage_options)
     sizes = [f.source.size(f.name) for f in files]
-    iid = import_id("hf", [f.describe() for f in files], sizes, {"images": images, "split": split})
+    iid = import_id(
+        "hf",
+        [f.describe() for f in files],
+        sizes,
+        {"images": images, "split": split, "rename": rename},
+    )
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         rows = 0
-        for t in iter_batches(files, images=images, chunk_rows=chunk_rows):
+        for t in iter_batches(files, images=images, chunk_rows=chunk_rows, rename=rename):
             tw.append(t)
             rows += t.num_rows
             bar.update(t.num_rows)

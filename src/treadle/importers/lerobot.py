@@ -50,6 +50,7 @@ from treadle.importers._common import (
     ordered_map,
     resolve_branch,
     run_import,
+    workers,
 )
 
 SUPPORTED = ("v3.0", "v2.1", "v2.0")
@@ -323,6 +324,7 @@ def iter_episodes(
     images: str = "encoded",
     tolerance_s: float = 1e-4,
     threads: int | None = None,
+    rename: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any], int]]:
     """``(episode name, columns for append_episode, bytes read)`` per episode, in order.
 
@@ -356,14 +358,14 @@ def iter_episodes(
         cols: dict[str, Any] = {}
         nbytes = t.nbytes
         for c in t.column_names:
-            col = column_name(c, f"LeRobot episode {ep.index}")
+            col = column_name(c, f"LeRobot episode {ep.index}", rename)
             cols[col] = _column(
                 t[c].combine_chunks(), meta.features.get(c), c in meta.images, images, ep.index, c
             )
         if meta.tasks and "task_index" in t.column_names and "task" not in cols:
             cols["task"] = [meta.tasks.get(int(i), "") for i in t["task_index"].to_numpy()]
         for cam in meta.cameras:
-            col = column_name(cam, f"LeRobot episode {ep.index}")
+            col = column_name(cam, f"LeRobot episode {ep.index}", rename)
             vname = ep.video_files[cam]
             where = f"episode {ep.index}, camera {cam!r} ({source.describe(vname)})"
             try:
@@ -394,7 +396,9 @@ def iter_episodes(
         for ep in meta.episodes:
             yield load(ep)
 
-    yield from ordered_map(build, loaded(), threads)
+    # An episode's decoded frames can be large (T x H x W x 3): at most `threads` in flight.
+    threads = threads or min(2, workers())
+    yield from ordered_map(build, loaded(), threads, ahead=threads)
 
 
 def _column(col: pa.Array, feature: Any, is_image: bool, images: str, ep: int, name: str) -> Any:
@@ -443,6 +447,7 @@ def import_lerobot(
     root: str | None = None,
     progress: bool | None = None,
     allow_pickle: bool = False,
+    rename: dict[str, str] | None = None,
 ) -> ImportResult:
     """Import a LeRobot v3.0 / v2.1 dataset folder (or URL) into ``table``; one commit.
 
@@ -461,12 +466,14 @@ def import_lerobot(
         "lerobot",
         [source.describe(n) for n in names],
         sizes,
-        {"images": images, "tolerance_s": tolerance_s},
+        {"images": images, "tolerance_s": tolerance_s, "rename": rename},
     )
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
-        for name, cols, n in iter_episodes(source, meta, images=images, tolerance_s=tolerance_s):
+        for name, cols, n in iter_episodes(
+            source, meta, images=images, tolerance_s=tolerance_s, rename=rename
+        ):
             tw.append_episode(cols, episode=name)
             first = next(iter(cols.values()))
             rows += len(first)

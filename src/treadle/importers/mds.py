@@ -373,13 +373,15 @@ def iter_batches(
     images: str = "encoded",
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     threads: int | None = None,
+    rename: dict[str, str] | None = None,
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples, shard by shard, decoded on a pool."""
     if images not in ("encoded", "decoded"):
         raise ValueError(f"images must be 'encoded' or 'decoded', got {images!r}")
     if not shards:
         return
-    columns = [column_name(c, f"MDS dataset {source.root}") for c in shards[0].columns]
+    where = f"MDS dataset {source.root}"
+    names = {c: column_name(c, where, rename) for c in shards[0].columns}
     tasks = [
         (shard, lo, min(lo + chunk_rows, shard.samples))
         for shard in shards
@@ -401,9 +403,9 @@ def iter_batches(
     for wheres, rows in ordered_map(run, _with_data(tasks, source), threads):
         if not rows:
             continue
-        t = rows_to_table(rows, columns, lambda i, w=wheres: w[i], schema)
+        t = rows_to_table(rows, list(names), lambda i, w=wheres: w[i], schema)
         schema = schema or t.schema
-        yield t
+        yield t.rename_columns([names[c] for c in t.column_names])
 
 
 def _with_data(
@@ -430,6 +432,7 @@ def import_mds(
     root: str | None = None,
     progress: bool | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    rename: dict[str, str] | None = None,
 ) -> ImportResult:
     """Import an MDS dataset (a folder or URL holding ``index.json``) into ``table``.
 
@@ -443,13 +446,13 @@ def import_mds(
         "mds",
         [source.describe(s.zip_name or s.raw_name) for s in shards],
         [s.zip_bytes or s.raw_bytes for s in shards],
-        {"images": images, "allow_pickle": allow_pickle},
+        {"images": images, "allow_pickle": allow_pickle, "rename": rename},
     )
     total = sum(s.samples for s in shards)
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         rows = 0
-        for t in iter_batches(source, shards, images=images, chunk_rows=chunk_rows):
+        for t in iter_batches(source, shards, images=images, chunk_rows=chunk_rows, rename=rename):
             tw.append(t)
             rows += t.num_rows
             bar.update(t.num_rows)

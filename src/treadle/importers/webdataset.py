@@ -165,7 +165,12 @@ def iter_raw_samples(shard: Shard) -> Iterator[dict[str, Any]]:
 
 
 def decode_sample(
-    raw: dict[str, Any], where: str, *, images: str, allow_pickle: bool
+    raw: dict[str, Any],
+    where: str,
+    *,
+    images: str,
+    allow_pickle: bool,
+    rename: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Raw member bytes -> typed values (see the module docstring)."""
     out: dict[str, Any] = {KEY_COLUMN: raw["__key__"]}
@@ -173,7 +178,7 @@ def decode_sample(
         if ext == "__key__":
             continue
         last = ext.rsplit(".", 1)[-1].lower()
-        col = column_name(ext, where)
+        col = column_name(ext, where, rename)
         if col == KEY_COLUMN:
             raise SchemaMismatch(f"{where}: a member extension {ext!r} clashes with the key column")
         try:
@@ -234,6 +239,7 @@ def iter_batches(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     threads: int | None = None,
     stats: dict[str, int] | None = None,
+    rename: dict[str, str] | None = None,
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples (or ``chunk_bytes``), in shard order.
 
@@ -270,7 +276,8 @@ def iter_batches(
 
     def decode_chunk(chunk: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[dict]]:
         return [w for w, _ in chunk], [
-            decode_sample(r, w, images=images, allow_pickle=allow_pickle) for w, r in chunk
+            decode_sample(r, w, images=images, allow_pickle=allow_pickle, rename=rename)
+            for w, r in chunk
         ]
 
     for wheres, rows in ordered_map(decode_chunk, raw_chunks(), threads):
@@ -295,6 +302,7 @@ def import_webdataset(
     root: str | None = None,
     progress: bool | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    rename: dict[str, str] | None = None,
 ) -> ImportResult:
     """Import WebDataset shards into ``table`` of ``project`` (one commit on ``branch``).
 
@@ -310,6 +318,7 @@ def import_webdataset(
         allow_pickle: unpickle ``.pyd/.pickle/.pkl`` and ``torch.load`` ``.pth`` members.
         source_options: ``storage_options`` for object-store shard URLs.
         progress: show a progress bar (default: when stderr is a terminal).
+        rename: source column (member extension) -> table column, e.g. ``{"npy": "action"}``.
 
     Returns:
         :class:`ImportResult` with the commit, row count, bytes read and timing.
@@ -321,14 +330,19 @@ def import_webdataset(
         "webdataset",
         [s.describe() for s in shards],
         sizes,
-        {"images": images, "allow_pickle": allow_pickle},
+        {"images": images, "allow_pickle": allow_pickle, "rename": rename},
     )
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         stats: dict[str, int] = {}
         rows = 0
         for t in iter_batches(
-            shards, images=images, allow_pickle=allow_pickle, chunk_rows=chunk_rows, stats=stats
+            shards,
+            images=images,
+            allow_pickle=allow_pickle,
+            chunk_rows=chunk_rows,
+            stats=stats,
+            rename=rename,
         ):
             tw.append(t)
             rows += t.num_rows
