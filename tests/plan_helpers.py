@@ -175,37 +175,46 @@ def ref_mix64(z):
 
 
 GOLDEN = 0x9E3779B97F4A7C15
+SLOT_DOMAIN = 0x736C6F74
+DRAW_DOMAIN = 0x64726177
+TWEAKS = [
+    0x243F6A8885A308D3,
+    0x13198A2E03707344,
+    0xA4093822299F31D0,
+    0x082EFA98EC4E6C89,
+    0x452821E638D01377,
+    0xBE5466CF34E90C6C,
+]
 
 
 def ref_key(domain, seed, *parts):
-    h = ref_mix64(((domain << 32) ^ 0x7472656164) + GOLDEN)
+    h = ref_mix64((domain << 32) + GOLDEN)
     h = ref_mix64(h ^ seed)
     for p in parts:
         h = ref_mix64(h ^ ref_mix64(p + GOLDEN))
     return h
 
 
-def ref_half_bits(n):
-    bits = max(1, (n - 1).bit_length())
-    return max(1, (bits + 1) // 2)
+def ref_epoch_key(domain, seed, part, epoch):
+    """Key of (part, epoch): the base key of (domain, seed[, part]) stepped by epoch."""
+    base = ref_key(domain, seed) if part is None else ref_key(domain, seed, part)
+    return ref_mix64(base + epoch * GOLDEN)
 
 
 def ref_permute(x, n, key, rounds=6):
-    h = ref_half_bits(n)
-    mask = (1 << h) - 1
-    rk = [ref_mix64(key + ((GOLDEN * (i + 1)) & MASK64)) for i in range(rounds)]
-    y = x
+    """Unbalanced Feistel on the smallest power of two >= n (>= 4), with cycle walking."""
+    bits = max(2, (n - 1).bit_length())
+    widths = [bits // 2, bits - bits // 2]  # left part, right part
     while True:
-        left, right = y >> h, y & mask
+        left, right = x >> widths[1], x % (1 << widths[1])
         for i in range(rounds):
-            left, right = right, left ^ (ref_mix64(right ^ rk[i]) & mask)
-        y = (left << h) | right
-        if y < n:
-            return y
-
-
-SLOT_DOMAIN = 0x736C6F74
-DRAW_DOMAIN = 0x64726177
+            t = (((right ^ key ^ TWEAKS[i]) & MASK64) * 0xBF58476D1CE4E5B9) & MASK64
+            t = ((t ^ (t >> 32)) * 0x94D049BB133111EB) & MASK64
+            f = t >> (64 - widths[i % 2])  # as wide as the part it is xored into
+            left, right = right, left ^ f
+        x = left * (1 << widths[1]) + right
+        if x < n:
+            return x
 
 
 def ref_moment(lengths, starts, span, eligible_index):
@@ -230,14 +239,14 @@ def ref_batch(record, episodes, step, extra_period, rank=0, world_size=1):
         k = n * b // record.weight_denominator + row[c]
         items.extend((c, cum[c] + i) for i in range(k))
     assert len(items) == b
-    slot_key = ref_key(SLOT_DOMAIN, record.seed, step)
+    slot_key = ref_epoch_key(SLOT_DOMAIN, record.seed, None, step)
     out = []
     for slot in range(rank, b, world_size):
         c, j = items[ref_permute(slot, b, slot_key)]
         comp = record.components[c]
         n = comp.eligible
         epoch, idx = divmod(j, n)
-        e = ref_permute(idx, n, ref_key(DRAW_DOMAIN, record.seed, c, epoch))
+        e = ref_permute(idx, n, ref_epoch_key(DRAW_DOMAIN, record.seed, c, epoch))
         ep = episodes[comp.table]
         span = (0, 0) if comp.windows is None else comp.windows.span()
         out.append((c, ref_moment(ep.lengths, ep.starts, span, e), step * b + slot))

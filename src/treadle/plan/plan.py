@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import PlanError
-from treadle.plan.permute import DRAW_DOMAIN, SLOT_DOMAIN, derive_key, half_bits, permute
+from treadle.plan.permute import (
+    DRAW_DOMAIN,
+    SLOT_DOMAIN,
+    Domain,
+    Domains,
+    derive_key,
+    epoch_key_int,
+    epoch_keys,
+    permute,
+)
 from treadle.plan.record import RunRecord
 from treadle.plan.schedule import Schedule
 from treadle.plan.windows import Windows
@@ -96,8 +105,17 @@ class Plan:
             record.batch_size,
         )
         self._build_index(episodes)
-        self._slot_h = np.uint64(half_bits(record.batch_size))
-        self._seed = record.seed
+        self._seed = seed = record.seed
+        m = len(record.components)
+        # Domains 0..m-1: each component's eligible moments; domain m: the slots of a batch.
+        self._domains = Domains(
+            [Domain.of(int(n)) for n in self._elig] + [Domain.of(record.batch_size)]
+        )
+        self._slot_domain = m
+        self._slot_base = derive_key(SLOT_DOMAIN, seed)
+        self._draw_base = np.asarray(
+            [derive_key(DRAW_DOMAIN, seed, c) for c in range(m)], dtype=np.uint64
+        )
 
     def _build_index(self, episodes: Sequence[Any]) -> None:
         firsts, begins, ends = [], [], []
@@ -129,8 +147,6 @@ class Plan:
         self._cum_end = np.concatenate(ends)
         self._base = np.asarray(bases, dtype=np.int64)
         self._elig = np.asarray(elig, dtype=np.int64)
-        self._elig_u = self._elig.astype(np.uint64)
-        self._h = np.asarray([half_bits(n) for n in elig], dtype=np.uint64)
 
     # -- construction ---------------------------------------------------------------------
 
@@ -261,8 +277,8 @@ class Plan:
         return self._moments(np.full(draws.shape, c, dtype=np.int64), draws)
 
     def _samples(self, step: int, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        key = derive_key(SLOT_DOMAIN, self._seed, step)
-        items = permute(slots.astype(np.uint64), self.batch_size, self._slot_h, key)
+        key = np.uint64(epoch_key_int(self._slot_base, step))
+        items = permute(slots.astype(np.uint64), self._slot_domain, self._domains, key)
         items = items.astype(np.int64)
         counts = self._schedule.counts(step)
         ends = np.cumsum(counts)
@@ -274,8 +290,8 @@ class Plan:
     def _moments(self, comp: np.ndarray, draw: np.ndarray) -> np.ndarray:
         n = self._elig[comp]
         epoch, idx = np.divmod(draw, n)
-        key = derive_key(DRAW_DOMAIN, self._seed, comp, epoch)
-        e = permute(idx.astype(np.uint64), self._elig_u[comp], self._h[comp], key)
+        key = epoch_keys(self._draw_base[comp], epoch)
+        e = permute(idx.astype(np.uint64), comp, self._domains, key)
         g = self._base[comp] + e.astype(np.int64)
         ep = np.searchsorted(self._cum_end, g, side="right")
         return self._first_moment[ep] + (g - self._cum_begin[ep])

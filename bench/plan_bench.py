@@ -1,0 +1,115 @@
+"""Micro-benchmark of the planner: per-batch cost at step 0 and 1e12, throughput, setup, resume.
+
+Pure planning (no storage): tables are in-memory stand-ins with the attributes a pinned table
+has. Prints a table; asserts nothing. Goal: < 1 ms per batch at any step for B=64 with 2-6
+components.
+
+    python bench/plan_bench.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from treadle.plan.plan import Plan
+from treadle.plan.recipe import Component, Recipe
+from treadle.plan.record import RunRecord
+from treadle.plan.windows import Rows, Windows
+
+
+class _Table:
+    def __init__(self, name: str, episodes: int, rng: np.random.Generator):
+        self.name = name
+        self.version = 1
+        self.commit_id = "0" * 64
+        self.project = SimpleNamespace(name="bench")
+        self._lengths = rng.integers(100, 1000, size=episodes).astype(np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
+        self.num_moments = int(self._lengths.sum())
+        self.schema = SimpleNamespace(names=["episode", "frame", "action"])
+        self.video_columns: list[str] = []
+
+    def episodes(self) -> SimpleNamespace:
+        return SimpleNamespace(names=None, starts=self._starts, lengths=self._lengths)
+
+
+class _Client:
+    def __init__(self, tables: list[_Table]):
+        self._tables = {t.name: t for t in tables}
+
+    def project(self, name: str, create: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(table_at=lambda n, v, commit_id=None: self._tables[n])
+
+
+def _recipe(components: int, batch_size: int, episodes: int, seed: int = 2048):
+    rng = np.random.default_rng(0)
+    tables = [_Table(f"t{i}", episodes, rng) for i in range(components)]
+    weights = [0.001, 0.3, 0.123, 0.2, 0.17, 0.33][:components]
+    windows = Windows({"action": Rows(range(90))})
+    comps = [Component(t, windows, weight=w) for t, w in zip(tables, weights)]
+    return Recipe(seed, batch_size, comps), tables
+
+
+def _median_us(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=300)
+    ap.add_argument("--episodes", type=int, default=10_000, help="episodes per table")
+    args = ap.parse_args()
+
+    rows = []
+    for components, batch_size, world in [(2, 64, 1), (6, 64, 1), (6, 64, 8), (6, 256, 1)]:
+        recipe, tables = _recipe(components, batch_size, args.episodes)
+        t = time.perf_counter()
+        plan = recipe.plan()
+        setup_ms = (time.perf_counter() - t) * 1e3
+        step0 = _median_us(lambda p=plan, w=world: p.batch(0, 0, w), args.repeat)
+        far = _median_us(lambda p=plan, w=world: p.batch(10**12, w - 1, w), args.repeat)
+        text = plan.record.to_json()
+        client = _Client(tables)
+
+        def resume(text=text, client=client, world=world):
+            p = Plan.from_record(RunRecord.from_json(text), client)
+            p.batch(10**12 + 17, 0, world)
+
+        resume_ms = _median_us(resume, max(5, args.repeat // 20)) / 1e3
+        n_steps = 2000
+        t = time.perf_counter()
+        for s in range(10**9, 10**9 + n_steps):
+            plan.batch(s, 0, world)
+        throughput = n_steps * (batch_size // world) / (time.perf_counter() - t)
+        rows.append((components, batch_size, world, setup_ms, step0, far, throughput, resume_ms))
+
+    head = (
+        f"{'comps':>5} {'B':>4} {'W':>3} {'setup ms':>9} {'step 0 us':>10} {'step 1e12 us':>13} "
+        f"{'samples/s':>11} {'resume ms':>10}"
+    )
+    print(f"plan benchmark: {args.episodes:,} episodes per table, median of {args.repeat}")
+    print(head)
+    print("-" * len(head))
+    for c, b, w, setup, s0, far, thr, res in rows:
+        print(
+            f"{c:>5} {b:>4} {w:>3} {setup:>9.2f} {s0:>10.1f} {far:>13.1f} {thr:>11,.0f} {res:>10.2f}"
+        )
+    print(
+        "(per-batch times are for one rank's share: B/W samples; resume = parse record, "
+        "rebuild plan, plan one batch at step 1e12+17)"
+    )
+
+
+if __name__ == "__main__":
+    main()
