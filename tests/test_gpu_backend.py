@@ -48,6 +48,10 @@ def test_cpu_device_is_cpu_backend_silently():
     assert isinstance(b, tg.CpuBackend) and ws == []
 
 
+NO_GPU_HERE = pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without GPU")
+
+
+@NO_GPU_HERE
 def test_cuda_without_gpu_falls_back_with_one_warning():
     """The real probes on this machine: no CUDA, so CPU, warned once per process."""
     b, ws = gpu_warnings(tg.select_backend, "cuda")
@@ -59,6 +63,7 @@ def test_cuda_without_gpu_falls_back_with_one_warning():
     assert isinstance(b2, tg.CpuBackend) and ws2 == []
 
 
+@NO_GPU_HERE
 def test_real_nvdec_probe_reports_a_reason_here():
     backend.nvdec_unavailable.cache_clear()
     try:

@@ -157,6 +157,7 @@ def test_unsupported_codec_goes_to_the_cpu_path_with_one_warning(stored):
         assert torch.equal(w, g)  # exactly the CPU path's frames
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without NVDEC")
 def test_nvdec_failure_retries_on_the_cpu_path(stored):
     """hw=True on a machine without NVDEC: every window falls back, warned once."""
     store, key, index = stored
