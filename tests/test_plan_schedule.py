@@ -134,3 +134,35 @@ def test_bad_numerators_are_rejected():
         Schedule((300, 600), D, 64)
     with pytest.raises(PlanError, match=">= 1"):
         Schedule((0, 1000), D, 64)
+
+
+def test_group_deadlines_matter_and_setup_verification_catches_a_bad_schedule(monkeypatch):
+    import treadle.plan.schedule as schedule_module
+
+    numerators, batch_size = (858, 36, 51, 24, 31), 155  # 4 extra seats a batch
+    good = Schedule(numerators, D, batch_size)
+    _check_invariants(numerators, batch_size, good, 2 * good.period)
+    real = schedule_module._pd2_key
+
+    def without_group_deadline(k, a, d, index):
+        deadline, bbit, _, index = real(k, a, d, index)
+        return (deadline, bbit, 0, index)
+
+    # Earliest deadline (with b-bits) but no group deadlines: a seat goes unfilled, and the
+    # setup check refuses the schedule instead of planning a run with wrong shares.
+    monkeypatch.setattr(schedule_module, "_pd2_key", without_group_deadline)
+    with pytest.raises(PlanError, match="internal"):
+        Schedule(numerators, D, batch_size)
+
+
+def test_setup_verification_catches_drift(monkeypatch):
+    import treadle.plan.schedule as schedule_module
+
+    def greedy(rates, denominator, period):
+        out = np.zeros((period, len(rates)), dtype=np.int64)
+        out[:, 0] = 1  # every extra seat to component 0: full batches, but the shares drift
+        return out
+
+    monkeypatch.setattr(schedule_module, "pd2_period", greedy)
+    with pytest.raises(PlanError, match="drifts"):
+        Schedule((500, 500), D, 1)
