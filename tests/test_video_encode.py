@@ -196,7 +196,9 @@ def test_arrow_layout_round_trip(clip):
 def test_raw_annexb_file_is_indexed_by_decoding(bframes):
     frames = synthetic_frames(30, 48, 64, seed=4)
     params = f"bframes={bframes}:keyint=10:min-keyint=10:scenecut=0"
-    src = tv.from_container(make_mp4(frames, options={"preset": "ultrafast", "x264-params": params}))
+    src = tv.from_container(
+        make_mp4(frames, options={"preset": "ultrafast", "x264-params": params})
+    )
     raw = tv.encode_value(tv.VideoFile(src.data, fps=15))  # a bare .h264: no timestamps
     assert raw.data == src.data
     assert np.array_equal(raw.index.decode, src.index.decode)
@@ -214,3 +216,14 @@ def test_av1_input_is_reencoded():
     assert np.flatnonzero(s.index.key).tolist() == [0, 12]
     diff = np.abs(reference_decode(av1).astype(int) - reference_decode(s.data, "h264"))
     assert diff.mean() < 4
+
+
+def test_mp4_edit_list_hiding_frames_is_reencoded_to_the_presented_frames():
+    frames = synthetic_frames(20, 48, 64, seed=6)
+    mp4 = make_mp4(frames, options={"preset": "ultrafast", "g": "10"}, first_pts=-3)
+    shown = reference_decode(mp4)
+    assert len(shown) == 17  # the edit list hides the first 3 decoded frames
+    s = tv.from_container(mp4, crf=10, preset="ultrafast")
+    assert s.num_frames == 17
+    got = reference_decode(s.data, "h264")
+    assert np.abs(got.astype(int) - shown).mean() < 4

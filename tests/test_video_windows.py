@@ -248,6 +248,8 @@ def test_bad_requests(store):
     s = tv.encode_frames(synthetic_frames(20, 48, 64), gop=10, preset="ultrafast")
     key, idx = put(store, s)
     with tv.VideoReader(store, prefix="projects/p") as reader:
+        (ok,) = reader.read([tv.WindowRequest.at(key, idx, 10, Video([-2, 0, 5]), WHERE)])
+        assert np.array_equal(ok, reference_decode(s.data, "h264")[[8, 10, 15]])
         with pytest.raises(VideoError, match="frame 20 is outside"):
             reader.read([tv.WindowRequest(key, idx, np.arange(15, 21), Video(range(6)), WHERE)])
         with pytest.raises(VideoError, match="ep-0007"):

@@ -42,8 +42,12 @@ def make_mp4(
     fps: int = 30,
     options: dict[str, str] | None = None,
     fmt: str = "mp4",
+    first_pts: int = 0,
 ) -> bytes:
-    """Mux ``frames`` into an MP4/MKV with ``codec`` (e.g. libx264 with B-frames, mpeg4)."""
+    """Mux ``frames`` into an MP4/MKV with ``codec`` (e.g. libx264 with B-frames, mpeg4).
+
+    A negative ``first_pts`` makes the MP4 muxer write an edit list that hides those frames.
+    """
     buf = io.BytesIO()
     with av.open(buf, "w", format=fmt) as c:
         s = c.add_stream(codec, rate=Fraction(fps))
@@ -53,7 +57,7 @@ def make_mp4(
             s.options = options
         for i, f in enumerate(frames):
             vf = av.VideoFrame.from_ndarray(f, format="rgb24")
-            vf.pts = i
+            vf.pts = first_pts + i
             for p in s.encode(vf):
                 c.mux(p)
         for p in s.encode(None):

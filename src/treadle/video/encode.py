@@ -180,7 +180,8 @@ def from_container(
     """Read the first video stream of a container file (path or bytes).
 
     H.264 is remuxed to Annex-B with ``h264_mp4toannexb`` (bit-exact, no re-encode; SPS/PPS
-    are inserted before any keyframe that lacks them). Other codecs are decoded and
+    are inserted before any keyframe that lacks them), except when the file's edit list
+    hides decoded frames (then it is re-encoded like other codecs). Other codecs are decoded and
     re-encoded to H.264 (``gop``/``crf``/``preset``; timestamps become ``0..N-1`` at the
     stream's average rate). A raw Annex-B ``.h264`` file (no timestamps) is indexed by one
     decode pass. ``fps`` overrides the container's rate (raw streams have none; FFmpeg
@@ -189,10 +190,7 @@ def from_container(
     gop, crf, preset = check_encoder(gop, crf, preset)
     fps = None if fps is None else check_fps(fps)
     label = f"<{len(source)} bytes>" if isinstance(source, bytes) else repr(os.fspath(source))
-    try:
-        container = av.open(io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source))
-    except (av.FFmpegError, OSError, ValueError) as e:
-        raise VideoError(f"cannot open video {label}: {e}") from None
+    container = _open(source, label)
     try:
         streams = container.streams.video
         if not streams:
@@ -200,9 +198,15 @@ def from_container(
         stream = streams[0]
         codec = stream.codec_context.name if stream.codec_context else None
         if codec == "h264":
-            result = _remux_h264(container, stream, label, fps)
-            _check_decodes(result, label)
-            return result
+            try:
+                result = _remux_h264(container, stream, label, fps)
+            except _TrimmedByEditList:
+                container.close()
+                container = _open(source, label)
+                stream = container.streams.video[0]
+            else:
+                _check_decodes(result, label)
+                return result
         if codec is None:
             raise VideoError(f"video {label}: unknown codec")
         return _reencode(container, stream, label, fps=fps, gop=gop, crf=crf, preset=preset)
@@ -210,6 +214,17 @@ def from_container(
         raise VideoError(f"cannot read video {label}: {e}") from None
     finally:
         container.close()
+
+
+class _TrimmedByEditList(Exception):
+    """The file's edit list hides some packets: its presented frames are not its packets."""
+
+
+def _open(source: str | os.PathLike[str] | bytes, label: str) -> Any:
+    try:
+        return av.open(io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source))
+    except (av.FFmpegError, OSError, ValueError) as e:
+        raise VideoError(f"cannot open video {label}: {e}") from None
 
 
 def _fps(stream: Any) -> float:
@@ -292,6 +307,10 @@ def _remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> E
     for pkt in container.demux(stream):
         if pkt.size == 0:
             continue
+        if pkt.is_discard:
+            # One index row per stored packet cannot hide frames that are decoded but
+            # not shown, so such files are re-encoded to exactly their presented frames.
+            raise _TrimmedByEditList
         take(bsf.filter(pkt))
     take(bsf.filter(None))
     meta = _meta(stream, len(packets), fps or _fps(stream))

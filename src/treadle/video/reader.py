@@ -52,6 +52,20 @@ class WindowRequest:
     where: tuple[str, str, str] | str | None = None
     out: Any = None
 
+    @classmethod
+    def at(
+        cls,
+        key: str,
+        index: StreamIndex,
+        start: int,
+        spec: Video,
+        where: tuple[str, str, str] | str | None = None,
+        out: Any = None,
+    ) -> WindowRequest:
+        """The window of ``spec`` at episode frame ``start``: frames ``start + spec.offsets``."""
+        frames = int(start) + np.asarray(spec.offsets, dtype=np.int64)
+        return cls(key, index, frames, spec, where, out)
+
 
 @dataclass
 class ReadStats:
