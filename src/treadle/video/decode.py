@@ -135,14 +135,12 @@ def decode_window(
     slots: dict[int, list[int]] = {}
     for j, p in enumerate(plan.wanted_pts.tolist()):
         slots.setdefault(p, []).append(j)
-    filled = 0
     h, w = size
     ctx = decoder.context()
     rf = decoder.reformatter
     view = memoryview(data)
 
     def take(frames: list[Any]) -> None:
-        nonlocal filled
         for frame in frames:
             js = slots.pop(frame.pts, None)
             if js is None:
@@ -160,7 +158,6 @@ def decode_window(
             arr = np.from_dlpack(rgb.planes[0])
             for j in js:
                 frames_out[j] = arr
-            filled += len(js)
 
     current = -1
     try:

@@ -387,6 +387,8 @@ def _reencode(
             for frame in container.decode(stream):
                 yield reformatter.reformat(
                     frame,
+                    width=width,  # a mid-stream size change is scaled to the first size
+                    height=height,
                     format="yuv420p",
                     src_colorspace=src_colorspace(frame),
                     src_color_range=src_color_range(frame),
