@@ -18,8 +18,12 @@ import numpy as np
 from treadle.errors import VideoError
 
 #: Colour convention of streams treadle encodes: BT.601 (SMPTE 170M) matrix, primaries and
-#: transfer, limited ("tv"/MPEG) range. The CPU decode path converts with the stream's own
-#: tags (BT.601 limited when untagged); a GPU NV12->RGB kernel must use the same matrix.
+#: transfer, limited ("tv"/MPEG) range, i.e. Kr=0.299, Kb=0.114, Y in 16..235 and Cb/Cr in
+#: 16..240: R = 1.164(Y-16) + 1.596(Cr-128), G = 1.164(Y-16) - 0.392(Cb-128) - 0.813(Cr-128),
+#: B = 1.164(Y-16) + 2.017(Cb-128). The CPU decode path converts with the stream's own tags
+#: (BT.601 limited when untagged; BT.709/BT.2020 and full range when tagged so) through
+#: FFmpeg's swscale; a GPU NV12->RGB kernel must use the same matrix and range (it will
+#: match to rounding, not bit for bit).
 COLOUR_TAGS = {"colorspace": 6, "color_primaries": 6, "color_trc": 6, "color_range": 1}
 
 
