@@ -259,8 +259,8 @@ def test_bad_requests(store):
         tv.plan_window(bad, [3])
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_mixed_streams_in_one_batch_reuse_decoders(store, threads):
+@pytest.mark.parametrize("threads, decoder_threads", [(1, 1), (2, 1), (1, 2)])
+def test_mixed_streams_in_one_batch_reuse_decoders(store, threads, decoder_threads):
     """Different sizes, B-frames and no B-frames, a failing window: contexts are reused."""
     a = tv.encode_frames(synthetic_frames(45, 48, 64, seed=1), gop=15, preset="ultrafast")
     b = tv.encode_frames(synthetic_frames(45, 32, 32, seed=2), gop=10, preset="ultrafast")
@@ -284,7 +284,10 @@ def test_mixed_streams_in_one_batch_reuse_decoders(store, threads):
             tv.WindowRequest(*keyed[k], np.arange(start, start + 12), Video(range(12)), WHERE)
         )
         wants.append(refs[k][start : start + 12])
-    with tv.VideoReader(store, prefix="projects/p", threads=threads) as reader:
+    reader = tv.VideoReader(
+        store, prefix="projects/p", threads=threads, decoder_threads=decoder_threads
+    )
+    with reader:
         for out, want in zip(reader.read(reqs), wants):
             assert np.array_equal(out, want)
         # a corrupt window fails with a named error; the next batch is still exact
