@@ -2,8 +2,8 @@
 
 Run by bench/gpu_check.sh. Expectations: NVDEC's NV12 planes equal FFmpeg's software
 decode bit for bit (H.264 decoding is exact); GPU batches equal the CPU path's within
-the tolerance stated in tests/test_gpu_transform.py (uint8: <= 4 levels native, <= 7
-resized, with the CPU path's default BILINEAR flags), and the GPU reader on CUDA equals
+the tolerance stated in tests/test_gpu_transform.py (uint8: identical at native size,
+<= 7 levels resized, with the CPU path's default BILINEAR flags), and the GPU reader on CUDA equals
 the same pipeline on CPU (torch reference) within 1 level.
 """
 
@@ -70,7 +70,7 @@ def test_nvdec_planes_equal_software_decode(stream):
 
 
 SPECS = [
-    (Video(range(8)), 4),
+    (Video(range(8)), 0),
     (Video(range(8), size=(56, 56), layout="TCHW"), 7),
     (Video(range(4), size=(224, 224), dtype="float32", mean=(0.5,) * 3, std=(0.25,) * 3), 7),
     (Video(range(4), size=(48, 64), layout="TCHW", dtype="bfloat16"), 7),
@@ -91,7 +91,7 @@ def test_gpu_batches_match_cpu_path(stored, spec, levels):
     for c, g, p in zip(cpu, gpu, same_pipeline_on_cpu):
         assert g.is_cuda and g.shape == c.shape and g.dtype == c.dtype
         g = g.cpu().float()
-        assert float((g - c.float()).abs().max()) <= levels * scale + 0.02
+        assert float((g - c.float()).abs().max()) <= levels * scale + (0.02 if levels else 0)
         assert float((g - p.float()).abs().max()) <= 1 * scale + 0.02
 
 

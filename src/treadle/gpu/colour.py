@@ -23,6 +23,15 @@ _KR_KB = {
     9: (0.2627, 0.0593),  # BT.2020 non-constant luminance
     10: (0.2627, 0.0593),  # BT.2020 constant luminance: converted as NCL, as swscale does
 }
+# swscale's integer YUV->RGB table (ff_yuv2rgb_coeffs: crv, cbu, cgu, cgv in 16.16), used by
+# its fast unscaled converter; BT.601 for every matrix not listed (as on the CPU path).
+_SWS_INV = {
+    1: (117489, 138438, 13975, 34925),
+    7: (117579, 136230, 16907, 35559),
+    9: (110013, 140363, 12277, 42626),
+    10: (110013, 140363, 12277, 42626),
+}
+_SWS_INV_601 = (104597, 132201, 25675, 53279)
 _MATRIX_NAMES = {"bt601": 6, "bt709": 1, "smpte240m": 7, "bt2020": 9}
 
 # AVChromaLocation -> (horizontal, vertical) position of chroma sample (0, 0) in luma
@@ -93,6 +102,41 @@ class Colour:
             -2.0 * kb * (1.0 - kb) / kg,
             -2.0 * kr * (1.0 - kr) / kg,
             2.0 * (1.0 - kb),
+        )
+
+    def sws_fixed_coefficients(self) -> tuple[int, int, int, int, int, int]:
+        """(y, y_offset, vr, ub, ug, vg): swscale's 16-bit fixed-point conversion constants.
+
+        Its unscaled yuv420p -> rgb24 converter (PyAV's default flags, native size)
+        computes, with ``>>`` an arithmetic shift::
+
+            y' = ((8*Y - y_offset) * y) >> 16;  u' = 8*U - 1024;  v' = 8*V - 1024
+            R = clip(y' + ((v' * vr) >> 16))
+            G = clip(y' + ((u' * ug) >> 16) + ((v' * vg) >> 16))
+            B = clip(y' + ((u' * ub) >> 16))
+
+        Reproducing this gives bit-identical output (checked in tests).
+        """
+        crv, cbu, cgu, cgv = _SWS_INV.get(self.matrix, _SWS_INV_601)
+        cgu, cgv = -cgu, -cgv
+        cy, oy = 1 << 16, 0
+        if self.full_range:
+            # C integer division truncates toward zero
+            crv, cbu = crv * 224 // 255, cbu * 224 // 255
+            cgu, cgv = -(-cgu * 224 // 255), -(-cgv * 224 // 255)
+        else:
+            cy, oy = cy * 255 // 219, 16 << 16
+
+        def round16(v: int) -> int:
+            return (v + (1 << 15)) >> 16
+
+        return (
+            round16(cy << 13),
+            round16(oy << 3),
+            round16(crv << 13),
+            round16(cbu << 13),
+            round16(cgu << 13),
+            round16(cgv << 13),
         )
 
 

@@ -74,12 +74,19 @@ def _yuv420_kernel(
     c0,
     c1,
     c2,
+    fy,
+    fy_o,
+    fvr,
+    fub,
+    fug,
+    fvg,
     KLY: tl.constexpr,
     KLX: tl.constexpr,
     KCY: tl.constexpr,
     KCX: tl.constexpr,
     OUT_UINT8: tl.constexpr,
     OUT_BF16: tl.constexpr,
+    SWS_FIXED: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -121,15 +128,26 @@ def _yuv420_kernel(
         cb += wy * row_u
         cr += wy * row_v
 
-    lum = (lum - yo) * ys
-    cb = (cb - 128.0) * cs
-    cr = (cr - 128.0) * cs
-    r = lum + rv * cr
-    g = lum + gu * cb + gv * cr
-    bl = lum + bu * cb
-    r = tl.floor(tl.minimum(tl.maximum(r, 0.0), 255.0) + 0.5)
-    g = tl.floor(tl.minimum(tl.maximum(g, 0.0), 255.0) + 0.5)
-    bl = tl.floor(tl.minimum(tl.maximum(bl, 0.0), 255.0) + 0.5)
+    if SWS_FIXED:
+        # swscale's unscaled converter (see Colour.sws_fixed_coefficients): taps are
+        # single nearest samples with weight 1, so the sums above are exact integers.
+        yi = (lum.to(tl.int32) * 8 - fy_o) * fy >> 16
+        ui = cb.to(tl.int32) * 8 - 1024
+        vi = cr.to(tl.int32) * 8 - 1024
+        r = tl.minimum(tl.maximum(yi + (vi * fvr >> 16), 0), 255).to(tl.float32)
+        g = yi + ((ui * fug >> 16) + (vi * fvg >> 16))
+        g = tl.minimum(tl.maximum(g, 0), 255).to(tl.float32)
+        bl = tl.minimum(tl.maximum(yi + (ui * fub >> 16), 0), 255).to(tl.float32)
+    else:
+        lum = (lum - yo) * ys
+        cb = (cb - 128.0) * cs
+        cr = (cr - 128.0) * cs
+        r = lum + rv * cr
+        g = lum + gu * cb + gv * cr
+        bl = lum + bu * cb
+        r = tl.floor(tl.minimum(tl.maximum(r, 0.0), 255.0) + 0.5)
+        g = tl.floor(tl.minimum(tl.maximum(g, 0.0), 255.0) + 0.5)
+        bl = tl.floor(tl.minimum(tl.maximum(bl, 0.0), 255.0) + 0.5)
 
     ob = out_ptr + t * so_t + oy.to(tl.int64) * so_h + ox.to(tl.int64) * so_w
     if OUT_UINT8:
@@ -163,8 +181,12 @@ def _block() -> int:
     return 4096 if _INTERPRET else 256
 
 
-def launch(y, u, v, out, spec, colour: Colour, taps) -> None:
-    """Launch the kernel for ``T`` frames (``y/u/v [T,...]``, ``out [T,...]``, validated)."""
+def launch(y, u, v, out, spec, colour: Colour, taps, fixed: bool = False) -> None:
+    """Launch the kernel for ``T`` frames (``y/u/v [T,...]``, ``out [T,...]``, validated).
+
+    ``fixed``: reproduce swscale's unscaled fixed-point converter (native size, nearest
+    chroma taps; see :func:`treadle.gpu.transform.sws_fixed_point`).
+    """
     t, _, _ = y.shape
     if spec.layout == "THWC":
         _, h, w, _ = out.shape
@@ -172,70 +194,10 @@ def launch(y, u, v, out, spec, colour: Colour, taps) -> None:
     else:
         _, _, h, w = out.shape
         so_t, so_c, so_h, so_w = out.stride()
-    ys, yo, cs, rv, gu, gv, bu = colour.rgb_coefficients()
-    (a0, a1, a2), (c0, c1, c2) = spec.affine()
+    scale, shift = spec.affine()
     block = _block()
     grid = (triton.cdiv(h * w, block), t)
-    with _interpreter_lock if _INTERPRET else contextlib.nullcontext():
-        _launch(
-            grid,
-            y,
-            u,
-            v,
-            out,
-            taps,
-            so_t,
-            so_h,
-            so_w,
-            so_c,
-            h,
-            w,
-            ys,
-            yo,
-            cs,
-            rv,
-            gu,
-            gv,
-            bu,
-            a0,
-            a1,
-            a2,
-            c0,
-            c1,
-            c2,
-            block,
-        )
-
-
-def _launch(
-    grid,
-    y,
-    u,
-    v,
-    out,
-    taps,
-    so_t,
-    so_h,
-    so_w,
-    so_c,
-    h,
-    w,
-    ys,
-    yo,
-    cs,
-    rv,
-    gu,
-    gv,
-    bu,
-    a0,
-    a1,
-    a2,
-    c0,
-    c1,
-    c2,
-    block,
-):
-    _yuv420_kernel[grid](
+    args = (
         y,
         u,
         v,
@@ -253,24 +215,20 @@ def _launch(
         so_c,
         h,
         w,
-        ys,
-        yo,
-        cs,
-        rv,
-        gu,
-        gv,
-        bu,
-        a0,
-        a1,
-        a2,
-        c0,
-        c1,
-        c2,
+        *colour.rgb_coefficients(),
+        *scale,
+        *shift,
+        *colour.sws_fixed_coefficients(),
+    )
+    consts = dict(
         KLY=taps.luma_y[0].shape[1],
         KLX=taps.luma_x[0].shape[1],
         KCY=taps.chroma_y[0].shape[1],
         KCX=taps.chroma_x[0].shape[1],
         OUT_UINT8=out.dtype == torch.uint8,
         OUT_BF16=out.dtype == torch.bfloat16,
+        SWS_FIXED=fixed,
         BLOCK=block,
     )
+    with _interpreter_lock if _INTERPRET else contextlib.nullcontext():
+        _yuv420_kernel[grid](*args, **consts)

@@ -25,12 +25,17 @@ The maths is the one FFmpeg's scaler (swscale) uses with
   CPU path's whenever the uint8 values agree (on a GPU the compiler may fuse the
   multiply-add: then within 1 ulp).
 
-Measured against PyAV/swscale with :data:`SWS_PARITY_FLAGS` (tests/test_gpu_transform.py):
-max abs diff 1 (uint8) at native size and when resizing, for BT.601/709, limited/full
-range, left/centre siting. With PyAV's *default* flags (``BILINEAR`` only) swscale
-shares one chroma value between two output pixels (and at native size replicates
-chroma 2x2 with its fast tables); ``chroma="sws_default"`` emulates that sharing, and
-the measured bound is then a few levels (see the test module), not 1.
+Measured against PyAV/swscale (tests/test_gpu_transform.py, bench/gpu_check.py):
+
+* ``chroma="full"`` vs ``interpolation=SWS_PARITY_FLAGS``: max abs diff 1 (uint8) at
+  native size and when resizing, for BT.601/709, limited/full range, left/centre siting,
+  odd sizes.
+* ``chroma="sws_default"`` vs PyAV's *default* flags (``BILINEAR``, what the CPU path
+  uses): at native size swscale runs its unscaled fixed-point converter (chroma
+  replicated 2x2, 16-bit multiplies); :func:`sws_fixed_point` reproduces it bit for bit
+  (difference 0). Resized, swscale shares one chroma value between two output pixels
+  (emulated) and truncates in its fixed-point scaler and lookup tables (not emulated):
+  max abs diff <= 7, mean <= 3.5 levels, FFmpeg's output being the darker.
 """
 
 from __future__ import annotations
@@ -246,6 +251,32 @@ def _resample(plane: torch.Tensor, ty, tx) -> torch.Tensor:
     return out
 
 
+def sws_fixed_point(height: int, width: int, spec: OutputSpec, chroma: str) -> bool:
+    """True when swscale would use its unscaled fixed-point converter (reproduced exactly).
+
+    That is PyAV's default flags (``chroma="sws_default"``), output at the native size,
+    even height.
+    """
+    return (
+        chroma == "sws_default"
+        and spec.out_hw(height, width) == (height, width)
+        and height % 2 == 0
+    )
+
+
+def _fixed_point_rgb(y, u, v, taps: Taps, colour: Colour) -> torch.Tensor:
+    """[T, 3, H, W] float32 integer values: swscale's unscaled converter, bit for bit."""
+    cy, oy, vr, ub, ug, vg = colour.sws_fixed_coefficients()
+    iy, ix = taps.chroma_y[0][:, 0].long(), taps.chroma_x[0][:, 0].long()  # nearest (2x2)
+    lum = (y.to(torch.int32) * 8 - oy) * cy >> 16
+    up = u.to(torch.int32)[:, iy][:, :, ix] * 8 - 1024
+    vp = v.to(torch.int32)[:, iy][:, :, ix] * 8 - 1024
+    r = lum + (vp * vr >> 16)
+    g = lum + ((up * ug >> 16) + (vp * vg >> 16))
+    b = lum + (up * ub >> 16)
+    return torch.stack((r, g, b), dim=1).clamp(0, 255).to(torch.float32)
+
+
 def _check_planes(y: torch.Tensor, u: torch.Tensor, v: torch.Tensor):
     if y.dim() == 2:
         y, u, v = y[None], u[None], v[None]
@@ -291,15 +322,18 @@ def reference_convert(
     t, height, width = y.shape
     out4 = _check_out(out, spec, t, height, width)
     taps = taps_for(height, width, spec, colour, chroma, y.device)
-    lum = _resample(y.float(), taps.luma_y, taps.luma_x)
-    cb = _resample(u.float(), taps.chroma_y, taps.chroma_x) - 128.0
-    cr = _resample(v.float(), taps.chroma_y, taps.chroma_x) - 128.0
-    ys, yo, cs, rv, gu, gv, bu = colour.rgb_coefficients()
-    lum = (lum - yo) * ys
-    cb = cb * cs
-    cr = cr * cs
-    rgb = torch.stack((lum + rv * cr, lum + gu * cb + gv * cr, lum + bu * cb), dim=1)
-    q = torch.floor(rgb.clamp(0.0, 255.0) + 0.5)  # [T, 3, h, w]
+    if sws_fixed_point(height, width, spec, chroma):
+        q = _fixed_point_rgb(y, u, v, taps, colour)
+    else:
+        lum = _resample(y.float(), taps.luma_y, taps.luma_x)
+        cb = _resample(u.float(), taps.chroma_y, taps.chroma_x) - 128.0
+        cr = _resample(v.float(), taps.chroma_y, taps.chroma_x) - 128.0
+        ys, yo, cs, rv, gu, gv, bu = colour.rgb_coefficients()
+        lum = (lum - yo) * ys
+        cb = cb * cs
+        cr = cr * cs
+        rgb = torch.stack((lum + rv * cr, lum + gu * cb + gv * cr, lum + bu * cb), dim=1)
+        q = torch.floor(rgb.clamp(0.0, 255.0) + 0.5)  # [T, 3, h, w]
     if spec.dtype == "uint8":
         res = q.to(torch.uint8)
     else:
@@ -361,7 +395,7 @@ def convert(
     t, height, width = y3.shape
     out4 = _check_out(out, spec, t, height, width)
     taps = taps_for(height, width, spec, colour, chroma, y.device)
-    launch(y3, u3, v3, out4, spec, colour, taps)
+    launch(y3, u3, v3, out4, spec, colour, taps, sws_fixed_point(height, width, spec, chroma))
     return out
 
 
