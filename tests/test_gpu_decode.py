@@ -201,3 +201,28 @@ def test_frame_planes_of_software_frames():
         assert np.array_equal(y.numpy(), i420[:20])
         assert np.array_equal(u.contiguous().numpy().reshape(-1), i420[20:25].reshape(-1))
         assert np.array_equal(v.contiguous().numpy().reshape(-1), i420[25:30].reshape(-1))
+
+
+def test_follows_the_cpu_paths_scaler_flags(stored, monkeypatch):
+    """If the CPU path resizes with SWS_PARITY_FLAGS, the GPU path is within 1 level."""
+    import treadle.video.decode as cpu_decode
+    from treadle.gpu.decode import cpu_chroma_mode
+    from treadle.gpu.transform import SWS_PARITY_FLAGS
+
+    store, key, index = stored
+    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "sws_default"  # "BILINEAR"
+    monkeypatch.setattr(cpu_decode, "RESIZE_INTERPOLATION", SWS_PARITY_FLAGS)
+    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "full"
+    for spec in (Video(range(4), size=(32, 48)), Video(range(4), size=(72, 96), layout="TCHW")):
+        reqs = requests(key, index, spec, starts=(2, 30))
+        for w, g in zip(cpu_read(store, reqs), gpu_read(store, reqs)):
+            assert int((w.int() - g.int()).abs().max()) <= 1
+    # a per-spec choice, when the CPU path defines one, wins over the constant
+    monkeypatch.setattr(
+        cpu_decode,
+        "interpolation_for",
+        lambda v: "BILINEAR" if v.size is None else SWS_PARITY_FLAGS,
+        raising=False,
+    )
+    assert cpu_chroma_mode(Video(range(2))) == "sws_default"
+    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "full"

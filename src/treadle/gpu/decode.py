@@ -139,6 +139,20 @@ def frame_planes(
     return y, u, v, False
 
 
+def cpu_chroma_mode(video: Any) -> str:
+    """The chroma mode matching the CPU path's scaler flags for this window spec.
+
+    Uses ``treadle.video.decode.interpolation_for(spec)`` when the CPU path defines it
+    (flags per spec, e.g. default flags at native size and ``SWS_PARITY_FLAGS`` when
+    resizing), else its single ``RESIZE_INTERPOLATION``.
+    """
+    from treadle.video import decode as cpu
+
+    per_spec = getattr(cpu, "interpolation_for", None)
+    flags = per_spec(video) if per_spec is not None else cpu.RESIZE_INTERPOLATION
+    return chroma_mode_for(flags)
+
+
 def frame_colour(frame: Any, chroma_loc: int = AVCHROMA_LOC_LEFT) -> Colour:
     """Matrix and range from the frame's tags (as the CPU path), chroma siting given."""
     return Colour(int(frame.colorspace), int(frame.color_range) == 2, chroma_loc)
@@ -234,7 +248,7 @@ class GpuVideoReader:
         impl: str = "auto",
         chroma: str | None = None,
     ):
-        from treadle.video import RESIZE_INTERPOLATION, VideoReader
+        from treadle.video import VideoReader
 
         if streams < 1:
             raise VideoError("GpuVideoReader needs streams >= 1")
@@ -243,7 +257,7 @@ class GpuVideoReader:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.hw = hw
         self.impl = impl
-        self.chroma = chroma or chroma_mode_for(RESIZE_INTERPOLATION)
+        self.chroma = chroma  # None: follow the CPU path's flags per spec (cpu_chroma_mode)
         self.streams = streams
         self._cpu = VideoReader(store, prefix=prefix)  # planning, fetching, CPU fallback
         self._local = threading.local()
@@ -315,16 +329,17 @@ class GpuVideoReader:
             return self._cpu_window(req, out)
         decoder, stream = self._worker()
         spec = OutputSpec.from_video(req.spec)
+        chroma = self.chroma or cpu_chroma_mode(req.spec)
         try:
             if stream is None:
                 decode_window_to(
-                    decoder, data, plan, out, spec, where, chroma=self.chroma, impl=self.impl
+                    decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
                 )
             else:
                 stream.wait_stream(torch.cuda.default_stream(self.device))
                 with torch.cuda.stream(stream):
                     decode_window_to(
-                        decoder, data, plan, out, spec, where, chroma=self.chroma, impl=self.impl
+                        decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
                     )
                 stream.synchronize()
         except CorruptData as e:
