@@ -20,10 +20,11 @@ by pts. Only the decoder and the conversion differ:
   threads, each with its own decoder and CUDA stream, at most ``max_in_flight`` windows
   queued (a bounded queue), so several NVDEC sessions stay busy.
 
-Synchronisation: FFmpeg copies NVDEC output on CUDA's legacy default stream, so each
-worker's stream waits for the default stream before converting, and each window ends
-with the worker's stream synchronised: when :meth:`GpuVideoReader.read` returns, the
-outputs are complete and the decoded frames are released.
+Synchronisation: FFmpeg copies NVDEC output on CUDA's legacy default stream, so the
+worker's stream waits for the default stream before converting each frame, and each
+window ends with the worker's stream synchronised (the decoded frames go back to
+FFmpeg's pool only then): when :meth:`GpuVideoReader.read` returns, the outputs are
+complete and visible to every stream.
 
 Nothing here imports CUDA, Triton or touches a GPU at import time.
 """
@@ -197,7 +198,12 @@ def decode_window_to(
             if js is None:
                 continue  # warm-up frame before the window
             y, u, v, on_gpu = frame_planes(frame, out.device)
-            if not on_gpu and decoder.hw:
+            if on_gpu:
+                # FFmpeg copied this frame out of NVDEC on the legacy default stream.
+                torch.cuda.current_stream(out.device).wait_stream(
+                    torch.cuda.default_stream(out.device)
+                )
+            elif decoder.hw:
                 _warn_once(
                     "nvdec-software-frames",
                     f"{where}: NVDEC could not decode this stream; FFmpeg decoded it in "
@@ -216,6 +222,10 @@ def decode_window_to(
     except BaseException:
         decoder.reset()
         raise
+    if out.is_cuda:
+        # The kernels read the decoded frames: done before they go back to FFmpeg's pool.
+        torch.cuda.current_stream(out.device).synchronize()
+    del keep
     if slots:
         missing = sorted(int(plan.wanted[j]) for js in slots.values() for j in js)
         raise CorruptData(
@@ -336,12 +346,12 @@ class GpuVideoReader:
                     decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
                 )
             else:
+                # out may have been allocated or written on the default stream
                 stream.wait_stream(torch.cuda.default_stream(self.device))
                 with torch.cuda.stream(stream):
                     decode_window_to(
                         decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
                     )
-                stream.synchronize()
         except CorruptData as e:
             if not self.hw:
                 raise
