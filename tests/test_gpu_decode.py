@@ -140,6 +140,13 @@ def test_bounded_queue_with_many_windows(stored):
     want = gpu_read(store, reqs, streams=1)
     got = gpu_read(store, reqs, streams=3, max_in_flight=1)  # submit waits for each window
     assert len(got) == len(reqs)
+    with GpuVideoReader(store, device="cpu", prefix="projects/p", hw=False, impl="torch") as r:
+        _, stats = r.read_with_stats(reqs)
+    with tv.VideoReader(store, prefix="projects/p") as r:
+        _, cpu_stats = r.read_with_stats(reqs)
+    assert stats.window_bytes == cpu_stats.window_bytes  # the same byte ranges
+    assert stats.packets_decoded == cpu_stats.packets_decoded
+    assert stats.frames_out == cpu_stats.frames_out == 3 * len(reqs)
     for w, g in zip(want, got):
         assert torch.equal(w, g)
 

@@ -382,6 +382,7 @@ class GpuVideoReader:
         fetch_s = time.perf_counter() - t0
         done: Future = Future()
         done.fetch_s = fetch_s  # type: ignore[attr-defined]
+        done.plans = plans  # type: ignore[attr-defined]
         if not requests:
             done.set_result([])
             return done
@@ -431,5 +432,9 @@ class GpuVideoReader:
         outs = fut.result()
         stats.fetch_s = fut.fetch_s  # type: ignore[attr-defined]
         stats.decode_s = time.perf_counter() - t0 - stats.fetch_s
+        plans = fut.plans  # type: ignore[attr-defined]
+        stats.window_bytes = [p.nbytes for p in plans]
+        stats.bytes_read = sum(stats.window_bytes)
+        stats.packets_decoded = sum(p.num_packets for p in plans)
         stats.frames_out = sum(int(o.shape[0]) for o in outs)
         return outs, stats
