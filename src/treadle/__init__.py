@@ -23,13 +23,29 @@ from treadle.errors import (  # noqa: E402
     TreadleError,
     VideoError,
 )
+from treadle.plan.plan import Batch, Plan  # noqa: E402
+from treadle.plan.recipe import Component, Recipe  # noqa: E402
+from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef, Transaction  # noqa: E402
+from treadle.torch import CheckpointRow, Checkpoints, ScanDataset, TrainLoader  # noqa: E402
+from treadle.video import VideoFile, VideoFrames  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",
+    "Batch",
+    "CheckpointRow",
+    "Checkpoints",
+    "Component",
+    "Plan",
+    "Recipe",
+    "RunRecord",
+    "ScanDataset",
+    "TrainLoader",
+    "VideoFile",
+    "VideoFrames",
     "Branch",
     "Client",
     "Commit",

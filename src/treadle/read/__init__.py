@@ -1,1 +1,1 @@
-"""treadle.read."""
+"""Delivery: reading planned batches (fetch -> decode -> assemble)."""

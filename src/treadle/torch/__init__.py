@@ -1,1 +1,7 @@
-"""treadle.torch."""
+"""PyTorch adapters: TrainLoader, ScanDataset, Checkpoints."""
+
+from treadle.torch.checkpoints import CheckpointRow, Checkpoints
+from treadle.torch.loader import TrainLoader
+from treadle.torch.scan import ScanDataset
+
+__all__ = ["CheckpointRow", "Checkpoints", "ScanDataset", "TrainLoader"]

@@ -1,0 +1,259 @@
+"""Assemble one step's batch for one rank: plan -> rows + video windows -> arrays.
+
+Stages, each explicit:
+
+1. **Plan.** ``plan.batch(step, rank, world_size)`` gives (component, moment) per slot.
+2. **Rows.** For every ``Rows`` window (or every plain column when a component has no
+   windows), the rows ``moment + offset`` of all samples of a component are read with
+   one Lance ``take`` and reshaped to ``[n, T, ...]``.
+3. **Video.** Every ``Video`` window becomes a :class:`~treadle.video.WindowRequest` that
+   decodes straight into its slice of the preallocated batch array; all windows of the
+   step are fetched together (coalesced byte ranges, many in flight).
+
+The result is a dict of numpy arrays in slot order, plus ``_component``/``_moment``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import PlanError
+from treadle.plan.windows import Rows, Video, Windows
+from treadle.table.table import EPISODE, FRAME
+from treadle.table.tensors import tensor_shape, to_numpy
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """How one output column is made for one component."""
+
+    column: str
+    spec: Rows | Video | None  # None: the column at the moment itself, no time axis
+    video: bool
+    at_moment: bool = False  # a video frame at the moment itself: no time axis in the batch
+
+
+def output_columns(plan: Any) -> list[list[ColumnSpec]]:
+    """Per component, the output columns; every component must give the same names."""
+    per: list[list[ColumnSpec]] = []
+    for c in range(plan.num_components):
+        table = plan.table(c)
+        windows: Windows | None = plan.windows(c)
+        schema = table.schema
+        videos = set(table.video_columns)
+        specs: list[ColumnSpec] = []
+        if windows is None or not windows.specs:
+            specs = moment_columns(table)
+        else:
+            for col, spec in windows.items():
+                f = schema.field(col)
+                if isinstance(spec, Rows) and not _numeric(f):
+                    raise PlanError(
+                        f"column {col!r} of table {table.name!r} is {f.type}: a TrainLoader "
+                        "batch holds tensors only"
+                    )
+                specs.append(ColumnSpec(col, spec, col in videos))
+        per.append(specs)
+    names = [sorted(s.column for s in specs) for specs in per]
+    for c, n in enumerate(names[1:], start=1):
+        if n != names[0]:
+            raise PlanError(
+                f"components must give the same columns to stack a batch: component 0 gives "
+                f"{names[0]}, component {c} gives {n}"
+            )
+    return per
+
+
+def _numeric(f: pa.Field) -> bool:
+    if tensor_shape(f) is not None:
+        return True
+    t = f.type
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None:
+    """Drop the length-1 time axis of video columns read at the moment itself."""
+    for cs in columns:
+        if cs.at_moment and cs.column in out and out[cs.column].ndim >= 2:
+            out[cs.column] = out[cs.column][:, 0]
+
+
+def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnSpec]:
+    """Columns at the moment itself (no time axis), video columns decoded to one frame."""
+    videos = set(table.video_columns)
+    out = []
+    for f in table.schema:
+        if columns is None and f.name in (EPISODE, FRAME):
+            continue
+        if columns is not None and f.name not in columns:
+            continue
+        if f.name in videos:
+            out.append(ColumnSpec(f.name, Video([0]), True, at_moment=True))
+        elif _numeric(f):
+            out.append(ColumnSpec(f.name, None, False))
+        elif columns is not None:
+            raise PlanError(
+                f"column {f.name!r} of table {table.name!r} is {f.type}: batches hold tensors only"
+            )
+    return out
+
+
+class BatchReader:
+    """Reads the batches of one plan for one rank. Safe to call from one thread at a time.
+
+    ``plan`` may be None for a reader used only through :meth:`fill` (``ScanDataset``);
+    then ``project`` must be given.
+    """
+
+    def __init__(self, plan: Any, *, video_threads: int = 1, project: Any = None):
+        from treadle.video import VideoReader
+
+        self.plan = plan
+        self.columns = output_columns(plan) if plan is not None else []
+        project = project if project is not None else plan.table(0).project
+        self._video = VideoReader(
+            project.client.store, threads=video_threads, prefix=project.prefix
+        )
+        self._indexes: dict[tuple[str, int, str, int], Any] = {}
+        self._video_cols: dict[tuple[str, int, str], pa.ChunkedArray] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._video.close()
+
+    def read(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, np.ndarray]:
+        """The batch of ``step`` for ``rank``: arrays ``[b, ...]`` in slot order."""
+        batch = self.plan.batch(step, rank, world_size)
+        out: dict[str, Any] = {}
+        requests = []
+        for c in np.unique(batch.component):
+            slots = np.flatnonzero(batch.component == c)
+            table = self.plan.table(int(c))
+            requests += self.fill(
+                table, self.columns[int(c)], batch.moment[slots], slots, out, len(batch)
+            )
+        self.decode(requests)
+        squeeze_moment_video(out, [cs for specs in self.columns for cs in specs])
+        out["_component"] = batch.component.astype(np.int64)
+        out["_moment"] = batch.moment.astype(np.int64)
+        return out
+
+    def fill(
+        self,
+        table: Any,
+        columns: list[ColumnSpec],
+        moments: np.ndarray,
+        slots: np.ndarray,
+        out: dict[str, Any],
+        b: int,
+    ) -> list[Any]:
+        """Write rows of ``moments`` into ``out[col][slots]``; return the video reads to do."""
+        requests = []
+        for cs in columns:
+            if cs.video:
+                requests.extend(self._video_requests(table, cs, moments, slots, out, b))
+            else:
+                arr = self._rows(table, cs, moments)
+                dest = out.get(cs.column)
+                if dest is None:
+                    dest = out[cs.column] = np.empty((b, *arr.shape[1:]), arr.dtype)
+                _check_shape(dest, arr, cs.column, table.name)
+                dest[slots] = arr
+        return requests
+
+    def decode(self, requests: list[Any]) -> None:
+        """Run the video reads :meth:`fill` returned (one coalesced fetch, then decode)."""
+        if requests:
+            self._video.read(requests)
+
+    # -- rows ---------------------------------------------------------------------------
+    def _rows(self, table: Any, cs: ColumnSpec, moments: np.ndarray) -> np.ndarray:
+        offsets = np.asarray(cs.spec.offsets if cs.spec is not None else [0], np.int64)
+        rows = (moments[:, None] + offsets[None, :]).reshape(-1)
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        got = table.take(uniq, [cs.column])
+        values = to_numpy(got.column(cs.column), got.schema.field(cs.column))[inverse]
+        if cs.spec is None:
+            return values
+        return values.reshape((len(moments), len(offsets), *values.shape[1:]))
+
+    # -- video --------------------------------------------------------------------------
+    def _video_requests(
+        self,
+        table: Any,
+        cs: ColumnSpec,
+        moments: np.ndarray,
+        slots: np.ndarray,
+        out: dict[str, np.ndarray],
+        b: int,
+    ) -> list[Any]:
+        from treadle.video import WindowRequest
+        from treadle.video.decode import allocate, output_shape
+
+        episodes = table.episodes()
+        spec: Video = cs.spec  # type: ignore[assignment]
+        offsets = np.asarray(spec.offsets, np.int64)
+        reqs = []
+        for slot, m in zip(slots, moments):
+            e = int(np.searchsorted(episodes.starts, m, side="right") - 1)
+            key, index = self._index(table, cs.column, e)
+            frame = int(m - episodes.starts[e])
+            shape = output_shape(index, spec, len(offsets))
+            dest = out.get(cs.column)
+            if dest is None:
+                one = allocate(index, spec, len(offsets))
+                if isinstance(one, np.ndarray):
+                    dest = np.empty((b, *shape), one.dtype)
+                else:
+                    dest = one.new_empty((b, *shape))
+                out[cs.column] = dest
+            target = dest[slot]
+            if tuple(target.shape) != shape:
+                raise PlanError(
+                    f"column {cs.column!r}: episode {episodes.names[e]!r} of table "
+                    f"{table.name!r} decodes to {shape}, the batch holds {tuple(target.shape)}; "
+                    "give the Video spec a size=(H, W) to stack streams of different sizes"
+                )
+            reqs.append(
+                WindowRequest(
+                    key=key,
+                    index=index,
+                    frames=frame + offsets,
+                    spec=spec,
+                    where=(table.name, episodes.names[e], cs.column),
+                    out=target,
+                )
+            )
+        return reqs
+
+    def _index(self, table: Any, column: str, episode: int) -> tuple[str, Any]:
+        from treadle.video import index_from_arrow
+
+        k = (table.name, table.version, column, episode)
+        with self._lock:
+            hit = self._indexes.get(k)
+        if hit is not None:
+            return hit
+        col = self._video_cols.get(k[:3])
+        if col is None:
+            col = table.to_arrow([column]).column(column)
+            self._video_cols[k[:3]] = col
+        eps = table.episodes()
+        start, n = int(eps.starts[episode]), int(eps.lengths[episode])
+        hit = index_from_arrow(col.slice(start, n))
+        with self._lock:
+            self._indexes[k] = hit
+        return hit
+
+
+def _check_shape(dest: np.ndarray, arr: np.ndarray, column: str, table: str) -> None:
+    if dest.shape[1:] != arr.shape[1:] or dest.dtype != arr.dtype:
+        raise PlanError(
+            f"column {column!r} of table {table!r} has rows of shape {arr.shape[1:]} "
+            f"{arr.dtype}, other components give {dest.shape[1:]} {dest.dtype}"
+        )

@@ -1,0 +1,251 @@
+"""``TrainLoader``: the plan's batches for this rank, as device tensors, resumable.
+
+A thin adapter. Batches come from :class:`treadle.read.batch.BatchReader`; this module
+only decides *where* that work runs and hands the result to torch:
+
+- ``workers=0``: one background thread reads up to ``prefetch`` steps ahead into a
+  bounded queue (I/O and decode overlap with the training step).
+- ``workers=N``: a ``torch.utils.data.DataLoader`` with N *spawned* worker processes
+  (Lance is not fork-safe); worker ``k`` reads steps ``start+k, start+k+N, ...`` and the
+  DataLoader's round-robin returns them in step order. Use it when decode needs more
+  than one core (PyAV decode does not run in parallel across Python threads).
+
+Order is always the plan's order. ``state_dict()`` counts batches *delivered* to the
+caller, never those prefetched, so a resumed loader continues with exactly the next
+batch, at any world size that divides the batch size.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from treadle.errors import PlanError
+from treadle.plan.plan import Plan
+from treadle.plan.recipe import Recipe
+from treadle.plan.record import RunRecord
+from treadle.read.batch import BatchReader, output_columns
+
+_STATE_KEYS = {"record", "step"}
+
+
+def default_rank_world() -> tuple[int, int]:
+    """(rank, world size) from torch.distributed, else RANK/WORLD_SIZE, else (0, 1)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    try:
+        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    except ValueError:
+        raise PlanError("RANK and WORLD_SIZE must be integers") from None
+
+
+def to_tensors(arrays: dict[str, Any], device: torch.device, pin: bool) -> dict[str, torch.Tensor]:
+    """numpy -> torch (zero copy), pinned and moved without blocking when the device is CUDA."""
+    out = {}
+    for k, v in arrays.items():
+        t = v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
+        if device.type != "cpu":
+            if pin:
+                t = t.pin_memory()
+            t = t.to(device, non_blocking=True)
+        out[k] = t
+    return out
+
+
+class _Steps(torch.utils.data.IterableDataset):
+    """Worker side of ``workers>0``: reads steps ``start + k, start + k + N, ...``."""
+
+    def __init__(self, record: str, root: str, options: dict, rank: int, world: int, start: int,
+                 stop: int | None, video_threads: int):  # fmt: skip
+        self.record, self.root, self.options = record, root, options
+        self.rank, self.world, self.start, self.stop = rank, world, start, stop
+        self.video_threads = video_threads
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        from treadle.catalog import Client
+
+        info = torch.utils.data.get_worker_info()
+        k, n = (info.id, info.num_workers) if info else (0, 1)
+        plan = Plan.from_record(self.record, Client(self.root, self.options or None))
+        reader = BatchReader(plan, video_threads=self.video_threads)
+        step = self.start + k
+        try:
+            while self.stop is None or step < self.stop:
+                batch = reader.read(step, self.rank, self.world)
+                yield {k_: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                       for k_, v in batch.items()}  # fmt: skip
+                step += n
+        finally:
+            reader.close()
+
+
+class TrainLoader:
+    """Iterate device batches ``dict[str, torch.Tensor]`` of a recipe or plan for this rank.
+
+    Every window column is stacked as ``[b, time, ...]`` (video ``uint8 [b, T, H, W, 3]``
+    unless its spec's transform says otherwise), every other column as ``[b, ...]``, plus
+    ``_component`` and ``_moment`` (int64 ``[b]``); ``b = batch_size / world_size``.
+
+    ``steps`` bounds the run (None: forever). ``prefetch`` is how many steps are read
+    ahead; ``workers`` > 0 reads in that many spawned processes.
+    """
+
+    def __init__(
+        self,
+        recipe_or_plan: Recipe | Plan,
+        *,
+        device: str | torch.device = "cpu",
+        rank: int | None = None,
+        world_size: int | None = None,
+        steps: int | None = None,
+        prefetch: int = 2,
+        workers: int = 0,
+        video_threads: int = 1,
+    ):
+        if isinstance(recipe_or_plan, Recipe):
+            plan = recipe_or_plan.plan()
+        elif isinstance(recipe_or_plan, Plan):
+            plan = recipe_or_plan
+        else:
+            raise PlanError(
+                f"TrainLoader takes a td.Recipe or td.Plan, got {type(recipe_or_plan).__name__}"
+            )
+        d_rank, d_world = default_rank_world()
+        self.rank = d_rank if rank is None else int(rank)
+        self.world_size = d_world if world_size is None else int(world_size)
+        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
+        if steps is not None and (int(steps) < 0):
+            raise PlanError(f"steps must be >= 0, got {steps}")
+        if prefetch < 1 or workers < 0:
+            raise PlanError("prefetch must be >= 1 and workers >= 0")
+        self.plan = plan
+        self.steps = None if steps is None else int(steps)
+        self.prefetch = int(prefetch)
+        self.workers = int(workers)
+        self.video_threads = int(video_threads)
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise PlanError("device='cuda' but CUDA is not available; use device='cpu'")
+        self._columns = output_columns(plan)  # fail now on components that cannot stack
+        self._next_step = 0
+
+    # -- resume ------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        """The next step this loader will deliver."""
+        return self._next_step
+
+    @property
+    def run_id(self) -> str:
+        return self.plan.run_id
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable ``{"record": <run record>, "step": <next step not yet delivered>}``."""
+        return {"record": self.plan.record.to_dict(), "step": self._next_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly at ``state["step"]``; the state must come from this run."""
+        record, step = _check_state(state)
+        if record.run_id != self.plan.run_id:
+            raise PlanError(
+                f"loader state is from run {record.run_id}, this loader plans run "
+                f"{self.plan.run_id} (seed, weights, windows, batch size or table versions "
+                "differ); build the loader with TrainLoader.from_state(state, client) instead"
+            )
+        self._next_step = step
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], client: Any, **kwargs: Any) -> TrainLoader:
+        """A loader for the run in ``state`` (its pinned versions), continuing at its step."""
+        record, step = _check_state(state)
+        loader = cls(Plan.from_record(record, client), **kwargs)
+        loader._next_step = step
+        return loader
+
+    # -- iteration ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        if self.steps is None:
+            raise TypeError("TrainLoader without steps= has no length")
+        return max(0, self.steps - self._next_step)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        source = self._processes() if self.workers else self._thread()
+        pin = self.device.type == "cuda"
+        for arrays in source:
+            batch = to_tensors(arrays, self.device, pin)
+            self._next_step += 1
+            yield batch
+
+    def _thread(self) -> Iterator[dict[str, Any]]:
+        start, stop = self._next_step, self.steps
+        q: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
+        stop_flag = threading.Event()
+        reader = BatchReader(self.plan, video_threads=self.video_threads)
+
+        def produce() -> None:
+            step = start
+            try:
+                while not stop_flag.is_set() and (stop is None or step < stop):
+                    item = ("ok", reader.read(step, self.rank, self.world_size))
+                    while not stop_flag.is_set():
+                        try:
+                            q.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    step += 1
+                q.put(("end", None))
+            except BaseException as e:  # hand every failure to the consumer
+                q.put(("error", e))
+
+        t = threading.Thread(target=produce, name="treadle-prefetch", daemon=True)
+        t.start()
+        try:
+            while True:
+                kind, item = q.get()
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise item
+                yield item
+        finally:
+            stop_flag.set()
+            t.join(timeout=30)
+            reader.close()
+
+    def _processes(self) -> Iterator[dict[str, Any]]:
+        client = self.plan.table(0).project.client
+        ds = _Steps(
+            self.plan.record.to_json(),
+            client.root,
+            client.storage_options,
+            self.rank,
+            self.world_size,
+            self._next_step,
+            self.steps,
+            self.video_threads,
+        )
+        dl = torch.utils.data.DataLoader(
+            ds,
+            batch_size=None,
+            num_workers=self.workers,
+            prefetch_factor=self.prefetch,
+            multiprocessing_context="spawn",
+        )
+        yield from dl
+
+
+def _check_state(state: Any) -> tuple[RunRecord, int]:
+    if not isinstance(state, dict) or set(state) != _STATE_KEYS:
+        raise PlanError(f"loader state must be a dict with keys {sorted(_STATE_KEYS)}")
+    step = state["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise PlanError(f"loader state step must be an integer >= 0, got {step!r}")
+    return RunRecord.from_json(state["record"]), step

@@ -1,0 +1,165 @@
+"""``ScanDataset``: the on-ramp. A plain scan of one pinned table for a standard DataLoader.
+
+``DataLoader(ScanDataset(scan, batch_size=64), batch_size=None, num_workers=N)``:
+batches of ``batch_size`` consecutive rows (or of a seeded shuffle of the rows) are
+split across ranks and DataLoader workers without overlap or loss — batch ``i`` of
+an epoch goes to the reader ``i mod (world_size * num_workers)`` — so every row is
+read exactly once per epoch. Call ``set_epoch(e)`` for a fresh shuffle per epoch.
+
+Workers must be started with ``spawn`` or ``forkserver``
+(``DataLoader(..., multiprocessing_context="spawn")``): Lance is not fork-safe, and a
+forked worker fails at once with an error saying so instead of hanging.
+
+``state_dict``/``load_state_dict`` follow torchdata's ``StatefulDataLoader`` protocol:
+each worker's dataset copy reports how many of its batches it has yielded.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from treadle.errors import PlanError
+from treadle.plan.permute import Domain, Domains, derive_key, permute
+from treadle.read.batch import BatchReader, moment_columns, squeeze_moment_video
+from treadle.table.table import ScanRequest
+from treadle.torch.loader import default_rank_world
+
+_SCAN_DOMAIN = 0x5CA11
+
+
+class ScanDataset(torch.utils.data.IterableDataset):
+    """Batches ``dict[str, Tensor]`` of ``scan``'s columns (video: one frame per row)."""
+
+    def __init__(
+        self,
+        scan: ScanRequest,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):
+        if not isinstance(scan, ScanRequest):
+            raise PlanError("ScanDataset takes table.scan_request(columns)")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise PlanError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
+        d_rank, d_world = default_rank_world()
+        self.rank = d_rank if rank is None else int(rank)
+        self.world_size = d_world if world_size is None else int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise PlanError(f"rank must be in 0..{self.world_size - 1}, got {self.rank}")
+        table = scan.table
+        moment_columns(table, list(scan.columns))  # fail now on non-tensor columns
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.epoch = 0
+        self._yielded = 0
+        self._skip = 0
+        self._root = table.project.client.root
+        self._options = table.project.client.storage_options
+        self._where = (table.project.name, table.name, table.version, table.commit_id)
+        self._columns = list(scan.columns)
+        self._rows = _matching_rows(table, scan.filter)
+        self._table = None  # opened lazily in whichever process iterates
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_table"] = None
+        return state
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        self._yielded = self._skip = 0
+
+    def __len__(self) -> int:
+        """Batches per epoch over all ranks and workers."""
+        return -(-len(self._rows) // self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "yielded": self._yielded}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+        self._skip = self._yielded = int(state["yielded"])
+
+    def _open(self) -> Any:
+        if self._table is None:
+            from treadle.catalog import Client
+
+            project_name, name, version, commit_id = self._where
+            client = Client(self._root, self._options or None)
+            self._table = client.project(project_name, create=False).table_at(
+                name, version, commit_id
+            )
+        return self._table
+
+    def _order(self) -> np.ndarray:
+        n = len(self._rows)
+        if not self.shuffle or n < 2:
+            return self._rows
+        key = derive_key(_SCAN_DOMAIN, self.seed, self.epoch)
+        idx = permute(np.arange(n, dtype=np.uint64), 0, Domains([Domain.of(n)]), np.uint64(key))
+        return self._rows[idx.astype(np.int64)]
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = torch.utils.data.get_worker_info()
+        if (
+            info is not None
+            and getattr(multiprocessing.current_process(), "_start_method", "") == "fork"
+        ):
+            raise RuntimeError(
+                "ScanDataset workers must be started with 'spawn' or 'forkserver' (Lance is "
+                "not fork-safe): DataLoader(..., multiprocessing_context='spawn')"
+            )
+        wid, nw = (info.id, info.num_workers) if info else (0, 1)
+        readers = self.world_size * nw
+        me = self.rank * nw + wid
+        table = self._open()
+        columns = moment_columns(table, self._columns)
+        order = self._order()
+        mine = range(me, len(self), readers)
+        reader = BatchReader(None, project=table.project)
+        try:
+            for k, i in enumerate(mine):
+                if k < self._skip:
+                    continue
+                rows = order[i * self.batch_size : (i + 1) * self.batch_size]
+                out: dict[str, Any] = {}
+                slots = np.arange(len(rows))
+                reader.decode(reader.fill(table, columns, rows, slots, out, len(rows)))
+                squeeze_moment_video(out, columns)
+                out["_moment"] = rows.astype(np.int64)
+                self._yielded = k + 1
+                yield {
+                    c: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                    for c, v in out.items()
+                }
+        finally:
+            reader.close()
+        self._skip = 0
+
+
+def _matching_rows(table: Any, filter: str | None) -> np.ndarray:
+    """Row positions (moment ids) of the rows a filter keeps; all rows without one."""
+    if not filter:
+        return np.arange(table.num_moments, dtype=np.int64)
+    ds = table.dataset
+    starts, pos = {}, 0
+    for frag in ds.get_fragments():
+        starts[frag.fragment_id] = pos
+        pos += frag.count_rows()
+    got = ds.to_table(columns=[], filter=filter, with_row_address=True)
+    addr = got.column("_rowaddr").to_numpy().astype(np.uint64)
+    frag_ids = (addr >> np.uint64(32)).astype(np.int64)
+    offsets = (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    base = np.array([starts[f] for f in frag_ids], dtype=np.int64) if len(addr) else frag_ids
+    return np.sort(base + offsets)
