@@ -20,11 +20,12 @@ by pts. Only the decoder and the conversion differ:
   threads, each with its own decoder and CUDA stream, at most ``max_in_flight`` windows
   queued (a bounded queue), so several NVDEC sessions stay busy.
 
-Synchronisation: FFmpeg copies NVDEC output on CUDA's legacy default stream, so the
-worker's stream waits for the default stream before converting each frame, and each
-window ends with the worker's stream synchronised (the decoded frames go back to
-FFmpeg's pool only then): when :meth:`GpuVideoReader.read` returns, the outputs are
-complete and visible to every stream.
+Synchronisation: FFmpeg copies NVDEC output on CUDA's legacy default stream, so a
+window is decoded first, then the worker's stream waits for the default stream, then
+its frames are converted, and the window ends with the worker's stream synchronised
+(the decoded frames go back to FFmpeg's pool only then): when
+:meth:`GpuVideoReader.read` returns, the outputs are complete and visible to every
+stream.
 
 Nothing here imports CUDA, Triton or touches a GPU at import time.
 """
@@ -190,47 +191,48 @@ def decode_window_to(
     for j, p in enumerate(plan.wanted_pts.tolist()):
         slots.setdefault(p, []).append(j)
     loc = chroma_location(data)
-    colour: Colour | None = None
-    keep: list[Any] = []  # decoded frames stay alive until the window's kernels ran
+    # Decode the whole window first (NVDEC kept busy, one stream wait), then convert;
+    # the wanted frames stay alive until the window's kernels ran.
+    wanted: list[tuple[list[int], Any, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    any_gpu = False
     try:
         for frame in decoder.frames(data, plan):
             js = slots.pop(frame.pts, None)
             if js is None:
                 continue  # warm-up frame before the window
             y, u, v, on_gpu = frame_planes(frame, out.device)
-            if on_gpu:
-                # FFmpeg copied this frame out of NVDEC on the legacy default stream.
-                torch.cuda.current_stream(out.device).wait_stream(
-                    torch.cuda.default_stream(out.device)
-                )
-            elif decoder.hw:
+            any_gpu |= on_gpu
+            if not on_gpu and decoder.hw:
                 _warn_once(
                     "nvdec-software-frames",
                     f"{where}: NVDEC could not decode this stream; FFmpeg decoded it in "
                     "software and the frames were uploaded (slower)",
                 )
-            if colour is None:
-                colour = frame_colour(frame, loc)
-            j0 = js[0]
-            convert(y, u, v, out[j0 : j0 + 1], spec, colour, chroma=chroma, impl=impl)
-            for j in js[1:]:
-                out[j].copy_(out[j0])
-            keep.append((frame, y, u, v))
+            wanted.append((js, frame, y, u, v))
     except (av.FFmpegError, ValueError) as e:
         decoder.reset()
         raise CorruptData(f"{where}: video does not decode ({e})") from None
     except BaseException:
         decoder.reset()
         raise
-    if out.is_cuda:
-        # The kernels read the decoded frames: done before they go back to FFmpeg's pool.
-        torch.cuda.current_stream(out.device).synchronize()
-    del keep
     if slots:
         missing = sorted(int(plan.wanted[j]) for js in slots.values() for j in js)
         raise CorruptData(
             f"{where} frame {missing[0]}: decoder produced no picture for frame(s) {missing[:8]}"
         )
+    if any_gpu:
+        # FFmpeg copied the frames out of NVDEC on CUDA's legacy default stream.
+        torch.cuda.current_stream(out.device).wait_stream(torch.cuda.default_stream(out.device))
+    colour = frame_colour(wanted[0][1], loc) if wanted else None
+    for js, _, y, u, v in wanted:
+        j0 = js[0]
+        convert(y, u, v, out[j0 : j0 + 1], spec, colour, chroma=chroma, impl=impl)
+        for j in js[1:]:
+            out[j].copy_(out[j0])
+    if out.is_cuda:
+        # The kernels read the decoded frames: done before they go back to FFmpeg's pool.
+        torch.cuda.current_stream(out.device).synchronize()
+    del wanted
     return plan.num_packets
 
 
