@@ -11,7 +11,8 @@ runs every configuration once, so a noisy shared machine hits all of them alike)
   through ``VideoReader``: 1 and 2 reader threads, and 1 thread with FFmpeg frame
   threading; wall and CPU time; bytes read and frames decoded per window;
 - the ratio reader / limit, by wall time and by CPU time;
-- a GIL probe: the same PyAV decode work in 1 vs 2 Python threads.
+- GIL probes: the same PyAV decode work in 1 vs 2 Python threads, and how fast a
+  pure-Python thread runs while another thread decodes.
 
 Usage: ``python bench/video_windows.py`` (``--tiny`` for a smoke run).
 """
@@ -118,6 +119,43 @@ def gil_fns(path: str) -> tuple[Callable[[], None], Callable[[], None]]:
     return one, two
 
 
+def gil_release(path: str) -> float:
+    """Share of its free-running speed a pure-Python thread keeps while another thread decodes.
+
+    ~1.0: PyAV releases the GIL in decode (the two can run on two cores); ~0.5 or less: the
+    GIL serialises them. Less sensitive to a busy shared machine than a 1-vs-2 thread speedup.
+    """
+    with av.open(path, format="h264") as c:
+        packets = [bytes(p) for p in c.demux(video=0) if p.size]
+
+    def spin_rate(work: Callable[[], None]) -> float:
+        stop, ticks = threading.Event(), [0]
+
+        def spin() -> None:
+            while not stop.is_set():
+                ticks[0] += 1
+
+        t = threading.Thread(target=spin)
+        t.start()
+        time.sleep(0.02)
+        before, t0 = ticks[0], time.perf_counter()
+        work()
+        rate = (ticks[0] - before) / (time.perf_counter() - t0)
+        stop.set()
+        t.join()
+        return rate
+
+    def decode() -> None:
+        ctx = av.CodecContext.create("h264", "r")
+        ctx.thread_count = 1
+        for b in packets:
+            ctx.decode(av.Packet(b))
+        ctx.decode(None)
+
+    alone = spin_rate(lambda: time.sleep(0.3))
+    return spin_rate(decode) / alone
+
+
 def bench_size(
     h: int, w: int, *, episodes: int, t: int, window: int, windows: int, batch: int, runs: int
 ) -> dict:
@@ -175,6 +213,7 @@ def _bench_size(tmp, h, w, episodes, t, window, windows, batch, runs) -> dict:  
             samples[name].append(timed(fn))
     for r in readers.values():
         r.close()
+    gil_share = statistics.median(gil_release(paths[0]) for _ in range(runs))
     wall = {k: statistics.median(s[0] for s in v) for k, v in samples.items()}
     cpu = {k: statistics.median(s[1] for s in v) for k, v in samples.items()}
     if cpu_is_child:
@@ -197,6 +236,7 @@ def _bench_size(tmp, h, w, episodes, t, window, windows, batch, runs) -> dict:  
         },
         "gil_speedup": wall["gil1"] / wall["gil2"],
         "gil_cpu_per_wall": cpu["gil2"] / wall["gil2"],
+        "gil_share": gil_share,
     }
 
 
@@ -235,7 +275,8 @@ def main() -> None:
             )
         print(
             f"GIL probe, PyAV decode in 2 Python threads vs 1: {r['gil_speedup']:.2f}x wall, "
-            f"CPU/wall {r['gil_cpu_per_wall']:.2f}"
+            f"CPU/wall {r['gil_cpu_per_wall']:.2f}; a Python thread keeps "
+            f"{r['gil_share']:.0%} of its speed while PyAV decodes"
         )
 
 
