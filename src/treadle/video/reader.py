@@ -1,8 +1,10 @@
 """Batch window reads: plan -> fetch (one coalesced ``get_ranges``) -> verify -> decode.
 
-Decoding runs on a small thread pool with one decoder context per thread. Measured on a
-2-core VM: PyAV 18 decode does not scale across Python threads (see the report / bench),
-so ``threads=1`` is the default; use processes (DataLoader workers) for more cores.
+Decoding runs on a small thread pool with one decoder context per thread. PyAV 18
+releases the GIL inside ``avcodec`` decode and ``sws_scale`` (measured: a pure-Python
+thread keeps full speed during a long decode call), so window decodes of 224x224 and
+larger frames run in parallel across threads when cores are free; for tiny frames the
+per-packet Python work dominates and threads help little (``bench/video_windows.py``).
 """
 
 from __future__ import annotations
