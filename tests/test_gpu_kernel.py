@@ -8,6 +8,7 @@ value within float rounding of .5 may round the other way).
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -16,6 +17,12 @@ import torch
 # runs before anything imports triton. With a GPU the kernel is compiled and run on it.
 ON_GPU = torch.cuda.is_available()
 if not ON_GPU:
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        pytest.skip(
+            "triton was imported before TRITON_INTERPRET=1 could be set: run this module "
+            "in its own process (or set TRITON_INTERPRET=1)",
+            allow_module_level=True,
+        )
     os.environ.setdefault("TRITON_INTERPRET", "1")
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 
