@@ -348,12 +348,14 @@ class GpuVideoReader:
                     decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
                 )
             else:
-                # out may have been allocated or written on the default stream
-                stream.wait_stream(torch.cuda.default_stream(self.device))
-                with torch.cuda.stream(stream):
-                    decode_window_to(
-                        decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
-                    )
+                # Worker threads start on device 0: launch on ours. out may have been
+                # allocated or written on the default stream.
+                with torch.cuda.device(self.device):
+                    stream.wait_stream(torch.cuda.default_stream(self.device))
+                    with torch.cuda.stream(stream):
+                        decode_window_to(
+                            decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
+                        )
         except CorruptData as e:
             if not self.hw:
                 raise
