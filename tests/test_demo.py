@@ -1,0 +1,23 @@
+"""`treadle demo` end to end, on a short run."""
+
+from __future__ import annotations
+
+from treadle.cli import main
+
+
+def test_demo_trains_checkpoints_and_restarts_on_two_ranks(tmp_path, capsys):
+    root = str(tmp_path / "store")
+    args = ["--root", root, "demo", "--steps", "10", "--checkpoint-every", "4", "--check", "3"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "Run record" in out and "failed_grasps" in out and "nominal_grasps" in out
+    assert "latest checkpoint row (step 7)" in out
+    assert out.count(" match") == 3 and "DIFFERENT" not in out
+    assert "every batch matches" in out
+    # a second run reuses the project (created once) and the same pinned versions
+    assert main(args) == 0
+    again = capsys.readouterr().out
+    assert "creating demo episodes" not in again
+    assert main(["--root", root, "tables", "robotics"]) == 0
+    tables = capsys.readouterr().out
+    assert "20 episodes" not in tables and "6 episodes" in tables and "14 episodes" in tables
