@@ -142,7 +142,9 @@ def test_backends_build_their_readers(tmp_path, monkeypatch):
     with tg.CpuBackend(torch.device("cpu")).video_reader(store, prefix="projects/p") as r:
         assert isinstance(r, VideoReader)
     nv = tg.NvdecBackend(torch.device("cuda", 0), "torch")
-    with nv.video_reader(store, prefix="projects/p", streams=3) as r:  # no GPU touched yet
+    with tg.CpuBackend(torch.device("cpu")).video_reader(store, threads=2, streams=9) as r:
+        assert isinstance(r, VideoReader) and r.threads == 2
+    with nv.video_reader(store, prefix="projects/p", threads=2, streams=3) as r:  # no GPU yet
         assert isinstance(r, GpuVideoReader) and r.streams == 3 and r.impl == "torch"
         assert r.device == torch.device("cuda", 0)
 

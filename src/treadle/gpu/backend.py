@@ -160,8 +160,11 @@ class CpuBackend:
         """True when readers write straight into tensors on :attr:`device`."""
         return False
 
-    def video_reader(self, store: Any, *, prefix: str = "", threads: int = 1, **kw: Any) -> Any:
-        """A :class:`treadle.video.VideoReader` (outputs in host memory)."""
+    def video_reader(
+        self, store: Any, *, prefix: str = "", threads: int = 1, streams: int = 4, **kw: Any
+    ) -> Any:
+        """A :class:`treadle.video.VideoReader` with ``threads`` decode threads (outputs
+        in host memory; ``streams`` is the GPU backend's and ignored here)."""
         from treadle.video import VideoReader
 
         return VideoReader(store, prefix=prefix, threads=threads, **kw)
@@ -184,9 +187,19 @@ class NvdecBackend:
         return True
 
     def video_reader(
-        self, store: Any, *, prefix: str = "", streams: int = 4, max_in_flight: int | None = None
+        self,
+        store: Any,
+        *,
+        prefix: str = "",
+        threads: int = 1,
+        streams: int = 4,
+        max_in_flight: int | None = None,
     ) -> Any:
-        """A :class:`treadle.gpu.decode.GpuVideoReader` writing into tensors on ``device``."""
+        """A :class:`treadle.gpu.decode.GpuVideoReader` writing into tensors on ``device``.
+
+        ``streams`` NVDEC sessions (worker threads); ``threads`` is the CPU backend's
+        and ignored here, so the loader can call both backends the same way.
+        """
         from treadle.gpu.decode import GpuVideoReader
 
         return GpuVideoReader(
