@@ -185,16 +185,24 @@ def make_hf(folder: Path, n: int = 40, seed: int = 0, shard_size: str = "4KB") -
 # -- LeRobot ----------------------------------------------------------------------------------------
 
 
-def encode_mp4(path: Path, frames: np.ndarray, fps: int, gop: int = 10) -> None:
-    """H.264 MP4 of ``frames`` (THWC uint8) with PyAV; pts = frame number at ``1/fps``."""
+def encode_mp4(
+    path: Path, frames: np.ndarray, fps: int, gop: int = 10, codec: str = "libx264"
+) -> None:
+    """MP4 of ``frames`` (THWC uint8) with PyAV; pts = frame number at ``1/fps``.
+
+    ``codec="libsvtav1"`` writes AV1 with ``g=2``, as LeRobot does by default.
+    """
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=fps)
+        s = c.add_stream(codec, rate=fps)
         s.width, s.height = frames.shape[2], frames.shape[1]
         s.pix_fmt = "yuv420p"
-        s.options = {"g": str(gop), "bf": "0", "crf": "18"}
+        if codec == "libsvtav1":
+            s.options = {"g": "2", "preset": "12", "crf": "30"}
+        else:
+            s.options = {"g": str(gop), "bf": "0", "crf": "18"}
         for f in frames:
             for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
                 c.mux(p)
@@ -216,7 +224,7 @@ def _frames(rng: np.random.Generator, n: int, h: int = 32, w: int = 32) -> np.nd
     return ((base.astype(np.int32) + drift) % 255).astype(np.uint8)
 
 
-def _features(cams: list[str], h: int, w: int, fps: int) -> dict[str, Any]:
+def _features(cams: list[str], h: int, w: int, fps: int, codec: str = "h264") -> dict[str, Any]:
     feats: dict[str, Any] = {
         "observation.state": {"dtype": "float32", "shape": [6], "names": None},
         "action": {"dtype": "float32", "shape": [6], "names": None},
@@ -231,7 +239,7 @@ def _features(cams: list[str], h: int, w: int, fps: int) -> dict[str, Any]:
             "dtype": "video",
             "shape": [h, w, 3],
             "names": ["height", "width", "channels"],
-            "info": {"video.fps": fps, "video.codec": "h264", "video.pix_fmt": "yuv420p"},
+            "info": {"video.fps": fps, "video.codec": codec, "video.pix_fmt": "yuv420p"},
         }
     return feats
 
@@ -260,13 +268,15 @@ def make_lerobot_v3(
     fps: int = 10,
     cams: tuple[str, ...] = ("observation.images.top",),
     seed: int = 0,
+    codec: str = "libx264",
+    size: int = 32,
 ) -> dict[str, Any]:
     """A LeRobot v3.0 dataset: all episodes in one data file and one MP4 per camera.
 
     Returns what was written: ``{"tables": [per-episode pa.Table], "frames": {cam: [THWC]}}``.
     """
     rng = np.random.default_rng(seed)
-    h = w = 32
+    h = w = size
     tasks = ["pick the cube", "place the cube"]
     tables, frames = [], {c: [] for c in cams}
     start = 0
@@ -302,7 +312,12 @@ def make_lerobot_v3(
         pa.table({"task_index": [0, 1], "__index_level_0__": tasks}), root / "meta/tasks.parquet"
     )
     for cam in cams:
-        encode_mp4(root / f"videos/{cam}/chunk-000/file-000.mp4", np.concatenate(frames[cam]), fps)
+        encode_mp4(
+            root / f"videos/{cam}/chunk-000/file-000.mp4",
+            np.concatenate(frames[cam]),
+            fps,
+            codec=codec,
+        )
     info = {
         "codebase_version": "v3.0",
         "robot_type": "test",
@@ -316,7 +331,7 @@ def make_lerobot_v3(
         "splits": {"train": f"0:{len(lengths)}"},
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
         "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
-        "features": _features(list(cams), h, w, fps),
+        "features": _features(list(cams), h, w, fps, "av1" if "av1" in codec else "h264"),
     }
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
     return {"tables": tables, "frames": frames, "tasks": tasks, "fps": fps}
@@ -328,10 +343,12 @@ def make_lerobot_v21(
     fps: int = 10,
     cams: tuple[str, ...] = ("observation.images.wrist",),
     seed: int = 1,
+    codec: str = "libx264",
+    size: int = 32,
 ) -> dict[str, Any]:
     """A LeRobot v2.1 dataset: one parquet and one MP4 per episode (and camera)."""
     rng = np.random.default_rng(seed)
-    h = w = 32
+    h = w = size
     tasks = ["pick", "place"]
     tables, frames = [], {c: [] for c in cams}
     start = 0
@@ -344,7 +361,7 @@ def make_lerobot_v21(
         for cam in cams:
             f = _frames(rng, n, h, w)
             frames[cam].append(f)
-            encode_mp4(root / f"videos/chunk-000/{cam}/episode_{ep:06d}.mp4", f, fps)
+            encode_mp4(root / f"videos/chunk-000/{cam}/episode_{ep:06d}.mp4", f, fps, codec=codec)
         eps.append({"episode_index": ep, "tasks": [tasks[ep % 2]], "length": n})
         start += n
     (root / "meta").mkdir(parents=True, exist_ok=True)
@@ -365,7 +382,7 @@ def make_lerobot_v21(
         "splits": {"train": f"0:{len(lengths)}"},
         "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
         "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
-        "features": _features(list(cams), h, w, fps),
+        "features": _features(list(cams), h, w, fps, "av1" if "av1" in codec else "h264"),
     }
     (root / "meta/info.json").write_text(json.dumps(info, indent=2))
     return {"tables": tables, "frames": frames, "tasks": tasks, "fps": fps}

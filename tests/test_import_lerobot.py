@@ -198,3 +198,31 @@ def test_cli(tmp_path, local_root, capsys):
     c = Client(local_root)
     assert c.project("p").branch("imports").table("t").num_moments == 7
     assert "t" not in c.project("p").branch("main").tables()
+
+
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_av1_sources_become_h264(tmp_path, client, version):
+    """LeRobot's default codec (AV1, g=2) is decoded and re-encoded to H.264."""
+    root = tmp_path / "ds"
+    lengths = (8, 6)
+    if version == "v3.0":
+        make_lerobot_v3(root, lengths=lengths, codec="libsvtav1", size=64)
+        cam = "observation.images.top"
+        shared = decode_mp4(root / f"videos/{cam}/chunk-000/file-000.mp4")
+        sources = [shared[:8], shared[8:]]
+    else:
+        make_lerobot_v21(root, lengths=lengths, codec="libsvtav1", size=64)
+        cam = "observation.images.wrist"
+        sources = [
+            decode_mp4(root / f"videos/chunk-000/{cam}/episode_{e:06d}.mp4") for e in range(2)
+        ]
+    import_lerobot(str(root), client.project("p"), "t", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    col = cam.replace(".", "_")
+    assert {r["codec"] for r in t.to_arrow([col]).column(col).to_pylist()} == {"h264"}
+    for e, src in enumerate(sources):
+        got = stored_frames(client, t, col, f"episode_{e:06d}")
+        assert got.shape == src.shape
+        for k in range(len(src)):
+            errs = np.abs(src.astype(int) - got[k].astype(int)).mean(axis=(1, 2, 3))
+            assert int(np.argmin(errs)) == k
