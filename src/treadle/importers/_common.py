@@ -449,6 +449,52 @@ def ordered_map(
             yield pending.popleft().result()
 
 
+def prefetch(items: Iterable[Any], depth: int = 2) -> Iterator[Any]:
+    """Iterate ``items`` on a background thread, ``depth`` items ahead.
+
+    Parsing the source (and its decode pool) then overlaps with writing in the caller's
+    thread. Exceptions are re-raised in the caller; closing the generator stops the thread.
+    """
+    import queue
+
+    q: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+    end = object()
+
+    def run() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((True, item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((True, end))
+        except BaseException as e:  # forwarded to the consumer
+            q.put((False, e))
+
+    t = threading.Thread(target=run, name="treadle-import-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():
+            try:
+                q.get_nowait()
+            except Exception:
+                t.join(0.05)
+
+
 # -- the import driver --------------------------------------------------------------------------
 
 

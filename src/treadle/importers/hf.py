@@ -35,6 +35,7 @@ from treadle.importers._common import (
     decode_image,
     import_id,
     ordered_map,
+    prefetch,
     resolve_branch,
     run_import,
     split_url,
@@ -298,7 +299,7 @@ def import_hf(
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         rows = 0
-        for t in iter_batches(files, images=images, chunk_rows=chunk_rows, rename=rename):
+        for t in prefetch(iter_batches(files, images=images, chunk_rows=chunk_rows, rename=rename)):
             tw.append(t)
             rows += t.num_rows
             bar.update(t.num_rows)

@@ -48,6 +48,7 @@ from treadle.importers._common import (
     decode_image,
     import_id,
     ordered_map,
+    prefetch,
     resolve_branch,
     run_import,
     workers,
@@ -471,8 +472,9 @@ def import_lerobot(
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
-        for name, cols, n in iter_episodes(
-            source, meta, images=images, tolerance_s=tolerance_s, rename=rename
+        for name, cols, n in prefetch(
+            iter_episodes(source, meta, images=images, tolerance_s=tolerance_s, rename=rename),
+            depth=1,
         ):
             tw.append_episode(cols, episode=name)
             first = next(iter(cols.values()))

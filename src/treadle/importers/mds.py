@@ -52,6 +52,7 @@ from treadle.importers._common import (
     decode_image,
     import_id,
     ordered_map,
+    prefetch,
     resolve_branch,
     rows_to_table,
     run_import,
@@ -452,7 +453,9 @@ def import_mds(
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         rows = 0
-        for t in iter_batches(source, shards, images=images, chunk_rows=chunk_rows, rename=rename):
+        for t in prefetch(
+            iter_batches(source, shards, images=images, chunk_rows=chunk_rows, rename=rename)
+        ):
             tw.append(t)
             rows += t.num_rows
             bar.update(t.num_rows)

@@ -53,6 +53,7 @@ from treadle.importers._common import (
     import_id,
     is_url,
     ordered_map,
+    prefetch,
     resolve_branch,
     rows_to_table,
     run_import,
@@ -336,13 +337,15 @@ def import_webdataset(
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         stats: dict[str, int] = {}
         rows = 0
-        for t in iter_batches(
-            shards,
-            images=images,
-            allow_pickle=allow_pickle,
-            chunk_rows=chunk_rows,
-            stats=stats,
-            rename=rename,
+        for t in prefetch(
+            iter_batches(
+                shards,
+                images=images,
+                allow_pickle=allow_pickle,
+                chunk_rows=chunk_rows,
+                stats=stats,
+                rename=rename,
+            )
         ):
             tw.append(t)
             rows += t.num_rows
