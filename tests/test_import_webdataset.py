@@ -201,6 +201,28 @@ def test_cli_import(tmp_path, local_root, capsys):
         [
             "import",
             "webdataset",
+            pattern,
+            "--project",
+            "cli",
+            "--table",
+            "t2",
+            "--root",
+            local_root,
+            "--rename",
+            "npy=action",
+            "--images",
+            "decoded",
+        ]
+    )
+    assert rc == 0
+    capsys.readouterr()
+    schema = Client(local_root).project("cli").branch("main").table("t2").schema
+    assert "action" in schema.names and "npy" not in schema.names
+    assert schema.field("png").metadata[b"treadle:shape"] == b"[16, 16, 3]"
+    rc = main(
+        [
+            "import",
+            "webdataset",
             str(tmp_path / "nope.tar"),
             "--project",
             "cli",

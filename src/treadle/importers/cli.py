@@ -49,6 +49,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             default="encoded",
             help="keep images encoded (bytes) or store uint8 [H,W,3] tensors",
         )
+        sp.add_argument(
+            "--rename",
+            action="append",
+            default=[],
+            metavar="SRC=DST",
+            help="store source column SRC as table column DST (repeatable)",
+        )
         if fmt == "hf":
             sp.add_argument("--split", default=None, help="split of a DatasetDict")
         if fmt == "lerobot":
@@ -62,7 +69,15 @@ def run(args: argparse.Namespace) -> int:
     """Run one ``treadle import`` command; prints a JSON summary, returns an exit code."""
     from treadle import importers
 
+    rename = {}
+    for item in args.rename:
+        src, sep, dst = item.partition("=")
+        if not sep or not src or not dst:
+            print(f"treadle import: --rename takes SRC=DST, got {item!r}", file=sys.stderr)
+            return 2
+        rename[src] = dst
     common: dict[str, Any] = {
+        "rename": rename or None,
         "branch": args.branch,
         "root": args.root,
         "images": args.images,

@@ -110,7 +110,7 @@ def resolve_shards(
 
 
 def _is_tar(name: str) -> bool:
-    return name.endswith((".tar", ".tar.gz", ".tgz", ".tar.zst"))
+    return name.endswith((".tar", ".tar.gz", ".tgz"))
 
 
 def split_key(path: str) -> tuple[str, str]:
