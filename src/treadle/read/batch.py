@@ -154,11 +154,15 @@ class BatchReader:
     ) -> list[Any]:
         """Write rows of ``moments`` into ``out[col][slots]``; return the video reads to do."""
         requests = []
+        groups: dict[tuple[int, ...] | None, list[ColumnSpec]] = {}
         for cs in columns:
             if cs.video:
                 requests.extend(self._video_requests(table, cs, moments, slots, out, b))
             else:
-                arr = self._rows(table, cs, moments)
+                key = None if cs.spec is None else tuple(cs.spec.offsets)
+                groups.setdefault(key, []).append(cs)
+        for group in groups.values():  # one Lance take per set of rows, all its columns
+            for cs, arr in zip(group, self._rows(table, group, moments)):
                 dest = out.get(cs.column)
                 if dest is None:
                     dest = out[cs.column] = np.empty((b, *arr.shape[1:]), arr.dtype)
@@ -172,15 +176,22 @@ class BatchReader:
             self._video.read(requests)
 
     # -- rows ---------------------------------------------------------------------------
-    def _rows(self, table: Any, cs: ColumnSpec, moments: np.ndarray) -> np.ndarray:
-        offsets = np.asarray(cs.spec.offsets if cs.spec is not None else [0], np.int64)
+    def _rows(self, table: Any, group: list[ColumnSpec], moments: np.ndarray) -> list[np.ndarray]:
+        """The rows ``moment + offset`` of every column of ``group`` (same offsets): one take."""
+        spec = group[0].spec
+        offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
         rows = (moments[:, None] + offsets[None, :]).reshape(-1)
         uniq, inverse = np.unique(rows, return_inverse=True)
-        got = table.take(uniq, [cs.column])
-        values = to_numpy(got.column(cs.column), got.schema.field(cs.column))[inverse]
-        if cs.spec is None:
-            return values
-        return values.reshape((len(moments), len(offsets), *values.shape[1:]))
+        got = table.take(uniq, [cs.column for cs in group])
+        out = []
+        for cs in group:
+            values = to_numpy(got.column(cs.column), got.schema.field(cs.column))
+            if len(uniq) != len(rows) or not np.array_equal(uniq, rows):
+                values = values[inverse]
+            if spec is not None:
+                values = values.reshape((len(moments), len(offsets), *values.shape[1:]))
+            out.append(values)
+        return out
 
     # -- video --------------------------------------------------------------------------
     def _video_requests(
