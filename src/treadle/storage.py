@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import obstore
@@ -47,6 +49,72 @@ _CLIENT_KEYS = {
 }
 _SECRET_HINTS = ("secret", "key", "token", "password", "credential", "sas", "signature")
 _CLOUD_SCHEMES = {"s3", "gs", "az", "abfs", "abfss", "azure"}
+
+# obstore retries 5xx, 429, timeouts and connection errors itself (``retry_config`` in
+# ``_open_cloud``), but not every failure while a response *body* streams in: a LIST
+# whose body is cut off surfaces as "error getting list response body", a cut GET as
+# a body error. Those are retried once more here, bounded in count and time.
+_RETRY_ATTEMPTS = 6
+_RETRY_BUDGET_S = 60.0
+_TRANSIENT_HINTS = (
+    "body error",
+    "response body",
+    "error sending request",
+    "connection",
+    "timed out",
+    "timeout",
+    "broken pipe",
+    "incomplete",
+    "unexpected eof",
+    "slowdown",
+    "status code: 5",
+    "service unavailable",
+    "internal error",
+    "bad gateway",
+    "gateway timeout",
+)
+_T = TypeVar("_T")
+
+
+def _transient(e: BaseException) -> bool:
+    """A failure that may well succeed if tried again (never 4xx, never a missing key)."""
+    if isinstance(
+        e,
+        (
+            NotFoundError,
+            FileNotFoundError,
+            AlreadyExistsError,
+            PreconditionError,
+            PermissionDeniedError,
+            UnauthenticatedError,
+            NotImplementedError,
+            ValueError,
+            TypeError,
+        ),
+    ):
+        return False
+    text = str(e).lower()
+    if "403 forbidden" in text or "401 unauthorized" in text or "accessdenied" in text:
+        return False
+    return any(h in text for h in _TRANSIENT_HINTS)
+
+
+def _backoff(attempt: int) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(2 s, 0.05 s * 2**attempt)]."""
+    return random.uniform(0.0, min(2.0, 0.05 * 2**attempt))
+
+
+def _with_retries(fn: Callable[[], _T]) -> _T:
+    deadline = time.monotonic() + _RETRY_BUDGET_S
+    for attempt in range(_RETRY_ATTEMPTS):
+        try:
+            return fn()
+        except Exception as e:
+            last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
+            if last or not _transient(e):
+                raise
+        time.sleep(_backoff(attempt))
+    raise AssertionError("unreachable")
 
 
 def default_root() -> str:
@@ -207,7 +275,11 @@ class Store:
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         """Write ``data`` at ``key``. With ``if_absent``, return False if it already exists."""
         try:
-            obstore.put(self._inner, key, data, mode="create" if if_absent else "overwrite")
+            _with_retries(
+                lambda: obstore.put(
+                    self._inner, key, data, mode="create" if if_absent else "overwrite"
+                )
+            )
             return True
         except (AlreadyExistsError, PreconditionError):
             if if_absent:
@@ -219,13 +291,13 @@ class Store:
     def get(self, key: str) -> bytes:
         """All bytes of ``key`` (:class:`NotFound` if missing)."""
         try:
-            return bytes(obstore.get(self._inner, key).bytes())
+            return _with_retries(lambda: bytes(obstore.get(self._inner, key).bytes()))
         except Exception as e:
             raise self._error("read", key, e) from None
 
     def exists(self, key: str) -> bool:
         try:
-            obstore.head(self._inner, key)
+            _with_retries(lambda: obstore.head(self._inner, key))
             return True
         except NotFoundError:
             return False
@@ -236,17 +308,22 @@ class Store:
 
     def size(self, key: str) -> int:
         try:
-            return int(obstore.head(self._inner, key)["size"])
+            return int(_with_retries(lambda: obstore.head(self._inner, key))["size"])
         except Exception as e:
             raise self._error("stat", key, e) from None
 
     def list(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` (recursive), sorted."""
         prefix = prefix.rstrip("/") + "/"
-        out: list[str] = []
-        try:
+
+        def list_all() -> list[str]:
+            out: list[str] = []
             for chunk in obstore.list(self._inner, prefix):
                 out.extend(str(m["path"]) for m in chunk)
+            return out
+
+        try:
+            out = _with_retries(list_all)
         except (NotFoundError, FileNotFoundError):
             return []
         except Exception as e:
@@ -257,7 +334,7 @@ class Store:
         """Immediate sub-folder names under ``prefix``."""
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         try:
-            res = obstore.list_with_delimiter(self._inner, prefix or None)
+            res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
         except (NotFoundError, FileNotFoundError):
             return []
         except Exception as e:
@@ -266,7 +343,7 @@ class Store:
 
     def delete(self, key: str) -> None:
         try:
-            obstore.delete(self._inner, key)
+            _with_retries(lambda: obstore.delete(self._inner, key))
         except (NotFoundError, FileNotFoundError):
             pass
         except Exception as e:
@@ -283,10 +360,18 @@ class Store:
         async def one(key: str, idx: list[int]) -> tuple[list[int], list[Any]]:
             starts = [requests[i].start for i in idx]
             ends = [requests[i].end for i in idx]
-            try:
-                bufs = await obstore.get_ranges_async(self._inner, key, starts=starts, ends=ends)
-            except Exception as e:
-                raise self._error("read", key, e) from None
+            deadline = time.monotonic() + _RETRY_BUDGET_S
+            for attempt in range(_RETRY_ATTEMPTS):
+                try:
+                    bufs = await obstore.get_ranges_async(
+                        self._inner, key, starts=starts, ends=ends
+                    )
+                    break
+                except Exception as e:
+                    last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
+                    if last or not _transient(e):
+                        raise self._error("read", key, e) from None
+                await asyncio.sleep(_backoff(attempt))
             return idx, bufs
 
         async def all_() -> list[tuple[list[int], list[Any]]]:

@@ -1,0 +1,154 @@
+"""Object-store faults and stored-byte integrity, seen through the TrainLoader.
+
+A seeded fault proxy (tests/fault_proxy.py) sits between treadle and SeaweedFS:
+
+- transient faults (connection drops, delays, 503 SlowDown, truncated bodies) at 10%
+  of requests: the run completes with exactly the batches of a clean run;
+- permanent faults (403, a missing object, a flipped byte): fail fast with an error
+  naming table, episode, column and object (or frame).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import treadle as td
+from fault_proxy import KINDS, FaultProxy
+from loader_helpers import batch_hash, make_project, recipe
+
+STEPS = 40
+FAULT_RATE = 0.10
+
+
+def _build(root: str, opts: dict | None, episodes: int = 3, frames: int = 24) -> None:
+    """tests/loader_helpers.make_project, on a root with storage options."""
+    rng = np.random.default_rng(0)
+    branch = td.Client(root, storage_options=opts).project("robotics").branch()
+    with branch.transaction("demo data") as tx:
+        for name in ("failed", "nominal"):
+            for e in range(episodes):
+                video = rng.integers(0, 255, (frames, 32, 32, 3), dtype=np.uint8)
+                tx.table(name).append_episode(
+                    {
+                        "cam": td.VideoFrames(video, fps=30),
+                        "action": rng.random((frames, 7), dtype=np.float32),
+                    },
+                    episode=f"{name}-{e}",
+                )
+
+
+def _hashes(root: str, opts: dict | None, steps: int = STEPS) -> list[str]:
+    branch = td.Client(root, storage_options=opts).project("robotics", create=False).branch()
+    loader = td.TrainLoader(recipe(branch), steps=steps)
+    return [batch_hash(b) for b in loader]
+
+
+@pytest.fixture(scope="module")
+def video_s3(s3_server):
+    root = s3_server.url(f"faults-{time.time_ns()}")
+    opts = s3_server.storage_options()
+    _build(root, opts)
+    return root, opts, _hashes(root, opts)
+
+
+def test_transient_faults_give_the_batches_of_a_clean_run(video_s3, s3_server):
+    root, opts, clean = video_s3
+    t0 = time.monotonic()
+    with FaultProxy(s3_server.endpoint, rate=FAULT_RATE, seed=9, delay_s=0.2) as proxy:
+        faulty = _hashes(root, proxy.options(opts))
+    took = time.monotonic() - t0
+    print(f"faults: {dict(proxy.counts)} in {proxy.requests} requests, {took:.1f}s")
+    assert faulty == clean
+    injected = sum(proxy.counts.values())
+    assert injected >= 0.05 * proxy.requests, (proxy.counts, proxy.requests)
+    assert set(proxy.counts) == set(KINDS), proxy.counts  # every kind was met at least once
+    assert took < 60
+
+
+def test_every_request_faulted_once_still_reads(video_s3, s3_server):
+    """A harsher rate (40%) on media range reads only: still exact."""
+    root, opts, clean = video_s3
+    with FaultProxy(s3_server.endpoint, rate=0.4, seed=3, paths="/media/", delay_s=0.05) as px:
+        assert _hashes(root, px.options(opts), steps=4) == clean[:4]
+    assert sum(px.counts.values()) >= 1
+
+
+def test_permission_denied_fails_fast_naming_the_window(video_s3, s3_server):
+    root, opts, _ = video_s3
+    with FaultProxy(s3_server.endpoint, rate=1.0, kinds=("403",), paths="/media/") as proxy:
+        t0 = time.monotonic()
+        with pytest.raises(td.CredentialsError) as ei:
+            _hashes(root, proxy.options(opts), steps=1)
+        took = time.monotonic() - t0
+    msg = str(ei.value)
+    assert "table '" in msg and "episode '" in msg and "column 'cam'" in msg, msg
+    assert "/media/" in msg and ".h264" in msg, msg  # the object
+    assert "access denied" in msg
+    assert took < 10, f"a 403 must not be retried ({took:.1f}s)"
+    assert proxy.counts["403"] <= 6  # one GET per stream of the batch (6 streams), no retries
+
+
+def test_missing_media_object_fails_fast_naming_it(s3_server):
+    root = s3_server.url(f"faults-missing-{time.time_ns()}")
+    opts = s3_server.storage_options()
+    _build(root, opts, episodes=1, frames=8)
+    store = td.Client(root, storage_options=opts).store
+    media = store.list("projects/robotics/media")
+    assert media
+    for key in media:
+        store.delete(key)
+    t0 = time.monotonic()
+    with pytest.raises(td.NotFound) as ei:
+        _hashes(root, opts, steps=1)
+    msg = str(ei.value)
+    assert time.monotonic() - t0 < 10
+    assert "episode '" in msg and "column 'cam'" in msg and "no object" in msg, msg
+    assert any(k in msg for k in media), msg
+
+
+# -- integrity -------------------------------------------------------------------------
+def test_flipped_byte_in_a_stream_is_caught_on_read(tmp_path):
+    root = str(tmp_path / "store")
+    make_project(root)
+    clean = _hashes(root, None, steps=4)
+    media = sorted(Path(root, "projects/robotics/media").rglob("*.h264"))
+    assert media
+    victim = media[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    victim.write_bytes(bytes(data))
+    with pytest.raises(td.CorruptData) as ei:
+        _hashes(root, None, steps=STEPS * 2)  # long enough to touch every episode
+    msg = str(ei.value)
+    table = victim.parent.name
+    assert f"table {table!r}" in msg and "episode '" in msg and "column 'cam'" in msg, msg
+    assert " frame " in msg and "checksum" in msg, msg
+    assert clean  # the clean run before the flip read fine
+
+
+def test_truncated_stream_is_caught_on_read(tmp_path):
+    root = str(tmp_path / "store")
+    make_project(root, episodes=1)
+    for f in Path(root, "projects/robotics/media").rglob("*.h264"):
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
+    with pytest.raises(td.CorruptData, match=r"episode '.*column 'cam'.* frame \d+"):
+        _hashes(root, None, steps=4)
+
+
+def test_corrupt_commit_object_is_detected(tmp_path):
+    root = str(tmp_path / "store")
+    main = td.Client(root, create=True).project("p").branch()
+    main.table("t").append({"x": np.arange(3)})
+    cid = main.commit_id
+    path = Path(root, f"projects/p/commits/{cid}.json")
+    body = json.loads(path.read_bytes())
+    body["message"] = "tampered"
+    path.write_text(json.dumps(body))
+    fresh = td.Client(root).project("p").branch()  # no cached commit
+    with pytest.raises(td.CorruptData, match=cid):
+        fresh.head()
