@@ -301,3 +301,16 @@ def test_scan_dataset_state_and_filter(project):
         td.ScanDataset(table.scan_request(["action"]), batch_size=0)
     with pytest.raises(td.PlanError, match="tensors"):
         td.ScanDataset(table.scan_request(["episode"]), batch_size=4)
+
+
+def test_device_selection(project):
+    _, branch = project
+    plan = recipe(branch).plan()
+    from treadle.read.batch import BatchReader
+
+    reader = BatchReader(plan, device="cpu")
+    assert reader.backend.name == "cpu" and not reader.backend.on_device
+    reader.close()
+    if not torch.cuda.is_available():
+        with pytest.raises(td.PlanError, match="CUDA is not available"):
+            td.TrainLoader(plan, device="cuda")

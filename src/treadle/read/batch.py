@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows
@@ -110,14 +111,19 @@ class BatchReader:
     then ``project`` must be given.
     """
 
-    def __init__(self, plan: Any, *, video_threads: int = 1, project: Any = None):
-        from treadle.video import VideoReader
+    def __init__(
+        self, plan: Any, *, video_threads: int = 1, project: Any = None, device: Any = None
+    ):
+        from treadle.gpu import select_backend
 
         self.plan = plan
         self.columns = output_columns(plan) if plan is not None else []
         project = project if project is not None else plan.table(0).project
-        self._video = VideoReader(
-            project.client.store, threads=video_threads, prefix=project.prefix
+        # CUDA devices decode with NVDEC straight into device tensors when the hardware
+        # can (else a one-time warning and the CPU path); everything else decodes on CPU.
+        self.backend = select_backend(device)
+        self._video = self.backend.video_reader(
+            project.client.store, prefix=project.prefix, threads=video_threads
         )
         self._indexes: dict[tuple[str, int, str, int], Any] = {}
         self._video_cols: dict[tuple[str, int, str], pa.ChunkedArray] = {}
@@ -218,7 +224,12 @@ class BatchReader:
             dest = out.get(cs.column)
             if dest is None:
                 one = allocate(index, spec, len(offsets))
-                if isinstance(one, np.ndarray):
+                if self.backend.on_device:
+                    dtype = (
+                        one.dtype if isinstance(one, torch.Tensor) else torch.from_numpy(one).dtype
+                    )
+                    dest = torch.empty((b, *shape), dtype=dtype, device=self.backend.device)
+                elif isinstance(one, np.ndarray):
                     dest = np.empty((b, *shape), one.dtype)
                 else:
                     dest = one.new_empty((b, *shape))

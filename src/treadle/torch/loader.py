@@ -5,7 +5,11 @@ only decides *where* that work runs and hands the result to torch:
 
 - ``workers=0``: one background thread reads up to ``prefetch`` steps ahead into a
   bounded queue (I/O and decode overlap with the training step).
+- With ``device="cuda"``, video is decoded by NVDEC straight into device tensors when
+  the hardware can (``treadle.gpu.select_backend``), else on the CPU with a one-time
+  warning; the same frames either way.
 - ``workers=N``: a ``torch.utils.data.DataLoader`` with N *spawned* worker processes
+  (these decode on the CPU)
   (Lance is not fork-safe); worker ``k`` reads steps ``start+k, start+k+N, ...`` and the
   DataLoader's round-robin returns them in step order. Use it when decode needs more
   than one core (PyAV decode does not run in parallel across Python threads).
@@ -51,8 +55,8 @@ def to_tensors(arrays: dict[str, Any], device: torch.device, pin: bool) -> dict[
     out = {}
     for k, v in arrays.items():
         t = v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
-        if device.type != "cpu":
-            if pin:
+        if t.device != device:  # video decoded by NVDEC is already there
+            if pin and t.device.type == "cpu":
                 t = t.pin_memory()
             t = t.to(device, non_blocking=True)
         out[k] = t
@@ -187,7 +191,7 @@ class TrainLoader:
         start, stop = self._next_step, self.steps
         q: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
         stop_flag = threading.Event()
-        reader = BatchReader(self.plan, video_threads=self.video_threads)
+        reader = BatchReader(self.plan, video_threads=self.video_threads, device=self.device)
 
         def produce() -> None:
             step = start
