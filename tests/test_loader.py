@@ -314,3 +314,13 @@ def test_device_selection(project):
     if not torch.cuda.is_available():
         with pytest.raises(td.PlanError, match="CUDA is not available"):
             td.TrainLoader(plan, device="cuda")
+
+
+def test_scan_dataset_refuses_forked_workers(project):
+    _, branch = project
+    ds = td.ScanDataset(branch.table("failed").pin().scan_request(["action"]), batch_size=4)
+    dl = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=1, multiprocessing_context="fork"
+    )
+    with pytest.raises(RuntimeError, match="spawn"):
+        next(iter(dl))
