@@ -4,16 +4,26 @@
 seq is the head. Moving a branch from seq ``n`` writes ``n + 1`` with
 put-if-absent, which both local disk and S3 (``If-None-Match: *``) do atomically:
 of two writers racing from ``n`` exactly one wins, and nothing is ever overwritten.
+
+Finding the head: the first lookup of a branch LISTs its refs; after that the last
+seq seen is cached and the head is found by reading ``seq + 1, seq + 2, ...`` until
+one is missing (one GET when nothing moved), falling back to a LIST when the branch
+moved more than a few steps. Ref objects are never deleted, so a seq once seen
+stays valid. A put-if-absent whose response was lost (a retried request that finds
+its own earlier write) counts as won: the stored commit id is compared with ours.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 
-from treadle.errors import CorruptData
+from treadle.errors import CorruptData, NotFound
 from treadle.storage import Store
+
+_PROBES = 4  # GETs past the cached head before falling back to a LIST
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,8 @@ class RefLog:
     def __init__(self, store: Store, project_prefix: str):
         self.store = store
         self.prefix = f"{project_prefix}/refs"
+        self._known: dict[str, Head] = {}
+        self._lock = threading.Lock()
 
     def _key(self, branch: str, seq: int) -> str:
         return f"{self.prefix}/{branch}/{seq:016d}.json"
@@ -36,17 +48,55 @@ class RefLog:
         return self.store.list_dirs(self.prefix)
 
     def head(self, branch: str) -> Head | None:
+        with self._lock:
+            known = self._known.get(branch)
+        if known is not None:
+            head = known
+            for _ in range(_PROBES):
+                nxt = self._read(branch, head.seq + 1)
+                if nxt is None:
+                    return self._remember(branch, head)
+                head = nxt
         keys = [k for k in self.store.list(f"{self.prefix}/{branch}") if k.endswith(".json")]
         if not keys:
             return None
         key = keys[-1]  # zero-padded: lexicographic order is numeric order
-        body = json.loads(self.store.get(key))
         seq = int(key.rsplit("/", 1)[-1].split(".")[0])
-        if body.get("seq") != seq:
-            raise CorruptData(f"ref object {key} says seq {body.get('seq')}")
-        return Head(seq, body["commit"])
+        head = self._parse(key, seq, self.store.get(key))
+        return self._remember(branch, head)
 
     def try_advance(self, branch: str, seq: int, commit_id: str) -> bool:
         """Write ``seq`` -> ``commit_id``; False when another writer already took ``seq``."""
         body = json.dumps({"seq": seq, "commit": commit_id, "time": time.time()}).encode()
-        return self.store.put(self._key(branch, seq), body, if_absent=True)
+        if self.store.put(self._key(branch, seq), body, if_absent=True):
+            self._remember(branch, Head(seq, commit_id))
+            return True
+        there = self._read(branch, seq)  # our own write whose response was lost?
+        return there is not None and there.commit_id == commit_id
+
+    def _read(self, branch: str, seq: int) -> Head | None:
+        key = self._key(branch, seq)
+        try:
+            data = self.store.get(key)
+        except NotFound:
+            return None
+        return self._parse(key, seq, data)
+
+    @staticmethod
+    def _parse(key: str, seq: int, data: bytes) -> Head:
+        try:
+            body = json.loads(data)
+            commit = body["commit"]
+            said = body.get("seq")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise CorruptData(f"ref object {key} is not a valid ref") from None
+        if said != seq or not isinstance(commit, str):
+            raise CorruptData(f"ref object {key} says seq {said}")
+        return Head(seq, commit)
+
+    def _remember(self, branch: str, head: Head) -> Head:
+        with self._lock:
+            old = self._known.get(branch)
+            if old is None or head.seq > old.seq:
+                self._known[branch] = head
+        return head
