@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from treadle.cli import main
 
 
@@ -21,3 +23,8 @@ def test_demo_trains_checkpoints_and_restarts_on_two_ranks(tmp_path, capsys):
     assert main(["--root", root, "tables", "robotics"]) == 0
     tables = capsys.readouterr().out
     assert "20 episodes" not in tables and "6 episodes" in tables and "14 episodes" in tables
+    # examples/demo_recipe.toml is the same recipe: same run id
+    run_id = out.split("Run record ", 1)[1].split()[0]
+    recipe_file = str(Path(__file__).parents[1] / "examples" / "demo_recipe.toml")
+    assert main(["--root", root, "plan", recipe_file, "--world-size", "4"]) == 0
+    assert f"Run record {run_id}" in capsys.readouterr().out

@@ -74,7 +74,9 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treadle", description=__doc__)
     parser.add_argument("--version", action="version", version="treadle 0.1.0")
-    parser.add_argument("--root", help="store root (default: $TREADLE_ROOT or ~/.treadle)")
+    parser.add_argument(
+        "--root", dest="global_root", help="store root (default: $TREADLE_ROOT or ~/.treadle)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("projects", help="list projects")
@@ -125,6 +127,9 @@ def _optional_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `treadle --root R CMD` and `treadle CMD --root R` (where CMD takes one) both work
+    if getattr(args, "root", None) is None:
+        args.root = args.global_root
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
