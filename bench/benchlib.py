@@ -1,0 +1,146 @@
+"""Shared helpers of the benchmark suite: timing (wall + CPU of the whole process tree),
+medians, result records.
+
+CPU time counts this process *and* every live descendant (spawned DataLoader workers, the
+S3 server is not a descendant of the measured loop's process tree unless started by it), read
+from ``/proc`` at the start and the end of the measured loop, while the workers are alive.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _proc_cpu(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return 0.0
+    fields = text[text.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+
+
+def tree_cpu(pid: int | None = None, exclude: Iterable[int] = ()) -> float:
+    """CPU seconds used so far by ``pid`` (default: this process) and its live descendants."""
+    skip = set(exclude)
+    root = os.getpid() if pid is None else pid
+    if root == os.getpid() and not os.path.exists("/proc/self/stat"):
+        return time.process_time()
+    total, todo = 0.0, [root]
+    while todo:
+        p = todo.pop()
+        if p in skip:
+            continue
+        total += time.process_time() if p == os.getpid() else _proc_cpu(p)
+        todo += _children(p)
+    return total
+
+
+@dataclass
+class Run:
+    wall_s: float
+    cpu_s: float
+    samples: int
+    startup_s: float = 0.0  # from construction to the first item (not in wall_s)
+
+
+@dataclass
+class Result:
+    case: str
+    name: str  # e.g. "treadle", "mds", "limit"
+    config: dict[str, Any]
+    unit: str  # "samples/s", "frames/s", "MB/s"
+    runs: list[Run] = field(default_factory=list)
+    note: str = ""
+    status: str = "ok"  # ok | not installed | failed: ...
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float | None:
+        """Median items per wall second."""
+        if not self.runs:
+            return None
+        return statistics.median(r.samples / r.wall_s for r in self.runs if r.wall_s > 0)
+
+    @property
+    def cpu_rate(self) -> float | None:
+        """Median items per CPU second (whole process tree)."""
+        vals = [r.samples / r.cpu_s for r in self.runs if r.cpu_s > 0]
+        return statistics.median(vals) if vals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["median_rate"] = self.rate
+        d["median_cpu_rate"] = self.cpu_rate
+        d["median_wall_s"] = statistics.median(r.wall_s for r in self.runs) if self.runs else None
+        d["median_cpu_s"] = statistics.median(r.cpu_s for r in self.runs) if self.runs else None
+        return d
+
+
+def measure(make: Callable[[], Iterator[Any]], n_items: int, count: Callable[[Any], int]) -> Run:
+    """Time ``n_items`` items of a fresh iterator, after its first item (warm-up excluded).
+
+    ``count(item)`` says how many samples one item (a batch) holds. Timing stops when
+    ``n_items`` samples have arrived, while worker processes are still alive.
+    """
+    t_start = time.perf_counter()
+    it = make()
+    first = next(it)
+    del first
+    startup = time.perf_counter() - t_start
+    c0, t0 = tree_cpu(), time.perf_counter()
+    got = 0
+    for item in it:
+        got += count(item)
+        if got >= n_items:
+            break
+    wall, cpu = time.perf_counter() - t0, tree_cpu() - c0
+    close = getattr(it, "close", None)
+    del it
+    if close is not None:
+        try:
+            close()
+        except Exception:
+            pass
+    return Run(wall, cpu, got, startup)
+
+
+def timed(fn: Callable[[], int]) -> Run:
+    """One call of ``fn`` (which returns how many items it produced)."""
+    c0, t0 = tree_cpu(), time.perf_counter()
+    n = fn()
+    return Run(time.perf_counter() - t0, tree_cpu() - c0, n)
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: a dict of tensors/arrays, a list/tuple of them."""
+    if isinstance(batch, dict):
+        v = next(iter(batch.values()))
+    elif isinstance(batch, list | tuple):
+        v = batch[0]
+    else:
+        v = batch
+    return len(v)

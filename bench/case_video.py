@@ -1,0 +1,158 @@
+"""Case 2: video windows from H.264 episodes (90x224x224 and 16x640x480).
+
+One treadle table per size (episodes of camera-like frames from ``video_windows.content``,
+GOP 30, CRF 23), read by ``td.TrainLoader`` with ``td.Video(range(T))`` windows:
+
+- treadle: workers 0 with 1 and 2 reader threads, and 2 spawned workers;
+- LeRobotDataset with ``delta_timestamps`` (when ``lerobot`` is installed; otherwise the
+  table says "not installed");
+- the limit: FFmpeg's own decode (``video_windows.limit_fn``: the ``ffmpeg`` CLI, or PyAV
+  sequential decode when there is no binary) of the same streams, on 1 core and on 2
+  processes (2 cores). A reader that decoded exactly the frames a window needs, at FFmpeg's
+  speed, would deliver this many useful frames/s.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import video_windows as vw
+
+HERE = Path(__file__).resolve().parent
+BATCH = 8
+
+
+def sizes(tiny: bool) -> list[dict[str, Any]]:
+    """The window shapes: name, frame size, window length, episodes, frames per episode."""
+    if tiny:
+        return [
+            dict(name="v_a", h=64, w=64, window=12, episodes=2, frames=48, windows=8),
+            dict(name="v_b", h=96, w=128, window=4, episodes=2, frames=48, windows=8),
+        ]
+    return [
+        dict(name="v224", h=224, w=224, window=90, episodes=6, frames=300, windows=48),
+        dict(name="v480", h=480, w=640, window=16, episodes=4, frames=240, windows=96),
+    ]
+
+
+def label(sz: dict[str, Any]) -> str:
+    return f"{sz['window']}x{sz['w']}x{sz['h']}"
+
+
+def data_dir(tiny: bool) -> Path:
+    return HERE / "data" / ("video-tiny" if tiny else "video")
+
+
+def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:
+    import treadle as td
+
+    root = data_dir(tiny)
+    if (root / "treadle.done").exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    branch = td.Client(str(root / "treadle"), create=True).project("bench").branch()
+    for sz in sizes(tiny):
+        log(f"  generating {sz['episodes']} H.264 episodes of {sz['frames']} {sz['w']}x{sz['h']}")
+        for e in range(sz["episodes"]):
+            frames = vw.content(sz["frames"], sz["h"], sz["w"], seed=e)
+            branch.table(sz["name"]).append_episode(
+                {"cam": td.VideoFrames(frames, fps=30), "action": np.zeros((len(frames), 7))},
+                episode=f"ep{e}",
+            )
+    (root / "treadle.done").write_text("ok\n")
+    return root
+
+
+def recipe(client: Any, sz: dict[str, Any]) -> Any:
+    import treadle as td
+
+    branch = client.project("bench").branch()
+    w = td.Windows({"cam": td.Video(range(sz["window"]))})
+    return td.Recipe(
+        seed=7, batch_size=BATCH, components=[td.Component(branch.table(sz["name"]), w)]
+    )
+
+
+def treadle_iter(
+    client: Any, sz: dict[str, Any], workers: int, threads: int, steps: int
+) -> Iterator[Any]:
+    import treadle as td
+
+    return iter(
+        td.TrainLoader(
+            recipe(client, sz), steps=steps, workers=workers, prefetch=2, video_threads=threads
+        )
+    )
+
+
+def stream_paths(root: Path, sz: dict[str, Any]) -> list[str]:
+    media = root / "treadle" / "projects" / "bench" / "media" / sz["name"]
+    return sorted(str(p) for p in media.glob("*.h264"))
+
+
+def _decode(paths: list[str]) -> int:
+    _, run, _ = vw.limit_fn(paths)
+    run()
+    return 0
+
+
+def limit_runs(paths: list[str], frames: int, procs: int) -> tuple[float, float]:
+    """(wall s, CPU s) of FFmpeg decoding every frame of ``paths``; ``procs`` processes."""
+    from benchlib import timed
+
+    if procs == 1:
+        r = timed(lambda: (_decode(paths), frames)[1])
+        return r.wall_s, r.cpu_s
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(procs) as pool:
+        pool.map(_decode, [[] for _ in range(procs)])  # start the processes first
+        parts = [paths[i::procs] for i in range(procs)]
+        t0 = time.perf_counter()
+        c0 = _pool_cpu(pool)
+        pool.map(_decode, parts, chunksize=1)
+        wall = time.perf_counter() - t0
+        cpu = _pool_cpu(pool) - c0
+    return wall, cpu
+
+
+def _pool_cpu(pool: Any) -> float:
+    from benchlib import tree_cpu
+
+    return sum(tree_cpu(p.pid) for p in pool._pool)  # noqa: SLF001
+
+
+def lerobot_status() -> str:
+    try:
+        import lerobot  # noqa: F401
+    except ImportError:
+        return "not installed"
+    return "installed, not wired: see the report"
+
+
+def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int]]:
+    """(media key, start, end) of the bytes every window of ``steps`` needs (treadle's plan)."""
+    from treadle.read.batch import BatchReader
+    from treadle.video import plan_window
+
+    reader = BatchReader(plan)
+    table = plan.table(0)
+    eps = table.episodes()
+    offsets = np.asarray(plan.windows(0)["cam"].offsets)
+    out = []
+    for s in steps:
+        b = plan.batch(s)
+        for m in b.moment:
+            e = int(np.searchsorted(eps.starts, m, side="right") - 1)
+            key, index = reader._index(table, "cam", e)  # noqa: SLF001
+            wp = plan_window(index, int(m - eps.starts[e]) + offsets)
+            out.append((key, wp.start, wp.end))
+    reader.close()
+    return out
