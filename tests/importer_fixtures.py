@@ -186,11 +186,18 @@ def make_hf(folder: Path, n: int = 40, seed: int = 0, shard_size: str = "4KB") -
 
 
 def encode_mp4(
-    path: Path, frames: np.ndarray, fps: int, gop: int = 10, codec: str = "libx264"
+    path: Path,
+    frames: np.ndarray,
+    fps: int,
+    gop: int = 10,
+    codec: str = "libx264",
+    keyframes: tuple[int, ...] = (),
 ) -> None:
     """MP4 of ``frames`` (THWC uint8) with PyAV; pts = frame number at ``1/fps``.
 
     ``codec="libsvtav1"`` writes AV1 with ``g=2``, as LeRobot does by default.
+    ``keyframes`` forces IDR frames there (LeRobot v3.0 files are episode files
+    concatenated without re-encoding, so every episode starts on one).
     """
     import av
 
@@ -202,9 +209,12 @@ def encode_mp4(
         if codec == "libsvtav1":
             s.options = {"g": "2", "preset": "12", "crf": "30"}
         else:
-            s.options = {"g": str(gop), "bf": "0", "crf": "18"}
-        for f in frames:
-            for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+            s.options = {"g": str(gop), "bf": "0", "crf": "18", "forced-idr": "1"}
+        for i, f in enumerate(frames):
+            vf = av.VideoFrame.from_ndarray(f, format="rgb24")
+            if i in keyframes:
+                vf.pict_type = av.video.frame.PictureType.I
+            for p in s.encode(vf):
                 c.mux(p)
         for p in s.encode():
             c.mux(p)
@@ -270,8 +280,12 @@ def make_lerobot_v3(
     seed: int = 0,
     codec: str = "libx264",
     size: int = 32,
+    episode_keyframes: bool = False,
 ) -> dict[str, Any]:
     """A LeRobot v3.0 dataset: all episodes in one data file and one MP4 per camera.
+
+    ``episode_keyframes`` starts every episode on a keyframe, as LeRobot's own writer does
+    (it concatenates per-episode files); without it episodes start mid-GOP.
 
     Returns what was written: ``{"tables": [per-episode pa.Table], "frames": {cam: [THWC]}}``.
     """
@@ -317,6 +331,7 @@ def make_lerobot_v3(
             np.concatenate(frames[cam]),
             fps,
             codec=codec,
+            keyframes=tuple(np.cumsum((0,) + lengths[:-1]).tolist()) if episode_keyframes else (),
         )
     info = {
         "codebase_version": "v3.0",

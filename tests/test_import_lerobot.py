@@ -90,6 +90,20 @@ def test_v3_round_trip(tmp_path, client):
             start += n
 
 
+def test_v3_episodes_on_keyframes_are_remuxed_bit_exact(tmp_path, client):
+    cam = "observation.images.top"
+    written = make_lerobot_v3(tmp_path / "ds", lengths=(12, 9, 15), episode_keyframes=True)
+    import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
+    t = client.project("p").branch("main").table("robot").pin()
+    _check_rows(t, written, (cam,))
+    shared = decode_mp4(tmp_path / f"ds/videos/{cam}/chunk-000/file-000.mp4")
+    start = 0
+    for e, n in enumerate((12, 9, 15)):
+        got = stored_frames(client, t, "observation_images_top", f"episode_{e:06d}")
+        np.testing.assert_array_equal(got, shared[start : start + n])  # packets copied
+        start += n
+
+
 def test_v21_round_trip_remuxes_h264(tmp_path, client):
     cams = ("observation.images.wrist",)
     written = make_lerobot_v21(tmp_path / "ds", lengths=(10, 7), cams=cams)
@@ -128,14 +142,15 @@ def test_timestamp_drift_is_an_error(tmp_path, client):
     assert client.project("p").branch("main").tables() == []
 
 
-@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+@pytest.mark.parametrize("version", ["v3.0", "v3.0-keyframes", "v2.1"])
 def test_video_with_fewer_frames_than_rows(tmp_path, client, version):
     root = tmp_path / "ds"
-    if version == "v3.0":
+    if version.startswith("v3.0"):
         make_lerobot_v3(root, lengths=(6, 8))
         mp4 = root / "videos/observation.images.top/chunk-000/file-000.mp4"
         frames = decode_mp4(mp4)
-        encode_mp4(mp4, frames[:-3], 10)  # the last episode loses 3 frames
+        # the last episode loses 3 frames (cut path when episodes start on keyframes)
+        encode_mp4(mp4, frames[:-3], 10, keyframes=(0, 6) if "keyframes" in version else ())
         match = r"episode 1, camera 'observation.images.top'.*5 frames for the episode's 8 rows"
     else:
         make_lerobot_v21(root, lengths=(6, 8))

@@ -303,6 +303,69 @@ def decode_span(
     return np.stack(out)  # type: ignore[arg-type]
 
 
+def cut_span(
+    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
+) -> bytes | None:
+    """The H.264 packets of ``count`` frames at ``start + k/fps`` as a new MP4, no decoding.
+
+    LeRobot v3.0 concatenates episode files without re-encoding, so an episode starts on a
+    keyframe of the shared file and its packets stand alone. Returns None when the span
+    does not start on a keyframe (the caller then decodes); raises :class:`CorruptData`
+    when the file has fewer (or misplaced) frames than the episode has rows.
+    """
+    import io
+
+    import av
+
+    half = max(tol, 0.5 / fps)
+    end = start + (count - 1) / fps + half
+    try:
+        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
+            stream = c.streams.video[0]
+            if stream.codec_context.name != "h264":
+                return None  # re-encoded either way: decoding the span is simpler
+            tb = float(stream.time_base)
+            if start > 0:
+                c.seek(int(max(0.0, start - half) / tb), stream=stream, backward=True)
+            packets = []
+            for p in c.demux(stream):
+                if p.pts is None or not p.size:
+                    continue
+                t = p.pts * tb
+                if p.dts is not None and p.dts * tb > end + 2.0:
+                    break  # well past the span in decode order
+                if start - half <= t < end:
+                    packets.append(p)
+            if not packets:
+                return _short(where, 0, count, start)
+            if not packets[0].is_keyframe:
+                return None
+            times = np.sort(np.array([p.pts * tb for p in packets]))
+            want = start + np.arange(count) / fps
+            if len(times) != count or np.abs(times - want).max() > half:
+                return _short(where, len(times), count, start)
+            base = min(p.pts for p in packets)
+            out_buf = io.BytesIO()
+            with av.open(out_buf, "w", format="mp4") as out:
+                ostream = out.add_stream_from_template(stream)
+                for p in packets:
+                    p.pts -= base
+                    if p.dts is not None:
+                        p.dts -= base
+                    p.stream = ostream
+                    out.mux(p)
+            return out_buf.getvalue()
+    except av.error.FFmpegError as e:
+        raise CorruptData(f"{where}: cannot read video: {e}") from None
+
+
+def _short(where: str, got: int, count: int, start: float) -> None:
+    raise CorruptData(
+        f"{where}: video has {got} frames for the episode's {count} rows "
+        f"(span starting at {start:.4f}s)"
+    )
+
+
 def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
     """Video frames (packets) in a file and its codec, without decoding."""
     import io
@@ -379,11 +442,13 @@ def iter_episodes(
                 raise NotFound(f"{where}: video file is missing") from None
             nbytes += len(data) if isinstance(data, bytes) else 0
             if meta.version == "v3.0":
-                start, _end = ep.spans[cam]
-                frames = decode_span(
-                    data, start + float(ts[0]), t.num_rows, meta.fps, tolerance_s, where
-                )
-                cols[col] = VideoFrames(frames, fps=meta.fps)
+                start = ep.spans[cam][0] + float(ts[0])
+                cut = cut_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
+                if cut is not None:  # packets copied: H.264 stays bit-exact
+                    cols[col] = VideoFile(cut)
+                else:
+                    frames = decode_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
+                    cols[col] = VideoFrames(frames, fps=meta.fps)
             else:
                 n, _codec = count_frames(data, where)
                 if n != t.num_rows:
