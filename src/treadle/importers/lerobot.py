@@ -14,12 +14,17 @@ Layouts read (from LeRobot's ``datasets/utils.py``):
   ``videos/chunk-XXX/<key>/episode_XXXXXX.mp4`` (one file per episode and camera).
 
 Each episode becomes one ``append_episode`` (rows ``episode``, ``frame``, then every
-feature; a ``task`` string column when the dataset has tasks). Each camera
-(``dtype: video``) becomes a video column: a v2.1 episode file goes in whole as
-``td.VideoFile`` (H.264 is remuxed without re-encoding; other codecs, such as
-LeRobot's default AV1, are re-encoded by the video layer); a v3.0 episode is cut out of
-its shared file by decoding the frames whose timestamps fall in the episode's span and
-passing them as ``td.VideoFrames`` (the video layer cannot cut a file yet).
+feature; a ``task`` string column when the dataset has tasks; dots in names become
+``_`` because Lance refuses them). Each camera (``dtype: video``) becomes a video column:
+
+- v2.1: the episode's file goes in whole as ``td.VideoFile`` (H.264 is remuxed without
+  re-encoding; other codecs, such as LeRobot's default AV1, are re-encoded by the video
+  layer).
+- v3.0, H.264: LeRobot concatenates episode files without re-encoding, so an episode
+  starts on a keyframe; its packets (by timestamp, ``[from_timestamp, to_timestamp)``)
+  are copied into a small MP4 and passed as ``td.VideoFile`` (bit-exact, no decode).
+- v3.0, other codecs or an episode that does not start on a keyframe: the span's frames
+  are decoded (PyAV) and passed as ``td.VideoFrames`` (re-encoded to H.264).
 
 Checks, each a clear error naming the episode: ``timestamp`` must equal
 ``frame_index / fps`` within ``tolerance_s``; each camera must have exactly one frame
