@@ -6,12 +6,21 @@ kept by Lance's cleanup; every other version older than ``older_than`` goes, wit
 the data files only it used. Media streams no kept version references, and older
 than ``older_than``, are deleted too. A running writer's files are younger than
 the grace period, so gc never races a writer that is about to commit.
+
+A writer killed between its Lance commit and its branch move leaves a Lance version
+no commit names; when that version is the table's latest, Lance's cleanup would keep
+it (and its data files) forever, so gc first makes a new latest version equal to the
+newest reachable one. A table no reachable commit names at all (created by a writer
+that died before its branch move) is removed whole once all its files are older than
+``older_than``.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lance
@@ -31,6 +40,7 @@ class GcReport:
     removed_versions: int = 0
     removed_bytes: int = 0
     removed_media: list[str] = field(default_factory=list)
+    removed_tables: list[str] = field(default_factory=list)
 
 
 def reachable_versions(project: Project) -> dict[str, set[int]]:
@@ -79,6 +89,26 @@ def collect_garbage(project: Project, older_than: timedelta = timedelta(hours=1)
                     streams = pc.unique(pc.struct_field(col, "stream")).to_pylist()
                     media_in_use.update(f"{project.prefix}/{s}" for s in streams)
     cutoff = datetime.now(UTC) - older_than
+    for name, versions in sorted(keep.items()):
+        if _orphan_latest(project, name, versions, cutoff):
+            latest = lance.dataset(project.table_uri(name), storage_options=store.lance_options)
+            stats = latest.cleanup_old_versions(
+                older_than=older_than, delete_unverified=True, error_if_tagged_old_versions=False
+            )
+            report.removed_versions += stats.old_versions
+            report.removed_bytes += stats.bytes_removed
+    for table in store.list_dirs(f"{project.prefix}/tables"):
+        name = table[: -len(".lance")] if table.endswith(".lance") else table
+        if name in keep or not table.endswith(".lance"):
+            continue
+        keys = store.list(f"{project.prefix}/tables/{table}")
+        if keys and all(_modified(store, k) < cutoff for k in keys):
+            for k in keys:
+                report.removed_bytes += store.size(k)
+                store.delete(k)
+            if store.is_local:  # the folders a local store leaves behind
+                _prune_empty(Path(store.url) / project.prefix / "tables" / table)
+            report.removed_tables.append(name)
     for key in store.list(f"{project.prefix}/media"):
         if key not in media_in_use and _modified(store, key) < cutoff:
             store.delete(key)
@@ -86,8 +116,43 @@ def collect_garbage(project: Project, older_than: timedelta = timedelta(hours=1)
     return report
 
 
+def _orphan_latest(project: Project, name: str, versions: set[int], cutoff: datetime) -> bool:
+    """Restore the newest reachable version over an unreachable latest one, if needed.
+
+    True when a new latest version was made (the old latest can now be cleaned up).
+    """
+    store = project.client.store
+    latest = lance.dataset(project.table_uri(name), storage_options=store.lance_options)
+    if latest.version in versions or latest.version < max(versions):
+        return False
+    info = latest.versions()[-1]
+    when = info["timestamp"]
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+    if when >= cutoff:
+        return False  # maybe a writer that is about to move its branch
+    kept = project.open_dataset(name, max(versions))
+    kept_files = {df.path for f in kept.get_fragments() for df in f.data_files()}
+    latest_files = {df.path for f in latest.get_fragments() for df in f.data_files()}
+    if latest_files <= kept_files and latest.schema.equals(kept.schema, check_metadata=False):
+        return False  # nothing only the unreachable version holds
+    lance.dataset(
+        project.table_uri(name), version=max(versions), storage_options=store.lance_options
+    ).restore()
+    return True
+
+
+def _prune_empty(folder: Path) -> None:
+    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with suppress(OSError):
+            d.rmdir()
+    with suppress(OSError):
+        folder.rmdir()
+
+
 def _modified(store, key: str) -> datetime:  # type: ignore[no-untyped-def]
     import obstore
 
-    meta = obstore.head(store._inner, key)
+    from treadle.storage import _with_retries
+
+    meta = _with_retries(lambda: obstore.head(store._inner, key))
     return meta["last_modified"]
