@@ -137,8 +137,9 @@ def lerobot_status() -> str:
     return "installed, not wired: see the report"
 
 
-def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int]]:
-    """(media key, start, end) of the bytes every window of ``steps`` needs (treadle's plan)."""
+def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int, int]]:
+    """(media key, start, end, packets) of every window of ``steps`` (treadle's plan): the
+    bytes it needs and how many frames must be decoded for it (from the keyframe on)."""
     from treadle.read.batch import BatchReader
     from treadle.video import plan_window
 
@@ -153,6 +154,6 @@ def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int]]:
             e = int(np.searchsorted(eps.starts, m, side="right") - 1)
             key, index = reader._index(table, "cam", e)  # noqa: SLF001
             wp = plan_window(index, int(m - eps.starts[e]) + offsets)
-            out.append((key, wp.start, wp.end))
+            out.append((key, wp.start, wp.end, wp.num_packets))
     reader.close()
     return out
