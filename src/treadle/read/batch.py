@@ -16,6 +16,7 @@ The result is a dict of numpy arrays in slot order, plus ``_component``/``_momen
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,8 @@ from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows
 from treadle.table.table import EPISODE, FRAME
 from treadle.table.tensors import tensor_shape, to_numpy
+
+_TAKE_THREADS = 4  # row takes in flight at once (one per component and set of rows)
 
 
 @dataclass(frozen=True)
@@ -128,21 +131,29 @@ class BatchReader:
         self._indexes: dict[tuple[str, int, str, int], Any] = {}
         self._video_cols: dict[tuple[str, int, str], pa.ChunkedArray] = {}
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
         self._video.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def read(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, np.ndarray]:
         """The batch of ``step`` for ``rank``: arrays ``[b, ...]`` in slot order."""
         batch = self.plan.batch(step, rank, world_size)
         out: dict[str, Any] = {}
-        requests = []
+        requests: list[Any] = []
+        jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]] = []
         for c in np.unique(batch.component):
             slots = np.flatnonzero(batch.component == c)
             table = self.plan.table(int(c))
-            requests += self.fill(
+            reqs, rows = self._split(
                 table, self.columns[int(c)], batch.moment[slots], slots, out, len(batch)
             )
+            requests += reqs
+            jobs += rows
+        self._take_rows(jobs, out, len(batch))
         self.decode(requests)
         squeeze_moment_video(out, [cs for specs in self.columns for cs in specs])
         out["_component"] = batch.component.astype(np.int64)
@@ -159,6 +170,20 @@ class BatchReader:
         b: int,
     ) -> list[Any]:
         """Write rows of ``moments`` into ``out[col][slots]``; return the video reads to do."""
+        requests, jobs = self._split(table, columns, moments, slots, out, b)
+        self._take_rows(jobs, out, b)
+        return requests
+
+    def _split(
+        self,
+        table: Any,
+        columns: list[ColumnSpec],
+        moments: np.ndarray,
+        slots: np.ndarray,
+        out: dict[str, Any],
+        b: int,
+    ) -> tuple[list[Any], list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]]]:
+        """Video reads to do, and row takes to do: one per set of rows (same offsets)."""
         requests = []
         groups: dict[tuple[int, ...] | None, list[ColumnSpec]] = {}
         for cs in columns:
@@ -167,14 +192,31 @@ class BatchReader:
             else:
                 key = None if cs.spec is None else tuple(cs.spec.offsets)
                 groups.setdefault(key, []).append(cs)
-        for group in groups.values():  # one Lance take per set of rows, all its columns
-            for cs, arr in zip(group, self._rows(table, group, moments)):
+        return requests, [(table, group, moments, slots) for group in groups.values()]
+
+    def _take_rows(
+        self,
+        jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]],
+        out: dict[str, Any],
+        b: int,
+    ) -> None:
+        """Run the row takes (several at once: Lance releases the GIL, and on an object
+        store each take waits on requests), then write them into ``out`` in job order."""
+        if len(jobs) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=min(_TAKE_THREADS, len(jobs)), thread_name_prefix="treadle-take"
+                )
+            results = list(self._pool.map(lambda j: self._rows(j[0], j[1], j[2]), jobs))
+        else:
+            results = [self._rows(j[0], j[1], j[2]) for j in jobs]
+        for (table, group, _, slots), arrays in zip(jobs, results):
+            for cs, arr in zip(group, arrays):
                 dest = out.get(cs.column)
                 if dest is None:
                     dest = out[cs.column] = np.empty((b, *arr.shape[1:]), arr.dtype)
                 _check_shape(dest, arr, cs.column, table.name)
                 dest[slots] = arr
-        return requests
 
     def decode(self, requests: list[Any]) -> None:
         """Run the video reads :meth:`fill` returned (one coalesced fetch, then decode)."""
