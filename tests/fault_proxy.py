@@ -7,6 +7,8 @@ still verify), except that a seeded fraction ``rate`` of requests meets a fault:
 - ``drop``: the connection is closed before the request is forwarded (a reset);
 - ``delay``: the request is held ``delay_s`` seconds, then forwarded;
 - ``503``: answered ``503 SlowDown`` without being forwarded (throttling);
+- ``lost``: forwarded (the server acts on it), then the connection is closed before
+  the response: the client cannot tell whether its write landed;
 - ``403``: answered ``403 AccessDenied`` (a *permanent* fault, for fail-fast tests);
 - ``truncate``: forwarded, but only half of the response body is sent before the
   connection is closed (only for responses with a body of 2+ bytes).
@@ -192,6 +194,13 @@ class _Handler(BaseHTTPRequestHandler):
             status, reason, rheaders, data = p.forward(self.command, self.path, headers, body)
         except (http.client.HTTPException, OSError):
             self.send_error(502)
+            return
+        if fault == "lost":
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             return
         self.send_response(status, reason)
         upstream_len = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -96,6 +97,8 @@ def _transient(e: BaseException) -> bool:
     text = str(e).lower()
     if "403 forbidden" in text or "401 unauthorized" in text or "accessdenied" in text:
         return False
+    if re.search(r"after [1-9][0-9]* retries", text):
+        return False  # obstore already spent its retries (and its retry_timeout) on it
     return any(h in text for h in _TRANSIENT_HINTS)
 
 
@@ -426,6 +429,6 @@ def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:
         return
     raise CredentialsError(
         f"no credentials for {root!r}: pass storage_options={{'aws_access_key_id': ..., "
-        "'aws_secret_access_key': ...}} or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+        "'aws_secret_access_key': ...} or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
         "(or skip_signature='true' for a public bucket)"
     )

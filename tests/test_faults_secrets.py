@@ -1,0 +1,133 @@
+"""Credentials never appear in logs, errors, reprs, run records, checkpoint rows or objects.
+
+A SeaweedFS server of its own runs with a distinctive secret key; everything treadle
+can be made to print or write on that root is searched for it: Python logging at
+DEBUG, stdout/stderr (Rust logs of Lance/obstore included), str/repr of every object
+and error, run records, loader states, checkpoint rows, and every byte under the bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+import treadle as td
+from loader_helpers import WINDOWS
+from treadle.storage import Store
+from treadle.testing import SeaweedS3
+
+SECRET = f"sEcReT-{uuid.uuid4().hex}-do-not-print"
+
+
+class _SecretS3(SeaweedS3):
+    access_key = f"AKID{uuid.uuid4().hex[:12].upper()}"
+    secret_key = SECRET
+
+
+@pytest.fixture(scope="module")
+def secret_server():
+    server = _SecretS3(bucket="secrets").start()
+    yield server
+    server.stop()
+
+
+def _texts_of(e: BaseException) -> list[str]:
+    out = []
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        out += [str(e), repr(e), *map(str, e.args)]
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return out
+
+
+def test_secret_never_leaks(secret_server, caplog, capfd, monkeypatch):
+    monkeypatch.setenv("RUST_LOG", "debug")  # obstore/Lance logs, if any are emitted
+    caplog.set_level(logging.DEBUG)  # every Python logger, DEBUG and up
+    opts = secret_server.storage_options()
+    assert opts["aws_secret_access_key"] == SECRET
+    root = secret_server.url("proj")
+    texts: list[str] = []
+
+    client = td.Client(root, storage_options=opts)
+    texts += [repr(client), str(client), repr(client.store), str(client.storage_options.keys())]
+    main = client.project("robotics").branch()
+    rng = np.random.default_rng(0)
+    with main.transaction("data") as tx:
+        for name in ("failed", "nominal"):
+            for e in range(2):
+                frames = rng.integers(0, 255, (12, 32, 32, 3), dtype=np.uint8)
+                tx.table(name).append_episode(
+                    {"cam": td.VideoFrames(frames, fps=30), "action": rng.random((12, 7))},
+                    episode=f"{name}-{e}",
+                )
+    texts += [repr(main), repr(main.head()), repr(main.table("failed")), repr(main.project)]
+    w = td.Windows(WINDOWS)
+    recipe = td.Recipe(
+        seed=1,
+        batch_size=4,
+        components=[
+            td.Component(main.table("failed"), w, 0.5),
+            td.Component(main.table("nominal"), w, 0.5),
+        ],
+    )
+    loader = td.TrainLoader(recipe, steps=2)
+    for _ in loader:
+        pass
+    state = loader.state_dict()
+    texts += [json.dumps(state), loader.plan.record.to_json(), repr(loader.plan)]
+    ckpt = td.Checkpoints(main)
+    row = ckpt.save(2, {"w": torch.zeros(3)}, loader)
+    texts += [repr(row), json.dumps(row.loader_state), json.dumps(row.record)]
+    back = ckpt.latest()
+    assert back is not None
+    texts += [repr(back), back.state_bytes.decode("latin-1")]
+    resumed = td.TrainLoader.from_state(state, client, steps=3)
+    texts += [repr(resumed.plan)]
+    main.project.gc()
+
+    # errors: wrong secret, unknown objects, an unreachable endpoint, bad options
+    errors: list[BaseException] = []
+    bad = dict(opts, aws_secret_access_key=SECRET[::-1] + "x")
+    for fn in (
+        lambda: td.Client(root, storage_options=bad).project("robotics").branch().head(),
+        lambda: client.project("robotics").branch("nope"),
+        lambda: client.project("nope", create=False),
+        lambda: client.store.get("no/such/object"),
+        lambda: Store.open(
+            root, dict(opts, aws_endpoint="http://127.0.0.1:9", timeout="2s", connect_timeout="1s")
+        ).get("x"),  # fmt: skip
+        lambda: Store.open(root, dict(opts, not_an_option=SECRET)),
+        lambda: td.Client(root, storage_options={"aws_secret_access_key": SECRET}),
+    ):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - every error is inspected
+            errors.append(e)
+    assert len(errors) == 7, errors
+    assert isinstance(errors[0], td.CredentialsError), errors[0]
+    for e in errors:
+        print(f"{type(e).__name__}: {e}")
+    for e in errors:
+        texts += _texts_of(e)
+
+    out, err = capfd.readouterr()
+    texts += [out, err, caplog.text]
+    texts += [r.getMessage() for r in caplog.records]
+    leaked = [t[:200] for t in texts if SECRET in t or SECRET[::-1] in t]
+    assert leaked == []
+    assert any(SECRET in t for t in [*texts, json.dumps(opts)])  # the search itself works
+
+    # every byte under the bucket
+    store = Store.open(secret_server.url(), opts)
+    keys = store.list("proj")
+    assert len(keys) > 20
+    for key in keys:
+        data = store.get(key)
+        assert SECRET.encode() not in data, key
+        assert secret_server.access_key.encode() not in data, key
