@@ -20,7 +20,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import lance
 import numpy as np
 import pyarrow.compute as pc
 import pytest
@@ -130,50 +129,61 @@ def _check_consistent(project: td.Project, mode: str) -> int:
     return len(log)
 
 
-def _orphans(project: td.Project, root: Path) -> list[str]:
-    """Files under the project no reachable commit needs (Lance data files, tables, media)."""
+def _orphans(project: td.Project) -> list[str]:
+    """Objects under the project no reachable commit needs (Lance data files, tables, media)."""
     from treadle.catalog.gc import reachable_versions
 
+    store = project.client.store
     keep = reachable_versions(project)
     needed: set[str] = set()
     media: set[str] = set()
     for name, versions in keep.items():
         for v in versions:
-            ds = lance.dataset(project.table_uri(name), version=v)
+            ds = project.open_dataset(name, v)
             for frag in ds.get_fragments():
                 needed.update(Path(df.path).name for df in frag.data_files())
             if "cam" in ds.schema.names:
                 col = ds.to_table(columns=["cam"]).column("cam")
                 media.update(pc.unique(pc.struct_field(col, "stream")).to_pylist())
     out = []
-    tables = root / "projects/p/tables"
-    for d in tables.glob("*.lance") if tables.exists() else []:
-        if d.name[: -len(".lance")] not in keep:
-            out += [str(f) for f in d.rglob("*")]  # nothing, not even an empty folder
-            continue
-        out += [str(f) for f in (d / "data").glob("*") if f.name not in needed]
-    mdir = root / "projects/p/media"
-    for f in mdir.rglob("*") if mdir.exists() else []:
-        if f.is_file() and str(f.relative_to(root / "projects/p")) not in media:
-            out.append(str(f))
+    tables = f"{project.prefix}/tables/"
+    for key in store.list(tables):
+        table, _, rest = key[len(tables) :].partition("/")
+        if table[: -len(".lance")] not in keep:
+            out.append(key)
+        elif rest.startswith("data/") and rest.rsplit("/", 1)[-1] not in needed:
+            out.append(key)
+    for key in store.list(f"{project.prefix}/media"):
+        if key[len(project.prefix) + 1 :] not in media:
+            out.append(key)
+    if store.is_local:  # not even an empty folder of a removed table
+        out += [str(d) for d in Path(store.url, tables).glob("*.lance")
+                if d.name[: -len(".lance")] not in keep]  # fmt: skip
     return sorted(out)
 
 
-@pytest.mark.parametrize("mode", ["append", "episode", "tx", "import"])
-def test_killed_writer_leaves_old_or_new_commit(mode, tmp_path):
-    root = tmp_path / "store"
-    root.mkdir()
+@pytest.mark.parametrize(
+    "mode,where",
+    [("append", "local"), ("episode", "local"), ("tx", "local"), ("import", "local"), ("tx", "s3")],
+)
+def test_killed_writer_leaves_old_or_new_commit(mode, where, tmp_path, request):
+    if where == "s3":
+        server = request.getfixturevalue("s3_server")
+        root, opts = server.url(f"crash-{time.time_ns()}"), server.storage_options()
+    else:
+        (tmp_path / "store").mkdir()
+        root, opts = str(tmp_path / "store"), None
     shards = tmp_path / "shards"
     shards.mkdir()
-    project = td.Client(str(root)).project("p")
-    rng = random.Random(f"crash-{mode}")
+    project = td.Client(root, storage_options=opts).project("p")
+    rng = random.Random(f"crash-{mode}-{where}")
     commits = _check_consistent(project, mode)
     t0 = time.monotonic()
     kills = 0
     while kills < 3 and time.monotonic() - t0 < 30:
-        _kill_during(mode, str(root), None, str(shards), rng.uniform(0.05, 0.8))
+        _kill_during(mode, root, opts, str(shards), rng.uniform(0.05, 0.8))
         kills += 1
-        project = td.Client(str(root)).project("p")  # a fresh reader: no cached head
+        project = td.Client(root, storage_options=opts).project("p")  # no cached head
         n = _check_consistent(project, mode)
         assert n >= commits
         commits = n
@@ -183,11 +193,11 @@ def test_killed_writer_leaves_old_or_new_commit(mode, tmp_path):
     assert main.log()[0].message == "after the crash"
     assert len(main.log()) == commits + 1
     report = project.gc(older_than=timedelta(0))
-    assert _orphans(project, root) == [], report
-    project = td.Client(str(root)).project("p")
+    assert _orphans(project) == [], report
+    project = td.Client(root, storage_options=opts).project("p")
     _check_consistent(project, mode)  # gc removed nothing a commit needs
     print(
-        f"{mode}: {kills} kills, {commits} commits survived; gc removed "
+        f"{mode} on {where}: {kills} kills, {commits} commits survived; gc removed "
         f"{report.removed_versions} versions, {len(report.removed_media)} media objects, "
         f"tables {report.removed_tables}"
     )
@@ -244,3 +254,67 @@ def test_eight_writers_twenty_five_commits(any_root):
     refs = project.client.store.list("projects/p/refs/main")
     assert len(refs) == len(log)
     print(f"8x25 on {'s3' if opts else 'local'}: {took:.1f}s")
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL at one exact point (nothing after it runs)."""
+
+
+@pytest.mark.parametrize("phase", ["fragments", "lance_commit", "commit_object"])
+def test_crash_at_each_commit_phase_is_invisible_and_collected(phase, any_root, monkeypatch):
+    """Die after the data files, after the Lance versions, or after the commit object
+    (just before the branch moves): the branch is unchanged, a new writer proceeds, and
+    gc(older_than=0) leaves no orphan (including an unreachable *latest* Lance version
+    and a table only the dead transaction created)."""
+    import treadle.table.write as write
+    from treadle.catalog.refs import RefLog
+
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("a").append({"x": np.arange(3)}, message="base")
+    head = main.commit_id
+    real_overwrite, real_advance = write._lance_overwrite, RefLog.try_advance
+
+    def overwrite(*a, **k):  # type: ignore[no-untyped-def]
+        if phase == "fragments":
+            raise _Killed
+        return real_overwrite(*a, **k)
+
+    def advance(self, branch, seq, commit_id):  # type: ignore[no-untyped-def]
+        if branch == "main" and seq > 1:
+            raise _Killed
+        return real_advance(self, branch, seq, commit_id)
+
+    monkeypatch.setattr(write, "_lance_overwrite", overwrite)
+    if phase == "commit_object":
+        monkeypatch.setattr(RefLog, "try_advance", advance)
+    elif phase == "lance_commit":
+
+        def save_commit(self, commit):  # type: ignore[no-untyped-def]
+            raise _Killed
+
+        monkeypatch.setattr(td.Project, "save_commit", save_commit)
+    rng = np.random.default_rng(1)
+    with pytest.raises(_Killed):
+        with main.transaction("dies") as tx:
+            tx.table("a").append({"x": np.arange(5)})
+            tx.table("fresh").append({"y": np.arange(2)})
+            frames = rng.integers(0, 255, (4, 32, 32, 3), dtype=np.uint8)
+            tx.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)}, episode="e")
+    monkeypatch.undo()
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    assert main.commit_id == head
+    assert main.table("a").to_arrow().num_rows == 3
+    left = _orphans(project)
+    assert left  # the dead transaction left files behind
+    report = project.gc(older_than=timedelta(0))
+    print(f"{phase}: {len(left)} orphans, gc removed {report.removed_versions} versions, "
+          f"media {len(report.removed_media)}, tables {report.removed_tables}")  # fmt: skip
+    assert _orphans(project) == [], report
+    if phase != "fragments":
+        assert "fresh" in report.removed_tables
+    main.table("a").append({"x": np.arange(2)}, message="later writer")
+    assert main.table("a").to_arrow().num_rows == 5
+    assert [c.message for c in main.log()][:2] == ["later writer", "base"]
