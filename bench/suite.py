@@ -463,6 +463,61 @@ def print_table(results: list[Result], summary: list[dict[str, Any]]) -> None:
         print(f"  {s['goal']:<6} {s['what']:<52} {s['ratio']:8.2f}x {cpu:<7} {need} {mark}")
 
 
+def markdown(doc: dict[str, Any], results: list[Result], summary: list[dict[str, Any]]) -> str:
+    """The table and the ratios as Markdown (for the README and ``bench/results/latest.md``)."""
+    m = doc["machine"]
+    v = {k: x for k, x in m.get("versions", {}).items() if x}
+    lines = [
+        f"# treadle bench ({'tiny' if doc['tiny'] else 'full'} run, {doc['stamp']})",
+        "",
+        f"Machine: {m.get('cpu', '?')}, {m['cpus']} CPUs, {m.get('mem_gib', '?')} GiB, "
+        f"Python {m['python']}, load average at start {m.get('load_avg')} (shared machine); "
+        + ", ".join(f"{k} {x}" for k, x in v.items())
+        + f". Median of {doc['runs']} interleaved rounds; wall rates exclude start-up (time to "
+        "the first batch); CPU counts the whole process tree (workers; for S3 also the server).",
+        "",
+        "| case | reader | unit | wall rate | per CPU-s | CPU/wall | start s |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if r.case == "plan":
+            continue
+        desc = r.config.get("label", r.name)
+        if "size" in r.config:
+            desc = f"[{r.config['size']}] {desc}"
+        elif "data" in r.config:
+            desc = f"[{r.config['data']}] {desc}"
+        if r.case == "mix" and "workers" in r.config:
+            desc += f", workers={r.config['workers']}"
+        if r.status != "ok" or not r.runs:
+            lines.append(f"| {r.case} | {desc} | {r.unit} | {r.status} | | | |")
+            continue
+        cpw = statistics.median(x.cpu_s / x.wall_s for x in r.runs if x.wall_s > 0)
+        st = statistics.median(x.startup_s for x in r.runs)
+        lines.append(
+            f"| {r.case} | {desc} | {r.unit} | {fmt_rate(r.rate)} | {fmt_rate(r.cpu_rate)} "
+            f"| {cpw:.2f} | {st:.2f} |"
+        )
+    lines += ["", "| goal | comparison | wall ratio | CPU ratio | need | holds |"]
+    lines += ["|---|---|---:|---:|---:|---|"]
+    for s in summary:
+        if "ms" in s:
+            held = {True: "yes", False: "no", None: ""}[s["holds"]]
+            lines.append(f"| plan | {s['what']} | {s['ms']:.3f} ms | | < 1 ms | {held} |")
+        elif s["ratio"] is None:
+            lines.append(f"| {s['goal']} | {s['what']} | - | | | not measured |")
+        else:
+            cpu = f"{s['cpu_ratio']:.2f}" if s.get("cpu_ratio") else ""
+            need = f">= {s['need']}" if s["need"] else ""
+            held = {True: "yes", False: "no", None: ""}[s["holds"]]
+            lines.append(
+                f"| {s['goal']} | {s['what']} | {s['ratio']:.2f}x | {cpu} | {need} | {held} |"
+            )
+    if doc.get("chart"):
+        lines += ["", f"![chart]({doc['chart']})"]
+    return "\n".join(lines) + "\n"
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpus": os.cpu_count(),
@@ -591,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": [r.to_dict() for r in results],
         "summary": summary,
     }
+    doc["stamp"] = stamp
     note = chart(results, out / f"{name}.png")
     doc["chart"] = None if note else f"{name}.png"
     if note:
@@ -598,6 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(doc, indent=1, default=str)
     (out / f"{name}.json").write_text(text)
     (out / ("latest-tiny.json" if args.tiny else "latest.json")).write_text(text)
+    md = markdown(doc, results, summary)
+    (out / ("latest-tiny.md" if args.tiny else "latest.md")).write_text(md)
     log(f"\nwrote {out / (name + '.json')}" + ("" if note else f" and {name}.png"))
     log(f"elapsed {time.perf_counter() - t0:.0f} s")
     return 0
