@@ -193,3 +193,37 @@ def test_lost_response_to_a_ref_write_is_not_a_lost_race(s3_server):
         "create project p"
     ]
     assert clean.table("t").to_arrow().column("x").to_pylist() == list(range(6))
+
+
+def test_lance_errors_map_to_treadle_errors(video_s3, s3_server):
+    """``treadle.storage.lance_error`` (for the table read path) on real Lance failures."""
+    import pyarrow as pa
+
+    from treadle.storage import lance_error
+
+    root, opts, _ = video_s3
+    with FaultProxy(s3_server.endpoint, rate=1.0, kinds=("403",), paths="/data/") as proxy:
+        branch = td.Client(root, storage_options=proxy.options(opts)).project("robotics").branch()
+        with pytest.raises((OSError, ValueError, pa.ArrowInvalid)) as ei:
+            branch.table("failed").take([0], ["action"])
+    e = lance_error(ei.value, "table 'failed' column 'action'")
+    assert isinstance(e, td.CredentialsError) and "table 'failed'" in str(e), e
+    assert isinstance(lance_error(ValueError("Dataset at x was not found"), "t"), td.NotFound)
+    assert type(lance_error(OSError("boom"), "t")) is td.StorageError
+
+
+def test_store_retries_what_obstore_does_not(s3_server):
+    """obstore does not retry a LIST whose body is cut off mid-stream; Store does (bounded)."""
+    from treadle.storage import Store
+
+    opts = s3_server.storage_options()
+    root = s3_server.url(f"faults-list-{time.time_ns()}")
+    Store.open(root, opts).put("d/a", b"1")
+    Store.open(root, opts).put("d/b", b"2")
+    with FaultProxy(
+        s3_server.endpoint, rate=0.5, seed=2, kinds=("truncate",), paths="list-type=2"
+    ) as px:
+        store = Store.open(root, px.options(opts))
+        for _ in range(20):
+            assert store.list("d") == ["d/a", "d/b"]
+    assert px.counts["truncate"] >= 5

@@ -162,6 +162,7 @@ def _orphans(project: td.Project) -> list[str]:
     return sorted(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode,where",
     [("append", "local"), ("episode", "local"), ("tx", "local"), ("import", "local"), ("tx", "s3")],

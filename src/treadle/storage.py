@@ -34,7 +34,7 @@ from obstore.exceptions import (
 )
 from obstore.store import LocalStore, from_url
 
-from treadle.errors import CredentialsError, NotFound, StorageError
+from treadle.errors import CredentialsError, NotFound, StorageError, TreadleError
 
 _CLIENT_KEYS = {
     "allow_http",
@@ -398,6 +398,27 @@ class Store:
                 "or the AWS_*/GOOGLE_*/AZURE_* environment)"
             )
         return StorageError(f"{op} {where} failed: {type(e).__name__}: {_first_line(e)}")
+
+
+def lance_error(e: BaseException, where: str) -> TreadleError:
+    """A Lance read/write failure as a treadle error naming ``where`` (table, version, ...).
+
+    Lance raises ``OSError``/``ValueError``/``pyarrow.ArrowInvalid`` whose text carries
+    object_store's cause; this maps "lacked the necessary privileges" to
+    :class:`CredentialsError`, a missing object to :class:`NotFound`, anything else to
+    :class:`StorageError`, keeping the first line of Lance's text (no credentials: Lance
+    never puts them in its messages; the endpoint URL may appear).
+    """
+    text = _first_line(e) if isinstance(e, Exception) else str(e)
+    low = text.lower()
+    if "necessary privileges" in low or "403 forbidden" in low or "accessdenied" in low:
+        return CredentialsError(
+            f"{where}: access denied (check credentials in storage_options or the "
+            f"AWS_*/GOOGLE_*/AZURE_* environment): {text}"
+        )
+    if "not found" in low or "does not exist" in low or "nosuchkey" in low:
+        return NotFound(f"{where}: {text}")
+    return StorageError(f"{where}: {type(e).__name__}: {text}")
 
 
 def _first_line(e: Exception) -> str:
