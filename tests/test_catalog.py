@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import treadle as td
@@ -136,6 +137,10 @@ def test_episode_bad_input(local_root):
         t.append_episode({"a": np.zeros((0, 2))})
     with pytest.raises(td.SchemaMismatch, match="frame"):
         t.append({"episode": ["e", "e"], "frame": np.array([0, 2], np.int32)})
+    with pytest.raises(td.InvalidName, match="'.' is not allowed"):
+        t.append_episode({"observation.state": np.zeros((3, 2))})
+    with pytest.raises(td.InvalidName, match="'.' is not allowed"):
+        t.append(pa.table({"a.b": [1]}))
 
 
 @pytest.mark.parametrize(

@@ -461,7 +461,6 @@ def test_mds_shard_parser(import_root, tmp_path_factory, edit, n):
 # TypeError/KeyError/ValueError from mds.read_index (line ~180: int(s["samples"]),
 # raw_data["basename"] and zip_data[...] are read outside its try) and from
 # mds.decode_sample (int() of a non-integer column_size).
-@pytest.mark.xfail(reason="mds.read_index lets TypeError/KeyError/ValueError escape", strict=False)
 @IMPORTS
 @given(
     where=st.integers(0, 10_000),
@@ -514,9 +513,6 @@ def _lerobot_info() -> dict:
 # Known bugs (reported): lerobot.read_meta assumes info.json is an object and every
 # feature a dict (AttributeError at lines ~102/115); lerobot._column assumes a feature's
 # shape is a list of ints (TypeError at line ~499).
-@pytest.mark.xfail(
-    reason="lerobot.read_meta/_column let AttributeError/TypeError escape", strict=False
-)
 @IMPORTS
 @given(
     where=st.integers(0, 10_000),

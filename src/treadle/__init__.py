@@ -9,6 +9,7 @@ import os as _os
 
 _os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
 
+from treadle import importers  # noqa: E402  (td.importers.webdataset(...), ...)
 from treadle.catalog import Branch, Client, Commit, Project  # noqa: E402
 from treadle.errors import (  # noqa: E402
     AlreadyExists,
@@ -21,6 +22,8 @@ from treadle.errors import (  # noqa: E402
     SchemaMismatch,
     StorageError,
     TreadleError,
+    UnsafeInput,
+    UnsupportedFormat,
     VideoError,
 )
 from treadle.plan.plan import Batch, Plan  # noqa: E402
@@ -65,8 +68,11 @@ __all__ = [
     "SchemaMismatch",
     "StorageError",
     "TreadleError",
+    "UnsafeInput",
+    "UnsupportedFormat",
     "Video",
     "VideoError",
     "Windows",
+    "importers",
     "__version__",
 ]

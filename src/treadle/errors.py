@@ -48,3 +48,14 @@ class VideoError(TreadleError, ValueError):
 
 class PlanError(TreadleError, ValueError):
     """A recipe, run record or loader state that cannot be planned."""
+
+
+class UnsafeInput(TreadleError, ValueError):
+    """Source data that would need unpickling (``.pyd``/``.pth`` members, MDS ``pkl``).
+
+    Refused unless the caller passes ``allow_pickle=True``.
+    """
+
+
+class UnsupportedFormat(TreadleError, ValueError):
+    """A source in a format version or encoding the importer does not know."""

@@ -24,4 +24,9 @@ def check_name(name: object, kind: str) -> str:
             f"invalid {kind} name {name!r}: use 1-128 characters from A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit, with no '..'"
         )
+    if kind == "column" and "." in name:
+        raise InvalidName(
+            f"invalid column name {name!r}: '.' is not allowed (Lance reads it as a nested "
+            "field); use '_' instead"
+        )
     return name

@@ -41,23 +41,20 @@ from urllib.parse import urlparse
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, InvalidName, NotFound, SchemaMismatch, TreadleError
+from treadle.errors import (  # noqa: F401  (UnsafeInput, UnsupportedFormat re-exported)
+    CorruptData,
+    InvalidName,
+    NotFound,
+    SchemaMismatch,
+    TreadleError,
+    UnsafeInput,
+    UnsupportedFormat,
+)
 
 SHAPE_KEY = b"treadle:shape"
 DTYPE_KEY = b"treadle:dtype"
 IMPORT_ID_RE = re.compile(r"import-id=([0-9a-f]{16})")
 _COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class UnsafeInput(TreadleError, ValueError):
-    """Source data that would need unpickling (``.pyd``/``.pth`` members, MDS ``pkl``).
-
-    Refused unless the caller passes ``allow_pickle=True``.
-    """
-
-
-class UnsupportedFormat(TreadleError, ValueError):
-    """A source in a format version or encoding the importer does not know."""
 
 
 #: rows per appended chunk (each importer may pick smaller chunks for wide rows)

@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, TreadleError
 from treadle.importers._common import (
     ImportResult,
     Progress,
@@ -91,7 +91,22 @@ class LeRobotMeta:
 
 
 def read_meta(source: Source) -> LeRobotMeta:
-    """Parse ``meta/`` of a v3.0 or v2.1 dataset (:class:`UnsupportedFormat` otherwise)."""
+    """Parse ``meta/`` of a v3.0 or v2.1 dataset (:class:`UnsupportedFormat` otherwise).
+
+    Malformed metadata (wrong types, missing keys) is :class:`CorruptData` naming the file.
+    """
+    try:
+        return _read_meta(source)
+    except TreadleError:
+        raise
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as e:
+        where = source.describe("meta/")
+        raise CorruptData(
+            f"{where}: malformed LeRobot metadata ({type(e).__name__}: {e})"
+        ) from None
+
+
+def _read_meta(source: Source) -> LeRobotMeta:
     where = source.describe("meta/info.json")
     try:
         info = json.loads(source.read("meta/info.json"))
@@ -490,14 +505,19 @@ def _column(col: pa.Array, feature: Any, is_image: bool, images: str, ep: int, n
         or pa.types.is_fixed_size_list(col.type)
         or pa.types.is_large_list(col.type)
     ):
-        shape = tuple((feature or {}).get("shape") or ())
+        try:
+            shape = tuple(int(x) for x in ((feature or {}).get("shape") or ()))
+        except (TypeError, ValueError, AttributeError):
+            raise CorruptData(
+                f"episode {ep}: feature {name!r} has a malformed shape in meta/info.json"
+            ) from None
         flat = col.flatten()
         while pa.types.is_list(flat.type) or pa.types.is_fixed_size_list(flat.type):
             flat = flat.flatten()
         try:
             arr = flat.to_numpy(zero_copy_only=False)
             return arr.reshape((len(col), *shape)) if shape else arr.reshape(len(col), -1)
-        except (ValueError, pa.ArrowInvalid) as e:
+        except (ValueError, TypeError, pa.ArrowInvalid) as e:
             raise SchemaMismatch(
                 f"episode {ep}: feature {name!r} does not have shape {list(shape)}: {e}"
             ) from None

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, TreadleError
 from treadle.importers._common import (
     DEFAULT_CHUNK_ROWS,
     ImportResult,
@@ -140,7 +140,20 @@ def check_encoding(enc: str, column: str, where: str, allow_pickle: bool) -> Non
 
 
 def read_index(source: Source, allow_pickle: bool = False) -> list[MdsShard]:
-    """Parse and check ``index.json`` (:class:`NotFound` if missing)."""
+    """Parse and check ``index.json`` (:class:`NotFound` if missing).
+
+    A malformed index (wrong types, missing keys) is :class:`CorruptData` naming the file.
+    """
+    try:
+        return _read_index(source, allow_pickle)
+    except TreadleError:
+        raise
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as e:
+        where = source.describe("index.json")
+        raise CorruptData(f"{where}: malformed MDS index ({type(e).__name__}: {e})") from None
+
+
+def _read_index(source: Source, allow_pickle: bool) -> list[MdsShard]:
     where = source.describe("index.json")
     try:
         raw = source.read("index.json")
@@ -174,6 +187,9 @@ def read_index(source: Source, allow_pickle: bool = False) -> list[MdsShard]:
             raise CorruptData(f"{sw}: malformed entry ({e})") from None
         if not (len(cols) == len(encs) == len(sizes)):
             raise CorruptData(f"{sw}: column_names/encodings/sizes differ in length")
+        bad = [x for x in sizes if x is not None and (type(x) is not int or x < 0)]
+        if bad or not all(isinstance(c, str) and isinstance(e, str) for c, e in zip(cols, encs)):
+            raise CorruptData(f"{sw}: column names/encodings must be strings, sizes ints >= 0")
         for c, e in zip(cols, encs):
             check_encoding(e, c, sw, allow_pickle)
         if comp is not None and comp.split(":")[0] not in _COMPRESSIONS:

@@ -61,6 +61,8 @@ class TableWriter:
         """Stage rows: an Arrow table/batch or a dict of equally long columns."""
         staged = self.tx._staged(self.name)
         table = _to_arrow(data, self.name)
+        for col in table.column_names:
+            check_name(col, "column")
         if EPISODE in table.column_names or (staged.schema and EPISODE in staged.schema.names):
             _check_episode_runs(table, self.name)
         self.tx._stage(self.name, table)
