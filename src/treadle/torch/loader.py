@@ -98,7 +98,8 @@ class TrainLoader:
     ``_component`` and ``_moment`` (int64 ``[b]``); ``b = batch_size / world_size``.
 
     ``steps`` bounds the run (None: forever). ``prefetch`` is how many steps are read
-    ahead; ``workers`` > 0 reads in that many spawned processes.
+    ahead; ``workers`` > 0 reads in that many spawned processes; ``video_threads`` decode
+    threads per reader (default: one per core, up to 4; 1 per worker process).
     """
 
     def __init__(
@@ -111,7 +112,7 @@ class TrainLoader:
         steps: int | None = None,
         prefetch: int = 2,
         workers: int = 0,
-        video_threads: int = 1,
+        video_threads: int | None = None,
     ):
         if isinstance(recipe_or_plan, Recipe):
             plan = recipe_or_plan.plan()
@@ -133,6 +134,11 @@ class TrainLoader:
         self.steps = None if steps is None else int(steps)
         self.prefetch = int(prefetch)
         self.workers = int(workers)
+        # PyAV decodes without the GIL: one decode thread per core (per worker process).
+        if video_threads is None:
+            video_threads = 1 if workers else min(4, os.cpu_count() or 1)
+        if int(video_threads) < 1:
+            raise PlanError(f"video_threads must be >= 1, got {video_threads}")
         self.video_threads = int(video_threads)
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
