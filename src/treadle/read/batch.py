@@ -29,7 +29,7 @@ from treadle.plan.windows import Rows, Video, Windows
 from treadle.table.table import EPISODE, FRAME
 from treadle.table.tensors import tensor_shape, to_numpy
 
-_TAKE_THREADS = 4  # row takes in flight at once (one per component and set of rows)
+_TAKE_THREADS = 4  # row takes in flight at once (this step's and the next one's)
 
 
 @dataclass(frozen=True)
@@ -132,15 +132,27 @@ class BatchReader:
         self._video_cols: dict[tuple[str, int, str], pa.ChunkedArray] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        # plans without video read one step ahead (row takes only; video has its own reader)
+        self._rows_only = plan is not None and not any(
+            cs.video for specs in self.columns for cs in specs
+        )
+        self._ahead: tuple[Any, ...] | None = None
+        self._last: tuple[int, int, int] | None = None
 
     def close(self) -> None:
         self._video.close()
+        if self._ahead is not None:
+            for f in self._ahead[3]:
+                f.cancel()
+            self._ahead = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
 
     def read(self, step: int, rank: int = 0, world_size: int = 1) -> dict[str, np.ndarray]:
         """The batch of ``step`` for ``rank``: arrays ``[b, ...]`` in slot order."""
+        if self._rows_only:
+            return self._read_rows(step, rank, world_size)
         batch = self.plan.batch(step, rank, world_size)
         out: dict[str, Any] = {}
         requests: list[Any] = []
@@ -159,6 +171,53 @@ class BatchReader:
         out["_component"] = batch.component.astype(np.int64)
         out["_moment"] = batch.moment.astype(np.int64)
         return out
+
+    def _read_rows(self, step: int, rank: int, world_size: int) -> dict[str, np.ndarray]:
+        """:meth:`read` for plans without video: the takes of the next step this reader will
+        be asked for (same stride as the last two calls) start while this one is returned."""
+        key = (step, rank, world_size)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == key:
+            _, batch, jobs, futures = ahead
+        else:
+            if ahead is not None:
+                for f in ahead[3]:
+                    f.cancel()
+            batch = self.plan.batch(step, rank, world_size)
+            jobs = self._row_jobs(batch)
+            futures = [self._executor().submit(self._rows, t, g, m) for t, g, m, _ in jobs]
+        last, self._last = self._last, key
+        if last is not None and last[1:] == key[1:] and step > last[0]:
+            nxt = (2 * step - last[0], rank, world_size)
+            nb = self.plan.batch(*nxt)
+            nj = self._row_jobs(nb)
+            self._ahead = (
+                nxt,
+                nb,
+                nj,
+                [self._executor().submit(self._rows, t, g, m) for t, g, m, _ in nj],
+            )
+        out: dict[str, Any] = {}
+        self._write_rows(jobs, [f.result() for f in futures], out, len(batch))
+        out["_component"] = batch.component.astype(np.int64)
+        out["_moment"] = batch.moment.astype(np.int64)
+        return out
+
+    def _row_jobs(self, batch: Any) -> list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]]:
+        jobs = []
+        for c in np.unique(batch.component):
+            slots = np.flatnonzero(batch.component == c)
+            table = self.plan.table(int(c))
+            _, rows = self._split(table, self.columns[int(c)], batch.moment[slots], slots, {}, 0)
+            jobs += rows
+        return jobs
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=_TAKE_THREADS, thread_name_prefix="treadle-take"
+            )
+        return self._pool
 
     def fill(
         self,
@@ -203,13 +262,18 @@ class BatchReader:
         """Run the row takes (several at once: Lance releases the GIL, and on an object
         store each take waits on requests), then write them into ``out`` in job order."""
         if len(jobs) > 1:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    max_workers=min(_TAKE_THREADS, len(jobs)), thread_name_prefix="treadle-take"
-                )
-            results = list(self._pool.map(lambda j: self._rows(j[0], j[1], j[2]), jobs))
+            results = list(self._executor().map(lambda j: self._rows(j[0], j[1], j[2]), jobs))
         else:
             results = [self._rows(j[0], j[1], j[2]) for j in jobs]
+        self._write_rows(jobs, results, out, b)
+
+    def _write_rows(
+        self,
+        jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]],
+        results: list[list[np.ndarray]],
+        out: dict[str, Any],
+        b: int,
+    ) -> None:
         for (table, group, _, slots), arrays in zip(jobs, results):
             for cs, arr in zip(group, arrays):
                 dest = out.get(cs.column)
