@@ -457,10 +457,8 @@ def test_mds_shard_parser(import_root, tmp_path_factory, edit, n):
     only_documented(ti.mds, str(folder), import_root, f"m{n}", progress=False)
 
 
-# Known bugs (reported to the importers' owner): a malformed index.json entry escapes as
-# TypeError/KeyError/ValueError from mds.read_index (line ~180: int(s["samples"]),
-# raw_data["basename"] and zip_data[...] are read outside its try) and from
-# mds.decode_sample (int() of a non-integer column_size).
+# Found by this fuzzer and fixed in f367fb3: malformed index.json entries used to escape
+# as TypeError/KeyError/ValueError from mds.read_index and mds.decode_sample.
 @IMPORTS
 @given(
     where=st.integers(0, 10_000),
@@ -510,9 +508,8 @@ def _lerobot_info() -> dict:
     }
 
 
-# Known bugs (reported): lerobot.read_meta assumes info.json is an object and every
-# feature a dict (AttributeError at lines ~102/115); lerobot._column assumes a feature's
-# shape is a list of ints (TypeError at line ~499).
+# Found by this fuzzer and fixed in f367fb3: a non-object info.json, a non-dict feature
+# or a non-integer shape used to escape as AttributeError/TypeError.
 @IMPORTS
 @given(
     where=st.integers(0, 10_000),
@@ -575,11 +572,25 @@ def test_parquet_parser(import_root, tmp_path_factory, edit, n):
     only_documented(ti.hf, str(folder), import_root, f"h{n}", progress=False)
 
 
+START_RSS_MB = _rss_mb()
+
+
+# Found by this fuzzer at TREADLE_FUZZ_SCALE=5 (reported): a window offset beyond int64
+# passes Video/Rows validation and overflows in plan.eligible_counts (OverflowError).
+@pytest.mark.xfail(reason="window offsets are not bounded to int64 (OverflowError)", strict=False)
+@pytest.mark.parametrize("offset", [2**63, -(2**63) - 1, 2**80])
+def test_huge_window_offset_is_a_plan_error(video_branch, offset):
+    w = td.Windows({"cam": td.Video([offset]), "action": td.Rows([0])})
+    comps = [
+        td.Component(video_branch.table("failed"), w),
+        td.Component(video_branch.table("nominal"), w),
+    ]
+    with bounded(), pytest.raises(TreadleError):
+        td.Recipe(seed=0, batch_size=2, components=comps).plan().batch(0)
+
+
 def test_fuzzing_memory_stayed_bounded():
     """Runs last in this file: the whole fuzz session grew RSS by less than 1.5 GiB."""
     for k, v in sorted(OUTCOMES.items()):
         print(f"{k}: {v}")
     assert _rss_mb() < 1536 + START_RSS_MB, _rss_mb()
-
-
-START_RSS_MB = _rss_mb()
