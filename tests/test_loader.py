@@ -324,3 +324,24 @@ def test_scan_dataset_refuses_forked_workers(project):
     )
     with pytest.raises(RuntimeError, match="spawn"):
         next(iter(dl))
+
+
+def test_checkpoint_state_is_checked(tmp_path):
+    branch = td.Client(str(tmp_path / "s"), create=True).project("p").branch()
+    branch.table("t").append({"x": np.arange(10, dtype=np.float32)})
+    plan = td.Recipe(seed=1, batch_size=2, components=[td.Component(branch.table("t"))]).plan()
+    loader = td.TrainLoader(plan, steps=1)
+    list(loader)
+    ckpts = td.Checkpoints(branch)
+    ckpts.save(1, {"w": torch.ones(3)}, loader)
+    assert torch.equal(ckpts.latest().model_state()["w"], torch.ones(3))
+    # a damaged blob (written behind treadle's back) is caught, not unpickled
+    import pyarrow as pa
+
+    row = branch.table("checkpoints").to_arrow()
+    bad = row.set_column(
+        row.schema.get_field_index("state"), "state", pa.array([b"garbage"], pa.large_binary())
+    )
+    branch.table("checkpoints").append(bad)
+    with pytest.raises(td.CorruptData, match="sha256"):
+        ckpts.latest()

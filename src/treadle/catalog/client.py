@@ -16,7 +16,7 @@ from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.refs import RefLog
 from treadle.errors import AlreadyExists, InvalidName, NotFound
 from treadle.names import check_name
-from treadle.storage import Store, redact
+from treadle.storage import Store, lance_error, redact
 from treadle.table.table import EpisodeIndex, Table, TableRef, compute_episode_index
 from treadle.table.write import Transaction
 
@@ -180,10 +180,9 @@ class Project:
                     version=int(version),
                     storage_options=self.client.store.lance_options,
                 )
-            except ValueError as e:
-                raise NotFound(
-                    f"table {name!r} version {version} not found in project {self.name!r}: "
-                    f"{str(e).splitlines()[0][:200]}"
+            except (ValueError, OSError) as e:
+                raise lance_error(
+                    e, f"table {name!r} version {version} of project {self.name!r}"
                 ) from None
             with self._lock:
                 ds = self._datasets.setdefault(key, ds)

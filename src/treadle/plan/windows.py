@@ -15,6 +15,7 @@ from treadle.names import check_name
 
 _LAYOUTS = ("THWC", "TCHW")
 _DTYPES = ("uint8", "float32", "float16", "bfloat16")
+_MAX_OFFSET = 2**31 - 1  # frame offsets are int32 in the table; keeps every sum in int64
 
 
 def _offsets(offsets: Iterable[int] | int, what: str) -> tuple[int, ...]:
@@ -28,6 +29,8 @@ def _offsets(offsets: Iterable[int] | int, what: str) -> tuple[int, ...]:
         raise PlanError(f"{what} offsets must be integers, got booleans")
     if not out:
         raise PlanError(f"{what} offsets are empty")
+    if any(abs(o) > _MAX_OFFSET for o in out):
+        raise PlanError(f"{what} offsets must be within +-{_MAX_OFFSET:,} frames")
     if len(set(out)) != len(out):
         raise PlanError(f"{what} offsets repeat a value: {out[:10]}...")
     return out

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import NotFound, SchemaMismatch
+from treadle.storage import lance_error
 from treadle.table.tensors import is_video
 
 if TYPE_CHECKING:
@@ -109,7 +110,11 @@ class Table:
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         """Every row (optionally some columns / a Lance SQL filter) as an Arrow table."""
-        return self.dataset.to_table(columns=self._check_columns(columns), filter=filter)
+        cols = self._check_columns(columns)
+        try:
+            return self.dataset.to_table(columns=cols, filter=filter)
+        except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
+            raise lance_error(e, f"reading {self!r}") from None
 
     def take(
         self, rows: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
@@ -120,7 +125,11 @@ class Table:
             raise IndexError(
                 f"row ids out of range for table {self.name!r} with {self.num_moments} moments"
             )
-        return self.dataset.take(idx, columns=self._check_columns(columns))
+        cols = self._check_columns(columns)
+        try:
+            return self.dataset.take(idx, columns=cols)
+        except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
+            raise lance_error(e, f"reading rows of {self!r}") from None
 
     def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
         """Describe a plain scan of ``columns`` for :class:`treadle.ScanDataset`."""

@@ -1,12 +1,13 @@
 """Checkpoints as rows: one row per checkpoint, written in one commit.
 
 A row holds the run id, the step, the run record, the loader position and the
-model/optimizer state (``torch.save`` bytes). Only the checkpoint table changes, so
+model/optimizer state (``torch.save`` bytes, with its sha256, checked on read). Only the checkpoint table changes, so
 no run's pinned tables (and so no run id) move when a checkpoint is written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -18,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from treadle.errors import NotFound, PlanError
+from treadle.errors import CorruptData, NotFound, PlanError
 
 _SCHEMA = pa.schema(
     [
@@ -28,6 +29,7 @@ _SCHEMA = pa.schema(
         pa.field("record", pa.string()),
         pa.field("loader_state", pa.string()),
         pa.field("state", pa.large_binary()),
+        pa.field("state_sha256", pa.string()),
     ]
 )
 _META = ["run_id", "step", "time"]
@@ -75,6 +77,7 @@ class Checkpoints:
                 "record": [json.dumps(row.record, sort_keys=True)],
                 "loader_state": [json.dumps(state, sort_keys=True)],
                 "state": pa.array([row.state_bytes], pa.large_binary()),
+                "state_sha256": [hashlib.sha256(row.state_bytes).hexdigest()],
             },
             schema=_SCHEMA,
         )
@@ -98,11 +101,17 @@ class Checkpoints:
         rows = np.flatnonzero(mask)
         best = rows[np.lexsort((rows, steps[rows]))[-1]]  # highest step, then latest row
         got = table.take([int(best)]).to_pylist()[0]
+        state = bytes(got["state"])
+        if hashlib.sha256(state).hexdigest() != got["state_sha256"]:
+            raise CorruptData(
+                f"checkpoint table {self.table.name!r}: the state of run {got['run_id']} step "
+                f"{got['step']} does not match its sha256 (stored bytes are damaged)"
+            )
         return CheckpointRow(
             got["run_id"],
             int(got["step"]),
             float(got["time"]),
             json.loads(got["record"]),
             json.loads(got["loader_state"]),
-            bytes(got["state"]),
+            state,
         )
