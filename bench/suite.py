@@ -162,9 +162,7 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
 
 
 def _limit_label() -> str:
-    import shutil
-
-    return "ffmpeg -threads 1" if shutil.which("ffmpeg") else "PyAV sequential decode, 1 thread"
+    return "PyAV sequential decode, 1 thread"
 
 
 # -- case 3 -------------------------------------------------------------------------------
