@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import numpy as np
@@ -55,6 +55,7 @@ SHAPE_KEY = b"treadle:shape"
 DTYPE_KEY = b"treadle:dtype"
 IMPORT_ID_RE = re.compile(r"import-id=([0-9a-f]{16})")
 _COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_T = TypeVar("_T")
 
 
 #: rows per appended chunk (each importer may pick smaller chunks for wide rows)
@@ -239,6 +240,20 @@ class _RangeReader(io.RawIOBase):
         b[: len(data)] = data
         self._pos += len(data)
         return len(data)
+
+
+def parse_manifest(parse: Callable[[], _T], where: str, what: str) -> _T:
+    """``parse()``, with a malformed manifest (wrong types, missing keys) as :class:`CorruptData`.
+
+    Treadle's own errors pass through; ``TypeError``, ``KeyError``, ``ValueError``,
+    ``AttributeError`` and ``IndexError`` become ``CorruptData("{where}: malformed {what} ...")``.
+    """
+    try:
+        return parse()
+    except TreadleError:
+        raise
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as e:
+        raise CorruptData(f"{where}: malformed {what} ({type(e).__name__}: {e})") from None
 
 
 def split_url(path: str) -> tuple[str, str]:
@@ -584,6 +599,22 @@ class Progress:
 
     def close(self) -> None:
         self._bar.close()
+
+
+def check_images(images: str) -> None:
+    """Refuse an ``images`` option other than ``"encoded"`` and ``"decoded"``."""
+    if images not in ("encoded", "decoded"):
+        raise ValueError(f"images must be 'encoded' or 'decoded', got {images!r}")
+
+
+def append_tables(tw: Any, bar: Progress, tables: Iterable[pa.Table]) -> int:
+    """Append ``tables`` (read ahead on a background thread) to ``tw``; the rows appended."""
+    rows = 0
+    for t in prefetch(tables):
+        tw.append(t)
+        rows += t.num_rows
+        bar.update(t.num_rows)
+    return rows
 
 
 def run_import(

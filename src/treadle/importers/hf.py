@@ -31,11 +31,12 @@ from treadle.importers._common import (
     ImportResult,
     Progress,
     Source,
+    append_tables,
+    check_images,
     column_name,
     decode_image,
     import_id,
     ordered_map,
-    prefetch,
     resolve_branch,
     run_import,
     split_url,
@@ -145,12 +146,7 @@ def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
     where = f.describe()
     try:
         if f.kind == "parquet":
-            handle = (
-                str(f.source.local_path(f.name))
-                if not f.source.url
-                else pa.BufferReader(f.source.read(f.name))
-            )
-            pf = pq.ParquetFile(handle)
+            pf = pq.ParquetFile(_parquet_handle(f))
             yield from pf.iter_batches(batch_size=chunk_rows)
             return
         if not f.source.url:
@@ -227,8 +223,7 @@ def iter_batches(
     rename: dict[str, str] | None = None,
 ) -> Iterator[pa.Table]:
     """Tables of the dataset's rows, file by file (zero-copy unless images are decoded)."""
-    if images not in ("encoded", "decoded"):
-        raise ValueError(f"images must be 'encoded' or 'decoded', got {images!r}")
+    check_images(images)
     state: dict[str, Any] = {"schema": None}
 
     def batches() -> Iterator[tuple[pa.RecordBatch, dict[str, Any], str]]:
@@ -298,12 +293,8 @@ def import_hf(
     )
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
-        rows = 0
-        for t in prefetch(iter_batches(files, images=images, chunk_rows=chunk_rows, rename=rename)):
-            tw.append(t)
-            rows += t.num_rows
-            bar.update(t.num_rows)
-        return rows, 0, sum(sizes)
+        tables = iter_batches(files, images=images, chunk_rows=chunk_rows, rename=rename)
+        return append_tables(tw, bar, tables), 0, sum(sizes)
 
     return run_import(
         fmt="hf",

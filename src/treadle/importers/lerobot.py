@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from treadle.errors import CorruptData, NotFound, SchemaMismatch, TreadleError
+from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers._common import (
     ImportResult,
     Progress,
@@ -53,6 +53,7 @@ from treadle.importers._common import (
     decode_image,
     import_id,
     ordered_map,
+    parse_manifest,
     prefetch,
     resolve_branch,
     run_import,
@@ -95,15 +96,7 @@ def read_meta(source: Source) -> LeRobotMeta:
 
     Malformed metadata (wrong types, missing keys) is :class:`CorruptData` naming the file.
     """
-    try:
-        return _read_meta(source)
-    except TreadleError:
-        raise
-    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as e:
-        where = source.describe("meta/")
-        raise CorruptData(
-            f"{where}: malformed LeRobot metadata ({type(e).__name__}: {e})"
-        ) from None
+    return parse_manifest(lambda: _read_meta(source), source.describe("meta/"), "LeRobot metadata")
 
 
 def _read_meta(source: Source) -> LeRobotMeta:

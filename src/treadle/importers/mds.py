@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, NotFound, SchemaMismatch, TreadleError
+from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers._common import (
     DEFAULT_CHUNK_ROWS,
     ImportResult,
@@ -48,11 +48,13 @@ from treadle.importers._common import (
     Source,
     UnsafeInput,
     UnsupportedFormat,
+    append_tables,
+    check_images,
     column_name,
     decode_image,
     import_id,
     ordered_map,
-    prefetch,
+    parse_manifest,
     resolve_branch,
     rows_to_table,
     run_import,
@@ -144,13 +146,9 @@ def read_index(source: Source, allow_pickle: bool = False) -> list[MdsShard]:
 
     A malformed index (wrong types, missing keys) is :class:`CorruptData` naming the file.
     """
-    try:
-        return _read_index(source, allow_pickle)
-    except TreadleError:
-        raise
-    except (TypeError, KeyError, ValueError, AttributeError, IndexError) as e:
-        where = source.describe("index.json")
-        raise CorruptData(f"{where}: malformed MDS index ({type(e).__name__}: {e})") from None
+    return parse_manifest(
+        lambda: _read_index(source, allow_pickle), source.describe("index.json"), "MDS index"
+    )
 
 
 def _read_index(source: Source, allow_pickle: bool) -> list[MdsShard]:
@@ -393,8 +391,7 @@ def iter_batches(
     rename: dict[str, str] | None = None,
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples, shard by shard, decoded on a pool."""
-    if images not in ("encoded", "decoded"):
-        raise ValueError(f"images must be 'encoded' or 'decoded', got {images!r}")
+    check_images(images)
     if not shards:
         return
     where = f"MDS dataset {source.root}"
@@ -468,14 +465,8 @@ def import_mds(
     total = sum(s.samples for s in shards)
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
-        rows = 0
-        for t in prefetch(
-            iter_batches(source, shards, images=images, chunk_rows=chunk_rows, rename=rename)
-        ):
-            tw.append(t)
-            rows += t.num_rows
-            bar.update(t.num_rows)
-        return rows, 0, sum(s.zip_bytes or s.raw_bytes for s in shards)
+        tables = iter_batches(source, shards, images=images, chunk_rows=chunk_rows, rename=rename)
+        return append_tables(tw, bar, tables), 0, sum(s.zip_bytes or s.raw_bytes for s in shards)
 
     return run_import(
         fmt="mds",

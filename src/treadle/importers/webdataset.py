@@ -47,13 +47,14 @@ from treadle.importers._common import (
     Progress,
     Source,
     UnsafeInput,
+    append_tables,
+    check_images,
     column_name,
     decode_image,
     expand_braces,
     import_id,
     is_url,
     ordered_map,
-    prefetch,
     resolve_branch,
     rows_to_table,
     run_import,
@@ -247,8 +248,7 @@ def iter_batches(
     Tar reading is sequential; decoding of each chunk runs on a thread pool, a couple of
     chunks ahead. Every sample must have the same members as the first one.
     """
-    if images not in ("encoded", "decoded"):
-        raise ValueError(f"images must be 'encoded' or 'decoded', got {images!r}")
+    check_images(images)
     state: dict[str, Any] = {"members": None, "schema": None}
     stats = stats if stats is not None else {}
 
@@ -336,21 +336,15 @@ def import_webdataset(
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         stats: dict[str, int] = {}
-        rows = 0
-        for t in prefetch(
-            iter_batches(
-                shards,
-                images=images,
-                allow_pickle=allow_pickle,
-                chunk_rows=chunk_rows,
-                stats=stats,
-                rename=rename,
-            )
-        ):
-            tw.append(t)
-            rows += t.num_rows
-            bar.update(t.num_rows)
-        return rows, 0, sum(sizes)
+        tables = iter_batches(
+            shards,
+            images=images,
+            allow_pickle=allow_pickle,
+            chunk_rows=chunk_rows,
+            stats=stats,
+            rename=rename,
+        )
+        return append_tables(tw, bar, tables), 0, sum(sizes)
 
     what = f"{len(shards)} shard(s) from {shards[0].source.root}"
     return run_import(
