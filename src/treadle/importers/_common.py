@@ -219,6 +219,17 @@ class Source:
         return self._store.list(prefix)
 
 
+@dataclass(frozen=True)
+class SourceFile:
+    """One file under a :class:`Source`: the source and the file's name there."""
+
+    source: Source
+    name: str
+
+    def describe(self) -> str:
+        return self.source.describe(self.name)
+
+
 class _RangeReader(io.RawIOBase):
     """A forward-only reader of one object through ranged GETs (bounded memory)."""
 

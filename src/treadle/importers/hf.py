@@ -31,6 +31,7 @@ from treadle.importers._common import (
     ImportResult,
     Progress,
     Source,
+    SourceFile,
     append_tables,
     check_images,
     column_name,
@@ -46,15 +47,10 @@ from treadle.importers._common import (
 
 
 @dataclass(frozen=True)
-class HfFile:
+class HfFile(SourceFile):
     """One data file of the dataset."""
 
-    source: Source
-    name: str
     kind: str  # "arrow" or "parquet"
-
-    def describe(self) -> str:
-        return self.source.describe(self.name)
 
 
 def resolve_files(

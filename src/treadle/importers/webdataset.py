@@ -46,6 +46,7 @@ from treadle.importers._common import (
     ImportResult,
     Progress,
     Source,
+    SourceFile,
     UnsafeInput,
     append_tables,
     check_images,
@@ -70,14 +71,8 @@ KEY_COLUMN = "key"
 
 
 @dataclass(frozen=True)
-class Shard:
+class Shard(SourceFile):
     """One tar shard: the source it lives in and its name there."""
-
-    source: Source
-    name: str
-
-    def describe(self) -> str:
-        return self.source.describe(self.name)
 
 
 def resolve_shards(
