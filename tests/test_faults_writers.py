@@ -204,59 +204,6 @@ def test_killed_writer_leaves_old_or_new_commit(mode, where, tmp_path, request):
     )
 
 
-_WRITER = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    import treadle as td
-    root, opts, wid, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    main = td.Client(root, storage_options=opts or None).project("p").branch("main")
-    for i in range(n):
-        table = "shared" if i % 2 == 0 else f"own{wid}"
-        main.table(table).append({"writer": np.array([wid] * 3), "i": np.array([i] * 3)},
-                                 message=f"w{wid} c{i}")
-    """
-)
-
-
-@pytest.mark.slow
-def test_eight_writers_twenty_five_commits(any_root):
-    root, opts = any_root
-    writers, commits = 8, 25
-    project = td.Client(root, storage_options=opts).project("p")
-    start = len(project.branch().log())
-    t0 = time.monotonic()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WRITER, root, json.dumps(opts or {}), str(w), str(commits)],
-            stderr=subprocess.PIPE,
-        )
-        for w in range(writers)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err.decode()[-2000:]
-    took = time.monotonic() - t0
-    main = td.Client(root, storage_options=opts).project("p").branch()
-    log = main.log()
-    assert len(log) == start + writers * commits
-    messages = [c.message for c in log if c.message.startswith("w")]
-    assert sorted(messages) == sorted(f"w{w} c{i}" for w in range(writers) for i in range(commits))
-    shared = main.table("shared").to_arrow()
-    assert shared.num_rows == writers * len(range(0, commits, 2)) * 3
-    pairs = sorted(zip(shared.column("writer").to_pylist(), shared.column("i").to_pylist()))
-    assert pairs == sorted(
-        (w, i) for w in range(writers) for i in range(0, commits, 2) for _ in "abc"
-    )
-    for w in range(writers):
-        own = main.table(f"own{w}").to_arrow()
-        assert own.column("i").to_pylist() == [i for i in range(1, commits, 2) for _ in range(3)]
-    # one ref per commit, consecutive, nothing overwritten
-    refs = project.client.store.list("projects/p/refs/main")
-    assert len(refs) == len(log)
-    print(f"8x25 on {'s3' if opts else 'local'}: {took:.1f}s")
-
-
 class _Killed(BaseException):
     """Stands in for SIGKILL at one exact point (nothing after it runs)."""
 
