@@ -13,10 +13,17 @@ import treadle as td
 WINDOWS = {"cam": td.Video(range(4)), "action": td.Rows(range(4))}
 
 
-def make_project(root: str, episodes: int = 3, frames: int = 24, seed: int = 0) -> td.Branch:
+def make_project(
+    root: str,
+    episodes: int = 3,
+    frames: int = 24,
+    seed: int = 0,
+    storage_options: dict | None = None,
+) -> td.Branch:
     """Two time-indexed tables with an H.264 camera (32x32) and a 7-d action."""
     rng = np.random.default_rng(seed)
-    branch = td.Client(root, create=True).project("robotics").branch()
+    client = td.Client(root, storage_options=storage_options, create=storage_options is None)
+    branch = client.project("robotics").branch()
     with branch.transaction("demo data") as tx:
         for name in ("failed", "nominal"):
             for e in range(episodes):

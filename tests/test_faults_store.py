@@ -25,23 +25,6 @@ STEPS = 40
 FAULT_RATE = 0.10
 
 
-def _build(root: str, opts: dict | None, episodes: int = 3, frames: int = 24) -> None:
-    """tests/loader_helpers.make_project, on a root with storage options."""
-    rng = np.random.default_rng(0)
-    branch = td.Client(root, storage_options=opts).project("robotics").branch()
-    with branch.transaction("demo data") as tx:
-        for name in ("failed", "nominal"):
-            for e in range(episodes):
-                video = rng.integers(0, 255, (frames, 32, 32, 3), dtype=np.uint8)
-                tx.table(name).append_episode(
-                    {
-                        "cam": td.VideoFrames(video, fps=30),
-                        "action": rng.random((frames, 7), dtype=np.float32),
-                    },
-                    episode=f"{name}-{e}",
-                )
-
-
 def _hashes(root: str, opts: dict | None, steps: int = STEPS) -> list[str]:
     branch = td.Client(root, storage_options=opts).project("robotics", create=False).branch()
     loader = td.TrainLoader(recipe(branch), steps=steps)
@@ -52,7 +35,7 @@ def _hashes(root: str, opts: dict | None, steps: int = STEPS) -> list[str]:
 def video_s3(s3_server):
     root = s3_server.url(f"faults-{time.time_ns()}")
     opts = s3_server.storage_options()
-    _build(root, opts)
+    make_project(root, storage_options=opts)
     return root, opts, _hashes(root, opts)
 
 
@@ -96,7 +79,7 @@ def test_permission_denied_fails_fast_naming_the_window(video_s3, s3_server):
 def test_missing_media_object_fails_fast_naming_it(s3_server):
     root = s3_server.url(f"faults-missing-{time.time_ns()}")
     opts = s3_server.storage_options()
-    _build(root, opts, episodes=1, frames=8)
+    make_project(root, episodes=1, frames=8, storage_options=opts)
     store = td.Client(root, storage_options=opts).store
     media = store.list("projects/robotics/media")
     assert media
