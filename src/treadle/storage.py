@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -300,18 +300,21 @@ class Store:
 
     def exists(self, key: str) -> bool:
         try:
-            _with_retries(lambda: obstore.head(self._inner, key))
+            self._head(key)
             return True
-        except NotFoundError:
+        except NotFound:
             return False
-        except FileNotFoundError:
-            return False
-        except Exception as e:
-            raise self._error("stat", key, e) from None
 
     def size(self, key: str) -> int:
+        return int(self._head(key)["size"])
+
+    def modified(self, key: str) -> datetime:
+        """When ``key`` was last written (UTC)."""
+        return self._head(key)["last_modified"]
+
+    def _head(self, key: str) -> Any:
         try:
-            return int(_with_retries(lambda: obstore.head(self._inner, key))["size"])
+            return _with_retries(lambda: obstore.head(self._inner, key))
         except Exception as e:
             raise self._error("stat", key, e) from None
 

@@ -102,7 +102,7 @@ def collect_garbage(project: Project, older_than: timedelta = timedelta(hours=1)
         if name in keep or not table.endswith(".lance"):
             continue
         keys = store.list(f"{project.prefix}/tables/{table}")
-        if keys and all(_modified(store, k) < cutoff for k in keys):
+        if keys and all(store.modified(k) < cutoff for k in keys):
             for k in keys:
                 report.removed_bytes += store.size(k)
                 store.delete(k)
@@ -110,7 +110,7 @@ def collect_garbage(project: Project, older_than: timedelta = timedelta(hours=1)
                 _prune_empty(Path(store.url) / project.prefix / "tables" / table)
             report.removed_tables.append(name)
     for key in store.list(f"{project.prefix}/media"):
-        if key not in media_in_use and _modified(store, key) < cutoff:
+        if key not in media_in_use and store.modified(key) < cutoff:
             store.delete(key)
             report.removed_media.append(key)
     return report
@@ -147,12 +147,3 @@ def _prune_empty(folder: Path) -> None:
             d.rmdir()
     with suppress(OSError):
         folder.rmdir()
-
-
-def _modified(store, key: str) -> datetime:  # type: ignore[no-untyped-def]
-    import obstore
-
-    from treadle.storage import _with_retries
-
-    meta = _with_retries(lambda: obstore.head(store._inner, key))
-    return meta["last_modified"]
