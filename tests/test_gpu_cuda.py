@@ -20,8 +20,7 @@ from treadle.gpu import NvdecBackend, select_backend
 from treadle.gpu.decode import GpuVideoReader, NvdecDecoder, frame_planes
 from treadle.gpu.transform import OutputSpec
 from treadle.plan.windows import Video
-from treadle.storage import Store
-from treadle.video._testing import synthetic_frames
+from treadle.video._testing import store_stream, synthetic_frames
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
@@ -35,11 +34,7 @@ def stream():
 
 @pytest.fixture
 def stored(tmp_path, stream):
-    store = Store.open(str(tmp_path / "root"), create=True)
-    key = stream.media_key("grasps")
-    store.put(f"projects/p/{key}", stream.data)
-    _, index = tv.index_from_arrow(tv.index_to_arrow(key, stream))
-    return store, key, index
+    return store_stream(str(tmp_path / "root"), stream)
 
 
 def reqs_for(key, index, spec, starts=(0, 9, 31, 50)):

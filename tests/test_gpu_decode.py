@@ -28,8 +28,7 @@ from treadle.gpu.decode import (
 )
 from treadle.gpu.transform import OutputSpec
 from treadle.plan.windows import Video
-from treadle.storage import Store
-from treadle.video._testing import synthetic_frames
+from treadle.video._testing import store_stream, synthetic_frames
 
 WHERE = ("grasps", "ep-0003", "wrist")
 
@@ -48,11 +47,7 @@ def stream():
 
 @pytest.fixture
 def stored(tmp_path, stream):
-    store = Store.open(str(tmp_path / "root"), create=True)
-    key = stream.media_key("grasps")
-    store.put(f"projects/p/{key}", stream.data)
-    _, index = tv.index_from_arrow(tv.index_to_arrow(key, stream))
-    return store, key, index
+    return store_stream(str(tmp_path / "root"), stream)
 
 
 def requests(key, index, spec, starts=(0, 7, 25, 33)):
@@ -122,12 +117,9 @@ def test_bad_out_is_refused_naming_the_window(stored):
 
 
 def test_corrupt_bytes_raise_corrupt_data_naming_the_window(tmp_path, stream):
-    store = Store.open(str(tmp_path / "root"), create=True)
-    key = stream.media_key("grasps")
     bad = bytearray(stream.data)
     bad[len(bad) // 2] ^= 0xFF
-    store.put(f"projects/p/{key}", bytes(bad))
-    _, index = tv.index_from_arrow(tv.index_to_arrow(key, stream))
+    store, key, index = store_stream(str(tmp_path / "root"), stream, data=bytes(bad))
     reqs = [tv.WindowRequest(key, index, np.arange(0, 40), Video(range(40)), WHERE)]
     with pytest.raises(CorruptData, match="ep-0003"):
         gpu_read(store, reqs)

@@ -63,3 +63,16 @@ def make_mp4(
         for p in s.encode(None):
             c.mux(p)
     return buf.getvalue()
+
+
+def store_stream(root: str, stream, table: str = "grasps", data: bytes | None = None):  # type: ignore[no-untyped-def]
+    """Put ``stream`` (or other ``data`` in its place) under ``projects/p/`` of a new local
+    store at ``root``, as a table write would; returns ``(store, key, index)``."""
+    from treadle.storage import Store
+    from treadle.video.layout import index_from_arrow, index_to_arrow
+
+    store = Store.open(root, create=True)
+    key = stream.media_key(table)
+    store.put(f"projects/p/{key}", stream.data if data is None else data)
+    _, index = index_from_arrow(index_to_arrow(key, stream))
+    return store, key, index
