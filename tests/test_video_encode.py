@@ -12,7 +12,7 @@ import pytest
 import treadle.video as tv
 from treadle.errors import VideoError
 from treadle.video._testing import make_mp4, reference_decode, synthetic_frames
-from treadle.video.encode import nal_types
+from treadle.video.nal import nal_types
 
 FAST = {"preset": "ultrafast"}
 
@@ -173,7 +173,7 @@ def test_arrow_layout_round_trip(clip):
     assert arr.type == tv.video_struct_type()
     assert [f.name for f in arr.type] == [
         "stream", "offset", "size", "key", "pts", "decode", "crc",
-        "width", "height", "fps", "codec",
+        "width", "height", "fps", "codec", "colorspace", "color_range",
     ]  # fmt: skip
     assert len(arr) == len(clip)
     row = arr[3].as_py()
@@ -187,6 +187,7 @@ def test_arrow_layout_round_trip(clip):
     for name in ("offset", "size", "key", "pts", "decode", "crc"):
         assert np.array_equal(getattr(idx, name), getattr(s.index, name)), name
     assert (idx.width, idx.height, idx.fps, idx.codec) == (64, 48, 30.0, "h264")
+    assert (idx.colorspace, idx.color_range) == (6, 1)  # treadle's own encode: BT.601 limited
     other = tv.index_to_arrow("media/t/y.h264", s)
     with pytest.raises(VideoError, match="more than one stream"):
         tv.index_from_arrow(pa.concat_arrays([arr, other]))

@@ -1,10 +1,10 @@
 """Colour conventions of a YUV 4:2:0 stream: matrix, range and chroma siting.
 
-The CPU path converts with FFmpeg's scaler, which reads these three tags from the
-decoded frame. The GPU path must use the same tags, so they come from the same place:
-the H.264 sequence parameter set (SPS) that precedes every IDR in treadle's Annex-B
-streams (:func:`colour_from_annexb`), or the tags of a decoded PyAV frame
-(:func:`colour_from_av_frame`). Defaults follow FFmpeg: an untagged matrix is BT.601,
+Both read paths convert a window with its stream's matrix and range as recorded in the
+video index (:mod:`treadle.video.colour`, which documents where they come from and the
+default for untagged streams; :func:`colour_for`); the chroma siting comes from the
+H.264 sequence parameter set (SPS) that precedes every IDR in treadle's Annex-B
+streams (:func:`colour_from_annexb`). Defaults follow FFmpeg: an untagged matrix is BT.601,
 an untagged range is limited, and an H.264 stream without chroma location info has
 its chroma *left*-sited (co-sited with even luma columns, between luma rows).
 """
@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from treadle.video.nal import Sps, first_sps
+from treadle.video.nal import parse_sps as nal_parse_sps
+
 # Kr, Kb per matrix (ITU-T H.273 MatrixCoefficients / AVColorSpace values). The same
-# choice as the CPU path (treadle.video.encode.src_colorspace): BT.709, BT.2020 (NCL
+# choice as the CPU path (treadle.video.colour.sws_colorspace): BT.709, BT.2020 (NCL
 # coefficients for both 9 and 10), SMPTE 240M, and BT.601 for everything else.
 _BT601 = (0.299, 0.114)
 _KR_KB = {
@@ -140,54 +143,7 @@ class Colour:
         )
 
 
-def colour_from_av_frame(frame, chroma_loc: int = AVCHROMA_LOC_LEFT) -> Colour:
-    """Tags of a decoded PyAV frame (PyAV does not expose the chroma location: pass it)."""
-    return Colour(int(frame.colorspace), int(frame.color_range) == 2, chroma_loc)
-
-
-# --- H.264 SPS parsing (ITU-T H.264 7.3.2.1.1 and E.1.1) -------------------------------
-
-
-class _Bits:
-    def __init__(self, rbsp: bytes):
-        self.data = rbsp
-        self.pos = 0
-
-    def u(self, n: int) -> int:
-        v = 0
-        for _ in range(n):
-            byte = self.data[self.pos >> 3] if (self.pos >> 3) < len(self.data) else 0
-            v = (v << 1) | ((byte >> (7 - (self.pos & 7))) & 1)
-            self.pos += 1
-        return v
-
-    def ue(self) -> int:
-        zeros = 0
-        while self.u(1) == 0:
-            zeros += 1
-            if zeros > 31:
-                raise ValueError("bad exp-Golomb code in SPS")
-        return (1 << zeros) - 1 + self.u(zeros)
-
-    def se(self) -> int:
-        k = self.ue()
-        return (k + 1) // 2 if k & 1 else -(k // 2)
-
-
-def _unescape(nal: bytes) -> bytes:
-    return nal.replace(b"\x00\x00\x03", b"\x00\x00")
-
-
-def _nal_units(annexb: bytes):
-    """Yield NAL unit payloads (header byte included) of an Annex-B byte string."""
-    i = annexb.find(b"\x00\x00\x01")
-    while i >= 0:
-        start = i + 3
-        j = annexb.find(b"\x00\x00\x01", start)
-        end = len(annexb) if j < 0 else j
-        nal = annexb[start:end]
-        yield nal.rstrip(b"\x00") if j >= 0 else nal
-        i = j
+# --- colour from the stream's SPS (parsed by treadle.video.nal) ----------------------
 
 
 @dataclass(frozen=True)
@@ -202,85 +158,24 @@ class SpsInfo:
     colour: Colour
 
 
+def _info(sps: Sps) -> SpsInfo:
+    matrix = sps.matrix if sps.matrix is not None else 2  # AVCOL_SPC_UNSPECIFIED
+    loc = sps.chroma_loc if sps.chroma_loc is not None else AVCHROMA_LOC_LEFT
+    colour = Colour(matrix, bool(sps.full_range), loc)
+    return SpsInfo(
+        sps.profile_idc, sps.width, sps.height, sps.chroma_format_idc, sps.bit_depth, colour
+    )
+
+
 def parse_sps(nal: bytes) -> SpsInfo:
     """Parse an H.264 SPS NAL unit (header byte first, emulation bytes still in)."""
-    if not nal or nal[0] & 0x1F != 7:
-        raise ValueError("not an SPS NAL unit")
-    b = _Bits(_unescape(nal[1:]))
-    profile = b.u(8)
-    b.u(8)  # constraint flags
-    b.u(8)  # level
-    b.ue()  # seq_parameter_set_id
-    chroma_format_idc, bit_depth = 1, 8
-    if profile in (100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135):
-        chroma_format_idc = b.ue()
-        if chroma_format_idc == 3:
-            b.u(1)  # separate_colour_plane_flag
-        bit_depth = b.ue() + 8
-        b.ue()  # bit_depth_chroma_minus8
-        b.u(1)  # qpprime_y_zero_transform_bypass_flag
-        if b.u(1):  # seq_scaling_matrix_present_flag
-            for i in range(8 if chroma_format_idc != 3 else 12):
-                if b.u(1):
-                    last, nxt = 8, 8
-                    for _ in range(16 if i < 6 else 64):
-                        if nxt:
-                            nxt = (last + b.se() + 256) % 256
-                        last = nxt or last
-    b.ue()  # log2_max_frame_num_minus4
-    poc_type = b.ue()
-    if poc_type == 0:
-        b.ue()
-    elif poc_type == 1:
-        b.u(1)
-        b.se()
-        b.se()
-        for _ in range(b.ue()):
-            b.se()
-    b.ue()  # max_num_ref_frames
-    b.u(1)  # gaps_in_frame_num_value_allowed_flag
-    mbs_w = b.ue() + 1
-    map_units_h = b.ue() + 1
-    frame_mbs_only = b.u(1)
-    if not frame_mbs_only:
-        b.u(1)
-    b.u(1)  # direct_8x8_inference_flag
-    width, height = mbs_w * 16, map_units_h * 16 * (2 - frame_mbs_only)
-    if b.u(1):  # frame_cropping_flag
-        left, right, top, bottom = b.ue(), b.ue(), b.ue(), b.ue()
-        sub_w = 2 if chroma_format_idc in (1, 2) else 1
-        sub_h = 2 if chroma_format_idc == 1 else 1
-        cx = sub_w if chroma_format_idc else 1
-        cy = (sub_h if chroma_format_idc else 1) * (2 - frame_mbs_only)
-        width -= cx * (left + right)
-        height -= cy * (top + bottom)
-    matrix, full, loc = 2, False, AVCHROMA_LOC_LEFT
-    if b.u(1):  # vui_parameters_present_flag
-        if b.u(1):  # aspect_ratio_info_present_flag
-            if b.u(8) == 255:
-                b.u(16)
-                b.u(16)
-        if b.u(1):  # overscan_info_present_flag
-            b.u(1)
-        if b.u(1):  # video_signal_type_present_flag
-            b.u(3)
-            full = bool(b.u(1))
-            if b.u(1):  # colour_description_present_flag
-                b.u(8)
-                b.u(8)
-                matrix = b.u(8)
-        if b.u(1):  # chroma_loc_info_present_flag
-            loc = b.ue() + 1
-            b.ue()
-    return SpsInfo(profile, width, height, chroma_format_idc, bit_depth, Colour(matrix, full, loc))
+    return _info(nal_parse_sps(nal))
 
 
 def sps_from_annexb(annexb: bytes) -> SpsInfo | None:
     """The first SPS in an Annex-B byte string, or None."""
-    for nal in _nal_units(bytes(annexb)):
-        if nal and nal[0] & 0x1F == 7:
-            return parse_sps(nal)
-    return None
+    sps = first_sps(annexb)
+    return None if sps is None else _info(sps)
 
 
 def colour_from_annexb(annexb: bytes, default: Colour | None = None) -> Colour:
@@ -289,3 +184,9 @@ def colour_from_annexb(annexb: bytes, default: Colour | None = None) -> Colour:
     if sps is None:
         return default or Colour()
     return sps.colour
+
+
+def colour_for(tags: tuple[int, int], chroma_loc: int = AVCHROMA_LOC_LEFT) -> Colour:
+    """The :class:`Colour` of a stream's (colorspace, color_range) tags, as the CPU path
+    converts them (:mod:`treadle.video.colour`), with the chroma siting given."""
+    return Colour(int(tags[0]), int(tags[1]) == 2, chroma_loc)

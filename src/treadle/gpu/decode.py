@@ -43,7 +43,7 @@ import av
 import torch
 
 from treadle.errors import CorruptData, VideoError
-from treadle.gpu.colour import AVCHROMA_LOC_LEFT, Colour, sps_from_annexb
+from treadle.gpu.colour import AVCHROMA_LOC_LEFT, colour_for, sps_from_annexb
 from treadle.gpu.transform import OutputSpec, chroma_mode_for, convert
 
 #: Codecs the GPU path decodes (the CPU path's stream format).
@@ -155,11 +155,6 @@ def cpu_chroma_mode(video: Any) -> str:
     return chroma_mode_for(flags)
 
 
-def frame_colour(frame: Any, chroma_loc: int = AVCHROMA_LOC_LEFT) -> Colour:
-    """Matrix and range from the frame's tags (as the CPU path), chroma siting given."""
-    return Colour(int(frame.colorspace), int(frame.color_range) == 2, chroma_loc)
-
-
 def chroma_location(data: bytes | memoryview) -> int:
     """AVChromaLocation of the window's stream, from its first SPS (H.264 default: left)."""
     try:
@@ -179,18 +174,26 @@ def decode_window_to(
     *,
     chroma: str = "sws_default",
     impl: str = "auto",
+    tags: tuple[int, int] | None = None,
 ) -> int:
     """Decode ``plan``'s window from ``data`` into ``out`` (``[T, ...]`` on the device).
 
     ``chroma`` is the chroma mode of the CPU path's scaler flags
-    (:func:`treadle.gpu.transform.chroma_mode_for`). Returns packets decoded. Raises
+    (:func:`treadle.gpu.transform.chroma_mode_for`). ``tags`` are the stream's
+    (colorspace, color_range) (:func:`treadle.video.colour.window_tags`; ``None``: from
+    the window's SPS), never the decoder's frame tags, which a reused context carries
+    over from the previous stream. Returns packets decoded. Raises
     :class:`~treadle.errors.CorruptData` when the bytes do not decode or a wanted frame
     is missing.
     """
     slots: dict[int, list[int]] = {}
     for j, p in enumerate(plan.wanted_pts.tolist()):
         slots.setdefault(p, []).append(j)
-    loc = chroma_location(data)
+    if tags is None:
+        from treadle.video.colour import sps_tags
+
+        tags = sps_tags(data, where)
+    colour = colour_for(tags, chroma_location(data))
     # Decode the whole window first (NVDEC kept busy, one stream wait), then convert;
     # the wanted frames stay alive until the window's kernels ran.
     wanted: list[tuple[list[int], Any, torch.Tensor, torch.Tensor, torch.Tensor]] = []
@@ -223,7 +226,6 @@ def decode_window_to(
     if any_gpu:
         # FFmpeg copied the frames out of NVDEC on CUDA's legacy default stream.
         torch.cuda.current_stream(out.device).wait_stream(torch.cuda.default_stream(out.device))
-    colour = frame_colour(wanted[0][1], loc) if wanted else None
     for js, _, y, u, v in wanted:
         j0 = js[0]
         convert(y, u, v, out[j0 : j0 + 1], spec, colour, chroma=chroma, impl=impl)
@@ -327,6 +329,7 @@ class GpuVideoReader:
         return out
 
     def _one(self, req: Any, plan: Any, data: bytes) -> torch.Tensor:
+        from treadle.video.colour import window_tags
         from treadle.video.decode import verify_window, where_text
 
         where = where_text(req.where)
@@ -342,20 +345,17 @@ class GpuVideoReader:
         decoder, stream = self._worker()
         spec = OutputSpec.from_video(req.spec)
         chroma = self.chroma or cpu_chroma_mode(req.spec)
+        kw = dict(chroma=chroma, impl=self.impl, tags=window_tags(req.index, data, where))
         try:
             if stream is None:
-                decode_window_to(
-                    decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
-                )
+                decode_window_to(decoder, data, plan, out, spec, where, **kw)
             else:
                 # Worker threads start on device 0: launch on ours. out may have been
                 # allocated or written on the default stream.
                 with torch.cuda.device(self.device):
                     stream.wait_stream(torch.cuda.default_stream(self.device))
                     with torch.cuda.stream(stream):
-                        decode_window_to(
-                            decoder, data, plan, out, spec, where, chroma=chroma, impl=self.impl
-                        )
+                        decode_window_to(decoder, data, plan, out, spec, where, **kw)
         except CorruptData as e:
             if not self.hw:
                 raise

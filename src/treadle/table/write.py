@@ -199,13 +199,15 @@ class Transaction:
         st.fragments.extend(frags)
 
     def _store_video(self, table: str, column: str, stream: Any) -> tuple[pa.Field, pa.Array]:
-        from treadle.video import index_to_arrow, video_struct_type
+        from treadle.video import index_to_arrow
 
         digest = hashlib.sha256(stream.data).hexdigest()
         key = f"media/{table}/{digest}.h264"
+        schema = self._staged(table).schema  # an older table's column may lack colour tags
+        like = schema.field(column).type if schema is not None and column in schema.names else None
+        arr = index_to_arrow(key, stream, like=like, where=f"table {table!r} column {column!r}")
         self.project.client.store.put(f"{self.project.prefix}/{key}", stream.data, if_absent=True)
-        arr = index_to_arrow(key, stream)
-        return pa.field(column, video_struct_type(), metadata={KIND_KEY: b"video"}), arr
+        return pa.field(column, arr.type, metadata={KIND_KEY: b"video"}), arr
 
     # -- commit ------------------------------------------------------------------------
     def _commit(self) -> Commit | None:

@@ -3,7 +3,9 @@
 Write: :func:`encode_value` turns a :class:`VideoFrames` / :class:`VideoFile` into an
 :class:`EncodedStream` (Annex-B bytes + per-frame index); :func:`index_to_arrow` makes
 the column's rows. Read: :class:`VideoReader` plans, fetches, verifies and decodes
-batches of :class:`WindowRequest`.
+batches of :class:`WindowRequest`. Colour: each window is converted with its own
+stream's matrix and range, recorded in the index; untagged streams are BT.601 limited
+range (:mod:`treadle.video.colour`).
 """
 
 from treadle.video.decode import RESIZE_INTERPOLATION, finish_window

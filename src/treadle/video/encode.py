@@ -1,9 +1,10 @@
 """Encode raw frames, or remux/re-encode container files, into an :class:`EncodedStream`.
 
-Output: H.264 Annex-B, yuv420p, BT.601 limited range tags, SPS/PPS before every
-keyframe. Our own encodes use a fixed keyframe interval, closed GOPs and no
-B-frames; remuxed H.264 keeps whatever the file had (B-frames, open GOPs) and the
-index records it exactly.
+Output: H.264 Annex-B, yuv420p, SPS/PPS before every keyframe. Our own encodes are
+tagged BT.601 limited range and use a fixed keyframe interval, closed GOPs and no
+B-frames; remuxed H.264 keeps whatever the file had (B-frames, open GOPs, its colour
+tags) and the index records it exactly, colour tags included
+(:mod:`treadle.video.colour`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from treadle.errors import VideoError
+from treadle.video.colour import describe, stream_tags, sws_color_range, sws_colorspace
+from treadle.video.nal import NAL_PPS, NAL_SPS, nal_units, parse_sps
 from treadle.video.stream import COLOUR_TAGS, EncodedStream, StreamIndex, StreamMeta
 from treadle.video.values import VideoFile, VideoFrames, check_encoder, check_fps, check_frames
 
@@ -161,6 +164,8 @@ def _build(packets: list[_Packet], meta: StreamMeta, where: str) -> EncodedStrea
         height=meta.height,
         fps=meta.fps,
         codec=meta.codec,
+        colorspace=meta.colorspace,
+        color_range=meta.color_range,
     )
     index.display_of_decode  # noqa: B018 (validates)
     return EncodedStream(data=b"".join(b for b, *_ in packets), index=index, meta=meta)
@@ -253,32 +258,6 @@ def _meta(stream: Any, num_frames: int, fps: float) -> StreamMeta:
     )
 
 
-def nal_types(data: bytes) -> list[int]:
-    """NAL unit types of an Annex-B buffer, in order (a write-time check, not a read path)."""
-    out = []
-    i = data.find(b"\x00\x00\x01")
-    while 0 <= i < len(data) - 3:
-        out.append(data[i + 3] & 0x1F)
-        i = data.find(b"\x00\x00\x01", i + 3)
-    return out
-
-
-def _nal_units(data: bytes) -> list[tuple[int, bytes]]:
-    """(type, unit bytes without start code) for each NAL of an Annex-B buffer."""
-    starts = []
-    i = data.find(b"\x00\x00\x01")
-    while i >= 0:
-        starts.append(i + 3)
-        i = data.find(b"\x00\x00\x01", i + 3)
-    units = []
-    for k, s in enumerate(starts):
-        e = starts[k + 1] - 3 if k + 1 < len(starts) else len(data)
-        unit = data[s:e].rstrip(b"\x00") if k + 1 < len(starts) else data[s:e]
-        if unit:
-            units.append((unit[0] & 0x1F, unit))
-    return units
-
-
 def _remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> EncodedStream:
     try:
         bsf = av.BitStreamFilterContext("h264_mp4toannexb", in_stream=stream)
@@ -286,22 +265,25 @@ def _remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> E
         raise VideoError(f"video {label}: cannot start h264_mp4toannexb: {e}") from None
     packets: list[_Packet] = []
     params: dict[int, bytes] = {}  # latest SPS (7) / PPS (8) units seen
+    all_sps: set[bytes] = set()
 
     def take(pkts: Iterable[Any]) -> None:
         for q in pkts:
             b = bytes(q)
             if not b:
                 continue
-            units = _nal_units(b)
+            units = nal_units(b)
             types = {t for t, _ in units}
             for t, u in units:
-                if t in (7, 8):
+                if t in (NAL_SPS, NAL_PPS):
                     params[t] = u
+                if t == NAL_SPS:
+                    all_sps.add(u)
             key = bool(q.is_keyframe)
-            if key and not {7, 8} <= types:
-                if {7, 8} - params.keys():
+            if key and not {NAL_SPS, NAL_PPS} <= types:
+                if {NAL_SPS, NAL_PPS} - params.keys():
                     raise VideoError(f"video {label}: keyframe without SPS/PPS")
-                b = b"".join(b"\x00\x00\x00\x01" + params[t] for t in (7, 8)) + b
+                b = b"".join(b"\x00\x00\x00\x01" + params[t] for t in (NAL_SPS, NAL_PPS)) + b
             packets.append((b, q.pts, q.dts, key))
 
     for pkt in container.demux(stream):
@@ -314,12 +296,36 @@ def _remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> E
         take(bsf.filter(pkt))
     take(bsf.filter(None))
     meta = _meta(stream, len(packets), fps or _fps(stream))
+    meta = dataclasses.replace(meta, **_remux_colour(meta, all_sps, label))
     if packets and any(p is None for _, p, _, _ in packets):
         # A raw elementary stream has no timestamps: the decoder's output order is the
         # display order, so number the packets in decode order and decode once.
         packets = _timestamps_by_decoding(packets, label)
         meta = dataclasses.replace(meta, time_base=1 / _rate(meta.fps))
     return _build(packets, meta, where=f"video {label}")
+
+
+def _remux_colour(meta: StreamMeta, sps_units: set[bytes], label: str) -> dict[str, int]:
+    """The remuxed stream's colour tags: its SPS's, else the container's (``meta``).
+
+    Every SPS of the stream must give the same conversion (one index entry per episode).
+    """
+    tags = set()
+    for unit in sps_units:
+        try:
+            sps = parse_sps(unit)
+        except (ValueError, IndexError) as e:
+            raise VideoError(f"video {label}: unreadable H.264 SPS ({e})") from None
+        tags.add(stream_tags(sps, meta.colorspace, meta.color_range))
+    if not tags:
+        return {}
+    if len({describe(t) for t in tags}) > 1:
+        raise VideoError(
+            f"video {label}: its SPSs change colour mid-stream "
+            f"({sorted(describe(t) for t in tags)}); split the file or re-encode it"
+        )
+    cs, rng = min(tags)
+    return {"colorspace": cs, "color_range": rng}
 
 
 def _timestamps_by_decoding(packets: list[_Packet], label: str) -> list[_Packet]:
@@ -390,8 +396,9 @@ def _reencode(
                     width=width,  # a mid-stream size change is scaled to the first size
                     height=height,
                     format="yuv420p",
-                    src_colorspace=src_colorspace(frame),
-                    src_color_range=src_color_range(frame),
+                    # a fresh decode of the file: its frames carry the file's own tags
+                    src_colorspace=sws_colorspace(frame.colorspace),
+                    src_color_range=sws_color_range(frame.color_range),
                     dst_colorspace="ITU601",
                     dst_color_range="MPEG",
                     interpolation="BILINEAR",
@@ -406,20 +413,3 @@ def _reencode(
     if out.num_frames == 0:
         raise VideoError(f"video {label}: no frames decoded")
     return out
-
-
-def src_colorspace(frame: Any) -> str:
-    """The matrix to convert ``frame`` with: its tag, BT.601 when untagged or unknown."""
-    cs = int(frame.colorspace)
-    if cs == 1:
-        return "ITU709"
-    if cs in (9, 10):
-        return "BT2020"
-    if cs == 7:
-        return "SMPTE240M"
-    return "ITU601"
-
-
-def src_color_range(frame: Any) -> str:
-    """``JPEG`` (full) when tagged full range, else ``MPEG`` (limited)."""
-    return "JPEG" if int(frame.color_range) == 2 else "MPEG"

@@ -3,7 +3,9 @@
 Fields (see docs/ARCHITECTURE.md): ``stream`` (project-relative media key), ``offset``,
 ``size`` (the frame's packet in the stream object), ``key``, ``pts``, ``decode``
 (decode-order position), ``crc`` (``zlib.crc32`` of the packet), ``width``,
-``height``, ``fps``, ``codec``. The column's field carries ``{"treadle:kind": "video"}``.
+``height``, ``fps``, ``codec``, ``colorspace`` and ``color_range`` (the stream's colour
+tags, :mod:`treadle.video.colour`; absent in tables written before treadle recorded
+them). The column's field carries ``{"treadle:kind": "video"}``.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from treadle.errors import VideoError
+from treadle.video.colour import describe, sps_tags
 from treadle.video.stream import EncodedStream, StreamIndex
 
 VIDEO_KIND_KEY = b"treadle:kind"
 VIDEO_KIND = b"video"
 VIDEO_FIELD_METADATA = {"treadle:kind": "video"}
+COLOUR_FIELDS = ("colorspace", "color_range")
 
 
 def video_struct_type() -> pa.StructType:
@@ -35,6 +39,8 @@ def video_struct_type() -> pa.StructType:
             pa.field("height", pa.int32(), nullable=False),
             pa.field("fps", pa.float64(), nullable=False),
             pa.field("codec", pa.string(), nullable=False),
+            pa.field("colorspace", pa.int32()),
+            pa.field("color_range", pa.int32()),
         ]
     )
 
@@ -49,8 +55,30 @@ def is_video_field(field: pa.Field) -> bool:
     return bool(field.metadata) and field.metadata.get(VIDEO_KIND_KEY) == VIDEO_KIND
 
 
-def index_to_arrow(stream_key: str, stream: EncodedStream | StreamIndex) -> pa.StructArray:
-    """One struct per frame, display order, for the episode's rows of a video column."""
+def _legacy_struct_type() -> pa.StructType:
+    """The video column type of tables written before colour tags were recorded."""
+    return pa.struct([f for f in video_struct_type() if f.name not in COLOUR_FIELDS])
+
+
+def records_colour(struct: pa.DataType) -> bool:
+    """Whether a video column of this arrow type records colour tags (tables written
+    before treadle did have no ``colorspace`` / ``color_range`` fields)."""
+    return all(struct.get_field_index(f) >= 0 for f in COLOUR_FIELDS)
+
+
+def index_to_arrow(
+    stream_key: str,
+    stream: EncodedStream | StreamIndex,
+    like: pa.DataType | None = None,
+    where: str = "video",
+) -> pa.StructArray:
+    """One struct per frame, display order, for the episode's rows of a video column.
+
+    ``like`` is the column's type in an existing table: when that table predates colour
+    tags, the rows leave them out (the read path then takes them from the stream's SPS),
+    and a stream whose recorded tags its SPS does not carry (a container-only tag)
+    raises :class:`VideoError` rather than read back with other colours.
+    """
     idx = stream.index if isinstance(stream, EncodedStream) else stream
     n = len(idx)
     crc = (
@@ -58,6 +86,16 @@ def index_to_arrow(stream_key: str, stream: EncodedStream | StreamIndex) -> pa.S
         if idx.crc is None
         else pa.array(np.asarray(idx.crc, np.uint32), pa.uint32())
     )
+    struct = video_struct_type()
+    if like is not None and like == _legacy_struct_type():
+        struct = like
+    colour = [
+        pa.nulls(n, pa.int32()) if v is None else pa.array(np.full(n, v, np.int32), pa.int32())
+        for v in (idx.colorspace, idx.color_range)
+    ]
+    if not records_colour(struct):
+        _check_legacy(stream, stream_key, where)
+        colour = []
     return pa.StructArray.from_arrays(
         [
             pa.array([stream_key] * n, pa.string()),
@@ -71,9 +109,30 @@ def index_to_arrow(stream_key: str, stream: EncodedStream | StreamIndex) -> pa.S
             pa.array(np.full(n, idx.height, np.int32), pa.int32()),
             pa.array(np.full(n, idx.fps, np.float64), pa.float64()),
             pa.array([idx.codec] * n, pa.string()),
+            *colour,
         ],
-        fields=list(video_struct_type()),
+        fields=list(struct),
     )
+
+
+def _check_legacy(stream: EncodedStream | StreamIndex, key: str, where: str) -> None:
+    idx = stream.index if isinstance(stream, EncodedStream) else stream
+    if idx.colorspace is None or idx.color_range is None:
+        return
+    tags = (idx.colorspace, idx.color_range)
+    if not isinstance(stream, EncodedStream):
+        raise VideoError(
+            f"{where}: the table's video column predates colour tags; pass the EncodedStream "
+            f"of {key!r} so its SPS can be checked"
+        )
+    got = sps_tags(stream.data[: int(idx.size[idx.display_of_decode[0]])], where)
+    if describe(got) != describe(tags):
+        raise VideoError(
+            f"{where}: the table's video column was written before treadle recorded colour "
+            f"tags, and stream {key!r} is {describe(tags)} by its container only (its SPS "
+            f"says {describe(got)}): it would read back with the wrong colours; write it "
+            "to a new table"
+        )
 
 
 def index_from_arrow(array: pa.StructArray | pa.ChunkedArray) -> tuple[str, StreamIndex]:
@@ -104,6 +163,11 @@ def index_from_arrow(array: pa.StructArray | pa.ChunkedArray) -> tuple[str, Stre
     crc_col = col("crc")
     crc = None if crc_col.null_count else crc_col.to_numpy(zero_copy_only=False).astype(np.uint32)
     codec = col("codec")[0].as_py()
+    tags = [None, None]
+    if records_colour(array.type):
+        for k, name in enumerate(COLOUR_FIELDS):
+            c = array.field(name)
+            tags[k] = None if c.null_count else int(c[0].as_py())
     return first, StreamIndex(
         offset=col("offset").to_numpy(zero_copy_only=False).astype(np.int64, copy=False),
         size=col("size").to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
@@ -115,4 +179,6 @@ def index_from_arrow(array: pa.StructArray | pa.ChunkedArray) -> tuple[str, Stre
         height=int(col("height")[0].as_py()),
         fps=float(col("fps")[0].as_py()),
         codec=str(codec),
+        colorspace=tags[0],
+        color_range=tags[1],
     )

@@ -22,6 +22,7 @@ import torch
 from treadle.errors import NotFound, StorageError, TreadleError, VideoError
 from treadle.plan.windows import Video
 from treadle.storage import RangeRequest, Store
+from treadle.video.colour import window_tags
 from treadle.video.decode import (
     Decoder,
     allocate,
@@ -162,7 +163,8 @@ class VideoReader:
             frames = out.numpy() if isinstance(out, torch.Tensor) else out
         else:
             frames = np.empty((t, size[0], size[1], 3), dtype=np.uint8)
-        decode_window(self._decoder(), data, plan, size, frames, where)
+        tags = window_tags(req.index, data, where)
+        decode_window(self._decoder(), data, plan, size, frames, where, tags, req.key)
         if not direct:
             finish_window(frames, spec, out)
         return out

@@ -17,13 +17,12 @@ import numpy as np
 
 from treadle.errors import VideoError
 
-#: Colour convention of streams treadle encodes: BT.601 (SMPTE 170M) matrix, primaries and
+#: Colour tags of streams treadle encodes: BT.601 (SMPTE 170M) matrix, primaries and
 #: transfer, limited ("tv"/MPEG) range, i.e. Kr=0.299, Kb=0.114, Y in 16..235 and Cb/Cr in
 #: 16..240: R = 1.164(Y-16) + 1.596(Cr-128), G = 1.164(Y-16) - 0.392(Cb-128) - 0.813(Cr-128),
-#: B = 1.164(Y-16) + 2.017(Cb-128). The CPU decode path converts with the stream's own tags
-#: (BT.601 limited when untagged; BT.709/BT.2020 and full range when tagged so) through
-#: FFmpeg's swscale; a GPU NV12->RGB kernel must use the same matrix and range (it will
-#: match to rounding, not bit for bit).
+#: B = 1.164(Y-16) + 2.017(Cb-128). Other streams keep their own tags, recorded in the
+#: index; both read paths convert each window with its stream's tags
+#: (:mod:`treadle.video.colour`, which also documents the default for untagged streams).
 COLOUR_TAGS = {"colorspace": 6, "color_primaries": 6, "color_trc": 6, "color_range": 1}
 
 
@@ -52,7 +51,9 @@ class StreamIndex:
     a GOP (decodable alone); ``pts``: presentation timestamp (strictly increasing);
     ``decode``: the packet's position in decode order; ``crc``: ``zlib.crc32`` of the
     packet bytes, or ``None`` when not recorded (then corruption is caught only by the
-    decoder).
+    decoder). ``colorspace`` / ``color_range``: the stream's colour tags (FFmpeg
+    AVColorSpace / AVColorRange codes, see :mod:`treadle.video.colour`), ``None`` for
+    episodes written before treadle recorded them (then the window's SPS decides).
     """
 
     offset: np.ndarray  # int64
@@ -65,6 +66,8 @@ class StreamIndex:
     height: int
     fps: float
     codec: str = "h264"
+    colorspace: int | None = None
+    color_range: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.offset)

@@ -1,0 +1,172 @@
+"""H.264 Annex-B syntax: NAL units, and the sequence parameter set (SPS) fields treadle reads.
+
+The SPS parser follows ITU-T H.264 7.3.2.1.1 (sequence parameter set) and E.1.1 (VUI) up
+to the chroma location; it reports what the stream *says*, with ``None`` for the VUI
+fields it leaves out (what that means is :mod:`treadle.video.colour`'s business).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+NAL_SPS = 7
+NAL_PPS = 8
+_HIGH_PROFILES = (100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135)
+
+
+def iter_nal_units(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(type, unit bytes without start code) for each NAL of an Annex-B buffer, lazily."""
+    i = data.find(b"\x00\x00\x01")
+    while i >= 0:
+        s = i + 3
+        i = data.find(b"\x00\x00\x01", s)
+        unit = data[s:] if i < 0 else data[s:i].rstrip(b"\x00")
+        if unit:
+            yield unit[0] & 0x1F, unit
+
+
+def nal_units(data: bytes) -> list[tuple[int, bytes]]:
+    """(type, unit bytes without start code) for each NAL of an Annex-B buffer."""
+    return list(iter_nal_units(data))
+
+
+def nal_types(data: bytes) -> list[int]:
+    """NAL unit types of an Annex-B buffer, in order (a write-time check, not a read path)."""
+    return [t for t, _ in nal_units(data)]
+
+
+@dataclass(frozen=True)
+class Sps:
+    """Fields of one SPS. VUI fields are ``None`` when the SPS does not carry them.
+
+    ``full_range``: ``video_full_range_flag`` (present with ``video_signal_type``);
+    ``matrix``/``primaries``/``transfer``: the colour description (H.273 codes, the same
+    numbers as FFmpeg's AVColorSpace / AVColorPrimaries / AVColorTransferCharacteristic);
+    ``chroma_loc``: ``chroma_sample_loc_type_top_field + 1`` (an AVChromaLocation code).
+    """
+
+    profile_idc: int
+    width: int
+    height: int
+    chroma_format_idc: int
+    bit_depth: int
+    full_range: bool | None = None
+    matrix: int | None = None
+    primaries: int | None = None
+    transfer: int | None = None
+    chroma_loc: int | None = None
+
+
+class _Bits:
+    def __init__(self, rbsp: bytes):
+        self.data = rbsp
+        self.pos = 0
+
+    def u(self, n: int) -> int:
+        v = 0
+        for _ in range(n):
+            byte = self.data[self.pos >> 3] if (self.pos >> 3) < len(self.data) else 0
+            v = (v << 1) | ((byte >> (7 - (self.pos & 7))) & 1)
+            self.pos += 1
+        return v
+
+    def ue(self) -> int:
+        zeros = 0
+        while self.u(1) == 0:
+            zeros += 1
+            if zeros > 31:
+                raise ValueError("bad exp-Golomb code in SPS")
+        return (1 << zeros) - 1 + self.u(zeros)
+
+    def se(self) -> int:
+        k = self.ue()
+        return (k + 1) // 2 if k & 1 else -(k // 2)
+
+
+def _skip_scaling_lists(b: _Bits, chroma_format_idc: int) -> None:
+    for i in range(8 if chroma_format_idc != 3 else 12):
+        if b.u(1):
+            last, nxt = 8, 8
+            for _ in range(16 if i < 6 else 64):
+                if nxt:
+                    nxt = (last + b.se() + 256) % 256
+                last = nxt or last
+
+
+def parse_sps(nal: bytes) -> Sps:
+    """Parse an H.264 SPS NAL unit (header byte first, emulation bytes still in).
+
+    Raises ``ValueError`` for a unit that is not an SPS or a malformed exp-Golomb code.
+    """
+    if not nal or nal[0] & 0x1F != NAL_SPS:
+        raise ValueError("not an SPS NAL unit")
+    b = _Bits(nal[1:].replace(b"\x00\x00\x03", b"\x00\x00"))
+    profile = b.u(8)
+    b.u(8)  # constraint flags
+    b.u(8)  # level
+    b.ue()  # seq_parameter_set_id
+    chroma_format_idc, bit_depth = 1, 8
+    if profile in _HIGH_PROFILES:
+        chroma_format_idc = b.ue()
+        if chroma_format_idc == 3:
+            b.u(1)  # separate_colour_plane_flag
+        bit_depth = b.ue() + 8
+        b.ue()  # bit_depth_chroma_minus8
+        b.u(1)  # qpprime_y_zero_transform_bypass_flag
+        if b.u(1):  # seq_scaling_matrix_present_flag
+            _skip_scaling_lists(b, chroma_format_idc)
+    b.ue()  # log2_max_frame_num_minus4
+    poc_type = b.ue()
+    if poc_type == 0:
+        b.ue()
+    elif poc_type == 1:
+        b.u(1)
+        b.se()
+        b.se()
+        for _ in range(b.ue()):
+            b.se()
+    b.ue()  # max_num_ref_frames
+    b.u(1)  # gaps_in_frame_num_value_allowed_flag
+    mbs_w = b.ue() + 1
+    map_units_h = b.ue() + 1
+    frame_mbs_only = b.u(1)
+    if not frame_mbs_only:
+        b.u(1)
+    b.u(1)  # direct_8x8_inference_flag
+    width, height = mbs_w * 16, map_units_h * 16 * (2 - frame_mbs_only)
+    if b.u(1):  # frame_cropping_flag
+        left, right, top, bottom = b.ue(), b.ue(), b.ue(), b.ue()
+        sub_w = 2 if chroma_format_idc in (1, 2) else 1
+        sub_h = 2 if chroma_format_idc == 1 else 1
+        cx = sub_w if chroma_format_idc else 1
+        cy = (sub_h if chroma_format_idc else 1) * (2 - frame_mbs_only)
+        width -= cx * (left + right)
+        height -= cy * (top + bottom)
+    vui: dict[str, int | bool] = {}
+    if b.u(1):  # vui_parameters_present_flag
+        if b.u(1):  # aspect_ratio_info_present_flag
+            if b.u(8) == 255:
+                b.u(16)
+                b.u(16)
+        if b.u(1):  # overscan_info_present_flag
+            b.u(1)
+        if b.u(1):  # video_signal_type_present_flag
+            b.u(3)
+            vui["full_range"] = bool(b.u(1))
+            if b.u(1):  # colour_description_present_flag
+                vui["primaries"] = b.u(8)
+                vui["transfer"] = b.u(8)
+                vui["matrix"] = b.u(8)
+        if b.u(1):  # chroma_loc_info_present_flag
+            vui["chroma_loc"] = b.ue() + 1
+            b.ue()
+    return Sps(profile, width, height, chroma_format_idc, bit_depth, **vui)  # type: ignore[arg-type]
+
+
+def first_sps(annexb: bytes | memoryview) -> Sps | None:
+    """The first SPS of an Annex-B byte string, or ``None`` when it has none."""
+    for t, unit in iter_nal_units(bytes(annexb)):
+        if t == NAL_SPS:
+            return parse_sps(unit)
+    return None
