@@ -47,31 +47,34 @@ def where_text(where: tuple[str, str, str] | str | None) -> str:
 
 
 class Decoder:
-    """One H.264 decoder context and one scaler (one per thread).
+    """One H.264 decoder context and one scaler, reused window after window (one per thread).
 
-    The context is reused window after window of the same stream and replaced when the
-    stream changes: a reused context keeps the previous stream's colour tags and pixel
-    format (``yuvj420p`` after a full-range stream) on frames of a stream whose SPS has
-    no colour description, and swscale honours the pixel format's range whatever range
-    it is told. A fresh context costs ~0.03 ms (~0.5 ms with frame threads).
+    A reused context keeps the previous stream's colour tags and pixel format
+    (``yuvj420p`` after a full-range stream) on frames of a stream whose SPS has no
+    colour description, and swscale honours the pixel format's range whatever range it
+    is told. So when the stream changes, the context's colour is set to the new stream's
+    tags, as FFmpeg's demuxer primes a context with a container's tags: a single-threaded
+    context takes them in place; a frame-threaded one keeps its state in its worker
+    threads' copies, so it is replaced unless the tags are the same as the last stream's
+    (a fresh context costs ~1.5 ms at 224x224, its first frame's buffer allocations).
     """
 
     def __init__(self, threads: int = 1):
         self.threads = threads
         self._ctx: Any = None
         self._stream: object = None
+        self._tags: Tags | None = None
         self.reformatter = VideoReformatter()
 
     def context(self, stream: object = None, tags: Tags | None = None) -> Any:
         """The context for a window of ``stream`` (any identity, e.g. its object key;
-        ``None``: unknown, always a fresh context).
-
-        A new context starts with ``tags`` as its colour, as FFmpeg's demuxer primes one
-        with the container's tags, so its frames report what a fresh decode of the
-        stream's file reports.
-        """
+        ``None``: unknown) whose colour tags are ``tags`` (``None``: unspecified)."""
+        tags = tags or (2, 0)
         if self._ctx is not None and (stream is None or stream != self._stream):
-            self._ctx = None
+            if self.threads == 1:
+                self._ctx.colorspace, self._ctx.color_range = tags
+            elif tags != self._tags:
+                self._ctx = None
         if self._ctx is None:
             ctx: Any = av.CodecContext.create("h264", "r")
             ctx.thread_count = self.threads
@@ -80,10 +83,9 @@ class Decoder:
             # the first keyframe of a window reference missing pictures by design (they are
             # warm-up and dropped), and "explode" would turn them into errors.
             ctx.options = {"err_detect": "crccheck+bitstream+buffer"}
-            if tags is not None:
-                ctx.colorspace, ctx.color_range = tags
+            ctx.colorspace, ctx.color_range = tags
             self._ctx = ctx
-            self._stream = stream
+        self._stream, self._tags = stream, tags
         return self._ctx
 
     def reset(self) -> None:
@@ -154,8 +156,8 @@ def decode_window(
     """Decode ``plan``'s packets from ``data`` into ``frames_out`` (uint8 ``[T, H, W, 3]``).
 
     ``size`` is the output (height, width); ``tags`` the stream's (colorspace,
-    color_range) to convert with; ``stream`` identifies the stream (a decoder context is
-    reused only within one stream). Returns the number of packets decoded.
+    color_range) to convert with; ``stream`` identifies the stream (see
+    :meth:`Decoder.context`). Returns the number of packets decoded.
     """
     slots: dict[int, list[int]] = {}
     for j, p in enumerate(plan.wanted_pts.tolist()):
