@@ -31,7 +31,7 @@ from treadle.catalog.commit import Commit
 from treadle.errors import CommitConflict, SchemaMismatch, TreadleError
 from treadle.names import check_name
 from treadle.table.table import EPISODE, FRAME
-from treadle.table.tensors import KIND_KEY, column_from_values, conform
+from treadle.table.tensors import KIND_KEY, column_from_values, conform, normalise_column
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Branch
@@ -287,9 +287,14 @@ def _lance_overwrite(
 
 def _to_arrow(data: Any, name: str) -> pa.Table:
     if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
+        data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
-        return data
+        fields, arrays = [], []
+        for f, col in zip(data.schema, data.columns):
+            f, a = normalise_column(f, col)
+            fields.append(f)
+            arrays.append(a)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, data.schema.metadata))
     if isinstance(data, dict):
         if not data:
             raise SchemaMismatch(f"append to {name!r}: no columns given")
