@@ -31,7 +31,13 @@ from treadle.catalog.commit import Commit
 from treadle.errors import CommitConflict, SchemaMismatch, TreadleError
 from treadle.names import check_name
 from treadle.table.table import EPISODE, FRAME
-from treadle.table.tensors import KIND_KEY, column_from_values, conform, normalise_column
+from treadle.table.tensors import (
+    KIND_KEY,
+    column_from_values,
+    conform,
+    normalise_column,
+    schema_difference,
+)
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Branch
@@ -227,12 +233,7 @@ class Transaction:
                     base_frags: list[FragmentMetadata] = []
                     if now is not None:
                         ds = project.open_dataset(name, now)
-                        if not _same_schema(ds.schema, st.schema):
-                            raise CommitConflict(
-                                f"table {name!r} of project {project.name!r} was changed by "
-                                f"commit {head.commit_id[:8]} with a different schema while this "
-                                "transaction was writing; nothing was committed"
-                            )
+                        _check_base(ds, st, name, project.name, head.commit_id)
                         base_frags = [f.metadata for f in ds.get_fragments()]
                     versions[name] = _lance_overwrite(
                         project.table_uri(name),
@@ -256,8 +257,16 @@ class Transaction:
         )
 
 
-def _same_schema(a: pa.Schema, b: pa.Schema | None) -> bool:
-    return b is not None and a.equals(b, check_metadata=False)
+def _check_base(ds: Any, st: _Staged, name: str, project: str, commit_id: str) -> None:
+    """The rows of ``st`` can go on top of ``ds`` (the table at the branch head): the same
+    schema, tensor shapes included."""
+    where = f"table {name!r} of project {project!r} (commit {commit_id[:8]})"
+    diff = schema_difference(ds.schema, st.schema)
+    if diff is not None:
+        raise CommitConflict(
+            f"{where} was written by another writer with a different schema: {diff}; "
+            "nothing was committed"
+        )
 
 
 def _lance_overwrite(
