@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from treadle.errors import PlanError, TreadleError
 from treadle.names import check_name
-from treadle.table.table import EPISODE, FRAME
+from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.tensors import batch_kind
 
 _LAYOUTS = ("THWC", "TCHW")
