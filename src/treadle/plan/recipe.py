@@ -19,7 +19,7 @@ from treadle.errors import PlanError
 from treadle.plan.plan import Plan, eligible_counts
 from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
 from treadle.plan.schedule import WEIGHT_DENOMINATOR, quantise_weights
-from treadle.plan.windows import Rows, Video, Windows
+from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
 _MAX_SEED = 2**64 - 1
 
@@ -41,7 +41,8 @@ def check_weight(weight: Any, what: str = "weight") -> float:
 
 class Component:
     """One source of samples: a table (a branch-relative ``TableRef`` or a pinned ``Table``),
-    its windows (None: every column at the moment itself) and a positive weight."""
+    its windows (None: every column but ``episode``/``frame`` at the moment itself, each one
+    a batch can hold, else a :class:`PlanError` naming it) and a positive weight."""
 
     def __init__(
         self, table: Any, windows: Windows | Mapping[str, Any] | None = None, weight: float = 1.0
@@ -70,8 +71,12 @@ class Component:
 
 
 def check_windows(windows: Windows | None, table: Any, where: str) -> None:
-    """Every window column exists; ``Video`` only on video columns, ``Rows`` only on others."""
-    if windows is None:
+    """Every window column exists; ``Video`` only on video columns, ``Rows`` only on columns a
+    batch can hold; without windows, every column but ``episode``/``frame`` must be one a
+    batch can hold (none is left out silently)."""
+    if windows is None or not windows.specs:
+        for col in default_columns(table):
+            _batch_kind(table, col, where)
         return
     names = set(table.schema.names)
     video = set(table.video_columns)
@@ -91,6 +96,15 @@ def check_windows(windows: Windows | None, table: Any, where: str) -> None:
                 f"{where}: td.Rows window on video column {col!r} of table {table.name!r}; "
                 f"use td.Video"
             )
+        if isinstance(spec, Rows):
+            _batch_kind(table, col, where)
+
+
+def _batch_kind(table: Any, col: str, where: str) -> str:
+    try:
+        return batch_column_kind(table, table.schema.field(col))
+    except PlanError as e:
+        raise PlanError(f"{where}: {e}") from None
 
 
 class Recipe:

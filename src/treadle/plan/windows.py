@@ -1,7 +1,8 @@
 """Window specs: which frames or rows of a column a sample takes around its moment.
 
 These are plain, hashable values with a canonical JSON form (they enter the run
-record and therefore the run id).
+record and therefore the run id). :func:`default_columns` and :func:`batch_column_kind`
+say which columns a component reads and how a batch holds them.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from treadle.errors import PlanError
+import pyarrow as pa
+
+from treadle.errors import PlanError, TreadleError
 from treadle.names import check_name
+from treadle.table.episodes import EPISODE, FRAME
+from treadle.table.tensors import batch_kind
 
 _LAYOUTS = ("THWC", "TCHW")
 _DTYPES = ("uint8", "float32", "float16", "bfloat16")
@@ -201,3 +206,26 @@ class Windows:
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> Windows:
         return cls({col: spec_from_json(v) for col, v in value.items()})
+
+
+def default_columns(table: Any) -> list[str]:
+    """The columns a component without windows reads: all but ``episode`` and ``frame``."""
+    return [n for n in table.schema.names if n not in (EPISODE, FRAME)]
+
+
+def batch_column_kind(table: Any, field: pa.Field) -> str:
+    """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`);
+    a :class:`PlanError` naming the table and the column when it cannot."""
+    if field.name in table.video_columns:
+        return "video"
+    try:
+        kind = batch_kind(field)
+    except TreadleError as e:  # e.g. tensor shape metadata that does not fit the type
+        raise PlanError(f"table {table.name!r}: {e}") from None
+    if kind is None:
+        raise PlanError(
+            f"column {field.name!r} of table {table.name!r} is {field.type}, which a batch "
+            "cannot hold (batches hold numbers, fixed-size tensors and video); name the "
+            "columns to read with td.Windows (TrainLoader) or scan_request(columns)"
+        )
+    return kind

@@ -25,9 +25,8 @@ import pyarrow as pa
 import torch
 
 from treadle.errors import PlanError
-from treadle.plan.windows import Rows, Video, Windows
-from treadle.table.table import EPISODE, FRAME
-from treadle.table.tensors import tensor_shape, to_numpy
+from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
+from treadle.table.tensors import to_numpy
 
 _TAKE_THREADS = 4  # row takes in flight at once (this step's and the next one's)
 
@@ -49,19 +48,13 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
         table = plan.table(c)
         windows: Windows | None = plan.windows(c)
         schema = table.schema
-        videos = set(table.video_columns)
         specs: list[ColumnSpec] = []
         if windows is None or not windows.specs:
             specs = moment_columns(table)
         else:
             for col, spec in windows.items():
-                f = schema.field(col)
-                if isinstance(spec, Rows) and not _numeric(f):
-                    raise PlanError(
-                        f"column {col!r} of table {table.name!r} is {f.type}: a TrainLoader "
-                        "batch holds tensors only"
-                    )
-                specs.append(ColumnSpec(col, spec, col in videos))
+                kind = batch_column_kind(table, schema.field(col))
+                specs.append(ColumnSpec(col, spec, kind == "video"))
         per.append(specs)
     names = [sorted(s.column for s in specs) for specs in per]
     for c, n in enumerate(names[1:], start=1):
@@ -73,13 +66,6 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
     return per
 
 
-def _numeric(f: pa.Field) -> bool:
-    if tensor_shape(f) is not None:
-        return True
-    t = f.type
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-
-
 def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None:
     """Drop the length-1 time axis of video columns read at the moment itself."""
     for cs in columns:
@@ -88,22 +74,20 @@ def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None
 
 
 def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnSpec]:
-    """Columns at the moment itself (no time axis), video columns decoded to one frame."""
-    videos = set(table.video_columns)
+    """Columns at the moment itself (no time axis), video columns decoded to one frame.
+
+    ``columns=None`` means :func:`~treadle.plan.windows.default_columns`; a column a batch
+    cannot hold is an error naming it, never left out silently.
+    """
+    wanted = default_columns(table) if columns is None else columns
     out = []
     for f in table.schema:
-        if columns is None and f.name in (EPISODE, FRAME):
+        if f.name not in wanted:
             continue
-        if columns is not None and f.name not in columns:
-            continue
-        if f.name in videos:
+        if batch_column_kind(table, f) == "video":
             out.append(ColumnSpec(f.name, Video([0]), True, at_moment=True))
-        elif _numeric(f):
+        else:
             out.append(ColumnSpec(f.name, None, False))
-        elif columns is not None:
-            raise PlanError(
-                f"column {f.name!r} of table {table.name!r} is {f.type}: batches hold tensors only"
-            )
     return out
 
 
@@ -297,7 +281,9 @@ class BatchReader:
         got = table.take(uniq, [cs.column for cs in group])
         out = []
         for cs in group:
-            values = to_numpy(got.column(cs.column), got.schema.field(cs.column))
+            values = to_numpy(
+                got.column(cs.column), got.schema.field(cs.column), f"table {table.name!r}"
+            )
             if len(uniq) != len(rows) or not np.array_equal(uniq, rows):
                 values = values[inverse]
             if spec is not None:

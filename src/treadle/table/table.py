@@ -2,7 +2,8 @@
 
 Rows are *moments*. A moment's id is its row position in the pinned Lance version,
 ``0 .. num_moments - 1``. Time-indexed tables carry ``episode`` (string) and
-``frame`` (int32, contiguous from 0) columns; an episode's rows are contiguous.
+``frame`` (int32, contiguous from 0) columns; an episode's rows are contiguous (the
+rules and the episode index are in :mod:`treadle.table.episodes`).
 """
 
 from __future__ import annotations
@@ -15,30 +16,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import NotFound, SchemaMismatch
+from treadle.errors import NotFound
 from treadle.storage import lance_error
+from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, compute_episode_index
 from treadle.table.tensors import is_video
+
+__all__ = [
+    "EPISODE",
+    "FRAME",
+    "EpisodeIndex",
+    "ScanRequest",
+    "Table",
+    "TableRef",
+    "compute_episode_index",
+]
 
 if TYPE_CHECKING:
     import lance
 
     from treadle.catalog.client import Branch, Project
     from treadle.catalog.commit import Commit
-
-EPISODE = "episode"
-FRAME = "frame"
-
-
-@dataclass(frozen=True)
-class EpisodeIndex:
-    """Where each episode's rows are: ``starts[e] .. starts[e] + lengths[e] - 1``."""
-
-    names: list[str]
-    starts: np.ndarray
-    lengths: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.names)
 
 
 @dataclass(frozen=True)
@@ -204,16 +201,3 @@ class TableRef:
 
     def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
         return self.pin().scan_request(columns, filter)
-
-
-def compute_episode_index(table: Table) -> EpisodeIndex:
-    n = table.num_moments
-    if not table.is_time_indexed:
-        return EpisodeIndex([table.name], np.zeros(1, np.int64), np.array([n], np.int64))
-    frames = table.dataset.to_table(columns=[FRAME]).column(FRAME).to_numpy()
-    starts = np.flatnonzero(frames == 0).astype(np.int64)
-    if n and (not starts.size or starts[0] != 0):
-        raise SchemaMismatch(f"table {table.name!r} v{table.version}: first row is not frame 0")
-    lengths = np.diff(np.append(starts, n)).astype(np.int64)
-    names = table.dataset.take(starts, columns=[EPISODE]).column(EPISODE).to_pylist() if n else []
-    return EpisodeIndex([str(x) for x in names], starts, lengths)

@@ -4,6 +4,15 @@ Fixed-shape tensors (``action: float32[7]``, ``image: uint8[64,64,3]``) are stor
 as a flat ``fixed_size_list<dtype, prod(shape)>`` with field metadata
 ``treadle:shape`` (JSON list) so that reading a batch back is one zero-copy
 reshape, whatever the number of dimensions.
+
+A fixed-size list of numbers written without that metadata (plain Arrow
+``fixed_size_list<float>[7]``, Hugging Face ``Sequence(length=7)``, nested
+fixed-size lists) is a tensor too, its shape read from the nesting. Arrow's
+``fixed_shape_tensor`` and Hugging Face ``Array2D``..``Array5D`` extension
+columns are turned into the flat form on write (:func:`normalise_column`).
+
+:func:`batch_kind` says how a batch holds a column; a column it cannot hold is
+refused by name (never dropped).
 """
 
 from __future__ import annotations
@@ -15,17 +24,58 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import SchemaMismatch
+from treadle.errors import CorruptData, SchemaMismatch
 
 SHAPE_KEY = b"treadle:shape"
 KIND_KEY = b"treadle:kind"
 
 
+def _is_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
+def _nesting(t: pa.DataType) -> tuple[tuple[int, ...], pa.DataType]:
+    """(list sizes, leaf type) of nested fixed-size lists; ``((), t)`` for anything else."""
+    sizes = []
+    while pa.types.is_fixed_size_list(t):
+        sizes.append(t.list_size)
+        t = t.value_type
+    return tuple(sizes), t
+
+
 def tensor_shape(field: pa.Field) -> tuple[int, ...] | None:
-    """The per-row shape of a tensor column, or None for other columns."""
+    """The per-row shape of a tensor column, or None for other columns.
+
+    ``treadle:shape`` metadata on a flat fixed-size list gives the shape; without it a
+    (nested) fixed-size list of numbers is a tensor shaped by its nesting.
+    """
+    sizes, leaf = _nesting(field.type)
     meta = field.metadata or {}
     if SHAPE_KEY in meta:
-        return tuple(json.loads(meta[SHAPE_KEY]))
+        try:
+            shape = tuple(int(v) for v in json.loads(meta[SHAPE_KEY]))
+        except (ValueError, TypeError):
+            shape = None
+        if shape is None or len(sizes) != 1 or math.prod(shape) != sizes[0]:
+            raise CorruptData(
+                f"column {field.name!r}: tensor shape metadata {meta[SHAPE_KEY]!r} does not fit "
+                f"its type {field.type}"
+            )
+        return shape
+    if sizes and _is_number(leaf):
+        return sizes
+    return None
+
+
+def batch_kind(field: pa.Field) -> str | None:
+    """How a batch holds this column: ``"video"``, ``"tensor"``, ``"scalar"``, or None
+    when it cannot (strings, variable-length lists, structs...)."""
+    if is_video(field):
+        return "video"
+    if tensor_shape(field) is not None:
+        return "tensor"
+    if _is_number(field.type):
+        return "scalar"
     return None
 
 
@@ -54,7 +104,7 @@ def column_from_values(
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if isinstance(values, pa.Array):
-        arr, field = values, pa.field(name, values.type)
+        field, arr = normalise_column(pa.field(name, values.type), values)
     else:
         if not isinstance(values, np.ndarray):
             try:
@@ -87,18 +137,111 @@ def column_from_values(
     return field, arr
 
 
-def to_numpy(column: pa.Array | pa.ChunkedArray, field: pa.Field) -> np.ndarray:
-    """A tensor or scalar column as a numpy array ``[n, *shape]`` (zero-copy where possible)."""
+def normalise_column(
+    field: pa.Field, array: pa.Array | pa.ChunkedArray
+) -> tuple[pa.Field, pa.Array | pa.ChunkedArray]:
+    """One column as treadle stores it: fixed-size lists of numbers (plain, nested, Arrow
+    ``fixed_shape_tensor``, Hugging Face ``ArrayND``) become flat tensors with their shape
+    in the field metadata; every other column is returned unchanged."""
+    t = field.type
+    if isinstance(t, pa.FixedShapeTensorType):
+        if list(t.permutation or range(len(t.shape))) != list(range(len(t.shape))):
+            raise SchemaMismatch(
+                f"column {field.name!r}: fixed_shape_tensor with permutation {t.permutation} "
+                "is not supported; store it in row-major order"
+            )
+        shape = tuple(int(v) for v in t.shape)
+    elif isinstance(t, pa.ExtensionType):
+        shape = _hf_array_shape(t)
+    elif SHAPE_KEY not in (field.metadata or {}):
+        shape = tensor_shape(field)
+    else:
+        shape = None
+    if shape is None:
+        return field, array
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if isinstance(t, pa.BaseExtensionType):
+        array = array.storage
+    return _flat_tensor(field.name, array, shape)
+
+
+def _hf_array_shape(t: pa.ExtensionType) -> tuple[int, ...] | None:
+    """The shape of a Hugging Face ``Array2D``..``Array5D`` column (nested lists of numbers)."""
+    shape = getattr(t, "shape", None)
+    _, leaf = _list_nesting(t.storage_type)
+    if not isinstance(shape, tuple) or not shape or not _is_number(leaf):
+        return None
+    if len(_list_nesting(t.storage_type)[0]) != len(shape) or None in shape:
+        return None
+    return tuple(int(s) for s in shape)
+
+
+def _list_nesting(t: pa.DataType) -> tuple[list[pa.DataType], pa.DataType]:
+    levels = []
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        levels.append(t)
+        t = t.value_type
+    return levels, t
+
+
+def _flat_tensor(name: str, array: pa.Array, shape: tuple[int, ...]) -> tuple[pa.Field, pa.Array]:
+    """Lists (nested one level per dimension, or one flat level) holding exactly ``shape``
+    values in every row -> a flat tensor column."""
+    levels = _list_nesting(array.type)[0]
+    if len(levels) == len(shape):
+        sizes = list(shape)
+    elif len(levels) == 1:
+        sizes = [math.prod(shape)]
+    else:
+        raise SchemaMismatch(
+            f"column {name!r}: {array.type} does not hold tensors of shape {list(shape)}"
+        )
+    values = array
+    for depth, size in enumerate(sizes):
+        if values.null_count:
+            raise SchemaMismatch(f"column {name!r}: null values cannot be stored in a tensor")
+        if pa.types.is_fixed_size_list(values.type):
+            lengths = np.full(len(values), values.type.list_size)
+        else:
+            lengths = values.value_lengths().to_numpy(zero_copy_only=False)
+        if lengths.size and not np.all(lengths == size):
+            bad = int(np.flatnonzero(lengths != size)[0])
+            raise SchemaMismatch(
+                f"column {name!r} has shape {list(shape)}, but a list at depth {depth} "
+                f"(entry {bad}) has {int(lengths[bad])} values, not {size}"
+            )
+        values = values.flatten()
+    if values.null_count:
+        raise SchemaMismatch(f"column {name!r}: null values cannot be stored in a tensor")
+    field = tensor_field(name, np.dtype(values.type.to_pandas_dtype()), shape)
+    return field, pa.FixedSizeListArray.from_arrays(values, math.prod(shape))
+
+
+def to_numpy(column: pa.Array | pa.ChunkedArray, field: pa.Field, where: str = "") -> np.ndarray:
+    """A tensor or scalar column as a numpy array ``[n, *shape]`` (zero-copy where possible).
+
+    Nulls are refused (a batch has no way to hold them, and numpy would turn them into
+    NaN or garbage); ``where`` names the table in that error.
+    """
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     shape = tensor_shape(field)
+    values = column
+    for _ in range(len(_nesting(field.type)[0]) if shape is not None else 0):
+        _refuse_nulls(values, field, where)
+        values = values.flatten()  # honours slice offsets at every level
+    _refuse_nulls(values, field, where)
+    flat = values.to_numpy(zero_copy_only=False)
     if shape is None:
-        return column.to_numpy(zero_copy_only=False)
-    flat = column.values.to_numpy(zero_copy_only=False)
-    if column.offset:
-        size = math.prod(shape)
-        flat = flat[column.offset * size : (column.offset + len(column)) * size]
+        return flat
     return flat.reshape((len(column), *shape))
+
+
+def _refuse_nulls(values: pa.Array, field: pa.Field, where: str) -> None:
+    if values.null_count:
+        at = f"{where}: " if where else ""
+        raise CorruptData(f"{at}column {field.name!r} holds null values, which a batch cannot hold")
 
 
 def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
@@ -122,8 +265,8 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
         got = table.schema.field(field.name)
         if tensor_shape(field) != tensor_shape(got) and tensor_shape(field) is not None:
             raise SchemaMismatch(
-                f"{where}: column {field.name!r} has shape {tensor_shape(got)}, "
-                f"table has {tensor_shape(field)}"
+                f"{where}: column {field.name!r} has shape {_shape_text(tensor_shape(got))}, "
+                f"table has {_shape_text(tensor_shape(field))}"
             )
         if col.type != field.type:
             if tensor_shape(field) is not None or is_video(field):
@@ -138,3 +281,30 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
                 ) from None
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def schema_difference(table: pa.Schema, mine: pa.Schema) -> str | None:
+    """How ``mine`` differs from a table's ``table`` schema, naming the column; None if
+    they are the same. Tensor shapes and column kinds are part of a schema: two flat
+    ``fixed_size_list<float>[6]`` columns shaped ``[2, 3]`` and ``[3, 2]`` differ."""
+    if table.names != mine.names:
+        return f"columns {table.names} in the table, {mine.names} in this write"
+    for a, b in zip(table, mine):
+        if a.type != b.type:
+            return f"column {a.name!r} is {a.type} in the table, {b.type} in this write"
+        sa, sb = tensor_shape(a), tensor_shape(b)
+        if sa != sb:
+            return (
+                f"column {a.name!r} has shape {_shape_text(sa)} in the table, "
+                f"{_shape_text(sb)} in this write"
+            )
+        if (a.metadata or {}) != (b.metadata or {}):
+            return (
+                f"column {a.name!r} has metadata {dict(a.metadata or {})} in the table, "
+                f"{dict(b.metadata or {})} in this write"
+            )
+    return None
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    return "none (not a tensor)" if shape is None else str(list(shape))

@@ -25,13 +25,20 @@ from typing import TYPE_CHECKING, Any
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.catalog.commit import Commit
-from treadle.errors import CommitConflict, SchemaMismatch, TreadleError
+from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, TreadleError
 from treadle.names import check_name
-from treadle.table.table import EPISODE, FRAME
-from treadle.table.tensors import KIND_KEY, column_from_values, conform
+from treadle.table.episodes import EPISODE, FRAME, episode_runs
+from treadle.table.tensors import (
+    KIND_KEY,
+    column_from_values,
+    conform,
+    normalise_column,
+    schema_difference,
+)
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Branch
@@ -48,6 +55,7 @@ class _Staged:
     pending_bytes: int = 0
     fragments: list[FragmentMetadata] = field(default_factory=list)
     rows: int = 0
+    episodes: set[str] = field(default_factory=set)  # names of the episodes staged
 
 
 class TableWriter:
@@ -63,9 +71,10 @@ class TableWriter:
         table = _to_arrow(data, self.name)
         for col in table.column_names:
             check_name(col, "column")
+        names: list[str] = []
         if EPISODE in table.column_names or (staged.schema and EPISODE in staged.schema.names):
-            _check_episode_runs(table, self.name)
-        self.tx._stage(self.name, table)
+            names = _episode_names(table, self.name)
+        self.tx._stage(self.name, table, names)
 
     def append_episode(self, columns: dict[str, Any], episode: str | None = None) -> str:
         """Stage one episode; returns its name. Every column has one entry per frame."""
@@ -113,7 +122,8 @@ class TableWriter:
                 f, a = column_from_values(col, value, n)
             fields.append(f)
             arrays.append(a)
-        self.tx._stage(self.name, pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
+        table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        self.tx._stage(self.name, table, [episode])
         return episode
 
 
@@ -163,13 +173,20 @@ class Transaction:
             st = self._tables[name] = _Staged(schema, base_v)
         return st
 
-    def _stage(self, name: str, table: pa.Table) -> None:
+    def _stage(self, name: str, table: pa.Table, episodes: list[str]) -> None:
         st = self._staged(name)
         where = f"table {name!r} of project {self.project.name!r}"
         if st.schema is None:
             st.schema = table.schema
         else:
             table = conform(table, st.schema, where)
+        again = sorted(st.episodes.intersection(episodes))
+        if again:
+            raise AlreadyExists(
+                f"{where}: episode {again[0]!r} is written twice in this transaction; "
+                "episode names must be unique in a table"
+            )
+        st.episodes.update(episodes)
         st.pending.append(table)
         st.pending_bytes += table.nbytes
         st.rows += table.num_rows
@@ -229,12 +246,7 @@ class Transaction:
                     base_frags: list[FragmentMetadata] = []
                     if now is not None:
                         ds = project.open_dataset(name, now)
-                        if not _same_schema(ds.schema, st.schema):
-                            raise CommitConflict(
-                                f"table {name!r} of project {project.name!r} was changed by "
-                                f"commit {head.commit_id[:8]} with a different schema while this "
-                                "transaction was writing; nothing was committed"
-                            )
+                        _check_base(ds, st, name, project.name, head.commit_id)
                         base_frags = [f.metadata for f in ds.get_fragments()]
                     versions[name] = _lance_overwrite(
                         project.table_uri(name),
@@ -258,8 +270,27 @@ class Transaction:
         )
 
 
-def _same_schema(a: pa.Schema, b: pa.Schema | None) -> bool:
-    return b is not None and a.equals(b, check_metadata=False)
+def _check_base(ds: Any, st: _Staged, name: str, project: str, commit_id: str) -> None:
+    """The rows of ``st`` can go on top of ``ds`` (the table at the branch head): same
+    schema, tensor shapes included, and none of the same episode names."""
+    where = f"table {name!r} of project {project!r} (commit {commit_id[:8]})"
+    diff = schema_difference(ds.schema, st.schema)
+    if diff is not None:
+        raise CommitConflict(
+            f"{where} was written by another writer with a different schema: {diff}; "
+            "nothing was committed"
+        )
+    if st.episodes and EPISODE in ds.schema.names:
+        # every episode has one frame 0: filtering on it reads the small frame column and
+        # only the episode names, not every row's name
+        have = ds.to_table(columns=[EPISODE], filter=f"{FRAME} = 0").column(EPISODE)
+        wanted = pa.array(sorted(st.episodes), have.type)
+        hit = pc.filter(have, pc.is_in(have, value_set=wanted))
+        if len(hit):
+            raise AlreadyExists(
+                f"{where} already has episode {hit[0].as_py()!r}; episode names must be "
+                "unique in a table; nothing was committed"
+            )
 
 
 def _lance_overwrite(
@@ -289,9 +320,14 @@ def _lance_overwrite(
 
 def _to_arrow(data: Any, name: str) -> pa.Table:
     if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
+        data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
-        return data
+        fields, arrays = [], []
+        for f, col in zip(data.schema, data.columns):
+            f, a = normalise_column(f, col)
+            fields.append(f)
+            arrays.append(a)
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, data.schema.metadata))
     if isinstance(data, dict):
         if not data:
             raise SchemaMismatch(f"append to {name!r}: no columns given")
@@ -309,17 +345,13 @@ def _to_arrow(data: Any, name: str) -> pa.Table:
     )
 
 
-def _check_episode_runs(table: pa.Table, name: str) -> None:
-    if FRAME not in table.column_names:
-        raise SchemaMismatch(f"append to time-indexed table {name!r}: missing 'frame' column")
-    frames = table.column(FRAME).to_numpy()
-    if frames.size == 0:
-        return
-    ok = frames[0] == 0 and np.all((np.diff(frames) == 1) | (frames[1:] == 0))
-    if not ok:
-        raise SchemaMismatch(
-            f"append to {name!r}: 'frame' must run 0, 1, 2, ... within each episode, starting at 0"
-        )
+def _episode_names(table: pa.Table, name: str) -> list[str]:
+    """The episodes of appended rows, checked: names, contiguous frames 0..len-1."""
+    for col in (EPISODE, FRAME):
+        if col not in table.column_names:
+            raise SchemaMismatch(f"append to time-indexed table {name!r}: missing {col!r} column")
+    where = f"append to table {name!r}"
+    return episode_runs(table.column(EPISODE), table.column(FRAME), where, SchemaMismatch).names
 
 
 def _is_video_value(value: Any) -> bool:
