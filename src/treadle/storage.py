@@ -162,6 +162,14 @@ class _Loop:
 
 
 @dataclass(frozen=True)
+class ObjectInfo:
+    """Size and last-modified time (UTC, the store's clock) of one object."""
+
+    size: int
+    modified: datetime
+
+
+@dataclass(frozen=True)
 class RangeRequest:
     """Bytes ``[start, end)`` of object ``key``."""
 
@@ -335,6 +343,48 @@ class Store:
         except Exception as e:
             raise self._error("list", prefix, e) from None
         return sorted(out)
+
+    def list_info(self, prefix: str) -> dict[str, ObjectInfo]:
+        """Keys under ``prefix`` (recursive) with their size and mtime, from the listing
+        itself (no request per key)."""
+        prefix = prefix.rstrip("/") + "/"
+
+        def list_all() -> dict[str, ObjectInfo]:
+            out: dict[str, ObjectInfo] = {}
+            for chunk in obstore.list(self._inner, prefix):
+                for m in chunk:
+                    out[str(m["path"])] = ObjectInfo(int(m["size"]), m["last_modified"])
+            return out
+
+        try:
+            return _with_retries(list_all)
+        except (NotFoundError, FileNotFoundError):
+            return {}
+        except Exception as e:
+            raise self._error("list", prefix, e) from None
+
+    def missing(self, keys: Sequence[str]) -> list[str]:
+        """Those of ``keys`` that do not exist (HEAD requests, many in flight)."""
+        limit = asyncio.Semaphore(64)
+
+        async def gone(key: str) -> bool:
+            async with limit:
+                for attempt in range(_RETRY_ATTEMPTS):
+                    try:
+                        await obstore.head_async(self._inner, key)
+                        return False
+                    except (NotFoundError, FileNotFoundError):
+                        return True
+                    except Exception as e:
+                        if attempt == _RETRY_ATTEMPTS - 1 or not _transient(e):
+                            raise self._error("stat", key, e) from None
+                    await asyncio.sleep(_backoff(attempt))
+            raise AssertionError("unreachable")
+
+        async def all_() -> list[bool]:
+            return await asyncio.gather(*(gone(k) for k in keys))
+
+        return [k for k, g in zip(keys, _Loop.run(all_()) if keys else []) if g]
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Immediate sub-folder names under ``prefix``."""
