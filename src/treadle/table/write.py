@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.catalog.commit import Commit
-from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, TreadleError
+from treadle.catalog.leases import Lease, mark_used
+from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, StorageError, TreadleError
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.tensors import (
@@ -149,6 +150,8 @@ class Transaction:
         self._tables: dict[str, _Staged] = {}
         self.commit: Commit | None = None
         self._done = False
+        self._lease = Lease(self.project.client.store, self.project.prefix)  # holds off gc
+        self._media: dict[str, str] = {}  # media key this transaction stored -> its table
 
     def table(self, name: str) -> TableWriter:
         check_name(name, "table")
@@ -158,9 +161,12 @@ class Transaction:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            self.commit = self._commit()
-        self._done = True
+        try:
+            if exc_type is None:
+                self.commit = self._commit()
+        finally:
+            self._done = True
+            self._lease.release()
 
     # -- staging -----------------------------------------------------------------------
     def _staged(self, name: str) -> _Staged:
@@ -198,6 +204,7 @@ class Transaction:
             return
         data = pa.concat_tables(st.pending)
         st.pending, st.pending_bytes = [], 0
+        self._lease.beat()
         try:
             frags = write_fragments(
                 data,
@@ -223,7 +230,14 @@ class Transaction:
         schema = self._staged(table).schema  # an older table's column may lack colour tags
         like = schema.field(column).type if schema is not None and column in schema.names else None
         arr = index_to_arrow(key, stream, like=like, where=f"table {table!r} column {column!r}")
-        self.project.client.store.put(f"{self.project.prefix}/{key}", stream.data, if_absent=True)
+        store, full = self.project.client.store, f"{self.project.prefix}/{key}"
+        self._lease.beat()
+        if not store.put(full, stream.data, if_absent=True):
+            # content-addressed: maybe an old orphan; its age for gc restarts now
+            mark_used(store, self.project.prefix, full)
+            if store.missing([full]):  # gc took it between the two calls
+                store.put(full, stream.data)
+        self._media[full] = table
         return pa.field(column, arr.type, metadata={KIND_KEY: b"video"}), arr
 
     # -- commit ------------------------------------------------------------------------
@@ -259,6 +273,7 @@ class Transaction:
             tables.update(versions)
             commit = Commit.create([head.commit_id], self.message, tables)
             project.save_commit(commit)
+            self._check_staged(touched)
             if refs.try_advance(self.branch.name, head.seq + 1, commit.id):
                 for name, v in versions.items():
                     project.protect_version(name, v)
@@ -268,6 +283,26 @@ class Transaction:
             f"could not move branch {self.branch.name!r} of project {project.name!r} after "
             f"{_MAX_ATTEMPTS} attempts (too many concurrent writers); nothing was committed"
         )
+
+    def _check_staged(self, touched: dict[str, _Staged]) -> None:
+        """Every object this transaction staged still exists (else gc, forced to a grace
+        shorter than this transaction, took it): never move the branch to a commit that
+        names a missing file."""
+        self._lease.beat()
+        prefix = self.project.prefix
+        owner = dict(self._media)
+        for name, st in touched.items():
+            for frag in st.fragments:
+                for df in frag.files:
+                    owner[f"{prefix}/tables/{name}.lance/data/{df.path}"] = name
+        gone = self.project.client.store.missing(list(owner))
+        if gone:
+            raise StorageError(
+                f"table {owner[gone[0]]!r} of project {self.project.name!r}: "
+                f"{gone[0][len(prefix) + 1 :]}, written by this transaction, was deleted "
+                f"before its commit ({len(gone)} object(s); was gc run with a grace shorter "
+                "than this transaction?); nothing was committed"
+            )
 
 
 def _check_base(ds: Any, st: _Staged, name: str, project: str, commit_id: str) -> None:
