@@ -1,18 +1,32 @@
-"""Garbage collection: remove table versions and media that no commit reaches.
+"""Garbage collection: remove table versions and objects no commit reaches.
 
-Reachable = every commit reachable (through parents) from every branch head.
-Each table version a reachable commit names is tagged (``treadle-v<N>``) and so
-kept by Lance's cleanup; every other version older than ``older_than`` goes, with
-the data files only it used. Media streams no kept version references, and older
-than ``older_than``, are deleted too. A running writer's files are younger than
-the grace period, so gc never races a writer that is about to commit.
+gc deletes an object only when it is **unreachable and older than the grace**
+(``older_than``, default one hour), and it is safe to run at any time, while writers
+and imports run:
 
-A writer killed between its Lance commit and its branch move leaves a Lance version
-no commit names; when that version is the table's latest, Lance's cleanup would keep
-it (and its data files) forever, so gc first makes a new latest version equal to the
-newest reachable one. A table no reachable commit names at all (created by a writer
-that died before its branch move) is removed whole once all its files are older than
-``older_than``.
+1. **Survey, deleting nothing.** Reachable = every commit reachable (through parents)
+   from every branch head. Every table version such a commit names is opened from
+   storage, every data file it lists must be there with its recorded size, and the
+   video columns of its fragments give the media streams in use, which must exist too.
+   Any damage (a missing or unreadable manifest, data file or stream) stops gc with
+   :class:`CorruptData` (or :class:`StorageError`) naming the table and the file, and
+   nothing has been deleted: gc never guesses what a version it cannot read references.
+2. **Cutoff.** ``now - older_than``, or earlier: the start of the oldest *running*
+   transaction (see :mod:`treadle.catalog.leases`), so a write that takes longer than
+   the grace keeps everything it staged. A reused content-addressed media object's age
+   counts from its last reuse (its "used" marker), not from its first write.
+3. **Delete.** Per table: reachable versions are tagged (``treadle-v<N>``) so Lance's
+   cleanup keeps them; other versions older than the cutoff go, with the data files only
+   they used; data files no remaining version lists (a dead writer's staged fragments)
+   go once older than the cutoff. A writer killed between its Lance commit and its
+   branch move leaves an unreachable *latest* version, which Lance's cleanup would keep
+   forever: gc makes a new latest version equal to the newest reachable one first. A
+   table no reachable commit names (made by a writer that died) goes whole once all its
+   files are older than the cutoff. Media no reachable row names goes once older than
+   the cutoff, re-checking its "used" marker just before each delete.
+
+Lance's own ``delete_unverified=True`` is never used: it deletes every file no version
+references *whatever its age*, including a running writer's staged fragments.
 """
 
 from __future__ import annotations
@@ -21,11 +35,14 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import lance
 import pyarrow.compute as pc
 
+from treadle.catalog.leases import USED, WRITERS, live_since, stale, used_key
+from treadle.errors import CorruptData, CredentialsError, NotFound, TreadleError
+from treadle.storage import ObjectInfo, Store, lance_error
 from treadle.table.tensors import is_video
 
 if TYPE_CHECKING:
@@ -41,6 +58,17 @@ class GcReport:
     removed_bytes: int = 0
     removed_media: list[str] = field(default_factory=list)
     removed_tables: list[str] = field(default_factory=list)
+    removed_files: int = 0  # data files no version listed (dead writers' staged rows)
+
+
+@dataclass
+class _Survey:
+    """One reachable table, as read (and checked) before gc deletes anything."""
+
+    name: str
+    versions: set[int]
+    latest: lance.LanceDataset
+    media: set[str]
 
 
 def reachable_versions(project: Project) -> dict[str, set[int]]:
@@ -60,60 +88,149 @@ def reachable_versions(project: Project) -> dict[str, set[int]]:
     return out
 
 
-def collect_garbage(project: Project, older_than: timedelta = timedelta(hours=1)) -> GcReport:
-    """Remove what no commit of ``project`` reaches and is older than ``older_than``."""
-    store = project.client.store
+def collect_garbage(
+    project: Project, older_than: timedelta = timedelta(hours=1), *, now: datetime | None = None
+) -> GcReport:
+    """Remove what no commit of ``project`` reaches and is older than ``older_than``.
+
+    ``now`` is gc's clock (default: the real one; tests move it to age objects on
+    stores that cannot back-date them). Raises :class:`CorruptData` naming the table
+    and file, having deleted nothing, when a reachable version cannot be fully read.
+    """
+    store, prefix = project.client.store, project.prefix
+    now = now or datetime.now(UTC)
     report = GcReport()
     keep = reachable_versions(project)
-    media_in_use: set[str] = set()
-    for name, versions in sorted(keep.items()):
-        report.kept_versions[name] = sorted(versions)
-        latest = lance.dataset(project.table_uri(name), storage_options=store.lance_options)
-        tags = latest.tags.list()
-        for v in versions:
-            if f"treadle-v{v}" not in tags:
-                project.protect_version(name, v)
-        for tag, info in tags.items():
-            if tag.startswith("treadle-v") and info["version"] not in versions:
-                latest.tags.delete(tag)
-        stats = latest.cleanup_old_versions(
-            older_than=older_than, delete_unverified=True, error_if_tagged_old_versions=False
-        )
-        report.removed_versions += stats.old_versions
-        report.removed_bytes += stats.bytes_removed
-        for v in versions:
-            ds = project.open_dataset(name, v)
-            for f in ds.schema:
-                if is_video(f):
-                    col = ds.to_table(columns=[f.name]).column(f.name)
-                    streams = pc.unique(pc.struct_field(col, "stream")).to_pylist()
-                    media_in_use.update(f"{project.prefix}/{s}" for s in streams)
-    cutoff = datetime.now(UTC) - older_than
-    for name, versions in sorted(keep.items()):
-        if _orphan_latest(project, name, versions, cutoff):
-            latest = lance.dataset(project.table_uri(name), storage_options=store.lance_options)
-            stats = latest.cleanup_old_versions(
-                older_than=older_than, delete_unverified=True, error_if_tagged_old_versions=False
-            )
-            report.removed_versions += stats.old_versions
-            report.removed_bytes += stats.bytes_removed
-    for table in store.list_dirs(f"{project.prefix}/tables"):
-        name = table[: -len(".lance")] if table.endswith(".lance") else table
-        if name in keep or not table.endswith(".lance"):
-            continue
-        keys = store.list(f"{project.prefix}/tables/{table}")
-        if keys and all(store.modified(k) < cutoff for k in keys):
-            for k in keys:
-                report.removed_bytes += store.size(k)
-                store.delete(k)
-            if store.is_local:  # the folders a local store leaves behind
-                _prune_empty(Path(store.url) / project.prefix / "tables" / table)
-            report.removed_tables.append(name)
-    for key in store.list(f"{project.prefix}/media"):
-        if key not in media_in_use and store.modified(key) < cutoff:
-            store.delete(key)
-            report.removed_media.append(key)
+    surveys = [_survey(project, name, versions) for name, versions in sorted(keep.items())]
+    media = store.list_info(f"{prefix}/media")
+    in_use = set().union(*(s.media for s in surveys))
+    for s in surveys:
+        for key in sorted(s.media - media.keys()):
+            raise CorruptData(_damaged(project, s.name, f"media stream {key} is missing"))
+    alive_after = now - older_than
+    leases = store.list_info(f"{prefix}/{WRITERS}")
+    cutoff = min(alive_after, live_since(leases, alive_after) or alive_after)
+    for s in surveys:
+        report.kept_versions[s.name] = sorted(s.versions)
+        _collect_table(project, s, cutoff, report)
+    _collect_unreachable_tables(project, keep, cutoff, report)
+    _collect_media(store, prefix, media, in_use, cutoff, report)
+    for key in stale(leases, alive_after):
+        store.delete(key)
     return report
+
+
+def _damaged(project: Project, table: str, what: str) -> str:
+    return (
+        f"gc of project {project.name!r} stopped before deleting anything: table {table!r}: "
+        f"{what}; repair or restore it (or remove the commits that name it), then rerun gc"
+    )
+
+
+def _open(project: Project, name: str, version: int | None) -> lance.LanceDataset:
+    """A table version read from storage (not a cached handle); damage -> CorruptData."""
+    store = project.client.store
+    try:
+        return lance.dataset(
+            project.table_uri(name), version=version, storage_options=store.lance_options
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        which = (
+            "its latest version"
+            if version is None
+            else f"version {version} (manifest _versions/{2**64 - 1 - version}.manifest)"
+        )
+        err: TreadleError = lance_error(e, which)
+        if isinstance(err, CredentialsError):
+            raise err from None
+        text = str(err).lower()
+        if isinstance(err, NotFound) or "corrupt" in text or "invalid format" in text:
+            raise CorruptData(_damaged(project, name, f"cannot read {err}")) from None
+        raise type(err)(_damaged(project, name, f"cannot read {err}")) from None
+
+
+def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
+    store = project.client.store
+    base = f"{project.prefix}/tables/{name}.lance/data"
+    files = store.list_info(base)
+    media: set[str] = set()
+    scanned: set[tuple[str, ...]] = set()
+    for v in sorted(versions):
+        ds = _open(project, name, v)
+        video = [f.name for f in ds.schema if is_video(f)]
+        for frag in ds.get_fragments():
+            paths = tuple(df.path for df in frag.data_files())
+            for df in frag.data_files():
+                info = files.get(f"{base}/{df.path}")
+                if info is None:
+                    what = f"version {v} lists data file data/{df.path}, which is missing"
+                    raise CorruptData(_damaged(project, name, what))
+                if df.file_size_bytes and info.size != df.file_size_bytes:
+                    what = (
+                        f"version {v} lists data file data/{df.path} of {df.file_size_bytes} "
+                        f"bytes, but it holds {info.size}"
+                    )
+                    raise CorruptData(_damaged(project, name, what))
+            if video and paths not in scanned:
+                scanned.add(paths)
+                media |= _streams(project, name, frag, video, paths)
+    return _Survey(name, versions, _open(project, name, None), media)
+
+
+def _streams(project: Project, name: str, frag: Any, columns: list[str], paths: tuple) -> set[str]:
+    """Media keys the video ``columns`` of one fragment name."""
+    try:
+        t = frag.to_table(columns=columns)
+    except (OSError, ValueError, RuntimeError) as e:
+        what = f"data file(s) {', '.join(f'data/{p}' for p in paths)} cannot be read ({e})"
+        raise CorruptData(_damaged(project, name, what[:600])) from None
+    out: set[str] = set()
+    for col in columns:
+        streams = pc.unique(pc.struct_field(t.column(col), "stream")).to_pylist()
+        out.update(f"{project.prefix}/{s}" for s in streams if s is not None)
+    return out
+
+
+def _collect_table(project: Project, s: _Survey, cutoff: datetime, report: GcReport) -> None:
+    tags = s.latest.tags.list()
+    for v in s.versions:
+        if f"treadle-v{v}" not in tags:
+            project.protect_version(s.name, v)
+    for tag, info in tags.items():
+        if tag.startswith("treadle-v") and info["version"] not in s.versions:
+            s.latest.tags.delete(tag)
+    _lance_cleanup(s.latest, cutoff, report)
+    if _orphan_latest(project, s.name, s.versions, cutoff):
+        _lance_cleanup(_open(project, s.name, None), cutoff, report)
+    _sweep_data_files(project, s, cutoff, report)
+
+
+def _lance_cleanup(ds: lance.LanceDataset, cutoff: datetime, report: GcReport) -> None:
+    """Lance's cleanup of untagged versions older than ``cutoff`` (and their files)."""
+    older = max(timedelta(0), datetime.now(UTC) - cutoff)
+    stats = ds.cleanup_old_versions(older_than=older, error_if_tagged_old_versions=False)
+    report.removed_versions += stats.old_versions
+    report.removed_bytes += stats.bytes_removed
+
+
+def _sweep_data_files(project: Project, s: _Survey, cutoff: datetime, report: GcReport) -> None:
+    """Data files no remaining version lists and older than ``cutoff``: dead writers'."""
+    store = project.client.store
+    base = f"{project.prefix}/tables/{s.name}.lance/data"
+    files = store.list_info(base)
+    listed: set[str] = set()
+    try:
+        for info in _open(project, s.name, None).versions():
+            v = int(info["version"])
+            for frag in project.open_dataset(s.name, v).get_fragments():
+                listed.update(f"{base}/{df.path}" for df in frag.data_files())
+    except TreadleError:
+        return  # an unreachable version gc cannot read: keep every file this time
+    for key, obj in files.items():
+        if key not in listed and obj.modified < cutoff:
+            store.delete(key)
+            report.removed_files += 1
+            report.removed_bytes += obj.size
 
 
 def _orphan_latest(project: Project, name: str, versions: set[int], cutoff: datetime) -> bool:
@@ -121,8 +238,7 @@ def _orphan_latest(project: Project, name: str, versions: set[int], cutoff: date
 
     True when a new latest version was made (the old latest can now be cleaned up).
     """
-    store = project.client.store
-    latest = lance.dataset(project.table_uri(name), storage_options=store.lance_options)
+    latest = _open(project, name, None)
     if latest.version in versions or latest.version < max(versions):
         return False
     info = latest.versions()[-1]
@@ -135,10 +251,58 @@ def _orphan_latest(project: Project, name: str, versions: set[int], cutoff: date
     latest_files = {df.path for f in latest.get_fragments() for df in f.data_files()}
     if latest_files <= kept_files and latest.schema.equals(kept.schema, check_metadata=False):
         return False  # nothing only the unreachable version holds
-    lance.dataset(
-        project.table_uri(name), version=max(versions), storage_options=store.lance_options
-    ).restore()
+    _open(project, name, max(versions)).restore()
     return True
+
+
+def _collect_unreachable_tables(
+    project: Project, keep: dict[str, set[int]], cutoff: datetime, report: GcReport
+) -> None:
+    store = project.client.store
+    for table in store.list_dirs(f"{project.prefix}/tables"):
+        name = table[: -len(".lance")] if table.endswith(".lance") else table
+        if name in keep or not table.endswith(".lance"):
+            continue
+        objs = store.list_info(f"{project.prefix}/tables/{table}")
+        if objs and all(o.modified < cutoff for o in objs.values()):
+            for k, o in objs.items():
+                report.removed_bytes += o.size
+                store.delete(k)
+            if store.is_local:  # the folders a local store leaves behind
+                _prune_empty(Path(store.url) / project.prefix / "tables" / table)
+            report.removed_tables.append(name)
+
+
+def _collect_media(
+    store: Store,
+    prefix: str,
+    media: dict[str, ObjectInfo],
+    in_use: set[str],
+    cutoff: datetime,
+    report: GcReport,
+) -> None:
+    """Streams no reachable row names, last written or reused before ``cutoff``."""
+    used = store.list_info(f"{prefix}/{USED}")
+    removed: set[str] = set()
+    for key, obj in media.items():
+        marker = used_key(prefix, key)
+        if key in in_use or max(obj.modified, _when(used.get(marker))) >= cutoff:
+            continue
+        with suppress(NotFound):  # reused since the listing? (a writer found it, just now)
+            if store.modified(marker) >= cutoff:
+                continue
+        store.delete(key)
+        removed.add(key)
+        report.removed_media.append(key)
+        report.removed_bytes += obj.size
+    for marker, obj in used.items():  # markers of deleted, referenced or missing objects
+        key = f"{prefix}/{marker[len(prefix) + len(USED) + 2 :]}"
+        if obj.modified < cutoff and (key in in_use or key in removed or key not in media):
+            store.delete(marker)
+
+
+def _when(info: ObjectInfo | None) -> datetime:
+    return info.modified if info else datetime.min.replace(tzinfo=UTC)
 
 
 def _prune_empty(folder: Path) -> None:

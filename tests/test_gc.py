@@ -1,0 +1,307 @@
+"""gc while writers and imports run: it deletes only what is unreachable *and* old.
+
+- A writer loop (``append`` and ``append_episode`` with video) and WebDataset imports
+  run while another thread runs ``project.gc()`` (its default grace) every ~0.3 s, on
+  local disk and S3: afterwards every commit of the branch reads back with the exact
+  row counts and every frame of every episode.
+- A crashed writer's media object, aged past the grace, then reused by a new write
+  (put-if-absent finds it), survives a gc that runs before that write commits.
+- gc on a damaged table (a reachable version's data file or manifest missing or
+  corrupt) raises a named error and deletes nothing.
+- A writer whose staged files were deleted under it (gc forced with grace 0) fails
+  with a named error, and the branch does not move.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+import treadle as td
+import treadle.video as tv
+from importer_fixtures import make_wds
+from treadle.catalog.gc import collect_garbage
+from treadle.errors import CorruptData, StorageError
+from treadle.importers import webdataset as import_wds
+from treadle.plan.windows import Video
+from treadle.video._testing import synthetic_frames
+
+T_ROWS, V_FRAMES, W_ROWS = 7, 6, 12
+
+
+def _frames(i: int) -> np.ndarray:
+    return synthetic_frames(V_FRAMES, 32, 32, seed=i)
+
+
+def _all_keys(project: td.Project) -> dict[str, int]:
+    store = project.client.store
+    return {k: store.size(k) for k in store.list(project.prefix)}
+
+
+def _decode(project: td.Project, table: td.Table) -> dict[str, np.ndarray]:
+    """Episode name -> all its frames of column ``cam``, through the table's own index."""
+    arrow = table.to_arrow(["episode", "cam"])
+    out: dict[str, np.ndarray] = {}
+    with tv.VideoReader(project.client.store, prefix=project.prefix) as reader:
+        for ep in pc.unique(arrow.column("episode")).to_pylist():
+            rows = arrow.filter(pc.equal(arrow.column("episode"), ep)).column("cam")
+            key, idx = tv.index_from_arrow(rows)
+            n = len(idx)
+            [frames] = reader.read([tv.WindowRequest(key, idx, range(n), Video(range(n)))])
+            out[ep] = np.asarray(frames)
+    return out
+
+
+def _check_commit(project: td.Project, commit, older: list) -> None:  # type: ignore[no-untyped-def]
+    """``commit`` (whose ancestors are ``older``) reads back with exact rows and frames."""
+    msgs = [c.message for c in [commit, *older]]
+    n_t = sum(m.startswith("t") for m in msgs)
+    eps = sorted(m for m in msgs if m.startswith("v"))
+    n_w = sum("import-id=" in m for m in msgs)
+    where = f"commit {commit.short_id} ({commit.message})"
+    if n_t:
+        t = project.table_at("t", commit.tables["t"])
+        assert t.to_arrow().num_rows == T_ROWS * n_t, where
+    if eps:
+        v = project.table_at("v", commit.tables["v"])
+        assert v.num_moments == V_FRAMES * len(eps), where
+        got = _decode(project, v)
+        assert sorted(got) == eps, where
+        for ep, frames in got.items():
+            ref = _frames(int(ep[1:])).astype(np.int16)
+            assert frames.shape == ref.shape, (where, ep)
+            assert np.abs(frames.astype(np.int16) - ref).mean() < 12, (where, ep)
+    if n_w:
+        w = project.table_at("w", commit.tables["w"])
+        assert w.to_arrow().num_rows == W_ROWS * n_w, where
+
+
+def _gc_loop(root: str, opts, stop: threading.Event, errors: list, runs: list) -> None:  # type: ignore[no-untyped-def]
+    project = td.Client(root, storage_options=opts).project("p")
+    while not stop.is_set():
+        try:
+            project.gc()  # the default grace: no forcing
+            runs.append(1)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+            return
+        stop.wait(0.2)
+
+
+@pytest.mark.slow
+def test_gc_loop_during_writers_and_imports_loses_nothing(any_root, tmp_path):
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("t").append({"x": np.arange(T_ROWS)}, message="t-1")
+    shards = [make_wds(tmp_path / f"wds{k}", n=W_ROWS, per_shard=W_ROWS, seed=k) for k in range(3)]
+    stop, errors, runs = threading.Event(), [], []
+    gc = threading.Thread(target=_gc_loop, args=(root, opts, stop, errors, runs))
+    failures: list[BaseException] = []
+    written: list[int] = []
+
+    def writer() -> None:  # at least 12 commits, and on until gc ran 10 times
+        try:
+            for i in range(80):
+                if i >= 12 and len(runs) >= 10:
+                    break
+                if i % 2:
+                    main.table("v").append_episode(
+                        {"cam": td.VideoFrames(_frames(i), fps=10), "a": np.ones((V_FRAMES, 2))},
+                        episode=f"v{i}",
+                        message=f"v{i}",
+                    )
+                else:
+                    main.table("t").append({"x": np.full(T_ROWS, i)}, message=f"t{i}")
+                written.append(i)
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    def importer() -> None:
+        try:
+            for pattern in shards:
+                import_wds(pattern, td.Client(root, storage_options=opts).project("p"), "w",
+                           progress=False)  # fmt: skip
+        except BaseException as e:  # noqa: BLE001
+            failures.append(e)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=importer)]
+    gc.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    gc.join()
+    project = td.Client(root, storage_options=opts).project("p")
+    log = project.branch().log()
+    unreadable = []
+    for k, commit in enumerate(log[:-1]):
+        try:
+            _check_commit(project, commit, log[k + 1 :])
+        except Exception as e:  # noqa: BLE001 - counted, then asserted
+            unreadable.append(f"{commit.short_id} {commit.message}: {type(e).__name__}: {e}")
+    bad = f"{len(unreadable)} of {len(log) - 1} commits unreadable: {unreadable[:3]}"
+    assert not unreadable and not failures, (bad, failures)
+    assert not errors, errors
+    assert len(runs) >= 10 or len(written) == 80  # gc ran again and again during the writes
+    assert len(log) == 1 + 1 + len(written) + 3  # the first commit, t-1, the loop, the imports
+    project.gc()  # and a last gc with nothing running keeps all of it
+    _check_commit(project, log[0], log[1:])
+
+
+def _modified(project: td.Project, key: str) -> float:
+    return project.client.store.modified(key).timestamp()
+
+
+def test_reused_orphan_media_survives_gc(any_root):
+    """A crashed writer left media; its mtime is past the grace; a new write reuses it
+    (put-if-absent finds it) and gc runs before that write commits: the media stays."""
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    frames = _frames(3)
+    with pytest.raises(RuntimeError), main.transaction("crashes") as tx:
+        tx.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)}, episode="v3")
+        raise RuntimeError("the writer dies before its commit")
+    [key] = project.client.store.list(f"{project.prefix}/media")
+    grace = timedelta(hours=1)
+    now = None  # gc's clock: the real one, unless S3 (below)
+    if project.client.store.is_local:  # age it: two hours old
+        old = time.time() - 7200
+        os.utime(Path(root, key), (old, old))
+    else:  # S3 cannot back-date an object; give gc a clock one grace past a cut after it
+        time.sleep(2.5)  # S3 mtimes have one-second resolution
+        now = datetime.fromtimestamp(_modified(project, key) + 1.5, UTC) + grace
+    with main.transaction("v3") as tx:
+        tx.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)}, episode="v3")
+        gc_project = td.Client(root, storage_options=opts).project("p")
+        report = collect_garbage(gc_project, grace, **({"now": now} if now else {}))
+        assert key not in report.removed_media
+    project = td.Client(root, storage_options=opts).project("p")
+    log = project.branch().log()
+    _check_commit(project, log[0], log[1:])
+    project.gc()
+    _check_commit(project, log[0], log[1:])
+
+
+@pytest.mark.parametrize("what", ["append", "episode", "import"])
+def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monkeypatch, what):
+    """gc (default grace) runs at the worst moment: after a writer staged its data files
+    and media, before its Lance commit. Nothing it staged may go."""
+    import treadle.table.write as write
+
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("t").append({"x": np.arange(T_ROWS)}, message="t0")
+    cols = {"cam": td.VideoFrames(_frames(0), fps=10), "a": np.ones((V_FRAMES, 2))}
+    main.table("v").append_episode(cols, episode="v0", message="v0")
+    import_wds(make_wds(tmp_path / "wds0", n=W_ROWS, per_shard=5, seed=0), project, "w",
+               progress=False)  # fmt: skip
+    real = write._lance_overwrite
+    ran: list[int] = []
+
+    def overwrite(*a, **k):  # type: ignore[no-untyped-def]
+        ran.append(1)
+        td.Client(root, storage_options=opts).project("p").gc()
+        return real(*a, **k)
+
+    monkeypatch.setattr(write, "_lance_overwrite", overwrite)
+    if what == "append":
+        main.table("t").append({"x": np.full(T_ROWS, 1)}, message="t1")
+    elif what == "episode":
+        cols = {"cam": td.VideoFrames(_frames(1), fps=10), "a": np.ones((V_FRAMES, 2))}
+        main.table("v").append_episode(cols, episode="v1", message="v1")
+    else:
+        import_wds(make_wds(tmp_path / "wds1", n=W_ROWS, per_shard=5, seed=1), project, "w",
+                   progress=False)  # fmt: skip
+    monkeypatch.undo()
+    assert ran
+    project = td.Client(root, storage_options=opts).project("p")
+    log = project.branch().log()
+    for k, commit in enumerate(log[:-1]):
+        _check_commit(project, commit, log[k + 1 :])
+
+
+def _damage(project: td.Project, root: str, what: str) -> str:
+    """Damage reachable version 2 of table ``t``; returns the file it damaged."""
+    store = project.client.store
+    base = f"{project.prefix}/tables/t.lance"
+    if what.startswith("manifest"):
+        key = f"{base}/_versions/{2**64 - 1 - 2}.manifest"
+    else:
+        ds = project.open_dataset("t", 2)
+        names = {df.path for f in ds.get_fragments() for df in f.data_files()}
+        ds1 = project.open_dataset("t", 1)
+        names -= {df.path for f in ds1.get_fragments() for df in f.data_files()}
+        key = f"{base}/data/{names.pop()}"
+    assert store.exists(key), key
+    if what.endswith("missing"):
+        store.delete(key)
+    else:
+        store.put(key, b"\x00garbage" * 8)
+    return key.rsplit("/", 1)[-1]
+
+
+@pytest.mark.parametrize(
+    "what", ["data-missing", "data-corrupt", "manifest-missing", "manifest-corrupt"]
+)
+def test_gc_on_damaged_table_deletes_nothing(any_root, what):
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    t = main.table("t")
+    for i in range(3):
+        t.append({"x": np.full(T_ROWS, i)}, message=f"t{i}")  # versions 1, 2, 3
+    main.table("v").append_episode({"cam": td.VideoFrames(_frames(1), fps=10)}, episode="v1")
+    # garbage gc would remove: an abandoned transaction's data file and media
+    with pytest.raises(RuntimeError), main.transaction("crash") as tx:
+        tx.table("t").append({"x": np.arange(100)})
+        tx._flush("t", tx._tables["t"])
+        tx.table("v").append_episode({"cam": td.VideoFrames(_frames(2), fps=10)}, episode="v2")
+        raise RuntimeError
+    name = _damage(project, root, what)
+    project = td.Client(root, storage_options=opts).project("p")
+    before = _all_keys(project)
+    with pytest.raises((CorruptData, StorageError)) as e:
+        project.gc(older_than=timedelta(0))
+    assert "'t'" in str(e.value) and name in str(e.value), str(e.value)
+    assert _all_keys(project) == before  # not one object deleted
+
+
+@pytest.mark.parametrize("what", ["data", "media"])
+def test_writer_whose_files_vanish_fails_named_and_branch_stays(any_root, what):
+    """gc forced to grace 0 deletes a running transaction's staged files: its commit
+    raises a named error, the branch does not move, and a later writer proceeds."""
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("t").append({"x": np.arange(T_ROWS)}, message="t0")
+    main.table("v").append_episode({"cam": td.VideoFrames(_frames(0), fps=10)}, episode="v0",
+                                   message="v0")  # fmt: skip
+    head = main.commit_id
+    with pytest.raises(StorageError) as e, main.transaction("t1") as tx:
+        if what == "data":
+            tx.table("t").append({"x": np.full(T_ROWS, 1)})
+            tx._flush("t", tx._tables["t"])
+        else:
+            tx.table("v").append_episode({"cam": td.VideoFrames(_frames(1), fps=10)},
+                                         episode="v1")  # fmt: skip
+        td.Client(root, storage_options=opts).project("p").gc(older_than=timedelta(0))
+    assert ("'t'" if what == "data" else "'v'") in str(e.value), str(e.value)
+    assert "nothing was committed" in str(e.value)
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    assert main.commit_id == head
+    main.table("t").append({"x": np.full(T_ROWS, 2)}, message="t2")
+    log = main.log()
+    for k, commit in enumerate(log[:-1]):
+        _check_commit(project, commit, log[k + 1 :])
