@@ -32,3 +32,16 @@ def test_errors_are_one_line(local_root, capsys):
     assert "project 'nope' not found" in capsys.readouterr().err
     assert main(["--root", local_root, "log", "../etc"]) == 2
     assert "invalid project name" in capsys.readouterr().err
+
+
+def test_gc_reports_and_refuses_a_negative_grace(local_root, capsys):
+    import pytest
+
+    td.Client(local_root).project("p").branch().table("t").append({"x": [1, 2]})
+    assert main(["--root", local_root, "gc", "p", "--older-than-hours", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "kept 1 table versions" in out and "staged data files" in out
+    with pytest.raises(SystemExit) as e:
+        main(["--root", local_root, "gc", "p", "--older-than-hours", "-1"])
+    assert e.value.code == 2
+    assert "must be a number of hours >= 0" in capsys.readouterr().err

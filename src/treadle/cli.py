@@ -65,10 +65,21 @@ def _cmd_gc(args: argparse.Namespace) -> int:
         report = client.project(name, create=False).gc(timedelta(hours=args.older_than_hours))
         print(
             f"{name}: kept {sum(len(v) for v in report.kept_versions.values())} table versions, "
-            f"removed {report.removed_versions} versions ({report.removed_bytes:,} bytes) "
-            f"and {len(report.removed_media)} media objects"
+            f"removed {report.removed_versions} versions, {report.removed_files} staged data "
+            f"files, {len(report.removed_media)} media objects and "
+            f"{len(report.removed_tables)} tables ({report.removed_bytes:,} bytes)"
         )
     return 0
+
+
+def _hours(text: str) -> float:
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = float("nan")
+    if not hours >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of hours >= 0, got {text!r}")
+    return hours
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,9 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", help="commit id or prefix")
     p.set_defaults(func=_cmd_tables)
 
-    p = sub.add_parser("gc", help="remove table versions and media no commit reaches")
+    p = sub.add_parser(
+        "gc",
+        help="remove table versions and media no commit reaches (safe while writers run)",
+    )
     p.add_argument("project", nargs="?")
-    p.add_argument("--older-than-hours", type=float, default=1.0)
+    p.add_argument(
+        "--older-than-hours",
+        type=_hours,
+        default=1.0,
+        help="grace: keep anything younger, and all a running write staged (default 1); "
+        "0 may break writers that run meanwhile",
+    )
     p.set_defaults(func=_cmd_gc)
 
     for register in _optional_commands():
