@@ -305,3 +305,55 @@ def test_writer_whose_files_vanish_fails_named_and_branch_stays(any_root, what):
     log = main.log()
     for k, commit in enumerate(log[:-1]):
         _check_commit(project, commit, log[k + 1 :])
+
+
+def test_transaction_longer_than_the_grace_keeps_what_it_staged(any_root, monkeypatch):
+    """A running transaction whose first staged files are older than the grace (it is
+    still beating its lease) keeps them all: gc's cutoff moves back to its start."""
+    from treadle.catalog import leases
+
+    monkeypatch.setattr(leases, "_BEAT_S", 0.0)  # beat on every staged write
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("t").append({"x": np.arange(T_ROWS)}, message="t0")
+    grace = timedelta(hours=1)
+    with main.transaction("t1 v1") as tx:
+        tx.table("t").append({"x": np.full(T_ROWS, 1)})
+        tx._flush("t", tx._tables["t"])
+        cols = {"cam": td.VideoFrames(_frames(1), fps=10), "a": np.ones((V_FRAMES, 2))}
+        tx.table("v").append_episode(cols, episode="v1")
+        [start] = [k for k in project.client.store.list(project.prefix) if k.endswith("/start")]
+        time.sleep(2.5)  # S3 mtimes have one-second resolution
+        tx.table("t").append({"x": np.full(T_ROWS, 1)})  # still writing: the lease is alive
+        tx._flush("t", tx._tables["t"])
+        # gc's clock: the first staged files are past the grace, the last beat is not
+        now = datetime.fromtimestamp(_modified(project, start) + 1.5, UTC) + grace
+        gc_project = td.Client(root, storage_options=opts).project("p")
+        report = collect_garbage(gc_project, grace, now=now)
+        assert report.removed_files == 0 and not report.removed_media, report
+    project = td.Client(root, storage_options=opts).project("p")
+    log = project.branch().log()
+    assert project.table_at("t", log[0].tables["t"]).num_moments == 3 * T_ROWS
+    assert project.table_at("v", log[0].tables["v"]).num_moments == V_FRAMES
+    _decode(project, project.table_at("v", log[0].tables["v"]))
+    project.gc()  # nothing left behind: the lease went with the commit
+    assert not project.client.store.list(f"{project.prefix}/gc/writers")
+
+
+def test_gc_removes_a_dead_writers_lease_and_markers(local_root):
+    """A writer killed mid-transaction leaves its lease (and a reuse marker): kept while
+    younger than the grace, removed after it."""
+    from treadle.catalog.leases import Lease, mark_used
+
+    project = td.Client(local_root).project("p")
+    project.branch().table("t").append({"x": np.arange(3)})
+    store, prefix = project.client.store, project.prefix
+    Lease(store, prefix).beat()  # never released: the process died
+    mark_used(store, prefix, f"{prefix}/media/t/{'0' * 64}.h264")
+    markers = store.list(f"{prefix}/gc")
+    assert len(markers) == 2
+    project.gc()
+    assert store.list(f"{prefix}/gc") == markers
+    project.gc(older_than=timedelta(0))
+    assert store.list(f"{prefix}/gc") == []

@@ -69,6 +69,7 @@ class _Survey:
     versions: set[int]
     latest: lance.LanceDataset
     media: set[str]
+    files: set[str]  # keys of the data files the reachable versions list
 
 
 def reachable_versions(project: Project) -> dict[str, set[int]]:
@@ -154,6 +155,7 @@ def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
     base = f"{project.prefix}/tables/{name}.lance/data"
     files = store.list_info(base)
     media: set[str] = set()
+    listed: set[str] = set()
     scanned: set[tuple[str, ...]] = set()
     for v in sorted(versions):
         ds = _open(project, name, v)
@@ -161,6 +163,7 @@ def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
         for frag in ds.get_fragments():
             paths = tuple(df.path for df in frag.data_files())
             for df in frag.data_files():
+                listed.add(f"{base}/{df.path}")
                 info = files.get(f"{base}/{df.path}")
                 if info is None:
                     what = f"version {v} lists data file data/{df.path}, which is missing"
@@ -174,7 +177,7 @@ def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
             if video and paths not in scanned:
                 scanned.add(paths)
                 media |= _streams(project, name, frag, video, paths)
-    return _Survey(name, versions, _open(project, name, None), media)
+    return _Survey(name, versions, _open(project, name, None), media, listed)
 
 
 def _streams(project: Project, name: str, frag: Any, columns: list[str], paths: tuple) -> set[str]:
@@ -218,10 +221,12 @@ def _sweep_data_files(project: Project, s: _Survey, cutoff: datetime, report: Gc
     store = project.client.store
     base = f"{project.prefix}/tables/{s.name}.lance/data"
     files = store.list_info(base)
-    listed: set[str] = set()
+    listed = set(s.files)
     try:
         for info in _open(project, s.name, None).versions():
             v = int(info["version"])
+            if v in s.versions:
+                continue
             for frag in project.open_dataset(s.name, v).get_fragments():
                 listed.update(f"{base}/{df.path}" for df in frag.data_files())
     except TreadleError:
