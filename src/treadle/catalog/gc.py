@@ -11,9 +11,10 @@ and imports run:
    Any damage (a missing or unreadable manifest, data file or stream) stops gc with
    :class:`CorruptData` (or :class:`StorageError`) naming the table and the file, and
    nothing has been deleted: gc never guesses what a version it cannot read references.
-2. **Cutoff.** ``now - older_than``, or earlier: the start of the oldest *running*
-   transaction (see :mod:`treadle.catalog.leases`), so a write that takes longer than
-   the grace keeps everything it staged. A reused content-addressed media object's age
+2. **Cutoff** (read first of all, so a write that ends later is in the survey):
+   ``now - older_than``, or earlier: the start of the oldest *running* transaction (see
+   :mod:`treadle.catalog.leases`), so a write that takes longer than the grace keeps
+   everything it staged. A reused content-addressed media object's age
    counts from its last reuse (its "used" marker), not from its first write.
 3. **Delete.** Per table: reachable versions are tagged (``treadle-v<N>``) so Lance's
    cleanup keeps them; other versions older than the cutoff go, with the data files only
@@ -101,6 +102,10 @@ def collect_garbage(
     store, prefix = project.client.store, project.prefix
     now = now or datetime.now(UTC)
     report = GcReport()
+    # Leases first: a write that ends (commits) after this point is in the survey below.
+    alive_after = now - older_than
+    leases = store.list_info(f"{prefix}/{WRITERS}")
+    cutoff = min(alive_after, live_since(leases, alive_after) or alive_after)
     keep = reachable_versions(project)
     surveys = [_survey(project, name, versions) for name, versions in sorted(keep.items())]
     media = store.list_info(f"{prefix}/media")
@@ -108,16 +113,15 @@ def collect_garbage(
     for s in surveys:
         for key in sorted(s.media - media.keys()):
             raise CorruptData(_damaged(project, s.name, f"media stream {key} is missing"))
-    alive_after = now - older_than
-    leases = store.list_info(f"{prefix}/{WRITERS}")
-    cutoff = min(alive_after, live_since(leases, alive_after) or alive_after)
     for s in surveys:
         report.kept_versions[s.name] = sorted(s.versions)
         _collect_table(project, s, cutoff, report)
     _collect_unreachable_tables(project, keep, cutoff, report)
     _collect_media(store, prefix, media, in_use, cutoff, report)
     for key in stale(leases, alive_after):
-        store.delete(key)
+        with suppress(NotFound):
+            if store.modified(key) < alive_after:  # not a writer that just woke up
+                store.delete(key)
     return report
 
 
