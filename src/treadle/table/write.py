@@ -272,8 +272,8 @@ class Transaction:
             tables = dict(head_commit.tables)
             tables.update(versions)
             commit = Commit.create([head.commit_id], self.message, tables)
-            project.save_commit(commit)
             self._check_staged(touched)
+            project.save_commit(commit)
             if refs.try_advance(self.branch.name, head.seq + 1, commit.id):
                 for name, v in versions.items():
                     project.protect_version(name, v)
