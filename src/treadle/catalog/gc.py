@@ -140,18 +140,24 @@ def _open(project: Project, name: str, version: int | None) -> lance.LanceDatase
             project.table_uri(name), version=version, storage_options=store.lance_options
         )
     except (OSError, ValueError, RuntimeError) as e:
-        which = (
-            "its latest version"
-            if version is None
-            else f"version {version} (manifest _versions/{2**64 - 1 - version}.manifest)"
-        )
-        err: TreadleError = lance_error(e, which)
+        err: TreadleError = lance_error(e, "its latest version" if version is None else "")
         if isinstance(err, CredentialsError):
             raise err from None
-        text = str(err).lower()
-        if isinstance(err, NotFound) or "corrupt" in text or "invalid format" in text:
-            raise CorruptData(_damaged(project, name, f"cannot read {err}")) from None
-        raise type(err)(_damaged(project, name, f"cannot read {err}")) from None
+        if version is None:
+            damaged = isinstance(err, NotFound) or "corrupt" in str(err).lower()
+            kind = CorruptData if damaged else type(err)
+            raise kind(_damaged(project, name, f"cannot read {err}")) from None
+    # Lance could not read that version's manifest: missing, unreadable or unparsable?
+    manifest = f"_versions/{2**64 - 1 - version}.manifest"  # Lance's V2 manifest naming
+    where = f"version {version}: manifest {manifest}"
+    try:
+        store.get(f"{project.prefix}/tables/{name}.lance/{manifest}")
+    except NotFound:
+        raise CorruptData(_damaged(project, name, f"{where} is missing")) from None
+    except TreadleError as e:  # the store failed: say so, not "corrupt"
+        raise type(e)(_damaged(project, name, f"{where} cannot be read ({e})")) from None
+    what = f"{where} is corrupt ({str(err).lstrip(': ')})"
+    raise CorruptData(_damaged(project, name, what))
 
 
 def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
