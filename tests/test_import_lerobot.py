@@ -241,3 +241,61 @@ def test_av1_sources_become_h264(tmp_path, client, version):
         for k in range(len(src)):
             errs = np.abs(src.astype(int) - got[k].astype(int)).mean(axis=(1, 2, 3))
             assert int(np.argmin(errs)) == k
+
+
+def stored_is_copy(t, column: str, episode: str) -> bool:
+    """The episode's stream kept the source's B-frames (packets copied, not re-encoded)."""
+    rows = t.to_arrow(["episode", column]).to_pylist()
+    dec = [r[column]["decode"] for r in rows if r["episode"] == episode]
+    return dec != sorted(dec)
+
+
+@pytest.mark.parametrize(
+    ("open_gop", "lengths", "copies"),
+    [
+        # IDR every 60 frames; episode 2 starts on one and ends on B-frames that reference
+        # the next episode's first P-frame (episode 0 too, but its B-frames do not use it);
+        # 1 and 3 start mid-GOP.
+        (False, (49, 71, 38, 22, 60, 60), [0, 4, 5]),
+        # Open GOP: every episode starts on a keyframe; 1 and 3 end on leading B-frames
+        # of the next episode's keyframe; 2 and 4 leave out their own leading B-frames.
+        (True, (60, 60, 60, 60, 60), [0, 2, 4]),
+        # Episode 2 starts on leading B-frames of the keyframe at 120 (in decode order
+        # its first packet is that keyframe); 1 starts mid-GOP.
+        (True, (57, 61, 62, 60, 60), [0, 3, 4]),
+    ],
+)
+def test_v3_continuous_b_frame_encode_is_faithful(tmp_path, client, open_gop, lengths, copies):
+    """One continuous B-frame encode (another tool's file) split into episodes mid-GOP.
+
+    Every copied episode decodes bit-exactly to the source's frames; an episode whose
+    packets do not stand alone is decoded and re-encoded instead (lossy, nearest frames).
+    """
+    from importer_fixtures import continuous_x264
+
+    cam = "observation.images.top"
+    written = make_lerobot_v3(
+        tmp_path / "ds", lengths=lengths, video_options=continuous_x264(open_gop)
+    )
+    import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
+    t = client.project("p").branch("main").table("robot").pin()
+    _check_rows(t, written, (cam,))
+    shared = decode_mp4(tmp_path / f"ds/videos/{cam}/chunk-000/file-000.mp4")
+    start, copied = 0, []
+    for e, n in enumerate(lengths):
+        name = f"episode_{e:06d}"
+        got = stored_frames(client, t, "observation_images_top", name)
+        want = shared[start : start + n]
+        assert got.shape == want.shape
+        if stored_is_copy(t, "observation_images_top", name):
+            copied.append(e)
+            diff = np.abs(got.astype(int) - want).max(axis=(1, 2, 3))
+            assert diff.max() == 0, (e, np.flatnonzero(diff).tolist(), int(diff.max()))
+        else:  # re-encoded (lossy): each frame is close to its own source frame
+            err = np.abs(got.astype(int) - want).mean(axis=(1, 2, 3))
+            # ... and further from the frames before and after it (right cut, right order)
+            prev = np.abs(got[1:].astype(int) - want[:-1]).mean(axis=(1, 2, 3))
+            nxt = np.abs(got[:-1].astype(int) - want[1:]).mean(axis=(1, 2, 3))
+            assert err.max() < 16 and (err[1:] < prev).all() and (err[:-1] < nxt).all(), e
+        start += n
+    assert copied == copies

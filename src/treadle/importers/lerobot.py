@@ -22,9 +22,12 @@ feature; a ``task`` string column when the dataset has tasks; dots in names beco
   layer).
 - v3.0, H.264: LeRobot concatenates episode files without re-encoding, so an episode
   starts on a keyframe; its packets (by timestamp, ``[from_timestamp, to_timestamp)``)
-  are copied into a small MP4 and passed as ``td.VideoFile`` (bit-exact, no decode).
-- v3.0, other codecs or an episode that does not start on a keyframe: the span's frames
-  are decoded (PyAV) and passed as ``td.VideoFrames`` (re-encoded to H.264).
+  are copied into a small MP4 and passed as ``td.VideoFile`` (bit-exact, no decode),
+  when they decode to the source's frames on their own (checked; see
+  :func:`treadle.video.span.cut_span`: a file encoded in one piece with B-frames has
+  spans whose last frames reference the next episode's).
+- v3.0, other codecs, or an episode whose packets do not stand alone: the span's frames
+  are decoded (PyAV) and passed as ``td.VideoFrames`` (re-encoded to H.264, lossy).
 
 Checks, each a clear error naming the episode: ``timestamp`` must equal
 ``frame_index / fps`` within ``tolerance_s``; each camera must have exactly one frame
@@ -59,6 +62,7 @@ from treadle.importers._common import (
     run_import,
     workers,
 )
+from treadle.video.span import count_frames, cut_span, decode_span
 
 SUPPORTED = ("v3.0", "v2.1", "v2.0")
 DEFAULT_V3_DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -273,125 +277,6 @@ def check_timestamps(ts: np.ndarray, fi: np.ndarray, fps: float, ep: int, tol: f
             f"{float(ts[k]):.6f}s, expected {k / fps:.6f}s at {fps:g} fps "
             f"(drift {drift[k]:.6f}s > tolerance {tol}s)"
         )
-
-
-def decode_span(
-    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
-) -> np.ndarray:
-    """Decode the ``count`` frames at ``start + k/fps`` from an MP4 (``uint8 [T, H, W, 3]``)."""
-    import io
-
-    import av
-
-    half = max(tol, 0.5 / fps)
-    want = start + np.arange(count) / fps
-    out: list[np.ndarray | None] = [None] * count
-    try:
-        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
-            stream = c.streams.video[0]
-            stream.thread_type = "AUTO"
-            tb = float(stream.time_base)
-            if start > 0:
-                c.seek(int(max(0.0, start - half) / tb), stream=stream, backward=True)
-            for frame in c.decode(stream):
-                if frame.pts is None:
-                    continue
-                t = frame.pts * tb
-                if t < start - half:
-                    continue
-                if t >= want[-1] + half:
-                    break
-                k = int(round((t - start) * fps))
-                if 0 <= k < count and abs(t - want[k]) <= half and out[k] is None:
-                    out[k] = frame.to_ndarray(format="rgb24")
-    except av.error.FFmpegError as e:
-        raise CorruptData(f"{where}: cannot decode video: {e}") from None
-    missing = [k for k, f in enumerate(out) if f is None]
-    if missing:
-        got = count - len(missing)
-        raise CorruptData(
-            f"{where}: video has {got} frames for the episode's {count} rows (no frame at "
-            f"{want[missing[0]]:.4f}s for row {missing[0]})"
-        )
-    return np.stack(out)  # type: ignore[arg-type]
-
-
-def cut_span(
-    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
-) -> bytes | None:
-    """The H.264 packets of ``count`` frames at ``start + k/fps`` as a new MP4, no decoding.
-
-    LeRobot v3.0 concatenates episode files without re-encoding, so an episode starts on a
-    keyframe of the shared file and its packets stand alone. Returns None when the span
-    does not start on a keyframe (the caller then decodes); raises :class:`CorruptData`
-    when the file has fewer (or misplaced) frames than the episode has rows.
-    """
-    import io
-
-    import av
-
-    half = max(tol, 0.5 / fps)
-    end = start + (count - 1) / fps + half
-    try:
-        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
-            stream = c.streams.video[0]
-            if stream.codec_context.name != "h264":
-                return None  # re-encoded either way: decoding the span is simpler
-            tb = float(stream.time_base)
-            if start > 0:
-                c.seek(int(max(0.0, start - half) / tb), stream=stream, backward=True)
-            packets = []
-            for p in c.demux(stream):
-                if p.pts is None or not p.size:
-                    continue
-                t = p.pts * tb
-                if p.dts is not None and p.dts * tb > end + 2.0:
-                    break  # well past the span in decode order
-                if start - half <= t < end:
-                    packets.append(p)
-            if not packets:
-                return _short(where, 0, count, start)
-            if not packets[0].is_keyframe:
-                return None
-            times = np.sort(np.array([p.pts * tb for p in packets]))
-            want = start + np.arange(count) / fps
-            if len(times) != count or np.abs(times - want).max() > half:
-                return _short(where, len(times), count, start)
-            base = min(p.pts for p in packets)
-            out_buf = io.BytesIO()
-            with av.open(out_buf, "w", format="mp4") as out:
-                ostream = out.add_stream_from_template(stream)
-                for p in packets:
-                    p.pts -= base
-                    if p.dts is not None:
-                        p.dts -= base
-                    p.stream = ostream
-                    out.mux(p)
-            return out_buf.getvalue()
-    except av.error.FFmpegError as e:
-        raise CorruptData(f"{where}: cannot read video: {e}") from None
-
-
-def _short(where: str, got: int, count: int, start: float) -> None:
-    raise CorruptData(
-        f"{where}: video has {got} frames for the episode's {count} rows "
-        f"(span starting at {start:.4f}s)"
-    )
-
-
-def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
-    """Video frames (packets) in a file and its codec, without decoding."""
-    import io
-
-    import av
-
-    try:
-        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
-            s = c.streams.video[0]
-            n = sum(1 for p in c.demux(s) if p.size)
-            return n, s.codec_context.name
-    except av.error.FFmpegError as e:
-        raise CorruptData(f"{where}: cannot read video: {e}") from None
 
 
 def iter_episodes(
