@@ -230,13 +230,14 @@ def continuous_x264(open_gop: bool = True) -> dict[str, str]:
 
     B-frames (3, pyramid) and a keyframe every 60 frames; with ``open_gop`` the keyframes
     are non-IDR I frames, some with leading B-frames that reference the GOP before.
+    One encoder thread, so the frame types (which the tests rely on) are repeatable.
     """
     gop = "open-gop=1" if open_gop else "open-gop=0"
     return {
         "g": "60",
         "bf": "3",
         "crf": "18",
-        "x264-params": f"{gop}:keyint=60:min-keyint=60:scenecut=0",
+        "x264-params": f"{gop}:keyint=60:min-keyint=60:scenecut=0:threads=1",
     }
 
 

@@ -263,6 +263,9 @@ def stored_is_copy(t, column: str, episode: str) -> bool:
         # Episode 2 starts on leading B-frames of the keyframe at 120 (in decode order
         # its first packet is that keyframe); 1 starts mid-GOP.
         (True, (57, 61, 62, 60, 60), [0, 3, 4]),
+        # Episodes 2 and 4 start one frame before a keyframe, on its leading B-frame: a
+        # seek by that time lands on the keyframe, whose leading pictures do not decode.
+        (True, (60, 59, 61, 59, 61), [0, 1, 3]),
     ],
 )
 def test_v3_continuous_b_frame_encode_is_faithful(tmp_path, client, open_gop, lengths, copies):

@@ -24,7 +24,13 @@ _REORDER_FRAMES = 17
 def decode_span(
     data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
 ) -> np.ndarray:
-    """Decode the ``count`` frames at ``start + k/fps`` from a video (``uint8 [T, H, W, 3]``)."""
+    """Decode the ``count`` frames at ``start + k/fps`` from a video (``uint8 [T, H, W, 3]``).
+
+    Decoding starts at the keyframe a seek finds; when that keyframe is displayed after
+    the span's first frame (an MP4 seek goes by decode time, and with B-frames the span
+    can start on leading pictures of the next keyframe, which need the GOP before it),
+    it seeks again further back, so every frame of the span is decoded from its references.
+    """
     half = max(tol, 0.5 / fps)
     want = start + np.arange(count) / fps
     out: list[np.ndarray | None] = [None] * count
@@ -33,18 +39,15 @@ def decode_span(
             stream = c.streams.video[0]
             stream.thread_type = "AUTO"
             tb = float(stream.time_base)
-            _seek(c, stream, start - half, tb, where)
-            for frame in c.decode(stream):
-                if frame.pts is None:
-                    continue
-                t = frame.pts * tb
-                if t < start - half:
-                    continue
-                if t >= want[-1] + half:
+            back = 0.0
+            while True:
+                target = start - half - back
+                if target > 0 or back:
+                    _seek(c, stream, max(target, 0.0), tb, where, always=True)
+                out = [None] * count
+                if _decode_into(c, stream, out, want, start, half, fps, late_ok=target <= 0):
                     break
-                k = int(round((t - start) * fps))
-                if 0 <= k < count and abs(t - want[k]) <= half and out[k] is None:
-                    out[k] = frame.to_ndarray(format="rgb24")
+                back = max(2 * back, 1.0)
     except av.error.FFmpegError as e:
         raise CorruptData(f"{where}: cannot decode video: {e}") from None
     missing = [k for k, f in enumerate(out) if f is None]
@@ -55,6 +58,38 @@ def decode_span(
             f"{want[missing[0]]:.4f}s for row {missing[0]})"
         )
     return np.stack(out)  # type: ignore[arg-type]
+
+
+def _decode_into(
+    c: Any,
+    stream: Any,
+    out: list[np.ndarray | None],
+    want: np.ndarray,
+    start: float,
+    half: float,
+    fps: float,
+    late_ok: bool,
+) -> bool:
+    """Decode from the current position into ``out``; False when it started too late."""
+    tb = float(stream.time_base)
+    first = True
+    for packet in c.demux(stream):
+        if first and packet.size and packet.pts is not None:
+            first = False
+            if not late_ok and packet.pts * tb - half > start:
+                return False
+        for frame in packet.decode():
+            if frame.pts is None:
+                continue
+            t = frame.pts * tb
+            if t < start - half:
+                continue
+            if t >= want[-1] + half:
+                return True
+            k = int(round((t - start) * fps))
+            if 0 <= k < len(out) and abs(t - want[k]) <= half and out[k] is None:
+                out[k] = frame.to_ndarray(format="rgb24")
+    return True
 
 
 def cut_span(
@@ -126,8 +161,8 @@ def _open(data: bytes | str) -> Any:
     return av.open(io.BytesIO(data) if isinstance(data, bytes) else data)
 
 
-def _seek(c: Any, stream: Any, t: float, tb: float, where: str) -> None:
-    if t <= 0:
+def _seek(c: Any, stream: Any, t: float, tb: float, where: str, always: bool = False) -> None:
+    if t <= 0 and not always:
         return
     try:
         c.seek(int(t / tb), stream=stream, backward=True)
