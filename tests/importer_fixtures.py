@@ -217,6 +217,10 @@ def encode_mp4(
             s.options = options
         for i, f in enumerate(frames):
             vf = av.VideoFrame.from_ndarray(f, format="rgb24")
+            if options is not None:
+                # PyAV's own conversion inside encode() was seen to vary from run to run
+                # (frame types too); converting here first makes the encode repeatable.
+                vf = vf.reformat(format="yuv420p", threads=1)
             if i in keyframes:
                 vf.pict_type = av.video.frame.PictureType.I
             for p in s.encode(vf):

@@ -9,6 +9,7 @@ Spans are ``count`` frames at ``start + k / fps``, matched within ``max(tol, 0.5
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from typing import Any
 
 import av
@@ -24,13 +25,7 @@ _REORDER_FRAMES = 17
 def decode_span(
     data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
 ) -> np.ndarray:
-    """Decode the ``count`` frames at ``start + k/fps`` from a video (``uint8 [T, H, W, 3]``).
-
-    Decoding starts at the keyframe a seek finds; when that keyframe is displayed after
-    the span's first frame (an MP4 seek goes by decode time, and with B-frames the span
-    can start on leading pictures of the next keyframe, which need the GOP before it),
-    it seeks again further back, so every frame of the span is decoded from its references.
-    """
+    """Decode the ``count`` frames at ``start + k/fps`` from a video (``uint8 [T, H, W, 3]``)."""
     half = max(tol, 0.5 / fps)
     want = start + np.arange(count) / fps
     out: list[np.ndarray | None] = [None] * count
@@ -39,15 +34,16 @@ def decode_span(
             stream = c.streams.video[0]
             stream.thread_type = "AUTO"
             tb = float(stream.time_base)
-            back = 0.0
-            while True:
-                target = start - half - back
-                if target > 0 or back:
-                    _seek(c, stream, max(target, 0.0), tb, where, always=True)
-                out = [None] * count
-                if _decode_into(c, stream, out, want, start, half, fps, late_ok=target <= 0):
+            frames = (f for p in _packets_from(c, stream, start, half, where) for f in p.decode())
+            for frame in frames:
+                if frame.pts is None:
+                    continue
+                t = frame.pts * tb
+                if t >= want[-1] + half:
                     break
-                back = max(2 * back, 1.0)
+                k = int(round((t - start) * fps))
+                if 0 <= k < count and abs(t - want[k]) <= half and out[k] is None:
+                    out[k] = frame.to_ndarray(format="rgb24")
     except av.error.FFmpegError as e:
         raise CorruptData(f"{where}: cannot decode video: {e}") from None
     missing = [k for k, f in enumerate(out) if f is None]
@@ -60,36 +56,30 @@ def decode_span(
     return np.stack(out)  # type: ignore[arg-type]
 
 
-def _decode_into(
-    c: Any,
-    stream: Any,
-    out: list[np.ndarray | None],
-    want: np.ndarray,
-    start: float,
-    half: float,
-    fps: float,
-    late_ok: bool,
-) -> bool:
-    """Decode from the current position into ``out``; False when it started too late."""
+def _packets_from(c: Any, stream: Any, start: float, half: float, where: str) -> Iterator[Any]:
+    """The stream's packets in decode order from a keyframe shown no later than ``start``.
+
+    An MP4 seek goes by decode time: with B-frames it can land on a keyframe shown after
+    ``start`` (the span then starts on that keyframe's leading pictures, which need the
+    GOP before it, or on frames decoded before it). Then seek again 1, 2, 4... s earlier.
+    From a keyframe shown at or before ``start`` every frame of the span comes after it
+    in decode order and is not one of its leading pictures.
+    """
     tb = float(stream.time_base)
-    first = True
-    for packet in c.demux(stream):
-        if first and packet.size and packet.pts is not None:
-            first = False
-            if not late_ok and packet.pts * tb - half > start:
-                return False
-        for frame in packet.decode():
-            if frame.pts is None:
-                continue
-            t = frame.pts * tb
-            if t < start - half:
-                continue
-            if t >= want[-1] + half:
-                return True
-            k = int(round((t - start) * fps))
-            if 0 <= k < len(out) and abs(t - want[k]) <= half and out[k] is None:
-                out[k] = frame.to_ndarray(format="rgb24")
-    return True
+    back = 0.0
+    while True:
+        target = start - half - back
+        if target > 0 or back:
+            _seek(c, stream, max(target, 0.0), tb, where)
+        packets = c.demux(stream)
+        first = next((p for p in packets if p.size), None)
+        if first is None:
+            return
+        if target <= 0 or first.pts is None or first.pts * tb - half <= start:
+            yield first
+            yield from packets
+            return
+        back = max(2 * back, 1.0)
 
 
 def cut_span(
@@ -112,9 +102,8 @@ def cut_span(
             if stream.codec_context.name != "h264":
                 return None  # re-encoded either way: decoding the span is simpler
             tb = float(stream.time_base)
-            _seek(c, stream, start - half, tb, where)
-            seq = []  # the source's packets in decode order, from the seek point
-            for p in c.demux(stream):
+            seq = []  # the source's packets in decode order, from a keyframe
+            for p in _packets_from(c, stream, start, half, where):
                 if not p.size:
                     continue
                 if p.pts is None:
@@ -161,9 +150,7 @@ def _open(data: bytes | str) -> Any:
     return av.open(io.BytesIO(data) if isinstance(data, bytes) else data)
 
 
-def _seek(c: Any, stream: Any, t: float, tb: float, where: str, always: bool = False) -> None:
-    if t <= 0 and not always:
-        return
+def _seek(c: Any, stream: Any, t: float, tb: float, where: str) -> None:
     try:
         c.seek(int(t / tb), stream=stream, backward=True)
     except OverflowError:
