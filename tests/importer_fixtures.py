@@ -192,12 +192,15 @@ def encode_mp4(
     gop: int = 10,
     codec: str = "libx264",
     keyframes: tuple[int, ...] = (),
+    options: dict[str, str] | None = None,
 ) -> None:
     """MP4 of ``frames`` (THWC uint8) with PyAV; pts = frame number at ``1/fps``.
 
     ``codec="libsvtav1"`` writes AV1 with ``g=2``, as LeRobot does by default.
     ``keyframes`` forces IDR frames there (LeRobot v3.0 files are episode files
     concatenated without re-encoding, so every episode starts on one).
+    ``options`` replaces the encoder options (e.g. B-frames and open GOPs, as another
+    tool's encode of one continuous recording would have).
     """
     import av
 
@@ -210,14 +213,36 @@ def encode_mp4(
             s.options = {"g": "2", "preset": "12", "crf": "30"}
         else:
             s.options = {"g": str(gop), "bf": "0", "crf": "18", "forced-idr": "1"}
+        if options is not None:
+            s.options = options
         for i, f in enumerate(frames):
             vf = av.VideoFrame.from_ndarray(f, format="rgb24")
+            if options is not None:
+                # PyAV's own conversion inside encode() was seen to vary from run to run
+                # (frame types too); converting here first makes the encode repeatable.
+                vf = vf.reformat(format="yuv420p", threads=1)
             if i in keyframes:
                 vf.pict_type = av.video.frame.PictureType.I
             for p in s.encode(vf):
                 c.mux(p)
         for p in s.encode():
             c.mux(p)
+
+
+def continuous_x264(open_gop: bool = True) -> dict[str, str]:
+    """x264 options of one continuous recording encoded by another tool (not LeRobot).
+
+    B-frames (3, pyramid) and a keyframe every 60 frames; with ``open_gop`` the keyframes
+    are non-IDR I frames, some with leading B-frames that reference the GOP before.
+    One encoder thread, so the frame types (which the tests rely on) are repeatable.
+    """
+    gop = "open-gop=1" if open_gop else "open-gop=0"
+    return {
+        "g": "60",
+        "bf": "3",
+        "crf": "18",
+        "x264-params": f"{gop}:keyint=60:min-keyint=60:scenecut=0:threads=1",
+    }
 
 
 def decode_mp4(path: Path) -> np.ndarray:
@@ -281,11 +306,13 @@ def make_lerobot_v3(
     codec: str = "libx264",
     size: int = 32,
     episode_keyframes: bool = False,
+    video_options: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A LeRobot v3.0 dataset: all episodes in one data file and one MP4 per camera.
 
     ``episode_keyframes`` starts every episode on a keyframe, as LeRobot's own writer does
     (it concatenates per-episode files); without it episodes start mid-GOP.
+    ``video_options``: encoder options of the shared MP4 (see :func:`encode_mp4`).
 
     Returns what was written: ``{"tables": [per-episode pa.Table], "frames": {cam: [THWC]}}``.
     """
@@ -332,6 +359,7 @@ def make_lerobot_v3(
             fps,
             codec=codec,
             keyframes=tuple(np.cumsum((0,) + lengths[:-1]).tolist()) if episode_keyframes else (),
+            options=video_options,
         )
     info = {
         "codebase_version": "v3.0",

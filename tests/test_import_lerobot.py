@@ -241,3 +241,212 @@ def test_av1_sources_become_h264(tmp_path, client, version):
         for k in range(len(src)):
             errs = np.abs(src.astype(int) - got[k].astype(int)).mean(axis=(1, 2, 3))
             assert int(np.argmin(errs)) == k
+
+
+def stored_is_copy(t, column: str, episode: str) -> bool:
+    """The episode's stream kept the source's B-frames (packets copied, not re-encoded)."""
+    rows = t.to_arrow(["episode", column]).to_pylist()
+    dec = [r[column]["decode"] for r in rows if r["episode"] == episode]
+    return dec != sorted(dec)
+
+
+@pytest.mark.parametrize(
+    ("open_gop", "lengths", "copies"),
+    [
+        # IDR every 60 frames; episode 2 starts on one and ends on B-frames that reference
+        # the next episode's first P-frame (episode 0 too, but its B-frames do not use it);
+        # 1 and 3 start mid-GOP.
+        (False, (49, 71, 38, 22, 60, 60), [0, 4, 5]),
+        # Open GOP: every episode starts on a keyframe; 1 and 3 end on leading B-frames
+        # of the next episode's keyframe; 2 and 4 leave out their own leading B-frames.
+        (True, (60, 60, 60, 60, 60), [0, 2, 4]),
+        # Episode 2 starts on leading B-frames of the keyframe at 120 (in decode order
+        # its first packet is that keyframe); 1 starts mid-GOP.
+        (True, (57, 61, 62, 60, 60), [0, 3, 4]),
+        # Episodes 2 and 4 start one frame before a keyframe, on its leading B-frame: a
+        # seek by that time lands on the keyframe, whose leading pictures do not decode.
+        (True, (60, 59, 61, 59, 61), [0, 1, 3]),
+    ],
+)
+def test_v3_continuous_b_frame_encode_is_faithful(tmp_path, client, open_gop, lengths, copies):
+    """One continuous B-frame encode (another tool's file) split into episodes mid-GOP.
+
+    Every copied episode decodes bit-exactly to the source's frames; an episode whose
+    packets do not stand alone is decoded and re-encoded instead (lossy, nearest frames).
+    """
+    from importer_fixtures import continuous_x264
+
+    cam = "observation.images.top"
+    written = make_lerobot_v3(
+        tmp_path / "ds", lengths=lengths, video_options=continuous_x264(open_gop)
+    )
+    import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
+    t = client.project("p").branch("main").table("robot").pin()
+    _check_rows(t, written, (cam,))
+    shared = decode_mp4(tmp_path / f"ds/videos/{cam}/chunk-000/file-000.mp4")
+    start, copied = 0, []
+    for e, n in enumerate(lengths):
+        name = f"episode_{e:06d}"
+        got = stored_frames(client, t, "observation_images_top", name)
+        want = shared[start : start + n]
+        assert got.shape == want.shape
+        if stored_is_copy(t, "observation_images_top", name):
+            copied.append(e)
+            diff = np.abs(got.astype(int) - want).max(axis=(1, 2, 3))
+            assert diff.max() == 0, (e, np.flatnonzero(diff).tolist(), int(diff.max()))
+        else:  # re-encoded (lossy): each frame is close to its own source frame
+            err = np.abs(got.astype(int) - want).mean(axis=(1, 2, 3))
+            # ... and further from the frames before and after it (right cut, right order)
+            prev = np.abs(got[1:].astype(int) - want[:-1]).mean(axis=(1, 2, 3))
+            nxt = np.abs(got[:-1].astype(int) - want[1:]).mean(axis=(1, 2, 3))
+            assert err.max() < 16 and (err[1:] < prev).all() and (err[:-1] < nxt).all(), e
+        start += n
+    assert copied == copies
+
+
+_CAPPED_IMPORT = """
+import resource, sys
+from treadle.catalog import Client
+from treadle.errors import TreadleError
+from treadle.importers import lerobot
+
+vm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmSize:"))
+cap = vm * 1024 + (1 << 30)  # 1 GiB more than the interpreter already maps
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+try:
+    lerobot(sys.argv[1], Client(sys.argv[2]).project("p"), "t", progress=False)
+except TreadleError as e:
+    print("NAMED", type(e).__name__, e)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("version", "key", "template"),
+    [
+        ("v2.1", "data_path", "data/chunk-000/episode_{episode_index:02000000000d}.parquet"),
+        ("v3.0", "video_path", "videos/{video_key}/chunk-{chunk_index:02000000000d}/f.mp4"),
+    ],
+)
+def test_path_template_width_is_refused_in_bounded_memory(
+    tmp_path, local_root, version, key, template
+):
+    """A 2-billion-character width in a path template is a named error, not a 2 GB string."""
+    import os
+    import subprocess
+    import sys
+
+    import treadle
+
+    root = tmp_path / "ds"
+    (make_lerobot_v21 if version == "v2.1" else make_lerobot_v3)(root, lengths=(4,))
+    info = json.loads((root / "meta/info.json").read_text())
+    info[key] = template
+    (root / "meta/info.json").write_text(json.dumps(info))
+    env = {**os.environ, "PYTHONPATH": str(Path(treadle.__file__).parents[1])}
+    r = subprocess.run(
+        [sys.executable, "-c", _CAPPED_IMPORT, str(root), local_root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert r.stdout.startswith("NAMED CorruptData"), r.stdout
+    assert "meta/info.json" in r.stdout and repr(key) in r.stdout
+
+
+def _edit_info(**fields):
+    def edit(root):
+        info = json.loads((root / "meta/info.json").read_text())
+        info.update(fields)
+        (root / "meta/info.json").write_text(json.dumps(info))
+
+    return edit
+
+
+def _write(rel, text):
+    return lambda root: (root / rel).write_text(text)
+
+
+def _set_column(rel, col, values):
+    def edit(root):
+        t = pq.read_table(root / rel)
+        if values is None:
+            t = t.drop([col])
+        else:
+            t = t.set_column(t.schema.get_field_index(col), col, pa.array(values))
+        pq.write_table(t, root / rel)
+
+    return edit
+
+
+_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+_DATA = "data/chunk-000/file-000.parquet"
+_FROM = "videos/observation.images.top/from_timestamp"
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        # before: RecursionError
+        (_write("meta/info.json", "[" * 100_000 + "]" * 100_000), r"info.json is not valid JSON"),
+        # before: passed the `fps <= 0` check, then "video has 0 frames"
+        (_edit_info(fps=float("nan")), r"info.json: field 'fps' must be finite"),
+        # before: CorruptData naming only meta/ ("'int' object has no attribute 'get'")
+        (_edit_info(features={"a": 5}), r"info.json: field 'features.a' is not an object"),
+        # before: a format spec error reported as "episode row is missing ..."
+        (
+            _edit_info(video_path="videos/{video_key:03d}/x.mp4"),
+            r"info.json: field 'video_path' has an unsupported placeholder \{video_key:03d\}",
+        ),
+        # before: ValueError: cannot convert float NaN to integer
+        (_set_column(_EPISODES, _FROM, [0.0, float("nan")]), rf"row 1: field '{_FROM}' must be"),
+        # before: imported both rows as one episode each (silently duplicated)
+        (_set_column(_EPISODES, "episode_index", [0, 0]), r"row 1: episode_index 0 appears twice"),
+        # before: KeyError: 'Field "episode_index" does not exist in schema'
+        (_set_column(_DATA, "episode_index", None), r"file-000.parquet has no 'episode_index'"),
+        # before: ValueError: could not convert string to float: 'a'
+        (_set_column(_DATA, "timestamp", ["a"] * 8), r"column 'timestamp' is string, not a num"),
+        # before: TypeError: int() argument must be ... not 'NoneType'
+        (_set_column(_DATA, "task_index", [None] * 8), r"column 'task_index' is null"),
+        # before: ArrowTypeError: Sorting not supported for type list<element: int64>
+        (_set_column(_DATA, "frame_index", [[1]] * 8), r"column 'frame_index' is list"),
+        # before: the rows got task "" (silently)
+        (_set_column(_DATA, "task_index", [7] * 8), r"episode 0: task_index 7 .* is not in"),
+    ],
+)
+def test_malformed_v3_meta_is_a_named_error(tmp_path, client, edit, match):
+    make_lerobot_v3(tmp_path / "ds", lengths=(4, 4))
+    edit(tmp_path / "ds")
+    with pytest.raises(CorruptData, match=match):
+        import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        # before: RecursionError
+        (_write("meta/episodes.jsonl", "[" * 100_000 + "]" * 100_000), r"line 1 is not valid"),
+        # before: CorruptData naming only meta/ (JSONDecodeError)
+        (_write("meta/episodes.jsonl", '{"episode_index": 0, "length": 4}\n{oops\n'), r"line 2"),
+        # before: imported episode 0 twice (silently)
+        (
+            _write("meta/episodes.jsonl", '{"episode_index": 0, "length": 4}\n' * 2),
+            r"episodes.jsonl line 2: episode_index 0 appears twice",
+        ),
+        # before: passed the `fps <= 0` check, then a misleading timestamp drift
+        (_edit_info(fps=float("inf")), r"info.json: field 'fps' must be finite"),
+        # before: CorruptData naming only meta/ ("invalid literal for int()")
+        (_edit_info(chunks_size="x"), r"info.json: field 'chunks_size' must be"),
+        # before: IndexError wrapped as "malformed LeRobot metadata"
+        (_edit_info(data_path="data/{0}.parquet"), r"field 'data_path' has an unsupported"),
+    ],
+)
+def test_malformed_v21_meta_is_a_named_error(tmp_path, client, edit, match):
+    make_lerobot_v21(tmp_path / "ds", lengths=(4,))
+    edit(tmp_path / "ds")
+    with pytest.raises(CorruptData, match=match):
+        import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []

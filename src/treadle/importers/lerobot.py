@@ -22,21 +22,23 @@ feature; a ``task`` string column when the dataset has tasks; dots in names beco
   layer).
 - v3.0, H.264: LeRobot concatenates episode files without re-encoding, so an episode
   starts on a keyframe; its packets (by timestamp, ``[from_timestamp, to_timestamp)``)
-  are copied into a small MP4 and passed as ``td.VideoFile`` (bit-exact, no decode).
-- v3.0, other codecs or an episode that does not start on a keyframe: the span's frames
-  are decoded (PyAV) and passed as ``td.VideoFrames`` (re-encoded to H.264).
+  are copied into a small MP4 and passed as ``td.VideoFile`` (bit-exact, no decode),
+  when they decode to the source's frames on their own (checked; see
+  :func:`treadle.video.span.cut_span`: a file encoded in one piece with B-frames has
+  spans whose last frames reference the next episode's).
+- v3.0, other codecs, or an episode whose packets do not stand alone: the span's frames
+  are decoded (PyAV) and passed as ``td.VideoFrames`` (re-encoded to H.264, lossy).
 
-Checks, each a clear error naming the episode: ``timestamp`` must equal
-``frame_index / fps`` within ``tolerance_s``; each camera must have exactly one frame
-per row, at ``from_timestamp + timestamp`` (within ``tolerance_s`` or half a frame,
-whichever is larger).
+Checks, each a clear error naming the episode: ``meta/`` is checked field by field
+(:mod:`treadle.importers.lerobot_meta`); ``timestamp`` must equal ``frame_index / fps``
+within ``tolerance_s``; each camera must have exactly one frame per row, at
+``from_timestamp + timestamp`` (within ``tolerance_s`` or half a frame, whichever is
+larger); every ``task_index`` must name a task.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,177 +50,26 @@ from treadle.importers._common import (
     ImportResult,
     Progress,
     Source,
-    UnsupportedFormat,
     column_name,
     decode_image,
     import_id,
     ordered_map,
-    parse_manifest,
     prefetch,
     resolve_branch,
     run_import,
     workers,
 )
+from treadle.importers.lerobot_meta import Episode, LeRobotMeta, read_meta
+from treadle.video.span import count_frames, cut_span, decode_span
 
-SUPPORTED = ("v3.0", "v2.1", "v2.0")
-DEFAULT_V3_DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-DEFAULT_V3_VIDEO = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-DEFAULT_V2_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
-DEFAULT_V2_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-
-
-@dataclass
-class Episode:
-    """One episode's metadata."""
-
-    index: int
-    length: int
-    data_file: str
-    video_files: dict[str, str] = field(default_factory=dict)
-    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-
-@dataclass
-class LeRobotMeta:
-    """What ``meta/`` says about the dataset."""
-
-    version: str
-    fps: float
-    features: dict[str, Any]
-    cameras: list[str]
-    images: list[str]
-    tasks: dict[int, str]
-    episodes: list[Episode]
-
-
-def read_meta(source: Source) -> LeRobotMeta:
-    """Parse ``meta/`` of a v3.0 or v2.1 dataset (:class:`UnsupportedFormat` otherwise).
-
-    Malformed metadata (wrong types, missing keys) is :class:`CorruptData` naming the file.
-    """
-    return parse_manifest(lambda: _read_meta(source), source.describe("meta/"), "LeRobot metadata")
-
-
-def _read_meta(source: Source) -> LeRobotMeta:
-    where = source.describe("meta/info.json")
-    try:
-        info = json.loads(source.read("meta/info.json"))
-    except NotFound:
-        raise NotFound(f"not a LeRobot dataset: {where} does not exist") from None
-    except ValueError as e:
-        raise CorruptData(f"{where} is not valid JSON: {e}") from None
-    version = info.get("codebase_version")
-    if version not in SUPPORTED:
-        raise UnsupportedFormat(
-            f"{where}: LeRobot codebase_version {version!r} is not supported "
-            f"(supported: {', '.join(SUPPORTED)})"
-        )
-    try:
-        fps = float(info["fps"])
-        features = dict(info["features"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise CorruptData(f"{where}: missing or bad 'fps'/'features' ({e})") from None
-    if fps <= 0:
-        raise CorruptData(f"{where}: fps must be positive, got {fps}")
-    cameras = [k for k, f in features.items() if f.get("dtype") == "video"]
-    images = [k for k, f in features.items() if f.get("dtype") == "image"]
-    if version == "v3.0":
-        tasks = _tasks_v3(source)
-        episodes = _episodes_v3(source, info, cameras)
-    else:
-        tasks = _tasks_v2(source)
-        episodes = _episodes_v2(source, info, cameras)
-    return LeRobotMeta(version, fps, features, cameras, images, tasks, episodes)
-
-
-def _tasks_v3(source: Source) -> dict[int, str]:
-    if not source.exists("meta/tasks.parquet"):
-        return {}
-    t = pq.read_table(pa.BufferReader(source.read("meta/tasks.parquet")))
-    names = t.column_names
-    task_col = (
-        "task" if "task" in names else next((n for n in names if n.startswith("__index")), None)
-    )
-    if task_col is None or "task_index" not in names:
-        raise CorruptData(f"{source.describe('meta/tasks.parquet')}: no task/task_index columns")
-    return {int(i): str(s) for i, s in zip(t["task_index"].to_pylist(), t[task_col].to_pylist())}
-
-
-def _tasks_v2(source: Source) -> dict[int, str]:
-    if not source.exists("meta/tasks.jsonl"):
-        return {}
-    out = {}
-    for line in source.read("meta/tasks.jsonl").decode().splitlines():
-        if line.strip():
-            d = json.loads(line)
-            out[int(d["task_index"])] = str(d["task"])
-    return out
-
-
-def _episodes_v3(source: Source, info: dict[str, Any], cameras: list[str]) -> list[Episode]:
-    files = [n for n in source.list("meta/episodes") if n.endswith(".parquet")]
-    if not files:
-        raise NotFound(f"LeRobot v3.0 dataset {source.root} has no meta/episodes/*.parquet")
-    data_path = info.get("data_path") or DEFAULT_V3_DATA
-    video_path = info.get("video_path") or DEFAULT_V3_VIDEO
-    out: list[Episode] = []
-    for name in files:
-        t = pq.read_table(pa.BufferReader(source.read(name)))
-        rows = t.to_pylist()
-        for r in rows:
-            try:
-                ep = int(r["episode_index"])
-                e = Episode(
-                    ep,
-                    int(r["length"]),
-                    data_path.format(
-                        chunk_index=int(r["data/chunk_index"]),
-                        file_index=int(r["data/file_index"]),
-                    ),
-                )
-                for cam in cameras:
-                    e.video_files[cam] = video_path.format(
-                        video_key=cam,
-                        chunk_index=int(r[f"videos/{cam}/chunk_index"]),
-                        file_index=int(r[f"videos/{cam}/file_index"]),
-                    )
-                    e.spans[cam] = (
-                        float(r[f"videos/{cam}/from_timestamp"]),
-                        float(r[f"videos/{cam}/to_timestamp"]),
-                    )
-            except (KeyError, TypeError, ValueError) as err:
-                raise CorruptData(
-                    f"{source.describe(name)}: episode row is missing {err}"
-                ) from None
-            out.append(e)
-    out.sort(key=lambda e: e.index)
-    return out
-
-
-def _episodes_v2(source: Source, info: dict[str, Any], cameras: list[str]) -> list[Episode]:
-    if not source.exists("meta/episodes.jsonl"):
-        raise NotFound(f"LeRobot {info.get('codebase_version')} dataset has no meta/episodes.jsonl")
-    chunks = int(info.get("chunks_size") or 1000)
-    data_path = info.get("data_path") or DEFAULT_V2_DATA
-    video_path = info.get("video_path") or DEFAULT_V2_VIDEO
-    out = []
-    for line in source.read("meta/episodes.jsonl").decode().splitlines():
-        if not line.strip():
-            continue
-        d = json.loads(line)
-        ep = int(d["episode_index"])
-        e = Episode(
-            ep,
-            int(d["length"]),
-            data_path.format(episode_chunk=ep // chunks, episode_index=ep),
-        )
-        for cam in cameras:
-            e.video_files[cam] = video_path.format(
-                episode_chunk=ep // chunks, video_key=cam, episode_index=ep
-            )
-        out.append(e)
-    out.sort(key=lambda e: e.index)
-    return out
+__all__ = [
+    "Episode",
+    "LeRobotMeta",
+    "check_timestamps",
+    "import_lerobot",
+    "iter_episodes",
+    "read_meta",
+]
 
 
 # -- frames -------------------------------------------------------------------------------
@@ -241,15 +92,18 @@ class _DataFiles:
                 raise NotFound(
                     f"episode {ep.index}: data file {self.source.describe(ep.data_file)} is missing"
                 ) from None
+            where = f"episode {ep.index}: data file {self.source.describe(ep.data_file)}"
             try:
-                self.table = pq.read_table(pa.BufferReader(raw))
-            except (pa.ArrowInvalid, OSError) as e:
-                raise CorruptData(
-                    f"episode {ep.index}: data file {self.source.describe(ep.data_file)} is "
-                    f"corrupt: {e}"
-                ) from None
-            self.name = ep.data_file
-            self.episodes = self.table["episode_index"].to_numpy()
+                table = pq.read_table(pa.BufferReader(raw))
+            except (pa.ArrowException, OSError, ValueError) as e:
+                raise CorruptData(f"{where} is corrupt: {e}") from None
+            if "episode_index" not in table.column_names:
+                raise CorruptData(f"{where} has no 'episode_index' column")
+            for col, floats in _NUMERIC.items():
+                if col in table.column_names:
+                    _check_numeric(table[col], col, floats, where)
+            self.table, self.name = table, ep.data_file
+            self.episodes = table["episode_index"].to_numpy()
         assert self.table is not None and self.episodes is not None
         idx = np.flatnonzero(self.episodes == ep.index)
         t = self.table.take(pa.array(idx))
@@ -258,8 +112,25 @@ class _DataFiles:
         return t
 
 
+#: Data columns the importer computes with: name -> whether floats are allowed.
+_NUMERIC = {"episode_index": False, "frame_index": False, "task_index": False, "timestamp": True}
+
+
+def _check_numeric(col: pa.ChunkedArray, name: str, floats: bool, where: str) -> None:
+    t = col.type
+    ok = pa.types.is_integer(t) or (floats and pa.types.is_floating(t))
+    if not ok:
+        kind = "a number" if floats else "an integer"
+        raise CorruptData(f"{where}: column {name!r} is {t}, not {kind}")
+    if col.null_count:
+        raise CorruptData(f"{where}: column {name!r} has {col.null_count} null value(s)")
+
+
 def check_timestamps(ts: np.ndarray, fi: np.ndarray, fps: float, ep: int, tol: float) -> None:
     """``timestamp == frame_index / fps`` (within ``tol``), and frames ``0..T-1``."""
+    bad_ts = np.flatnonzero(~np.isfinite(ts.astype(np.float64)))
+    if bad_ts.size:
+        raise CorruptData(f"episode {ep}: timestamp of frame {bad_ts[0]} is {ts[bad_ts[0]]}")
     if fi.size and not np.array_equal(fi, np.arange(fi.size)):
         bad = int(np.flatnonzero(fi != np.arange(fi.size))[0])
         raise CorruptData(
@@ -273,125 +144,6 @@ def check_timestamps(ts: np.ndarray, fi: np.ndarray, fps: float, ep: int, tol: f
             f"{float(ts[k]):.6f}s, expected {k / fps:.6f}s at {fps:g} fps "
             f"(drift {drift[k]:.6f}s > tolerance {tol}s)"
         )
-
-
-def decode_span(
-    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
-) -> np.ndarray:
-    """Decode the ``count`` frames at ``start + k/fps`` from an MP4 (``uint8 [T, H, W, 3]``)."""
-    import io
-
-    import av
-
-    half = max(tol, 0.5 / fps)
-    want = start + np.arange(count) / fps
-    out: list[np.ndarray | None] = [None] * count
-    try:
-        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
-            stream = c.streams.video[0]
-            stream.thread_type = "AUTO"
-            tb = float(stream.time_base)
-            if start > 0:
-                c.seek(int(max(0.0, start - half) / tb), stream=stream, backward=True)
-            for frame in c.decode(stream):
-                if frame.pts is None:
-                    continue
-                t = frame.pts * tb
-                if t < start - half:
-                    continue
-                if t >= want[-1] + half:
-                    break
-                k = int(round((t - start) * fps))
-                if 0 <= k < count and abs(t - want[k]) <= half and out[k] is None:
-                    out[k] = frame.to_ndarray(format="rgb24")
-    except av.error.FFmpegError as e:
-        raise CorruptData(f"{where}: cannot decode video: {e}") from None
-    missing = [k for k, f in enumerate(out) if f is None]
-    if missing:
-        got = count - len(missing)
-        raise CorruptData(
-            f"{where}: video has {got} frames for the episode's {count} rows (no frame at "
-            f"{want[missing[0]]:.4f}s for row {missing[0]})"
-        )
-    return np.stack(out)  # type: ignore[arg-type]
-
-
-def cut_span(
-    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
-) -> bytes | None:
-    """The H.264 packets of ``count`` frames at ``start + k/fps`` as a new MP4, no decoding.
-
-    LeRobot v3.0 concatenates episode files without re-encoding, so an episode starts on a
-    keyframe of the shared file and its packets stand alone. Returns None when the span
-    does not start on a keyframe (the caller then decodes); raises :class:`CorruptData`
-    when the file has fewer (or misplaced) frames than the episode has rows.
-    """
-    import io
-
-    import av
-
-    half = max(tol, 0.5 / fps)
-    end = start + (count - 1) / fps + half
-    try:
-        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
-            stream = c.streams.video[0]
-            if stream.codec_context.name != "h264":
-                return None  # re-encoded either way: decoding the span is simpler
-            tb = float(stream.time_base)
-            if start > 0:
-                c.seek(int(max(0.0, start - half) / tb), stream=stream, backward=True)
-            packets = []
-            for p in c.demux(stream):
-                if p.pts is None or not p.size:
-                    continue
-                t = p.pts * tb
-                if p.dts is not None and p.dts * tb > end + 2.0:
-                    break  # well past the span in decode order
-                if start - half <= t < end:
-                    packets.append(p)
-            if not packets:
-                return _short(where, 0, count, start)
-            if not packets[0].is_keyframe:
-                return None
-            times = np.sort(np.array([p.pts * tb for p in packets]))
-            want = start + np.arange(count) / fps
-            if len(times) != count or np.abs(times - want).max() > half:
-                return _short(where, len(times), count, start)
-            base = min(p.pts for p in packets)
-            out_buf = io.BytesIO()
-            with av.open(out_buf, "w", format="mp4") as out:
-                ostream = out.add_stream_from_template(stream)
-                for p in packets:
-                    p.pts -= base
-                    if p.dts is not None:
-                        p.dts -= base
-                    p.stream = ostream
-                    out.mux(p)
-            return out_buf.getvalue()
-    except av.error.FFmpegError as e:
-        raise CorruptData(f"{where}: cannot read video: {e}") from None
-
-
-def _short(where: str, got: int, count: int, start: float) -> None:
-    raise CorruptData(
-        f"{where}: video has {got} frames for the episode's {count} rows "
-        f"(span starting at {start:.4f}s)"
-    )
-
-
-def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
-    """Video frames (packets) in a file and its codec, without decoding."""
-    import io
-
-    import av
-
-    try:
-        with av.open(io.BytesIO(data) if isinstance(data, bytes) else data) as c:
-            s = c.streams.video[0]
-            n = sum(1 for p in c.demux(s) if p.size)
-            return n, s.codec_context.name
-    except av.error.FFmpegError as e:
-        raise CorruptData(f"{where}: cannot read video: {e}") from None
 
 
 def iter_episodes(
@@ -440,7 +192,7 @@ def iter_episodes(
                 t[c].combine_chunks(), meta.features.get(c), c in meta.images, images, ep.index, c
             )
         if meta.tasks and "task_index" in t.column_names and "task" not in cols:
-            cols["task"] = [meta.tasks.get(int(i), "") for i in t["task_index"].to_numpy()]
+            cols["task"] = _tasks(t["task_index"].to_numpy(), meta.tasks, ep, source)
         for cam in meta.cameras:
             col = column_name(cam, f"LeRobot episode {ep.index}", rename)
             vname = ep.video_files[cam]
@@ -478,6 +230,16 @@ def iter_episodes(
     # An episode's decoded frames can be large (T x H x W x 3): at most `threads` in flight.
     threads = threads or min(2, workers())
     yield from ordered_map(build, loaded(), threads, ahead=threads)
+
+
+def _tasks(index: np.ndarray, tasks: dict[int, str], ep: Episode, source: Source) -> list[str]:
+    unknown = sorted(set(index.tolist()) - tasks.keys())
+    if unknown:
+        raise CorruptData(
+            f"episode {ep.index}: task_index {unknown[0]} in {source.describe(ep.data_file)} "
+            "is not in the dataset's tasks (meta/tasks.parquet or meta/tasks.jsonl)"
+        )
+    return [tasks[i] for i in index.tolist()]
 
 
 def _column(col: pa.Array, feature: Any, is_image: bool, images: str, ep: int, name: str) -> Any:

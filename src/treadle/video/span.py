@@ -1,0 +1,267 @@
+"""A span of frames out of a container file that holds many episodes one after the other.
+
+:func:`cut_span` copies the span's H.264 packets into a small MP4 (bit-exact, no
+re-encode) when they decode to exactly the source's frames on their own, and returns None
+otherwise; :func:`decode_span` decodes the span's frames (the fallback, any codec).
+Spans are ``count`` frames at ``start + k / fps``, matched within ``max(tol, 0.5 / fps)``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import av
+import numpy as np
+
+from treadle.errors import CorruptData
+
+#: H.264 reorders at most 16 frames: a span's packets all come within this many frame
+#: durations (decode order) after its last frame, and never further than 2 s.
+_REORDER_FRAMES = 17
+
+
+def decode_span(
+    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
+) -> np.ndarray:
+    """Decode the ``count`` frames at ``start + k/fps`` from a video (``uint8 [T, H, W, 3]``)."""
+    half = max(tol, 0.5 / fps)
+    want = start + np.arange(count) / fps
+    out: list[np.ndarray | None] = [None] * count
+    try:
+        with _open(data) as c:
+            stream = c.streams.video[0]
+            stream.thread_type = "AUTO"
+            tb = float(stream.time_base)
+            frames = (f for p in _packets_from(c, stream, start, half, where) for f in p.decode())
+            for frame in frames:
+                if frame.pts is None:
+                    continue
+                t = frame.pts * tb
+                if t >= want[-1] + half:
+                    break
+                k = int(round((t - start) * fps))
+                if 0 <= k < count and abs(t - want[k]) <= half and out[k] is None:
+                    out[k] = frame.to_ndarray(format="rgb24")
+    except av.error.FFmpegError as e:
+        raise CorruptData(f"{where}: cannot decode video: {e}") from None
+    missing = [k for k, f in enumerate(out) if f is None]
+    if missing:
+        got = count - len(missing)
+        raise CorruptData(
+            f"{where}: video has {got} frames for the episode's {count} rows (no frame at "
+            f"{want[missing[0]]:.4f}s for row {missing[0]})"
+        )
+    return np.stack(out)  # type: ignore[arg-type]
+
+
+def _packets_from(c: Any, stream: Any, start: float, half: float, where: str) -> Iterator[Any]:
+    """The stream's packets in decode order from a keyframe shown no later than ``start``.
+
+    An MP4 seek goes by decode time: with B-frames it can land on a keyframe shown after
+    ``start`` (the span then starts on that keyframe's leading pictures, which need the
+    GOP before it, or on frames decoded before it). Then seek again 1, 2, 4... s earlier.
+    From a keyframe shown at or before ``start`` every frame of the span comes after it
+    in decode order and is not one of its leading pictures.
+    """
+    tb = float(stream.time_base)
+    back = 0.0
+    while True:
+        target = start - half - back
+        if target > 0 or back:
+            _seek(c, stream, max(target, 0.0), tb, where)
+        packets = c.demux(stream)
+        first = next((p for p in packets if p.size), None)
+        if first is None:
+            return
+        if target <= 0 or first.pts is None or first.pts * tb - half <= start:
+            yield first
+            yield from packets
+            return
+        back = max(2 * back, 1.0)
+
+
+def cut_span(
+    data: bytes | str, start: float, count: int, fps: float, tol: float, where: str
+) -> bytes | None:
+    """The H.264 packets of ``count`` frames at ``start + k/fps`` as a new MP4, or None.
+
+    None (the caller then decodes the span) when the file is not H.264, when the span's
+    first packet in decode order is not a keyframe, when frames of the span are leading
+    pictures of that keyframe (open GOP: they reference the GOP before it), or when
+    the copied packets do not decode to the source's frames (see :func:`_same_pictures`).
+    Raises :class:`CorruptData` when the file has fewer (or misplaced) frames than rows.
+    """
+    half = max(tol, 0.5 / fps)
+    end = start + (count - 1) / fps + half
+    horizon = end + max(2.0, _REORDER_FRAMES / fps)
+    try:
+        with _open(data) as c:
+            stream = c.streams.video[0]
+            if stream.codec_context.name != "h264":
+                return None  # re-encoded either way: decoding the span is simpler
+            tb = float(stream.time_base)
+            seq = []  # the source's packets in decode order, from a keyframe
+            for p in _packets_from(c, stream, start, half, where):
+                if not p.size:
+                    continue
+                if p.pts is None:
+                    return None  # cannot tell which frame it is: decode instead
+                if p.dts is not None and p.dts * tb > horizon:
+                    break
+                seq.append(p)
+            inside = [start - half <= p.pts * tb < end for p in seq]
+            idx = [i for i, x in enumerate(inside) if x]
+            if not idx:
+                return _short(where, 0, count, start)
+            first, last = idx[0], idx[-1]
+            times = np.sort(np.array([seq[i].pts * tb for i in idx]))
+            want = start + np.arange(count) / fps
+            if len(times) != count or np.abs(times - want).max() > half:
+                return _short(where, len(times), count, start)
+            if not seq[first].is_keyframe or min(seq[i].pts for i in idx) < seq[first].pts:
+                return None
+            payloads = [bytes(seq[i]) for i in idx]
+            params = _avcc_params(bytes(stream.codec_context.extradata or b""))
+            if params is None:
+                return None
+            payloads[0] = _with_params(payloads[0], *params)
+            gap = next((i for i in range(first, last) if not inside[i]), None)
+            if gap is not None and not _same_pictures(stream, seq, inside, payloads, first, gap):
+                return None
+            return _mux(stream, [seq[i] for i in idx], payloads)
+    except av.error.FFmpegError as e:
+        raise CorruptData(f"{where}: cannot read video: {e}") from None
+
+
+def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
+    """Video frames (packets) in a file and its codec, without decoding."""
+    try:
+        with _open(data) as c:
+            s = c.streams.video[0]
+            n = sum(1 for p in c.demux(s) if p.size)
+            return n, s.codec_context.name
+    except av.error.FFmpegError as e:
+        raise CorruptData(f"{where}: cannot read video: {e}") from None
+
+
+def _open(data: bytes | str) -> Any:
+    return av.open(io.BytesIO(data) if isinstance(data, bytes) else data)
+
+
+def _seek(c: Any, stream: Any, t: float, tb: float, where: str) -> None:
+    try:
+        c.seek(int(t / tb), stream=stream, backward=True)
+    except OverflowError:
+        raise CorruptData(f"{where}: span start {t:.4f}s is beyond any video") from None
+
+
+def _short(where: str, got: int, count: int, start: float) -> None:
+    raise CorruptData(
+        f"{where}: video has {got} frames for the episode's {count} rows "
+        f"(span starting at {start:.4f}s)"
+    )
+
+
+def _same_pictures(
+    stream: Any, seq: list[Any], inside: list[bool], payloads: list[bytes], first: int, gap: int
+) -> bool:
+    """Whether the copied packets decode to the same pictures as the source's packets.
+
+    ``seq[gap]`` is the first source packet (decode order) left out between the span's
+    first and last packet: a frame of the next episode that the span's last B-frames may
+    reference, or a leading picture of the first keyframe. Up to ``gap`` a decoder sees
+    the same packets in both, so it outputs the same pictures; only packets after the gap
+    can differ. Both sequences are decoded from ``k``, the last keyframe before the gap
+    whose leading pictures (if any) are not in the span, to the span's last packet, and
+    every picture of the span decoded there is compared, plane by plane. Starting at
+    ``k`` is what the reader does too: a window is decoded from the keyframe before it.
+    """
+    keys = [i for i in range(first, gap) if seq[i].is_keyframe]
+    k = keys.pop()
+    while keys and any(inside[j] and seq[j].pts < seq[k].pts for j in range(k + 1, len(seq))):
+        k = keys.pop()  # k's leading pictures are in the span: they need the GOP before k
+    pos = {i: n for n, i in enumerate(i for i, x in enumerate(inside) if x)}
+    last = max(pos)
+    source = _decode(stream, [(bytes(seq[i]), seq[i].pts) for i in range(k, last + 1)])
+    copied = _decode(
+        stream, [(payloads[pos[i]], seq[i].pts) for i in range(k, last + 1) if inside[i]]
+    )
+    if source is None or copied is None:
+        return False
+    wanted = [seq[i].pts for i in range(k, last + 1) if inside[i]]
+    return all(p in copied and p in source and copied[p] == source[p] for p in wanted)
+
+
+def _decode(stream: Any, packets: list[tuple[bytes, int]]) -> dict[int, bytes] | None:
+    """``{pts: picture bytes}`` from a fresh decoder fed ``packets``; None when it fails."""
+    ctx: Any = av.CodecContext.create("h264", "r")
+    ctx.extradata = stream.codec_context.extradata
+    ctx.thread_count = 1
+    out: dict[int, bytes] = {}
+    try:
+        for payload, pts in [*packets, (b"", None)]:
+            pkt = None
+            if payload:
+                pkt = av.Packet(payload)
+                pkt.pts = pts
+            for f in ctx.decode(pkt):
+                if f.pts is not None:
+                    out[int(f.pts)] = f.to_ndarray().tobytes()  # native planes, cropped
+    except (av.error.FFmpegError, ValueError):
+        return None  # undecodable, or a pixel format without an array view: do not copy
+    return out
+
+
+def _avcc_params(extradata: bytes) -> tuple[int, list[bytes]] | None:
+    """(NAL length size, SPS and PPS units) of an avcC record; None when it is not one."""
+    if len(extradata) < 7 or extradata[0] != 1:
+        return None
+    size = (extradata[4] & 3) + 1
+    units, i = [], 5
+    for mask in (0x1F, 0xFF):  # SPS count (5 bits), then PPS count (8 bits)
+        if i >= len(extradata):
+            return None
+        n, i = extradata[i] & mask, i + 1
+        for _ in range(n):
+            ln = int.from_bytes(extradata[i : i + 2], "big")
+            unit = extradata[i + 2 : i + 2 + ln]
+            if len(unit) != ln or not unit:
+                return None
+            units.append(unit)
+            i += 2 + ln
+    return size, units
+
+
+def _with_params(payload: bytes, size: int, units: list[bytes]) -> bytes:
+    """``payload`` (length-prefixed NALs) with the stream's SPS/PPS in front when it lacks them.
+
+    An MP4 keeps SPS/PPS in its header; ``h264_mp4toannexb`` puts them in band only before
+    an IDR, so a span that starts on an open-GOP keyframe (non-IDR I) needs them here.
+    """
+    types, i = set(), 0
+    while i + size < len(payload):
+        n = int.from_bytes(payload[i : i + size], "big")
+        types.add(payload[i + size] & 0x1F)
+        i += size + n
+    if {7, 8} <= types:
+        return payload
+    return b"".join(len(u).to_bytes(size, "big") + u for u in units) + payload
+
+
+def _mux(stream: Any, packets: list[Any], payloads: list[bytes]) -> bytes:
+    base = min(p.pts for p in packets)
+    out_buf = io.BytesIO()
+    with av.open(out_buf, "w", format="mp4") as out:
+        ostream = out.add_stream_from_template(stream)
+        for p, payload in zip(packets, payloads):
+            q = av.Packet(payload)
+            q.pts = p.pts - base
+            q.dts = None if p.dts is None else p.dts - base
+            q.duration = p.duration
+            q.time_base = p.time_base
+            q.is_keyframe = p.is_keyframe
+            q.stream = ostream
+            out.mux(q)
+    return out_buf.getvalue()
