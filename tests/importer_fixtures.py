@@ -401,3 +401,44 @@ def make_lerobot_v21(
     }
     (root / "meta/info.json").write_text(json.dumps(info, indent=2))
     return {"tables": tables, "frames": frames, "tasks": tasks, "fps": fps}
+
+
+# -- faithful values and hostile input (WebDataset / MDS) -----------------------------------------
+
+
+def make_wds_json_drift(folder: Path, drift: str, n: int = 1200, at: int = 1100) -> str:
+    """One shard by ``webdataset.TarWriter``; sample ``at``'s JSON differs from all before it.
+
+    ``drift``: ``"float"`` (``score`` 1100.5 where earlier scores are ints), ``"key"``
+    (a key ``late`` no earlier sample had), ``"int"`` (``score`` an int where earlier
+    scores are floats: widened exactly).
+    """
+    import webdataset as wds
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"drift-{drift}.tar"
+    with wds.TarWriter(str(path)) as w:
+        for i in range(n):
+            w.write({"__key__": f"s{i:05d}", "json": _drift_meta(i, at, drift), "cls": i % 3})
+    return str(path)
+
+
+def make_mds_json_drift(folder: Path, drift: str, n: int = 1200, at: int = 1100) -> str:
+    """The same JSON drift as :func:`make_wds_json_drift`, in a ``json`` column by ``MDSWriter``."""
+    streaming = import_streaming()
+    with streaming.MDSWriter(out=str(folder), columns={"meta": "json", "i": "int"}) as w:
+        for i in range(n):
+            w.write({"meta": _drift_meta(i, at, drift), "i": i})
+    return str(folder)
+
+
+def _drift_meta(i: int, at: int, drift: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"id": i, "score": i if drift != "int" else i + 0.25}
+    if i == at:
+        if drift == "float":
+            meta["score"] = i + 0.5
+        elif drift == "key":
+            meta["late"] = "only here"
+        else:
+            meta["score"] = i
+    return meta

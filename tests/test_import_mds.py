@@ -8,7 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from importer_fixtures import import_streaming, make_mds
+from importer_fixtures import (
+    import_streaming,
+    make_mds,
+    make_mds_json_drift,
+)
 from treadle.catalog import Client
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers import UnsafeInput, UnsupportedFormat
@@ -155,3 +159,26 @@ def test_columns_differing_across_shards(tmp_path, client):
     idx.write_text(json.dumps(index))
     with pytest.raises(SchemaMismatch, match="shard 1"):
         import_mds(folder, client.project("p"), "t", progress=False)
+
+
+# -- faithful values ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drift", ["float", "key"])
+def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
+    tmp_path, client, drift
+):
+    folder = make_mds_json_drift(tmp_path / "m", drift)  # sample 1100 of 1200, chunks of 1024
+    field = "meta.score" if drift == "float" else "meta.late"
+    with pytest.raises(SchemaMismatch, match=rf"sample 1100\b.*{field}"):
+        import_mds(folder, client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+
+
+def test_str_int_beyond_int64_is_a_named_error(tmp_path, client):
+    out = tmp_path / "big"
+    with streaming.MDSWriter(out=str(out), columns={"count": "str_int"}) as w:
+        for v in (1, 2**70, 3):
+            w.write({"count": v})
+    with pytest.raises(SchemaMismatch, match=r"sample 1\b.*'count'.*int64"):
+        import_mds(str(out), client.project("p"), "t", progress=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from importer_fixtures import make_wds
+from importer_fixtures import make_wds, make_wds_json_drift
 from treadle.catalog import Client
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.importers import UnsafeInput
@@ -257,3 +257,39 @@ def test_object_store_urls_with_brace_pattern(tmp_path, s3_server, local_root):
     assert res.rows == 30
     keys = client.project("p").branch("main").table("t").to_arrow(["key"]).column("key")
     assert keys.to_pylist() == [f"sample{i:05d}" for i in range(30)]
+
+
+# -- faithful values ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drift", ["float", "key"])
+def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
+    tmp_path, client, drift
+):
+    shard = make_wds_json_drift(tmp_path / "w", drift)  # sample 1100 of 1200, chunks of 1024
+    field = "json.score" if drift == "float" else "json.late"
+    with pytest.raises(SchemaMismatch, match=rf"'s01100'.*{field}"):
+        import_wds(shard, client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+
+
+def test_json_ints_after_float_chunk_are_widened_exactly(tmp_path, client):
+    shard = make_wds_json_drift(tmp_path / "w", "int")
+    import_wds(shard, client.project("p"), "t", progress=False)
+    rows = client.project("p").branch("main").table("t").to_arrow(["json"]).to_pylist()
+    assert [r["json"]["score"] for r in rows[1099:1102]] == [1099.25, 1100.0, 1101.25]
+
+
+def test_members_mapping_to_one_column_are_refused(tmp_path, client):
+    with wds.TarWriter(str(tmp_path / "c.tar")) as w:
+        w.write({"__key__": "x", "seg.png": b"dotted", "seg_png": b"underscored", "cls": 1})
+    with pytest.raises(SchemaMismatch, match=r"x\.seg\.png.*x\.seg_png|x\.seg_png.*x\.seg\.png"):
+        import_wds(str(tmp_path / "c.tar"), client.project("p"), "t", progress=False)
+    with pytest.raises(SchemaMismatch, match="'cls'"):  # a rename onto another member, too
+        import_wds(
+            str(tmp_path / "c.tar"),
+            client.project("p"),
+            "t",
+            rename={"seg_png": "cls"},
+            progress=False,
+        )

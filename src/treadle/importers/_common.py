@@ -50,6 +50,7 @@ from treadle.errors import (  # noqa: F401  (UnsafeInput, UnsupportedFormat re-e
     UnsafeInput,
     UnsupportedFormat,
 )
+from treadle.importers._exact import ABSENT, first_difference, show
 
 SHAPE_KEY = b"treadle:shape"
 DTYPE_KEY = b"treadle:dtype"
@@ -309,8 +310,10 @@ def rows_to_table(
 
     numpy arrays become tensor columns (every row must have the same dtype and
     shape), bytes become ``large_binary``, everything else is inferred by Arrow. With
-    ``schema`` (fixed by the first chunk) the result is cast to it; a value that does
-    not fit raises :class:`SchemaMismatch` naming the sample (``where(row)``).
+    ``schema`` (fixed by the first chunk) the result is cast to it. A value that does
+    not fit, or that the type would change (a float in an integer field, a struct key
+    the type lacks, an integer beyond int64), raises :class:`SchemaMismatch` naming the
+    sample (``where(row)``) and the field; integers are widened to floats only when exact.
     """
     fields: list[pa.Field] = []
     arrays: list[pa.Array] = []
@@ -345,13 +348,7 @@ def rows_to_table(
         elif isinstance(values[0], (bytes, bytearray, memoryview)):
             f, a = pa.field(col, pa.large_binary()), pa.array(values, pa.large_binary())
         else:
-            try:
-                a = pa.array(values, want.type if want is not None else None)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-                bad = _first_bad(values, want.type if want is not None else None)
-                raise SchemaMismatch(
-                    f"{where(bad)}: {col!r} does not fit the column type: {e}"
-                ) from None
+            a = _exact_array(values, col, where, want.type if want is not None else None)
             f = pa.field(col, a.type)
         if want is not None and (f.type != want.type or f.metadata != want.metadata):
             if f.metadata != want.metadata or SHAPE_KEY in (want.metadata or {}):
@@ -377,14 +374,49 @@ def _describe(f: pa.Field) -> str:
     return str(f.type)
 
 
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+
+
+def _exact_array(
+    values: list[Any], col: str, where: Callable[[int], str], typ: pa.DataType | None
+) -> pa.Array:
+    """``pa.array(values, typ)``, refused (:class:`SchemaMismatch`) unless it holds them exactly.
+
+    ``typ`` is the type the first chunk set (``None`` for the first chunk): a later value
+    it cannot hold (a float in an integer field, a key the struct lacks) is named, never
+    truncated or dropped. Integers read back as floats only when exact.
+    """
+    try:
+        a = pa.array(values, typ)
+    except _ARROW_ERRORS as e:
+        bad = _first_bad(values, typ)
+        why = "an integer outside int64" if isinstance(e, OverflowError) else str(e)
+        raise SchemaMismatch(f"{where(bad)}: {col!r} does not fit the column type: {why}") from None
+    diff = first_difference(values, a)
+    if diff is not None:
+        row, path, src, got = diff
+        kind = f"field {col}{path}" if path else f"{col!r}"
+        typ_s = str(a.type) if len(str(a.type)) <= 160 else str(a.type)[:157] + "..."
+        if got is ABSENT:
+            raise SchemaMismatch(
+                f"{where(row)}: {kind} is not in the column type {typ_s} (fixed by the "
+                "first chunk of samples): a key that first appears here would be dropped"
+            )
+        raise SchemaMismatch(
+            f"{where(row)}: {kind} = {show(src)} would be stored as {show(got)} by the column "
+            f"type {typ_s} (fixed by the first chunk of samples)"
+        )
+    return a
+
+
 def _first_bad(values: list[Any], typ: pa.DataType | None) -> int:
-    if typ is None:
-        typ = pa.array(values[:1]).type
-    for i, v in enumerate(values):
+    for i, v in enumerate(values):  # a value that fits no type on its own (an int beyond int64)
         try:
             pa.array([v], typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        except _ARROW_ERRORS:
             return i
+    if typ is None:  # values of mixed kinds: the first that differs from the first value's
+        return _first_bad(values, pa.array(values[:1]).type)
     return 0
 
 

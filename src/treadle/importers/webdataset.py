@@ -171,6 +171,7 @@ def decode_sample(
 ) -> dict[str, Any]:
     """Raw member bytes -> typed values (see the module docstring)."""
     out: dict[str, Any] = {KEY_COLUMN: raw["__key__"]}
+    member_of: dict[str, str] = {}
     for ext, data in raw.items():
         if ext == "__key__":
             continue
@@ -178,6 +179,13 @@ def decode_sample(
         col = column_name(ext, where, rename)
         if col == KEY_COLUMN:
             raise SchemaMismatch(f"{where}: a member extension {ext!r} clashes with the key column")
+        if col in member_of:
+            key = raw["__key__"]
+            raise SchemaMismatch(
+                f"{where}: members {key}.{member_of[col]} and {key}.{ext} would both be "
+                f"stored as column {col!r}; rename one (rename={{{ext!r}: ...}})"
+            )
+        member_of[col] = ext
         try:
             out[col] = _decode_member(last, data, where, images, allow_pickle, ext)
         except (UnsafeInput, CorruptData, SchemaMismatch):
