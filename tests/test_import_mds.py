@@ -12,6 +12,8 @@ from importer_fixtures import (
     import_streaming,
     make_mds,
     make_mds_json_drift,
+    mds_gz_bomb,
+    run_memory_capped,
 )
 from treadle.catalog import Client
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
@@ -182,3 +184,45 @@ def test_str_int_beyond_int64_is_a_named_error(tmp_path, client):
             w.write({"count": v})
     with pytest.raises(SchemaMismatch, match=r"sample 1\b.*'count'.*int64"):
         import_mds(str(out), client.project("p"), "t", progress=False)
+
+
+# -- hostile input: bounded memory ----------------------------------------------------------------
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_index_declaring_a_trillion_samples(tmp_path, local_root):
+    folder = make_mds(tmp_path / "mds", n=5, compression=None)
+    idx = Path(folder, "index.json")
+    index = json.loads(idx.read_text())
+    index["shards"][0]["samples"] = 10**12
+    idx.write_text(json.dumps(index))
+    call = f"td.importers.mds({folder!r}, client.project('p'), 't', progress=False)"
+    out = run_memory_capped(call, local_root, tmp_path, timeout=60)
+    assert out["error"] == "CorruptData", out
+    assert "1,000,000,000,000 samples" in out["message"] and "index.json shard 0" in out["message"]
+    idx.write_text(idx.read_text().replace("1000000000000", "1e12"))  # a float: not a count
+    with pytest.raises(CorruptData, match="samples must be an integer"):
+        import_mds(folder, Client(local_root).project("p"), "t", progress=False)
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_gz_shard_bomb_stops_under_a_memory_cap(tmp_path, local_root):
+    from treadle.importers.mds import MAX_SHARD_BYTES
+
+    assert MAX_SHARD_BYTES == 1 << 30  # as documented
+    # just past the default cap, as index.json says: refused before anything is inflated
+    honest = mds_gz_bomb(tmp_path / "honest", MAX_SHARD_BYTES + 16)
+    # a lying index (1 MiB): never inflated past what it says
+    liar = mds_gz_bomb(tmp_path / "liar", 512 << 20, declare=1 << 20)
+    for folder, error, words in [
+        (honest, "UnsafeInput", "max_shard_bytes"),
+        (liar, "CorruptData", "inflates to more than the 1,048,576 bytes"),
+    ]:
+        call = f"td.importers.mds({folder!r}, client.project('p'), 't', progress=False)"
+        out = run_memory_capped(call, local_root, tmp_path)
+        assert out["error"] == error and words in out["message"], out
+        assert "shard.00000.mds.gz" in out["message"] and out["rss_growth"] < 256 << 20, out
+    # a lower cap, through the option
+    folder = mds_gz_bomb(tmp_path / "small", 64 << 20)
+    with pytest.raises(UnsafeInput, match=r"shard\.00000\.mds\.gz.*max_shard_bytes"):
+        import_mds(folder, Client(local_root).project("p"), "t", max_shard_bytes=32 << 20)

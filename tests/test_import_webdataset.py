@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from importer_fixtures import make_wds, make_wds_json_drift
+from importer_fixtures import make_wds, make_wds_json_drift, run_memory_capped, tar_gz_bomb
 from treadle.catalog import Client
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.importers import UnsafeInput
@@ -293,3 +293,30 @@ def test_members_mapping_to_one_column_are_refused(tmp_path, client):
             rename={"seg_png": "cls"},
             progress=False,
         )
+
+
+# -- hostile input: bounded memory ----------------------------------------------------------------
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_tar_gz_bomb_of_many_members_stops_at_max_shard_bytes(tmp_path, local_root):
+    bomb = tar_gz_bomb(tmp_path / "many.tar.gz", 1 << 20, members=256)  # 256 MiB inflated
+    call = f"td.importers.webdataset({bomb!r}, client.project('p'), 't', progress=False, max_shard_bytes=48 << 20)"
+    out = run_memory_capped(call, local_root, tmp_path)
+    assert out["error"] == "UnsafeInput" and "many.tar.gz" in out["message"], out
+    assert "max_shard_bytes" in out["message"]
+    assert out["rss_growth"] < 384 << 20, out
+    assert Client(local_root).project("p").branch("main").tables() == ["warm"]
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_member_past_the_default_cap_stops_under_a_memory_cap(tmp_path, local_root):
+    from treadle.importers.webdataset import MAX_MEMBER_BYTES, MAX_SHARD_BYTES
+
+    assert MAX_MEMBER_BYTES == 1 << 30 and MAX_SHARD_BYTES == 2 << 30  # as documented
+    bomb = tar_gz_bomb(tmp_path / "big.tar.gz", MAX_MEMBER_BYTES + 1)  # ~5 MB on disk
+    call = f"td.importers.webdataset({bomb!r}, client.project('p'), 't', progress=False)"
+    out = run_memory_capped(call, local_root, tmp_path)
+    assert out["error"] == "UnsafeInput" and "max_member_bytes" in out["message"], out
+    assert "big.tar.gz" in out["message"] and "bomb00000.bin" in out["message"], out
+    assert out["rss_growth"] < 256 << 20, out

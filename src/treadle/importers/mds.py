@@ -29,8 +29,6 @@ Column encodings -> Arrow:
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
 import pickle
 from collections.abc import Iterator, Sequence
@@ -59,6 +57,7 @@ from treadle.importers._common import (
     rows_to_table,
     run_import,
 )
+from treadle.importers._inflate import inflate
 
 _SCALARS = {
     "int": "int64",
@@ -106,6 +105,9 @@ _SIMPLE = {
     "pkl",
 }
 _COMPRESSIONS = {"zstd", "gz", "bz2", "br", "snappy"}
+#: default ``max_shard_bytes``: the largest raw (uncompressed) shard read; a shard is held
+#: in memory whole, and MDS writes shards of 64 MiB by default
+MAX_SHARD_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -192,17 +194,24 @@ def _read_index(source: Source, allow_pickle: bool) -> list[MdsShard]:
             check_encoding(e, c, sw, allow_pickle)
         if comp is not None and comp.split(":")[0] not in _COMPRESSIONS:
             raise UnsupportedFormat(f"{sw}: unknown compression {comp!r}")
+        samples = _count(s["samples"], sw, "samples")
+        raw_bytes = _count(raw_data["bytes"], sw, "raw_data.bytes")
+        if 4 * (samples + 2) > raw_bytes:
+            raise CorruptData(
+                f"{sw}: declares {samples:,} samples, but its raw_data of {raw_bytes:,} bytes "
+                f"holds at most {max(raw_bytes // 4 - 2, 0):,} (4 bytes of offset each)"
+            )
         out.append(
             MdsShard(
                 i,
                 cols,
                 encs,
                 sizes,
-                int(s["samples"]),
+                samples,
                 str(raw_data["basename"]),
-                int(raw_data["bytes"]),
+                raw_bytes,
                 str(zip_data["basename"]) if zip_data else None,
-                int(zip_data["bytes"]) if zip_data else None,
+                _count(zip_data["bytes"], sw, "zip_data.bytes") if zip_data else None,
                 comp if zip_data else None,
             )
         )
@@ -218,35 +227,51 @@ def _read_index(source: Source, allow_pickle: bool) -> list[MdsShard]:
     return out
 
 
-def decompress(algo: str, data: bytes, raw_size: int, where: str) -> bytes:
-    """Decompress a whole shard (``algo`` as written in ``index.json``)."""
-    name = algo.split(":")[0]
-    try:
-        if name == "gz":
-            return gzip.decompress(data)
-        if name == "bz2":
-            return bz2.decompress(data)
-        codec = {"zstd": "zstd", "br": "brotli", "snappy": "snappy"}[name]
-        return pa.decompress(data, decompressed_size=raw_size, codec=codec, asbytes=True)
-    except Exception as e:
-        raise CorruptData(f"{where}: cannot decompress ({algo}): {type(e).__name__}: {e}") from None
+def _count(value: Any, where: str, key: str) -> int:
+    if type(value) is not int or value < 0:
+        raise CorruptData(f"{where}: {key} must be an integer >= 0, got {value!r}")
+    return value
 
 
-def load_shard(source: Source, shard: MdsShard) -> bytes:
-    """The raw (decompressed) bytes of a shard, checked against the index."""
+def shard_file(source: Source, shard: MdsShard) -> str:
+    """The file holding ``shard``: its raw file if present, else its compressed one."""
     candidates = [shard.raw_name] + ([shard.zip_name] if shard.zip_name else [])
     name = next((n for n in candidates if source.exists(n)), None)
     if name is None:
         files = " nor ".join(source.describe(n) for n in candidates)
         raise NotFound(f"MDS shard {shard.index} listed in index.json is missing: no {files}")
+    return name
+
+
+def load_shard(source: Source, shard: MdsShard, max_shard_bytes: int = MAX_SHARD_BYTES) -> bytes:
+    """The raw (decompressed) bytes of a shard, checked against the index.
+
+    The whole shard is held in memory, so one whose raw size is over ``max_shard_bytes``
+    is refused (:class:`UnsafeInput`) before anything is read, and a compressed shard is
+    never inflated past the raw size ``index.json`` states.
+    """
+    name = shard_file(source, shard)
     where = source.describe(name)
+    if shard.raw_bytes > max_shard_bytes:
+        raise UnsafeInput(
+            f"MDS shard {where} holds {shard.raw_bytes:,} bytes uncompressed (index.json), more "
+            f"than max_shard_bytes={max_shard_bytes:,}; raise max_shard_bytes if you trust it"
+        )
+    want = shard.raw_bytes if name == shard.raw_name else shard.zip_bytes
+    size = source.size(name)
+    if want is not None and size != want:
+        raise CorruptData(
+            f"MDS shard {where} has {size} bytes, index.json says {want} (truncated or replaced)"
+        )
+    if size > max_shard_bytes:
+        raise UnsafeInput(f"MDS shard {where} has {size:,} bytes, more than max_shard_bytes")
     data = source.read(name)
     if name != shard.raw_name:
         if shard.zip_bytes is not None and len(data) != shard.zip_bytes:
             raise CorruptData(
                 f"MDS shard {where} has {len(data)} bytes, index.json says {shard.zip_bytes}"
             )
-        data = decompress(shard.compression or "", data, shard.raw_bytes, where)
+        data = inflate(shard.compression or "", data, shard.raw_bytes, where)
     if len(data) != shard.raw_bytes:
         raise CorruptData(
             f"MDS shard {where} has {len(data)} bytes, index.json says {shard.raw_bytes} "
@@ -389,6 +414,7 @@ def iter_batches(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     threads: int | None = None,
     rename: dict[str, str] | None = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples, shard by shard, decoded on a pool."""
     check_images(images)
@@ -396,11 +422,11 @@ def iter_batches(
         return
     where = f"MDS dataset {source.root}"
     names = {c: column_name(c, where, rename) for c in shards[0].columns}
-    tasks = [
+    tasks = (
         (shard, lo, min(lo + chunk_rows, shard.samples))
         for shard in shards
         for lo in range(0, max(shard.samples, 1), chunk_rows)
-    ]
+    )
 
     def run(task: tuple[MdsShard, int, int, bytes]) -> tuple[list[str], list[dict[str, Any]]]:
         shard, lo, hi, data = task
@@ -414,7 +440,7 @@ def iter_batches(
 
     # Shards load one at a time in the producer; chunks of a loaded shard decode in parallel.
     schema = None
-    for wheres, rows in ordered_map(run, _with_data(tasks, source), threads):
+    for wheres, rows in ordered_map(run, _with_data(tasks, source, max_shard_bytes), threads):
         if not rows:
             continue
         t = rows_to_table(rows, list(names), lambda i, w=wheres: w[i], schema)
@@ -423,12 +449,13 @@ def iter_batches(
 
 
 def _with_data(
-    tasks: list[tuple[MdsShard, int, int]], source: Source
+    tasks: Iterator[tuple[MdsShard, int, int]], source: Source, max_shard_bytes: int
 ) -> Iterator[tuple[MdsShard, int, int, bytes]]:
     current, data = None, b""
     for shard, lo, hi in tasks:
         if shard.index != current:
-            current, data = shard.index, load_shard(source, shard)
+            current, data = None, b""  # let the previous shard go before loading the next
+            current, data = shard.index, load_shard(source, shard, max_shard_bytes)
         yield shard, lo, hi, data
 
 
@@ -447,11 +474,15 @@ def import_mds(
     progress: bool | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     rename: dict[str, str] | None = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> ImportResult:
     """Import an MDS dataset (a folder or URL holding ``index.json``) into ``table``.
 
     One commit on ``branch``; see :func:`treadle.importers.webdataset.import_webdataset` for
     the common arguments. ``pkl`` columns are refused unless ``allow_pickle=True``.
+    ``max_shard_bytes`` (default 1 GiB) is the largest uncompressed shard read (a shard
+    is held in memory whole): a larger one, or a compressed shard inflating past the
+    size ``index.json`` gives, stops the import with an error naming the file.
     """
     source = Source(str(src).rstrip("/"), source_options)
     shards = read_index(source, allow_pickle)
@@ -465,7 +496,14 @@ def import_mds(
     total = sum(s.samples for s in shards)
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
-        tables = iter_batches(source, shards, images=images, chunk_rows=chunk_rows, rename=rename)
+        tables = iter_batches(
+            source,
+            shards,
+            images=images,
+            chunk_rows=chunk_rows,
+            rename=rename,
+            max_shard_bytes=max_shard_bytes,
+        )
         return append_tables(tw, bar, tables), 0, sum(s.zip_bytes or s.raw_bytes for s in shards)
 
     return run_import(

@@ -21,7 +21,18 @@ images (``jpg``, ``png``, ``webp``, ...)    encoded bytes (``images="encoded"``)
 anything else                               ``large_binary`` (the member's bytes)
 =========================================  ==============================================
 
-The sample key goes to a ``key`` column. See :mod:`treadle.importers._common` for
+The sample key goes to a ``key`` column. Two members that map to one column
+(``x.seg.png`` and ``x.seg_png`` both become ``seg_png``) are refused, naming both.
+A JSON field's Arrow type is fixed by the first chunk (1,024 samples): a later value
+it cannot hold exactly (a float in an integer field, a key it does not have) raises
+:class:`SchemaMismatch` naming the sample and the field; integers in a float field
+are stored as floats when exact.
+
+Bounded memory on any input: a member is read whole, so one larger than
+``max_member_bytes`` (default 1 GiB) is refused from its tar header, before it is
+read; a compressed shard (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) is refused once it
+inflates past ``max_shard_bytes`` (default 2 GiB). Both errors
+(:class:`UnsafeInput`) name the shard. See :mod:`treadle.importers._common` for
 resumability (one transaction, deterministic import id).
 """
 
@@ -61,6 +72,7 @@ from treadle.importers._common import (
     run_import,
     split_url,
 )
+from treadle.importers._inflate import DECOMPRESS_ERRORS, open_capped
 
 INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
 TEXT_EXTS = {"txt", "text", "transcript"}
@@ -68,6 +80,10 @@ JSON_EXTS = {"json", "jsn"}
 PICKLE_EXTS = {"pyd", "pickle", "pkl"}
 TORCH_EXTS = {"pth", "pt"}
 KEY_COLUMN = "key"
+#: default ``max_member_bytes``: the largest tar member read (each is held whole)
+MAX_MEMBER_BYTES = 1 << 30
+#: default ``max_shard_bytes``: the most bytes a compressed shard may inflate to
+MAX_SHARD_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -118,24 +134,36 @@ def split_key(path: str) -> tuple[str, str]:
     return (f"{d}/{stem}" if d else stem), ext
 
 
-def iter_raw_samples(shard: Shard) -> Iterator[dict[str, Any]]:
+def iter_raw_samples(
+    shard: Shard,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> Iterator[dict[str, Any]]:
     """Samples of one shard as ``{"__key__": str, ext: bytes, ...}``, in tar order.
 
     A truncated or corrupt tar raises :class:`CorruptData` naming the shard and the last
-    sample read.
+    sample read; a member over ``max_member_bytes``, or a compressed shard inflating past
+    ``max_shard_bytes``, raises :class:`UnsafeInput` naming the shard.
     """
     where = shard.describe()
     current: dict[str, Any] | None = None
     last = "(start)"
     try:
-        with shard.source.open(shard.name) as f:
-            with tarfile.open(fileobj=f, mode="r|*") as tar:
+        with shard.source.open(shard.name) as raw:
+            f = open_capped(raw, max_shard_bytes, f"shard {where}", "max_shard_bytes")
+            with tarfile.open(fileobj=f, mode="r|") as tar:
                 for member in tar:
                     if not member.isfile():
                         continue
                     key, ext = split_key(member.name)
                     if not ext or key.rsplit("/", 1)[-1].startswith("__"):
                         continue  # no extension or a WebDataset metadata member
+                    if member.size > max_member_bytes:
+                        raise UnsafeInput(
+                            f"shard {where}: member {member.name!r} holds {member.size:,} bytes, "
+                            f"more than max_member_bytes={max_member_bytes:,} (raise it if you "
+                            "trust this shard)"
+                        )
                     fobj = tar.extractfile(member)
                     data = fobj.read() if fobj is not None else b""
                     if len(data) != member.size:
@@ -152,7 +180,7 @@ def iter_raw_samples(shard: Shard) -> Iterator[dict[str, Any]]:
                     if ext in current:
                         raise CorruptData(f"shard {where}: sample {key!r} has two {ext!r} members")
                     current[ext] = data
-    except (tarfile.TarError, EOFError, OSError) as e:
+    except (tarfile.TarError, EOFError, OSError, *DECOMPRESS_ERRORS) as e:
         after = f" after sample {last!r}" if last != "(start)" else ""
         raise CorruptData(
             f"shard {where} is truncated or not a tar file{after}: {type(e).__name__}: {e}"
@@ -245,6 +273,8 @@ def iter_batches(
     threads: int | None = None,
     stats: dict[str, int] | None = None,
     rename: dict[str, str] | None = None,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples (or ``chunk_bytes``), in shard order.
 
@@ -259,7 +289,7 @@ def iter_batches(
         chunk: list[tuple[str, dict[str, Any]]] = []
         size = 0
         for shard in shards:
-            for raw in iter_raw_samples(shard):
+            for raw in iter_raw_samples(shard, max_member_bytes, max_shard_bytes):
                 where = f"shard {shard.describe()}, sample {raw['__key__']!r}"
                 members = sorted(k for k in raw if k != "__key__")
                 if state["members"] is None:
@@ -307,6 +337,8 @@ def import_webdataset(
     progress: bool | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     rename: dict[str, str] | None = None,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
 ) -> ImportResult:
     """Import WebDataset shards into ``table`` of ``project`` (one commit on ``branch``).
 
@@ -323,6 +355,8 @@ def import_webdataset(
         source_options: ``storage_options`` for object-store shard URLs.
         progress: show a progress bar (default: when stderr is a terminal).
         rename: source column (member extension) -> table column, e.g. ``{"npy": "action"}``.
+        max_member_bytes: the largest member read (default 1 GiB; each is held whole).
+        max_shard_bytes: the most bytes a compressed shard may inflate to (default 2 GiB).
 
     Returns:
         :class:`ImportResult` with the commit, row count, bytes read and timing.
@@ -346,6 +380,8 @@ def import_webdataset(
             chunk_rows=chunk_rows,
             stats=stats,
             rename=rename,
+            max_member_bytes=max_member_bytes,
+            max_shard_bytes=max_shard_bytes,
         )
         return append_tables(tw, bar, tables), 0, sum(sizes)
 
