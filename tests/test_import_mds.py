@@ -186,6 +186,24 @@ def test_str_int_beyond_int64_is_a_named_error(tmp_path, client):
         import_mds(str(out), client.project("p"), "t", progress=False)
 
 
+# -- import ids -----------------------------------------------------------------------------------
+
+
+def test_import_id_covers_table_and_content(tmp_path, client):
+    folder = make_mds(tmp_path / "mds", n=10, compression=None)
+    p = client.project("p")
+    a = import_mds(folder, p, "a", progress=False)
+    assert not import_mds(folder, p, "b", progress=False).skipped  # same shards, another table
+    shard = Path(folder, "shard.00000.mds")
+    data = shard.read_bytes()
+    shard.write_bytes(data.replace(b"item-7", b"item-X"))  # same size
+    fixed = import_mds(folder, p, "a", progress=False)
+    assert not fixed.skipped and fixed.rows == 10 and fixed.commit.id != a.commit.id
+    names = p.branch("main").table("a").to_arrow(["name"]).column("name").to_pylist()
+    assert names.count("item-X") == 1
+    assert import_mds(folder, p, "a", progress=False).commit.id == fixed.commit.id
+
+
 # -- hostile input: bounded memory ----------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import treadle.importers._common as common
 from importer_fixtures import make_wds, make_wds_json_drift, run_memory_capped, tar_gz_bomb
 from treadle.catalog import Client
 from treadle.errors import CorruptData, SchemaMismatch
@@ -234,6 +235,10 @@ def test_cli_import(tmp_path, local_root, capsys):
     )
     assert rc == 1
     assert "nope.tar" in capsys.readouterr().err
+    cap = ["--project", "cli", "--table", "t3", "--root", local_root, "--max-member-bytes", "0.1K"]
+    assert main(["import", "webdataset", pattern, *cap]) == 1
+    err = capsys.readouterr().err
+    assert "UnsafeInput" in err and "max_member_bytes=102" in err and "shard-000000.tar" in err
 
 
 @pytest.mark.s3
@@ -257,6 +262,14 @@ def test_object_store_urls_with_brace_pattern(tmp_path, s3_server, local_root):
     assert res.rows == 30
     keys = client.project("p").branch("main").table("t").to_arrow(["key"]).column("key")
     assert keys.to_pylist() == [f"sample{i:05d}" for i in range(30)]
+    # a corrected object of the same size (new ETag) imports again; an unchanged one not
+    shards = f"{url}/shard-{{000000..000002}}.tar"
+    data = (tmp_path / "wds" / "shard-000002.tar").read_bytes()
+    store.put("shard-000002.tar", data.replace(b"caption 25", b"caption XX"))
+    again = import_wds(shards, client.project("p"), "t", source_options=opts, progress=False)
+    assert not again.skipped and again.rows == 30
+    same = import_wds(shards, client.project("p"), "t", source_options=opts, progress=False)
+    assert same.skipped and same.commit.id == again.commit.id
 
 
 # -- faithful values ------------------------------------------------------------------------------
@@ -293,6 +306,36 @@ def test_members_mapping_to_one_column_are_refused(tmp_path, client):
             rename={"seg_png": "cls"},
             progress=False,
         )
+
+
+# -- import ids -----------------------------------------------------------------------------------
+
+
+def test_import_id_covers_table_and_content(tmp_path, client, monkeypatch):
+    pattern = make_wds(tmp_path / "wds", n=10, per_shard=5)
+    p = client.project("p")
+    a = import_wds(pattern, p, "a", progress=False)
+    b = import_wds(pattern, p, "b", progress=False)  # same shards, another table
+    assert not b.skipped and b.rows == 10 and a.import_id != b.import_id
+    shard = tmp_path / "wds" / "shard-000001.tar"
+    data, st = shard.read_bytes(), shard.stat()
+    fixed = data.replace(b"caption 7", b"caption X")
+    assert fixed != data and len(fixed) == len(data)
+    shard.write_bytes(fixed)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime back
+    c = import_wds(pattern, p, "a", progress=False)
+    assert not c.skipped and c.rows == 10
+    texts = p.branch("main").table("a").to_arrow(["txt"]).column("txt").to_pylist()
+    assert texts.count("caption X") == 1 and texts.count("caption 7") == 1
+    again = import_wds(pattern, p, "a", progress=False)  # unchanged: the earlier commit
+    assert again.skipped and again.commit.id == c.commit.id
+    # large files are known by size and mtime (not hashed): a rewrite is seen too
+    monkeypatch.setattr(common, "HASH_BELOW", 0)
+    first = import_wds(pattern, p, "big", progress=False)
+    shard.write_bytes(data)
+    assert not import_wds(pattern, p, "big", progress=False).skipped
+    assert import_wds(pattern, p, "big", progress=False).skipped
+    assert not first.skipped
 
 
 # -- hostile input: bounded memory ----------------------------------------------------------------

@@ -11,11 +11,15 @@ over and cannot duplicate rows, because nothing of the first attempt was ever
 visible.
 
 Each import also has a deterministic **import id**: a hash of the format, the
-source (its URL/paths and their sizes) and the options. It is written into the
-commit message (``import-id=<id>``). Before doing any work, a re-run looks for that
-id in the branch's log and, if the commit is there (the crash came after the commit
-but before the process noticed), returns that commit instead of importing again.
-So "run it again until it succeeds" is always safe.
+destination table, the options, and the source: each file's URL/path and the
+identity of its content (:meth:`Source.identity`: the object store's ETag; for a
+local file a SHA-256 of its bytes up to :data:`HASH_BELOW` bytes, else its size and
+modification time in nanoseconds). It is written into the commit message
+(``import-id=<id>``). Before doing any work, a re-run looks for that id in the
+branch's log and, if the commit is there (the crash came after the commit but before
+the process noticed), returns that commit instead of importing again. So "run it
+again until it succeeds" is always safe, while the same files into another table, or
+a corrected file (even one of the same size), import again.
 
 Partial reuse of the data files staged by a crashed attempt was rejected: it would
 need a second, non-atomic manifest next to the catalog, and re-reading a source is
@@ -59,6 +63,8 @@ _COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _T = TypeVar("_T")
 
 
+#: local source files up to this many bytes are identified by a hash of their content
+HASH_BELOW = 1 << 20
 #: rows per appended chunk (each importer may pick smaller chunks for wide rows)
 DEFAULT_CHUNK_ROWS = 1024
 #: bytes per appended chunk, whichever limit comes first
@@ -181,6 +187,29 @@ class Source:
                 raise NotFound(f"no file {self.describe(rel)}")
             return p.stat().st_size
         return self._store.size(self._check(rel))
+
+    def identity(self, rel: str) -> tuple[int, str] | None:
+        """``(size, token)`` of ``rel``'s current content, ``None`` when it does not exist.
+
+        The token changes whenever the content does: the object store's ETag (its
+        modification time where it gives none); for a local file, a SHA-256 of its bytes
+        when it has at most :data:`HASH_BELOW` bytes, else its modification time in ns
+        (a larger file rewritten with the same size and its old mtime restored is not
+        seen as changed).
+        """
+        if self._local is None:
+            try:
+                return self._store.fingerprint(self._check(rel))
+            except NotFound:
+                return None
+        p = self.local_path(rel)
+        try:
+            st = p.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if st.st_size > HASH_BELOW:
+            return st.st_size, f"mtime_ns:{st.st_mtime_ns}"
+        return st.st_size, "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
 
     def read(self, rel: str) -> bytes:
         """All bytes of ``rel`` (:class:`NotFound` if missing)."""
@@ -575,16 +604,35 @@ class ImportResult:
         return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else float("inf")
 
 
+def identities(files: Sequence[SourceFile]) -> list[tuple[int, str] | None]:
+    """:meth:`Source.identity` of each file (``None`` for a missing one), looked up in parallel."""
+    return list(ordered_map(lambda f: f.source.identity(f.name), files, threads=16))
+
+
 def import_id(
-    fmt: str, sources: Sequence[str], sizes: Sequence[int], options: dict[str, Any]
+    fmt: str, sources: Sequence[str], identities: Sequence[Any], options: dict[str, Any]
 ) -> str:
-    """The deterministic id of an import: format, sources and their sizes, options."""
+    """The deterministic id of an import's source: format, files, their content, options.
+
+    ``identities`` name each file's content (:func:`identities`). :func:`run_import`
+    adds the destination table to this id before it records or looks it up.
+    """
     blob = json.dumps(
-        {"format": fmt, "sources": list(sources), "sizes": list(sizes), "options": options},
+        {
+            "format": fmt,
+            "sources": list(sources),
+            "identities": list(identities),
+            "options": options,
+        },
         sort_keys=True,
         default=str,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def table_import_id(iid: str, table: str) -> str:
+    """The id recorded for source id ``iid`` imported into ``table``."""
+    return hashlib.sha256(json.dumps([iid, table]).encode()).hexdigest()[:16]
 
 
 def find_import(branch: Any, iid: str, limit: int = 200) -> Any:
@@ -674,14 +722,16 @@ def run_import(
 ) -> ImportResult:
     """Run ``write(table_writer, bar) -> (rows, episodes, bytes)`` in one transaction.
 
-    Skips the work (and returns the earlier commit) when ``branch`` already has a commit
-    recording import ``iid``. On any exception nothing is committed.
+    ``iid`` is the source's :func:`import_id`; the id recorded (and returned) also covers
+    ``table``. Skips the work (and returns the earlier commit) when ``branch`` already
+    has a commit recording that id. On any exception nothing is committed.
     """
     import time
 
     from treadle.names import check_name
 
     check_name(table, "table")
+    iid = table_import_id(iid, table)
     done = find_import(branch, iid)
     if done is not None:
         return ImportResult(done, table, 0, 0, 0, 0.0, iid, skipped=True)

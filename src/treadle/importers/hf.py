@@ -36,6 +36,7 @@ from treadle.importers._common import (
     check_images,
     column_name,
     decode_image,
+    identities,
     import_id,
     ordered_map,
     resolve_branch,
@@ -280,11 +281,15 @@ def import_hf(
     del allow_pickle
     files = resolve_files(paths, split, source_options)
     br = resolve_branch(project, branch, client, root, storage_options)
-    sizes = [f.source.size(f.name) for f in files]
+    ids = identities(files)
+    missing = [f.describe() for f, i in zip(files, ids) if i is None]
+    if missing:
+        raise NotFound(f"HF data file {missing[0]} does not exist")
+    sizes = [i[0] for i in ids if i is not None]
     iid = import_id(
         "hf",
         [f.describe() for f in files],
-        sizes,
+        ids,
         {"images": images, "split": split, "rename": rename},
     )
 

@@ -44,12 +44,14 @@ from treadle.importers._common import (
     ImportResult,
     Progress,
     Source,
+    SourceFile,
     UnsafeInput,
     UnsupportedFormat,
     append_tables,
     check_images,
     column_name,
     decode_image,
+    identities,
     import_id,
     ordered_map,
     parse_manifest,
@@ -487,10 +489,11 @@ def import_mds(
     source = Source(str(src).rstrip("/"), source_options)
     shards = read_index(source, allow_pickle)
     br = resolve_branch(project, branch, client, root, storage_options)
+    names = ["index.json"] + [shard_file(source, s) for s in shards]
     iid = import_id(
         "mds",
-        [source.describe(s.zip_name or s.raw_name) for s in shards],
-        [s.zip_bytes or s.raw_bytes for s in shards],
+        [source.describe(n) for n in names],
+        identities([SourceFile(source, n) for n in names]),
         {"images": images, "allow_pickle": allow_pickle, "rename": rename},
     )
     total = sum(s.samples for s in shards)

@@ -64,6 +64,7 @@ from treadle.importers._common import (
     column_name,
     decode_image,
     expand_braces,
+    identities,
     import_id,
     is_url,
     ordered_map,
@@ -363,11 +364,18 @@ def import_webdataset(
     """
     shards = resolve_shards(srcs, source_options)
     br = resolve_branch(project, branch, client, root, storage_options)
-    sizes = [s.source.size(s.name) for s in shards]
+    ids = identities(shards)
+    missing = [s.describe() for s, i in zip(shards, ids) if i is None]
+    if missing:
+        raise NotFound(
+            f"no WebDataset shard {missing[0]}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
+    sizes = [i[0] for i in ids if i is not None]
     iid = import_id(
         "webdataset",
         [s.describe() for s in shards],
-        sizes,
+        ids,
         {"images": images, "allow_pickle": allow_pickle, "rename": rename},
     )
 
