@@ -410,8 +410,9 @@ def make_wds_json_drift(folder: Path, drift: str, n: int = 1200, at: int = 1100)
     """One shard by ``webdataset.TarWriter``; sample ``at``'s JSON differs from all before it.
 
     ``drift``: ``"float"`` (``score`` 1100.5 where earlier scores are ints), ``"key"``
-    (a key ``late`` no earlier sample had), ``"int"`` (``score`` an int where earlier
-    scores are floats: widened exactly).
+    (a key ``late`` no earlier sample had), ``"null"`` (``note``, null in every earlier
+    sample, holds a string), ``"int"`` (``score`` an int where earlier scores are floats:
+    widened exactly).
     """
     import webdataset as wds
 
@@ -433,12 +434,14 @@ def make_mds_json_drift(folder: Path, drift: str, n: int = 1200, at: int = 1100)
 
 
 def _drift_meta(i: int, at: int, drift: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {"id": i, "score": i if drift != "int" else i + 0.25}
+    meta: dict[str, Any] = {"id": i, "score": i if drift != "int" else i + 0.25, "note": None}
     if i == at:
         if drift == "float":
             meta["score"] = i + 0.5
         elif drift == "key":
             meta["late"] = "only here"
+        elif drift == "null":
+            meta["note"] = "the first non-null"
         else:
             meta["score"] = i
     return meta

@@ -166,12 +166,12 @@ def test_columns_differing_across_shards(tmp_path, client):
 # -- faithful values ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("drift", ["float", "key"])
+@pytest.mark.parametrize("drift", ["float", "key", "null"])
 def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
     tmp_path, client, drift
 ):
     folder = make_mds_json_drift(tmp_path / "m", drift)  # sample 1100 of 1200, chunks of 1024
-    field = "meta.score" if drift == "float" else "meta.late"
+    field = {"float": "meta.score", "key": "meta.late", "null": "meta.note"}[drift]
     with pytest.raises(SchemaMismatch, match=rf"sample 1100\b.*{field}"):
         import_mds(folder, client.project("p"), "t", progress=False)
     assert client.project("p").branch("main").tables() == []

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import treadle.importers._common as common
@@ -275,15 +276,38 @@ def test_object_store_urls_with_brace_pattern(tmp_path, s3_server, local_root):
 # -- faithful values ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("drift", ["float", "key"])
+@pytest.mark.parametrize("drift", ["float", "key", "null"])
 def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
     tmp_path, client, drift
 ):
     shard = make_wds_json_drift(tmp_path / "w", drift)  # sample 1100 of 1200, chunks of 1024
-    field = "json.score" if drift == "float" else "json.late"
+    field = {"float": "json.score", "key": "json.late", "null": "json.note"}[drift]
     with pytest.raises(SchemaMismatch, match=rf"'s01100'.*{field}"):
         import_wds(shard, client.project("p"), "t", progress=False)
     assert client.project("p").branch("main").tables() == []
+
+
+@pytest.mark.parametrize(
+    ("values", "typ", "named"),
+    [
+        ([1.5], pa.int64(), r"'c' = 1\.5 would be stored as 1 "),
+        ([[1, 2.5]], pa.list_(pa.int64()), r"field c\[1\] = 2\.5"),
+        ([{"a": {"b": 2.5}}], pa.struct([("a", pa.struct([("b", pa.int32())]))]), r"c\.a\.b"),
+        ([2**53 + 1], pa.float64(), "exactly representable"),  # int -> float only when exact
+        ([1e300], pa.float32(), "inf"),
+        ([True], pa.int64(), "bool"),
+        ([{"a": 2**70}], None, r"field c\.a .*outside int64"),
+    ],
+)
+def test_lossy_values_are_refused_naming_the_field(values, typ, named):
+    from treadle.importers._exact import exact_array
+
+    with pytest.raises(SchemaMismatch, match=rf"^sample 0: .*{named}"):
+        exact_array(values, "c", lambda i: f"sample {i}", typ)
+    assert exact_array([{"a": 1}, {"b": None}], "c", str, None).to_pylist() == [
+        {"a": 1, "b": None},
+        {"a": None, "b": None},
+    ]  # a missing key reads back as null
 
 
 def test_json_ints_after_float_chunk_are_widened_exactly(tmp_path, client):

@@ -54,7 +54,7 @@ from treadle.errors import (  # noqa: F401  (UnsafeInput, UnsupportedFormat re-e
     UnsafeInput,
     UnsupportedFormat,
 )
-from treadle.importers._exact import ABSENT, first_difference, show
+from treadle.importers._exact import exact_array
 
 SHAPE_KEY = b"treadle:shape"
 DTYPE_KEY = b"treadle:dtype"
@@ -377,7 +377,7 @@ def rows_to_table(
         elif isinstance(values[0], (bytes, bytearray, memoryview)):
             f, a = pa.field(col, pa.large_binary()), pa.array(values, pa.large_binary())
         else:
-            a = _exact_array(values, col, where, want.type if want is not None else None)
+            a = exact_array(values, col, where, want.type if want is not None else None)
             f = pa.field(col, a.type)
         if want is not None and (f.type != want.type or f.metadata != want.metadata):
             if f.metadata != want.metadata or SHAPE_KEY in (want.metadata or {}):
@@ -401,52 +401,6 @@ def _describe(f: pa.Field) -> str:
     if SHAPE_KEY in meta:
         return f"{meta.get(DTYPE_KEY, b'?').decode()}{meta[SHAPE_KEY].decode()}"
     return str(f.type)
-
-
-_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
-
-
-def _exact_array(
-    values: list[Any], col: str, where: Callable[[int], str], typ: pa.DataType | None
-) -> pa.Array:
-    """``pa.array(values, typ)``, refused (:class:`SchemaMismatch`) unless it holds them exactly.
-
-    ``typ`` is the type the first chunk set (``None`` for the first chunk): a later value
-    it cannot hold (a float in an integer field, a key the struct lacks) is named, never
-    truncated or dropped. Integers read back as floats only when exact.
-    """
-    try:
-        a = pa.array(values, typ)
-    except _ARROW_ERRORS as e:
-        bad = _first_bad(values, typ)
-        why = "an integer outside int64" if isinstance(e, OverflowError) else str(e)
-        raise SchemaMismatch(f"{where(bad)}: {col!r} does not fit the column type: {why}") from None
-    diff = first_difference(values, a)
-    if diff is not None:
-        row, path, src, got = diff
-        kind = f"field {col}{path}" if path else f"{col!r}"
-        typ_s = str(a.type) if len(str(a.type)) <= 160 else str(a.type)[:157] + "..."
-        if got is ABSENT:
-            raise SchemaMismatch(
-                f"{where(row)}: {kind} is not in the column type {typ_s} (fixed by the "
-                "first chunk of samples): a key that first appears here would be dropped"
-            )
-        raise SchemaMismatch(
-            f"{where(row)}: {kind} = {show(src)} would be stored as {show(got)} by the column "
-            f"type {typ_s} (fixed by the first chunk of samples)"
-        )
-    return a
-
-
-def _first_bad(values: list[Any], typ: pa.DataType | None) -> int:
-    for i, v in enumerate(values):  # a value that fits no type on its own (an int beyond int64)
-        try:
-            pa.array([v], typ)
-        except _ARROW_ERRORS:
-            return i
-    if typ is None:  # values of mixed kinds: the first that differs from the first value's
-        return _first_bad(values, pa.array(values[:1]).type)
-    return 0
 
 
 # -- images ----------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""Does an Arrow array hold exactly the Python values it was built from?
+"""Arrow arrays that hold exactly the Python values they were built from, or an error.
 
 ``pa.array(values, type)`` silently truncates ``1.5`` to ``1`` in an ``int64`` column and
 drops struct keys the type does not have. An importer fixes a column's type from the
 first chunk it sees, so a later chunk that does not fit would lose data without a word.
-:func:`first_difference` compares the values with what the array reads back and names
-the first one that changed, so the importer can raise instead.
+:func:`exact_array` builds the array and compares the values with what it reads back
+(:func:`first_difference`), raising :class:`SchemaMismatch` for the first that changed.
 
 What counts as the same value:
 
@@ -20,12 +20,92 @@ Everything else must compare equal and keep its kind (``True`` is not ``1``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
+from treadle.errors import SchemaMismatch
+
 #: what a struct key the Arrow value lacks reads back as
 ABSENT = object()
+
+
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+
+
+def exact_array(
+    values: list[Any], col: str, where: Callable[[int], str], typ: pa.DataType | None
+) -> pa.Array:
+    """``pa.array(values, typ)``, refused (:class:`SchemaMismatch`) unless it holds them exactly.
+
+    ``typ`` is the type the first chunk set (``None`` for the first chunk): a later value
+    it cannot hold (a float in an integer field, a key the struct lacks) is named, never
+    truncated or dropped. Integers read back as floats only when exact.
+    """
+    try:
+        a = pa.array(values, typ)
+    except _ARROW_ERRORS as e:
+        bad, bad_typ = _first_bad(values, typ)
+        path = _bad_path(values[bad], bad_typ)
+        kind = f"field {col}{path}" if path else f"{col!r}"
+        why = "an integer outside int64" if isinstance(e, OverflowError) else str(e)
+        raise SchemaMismatch(f"{where(bad)}: {kind} does not fit the column type: {why}") from None
+    diff = first_difference(values, a)
+    if diff is not None:
+        row, path, src, got = diff
+        kind = f"field {col}{path}" if path else f"{col!r}"
+        typ_s = str(a.type) if len(str(a.type)) <= 160 else str(a.type)[:157] + "..."
+        if got is ABSENT:
+            raise SchemaMismatch(
+                f"{where(row)}: {kind} is not in the column type {typ_s} (fixed by the "
+                "first chunk of samples): a key that first appears here would be dropped"
+            )
+        raise SchemaMismatch(
+            f"{where(row)}: {kind} = {show(src)} would be stored as {show(got)} by the column "
+            f"type {typ_s} (fixed by the first chunk of samples)"
+        )
+    return a
+
+
+def _first_bad(values: list[Any], typ: pa.DataType | None) -> tuple[int, pa.DataType | None]:
+    """The first value ``typ`` cannot hold, and the type it was tried against."""
+    for i, v in enumerate(values):  # a value that fits no type on its own (an int beyond int64)
+        if not _fits(v, typ):
+            return i, typ
+    if typ is None:  # values of mixed kinds: the first that differs from the first value's
+        return _first_bad(values, pa.array(values[:1]).type)
+    return 0, typ
+
+
+def _fits(value: Any, typ: pa.DataType | None) -> bool:
+    try:
+        pa.array([value], typ)
+        return True
+    except _ARROW_ERRORS:
+        return False
+
+
+def _bad_path(value: Any, typ: pa.DataType | None, path: str = "") -> str:
+    """The path (``.score``, ``.tags[2]``) of the part of ``value`` that ``typ`` cannot hold.
+
+    With ``typ=None``: the part that no type can hold (mixed kinds, an int beyond int64).
+    """
+    parts: list[tuple[str, Any, pa.DataType | None]] = []
+    if isinstance(value, dict) and (typ is None or pa.types.is_struct(typ)):
+        for k, v in value.items():
+            i = typ.get_field_index(k) if typ is not None else -2
+            if i != -1:  # a key the struct lacks is found by first_difference
+                parts.append((f".{k}", v, typ.field(i).type if typ is not None else None))
+    elif isinstance(value, (list, tuple)) and (
+        typ is None or isinstance(typ, (pa.ListType, pa.LargeListType))
+    ):
+        sub = typ.value_type if typ is not None else None
+        parts = [(f"[{j}]", v, sub) for j, v in enumerate(value)]
+    for name, v, sub in parts:
+        if not _fits(v, sub):
+            return _bad_path(v, sub, path + name)
+    return path
 
 
 def first_difference(values: list[Any], array: pa.Array) -> tuple[int, str, Any, Any] | None:
