@@ -235,14 +235,16 @@ def _count(value: Any, where: str, key: str) -> int:
     return value
 
 
-def shard_file(source: Source, shard: MdsShard) -> str:
-    """The file holding ``shard``: its raw file if present, else its compressed one."""
+def shard_file(source: Source, shard: MdsShard) -> tuple[str, tuple[int, str]]:
+    """The file holding ``shard`` (its raw file if present, else its compressed one) and
+    its :meth:`Source.identity` (size first)."""
     candidates = [shard.raw_name] + ([shard.zip_name] if shard.zip_name else [])
-    name = next((n for n in candidates if source.exists(n)), None)
-    if name is None:
-        files = " nor ".join(source.describe(n) for n in candidates)
-        raise NotFound(f"MDS shard {shard.index} listed in index.json is missing: no {files}")
-    return name
+    for name in candidates:
+        ident = source.identity(name)
+        if ident is not None:
+            return name, ident
+    files = " nor ".join(source.describe(n) for n in candidates)
+    raise NotFound(f"MDS shard {shard.index} listed in index.json is missing: no {files}")
 
 
 def load_shard(source: Source, shard: MdsShard, max_shard_bytes: int = MAX_SHARD_BYTES) -> bytes:
@@ -252,7 +254,7 @@ def load_shard(source: Source, shard: MdsShard, max_shard_bytes: int = MAX_SHARD
     is refused (:class:`UnsafeInput`) before anything is read, and a compressed shard is
     never inflated past the raw size ``index.json`` states.
     """
-    name = shard_file(source, shard)
+    name, (size, _) = shard_file(source, shard)
     where = source.describe(name)
     if shard.raw_bytes > max_shard_bytes:
         raise UnsafeInput(
@@ -260,13 +262,15 @@ def load_shard(source: Source, shard: MdsShard, max_shard_bytes: int = MAX_SHARD
             f"than max_shard_bytes={max_shard_bytes:,}; raise max_shard_bytes if you trust it"
         )
     want = shard.raw_bytes if name == shard.raw_name else shard.zip_bytes
-    size = source.size(name)
     if want is not None and size != want:
         raise CorruptData(
             f"MDS shard {where} has {size} bytes, index.json says {want} (truncated or replaced)"
         )
     if size > max_shard_bytes:
-        raise UnsafeInput(f"MDS shard {where} has {size:,} bytes, more than max_shard_bytes")
+        raise UnsafeInput(
+            f"MDS shard {where} has {size:,} bytes, more than max_shard_bytes="
+            f"{max_shard_bytes:,}; raise max_shard_bytes if you trust it"
+        )
     data = source.read(name)
     if name != shard.raw_name:
         if shard.zip_bytes is not None and len(data) != shard.zip_bytes:
@@ -489,11 +493,12 @@ def import_mds(
     source = Source(str(src).rstrip("/"), source_options)
     shards = read_index(source, allow_pickle)
     br = resolve_branch(project, branch, client, root, storage_options)
-    names = ["index.json"] + [shard_file(source, s) for s in shards]
+    files = list(ordered_map(lambda s: shard_file(source, s), shards, threads=16))
+    names = ["index.json"] + [name for name, _ in files]
     iid = import_id(
         "mds",
         [source.describe(n) for n in names],
-        identities([SourceFile(source, n) for n in names]),
+        identities([SourceFile(source, "index.json")]) + [ident for _, ident in files],
         {"images": images, "allow_pickle": allow_pickle, "rename": rename},
     )
     total = sum(s.samples for s in shards)
