@@ -34,6 +34,7 @@ import json
 import math
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -206,6 +207,8 @@ class Source:
         try:
             st = p.stat()
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
             return None
         if st.st_size > HASH_BELOW:
             return st.st_size, f"mtime_ns:{st.st_mtime_ns}"
