@@ -172,9 +172,12 @@ def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
 ):
     folder = make_mds_json_drift(tmp_path / "m", drift)  # sample 1100 of 1200, chunks of 1024
     field = {"float": "meta.score", "key": "meta.late", "null": "meta.note"}[drift]
-    with pytest.raises(SchemaMismatch, match=rf"sample 1100\b.*{field}"):
+    with pytest.raises(SchemaMismatch, match=rf"sample 1100\b.*{field}.*json_as='text'"):
         import_mds(folder, client.project("p"), "t", progress=False)
     assert client.project("p").branch("main").tables() == []
+    import_mds(folder, client.project("p"), "t", json_as="text", progress=False)
+    got = client.project("p").branch("main").table("t").to_arrow(["meta"]).column("meta")
+    assert [json.loads(v) for v in got.to_pylist()] == [r["meta"] for r in _reference(folder)]
 
 
 def test_str_int_beyond_int64_is_a_named_error(tmp_path, client):

@@ -282,9 +282,14 @@ def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
 ):
     shard = make_wds_json_drift(tmp_path / "w", drift)  # sample 1100 of 1200, chunks of 1024
     field = {"float": "json.score", "key": "json.late", "null": "json.note"}[drift]
-    with pytest.raises(SchemaMismatch, match=rf"'s01100'.*{field}"):
+    with pytest.raises(SchemaMismatch, match=rf"'s01100'.*{field}.*json_as='text'"):
         import_wds(shard, client.project("p"), "t", progress=False)
     assert client.project("p").branch("main").tables() == []
+    # the way out: JSON kept as its text, exactly as written
+    import_wds(shard, client.project("p"), "t", json_as="text", progress=False)
+    got = client.project("p").branch("main").table("t").to_arrow(["json"]).column("json")
+    ref = [s["json"].decode() for s in wds.WebDataset(shard, shardshuffle=False)]
+    assert got.to_pylist() == ref and json.loads(ref[1100])["id"] == 1100
 
 
 @pytest.mark.parametrize(
@@ -315,6 +320,17 @@ def test_json_ints_after_float_chunk_are_widened_exactly(tmp_path, client):
     import_wds(shard, client.project("p"), "t", progress=False)
     rows = client.project("p").branch("main").table("t").to_arrow(["json"]).to_pylist()
     assert [r["json"]["score"] for r in rows[1099:1102]] == [1099.25, 1100.0, 1101.25]
+
+
+def test_cli_json_as_text(tmp_path, local_root, capsys):
+    from treadle.importers.cli import main
+
+    shard = make_wds_json_drift(tmp_path / "w", "key")
+    args = ["import", "webdataset", shard, "--project", "p", "--table", "t", "--root", local_root]
+    assert main(args) == 1 and "--json-as text" in capsys.readouterr().err
+    assert main([*args, "--json-as", "text"]) == 0
+    t = Client(local_root).project("p").branch("main").table("t")
+    assert json.loads(t.to_arrow(["json"]).column("json")[1100].as_py())["late"] == "only here"
 
 
 def test_members_mapping_to_one_column_are_refused(tmp_path, client):

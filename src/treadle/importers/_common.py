@@ -66,6 +66,16 @@ _T = TypeVar("_T")
 
 #: local source files up to this many bytes are identified by a hash of their content
 HASH_BELOW = 1 << 20
+#: the end of an error about a JSON value that does not fit its column's type
+JSON_HINT = "; import with json_as='text' (--json-as text) to store this JSON as its text"
+
+
+def check_json_as(json_as: str) -> None:
+    """Refuse a ``json_as`` option other than ``"typed"`` and ``"text"``."""
+    if json_as not in ("typed", "text"):
+        raise ValueError(f"json_as must be 'typed' or 'text', got {json_as!r}")
+
+
 #: rows per appended chunk (each importer may pick smaller chunks for wide rows)
 DEFAULT_CHUNK_ROWS = 1024
 #: bytes per appended chunk, whichever limit comes first
@@ -337,6 +347,7 @@ def rows_to_table(
     columns: Sequence[str],
     where: Callable[[int], str],
     schema: pa.Schema | None = None,
+    hints: dict[str, str] | None = None,
 ) -> pa.Table:
     """Python/numpy values per row -> one Arrow table.
 
@@ -345,7 +356,8 @@ def rows_to_table(
     ``schema`` (fixed by the first chunk) the result is cast to it. A value that does
     not fit, or that the type would change (a float in an integer field, a struct key
     the type lacks, an integer beyond int64), raises :class:`SchemaMismatch` naming the
-    sample (``where(row)``) and the field; integers are widened to floats only when exact.
+    sample (``where(row)``) and the field, ending with ``hints[column]`` if given;
+    integers are widened to floats only when exact.
     """
     fields: list[pa.Field] = []
     arrays: list[pa.Array] = []
@@ -380,7 +392,8 @@ def rows_to_table(
         elif isinstance(values[0], (bytes, bytearray, memoryview)):
             f, a = pa.field(col, pa.large_binary()), pa.array(values, pa.large_binary())
         else:
-            a = exact_array(values, col, where, want.type if want is not None else None)
+            typ = want.type if want is not None else None
+            a = exact_array(values, col, where, typ, (hints or {}).get(col, ""))
             f = pa.field(col, a.type)
         if want is not None and (f.type != want.type or f.metadata != want.metadata):
             if f.metadata != want.metadata or SHAPE_KEY in (want.metadata or {}):

@@ -35,13 +35,18 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError
 
 
 def exact_array(
-    values: list[Any], col: str, where: Callable[[int], str], typ: pa.DataType | None
+    values: list[Any],
+    col: str,
+    where: Callable[[int], str],
+    typ: pa.DataType | None,
+    hint: str = "",
 ) -> pa.Array:
     """``pa.array(values, typ)``, refused (:class:`SchemaMismatch`) unless it holds them exactly.
 
     ``typ`` is the type the first chunk set (``None`` for the first chunk): a later value
     it cannot hold (a float in an integer field, a key the struct lacks) is named, never
-    truncated or dropped. Integers read back as floats only when exact.
+    truncated or dropped. Integers read back as floats only when exact. ``hint`` ends
+    every error message (what the user can do about it).
     """
     try:
         a = pa.array(values, typ)
@@ -50,7 +55,9 @@ def exact_array(
         path = _bad_path(values[bad], bad_typ)
         kind = f"field {col}{path}" if path else f"{col!r}"
         why = "an integer outside int64" if isinstance(e, OverflowError) else str(e)
-        raise SchemaMismatch(f"{where(bad)}: {kind} does not fit the column type: {why}") from None
+        raise SchemaMismatch(
+            f"{where(bad)}: {kind} does not fit the column type: {why}{hint}"
+        ) from None
     diff = first_difference(values, a)
     if diff is not None:
         row, path, src, got = diff
@@ -59,11 +66,11 @@ def exact_array(
         if got is ABSENT:
             raise SchemaMismatch(
                 f"{where(row)}: {kind} is not in the column type {typ_s} (fixed by the "
-                "first chunk of samples): a key that first appears here would be dropped"
+                f"first chunk of samples): a key that first appears here would be dropped{hint}"
             )
         raise SchemaMismatch(
             f"{where(row)}: {kind} = {show(src)} would be stored as {show(got)} by the column "
-            f"type {typ_s} (fixed by the first chunk of samples)"
+            f"type {typ_s} (fixed by the first chunk of samples){hint}"
         )
     return a
 

@@ -61,6 +61,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         if fmt == "lerobot":
             sp.add_argument("--tolerance-s", type=float, default=1e-4)
         if fmt in ("webdataset", "mds"):
+            sp.add_argument(
+                "--json-as",
+                choices=["typed", "text"],
+                default="typed",
+                help="store JSON as Arrow values (typed) or as its text (for JSON whose "
+                "fields or types vary between samples)",
+            )
             what = (
                 "the most bytes a compressed shard may inflate to (default 2G)"
                 if fmt == "webdataset"
@@ -112,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         "allow_pickle": args.allow_pickle,
         "progress": False if args.no_progress else None,
     }
-    for opt in ("max_shard_bytes", "max_member_bytes"):
+    for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
     try:

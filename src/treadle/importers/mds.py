@@ -22,7 +22,8 @@ Column encodings -> Arrow:
 ``jpeg``, ``png``                     encoded bytes, or ``uint8 [H, W, 3]`` with
                                       ``images="decoded"``
 ``jpeg_array``, ``list[jpeg|png]``    ``list<large_binary>`` (encoded images)
-``json``                              the JSON value, typed by Arrow
+``json``                              the JSON value, typed by Arrow (or its text,
+                                      ``json_as="text"``)
 ``pkl``                               refused unless ``allow_pickle=True``
 ====================================  =============================================
 """
@@ -41,6 +42,7 @@ import pyarrow as pa
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers._common import (
     DEFAULT_CHUNK_ROWS,
+    JSON_HINT,
     ImportResult,
     Progress,
     Source,
@@ -49,6 +51,7 @@ from treadle.importers._common import (
     UnsupportedFormat,
     append_tables,
     check_images,
+    check_json_as,
     column_name,
     decode_image,
     identities,
@@ -309,7 +312,7 @@ def shard_samples(
         yield i, view[a:b]
 
 
-def decode_value(enc: str, b: memoryview, where: str, images: str) -> Any:
+def decode_value(enc: str, b: memoryview, where: str, images: str, json_as: str = "typed") -> Any:
     """One column value of one sample."""
     name, _, args = enc.partition(":")
     if name in _SCALARS:
@@ -328,7 +331,9 @@ def decode_value(enc: str, b: memoryview, where: str, images: str) -> Any:
     if name == "str_decimal":
         return bytes(b).decode("utf-8")
     if name == "json":
-        return json.loads(bytes(b).decode("utf-8"))
+        text = bytes(b).decode("utf-8")
+        value = json.loads(text)  # checked even when kept as text
+        return text if json_as == "text" else value
     if name == "ndarray":
         return _ndarray(args, b)
     if name == "pil":
@@ -380,7 +385,9 @@ def _ndarray(args: str, b: memoryview) -> np.ndarray:
     return np.frombuffer(b[i:], dtype).reshape(shape)
 
 
-def decode_sample(sample: memoryview, shard: MdsShard, where: str, images: str) -> dict[str, Any]:
+def decode_sample(
+    sample: memoryview, shard: MdsShard, where: str, images: str, json_as: str = "typed"
+) -> dict[str, Any]:
     """One raw sample -> ``{column: value}``."""
     sizes: list[int] = []
     pos = 0
@@ -400,7 +407,7 @@ def decode_sample(sample: memoryview, shard: MdsShard, where: str, images: str) 
     for col, enc, size in zip(shard.columns, shard.encodings, sizes):
         try:
             out[col] = decode_value(
-                enc, sample[pos : pos + size], f"{where}, column {col!r}", images
+                enc, sample[pos : pos + size], f"{where}, column {col!r}", images, json_as
             )
         except (CorruptData, UnsupportedFormat):
             raise
@@ -421,9 +428,11 @@ def iter_batches(
     threads: int | None = None,
     rename: dict[str, str] | None = None,
     max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples, shard by shard, decoded on a pool."""
     check_images(images)
+    check_json_as(json_as)
     if not shards:
         return
     where = f"MDS dataset {source.root}"
@@ -440,16 +449,22 @@ def iter_batches(
         wheres, rows = [], []
         for i, b in shard_samples(data, shard, where_shard, lo, hi):
             w = f"MDS shard {where_shard}, sample {i}"
-            rows.append(decode_sample(b, shard, w, images))
+            rows.append(decode_sample(b, shard, w, images, json_as))
             wheres.append(w)
         return wheres, rows
 
     # Shards load one at a time in the producer; chunks of a loaded shard decode in parallel.
     schema = None
+    first = shards[0]
+    hints = {
+        c: JSON_HINT
+        for c, e in zip(first.columns, first.encodings)
+        if e == "json" and json_as == "typed"
+    }
     for wheres, rows in ordered_map(run, _with_data(tasks, source, max_shard_bytes), threads):
         if not rows:
             continue
-        t = rows_to_table(rows, list(names), lambda i, w=wheres: w[i], schema)
+        t = rows_to_table(rows, list(names), lambda i, w=wheres: w[i], schema, hints)
         schema = schema or t.schema
         yield t.rename_columns([names[c] for c in t.column_names])
 
@@ -481,6 +496,7 @@ def import_mds(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     rename: dict[str, str] | None = None,
     max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> ImportResult:
     """Import an MDS dataset (a folder or URL holding ``index.json``) into ``table``.
 
@@ -489,6 +505,8 @@ def import_mds(
     ``max_shard_bytes`` (default 1 GiB) is the largest uncompressed shard read (a shard
     is held in memory whole): a larger one, or a compressed shard inflating past the
     size ``index.json`` gives, stops the import with an error naming the file.
+    ``json_as="text"`` stores ``json`` columns as their text (for JSON whose fields or
+    types vary from sample to sample; ``"typed"``, the default, stores Arrow values).
     """
     source = Source(str(src).rstrip("/"), source_options)
     shards = read_index(source, allow_pickle)
@@ -499,7 +517,7 @@ def import_mds(
         "mds",
         [source.describe(n) for n in names],
         identities([SourceFile(source, "index.json")]) + [ident for _, ident in files],
-        {"images": images, "allow_pickle": allow_pickle, "rename": rename},
+        {"images": images, "allow_pickle": allow_pickle, "rename": rename, "json_as": json_as},
     )
     total = sum(s.samples for s in shards)
 
@@ -511,6 +529,7 @@ def import_mds(
             chunk_rows=chunk_rows,
             rename=rename,
             max_shard_bytes=max_shard_bytes,
+            json_as=json_as,
         )
         return append_tables(tw, bar, tables), 0, sum(s.zip_bytes or s.raw_bytes for s in shards)
 

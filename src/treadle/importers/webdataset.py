@@ -13,7 +13,8 @@ extension                                  column
 ``cls``, ``cls2``, ``index``, ``inx``,      ``int64``
 ``id``
 ``txt``, ``text``, ``transcript``           ``string`` (UTF-8)
-``json``, ``jsn``                           the JSON value, typed by Arrow (struct, list...)
+``json``, ``jsn``                           the JSON value, typed by Arrow (struct, list...),
+                                            or its text (``json_as="text"``)
 ``npy``                                     fixed-shape tensor (``np.load(allow_pickle=False)``)
 images (``jpg``, ``png``, ``webp``, ...)    encoded bytes (``images="encoded"``) or
                                             ``uint8 [H, W, 3]`` (``images="decoded"``)
@@ -26,7 +27,7 @@ The sample key goes to a ``key`` column. Two members that map to one column
 A JSON field's Arrow type is fixed by the first chunk (1,024 samples): a later value
 it cannot hold exactly (a float in an integer field, a key it does not have) raises
 :class:`SchemaMismatch` naming the sample and the field; integers in a float field
-are stored as floats when exact.
+are stored as floats when exact. ``json_as="text"`` keeps JSON members as their text.
 
 Bounded memory on any input: a member is read whole, so one larger than
 ``max_member_bytes`` (default 1 GiB) is refused from its tar header, before it is
@@ -54,6 +55,7 @@ from treadle.importers._common import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_ROWS,
     IMAGE_EXTS,
+    JSON_HINT,
     ImportResult,
     Progress,
     Source,
@@ -61,6 +63,7 @@ from treadle.importers._common import (
     UnsafeInput,
     append_tables,
     check_images,
+    check_json_as,
     column_name,
     decode_image,
     expand_braces,
@@ -197,6 +200,7 @@ def decode_sample(
     images: str,
     allow_pickle: bool,
     rename: dict[str, str] | None = None,
+    json_as: str = "typed",
 ) -> dict[str, Any]:
     """Raw member bytes -> typed values (see the module docstring)."""
     out: dict[str, Any] = {KEY_COLUMN: raw["__key__"]}
@@ -216,7 +220,7 @@ def decode_sample(
             )
         member_of[col] = ext
         try:
-            out[col] = _decode_member(last, data, where, images, allow_pickle, ext)
+            out[col] = _decode_member(last, data, where, images, allow_pickle, ext, json_as)
         except (UnsafeInput, CorruptData, SchemaMismatch):
             raise
         except Exception as e:
@@ -227,7 +231,7 @@ def decode_sample(
 
 
 def _decode_member(
-    last: str, data: bytes, where: str, images: str, allow_pickle: bool, ext: str
+    last: str, data: bytes, where: str, images: str, allow_pickle: bool, ext: str, json_as: str
 ) -> Any:
     if last in PICKLE_EXTS or last in TORCH_EXTS:
         if not allow_pickle:
@@ -249,7 +253,9 @@ def _decode_member(
     if last in TEXT_EXTS:
         return data.decode("utf-8")
     if last in JSON_EXTS:
-        return json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        value = json.loads(text)  # checked even when kept as text
+        return text if json_as == "text" else value
     if last == "npy":
         try:
             return np.load(io.BytesIO(data), allow_pickle=False)
@@ -276,6 +282,7 @@ def iter_batches(
     rename: dict[str, str] | None = None,
     max_member_bytes: int = MAX_MEMBER_BYTES,
     max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples (or ``chunk_bytes``), in shard order.
 
@@ -283,6 +290,7 @@ def iter_batches(
     chunks ahead. Every sample must have the same members as the first one.
     """
     check_images(images)
+    check_json_as(json_as)
     state: dict[str, Any] = {"members": None, "schema": None}
     stats = stats if stats is not None else {}
 
@@ -311,13 +319,19 @@ def iter_batches(
 
     def decode_chunk(chunk: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[dict]]:
         return [w for w, _ in chunk], [
-            decode_sample(r, w, images=images, allow_pickle=allow_pickle, rename=rename)
+            decode_sample(
+                r, w, images=images, allow_pickle=allow_pickle, rename=rename, json_as=json_as
+            )
             for w, r in chunk
         ]
 
+    hints: dict[str, str] = {}
     for wheres, rows in ordered_map(decode_chunk, raw_chunks(), threads):
         columns = [KEY_COLUMN] + [c for c in rows[0] if c != KEY_COLUMN]
-        table = rows_to_table(rows, columns, lambda i, w=wheres: w[i], state["schema"])
+        if state["schema"] is None and json_as == "typed":
+            json_exts = [e for e in state["members"] if e.rsplit(".", 1)[-1].lower() in JSON_EXTS]
+            hints = {column_name(e, "", rename): JSON_HINT for e in json_exts}
+        table = rows_to_table(rows, columns, lambda i, w=wheres: w[i], state["schema"], hints)
         if state["schema"] is None:
             state["schema"] = table.schema
         yield table
@@ -340,6 +354,7 @@ def import_webdataset(
     rename: dict[str, str] | None = None,
     max_member_bytes: int = MAX_MEMBER_BYTES,
     max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> ImportResult:
     """Import WebDataset shards into ``table`` of ``project`` (one commit on ``branch``).
 
@@ -358,6 +373,8 @@ def import_webdataset(
         rename: source column (member extension) -> table column, e.g. ``{"npy": "action"}``.
         max_member_bytes: the largest member read (default 1 GiB; each is held whole).
         max_shard_bytes: the most bytes a compressed shard may inflate to (default 2 GiB).
+        json_as: ``"typed"`` (JSON members as Arrow values) or ``"text"`` (their text,
+            for JSON whose fields or types vary from sample to sample).
 
     Returns:
         :class:`ImportResult` with the commit, row count, bytes read and timing.
@@ -376,7 +393,7 @@ def import_webdataset(
         "webdataset",
         [s.describe() for s in shards],
         ids,
-        {"images": images, "allow_pickle": allow_pickle, "rename": rename},
+        {"images": images, "allow_pickle": allow_pickle, "rename": rename, "json_as": json_as},
     )
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
@@ -390,6 +407,7 @@ def import_webdataset(
             rename=rename,
             max_member_bytes=max_member_bytes,
             max_shard_bytes=max_shard_bytes,
+            json_as=json_as,
         )
         return append_tables(tw, bar, tables), 0, sum(sizes)
 
