@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -233,11 +234,14 @@ def test_gz_shard_bomb_stops_under_a_memory_cap(tmp_path, local_root):
     assert MAX_SHARD_BYTES == 1 << 30  # as documented
     # just past the default cap, as index.json says: refused before anything is inflated
     honest = mds_gz_bomb(tmp_path / "honest", MAX_SHARD_BYTES + 16)
-    # a lying index (1 MiB): never inflated past what it says
-    liar = mds_gz_bomb(tmp_path / "liar", 512 << 20, declare=1 << 20)
+    # the same shard under an index that says 1 MiB: never inflated past what it says
+    liar = shutil.copytree(honest, tmp_path / "liar")
+    index = json.loads(Path(liar, "index.json").read_text())
+    index["shards"][0]["raw_data"]["bytes"] = 1 << 20
+    Path(liar, "index.json").write_text(json.dumps(index))
     for folder, error, words in [
         (honest, "UnsafeInput", "max_shard_bytes"),
-        (liar, "CorruptData", "inflates to more than the 1,048,576 bytes"),
+        (str(liar), "CorruptData", "inflates to more than the 1,048,576 bytes"),
     ]:
         call = f"td.importers.mds({folder!r}, client.project('p'), 't', progress=False)"
         out = run_memory_capped(call, local_root, tmp_path)
