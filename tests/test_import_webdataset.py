@@ -381,6 +381,29 @@ def test_import_id_covers_table_and_content(tmp_path, client, monkeypatch):
 # -- hostile input: bounded memory ----------------------------------------------------------------
 
 
+def test_decode_look_ahead_is_bounded_in_bytes():
+    from treadle.importers._common import ordered_map
+
+    weights = [10, 10, 300, 10, 500, 10, 10, 10, 390, 20]
+    pulled: list[int] = []
+    yielded: list[int] = []
+    worst = 0
+
+    def items():
+        nonlocal worst
+        for i in range(len(weights)):
+            worst = max(worst, sum(weights[j] for j in pulled if j not in yielded))
+            pulled.append(i)
+            yield i
+
+    def fn(i):
+        return i
+
+    for r in ordered_map(fn, items(), threads=4, ahead=8, weight=weights.__getitem__, budget=400):
+        yielded.append(r)
+    assert yielded == list(range(len(weights))) and 0 < worst <= 400
+
+
 @pytest.mark.slow  # a memory-capped subprocess
 def test_tar_gz_bomb_of_many_members_stops_at_max_shard_bytes(tmp_path, local_root):
     bomb = tar_gz_bomb(tmp_path / "many.tar.gz", 1 << 20, members=256)  # 256 MiB inflated

@@ -481,10 +481,15 @@ def ordered_map(
     items: Iterable[Any],
     threads: int | None = None,
     ahead: int | None = None,
+    weight: Callable[[Any], int] | None = None,
+    budget: int | None = None,
 ) -> Iterator[Any]:
     """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
 
-    ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results.
+    ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results. With
+    ``weight`` and ``budget``, items are also held back while the weights of those in
+    flight exceed ``budget`` (bytes, say: a few huge items then do not all sit in memory
+    at once); one item is always let through, whatever its weight.
     """
     threads = threads or workers()
     ahead = max(1, ahead or 2 * threads)
@@ -494,13 +499,18 @@ def ordered_map(
     from collections import deque
 
     with ThreadPoolExecutor(threads, thread_name_prefix="treadle-import") as pool:
-        pending: deque[Any] = deque()
+        pending: deque[tuple[Any, int]] = deque()
+        load = 0
         for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= ahead:
-                yield pending.popleft().result()
+            w = weight(item) if weight is not None else 0
+            pending.append((pool.submit(fn, item), w))
+            load += w
+            while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
+                done, w = pending.popleft()
+                load -= w
+                yield done.result()
         while pending:
-            yield pending.popleft().result()
+            yield pending.popleft()[0].result()
 
 
 def prefetch(items: Iterable[Any], depth: int = 2) -> Iterator[Any]:

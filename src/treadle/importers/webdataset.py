@@ -29,7 +29,8 @@ it cannot hold exactly (a float in an integer field, a key it does not have) rai
 :class:`SchemaMismatch` naming the sample and the field; integers in a float field
 are stored as floats when exact. ``json_as="text"`` keeps JSON members as their text.
 
-Bounded memory on any input: a member is read whole, so one larger than
+Bounded memory on any input: at most ``IN_FLIGHT_BYTES`` (512 MiB) of members are
+decoded at once, beyond one chunk; a member is read whole, so one larger than
 ``max_member_bytes`` (default 1 GiB) is refused from its tar header, before it is
 read; a compressed shard (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) is refused once it
 inflates past ``max_shard_bytes`` (default 2 GiB). Both errors
@@ -88,6 +89,8 @@ KEY_COLUMN = "key"
 MAX_MEMBER_BYTES = 1 << 30
 #: default ``max_shard_bytes``: the most bytes a compressed shard may inflate to
 MAX_SHARD_BYTES = 2 << 30
+#: member bytes being decoded at once (beyond one chunk): huge members do not pile up
+IN_FLIGHT_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,14 @@ def iter_batches(
         ]
 
     hints: dict[str, str] = {}
-    for wheres, rows in ordered_map(decode_chunk, raw_chunks(), threads):
+
+    def chunk_bytes_of(chunk: list[tuple[str, dict[str, Any]]]) -> int:
+        return sum(len(v) for _, r in chunk for k, v in r.items() if k != "__key__")
+
+    chunks = ordered_map(
+        decode_chunk, raw_chunks(), threads, weight=chunk_bytes_of, budget=IN_FLIGHT_BYTES
+    )
+    for wheres, rows in chunks:
         columns = [KEY_COLUMN] + [c for c in rows[0] if c != KEY_COLUMN]
         if state["schema"] is None and json_as == "typed":
             json_exts = [e for e in state["members"] if e.rsplit(".", 1)[-1].lower() in JSON_EXTS]
