@@ -313,6 +313,8 @@ def test_lossy_values_are_refused_naming_the_field(values, typ, named):
         {"a": 1, "b": None},
         {"a": None, "b": None},
     ]  # a missing key reads back as null
+    pickled = [{"x": np.arange(2), "y": np.float32(0.5)}]  # numpy inside an opted-in pickle
+    assert exact_array(pickled, "c", str, None).to_pylist() == [{"x": [0, 1], "y": 0.5}]
 
 
 def test_json_ints_after_float_chunk_are_widened_exactly(tmp_path, client):

@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from treadle.errors import SchemaMismatch
@@ -129,6 +130,8 @@ def first_difference(values: list[Any], array: pa.Array) -> tuple[int, str, Any,
 
 
 def _diff(src: Any, got: Any, path: str) -> tuple[str, Any, Any] | None:
+    if isinstance(src, (np.ndarray, np.generic)):  # inside an opted-in pickle
+        src = src.tolist()
     if src is None or got is None or got is ABSENT:
         return None if src is got or (src is None and got is ABSENT) else (path, src, got)
     if isinstance(src, bool) or isinstance(got, bool):
