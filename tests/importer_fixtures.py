@@ -429,3 +429,151 @@ def make_lerobot_v21(
     }
     (root / "meta/info.json").write_text(json.dumps(info, indent=2))
     return {"tables": tables, "frames": frames, "tasks": tasks, "fps": fps}
+
+
+# -- faithful values and hostile input (WebDataset / MDS) -----------------------------------------
+
+
+def make_wds_json_drift(folder: Path, drift: str, n: int = 1200, at: int = 1100) -> str:
+    """One shard by ``webdataset.TarWriter``; sample ``at``'s JSON differs from all before it.
+
+    ``drift``: ``"float"`` (``score`` 1100.5 where earlier scores are ints), ``"key"``
+    (a key ``late`` no earlier sample had), ``"null"`` (``note``, null in every earlier
+    sample, holds a string), ``"int"`` (``score`` an int where earlier scores are floats:
+    widened exactly).
+    """
+    import webdataset as wds
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"drift-{drift}.tar"
+    with wds.TarWriter(str(path)) as w:
+        for i in range(n):
+            w.write({"__key__": f"s{i:05d}", "json": _drift_meta(i, at, drift), "cls": i % 3})
+    return str(path)
+
+
+def make_mds_json_drift(folder: Path, drift: str, n: int = 1200, at: int = 1100) -> str:
+    """The same JSON drift as :func:`make_wds_json_drift`, in a ``json`` column by ``MDSWriter``."""
+    streaming = import_streaming()
+    with streaming.MDSWriter(out=str(folder), columns={"meta": "json", "i": "int"}) as w:
+        for i in range(n):
+            w.write({"meta": _drift_meta(i, at, drift), "i": i})
+    return str(folder)
+
+
+def _drift_meta(i: int, at: int, drift: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"id": i, "score": i if drift != "int" else i + 0.25, "note": None}
+    if i == at:
+        if drift == "float":
+            meta["score"] = i + 0.5
+        elif drift == "key":
+            meta["late"] = "only here"
+        elif drift == "null":
+            meta["note"] = "the first non-null"
+        else:
+            meta["score"] = i
+    return meta
+
+
+_MIB_OF_ZEROS = bytes(1 << 20)
+
+
+def write_zeros(f: Any, n: int) -> None:
+    """Write ``n`` zero bytes to ``f`` a MiB at a time (a bomb is never held in memory)."""
+    for _ in range(n >> 20):
+        f.write(_MIB_OF_ZEROS)
+    f.write(_MIB_OF_ZEROS[: n & ((1 << 20) - 1)])
+
+
+def tar_gz_bomb(path: Path, member_bytes: int, members: int = 1) -> str:
+    """A ``.tar.gz`` of ``members`` all-zero members: tarfile's headers, streamed through gzip."""
+    import gzip
+    import tarfile
+
+    with gzip.open(path, "wb", compresslevel=1) as g:
+        for j in range(members):
+            info = tarfile.TarInfo(f"bomb{j:05d}.bin")
+            info.size = member_bytes
+            g.write(info.tobuf())
+            write_zeros(g, member_bytes + (-member_bytes % tarfile.BLOCKSIZE))
+        g.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
+    return str(path)
+
+
+def mds_gz_bomb(folder: Path, raw_bytes: int, declare: int | None = None) -> str:
+    """An MDS dataset whose one gz shard inflates to ``raw_bytes`` (one all-zero ``bytes`` sample).
+
+    ``index.json`` comes from ``streaming.MDSWriter`` (gz, one ``blob`` column); the shard
+    is then replaced by one streamed through gzip, and the index given its real sizes
+    (``raw_data.bytes`` = ``declare`` when given: a lying index).
+    """
+    import gzip
+
+    streaming = import_streaming()
+    with streaming.MDSWriter(out=str(folder), columns={"blob": "bytes"}, compression="gz") as w:
+        w.write({"blob": b"x"})
+    index = json.loads((folder / "index.json").read_text())
+    shard = index["shards"][0]
+    zpath = folder / shard["zip_data"]["basename"]
+    blob = raw_bytes - 16  # header: count, 2 offsets; sample: its blob's size, then the blob
+    head = np.array([1, 12, raw_bytes, blob], np.uint32).tobytes()
+    with gzip.open(zpath, "wb", compresslevel=1) as g:
+        g.write(head)
+        write_zeros(g, blob)
+    shard["raw_data"]["bytes"] = raw_bytes if declare is None else declare
+    shard["zip_data"]["bytes"] = zpath.stat().st_size
+    (folder / "index.json").write_text(json.dumps(index))
+    return str(folder)
+
+
+_CAPPED = """
+import json, resource, sys
+sys.path.insert(0, {tests!r})
+import treadle as td
+from importer_fixtures import make_wds
+
+def vm(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
+# warm up first (thread pools, allocator arenas, Lance), then cap the address space
+client = td.Client({root!r})
+td.importers.webdataset(make_wds(__import__("pathlib").Path({warm!r}), n=4, per_shard=4),
+                        client.project("p"), "warm", progress=False)
+base = vm("VmRSS")
+resource.setrlimit(resource.RLIMIT_AS, (vm("VmSize") + {headroom}, resource.RLIM_INFINITY))
+try:
+    {call}
+    out = {{"error": None}}
+except MemoryError:
+    out = {{"error": "MemoryError"}}
+except td.errors.TreadleError as e:
+    out = {{"error": type(e).__name__, "message": str(e)}}
+out["rss_growth"] = vm("VmHWM") - base
+print(json.dumps(out))
+"""
+
+
+def run_memory_capped(
+    call: str, root: str, tmp: Path, headroom: int = 512 << 20, timeout: float = 120
+) -> dict[str, Any]:
+    """Run ``call`` (Python, ``td`` and ``client`` in scope) in a subprocess whose address
+    space may grow by at most ``headroom`` bytes; returns ``{"error", "message", "rss_growth"}``.
+    """
+    import subprocess
+    import sys
+
+    code = _CAPPED.format(
+        tests=str(Path(__file__).parent),
+        root=root,
+        warm=str(tmp / "warm"),
+        headroom=headroom,
+        call=call,
+    )
+    env = dict(os.environ, MALLOC_ARENA_MAX="2")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=timeout, env=env
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])

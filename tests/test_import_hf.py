@@ -120,3 +120,32 @@ def test_state_json_path_escaping_is_refused(tmp_path, client):
     state.write_text(json.dumps(s))
     with pytest.raises(Exception, match="escapes"):
         import_hf(folder, client.project("p"), "t", progress=False)
+
+
+def test_import_id_covers_table_and_content(tmp_path, client):
+    folder = make_hf(tmp_path / "ds", n=20)
+    p = client.project("p")
+    import_hf(folder, p, "a", progress=False)
+    assert not import_hf(folder, p, "b", progress=False).skipped  # same files, another table
+    f = next(f for f in sorted(Path(folder).glob("*.arrow")) if b"row 3" in f.read_bytes())
+    f.write_bytes(f.read_bytes().replace(b"row 3", b"row X"))  # same size
+    fixed = import_hf(folder, p, "a", progress=False)
+    assert not fixed.skipped and fixed.rows == 20
+    texts = p.branch("main").table("a").to_arrow(["text"]).column("text").to_pylist()
+    assert texts.count("row X") == 1 and texts.count("row 3") == 1
+    assert import_hf(folder, p, "a", progress=False).commit.id == fixed.commit.id
+
+
+def test_a_nested_field_only_later_files_have_is_not_dropped(tmp_path, client):
+    first = datasets.Dataset.from_dict({"meta": [{"a": 1}, {"a": 2}]})
+    later = datasets.Dataset.from_dict({"meta": [{"a": 3, "extra": [{"deep": "x"}]}]})
+    first.to_parquet(str(tmp_path / "a.parquet"))
+    later.to_parquet(str(tmp_path / "b.parquet"))
+    with pytest.raises(SchemaMismatch, match=r"b\.parquet.*field meta\.extra.*dropped"):
+        import_hf(
+            [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")],
+            client.project("p"),
+            "t",
+            progress=False,
+        )
+    assert client.project("p").branch("main").tables() == []

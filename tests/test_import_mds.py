@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from importer_fixtures import import_streaming, make_mds
+from importer_fixtures import (
+    import_streaming,
+    make_mds,
+    make_mds_json_drift,
+    mds_gz_bomb,
+    run_memory_capped,
+)
 from treadle.catalog import Client
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers import UnsafeInput, UnsupportedFormat
@@ -155,3 +162,92 @@ def test_columns_differing_across_shards(tmp_path, client):
     idx.write_text(json.dumps(index))
     with pytest.raises(SchemaMismatch, match="shard 1"):
         import_mds(folder, client.project("p"), "t", progress=False)
+
+
+# -- faithful values ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drift", ["float", "key", "null"])
+def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
+    tmp_path, client, drift
+):
+    folder = make_mds_json_drift(tmp_path / "m", drift)  # sample 1100 of 1200, chunks of 1024
+    field = {"float": "meta.score", "key": "meta.late", "null": "meta.note"}[drift]
+    with pytest.raises(SchemaMismatch, match=rf"sample 1100\b.*{field}.*json_as='text'"):
+        import_mds(folder, client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+    import_mds(folder, client.project("p"), "t", json_as="text", progress=False)
+    got = client.project("p").branch("main").table("t").to_arrow(["meta"]).column("meta")
+    assert [json.loads(v) for v in got.to_pylist()] == [r["meta"] for r in _reference(folder)]
+
+
+def test_str_int_beyond_int64_is_a_named_error(tmp_path, client):
+    out = tmp_path / "big"
+    with streaming.MDSWriter(out=str(out), columns={"count": "str_int"}) as w:
+        for v in (1, 2**70, 3):
+            w.write({"count": v})
+    with pytest.raises(SchemaMismatch, match=r"sample 1\b.*'count'.*int64"):
+        import_mds(str(out), client.project("p"), "t", progress=False)
+
+
+# -- import ids -----------------------------------------------------------------------------------
+
+
+def test_import_id_covers_table_and_content(tmp_path, client):
+    folder = make_mds(tmp_path / "mds", n=10, compression=None)
+    p = client.project("p")
+    a = import_mds(folder, p, "a", progress=False)
+    assert not import_mds(folder, p, "b", progress=False).skipped  # same shards, another table
+    shard = Path(folder, "shard.00000.mds")
+    data = shard.read_bytes()
+    shard.write_bytes(data.replace(b"item-7", b"item-X"))  # same size
+    fixed = import_mds(folder, p, "a", progress=False)
+    assert not fixed.skipped and fixed.rows == 10 and fixed.commit.id != a.commit.id
+    names = p.branch("main").table("a").to_arrow(["name"]).column("name").to_pylist()
+    assert names.count("item-X") == 1
+    assert import_mds(folder, p, "a", progress=False).commit.id == fixed.commit.id
+
+
+# -- hostile input: bounded memory ----------------------------------------------------------------
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_index_declaring_a_trillion_samples(tmp_path, local_root):
+    folder = make_mds(tmp_path / "mds", n=5, compression=None)
+    idx = Path(folder, "index.json")
+    index = json.loads(idx.read_text())
+    index["shards"][0]["samples"] = 10**12
+    idx.write_text(json.dumps(index))
+    call = f"td.importers.mds({folder!r}, client.project('p'), 't', progress=False)"
+    out = run_memory_capped(call, local_root, tmp_path, timeout=60)
+    assert out["error"] == "CorruptData", out
+    assert "1,000,000,000,000 samples" in out["message"] and "index.json shard 0" in out["message"]
+    idx.write_text(idx.read_text().replace("1000000000000", "1e12"))  # a float: not a count
+    with pytest.raises(CorruptData, match="samples must be an integer"):
+        import_mds(folder, Client(local_root).project("p"), "t", progress=False)
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_gz_shard_bomb_stops_under_a_memory_cap(tmp_path, local_root):
+    from treadle.importers.mds import MAX_SHARD_BYTES
+
+    assert MAX_SHARD_BYTES == 1 << 30  # as documented
+    # just past the default cap, as index.json says: refused before anything is inflated
+    honest = mds_gz_bomb(tmp_path / "honest", MAX_SHARD_BYTES + 16)
+    # the same shard under an index that says 1 MiB: never inflated past what it says
+    liar = shutil.copytree(honest, tmp_path / "liar")
+    index = json.loads(Path(liar, "index.json").read_text())
+    index["shards"][0]["raw_data"]["bytes"] = 1 << 20
+    Path(liar, "index.json").write_text(json.dumps(index))
+    for folder, error, words in [
+        (honest, "UnsafeInput", "max_shard_bytes"),
+        (str(liar), "CorruptData", "inflates to more than the 1,048,576 bytes"),
+    ]:
+        call = f"td.importers.mds({folder!r}, client.project('p'), 't', progress=False)"
+        out = run_memory_capped(call, local_root, tmp_path)
+        assert out["error"] == error and words in out["message"], out
+        assert "shard.00000.mds.gz" in out["message"] and out["rss_growth"] < 256 << 20, out
+    # a lower cap, through the option
+    folder = mds_gz_bomb(tmp_path / "small", 64 << 20)
+    with pytest.raises(UnsafeInput, match=r"shard\.00000\.mds\.gz.*max_shard_bytes"):
+        import_mds(folder, Client(local_root).project("p"), "t", max_shard_bytes=32 << 20)

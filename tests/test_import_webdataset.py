@@ -13,9 +13,11 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from importer_fixtures import make_wds
+import treadle.importers._common as common
+from importer_fixtures import make_wds, make_wds_json_drift, run_memory_capped, tar_gz_bomb
 from treadle.catalog import Client
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.importers import UnsafeInput
@@ -234,6 +236,10 @@ def test_cli_import(tmp_path, local_root, capsys):
     )
     assert rc == 1
     assert "nope.tar" in capsys.readouterr().err
+    cap = ["--project", "cli", "--table", "t3", "--root", local_root, "--max-member-bytes", "0.1K"]
+    assert main(["import", "webdataset", pattern, *cap]) == 1
+    err = capsys.readouterr().err
+    assert "UnsafeInput" in err and "max_member_bytes=102" in err and "shard-000000.tar" in err
 
 
 @pytest.mark.s3
@@ -257,3 +263,168 @@ def test_object_store_urls_with_brace_pattern(tmp_path, s3_server, local_root):
     assert res.rows == 30
     keys = client.project("p").branch("main").table("t").to_arrow(["key"]).column("key")
     assert keys.to_pylist() == [f"sample{i:05d}" for i in range(30)]
+    # a corrected object of the same size (new ETag) imports again; an unchanged one not
+    shards = f"{url}/shard-{{000000..000002}}.tar"
+    data = (tmp_path / "wds" / "shard-000002.tar").read_bytes()
+    store.put("shard-000002.tar", data.replace(b"caption 25", b"caption XX"))
+    again = import_wds(shards, client.project("p"), "t", source_options=opts, progress=False)
+    assert not again.skipped and again.rows == 30
+    same = import_wds(shards, client.project("p"), "t", source_options=opts, progress=False)
+    assert same.skipped and same.commit.id == again.commit.id
+
+
+# -- faithful values ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drift", ["float", "key", "null"])
+def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
+    tmp_path, client, drift
+):
+    shard = make_wds_json_drift(tmp_path / "w", drift)  # sample 1100 of 1200, chunks of 1024
+    field = {"float": "json.score", "key": "json.late", "null": "json.note"}[drift]
+    with pytest.raises(SchemaMismatch, match=rf"'s01100'.*{field}.*json_as='text'"):
+        import_wds(shard, client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+    # the way out: JSON kept as its text, exactly as written
+    import_wds(shard, client.project("p"), "t", json_as="text", progress=False)
+    got = client.project("p").branch("main").table("t").to_arrow(["json"]).column("json")
+    ref = [s["json"].decode() for s in wds.WebDataset(shard, shardshuffle=False)]
+    assert got.to_pylist() == ref and json.loads(ref[1100])["id"] == 1100
+
+
+@pytest.mark.parametrize(
+    ("values", "typ", "named"),
+    [
+        ([1.5], pa.int64(), r"'c' = 1\.5 would be stored as 1 "),
+        ([[1, 2.5]], pa.list_(pa.int64()), r"field c\[1\] = 2\.5"),
+        ([{"a": {"b": 2.5}}], pa.struct([("a", pa.struct([("b", pa.int32())]))]), r"c\.a\.b"),
+        ([2**53 + 1], pa.float64(), "exactly representable"),  # int -> float only when exact
+        ([1e300], pa.float32(), "inf"),
+        ([True], pa.int64(), "bool"),
+        ([{"a": 2**70}], None, r"field c\.a .*outside int64"),
+    ],
+)
+def test_lossy_values_are_refused_naming_the_field(values, typ, named):
+    from treadle.importers._exact import exact_array
+
+    with pytest.raises(SchemaMismatch, match=rf"^sample 0: .*{named}"):
+        exact_array(values, "c", lambda i: f"sample {i}", typ)
+    assert exact_array([{"a": 1}, {"b": None}], "c", str, None).to_pylist() == [
+        {"a": 1, "b": None},
+        {"a": None, "b": None},
+    ]  # a missing key reads back as null
+    pickled = [{"x": np.arange(2), "y": np.float32(0.5)}]  # numpy inside an opted-in pickle
+    assert exact_array(pickled, "c", str, None).to_pylist() == [{"x": [0, 1], "y": 0.5}]
+
+
+def test_json_ints_after_float_chunk_are_widened_exactly(tmp_path, client):
+    shard = make_wds_json_drift(tmp_path / "w", "int")
+    import_wds(shard, client.project("p"), "t", progress=False)
+    rows = client.project("p").branch("main").table("t").to_arrow(["json"]).to_pylist()
+    assert [r["json"]["score"] for r in rows[1099:1102]] == [1099.25, 1100.0, 1101.25]
+
+
+def test_cli_json_as_text(tmp_path, local_root, capsys):
+    from treadle.importers.cli import main
+
+    shard = make_wds_json_drift(tmp_path / "w", "key")
+    args = ["import", "webdataset", shard, "--project", "p", "--table", "t", "--root", local_root]
+    assert main(args) == 1 and "--json-as text" in capsys.readouterr().err
+    assert main([*args, "--json-as", "text"]) == 0
+    t = Client(local_root).project("p").branch("main").table("t")
+    assert json.loads(t.to_arrow(["json"]).column("json")[1100].as_py())["late"] == "only here"
+
+
+def test_members_mapping_to_one_column_are_refused(tmp_path, client):
+    with wds.TarWriter(str(tmp_path / "c.tar")) as w:
+        w.write({"__key__": "x", "seg.png": b"dotted", "seg_png": b"underscored", "cls": 1})
+    with pytest.raises(SchemaMismatch, match=r"x\.seg\.png.*x\.seg_png|x\.seg_png.*x\.seg\.png"):
+        import_wds(str(tmp_path / "c.tar"), client.project("p"), "t", progress=False)
+    with pytest.raises(SchemaMismatch, match="'cls'"):  # a rename onto another member, too
+        import_wds(
+            str(tmp_path / "c.tar"),
+            client.project("p"),
+            "t",
+            rename={"seg_png": "cls"},
+            progress=False,
+        )
+
+
+# -- import ids -----------------------------------------------------------------------------------
+
+
+def test_import_id_covers_table_and_content(tmp_path, client, monkeypatch):
+    pattern = make_wds(tmp_path / "wds", n=10, per_shard=5)
+    p = client.project("p")
+    a = import_wds(pattern, p, "a", progress=False)
+    b = import_wds(pattern, p, "b", progress=False)  # same shards, another table
+    assert not b.skipped and b.rows == 10 and a.import_id != b.import_id
+    shard = tmp_path / "wds" / "shard-000001.tar"
+    data, st = shard.read_bytes(), shard.stat()
+    fixed = data.replace(b"caption 7", b"caption X")
+    assert fixed != data and len(fixed) == len(data)
+    shard.write_bytes(fixed)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime back
+    c = import_wds(pattern, p, "a", progress=False)
+    assert not c.skipped and c.rows == 10
+    texts = p.branch("main").table("a").to_arrow(["txt"]).column("txt").to_pylist()
+    assert texts.count("caption X") == 1 and texts.count("caption 7") == 1
+    again = import_wds(pattern, p, "a", progress=False)  # unchanged: the earlier commit
+    assert again.skipped and again.commit.id == c.commit.id
+    # large files are known by size and mtime (not hashed): a rewrite is seen too
+    monkeypatch.setattr(common, "HASH_BELOW", 0)
+    first = import_wds(pattern, p, "big", progress=False)
+    shard.write_bytes(data)
+    assert not import_wds(pattern, p, "big", progress=False).skipped
+    assert import_wds(pattern, p, "big", progress=False).skipped
+    assert not first.skipped
+
+
+# -- hostile input: bounded memory ----------------------------------------------------------------
+
+
+def test_decode_look_ahead_is_bounded_in_bytes():
+    from treadle.importers._common import ordered_map
+
+    weights = [10, 10, 300, 10, 500, 10, 10, 10, 390, 20]
+    pulled: list[int] = []
+    yielded: list[int] = []
+    worst = 0
+
+    def items():
+        nonlocal worst
+        for i in range(len(weights)):
+            worst = max(worst, sum(weights[j] for j in pulled if j not in yielded))
+            pulled.append(i)
+            yield i
+
+    def fn(i):
+        return i
+
+    for r in ordered_map(fn, items(), threads=4, ahead=8, weight=weights.__getitem__, budget=400):
+        yielded.append(r)
+    assert yielded == list(range(len(weights))) and 0 < worst <= 400
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_tar_gz_bomb_of_many_members_stops_at_max_shard_bytes(tmp_path, local_root):
+    bomb = tar_gz_bomb(tmp_path / "many.tar.gz", 1 << 20, members=256)  # 256 MiB inflated
+    call = f"td.importers.webdataset({bomb!r}, client.project('p'), 't', progress=False, max_shard_bytes=48 << 20)"
+    out = run_memory_capped(call, local_root, tmp_path)
+    assert out["error"] == "UnsafeInput" and "many.tar.gz" in out["message"], out
+    assert "max_shard_bytes" in out["message"]
+    assert out["rss_growth"] < 384 << 20, out
+    assert Client(local_root).project("p").branch("main").tables() == ["warm"]
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_member_past_the_default_cap_stops_under_a_memory_cap(tmp_path, local_root):
+    from treadle.importers.webdataset import MAX_MEMBER_BYTES, MAX_SHARD_BYTES
+
+    assert MAX_MEMBER_BYTES == 1 << 30 and MAX_SHARD_BYTES == 2 << 30  # as documented
+    bomb = tar_gz_bomb(tmp_path / "big.tar.gz", MAX_MEMBER_BYTES + 1)  # ~5 MB on disk
+    call = f"td.importers.webdataset({bomb!r}, client.project('p'), 't', progress=False)"
+    out = run_memory_capped(call, local_root, tmp_path)
+    assert out["error"] == "UnsafeInput" and "max_member_bytes" in out["message"], out
+    assert "big.tar.gz" in out["message"] and "bomb00000.bin" in out["message"], out
+    assert out["rss_growth"] < 256 << 20, out

@@ -53,7 +53,9 @@ class PlanError(TreadleError, ValueError):
 class UnsafeInput(TreadleError, ValueError):
     """Source data that would need unpickling (``.pyd``/``.pth`` members, MDS ``pkl``).
 
-    Refused unless the caller passes ``allow_pickle=True``.
+    Refused unless the caller passes ``allow_pickle=True``. Also source data past an
+    importer's size cap (a possible decompression bomb: ``max_shard_bytes``,
+    ``max_member_bytes``), refused unless the cap is raised.
     """
 
 

@@ -320,6 +320,13 @@ class Store:
         """When ``key`` was last written (UTC)."""
         return self._head(key)["last_modified"]
 
+    def fingerprint(self, key: str) -> tuple[int, str]:
+        """``(size, token)`` of ``key``: the token (its ETag, else its modification time)
+        changes whenever its content does."""
+        h = self._head(key)
+        token = h.get("e_tag") or h.get("version") or h["last_modified"].isoformat()
+        return int(h["size"]), str(token)
+
     def _head(self, key: str) -> Any:
         try:
             return _with_retries(lambda: obstore.head(self._inner, key))

@@ -11,11 +11,15 @@ over and cannot duplicate rows, because nothing of the first attempt was ever
 visible.
 
 Each import also has a deterministic **import id**: a hash of the format, the
-source (its URL/paths and their sizes) and the options. It is written into the
-commit message (``import-id=<id>``). Before doing any work, a re-run looks for that
-id in the branch's log and, if the commit is there (the crash came after the commit
-but before the process noticed), returns that commit instead of importing again.
-So "run it again until it succeeds" is always safe.
+destination table, the options, and the source: each file's URL/path and the
+identity of its content (:meth:`Source.identity`: the object store's ETag; for a
+local file a SHA-256 of its bytes up to :data:`HASH_BELOW` bytes, else its size and
+modification time in nanoseconds). It is written into the commit message
+(``import-id=<id>``). Before doing any work, a re-run looks for that id in the
+branch's log and, if the commit is there (the crash came after the commit but before
+the process noticed), returns that commit instead of importing again. So "run it
+again until it succeeds" is always safe, while the same files into another table, or
+a corrected file (even one of the same size), import again.
 
 Partial reuse of the data files staged by a crashed attempt was rejected: it would
 need a second, non-atomic manifest next to the catalog, and re-reading a source is
@@ -30,6 +34,7 @@ import json
 import math
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,12 +55,25 @@ from treadle.errors import (  # noqa: F401  (UnsafeInput, UnsupportedFormat re-e
     UnsafeInput,
     UnsupportedFormat,
 )
+from treadle.importers._exact import exact_array
 
 SHAPE_KEY = b"treadle:shape"
 DTYPE_KEY = b"treadle:dtype"
 IMPORT_ID_RE = re.compile(r"import-id=([0-9a-f]{16})")
 _COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _T = TypeVar("_T")
+
+
+#: local source files up to this many bytes are identified by a hash of their content
+HASH_BELOW = 1 << 20
+#: the end of an error about a JSON value that does not fit its column's type
+JSON_HINT = "; import with json_as='text' (--json-as text) to store this JSON as its text"
+
+
+def check_json_as(json_as: str) -> None:
+    """Refuse a ``json_as`` option other than ``"typed"`` and ``"text"``."""
+    if json_as not in ("typed", "text"):
+        raise ValueError(f"json_as must be 'typed' or 'text', got {json_as!r}")
 
 
 #: rows per appended chunk (each importer may pick smaller chunks for wide rows)
@@ -181,6 +199,31 @@ class Source:
             return p.stat().st_size
         return self._store.size(self._check(rel))
 
+    def identity(self, rel: str) -> tuple[int, str] | None:
+        """``(size, token)`` of ``rel``'s current content, ``None`` when it does not exist.
+
+        The token changes whenever the content does: the object store's ETag (its
+        modification time where it gives none); for a local file, a SHA-256 of its bytes
+        when it has at most :data:`HASH_BELOW` bytes, else its modification time in ns
+        (a larger file rewritten with the same size and its old mtime restored is not
+        seen as changed).
+        """
+        if self._local is None:
+            try:
+                return self._store.fingerprint(self._check(rel))
+            except NotFound:
+                return None
+        p = self.local_path(rel)
+        try:
+            st = p.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if st.st_size > HASH_BELOW:
+            return st.st_size, f"mtime_ns:{st.st_mtime_ns}"
+        return st.st_size, "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()
+
     def read(self, rel: str) -> bytes:
         """All bytes of ``rel`` (:class:`NotFound` if missing)."""
         if self._local is not None:
@@ -304,13 +347,17 @@ def rows_to_table(
     columns: Sequence[str],
     where: Callable[[int], str],
     schema: pa.Schema | None = None,
+    hints: dict[str, str] | None = None,
 ) -> pa.Table:
     """Python/numpy values per row -> one Arrow table.
 
     numpy arrays become tensor columns (every row must have the same dtype and
     shape), bytes become ``large_binary``, everything else is inferred by Arrow. With
-    ``schema`` (fixed by the first chunk) the result is cast to it; a value that does
-    not fit raises :class:`SchemaMismatch` naming the sample (``where(row)``).
+    ``schema`` (fixed by the first chunk) the result is cast to it. A value that does
+    not fit, or that the type would change (a float in an integer field, a struct key
+    the type lacks, an integer beyond int64), raises :class:`SchemaMismatch` naming the
+    sample (``where(row)``) and the field, ending with ``hints[column]`` if given;
+    integers are widened to floats only when exact.
     """
     fields: list[pa.Field] = []
     arrays: list[pa.Array] = []
@@ -345,13 +392,8 @@ def rows_to_table(
         elif isinstance(values[0], (bytes, bytearray, memoryview)):
             f, a = pa.field(col, pa.large_binary()), pa.array(values, pa.large_binary())
         else:
-            try:
-                a = pa.array(values, want.type if want is not None else None)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-                bad = _first_bad(values, want.type if want is not None else None)
-                raise SchemaMismatch(
-                    f"{where(bad)}: {col!r} does not fit the column type: {e}"
-                ) from None
+            typ = want.type if want is not None else None
+            a = exact_array(values, col, where, typ, (hints or {}).get(col, ""))
             f = pa.field(col, a.type)
         if want is not None and (f.type != want.type or f.metadata != want.metadata):
             if f.metadata != want.metadata or SHAPE_KEY in (want.metadata or {}):
@@ -375,17 +417,6 @@ def _describe(f: pa.Field) -> str:
     if SHAPE_KEY in meta:
         return f"{meta.get(DTYPE_KEY, b'?').decode()}{meta[SHAPE_KEY].decode()}"
     return str(f.type)
-
-
-def _first_bad(values: list[Any], typ: pa.DataType | None) -> int:
-    if typ is None:
-        typ = pa.array(values[:1]).type
-    for i, v in enumerate(values):
-        try:
-            pa.array([v], typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            return i
-    return 0
 
 
 # -- images ----------------------------------------------------------------------------------
@@ -450,10 +481,15 @@ def ordered_map(
     items: Iterable[Any],
     threads: int | None = None,
     ahead: int | None = None,
+    weight: Callable[[Any], int] | None = None,
+    budget: int | None = None,
 ) -> Iterator[Any]:
     """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
 
-    ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results.
+    ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results. With
+    ``weight`` and ``budget``, items are also held back while the weights of those in
+    flight exceed ``budget`` (bytes, say: a few huge items then do not all sit in memory
+    at once); one item is always let through, whatever its weight.
     """
     threads = threads or workers()
     ahead = max(1, ahead or 2 * threads)
@@ -463,13 +499,18 @@ def ordered_map(
     from collections import deque
 
     with ThreadPoolExecutor(threads, thread_name_prefix="treadle-import") as pool:
-        pending: deque[Any] = deque()
+        pending: deque[tuple[Any, int]] = deque()
+        load = 0
         for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= ahead:
-                yield pending.popleft().result()
+            w = weight(item) if weight is not None else 0
+            pending.append((pool.submit(fn, item), w))
+            load += w
+            while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
+                done, w = pending.popleft()
+                load -= w
+                yield done.result()
         while pending:
-            yield pending.popleft().result()
+            yield pending.popleft()[0].result()
 
 
 def prefetch(items: Iterable[Any], depth: int = 2) -> Iterator[Any]:
@@ -543,16 +584,35 @@ class ImportResult:
         return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else float("inf")
 
 
+def identities(files: Sequence[SourceFile]) -> list[tuple[int, str] | None]:
+    """:meth:`Source.identity` of each file (``None`` for a missing one), looked up in parallel."""
+    return list(ordered_map(lambda f: f.source.identity(f.name), files, threads=16))
+
+
 def import_id(
-    fmt: str, sources: Sequence[str], sizes: Sequence[int], options: dict[str, Any]
+    fmt: str, sources: Sequence[str], identities: Sequence[Any], options: dict[str, Any]
 ) -> str:
-    """The deterministic id of an import: format, sources and their sizes, options."""
+    """The deterministic id of an import's source: format, files, their content, options.
+
+    ``identities`` name each file's content (:func:`identities`). :func:`run_import`
+    adds the destination table to this id before it records or looks it up.
+    """
     blob = json.dumps(
-        {"format": fmt, "sources": list(sources), "sizes": list(sizes), "options": options},
+        {
+            "format": fmt,
+            "sources": list(sources),
+            "identities": list(identities),
+            "options": options,
+        },
         sort_keys=True,
         default=str,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def table_import_id(iid: str, table: str) -> str:
+    """The id recorded for source id ``iid`` imported into ``table``."""
+    return hashlib.sha256(json.dumps([iid, table]).encode()).hexdigest()[:16]
 
 
 def find_import(branch: Any, iid: str, limit: int = 200) -> Any:
@@ -642,14 +702,16 @@ def run_import(
 ) -> ImportResult:
     """Run ``write(table_writer, bar) -> (rows, episodes, bytes)`` in one transaction.
 
-    Skips the work (and returns the earlier commit) when ``branch`` already has a commit
-    recording import ``iid``. On any exception nothing is committed.
+    ``iid`` is the source's :func:`import_id`; the id recorded (and returned) also covers
+    ``table``. Skips the work (and returns the earlier commit) when ``branch`` already
+    has a commit recording that id. On any exception nothing is committed.
     """
     import time
 
     from treadle.names import check_name
 
     check_name(table, "table")
+    iid = table_import_id(iid, table)
     done = find_import(branch, iid)
     if done is not None:
         return ImportResult(done, table, 0, 0, 0, 0.0, iid, skipped=True)

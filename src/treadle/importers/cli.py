@@ -60,9 +60,44 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             sp.add_argument("--split", default=None, help="split of a DatasetDict")
         if fmt == "lerobot":
             sp.add_argument("--tolerance-s", type=float, default=1e-4)
+        if fmt in ("webdataset", "mds"):
+            sp.add_argument(
+                "--json-as",
+                choices=["typed", "text"],
+                default="typed",
+                help="store JSON as Arrow values (typed) or as its text (for JSON whose "
+                "fields or types vary between samples)",
+            )
+            what = (
+                "the most bytes a compressed shard may inflate to (default 2G)"
+                if fmt == "webdataset"
+                else "the largest uncompressed shard read; each is held in memory (default 1G)"
+            )
+            sp.add_argument("--max-shard-bytes", type=byte_count, default=None, help=what)
+        if fmt == "webdataset":
+            sp.add_argument(
+                "--max-member-bytes",
+                type=byte_count,
+                default=None,
+                help="the largest tar member read; each is held in memory (default 1G)",
+            )
         sp.add_argument("--no-progress", action="store_true")
         sp.set_defaults(func=run)
     return p
+
+
+def byte_count(text: str) -> int:
+    """``"64M"``, ``"2G"``, ``"1048576"`` -> bytes (K/M/G/T are powers of 1024)."""
+    units = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
+    try:
+        n = int(float(num) * (1 << units[unit]))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 512M, 2G)") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"a byte count must be > 0, got {text!r}")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         "allow_pickle": args.allow_pickle,
         "progress": False if args.no_progress else None,
     }
+    for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
+        if getattr(args, opt, None) is not None:
+            common[opt] = getattr(args, opt)
     try:
         if args.format == "webdataset":
             res = importers.webdataset(args.src, args.project, args.table, **common)

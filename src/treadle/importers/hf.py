@@ -36,6 +36,7 @@ from treadle.importers._common import (
     check_images,
     column_name,
     decode_image,
+    identities,
     import_id,
     ordered_map,
     resolve_branch,
@@ -241,12 +242,41 @@ def iter_batches(
             state["schema"] = table.schema
         elif not table.schema.equals(state["schema"]):
             try:
-                table = table.cast(state["schema"])
+                cast = table.cast(state["schema"])
             except (pa.ArrowInvalid, ValueError, pa.ArrowNotImplementedError):
                 raise SchemaMismatch(
                     f"{where}: columns {table.schema} differ from earlier files' {state['schema']}"
                 ) from None
+            for field in table.schema:  # Arrow casts a struct to one with fewer fields
+                lost = dropped_field(field.type, state["schema"].field(field.name).type)
+                if lost is not None:
+                    raise SchemaMismatch(
+                        f"{where}: field {field.name}{lost} is not in the column type "
+                        f"{state['schema'].field(field.name).type} of earlier files; it "
+                        "would be dropped"
+                    )
+            table = cast
         yield table
+
+
+def dropped_field(src: pa.DataType, dst: pa.DataType) -> str | None:
+    """The path (``.meta.extra``) of a struct field of ``src`` that casting to ``dst`` drops."""
+    if pa.types.is_struct(src) and pa.types.is_struct(dst):
+        for f in src:
+            i = dst.get_field_index(f.name)
+            if i < 0:
+                return f".{f.name}"
+            deeper = dropped_field(f.type, dst.field(i).type)
+            if deeper is not None:
+                return f".{f.name}{deeper}"
+    elif _is_list(src) and _is_list(dst):
+        deeper = dropped_field(src.value_type, dst.value_type)
+        return None if deeper is None else f"[]{deeper}"
+    return None
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return isinstance(t, (pa.ListType, pa.LargeListType, pa.FixedSizeListType))
 
 
 def _parquet_handle(f: HfFile) -> Any:
@@ -280,11 +310,15 @@ def import_hf(
     del allow_pickle
     files = resolve_files(paths, split, source_options)
     br = resolve_branch(project, branch, client, root, storage_options)
-    sizes = [f.source.size(f.name) for f in files]
+    ids = identities(files)
+    missing = [f.describe() for f, i in zip(files, ids) if i is None]
+    if missing:
+        raise NotFound(f"HF data file {missing[0]} does not exist")
+    sizes = [i[0] for i in ids if i is not None]
     iid = import_id(
         "hf",
         [f.describe() for f in files],
-        sizes,
+        ids,
         {"images": images, "split": split, "rename": rename},
     )
 

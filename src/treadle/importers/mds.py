@@ -22,15 +22,14 @@ Column encodings -> Arrow:
 ``jpeg``, ``png``                     encoded bytes, or ``uint8 [H, W, 3]`` with
                                       ``images="decoded"``
 ``jpeg_array``, ``list[jpeg|png]``    ``list<large_binary>`` (encoded images)
-``json``                              the JSON value, typed by Arrow
+``json``                              the JSON value, typed by Arrow (or its text,
+                                      ``json_as="text"``)
 ``pkl``                               refused unless ``allow_pickle=True``
 ====================================  =============================================
 """
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import json
 import pickle
 from collections.abc import Iterator, Sequence
@@ -43,15 +42,19 @@ import pyarrow as pa
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers._common import (
     DEFAULT_CHUNK_ROWS,
+    JSON_HINT,
     ImportResult,
     Progress,
     Source,
+    SourceFile,
     UnsafeInput,
     UnsupportedFormat,
     append_tables,
     check_images,
+    check_json_as,
     column_name,
     decode_image,
+    identities,
     import_id,
     ordered_map,
     parse_manifest,
@@ -59,6 +62,7 @@ from treadle.importers._common import (
     rows_to_table,
     run_import,
 )
+from treadle.importers._inflate import inflate
 
 _SCALARS = {
     "int": "int64",
@@ -106,6 +110,9 @@ _SIMPLE = {
     "pkl",
 }
 _COMPRESSIONS = {"zstd", "gz", "bz2", "br", "snappy"}
+#: default ``max_shard_bytes``: the largest raw (uncompressed) shard read; a shard is held
+#: in memory whole, and MDS writes shards of 64 MiB by default
+MAX_SHARD_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -192,17 +199,24 @@ def _read_index(source: Source, allow_pickle: bool) -> list[MdsShard]:
             check_encoding(e, c, sw, allow_pickle)
         if comp is not None and comp.split(":")[0] not in _COMPRESSIONS:
             raise UnsupportedFormat(f"{sw}: unknown compression {comp!r}")
+        samples = _count(s["samples"], sw, "samples")
+        raw_bytes = _count(raw_data["bytes"], sw, "raw_data.bytes")
+        if 4 * (samples + 2) > raw_bytes:
+            raise CorruptData(
+                f"{sw}: declares {samples:,} samples, but its raw_data of {raw_bytes:,} bytes "
+                f"holds at most {max(raw_bytes // 4 - 2, 0):,} (4 bytes of offset each)"
+            )
         out.append(
             MdsShard(
                 i,
                 cols,
                 encs,
                 sizes,
-                int(s["samples"]),
+                samples,
                 str(raw_data["basename"]),
-                int(raw_data["bytes"]),
+                raw_bytes,
                 str(zip_data["basename"]) if zip_data else None,
-                int(zip_data["bytes"]) if zip_data else None,
+                _count(zip_data["bytes"], sw, "zip_data.bytes") if zip_data else None,
                 comp if zip_data else None,
             )
         )
@@ -218,35 +232,55 @@ def _read_index(source: Source, allow_pickle: bool) -> list[MdsShard]:
     return out
 
 
-def decompress(algo: str, data: bytes, raw_size: int, where: str) -> bytes:
-    """Decompress a whole shard (``algo`` as written in ``index.json``)."""
-    name = algo.split(":")[0]
-    try:
-        if name == "gz":
-            return gzip.decompress(data)
-        if name == "bz2":
-            return bz2.decompress(data)
-        codec = {"zstd": "zstd", "br": "brotli", "snappy": "snappy"}[name]
-        return pa.decompress(data, decompressed_size=raw_size, codec=codec, asbytes=True)
-    except Exception as e:
-        raise CorruptData(f"{where}: cannot decompress ({algo}): {type(e).__name__}: {e}") from None
+def _count(value: Any, where: str, key: str) -> int:
+    if type(value) is not int or value < 0:
+        raise CorruptData(f"{where}: {key} must be an integer >= 0, got {value!r}")
+    return value
 
 
-def load_shard(source: Source, shard: MdsShard) -> bytes:
-    """The raw (decompressed) bytes of a shard, checked against the index."""
+def shard_file(source: Source, shard: MdsShard) -> tuple[str, tuple[int, str]]:
+    """The file holding ``shard`` (its raw file if present, else its compressed one) and
+    its :meth:`Source.identity` (size first)."""
     candidates = [shard.raw_name] + ([shard.zip_name] if shard.zip_name else [])
-    name = next((n for n in candidates if source.exists(n)), None)
-    if name is None:
-        files = " nor ".join(source.describe(n) for n in candidates)
-        raise NotFound(f"MDS shard {shard.index} listed in index.json is missing: no {files}")
+    for name in candidates:
+        ident = source.identity(name)
+        if ident is not None:
+            return name, ident
+    files = " nor ".join(source.describe(n) for n in candidates)
+    raise NotFound(f"MDS shard {shard.index} listed in index.json is missing: no {files}")
+
+
+def load_shard(source: Source, shard: MdsShard, max_shard_bytes: int = MAX_SHARD_BYTES) -> bytes:
+    """The raw (decompressed) bytes of a shard, checked against the index.
+
+    The whole shard is held in memory, so one whose raw size is over ``max_shard_bytes``
+    is refused (:class:`UnsafeInput`) before anything is read, and a compressed shard is
+    never inflated past the raw size ``index.json`` states.
+    """
+    name, (size, _) = shard_file(source, shard)
     where = source.describe(name)
+    if shard.raw_bytes > max_shard_bytes:
+        raise UnsafeInput(
+            f"MDS shard {where} holds {shard.raw_bytes:,} bytes uncompressed (index.json), more "
+            f"than max_shard_bytes={max_shard_bytes:,}; raise max_shard_bytes if you trust it"
+        )
+    want = shard.raw_bytes if name == shard.raw_name else shard.zip_bytes
+    if want is not None and size != want:
+        raise CorruptData(
+            f"MDS shard {where} has {size} bytes, index.json says {want} (truncated or replaced)"
+        )
+    if size > max_shard_bytes:
+        raise UnsafeInput(
+            f"MDS shard {where} has {size:,} bytes, more than max_shard_bytes="
+            f"{max_shard_bytes:,}; raise max_shard_bytes if you trust it"
+        )
     data = source.read(name)
     if name != shard.raw_name:
         if shard.zip_bytes is not None and len(data) != shard.zip_bytes:
             raise CorruptData(
                 f"MDS shard {where} has {len(data)} bytes, index.json says {shard.zip_bytes}"
             )
-        data = decompress(shard.compression or "", data, shard.raw_bytes, where)
+        data = inflate(shard.compression or "", data, shard.raw_bytes, where)
     if len(data) != shard.raw_bytes:
         raise CorruptData(
             f"MDS shard {where} has {len(data)} bytes, index.json says {shard.raw_bytes} "
@@ -278,7 +312,7 @@ def shard_samples(
         yield i, view[a:b]
 
 
-def decode_value(enc: str, b: memoryview, where: str, images: str) -> Any:
+def decode_value(enc: str, b: memoryview, where: str, images: str, json_as: str = "typed") -> Any:
     """One column value of one sample."""
     name, _, args = enc.partition(":")
     if name in _SCALARS:
@@ -297,7 +331,9 @@ def decode_value(enc: str, b: memoryview, where: str, images: str) -> Any:
     if name == "str_decimal":
         return bytes(b).decode("utf-8")
     if name == "json":
-        return json.loads(bytes(b).decode("utf-8"))
+        text = bytes(b).decode("utf-8")
+        value = json.loads(text)  # checked even when kept as text
+        return text if json_as == "text" else value
     if name == "ndarray":
         return _ndarray(args, b)
     if name == "pil":
@@ -349,7 +385,9 @@ def _ndarray(args: str, b: memoryview) -> np.ndarray:
     return np.frombuffer(b[i:], dtype).reshape(shape)
 
 
-def decode_sample(sample: memoryview, shard: MdsShard, where: str, images: str) -> dict[str, Any]:
+def decode_sample(
+    sample: memoryview, shard: MdsShard, where: str, images: str, json_as: str = "typed"
+) -> dict[str, Any]:
     """One raw sample -> ``{column: value}``."""
     sizes: list[int] = []
     pos = 0
@@ -369,7 +407,7 @@ def decode_sample(sample: memoryview, shard: MdsShard, where: str, images: str) 
     for col, enc, size in zip(shard.columns, shard.encodings, sizes):
         try:
             out[col] = decode_value(
-                enc, sample[pos : pos + size], f"{where}, column {col!r}", images
+                enc, sample[pos : pos + size], f"{where}, column {col!r}", images, json_as
             )
         except (CorruptData, UnsupportedFormat):
             raise
@@ -389,18 +427,21 @@ def iter_batches(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     threads: int | None = None,
     rename: dict[str, str] | None = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples, shard by shard, decoded on a pool."""
     check_images(images)
+    check_json_as(json_as)
     if not shards:
         return
     where = f"MDS dataset {source.root}"
     names = {c: column_name(c, where, rename) for c in shards[0].columns}
-    tasks = [
+    tasks = (
         (shard, lo, min(lo + chunk_rows, shard.samples))
         for shard in shards
         for lo in range(0, max(shard.samples, 1), chunk_rows)
-    ]
+    )
 
     def run(task: tuple[MdsShard, int, int, bytes]) -> tuple[list[str], list[dict[str, Any]]]:
         shard, lo, hi, data = task
@@ -408,27 +449,34 @@ def iter_batches(
         wheres, rows = [], []
         for i, b in shard_samples(data, shard, where_shard, lo, hi):
             w = f"MDS shard {where_shard}, sample {i}"
-            rows.append(decode_sample(b, shard, w, images))
+            rows.append(decode_sample(b, shard, w, images, json_as))
             wheres.append(w)
         return wheres, rows
 
     # Shards load one at a time in the producer; chunks of a loaded shard decode in parallel.
     schema = None
-    for wheres, rows in ordered_map(run, _with_data(tasks, source), threads):
+    first = shards[0]
+    hints = {
+        c: JSON_HINT
+        for c, e in zip(first.columns, first.encodings)
+        if e == "json" and json_as == "typed"
+    }
+    for wheres, rows in ordered_map(run, _with_data(tasks, source, max_shard_bytes), threads):
         if not rows:
             continue
-        t = rows_to_table(rows, list(names), lambda i, w=wheres: w[i], schema)
+        t = rows_to_table(rows, list(names), lambda i, w=wheres: w[i], schema, hints)
         schema = schema or t.schema
         yield t.rename_columns([names[c] for c in t.column_names])
 
 
 def _with_data(
-    tasks: list[tuple[MdsShard, int, int]], source: Source
+    tasks: Iterator[tuple[MdsShard, int, int]], source: Source, max_shard_bytes: int
 ) -> Iterator[tuple[MdsShard, int, int, bytes]]:
     current, data = None, b""
     for shard, lo, hi in tasks:
         if shard.index != current:
-            current, data = shard.index, load_shard(source, shard)
+            current, data = None, b""  # let the previous shard go before loading the next
+            current, data = shard.index, load_shard(source, shard, max_shard_bytes)
         yield shard, lo, hi, data
 
 
@@ -447,25 +495,42 @@ def import_mds(
     progress: bool | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     rename: dict[str, str] | None = None,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> ImportResult:
     """Import an MDS dataset (a folder or URL holding ``index.json``) into ``table``.
 
     One commit on ``branch``; see :func:`treadle.importers.webdataset.import_webdataset` for
     the common arguments. ``pkl`` columns are refused unless ``allow_pickle=True``.
+    ``max_shard_bytes`` (default 1 GiB) is the largest uncompressed shard read (a shard
+    is held in memory whole): a larger one, or a compressed shard inflating past the
+    size ``index.json`` gives, stops the import with an error naming the file.
+    ``json_as="text"`` stores ``json`` columns as their text (for JSON whose fields or
+    types vary from sample to sample; ``"typed"``, the default, stores Arrow values).
     """
     source = Source(str(src).rstrip("/"), source_options)
     shards = read_index(source, allow_pickle)
     br = resolve_branch(project, branch, client, root, storage_options)
+    files = list(ordered_map(lambda s: shard_file(source, s), shards, threads=16))
+    names = ["index.json"] + [name for name, _ in files]
     iid = import_id(
         "mds",
-        [source.describe(s.zip_name or s.raw_name) for s in shards],
-        [s.zip_bytes or s.raw_bytes for s in shards],
-        {"images": images, "allow_pickle": allow_pickle, "rename": rename},
+        [source.describe(n) for n in names],
+        identities([SourceFile(source, "index.json")]) + [ident for _, ident in files],
+        {"images": images, "allow_pickle": allow_pickle, "rename": rename, "json_as": json_as},
     )
     total = sum(s.samples for s in shards)
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
-        tables = iter_batches(source, shards, images=images, chunk_rows=chunk_rows, rename=rename)
+        tables = iter_batches(
+            source,
+            shards,
+            images=images,
+            chunk_rows=chunk_rows,
+            rename=rename,
+            max_shard_bytes=max_shard_bytes,
+            json_as=json_as,
+        )
         return append_tables(tw, bar, tables), 0, sum(s.zip_bytes or s.raw_bytes for s in shards)
 
     return run_import(

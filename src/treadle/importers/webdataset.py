@@ -13,7 +13,8 @@ extension                                  column
 ``cls``, ``cls2``, ``index``, ``inx``,      ``int64``
 ``id``
 ``txt``, ``text``, ``transcript``           ``string`` (UTF-8)
-``json``, ``jsn``                           the JSON value, typed by Arrow (struct, list...)
+``json``, ``jsn``                           the JSON value, typed by Arrow (struct, list...),
+                                            or its text (``json_as="text"``)
 ``npy``                                     fixed-shape tensor (``np.load(allow_pickle=False)``)
 images (``jpg``, ``png``, ``webp``, ...)    encoded bytes (``images="encoded"``) or
                                             ``uint8 [H, W, 3]`` (``images="decoded"``)
@@ -21,7 +22,19 @@ images (``jpg``, ``png``, ``webp``, ...)    encoded bytes (``images="encoded"``)
 anything else                               ``large_binary`` (the member's bytes)
 =========================================  ==============================================
 
-The sample key goes to a ``key`` column. See :mod:`treadle.importers._common` for
+The sample key goes to a ``key`` column. Two members that map to one column
+(``x.seg.png`` and ``x.seg_png`` both become ``seg_png``) are refused, naming both.
+A JSON field's Arrow type is fixed by the first chunk (1,024 samples): a later value
+it cannot hold exactly (a float in an integer field, a key it does not have) raises
+:class:`SchemaMismatch` naming the sample and the field; integers in a float field
+are stored as floats when exact. ``json_as="text"`` keeps JSON members as their text.
+
+Bounded memory on any input: at most ``IN_FLIGHT_BYTES`` (512 MiB) of members are
+decoded at once, beyond one chunk; a member is read whole, so one larger than
+``max_member_bytes`` (default 1 GiB) is refused from its tar header, before it is
+read; a compressed shard (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) is refused once it
+inflates past ``max_shard_bytes`` (default 2 GiB). Both errors
+(:class:`UnsafeInput`) name the shard. See :mod:`treadle.importers._common` for
 resumability (one transaction, deterministic import id).
 """
 
@@ -43,6 +56,7 @@ from treadle.importers._common import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_ROWS,
     IMAGE_EXTS,
+    JSON_HINT,
     ImportResult,
     Progress,
     Source,
@@ -50,9 +64,11 @@ from treadle.importers._common import (
     UnsafeInput,
     append_tables,
     check_images,
+    check_json_as,
     column_name,
     decode_image,
     expand_braces,
+    identities,
     import_id,
     is_url,
     ordered_map,
@@ -61,6 +77,7 @@ from treadle.importers._common import (
     run_import,
     split_url,
 )
+from treadle.importers._inflate import DECOMPRESS_ERRORS, open_capped
 
 INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
 TEXT_EXTS = {"txt", "text", "transcript"}
@@ -68,6 +85,12 @@ JSON_EXTS = {"json", "jsn"}
 PICKLE_EXTS = {"pyd", "pickle", "pkl"}
 TORCH_EXTS = {"pth", "pt"}
 KEY_COLUMN = "key"
+#: default ``max_member_bytes``: the largest tar member read (each is held whole)
+MAX_MEMBER_BYTES = 1 << 30
+#: default ``max_shard_bytes``: the most bytes a compressed shard may inflate to
+MAX_SHARD_BYTES = 2 << 30
+#: member bytes being decoded at once (beyond one chunk): huge members do not pile up
+IN_FLIGHT_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -118,24 +141,36 @@ def split_key(path: str) -> tuple[str, str]:
     return (f"{d}/{stem}" if d else stem), ext
 
 
-def iter_raw_samples(shard: Shard) -> Iterator[dict[str, Any]]:
+def iter_raw_samples(
+    shard: Shard,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> Iterator[dict[str, Any]]:
     """Samples of one shard as ``{"__key__": str, ext: bytes, ...}``, in tar order.
 
     A truncated or corrupt tar raises :class:`CorruptData` naming the shard and the last
-    sample read.
+    sample read; a member over ``max_member_bytes``, or a compressed shard inflating past
+    ``max_shard_bytes``, raises :class:`UnsafeInput` naming the shard.
     """
     where = shard.describe()
     current: dict[str, Any] | None = None
     last = "(start)"
     try:
-        with shard.source.open(shard.name) as f:
-            with tarfile.open(fileobj=f, mode="r|*") as tar:
+        with shard.source.open(shard.name) as raw:
+            f = open_capped(raw, max_shard_bytes, f"shard {where}", "max_shard_bytes")
+            with tarfile.open(fileobj=f, mode="r|") as tar:
                 for member in tar:
                     if not member.isfile():
                         continue
                     key, ext = split_key(member.name)
                     if not ext or key.rsplit("/", 1)[-1].startswith("__"):
                         continue  # no extension or a WebDataset metadata member
+                    if member.size > max_member_bytes:
+                        raise UnsafeInput(
+                            f"shard {where}: member {member.name!r} holds {member.size:,} bytes, "
+                            f"more than max_member_bytes={max_member_bytes:,} (raise it if you "
+                            "trust this shard)"
+                        )
                     fobj = tar.extractfile(member)
                     data = fobj.read() if fobj is not None else b""
                     if len(data) != member.size:
@@ -152,7 +187,7 @@ def iter_raw_samples(shard: Shard) -> Iterator[dict[str, Any]]:
                     if ext in current:
                         raise CorruptData(f"shard {where}: sample {key!r} has two {ext!r} members")
                     current[ext] = data
-    except (tarfile.TarError, EOFError, OSError) as e:
+    except (tarfile.TarError, EOFError, OSError, *DECOMPRESS_ERRORS) as e:
         after = f" after sample {last!r}" if last != "(start)" else ""
         raise CorruptData(
             f"shard {where} is truncated or not a tar file{after}: {type(e).__name__}: {e}"
@@ -168,9 +203,11 @@ def decode_sample(
     images: str,
     allow_pickle: bool,
     rename: dict[str, str] | None = None,
+    json_as: str = "typed",
 ) -> dict[str, Any]:
     """Raw member bytes -> typed values (see the module docstring)."""
     out: dict[str, Any] = {KEY_COLUMN: raw["__key__"]}
+    member_of: dict[str, str] = {}
     for ext, data in raw.items():
         if ext == "__key__":
             continue
@@ -178,8 +215,15 @@ def decode_sample(
         col = column_name(ext, where, rename)
         if col == KEY_COLUMN:
             raise SchemaMismatch(f"{where}: a member extension {ext!r} clashes with the key column")
+        if col in member_of:
+            key = raw["__key__"]
+            raise SchemaMismatch(
+                f"{where}: members {key}.{member_of[col]} and {key}.{ext} would both be "
+                f"stored as column {col!r}; rename one (rename={{{ext!r}: ...}})"
+            )
+        member_of[col] = ext
         try:
-            out[col] = _decode_member(last, data, where, images, allow_pickle, ext)
+            out[col] = _decode_member(last, data, where, images, allow_pickle, ext, json_as)
         except (UnsafeInput, CorruptData, SchemaMismatch):
             raise
         except Exception as e:
@@ -190,7 +234,7 @@ def decode_sample(
 
 
 def _decode_member(
-    last: str, data: bytes, where: str, images: str, allow_pickle: bool, ext: str
+    last: str, data: bytes, where: str, images: str, allow_pickle: bool, ext: str, json_as: str
 ) -> Any:
     if last in PICKLE_EXTS or last in TORCH_EXTS:
         if not allow_pickle:
@@ -212,7 +256,9 @@ def _decode_member(
     if last in TEXT_EXTS:
         return data.decode("utf-8")
     if last in JSON_EXTS:
-        return json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        value = json.loads(text)  # checked even when kept as text
+        return text if json_as == "text" else value
     if last == "npy":
         try:
             return np.load(io.BytesIO(data), allow_pickle=False)
@@ -237,6 +283,9 @@ def iter_batches(
     threads: int | None = None,
     stats: dict[str, int] | None = None,
     rename: dict[str, str] | None = None,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> Iterator[pa.Table]:
     """Arrow tables of at most ``chunk_rows`` samples (or ``chunk_bytes``), in shard order.
 
@@ -244,6 +293,7 @@ def iter_batches(
     chunks ahead. Every sample must have the same members as the first one.
     """
     check_images(images)
+    check_json_as(json_as)
     state: dict[str, Any] = {"members": None, "schema": None}
     stats = stats if stats is not None else {}
 
@@ -251,7 +301,7 @@ def iter_batches(
         chunk: list[tuple[str, dict[str, Any]]] = []
         size = 0
         for shard in shards:
-            for raw in iter_raw_samples(shard):
+            for raw in iter_raw_samples(shard, max_member_bytes, max_shard_bytes):
                 where = f"shard {shard.describe()}, sample {raw['__key__']!r}"
                 members = sorted(k for k in raw if k != "__key__")
                 if state["members"] is None:
@@ -272,13 +322,26 @@ def iter_batches(
 
     def decode_chunk(chunk: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[dict]]:
         return [w for w, _ in chunk], [
-            decode_sample(r, w, images=images, allow_pickle=allow_pickle, rename=rename)
+            decode_sample(
+                r, w, images=images, allow_pickle=allow_pickle, rename=rename, json_as=json_as
+            )
             for w, r in chunk
         ]
 
-    for wheres, rows in ordered_map(decode_chunk, raw_chunks(), threads):
+    hints: dict[str, str] = {}
+
+    def chunk_bytes_of(chunk: list[tuple[str, dict[str, Any]]]) -> int:
+        return sum(len(v) for _, r in chunk for k, v in r.items() if k != "__key__")
+
+    chunks = ordered_map(
+        decode_chunk, raw_chunks(), threads, weight=chunk_bytes_of, budget=IN_FLIGHT_BYTES
+    )
+    for wheres, rows in chunks:
         columns = [KEY_COLUMN] + [c for c in rows[0] if c != KEY_COLUMN]
-        table = rows_to_table(rows, columns, lambda i, w=wheres: w[i], state["schema"])
+        if state["schema"] is None and json_as == "typed":
+            json_exts = [e for e in state["members"] if e.rsplit(".", 1)[-1].lower() in JSON_EXTS]
+            hints = {column_name(e, "", rename): JSON_HINT for e in json_exts}
+        table = rows_to_table(rows, columns, lambda i, w=wheres: w[i], state["schema"], hints)
         if state["schema"] is None:
             state["schema"] = table.schema
         yield table
@@ -299,6 +362,9 @@ def import_webdataset(
     progress: bool | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     rename: dict[str, str] | None = None,
+    max_member_bytes: int = MAX_MEMBER_BYTES,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+    json_as: str = "typed",
 ) -> ImportResult:
     """Import WebDataset shards into ``table`` of ``project`` (one commit on ``branch``).
 
@@ -315,18 +381,29 @@ def import_webdataset(
         source_options: ``storage_options`` for object-store shard URLs.
         progress: show a progress bar (default: when stderr is a terminal).
         rename: source column (member extension) -> table column, e.g. ``{"npy": "action"}``.
+        max_member_bytes: the largest member read (default 1 GiB; each is held whole).
+        max_shard_bytes: the most bytes a compressed shard may inflate to (default 2 GiB).
+        json_as: ``"typed"`` (JSON members as Arrow values) or ``"text"`` (their text,
+            for JSON whose fields or types vary from sample to sample).
 
     Returns:
         :class:`ImportResult` with the commit, row count, bytes read and timing.
     """
     shards = resolve_shards(srcs, source_options)
     br = resolve_branch(project, branch, client, root, storage_options)
-    sizes = [s.source.size(s.name) for s in shards]
+    ids = identities(shards)
+    missing = [s.describe() for s, i in zip(shards, ids) if i is None]
+    if missing:
+        raise NotFound(
+            f"no WebDataset shard {missing[0]}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
+    sizes = [i[0] for i in ids if i is not None]
     iid = import_id(
         "webdataset",
         [s.describe() for s in shards],
-        sizes,
-        {"images": images, "allow_pickle": allow_pickle, "rename": rename},
+        ids,
+        {"images": images, "allow_pickle": allow_pickle, "rename": rename, "json_as": json_as},
     )
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
@@ -338,6 +415,9 @@ def import_webdataset(
             chunk_rows=chunk_rows,
             stats=stats,
             rename=rename,
+            max_member_bytes=max_member_bytes,
+            max_shard_bytes=max_shard_bytes,
+            json_as=json_as,
         )
         return append_tables(tw, bar, tables), 0, sum(sizes)
 
