@@ -13,7 +13,7 @@ import pytest
 
 from importer_fixtures import decode_mp4, encode_mp4, make_lerobot_v3, make_lerobot_v21
 from treadle.catalog import Client
-from treadle.errors import CorruptData, NotFound
+from treadle.errors import AlreadyExists, CorruptData, NotFound
 from treadle.importers import UnsupportedFormat
 from treadle.importers import lerobot as import_lerobot
 from treadle.table.tensors import to_numpy
@@ -450,3 +450,33 @@ def test_malformed_v21_meta_is_a_named_error(tmp_path, client, edit, match):
     with pytest.raises(CorruptData, match=match):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
     assert client.project("p").branch("main").tables() == []
+
+
+def test_import_id_covers_table_and_content(tmp_path, client):
+    make_lerobot_v3(tmp_path / "ds", lengths=(5, 5))
+    src, p = str(tmp_path / "ds"), client.project("p")
+    data = tmp_path / "ds/data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    plain = {"compression": "none", "use_dictionary": False}  # size independent of values
+    pq.write_table(table, data, **plain)  # as the corrected file below will be written
+    size = data.stat().st_size
+    first = import_lerobot(src, p, "t", progress=False)
+    assert not import_lerobot(src, p, "u", progress=False).skipped  # same files, another table
+    actions = table.column("action").to_pylist()
+    actions[3] = [-7.0] * len(actions[3])
+    i = table.column_names.index("action")
+    pq.write_table(
+        table.set_column(i, "action", pa.array(actions, table.schema.field(i).type)), data, **plain
+    )
+    assert data.stat().st_size == size  # a corrected file of the same size
+    # not "already imported": it is read again, and its episodes are already in the table
+    with pytest.raises(AlreadyExists, match="episode_000000"):
+        import_lerobot(src, p, "t", progress=False)
+    import_lerobot(src, p, "v", progress=False)
+    stored = p.branch("main").table("v").to_arrow(["action"])
+    assert (
+        to_numpy(stored.column("action"), stored.schema.field("action"))[3].tolist() == actions[3]
+    )
+    pq.write_table(table, data, **plain)  # the original content again: the first import's id
+    again = import_lerobot(src, p, "t", progress=False)
+    assert again.skipped and again.commit.id == first.commit.id

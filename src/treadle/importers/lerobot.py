@@ -50,8 +50,10 @@ from treadle.importers._common import (
     ImportResult,
     Progress,
     Source,
+    SourceFile,
     column_name,
     decode_image,
+    identities,
     import_id,
     ordered_map,
     prefetch,
@@ -307,13 +309,16 @@ def import_lerobot(
     names = sorted({e.data_file for e in meta.episodes}) + sorted(
         {f for e in meta.episodes for f in e.video_files.values()}
     )
-    sizes = [source.size(n) if source.exists(n) else -1 for n in names]
+    # the metadata decides episodes, tasks and timestamps: its files are part of the source
+    names += source.list("meta")
+    ids = identities([SourceFile(source, n) for n in names])
     iid = import_id(
         "lerobot",
         [source.describe(n) for n in names],
-        sizes,
+        ids,
         {"images": images, "tolerance_s": tolerance_s, "rename": rename},
     )
+    sizes = [i[0] if i else -1 for i in ids]
 
     def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
