@@ -149,3 +149,38 @@ def test_a_nested_field_only_later_files_have_is_not_dropped(tmp_path, client):
             progress=False,
         )
     assert client.project("p").branch("main").tables() == []
+
+
+def make_hf_arrays(folder: Path, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """``Array2D`` and ``Sequence(length=7)`` columns, saved to disk and as parquet by ``datasets``."""
+    feats = datasets.Features(
+        {
+            "grid": datasets.Array2D((2, 3), "float32"),
+            "state": datasets.Sequence(datasets.Value("float32"), length=7),
+        }
+    )
+    grid = np.arange(n * 6, dtype=np.float32).reshape(n, 2, 3) / 7
+    state = np.arange(n * 7, dtype=np.float32).reshape(n, 7) / 3
+    ds = datasets.Dataset.from_dict({"grid": list(grid), "state": state.tolist()}, features=feats)
+    ds.save_to_disk(str(folder / "disk"))
+    ds.to_parquet(str(folder / "data.parquet"))
+    return grid, state
+
+
+def test_array_and_fixed_length_sequence_columns_are_tensors(tmp_path, client, local_root):
+    import subprocess
+    import sys
+
+    grid, state = make_hf_arrays(tmp_path)
+    p = client.project("p")
+    import_hf(str(tmp_path / "disk"), p, "disk", progress=False)  # datasets' types registered here
+    cli = [sys.executable, "-m", "treadle.cli", "import", "hf", str(tmp_path / "data.parquet")]
+    subprocess.run([*cli, "--root", local_root, "--project", "p", "--table", "pq"], check=True)
+    for name in ("disk", "pq"):
+        t = p.branch("main").table(name).pin()
+        got = t.to_arrow(["grid", "state"])
+        g = to_numpy(got.column("grid"), t.schema.field("grid"))
+        s = to_numpy(got.column("state"), t.schema.field("state"))
+        assert g.shape == grid.shape and s.shape == state.shape, name
+        np.testing.assert_array_equal(g, grid)
+        np.testing.assert_array_equal(s, state)

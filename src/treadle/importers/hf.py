@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
@@ -138,6 +139,46 @@ def _is_image(feature: Any, typ: pa.DataType) -> bool:
     )
 
 
+_ARRAY_TYPES = ("Array2D", "Array3D", "Array4D", "Array5D")
+
+
+def _array_shape(feature: Any) -> tuple[int, ...] | None:
+    """The fixed shape of an ``ArrayND`` feature (its first dimension fixed too), else None."""
+    if not isinstance(feature, dict) or feature.get("_type") not in _ARRAY_TYPES:
+        return None
+    shape = feature.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
+        return None  # a dynamic first dimension (None) is a ragged list: refused at plan time
+    return tuple(shape)
+
+
+def _array_tensor(col: pa.Array, shape: tuple[int, ...], name: str, where: str) -> np.ndarray:
+    """An ``ArrayND`` column (nested lists, as ``datasets`` stores it) as ``[n, *shape]``.
+
+    ``datasets`` writes these as variable-size lists with the shape in its schema metadata
+    (an extension type only where ``datasets`` is imported); every row is checked against it.
+    """
+    values: pa.Array = col
+    for depth, dim in enumerate(shape):
+        if isinstance(values.type, pa.ExtensionType):
+            values = values.storage
+        if not pa.types.is_list(values.type) and not pa.types.is_large_list(values.type):
+            if not pa.types.is_fixed_size_list(values.type):
+                raise SchemaMismatch(f"{where}: column {name!r} is not a nested list of {shape}")
+        if values.null_count:
+            raise SchemaMismatch(f"{where}: column {name!r} has a null at depth {depth}")
+        lengths = pc.list_value_length(values)
+        if len(values) and (pc.min(lengths).as_py() != dim or pc.max(lengths).as_py() != dim):
+            raise SchemaMismatch(
+                f"{where}: column {name!r} is {shape}, but a row has length "
+                f"{pc.min(lengths).as_py()}..{pc.max(lengths).as_py()} at depth {depth}"
+            )
+        values = values.flatten()
+    if values.null_count:
+        raise SchemaMismatch(f"{where}: column {name!r} has a null value")
+    return values.to_numpy(zero_copy_only=False).reshape((len(col), *shape))
+
+
 def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
     """Record batches of one file (memory-mapped for local Arrow files)."""
     where = f.describe()
@@ -178,6 +219,12 @@ def convert_batch(
     for i, field in enumerate(batch.schema):
         name = column_name(field.name, where, rename)
         col = batch.column(i)
+        shape = _array_shape(features.get(field.name))
+        if shape is not None:
+            arr = _array_tensor(col, shape, name, where)
+            fields.append(tensor_field(name, arr.dtype, shape))
+            arrays.append(tensor_array(arr))
+            continue
         if isinstance(col.type, pa.ExtensionType):
             col = col.storage
         if _is_image(features.get(field.name), col.type):
