@@ -77,6 +77,19 @@ class TableWriter:
             names = _episode_names(table, self.name)
         self.tx._stage(self.name, table, names)
 
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The schema rows are staged in (the table's, or fixed by the first rows)."""
+        return self.tx._staged(self.name).schema
+
+    def use_schema(self, schema: pa.Schema) -> None:
+        """Stage every later row in ``schema`` (before any row is staged); rows that do
+        not fit raise :class:`SchemaMismatch`, as for an existing table."""
+        st = self.tx._staged(self.name)
+        if st.rows:
+            raise TreadleError(f"table {self.name!r}: use_schema after rows were staged")
+        st.schema = schema
+
     def append_episode(self, columns: dict[str, Any], episode: str | None = None) -> str:
         """Stage one episode; returns its name. Every column has one entry per frame."""
         if not isinstance(columns, dict) or not columns:
@@ -156,6 +169,20 @@ class Transaction:
     def table(self, name: str) -> TableWriter:
         check_name(name, "table")
         return TableWriter(self, name)
+
+    def hold(self) -> None:
+        """Take (or refresh) this transaction's gc lease now, before anything is staged.
+
+        gc then keeps every unreferenced object newer than it, so files other
+        processes stage for it (:meth:`TableWriter.add_staged`) are safe until it ends.
+        """
+        self._lease.beat()
+
+    def close(self) -> None:
+        """End without committing: drop the gc lease; what was staged is left to gc (or to
+        the transaction that adds it, holding its own lease)."""
+        self._done = True
+        self._lease.release()
 
     def __enter__(self) -> Transaction:
         return self
