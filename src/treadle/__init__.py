@@ -17,6 +17,7 @@ from treadle.errors import (  # noqa: E402
     CorruptData,
     CredentialsError,
     InvalidName,
+    MissingDependency,
     NotFound,
     PlanError,
     SchemaMismatch,
@@ -26,6 +27,7 @@ from treadle.errors import (  # noqa: E402
     UnsupportedFormat,
     VideoError,
 )
+from treadle.importers.ray_executor import RayExecutor  # noqa: E402  (imports ray lazily)
 from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
@@ -45,6 +47,7 @@ __all__ = [
     "Component",
     "Plan",
     "Recipe",
+    "RayExecutor",
     "RunRecord",
     "ScanDataset",
     "TrainLoader",
@@ -63,6 +66,7 @@ __all__ = [
     "CorruptData",
     "CredentialsError",
     "InvalidName",
+    "MissingDependency",
     "NotFound",
     "PlanError",
     "Rows",

@@ -61,3 +61,7 @@ class UnsafeInput(TreadleError, ValueError):
 
 class UnsupportedFormat(TreadleError, ValueError):
     """A source in a format version or encoding the importer does not know."""
+
+
+class MissingDependency(TreadleError, ImportError):
+    """An optional dependency a feature needs is not installed (the message says how)."""

@@ -699,12 +699,16 @@ def run_import(
     total: int | None,
     unit: str,
     progress: bool | None,
+    sources: Sequence[str] = (),
+    executor: Any = None,
 ) -> ImportResult:
     """Run ``write(table_writer, bar) -> (rows, episodes, bytes)`` in one transaction.
 
     ``iid`` is the source's :func:`import_id`; the id recorded (and returned) also covers
     ``table``. Skips the work (and returns the earlier commit) when ``branch`` already
-    has a commit recording that id. On any exception nothing is committed.
+    has a commit recording that id. On any exception nothing is committed. With an
+    ``executor`` (:mod:`treadle.importers.executor`), it stages the ``sources`` instead
+    (``write(tw, bar, only=[i, ...])`` for each) into this same transaction.
     """
     import time
 
@@ -716,11 +720,16 @@ def run_import(
     if done is not None:
         return ImportResult(done, table, 0, 0, 0, 0.0, iid, skipped=True)
     t0 = time.perf_counter()
+    if executor is not None:
+        total, unit = len(sources), "source"
     bar = Progress(total, f"import {fmt}", unit, progress)
     try:
         message = f"import {fmt} {what} into {table} (import-id={iid})"
         with branch.transaction(message) as tx:
-            rows, episodes, nbytes = write(tx.table(table), bar)
+            if executor is None:
+                rows, episodes, nbytes = write(tx.table(table), bar)
+            else:
+                rows, episodes, nbytes = executor.write(tx.table(table), write, sources, bar)
     finally:
         bar.close()
     return ImportResult(tx.commit, table, rows, episodes, nbytes, time.perf_counter() - t0, iid)

@@ -81,6 +81,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                 default=None,
                 help="the largest tar member read; each is held in memory (default 1G)",
             )
+        sp.add_argument(
+            "--ray",
+            nargs="?",
+            const="",
+            default=None,
+            metavar="ADDRESS",
+            help="stage every source as a Ray task (on the cluster at ADDRESS, default: the "
+            "local or $RAY_ADDRESS one) and commit once here; needs pip install 'treadle[ray]'",
+        )
         sp.add_argument("--no-progress", action="store_true")
         sp.set_defaults(func=run)
     return p
@@ -103,6 +112,7 @@ def byte_count(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run one ``treadle import`` command; prints a JSON summary, returns an exit code."""
     from treadle import importers
+    from treadle.importers.ray_executor import RayExecutor
 
     rename = {}
     for item in args.rename:
@@ -123,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
     try:
+        if getattr(args, "ray", None) is not None:
+            common["executor"] = RayExecutor(address=args.ray or None)
         if args.format == "webdataset":
             res = importers.webdataset(args.src, args.project, args.table, **common)
         elif args.format == "hf":

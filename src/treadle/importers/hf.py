@@ -46,6 +46,7 @@ from treadle.importers._common import (
     tensor_array,
     tensor_field,
 )
+from treadle.importers.executor import Executor, pick
 
 
 @dataclass(frozen=True)
@@ -348,11 +349,13 @@ def import_hf(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     allow_pickle: bool = False,
     rename: dict[str, str] | None = None,
+    executor: Executor | None = None,
 ) -> ImportResult:
     """Import a ``save_to_disk`` folder (``split=`` for a DatasetDict) or parquet/arrow files.
 
     One commit on ``branch``. ``allow_pickle`` is accepted for a uniform CLI; nothing in
-    these formats is ever unpickled.
+    these formats is ever unpickled. ``executor=td.RayExecutor()`` stages each file as a
+    Ray task and commits once here.
     """
     del allow_pickle
     files = resolve_files(paths, split, source_options)
@@ -369,9 +372,10 @@ def import_hf(
         {"images": images, "split": split, "rename": rename},
     )
 
-    def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
-        tables = iter_batches(files, images=images, chunk_rows=chunk_rows, rename=rename)
-        return append_tables(tw, bar, tables), 0, sum(sizes)
+    def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
+        part = pick(files, only)
+        tables = iter_batches(part, images=images, chunk_rows=chunk_rows, rename=rename)
+        return append_tables(tw, bar, tables), 0, sum(pick(sizes, only))
 
     return run_import(
         fmt="hf",
@@ -383,4 +387,6 @@ def import_hf(
         total=None,
         unit="row",
         progress=progress,
+        sources=[f.describe() for f in files],
+        executor=executor,
     )

@@ -38,7 +38,8 @@ larger); every ``task_index`` must name a task.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ from treadle.importers._common import (
     run_import,
     workers,
 )
+from treadle.importers.executor import Executor, pick
 from treadle.importers.lerobot_meta import Episode, LeRobotMeta, read_meta
 from treadle.video.span import count_frames, cut_span, decode_span
 
@@ -296,10 +298,13 @@ def import_lerobot(
     progress: bool | None = None,
     allow_pickle: bool = False,
     rename: dict[str, str] | None = None,
+    executor: Executor | None = None,
 ) -> ImportResult:
     """Import a LeRobot v3.0 / v2.1 dataset folder (or URL) into ``table``; one commit.
 
     ``tolerance_s`` bounds timestamp drift (LeRobot's own default, 1e-4 s).
+    ``executor=td.RayExecutor()`` stages each episode as a Ray task (each reads its
+    episode's data file and video spans) and commits once here.
     ``allow_pickle`` is accepted for a uniform CLI; LeRobot data is never unpickled.
     """
     del allow_pickle
@@ -320,10 +325,11 @@ def import_lerobot(
     )
     sizes = [i[0] if i else -1 for i in ids]
 
-    def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
+    def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
+        part = meta if only is None else replace(meta, episodes=pick(meta.episodes, only))
         for name, cols, n in prefetch(
-            iter_episodes(source, meta, images=images, tolerance_s=tolerance_s, rename=rename),
+            iter_episodes(source, part, images=images, tolerance_s=tolerance_s, rename=rename),
             depth=1,
         ):
             tw.append_episode(cols, episode=name)
@@ -332,7 +338,7 @@ def import_lerobot(
             eps += 1
             nbytes += n
             bar.update(1)
-        return rows, eps, sum(s for s in sizes if s > 0)
+        return rows, eps, (sum(s for s in sizes if s > 0) if only is None else nbytes)
 
     return run_import(
         fmt="lerobot",
@@ -344,4 +350,6 @@ def import_lerobot(
         total=len(meta.episodes),
         unit="episode",
         progress=progress,
+        sources=[f"episode {e.index} of {source.root}" for e in meta.episodes],
+        executor=executor,
     )

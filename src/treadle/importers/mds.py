@@ -63,6 +63,7 @@ from treadle.importers._common import (
     run_import,
 )
 from treadle.importers._inflate import inflate
+from treadle.importers.executor import Executor, pick
 
 _SCALARS = {
     "int": "int64",
@@ -497,6 +498,7 @@ def import_mds(
     rename: dict[str, str] | None = None,
     max_shard_bytes: int = MAX_SHARD_BYTES,
     json_as: str = "typed",
+    executor: Executor | None = None,
 ) -> ImportResult:
     """Import an MDS dataset (a folder or URL holding ``index.json``) into ``table``.
 
@@ -507,6 +509,7 @@ def import_mds(
     size ``index.json`` gives, stops the import with an error naming the file.
     ``json_as="text"`` stores ``json`` columns as their text (for JSON whose fields or
     types vary from sample to sample; ``"typed"``, the default, stores Arrow values).
+    ``executor=td.RayExecutor()`` stages each shard as a Ray task and commits once here.
     """
     source = Source(str(src).rstrip("/"), source_options)
     shards = read_index(source, allow_pickle)
@@ -521,17 +524,18 @@ def import_mds(
     )
     total = sum(s.samples for s in shards)
 
-    def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
+    def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
+        part = pick(shards, only)
         tables = iter_batches(
             source,
-            shards,
+            part,
             images=images,
             chunk_rows=chunk_rows,
             rename=rename,
             max_shard_bytes=max_shard_bytes,
             json_as=json_as,
         )
-        return append_tables(tw, bar, tables), 0, sum(s.zip_bytes or s.raw_bytes for s in shards)
+        return append_tables(tw, bar, tables), 0, sum(s.zip_bytes or s.raw_bytes for s in part)
 
     return run_import(
         fmt="mds",
@@ -543,4 +547,6 @@ def import_mds(
         total=total,
         unit="sample",
         progress=progress,
+        sources=[source.describe(name) for name, _ in files],
+        executor=executor,
     )

@@ -78,6 +78,7 @@ from treadle.importers._common import (
     split_url,
 )
 from treadle.importers._inflate import DECOMPRESS_ERRORS, open_capped
+from treadle.importers.executor import Executor, pick
 
 INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
 TEXT_EXTS = {"txt", "text", "transcript"}
@@ -365,6 +366,7 @@ def import_webdataset(
     max_member_bytes: int = MAX_MEMBER_BYTES,
     max_shard_bytes: int = MAX_SHARD_BYTES,
     json_as: str = "typed",
+    executor: Executor | None = None,
 ) -> ImportResult:
     """Import WebDataset shards into ``table`` of ``project`` (one commit on ``branch``).
 
@@ -385,6 +387,9 @@ def import_webdataset(
         max_shard_bytes: the most bytes a compressed shard may inflate to (default 2 GiB).
         json_as: ``"typed"`` (JSON members as Arrow values) or ``"text"`` (their text,
             for JSON whose fields or types vary from sample to sample).
+        executor: where the sources are staged (default: this process);
+            ``td.RayExecutor()`` runs one Ray task per shard and commits once here
+            (see :mod:`treadle.importers.ray_executor`).
 
     Returns:
         :class:`ImportResult` with the commit, row count, bytes read and timing.
@@ -406,10 +411,10 @@ def import_webdataset(
         {"images": images, "allow_pickle": allow_pickle, "rename": rename, "json_as": json_as},
     )
 
-    def write(tw: Any, bar: Progress) -> tuple[int, int, int]:
+    def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         stats: dict[str, int] = {}
         tables = iter_batches(
-            shards,
+            pick(shards, only),
             images=images,
             allow_pickle=allow_pickle,
             chunk_rows=chunk_rows,
@@ -419,7 +424,7 @@ def import_webdataset(
             max_shard_bytes=max_shard_bytes,
             json_as=json_as,
         )
-        return append_tables(tw, bar, tables), 0, sum(sizes)
+        return append_tables(tw, bar, tables), 0, sum(pick(sizes, only))
 
     what = f"{len(shards)} shard(s) from {shards[0].source.root}"
     return run_import(
@@ -432,4 +437,6 @@ def import_webdataset(
         total=None,
         unit="sample",
         progress=progress,
+        sources=[s.describe() for s in shards],
+        executor=executor,
     )

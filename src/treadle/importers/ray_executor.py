@@ -1,0 +1,261 @@
+"""Imports that outgrow one machine: every source is a Ray task; the driver commits once.
+
+``importers.webdataset(srcs, project, table, executor=td.RayExecutor())`` (or ``treadle
+import ... --ray [ADDRESS]``) runs one Ray task per source (a WebDataset or Hugging Face
+file, an MDS shard, a LeRobot episode). Each task opens the project from its root URL,
+stages its rows in a transaction it never commits — data files written straight into the
+table's Lance dataset as uncommitted fragments, video streams written to the project's
+``media/`` — and returns only :class:`~treadle.table.write.StagedFragments` (fragment
+metadata, schema, row count, episode names, media keys). The driver adds them to the import's own
+transaction in source order and commits there, exactly as a single-process import does:
+the same rows in the same order (so the same moment positions and episode names), the same
+import id in the commit message, one branch move.
+
+Schema: as in one process, the first source (in source order) with rows fixes the schema
+of a new table; a source whose task inferred another schema is staged again, conformed to
+it (or fails with :class:`SchemaMismatch` naming the source, as one process would).
+
+Failure and restart:
+
+- a task whose worker dies is retried by Ray (``max_retries``); a task that raises (a
+  corrupt shard) fails the import with the task's own error (same type and message);
+- a failed, cancelled (Ctrl-C) or interrupted import commits nothing; what its tasks
+  staged is referenced by no version and removed by ``treadle gc`` (after its grace period;
+  while the import runs, the driver's gc lease, taken before the first task starts, keeps
+  every task's files, however long the import takes);
+- re-running the same import starts over cleanly: it stages everything again (nothing of
+  the first attempt is reused) and, if the first attempt had in fact committed, it is
+  skipped by its import id.
+
+The store must be reachable by every worker under the same root: an object-store URL, or
+for a local root, one machine (or a filesystem shared under the same path). The commit
+checks that every staged file is there, as it always does. ``storage_options``
+travel to the tasks as task arguments (never logged). treadle must be importable on every
+node of the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from treadle.errors import SchemaMismatch, StorageError, TreadleError
+from treadle.importers.executor import Executor, WriteFn, require_ray
+from treadle.table.handoff import StagedFragments, add_staged, take_staged
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from treadle.importers._common import Progress
+    from treadle.table.write import TableWriter
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a task stages: the project's root, its options, project, branch and table."""
+
+    root: str
+    storage_options: dict[str, Any]
+    project: str
+    branch: str
+    table: str
+
+    def __repr__(self) -> str:  # never show storage options
+        return f"_Target({self.root!r}, {self.project}/{self.branch}, {self.table})"
+
+
+@dataclass(frozen=True)
+class _TaskResult:
+    staged: StagedFragments
+    rows: int
+    episodes: int
+    nbytes: int
+
+
+class RayExecutor(Executor):
+    """Run an import's sources as Ray tasks; commit once, in source order, on the driver.
+
+    Args:
+        address: the Ray cluster (``"auto"``, ``"ray://head:10001"``, ``"10.0.0.1:6379"``).
+            None: the cluster this process is already connected to, else what
+            ``ray.init()`` finds (``$RAY_ADDRESS``) or a new local one.
+        num_cpus: CPUs each task reserves (so the cluster's CPUs / ``num_cpus`` sources
+            run at once).
+        max_retries: how many times Ray reruns a task whose worker died.
+        max_in_flight: tasks submitted at once (default: twice the tasks the cluster's
+            CPUs can run); bounds the driver's bookkeeping, not the result sizes, which
+            are a few fragment records per source.
+
+    Raises :class:`~treadle.errors.MissingDependency` (``pip install 'treadle[ray]'``)
+    when Ray is not installed.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_cpus: float = 1,
+        max_retries: int = 3,
+        max_in_flight: int | None = None,
+    ):
+        require_ray()
+        if num_cpus <= 0 or max_retries < 0 or (max_in_flight is not None and max_in_flight < 1):
+            raise ValueError("num_cpus must be > 0, max_retries >= 0, max_in_flight >= 1")
+        self.address = address
+        self.num_cpus = num_cpus
+        self.max_retries = max_retries
+        self.max_in_flight = max_in_flight
+        # test-only: (source index, marker folder, attempts) makes the first `attempts`
+        # attempts of that source's task kill their worker after staging
+        self._crash: tuple[int, str, int] | None = None
+
+    def __repr__(self) -> str:
+        return f"RayExecutor(address={self.address!r}, num_cpus={self.num_cpus})"
+
+    def _connect(self) -> Any:
+        ray = require_ray()
+        if not ray.is_initialized():
+            local = self.address is None and not os.environ.get("RAY_ADDRESS")
+            extra = {"include_dashboard": False} if local else {}
+            ray.init(address=self.address, log_to_driver=False, **extra)
+        return ray
+
+    def write(
+        self, tw: TableWriter, write: WriteFn, sources: Sequence[str], bar: Progress
+    ) -> tuple[int, int, int]:
+        """Stage every source on Ray, then add them to ``tw`` in source order."""
+        ray = self._connect()
+        project = tw.tx.project
+        client = project.client
+        target = _Target(
+            client.root, client.storage_options, project.name, tw.tx.branch.name, tw.name
+        )
+        task = ray.remote(_stage_source).options(
+            num_cpus=self.num_cpus, max_retries=self.max_retries, retry_exceptions=False
+        )
+        write_ref = ray.put(write)
+        tw.tx.hold()  # gc keeps whatever the tasks stage from now until the commit
+        out: list[_TaskResult | None] = [None] * len(sources)
+
+        def run(indices: Sequence[int], schema: pa.Schema | None, count: bool) -> None:
+            todo = list(reversed(indices))
+            limit = self.max_in_flight or max(
+                2, int(2 * ray.cluster_resources().get("CPU", 1) / self.num_cpus)
+            )
+            pending: dict[Any, int] = {}
+            try:
+                while todo or pending:
+                    while todo and len(pending) < limit:
+                        i = todo.pop()
+                        ref = task.remote(target, write_ref, i, sources[i], schema, self._crash)
+                        pending[ref] = i
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=10)
+                    tw.tx.hold()
+                    for ref in ready:
+                        i = pending.pop(ref)
+                        out[i] = self._result(ray, ref, sources[i])
+                        if count:
+                            bar.update(1)
+            except BaseException:
+                for ref in pending:  # failed or interrupted: stop the rest, commit nothing
+                    with suppress(Exception):
+                        ray.cancel(ref, force=True)
+                with suppress(Exception):  # and let them end, so none writes after we return
+                    ray.wait(list(pending), num_returns=len(pending), timeout=30)
+                raise
+
+        run(range(len(sources)), tw.schema, True)
+        done: list[_TaskResult] = [r for r in out if r is not None]
+        schema = tw.schema or next((r.staged.schema for r in done if r.staged.rows), None)
+        redo = [
+            i
+            for i, r in enumerate(out)
+            if r is not None
+            and r.staged.rows
+            and not r.staged.schema.equals(schema, check_metadata=True)
+        ]
+        if redo:  # as one process casts later sources to the first one's schema
+            run(redo, schema, False)
+        for name, r in zip(sources, out):
+            assert r is not None
+            if client.store.is_local:
+                _check_landed(tw, r.staged, name)
+            add_staged(tw, r.staged)
+        return (
+            sum(r.rows for r in out if r),
+            sum(r.episodes for r in out if r),
+            sum(r.nbytes for r in out if r),
+        )
+
+    def _result(self, ray: Any, ref: Any, source: str) -> _TaskResult:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, TreadleError):
+                raise e.cause from None  # the task's own error: same type and message
+            raise
+        except ray.exceptions.RayError as e:
+            raise TreadleError(
+                f"import of {source}: its Ray task failed {self.max_retries + 1} time(s) "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); nothing was committed"
+            ) from None
+
+
+def _stage_source(
+    target: _Target,
+    write: WriteFn,
+    index: int,
+    source: str,
+    schema: pa.Schema | None,
+    crash: tuple[int, str, int] | None,
+) -> _TaskResult:
+    """One Ray task: stage source ``index`` in a transaction that is never committed."""
+    from treadle.catalog import Client
+    from treadle.importers._common import Progress
+
+    client = Client(target.root, target.storage_options)
+    branch = client.project(target.project, create=False).branch(target.branch)
+    tx = branch.transaction(f"stage source {index} of an import (never committed)")
+    tw = tx.table(target.table)
+    if schema is not None:
+        tw.use_schema(schema)
+    try:
+        rows, episodes, nbytes = write(tw, Progress(None, "", "source", False), [index])
+        staged = take_staged(tw)
+    except SchemaMismatch as e:
+        if source in str(e):
+            raise
+        raise SchemaMismatch(f"{source}: {e}") from None  # rows conformed to another source's
+    finally:
+        tx.close()  # the driver's lease keeps the staged files from here on
+    if crash is not None and crash[0] == index:
+        _maybe_crash(crash[1], crash[2])
+    return _TaskResult(staged, rows, episodes, nbytes)
+
+
+def _maybe_crash(folder: str, attempts: int) -> None:
+    for k in range(attempts):
+        try:
+            fd = os.open(os.path.join(folder, f"attempt-{k}"), os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        os._exit(1)  # the worker dies after staging: its files are orphans, Ray retries
+
+
+def _check_landed(tw: TableWriter, staged: StagedFragments, source: str) -> None:
+    """Every file a task staged exists where the driver commits (a local root is per machine)."""
+    project = tw.tx.project
+    store = project.client.store
+    data = f"{project.prefix}/tables/{tw.name}.lance/data"
+    keys = [f"{data}/{df.path}" for f in staged.fragments for df in f.files] + staged.media
+    gone = store.missing(keys)
+    if gone:
+        raise StorageError(
+            f"import of {source}: its task wrote {gone[0]} where this machine cannot see it "
+            f"(a local root {store.url!r} on a multi-machine Ray cluster? use an "
+            "object-store root); nothing was committed"
+        )

@@ -1,0 +1,376 @@
+"""Imports on Ray: one task per source, one commit on the driver, equal to one process.
+
+One local Ray cluster (``ray.init(num_cpus=2)``, 127.0.0.1 only) serves the whole module.
+Every Ray import is compared with the single-process import of the same sources, row for
+row (and, for LeRobot, stream byte for stream byte): same schema, same rows in the same
+order, same commit message (import id included).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import treadle as td
+from importer_fixtures import make_hf, make_lerobot_v3, make_lerobot_v21, make_mds, make_wds
+from treadle import importers
+from treadle.catalog import Client
+from treadle.errors import CorruptData, SchemaMismatch, TreadleError
+from treadle.importers.executor import Executor
+from treadle.table.handoff import add_staged, take_staged
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # Ray's own start-up
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def client(local_root):
+    return Client(local_root)
+
+
+def _table(client, project, table="t"):
+    return client.project(project).branch("main").table(table).pin()
+
+
+def _assert_same(client, table="t", a="one", b="ray"):
+    ta, tb = _table(client, a, table), _table(client, b, table)
+    assert tb.schema.equals(ta.schema, check_metadata=True)
+    got, want = tb.to_arrow(), ta.to_arrow()
+    assert got.num_rows == want.num_rows > 0
+    assert got.equals(want)  # row for row, in source order
+    return ta, tb
+
+
+def _data_files(root: str, project: str, table: str = "t") -> set[str]:
+    folder = Path(root) / "projects" / project / "tables" / f"{table}.lance" / "data"
+    return {p.name for p in folder.glob("*.lance")} if folder.exists() else set()
+
+
+def _referenced(client, project: str, table: str = "t") -> set[str]:
+    t = _table(client, project, table)
+    return {df.path for f in t.dataset.get_fragments() for df in f.data_files()}
+
+
+@pytest.mark.slow
+def test_webdataset_on_ray_equals_one_process(tmp_path, client, ray_cluster, monkeypatch):
+    pattern = make_wds(tmp_path / "wds", n=60, per_shard=25)  # 3 shards
+    one = importers.webdataset(pattern, client.project("one"), "t", images="decoded")
+    bars: list[tuple[int | None, str]] = []
+    counted: list[int] = []
+    real_init, real_update = importers._common.Progress.__init__, importers._common.Progress.update
+
+    def init(self, total, desc, unit, enabled):
+        bars.append((total, unit))
+        real_init(self, total, desc, unit, enabled)
+
+    def update(self, n, nbytes=0):
+        counted.append(n)
+        real_update(self, n, nbytes)
+
+    monkeypatch.setattr(importers._common.Progress, "__init__", init)
+    monkeypatch.setattr(importers._common.Progress, "update", update)
+    ex = td.RayExecutor()
+    res = importers.webdataset(
+        pattern, client.project("ray"), "t", images="decoded", executor=ex, progress=False
+    )
+    monkeypatch.undo()
+    assert bars == [(3, "source")] and counted == [1, 1, 1]  # the bar counts sources
+    assert (res.rows, res.import_id) == (one.rows, one.import_id) == (60, one.import_id)
+    assert res.commit.message == one.commit.message  # same import id in the message
+    _assert_same(client)
+    assert len(client.project("ray").branch("main").log()) == 2  # created, then one commit
+    # re-running (on Ray or not) finds the import id and does nothing
+    again = importers.webdataset(pattern, client.project("ray"), "t", images="decoded", executor=ex)
+    plain = importers.webdataset(pattern, client.project("ray"), "t", images="decoded")
+    assert again.skipped and plain.skipped and again.commit.id == res.commit.id
+
+
+@pytest.mark.slow
+def test_mds_on_ray_equals_one_process(tmp_path, client, ray_cluster):
+    folder = make_mds(tmp_path / "mds", n=40, compression="zstd", size_limit=1 << 13)
+    assert len(json.loads(Path(folder, "index.json").read_text())["shards"]) > 2
+    one = importers.mds(folder, client.project("one"), "t", images="decoded", progress=False)
+    res = importers.mds(
+        folder, client.project("ray"), "t", images="decoded", executor=td.RayExecutor()
+    )
+    assert res.rows == one.rows == 40 and res.commit.message == one.commit.message
+    _assert_same(client)
+
+
+@pytest.mark.slow
+def test_hf_on_ray_equals_one_process(tmp_path, client, ray_cluster):
+    folder = make_hf(tmp_path / "hf", n=40)
+    assert len(list(Path(folder).glob("*.arrow"))) > 1  # several files: several tasks
+    one = importers.hf(folder, client.project("one"), "t", images="decoded", progress=False)
+    res = importers.hf(
+        folder, client.project("ray"), "t", images="decoded", executor=td.RayExecutor()
+    )
+    assert res.rows == one.rows == 40 and res.commit.message == one.commit.message
+    _assert_same(client)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_lerobot_on_ray_equals_one_process(tmp_path, client, ray_cluster, version):
+    src = tmp_path / "ds"
+    if version == "v3.0":  # episodes start mid-GOP: each is decoded and re-encoded
+        make_lerobot_v3(src, lengths=(12, 9, 15), cams=("observation.images.top",))
+    else:  # one MP4 per episode: remuxed
+        make_lerobot_v21(src, lengths=(10, 7, 8))
+    one = importers.lerobot(str(src), client.project("one"), "robot", progress=False)
+    res = importers.lerobot(
+        str(src), client.project("ray"), "robot", executor=td.RayExecutor(), progress=False
+    )
+    assert (res.rows, res.episodes) == (one.rows, one.episodes)
+    assert res.commit.message == one.commit.message
+    ta, tb = _assert_same(client, "robot")
+    assert tb.video_columns and tb.num_episodes == one.episodes
+    for col in tb.video_columns:  # every episode's stream, byte for byte (so frame for frame)
+        keys = {r["stream"] for r in tb.to_arrow([col]).column(col).to_pylist()}
+        assert len(keys) == one.episodes
+        for key in keys:
+            got = client.store.get(f"{tb.project.prefix}/{key}")
+            assert got == client.store.get(f"{ta.project.prefix}/{key}") and got
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+def test_lerobot_on_ray_into_s3(tmp_path, s3_root, ray_cluster):
+    url, opts = s3_root  # tasks open the S3 root themselves: fragments and media land there
+    client = Client(url, opts)
+    make_lerobot_v21(tmp_path / "ds", lengths=(6, 5, 7))
+    one = importers.lerobot(str(tmp_path / "ds"), client.project("one"), "t", progress=False)
+    res = importers.lerobot(
+        str(tmp_path / "ds"), client.project("ray"), "t", executor=td.RayExecutor()
+    )
+    assert res.rows == one.rows == 18
+    _, tb = _assert_same(client)
+    col = tb.video_columns[0]
+    keys = {r["stream"] for r in tb.to_arrow([col]).column(col).to_pylist()}
+    assert len(keys) == 3
+    assert all(client.store.exists(f"projects/ray/{k}") for k in keys)
+
+
+@pytest.mark.slow
+def test_killed_task_is_retried_and_the_result_is_equal(tmp_path, client, ray_cluster):
+    pattern = make_wds(tmp_path / "wds", n=60, per_shard=20)  # 3 shards
+    importers.webdataset(pattern, client.project("one"), "t", progress=False)
+    marker = tmp_path / "crash"
+    marker.mkdir()
+    ex = td.RayExecutor(max_retries=2)
+    ex._crash = (0, str(marker), 1)  # shard 0 dies after staging: its retry ends last
+    res = importers.webdataset(pattern, client.project("ray"), "t", executor=ex, progress=False)
+    assert (marker / "attempt-0").exists()  # the first attempt did die
+    assert res.rows == 60
+    _assert_same(client)
+    root = client.root
+    orphans = _data_files(root, "ray") - _referenced(client, "ray")
+    assert orphans, "the killed attempt's staged files are on disk, referenced by no version"
+    client.project("ray").gc(older_than=timedelta(0))
+    assert _data_files(root, "ray") == _referenced(client, "ray")
+    _assert_same(client)
+
+
+def _tar(path: Path, samples: list[tuple[str, dict]]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for key, value in samples:
+            data = json.dumps(value).encode()
+            info = tarfile.TarInfo(f"{key}.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.slow
+def test_failed_import_commits_nothing_and_gc_removes_what_it_staged(tmp_path, client, ray_cluster):
+    first = make_wds(tmp_path / "a", n=20, per_shard=10)
+    importers.webdataset(first, client.project("p"), "t", progress=False)
+    before = _table(client, "p").to_arrow()
+    head = client.project("p").branch("main").commit_id
+    committed = _referenced(client, "p")
+    second = make_wds(tmp_path / "b", n=30, per_shard=10, seed=1)
+    # every attempt of shard 0 dies after staging: Ray gives up after max_retries
+    marker = tmp_path / "crash"
+    marker.mkdir()
+    ex = td.RayExecutor(max_retries=1)
+    ex._crash = (0, str(marker), 99)
+    with pytest.raises(TreadleError, match=r"failed 2 time\(s\).*nothing was committed"):
+        importers.webdataset(second, client.project("p"), "t", executor=ex, progress=False)
+    assert client.project("p").branch("main").commit_id == head  # nothing committed
+    assert _data_files(client.root, "p") > committed  # what the tasks staged is on disk
+    # a source that fails raises its own error (type and message), nothing is committed
+    (tmp_path / "b" / "shard-000001.tar").write_bytes(b"not a tar file at all" * 50)
+    with pytest.raises(CorruptData, match="shard-000001.tar"):
+        importers.webdataset(second, client.project("p"), "t", executor=td.RayExecutor())
+    assert client.project("p").branch("main").commit_id == head
+    client.project("p").gc(older_than=timedelta(0))
+    assert _data_files(client.root, "p") == committed  # gc removed every staged file
+    assert _table(client, "p").to_arrow().equals(before)
+    # the interrupted import, re-run once its source is whole again, starts cleanly
+    make_wds(tmp_path / "b", n=30, per_shard=10, seed=1)
+    res = importers.webdataset(second, client.project("p"), "t", executor=td.RayExecutor())
+    assert res.rows == 30 and not res.skipped
+    assert res.commit.parents == (head,)  # the branch moved once, from where it was
+    keys = _table(client, "p").to_arrow(["key"]).column("key").to_pylist()
+    assert keys == [f"sample{i:05d}" for i in range(20)] + [f"sample{i:05d}" for i in range(30)]
+
+
+@pytest.mark.slow
+def test_cancelled_import_commits_nothing(tmp_path, client, ray_cluster, monkeypatch):
+    pattern = make_wds(tmp_path / "wds", n=30, per_shard=10)
+    head = client.project("p").branch("main").commit_id
+
+    def interrupt(self, n, nbytes=0):  # Ctrl-C as the first source completes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importers._common.Progress, "update", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        importers.webdataset(pattern, client.project("p"), "t", executor=td.RayExecutor())
+    monkeypatch.undo()
+    assert client.project("p").branch("main").commit_id == head
+    assert client.project("p").branch("main").tables() == []
+    client.project("p").gc(older_than=timedelta(0))
+    assert not _data_files(client.root, "p")  # the staged table's files are gone
+
+
+@pytest.mark.slow
+def test_first_source_fixes_the_schema_as_in_one_process(tmp_path, client, ray_cluster):
+    ok, bad = tmp_path / "ok", tmp_path / "bad"
+    ok.mkdir(), bad.mkdir()
+    _tar(ok / "s-0.tar", [(f"a{i}", {"v": 0.5 + i}) for i in range(3)])  # double
+    _tar(ok / "s-1.tar", [(f"b{i}", {"v": i}) for i in range(3)])  # int64: cast to double
+    one = importers.webdataset(str(ok), client.project("one"), "t", progress=False)
+    res = importers.webdataset(str(ok), client.project("ray"), "t", executor=td.RayExecutor())
+    assert res.rows == one.rows == 6
+    ta, _ = _assert_same(client)
+    assert str(ta.schema.field("json").type) == "struct<v: double>"
+    _tar(bad / "s-0.tar", [("a", {"v": 0.5})])
+    _tar(bad / "s-1.tar", [("b", {"v": "text"})])  # does not fit: both refuse it
+    with pytest.raises(SchemaMismatch):
+        importers.webdataset(str(bad), client.project("one"), "u", progress=False)
+    with pytest.raises(SchemaMismatch, match="s-1.tar"):  # names the source
+        importers.webdataset(str(bad), client.project("ray"), "u", executor=td.RayExecutor())
+    assert "u" not in client.project("ray").branch("main").tables()
+
+
+@pytest.mark.slow
+def test_cli_ray_flag(tmp_path, local_root, ray_cluster, capsys):
+    from treadle.importers.cli import main
+
+    pattern = make_wds(tmp_path / "wds", n=12, per_shard=6)
+    args = ["import", "webdataset", pattern, "--table", "t", "--root", local_root]
+    assert main([*args, "--project", "one", "--no-progress"]) == 0
+    assert main([*args, "--project", "ray", "--ray", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["rows"] == 12 and out["commit"]
+    _assert_same(Client(local_root))
+
+
+NO_RAY = """
+import sys
+sys.modules["ray"] = None  # as if Ray were not installed
+import treadle as td
+from treadle.importers.cli import main
+try:
+    td.RayExecutor()
+except td.MissingDependency as e:
+    print("API:", e)
+code = main(["import", "webdataset", {src!r}, "--project", "p", "--table", "t",
+             "--root", {root!r}, "--ray"])
+print("CLI exit:", code)
+"""
+
+
+def test_without_ray_it_says_how_to_install(tmp_path, local_root):
+    pattern = make_wds(tmp_path / "wds", n=4, per_shard=4)
+    code = NO_RAY.format(src=pattern, root=local_root)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "API: imports on Ray need the 'ray' package" in proc.stdout
+    assert "pip install 'treadle[ray]'" in proc.stdout
+    assert "CLI exit: 1" in proc.stdout
+    assert "MissingDependency" in proc.stderr and "pip install 'treadle[ray]'" in proc.stderr
+    assert Client(local_root).project("p").branch("main").tables() == []
+
+
+@pytest.mark.slow
+def test_bench_case_tiny_smoke(ray_cluster):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import case_import_ray as ci
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    results = ci.run(tiny=True, runs=1, log=lambda _msg: None)
+    assert [r.name for r in results] == ["one process", "ray"]
+    assert all(r.runs and r.runs[0].samples == 160 and r.rate > 0 for r in results)
+    assert ci.ratio(results) > 0  # no timing asserted: only that both ran
+
+
+class _Backwards(Executor):
+    """Stages each source in its own transaction, last source first, in this process."""
+
+    def write(self, tw, write, sources, bar):
+        staged, totals = {}, [0, 0, 0]
+        for i in reversed(range(len(sources))):
+            other = tw.tx.branch.transaction("never committed").table(tw.name)
+            for k, n in enumerate(write(other, bar, [i])):
+                totals[k] += n
+            staged[i] = take_staged(other)
+            other.tx.close()
+        for i in range(len(sources)):
+            add_staged(tw, staged[i])
+        return tuple(totals)
+
+
+def test_executor_protocol_commits_once_in_source_order(tmp_path, client):
+    """No Ray needed: sources staged elsewhere, out of order, commit like one process."""
+    pattern = make_wds(tmp_path / "wds", n=30, per_shard=10)
+    one = importers.webdataset(pattern, client.project("one"), "t", progress=False)
+    res = importers.webdataset(pattern, client.project("ray"), "t", executor=_Backwards())
+    assert res.rows == 30 and res.commit.message == one.commit.message
+    _assert_same(client)
+    folder = make_mds(tmp_path / "mds", n=20, size_limit=1 << 13)
+    importers.mds(folder, client.project("one"), "m", progress=False)
+    importers.mds(folder, client.project("ray"), "m", executor=_Backwards())
+    _assert_same(client, "m")
+
+
+def test_add_staged_refuses_another_tensor_shape(client):
+    """[2, 3] and [3, 2] tensors have the same Arrow type: the shape metadata decides."""
+    branch = client.project("p").branch("main")
+    elsewhere = branch.transaction("never committed").table("t")
+    elsewhere.append({"x": np.zeros((4, 3, 2), np.float32)})
+    staged = take_staged(elsewhere)
+    elsewhere.tx.close()
+    assert staged.rows == 4 and staged.fragments
+    with pytest.raises(SchemaMismatch, match="table 't'"):
+        with branch.transaction("import") as tx:
+            tw = tx.table("t")
+            tw.append({"x": np.zeros((1, 2, 3), np.float32)})
+            assert tw.schema.field("x").type == staged.schema.field("x").type
+            add_staged(tw, staged)
+    assert branch.tables() == []
+    with pytest.raises(TreadleError, match="use_schema after rows"):
+        tw = branch.transaction("x").table("t")
+        tw.append({"y": pa.array([1])})
+        tw.use_schema(staged.schema)
