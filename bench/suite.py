@@ -6,7 +6,9 @@ Cases (``--cases``, default all):
 - ``video``: 90x224x224 and 16x640x480 windows of H.264 episodes (``case_video.py``);
 - ``s3``: ``mix`` and ``video`` with the tables on SeaweedFS S3 on 127.0.0.1 vs raw
   parallel range GETs of the same bytes with obstore (``case_s3.py``);
-- ``plan``: one batch at step 0 and 1e12, resume (``plan_bench.py``'s recipes).
+- ``plan``: one batch at step 0 and 1e12, resume (``plan_bench.py``'s recipes);
+- ``import_ray`` (opt-in, not in the default run): WebDataset import, one process vs Ray
+  with 2 local workers, and their ratio (``case_import_ray.py``).
 
 Datasets are generated once under ``bench/data/`` (each library's own format). Every
 configuration of a case runs once per round, ``--runs`` rounds, interleaved, so a noisy shared
@@ -40,11 +42,13 @@ if str(HERE) not in sys.path:
 from benchlib import Result, Run, batch_len, measure, tree_cpu  # noqa: E402
 
 CASES = ("mix", "video", "s3", "plan")
+OPT_IN = ("import_ray",)  # run only when named in --cases
 GOALS = {
     "mix": "treadle >= 2x the best peer's samples/s",
     "video": "treadle >= 0.8x the FFmpeg decode limit (useful frames/s), >= 3x LeRobotDataset",
     "s3": "treadle on S3 >= 0.9x raw parallel range-GET throughput",
     "plan": "< 1 ms per batch at any step",
+    "import_ray": "reported: Ray with 2 local workers / one process (same cores)",
 }
 
 
@@ -295,11 +299,19 @@ def run_plan(tiny: bool, runs: int) -> list[Result]:
     return results
 
 
+# -- case 5 -------------------------------------------------------------------------------
+def run_import_ray(tiny: bool, runs: int) -> list[Result]:
+    import case_import_ray as ci
+
+    return ci.run(tiny, runs, log)
+
+
 RUNNERS: dict[str, Callable[[bool, int], list[Result]]] = {
     "mix": run_mix,
     "video": run_video,
     "s3": run_s3,
     "plan": run_plan,
+    "import_ray": run_import_ray,
 }
 
 
@@ -404,6 +416,15 @@ def summarise(results: list[Result]) -> list[dict[str, Any]]:
         else:
             local = _best(mix, name="treadle") if mix else None
         add("s3", f"{data}: treadle on S3 / treadle local", t3, local, 0)
+    imp = [r for r in results if r.case == "import_ray"]
+    if imp:
+        add(
+            "import",
+            "import: Ray x2 local workers / one process",
+            _best(imp, name="ray"),
+            _best(imp, name="one process"),
+            0,
+        )
     for r in results:
         if r.case == "plan" and r.runs:
             ms = statistics.median(x.wall_s for x in r.runs) * 1e3
@@ -630,7 +651,9 @@ def main(argv: list[str] | None = None) -> int:
         "--tiny", "--quick", action="store_true", help="small sizes, 1 round, few configs"
     )
     ap.add_argument(
-        "--cases", default=",".join(CASES), help=f"comma-separated of {','.join(CASES)}"
+        "--cases",
+        default=",".join(CASES),
+        help=f"comma-separated of {','.join(CASES + OPT_IN)} (default {','.join(CASES)})",
     )
     ap.add_argument("--runs", type=int, default=None, help="rounds (default 3, --tiny 1)")
     ap.add_argument("--out", default=str(HERE / "results"), help="folder for JSON and PNG")
@@ -639,9 +662,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.redraw:
         return redraw(Path(args.redraw))
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    bad = [c for c in cases if c not in CASES]
+    bad = [c for c in cases if c not in RUNNERS]
     if bad:
-        ap.error(f"unknown case(s) {bad}; choose from {list(CASES)}")
+        ap.error(f"unknown case(s) {bad}; choose from {list(CASES + OPT_IN)}")
     runs = args.runs or (1 if args.tiny else 3)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
