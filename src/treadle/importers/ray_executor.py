@@ -5,9 +5,9 @@ import ... --ray [ADDRESS]``) runs one Ray task per source (a WebDataset or Hugg
 file, an MDS shard, a LeRobot episode). Each task opens the project from its root URL,
 stages its rows in a transaction it never commits — data files written straight into the
 table's Lance dataset as uncommitted fragments, video streams written to the project's
-``media/`` — and returns only :class:`~treadle.table.write.StagedFragments` (fragment
-metadata, schema, row count, episode names, media keys). The driver adds them to the import's own
-transaction in source order and commits there, exactly as a single-process import does:
+``media/`` — and returns only :class:`~treadle.table.handoff.StagedFragments` (fragment
+metadata, schema, row count, episode names, media keys). The driver adds them to the
+import's own transaction in source order and commits there, as a one-process import does:
 the same rows in the same order (so the same moment positions and episode names), the same
 import id in the commit message, one branch move.
 
