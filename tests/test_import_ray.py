@@ -268,6 +268,17 @@ def test_first_source_fixes_the_schema_as_in_one_process(tmp_path, client, ray_c
     with pytest.raises(SchemaMismatch, match="s-1.tar"):  # names the source
         importers.webdataset(str(bad), client.project("ray"), "u", executor=td.RayExecutor())
     assert "u" not in client.project("ray").branch("main").tables()
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    _tar(extra / "s-0.tar", [("a", {"v": 0.5})])
+    _tar(extra / "s-1.tar", [("b", {"v": 1.5, "w": 2})])  # a key the first shard lacks
+    # one process refuses it in a later chunk (the first chunk fixes JSON types); a Ray task
+    # holds one source, so there each later source is a later chunk
+    with pytest.raises(SchemaMismatch):
+        importers.webdataset(str(extra), client.project("one"), "w", chunk_rows=1)
+    with pytest.raises(SchemaMismatch, match="s-1.tar"):  # refused too, never dropped
+        importers.webdataset(str(extra), client.project("ray"), "w", executor=td.RayExecutor())
+    assert "w" not in client.project("ray").branch("main").tables()
 
 
 @pytest.mark.slow
@@ -374,3 +385,22 @@ def test_add_staged_refuses_another_tensor_shape(client):
         tw = branch.transaction("x").table("t")
         tw.append({"y": pa.array([1])})
         tw.use_schema(staged.schema)
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        {"v": 1.5, "w": 2},  # a field the table lacks: Arrow's cast would drop it
+        {"w": 2},  # another field: the cast would fill "v" with nulls
+        {"v": 2, "inner": {"x": 1}},  # a nested struct the table lacks
+    ],
+)
+def test_appending_a_struct_with_other_fields_is_refused(client, later):
+    """A source conformed to another's schema (as on Ray) may cast, but never drop or
+    invent a struct field: ``conform`` refuses what Arrow's by-name cast would change."""
+    ref = client.project("p").branch("main").table("t")
+    ref.append(pa.table({"json": pa.array([{"v": 0.5}])}))
+    with pytest.raises(SchemaMismatch, match="'json'"):
+        ref.append(pa.table({"json": pa.array([later])}))
+    ref.append(pa.table({"json": pa.array([{"v": 2}])}))  # int64 -> double: exact, kept
+    assert ref.to_arrow().column("json").to_pylist() == [{"v": 0.5}, {"v": 2.0}]

@@ -13,7 +13,10 @@ import id in the commit message, one branch move.
 
 Schema: as in one process, the first source (in source order) with rows fixes the schema
 of a new table; a source whose task inferred another schema is staged again, conformed to
-it (or fails with :class:`SchemaMismatch` naming the source, as one process would).
+it (exact casts only, never a struct field dropped or invented), or fails with
+:class:`SchemaMismatch` naming the source. One process fixes inferred types (JSON members)
+per chunk of samples, a task per source: a later source whose JSON has keys the first
+lacks is refused here, and in one process only when it falls in a later chunk.
 
 Failure and restart:
 

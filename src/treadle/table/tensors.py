@@ -274,6 +274,8 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
                     f"{where}: column {field.name!r} has type {col.type}, table has {field.type}"
                 )
             try:
+                if not same_fields(got.type, field.type):  # a cast would drop or invent one
+                    raise pa.ArrowInvalid("nested fields differ")
                 col = col.cast(field.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 raise SchemaMismatch(
@@ -281,6 +283,26 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
                 ) from None
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def same_fields(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether two types have the same struct field names at every depth, so that casting
+    one to the other (Arrow matches struct fields by name) drops and invents nothing."""
+    if pa.types.is_struct(a) or pa.types.is_struct(b):
+        if not (pa.types.is_struct(a) and pa.types.is_struct(b)):
+            return False
+        fa, fb = {f.name: f.type for f in a}, {f.name: f.type for f in b}
+        return fa.keys() == fb.keys() and all(same_fields(fa[k], fb[k]) for k in fa)
+    nested = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(t(a) or t(b) for t in nested):
+        return (
+            any(t(a) for t in nested)
+            and any(t(b) for t in nested)
+            and same_fields(a.value_type, b.value_type)
+        )
+    if pa.types.is_map(a) or pa.types.is_map(b):
+        return pa.types.is_map(a) and pa.types.is_map(b) and same_fields(a.item_type, b.item_type)
+    return True
 
 
 def schema_difference(table: pa.Schema, mine: pa.Schema) -> str | None:
