@@ -233,6 +233,45 @@ def test_failed_import_commits_nothing_and_gc_removes_what_it_staged(tmp_path, c
 
 
 @pytest.mark.slow
+def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_cluster, monkeypatch):
+    """The driver takes its gc lease before the first task stages: a gc while the import
+    runs keeps every task's files, even those older than the grace, once their task ended."""
+    import time
+
+    import treadle.catalog.leases as leases
+    from treadle.table.write import Transaction
+
+    first = make_wds(tmp_path / "a", n=10, per_shard=10)
+    pattern = make_wds(tmp_path / "wds", n=30, per_shard=10, seed=1)
+    for project in ("one", "ray"):  # the table exists: gc sweeps its unlisted data files
+        importers.webdataset(first, client.project(project), "t", progress=False)
+    importers.webdataset(pattern, client.project("one"), "t", progress=False)
+    driver: list[Transaction] = []
+    real_hold, real_update = Transaction.hold, importers._common.Progress.update
+    removed: list[int] = []
+
+    def hold(self):
+        driver.append(self)
+        real_hold(self)
+
+    def update(self, n, nbytes=0):
+        if not removed:  # the first source is staged and its task has ended
+            time.sleep(2.5)  # its files are now older than the grace
+            driver[-1].hold()  # the driver is alive (a fresh beat)
+            report = client.project("ray").gc(older_than=timedelta(seconds=2))
+            removed.append(report.removed_bytes + report.removed_files + len(report.removed_tables))
+        real_update(self, n, nbytes)
+
+    monkeypatch.setattr(leases, "_BEAT_S", 0.0)  # every hold() writes a beat
+    monkeypatch.setattr(Transaction, "hold", hold)
+    monkeypatch.setattr(importers._common.Progress, "update", update)
+    res = importers.webdataset(pattern, client.project("ray"), "t", executor=td.RayExecutor())
+    monkeypatch.undo()
+    assert removed == [0] and res.rows == 30
+    _assert_same(client)
+
+
+@pytest.mark.slow
 def test_cancelled_import_commits_nothing(tmp_path, client, ray_cluster, monkeypatch):
     pattern = make_wds(tmp_path / "wds", n=30, per_shard=10)
     head = client.project("p").branch("main").commit_id

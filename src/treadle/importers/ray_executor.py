@@ -258,7 +258,8 @@ def _check_landed(tw: TableWriter, staged: StagedFragments, source: str) -> None
     gone = store.missing(keys)
     if gone:
         raise StorageError(
-            f"import of {source}: its task wrote {gone[0]} where this machine cannot see it "
-            f"(a local root {store.url!r} on a multi-machine Ray cluster? use an "
-            "object-store root); nothing was committed"
+            f"import of {source}: {gone[0]}, which its task wrote, is not there for the "
+            f"commit (written on another machine: a local root {store.url!r} on a "
+            "multi-machine Ray cluster? use an object-store root; or deleted by a gc with a "
+            "grace shorter than the import); nothing was committed"
         )
