@@ -347,6 +347,18 @@ class Store:
             raise self._error("list", prefix, e) from None
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
 
+    def entries(self, prefix: str = "") -> list[str]:
+        """Names directly under ``prefix`` (``""``: the root): sub-folders and objects."""
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        try:
+            res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
+        except (NotFoundError, FileNotFoundError):
+            return []
+        except Exception as e:
+            raise self._error("list", prefix, e) from None
+        paths = list(res["common_prefixes"]) + [str(o["path"]) for o in res["objects"]]
+        return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in paths})
+
     def delete(self, key: str) -> None:
         try:
             _with_retries(lambda: obstore.delete(self._inner, key))
