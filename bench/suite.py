@@ -8,7 +8,8 @@ Cases (``--cases``, default all):
   parallel range GETs of the same bytes with obstore (``case_s3.py``);
 - ``plan``: one batch at step 0 and 1e12, resume (``plan_bench.py``'s recipes).
 
-Datasets are generated once under ``bench/data/`` (each library's own format). Every
+Datasets are generated once under ``bench/data/`` (``$TREADLE_BENCH_DATA`` if set: ``treadle
+bench`` sets it to its ``--dir``) in each library's own format. Every
 configuration of a case runs once per round, ``--runs`` rounds, interleaved, so a noisy shared
 machine hits them alike; the table shows medians. Wall rate excludes start-up (time to the
 first batch, shown separately); CPU rate counts the whole process tree (spawned workers and,

@@ -29,7 +29,7 @@ def test_commit_branch_log_pin(any_root):
     project = client.project("robotics")
     main = project.branch("main")
     with pytest.raises(td.NotFound, match="project 'robotics' not found"):
-        main.commit_id  # the first write creates the project, not project()
+        main.head()  # the first write creates the project, not project()
 
     t = main.table("grasps")
     c1 = t.append_episode(_episode(10, 1), episode="e0")

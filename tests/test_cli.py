@@ -28,7 +28,7 @@ def test_projects_log_tables(local_root, capsys):
 
 
 def test_errors_are_one_line(local_root, capsys):
-    assert main(["--root", local_root, "log", "nope"]) == 2
+    assert main(["--root", local_root, "log", "nope"]) == 1
     assert "project 'nope' not found" in capsys.readouterr().err
-    assert main(["--root", local_root, "log", "../etc"]) == 2
+    assert main(["--root", local_root, "log", "../etc"]) == 1
     assert "invalid project name" in capsys.readouterr().err

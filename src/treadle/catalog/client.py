@@ -102,7 +102,9 @@ class Client:
         if not self.store.exists(MARKER):
             foreign = self.foreign_entries()
             if foreign:
-                shown = ", ".join(repr(n) for n in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+                shown = ", ".join(repr(n) for n in foreign[:5]) + (
+                    ", ..." if len(foreign) > 5 else ""
+                )
                 raise StorageError(
                     f"root {self.root!r} is not a treadle store: it holds {shown} and no "
                     f"{MARKER}; use an empty folder (or a new prefix) or an existing treadle root"
@@ -152,8 +154,9 @@ class Project:
             + self.client._suggest(self.name)
         )
 
-    def ensure_created(self) -> None:
-        """Before a write: check the root, and create the project (an empty ``main``) if new."""
+    def create(self) -> None:
+        """Create the project now (an empty ``main``) unless it exists; every write calls this
+        first, after checking the root is a treadle store."""
         self.client.prepare_write()
         if self.exists():
             return
@@ -180,7 +183,7 @@ class Project:
     def create_branch(self, name: str, from_: str = "main") -> Branch:
         """A new branch at the head of ``from_`` (a branch name or a commit id/prefix)."""
         check_name(name, "branch")
-        self.ensure_created()
+        self.create()
         head = self.refs.head(from_) if _is_name(from_) else None
         commit_id = head.commit_id if head else self.commit(from_).id
         if self.refs.head(name) is not None or not self.refs.try_advance(name, 0, commit_id):
@@ -334,7 +337,7 @@ class Branch:
 
         The first write to a project not yet created creates it (and marks the root).
         """
-        self.project.ensure_created()
+        self.project.create()
         return Transaction(self, message)
 
 
