@@ -120,7 +120,7 @@ def _version() -> str:
     try:
         return version("treadle")
     except PackageNotFoundError:  # running from a source tree that was never installed
-        return "unknown (not installed)"
+        return "0+unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
