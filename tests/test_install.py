@@ -81,3 +81,15 @@ def treadle_version() -> str:
     import tomllib
 
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_import_treadle_loads_no_gpu_module():
+    """`import treadle` leaves Triton and the GPU package alone (they load on device="cuda")."""
+    probe = (
+        "import sys, treadle; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'triton' "
+        "or m.startswith('treadle.gpu')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
