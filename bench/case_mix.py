@@ -66,7 +66,7 @@ def _samples(table: str, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def data_dir(n: int) -> Path:
-    return HERE / "data" / f"mix-{n}"
+    return Path(os.environ.get("TREADLE_BENCH_DATA") or HERE / "data") / f"mix-{n}"
 
 
 def generate(n: int, log: Callable[[str], None] = print) -> Path:

@@ -15,6 +15,7 @@ GOP 30, CRF 23), read by ``td.TrainLoader`` with ``td.Video(range(T))`` windows:
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +49,9 @@ def label(sz: dict[str, Any]) -> str:
 
 
 def data_dir(tiny: bool) -> Path:
-    return HERE / "data" / ("video-tiny" if tiny else "video")
+    return Path(os.environ.get("TREADLE_BENCH_DATA") or HERE / "data") / (
+        "video-tiny" if tiny else "video"
+    )
 
 
 def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:

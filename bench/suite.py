@@ -10,7 +10,8 @@ Cases (``--cases``, default all):
 - ``import_ray`` (opt-in, not in the default run): WebDataset import, one process vs Ray
   with 2 local workers, and their ratio (``case_import_ray.py``).
 
-Datasets are generated once under ``bench/data/`` (each library's own format). Every
+Datasets are generated once under ``bench/data/`` (``$TREADLE_BENCH_DATA`` if set: ``treadle
+bench`` sets it to its ``--dir``) in each library's own format. Every
 configuration of a case runs once per round, ``--runs`` rounds, interleaved, so a noisy shared
 machine hits them alike; the table shows medians. Wall rate excludes start-up (time to the
 first batch, shown separately); CPU rate counts the whole process tree (spawned workers and,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up .venv and runs `treadle demo` on the embedded default store.
+# Sets up .venv with the runtime set only and runs `treadle demo` (default store:
+# $TREADLE_ROOT, else ~/.treadle). Arguments go to `treadle demo`, e.g. --root DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh runtime
 . .venv/bin/activate
 exec treadle demo "$@"

@@ -1,11 +1,25 @@
-"""The catalog commands of the CLI."""
+"""The command line: its commands, its one grammar (global options anywhere), exit codes."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 import treadle as td
-from treadle.cli import main
+from treadle import cliargs
+from treadle.cli import build_parser, main
+
+sys.path.insert(0, str(Path(__file__).parent))
+from importer_fixtures import make_wds  # noqa: E402
+
+GLOBALS_BEFORE = ["--root", "/r/before", "--storage-option", "a=1", "--quiet"]
+GLOBALS_AFTER = ["--root", "/r/after", "--storage-option", "b=2", "--json", "--config", "c.toml"]
 
 
 def test_projects_log_tables(local_root, capsys):
@@ -25,12 +39,24 @@ def test_projects_log_tables(local_root, capsys):
     assert "no tables" in capsys.readouterr().out
     assert main(["--root", local_root, "gc", "robotics"]) == 0
     assert "kept 2 table versions" in capsys.readouterr().out
+    # --json: the same data, machine-readable, and the option may follow the command
+    assert main(["projects", "--json", "--root", local_root]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"name": "robotics", "branches": ["main"], "tables_on_main": 2}
+    ]
+    assert main(["--json", "--root", local_root, "log", "robotics", "--limit", "1"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["id"] == c.id and entry["message"] == "append to flat"
+    assert main(["tables", "robotics", "--root", local_root, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {t["name"]: t["moments"] for t in doc["tables"]} == {"failed": 5, "flat": 2}
 
 
 def test_errors_are_one_line(local_root, capsys):
-    assert main(["--root", local_root, "log", "nope"]) == 2
-    assert "project 'nope' not found" in capsys.readouterr().err
-    assert main(["--root", local_root, "log", "../etc"]) == 2
+    assert main(["--root", local_root, "log", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "project 'nope' not found" in err and err.count("\n") == 1
+    assert main(["--root", local_root, "log", "../etc"]) == 1
     assert "invalid project name" in capsys.readouterr().err
 
 
@@ -44,4 +70,279 @@ def test_gc_reports_and_refuses_a_negative_grace(local_root, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--root", local_root, "gc", "p", "--older-than-hours", "-1"])
     assert e.value.code == 2
-    assert "must be a number of hours >= 0" in capsys.readouterr().err
+    assert "must be a finite number >= 0" in capsys.readouterr().err
+
+
+# -- one grammar ------------------------------------------------------------------------------
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command path, leaf parser) for every command of the tree."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for name, child in subs[0].choices.items():
+        yield from _commands(child, (*path, name))
+
+
+def _required(leaf: argparse.ArgumentParser) -> list[str]:
+    """The least argv a command accepts: its positionals and required options."""
+    out = []
+    for a in leaf._actions:
+        if not a.option_strings and a.nargs != "?":
+            out.append("x")
+        elif a.option_strings and a.required:
+            out += [a.option_strings[0], "x"]
+    return out
+
+
+def _all_parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for child in {id(c): c for c in a.choices.values()}.values():
+                yield from _all_parsers(child)
+
+
+def test_every_command_is_covered():
+    names = {" ".join(p) for p, _ in _commands(build_parser())}
+    assert {"projects", "log", "tables", "gc", "plan", "demo", "bench"} <= names
+    assert {f"import {f}" for f in ("webdataset", "mds", "lerobot", "hf")} <= names
+
+
+@pytest.mark.parametrize("path", [p for p, _ in _commands(build_parser())], ids=" ".join)
+def test_global_options_before_or_after_every_command(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.toml").write_text('[storage]\na = "from-file"\nallow_http = true\n')
+    parser = build_parser()
+    leaf = dict(_commands(parser))[path]
+    req = _required(leaf)
+
+    before = cliargs.resolve(parser.parse_args([*GLOBALS_BEFORE, *path, *req]))
+    assert before.root == "/r/before" and before.storage_options == {"a": "1"}
+    assert before.quiet and not before.json
+
+    after = cliargs.resolve(parser.parse_args([*path, *req, *GLOBALS_AFTER]))
+    assert after.root == "/r/after" and after.json and not after.quiet
+    assert after.storage_options == {"a": "from-file", "allow_http": True, "b": "2"}
+
+    both = cliargs.resolve(parser.parse_args([*GLOBALS_BEFORE, *path, *req, *GLOBALS_AFTER]))
+    assert both.root == "/r/after"  # the one after the command wins
+    assert both.storage_options == {"a": "1", "allow_http": True, "b": "2"}  # flags beat the file
+    assert both.quiet and both.json
+
+
+def test_every_option_and_argument_has_help():
+    missing = []
+    for parser in _all_parsers(build_parser()):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                continue
+            if not a.help or a.help == argparse.SUPPRESS:
+                missing.append(f"{parser.prog}: {a.option_strings or a.dest}")
+    assert missing == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["gc", "--older-than-hours", "-1"],
+        ["gc", "--older-than-hours", "nan"],
+        ["log", "p", "--limit", "0"],
+        ["demo", "--steps", "0"],
+        ["demo", "--checkpoint-every", "0"],
+        ["import", "lerobot", "x", "--project", "p", "--table", "t", "--tolerance-s", "-1"],
+        ["bench", "--runs", "0"],
+        ["plan", "r.toml", "--world-size", "0"],
+        ["projects", "--storage-option", "no-equals-sign"],
+        ["nosuchcommand"],
+    ],
+)
+def test_out_of_range_is_a_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: treadle" in err and "error:" in err
+    assert "no-equals-sign" not in err  # a malformed option is not echoed (it may be a secret)
+
+
+def test_version_and_exit_codes_in_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"treadle {version('treadle')}"
+    for argv in (["--help"], ["gc", "--help"], ["import", "webdataset", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = capsys.readouterr().out
+        assert "exit codes:" in out and "1  user error" in out and "2  usage error" in out
+
+
+def test_bad_config_file_is_a_user_error(local_root, tmp_path, capsys):
+    assert main(["projects", "--root", local_root, "--config", str(tmp_path / "no.toml")]) == 1
+    assert "config file" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[storages]\nx = "1"\n')
+    assert main(["projects", "--root", local_root, "--config", str(bad)]) == 1
+    assert "unknown key 'storages'" in capsys.readouterr().err
+
+
+# -- storage options reach the object store -------------------------------------------------
+
+
+@pytest.fixture
+def s3_project(s3_root):
+    url, opts = s3_root
+    td.Client(url, storage_options=opts).project("robots").branch().table("grasps").append(
+        {"x": np.arange(7)}
+    )
+    return url, opts
+
+
+@pytest.mark.s3
+def test_storage_options_on_the_command_line_reach_s3(s3_project, capsys, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT", "AWS_ALLOW_HTTP"):
+        monkeypatch.delenv(var, raising=False)
+    url, opts = s3_project
+    flags = [x for k, v in opts.items() for x in ("--storage-option", f"{k}={v}")]
+    assert main(["tables", "robots", "--root", url, *flags]) == 0
+    assert "7 moments" in capsys.readouterr().out
+    assert main([*flags[:4], "--root", url, "tables", "robots", *flags[4:]]) == 0  # split
+    assert "7 moments" in capsys.readouterr().out
+
+
+@pytest.mark.s3
+def test_config_file_reaches_s3(s3_project, tmp_path, capsys, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    url, opts = s3_project
+    cfg = tmp_path / "s3.toml"
+    lines = [f'{k} = "{v}"' for k, v in opts.items() if k != "allow_http"]
+    cfg.write_text(f'root = "{url}"\n[storage]\n' + "\n".join(lines) + "\nallow_http = true\n")
+    assert main(["log", "robots", "--config", str(cfg)]) == 0
+    assert "append to grasps" in capsys.readouterr().out
+
+
+@pytest.mark.s3
+def test_environment_reaches_s3_allow_http_included(s3_project, capsys, monkeypatch):
+    url, opts = s3_project
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", opts["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", opts["aws_secret_access_key"])
+    monkeypatch.setenv("AWS_ENDPOINT", opts["aws_endpoint"])
+    monkeypatch.setenv("AWS_REGION", opts["aws_region"])
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    assert main(["--root", url, "tables", "robots"]) == 0
+    captured = capsys.readouterr()
+    assert "7 moments" in captured.out, captured.err
+
+
+# -- progress off a terminal ----------------------------------------------------------------
+
+
+def test_import_output_off_a_terminal_has_no_carriage_returns(tmp_path, local_root, capsys):
+    pattern = make_wds(tmp_path / "wds", n=12, per_shard=6)
+    argv = ["import", "webdataset", pattern, "--project", "p", "--table", "t"]
+    assert main([*argv, "--root", local_root]) == 0
+    out, err = capsys.readouterr()
+    assert "\r" not in out + err
+    assert json.loads(out.strip().splitlines()[-1])["rows"] == 12
+
+
+# -- no silent creation on read -------------------------------------------------------------
+
+
+def test_project_typo_is_not_found_with_a_suggestion(local_root, capsys):
+    client = td.Client(local_root)
+    client.project("robotics").branch().table("t").append({"x": [1]})
+    typo = client.project("robotcs")  # a handle: nothing is written yet
+    for read in (
+        lambda: typo.branch().log(),
+        lambda: typo.branch().tables(),
+        lambda: typo.branch().table("t").num_moments,
+        lambda: typo.branch().table("t").to_arrow(),
+        lambda: typo.branch("dev"),
+        lambda: client.project("robotcs", create=False),
+    ):
+        with pytest.raises(
+            td.NotFound, match="project 'robotcs' not found.*did you mean 'robotics'"
+        ):
+            read()
+    assert client.projects() == ["robotics"]  # reading created nothing
+    assert main(["--root", local_root, "log", "robotcs"]) == 1
+    assert "did you mean 'robotics'?" in capsys.readouterr().err
+    # the first write creates it
+    typo.branch().table("t").append({"x": [1, 2]})
+    assert (
+        client.projects() == ["robotcs", "robotics"] and typo.branch().table("t").num_moments == 2
+    )
+
+
+def test_a_folder_that_is_not_a_store_is_refused_on_first_write(tmp_path, capsys):
+    other = tmp_path / "home"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    client = td.Client(str(other))
+    assert main(["--root", str(other), "projects"]) == 1
+    assert "not a treadle store" in capsys.readouterr().err
+    with pytest.raises(td.StorageError, match="not a treadle store.*'notes.txt'"):
+        client.project("p").branch().table("t").append({"x": [1]})
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]  # nothing written
+    # an empty folder is fine, and gets the marker
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--root", str(empty), "projects"]) == 0
+    assert "no projects" in capsys.readouterr().out
+    td.Client(str(empty)).project("p").branch().table("t").append({"x": [1]})
+    assert sorted(p.name for p in empty.iterdir()) == ["projects", "treadle.json"]
+
+
+def test_a_store_written_before_the_marker_keeps_working(local_root):
+    td.Client(local_root).project("p").branch().table("t").append({"x": [1]})
+    (Path(local_root) / "treadle.json").unlink()  # as a store from before the marker
+    client = td.Client(local_root)
+    assert client.project("p").branch().table("t").num_moments == 1
+    client.project("p").branch().table("t").append({"x": [2]})
+    assert client.project("q").branch().table("u").append({"y": [1]})
+    assert (Path(local_root) / "treadle.json").is_file()
+    assert client.projects() == ["p", "q"]
+
+
+# -- bench writes where it is told ----------------------------------------------------------
+
+
+class _FakeSuite:
+    """Stands in for bench/suite.py: records what ``treadle bench`` hands it."""
+
+    def __init__(self) -> None:
+        self.argv: list[str] = []
+        self.data: str | None = None
+
+    def main(self, argv: list[str]) -> int:
+        import os
+
+        self.argv, self.data = argv, os.environ.get("TREADLE_BENCH_DATA")
+        return 0
+
+
+def test_bench_writes_under_its_dir_never_the_checkout(tmp_path, monkeypatch):
+    checkout = Path(__file__).resolve().parents[1]
+    fake = _FakeSuite()
+    monkeypatch.setitem(sys.modules, "suite", fake)
+    monkeypatch.setenv("TREADLE_BENCH_DATA", "")  # restored (unset) after the test
+    monkeypatch.delenv("TREADLE_BENCH_DATA")
+    assert main(["bench", "--tiny", "--cases", "plan"]) == 0
+    out = Path(fake.argv[fake.argv.index("--out") + 1])
+    assert checkout not in out.parents and checkout not in Path(fake.data).parents
+    assert out.parent == Path(fake.data).parent  # one temporary folder for both
+    assert main(["bench", "--dir", str(tmp_path / "b")]) == 0
+    assert fake.argv[-2:] == ["--out", str(tmp_path / "b" / "results")]
+    assert fake.data == str(tmp_path / "b" / "data")
+
+
+def test_gc_json(local_root, capsys):
+    td.Client(local_root).project("p").branch().table("t").append({"x": [1, 2]})
+    assert main(["gc", "p", "--json", "--root", local_root]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["project"] == "p" and out["kept_versions"] == 1 and out["removed_versions"] == 0

@@ -32,7 +32,8 @@ _WRITER = textwrap.dedent(
 def test_eight_writers_lose_nothing(any_root, commits):
     root, opts = any_root
     writers = 8
-    project = td.Client(root, storage_options=opts).project("p")  # create before the race
+    project = td.Client(root, storage_options=opts).project("p")
+    project.create()  # before the race
     start = len(project.branch().log())
     procs = [
         subprocess.Popen(

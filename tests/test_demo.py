@@ -9,17 +9,23 @@ from treadle.cli import main
 
 def test_demo_trains_checkpoints_and_restarts_on_two_ranks(tmp_path, capsys):
     root = str(tmp_path / "store")
-    args = ["--root", root, "demo", "--steps", "10", "--checkpoint-every", "4", "--check", "3"]
+    args = ["demo", "--steps", "10", "--checkpoint-every", "4", "--check", "3", "--root", root]
     assert main(args) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # off a terminal (captured here): one line per phase, no progress bar, no carriage return
+    assert "\r" not in out + err
+    assert "creating demo episodes: 20/20 episodes" in out
+    assert "training: 10/10 steps, loss " in out
     assert "Run record" in out and "failed_grasps" in out and "nominal_grasps" in out
     assert "latest checkpoint row (step 7)" in out
     assert out.count("  match\n") == 3 and "DIFFERENT" not in out
     assert "every batch matches" in out
     # a second run reuses the project (created once) and the same pinned versions
-    assert main(args) == 0
-    again = capsys.readouterr().out
+    assert main([*args, "--quiet"]) == 0
+    again, err = capsys.readouterr()
     assert "creating demo episodes" not in again
+    assert "training:" not in again and "\r" not in again + err  # --quiet: no progress at all
+    assert "every batch matches" in again
     assert main(["--root", root, "tables", "robotics"]) == 0
     tables = capsys.readouterr().out
     assert "20 episodes" not in tables and "6 episodes" in tables and "14 episodes" in tables

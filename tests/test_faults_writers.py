@@ -177,6 +177,7 @@ def test_killed_writer_leaves_old_or_new_commit(mode, where, tmp_path, request):
     shards = tmp_path / "shards"
     shards.mkdir()
     project = td.Client(root, storage_options=opts).project("p")
+    project.create()  # the writers read its log first
     rng = random.Random(f"crash-{mode}-{where}")
     commits = _check_consistent(project, mode)
     t0 = time.monotonic()

@@ -174,6 +174,7 @@ def test_data_path_template_escaping_root_is_refused(tmp_path, client):
     info = json.loads((tmp_path / "ds/meta/info.json").read_text())
     info["data_path"] = "../../outside/episode_{episode_index:06d}.parquet"
     (tmp_path / "ds/meta/info.json").write_text(json.dumps(info))
+    client.project("p").create()
     with pytest.raises(Exception, match="escapes"):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
     assert client.project("p").branch("main").tables() == []

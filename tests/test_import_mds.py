@@ -84,6 +84,7 @@ def test_pkl_columns_refused_unless_allowed(tmp_path, client):
     with streaming.MDSWriter(out=str(out), columns={"obj": "pkl", "i": "int"}) as w:
         for i in range(3):
             w.write({"obj": {"x": i}, "i": i})
+    client.project("p").create()
     with pytest.raises(UnsafeInput, match="pkl"):
         import_mds(str(out), client.project("p"), "t", progress=False)
     assert client.project("p").branch("main").tables() == []

@@ -120,6 +120,7 @@ def test_truncated_tar_is_corrupt_and_nothing_committed(tmp_path, client):
     shards = sorted((tmp_path / "wds").glob("*.tar"))
     data = shards[1].read_bytes()
     shards[1].write_bytes(data[: len(data) // 2 + 100])
+    client.project("p").create()
     before = _head(client)
     with pytest.raises(CorruptData, match="shard-000001.tar"):
         import_wds(pattern, client.project("p"), "t", progress=False)
@@ -170,7 +171,7 @@ webdataset({pattern!r}, Client({root!r}).project("p"), "t", chunk_rows=8, progre
 def test_killed_import_commits_nothing_and_rerun_completes(tmp_path, local_root):
     pattern = make_wds(tmp_path / "wds", n=60, per_shard=20)
     client = Client(local_root)
-    client.project("p")  # the branch exists before the crash
+    client.project("p").create()  # the branch exists before the crash
     head = _head(client)
     log_before = len(client.project("p").branch("main").log())
     code = CRASH.format(tests=str(Path(__file__).parent), pattern=pattern, root=local_root)

@@ -131,17 +131,17 @@ def test_python_recipe(root, tmp_path, capsys):
         ("this is not toml", "not valid TOML"),
     ],
 )
-def test_bad_recipes_exit_2_with_a_message(root, tmp_path, capsys, text, message):
+def test_bad_recipes_exit_1_with_a_message(root, tmp_path, capsys, text, message):
     path, _ = root
     recipe = tmp_path / "bad.toml"
     recipe.write_text(text)
-    assert plan_command(parse(["plan", str(recipe), "--root", path, "--world-size", "4"])) == 2
+    assert plan_command(parse(["plan", str(recipe), "--root", path, "--world-size", "4"])) == 1
     err = capsys.readouterr().err
     assert err.startswith("treadle plan: ") and message in err
 
 
 def test_missing_recipe_file(tmp_path, capsys):
-    assert plan_command(parse(["plan", str(tmp_path / "nope.toml")])) == 2
+    assert plan_command(parse(["plan", str(tmp_path / "nope.toml")])) == 1
     assert "does not exist" in capsys.readouterr().err
 
 

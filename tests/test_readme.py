@@ -15,3 +15,19 @@ def test_readme_example_runs(tmp_path, monkeypatch):
     assert scope["row"].step == 100
     assert tuple(scope["batch"]["wrist_camera"].shape) == (32, 8, 64, 64, 3)
     assert scope["plan"].run_id == scope["row"].run_id
+
+
+def test_readme_command_lines_parse():
+    """Every line of the README's command-line block is valid `treadle` grammar."""
+    from treadle.cli import build_parser
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    section = text.split("## Command line", 1)[1]
+    block = re.findall(r"```\n(.*?)```", section, re.S)[0]
+    lines = [ln.split("#", 1)[0].split() for ln in block.splitlines() if ln.strip()]
+    assert len(lines) >= 8 and all(ln[0] == "treadle" for ln in lines)
+    parser = build_parser()
+    for words in lines:
+        args = parser.parse_args(words[1:])  # exits 2 on anything it does not know
+        assert args.func is not None
+    assert "**0** success" in text and "**1** user error" in text and "**2** usage" in text

@@ -6,6 +6,7 @@ streams device batches, in the same order on one GPU or many, with exact resume.
 """
 
 import os as _os
+from importlib import metadata as _metadata
 
 _os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
 
@@ -37,7 +38,10 @@ from treadle.table.write import Transaction  # noqa: E402
 from treadle.torch import CheckpointRow, Checkpoints, ScanDataset, TrainLoader  # noqa: E402
 from treadle.video import VideoFile, VideoFrames  # noqa: E402
 
-__version__ = "0.1.0"
+try:  # one version string: pyproject.toml's, through the installed package's metadata
+    __version__ = _metadata.version("treadle")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AlreadyExists",

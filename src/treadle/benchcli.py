@@ -1,8 +1,10 @@
 """``treadle bench``: the benchmark suite of ``bench/`` (treadle beside the peer loaders).
 
-The suite lives in the repository's ``bench/`` folder (it generates data under
-``bench/data/`` and writes ``bench/results/``), so this command needs a checkout: an
-editable install finds it beside ``src/``; elsewhere set ``TREADLE_BENCH_DIR``.
+The suite's code lives in the repository's ``bench/`` folder, so this command needs a
+checkout: an editable install finds it beside ``src/``; elsewhere set ``TREADLE_BENCH_DIR``.
+What it writes (generated data in every library's format, results JSON/Markdown/PNG) goes
+under ``--dir`` (default: a new temporary folder, printed), never into the checkout unless
+``--dir``/``--out`` point there.
 """
 
 from __future__ import annotations
@@ -10,9 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
+from treadle.cliargs import int_at_least
 from treadle.errors import TreadleError
+
+DATA_ENV = "TREADLE_BENCH_DATA"  # bench/case_*.py generate their data under this folder
 
 
 def bench_dir() -> Path:
@@ -39,8 +45,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cases", default=None, help="comma-separated subset of mix,video,s3,plan (default all)"
     )
-    p.add_argument("--runs", type=int, default=None, help="rounds per case (default 3; --tiny 1)")
-    p.add_argument("--out", default=None, help="folder for the JSON and PNG results")
+    p.add_argument(
+        "--runs",
+        type=int_at_least(1),
+        default=None,
+        help="rounds per case (>= 1; default 3, --tiny 1)",
+    )
+    p.add_argument(
+        "--dir",
+        default=None,
+        help="working folder: generated data in DIR/data, results in DIR/results "
+        "(default: a new temporary folder)",
+    )
+    p.add_argument("--out", default=None, help="folder for the results (default: DIR/results)")
     p.set_defaults(func=_cmd_bench)
 
 
@@ -48,6 +65,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     where = bench_dir()
     if str(where) not in sys.path:
         sys.path.insert(0, str(where))
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="treadle-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ[DATA_ENV] = str(work / "data")  # spawned workers inherit it
+    out = args.out or str(work / "results")
+    print(f"treadle bench: data in {work / 'data'}, results in {out}", flush=True)
     import suite  # bench/suite.py
 
     argv = ["--tiny"] if args.tiny else []
@@ -55,6 +77,5 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         argv += ["--cases", args.cases]
     if args.runs:
         argv += ["--runs", str(args.runs)]
-    if args.out:
-        argv += ["--out", args.out]
+    argv += ["--out", out]
     return int(suite.main(argv) or 0)

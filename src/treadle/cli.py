@@ -3,35 +3,63 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from datetime import timedelta
 
+from treadle import cliargs
 from treadle.errors import TreadleError
 
 
 def _client(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from treadle.catalog import Client
 
-    return Client(args.root) if args.root else Client()
+    return Client(args.root, getattr(args, "storage_options", None) or None)
+
+
+def _print_json(data: object) -> None:
+    print(json.dumps(data, indent=1, sort_keys=True, default=str))
 
 
 def _cmd_projects(args: argparse.Namespace) -> int:
     client = _client(args)
     names = client.projects()
     if not names:
-        print(f"no projects under {client.root}")
+        foreign = client.foreign_entries()
+        if foreign:
+            raise TreadleError(
+                f"{client.root!r} is not a treadle store (no projects, no treadle.json; it "
+                f"holds {', '.join(repr(n) for n in foreign[:5])}): check --root"
+            )
+        if not args.json:
+            print(f"no projects under {client.root}")
+    rows = []
     for name in names:
         project = client.project(name, create=False)
         branches = project.branches()
         tables = project.branch("main").tables() if "main" in branches else []
-        print(f"{name}  branches: {', '.join(branches)}  tables on main: {len(tables)}")
+        rows.append({"name": name, "branches": branches, "tables_on_main": len(tables)})
+        if not args.json:
+            print(f"{name}  branches: {', '.join(branches)}  tables on main: {len(tables)}")
+    if args.json:
+        _print_json(rows)
     return 0
 
 
 def _cmd_log(args: argparse.Namespace) -> int:
     branch = _client(args).project(args.project, create=False).branch(args.branch)
-    for c in branch.log(limit=args.limit):
+    commits = branch.log(limit=args.limit)
+    if args.json:
+        _print_json(
+            [
+                {"id": c.id, "time": c.datetime.isoformat(), "message": c.message,
+                 "parents": list(c.parents), "tables": dict(sorted(c.tables.items()))}
+                for c in commits
+            ]
+        )  # fmt: skip
+        return 0
+    for c in commits:
         when = c.datetime.strftime("%Y-%m-%d %H:%M:%S")
         tables = ", ".join(f"{k}@v{v}" for k, v in sorted(c.tables.items())) or "-"
         print(f"{c.short_id}  {when}  {c.message}\n          {tables}")
@@ -42,19 +70,34 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     project = _client(args).project(args.project, create=False)
     branch = project.branch(args.branch)
     commit = project.commit(args.at) if args.at else branch.head()
-    print(f"{project.name} @ {commit.short_id} ({commit.message})")
-    if not commit.tables:
-        print("  no tables")
+    rows = []
     for name in sorted(commit.tables):
         t = branch.table(name).at(commit.id)
-        kind = "episodes" if t.is_time_indexed else "rows"
-        cols = ", ".join(
-            f.name + (" [video]" if f.name in t.video_columns else "")
-            for f in t.schema
-            if f.name not in ("episode", "frame")
+        rows.append(
+            {
+                "name": name,
+                "version": t.version,
+                "moments": t.num_moments,
+                "episodes": t.num_episodes if t.is_time_indexed else None,
+                "columns": [f.name for f in t.schema if f.name not in ("episode", "frame")],
+                "video_columns": list(t.video_columns),
+            }
         )
-        extra = f", {t.num_episodes} episodes" if t.is_time_indexed else ""
-        print(f"  {name:<24} v{t.version:<5} {t.num_moments:>10,} moments{extra} ({kind})  {cols}")
+    if args.json:
+        _print_json({"project": project.name, "commit": commit.id, "message": commit.message,
+                     "tables": rows})  # fmt: skip
+        return 0
+    print(f"{project.name} @ {commit.short_id} ({commit.message})")
+    if not rows:
+        print("  no tables")
+    for r in rows:
+        kind = "rows" if r["episodes"] is None else "episodes"
+        cols = ", ".join(c + (" [video]" if c in r["video_columns"] else "") for c in r["columns"])
+        extra = "" if r["episodes"] is None else f", {r['episodes']} episodes"
+        print(
+            f"  {r['name']:<24} v{r['version']:<5} {r['moments']:>10,} moments{extra} ({kind})"
+            f"  {cols}"
+        )
     return 0
 
 
@@ -63,6 +106,19 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     names = [args.project] if args.project else client.projects()
     for name in names:
         report = client.project(name, create=False).gc(timedelta(hours=args.older_than_hours))
+        if args.json:
+            _print_json(
+                {
+                    "project": name,
+                    "kept_versions": sum(len(v) for v in report.kept_versions.values()),
+                    "removed_versions": report.removed_versions,
+                    "removed_files": report.removed_files,
+                    "removed_media": len(report.removed_media),
+                    "removed_tables": len(report.removed_tables),
+                    "removed_bytes": report.removed_bytes,
+                }
+            )
+            continue
         print(
             f"{name}: kept {sum(len(v) for v in report.kept_versions.values())} table versions, "
             f"removed {report.removed_versions} versions, {report.removed_files} staged data "
@@ -72,55 +128,69 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hours(text: str) -> float:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        hours = float(text)
-    except ValueError:
-        hours = float("nan")
-    if not hours >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of hours >= 0, got {text!r}")
-    return hours
+        return version("treadle")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="treadle", description=__doc__)
-    parser.add_argument("--version", action="version", version="treadle 0.1.0")
+    """The whole ``treadle`` grammar (global options on the top parser and every command)."""
+    parser = argparse.ArgumentParser(
+        prog="treadle",
+        description=__doc__,
+        epilog=cliargs.EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
-        "--root", dest="global_root", help="store root (default: $TREADLE_ROOT or ~/.treadle)"
+        "--version", action="version", version=f"treadle {_version()}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    branch_help = "branch name (default: main)"
 
-    p = sub.add_parser("projects", help="list projects")
+    p = sub.add_parser("projects", help="list projects", description="List the projects of a root.")
     p.set_defaults(func=_cmd_projects)
 
     p = sub.add_parser("log", help="commits of a branch, newest first")
-    p.add_argument("project")
-    p.add_argument("--branch", default="main")
-    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("project", help="project name")
+    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument(
+        "--limit",
+        type=cliargs.int_at_least(1),
+        default=None,
+        help="show at most this many commits (default: all)",
+    )
     p.set_defaults(func=_cmd_log)
 
     p = sub.add_parser("tables", help="tables of a project at a branch head or commit")
-    p.add_argument("project")
-    p.add_argument("--branch", default="main")
-    p.add_argument("--at", help="commit id or prefix")
+    p.add_argument("project", help="project name")
+    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--at", help="commit id or prefix (default: the branch head)")
     p.set_defaults(func=_cmd_tables)
 
     p = sub.add_parser(
         "gc",
         help="remove table versions and media no commit reaches (safe while writers run)",
     )
-    p.add_argument("project", nargs="?")
+    p.add_argument("project", nargs="?", help="project name (default: every project)")
     p.add_argument(
         "--older-than-hours",
-        type=_hours,
+        type=cliargs.float_at_least(0),
         default=1.0,
-        help="grace: keep anything younger, and all a running write staged (default 1); "
+        help="grace: keep anything younger, and all a running write staged (>= 0; default 1); "
         "0 may break writers that run meanwhile",
     )
     p.set_defaults(func=_cmd_gc)
 
     for register in _optional_commands():
         register(sub)
+    for leaf in cliargs.leaf_parsers(parser):
+        leaf.epilog = leaf.epilog or cliargs.EXIT_CODES
+        leaf.formatter_class = argparse.RawDescriptionHelpFormatter
+    cliargs.install(parser)
     return parser
 
 
@@ -145,19 +215,19 @@ def _optional_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``treadle ARGV``; the exit code (0 ok, 1 user error, 2 usage)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    # `treadle --root R CMD` and `treadle CMD --root R` (where CMD takes one) both work
-    if getattr(args, "root", None) is None:
-        args.root = args.global_root
+    args = parser.parse_args(argv)  # usage errors exit 2 here, with argparse's message
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
     try:
+        cliargs.resolve(args)
         return int(args.func(args) or 0)
     except TreadleError as e:
-        print(f"treadle: error: {e}", file=sys.stderr)
-        return 2
+        first = str(e).strip().splitlines()
+        print(f"treadle: error: {first[0] if first else type(e).__name__}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
    camera (a dot moving with the action) and a 7-d action per moment.
 2. Builds the seed page's recipe (weights 0.3/0.7, seed 2048, windows of frames and
    actions), pins it and prints the run record card.
-3. Trains a tiny policy on CPU with a progress bar, saving checkpoint rows.
+3. Trains a tiny policy on CPU, saving checkpoint rows. Progress is a bar on a terminal,
+   one line per phase otherwise (a log file gets no carriage returns), none with ``--quiet``.
 4. Simulates a crash: forgets the loader, restarts from the last checkpoint row on
    2 ranks instead of 1, and shows that every global batch matches the original.
 """
@@ -14,19 +15,66 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 import time
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 import treadle as td
+from treadle.cliargs import int_at_least
 from treadle.plan.card import render_card
 
 PROJECT = "robotics"
 TABLES = {"failed_grasps": 6, "nominal_grasps": 14}  # episodes per table
 FRAMES, SIZE = 72, 64
+_T = TypeVar("_T")
+
+
+class Phase:
+    """Progress of one phase: a tqdm bar on a terminal, else one line when it ends.
+
+    ``quiet`` silences both. The bar goes to stderr (tqdm's ``disable=None``: only when
+    stderr is a TTY); the line goes to stdout with the rest of the demo's report.
+    """
+
+    def __init__(self, desc: str, total: int, unit: str, quiet: bool) -> None:
+        self.desc, self.total, self.unit, self.quiet = desc, total, unit, quiet
+        self.done = 0
+        self.note = ""
+        self._t0 = time.perf_counter()
+        self._bar = tqdm(total=total, desc=desc, unit=unit, disable=True if quiet else None)
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        self._bar.update(n)
+
+    def set_note(self, note: str) -> None:
+        """A short status (``loss 0.0123``) shown on the bar and in the closing line."""
+        self.note = note
+        self._bar.set_postfix_str(note, refresh=False)
+
+    def iterate(self, items: Iterable[_T]) -> Iterator[_T]:
+        for item in items:
+            yield item
+            self.update()
+
+    def close(self) -> None:
+        self._bar.close()
+        if not self.quiet and self._bar.disable:
+            note = f", {self.note}" if self.note else ""
+            secs = time.perf_counter() - self._t0
+            print(f"{self.desc}: {self.done}/{self.total} {self.unit}{note} ({secs:.1f} s)")
+            sys.stdout.flush()
+
+    def __enter__(self) -> Phase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _episode(rng: np.random.Generator, failed: bool) -> dict[str, Any]:
@@ -43,15 +91,15 @@ def _episode(rng: np.random.Generator, failed: bool) -> dict[str, Any]:
     return {"wrist_camera": td.VideoFrames(frames, fps=30), "action": action}
 
 
-def ensure_project(client: td.Client) -> td.Branch:
+def ensure_project(client: td.Client, quiet: bool = False) -> td.Branch:
     """The demo project, created on first use (one commit for both tables)."""
     branch = client.project(PROJECT).branch("main")
-    have = set(branch.tables())
+    have = set(branch.tables()) if branch.project.exists() else set()
     if set(TABLES) <= have:
         return branch
     rng = np.random.default_rng(2048)
     total = sum(TABLES.values())
-    with tqdm(total=total, desc="creating demo episodes", unit="ep") as bar:
+    with Phase("creating demo episodes", total, "episodes", quiet) as bar:
         with branch.transaction("demo: synthetic grasp episodes") as tx:
             for name, n in TABLES.items():
                 for e in range(n):
@@ -108,9 +156,11 @@ def _interleave(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    client = td.Client(args.root, create=True) if args.root else td.Client()
+    quiet = bool(getattr(args, "quiet", False))
+    root, options = getattr(args, "root", None), getattr(args, "storage_options", None)
+    client = td.Client(root, options or None, create=True)
     print(f"store: {client.root}")
-    branch = ensure_project(client)
+    branch = ensure_project(client, quiet)
     recipe = build_recipe(branch)
     plan = recipe.plan()
     print()
@@ -125,8 +175,8 @@ def run(args: argparse.Namespace) -> int:
     crash_at = max(1, steps - args.check)
     loader = td.TrainLoader(plan, steps=steps, prefetch=4)
     seen: dict[int, str] = {}
-    bar = tqdm(loader, total=steps, desc="training", unit="step")
-    for batch in bar:
+    bar = Phase("training", steps, "steps", quiet)
+    for batch in bar.iterate(loader):
         step = loader.step - 1
         seen[step] = _hash(batch)
         pred = policy(batch["wrist_camera"])
@@ -134,11 +184,12 @@ def run(args: argparse.Namespace) -> int:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        bar.set_postfix(loss=f"{loss.item():.4f}")
+        bar.set_note(f"loss {loss.item():.4f}")
         if loader.step <= crash_at and (
             loader.step % args.checkpoint_every == 0 or loader.step == crash_at
         ):
             ckpts.save(loader.step, {"policy": policy.state_dict()}, loader)
+    bar.close()
     print(f"checkpoint rows saved every {args.checkpoint_every} steps and at step {crash_at}")
 
     # A crash: everything in memory is gone. Restart from the latest checkpoint row, on 2 ranks.
@@ -171,8 +222,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="train a tiny policy on a synthetic robotics project")
-    p.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
-    p.add_argument("--checkpoint-every", type=int, default=50)
-    p.add_argument("--check", type=int, default=6, help="steps compared after the restart")
+    p = sub.add_parser(
+        "demo",
+        help="train a tiny policy on a synthetic robotics project",
+        description=__doc__,
+    )
+    p.add_argument(
+        "--steps", type=int_at_least(2), default=200, help="training steps (>= 2; default 200)"
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int_at_least(1),
+        default=50,
+        help="save a checkpoint row every this many steps (>= 1; default 50)",
+    )
+    p.add_argument(
+        "--check",
+        type=int_at_least(1),
+        default=6,
+        help="steps replayed and compared after the simulated crash (>= 1; default 6)",
+    )
     p.set_defaults(func=run)

@@ -50,6 +50,9 @@ _CLIENT_KEYS = {
 }
 _SECRET_HINTS = ("secret", "key", "token", "password", "credential", "sas", "signature")
 _CLOUD_SCHEMES = {"s3", "gs", "az", "abfs", "abfss", "azure"}
+_ENV_PREFIX = {"s3": "AWS_", "gs": "GOOGLE_"} | dict.fromkeys(
+    ("az", "abfs", "abfss", "azure"), "AZURE_"
+)
 
 # obstore retries 5xx, 429, timeouts and connection errors itself (``retry_config`` in
 # ``_open_cloud``), but not every failure while a response *body* streams in: a LIST
@@ -133,6 +136,17 @@ def redact(options: dict[str, Any] | None) -> dict[str, Any]:
         secret = any(h in lk for h in _SECRET_HINTS) and "region" not in lk
         out[k] = "***" if secret else v
     return out
+
+
+def _option_value(v: Any) -> str:
+    """A storage option value as object_store and Lance parse it (``True`` -> ``"true"``)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    text = str(v)
+    low = text.strip().lower()
+    if low in ("true", "yes", "on", "false", "no", "off"):
+        return "true" if low in ("true", "yes", "on") else "false"
+    return text
 
 
 def _as_bool(v: Any) -> bool:
@@ -239,8 +253,15 @@ class Store:
     def _open_cloud(cls, root: str, scheme: str, options: dict[str, Any]) -> Store:
         if scheme == "s3":
             _require_s3_credentials(root, options)
-        client = {k: str(v) for k, v in options.items() if k.lower() in _CLIENT_KEYS}
-        config = {k: str(v) for k, v in options.items() if k.lower() not in _CLIENT_KEYS}
+        client = {k: _option_value(v) for k, v in options.items() if k.lower() in _CLIENT_KEYS}
+        config = {k: _option_value(v) for k, v in options.items() if k.lower() not in _CLIENT_KEYS}
+        # obstore ignores the environment's client settings (AWS_ALLOW_HTTP=true, ...) once
+        # client_options are passed, so they are read here the way object_store's from_env would
+        given = {k.lower() for k in client}
+        for key in _CLIENT_KEYS - given:
+            value = os.environ.get(_ENV_PREFIX.get(scheme, "AWS_") + key.upper())
+            if value is not None:
+                client[key] = _option_value(value)
         if scheme == "s3" and any(k.lower() in ("aws_endpoint", "endpoint") for k in config):
             config.setdefault("aws_virtual_hosted_style_request", "false")
         retry = {
@@ -260,7 +281,7 @@ class Store:
             raise StorageError(
                 f"cannot open {root!r}: {type(e).__name__}: {_first_line(e)}"
             ) from None
-        lance_options = {k: str(v) for k, v in options.items()}
+        lance_options = {k: _option_value(v) for k, v in options.items()}
         if "allow_http" in client:
             lance_options["allow_http"] = client["allow_http"]
         return cls(root.rstrip("/"), inner, root.rstrip("/"), lance_options)
@@ -403,6 +424,18 @@ class Store:
         except Exception as e:
             raise self._error("list", prefix, e) from None
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
+
+    def entries(self, prefix: str = "") -> list[str]:
+        """Names directly under ``prefix`` (``""``: the root): sub-folders and objects."""
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        try:
+            res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
+        except (NotFoundError, FileNotFoundError):
+            return []
+        except Exception as e:
+            raise self._error("list", prefix, e) from None
+        paths = list(res["common_prefixes"]) + [str(o["path"]) for o in res["objects"]]
+        return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in paths})
 
     def delete(self, key: str) -> None:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -14,11 +16,14 @@ import lance
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.refs import RefLog
-from treadle.errors import AlreadyExists, InvalidName, NotFound
+from treadle.errors import AlreadyExists, InvalidName, NotFound, StorageError
 from treadle.names import check_name
 from treadle.storage import Store, lance_error, redact
 from treadle.table.table import EpisodeIndex, Table, TableRef, compute_episode_index
 from treadle.table.write import Transaction
+
+MARKER = "treadle.json"  # written at a root on its first write: "this folder is a treadle store"
+_LAYOUT = {MARKER, "projects"}  # what a root holds; a root with anything else is not ours
 
 
 class Client:
@@ -40,6 +45,7 @@ class Client:
         self._storage_options = dict(storage_options or {})
         self._projects: dict[str, Project] = {}
         self._lock = threading.Lock()
+        self._marked = False
 
     @property
     def root(self) -> str:
@@ -63,21 +69,59 @@ class Client:
         ]
 
     def project(self, name: str, *, create: bool = True) -> Project:
-        """Open project ``name``; create it (with an empty ``main`` branch) unless ``create=False``."""
+        """Open project ``name``.
+
+        A project that does not exist yet is created by its first write (a transaction or
+        :meth:`Project.create_branch`), not by this call: until then reading from it (its
+        log, its tables) raises :class:`NotFound` naming it, with close matches. With
+        ``create=False`` a missing project raises :class:`NotFound` here.
+        """
         check_name(name, "project")
         with self._lock:
             proj = self._projects.get(name)
         if proj is None:
             proj = Project(self, name)
-            if proj.refs.head("main") is None and not proj.refs.branches():
-                if not create:
-                    raise NotFound(f"project {name!r} not found under {self.root}")
-                root = Commit.create([], f"create project {name}", {})
-                proj.save_commit(root)
-                proj.refs.try_advance("main", 0, root.id)  # a racing creator may win: fine
-            with self._lock:
-                proj = self._projects.setdefault(name, proj)
-        return proj
+        if not proj.exists() and not create:  # one LIST: a wrong root or credentials fail here
+            raise proj.not_found()
+        with self._lock:
+            return self._projects.setdefault(name, proj)
+
+    def foreign_entries(self) -> list[str]:
+        """Names at the root that are not treadle's: a root with any is not a treadle store."""
+        return [n for n in self.store.entries("") if n not in _LAYOUT]
+
+    def prepare_write(self) -> None:
+        """Check (once per client) that the root is a treadle store before the first write.
+
+        A root with the marker object is one; so is an empty root, or one holding only
+        treadle's layout (stores written before the marker existed): the marker is written.
+        Anything else (a folder with other files) is refused with :class:`StorageError`.
+        """
+        if self._marked:
+            return
+        if not self.store.exists(MARKER):
+            foreign = self.foreign_entries()
+            if foreign:
+                shown = ", ".join(repr(n) for n in foreign[:5]) + (
+                    ", ..." if len(foreign) > 5 else ""
+                )
+                raise StorageError(
+                    f"root {self.root!r} is not a treadle store: it holds {shown} and no "
+                    f"{MARKER}; use an empty folder (or a new prefix) or an existing treadle root"
+                )
+            body = json.dumps({"treadle": "store", "format": 1}).encode()
+            self.store.put(MARKER, body, if_absent=True)
+        self._marked = True
+
+    def _suggest(self, name: str) -> str:
+        """``"; did you mean 'x'?"`` for close project names (or the list, or none)."""
+        names = self.projects()
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        if close:
+            return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        if names:
+            return f"; projects: {', '.join(names[:10])}" + (", ..." if len(names) > 10 else "")
+        return "; the root has no projects"
 
 
 class Project:
@@ -92,15 +136,45 @@ class Project:
         self._datasets: dict[tuple[str, int], lance.LanceDataset] = {}
         self._episodes: dict[tuple[str, int], EpisodeIndex] = {}
         self._lock = threading.Lock()
+        self._exists = False
 
     def __repr__(self) -> str:
         return f"Project({self.name!r})"
 
+    def exists(self) -> bool:
+        """Whether the project has been created (it has a branch) in the store."""
+        if not self._exists:
+            self._exists = self.refs.head("main") is not None or bool(self.refs.branches())
+        return self._exists
+
+    def not_found(self) -> NotFound:
+        """The error for reading from this project while it does not exist."""
+        return NotFound(
+            f"project {self.name!r} not found under {self.client.root}"
+            + self.client._suggest(self.name)
+        )
+
+    def create(self) -> None:
+        """Create the project now (an empty ``main``) unless it exists; every write calls this
+        first, after checking the root is a treadle store."""
+        self.client.prepare_write()
+        if self.exists():
+            return
+        root = Commit.create([], f"create project {self.name}", {})
+        self.save_commit(root)
+        self.refs.try_advance("main", 0, root.id)  # a racing creator may win: fine
+        self._exists = True
+
     # -- branches ----------------------------------------------------------------------
     def branch(self, name: str = "main") -> Branch:
-        """An existing branch (:class:`NotFound` otherwise)."""
+        """An existing branch (:class:`NotFound` otherwise; ``main`` of a project not yet
+        created is a handle whose first write creates the project)."""
         check_name(name, "branch")
         if self.refs.head(name) is None:
+            if not self.exists():
+                if name == "main":
+                    return Branch(self, name)
+                raise self.not_found()
             raise NotFound(
                 f"branch {name!r} not found in project {self.name!r}; branches: {self.branches()}"
             )
@@ -109,6 +183,7 @@ class Project:
     def create_branch(self, name: str, from_: str = "main") -> Branch:
         """A new branch at the head of ``from_`` (a branch name or a commit id/prefix)."""
         check_name(name, "branch")
+        self.create()
         head = self.refs.head(from_) if _is_name(from_) else None
         commit_id = head.commit_id if head else self.commit(from_).id
         if self.refs.head(name) is not None or not self.refs.try_advance(name, 0, commit_id):
@@ -152,6 +227,8 @@ class Project:
             if k.rsplit("/", 1)[-1].startswith(s)
         ]
         if not ids:
+            if not self.exists():
+                raise self.not_found()
             raise NotFound(f"commit {s!r} not found in project {self.name!r}")
         if len(ids) > 1:
             raise NotFound(f"commit prefix {s!r} is ambiguous in project {self.name!r}: {ids[:5]}")
@@ -181,6 +258,8 @@ class Project:
                     storage_options=self.client.store.lance_options,
                 )
             except (ValueError, OSError) as e:
+                if not self.exists():
+                    raise self.not_found() from None
                 raise lance_error(
                     e, f"table {name!r} version {version} of project {self.name!r}"
                 ) from None
@@ -229,6 +308,8 @@ class Branch:
     def commit_id(self) -> str:
         head = self.project.refs.head(self.name)
         if head is None:
+            if not self.project.exists():
+                raise self.project.not_found()
             raise NotFound(f"branch {self.name!r} of project {self.project.name!r} is gone")
         return head.commit_id
 
@@ -252,7 +333,11 @@ class Branch:
         return TableRef(self, name)
 
     def transaction(self, message: str = "transaction") -> Transaction:
-        """Several writes as one commit: ``with branch.transaction("msg") as tx: ...``."""
+        """Several writes as one commit: ``with branch.transaction("msg") as tx: ...``.
+
+        The first write to a project not yet created creates it (and marks the root).
+        """
+        self.project.create()
         return Transaction(self, message)
 
 

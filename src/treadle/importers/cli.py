@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from treadle.cliargs import float_at_least, key_value
 from treadle.errors import TreadleError
 
 
@@ -32,11 +33,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     }
     for fmt, h in helps.items():
         sp = sub.add_parser(fmt, help=h, description=h)
-        sp.add_argument("src", nargs="+", metavar="SRC")
-        sp.add_argument("--project", required=True)
-        sp.add_argument("--table", required=True)
-        sp.add_argument("--branch", default=None, help="default: main")
-        sp.add_argument("--root", default=None, help="treadle root (default $TREADLE_ROOT)")
+        sp.add_argument("src", nargs="+", metavar="SRC", help="source: " + h)
+        sp.add_argument("--project", required=True, help="project to import into")
+        sp.add_argument("--table", required=True, help="table to create or append to")
+        sp.add_argument(
+            "--branch", default=None, help="branch to commit on (default: main; created if new)"
+        )
         sp.add_argument(
             "--allow-pickle",
             action="store_true",
@@ -56,10 +58,25 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             metavar="SRC=DST",
             help="store source column SRC as table column DST (repeatable)",
         )
+        sp.add_argument(
+            "--source-option",
+            action="append",
+            type=key_value,
+            default=[],
+            metavar="KEY=VALUE",
+            help="an object-store option for s3:// (gs://, az://) sources, like "
+            "--storage-option for the store (repeatable)",
+        )
         if fmt == "hf":
             sp.add_argument("--split", default=None, help="split of a DatasetDict")
         if fmt == "lerobot":
-            sp.add_argument("--tolerance-s", type=float, default=1e-4)
+            sp.add_argument(
+                "--tolerance-s",
+                type=float_at_least(0),
+                default=1e-4,
+                help="largest gap in seconds between a frame's timestamp and its video "
+                "frame's (>= 0; default 1e-4)",
+            )
         if fmt in ("webdataset", "mds"):
             sp.add_argument(
                 "--json-as",
@@ -90,7 +107,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             help="stage every source as a Ray task (on the cluster at ADDRESS, default: the "
             "local or $RAY_ADDRESS one) and commit once here; needs pip install 'treadle[ray]'",
         )
-        sp.add_argument("--no-progress", action="store_true")
+        sp.add_argument("--no-progress", action="store_true", help="same as --quiet")
         sp.set_defaults(func=run)
     return p
 
@@ -110,7 +127,8 @@ def byte_count(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one ``treadle import`` command; prints a JSON summary, returns an exit code."""
+    """Run one ``treadle import`` command; prints a JSON summary line (the command's data,
+    with or without ``--json``), returns an exit code."""
     from treadle import importers
     from treadle.importers.ray_executor import RayExecutor
 
@@ -124,10 +142,12 @@ def run(args: argparse.Namespace) -> int:
     common: dict[str, Any] = {
         "rename": rename or None,
         "branch": args.branch,
-        "root": args.root,
+        "root": getattr(args, "root", None),
+        "storage_options": getattr(args, "storage_options", None) or None,
+        "source_options": dict(args.source_option) or None,
         "images": args.images,
         "allow_pickle": args.allow_pickle,
-        "progress": False if args.no_progress else None,
+        "progress": False if args.no_progress or getattr(args, "quiet", False) else None,
     }
     for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
         if getattr(args, opt, None) is not None:
@@ -166,11 +186,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m treadle.importers.cli import ...``) until cli.py wires it."""
-    parser = argparse.ArgumentParser(prog="treadle")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """``python -m treadle.importers.cli import ...``: the same as ``treadle import ...``."""
+    from treadle.cli import main as treadle_main
+
+    return treadle_main(argv)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from treadle.cliargs import int_at_least
 from treadle.errors import PlanError, TreadleError
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
@@ -220,9 +221,11 @@ def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
     return Recipe(data["seed"], data["batch_size"], comps)
 
 
-def load_recipe(path: str | Path, root: str | None = None) -> Recipe:
-    """A recipe from a ``.toml`` file (needs a client: ``root`` or the file's ``root``) or a
-    ``.py`` file that defines ``recipe``."""
+def load_recipe(
+    path: str | Path, root: str | None = None, storage_options: dict[str, Any] | None = None
+) -> Recipe:
+    """A recipe from a ``.toml`` file (needs a client: ``root`` or the file's ``root``, opened
+    with ``storage_options``) or a ``.py`` file that defines ``recipe``."""
     path = Path(path)
     if not path.is_file():
         raise PlanError(f"recipe file {str(path)!r} does not exist")
@@ -240,7 +243,7 @@ def load_recipe(path: str | Path, root: str | None = None) -> Recipe:
         raise PlanError(f"recipe {str(path)!r} is not valid TOML: {e}") from None
     from treadle.catalog import Client
 
-    client = Client(root if root is not None else data.get("root"))
+    client = Client(root if root is not None else data.get("root"), storage_options)
     return recipe_from_toml(data, client)
 
 
@@ -258,17 +261,22 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("recipe", help="a .toml recipe or a .py file that defines `recipe`")
     p.add_argument("--root", default=None, help="store root (overrides the TOML file's root)")
-    p.add_argument("--world-size", type=int, default=1, help="ranks to show (default 1)")
-    p.add_argument("--slots", type=int, default=3, help="slots to show per rank (default 3)")
+    p.add_argument(
+        "--world-size", type=int_at_least(1), default=1, help="ranks to show (>= 1; default 1)"
+    )
+    p.add_argument(
+        "--slots", type=int_at_least(1), default=3, help="slots to show per rank (>= 1; default 3)"
+    )
     p.add_argument("--json", action="store_true", help="print the run record as JSON instead")
     p.set_defaults(func=plan_command)
     return p
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    """``treadle plan``: print the card (or ``--json``); 2 with a clear message on bad input."""
+    """``treadle plan``: print the card (or ``--json``); 1 with a clear message on bad input."""
     try:
-        recipe = load_recipe(args.recipe, getattr(args, "root", None))
+        options = getattr(args, "storage_options", None) or None
+        recipe = load_recipe(args.recipe, getattr(args, "root", None), options)
         plan = recipe.plan()
         if getattr(args, "json", False):
             print(json.dumps(plan.record.to_dict(), sort_keys=True, indent=2))
@@ -285,4 +293,4 @@ def plan_command(args: argparse.Namespace) -> int:
         return 0
     except (TreadleError, ValueError) as e:
         print(f"treadle plan: {e}", file=sys.stderr)
-        return 2
+        return 1
