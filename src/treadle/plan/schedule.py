@@ -32,11 +32,16 @@ are computed with numpy in blocks; the simulation runs once over one period ``P`
 when the shares are exact, ``P <= ceil(10**6/B)`` when approximated, so at most ``10**6``
 except for several shares below ``1e-6``), about 1.3 us of CPU per step for 16 components
 (1.3 s for ``P = 10**6``, 40 ms for ``P = 15625``, on the 2-core development machine), and is
-memoised per (rates, period) so rebuilding a plan from its record costs nothing more. Each block is verified with numpy (the sets stay inside
-the windows above, ``|A(t)| = K(t)``, and ``A(P)`` is empty, so the schedule repeats) and a
-failure raises instead of planning wrong shares. The schedule is stored as one 64-bit word per
-step per 64 components (8 MB for ``P = 10**6``); ``counts`` and ``cumulative`` at any step are
-O(components) integer arithmetic: ``N_c(s) = q_c*s + floor(s*f_c) + delta_c(s mod P)``.
+memoised per (rates, period), so rebuilding a plan from its record costs nothing more. Each
+block is verified with numpy (the sets stay inside the windows above, ``|A(t)| = K(t)``, and
+``A(P)`` is empty, so the schedule repeats); a failure raises instead of planning wrong
+shares. The schedule is stored as one 64-bit word per step per 64 components (8 MB for
+``P = 10**6``); ``counts`` and ``cumulative`` at any step are O(components) integer
+arithmetic: ``N_c(s) = q_c*s + floor(s*f_c) + delta_c(s mod P)``.
+
+``w_c`` here is the share planned: the share asked for when it is exact (common denominator
+up to ``10**6``), else within ``1e-6`` of it, and then ``floor``/``ceil`` of ``w_c*B`` still
+equal those of the asked share (:mod:`treadle.plan.shares`).
 """
 
 from __future__ import annotations
