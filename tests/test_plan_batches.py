@@ -17,7 +17,7 @@ from treadle.plan.windows import Rows, Video, Windows
 MAX_SEED = 2**64 - 1
 # Shares over small denominators (short periods, so the textbook reference can simulate one).
 small_weight = st.sampled_from([0.001, 0.002, 0.3, 0.7, 1.0, 0.5, 2, 3])
-# Any weight: shares within 1e-6, periods up to ceil(10**6 / B) (kept short by B >= 32 here).
+# Any weight: shares within 1e-6, periods up to ceil(10**6 / B) (kept short by B >= 64 here).
 weight = st.one_of(
     small_weight,
     st.sampled_from([0.0004, 0.0012, 1 / 3]),
@@ -30,7 +30,7 @@ weight = st.one_of(
 def recipes(draw, max_len=40, big=True, small=False):
     m = draw(st.integers(min_value=2, max_value=6))
     batch_size = draw(st.integers(min_value=1, max_value=256))
-    weights = small_weight if small or batch_size < 32 else weight
+    weights = small_weight if small or batch_size < 64 else weight
     seed = draw(st.integers(min_value=0, max_value=MAX_SEED))
     comps = []
     for i in range(m):

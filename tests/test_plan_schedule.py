@@ -267,3 +267,17 @@ def test_setup_verification_catches_a_corrupt_schedule(monkeypatch, fresh_cache,
     monkeypatch.setattr(schedule_module, "_simulate", bad)
     with pytest.raises(PlanError, match=message):
         Schedule((1, 2, 4), 7, 3)
+
+
+@pytest.mark.parametrize("m", [64, 65, 130])
+def test_more_than_64_components_use_several_mask_words(m):
+    rng = np.random.default_rng(m)
+    numerators = rng.integers(1, 10, size=m).tolist()
+    d, batch_size = sum(numerators), 37
+    schedule = Schedule(numerators, d, batch_size)
+    assert schedule._masks.shape == (schedule.period, (m + 63) // 64)
+    steps = min(schedule.period, 200)
+    ref = ref_extra(numerators, d, batch_size, steps)
+    got = np.stack([schedule.counts(s) for s in range(steps)])
+    base = np.asarray([n * batch_size // d for n in numerators])
+    assert np.array_equal(got - base, np.asarray(ref))
