@@ -19,6 +19,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
@@ -35,7 +36,9 @@ class _Table:
         self._lengths = rng.integers(100, 1000, size=episodes).astype(np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
         self.num_moments = int(self._lengths.sum())
-        self.schema = SimpleNamespace(names=["episode", "frame", "action"])
+        self.schema = pa.schema(
+            [("episode", pa.int64()), ("frame", pa.int64()), ("action", pa.float32())]
+        )
         self.video_columns: list[str] = []
 
     def episodes(self) -> SimpleNamespace:
