@@ -1,8 +1,11 @@
-"""Micro-benchmark of the planner: per-batch cost at step 0 and 1e12, throughput, setup, resume.
+"""Micro-benchmark of the planner: per-batch cost at step 0 and 1e12, throughput, setup, resume,
+and the cost of building a plan's share schedule.
 
 Pure planning (no storage): tables are in-memory stand-ins with the attributes a pinned table
-has. Prints a table; asserts nothing. Goal: < 1 ms per batch at any step for B=64 with 2-6
-components.
+has. Prints tables; asserts nothing. Goals: < 1 ms per batch at any step for B=64 with 2-6
+components; building a 16-component plan in < 1 s. The build rows clear the schedule memo first:
+"random" has 16 weights p/q (random p, q <= 1000; shares within 1e-6, period <= 10**6/B), "1e6"
+has 16 six-digit decimals summing to 1 (exact shares over 10**6, period 10**6 at odd B).
 
     python bench/plan_bench.py [--repeat N]
 """
@@ -10,11 +13,13 @@ components.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from types import SimpleNamespace
 
 import numpy as np
+import pyarrow as pa
 
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
@@ -31,7 +36,9 @@ class _Table:
         self._lengths = rng.integers(100, 1000, size=episodes).astype(np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
         self.num_moments = int(self._lengths.sum())
-        self.schema = SimpleNamespace(names=["episode", "frame", "action"])
+        self.schema = pa.schema(
+            [("episode", pa.int64()), ("frame", pa.int64()), ("action", pa.float32())]
+        )
         self.video_columns: list[str] = []
 
     def episodes(self) -> SimpleNamespace:
@@ -53,6 +60,39 @@ def _recipe(components: int, batch_size: int, episodes: int, seed: int = 2048):
     windows = Windows({"action": Rows(range(90))})
     comps = [Component(t, windows, weight=w) for t, w in zip(tables, weights)]
     return Recipe(seed, batch_size, comps), tables
+
+
+def rational_weights(components: int, kind: str, seed: int = 0, digits: int = 6) -> list[float]:
+    """Weights for a build benchmark: "random" p/q floats, or "1e6" decimals over 10**digits
+    that sum to 1 (their shares have denominator 10**digits)."""
+    rng = np.random.default_rng(seed)
+    if kind == "random":
+        p = rng.integers(1, 1001, size=components)
+        q = rng.integers(1, 1001, size=components)
+        return [float(a) / float(b) for a, b in zip(p, q)]
+    scale = 10**digits
+    cuts = np.sort(rng.choice(np.arange(1, scale), size=components - 1, replace=False))
+    nums = np.diff(np.concatenate([[0], cuts, [scale]])).tolist()
+    big = nums.index(max(nums))
+    while math.gcd(nums[0], 10) != 1:  # one numerator prime to 10: the full period at odd B
+        nums[0] += 1
+        nums[big] -= 1
+    return [n / scale for n in nums]
+
+
+def build_ms(components: int, batch_size: int, kind: str, digits: int = 6) -> tuple[float, Plan]:
+    """Wall ms to plan a recipe of ``components`` tables with ``rational_weights`` (schedule
+    memo cleared), and the plan."""
+    from treadle.plan.schedule import pd2_masks
+
+    rng = np.random.default_rng(1)
+    tables = [_Table(f"t{i}", 20, rng) for i in range(components)]
+    weights = rational_weights(components, kind, digits=digits)
+    recipe = Recipe(7, batch_size, [Component(t, None, w) for t, w in zip(tables, weights)])
+    pd2_masks.cache_clear()
+    t = time.perf_counter()
+    plan = recipe.plan()
+    return (time.perf_counter() - t) * 1e3, plan
 
 
 def _median_us(fn, repeat: int) -> float:
@@ -109,6 +149,20 @@ def main() -> None:
         "(per-batch times are for one rank's share: B/W samples; resume = parse record, "
         "rebuild plan, plan one batch at step 1e12+17)"
     )
+    print("\nbuilding a plan (schedule memo cleared): 16 components")
+    head = (
+        f"{'weights':>8} {'B':>4} {'denominator':>12} {'period':>9} {'build ms':>9} {'1e12 us':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    for kind, batch_size in [("random", 64), ("random", 1), ("1e6", 63), ("1e6", 1)]:
+        ms, plan = build_ms(16, batch_size, kind)
+        far = _median_us(lambda p=plan: p.batch(10**12), args.repeat)
+        sched = plan.schedule
+        print(
+            f"{kind:>8} {batch_size:>4} {sched.denominator:>12,} {sched.period:>9,} "
+            f"{ms:>9.0f} {far:>8.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def test_bench_tiny_end_to_end(tmp_path):
     # treadle and the limit ran in every case; the peers ran or say why not
     for case in ("mix", "video", "s3"):
         assert ok(case, "treadle") and ok(case, "limit"), case
-    assert len(ok("plan", "treadle")) == 9
+    assert len(ok("plan", "treadle")) == 11
     for peer in ("mds", "wds", "hf", "lance"):
         rs = [r for r in by_case["mix"] if r["name"] == peer]
         assert rs and all(r["status"] in ("ok", "not installed") for r in rs), rs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -71,7 +72,11 @@ def test_toml_recipe_prints_the_card(root, tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"failed_grasps  @ main ({head[:8]})" in out
     assert "24 moments, 2 episodes" in out and "40 moments, 1 episodes" in out
-    assert "300/1000" in out and "19 or 20 per batch" in out and "44 or 45 per batch" in out
+    assert (
+        "weight 0.3 → share 3/10 = 0.3, exact" in out
+        and "19 or 20 per batch" in out
+        and "44 or 45 per batch" in out
+    )
     assert "wrist_camera Video[0..9] 32x32" in out and "action Rows[0, 2, 4]" in out
     assert "seed = 2048" in out
     assert "rank 0 [0000, 0004, 0008, …]" in out and "rank 3 [0003, 0007, 0011, …]" in out
@@ -150,8 +155,37 @@ def test_card_from_a_record_alone():
     plan = Recipe(1, 6, [Component(FakeRef(t), weight=1), Component(FakeRef(t), weight=3)]).plan()
     card = render_card(plan.record, world_size=3, slots=5)
     assert card.startswith(f"Run record {plan.run_id}")
-    assert "250/1000" in card and "1 or 2 per batch" in card and "4 or 5 per batch" in card
+    assert (
+        "share 1/4 = 0.25, exact" in card
+        and "1 or 2 per batch" in card
+        and "4 or 5 per batch" in card
+    )
     assert "rank 2 [0002, 0005]" in card and "step 0" not in card
     card = render_card(plan.record, world_size=4)
     assert "not divisible by 4 ranks" in card
     assert json.loads(plan.record.to_json())["run_id"] in card
+
+
+def test_card_shows_asked_and_planned_shares():
+    t = FakeTable("t", [5, 5])
+    plan = Recipe(
+        1, 8, [Component(FakeRef(t), weight=w) for w in (1 / 3, 0.0004, 1.0)]
+    ).plan()  # 1/3 prints as 0.3333333333333333: a denominator of 10**16, planned within 1e-6
+    card = render_card(plan.record)
+    lines = [line for line in card.splitlines() if line.startswith("   [")]
+    asked = plan.record.asked_weights
+    planned = plan.record.weights
+    for line, a, w in zip(lines, asked, planned):
+        assert f"share asked {float(a):.9g}, planned {w.numerator}/{w.denominator}" in line
+        assert f"(off by {float(abs(w - a)):.2g})" in line
+        assert abs(w - a) <= Fraction(1, 10**6)
+
+
+def test_card_of_a_legacy_record_shows_its_rounded_share():
+    from test_plan_record import LEGACY
+
+    card = render_card(RunRecord.from_json(LEGACY))
+    assert "treadle.plan/1" in card
+    assert "weight 0.0004 → share asked 0.0004, planned 1/1000 = 0.001 (off by 0.0006)" in card
+    assert "weight 0.3 → share asked 0.3, planned 300/1000 = 0.3 (off by 0)" not in card
+    assert "weight 0.3 → share 3/10 = 0.3, exact" in card

@@ -35,6 +35,7 @@ import json
 import runpy
 import sys
 import tomllib
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,16 @@ def _weight_text(w: float) -> str:
     return f"{w:.6g}"
 
 
+def share_text(asked: Fraction, planned: Fraction) -> str:
+    """``share 3/10 = 0.3, exact`` or ``share asked 0.0333333333, planned 33333/999999 = ...``."""
+    if asked == planned:
+        return f"share {planned.numerator}/{planned.denominator} = {float(planned):.9g}, exact"
+    return (
+        f"share asked {float(asked):.9g}, planned {planned.numerator}/{planned.denominator} "
+        f"= {float(planned):.9g} (off by {float(abs(planned - asked)):.2g})"
+    )
+
+
 def render_card(
     record: RunRecord, *, world_size: int = 1, plan: Plan | None = None, slots: int = 3
 ) -> str:
@@ -117,6 +128,7 @@ def render_card(
             f"{t.num_episodes:,} episodes"
         )
     lines += ["", f"02 Plan weighted draws. Each batch of {b} holds, per component:"]
+    asked = record.asked_weights
     for i, c in enumerate(record.components):
         t = record.tables[c.table]
         n = c.weight_quantised
@@ -124,7 +136,8 @@ def render_card(
         per_batch = f"{lo}" if lo == hi else f"{lo} or {hi}"
         lines.append(
             f"   [{i}] {t.name:<{width}}  weight {_weight_text(c.weight)} → "
-            f"{n}/{d} = {n / d:.3f}  ·  {per_batch} per batch  ·  {c.eligible:,} eligible"
+            f"{share_text(asked[i], Fraction(n, d))}  ·  {per_batch} per batch  ·  "
+            f"{c.eligible:,} eligible"
         )
         lines.append(f"       windows: {windows_text(c.windows)}")
     lines.append(f"   seed = {record.seed}")

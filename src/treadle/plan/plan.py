@@ -213,8 +213,14 @@ class Plan:
 
     @property
     def weights(self) -> tuple[Fraction, ...]:
-        """Normalised weights in use (exact fractions)."""
+        """Shares planned (exact fractions): the asked ones when their common denominator is
+        at most 10**6, else within 1e-6 of them."""
         return self._record.weights
+
+    @property
+    def asked_weights(self) -> tuple[Fraction, ...]:
+        """Shares asked for (exact fractions of the decimal weights)."""
+        return self._record.asked_weights
 
     @property
     def schedule(self) -> Schedule:

@@ -1,7 +1,8 @@
 """What a user declares: components (table, windows, weight), a seed and a batch size.
 
 ``Recipe(...).plan()`` pins every table (branch head -> commit and Lance version), checks the
-windows against each table, counts eligible moments, quantises the weights and returns a pure
+windows against each table, counts eligible moments, realises the weights (exact shares, see
+:mod:`treadle.plan.shares`) and returns a pure
 :class:`~treadle.plan.plan.Plan`. Every bad input is a :class:`~treadle.errors.PlanError`
 (a ``ValueError``) naming the thing.
 """
@@ -18,7 +19,7 @@ import numpy as np
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan, eligible_counts
 from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
-from treadle.plan.schedule import WEIGHT_DENOMINATOR, quantise_weights
+from treadle.plan.shares import MAX_COMPONENTS, realise_weights
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
 _MAX_SEED = 2**64 - 1
@@ -128,10 +129,8 @@ class Recipe:
         for i, c in enumerate(components):
             if not isinstance(c, Component):
                 raise PlanError(f"components[{i}] must be a td.Component, got {c!r}")
-        if len(components) > WEIGHT_DENOMINATOR:
-            raise PlanError(
-                f"{len(components)} components; at most {WEIGHT_DENOMINATOR} are supported"
-            )
+        if len(components) > MAX_COMPONENTS:
+            raise PlanError(f"{len(components)} components; at most {MAX_COMPONENTS} are supported")
         self.seed = int(seed)
         self.batch_size = int(batch_size)
         self.components = tuple(components)
@@ -178,7 +177,8 @@ class Recipe:
                 )
             table_of.append(index[key])
 
-        numerators = quantise_weights([c.weight for c in self.components], WEIGHT_DENOMINATOR)
+        weights = [c.weight for c in self.components]
+        numerators, denominator = realise_weights(weights, self.batch_size)
         comps = []
         for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
             table = tables[t]
@@ -207,7 +207,7 @@ class Recipe:
             project=projects[0],
             seed=self.seed,
             batch_size=self.batch_size,
-            weight_denominator=WEIGHT_DENOMINATOR,
+            weight_denominator=denominator,
             tables=tuple(entries),
             components=tuple(comps),
         )

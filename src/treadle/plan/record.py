@@ -3,23 +3,32 @@
 Layout (``to_json()``; keys sorted)::
 
     {
-      "algorithm": "treadle.plan/1",
+      "algorithm": "treadle.plan/2",
       "project": "robotics",
-      "seed": 2048, "batch_size": 64, "weight_denominator": 1000,
+      "seed": 2048, "batch_size": 64, "weight_denominator": 10,
       "tables": [
         {"name": "failed_grasps", "branch": "main", "commit": "01a1a71d...", "version": 7,
          "num_moments": 9412, "num_episodes": 40}, ...
       ],
       "components": [
-        {"table": 0, "windows": {...} | null, "weight": 0.3, "weight_quantised": 300,
+        {"table": 0, "windows": {...} | null, "weight": 0.3, "weight_quantised": 3,
          "eligible": 8100}, ...
       ],
       "run_id": "3f0c..."
     }
 
 ``components[i].table`` indexes ``tables``. ``windows`` is ``Windows.to_json()``, or null for
-"every column at the moment itself". ``weight`` is what the user asked for; the normalised
-weight actually used is ``weight_quantised / weight_denominator``. ``branch`` is null for a
+"every column at the moment itself". ``weight`` is what the user asked for (its share is its
+decimal value over the sum, :func:`~treadle.plan.shares.asked_shares`); the share planned is
+``weight_quantised / weight_denominator``, which :func:`~treadle.plan.shares.realise_weights`
+derives from the weights and batch size: the asked share exactly when the shares have a common
+denominator up to 10**6, else within 1e-6 of it. Parsing re-derives it and refuses a record
+whose numerators do not match its weights.
+
+Records of ``treadle.plan/1`` (weights rounded to k/1000, ``weight_denominator`` 1000) are
+still read and planned as they were: their numerators are used as recorded, and the schedule
+and permutations did not change, so such a run resumes with the same batches and ``run_id``.
+``branch`` is null for a
 table that was pinned explicitly (``TableRef.at(...)``); ``commit`` is null for a table pinned
 by Lance version alone.
 
@@ -40,9 +49,14 @@ from fractions import Fraction
 from typing import Any
 
 from treadle.errors import PlanError
+from treadle.plan.shares import asked_shares, realise_weights
 from treadle.plan.windows import Windows
 
-ALGORITHM = "treadle.plan/1"
+ALGORITHM = "treadle.plan/2"
+LEGACY_ALGORITHM = "treadle.plan/1"
+"""Weights rounded to k/1000; read and planned as recorded."""
+_LEGACY_DENOMINATOR = 1000
+_ALGORITHMS = (ALGORITHM, LEGACY_ALGORITHM)
 _MAX_SEED = 2**64 - 1
 _TOP_KEYS = {
     "algorithm",
@@ -155,8 +169,13 @@ class RunRecord:
 
     @property
     def weights(self) -> tuple[Fraction, ...]:
-        """Normalised weights actually used, exact: ``weight_quantised / weight_denominator``."""
+        """Shares planned, exact: ``weight_quantised / weight_denominator``."""
         return tuple(Fraction(c.weight_quantised, self.weight_denominator) for c in self.components)
+
+    @property
+    def asked_weights(self) -> tuple[Fraction, ...]:
+        """Shares asked for, exact: each decimal ``weight`` over their sum."""
+        return asked_shares([c.weight for c in self.components])
 
     def table_of(self, component: int) -> TableEntry:
         """The pinned table a component reads."""
@@ -198,9 +217,10 @@ class RunRecord:
             raise PlanError(f"run record must be a JSON object, got {type(value).__name__}")
         _keys(value, _TOP_KEYS - {"run_id"}, _TOP_KEYS, "run record")
         algorithm = _str(value, "algorithm", "run record")
-        if algorithm != ALGORITHM:
+        if algorithm not in _ALGORITHMS:
             raise PlanError(
-                f"run record field 'algorithm' is {algorithm!r}; this treadle plans {ALGORITHM!r}"
+                f"run record field 'algorithm' is {algorithm!r}; this treadle plans "
+                f"{ALGORITHM!r} (and reads {LEGACY_ALGORITHM!r})"
             )
         tables_raw = value["tables"]
         if not isinstance(tables_raw, list) or not tables_raw:
@@ -296,8 +316,11 @@ def _int(d: dict[str, Any], key: str, where: str) -> int:
 
 def _validate(r: RunRecord) -> None:
     """Checks shared by construction and parsing; each error names the field."""
-    if r.algorithm != ALGORITHM:
-        raise PlanError(f"run record field 'algorithm' must be {ALGORITHM!r}, got {r.algorithm!r}")
+    if r.algorithm not in _ALGORITHMS:
+        raise PlanError(
+            f"run record field 'algorithm' must be {ALGORITHM!r} or {LEGACY_ALGORITHM!r}, "
+            f"got {r.algorithm!r}"
+        )
     if not isinstance(r.project, str) or not r.project:
         raise PlanError(f"run record field 'project' must be a non-empty string, got {r.project!r}")
     for key in ("seed", "batch_size", "weight_denominator"):
@@ -340,4 +363,19 @@ def _validate(r: RunRecord) -> None:
         raise PlanError(
             f"run record quantised weights sum to {total}, not weight_denominator "
             f"{r.weight_denominator}"
+        )
+    if r.algorithm == LEGACY_ALGORITHM:
+        if r.weight_denominator != _LEGACY_DENOMINATOR:
+            raise PlanError(
+                f"run record field 'weight_denominator' of a {LEGACY_ALGORITHM!r} record must "
+                f"be {_LEGACY_DENOMINATOR}, got {r.weight_denominator}"
+            )
+        return
+    nums, den = realise_weights([c.weight for c in r.components], r.batch_size)
+    got = tuple(c.weight_quantised for c in r.components)
+    if (got, r.weight_denominator) != (nums, den):
+        raise PlanError(
+            f"run record fields 'weight_quantised' {list(got)} / 'weight_denominator' "
+            f"{r.weight_denominator} do not match its weights at batch size {r.batch_size}, "
+            f"which plan {list(nums)} / {den}"
         )

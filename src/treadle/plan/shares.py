@@ -1,0 +1,123 @@
+"""Shares of a batch: the normalised weights a user asked for, and the exact rationals planned.
+
+A weight is read as the decimal it prints as (``0.0012`` is ``12/10000``, ``3.0`` is ``3``), so
+decimal weights and integer counts (table sizes) are exact rationals; the *asked* share of a
+component is its weight over the sum of all weights.
+
+* **Exact.** When the asked shares have a common denominator ``D <= 10**6`` they are planned as
+  they are: numerators ``n_c = w_c * D`` over ``D`` (the least common denominator).
+* **Approximate.** Otherwise each share is moved by at most ``1e-6``. With batch size ``B``,
+  ``w_c * B = q_c + f_c`` (``q_c`` whole seats, ``0 <= f_c < 1``); the fractional rate ``f_c``
+  becomes ``a_c / L`` with ``L = k * ceil(10**6 / B)`` for the least ``k <= 8`` that fits
+  (``k > 1`` only when several shares are below ``1e-6``, each still planned > 0), so the
+  realised share ``(q_c*L + a_c) / (B*L)`` differs from ``w_c`` by ``|a_c/L - f_c| / B <= 1e-6``.
+  The ``a_c`` sum to ``L * sum(f_c)``, lie in ``[1, L-1]`` when ``f_c > 0`` and are 0 when
+  ``f_c = 0``, so every batch still holds ``floor(w_c*B)`` or ``ceil(w_c*B)`` samples of the
+  asked share, and the schedule's period divides ``L``.
+
+Both are pure functions of (weights, batch size): a run record re-derives and checks them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from fractions import Fraction
+from math import ceil, floor, gcd, lcm
+
+from treadle.errors import PlanError
+
+MAX_DENOMINATOR = 10**6
+"""Asked shares with a common denominator up to this are planned exactly."""
+SHARE_TOLERANCE = Fraction(1, 10**6)
+"""Otherwise each realised share is within this of the asked one."""
+MAX_COMPONENTS = 1000
+
+
+def decimal_weight(weight: float) -> Fraction:
+    """The weight as the exact decimal it prints as (``repr``), e.g. ``0.0012 -> 3/2500``."""
+    value = Fraction(repr(float(weight)))
+    if value <= 0:
+        raise PlanError(f"weights must be positive, got {weight!r}")
+    return value
+
+
+def asked_shares(weights: Sequence[float]) -> tuple[Fraction, ...]:
+    """Normalised shares exactly as asked: each decimal weight over their sum."""
+    if len(weights) == 0:
+        raise PlanError("no weights to plan")
+    exact = [decimal_weight(w) for w in weights]
+    total = sum(exact)
+    return tuple(w / total for w in exact)
+
+
+def realise_weights(weights: Sequence[float], batch_size: int) -> tuple[tuple[int, ...], int]:
+    """``(numerators, denominator)`` of the shares planned for ``weights`` at ``batch_size``.
+
+    Exact when the asked shares have a common denominator <= ``MAX_DENOMINATOR``; else within
+    ``SHARE_TOLERANCE`` of each (see the module docstring). Numerators are >= 1 and sum to the
+    denominator.
+    """
+    if len(weights) > MAX_COMPONENTS:
+        raise PlanError(f"{len(weights)} components; at most {MAX_COMPONENTS} are supported")
+    if batch_size < 1:
+        raise PlanError(f"batch_size must be >= 1, got {batch_size}")
+    shares = asked_shares(weights)
+    d = lcm(*(s.denominator for s in shares))
+    if d <= MAX_DENOMINATOR:
+        return tuple(int(s * d) for s in shares), d
+    return _approximate(shares, batch_size)
+
+
+def _approximate(shares: Sequence[Fraction], batch_size: int) -> tuple[tuple[int, ...], int]:
+    whole = [floor(s * batch_size) for s in shares]
+    frac = [s * batch_size - q for s, q in zip(shares, whole)]
+    seats = batch_size - sum(whole)  # sum(frac), a whole number
+    slack = SHARE_TOLERANCE * batch_size  # allowed error of each fractional rate
+    unit = max(2, ceil(1 / slack))
+    for length in range(unit, 9 * unit, unit):
+        rates = _round_rates(frac, seats, length, slack)
+        if rates is not None:
+            nums = [q * length + a for q, a in zip(whole, rates)]
+            den = batch_size * length
+            g = gcd(den, *nums)
+            return tuple(n // g for n in nums), den // g
+    raise PlanError(
+        f"shares {[float(s) for s in shares]} cannot all be planned within "
+        f"{float(SHARE_TOLERANCE)} at batch size {batch_size} with every component > 0 "
+        f"(too many shares below {float(SHARE_TOLERANCE)}); use integer or decimal weights"
+    )
+
+
+def _round_rates(
+    frac: Sequence[Fraction], seats: int, length: int, slack: Fraction
+) -> list[int] | None:
+    """Integers ``a_c`` near ``length*f_c`` (within ``length*slack``) summing to
+    ``length*seats``, in ``[1, length-1]`` where ``f_c > 0`` and 0 where ``f_c = 0``; None if
+    there are none."""
+    lo, hi, target = [], [], []
+    for f in frac:
+        t = f * length
+        target.append(t)
+        if f == 0:
+            lo.append(0)
+            hi.append(0)
+        else:
+            lo.append(max(1, ceil(t - length * slack)))
+            hi.append(min(length - 1, floor(t + length * slack)))
+    if any(a > b for a, b in zip(lo, hi)) or not sum(lo) <= length * seats <= sum(hi):
+        return None
+    rates = [min(max(floor(t + Fraction(1, 2)), a), b) for t, a, b in zip(target, lo, hi)]
+    diff = length * seats - sum(rates)
+    step = 1 if diff > 0 else -1
+    # Move the components furthest behind (or ahead) of their target, one unit at a time.
+    heap = [(-(t - r) * step, c) for c, (t, r) in enumerate(zip(target, rates))]
+    heapq.heapify(heap)
+    while diff:
+        _, c = heapq.heappop(heap)
+        if not lo[c] <= rates[c] + step <= hi[c]:
+            continue
+        rates[c] += step
+        diff -= step
+        heapq.heappush(heap, (-(target[c] - rates[c]) * step, c))
+    return rates
