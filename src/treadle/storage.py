@@ -127,13 +127,20 @@ def default_root() -> str:
     return os.environ.get("TREADLE_ROOT") or str(Path.home() / ".treadle")
 
 
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
 def redact(options: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of ``options`` safe to print: anything that looks like a secret is masked."""
+    """A copy of ``options`` safe to print: anything that looks like a secret is masked.
+
+    That is every value of a key that names a secret, and the ``user:password@`` part of
+    any URL value (``proxy_url="http://user:pw@proxy:3128"``).
+    """
     out: dict[str, Any] = {}
     for k, v in (options or {}).items():
         lk = k.lower()
         secret = any(h in lk for h in _SECRET_HINTS) and "region" not in lk
-        out[k] = "***" if secret else v
+        out[k] = "***" if secret else _URL_USERINFO.sub("***@", v) if isinstance(v, str) else v
     return out
 
 
