@@ -386,10 +386,10 @@ class Store:
 
         try:
             out = _with_retries(list_all)
-        except (NotFoundError, FileNotFoundError):
-            return []
         except Exception as e:
-            raise self._error("list", prefix, e) from None
+            if not _missing_object(e):
+                raise self._error("list", prefix, e) from None
+            return []
         return sorted(out)
 
     def list_dirs(self, prefix: str) -> list[str]:
@@ -397,19 +397,18 @@ class Store:
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         try:
             res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
-        except (NotFoundError, FileNotFoundError):
-            return []
         except Exception as e:
-            raise self._error("list", prefix, e) from None
+            if not _missing_object(e):
+                raise self._error("list", prefix, e) from None
+            return []
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
 
     def delete(self, key: str) -> None:
         try:
             _with_retries(lambda: obstore.delete(self._inner, key))
-        except (NotFoundError, FileNotFoundError):
-            pass
         except Exception as e:
-            raise self._error("delete", key, e) from None
+            if not _missing_object(e):
+                raise self._error("delete", key, e) from None
 
     def get_ranges(self, requests: Sequence[RangeRequest]) -> list[bytes]:
         """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced."""
@@ -444,7 +443,13 @@ class Store:
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
         where = f"{self.url}/{key}"
-        if isinstance(e, (NotFoundError, FileNotFoundError)):
+        bucket = _missing_bucket(e)
+        if bucket is not None:
+            return StorageError(
+                f"{op} {where} failed: bucket {bucket or urlparse(self.url).netloc!r} does not "
+                "exist (check the root URL and the endpoint)"
+            )
+        if _missing_object(e):
             return NotFound(f"no object {where}")
         text = str(e)
         denied = "403 Forbidden" in text or "401 Unauthorized" in text or "AccessDenied" in text
@@ -467,6 +472,12 @@ def lance_error(e: BaseException, where: str) -> TreadleError:
     """
     text = _first_line(e) if isinstance(e, Exception) else str(e)
     low = text.lower()
+    bucket = _missing_bucket(e)
+    if bucket is not None:
+        return StorageError(
+            f"{where}: bucket {bucket or '(of the root)'!r} does not exist (check the root URL "
+            f"and the endpoint): {text}"
+        )
     if "necessary privileges" in low or "403 forbidden" in low or "accessdenied" in low:
         return CredentialsError(
             f"{where}: access denied (check credentials in storage_options or the "
@@ -477,9 +488,38 @@ def lance_error(e: BaseException, where: str) -> TreadleError:
     return StorageError(f"{where}: {type(e).__name__}: {text}")
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
+_XML_ERROR = re.compile(r"<\?xml[^>]*\?>\s*<Error>(.*?)</Error>", re.S)
+_NO_SUCH_BUCKET = re.compile(r"<Code>NoSuchBucket</Code>|The specified bucket does not exist")
+
+
+def _xml_summary(m: re.Match[str]) -> str:
+    """An S3 XML error body as ``Code: Message`` (the raw XML is unreadable in a message)."""
+    code = re.search(r"<Code>(.*?)</Code>", m.group(1), re.S)
+    msg = re.search(r"<Message>(.*?)</Message>", m.group(1), re.S)
+    return ": ".join(x.group(1).strip() for x in (code, msg) if x) or "(S3 error)"
+
+
+def _first_line(e: BaseException) -> str:
+    text = _XML_ERROR.sub(_xml_summary, str(e)).strip().splitlines()
     return text[0][:300] if text else ""
+
+
+def _missing_bucket(e: BaseException) -> str | None:
+    """The bucket's name ("" if not given) when ``e`` says the bucket does not exist, else None.
+
+    A GET/LIST/DELETE on a missing bucket comes back as 404 like a missing object, and
+    obstore raises ``NotFoundError`` for it: it must not read as "no such object" (an
+    empty listing, an absent ref) when the root itself is wrong.
+    """
+    text = str(e)
+    if not _NO_SUCH_BUCKET.search(text):
+        return None
+    name = re.search(r"<BucketName>([^<]*)</BucketName>", text)
+    return name.group(1) if name else ""
+
+
+def _missing_object(e: BaseException) -> bool:
+    return isinstance(e, (NotFoundError, FileNotFoundError)) and _missing_bucket(e) is None
 
 
 def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 from treadle.catalog.commit import Commit
 from treadle.errors import CommitConflict, SchemaMismatch, TreadleError
 from treadle.names import check_name
+from treadle.storage import lance_error
 from treadle.table.table import EPISODE, FRAME
 from treadle.table.tensors import KIND_KEY, column_from_values, conform
 
@@ -190,7 +191,8 @@ class Transaction:
             )
         except OSError as e:
             if "different schema" not in str(e):
-                raise
+                where = f"writing table {name!r} of project {self.project.name!r}"
+                raise lance_error(e, f"{where} (nothing was committed)") from None
             raise CommitConflict(
                 f"table {name!r} of project {self.project.name!r} was created by another "
                 f"writer with a different schema ({str(e).splitlines()[0][:200]}); "
@@ -234,12 +236,16 @@ class Transaction:
                                 "transaction was writing; nothing was committed"
                             )
                         base_frags = [f.metadata for f in ds.get_fragments()]
-                    versions[name] = _lance_overwrite(
-                        project.table_uri(name),
-                        st.schema,
-                        base_frags + st.fragments,
-                        project.client.store.lance_options,
-                    )
+                    try:
+                        versions[name] = _lance_overwrite(
+                            project.table_uri(name),
+                            st.schema,
+                            base_frags + st.fragments,
+                            project.client.store.lance_options,
+                        )
+                    except OSError as e:
+                        where = f"committing table {name!r} of project {project.name!r}"
+                        raise lance_error(e, f"{where} (nothing was committed)") from None
                     bases[name] = now
             tables = dict(head_commit.tables)
             tables.update(versions)
