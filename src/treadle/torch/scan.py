@@ -8,7 +8,8 @@ read exactly once per epoch. Call ``set_epoch(e)`` for a fresh shuffle per epoch
 
 Workers must be started with ``spawn`` or ``forkserver``
 (``DataLoader(..., multiprocessing_context="spawn")``): Lance is not fork-safe, and a
-forked worker fails at once with an error saying so instead of hanging.
+forked worker (Linux's default context forks) fails at once with a ``RuntimeError``
+saying so instead of hanging.
 
 ``state_dict``/``load_state_dict`` follow torchdata's ``StatefulDataLoader`` protocol:
 each worker's dataset copy reports how many of its batches it has yielded.
