@@ -18,7 +18,7 @@ import torch
 
 import treadle as td
 from loader_helpers import WINDOWS
-from treadle.storage import Store
+from treadle.storage import Store, redact
 from treadle.testing import SeaweedS3
 
 SECRET = f"sEcReT-{uuid.uuid4().hex}-do-not-print"
@@ -131,3 +131,13 @@ def test_secret_never_leaks(secret_server, caplog, capfd, monkeypatch):
         data = store.get(key)
         assert SECRET.encode() not in data, key
         assert secret_server.access_key.encode() not in data, key
+
+
+def test_proxy_password_stays_out_of_reprs(secret_server):
+    """A ``proxy_url`` with a password (``http://user:pw@proxy``) is masked in every repr."""
+    opts = dict(secret_server.storage_options(), proxy_url=f"http://user:{SECRET}@127.0.0.1:3128")
+    client = td.Client(secret_server.url("proxied"), storage_options=opts)
+    texts = [repr(client), str(client), repr(client.store), repr(redact(opts))]
+    assert [t for t in texts if SECRET in t] == []
+    assert "proxy_url" in repr(client) and "127.0.0.1:3128" in repr(client)  # the rest is shown
+    assert client.storage_options["proxy_url"] == opts["proxy_url"]  # still usable

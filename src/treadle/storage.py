@@ -12,12 +12,14 @@ Credentials are held only in the store objects; they are never part of a
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import random
 import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -128,13 +130,20 @@ def default_root() -> str:
     return os.environ.get("TREADLE_ROOT") or str(Path.home() / ".treadle")
 
 
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
 def redact(options: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of ``options`` safe to print: anything that looks like a secret is masked."""
+    """A copy of ``options`` safe to print: anything that looks like a secret is masked.
+
+    That is every value of a key that names a secret, and the ``user:password@`` part of
+    any URL value (``proxy_url="http://user:pw@proxy:3128"``).
+    """
     out: dict[str, Any] = {}
     for k, v in (options or {}).items():
         lk = k.lower()
         secret = any(h in lk for h in _SECRET_HINTS) and "region" not in lk
-        out[k] = "***" if secret else v
+        out[k] = "***" if secret else _URL_USERINFO.sub("***@", v) if isinstance(v, str) else v
     return out
 
 
@@ -154,11 +163,20 @@ def _as_bool(v: Any) -> bool:
 
 
 class _Loop:
-    """One long-lived event loop thread shared by every store (obstore's async API)."""
+    """One long-lived event loop thread shared by every store (obstore's async API).
+
+    Nothing is left running on it when a call returns or the interpreter exits: a
+    request still in flight in obstore's Rust runtime while Python finalises calls back
+    into a dying interpreter (SIGABRT/SIGSEGV at exit). :meth:`gather` cancels and awaits
+    the siblings of a failed request; an ``atexit`` hook cancels and awaits whatever is
+    still running (another thread's read), then stops the loop.
+    """
 
     _lock = threading.Lock()
     _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
     _pid: int | None = None
+    _SHUTDOWN_WAIT_S = 10.0
 
     @classmethod
     def get(cls) -> asyncio.AbstractEventLoop:
@@ -167,12 +185,50 @@ class _Loop:
                 loop = asyncio.new_event_loop()
                 t = threading.Thread(target=loop.run_forever, name="treadle-io", daemon=True)
                 t.start()
-                cls._loop, cls._pid = loop, os.getpid()
+                if cls._pid is None:
+                    atexit.register(cls.shutdown)
+                cls._loop, cls._thread, cls._pid = loop, t, os.getpid()
             return cls._loop
 
     @classmethod
     def run(cls, coro):  # type: ignore[no-untyped-def]
         return asyncio.run_coroutine_threadsafe(coro, cls.get()).result()
+
+    @staticmethod
+    async def gather(coros: Sequence[Any]) -> list[Any]:
+        """``asyncio.gather``, but the first failure cancels the others and waits for them."""
+        tasks = [asyncio.ensure_future(c) for c in coros]
+        try:
+            return await asyncio.gather(*tasks)
+        except BaseException:
+            await _cancel_and_wait(tasks)
+            raise
+
+    @classmethod
+    def shutdown(cls) -> None:
+        """Cancel and await every task on the loop, then stop it (run at interpreter exit)."""
+        with cls._lock:
+            loop, thread, pid = cls._loop, cls._thread, cls._pid
+            cls._loop = cls._thread = None
+        if loop is None or thread is None or pid != os.getpid() or not loop.is_running():
+            return
+
+        async def drain() -> None:
+            me = asyncio.current_task()
+            await _cancel_and_wait([t for t in asyncio.all_tasks() if t is not me])
+
+        with suppress(Exception):
+            asyncio.run_coroutine_threadsafe(drain(), loop).result(cls._SHUTDOWN_WAIT_S)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(cls._SHUTDOWN_WAIT_S)
+        if not thread.is_alive():
+            loop.close()
+
+
+async def _cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 @dataclass(frozen=True)
@@ -366,10 +422,10 @@ class Store:
 
         try:
             out = _with_retries(list_all)
-        except (NotFoundError, FileNotFoundError):
-            return []
         except Exception as e:
-            raise self._error("list", prefix, e) from None
+            if not _missing_object(e):
+                raise self._error("list", prefix, e) from None
+            return []
         return sorted(out)
 
     def list_info(self, prefix: str) -> dict[str, ObjectInfo]:
@@ -419,10 +475,10 @@ class Store:
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         try:
             res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
-        except (NotFoundError, FileNotFoundError):
-            return []
         except Exception as e:
-            raise self._error("list", prefix, e) from None
+            if not _missing_object(e):
+                raise self._error("list", prefix, e) from None
+            return []
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in res["common_prefixes"])
 
     def entries(self, prefix: str = "") -> list[str]:
@@ -440,10 +496,9 @@ class Store:
     def delete(self, key: str) -> None:
         try:
             _with_retries(lambda: obstore.delete(self._inner, key))
-        except (NotFoundError, FileNotFoundError):
-            pass
         except Exception as e:
-            raise self._error("delete", key, e) from None
+            if not _missing_object(e):
+                raise self._error("delete", key, e) from None
 
     def get_ranges(self, requests: Sequence[RangeRequest]) -> list[bytes]:
         """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced."""
@@ -470,18 +525,21 @@ class Store:
                 await asyncio.sleep(_backoff(attempt))
             return idx, bufs
 
-        async def all_() -> list[tuple[list[int], list[Any]]]:
-            return await asyncio.gather(*(one(k, v) for k, v in by_key.items()))
-
         out: list[bytes] = [b""] * len(requests)
-        for idx, bufs in _Loop.run(all_()):
+        for idx, bufs in _Loop.run(_Loop.gather([one(k, v) for k, v in by_key.items()])):
             for i, b in zip(idx, bufs):
                 out[i] = b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
         return out
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
         where = f"{self.url}/{key}"
-        if isinstance(e, (NotFoundError, FileNotFoundError)):
+        bucket = _missing_bucket(e)
+        if bucket is not None:
+            return StorageError(
+                f"{op} {where} failed: bucket {bucket or urlparse(self.url).netloc!r} does not "
+                "exist (check the root URL and the endpoint)"
+            )
+        if _missing_object(e):
             return NotFound(f"no object {where}")
         text = str(e)
         denied = "403 Forbidden" in text or "401 Unauthorized" in text or "AccessDenied" in text
@@ -504,6 +562,12 @@ def lance_error(e: BaseException, where: str) -> TreadleError:
     """
     text = _first_line(e) if isinstance(e, Exception) else str(e)
     low = text.lower()
+    bucket = _missing_bucket(e)
+    if bucket is not None:
+        return StorageError(
+            f"{where}: bucket {bucket or '(of the root)'!r} does not exist (check the root URL "
+            f"and the endpoint): {text}"
+        )
     if "necessary privileges" in low or "403 forbidden" in low or "accessdenied" in low:
         return CredentialsError(
             f"{where}: access denied (check credentials in storage_options or the "
@@ -514,9 +578,38 @@ def lance_error(e: BaseException, where: str) -> TreadleError:
     return StorageError(f"{where}: {type(e).__name__}: {text}")
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
+_XML_ERROR = re.compile(r"<\?xml[^>]*\?>\s*<Error>(.*?)</Error>", re.S)
+_NO_SUCH_BUCKET = re.compile(r"<Code>NoSuchBucket</Code>|The specified bucket does not exist")
+
+
+def _xml_summary(m: re.Match[str]) -> str:
+    """An S3 XML error body as ``Code: Message`` (the raw XML is unreadable in a message)."""
+    code = re.search(r"<Code>(.*?)</Code>", m.group(1), re.S)
+    msg = re.search(r"<Message>(.*?)</Message>", m.group(1), re.S)
+    return ": ".join(x.group(1).strip() for x in (code, msg) if x) or "(S3 error)"
+
+
+def _first_line(e: BaseException) -> str:
+    text = _XML_ERROR.sub(_xml_summary, str(e)).strip().splitlines()
     return text[0][:300] if text else ""
+
+
+def _missing_bucket(e: BaseException) -> str | None:
+    """The bucket's name ("" if not given) when ``e`` says the bucket does not exist, else None.
+
+    A GET/LIST/DELETE on a missing bucket comes back as 404 like a missing object, and
+    obstore raises ``NotFoundError`` for it: it must not read as "no such object" (an
+    empty listing, an absent ref) when the root itself is wrong.
+    """
+    text = str(e)
+    if not _NO_SUCH_BUCKET.search(text):
+        return None
+    name = re.search(r"<BucketName>([^<]*)</BucketName>", text)
+    return name.group(1) if name else ""
+
+
+def _missing_object(e: BaseException) -> bool:
+    return isinstance(e, (NotFoundError, FileNotFoundError)) and _missing_bucket(e) is None
 
 
 def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from treadle.errors import CorruptData
+
 
 def canonical_json(value: Any) -> bytes:
     """The one byte form of ``value`` that ids and hashes are computed from."""
@@ -59,17 +61,22 @@ class Commit:
 
     @classmethod
     def from_bytes(cls, data: bytes, expect_id: str | None = None) -> Commit:
-        body = json.loads(data)
-        c = cls(
-            tuple(body["parents"]),
-            body["message"],
-            float(body["time"]),
-            {k: int(v["version"]) for k, v in body["tables"].items()},
-        )._with_id()
+        """Parse a stored commit; :class:`CorruptData` naming it if the bytes are damaged."""
+        name = f"commit object {expect_id}" if expect_id else "commit object"
+        try:
+            body = json.loads(data)
+            c = cls(
+                tuple(str(p) for p in body["parents"]),
+                str(body["message"]),
+                float(body["time"]),
+                {str(k): int(v["version"]) for k, v in body["tables"].items()},
+            )._with_id()
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptData(
+                f"{name} cannot be parsed ({type(e).__name__}): its stored bytes are damaged"
+            ) from None
         if expect_id is not None and c.id != expect_id:
-            from treadle.errors import CorruptData
-
-            raise CorruptData(f"commit object {expect_id} does not hash to its id (got {c.id})")
+            raise CorruptData(f"{name} does not hash to its id (got {c.id})")
         return c
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ its own earlier write) counts as won: the stored commit id is compared with ours
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from treadle.errors import CorruptData, NotFound
 from treadle.storage import Store
 
 _PROBES = 4  # GETs past the cached head before falling back to a LIST
+_REF_NAME = re.compile(r"[0-9]{16}\.json")
+_COMMIT_ID = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,10 @@ class RefLog:
         if not keys:
             return None
         key = keys[-1]  # zero-padded: lexicographic order is numeric order
-        seq = int(key.rsplit("/", 1)[-1].split(".")[0])
+        name = key.rsplit("/", 1)[-1]
+        if not _REF_NAME.fullmatch(name):
+            raise CorruptData(f"ref object {key} is not a ref (refs are <16 digits>.json)")
+        seq = int(name[:-5])
         head = self._parse(key, seq, self.store.get(key))
         return self._remember(branch, head)
 
@@ -90,8 +96,10 @@ class RefLog:
             said = body.get("seq")
         except (ValueError, KeyError, TypeError, AttributeError):
             raise CorruptData(f"ref object {key} is not a valid ref") from None
-        if said != seq or not isinstance(commit, str):
+        if said != seq:
             raise CorruptData(f"ref object {key} says seq {said}")
+        if not isinstance(commit, str) or not _COMMIT_ID.fullmatch(commit):
+            raise CorruptData(f"ref object {key} does not name a commit id")
         return Head(seq, commit)
 
     def _remember(self, branch: str, head: Head) -> Head:

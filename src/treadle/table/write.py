@@ -32,6 +32,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.leases import Lease, mark_used
 from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, StorageError, TreadleError
 from treadle.names import check_name
+from treadle.storage import lance_error
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.tensors import (
     KIND_KEY,
@@ -241,7 +242,8 @@ class Transaction:
             )
         except OSError as e:
             if "different schema" not in str(e):
-                raise
+                where = f"writing table {name!r} of project {self.project.name!r}"
+                raise lance_error(e, f"{where} (nothing was committed)") from None
             raise CommitConflict(
                 f"table {name!r} of project {self.project.name!r} was created by another "
                 f"writer with a different schema ({str(e).splitlines()[0][:200]}); "
@@ -289,12 +291,16 @@ class Transaction:
                         ds = project.open_dataset(name, now)
                         _check_base(ds, st, name, project.name, head.commit_id)
                         base_frags = [f.metadata for f in ds.get_fragments()]
-                    versions[name] = _lance_overwrite(
-                        project.table_uri(name),
-                        st.schema,
-                        base_frags + st.fragments,
-                        project.client.store.lance_options,
-                    )
+                    try:
+                        versions[name] = _lance_overwrite(
+                            project.table_uri(name),
+                            st.schema,
+                            base_frags + st.fragments,
+                            project.client.store.lance_options,
+                        )
+                    except OSError as e:
+                        where = f"committing table {name!r} of project {project.name!r}"
+                        raise lance_error(e, f"{where} (nothing was committed)") from None
                     bases[name] = now
             tables = dict(head_commit.tables)
             tables.update(versions)

@@ -1,8 +1,12 @@
 """Checkpoints as rows: one row per checkpoint, written in one commit.
 
-A row holds the run id, the step, the run record, the loader position and the
-model/optimizer state (``torch.save`` bytes, with its sha256, checked on read). Only the checkpoint table changes, so
-no run's pinned tables (and so no run id) move when a checkpoint is written.
+A row holds the run id, the step, the time, the run record, the loader position and
+the model/optimizer state (``torch.save`` bytes). Every field is covered by a sha256
+digest stored beside it (the ``digests`` column); :meth:`Checkpoints.latest` checks the
+run id, step and time of every row before choosing one and the rest of the chosen row
+before returning it, so a flipped bit never resumes a run at another step or position.
+Only the checkpoint table changes, so no run's pinned tables (and so no run id) move
+when a checkpoint is written.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import io
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,10 +33,36 @@ _SCHEMA = pa.schema(
         pa.field("record", pa.string()),
         pa.field("loader_state", pa.string()),
         pa.field("state", pa.large_binary()),
-        pa.field("state_sha256", pa.string()),
+        pa.field("digests", pa.string()),
     ]
 )
-_META = ["run_id", "step", "time"]
+_META = ["run_id", "step", "time"]  # checked for every row: they choose the row
+_FIELDS = [*_META, "record", "loader_state", "state"]
+
+
+def _field_bytes(name: str, value: Any) -> bytes:
+    """The bytes a field's digest is computed from (as stored in its column)."""
+    if name == "step":
+        return str(int(value)).encode()
+    if name == "time":
+        return float(value).hex().encode()
+    if name == "state":
+        return bytes(value)
+    return str(value).encode()
+
+
+def _digest(name: str, value: Any) -> str:
+    return hashlib.sha256(name.encode() + b"\0" + _field_bytes(name, value)).hexdigest()
+
+
+def _size(n: int) -> str:
+    """``n`` bytes, readably (``64.0 MB``)."""
+    scaled = float(n)
+    for unit in ("B", "KB", "MB"):
+        if scaled < 1000:
+            return f"{n} B" if unit == "B" else f"{scaled:.1f} {unit}"
+        scaled /= 1000
+    return f"{scaled:.1f} GB"
 
 
 @dataclass(frozen=True)
@@ -42,14 +72,20 @@ class CheckpointRow:
     run_id: str
     step: int
     time: float
-    record: dict[str, Any]
-    loader_state: dict[str, Any]
-    state_bytes: bytes
+    record: dict[str, Any] = field(repr=False)
+    loader_state: dict[str, Any] = field(repr=False)
+    state_bytes: bytes = field(repr=False)
 
     def model_state(self, map_location: str | torch.device = "cpu") -> Any:
         """The saved model/optimizer state (``torch.load`` with ``weights_only=True``)."""
         return torch.load(
             io.BytesIO(self.state_bytes), map_location=map_location, weights_only=True
+        )
+
+    def __repr__(self) -> str:  # short whatever the state's size; nothing but ids and sizes
+        return (
+            f"CheckpointRow(step={self.step}, run={self.run_id[:8]}, "
+            f"state={_size(len(self.state_bytes))})"
         )
 
 
@@ -60,6 +96,16 @@ class Checkpoints:
         self.branch = branch
         self.table = branch.table(table)
 
+    def __repr__(self) -> str:
+        return f"Checkpoints({self.branch.project.name}/{self.table.name} @ {self.branch.name})"
+
+    @property
+    def _where(self) -> str:
+        b = self.branch
+        return (
+            f"checkpoint table {self.table.name!r} of project {b.project.name!r} branch {b.name!r}"
+        )
+
     def save(self, step: int, model_state: Any, loader: Any) -> CheckpointRow:
         """Store one row (one commit): ``model_state`` and ``loader``'s position."""
         state = loader.state_dict()
@@ -69,15 +115,20 @@ class Checkpoints:
         torch.save(model_state, buf)
         run_id = loader.run_id
         row = CheckpointRow(run_id, int(step), time.time(), state["record"], state, buf.getvalue())
+        values = {
+            "run_id": row.run_id,
+            "step": row.step,
+            "time": row.time,
+            "record": json.dumps(row.record, sort_keys=True),
+            "loader_state": json.dumps(state, sort_keys=True),
+            "state": row.state_bytes,
+        }
+        digests = json.dumps({k: _digest(k, v) for k, v in values.items()}, sort_keys=True)
         data = pa.table(
             {
-                "run_id": [row.run_id],
-                "step": [row.step],
-                "time": [row.time],
-                "record": [json.dumps(row.record, sort_keys=True)],
-                "loader_state": [json.dumps(state, sort_keys=True)],
+                **{k: [v] for k, v in values.items() if k != "state"},
                 "state": pa.array([row.state_bytes], pa.large_binary()),
-                "state_sha256": [hashlib.sha256(row.state_bytes).hexdigest()],
+                "digests": [digests],
             },
             schema=_SCHEMA,
         )
@@ -85,33 +136,60 @@ class Checkpoints:
         return row
 
     def latest(self, run_id: str | None = None) -> CheckpointRow | None:
-        """The checkpoint with the highest step (of ``run_id`` if given); None if none."""
+        """The checkpoint with the highest step (of ``run_id`` if given).
+
+        None only when there is no checkpoint (no table yet, or no row of ``run_id``).
+        A head commit that cannot be read, an unreadable table or a row whose fields do
+        not match their digests raise (:class:`CorruptData` names the table, the row
+        and the field): a resuming job must never silently start over.
+        """
         if run_id is not None and not re.fullmatch(r"[0-9a-f]{4,64}", str(run_id)):
             raise PlanError(f"run_id must be hex, got {run_id!r}")
         try:
-            table = self.table.pin()
-        except NotFound:
+            head = self.branch.head()
+        except NotFound as e:
+            raise CorruptData(f"{self._where}: the branch head cannot be read ({e})") from None
+        if self.table.name not in head.tables:
             return None
-        meta = table.to_arrow(_META)
-        runs = np.asarray(meta.column("run_id").to_pylist(), dtype=object)
-        steps = meta.column("step").to_numpy()
+        table = self.branch.project.table_at(self.table.name, head.tables[self.table.name], head.id)
+        missing = [f for f in _SCHEMA.names if f not in table.schema.names]
+        if missing:
+            raise CorruptData(
+                f"{self._where} (commit {head.short_id}) lacks the columns {missing} of a "
+                "checkpoint table (not a checkpoint table, or written without digests)"
+            )
+        meta = table.to_arrow([*_META, "digests"]).to_pylist()
+        for i, got in enumerate(meta):
+            self._check(i, got, _META)
+        runs = np.asarray([m["run_id"] for m in meta], dtype=object)
+        steps = np.asarray([m["step"] for m in meta], dtype=np.int64)
         mask = np.ones(len(steps), bool) if run_id is None else runs == run_id
         if not mask.any():
             return None
         rows = np.flatnonzero(mask)
-        best = rows[np.lexsort((rows, steps[rows]))[-1]]  # highest step, then latest row
-        got = table.take([int(best)]).to_pylist()[0]
-        state = bytes(got["state"])
-        if hashlib.sha256(state).hexdigest() != got["state_sha256"]:
-            raise CorruptData(
-                f"checkpoint table {self.table.name!r}: the state of run {got['run_id']} step "
-                f"{got['step']} does not match its sha256 (stored bytes are damaged)"
-            )
+        best = int(rows[np.lexsort((rows, steps[rows]))[-1]])  # highest step, then latest row
+        got = table.take([best]).to_pylist()[0]
+        self._check(best, got, _FIELDS)
         return CheckpointRow(
             got["run_id"],
             int(got["step"]),
             float(got["time"]),
             json.loads(got["record"]),
             json.loads(got["loader_state"]),
-            state,
+            bytes(got["state"]),
         )
+
+    def _check(self, row: int, got: dict[str, Any], fields: list[str]) -> None:
+        """Raise :class:`CorruptData` naming the first of ``fields`` that fails its digest."""
+        where = f"{self._where}: row {row} (step {got.get('step')} as stored)"
+        try:
+            digests = json.loads(got["digests"])
+            want = {f: str(digests[f]) for f in _FIELDS}
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptData(f"{where}: its digests are unreadable ({type(e).__name__})") from None
+        for f in fields:
+            if got[f] is None or _digest(f, got[f]) != want[f]:
+                raise CorruptData(
+                    f"{where}: field {f!r} does not match its sha256 digest (the stored "
+                    "field or its digest is damaged)"
+                )

@@ -8,7 +8,8 @@ read exactly once per epoch. Call ``set_epoch(e)`` for a fresh shuffle per epoch
 
 Workers must be started with ``spawn`` or ``forkserver``
 (``DataLoader(..., multiprocessing_context="spawn")``): Lance is not fork-safe, and a
-forked worker fails at once with an error saying so instead of hanging.
+forked worker (Linux's default context forks) fails at once with a ``RuntimeError``
+saying so instead of hanging.
 
 ``state_dict``/``load_state_dict`` follow torchdata's ``StatefulDataLoader`` protocol:
 each worker's dataset copy reports how many of its batches it has yielded.
@@ -16,7 +17,7 @@ each worker's dataset copy reports how many of its batches it has yielded.
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,11 +71,19 @@ class ScanDataset(torch.utils.data.IterableDataset):
         self._columns = list(scan.columns)
         self._rows = _matching_rows(table, scan.filter)
         self._table = None  # opened lazily in whichever process iterates
+        # The process this copy was built or unpickled in. A forked worker inherits the
+        # object without unpickling it, whatever the start method reads as (Linux's default
+        # context reports None, not "fork"), so a pid other than this one means a fork.
+        self._home_pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_table"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._home_pid = os.getpid()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -112,10 +121,7 @@ class ScanDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = torch.utils.data.get_worker_info()
-        if (
-            info is not None
-            and getattr(multiprocessing.current_process(), "_start_method", "") == "fork"
-        ):
+        if os.getpid() != self._home_pid:
             raise RuntimeError(
                 "ScanDataset workers must be started with 'spawn' or 'forkserver' (Lance is "
                 "not fork-safe): DataLoader(..., multiprocessing_context='spawn')"
