@@ -91,7 +91,10 @@ def test_loader_state_flip_does_not_resume_elsewhere(tmp_path):
 def test_latest_is_none_only_without_a_checkpoint(tmp_path):
     root = str(tmp_path / "s")
     branch = td.Client(root, create=True).project("p").branch()
-    assert td.Checkpoints(branch).latest() is None  # no table
+    with pytest.raises(td.NotFound, match="project 'p' not found"):
+        td.Checkpoints(branch).latest()  # a project never written (a typo?): not "no checkpoint"
+    branch.table("data").append({"x": [1]})
+    assert td.Checkpoints(branch).latest() is None  # no checkpoint table
     branch, ckpts = _saved(root)
     assert ckpts.latest("abcd1234") is None  # no row of that run
     head = branch.commit_id

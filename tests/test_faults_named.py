@@ -55,7 +55,7 @@ def test_garbage_ref_object_is_corrupt_data(tmp_path, garbage):
 
 def test_a_stray_object_among_refs_is_corrupt_data(tmp_path):
     root = str(tmp_path / "store")
-    td.Client(root, create=True).project("p")
+    td.Client(root, create=True).project("p").create()
     Path(root, "projects/p/refs/main/zz-notes.json").write_text("{}")
     with pytest.raises(td.CorruptData, match="zz-notes.json"):
         td.Client(root).project("p").branch()

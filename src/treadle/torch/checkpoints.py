@@ -138,15 +138,17 @@ class Checkpoints:
     def latest(self, run_id: str | None = None) -> CheckpointRow | None:
         """The checkpoint with the highest step (of ``run_id`` if given).
 
-        None only when there is no checkpoint (no table yet, or no row of ``run_id``).
+        None only when there is no checkpoint (no table yet, or no row of ``run_id``); a
+        project or branch that does not exist is :class:`NotFound` naming it.
         A head commit that cannot be read, an unreadable table or a row whose fields do
         not match their digests raise (:class:`CorruptData` names the table, the row
         and the field): a resuming job must never silently start over.
         """
         if run_id is not None and not re.fullmatch(r"[0-9a-f]{4,64}", str(run_id)):
             raise PlanError(f"run_id must be hex, got {run_id!r}")
+        commit_id = self.branch.commit_id  # NotFound: no such project or branch (a typo)
         try:
-            head = self.branch.head()
+            head = self.branch.project.load_commit(commit_id)
         except NotFound as e:
             raise CorruptData(f"{self._where}: the branch head cannot be read ({e})") from None
         if self.table.name not in head.tables:
