@@ -350,6 +350,15 @@ def test_members_mapping_to_one_column_are_refused(tmp_path, client):
         )
 
 
+def test_scalar_npy_dtype_drift_across_chunks_is_refused(tmp_path, client):
+    """A later chunk of 0-d float64 .npy members is not cast to the first chunk's float32."""
+    with wds.TarWriter(str(tmp_path / "d.tar")) as w:
+        for i in range(6):
+            w.write({"__key__": f"s{i}", "npy": np.float32(1) if i < 3 else np.float64(0.1)})
+    with pytest.raises(SchemaMismatch, match=r"sample 's3'.*'npy' is float64.*float32"):
+        import_wds(str(tmp_path / "d.tar"), client.project("p"), "t", chunk_rows=3, progress=False)
+
+
 # -- import ids -----------------------------------------------------------------------------------
 
 
