@@ -46,6 +46,7 @@ from treadle.importers._common import (
     tensor_array,
     tensor_field,
 )
+from treadle.table.casts import exact_cast
 
 
 @dataclass(frozen=True)
@@ -288,71 +289,24 @@ def iter_batches(
         if state["schema"] is None:
             state["schema"] = table.schema
         elif not table.schema.equals(state["schema"]):
-            try:
-                cast = table.cast(state["schema"])
-            except (pa.ArrowInvalid, ValueError, pa.ArrowNotImplementedError):
+            have = state["schema"]
+            if table.schema.names != have.names:
                 raise SchemaMismatch(
-                    f"{where}: columns {table.schema} differ from earlier files' {state['schema']}"
-                ) from None
-            for field in table.schema:  # Arrow casts a struct to one with fewer fields
-                have = state["schema"].field(field.name).type
-                change = cast_change(field.type, have)
-                if change is not None:
-                    path, why = change
-                    raise SchemaMismatch(
-                        f"{where}: field {field.name}{path} {why} (the column type of earlier "
-                        f"files is {have})"
+                    f"{where}: columns {table.schema} differ from earlier files' {have}"
+                )
+            table = pa.Table.from_arrays(
+                [
+                    exact_cast(
+                        table.column(f.name),
+                        f.type,
+                        f"{where}: field {f.name}",
+                        f" (the column type of earlier files is {f.type})",
                     )
-            table = cast
+                    for f in have
+                ],
+                schema=have,
+            )
         yield table
-
-
-def cast_change(src: pa.DataType, dst: pa.DataType) -> tuple[str, str] | None:
-    """``(path, why)`` of the first part of ``src`` whose values a cast to ``dst`` would
-    drop or change (``.meta.extra``, ``[]``), else None.
-
-    Refused: a struct field ``dst`` lacks (dropped); a value whose kind changes (text to
-    number, bool to integer) or that is narrowed (float64 to float32) changes. Allowed:
-    integer to integer or float, and float to integer (Arrow's safe cast refuses any value
-    that does not fit exactly), a float to a float at least as wide, nulls to anything.
-    """
-    if src == dst or pa.types.is_null(src):
-        return None
-    if pa.types.is_struct(src) and pa.types.is_struct(dst):
-        for f in src:
-            i = dst.get_field_index(f.name)
-            if i < 0:
-                return f".{f.name}", "is not in the column type; it would be dropped"
-            deeper = cast_change(f.type, dst.field(i).type)
-            if deeper is not None:
-                return f".{f.name}{deeper[0]}", deeper[1]
-        return None
-    if _is_list(src) and _is_list(dst):
-        deeper = cast_change(src.value_type, dst.value_type)
-        return None if deeper is None else (f"[]{deeper[0]}", deeper[1])
-    if pa.types.is_floating(src) and pa.types.is_floating(dst):
-        if dst.bit_width >= src.bit_width:
-            return None
-    elif _is_number(src) and _is_number(dst):
-        return None
-    for family in _SAME_VALUES:
-        if any(k(src) for k in family) and any(k(dst) for k in family):
-            return None
-    return "", f"is {src}: storing it as {dst} would change its values"
-
-
-_SAME_VALUES = (
-    (pa.types.is_string, pa.types.is_large_string),
-    (pa.types.is_binary, pa.types.is_large_binary),
-)
-
-
-def _is_number(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t)
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return isinstance(t, (pa.ListType, pa.LargeListType, pa.FixedSizeListType))
 
 
 def _parquet_handle(f: HfFile) -> Any:

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import CorruptData, SchemaMismatch
+from treadle.table.casts import exact_cast
 
 SHAPE_KEY = b"treadle:shape"
 KIND_KEY = b"treadle:kind"
@@ -247,8 +248,9 @@ def _refuse_nulls(values: pa.Array, field: pa.Field, where: str) -> None:
 def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
     """Check ``table`` against an existing ``schema``: same columns, same types.
 
-    Scalar columns may be cast when the cast is lossless (e.g. int64 -> int32 of small
-    values); tensors must match dtype and shape exactly.
+    Other columns are cast only when every value stays the same (int64 -> int32 of small
+    values, :func:`treadle.table.casts.exact_cast`); tensors must match dtype and shape
+    exactly.
     """
     have, want = set(table.column_names), set(schema.names)
     if have != want:
@@ -273,12 +275,7 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
                 raise SchemaMismatch(
                     f"{where}: column {field.name!r} has type {col.type}, table has {field.type}"
                 )
-            try:
-                col = col.cast(field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise SchemaMismatch(
-                    f"{where}: column {field.name!r} has type {got.type}, table has {field.type}"
-                ) from None
+            col = exact_cast(col, field.type, f"{where}: column {field.name!r}")
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=schema)
 
