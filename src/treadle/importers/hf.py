@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
@@ -47,6 +46,7 @@ from treadle.importers._common import (
     tensor_field,
 )
 from treadle.table.casts import exact_cast
+from treadle.table.tensors import flat_tensor
 
 
 @dataclass(frozen=True)
@@ -153,33 +153,6 @@ def _array_shape(feature: Any) -> tuple[int, ...] | None:
     return tuple(shape)
 
 
-def _array_tensor(col: pa.Array, shape: tuple[int, ...], name: str, where: str) -> np.ndarray:
-    """An ``ArrayND`` column (nested lists, as ``datasets`` stores it) as ``[n, *shape]``.
-
-    ``datasets`` writes these as variable-size lists with the shape in its schema metadata
-    (an extension type only where ``datasets`` is imported); every row is checked against it.
-    """
-    values: pa.Array = col
-    for depth, dim in enumerate(shape):
-        if isinstance(values.type, pa.ExtensionType):
-            values = values.storage
-        if not pa.types.is_list(values.type) and not pa.types.is_large_list(values.type):
-            if not pa.types.is_fixed_size_list(values.type):
-                raise SchemaMismatch(f"{where}: column {name!r} is not a nested list of {shape}")
-        if values.null_count:
-            raise SchemaMismatch(f"{where}: column {name!r} has a null at depth {depth}")
-        lengths = pc.list_value_length(values)
-        if len(values) and (pc.min(lengths).as_py() != dim or pc.max(lengths).as_py() != dim):
-            raise SchemaMismatch(
-                f"{where}: column {name!r} is {shape}, but a row has length "
-                f"{pc.min(lengths).as_py()}..{pc.max(lengths).as_py()} at depth {depth}"
-            )
-        values = values.flatten()
-    if values.null_count:
-        raise SchemaMismatch(f"{where}: column {name!r} has a null value")
-    return values.to_numpy(zero_copy_only=False).reshape((len(col), *shape))
-
-
 def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
     """Record batches of one file (memory-mapped for local Arrow files)."""
     where = f.describe()
@@ -222,9 +195,15 @@ def convert_batch(
         col = batch.column(i)
         shape = _array_shape(features.get(field.name))
         if shape is not None:
-            arr = _array_tensor(col, shape, name, where)
-            fields.append(tensor_field(name, arr.dtype, shape))
-            arrays.append(tensor_array(arr))
+            # datasets stores ArrayND as variable-size lists (an extension type only where
+            # datasets is imported), the shape in its metadata: every row is checked
+            storage = col.storage if isinstance(col.type, pa.ExtensionType) else col
+            try:
+                f, a = flat_tensor(name, storage, shape)
+            except SchemaMismatch as e:
+                raise SchemaMismatch(f"{where}: {e}") from None
+            fields.append(f)
+            arrays.append(a)
             continue
         if isinstance(col.type, pa.ExtensionType):
             col = col.storage

@@ -164,7 +164,7 @@ def normalise_column(
         array = array.combine_chunks()
     if isinstance(t, pa.BaseExtensionType):
         array = array.storage
-    return _flat_tensor(field.name, array, shape)
+    return flat_tensor(field.name, array, shape)
 
 
 def _hf_array_shape(t: pa.ExtensionType) -> tuple[int, ...] | None:
@@ -186,7 +186,7 @@ def _list_nesting(t: pa.DataType) -> tuple[list[pa.DataType], pa.DataType]:
     return levels, t
 
 
-def _flat_tensor(name: str, array: pa.Array, shape: tuple[int, ...]) -> tuple[pa.Field, pa.Array]:
+def flat_tensor(name: str, array: pa.Array, shape: tuple[int, ...]) -> tuple[pa.Field, pa.Array]:
     """Lists (nested one level per dimension, or one flat level) holding exactly ``shape``
     values in every row -> a flat tensor column."""
     levels = _list_nesting(array.type)[0]
