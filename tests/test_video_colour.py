@@ -2,7 +2,7 @@
 before it, on the CPU path, through TrainLoader and on the GPU path's reference (on CPU).
 
 The streams are H.264 files written with PyAV directly (BT.709, untagged, full range, and
-a BT.709 tag that only the container carries), imported through ``td.VideoFile``; the
+FCC, and a BT.709 tag that only the container carries), imported through ``td.VideoFile``; the
 oracle is a fresh, single-stream PyAV decode of each file converted to rgb24 with the
 matrix and range the file was tagged with.
 """
@@ -34,6 +34,8 @@ STREAMS = {
     "bt709": (BT709, "", (1, 1), ("ITU709", "MPEG")),
     "untagged": ({}, "", (2, 0), ("ITU601", "MPEG")),
     "full": ({"color_range": 2}, "", (2, 2), ("ITU601", "JPEG")),
+    # FCC: swscale has its matrix (Kr=0.30, Kb=0.11), 1-2 levels from BT.601's
+    "fcc": ({"colorspace": 4, "color_range": 1}, "", (4, 1), ("FCC", "MPEG")),
     # the SPS has no colour description; only the container (MKV colour elements) says BT.709
     "container709": (
         BT709,
@@ -42,7 +44,17 @@ STREAMS = {
         ("ITU709", "MPEG"),
     ),
 }
-ORDER = ["bt709", "untagged", "full", "untagged", "container709", "untagged", "full", "bt709"]
+ORDER = [
+    "bt709",
+    "untagged",
+    "full",
+    "fcc",
+    "untagged",
+    "container709",
+    "untagged",
+    "full",
+    "bt709",
+]
 
 
 def pyav_file(name: str, seed: int) -> bytes:

@@ -12,8 +12,7 @@ kernel) convert every window with its own stream's tags:
   container's tag (MP4 ``colr``, MKV colour elements); the SPS's range flag when it has
   a video signal type, else the container's range.
 
-**Untagged streams** (no colour description, no container tag, or FCC, whose matrix is
-within 1% of it) are converted as **BT.601** (Kr=0.299, Kb=0.114); an
+**Untagged streams** (no colour description, no container tag) are converted as **BT.601** (Kr=0.299, Kb=0.114); an
 unspecified range is **limited** (Y 16..235, Cb/Cr 16..240). This is FFmpeg's own default,
 so an untagged stream reads as ``av.open(file)`` + ``to_ndarray(format="rgb24")`` gives it.
 A matrix that is not a BT.601-style Kr/Kb matrix at all (YCgCo, ICtCp, chroma-derived)
@@ -44,7 +43,7 @@ MATRIX_BT709, MATRIX_UNSPECIFIED, MATRIX_BT601 = 1, 2, 6
 RANGE_UNSPECIFIED, RANGE_LIMITED, RANGE_FULL = 0, 1, 2
 
 # AVColorSpace -> swscale's name; anything else (unspecified included) is BT.601.
-_SWS_MATRIX = {1: "ITU709", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
+_SWS_MATRIX = {1: "ITU709", 4: "FCC", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
 
 Tags = tuple[int, int]  # (colorspace, color_range)
 
@@ -63,7 +62,7 @@ def check_matrix(colorspace: int, where: str) -> None:
         name = _REFUSED.get(cs, "ICtCp" if cs == _REFUSED_FROM else f"code {cs}")
         raise VideoError(
             f"{where}: its colour matrix is {name} (AVColorSpace {cs}), which treadle does not "
-            "convert to RGB (BT.601, BT.709, BT.2020, SMPTE 240M and untagged streams are); "
+            "convert to RGB (BT.601, BT.709, BT.2020, SMPTE 240M, FCC and untagged streams are); "
             "re-encode it with one of those"
         )
 
