@@ -359,6 +359,16 @@ def test_scalar_npy_dtype_drift_across_chunks_is_refused(tmp_path, client):
         import_wds(str(tmp_path / "d.tar"), client.project("p"), "t", chunk_rows=3, progress=False)
 
 
+def test_a_json_null_member_is_stored_as_null(tmp_path, client):
+    """A member whose JSON is ``null`` is there: a null value, not "the sample has no member"."""
+    with wds.TarWriter(str(tmp_path / "n.tar")) as w:
+        for i in range(4):
+            w.write({"__key__": f"s{i}", "json": None if i == 1 else {"a": i}, "cls": i})
+    import_wds(str(tmp_path / "n.tar"), client.project("p"), "t", progress=False)
+    t = client.project("p").branch("main").table("t")
+    assert t.to_arrow(["json"]).column("json").to_pylist() == [{"a": 0}, None, {"a": 2}, {"a": 3}]
+
+
 # -- import ids -----------------------------------------------------------------------------------
 
 

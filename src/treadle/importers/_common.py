@@ -363,7 +363,7 @@ def rows_to_table(
     arrays: list[pa.Array] = []
     for col in columns:
         values = [r.get(col) for r in rows]
-        missing = [i for i, v in enumerate(values) if v is None]
+        missing = [i for i, r in enumerate(rows) if col not in r]  # a JSON null is a value
         if missing:
             have = sorted(rows[missing[0]])
             raise SchemaMismatch(
