@@ -302,6 +302,7 @@ def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
         ([1e300], pa.float32(), "inf"),
         ([True], pa.int64(), "bool"),
         ([{"a": 2**70}], None, r"field c\.a .*outside int64"),
+        ([-0.0], pa.int64(), r"'c' = -0\.0 would be stored as 0 "),  # was stored as 0
     ],
 )
 def test_lossy_values_are_refused_naming_the_field(values, typ, named):
