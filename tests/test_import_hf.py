@@ -194,6 +194,24 @@ def test_a_later_file_may_widen_a_column_exactly(tmp_path, client):
     assert t.to_arrow(["x"]).column("x").to_pylist() == [1.5, 3.0]
 
 
+def test_files_whose_class_labels_differ_are_refused(tmp_path, client):
+    """Label 0 is "cat" in one file and "dog" in the other: the ints alone would mix them."""
+    for name, labels in (("a", ["cat", "dog"]), ("b", ["dog", "cat"])):
+        feats = datasets.Features({"label": datasets.ClassLabel(names=labels)})
+        ds = datasets.Dataset.from_dict({"label": [0, 1]}, features=feats)
+        ds.to_parquet(str(tmp_path / f"{name}.parquet"))
+    with pytest.raises(
+        SchemaMismatch, match=r"b\.parquet.*field label.*'dog', 'cat'.*'cat', 'dog'"
+    ):
+        import_hf(
+            [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")],
+            client.project("p"),
+            "t",
+            progress=False,
+        )  # was imported: label 0 meant "cat" in rows 0-1 and "dog" in rows 2-3
+    assert client.project("p").branch("main").tables() == []
+
+
 def make_hf_arrays(folder: Path, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
     """``Array2D`` and ``Sequence(length=7)`` columns, saved to disk and as parquet by ``datasets``."""
     feats = datasets.Features(

@@ -131,6 +131,15 @@ def _features(schema: pa.Schema) -> dict[str, Any]:
         return {}
 
 
+def _class_labels(features: dict[str, Any]) -> dict[str, Any]:
+    """Field -> the names of its ``ClassLabel`` feature (what each integer means)."""
+    return {
+        k: f.get("names")
+        for k, f in features.items()
+        if isinstance(f, dict) and f.get("_type") == "ClassLabel"
+    }
+
+
 def _is_image(feature: Any, typ: pa.DataType) -> bool:
     return (
         isinstance(feature, dict)
@@ -250,7 +259,10 @@ def iter_batches(
     check_images(images)
     state: dict[str, Any] = {"schema": None}
 
+    labels: dict[str, Any] | None = None  # the first file's ClassLabel names per field
+
     def batches() -> Iterator[tuple[pa.RecordBatch, dict[str, Any], str]]:
+        nonlocal labels
         for f in files:
             features: dict[str, Any] | None = None
             for j, b in enumerate(file_batches(f, chunk_rows)):
@@ -258,6 +270,15 @@ def iter_batches(
                     features = _features(b.schema)
                     if not features and f.kind == "parquet":
                         features = _features(pq.read_schema(_parquet_handle(f)))
+                    mine = _class_labels(features)
+                    labels = mine if labels is None else labels
+                    for col in sorted(mine.keys() & labels.keys()):
+                        if mine[col] != labels[col]:
+                            raise SchemaMismatch(
+                                f"HF file {f.describe()}: field {col} has class labels "
+                                f"{mine[col]}, earlier files {labels[col]}: its integers mean "
+                                "other classes"
+                            )
                 yield b, features, f"HF file {f.describe()}, batch {j}"
 
     def conv(item: tuple[pa.RecordBatch, dict[str, Any], str]) -> tuple[pa.Table, str]:
