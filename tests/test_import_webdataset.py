@@ -127,6 +127,35 @@ def test_truncated_tar_is_corrupt_and_nothing_committed(tmp_path, client):
     assert client.project("p").branch("main").tables() == []
 
 
+@pytest.mark.parametrize("where", ["at a member boundary", "inside a header", "garbage"])
+@pytest.mark.parametrize("gz", [False, True], ids=["tar", "tar.gz"])
+def test_a_tar_cut_where_tarfile_sees_its_end_is_corrupt(tmp_path, client, where, gz):
+    """Python's tarfile (and WebDataset's reader) end quietly when a shard stops at a member
+    boundary or inside a header block: the samples after the cut were silently missing."""
+    import gzip
+
+    with wds.TarWriter(str(tmp_path / "full.tar")) as w:
+        for i in range(4):
+            w.write({"__key__": f"s{i}", "cls": i})
+    data = (tmp_path / "full.tar").read_bytes()
+    with tarfile.open(tmp_path / "full.tar") as t:
+        third = t.getmembers()[2].offset  # where sample s2's headers begin
+    cut = {
+        "at a member boundary": data[:third],
+        "inside a header": data[: third + 100],
+        "garbage": data[:third] + b"\x07" * 4096,
+    }[where]
+    name = "cut.tar.gz" if gz else "cut.tar"
+    (tmp_path / name).write_bytes(gzip.compress(cut) if gz else cut)
+    assert len(list(wds.WebDataset(str(tmp_path / name), shardshuffle=False))) == 2
+    with pytest.raises(CorruptData, match=rf"{name}.*after sample 's1'.*end-of-archive"):
+        import_wds(str(tmp_path / name), client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+    # a complete shard without the end-of-archive blocks' padding still imports
+    (tmp_path / "ok.tar").write_bytes(data[: len(data.rstrip(b"\0")) + 1024])
+    assert import_wds(str(tmp_path / "ok.tar"), client.project("p"), "t", progress=False).rows == 4
+
+
 def test_mismatched_members_name_the_sample(tmp_path, client):
     shard = _tar(tmp_path / "m.tar", {"a.cls": b"1", "a.txt": b"x", "b.cls": b"2"})
     with pytest.raises(SchemaMismatch, match="'b'"):
