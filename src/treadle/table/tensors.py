@@ -275,7 +275,12 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
                 raise SchemaMismatch(
                     f"{where}: column {field.name!r} has type {col.type}, table has {field.type}"
                 )
-            col = exact_cast(col, field.type, f"{where}: column {field.name!r}")
+            col = exact_cast(
+                col,
+                field.type,
+                f"{where}: column {field.name!r}",
+                f" (convert the values to {field.type} first to store them so)",
+            )
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=schema)
 
