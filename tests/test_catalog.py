@@ -126,6 +126,31 @@ def test_failed_write_leaves_branch_unchanged(any_root):
     assert main.table("t").num_moments == 3
 
 
+@pytest.mark.parametrize(
+    "dtype, later, stored_before",
+    [
+        (np.float32, np.array([0.1]), 0.10000000149011612),
+        (np.int64, pa.array(["007"]), 7),
+        (None, np.array([7]), "7"),  # a string column
+        (np.int64, np.array([True]), 1),
+    ],
+)
+def test_an_append_that_would_change_its_values_is_refused(local_root, dtype, later, stored_before):
+    t = td.Client(local_root).project("p").branch().table("t")
+    t.append({"x": pa.array(["a"]) if dtype is None else np.array([1], dtype)})
+    with pytest.raises(td.SchemaMismatch, match=r"table 't'.*column 'x'.*change its values"):
+        t.append({"x": later})  # was stored as stored_before
+    assert t.num_moments == 1
+
+
+def test_an_append_that_keeps_its_values_is_cast(local_root):
+    t = td.Client(local_root).project("p").branch().table("t")
+    t.append({"x": np.array([1.5], np.float32), "n": np.array([1], np.int32)})
+    t.append({"x": [0.25, float("nan")], "n": [2**20, 3]})  # float64, int64 values that fit
+    got = t.to_arrow().to_pydict()
+    assert got["x"][:2] == [1.5, 0.25] and np.isnan(got["x"][2]) and got["n"] == [1, 2**20, 3]
+
+
 def test_episode_bad_input(local_root):
     t = td.Client(local_root).project("p").branch().table("eps")
     with pytest.raises(td.SchemaMismatch, match="different numbers of frames"):

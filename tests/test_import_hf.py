@@ -151,6 +151,67 @@ def test_a_nested_field_only_later_files_have_is_not_dropped(tmp_path, client):
     assert client.project("p").branch("main").tables() == []
 
 
+@pytest.mark.parametrize(
+    "first, later, value",
+    [
+        ("float32", "float64", 0.1),  # was stored as 0.10000000149011612
+        ("int64", "string", "007"),  # was stored as 7
+        ("string", "int64", 7),  # was stored as "7"
+        ("int64", "bool", True),  # was stored as 1
+    ],
+)
+def test_a_later_file_whose_column_type_would_change_its_values_is_refused(
+    tmp_path, client, first, later, value
+):
+    """Files of one dataset that disagree on a column's type: widen exactly or refuse."""
+    v = datasets.Value
+    a = datasets.Dataset.from_dict({"x": [1]}, features=datasets.Features({"x": v(first)}))
+    b = datasets.Dataset.from_dict({"x": [value]}, features=datasets.Features({"x": v(later)}))
+    a.to_parquet(str(tmp_path / "a.parquet"))
+    b.to_parquet(str(tmp_path / "b.parquet"))
+    names = rf"{v(later).pa_type}.*{v(first).pa_type}"
+    with pytest.raises(
+        SchemaMismatch, match=rf"b\.parquet.*field x has type {names}.*change its values"
+    ):
+        import_hf(
+            [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")],
+            client.project("p"),
+            "t",
+            progress=False,
+        )
+    assert client.project("p").branch("main").tables() == []
+
+
+def test_a_later_file_may_widen_a_column_exactly(tmp_path, client):
+    v = datasets.Value
+    a = datasets.Dataset.from_dict({"x": [1.5]}, features=datasets.Features({"x": v("float64")}))
+    b = datasets.Dataset.from_dict({"x": [3]}, features=datasets.Features({"x": v("int32")}))
+    a.to_parquet(str(tmp_path / "a.parquet"))
+    b.to_parquet(str(tmp_path / "b.parquet"))
+    paths = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    import_hf(paths, client.project("p"), "t", progress=False)
+    t = client.project("p").branch("main").table("t")
+    assert t.to_arrow(["x"]).column("x").to_pylist() == [1.5, 3.0]
+
+
+def test_files_whose_class_labels_differ_are_refused(tmp_path, client):
+    """Label 0 is "cat" in one file and "dog" in the other: the ints alone would mix them."""
+    for name, labels in (("a", ["cat", "dog"]), ("b", ["dog", "cat"])):
+        feats = datasets.Features({"label": datasets.ClassLabel(names=labels)})
+        ds = datasets.Dataset.from_dict({"label": [0, 1]}, features=feats)
+        ds.to_parquet(str(tmp_path / f"{name}.parquet"))
+    with pytest.raises(
+        SchemaMismatch, match=r"b\.parquet.*field label.*'dog', 'cat'.*'cat', 'dog'"
+    ):
+        import_hf(
+            [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")],
+            client.project("p"),
+            "t",
+            progress=False,
+        )  # was imported: label 0 meant "cat" in rows 0-1 and "dog" in rows 2-3
+    assert client.project("p").branch("main").tables() == []
+
+
 def make_hf_arrays(folder: Path, n: int = 6) -> tuple[np.ndarray, np.ndarray]:
     """``Array2D`` and ``Sequence(length=7)`` columns, saved to disk and as parquet by ``datasets``."""
     feats = datasets.Features(

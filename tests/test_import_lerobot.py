@@ -415,6 +415,11 @@ _FROM = "videos/observation.images.top/from_timestamp"
         (_set_column(_DATA, "frame_index", [[1]] * 8), r"column 'frame_index' is list"),
         # before: the rows got task "" (silently)
         (_set_column(_DATA, "task_index", [7] * 8), r"episode 0: task_index 7 .* is not in"),
+        # before: episode 0's last rows got the frames of episode 1 (silently)
+        (
+            _set_column(_EPISODES, _FROM.replace("from_", "to_"), [0.2, 0.8]),
+            r"episode 0, camera 'observation.images.top'.*row 3 .*0\.3.*to_timestamp 0\.2",
+        ),
     ],
 )
 def test_malformed_v3_meta_is_a_named_error(tmp_path, client, edit, match):

@@ -128,6 +128,35 @@ def test_truncated_tar_is_corrupt_and_nothing_committed(tmp_path, client):
     assert client.project("p").branch("main").tables() == []
 
 
+@pytest.mark.parametrize("where", ["at a member boundary", "inside a header", "garbage"])
+@pytest.mark.parametrize("gz", [False, True], ids=["tar", "tar.gz"])
+def test_a_tar_cut_where_tarfile_sees_its_end_is_corrupt(tmp_path, client, where, gz):
+    """Python's tarfile (and WebDataset's reader) end quietly when a shard stops at a member
+    boundary or inside a header block: the samples after the cut were silently missing."""
+    import gzip
+
+    with wds.TarWriter(str(tmp_path / "full.tar")) as w:
+        for i in range(4):
+            w.write({"__key__": f"s{i}", "cls": i})
+    data = (tmp_path / "full.tar").read_bytes()
+    with tarfile.open(tmp_path / "full.tar") as t:
+        third = t.getmembers()[2].offset  # where sample s2's headers begin
+    cut = {
+        "at a member boundary": data[:third],
+        "inside a header": data[: third + 100],
+        "garbage": data[:third] + b"\x07" * 4096,
+    }[where]
+    name = "cut.tar.gz" if gz else "cut.tar"
+    (tmp_path / name).write_bytes(gzip.compress(cut) if gz else cut)
+    assert len(list(wds.WebDataset(str(tmp_path / name), shardshuffle=False))) == 2
+    with pytest.raises(CorruptData, match=rf"{name}.*after sample 's1'.*end-of-archive"):
+        import_wds(str(tmp_path / name), client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").tables() == []
+    # a complete shard without the end-of-archive blocks' padding still imports
+    (tmp_path / "ok.tar").write_bytes(data[: len(data.rstrip(b"\0")) + 1024])
+    assert import_wds(str(tmp_path / "ok.tar"), client.project("p"), "t", progress=False).rows == 4
+
+
 def test_mismatched_members_name_the_sample(tmp_path, client):
     shard = _tar(tmp_path / "m.tar", {"a.cls": b"1", "a.txt": b"x", "b.cls": b"2"})
     with pytest.raises(SchemaMismatch, match="'b'"):
@@ -303,6 +332,7 @@ def test_json_drift_after_the_first_chunk_is_refused_naming_sample_and_field(
         ([1e300], pa.float32(), "inf"),
         ([True], pa.int64(), "bool"),
         ([{"a": 2**70}], None, r"field c\.a .*outside int64"),
+        ([-0.0], pa.int64(), r"'c' = -0\.0 would be stored as 0 "),  # was stored as 0
     ],
 )
 def test_lossy_values_are_refused_naming_the_field(values, typ, named):
@@ -349,6 +379,25 @@ def test_members_mapping_to_one_column_are_refused(tmp_path, client):
             rename={"seg_png": "cls"},
             progress=False,
         )
+
+
+def test_scalar_npy_dtype_drift_across_chunks_is_refused(tmp_path, client):
+    """A later chunk of 0-d float64 .npy members is not cast to the first chunk's float32."""
+    with wds.TarWriter(str(tmp_path / "d.tar")) as w:
+        for i in range(6):
+            w.write({"__key__": f"s{i}", "npy": np.float32(1) if i < 3 else np.float64(0.1)})
+    with pytest.raises(SchemaMismatch, match=r"sample 's3'.*'npy' is float64.*float32"):
+        import_wds(str(tmp_path / "d.tar"), client.project("p"), "t", chunk_rows=3, progress=False)
+
+
+def test_a_json_null_member_is_stored_as_null(tmp_path, client):
+    """A member whose JSON is ``null`` is there: a null value, not "the sample has no member"."""
+    with wds.TarWriter(str(tmp_path / "n.tar")) as w:
+        for i in range(4):
+            w.write({"__key__": f"s{i}", "json": None if i == 1 else {"a": i}, "cls": i})
+    import_wds(str(tmp_path / "n.tar"), client.project("p"), "t", progress=False)
+    t = client.project("p").branch("main").table("t")
+    assert t.to_arrow(["json"]).column("json").to_pylist() == [{"a": 0}, None, {"a": 2}, {"a": 3}]
 
 
 # -- import ids -----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 before it, on the CPU path, through TrainLoader and on the GPU path's reference (on CPU).
 
 The streams are H.264 files written with PyAV directly (BT.709, untagged, full range, and
-a BT.709 tag that only the container carries), imported through ``td.VideoFile``; the
+FCC, and a BT.709 tag that only the container carries), imported through ``td.VideoFile``; the
 oracle is a fresh, single-stream PyAV decode of each file converted to rgb24 with the
 matrix and range the file was tagged with.
 """
@@ -34,6 +34,8 @@ STREAMS = {
     "bt709": (BT709, "", (1, 1), ("ITU709", "MPEG")),
     "untagged": ({}, "", (2, 0), ("ITU601", "MPEG")),
     "full": ({"color_range": 2}, "", (2, 2), ("ITU601", "JPEG")),
+    # FCC: swscale has its matrix (Kr=0.30, Kb=0.11), 1-2 levels from BT.601's
+    "fcc": ({"colorspace": 4, "color_range": 1}, "", (4, 1), ("FCC", "MPEG")),
     # the SPS has no colour description; only the container (MKV colour elements) says BT.709
     "container709": (
         BT709,
@@ -42,7 +44,17 @@ STREAMS = {
         ("ITU709", "MPEG"),
     ),
 }
-ORDER = ["bt709", "untagged", "full", "untagged", "container709", "untagged", "full", "bt709"]
+ORDER = [
+    "bt709",
+    "untagged",
+    "full",
+    "fcc",
+    "untagged",
+    "container709",
+    "untagged",
+    "full",
+    "bt709",
+]
 
 
 def pyav_file(name: str, seed: int) -> bytes:
@@ -278,3 +290,34 @@ def test_colour_change_mid_stream_is_refused(files):
     assert (one.index.colorspace, one.index.color_range) == (1, 1) and one.num_frames == 2 * T
     with pytest.raises(VideoError, match="change colour mid-stream"):
         tv.from_container(raw("bt709") + raw("full"), fps=30)
+
+
+@pytest.mark.parametrize("matrix, name", [(8, "YCgCo"), (14, "ICtCp")])
+@pytest.mark.parametrize("codec", ["libx264", "mpeg4"])
+def test_a_matrix_no_read_path_converts_is_refused(tmp_path, matrix, name, codec):
+    """YCgCo or ICtCp is not BT.601 with other weights: storing it is refused (a remux of
+    H.264, whose SPS carries the matrix, and a re-encode, whose frames do), not read back
+    converted as BT.601."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="matroska") as c:
+        s = c.add_stream(codec, rate=Fraction(30))
+        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+        s.codec_context.colorspace, s.codec_context.color_range = matrix, 1
+        for i, rgb in enumerate(synthetic_frames(8, H, W, seed=1)):
+            vf = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+            vf.pts = i
+            for p in s.encode(vf):
+                c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+    path = tmp_path / "odd.mkv"
+    path.write_bytes(buf.getvalue())
+    with av.open(str(path)) as c:  # the file is tagged so: FFmpeg's own decode says it
+        assert int(next(c.decode(video=0)).colorspace) == matrix
+    with pytest.raises(VideoError, match=rf"odd\.mkv.*{name}"):
+        tv.from_container(str(path))
+    branch = td.Client(str(tmp_path / "store"), create=True).project("p").branch()
+    with pytest.raises(VideoError, match=name):
+        with branch.transaction("odd matrix") as tx:
+            tx.table("cams").append_episode({"cam": td.VideoFile(str(path))}, "e")
+    assert branch.tables() == []

@@ -17,11 +17,12 @@ from treadle.video.nal import Sps, first_sps
 from treadle.video.nal import parse_sps as nal_parse_sps
 
 # Kr, Kb per matrix (ITU-T H.273 MatrixCoefficients / AVColorSpace values). The same
-# choice as the CPU path (treadle.video.colour.sws_colorspace): BT.709, BT.2020 (NCL
+# choice as the CPU path (treadle.video.colour.sws_colorspace): BT.709, FCC, BT.2020 (NCL
 # coefficients for both 9 and 10), SMPTE 240M, and BT.601 for everything else.
 _BT601 = (0.299, 0.114)
 _KR_KB = {
     1: (0.2126, 0.0722),  # BT.709
+    4: (0.30, 0.11),  # FCC
     7: (0.212, 0.087),  # SMPTE 240M
     9: (0.2627, 0.0593),  # BT.2020 non-constant luminance
     10: (0.2627, 0.0593),  # BT.2020 constant luminance: converted as NCL, as swscale does
@@ -30,6 +31,7 @@ _KR_KB = {
 # its fast unscaled converter; BT.601 for every matrix not listed (as on the CPU path).
 _SWS_INV = {
     1: (117489, 138438, 13975, 34925),
+    4: (104448, 132798, 24759, 53109),
     7: (117579, 136230, 16907, 35559),
     9: (110013, 140363, 12277, 42626),
     10: (110013, 140363, 12277, 42626),
@@ -57,7 +59,7 @@ AVCHROMA_LOC_CENTER = 2
 class Colour:
     """How to turn this stream's YUV into RGB.
 
-    ``matrix`` is an ITU-T H.273 / AVColorSpace code (1 = BT.709, 7 = SMPTE 240M,
+    ``matrix`` is an ITU-T H.273 / AVColorSpace code (1 = BT.709, 4 = FCC, 7 = SMPTE 240M,
     9/10 = BT.2020; anything else, untagged included, is BT.601 as on the CPU path); ``full_range`` is True for JPEG range
     (0-255 luma) and False for limited range (16-235 luma, 16-240 chroma);
     ``chroma_loc`` is an AVChromaLocation code (0 = unspecified -> center, as

@@ -363,7 +363,7 @@ def rows_to_table(
     arrays: list[pa.Array] = []
     for col in columns:
         values = [r.get(col) for r in rows]
-        missing = [i for i, v in enumerate(values) if v is None]
+        missing = [i for i, r in enumerate(rows) if col not in r]  # a JSON null is a value
         if missing:
             have = sorted(rows[missing[0]])
             raise SchemaMismatch(
@@ -396,6 +396,12 @@ def rows_to_table(
             a = exact_array(values, col, where, typ, (hints or {}).get(col, ""))
             f = pa.field(col, a.type)
         if want is not None and (f.type != want.type or f.metadata != want.metadata):
+            if isinstance(values[0], np.ndarray) and not values[0].ndim:
+                # as within a chunk: a cast would round float64 to float32 without a word
+                have = np.dtype(want.type.to_pandas_dtype())
+                raise SchemaMismatch(
+                    f"{where(0)}: {col!r} is {values[0].dtype}, earlier samples have {have}"
+                )
             if f.metadata != want.metadata or SHAPE_KEY in (want.metadata or {}):
                 raise SchemaMismatch(
                     f"{where(0)}: {col!r} is {_describe(f)}, earlier samples have {_describe(want)}"

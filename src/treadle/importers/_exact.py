@@ -11,7 +11,8 @@ What counts as the same value:
 - a ``None``-valued struct field for a key the source did not have (Arrow fills
   the union of the keys with nulls; JSON's "absent" and ``null`` read back alike);
 - an integer read back as a float of exactly the same value (``3`` -> ``3.0``);
-- a float read back as an integer of exactly the same value (``2.0`` -> ``2``);
+- a float read back as an integer of exactly the same value (``2.0`` -> ``2``, but not
+  ``-0.0`` -> ``0``);
 - NaN for NaN.
 
 Everything else must compare equal and keep its kind (``True`` is not ``1``).
@@ -140,6 +141,9 @@ def _diff(src: Any, got: Any, path: str) -> tuple[str, Any, Any] | None:
     if isinstance(src, (int, float)) and isinstance(got, (int, float)):
         if isinstance(src, float) and isinstance(got, float) and math.isnan(src):
             return None if math.isnan(got) else (path, src, got)
+        negative_zero = isinstance(src, float) and src == 0 and math.copysign(1, src) < 0
+        if negative_zero and not isinstance(got, float):
+            return (path, src, got)  # the integer 0 has no sign
         return None if src == got else (path, src, got)
     if isinstance(src, dict):
         if not isinstance(got, dict):

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
@@ -47,6 +46,8 @@ from treadle.importers._common import (
     tensor_field,
 )
 from treadle.importers.executor import Executor, pick
+from treadle.table.casts import exact_cast
+from treadle.table.tensors import flat_tensor
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,15 @@ def _features(schema: pa.Schema) -> dict[str, Any]:
         return {}
 
 
+def _class_labels(features: dict[str, Any]) -> dict[str, Any]:
+    """Field -> the names of its ``ClassLabel`` feature (what each integer means)."""
+    return {
+        k: f.get("names")
+        for k, f in features.items()
+        if isinstance(f, dict) and f.get("_type") == "ClassLabel"
+    }
+
+
 def _is_image(feature: Any, typ: pa.DataType) -> bool:
     return (
         isinstance(feature, dict)
@@ -151,33 +161,6 @@ def _array_shape(feature: Any) -> tuple[int, ...] | None:
     if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
         return None  # a dynamic first dimension (None) is a ragged list: refused at plan time
     return tuple(shape)
-
-
-def _array_tensor(col: pa.Array, shape: tuple[int, ...], name: str, where: str) -> np.ndarray:
-    """An ``ArrayND`` column (nested lists, as ``datasets`` stores it) as ``[n, *shape]``.
-
-    ``datasets`` writes these as variable-size lists with the shape in its schema metadata
-    (an extension type only where ``datasets`` is imported); every row is checked against it.
-    """
-    values: pa.Array = col
-    for depth, dim in enumerate(shape):
-        if isinstance(values.type, pa.ExtensionType):
-            values = values.storage
-        if not pa.types.is_list(values.type) and not pa.types.is_large_list(values.type):
-            if not pa.types.is_fixed_size_list(values.type):
-                raise SchemaMismatch(f"{where}: column {name!r} is not a nested list of {shape}")
-        if values.null_count:
-            raise SchemaMismatch(f"{where}: column {name!r} has a null at depth {depth}")
-        lengths = pc.list_value_length(values)
-        if len(values) and (pc.min(lengths).as_py() != dim or pc.max(lengths).as_py() != dim):
-            raise SchemaMismatch(
-                f"{where}: column {name!r} is {shape}, but a row has length "
-                f"{pc.min(lengths).as_py()}..{pc.max(lengths).as_py()} at depth {depth}"
-            )
-        values = values.flatten()
-    if values.null_count:
-        raise SchemaMismatch(f"{where}: column {name!r} has a null value")
-    return values.to_numpy(zero_copy_only=False).reshape((len(col), *shape))
 
 
 def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
@@ -222,9 +205,15 @@ def convert_batch(
         col = batch.column(i)
         shape = _array_shape(features.get(field.name))
         if shape is not None:
-            arr = _array_tensor(col, shape, name, where)
-            fields.append(tensor_field(name, arr.dtype, shape))
-            arrays.append(tensor_array(arr))
+            # datasets stores ArrayND as variable-size lists (an extension type only where
+            # datasets is imported), the shape in its metadata: every row is checked
+            storage = col.storage if isinstance(col.type, pa.ExtensionType) else col
+            try:
+                f, a = flat_tensor(name, storage, shape)
+            except SchemaMismatch as e:
+                raise SchemaMismatch(f"{where}: {e}") from None
+            fields.append(f)
+            arrays.append(a)
             continue
         if isinstance(col.type, pa.ExtensionType):
             col = col.storage
@@ -271,7 +260,10 @@ def iter_batches(
     check_images(images)
     state: dict[str, Any] = {"schema": None}
 
+    labels: dict[str, Any] | None = None  # the first file's ClassLabel names per field
+
     def batches() -> Iterator[tuple[pa.RecordBatch, dict[str, Any], str]]:
+        nonlocal labels
         for f in files:
             features: dict[str, Any] | None = None
             for j, b in enumerate(file_batches(f, chunk_rows)):
@@ -279,6 +271,15 @@ def iter_batches(
                     features = _features(b.schema)
                     if not features and f.kind == "parquet":
                         features = _features(pq.read_schema(_parquet_handle(f)))
+                    mine = _class_labels(features)
+                    labels = mine if labels is None else labels
+                    for col in sorted(mine.keys() & labels.keys()):
+                        if mine[col] != labels[col]:
+                            raise SchemaMismatch(
+                                f"HF file {f.describe()}: field {col} has class labels "
+                                f"{mine[col]}, earlier files {labels[col]}: its integers mean "
+                                "other classes"
+                            )
                 yield b, features, f"HF file {f.describe()}, batch {j}"
 
     def conv(item: tuple[pa.RecordBatch, dict[str, Any], str]) -> tuple[pa.Table, str]:
@@ -289,42 +290,24 @@ def iter_batches(
         if state["schema"] is None:
             state["schema"] = table.schema
         elif not table.schema.equals(state["schema"]):
-            try:
-                cast = table.cast(state["schema"])
-            except (pa.ArrowInvalid, ValueError, pa.ArrowNotImplementedError):
+            have = state["schema"]
+            if table.schema.names != have.names:
                 raise SchemaMismatch(
-                    f"{where}: columns {table.schema} differ from earlier files' {state['schema']}"
-                ) from None
-            for field in table.schema:  # Arrow casts a struct to one with fewer fields
-                lost = dropped_field(field.type, state["schema"].field(field.name).type)
-                if lost is not None:
-                    raise SchemaMismatch(
-                        f"{where}: field {field.name}{lost} is not in the column type "
-                        f"{state['schema'].field(field.name).type} of earlier files; it "
-                        "would be dropped"
+                    f"{where}: columns {table.schema} differ from earlier files' {have}"
+                )
+            table = pa.Table.from_arrays(
+                [
+                    exact_cast(
+                        table.column(f.name),
+                        f.type,
+                        f"{where}: field {f.name}",
+                        f" (the column type of earlier files is {f.type})",
                     )
-            table = cast
+                    for f in have
+                ],
+                schema=have,
+            )
         yield table
-
-
-def dropped_field(src: pa.DataType, dst: pa.DataType) -> str | None:
-    """The path (``.meta.extra``) of a struct field of ``src`` that casting to ``dst`` drops."""
-    if pa.types.is_struct(src) and pa.types.is_struct(dst):
-        for f in src:
-            i = dst.get_field_index(f.name)
-            if i < 0:
-                return f".{f.name}"
-            deeper = dropped_field(f.type, dst.field(i).type)
-            if deeper is not None:
-                return f".{f.name}{deeper}"
-    elif _is_list(src) and _is_list(dst):
-        deeper = dropped_field(src.value_type, dst.value_type)
-        return None if deeper is None else f"[]{deeper}"
-    return None
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return isinstance(t, (pa.ListType, pa.LargeListType, pa.FixedSizeListType))
 
 
 def _parquet_handle(f: HfFile) -> Any:

@@ -212,6 +212,7 @@ def iter_episodes(
             nbytes += len(data) if isinstance(data, bytes) else 0
             if meta.version == "v3.0":
                 start = ep.spans[cam][0] + float(ts[0])
+                _check_span_end(ep.spans[cam], ts, meta.fps, tolerance_s, where)
                 cut = cut_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
                 if cut is not None:  # packets copied: H.264 stays bit-exact
                     cols[col] = VideoFile(cut)
@@ -234,6 +235,21 @@ def iter_episodes(
     # An episode's decoded frames can be large (T x H x W x 3): at most `threads` in flight.
     threads = threads or min(2, workers())
     yield from ordered_map(build, loaded(), threads, ahead=threads)
+
+
+def _check_span_end(
+    span: tuple[float, float], ts: np.ndarray, fps: float, tol: float, where: str
+) -> None:
+    """The episode's last row is shown within its video span, not in the next episode's
+    (LeRobot's own loader would read that frame too, without a word)."""
+    last = float(ts[-1])
+    at = span[0] + last
+    if at - span[1] > max(tol, 0.5 / fps):
+        raise CorruptData(
+            f"{where}: the episode's last row (row {len(ts) - 1} at {last:.4f}s) is "
+            f"shown at {at:.4f}s, after the episode's video span ends (to_timestamp "
+            f"{span[1]:.4f}s): its frames would be another episode's"
+        )
 
 
 def _tasks(index: np.ndarray, tasks: dict[int, str], ep: Episode, source: Source) -> list[str]:

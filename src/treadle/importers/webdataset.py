@@ -40,6 +40,7 @@ resumability (one transaction, deterministic import id).
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import pickle
@@ -158,7 +159,7 @@ def iter_raw_samples(
     last = "(start)"
     try:
         with shard.source.open(shard.name) as raw:
-            f = open_capped(raw, max_shard_bytes, f"shard {where}", "max_shard_bytes")
+            f = _Tail(open_capped(raw, max_shard_bytes, f"shard {where}", "max_shard_bytes"))
             with tarfile.open(fileobj=f, mode="r|") as tar:
                 for member in tar:
                     if not member.isfile():
@@ -188,6 +189,12 @@ def iter_raw_samples(
                     if ext in current:
                         raise CorruptData(f"shard {where}: sample {key!r} has two {ext!r} members")
                     current[ext] = data
+                if f.block(tar.offset) != _ZERO_BLOCK:
+                    last = current["__key__"] if current is not None else last
+                    raise tarfile.ReadError(
+                        f"no end-of-archive block at byte {tar.offset:,} (the shard was cut "
+                        "there, or holds no tar header)"
+                    )
     except (tarfile.TarError, EOFError, OSError, *DECOMPRESS_ERRORS) as e:
         after = f" after sample {last!r}" if last != "(start)" else ""
         raise CorruptData(
@@ -195,6 +202,45 @@ def iter_raw_samples(
         ) from None
     if current is not None:
         yield current
+
+
+_ZERO_BLOCK = bytes(tarfile.BLOCKSIZE)
+
+
+class _Tail(io.RawIOBase):
+    """Reads ``inner``, keeping its last few chunks, so that the block where tarfile saw the
+    archive end can be checked: tarfile ends quietly at the end of the data, at a cut
+    header or at garbage where a header should be, not only at the end-of-archive block."""
+
+    #: bytes kept: more than tarfile reads ahead of the header it is parsing (10 KiB)
+    KEEP = 64 << 10
+
+    def __init__(self, inner: Any):
+        self._inner, self._pos, self._kept = inner, 0, 0
+        self._chunks: collections.deque[tuple[int, bytes]] = collections.deque()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self._inner.read(len(b))
+        n = len(data)
+        b[:n] = data
+        if n:
+            self._chunks.append((self._pos, bytes(data)))
+            self._pos += n
+            self._kept += n
+            while self._kept - len(self._chunks[0][1]) >= self.KEEP:
+                self._kept -= len(self._chunks.popleft()[1])
+        return n
+
+    def block(self, offset: int) -> bytes | None:
+        """The (up to) 512 bytes at ``offset``, if still kept; b"" past the end."""
+        if offset >= self._pos:
+            return b""
+        kept = b"".join(c for _, c in self._chunks)
+        start = offset - (self._chunks[0][0] if self._chunks else self._pos)
+        return kept[start : start + tarfile.BLOCKSIZE] if start >= 0 else None
 
 
 def decode_sample(

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import CorruptData, SchemaMismatch
+from treadle.table.casts import exact_cast
 
 SHAPE_KEY = b"treadle:shape"
 KIND_KEY = b"treadle:kind"
@@ -163,7 +164,7 @@ def normalise_column(
         array = array.combine_chunks()
     if isinstance(t, pa.BaseExtensionType):
         array = array.storage
-    return _flat_tensor(field.name, array, shape)
+    return flat_tensor(field.name, array, shape)
 
 
 def _hf_array_shape(t: pa.ExtensionType) -> tuple[int, ...] | None:
@@ -185,7 +186,7 @@ def _list_nesting(t: pa.DataType) -> tuple[list[pa.DataType], pa.DataType]:
     return levels, t
 
 
-def _flat_tensor(name: str, array: pa.Array, shape: tuple[int, ...]) -> tuple[pa.Field, pa.Array]:
+def flat_tensor(name: str, array: pa.Array, shape: tuple[int, ...]) -> tuple[pa.Field, pa.Array]:
     """Lists (nested one level per dimension, or one flat level) holding exactly ``shape``
     values in every row -> a flat tensor column."""
     levels = _list_nesting(array.type)[0]
@@ -247,8 +248,9 @@ def _refuse_nulls(values: pa.Array, field: pa.Field, where: str) -> None:
 def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
     """Check ``table`` against an existing ``schema``: same columns, same types.
 
-    Scalar columns may be cast when the cast is lossless (e.g. int64 -> int32 of small
-    values); tensors must match dtype and shape exactly.
+    Other columns are cast only when every value stays the same (int64 -> int32 of small
+    values, :func:`treadle.table.casts.exact_cast`); tensors must match dtype and shape
+    exactly.
     """
     have, want = set(table.column_names), set(schema.names)
     if have != want:
@@ -273,14 +275,16 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
                 raise SchemaMismatch(
                     f"{where}: column {field.name!r} has type {col.type}, table has {field.type}"
                 )
-            try:
-                if not same_fields(got.type, field.type):  # a cast would drop or invent one
-                    raise pa.ArrowInvalid("nested fields differ")
-                col = col.cast(field.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            if not same_fields(got.type, field.type):  # a cast would drop or invent one
                 raise SchemaMismatch(
                     f"{where}: column {field.name!r} has type {got.type}, table has {field.type}"
-                ) from None
+                )
+            col = exact_cast(
+                col,
+                field.type,
+                f"{where}: column {field.name!r}",
+                f" (convert the values to {field.type} first to store them so)",
+            )
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=schema)
 

@@ -12,10 +12,11 @@ kernel) convert every window with its own stream's tags:
   container's tag (MP4 ``colr``, MKV colour elements); the SPS's range flag when it has
   a video signal type, else the container's range.
 
-**Untagged streams** (no colour description, no container tag, or a matrix treadle does
-not convert, such as FCC or YCgCo) are converted as **BT.601** (Kr=0.299, Kb=0.114); an
+**Untagged streams** (no colour description, no container tag) are converted as **BT.601** (Kr=0.299, Kb=0.114); an
 unspecified range is **limited** (Y 16..235, Cb/Cr 16..240). This is FFmpeg's own default,
 so an untagged stream reads as ``av.open(file)`` + ``to_ndarray(format="rgb24")`` gives it.
+A matrix that is not a BT.601-style Kr/Kb matrix at all (YCgCo, ICtCp, chroma-derived)
+is refused when the stream is stored (:func:`check_matrix`), never read with BT.601.
 
 The decoder's frame tags are never trusted across streams: a reused h264 context keeps
 the previous stream's colorspace/range (and pixel format ``yuvj420p``) on frames of a
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treadle.errors import CorruptData
+from treadle.errors import CorruptData, VideoError
 from treadle.video.nal import Sps, first_sps
 
 #: AVColorSpace / AVColorRange codes used here.
@@ -42,9 +43,28 @@ MATRIX_BT709, MATRIX_UNSPECIFIED, MATRIX_BT601 = 1, 2, 6
 RANGE_UNSPECIFIED, RANGE_LIMITED, RANGE_FULL = 0, 1, 2
 
 # AVColorSpace -> swscale's name; anything else (unspecified included) is BT.601.
-_SWS_MATRIX = {1: "ITU709", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
+_SWS_MATRIX = {1: "ITU709", 4: "FCC", 7: "SMPTE240M", 9: "BT2020", 10: "BT2020"}
 
 Tags = tuple[int, int]  # (colorspace, color_range)
+
+
+#: AVColorSpace codes whose YUV is not a Kr/Kb matrix of the kind swscale and the GPU
+#: kernel convert (YCgCo 8, SMPTE ST 2085 11, chroma-derived 12/13, ICtCp 14, later
+#: ones): converting them as BT.601 would give other colours, so they are refused.
+_REFUSED = {8: "YCgCo", 11: "SMPTE ST 2085", 12: "chroma-derived NCL", 13: "chroma-derived CL"}
+_REFUSED_FROM = 14  # ICtCp and every later code
+
+
+def check_matrix(colorspace: int, where: str) -> None:
+    """:class:`VideoError` naming ``where`` for a matrix no read path converts."""
+    cs = int(colorspace)
+    if cs in _REFUSED or cs >= _REFUSED_FROM:
+        name = _REFUSED.get(cs, "ICtCp" if cs == _REFUSED_FROM else f"code {cs}")
+        raise VideoError(
+            f"{where}: its colour matrix is {name} (AVColorSpace {cs}), which treadle does not "
+            "convert to RGB (BT.601, BT.709, BT.2020, SMPTE 240M, FCC and untagged streams are); "
+            "re-encode it with one of those"
+        )
 
 
 def sws_colorspace(colorspace: int) -> str:

@@ -24,7 +24,13 @@ from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from treadle.errors import VideoError
-from treadle.video.colour import describe, stream_tags, sws_color_range, sws_colorspace
+from treadle.video.colour import (
+    check_matrix,
+    describe,
+    stream_tags,
+    sws_color_range,
+    sws_colorspace,
+)
 from treadle.video.nal import NAL_PPS, NAL_SPS, nal_units, parse_sps
 from treadle.video.stream import COLOUR_TAGS, EncodedStream, StreamIndex, StreamMeta
 from treadle.video.values import VideoFile, VideoFrames, check_encoder, check_fps, check_frames
@@ -317,6 +323,8 @@ def _remux_colour(meta: StreamMeta, sps_units: set[bytes], label: str) -> dict[s
         except (ValueError, IndexError) as e:
             raise VideoError(f"video {label}: unreadable H.264 SPS ({e})") from None
         tags.add(stream_tags(sps, meta.colorspace, meta.color_range))
+    for cs, _ in tags or {(meta.colorspace, meta.color_range)}:
+        check_matrix(cs, f"video {label}")
     if not tags:
         return {}
     if len({describe(t) for t in tags}) > 1:
@@ -391,6 +399,7 @@ def _reencode(
     def yuv() -> Iterator[av.VideoFrame]:
         try:
             for frame in container.decode(stream):
+                check_matrix(frame.colorspace, f"video {label}")
                 yield reformatter.reformat(
                     frame,
                     width=width,  # a mid-stream size change is scaled to the first size
