@@ -577,3 +577,8 @@ def run_memory_capped(
     )
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def nothing_committed(project) -> bool:
+    """No table was committed to ``project`` (a failed first import may not create it)."""
+    return not project.exists() or project.branch("main").tables() == []

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from importer_fixtures import make_hf
+from importer_fixtures import make_hf, nothing_committed
 from treadle.catalog import Client
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers import hf as import_hf
@@ -92,7 +92,7 @@ def test_truncated_arrow_file_nothing_committed(tmp_path, client):
     f.write_bytes(f.read_bytes()[:-200])
     with pytest.raises(CorruptData, match=f.name):
         import_hf(folder, client.project("p"), "t", progress=False)
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 def test_files_with_different_columns(tmp_path, client):
@@ -107,7 +107,7 @@ def test_files_with_different_columns(tmp_path, client):
             "t",
             progress=False,
         )
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 def test_state_json_path_escaping_is_refused(tmp_path, client):
@@ -148,7 +148,7 @@ def test_a_nested_field_only_later_files_have_is_not_dropped(tmp_path, client):
             "t",
             progress=False,
         )
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_a_later_file_whose_column_type_would_change_its_values_is_refused(
             "t",
             progress=False,
         )
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 def test_a_later_file_may_widen_a_column_exactly(tmp_path, client):
@@ -209,7 +209,7 @@ def test_files_whose_class_labels_differ_are_refused(tmp_path, client):
             "t",
             progress=False,
         )  # was imported: label 0 meant "cat" in rows 0-1 and "dog" in rows 2-3
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 def make_hf_arrays(folder: Path, n: int = 6) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from importer_fixtures import decode_mp4, encode_mp4, make_lerobot_v3, make_lerobot_v21
+from importer_fixtures import (
+    decode_mp4,
+    encode_mp4,
+    make_lerobot_v3,
+    make_lerobot_v21,
+    nothing_committed,
+)
 from treadle.catalog import Client
 from treadle.errors import AlreadyExists, CorruptData, NotFound
 from treadle.importers import UnsupportedFormat
@@ -139,7 +145,7 @@ def test_timestamp_drift_is_an_error(tmp_path, client):
     )
     with pytest.raises(CorruptData, match=r"episode 1: timestamp drifts .* frame 3"):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 @pytest.mark.parametrize("version", ["v3.0", "v3.0-keyframes", "v2.1"])
@@ -159,7 +165,7 @@ def test_video_with_fewer_frames_than_rows(tmp_path, client, version):
         match = r"episode 1, camera 'observation.images.wrist'.*5 frames for the episode's 8 rows"
     with pytest.raises(CorruptData, match=match):
         import_lerobot(str(root), client.project("p"), "t", progress=False)
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 def test_missing_video_file(tmp_path, client):
@@ -177,7 +183,7 @@ def test_data_path_template_escaping_root_is_refused(tmp_path, client):
     client.project("p").create()
     with pytest.raises(Exception, match="escapes"):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 def test_rerun_does_not_duplicate(tmp_path, client):
@@ -427,7 +433,7 @@ def test_malformed_v3_meta_is_a_named_error(tmp_path, client, edit, match):
     edit(tmp_path / "ds")
     with pytest.raises(CorruptData, match=match):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 @pytest.mark.parametrize(
@@ -455,7 +461,7 @@ def test_malformed_v21_meta_is_a_named_error(tmp_path, client, edit, match):
     edit(tmp_path / "ds")
     with pytest.raises(CorruptData, match=match):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
-    assert client.project("p").branch("main").tables() == []
+    assert nothing_committed(client.project("p"))
 
 
 def test_import_id_covers_table_and_content(tmp_path, client):
