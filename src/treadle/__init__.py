@@ -33,6 +33,7 @@ from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
+from treadle.read.stats import ColumnStats  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef  # noqa: E402
 from treadle.table.write import Transaction  # noqa: E402
 from treadle.torch import CheckpointRow, Checkpoints, ScanDataset, TrainLoader  # noqa: E402
@@ -48,6 +49,7 @@ __all__ = [
     "Batch",
     "CheckpointRow",
     "Checkpoints",
+    "ColumnStats",
     "Component",
     "Plan",
     "Recipe",
