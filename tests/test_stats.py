@@ -161,3 +161,57 @@ def test_cli_stats_prints_a_table_and_json(tmp_path, capsys):
     assert set(data["columns"]) == {"x", "y"} and data["columns"]["x"]["count"] == 3000
     assert main(["stats", "p", "t", "--columns", "label", "--root", str(tmp_path)]) == 1
     assert "label" in capsys.readouterr().err
+
+
+def _lerobot_stats(tables, features):
+    """meta/stats.json as LeRobot writes it: per-episode stats, then aggregated (weighted
+    means, pooled variance: ``lerobot.datasets.compute_stats.aggregate_stats``)."""
+    out = {}
+    for f in features:
+        per = [np.array(t.column(f).to_pylist(), np.float32) for t in tables]
+        n = np.array([len(p) for p in per], np.float64)
+        means = np.stack([p.mean(axis=0) for p in per])
+        var = np.stack([p.var(axis=0) for p in per])
+        mean = (means * n[:, None]).sum(0) / n.sum()
+        total_var = ((var + (means - mean) ** 2) * n[:, None]).sum(0) / n.sum()
+        out[f] = {
+            "mean": mean.tolist(),
+            "std": np.sqrt(total_var).tolist(),
+            "min": np.min([p.min(0) for p in per], 0).tolist(),
+            "max": np.max([p.max(0) for p in per], 0).tolist(),
+            "count": [int(n.sum())],
+        }
+    out["observation.images.top"] = {"mean": [[[0.5]], [[0.5]], [[0.5]]]}  # 0..1, CHW
+    return out
+
+
+def test_lerobot_import_keeps_the_source_stats_and_they_agree(tmp_path):
+    from importer_fixtures import make_lerobot_v3
+
+    src = tmp_path / "src"
+    written = make_lerobot_v3(src, lengths=(12, 9, 15))
+    shipped = _lerobot_stats(written["tables"], ["observation.state", "action"])
+    (src / "meta" / "stats.json").write_text(json.dumps(shipped))
+    client = td.Client(str(tmp_path / "root"), create=True)
+    td.importers.lerobot(str(src), client.project("p"), "demo")
+    t = client.project("p").branch().table("demo").pin()
+    kept = t.source_stats()
+    assert set(kept) == {"observation_state", "action", "observation_images_top"}
+    assert kept["action"]["source"] == "lerobot meta/stats.json"
+    ours = t.stats(["observation_state", "action"])
+    for col in ("observation_state", "action"):
+        assert int(ours[col].count) == int(kept[col]["count"][0]) == 36
+        # float32 source values: the pooled aggregate agrees to float32 rounding
+        for f in ("mean", "std"):
+            np.testing.assert_allclose(getattr(ours[col], f), kept[col][f], rtol=1e-6)
+        for f in ("min", "max"):
+            np.testing.assert_array_equal(getattr(ours[col], f), kept[col][f])
+
+
+def test_lerobot_import_without_stats_keeps_nothing(tmp_path):
+    from importer_fixtures import make_lerobot_v3
+
+    make_lerobot_v3(tmp_path / "src")
+    client = td.Client(str(tmp_path / "root"), create=True)
+    td.importers.lerobot(str(tmp_path / "src"), client.project("p"), "demo")
+    assert client.project("p").branch().table("demo").pin().source_stats() == {}

@@ -142,6 +142,13 @@ class Table:
 
         return table_stats(self, columns, where=where, frames=frames, seed=seed)
 
+    def source_stats(self) -> dict[str, dict[str, Any]]:
+        """Statistics the source of an import shipped for this version (LeRobot's
+        ``meta/stats.json``), as given: ``{column: {"mean": array, ..., "source": str}}``."""
+        from treadle.read.stats import source_stats
+
+        return source_stats(self)
+
     def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
         """Describe a plain scan of ``columns`` for :class:`treadle.ScanDataset`."""
         cols = self._check_columns(columns) or []
