@@ -141,3 +141,13 @@ def test_augmentations_are_seeded_and_vectorised():
     np.testing.assert_array_equal(same, video)
     with pytest.raises(td.PlanError, match="seeds for a batch"):
         tf.HorizontalFlip()(video, seeds[:2])
+
+
+def test_float_input_is_not_changed_in_place():
+    x = torch.rand(2, 3, 8, 8, 3)
+    before = x.clone()
+    seeds = sample_seeds(0, np.arange(2))
+    for op in (tf.RandomResizedCrop((4, 4)), tf.HorizontalFlip(p=1.0), tf.BrightnessContrast()):
+        out = op(x, seeds)
+        assert out.dtype == torch.float32
+        assert torch.equal(x, before)
