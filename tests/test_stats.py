@@ -131,6 +131,8 @@ def test_video_per_channel_over_sampled_frames(tmp_path):
     # decoded pixels directly: the same statistics, exactly
     frames = t.stats(["cam"], frames=1000)["cam"]  # more than the table has: every frame
     assert int(frames.count) == 40 * 16 * 16
+    early = t.stats(["cam"], where="s < 5", frames=1000)["cam"]  # only rows the filter keeps
+    assert int(early.count) == 5 * 16 * 16
     loader = td.ScanDataset(t.scan_request(["cam"]), batch_size=40)
     px = next(iter(loader))["cam"].numpy().reshape(-1, 3).astype(np.float64)
     _check(frames, px)

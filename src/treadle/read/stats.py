@@ -27,7 +27,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -58,11 +58,10 @@ class ColumnStats:
     q99: np.ndarray
     rank_error: int = 0
     source: str = "treadle"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: np.asarray(getattr(self, k)).tolist() for k in _FIELDS}
-        return {**out, "rank_error": int(self.rank_error), "source": self.source, **self.extra}
+        return {**out, "rank_error": int(self.rank_error), "source": self.source}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ColumnStats:
