@@ -9,7 +9,9 @@ Cases (``--cases``, default all):
 - ``plan``: one batch at step 0 and 1e12, resume (``plan_bench.py``'s recipes), and building
   a 16-component plan (random p/q weights; six-digit decimals with a 10**6-step period);
 - ``import_ray`` (opt-in, not in the default run): WebDataset import, one process vs Ray
-  with 2 local workers, and their ratio (``case_import_ray.py``).
+  with 2 local workers, and their ratio (``case_import_ray.py``);
+- ``augment`` (opt-in): samples/s of the 90-frame video recipe with and without
+  ``treadle.transforms`` augmentations (``case_augment.py``).
 
 Datasets are generated once under ``bench/data/`` (``$TREADLE_BENCH_DATA`` if set: ``treadle
 bench`` sets it to its ``--dir``) in each library's own format. Every
@@ -44,13 +46,14 @@ if str(HERE) not in sys.path:
 from benchlib import Result, Run, batch_len, measure, tree_cpu  # noqa: E402
 
 CASES = ("mix", "video", "s3", "plan")
-OPT_IN = ("import_ray",)  # run only when named in --cases
+OPT_IN = ("import_ray", "augment")  # run only when named in --cases
 GOALS = {
     "mix": "treadle >= 2x the best peer's samples/s",
     "video": "treadle >= 0.8x the FFmpeg decode limit (useful frames/s), >= 3x LeRobotDataset",
     "s3": "treadle on S3 >= 0.9x raw parallel range-GET throughput",
     "plan": "< 1 ms per batch at any step, < 1 s to build 16 components",
     "import_ray": "reported: Ray with 2 local workers / one process (same cores)",
+    "augment": "reported: samples/s with the shipped augmentations / without",
 }
 
 
@@ -320,12 +323,19 @@ def run_import_ray(tiny: bool, runs: int) -> list[Result]:
     return ci.run(tiny, runs, log)
 
 
+def run_augment(tiny: bool, runs: int) -> list[Result]:
+    import case_augment as ca
+
+    return ca.run(tiny, runs, log)
+
+
 RUNNERS: dict[str, Callable[[bool, int], list[Result]]] = {
     "mix": run_mix,
     "video": run_video,
     "s3": run_s3,
     "plan": run_plan,
     "import_ray": run_import_ray,
+    "augment": run_augment,
 }
 
 

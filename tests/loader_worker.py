@@ -10,10 +10,18 @@ import torch
 
 import treadle as td
 from loader_helpers import batch_hash, emit, sample_hashes
+from treadle import transforms as tf
+
+AUGMENT = tf.Augment("cam", [tf.RandomResizedCrop((24, 24)), tf.HorizontalFlip(),
+                             tf.BrightnessContrast()])  # fmt: skip
 
 
-def train(root: str, record_path: str, steps: int, every: int, out: str) -> None:
-    """Read ``steps`` batches, checkpointing every ``every`` steps; resume from the latest row."""
+def train(
+    root: str, record_path: str, steps: int, every: int, out: str, augment: bool = False
+) -> None:
+    """Read ``steps`` batches, checkpointing every ``every`` steps; resume from the latest row
+    (``augment``: with the seeded augmentations of ``AUGMENT``)."""
+    transform = AUGMENT if augment else None
     client = td.Client(root)
     branch = client.project("robotics").branch()
     ckpts = td.Checkpoints(branch)
@@ -21,10 +29,14 @@ def train(root: str, record_path: str, steps: int, every: int, out: str) -> None
         record = json.load(f)
     row = ckpts.latest(run_id=td.RunRecord.from_json(record).run_id)
     if row is not None:
-        loader = td.TrainLoader.from_state(row.loader_state, client, steps=steps)
+        loader = td.TrainLoader.from_state(
+            row.loader_state, client, steps=steps, transform=transform
+        )
         weight = row.model_state()["w"]
     else:
-        loader = td.TrainLoader(td.Plan.from_record(record, client), steps=steps)
+        loader = td.TrainLoader(
+            td.Plan.from_record(record, client), steps=steps, transform=transform
+        )
         weight = torch.zeros(1)
     for batch in loader:
         step = loader.step - 1
@@ -67,6 +79,6 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(__file__))
     cmd, *args = sys.argv[1:]
     if cmd == "train":
-        train(args[0], args[1], int(args[2]), int(args[3]), args[4])
+        train(args[0], args[1], int(args[2]), int(args[3]), args[4], args[5:] == ["augment"])
     elif cmd == "ranks":
         ranks(args[0], args[1], int(args[2]), int(args[3]), args[4])

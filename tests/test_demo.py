@@ -18,6 +18,7 @@ def test_demo_trains_checkpoints_and_restarts_on_two_ranks(tmp_path, capsys):
     assert "training: 10/10 steps, loss " in out
     assert "Run record" in out and "failed_grasps" in out and "nominal_grasps" in out
     assert "latest checkpoint row (step 7)" in out
+    assert "validation on failed_grasps: 390 moments once each, loss " in out
     assert out.count("  match\n") == 3 and "DIFFERENT" not in out
     assert "every batch matches" in out
     # a second run reuses the project (created once) and the same pinned versions

@@ -18,6 +18,7 @@ import torch
 
 import treadle as td
 from loader_helpers import batch_hash, make_project, recipe, sample_hashes
+from loader_worker import AUGMENT
 
 HERE = Path(__file__).parent
 WORKER = str(HERE / "loader_worker.py")
@@ -155,27 +156,31 @@ def test_checkpoints_are_rows(project, tmp_path):
         ckpts.latest("'; drop")
 
 
-def _train(root, record_path, out, steps=12, every=3):
+def _train(root, record_path, out, steps=12, every=3, augment=False):
     return subprocess.Popen(
-        [sys.executable, WORKER, "train", root, record_path, str(steps), str(every), out],
+        [sys.executable, WORKER, "train", root, record_path, str(steps), str(every), out]
+        + (["augment"] if augment else []),
         cwd=str(HERE),
         stderr=subprocess.PIPE,
     )
 
 
 @pytest.mark.slow
-def test_crash_restart_gives_the_same_batches(tmp_path):
+@pytest.mark.parametrize("augment", [False, True])
+def test_crash_restart_gives_the_same_batches(tmp_path, augment):
+    """With ``augment``: the seeded augmentations of loader_worker.AUGMENT replay exactly."""
     root = str(tmp_path / "s")
     branch = make_project(root)
     record_path = str(tmp_path / "record.json")
     plan = recipe(branch).plan()
     Path(record_path).write_text(plan.record.to_json())
-    ref = [batch_hash(b) for b in td.TrainLoader(plan, steps=12)]
+    transform = AUGMENT if augment else None
+    ref = [batch_hash(b) for b in td.TrainLoader(plan, steps=12, transform=transform)]
 
     out = str(tmp_path / "run.jsonl")
     rng = random.Random(1234)
     for _ in range(3):  # three crashes at random steps
-        p = _train(root, record_path, out)
+        p = _train(root, record_path, out, augment=augment)
         target = rng.randint(2, 10)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and p.poll() is None:
@@ -186,7 +191,7 @@ def test_crash_restart_gives_the_same_batches(tmp_path):
         if p.poll() is None:
             os.kill(p.pid, signal.SIGKILL)
         p.wait()
-    p = _train(root, record_path, out)
+    p = _train(root, record_path, out, augment=augment)
     _, err = p.communicate(timeout=300)
     assert p.returncode == 0, err.decode()[-2000:]
     seen: dict[int, set[str]] = {}

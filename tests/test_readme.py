@@ -15,6 +15,10 @@ def test_readme_example_runs(tmp_path, monkeypatch):
     assert scope["row"].step == 100
     assert tuple(scope["batch"]["wrist_camera"].shape) == (32, 8, 64, 64, 3)
     assert scope["plan"].run_id == scope["row"].run_id
+    utilities = re.findall(r"```python\n(.*?)```", text, re.S)[1]
+    exec(compile(utilities, "README.md (training utilities)", "exec"), scope)
+    assert tuple(scope["aug"]["wrist_camera"].shape) == (32, 8, 48, 48, 3)
+    assert scope["s"].mean.shape == (7,) and scope["val"].steps == 8 and len(scope["val"]) == 0
 
 
 def test_readme_command_lines_parse():

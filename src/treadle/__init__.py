@@ -33,9 +33,16 @@ from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
+from treadle.read.stats import ColumnStats  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef  # noqa: E402
 from treadle.table.write import Transaction  # noqa: E402
-from treadle.torch import CheckpointRow, Checkpoints, ScanDataset, TrainLoader  # noqa: E402
+from treadle.torch import (  # noqa: E402
+    CheckpointRow,
+    Checkpoints,
+    EvalLoader,
+    ScanDataset,
+    TrainLoader,
+)  # noqa: E402
 from treadle.video import VideoFile, VideoFrames  # noqa: E402
 
 try:  # one version string: pyproject.toml's, through the installed package's metadata
@@ -48,7 +55,9 @@ __all__ = [
     "Batch",
     "CheckpointRow",
     "Checkpoints",
+    "ColumnStats",
     "Component",
+    "EvalLoader",
     "Plan",
     "Recipe",
     "RayExecutor",

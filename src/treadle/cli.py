@@ -128,6 +128,29 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_stats(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    project = _client(args).project(args.project, create=False)
+    table = project.branch(args.branch).table(args.table)
+    table = table.at(args.at) if args.at else table.pin()
+    stats = table.stats(args.columns, where=args.where, frames=args.frames, seed=args.seed)
+    if args.json:
+        _print_json({"project": project.name, "table": table.name, "version": table.version,
+                     "columns": {c: s.to_dict() for c, s in stats.items()}})  # fmt: skip
+        return 0
+    print(f"{project.name}/{table.name} v{table.version}")
+    head = ("column", "count", "mean", "std", "min", "max", "q01", "q99")
+    print("  " + "  ".join(f"{h:>12}" if i else f"{h:<24}" for i, h in enumerate(head)))
+    for name, s in stats.items():
+        flat = {f: np.asarray(getattr(s, f), np.float64).reshape(-1) for f in head[2:]}
+        for i in range(len(flat["mean"])):
+            label = name if len(flat["mean"]) == 1 else f"{name}[{i}]"
+            cells = [f"{int(s.count):>12,}"] + [f"{flat[f][i]:>12.6g}" for f in head[2:]]
+            print(f"  {label:<24}  " + "  ".join(cells))
+    return 0
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -184,6 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
         "0 may break writers that run meanwhile",
     )
     p.set_defaults(func=_cmd_gc)
+
+    p = sub.add_parser("stats", help="normalisation statistics of a table's columns")
+    p.add_argument("project", help="project name")
+    p.add_argument("table", help="table name")
+    p.add_argument("--columns", nargs="+", help="columns (default: every numeric, tensor "
+                   "and video column)")  # fmt: skip
+    p.add_argument("--where", help="a Lance SQL filter on the rows")
+    p.add_argument("--frames", type=cliargs.int_at_least(1), default=10_000,
+                   help="video: frames sampled (default 10000)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="video: sampling seed (default 0)")
+    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--at", help="commit id or prefix (default: the branch head)")
+    p.set_defaults(func=_cmd_stats)
 
     for register in _optional_commands():
         register(sub)

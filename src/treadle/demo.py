@@ -109,8 +109,11 @@ def ensure_project(client: td.Client, quiet: bool = False) -> td.Branch:
     return branch
 
 
+WINDOWS = td.Windows({"wrist_camera": td.Video(range(0, 8, 2)), "action": td.Rows(range(8))})
+
+
 def build_recipe(branch: td.Branch) -> td.Recipe:
-    windows = td.Windows({"wrist_camera": td.Video(range(0, 8, 2)), "action": td.Rows(range(8))})
+    windows = WINDOWS
     return td.Recipe(
         seed=2048,
         batch_size=32,
@@ -173,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
     ckpts = td.Checkpoints(branch, table="checkpoints")
     steps = args.steps
     crash_at = max(1, steps - args.check)
+    # actions normalised with the nominal table's statistics (computed once per version)
+    stats = plan.table(1).stats(["action"])["action"]
+    mean, std = torch.from_numpy(stats.mean).float(), torch.from_numpy(stats.std).float() + 1e-6
     loader = td.TrainLoader(plan, steps=steps, prefetch=4)
     seen: dict[int, str] = {}
     bar = Phase("training", steps, "steps", quiet)
@@ -180,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         step = loader.step - 1
         seen[step] = _hash(batch)
         pred = policy(batch["wrist_camera"])
-        loss = torch.nn.functional.mse_loss(pred, batch["action"])
+        loss = torch.nn.functional.mse_loss(pred, (batch["action"] - mean) / std)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -191,6 +197,15 @@ def run(args: argparse.Namespace) -> int:
             ckpts.save(loader.step, {"policy": policy.state_dict()}, loader)
     bar.close()
     print(f"checkpoint rows saved every {args.checkpoint_every} steps and at step {crash_at}")
+    # validation: every eligible moment of the failed grasps once, in table order
+    val = td.EvalLoader(td.Component(plan.table(0), WINDOWS), 64)
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for vb in val:
+            err = (policy(vb["wrist_camera"]) - (vb["action"] - mean) / std) ** 2
+            total += float(err.mean(dim=(1, 2)).sum())
+            n += len(vb["_moment"])
+    print(f"validation on failed_grasps: {n} moments once each, loss {total / n:.4f}")
 
     # A crash: everything in memory is gone. Restart from the latest checkpoint row, on 2 ranks.
     row = ckpts.latest(plan.run_id)

@@ -63,7 +63,13 @@ from treadle.importers._common import (
     workers,
 )
 from treadle.importers.executor import Executor, pick
-from treadle.importers.lerobot_meta import Episode, LeRobotMeta, read_meta
+from treadle.importers.lerobot_meta import (
+    STATS_SOURCE,
+    Episode,
+    LeRobotMeta,
+    read_meta,
+    read_source_stats,
+)
 from treadle.video.span import count_frames, cut_span, decode_span
 
 __all__ = [
@@ -326,6 +332,7 @@ def import_lerobot(
     del allow_pickle
     source = Source(str(src).rstrip("/"), source_options)
     meta = read_meta(source)
+    shipped = read_source_stats(source)
     br = resolve_branch(project, branch, client, root, storage_options)
     names = sorted({e.data_file for e in meta.episodes}) + sorted(
         {f for e in meta.episodes for f in e.video_files.values()}
@@ -356,7 +363,7 @@ def import_lerobot(
             bar.update(1)
         return rows, eps, (sum(s for s in sizes if s > 0) if only is None else nbytes)
 
-    return run_import(
+    result = run_import(
         fmt="lerobot",
         branch=br,
         table=table,
@@ -369,3 +376,19 @@ def import_lerobot(
         sources=[f"episode {e.index} of {source.root}" for e in meta.episodes],
         executor=executor,
     )
+    if shipped and result.commit is not None:
+        _keep_source_stats(br.table(table).at(result.commit.id), shipped, rename)
+    return result
+
+
+def _keep_source_stats(table: Any, shipped: dict[str, dict[str, Any]], rename: Any) -> None:
+    """The source's ``meta/stats.json`` beside the imported version, under column names."""
+    from treadle.read.stats import put_source_stats
+
+    names = set(table.schema.names)
+    cols = {}
+    for feature, fields in shipped.items():
+        col = column_name(feature, "LeRobot meta/stats.json", rename)
+        if col in names:
+            cols[col] = fields
+    put_source_stats(table, cols, STATS_SOURCE)

@@ -16,6 +16,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -322,4 +323,31 @@ def _episodes_v2(
                 episode_index=ep,
             )
         out.append((e, where))
+    return out
+
+
+STATS_SOURCE = "lerobot meta/stats.json"
+
+
+def read_source_stats(source: Source) -> dict[str, dict[str, list[Any]]]:
+    """``meta/stats.json`` (``{feature: {"mean": [...], "std": [...], ...}}``) as given, or {}
+    when the dataset has none; anything but numbers (nested lists) is :class:`CorruptData`."""
+    where = source.describe("meta/stats.json")
+    try:
+        raw = source.read("meta/stats.json")
+    except NotFound:
+        return {}
+    body = load_json(raw, where)
+    if not isinstance(body, dict):
+        raise CorruptData(f"{where} is not a JSON object")
+    out: dict[str, dict[str, list[Any]]] = {}
+    for feature, fields in body.items():
+        if not isinstance(fields, dict):
+            raise CorruptData(f"{where}: field {feature!r} is not an object")
+        for name, value in fields.items():
+            try:
+                arr = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise CorruptData(f"{where}: {feature}.{name} is not numbers") from None
+            out.setdefault(feature, {})[name] = arr.tolist()
     return out

@@ -298,9 +298,23 @@ class Plan:
         epoch, idx = np.divmod(draw, n)
         key = epoch_keys(self._draw_base[comp], epoch)
         e = permute(idx.astype(np.uint64), comp, self._domains, key)
-        g = self._base[comp] + e.astype(np.int64)
+        return self._ordered(self._base[comp] + e.astype(np.int64))
+
+    def _ordered(self, g: np.ndarray) -> np.ndarray:
+        """Moment rows of global eligible indices (components' eligible moments, in order)."""
         ep = np.searchsorted(self._cum_end, g, side="right")
         return self._first_moment[ep] + (g - self._cum_begin[ep])
+
+    def eligible_moments(self, component: int, index: np.ndarray) -> np.ndarray:
+        """Moment rows of eligible indices ``0 .. eligible-1`` of a component, in table order
+        (no shuffle): what ``td.EvalLoader`` reads at each position. Pure, vectorised."""
+        c = self._component(component)
+        idx = np.asarray(index, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._elig[c]):
+            raise PlanError(
+                f"eligible index out of range 0..{int(self._elig[c]) - 1} of component {c}"
+            )
+        return self._ordered(self._base[c] + idx)
 
     # -- checks ---------------------------------------------------------------------------
 

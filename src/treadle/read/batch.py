@@ -138,22 +138,26 @@ class BatchReader:
         if self._rows_only:
             return self._read_rows(step, rank, world_size)
         batch = self.plan.batch(step, rank, world_size)
+        return self.read_samples(batch.component, batch.moment)
+
+    def read_samples(self, component: np.ndarray, moment: np.ndarray) -> dict[str, np.ndarray]:
+        """The batch of these (component, moment) samples, in this order (any plan order)."""
         out: dict[str, Any] = {}
         requests: list[Any] = []
         jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]] = []
-        for c in np.unique(batch.component):
-            slots = np.flatnonzero(batch.component == c)
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
             table = self.plan.table(int(c))
             reqs, rows = self._split(
-                table, self.columns[int(c)], batch.moment[slots], slots, out, len(batch)
+                table, self.columns[int(c)], moment[slots], slots, out, len(moment)
             )
             requests += reqs
             jobs += rows
-        self._take_rows(jobs, out, len(batch))
+        self._take_rows(jobs, out, len(moment))
         self.decode(requests)
         squeeze_moment_video(out, [cs for specs in self.columns for cs in specs])
-        out["_component"] = batch.component.astype(np.int64)
-        out["_moment"] = batch.moment.astype(np.int64)
+        out["_component"] = np.asarray(component, np.int64)
+        out["_moment"] = np.asarray(moment, np.int64)
         return out
 
     def _read_rows(self, step: int, rank: int, world_size: int) -> dict[str, np.ndarray]:

@@ -128,6 +128,27 @@ class Table:
         except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
             raise lance_error(e, f"reading rows of {self!r}") from None
 
+    def stats(
+        self,
+        columns: Sequence[str] | None = None,
+        *,
+        where: str | None = None,
+        frames: int = 10_000,
+        seed: int = 0,
+    ) -> dict[str, Any]:
+        """Normalisation statistics ``{column: td.ColumnStats}`` of this version, computed
+        once and kept in the project (:mod:`treadle.read.stats` says how, and how exact)."""
+        from treadle.read.stats import table_stats  # reading video needs the read layer
+
+        return table_stats(self, columns, where=where, frames=frames, seed=seed)
+
+    def source_stats(self) -> dict[str, dict[str, Any]]:
+        """Statistics the source of an import shipped for this version (LeRobot's
+        ``meta/stats.json``), as given: ``{column: {"mean": array, ..., "source": str}}``."""
+        from treadle.read.stats import source_stats
+
+        return source_stats(self)
+
     def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
         """Describe a plain scan of ``columns`` for :class:`treadle.ScanDataset`."""
         cols = self._check_columns(columns) or []
@@ -201,3 +222,7 @@ class TableRef:
 
     def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
         return self.pin().scan_request(columns, filter)
+
+    def stats(self, columns: Sequence[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`Table.stats` of the table at the branch head."""
+        return self.pin().stats(columns, **kwargs)

@@ -22,8 +22,6 @@ batch, at any world size that divides the batch size.
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +33,8 @@ from treadle.plan.plan import Plan
 from treadle.plan.recipe import Recipe
 from treadle.plan.record import RunRecord
 from treadle.read.batch import BatchReader, output_columns
+from treadle.torch.hook import Transform, as_torch, check_transform, run_transform
+from treadle.torch.prefetch import prefetch_steps
 
 _STATE_KEYS = {"record", "step"}
 
@@ -67,10 +67,10 @@ class _Steps(torch.utils.data.IterableDataset):
     """Worker side of ``workers>0``: reads steps ``start + k, start + k + N, ...``."""
 
     def __init__(self, record: str, root: str, options: dict, rank: int, world: int, start: int,
-                 stop: int | None, video_threads: int):  # fmt: skip
+                 stop: int | None, video_threads: int, transform: Transform | None = None):  # fmt: skip
         self.record, self.root, self.options = record, root, options
         self.rank, self.world, self.start, self.stop = rank, world, start, stop
-        self.video_threads = video_threads
+        self.video_threads, self.transform = video_threads, transform
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         from treadle.catalog import Client
@@ -82,9 +82,13 @@ class _Steps(torch.utils.data.IterableDataset):
         step = self.start + k
         try:
             while self.stop is None or step < self.stop:
-                batch = reader.read(step, self.rank, self.world)
-                yield {k_: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-                       for k_, v in batch.items()}  # fmt: skip
+                batch = as_torch(reader.read(step, self.rank, self.world))
+                if self.transform is not None:
+                    positions = plan.batch(step, self.rank, self.world).position
+                    batch = run_transform(
+                        self.transform, batch, plan.seed, positions, f"step {step}"
+                    )
+                yield batch
                 step += n
         finally:
             reader.close()
@@ -100,6 +104,7 @@ class TrainLoader:
     ``steps`` bounds the run (None: forever). ``prefetch`` is how many steps are read
     ahead; ``workers`` > 0 reads in that many spawned processes; ``video_threads`` decode
     threads per reader (default: one per core, up to 4; 1 per worker process).
+    ``transform``: ``fn(batch, seeds) -> batch`` on the reader side (:mod:`treadle.torch.hook`).
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class TrainLoader:
         prefetch: int = 2,
         workers: int = 0,
         video_threads: int | None = None,
+        transform: Transform | None = None,
     ):
         if isinstance(recipe_or_plan, Recipe):
             plan = recipe_or_plan.plan()
@@ -134,6 +140,8 @@ class TrainLoader:
         self.steps = None if steps is None else int(steps)
         self.prefetch = int(prefetch)
         self.workers = int(workers)
+        check_transform(transform, self.workers)
+        self.transform = transform
         # PyAV decodes without the GIL: one decode thread per core (per worker process).
         if video_threads is None:
             video_threads = 1 if workers else min(4, os.cpu_count() or 1)
@@ -194,41 +202,18 @@ class TrainLoader:
             yield batch
 
     def _thread(self) -> Iterator[dict[str, Any]]:
-        start, stop = self._next_step, self.steps
-        q: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
-        stop_flag = threading.Event()
         reader = BatchReader(self.plan, video_threads=self.video_threads, device=self.device)
 
-        def produce() -> None:
-            step = start
-            try:
-                while not stop_flag.is_set() and (stop is None or step < stop):
-                    item = ("ok", reader.read(step, self.rank, self.world_size))
-                    while not stop_flag.is_set():
-                        try:
-                            q.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    step += 1
-                q.put(("end", None))
-            except BaseException as e:  # hand every failure to the consumer
-                q.put(("error", e))
+        def read(step: int) -> dict[str, Any]:
+            return self._transformed(reader.read(step, self.rank, self.world_size), step)
 
-        t = threading.Thread(target=produce, name="treadle-prefetch", daemon=True)
-        t.start()
-        try:
-            while True:
-                kind, item = q.get()
-                if kind == "end":
-                    return
-                if kind == "error":
-                    raise item
-                yield item
-        finally:
-            stop_flag.set()
-            t.join(timeout=30)
-            reader.close()
+        return prefetch_steps(read, self._next_step, self.steps, self.prefetch, reader.close)
+
+    def _transformed(self, batch: dict[str, Any], step: int) -> dict[str, Any]:
+        if self.transform is None:
+            return batch
+        positions = self.plan.batch(step, self.rank, self.world_size).position
+        return run_transform(self.transform, batch, self.plan.seed, positions, f"step {step}")
 
     def _processes(self) -> Iterator[dict[str, Any]]:
         client = self.plan.table(0).project.client
@@ -241,6 +226,7 @@ class TrainLoader:
             self._next_step,
             self.steps,
             self.video_threads,
+            self.transform,
         )
         dl = torch.utils.data.DataLoader(
             ds,

@@ -1,0 +1,390 @@
+"""Column statistics for normalisation: ``table.stats(...)`` -> ``{column: ColumnStats}``.
+
+- **Numeric and tensor columns**: every selected row, read in batches of at most
+  ``READ_VALUES`` values (so memory is bounded at any table size); per element, in float64:
+  count, mean and population std (Chan's parallel merge of per-batch sums), min, max.
+  These are exact up to float64 rounding (the order of additions differs from numpy's
+  pairwise sum: agreement to ~1e-12 relative).
+- **Quantiles** ``q01``/``q99`` (numpy's default, linear interpolation): exact while a
+  column has at most ``2k`` values per element (``k = max(64, SKETCH_VALUES // elements)``);
+  beyond that a deterministic compactor sketch (KLL-style, no randomness) of at most ``2k``
+  items per level and ``log2(n/k)`` levels. Its rank error is at most
+  :func:`rank_error_bound` ``(n, k) = n * (L/2 + 1) / k`` for ``L`` levels (e.g. n=1e9,
+  elements=7: about 0.01 % of n); the bound is stored in ``ColumnStats.rank_error``.
+- **Video columns**: per channel over ``frames`` moments sampled without replacement (a
+  pure function of ``seed``; all when fewer), decoded by the batch reader's video path;
+  uint8 values go into a 256-bin histogram per channel, so every statistic (quantiles
+  included) is exact over the sampled frames.
+
+Each column's result is kept in the project, keyed by table, version (and that version's
+manifest fingerprint), column, ``where`` and, for video, ``frames``/``seed``: a second
+call on the same version reads it back instead of scanning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import NotFound, PlanError
+from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
+
+READ_VALUES = 1 << 20  # values (rows x elements) per read batch
+SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of a column
+_ALGO = 1  # bump when a statistic's definition changes: old cached results are ignored
+_QS = (0.01, 0.99)
+_FIELDS = ("count", "mean", "std", "min", "max", "q01", "q99")
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """Statistics of one column (arrays shaped like one row: ``()`` for scalars, the tensor
+    shape for tensors, ``(channels,)`` for video). ``rank_error``: bound on the rank error
+    of ``q01``/``q99`` (0 = exact). ``source``: ``"treadle"`` (computed) or where imported
+    values came from (e.g. ``"lerobot meta/stats.json"``)."""
+
+    count: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    q01: np.ndarray
+    q99: np.ndarray
+    rank_error: int = 0
+    source: str = "treadle"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: np.asarray(getattr(self, k)).tolist() for k in _FIELDS}
+        return {**out, "rank_error": int(self.rank_error), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ColumnStats:
+        arrays = {k: np.asarray(d[k], np.int64 if k == "count" else np.float64) for k in _FIELDS}
+        return cls(**arrays, rank_error=int(d.get("rank_error", 0)),
+                   source=str(d.get("source", "treadle")))  # fmt: skip
+
+
+def rank_error_bound(n: int, k: int, levels: int) -> int:
+    """Worst-case rank error of the sketch: each compaction at level ``h`` (weight ``2^h``)
+    moves a rank by at most ``2^h`` and happens at most ``n / (2k 2^h)`` times, so all
+    compactions move it by at most ``levels * n / (2k)``; the query adds one item's weight."""
+    if levels == 0:
+        return 0
+    return int(math.ceil(levels * n / (2 * k))) + 2**levels
+
+
+class _Moments:
+    """count, mean, M2, min, max per element, merged batch by batch (Chan et al.)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean: np.ndarray | None = None
+        self.m2: np.ndarray | None = None
+        self.lo: np.ndarray | None = None
+        self.hi: np.ndarray | None = None
+
+    def add(self, x: np.ndarray) -> None:  # x: float64 [rows, E]
+        k = len(x)
+        if not k:
+            return
+        mean = x.mean(axis=0)
+        m2 = ((x - mean) ** 2).sum(axis=0)
+        lo, hi = x.min(axis=0), x.max(axis=0)
+        if self.n == 0:
+            self.n, self.mean, self.m2, self.lo, self.hi = k, mean, m2, lo, hi
+            return
+        n = self.n + k
+        delta = mean - self.mean
+        self.mean = self.mean + delta * (k / n)
+        self.m2 = self.m2 + m2 + delta**2 * (self.n * k / n)
+        self.lo, self.hi, self.n = np.minimum(self.lo, lo), np.maximum(self.hi, hi), n
+
+
+class _Sketch:
+    """Deterministic compactor sketch per element; exact while nothing was compacted."""
+
+    def __init__(self, elements: int) -> None:
+        self.k = max(64, SKETCH_VALUES // max(1, elements))
+        self.levels: list[list[np.ndarray]] = [[]]
+        self.sizes = [0]
+        self.flip: list[int] = [0]
+        self.n = 0
+
+    def add(self, x: np.ndarray) -> None:
+        self.n += len(x)
+        self.levels[0].append(x)
+        self.sizes[0] += len(x)
+        h = 0
+        while h < len(self.levels):
+            if self.sizes[h] >= 2 * self.k:
+                self._compact(h)
+            h += 1
+
+    def _compact(self, h: int) -> None:
+        items = np.sort(np.concatenate(self.levels[h]), axis=0)
+        m = len(items) - (len(items) % 2)
+        up = items[self.flip[h] : m : 2]
+        self.flip[h] ^= 1
+        self.levels[h] = [items[m:]] if m < len(items) else []
+        self.sizes[h] = len(items) - m
+        if h + 1 == len(self.levels):
+            self.levels.append([])
+            self.sizes.append(0)
+            self.flip.append(0)
+        self.levels[h + 1].append(up)
+        self.sizes[h + 1] += len(up)
+
+    @property
+    def compacted_levels(self) -> int:
+        return len(self.levels) - 1
+
+    def quantiles(self, qs: Sequence[float]) -> list[np.ndarray]:
+        if self.compacted_levels == 0:
+            values = np.concatenate(self.levels[0])
+            return [np.quantile(values, q, axis=0) for q in qs]
+        items = np.concatenate([a for lv in self.levels for a in lv])
+        weights = np.concatenate(
+            [np.full(len(a), 2**h, np.int64) for h, lv in enumerate(self.levels) for a in lv]
+        )
+        order = np.argsort(items, axis=0, kind="stable")
+        cum = np.cumsum(weights[order], axis=0)  # [m, E]
+        out = []
+        for q in qs:
+            target = q * (self.n - 1)
+            # first item whose cumulative weight exceeds the target rank
+            idx = (cum <= target).sum(axis=0)
+            idx = np.minimum(idx, len(items) - 1)
+            cols = np.arange(items.shape[1])
+            out.append(items[order[idx, cols], cols])
+        return out
+
+
+def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: int) -> ColumnStats:
+    def r(a: np.ndarray) -> np.ndarray:
+        return np.asarray(a, np.float64).reshape(shape)
+
+    std = np.sqrt(np.maximum(mom.m2 / mom.n, 0.0))  # type: ignore[operator]
+    return ColumnStats(np.asarray(mom.n, np.int64), r(mom.mean), r(std), r(mom.lo), r(mom.hi),
+                       r(qs[0]), r(qs[1]), rank_error=err)  # fmt: skip
+
+
+# -- the public entry ---------------------------------------------------------------------
+def table_stats(
+    table: Any,
+    columns: Sequence[str] | None = None,
+    *,
+    where: str | None = None,
+    frames: int = 10_000,
+    seed: int = 0,
+) -> dict[str, ColumnStats]:
+    """Statistics of ``columns`` (default: every column that has them) of one pinned table."""
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+        raise PlanError(f"stats: frames must be an integer >= 1, got {frames!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise PlanError(f"stats: seed must be an integer, got {seed!r}")
+    schema = table.schema
+    kinds = {f.name: batch_kind(f) for f in schema}
+    if columns is None:
+        names = [n for n, k in kinds.items() if k is not None and n not in ("episode", "frame")]
+    else:
+        names = [columns] if isinstance(columns, str) else list(columns)
+        unknown = [c for c in names if c not in kinds]
+        if unknown:
+            raise NotFound(
+                f"table {table.name!r} has no column(s) {unknown}; columns: {schema.names}"
+            )
+        none = [c for c in names if kinds[c] is None]
+        if none:
+            raise PlanError(
+                f"table {table.name!r}: column(s) {none} have no statistics (not numbers, "
+                "tensors or video)"
+            )
+    cache = _Cache(table)
+    out: dict[str, ColumnStats] = {}
+    todo: list[str] = []
+    for c in names:
+        key = cache.key(c, where, (frames, seed) if kinds[c] == "video" else None)
+        got = cache.get(key)
+        if got is not None:
+            out[c] = got
+        else:
+            todo.append(c)
+    plain = [c for c in todo if kinds[c] != "video"]
+    computed = _compute_rows(table, plain, where) if plain else {}
+    for c in todo:
+        if kinds[c] == "video":
+            computed[c] = _compute_video(table, c, where, frames, seed)
+        cache.put(cache.key(c, where, (frames, seed) if kinds[c] == "video" else None), computed[c])
+        out[c] = computed[c]
+    return {c: out[c] for c in names}
+
+
+def _compute_rows(table: Any, names: list[str], where: str | None) -> dict[str, ColumnStats]:
+    """One streamed scan of ``names``: batches of at most ``READ_VALUES`` values."""
+    schema = table.schema
+    shapes = {c: tensor_shape(schema.field(c)) or () for c in names}
+    elements = {c: math.prod(s) for c, s in shapes.items()}
+    rows = max(1, READ_VALUES // max(1, sum(elements.values())))
+    moms = {c: _Moments() for c in names}
+    sketches = {c: _Sketch(elements[c]) for c in names}
+    for batch in scan_batches(table, names, where, rows):
+        for c in names:
+            f = schema.field(c)
+            x = to_numpy(batch.column(c), f, f"table {table.name!r}")
+            x = x.reshape(len(x), elements[c]).astype(np.float64)
+            moms[c].add(x)
+            sketches[c].add(x)
+    out = {}
+    for c in names:
+        if moms[c].n == 0:
+            raise PlanError(
+                f"table {table.name!r}: no rows to compute statistics of column {c!r}"
+                + (f" (where {where!r})" if where else "")
+            )
+        sk = sketches[c]
+        err = rank_error_bound(sk.n, sk.k, sk.compacted_levels)
+        out[c] = _finish(moms[c], sk.quantiles(_QS), shapes[c], err)
+    return out
+
+
+def scan_batches(table: Any, columns: list[str], where: str | None, rows: int) -> Any:
+    """The table's rows as Arrow record batches of at most ``rows`` rows."""
+    from treadle.storage import lance_error
+
+    try:
+        for b in table.dataset.to_batches(columns=columns, filter=where, batch_size=rows):
+            for off in range(0, b.num_rows, rows):  # Lance may hand back larger batches
+                yield b.slice(off, rows)
+    except OSError as e:
+        raise lance_error(e, f"reading {table!r}") from None
+
+
+def _compute_video(
+    table: Any, column: str, where: str | None, frames: int, seed: int
+) -> ColumnStats:
+    """Per channel, over ``frames`` sampled moments: exact uint8 histograms."""
+    from treadle.read.batch import BatchReader, moment_columns
+
+    if where is None:
+        candidates = np.arange(table.num_moments, dtype=np.int64)
+    else:
+        got = table.dataset.to_table(columns=["_rowoffset"], filter=where)
+        candidates = got.column("_rowoffset").to_numpy().astype(np.int64)
+    if not len(candidates):
+        raise PlanError(f"table {table.name!r}: no rows to sample column {column!r} from")
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(candidates, size=min(frames, len(candidates)), replace=False))
+    eps = table.episodes()
+    episode = np.searchsorted(eps.starts, pick, side="right") - 1
+    hist: np.ndarray | None = None
+    reader = BatchReader(None, project=table.project)
+    specs = moment_columns(table, [column])
+    try:
+        for e in np.unique(episode):  # one stream (one frame size) at a time
+            ms = pick[episode == e]
+            for i in range(0, len(ms), 64):
+                chunk = ms[i : i + 64]
+                out: dict[str, Any] = {}
+                reader.decode(
+                    reader.fill(table, specs, chunk, np.arange(len(chunk)), out, len(chunk))
+                )
+                px = np.asarray(out[column])
+                if px.dtype != np.uint8:
+                    raise PlanError(f"column {column!r}: video decodes to {px.dtype}, not uint8")
+                px = px.reshape(-1, px.shape[-1])
+                h = np.stack([np.bincount(px[:, ch], minlength=256) for ch in range(px.shape[1])])
+                hist = h if hist is None else hist + h
+    finally:
+        reader.close()
+    return _from_histogram(hist)  # type: ignore[arg-type]
+
+
+def _from_histogram(hist: np.ndarray) -> ColumnStats:
+    """Exact statistics of integer values 0..255 from per-channel counts ``[C, 256]``."""
+    v = np.arange(hist.shape[1], dtype=np.float64)
+    n = hist.sum(axis=1)
+    mean = (hist * v).sum(axis=1) / n
+    std = np.sqrt((hist * (v - mean[:, None]) ** 2).sum(axis=1) / n)
+    nz = hist > 0
+    lo = nz.argmax(axis=1).astype(np.float64)
+    hi = (hist.shape[1] - 1 - nz[:, ::-1].argmax(axis=1)).astype(np.float64)
+    cum = np.cumsum(hist, axis=1)
+
+    def order_stat(rank: np.ndarray) -> np.ndarray:  # value of the 0-based rank-th item
+        return np.array([np.searchsorted(cum[c], rank[c], side="right") for c in range(len(n))],
+                        np.float64)  # fmt: skip
+
+    qs = []
+    for q in _QS:
+        h = q * (n - 1)
+        a, b = order_stat(np.floor(h)), order_stat(np.ceil(h))
+        qs.append(a + (h - np.floor(h)) * (b - a))
+    return ColumnStats(n[0].astype(np.int64), mean, std, lo, hi, qs[0], qs[1])
+
+
+# -- kept in the project ------------------------------------------------------------------
+class _Cache:
+    """``projects/<p>/stats/<table>/v<version>/<key>.json``: one object per column."""
+
+    def __init__(self, table: Any):
+        self.table = table
+        self.store = table.project.client.store
+        self.base = f"{table.project.prefix}/stats/{table.name}/v{table.version}"
+        self._ident = self._identity()
+
+    def _identity(self) -> str:
+        # the version's manifest: a table dropped and re-created reuses version numbers
+        manifest = f"_versions/{2**64 - 1 - self.table.version}.manifest"
+        try:
+            size, token = self.store.fingerprint(
+                f"{self.table.project.prefix}/tables/{self.table.name}.lance/{manifest}"
+            )
+        except NotFound:
+            return "unknown"
+        return f"{size}:{token}"
+
+    def key(self, column: str, where: str | None, video: tuple[int, int] | None) -> str:
+        spec = {"algo": _ALGO, "column": column, "where": where, "video": video, "id": self._ident}
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:24]
+
+    def get(self, key: str) -> ColumnStats | None:
+        if self._ident == "unknown":
+            return None
+        try:
+            data = self.store.get(f"{self.base}/{key}.json")
+        except NotFound:
+            return None
+        return ColumnStats.from_dict(json.loads(data))
+
+    def put(self, key: str, stats: ColumnStats) -> None:
+        if self._ident == "unknown":
+            return  # no identity for this version: never risk reading another's results
+        self.store.put(f"{self.base}/{key}.json", json.dumps(stats.to_dict()).encode())
+
+
+# -- statistics a source shipped (e.g. LeRobot's meta/stats.json) ----------------------------
+def put_source_stats(table: Any, columns: dict[str, dict[str, Any]], source: str) -> None:
+    """Keep ``{column: {"mean": [...], ...}}`` from ``source`` beside this version's stats."""
+    body = {"source": source, "columns": columns}
+    key = f"{table.project.prefix}/stats/{table.name}/v{table.version}/source.json"
+    table.project.client.store.put(key, json.dumps(body, sort_keys=True).encode())
+
+
+def source_stats(table: Any) -> dict[str, dict[str, Any]]:
+    """What :func:`put_source_stats` kept for this version: ``{column: {field: array}}``
+    plus ``"source"`` in each entry ({} when the source had none)."""
+    key = f"{table.project.prefix}/stats/{table.name}/v{table.version}/source.json"
+    try:
+        body = json.loads(table.project.client.store.get(key))
+    except NotFound:
+        return {}
+    return {
+        c: {"source": body["source"], **{k: np.asarray(v) for k, v in d.items()}}
+        for c, d in body["columns"].items()
+    }
