@@ -110,7 +110,13 @@ def ensure_project(client: td.Client, quiet: bool = False) -> td.Branch:
 
 
 def build_recipe(branch: td.Branch) -> td.Recipe:
-    windows = td.Windows({"wrist_camera": td.Video(range(0, 8, 2)), "action": td.Rows(range(8))})
+    # padded: the last moments of every episode are anchors too (the card keeps 100%)
+    windows = td.Windows(
+        {
+            "wrist_camera": td.Video(range(0, 8, 2), pad=True),
+            "action": td.Rows(range(8), pad=True),
+        }
+    )
     return td.Recipe(
         seed=2048,
         batch_size=32,

@@ -66,8 +66,9 @@ class Batch:
 
 
 def eligible_counts(lengths: np.ndarray, windows: Windows | None) -> np.ndarray:
-    """Eligible moments per episode: those whose every window offset stays in the episode."""
-    lo, hi = (0, 0) if windows is None else windows.span()
+    """Eligible moments per episode: those whose every unpadded window offset stays in the
+    episode (padded specs take the episode's edge frames instead, so they never limit it)."""
+    lo, hi = (0, 0) if windows is None else windows.eligible_span()
     return np.maximum(np.asarray(lengths, dtype=np.int64) - (hi - lo), 0)
 
 
@@ -125,7 +126,7 @@ class Plan:
             ep = episodes[comp.table]
             starts = np.asarray(ep.starts, dtype=np.int64)
             counts = eligible_counts(ep.lengths, comp.windows)
-            lo = 0 if comp.windows is None else comp.windows.span()[0]
+            lo = 0 if comp.windows is None else comp.windows.eligible_span()[0]
             keep = counts > 0
             cnt = counts[keep]
             total = int(cnt.sum())
@@ -198,6 +199,12 @@ class Plan:
     def eligible(self, component: int) -> int:
         """Number of eligible moments of a component (its epoch length in draws)."""
         return int(self._elig[self._component(component)])
+
+    def kept(self, component: int) -> tuple[int, int]:
+        """(anchors kept, moments in the table) of a component: how much of its table the
+        windows (and selection) leave as sample anchors."""
+        c = self._component(component)
+        return int(self._elig[c]), self._record.table_of(c).num_moments
 
     @property
     def batch_size(self) -> int:

@@ -187,7 +187,7 @@ class Recipe:
             lengths = np.asarray(episodes[t].lengths, dtype=np.int64)
             eligible = int(eligible_counts(lengths, comp.windows).sum())
             if eligible == 0:
-                lo, hi = (0, 0) if comp.windows is None else comp.windows.span()
+                lo, hi = (0, 0) if comp.windows is None else comp.windows.eligible_span()
                 longest = int(lengths.max()) if lengths.size else 0
                 raise PlanError(
                     f"{where} has no eligible moments: its windows span {hi - lo + 1} moments "

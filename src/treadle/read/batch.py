@@ -28,6 +28,7 @@ from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 from treadle.table.tensors import to_numpy
 
+IS_PAD = "_is_pad"
 _TAKE_THREADS = 4  # row takes in flight at once (this step's and the next one's)
 
 
@@ -64,6 +65,35 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
                 f"{names[0]}, component {c} gives {n}"
             )
     return per
+
+
+def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:
+    """``"<column>_is_pad"`` -> window length, for every column some component pads."""
+    return {
+        f"{cs.column}{IS_PAD}": len(cs.spec.offsets)
+        for specs in per
+        for cs in specs
+        if cs.spec is not None and cs.spec.pad
+    }
+
+
+def episode_bounds(table: Any, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(episode index, first row of that episode) of each moment row."""
+    episodes = table.episodes()
+    e = np.searchsorted(episodes.starts, moments, side="right") - 1
+    return e.astype(np.int64), np.asarray(episodes.starts, np.int64)[e]
+
+
+def padded_rows(
+    table: Any, moments: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``moment + offset`` clamped to each moment's episode (``[n, T]``), and where
+    they were clamped (bool ``[n, T]``): LeRobot's edge padding."""
+    e, first = episode_bounds(table, moments)
+    last = first + np.asarray(table.episodes().lengths, np.int64)[e] - 1
+    want = moments[:, None] + offsets[None, :]
+    rows = np.clip(want, first[:, None], last[:, None])
+    return rows, rows != want
 
 
 def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None:
@@ -120,6 +150,7 @@ class BatchReader:
         self._rows_only = plan is not None and not any(
             cs.video for specs in self.columns for cs in specs
         )
+        self._pads = pad_columns(self.columns)
         self._ahead: tuple[Any, ...] | None = None
         self._last: tuple[int, int, int] | None = None
 
@@ -138,7 +169,7 @@ class BatchReader:
         if self._rows_only:
             return self._read_rows(step, rank, world_size)
         batch = self.plan.batch(step, rank, world_size)
-        out: dict[str, Any] = {}
+        out = self._start(len(batch))
         requests: list[Any] = []
         jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]] = []
         for c in np.unique(batch.component):
@@ -181,11 +212,15 @@ class BatchReader:
                 nj,
                 [self._executor().submit(self._rows, t, g, m) for t, g, m, _ in nj],
             )
-        out: dict[str, Any] = {}
+        out = self._start(len(batch))
         self._write_rows(jobs, [f.result() for f in futures], out, len(batch))
         out["_component"] = batch.component.astype(np.int64)
         out["_moment"] = batch.moment.astype(np.int64)
         return out
+
+    def _start(self, b: int) -> dict[str, Any]:
+        """A batch's dict, with every ``_is_pad`` column it carries (False where unpadded)."""
+        return {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
 
     def _row_jobs(self, batch: Any) -> list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]]:
         jobs = []
@@ -233,7 +268,7 @@ class BatchReader:
             if cs.video:
                 requests.extend(self._video_requests(table, cs, moments, slots, out, b))
             else:
-                key = None if cs.spec is None else tuple(cs.spec.offsets)
+                key = None if cs.spec is None else (tuple(cs.spec.offsets), cs.spec.pad)
                 groups.setdefault(key, []).append(cs)
         return requests, [(table, group, moments, slots) for group in groups.values()]
 
@@ -254,11 +289,14 @@ class BatchReader:
     def _write_rows(
         self,
         jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]],
-        results: list[list[np.ndarray]],
+        results: list[tuple[list[np.ndarray], np.ndarray | None]],
         out: dict[str, Any],
         b: int,
     ) -> None:
-        for (table, group, _, slots), arrays in zip(jobs, results):
+        for (table, group, _, slots), (arrays, pad) in zip(jobs, results):
+            if pad is not None:
+                for cs in group:
+                    out[f"{cs.column}{IS_PAD}"][slots] = pad
             for cs, arr in zip(group, arrays):
                 dest = out.get(cs.column)
                 if dest is None:
@@ -272,11 +310,19 @@ class BatchReader:
             self._video.read(requests)
 
     # -- rows ---------------------------------------------------------------------------
-    def _rows(self, table: Any, group: list[ColumnSpec], moments: np.ndarray) -> list[np.ndarray]:
-        """The rows ``moment + offset`` of every column of ``group`` (same offsets): one take."""
+    def _rows(
+        self, table: Any, group: list[ColumnSpec], moments: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray | None]:
+        """The rows ``moment + offset`` of every column of ``group`` (same offsets): one take;
+        and, for a padded group, where the rows were clamped to the episode."""
         spec = group[0].spec
         offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
-        rows = (moments[:, None] + offsets[None, :]).reshape(-1)
+        pad = None
+        if spec is not None and spec.pad:
+            grid, pad = padded_rows(table, moments, offsets)
+            rows = grid.reshape(-1)
+        else:
+            rows = (moments[:, None] + offsets[None, :]).reshape(-1)
         uniq, inverse = np.unique(rows, return_inverse=True)
         got = table.take(uniq, [cs.column for cs in group])
         out = []
@@ -289,7 +335,7 @@ class BatchReader:
             if spec is not None:
                 values = values.reshape((len(moments), len(offsets), *values.shape[1:]))
             out.append(values)
-        return out
+        return out, pad
 
     # -- video --------------------------------------------------------------------------
     def _video_requests(
@@ -308,10 +354,15 @@ class BatchReader:
         spec: Video = cs.spec  # type: ignore[assignment]
         offsets = np.asarray(spec.offsets, np.int64)
         reqs = []
-        for slot, m in zip(slots, moments):
+        if spec.pad:
+            grid, pad = padded_rows(table, moments, offsets)
+            out[f"{cs.column}{IS_PAD}"][slots] = pad
+        for i, (slot, m) in enumerate(zip(slots, moments)):
             e = int(np.searchsorted(episodes.starts, m, side="right") - 1)
             key, index = self._index(table, cs.column, e)
             frame = int(m - episodes.starts[e])
+            # padded: the episode's edge frames, repeated (decoded once, copied per slot)
+            frames = grid[i] - episodes.starts[e] if spec.pad else frame + offsets
             shape = output_shape(index, spec, len(offsets))
             dest = out.get(cs.column)
             if dest is None:
@@ -337,7 +388,7 @@ class BatchReader:
                 WindowRequest(
                     key=key,
                     index=index,
-                    frames=frame + offsets,
+                    frames=frames,
                     spec=spec,
                     where=(table.name, episodes.names[e], cs.column),
                     out=target,

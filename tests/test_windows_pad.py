@@ -1,0 +1,150 @@
+"""Padded windows (LeRobot's edge padding): clamped rows and frames, ``<column>_is_pad``,
+eligibility from the unpadded specs only, and float offsets refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import treadle as td
+from treadle.errors import PlanError
+
+LENGTHS = (5, 9, 3, 7)
+
+
+def _project(root, lengths=LENGTHS, video=False, fps=None):
+    client = td.Client(root)
+    branch = client.project("robotics").branch()
+    rng = np.random.default_rng(1)
+    with branch.transaction("episodes") as tx:
+        for e, n in enumerate(lengths):
+            cols = {
+                "action": np.stack([np.full(n, e), np.arange(n)], 1).astype(np.float32),
+            }
+            if video:
+                cols["cam"] = td.VideoFrames(
+                    rng.integers(0, 255, (n, 16, 16, 3), dtype=np.uint8), fps=30
+                )
+            tx.table("demo").append_episode(cols, episode=f"ep-{e}")
+    return branch
+
+
+def _clamped(episode_of, frame_of, offsets, lengths):
+    """Reference: (episode, clamped frame) per offset, and where it was clamped."""
+    want = frame_of[:, None] + np.asarray(offsets)[None, :]
+    last = np.asarray(lengths)[episode_of][:, None] - 1
+    return np.clip(want, 0, last), (want < 0) | (want > last)
+
+
+def _recipe(branch, windows, batch_size=4, seed=7):
+    return td.Recipe(
+        seed=seed, batch_size=batch_size, components=[td.Component(branch.table("demo"), windows)]
+    )
+
+
+OFFSETS = (-3, -1, 0, 2, 4)
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_padded_rows_equal_a_clamped_reference(tmp_path, world):
+    branch = _project(str(tmp_path))
+    plan = _recipe(branch, td.Windows({"action": td.Rows(OFFSETS, pad=True)})).plan()
+    assert plan.eligible(0) == sum(LENGTHS)  # all padded: every moment is an anchor
+    starts = np.cumsum((0, *LENGTHS))[:-1]
+    seen = set()
+    for rank in range(world):
+        loader = td.TrainLoader(plan, rank=rank, world_size=world, steps=6)
+        for batch in loader:
+            m = batch["_moment"].numpy()
+            e = np.searchsorted(starts, m, side="right") - 1
+            frames, pad = _clamped(e, m - starts[e], OFFSETS, LENGTHS)
+            action = batch["action"].numpy()
+            assert action.shape == (len(m), len(OFFSETS), 2)
+            np.testing.assert_array_equal(action[..., 0], np.repeat(e[:, None], len(OFFSETS), 1))
+            np.testing.assert_array_equal(action[..., 1], frames)
+            assert batch["action_is_pad"].dtype == td_bool()
+            np.testing.assert_array_equal(batch["action_is_pad"].numpy(), pad)
+            seen.update(m.tolist())
+    assert seen == set(range(sum(LENGTHS)))  # episode ends are drawn too
+
+
+def td_bool():
+    import torch
+
+    return torch.bool
+
+
+def test_padding_survives_a_resume(tmp_path):
+    branch = _project(str(tmp_path))
+    plan = _recipe(branch, td.Windows({"action": td.Rows(OFFSETS, pad=True)})).plan()
+    full = [{k: v.numpy().copy() for k, v in b.items()} for b in td.TrainLoader(plan, steps=5)]
+    loader = td.TrainLoader(plan, steps=5)
+    it = iter(loader)
+    next(it), next(it)
+    state = loader.state_dict()
+    del it
+    resumed = td.TrainLoader.from_state(state, branch.project.client, steps=5)
+    for want, got in zip(full[2:], resumed, strict=True):
+        for k in want:
+            np.testing.assert_array_equal(want[k], got[k].numpy())
+
+
+def test_only_unpadded_specs_limit_eligibility(tmp_path):
+    branch = _project(str(tmp_path))
+    windows = td.Windows({"action": td.Rows(range(3)), "frame": td.Rows(range(-2, 6), pad=True)})
+    plan = _recipe(branch, windows).plan()
+    assert plan.eligible(0) == sum(n - 2 for n in LENGTHS)
+    assert plan.kept(0) == (sum(n - 2 for n in LENGTHS), sum(LENGTHS))
+    batch = next(iter(td.TrainLoader(plan, steps=1)))
+    assert set(batch) >= {"action", "frame", "frame_is_pad"} and "action_is_pad" not in batch
+
+
+def test_padded_video_repeats_the_edge_frames(tmp_path):
+    branch = _project(str(tmp_path), video=True)
+    plan = _recipe(branch, td.Windows({"cam": td.Video(OFFSETS, pad=True)}), batch_size=8).plan()
+    exact = _recipe(branch, td.Windows({"cam": td.Video([0])}), batch_size=8).plan()
+    starts = np.cumsum((0, *LENGTHS))[:-1]
+    # every frame, decoded unpadded, by moment
+    frames = {}
+    for b in td.TrainLoader(exact, steps=6):
+        for m, f in zip(b["_moment"].tolist(), b["cam"].numpy()):
+            frames[m] = f[0]
+    assert len(frames) == sum(LENGTHS)
+    for batch in td.TrainLoader(plan, steps=3):
+        m = batch["_moment"].numpy()
+        e = np.searchsorted(starts, m, side="right") - 1
+        clamped, pad = _clamped(e, m - starts[e], OFFSETS, LENGTHS)
+        np.testing.assert_array_equal(batch["cam_is_pad"].numpy(), pad)
+        for i in range(len(m)):
+            for j in range(len(OFFSETS)):
+                np.testing.assert_array_equal(
+                    batch["cam"].numpy()[i, j], frames[int(starts[e[i]] + clamped[i, j])]
+                )
+
+
+def test_card_reports_anchors_kept_and_warns(tmp_path):
+    from treadle.plan.card import render_card
+
+    branch = _project(str(tmp_path))
+    short = _recipe(branch, td.Windows({"action": td.Rows(range(3))})).plan()
+    card = render_card(short.record)
+    assert "16 of 24 moments kept (67%)" in card
+    assert "warning" in card.lower()
+    padded = _recipe(branch, td.Windows({"action": td.Rows(range(3), pad=True)})).plan()
+    card = render_card(padded.record)
+    assert "24 of 24 moments kept (100%)" in card and "warning" not in card.lower()
+
+
+@pytest.mark.parametrize("bad", [[-1.5, 0], [0.0, 1.0], [np.float32(1)]])
+def test_float_frame_offsets_are_refused(bad):
+    with pytest.raises(PlanError, match="integer frame offsets"):
+        td.Rows(bad)
+    with pytest.raises(PlanError, match="integer frame offsets"):
+        td.Video(bad)
+
+
+def test_run_id_changes_with_pad(tmp_path):
+    branch = _project(str(tmp_path))
+    a = _recipe(branch, td.Windows({"action": td.Rows(range(3))})).plan().run_id
+    b = _recipe(branch, td.Windows({"action": td.Rows(range(3), pad=True)})).plan().run_id
+    assert a != b
