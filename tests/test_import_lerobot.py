@@ -72,6 +72,7 @@ def test_v3_round_trip(tmp_path, client):
     assert res.episodes == 3 and res.rows == 36
     t = client.project("p").branch("main").table("robot").pin()
     assert t.is_time_indexed and t.num_episodes == 3
+    assert t.fps == 10  # info.json's fps is the table's
     _check_rows(t, written, cams)
     # Each episode's frames were cut out of the shared MP4 by timestamp and re-encoded.
     for cam in cams:

@@ -148,3 +148,94 @@ def test_run_id_changes_with_pad(tmp_path):
     a = _recipe(branch, td.Windows({"action": td.Rows(range(3))})).plan().run_id
     b = _recipe(branch, td.Windows({"action": td.Rows(range(3), pad=True)})).plan().run_id
     assert a != b
+
+
+# -- seconds and fps -------------------------------------------------------------------
+
+
+def _rows_table(branch, name, lengths, fps, offset=0):
+    with branch.transaction(f"{name}") as tx:
+        for e, n in enumerate(lengths):
+            action = np.stack([np.full(n, e + offset), np.arange(n)], 1).astype(np.float32)
+            tx.table(name).append_episode({"action": action}, episode=f"{name}-{e}", fps=fps)
+
+
+def test_seconds_deliver_the_rows_of_the_equivalent_frame_offsets(tmp_path):
+    branch = td.Client(str(tmp_path)).project("robotics").branch()
+    _rows_table(branch, "slow", (40, 25), fps=10)
+    _rows_table(branch, "fast", (90, 61), fps=30)
+    assert branch.table("slow").fps == 10 and branch.table("fast").fps == 30
+    seconds = [-0.2, 0.0, 0.5, 1.0]
+
+    def recipe(slow, fast):
+        return td.Recipe(
+            seed=3,
+            batch_size=8,
+            components=[
+                td.Component(branch.table("slow"), td.Windows({"action": slow}), weight=1),
+                td.Component(branch.table("fast"), td.Windows({"action": fast}), weight=1),
+            ],
+        )
+
+    by_seconds = recipe(td.Rows(seconds=seconds), td.Rows(seconds=seconds)).plan()
+    by_frames = recipe(td.Rows([-2, 0, 5, 10]), td.Rows([-6, 0, 15, 30])).plan()
+    record = by_seconds.record.to_dict()
+    assert [c["windows"]["action"]["offsets"] for c in record["components"]] == [
+        [-2, 0, 5, 10],
+        [-6, 0, 15, 30],
+    ]
+    assert by_seconds.run_id != by_frames.run_id  # the seconds are part of the run
+    assert [by_seconds.eligible(c) for c in (0, 1)] == [by_frames.eligible(c) for c in (0, 1)]
+    for a, b in zip(td.TrainLoader(by_seconds, steps=4), td.TrainLoader(by_frames, steps=4)):
+        np.testing.assert_array_equal(a["_moment"].numpy(), b["_moment"].numpy())
+        np.testing.assert_array_equal(a["action"].numpy(), b["action"].numpy())
+    # a parsed record plans the same batches
+    again = td.Plan.from_record(by_seconds.record.to_json(), branch.project.client)
+    assert again.run_id == by_seconds.run_id
+    assert again.windows(1)["action"].offsets == (-6, 0, 15, 30)
+
+
+def test_seconds_off_the_frame_grid_or_without_fps_are_refused(tmp_path):
+    branch = td.Client(str(tmp_path)).project("robotics").branch()
+    _rows_table(branch, "slow", (40,), fps=10)
+    _rows_table(branch, "nofps", (40,), fps=None)
+    assert branch.table("nofps").fps is None
+
+    def plan(name, spec):
+        w = td.Windows({"action": spec})
+        return td.Recipe(1, 2, [td.Component(branch.table(name), w)]).plan()
+
+    with pytest.raises(PlanError, match=r"'action'.*0\.25.*10 fps"):
+        plan("slow", td.Rows(seconds=[0, 0.25]))
+    plan("slow", td.Rows(seconds=[0, 0.25], tolerance_s=0.06))  # within a wider tolerance
+    with pytest.raises(PlanError, match=r"'nofps'.*'action'.*fps"):
+        plan("nofps", td.Rows(seconds=[0, 0.1]))
+    with pytest.raises(PlanError, match="exactly one"):
+        td.Rows([0, 1], seconds=[0, 0.1])
+
+
+def test_a_second_fps_is_refused(tmp_path):
+    from treadle.errors import SchemaMismatch
+
+    branch = td.Client(str(tmp_path)).project("robotics").branch()
+    t = branch.table("t")
+    t.append_episode({"action": np.zeros((4, 2), np.float32)}, episode="a")
+    assert t.fps is None
+    t.append_episode({"action": np.zeros((4, 2), np.float32)}, episode="b", fps=30)
+    assert t.fps == 30
+    t.append_episode({"action": np.zeros((4, 2), np.float32)}, episode="c")  # keeps 30
+    with pytest.raises(SchemaMismatch, match=r"'t'.*fps 30.*fps 10"):
+        t.append_episode({"action": np.zeros((4, 2), np.float32)}, episode="d", fps=10)
+    assert t.fps == 30 and t.num_episodes == 3
+
+
+def test_a_video_rate_sets_the_fps(tmp_path):
+    from treadle.errors import SchemaMismatch
+
+    branch = td.Client(str(tmp_path)).project("robotics").branch()
+    t = branch.table("v")
+    frames = np.zeros((4, 16, 16, 3), np.uint8)
+    t.append_episode({"cam": td.VideoFrames(frames, fps=15)}, episode="a")
+    assert t.fps == 15
+    with pytest.raises(SchemaMismatch, match="fps"):
+        t.append_episode({"cam": td.VideoFrames(frames, fps=30)}, episode="b")

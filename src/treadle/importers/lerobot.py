@@ -332,7 +332,7 @@ def import_lerobot(
             iter_episodes(source, part, images=images, tolerance_s=tolerance_s, rename=rename),
             depth=1,
         ):
-            tw.append_episode(cols, episode=name)
+            tw.append_episode(cols, episode=name, fps=meta.fps)
             first = next(iter(cols.values()))
             rows += len(first)
             eps += 1

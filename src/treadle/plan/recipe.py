@@ -183,11 +183,17 @@ class Recipe:
         for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
             table = tables[t]
             where = f"component {i} (table {table.name!r})"
-            check_windows(comp.windows, table, where)
+            # seconds -> this table's frame offsets; the record keeps both
+            windows = (
+                None
+                if comp.windows is None
+                else comp.windows.at_fps(getattr(table, "fps", None), where)
+            )
+            check_windows(windows, table, where)
             lengths = np.asarray(episodes[t].lengths, dtype=np.int64)
-            eligible = int(eligible_counts(lengths, comp.windows).sum())
+            eligible = int(eligible_counts(lengths, windows).sum())
             if eligible == 0:
-                lo, hi = (0, 0) if comp.windows is None else comp.windows.eligible_span()
+                lo, hi = (0, 0) if windows is None else windows.eligible_span()
                 longest = int(lengths.max()) if lengths.size else 0
                 raise PlanError(
                     f"{where} has no eligible moments: its windows span {hi - lo + 1} moments "
@@ -197,7 +203,7 @@ class Recipe:
             comps.append(
                 ComponentEntry(
                     table=t,
-                    windows=comp.windows,
+                    windows=windows,
                     weight=comp.weight,
                     weight_quantised=numerators[i],
                     eligible=eligible,

@@ -19,6 +19,7 @@ import pyarrow as pa
 from treadle.errors import NotFound
 from treadle.storage import lance_error
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, compute_episode_index
+from treadle.table.fps import schema_fps
 from treadle.table.tensors import is_video
 
 __all__ = [
@@ -84,6 +85,11 @@ class Table:
     @property
     def video_columns(self) -> list[str]:
         return [f.name for f in self.schema if is_video(f)]
+
+    @property
+    def fps(self) -> float | None:
+        """Frames per second, set by the table's first write that names one; None if none did."""
+        return schema_fps(self.schema)
 
     @property
     def num_episodes(self) -> int:
@@ -171,11 +177,16 @@ class TableRef:
         return tx.commit
 
     def append_episode(
-        self, columns: dict[str, Any], episode: str | None = None, message: str | None = None
+        self,
+        columns: dict[str, Any],
+        episode: str | None = None,
+        message: str | None = None,
+        fps: float | None = None,
     ) -> Commit:
-        """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``)."""
+        """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``);
+        ``fps`` sets the table's frame rate (a video column's rate does too)."""
         with self.branch.transaction(message or f"append episode to {self.name}") as tx:
-            tx.table(self.name).append_episode(columns, episode=episode)
+            tx.table(self.name).append_episode(columns, episode=episode, fps=fps)
         return tx.commit
 
     # reads of the head
@@ -190,6 +201,10 @@ class TableRef:
     @property
     def schema(self) -> pa.Schema:
         return self.pin().schema
+
+    @property
+    def fps(self) -> float | None:
+        return self.pin().fps
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         return self.pin().to_arrow(columns, filter)
