@@ -34,6 +34,7 @@ from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef  # noqa: E402
+from treadle.table.splits import split_episodes  # noqa: E402
 from treadle.table.write import Transaction  # noqa: E402
 from treadle.torch import CheckpointRow, Checkpoints, ScanDataset, TrainLoader  # noqa: E402
 from treadle.video import VideoFile, VideoFrames  # noqa: E402
@@ -82,6 +83,7 @@ __all__ = [
     "Video",
     "VideoError",
     "Windows",
+    "split_episodes",
     "importers",
     "__version__",
 ]

@@ -164,6 +164,10 @@ def render_card(
             f"{kept_text(c.eligible, t.num_moments)}"
         )
         lines.append(f"       windows: {windows_text(c.windows)}")
+        for key, value in c.selection().items():
+            if key == "episodes" and len(value) > 5:
+                value = f"{len(value):,} episodes ({', '.join(value[:5])}, …)"
+            lines.append(f"       {key}: {value}")
         if c.eligible < KEPT_WARNING * t.num_moments:
             lines.append(
                 f"       warning: this recipe keeps {c.eligible / t.num_moments:.0%} of "

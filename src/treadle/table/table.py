@@ -134,6 +134,43 @@ class Table:
         except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
             raise lance_error(e, f"reading rows of {self!r}") from None
 
+    def select_runs(self, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """Rows whose own values satisfy the Lance SQL predicate ``where``, as sorted runs
+        ``(begin, end)`` of row ids (one streaming scan; memory proportional to the runs).
+        A predicate that does not parse, names an unknown column or is not a boolean is a
+        :class:`~treadle.errors.PlanError` naming it; a null result does not select."""
+        from treadle.errors import PlanError
+
+        begins: list[np.ndarray] = [np.zeros(0, np.int64)]
+        ends: list[np.ndarray] = [np.zeros(0, np.int64)]
+        base = 0
+        try:
+            scanner = self.dataset.scanner(columns={"_treadle_where": f"({where})"})
+            for batch in scanner.to_batches():
+                col = batch.column(0)
+                if not pa.types.is_boolean(col.type):
+                    raise PlanError(
+                        f"where={where!r} on table {self.name!r} is {col.type}, not a predicate"
+                    )
+                sel = col.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int8)
+                edges = np.diff(np.concatenate([[0], sel, [0]]))
+                begins.append(np.flatnonzero(edges == 1) + base)
+                ends.append(np.flatnonzero(edges == -1) + base)
+                base += len(sel)
+        except PlanError:
+            raise
+        except ValueError as e:  # Lance: unknown column, a predicate that does not parse
+            first = str(e).split(", /")[0]
+            raise PlanError(f"where={where!r} on table {self.name!r}: {first}") from None
+        except (OSError, pa.ArrowException) as e:
+            raise lance_error(e, f"evaluating where={where!r} on {self!r}") from None
+        begin = np.concatenate(begins).astype(np.int64)
+        end = np.concatenate(ends).astype(np.int64)
+        if begin.size < 2:
+            return begin, end
+        joined = begin[1:] == end[:-1]  # a run that goes on across two scan batches
+        return begin[np.concatenate([[True], ~joined])], end[np.concatenate([~joined, [True]])]
+
     def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
         """Describe a plain scan of ``columns`` for :class:`treadle.ScanDataset`."""
         cols = self._check_columns(columns) or []
