@@ -365,8 +365,19 @@ def default_columns(table: Any) -> list[str]:
     return [n for n in table.schema.names if n not in (EPISODE, FRAME)]
 
 
+def _is_listed(t: pa.DataType) -> bool:
+    """Strings and variable-length lists: a batch holds them as Python lists."""
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+    )
+
+
 def batch_column_kind(table: Any, field: pa.Field) -> str:
-    """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`);
+    """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`,
+    or ``"list"``: strings and variable-length lists, as Python lists of length ``b``);
     a :class:`PlanError` naming the table and the column when it cannot."""
     if field.name in table.video_columns:
         return "video"
@@ -374,10 +385,13 @@ def batch_column_kind(table: Any, field: pa.Field) -> str:
         kind = batch_kind(field)
     except TreadleError as e:  # e.g. tensor shape metadata that does not fit the type
         raise PlanError(f"table {table.name!r}: {e}") from None
+    if kind is None and _is_listed(field.type):
+        return "list"
     if kind is None:
         raise PlanError(
             f"column {field.name!r} of table {table.name!r} is {field.type}, which a batch "
-            "cannot hold (batches hold numbers, fixed-size tensors and video); name the "
-            "columns to read with td.Windows (TrainLoader) or scan_request(columns)"
+            "cannot hold (batches hold numbers, fixed-size tensors, video, and strings and "
+            "lists as Python lists); name the columns to read with td.Windows (TrainLoader) "
+            "or scan_request(columns)"
         )
     return kind

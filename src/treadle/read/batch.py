@@ -10,7 +10,8 @@ Stages, each explicit:
    decodes straight into its slice of the preallocated batch array; all windows of the
    step are fetched together (coalesced byte ranges, many in flight).
 
-The result is a dict of numpy arrays in slot order, plus ``_component``/``_moment``.
+The result is a dict of numpy arrays in slot order (strings and variable-length lists as
+Python lists), plus ``_component``/``_moment``/``_episode``/``_frame``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class ColumnSpec:
     spec: Rows | Video | None  # None: the column at the moment itself, no time axis
     video: bool
     at_moment: bool = False  # a video frame at the moment itself: no time axis in the batch
+    listed: bool = False  # strings, variable-length lists: a Python list per sample
 
 
 def output_columns(plan: Any) -> list[list[ColumnSpec]]:
@@ -55,7 +57,7 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
         else:
             for col, spec in windows.items():
                 kind = batch_column_kind(table, schema.field(col))
-                specs.append(ColumnSpec(col, spec, kind == "video"))
+                specs.append(ColumnSpec(col, spec, kind == "video", listed=kind == "list"))
         per.append(specs)
     names = [sorted(s.column for s in specs) for specs in per]
     for c, n in enumerate(names[1:], start=1):
@@ -114,10 +116,11 @@ def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnS
     for f in table.schema:
         if f.name not in wanted:
             continue
-        if batch_column_kind(table, f) == "video":
+        kind = batch_column_kind(table, f)
+        if kind == "video":
             out.append(ColumnSpec(f.name, Video([0]), True, at_moment=True))
         else:
-            out.append(ColumnSpec(f.name, None, False))
+            out.append(ColumnSpec(f.name, None, False, listed=kind == "list"))
     return out
 
 
@@ -183,8 +186,7 @@ class BatchReader:
         self._take_rows(jobs, out, len(batch))
         self.decode(requests)
         squeeze_moment_video(out, [cs for specs in self.columns for cs in specs])
-        out["_component"] = batch.component.astype(np.int64)
-        out["_moment"] = batch.moment.astype(np.int64)
+        self._ids(batch, out)
         return out
 
     def _read_rows(self, step: int, rank: int, world_size: int) -> dict[str, np.ndarray]:
@@ -214,9 +216,23 @@ class BatchReader:
             )
         out = self._start(len(batch))
         self._write_rows(jobs, [f.result() for f in futures], out, len(batch))
+        self._ids(batch, out)
+        return out
+
+    def _ids(self, batch: Any, out: dict[str, Any]) -> None:
+        """``_component``, ``_moment``, and the anchor's ``_episode`` (index in its table)
+        and ``_frame``: int64 ``[b]``."""
+        episode = np.zeros(len(batch), np.int64)
+        frame = np.zeros(len(batch), np.int64)
+        for c in np.unique(batch.component):
+            slots = np.flatnonzero(batch.component == c)
+            m = batch.moment[slots]
+            e, first = episode_bounds(self.plan.table(int(c)), m)
+            episode[slots], frame[slots] = e, m - first
         out["_component"] = batch.component.astype(np.int64)
         out["_moment"] = batch.moment.astype(np.int64)
-        return out
+        out["_episode"] = episode
+        out["_frame"] = frame
 
     def _start(self, b: int) -> dict[str, Any]:
         """A batch's dict, with every ``_is_pad`` column it carries (False where unpadded)."""
@@ -298,6 +314,11 @@ class BatchReader:
                 for cs in group:
                     out[f"{cs.column}{IS_PAD}"][slots] = pad
             for cs, arr in zip(group, arrays):
+                if cs.listed:
+                    held = out.setdefault(cs.column, [None] * b)
+                    for s, v in zip(slots.tolist(), arr):
+                        held[s] = v
+                    continue
                 dest = out.get(cs.column)
                 if dest is None:
                     dest = out[cs.column] = np.empty((b, *arr.shape[1:]), arr.dtype)
@@ -326,11 +347,15 @@ class BatchReader:
         uniq, inverse = np.unique(rows, return_inverse=True)
         got = table.take(uniq, [cs.column for cs in group])
         out = []
+        same = len(uniq) == len(rows) and np.array_equal(uniq, rows)
         for cs in group:
+            if cs.listed:
+                out.append(_listed(got.column(cs.column), inverse, same, spec, len(offsets)))
+                continue
             values = to_numpy(
                 got.column(cs.column), got.schema.field(cs.column), f"table {table.name!r}"
             )
-            if len(uniq) != len(rows) or not np.array_equal(uniq, rows):
+            if not same:
                 values = values[inverse]
             if spec is not None:
                 values = values.reshape((len(moments), len(offsets), *values.shape[1:]))
@@ -414,6 +439,19 @@ class BatchReader:
         with self._lock:
             self._indexes[k] = hit
         return hit
+
+
+def _listed(
+    column: pa.ChunkedArray, inverse: np.ndarray, same: bool, spec: Any, t: int
+) -> list[Any]:
+    """A string / variable-length list column as Python values: one per sample, or a list
+    of ``t`` per sample under a ``Rows`` window."""
+    values = column.to_pylist()
+    if not same:
+        values = [values[i] for i in inverse.reshape(-1).tolist()]
+    if spec is None:
+        return values
+    return [values[i : i + t] for i in range(0, len(values), t)]
 
 
 def _check_shape(dest: np.ndarray, arr: np.ndarray, column: str, table: str) -> None:
