@@ -152,6 +152,27 @@ def check_windows(windows: Windows | None, table: Any, where: str) -> None:
             _batch_kind(table, col, where)
 
 
+def check_rename(
+    rename: tuple[tuple[str, str], ...] | None, table: Any, windows: Windows | None, where: str
+) -> None:
+    """Each renamed column is one the component reads; no new name is a column it keeps."""
+    if not rename:
+        return
+    read = default_columns(table) if windows is None or not windows.specs else windows.columns()
+    moved = {col for col, _ in rename}
+    for col, new in rename:
+        if col not in read:
+            raise PlanError(
+                f"{where}: rename {col!r} -> {new!r}: {col!r} is not a column this component "
+                f"reads (columns: {sorted(read)})"
+            )
+        if new in read and new not in moved:
+            raise PlanError(
+                f"{where}: rename {col!r} -> {new!r}: table {table.name!r} already has a "
+                f"column {new!r} in the batch"
+            )
+
+
 def _batch_kind(table: Any, col: str, where: str) -> str:
     try:
         return batch_column_kind(table, table.schema.field(col))
@@ -242,6 +263,7 @@ class Recipe:
                 else comp.windows.at_fps(getattr(table, "fps", None), where)
             )
             check_windows(windows, table, where)
+            check_rename(comp.rename, table, windows, where)
             lengths = np.asarray(episodes[t].lengths, dtype=np.int64)
             runs = component_runs(table, episodes[t], windows, comp.where, comp.episodes, where)
             anchors.append(runs)

@@ -16,6 +16,7 @@ Python lists), plus ``_component``/``_moment``/``_episode``/``_frame``.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +43,11 @@ class ColumnSpec:
     video: bool
     at_moment: bool = False  # a video frame at the moment itself: no time axis in the batch
     listed: bool = False  # strings, variable-length lists: a Python list per sample
+    name: str = ""  # the batch's name for it (``Component(rename=...)``); "" = ``column``
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.column)
 
 
 def output_columns(plan: Any) -> list[list[ColumnSpec]]:
@@ -58,8 +64,11 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
             for col, spec in windows.items():
                 kind = batch_column_kind(table, schema.field(col))
                 specs.append(ColumnSpec(col, spec, kind == "video", listed=kind == "list"))
+        rename = dict(plan.record.components[c].rename or ())
+        if rename:
+            specs = [dataclasses.replace(cs, name=rename.get(cs.column, cs.column)) for cs in specs]
         per.append(specs)
-    names = [sorted(s.column for s in specs) for specs in per]
+    names = [sorted(s.name for s in specs) for specs in per]
     for c, n in enumerate(names[1:], start=1):
         if n != names[0]:
             raise PlanError(
@@ -72,7 +81,7 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
 def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:
     """``"<column>_is_pad"`` -> window length, for every column some component pads."""
     return {
-        f"{cs.column}{IS_PAD}": len(cs.spec.offsets)
+        f"{cs.name}{IS_PAD}": len(cs.spec.offsets)
         for specs in per
         for cs in specs
         if cs.spec is not None and cs.spec.pad
@@ -101,8 +110,8 @@ def padded_rows(
 def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None:
     """Drop the length-1 time axis of video columns read at the moment itself."""
     for cs in columns:
-        if cs.at_moment and cs.column in out and out[cs.column].ndim >= 2:
-            out[cs.column] = out[cs.column][:, 0]
+        if cs.at_moment and cs.name in out and out[cs.name].ndim >= 2:
+            out[cs.name] = out[cs.name][:, 0]
 
 
 def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnSpec]:
@@ -312,16 +321,16 @@ class BatchReader:
         for (table, group, _, slots), (arrays, pad) in zip(jobs, results):
             if pad is not None:
                 for cs in group:
-                    out[f"{cs.column}{IS_PAD}"][slots] = pad
+                    out[f"{cs.name}{IS_PAD}"][slots] = pad
             for cs, arr in zip(group, arrays):
                 if cs.listed:
-                    held = out.setdefault(cs.column, [None] * b)
+                    held = out.setdefault(cs.name, [None] * b)
                     for s, v in zip(slots.tolist(), arr):
                         held[s] = v
                     continue
-                dest = out.get(cs.column)
+                dest = out.get(cs.name)
                 if dest is None:
-                    dest = out[cs.column] = np.empty((b, *arr.shape[1:]), arr.dtype)
+                    dest = out[cs.name] = np.empty((b, *arr.shape[1:]), arr.dtype)
                 _check_shape(dest, arr, cs.column, table.name)
                 dest[slots] = arr
 
@@ -381,7 +390,7 @@ class BatchReader:
         reqs = []
         if spec.pad:
             grid, pad = padded_rows(table, moments, offsets)
-            out[f"{cs.column}{IS_PAD}"][slots] = pad
+            out[f"{cs.name}{IS_PAD}"][slots] = pad
         for i, (slot, m) in enumerate(zip(slots, moments)):
             e = int(np.searchsorted(episodes.starts, m, side="right") - 1)
             key, index = self._index(table, cs.column, e)
@@ -389,7 +398,7 @@ class BatchReader:
             # padded: the episode's edge frames, repeated (decoded once, copied per slot)
             frames = grid[i] - episodes.starts[e] if spec.pad else frame + offsets
             shape = output_shape(index, spec, len(offsets))
-            dest = out.get(cs.column)
+            dest = out.get(cs.name)
             if dest is None:
                 one = allocate(index, spec, len(offsets))
                 if self.backend.on_device:
@@ -401,7 +410,7 @@ class BatchReader:
                     dest = np.empty((b, *shape), one.dtype)
                 else:
                     dest = one.new_empty((b, *shape))
-                out[cs.column] = dest
+                out[cs.name] = dest
             target = dest[slot]
             if tuple(target.shape) != shape:
                 raise PlanError(
