@@ -169,10 +169,15 @@ def render_card(
                 value = f"{len(value):,} episodes ({', '.join(value[:5])}, …)"
             lines.append(f"       {key}: {value}")
         if c.eligible < KEPT_WARNING * t.num_moments:
+            why = (
+                "its where/episodes selection and windows leave the rest"
+                if c.selection().keys() & {"where", "episodes"}
+                else "windows that reach past an episode's ends drop its first/last moments "
+                "(pad=True keeps them)"
+            )
             lines.append(
                 f"       warning: this recipe keeps {c.eligible / t.num_moments:.0%} of "
-                f"{t.name!r}'s moments as anchors; windows that reach past an episode's "
-                "ends drop its first/last moments (pad=True keeps them)"
+                f"table {t.name!r}'s moments as anchors; {why}"
             )
     lines.append(f"   seed = {record.seed}")
     lines += [
