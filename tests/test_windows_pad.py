@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import treadle as td
 from treadle.errors import PlanError
@@ -239,3 +241,39 @@ def test_a_video_rate_sets_the_fps(tmp_path):
     assert t.fps == 15
     with pytest.raises(SchemaMismatch, match="fps"):
         t.append_episode({"cam": td.VideoFrames(frames, fps=30)}, episode="b")
+
+
+# -- properties (pure: fake tables, no I/O) ----------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 12), min_size=1, max_size=6),
+    fixed=st.lists(st.integers(-4, 4), min_size=1, max_size=4, unique=True),
+    padded=st.lists(st.integers(-6, 6), min_size=1, max_size=4, unique=True),
+    step=st.integers(0, 50),
+)
+def test_eligible_anchors_are_those_the_unpadded_spec_fits(lengths, fixed, padded, step):
+    from plan_helpers import FakeTable
+    from treadle.read.batch import padded_rows
+
+    table = FakeTable("t", lengths, columns=("a", "b"))
+    windows = td.Windows({"a": td.Rows(fixed), "b": td.Rows(padded, pad=True)})
+    starts = np.cumsum((0, *lengths))[:-1]
+    lo, hi = min(min(fixed), 0), max(max(fixed), 0)
+    fits = {
+        int(s + f) for s, n in zip(starts, lengths) for f in range(n) if 0 <= f + lo and f + hi < n
+    }
+    if not fits:
+        with pytest.raises(PlanError, match="no eligible moments"):
+            td.Recipe(1, 2, [td.Component(table, windows)]).plan()
+        return
+    plan = td.Recipe(1, 2, [td.Component(table, windows)]).plan()
+    assert plan.eligible(0) == len(fits)
+    assert set(plan.moments(0, np.arange(len(fits))).tolist()) == fits
+    m = plan.batch(step).moment
+    rows, pad = padded_rows(table, m, np.asarray(padded))
+    e = np.searchsorted(starts, m, side="right") - 1
+    clamped, want_pad = _clamped(e, m - starts[e], padded, lengths)
+    np.testing.assert_array_equal(rows, starts[e][:, None] + clamped)
+    np.testing.assert_array_equal(pad, want_pad)

@@ -107,6 +107,13 @@ def test_run_id_changes_with_where_and_episodes_not_with_ranks(tmp_path):
     }
     assert len(ids) == 5
     assert run_id(episodes=["ep-1", "ep-0"]) == run_id(episodes=["ep-0", "ep-1"])
+    # the rank count never enters the run
+    plan = td.Recipe(1, 4, [td.Component(table, None, where="success")]).plan()
+    states = [
+        td.TrainLoader(plan, rank=0, world_size=w).state_dict()["record"]["run_id"]
+        for w in (1, 2, 4)
+    ]
+    assert states == [plan.run_id] * 3
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,9 @@ A TOML recipe::
     [[components]]
     table = "nominal_grasps"
     weight = 0.7                 # no windows: every column at the moment itself
+    # where = "success"          # optional: anchors whose own row satisfies this Lance SQL
+    # episodes = ["ep-0001"]     # optional: anchors from these episodes only
+    # rename = { cam = "wrist_camera" }   # optional: table column -> batch name
 
 A window is ``kind`` (``"video"`` or ``"rows"``) with ``range = [start, stop)``, ``offsets``
 or ``seconds`` (with ``tolerance_s``), and ``pad = true`` for edge padding;
@@ -48,7 +51,7 @@ from treadle.plan.record import RunRecord
 from treadle.plan.windows import Rows, Spec, Windows, spec_from_json
 
 _TOP = {"project", "branch", "root", "seed", "batch_size", "components"}
-_COMP = {"table", "weight", "branch", "version", "commit", "windows"}
+_COMP = {"table", "weight", "branch", "version", "commit", "windows", "where", "episodes", "rename"}
 _SPEC = {
     "kind",
     "range",
@@ -273,7 +276,16 @@ def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
             if not isinstance(c["windows"], dict):
                 raise PlanError(f"{where} 'windows' must be a table of column = {{...}}")
             windows = Windows({col: _window_spec(col, v, where) for col, v in c["windows"].items()})
-        comps.append(Component(table, windows, weight=c.get("weight", 1.0)))
+        comps.append(
+            Component(
+                table,
+                windows,
+                weight=c.get("weight", 1.0),
+                where=c.get("where"),
+                episodes=c.get("episodes"),
+                rename=c.get("rename"),
+            )
+        )
     return Recipe(data["seed"], data["batch_size"], comps)
 
 
