@@ -319,9 +319,6 @@ class BatchReader:
         b: int,
     ) -> None:
         for (table, group, _, slots), (arrays, pad) in zip(jobs, results):
-            if pad is not None:
-                for cs in group:
-                    out[f"{cs.name}{IS_PAD}"][slots] = pad
             for cs, arr in zip(group, arrays):
                 if cs.listed:
                     held = out.setdefault(cs.name, [None] * b)
@@ -333,6 +330,9 @@ class BatchReader:
                     dest = out[cs.name] = np.empty((b, *arr.shape[1:]), arr.dtype)
                 _check_shape(dest, arr, cs.column, table.name)
                 dest[slots] = arr
+            if pad is not None:  # after the shape checks: same window length everywhere
+                for cs in group:
+                    out[f"{cs.name}{IS_PAD}"][slots] = pad
 
     def decode(self, requests: list[Any]) -> None:
         """Run the video reads :meth:`fill` returned (one coalesced fetch, then decode)."""
