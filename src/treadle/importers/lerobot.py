@@ -213,8 +213,8 @@ def iter_episodes(
             if meta.version == "v3.0":
                 start = ep.spans[cam][0] + float(ts[0])
                 cut = cut_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
-                if cut is not None:  # packets copied: H.264 stays bit-exact
-                    cols[col] = VideoFile(cut)
+                if cut is not None:  # packets copied: H.264 stays bit-exact; rate: info.json
+                    cols[col] = VideoFile(cut, fps=meta.fps)
                 else:
                     frames = decode_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
                     cols[col] = VideoFrames(frames, fps=meta.fps)
@@ -224,7 +224,7 @@ def iter_episodes(
                     raise CorruptData(
                         f"{where}: video has {n} frames for the episode's {t.num_rows} rows"
                     )
-                cols[col] = VideoFile(data)
+                cols[col] = VideoFile(data, fps=meta.fps)
         return name, cols, nbytes
 
     def loaded() -> Iterator[tuple[Episode, pa.Table]]:
