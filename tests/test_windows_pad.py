@@ -255,7 +255,7 @@ def test_a_video_rate_sets_the_fps(tmp_path):
 )
 def test_eligible_anchors_are_those_the_unpadded_spec_fits(lengths, fixed, padded, step):
     from plan_helpers import FakeTable
-    from treadle.read.batch import padded_rows
+    from treadle.read.rows import padded_rows
 
     table = FakeTable("t", lengths, columns=("a", "b"))
     windows = td.Windows({"a": td.Rows(fixed), "b": td.Rows(padded, pad=True)})

@@ -28,9 +28,9 @@ import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
+from treadle.read.rows import IS_PAD, episode_bounds, listed_values, pad_columns, padded_rows
 from treadle.table.tensors import to_numpy
 
-IS_PAD = "_is_pad"
 _TAKE_THREADS = 4  # row takes in flight at once (this step's and the next one's)
 
 
@@ -76,35 +76,6 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
                 f"{names[0]}, component {c} gives {n}"
             )
     return per
-
-
-def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:
-    """``"<column>_is_pad"`` -> window length, for every column some component pads."""
-    return {
-        f"{cs.name}{IS_PAD}": len(cs.spec.offsets)
-        for specs in per
-        for cs in specs
-        if cs.spec is not None and cs.spec.pad
-    }
-
-
-def episode_bounds(table: Any, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(episode index, first row of that episode) of each moment row."""
-    episodes = table.episodes()
-    e = np.searchsorted(episodes.starts, moments, side="right") - 1
-    return e.astype(np.int64), np.asarray(episodes.starts, np.int64)[e]
-
-
-def padded_rows(
-    table: Any, moments: np.ndarray, offsets: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``moment + offset`` clamped to each moment's episode (``[n, T]``), and where
-    they were clamped (bool ``[n, T]``): LeRobot's edge padding."""
-    e, first = episode_bounds(table, moments)
-    last = first + np.asarray(table.episodes().lengths, np.int64)[e] - 1
-    want = moments[:, None] + offsets[None, :]
-    rows = np.clip(want, first[:, None], last[:, None])
-    return rows, rows != want
 
 
 def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None:
@@ -359,7 +330,7 @@ class BatchReader:
         same = len(uniq) == len(rows) and np.array_equal(uniq, rows)
         for cs in group:
             if cs.listed:
-                out.append(_listed(got.column(cs.column), inverse, same, spec, len(offsets)))
+                out.append(listed_values(got.column(cs.column), inverse, same, spec, len(offsets)))
                 continue
             values = to_numpy(
                 got.column(cs.column), got.schema.field(cs.column), f"table {table.name!r}"
@@ -448,19 +419,6 @@ class BatchReader:
         with self._lock:
             self._indexes[k] = hit
         return hit
-
-
-def _listed(
-    column: pa.ChunkedArray, inverse: np.ndarray, same: bool, spec: Any, t: int
-) -> list[Any]:
-    """A string / variable-length list column as Python values: one per sample, or a list
-    of ``t`` per sample under a ``Rows`` window."""
-    values = column.to_pylist()
-    if not same:
-        values = [values[i] for i in inverse.reshape(-1).tolist()]
-    if spec is None:
-        return values
-    return [values[i : i + t] for i in range(0, len(values), t)]
 
 
 def _check_shape(dest: np.ndarray, arr: np.ndarray, column: str, table: str) -> None:
