@@ -78,6 +78,7 @@ def test_v3_round_trip(tmp_path, client):
     assert res.episodes == 3 and res.rows == 36
     t = client.project("p").branch("main").table("robot").pin()
     assert t.is_time_indexed and t.num_episodes == 3
+    assert t.fps == 10  # info.json's fps is the table's
     _check_rows(t, written, cams)
     # Each episode's frames were cut out of the shared MP4 by timestamp and re-encoded.
     for cam in cams:
@@ -102,6 +103,7 @@ def test_v3_episodes_on_keyframes_are_remuxed_bit_exact(tmp_path, client):
     import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
     t = client.project("p").branch("main").table("robot").pin()
     _check_rows(t, written, (cam,))
+    assert t.fps == 10  # a remuxed stream's own rate estimate (9.6) does not override it
     shared = decode_mp4(tmp_path / f"ds/videos/{cam}/chunk-000/file-000.mp4")
     start = 0
     for e, n in enumerate((12, 9, 15)):

@@ -189,3 +189,33 @@ def test_card_of_a_legacy_record_shows_its_rounded_share():
     assert "weight 0.0004 → share asked 0.0004, planned 1/1000 = 0.001 (off by 0.0006)" in card
     assert "weight 0.3 → share asked 0.3, planned 300/1000 = 0.3 (off by 0)" not in card
     assert "weight 0.3 → share 3/10 = 0.3, exact" in card
+
+
+def test_toml_recipe_with_padding_seconds_and_selection(root, tmp_path, capsys):
+    path, _ = root
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        f"""
+project = "robotics"
+root = "{path}"
+seed = 1
+batch_size = 4
+
+[[components]]
+table = "failed_grasps"
+episodes = ["f1"]
+where = "frame >= 2"
+rename = {{ action = "act" }}
+[components.windows]
+action = {{ kind = "rows", range = [0, 4], pad = true }}
+"""
+    )
+    assert plan_command(parse(["plan", str(recipe), "--json"])) == 0
+    record = RunRecord.from_json(capsys.readouterr().out)
+    c = record.components[0]
+    assert (c.episodes, c.where, c.rename) == (("f1",), "frame >= 2", (("action", "act"),))
+    assert c.eligible == 10 and c.windows["action"].pad
+    assert plan_command(parse(["plan", str(recipe)])) == 0
+    out = capsys.readouterr().out
+    assert "10 of 24 moments kept (42%)" in out and "where: frame >= 2" in out
+    assert "warning" in out and "selection" in out

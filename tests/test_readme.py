@@ -21,6 +21,23 @@ def test_readme_example_runs(tmp_path, monkeypatch):
     assert scope["s"].mean.shape == (7,) and scope["val"].steps == 8 and len(scope["val"]) == 0
 
 
+def test_readme_lerobot_example_runs(tmp_path, monkeypatch):
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    section = text.split("## Coming from LeRobot", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    monkeypatch.setenv("TREADLE_ROOT", str(tmp_path / "store"))
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    batch, plan = scope["batch"], scope["plan"]
+    assert tuple(batch["action"].shape) == (8, 10, 14)
+    assert tuple(batch["action_is_pad"].shape) == (8, 10)
+    assert batch["task"] == [["fold the towel"]] * 8
+    assert plan.record.to_dict()["components"][0]["windows"]["action"]["offsets"] == {
+        "range": [0, 10]
+    }
+    assert plan.record.components[1].where == "success"
+
+
 def test_readme_command_lines_parse():
     """Every line of the README's command-line block is valid `treadle` grammar."""
     from treadle.cli import build_parser

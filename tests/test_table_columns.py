@@ -4,7 +4,8 @@ The columns come from other writers: plain pyarrow ``fixed_size_list`` (flat and
 Arrow's ``fixed_shape_tensor``, and Hugging Face ``Sequence(length=7)`` / ``Array2D`` as
 ``datasets`` builds them in Arrow. Every one must read back exactly, with its shape,
 through ``TrainLoader`` (with and without windows) and ``ScanDataset``. A column a batch
-cannot hold (strings, variable-length lists) is refused by name at plan time.
+cannot hold (structs, bytes; strings and variable-length lists arrive as Python lists) is
+refused by name at plan time.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _by_moment(batch):
 def test_train_loader_without_windows_reads_every_tensor(plain):
     recipe = td.Recipe(seed=1, batch_size=N, components=[td.Component(plain.table("plain"))])
     batch = next(iter(td.TrainLoader(recipe)))
-    assert sorted(batch) == sorted([*EXPECTED, "_component", "_moment"])
+    assert sorted(batch) == sorted([*EXPECTED, "_component", "_moment", "_episode", "_frame"])
     got, moments = _by_moment(batch)
     assert moments.tolist() == list(range(N))
     for col, want in EXPECTED.items():
@@ -110,9 +111,8 @@ def test_scan_dataset_reads_every_tensor(plain):
 @pytest.mark.parametrize(
     "column, values",
     [
-        ("task", pa.array(["pick", "place"] * 3)),
-        ("ragged", pa.array([[1.0], [1.0, 2.0], [], [3.0], [4.0], [5.0]])),
-        ("hf_list", pa.array([[1, 2]] * N, pa.list_(pa.int64()))),
+        ("pose", pa.array([{"x": 1.0, "y": 2.0}] * N)),
+        ("blob", pa.array([b"\x00\x01"] * N)),
     ],
 )
 def test_columns_a_batch_cannot_hold_are_refused_by_name(local_root, column, values):

@@ -35,6 +35,7 @@ from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
 from treadle.read.stats import ColumnStats  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef  # noqa: E402
+from treadle.table.splits import split_episodes  # noqa: E402
 from treadle.table.write import Transaction  # noqa: E402
 from treadle.torch import (  # noqa: E402
     CheckpointRow,
@@ -91,6 +92,7 @@ __all__ = [
     "Video",
     "VideoError",
     "Windows",
+    "split_episodes",
     "importers",
     "__version__",
 ]

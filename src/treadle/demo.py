@@ -109,7 +109,13 @@ def ensure_project(client: td.Client, quiet: bool = False) -> td.Branch:
     return branch
 
 
-WINDOWS = td.Windows({"wrist_camera": td.Video(range(0, 8, 2)), "action": td.Rows(range(8))})
+# padded: the last moments of every episode are anchors too (the card keeps 100%)
+WINDOWS = td.Windows(
+    {
+        "wrist_camera": td.Video(range(0, 8, 2), pad=True),
+        "action": td.Rows(range(8), pad=True),
+    }
+)
 
 
 def build_recipe(branch: td.Branch) -> td.Recipe:

@@ -220,8 +220,8 @@ def iter_episodes(
                 start = ep.spans[cam][0] + float(ts[0])
                 _check_span_end(ep.spans[cam], ts, meta.fps, tolerance_s, where)
                 cut = cut_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
-                if cut is not None:  # packets copied: H.264 stays bit-exact
-                    cols[col] = VideoFile(cut)
+                if cut is not None:  # packets copied: H.264 stays bit-exact; rate: info.json
+                    cols[col] = VideoFile(cut, fps=meta.fps)
                 else:
                     frames = decode_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
                     cols[col] = VideoFrames(frames, fps=meta.fps)
@@ -231,7 +231,7 @@ def iter_episodes(
                     raise CorruptData(
                         f"{where}: video has {n} frames for the episode's {t.num_rows} rows"
                     )
-                cols[col] = VideoFile(data)
+                cols[col] = VideoFile(data, fps=meta.fps)
         return name, cols, nbytes
 
     def loaded() -> Iterator[tuple[Episode, pa.Table]]:
@@ -355,7 +355,7 @@ def import_lerobot(
             iter_episodes(source, part, images=images, tolerance_s=tolerance_s, rename=rename),
             depth=1,
         ):
-            tw.append_episode(cols, episode=name)
+            tw.append_episode(cols, episode=name, fps=meta.fps)
             first = next(iter(cols.values()))
             rows += len(first)
             eps += 1

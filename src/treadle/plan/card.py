@@ -20,8 +20,12 @@ A TOML recipe::
     [[components]]
     table = "nominal_grasps"
     weight = 0.7                 # no windows: every column at the moment itself
+    # where = "success"          # optional: anchors whose own row satisfies this Lance SQL
+    # episodes = ["ep-0001"]     # optional: anchors from these episodes only
+    # rename = { cam = "wrist_camera" }   # optional: table column -> batch name
 
-A window is ``kind`` (``"video"`` or ``"rows"``) with ``range = [start, stop)`` or ``offsets``;
+A window is ``kind`` (``"video"`` or ``"rows"``) with ``range = [start, stop)``, ``offsets``
+or ``seconds`` (with ``tolerance_s``), and ``pad = true`` for edge padding;
 video windows also take ``size``, ``layout``, ``dtype``, ``mean``, ``std`` (see ``td.Video``).
 Storage credentials come from the environment, never from the recipe file.
 
@@ -47,8 +51,20 @@ from treadle.plan.record import RunRecord
 from treadle.plan.windows import Rows, Spec, Windows, spec_from_json
 
 _TOP = {"project", "branch", "root", "seed", "batch_size", "components"}
-_COMP = {"table", "weight", "branch", "version", "commit", "windows"}
-_SPEC = {"kind", "range", "offsets", "size", "layout", "dtype", "mean", "std"}
+_COMP = {"table", "weight", "branch", "version", "commit", "windows", "where", "episodes", "rename"}
+_SPEC = {
+    "kind",
+    "range",
+    "offsets",
+    "size",
+    "layout",
+    "dtype",
+    "mean",
+    "std",
+    "pad",
+    "seconds",
+    "tolerance_s",
+}
 
 
 # -- the card -------------------------------------------------------------------------------
@@ -63,9 +79,10 @@ def _offsets_text(offsets: tuple[int, ...]) -> str:
 
 
 def _spec_text(spec: Spec) -> str:
+    pad = " pad" if spec.pad else ""
     if isinstance(spec, Rows):
-        return f"Rows[{_offsets_text(spec.offsets)}]"
-    extra = []
+        return f"Rows[{_offsets_text(spec.offsets)}]{pad}"
+    extra = ["pad"] if spec.pad else []
     if spec.size:
         extra.append(f"{spec.size[0]}x{spec.size[1]}")
     if spec.layout != "THWC":
@@ -83,6 +100,16 @@ def windows_text(windows: Windows | None) -> str:
     if not windows.specs:
         return "no columns"
     return ", ".join(f"{col} {_spec_text(spec)}" for col, spec in windows.items())
+
+
+KEPT_WARNING = 0.9
+"""The card warns when a component keeps fewer than this share of its table's moments."""
+
+
+def kept_text(kept: int, moments: int) -> str:
+    """``18 of 24 moments kept (75%)``."""
+    pct = 100 * kept / moments if moments else 0.0
+    return f"{kept:,} of {moments:,} moments kept ({pct:.0f}%)"
 
 
 def _weight_text(w: float) -> str:
@@ -137,9 +164,24 @@ def render_card(
         lines.append(
             f"   [{i}] {t.name:<{width}}  weight {_weight_text(c.weight)} → "
             f"{share_text(asked[i], Fraction(n, d))}  ·  {per_batch} per batch  ·  "
-            f"{c.eligible:,} eligible"
+            f"{kept_text(c.eligible, t.num_moments)}"
         )
         lines.append(f"       windows: {windows_text(c.windows)}")
+        for key, value in c.selection().items():
+            if key == "episodes" and len(value) > 5:
+                value = f"{len(value):,} episodes ({', '.join(value[:5])}, …)"
+            lines.append(f"       {key}: {value}")
+        if c.eligible < KEPT_WARNING * t.num_moments:
+            why = (
+                "its where/episodes selection and windows leave the rest"
+                if c.selection().keys() & {"where", "episodes"}
+                else "windows that reach past an episode's ends drop its first/last moments "
+                "(pad=True keeps them)"
+            )
+            lines.append(
+                f"       warning: this recipe keeps {c.eligible / t.num_moments:.0%} of "
+                f"table {t.name!r}'s moments as anchors; {why}"
+            )
     lines.append(f"   seed = {record.seed}")
     lines += [
         "",
@@ -181,8 +223,12 @@ def _window_spec(col: str, value: Any, where: str) -> Spec:
         if "offsets" in spec:
             raise PlanError(f"{where}: window {col!r} gives both range and offsets")
         spec["offsets"] = {"range": spec.pop("range")}
+    if "seconds" in spec:
+        if "offsets" in spec:
+            raise PlanError(f"{where}: window {col!r} gives both seconds and offsets")
+        spec["offsets"] = None
     if "offsets" not in spec:
-        raise PlanError(f"{where}: window {col!r} needs range = [start, stop) or offsets")
+        raise PlanError(f"{where}: window {col!r} needs range = [start, stop), offsets or seconds")
     if "kind" not in spec:
         raise PlanError(f'{where}: window {col!r} needs kind = "video" or "rows"')
     try:
@@ -230,7 +276,16 @@ def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
             if not isinstance(c["windows"], dict):
                 raise PlanError(f"{where} 'windows' must be a table of column = {{...}}")
             windows = Windows({col: _window_spec(col, v, where) for col, v in c["windows"].items()})
-        comps.append(Component(table, windows, weight=c.get("weight", 1.0)))
+        comps.append(
+            Component(
+                table,
+                windows,
+                weight=c.get("weight", 1.0),
+                where=c.get("where"),
+                episodes=c.get("episodes"),
+                rename=c.get("rename"),
+            )
+        )
     return Recipe(data["seed"], data["batch_size"], comps)
 
 

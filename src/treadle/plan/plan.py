@@ -12,8 +12,9 @@ Pure after pinning. For the batch of step ``s`` (batch size ``B``, components ``
 4. **Draws.** Draw ``j`` of component ``c`` (``N`` eligible moments) is eligible index
    ``perm_{c,e}(j mod N)`` of epoch ``e = j div N``, ``perm`` a Feistel bijection of ``[0, N)``
    keyed by (seed, component, epoch) — a fresh order each epoch, never materialised.
-5. **Moments.** Eligible index -> (episode, frame) via per-episode eligible counts and their
-   prefix sums, -> moment row = episode start + frame.
+5. **Moments.** Eligible index -> anchor run (per episode the moments its unpadded windows
+   fit, cut to the component's ``episodes``/``where`` selection) via the runs' prefix sums,
+   -> moment row = run start + offset in the run. Memory is proportional to the runs.
 
 Everything is vectorised numpy: a batch costs O(B/W + components) at any step.
 """
@@ -40,6 +41,7 @@ from treadle.plan.permute import (
 )
 from treadle.plan.record import RunRecord
 from treadle.plan.schedule import Schedule
+from treadle.plan.select import Runs, component_runs
 from treadle.plan.windows import Windows
 
 _MAX_INT64 = 2**63 - 1
@@ -66,8 +68,9 @@ class Batch:
 
 
 def eligible_counts(lengths: np.ndarray, windows: Windows | None) -> np.ndarray:
-    """Eligible moments per episode: those whose every window offset stays in the episode."""
-    lo, hi = (0, 0) if windows is None else windows.span()
+    """Eligible moments per episode: those whose every unpadded window offset stays in the
+    episode (padded specs take the episode's edge frames instead, so they never limit it)."""
+    lo, hi = (0, 0) if windows is None else windows.eligible_span()
     return np.maximum(np.asarray(lengths, dtype=np.int64) - (hi - lo), 0)
 
 
@@ -90,6 +93,7 @@ class Plan:
         tables: Sequence[Any],
         *,
         episodes: Sequence[Any] | None = None,
+        anchors: Sequence[Runs] | None = None,
     ):
         if not isinstance(record, RunRecord):
             raise PlanError(f"Plan needs a RunRecord, got {type(record).__name__}")
@@ -97,14 +101,26 @@ class Plan:
             raise PlanError(f"run record names {len(record.tables)} tables, got {len(tables)}")
         self._record = record
         self._tables = tuple(tables)
-        if episodes is None:
-            episodes = [t.episodes() for t in self._tables]
+        if anchors is None:
+            if episodes is None:
+                episodes = [t.episodes() for t in self._tables]
+            anchors = [
+                component_runs(
+                    self._tables[c.table],
+                    episodes[c.table],
+                    c.windows,
+                    c.where,
+                    c.episodes,
+                    f"component {i} (table {record.tables[c.table].name!r})",
+                )
+                for i, c in enumerate(record.components)
+            ]
         self._schedule = Schedule(
             [c.weight_quantised for c in record.components],
             record.weight_denominator,
             record.batch_size,
         )
-        self._build_index(episodes)
+        self._build_index(anchors)
         self._seed = seed = record.seed
         m = len(record.components)
         # Domains 0..m-1: each component's eligible moments; domain m: the slots of a batch.
@@ -117,17 +133,14 @@ class Plan:
             [derive_key(DRAW_DOMAIN, seed, c) for c in range(m)], dtype=np.uint64
         )
 
-    def _build_index(self, episodes: Sequence[Any]) -> None:
+    def _build_index(self, anchors: Sequence[Runs]) -> None:
+        """Concatenate every component's anchor runs; eligible index -> run -> row."""
         firsts, begins, ends = [], [], []
         base = 0
         bases, elig = [], []
         for i, comp in enumerate(self._record.components):
-            ep = episodes[comp.table]
-            starts = np.asarray(ep.starts, dtype=np.int64)
-            counts = eligible_counts(ep.lengths, comp.windows)
-            lo = 0 if comp.windows is None else comp.windows.span()[0]
-            keep = counts > 0
-            cnt = counts[keep]
+            first, stop = (np.asarray(x, np.int64) for x in anchors[i])
+            cnt = stop - first
             total = int(cnt.sum())
             if total != comp.eligible:
                 entry = self._record.tables[comp.table]
@@ -136,7 +149,7 @@ class Plan:
                     f"eligible moments, but the run record says {comp.eligible}"
                 )
             cum = np.cumsum(cnt)
-            firsts.append(starts[keep] - lo)
+            firsts.append(first)
             begins.append(base + cum - cnt)
             ends.append(base + cum)
             bases.append(base)
@@ -198,6 +211,12 @@ class Plan:
     def eligible(self, component: int) -> int:
         """Number of eligible moments of a component (its epoch length in draws)."""
         return int(self._elig[self._component(component)])
+
+    def kept(self, component: int) -> tuple[int, int]:
+        """(anchors kept, moments in the table) of a component: how much of its table the
+        windows (and selection) leave as sample anchors."""
+        c = self._component(component)
+        return int(self._elig[c]), self._record.table_of(c).num_moments
 
     @property
     def batch_size(self) -> int:

@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import PlanError
-from treadle.plan.plan import Plan, eligible_counts
+from treadle.names import check_name
+from treadle.plan.plan import Plan
 from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
+from treadle.plan.select import component_runs
 from treadle.plan.shares import MAX_COMPONENTS, realise_weights
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
@@ -43,10 +45,22 @@ def check_weight(weight: Any, what: str = "weight") -> float:
 class Component:
     """One source of samples: a table (a branch-relative ``TableRef`` or a pinned ``Table``),
     its windows (None: every column but ``episode``/``frame`` at the moment itself, each one
-    a batch can hold, else a :class:`PlanError` naming it) and a positive weight."""
+    a batch can hold, else a :class:`PlanError` naming it) and a positive weight.
+
+    ``where`` (a Lance SQL predicate over the table's columns) and ``episodes`` (episode
+    names) select the anchors: a moment is drawn only when its own row satisfies ``where``
+    and its episode is named; window rows around it still come from the whole episode.
+    ``rename`` maps the table's column names to the batch's (``{"cam_high": "image"}``).
+    """
 
     def __init__(
-        self, table: Any, windows: Windows | Mapping[str, Any] | None = None, weight: float = 1.0
+        self,
+        table: Any,
+        windows: Windows | Mapping[str, Any] | None = None,
+        weight: float = 1.0,
+        where: str | None = None,
+        episodes: Sequence[str] | None = None,
+        rename: Mapping[str, str] | None = None,
     ):
         if table is None or not (
             callable(getattr(table, "pin", None)) or callable(getattr(table, "episodes", None))
@@ -66,9 +80,46 @@ class Component:
         self.table = table
         self.windows = windows
         self.weight = check_weight(weight, f"weight of table {_table_label(table)}")
+        label = f"component of table {_table_label(table)}"
+        if where is not None and (not isinstance(where, str) or not where.strip()):
+            raise PlanError(f"{label}: where must be a Lance SQL predicate (text), got {where!r}")
+        self.where = where
+        self.episodes = _episode_names(episodes, label)
+        self.rename = _rename(rename, label)
 
     def __repr__(self) -> str:
         return f"Component({_table_label(self.table)}, {self.windows!r}, weight={self.weight})"
+
+
+def _episode_names(episodes: Any, label: str) -> tuple[str, ...] | None:
+    if episodes is None:
+        return None
+    if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Sequence):
+        raise PlanError(f"{label}: episodes must be a list of episode names, got {episodes!r}")
+    bad = [e for e in episodes if not isinstance(e, str)]
+    if bad:
+        raise PlanError(f"{label}: episodes must be names (strings), got {bad[0]!r}")
+    if not episodes:
+        raise PlanError(f"{label}: episodes=[] selects nothing")
+    return tuple(sorted(set(episodes)))
+
+
+def _rename(rename: Any, label: str) -> tuple[tuple[str, str], ...] | None:
+    if rename is None:
+        return None
+    if not isinstance(rename, Mapping) or not rename:
+        raise PlanError(f"{label}: rename must be a dict of column -> batch name, got {rename!r}")
+    onto: dict[str, str] = {}
+    for col, new in rename.items():
+        if not isinstance(col, str) or not isinstance(new, str):
+            raise PlanError(f"{label}: rename {col!r} -> {new!r}: names must be strings")
+        check_name(new, "column")
+        if new in onto:
+            raise PlanError(
+                f"{label}: rename maps columns {onto[new]!r} and {col!r} onto one name {new!r}"
+            )
+        onto[new] = col
+    return tuple(sorted(rename.items()))
 
 
 def check_windows(windows: Windows | None, table: Any, where: str) -> None:
@@ -99,6 +150,27 @@ def check_windows(windows: Windows | None, table: Any, where: str) -> None:
             )
         if isinstance(spec, Rows):
             _batch_kind(table, col, where)
+
+
+def check_rename(
+    rename: tuple[tuple[str, str], ...] | None, table: Any, windows: Windows | None, where: str
+) -> None:
+    """Each renamed column is one the component reads; no new name is a column it keeps."""
+    if not rename:
+        return
+    read = default_columns(table) if windows is None or not windows.specs else windows.columns()
+    moved = {col for col, _ in rename}
+    for col, new in rename:
+        if col not in read:
+            raise PlanError(
+                f"{where}: rename {col!r} -> {new!r}: {col!r} is not a column this component "
+                f"reads (columns: {sorted(read)})"
+            )
+        if new in read and new not in moved:
+            raise PlanError(
+                f"{where}: rename {col!r} -> {new!r}: table {table.name!r} already has a "
+                f"column {new!r} in the batch"
+            )
 
 
 def _batch_kind(table: Any, col: str, where: str) -> str:
@@ -180,14 +252,29 @@ class Recipe:
         weights = [c.weight for c in self.components]
         numerators, denominator = realise_weights(weights, self.batch_size)
         comps = []
+        anchors: list[Any] = []
         for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
             table = tables[t]
             where = f"component {i} (table {table.name!r})"
-            check_windows(comp.windows, table, where)
+            # seconds -> this table's frame offsets; the record keeps both
+            windows = (
+                None
+                if comp.windows is None
+                else comp.windows.at_fps(getattr(table, "fps", None), where)
+            )
+            check_windows(windows, table, where)
+            check_rename(comp.rename, table, windows, where)
             lengths = np.asarray(episodes[t].lengths, dtype=np.int64)
-            eligible = int(eligible_counts(lengths, comp.windows).sum())
+            runs = component_runs(table, episodes[t], windows, comp.where, comp.episodes, where)
+            anchors.append(runs)
+            eligible = int((runs[1] - runs[0]).sum())
+            if eligible == 0 and (comp.where is not None or comp.episodes is not None):
+                raise PlanError(
+                    f"{where} selects no anchors: where={comp.where!r}, episodes="
+                    f"{_short(comp.episodes)} leave none of its eligible moments"
+                )
             if eligible == 0:
-                lo, hi = (0, 0) if comp.windows is None else comp.windows.span()
+                lo, hi = (0, 0) if windows is None else windows.eligible_span()
                 longest = int(lengths.max()) if lengths.size else 0
                 raise PlanError(
                     f"{where} has no eligible moments: its windows span {hi - lo + 1} moments "
@@ -197,10 +284,13 @@ class Recipe:
             comps.append(
                 ComponentEntry(
                     table=t,
-                    windows=comp.windows,
+                    windows=windows,
                     weight=comp.weight,
                     weight_quantised=numerators[i],
                     eligible=eligible,
+                    where=comp.where,
+                    episodes=comp.episodes,
+                    rename=comp.rename,
                 )
             )
         record = RunRecord(
@@ -211,13 +301,20 @@ class Recipe:
             tables=tuple(entries),
             components=tuple(comps),
         )
-        return Plan(record, tables, episodes=episodes)
+        return Plan(record, tables, episodes=episodes, anchors=anchors)
 
     def __repr__(self) -> str:
         return (
             f"Recipe(seed={self.seed}, batch_size={self.batch_size}, "
             f"components={list(self.components)!r})"
         )
+
+
+def _short(names: tuple[str, ...] | None) -> str:
+    if names is None:
+        return "None"
+    more = f", ... ({len(names)})" if len(names) > 5 else ""
+    return "[" + ", ".join(repr(n) for n in names[:5]) + more + "]"
 
 
 def _ref_key(ref: Any) -> Any:

@@ -17,7 +17,9 @@ Layout (``to_json()``; keys sorted)::
       "run_id": "3f0c..."
     }
 
-``components[i].table`` indexes ``tables``. ``windows`` is ``Windows.to_json()``, or null for
+``components[i].table`` indexes ``tables``. A component may also carry ``where`` (a Lance
+SQL predicate on the anchor's row), ``episodes`` (names anchors are drawn from) and
+``rename`` (table column -> batch name); each is written and hashed only when set. ``windows`` is ``Windows.to_json()``, or null for
 "every column at the moment itself". ``weight`` is what the user asked for (its share is its
 decimal value over the sum, :func:`~treadle.plan.shares.asked_shares`); the share planned is
 ``weight_quantised / weight_denominator``, which :func:`~treadle.plan.shares.realise_weights`
@@ -70,6 +72,9 @@ _TOP_KEYS = {
 }
 _TABLE_KEYS = {"name", "branch", "commit", "version", "num_moments", "num_episodes"}
 _COMPONENT_KEYS = {"table", "windows", "weight", "weight_quantised", "eligible"}
+_SELECTION_KEYS = ("where", "episodes", "rename")
+"""Optional component fields, written (and hashed) only when set: records without them
+keep their run ids."""
 
 
 def canonical_json(value: Any) -> str:
@@ -108,6 +113,23 @@ class ComponentEntry:
     weight: float
     weight_quantised: int
     eligible: int
+    where: str | None = None
+    """Lance SQL predicate an anchor's own row satisfies (None: every row)."""
+    episodes: tuple[str, ...] | None = None
+    """Episode names anchors are drawn from (None: every episode)."""
+    rename: tuple[tuple[str, str], ...] | None = None
+    """(table column, batch name) pairs, sorted."""
+
+    def selection(self) -> dict[str, Any]:
+        """The optional fields that are set, as JSON values."""
+        out: dict[str, Any] = {}
+        if self.where is not None:
+            out["where"] = self.where
+        if self.episodes is not None:
+            out["episodes"] = list(self.episodes)
+        if self.rename is not None:
+            out["rename"] = dict(self.rename)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +138,7 @@ class ComponentEntry:
             "weight": self.weight,
             "weight_quantised": self.weight_quantised,
             "eligible": self.eligible,
+            **self.selection(),
         }
 
 
@@ -150,6 +173,7 @@ class RunRecord:
                     "version": self.tables[c.table].version,
                     "windows": None if c.windows is None else c.windows.to_json(),
                     "weight": c.weight_quantised,
+                    **c.selection(),
                 }
                 for c in self.components
             ],
@@ -254,7 +278,7 @@ class RunRecord:
             where = f"run record components[{i}]"
             if not isinstance(c, dict):
                 raise PlanError(f"{where} must be an object")
-            _keys(c, _COMPONENT_KEYS, _COMPONENT_KEYS, where)
+            _keys(c, _COMPONENT_KEYS, _COMPONENT_KEYS | set(_SELECTION_KEYS), where)
             w = c["windows"]
             if w is not None and not isinstance(w, dict):
                 raise PlanError(f"{where} field 'windows' must be an object or null")
@@ -272,6 +296,7 @@ class RunRecord:
                     weight=float(weight),
                     weight_quantised=_int(c, "weight_quantised", where),
                     eligible=_int(c, "eligible", where),
+                    **_selection(c, where),
                 )
             )
         record = cls(
@@ -289,6 +314,27 @@ class RunRecord:
                 f"{record.run_id!r} (the record was edited)"
             )
         return record
+
+
+def _selection(c: dict[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "where" in c:
+        out["where"] = _str(c, "where", where)
+    if "episodes" in c:
+        eps = c["episodes"]
+        if not isinstance(eps, list) or not eps or not all(isinstance(e, str) for e in eps):
+            raise PlanError(f"{where} field 'episodes' must be a non-empty list of names")
+        out["episodes"] = tuple(eps)
+    if "rename" in c:
+        ren = c["rename"]
+        if (
+            not isinstance(ren, dict)
+            or not ren
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in ren.items())
+        ):
+            raise PlanError(f"{where} field 'rename' must be an object of column names")
+        out["rename"] = tuple(sorted(ren.items()))
+    return out
 
 
 def _keys(d: dict[str, Any], required: set[str], allowed: set[str], where: str) -> None:

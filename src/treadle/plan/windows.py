@@ -7,10 +7,13 @@ say which columns a component reads and how a batch holds them.
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from treadle.errors import PlanError, TreadleError
@@ -20,18 +23,26 @@ from treadle.table.tensors import batch_kind
 
 _LAYOUTS = ("THWC", "TCHW")
 _DTYPES = ("uint8", "float32", "float16", "bfloat16")
+DEFAULT_TOLERANCE_S = 1e-4
 _MAX_OFFSET = 2**31 - 1  # frame offsets are int32 in the table; keeps every sum in int64
 
 
 def _offsets(offsets: Iterable[int] | int, what: str) -> tuple[int, ...]:
-    if isinstance(offsets, int):
+    if isinstance(offsets, (int, np.integer)) and not isinstance(offsets, bool):
         offsets = (offsets,)
     try:
-        out = tuple(int(o) for o in offsets)
-    except (TypeError, ValueError):
+        items = list(offsets)  # type: ignore[arg-type]
+    except TypeError:
         raise PlanError(f"{what} offsets must be integers, got {offsets!r}") from None
-    if any(isinstance(o, bool) for o in offsets):
+    if any(isinstance(o, (bool, np.bool_)) for o in items):
         raise PlanError(f"{what} offsets must be integers, got booleans")
+    bad = [o for o in items if not isinstance(o, (int, np.integer))]
+    if bad:  # a float is never truncated to a frame: seconds go in seconds=[...]
+        raise PlanError(
+            f"{what} offsets must be integer frame offsets, got {bad[0]!r}; give offsets in "
+            "seconds as seconds=[...]"
+        )
+    out = tuple(int(o) for o in items)
     if not out:
         raise PlanError(f"{what} offsets are empty")
     if any(abs(o) > _MAX_OFFSET for o in out):
@@ -39,6 +50,49 @@ def _offsets(offsets: Iterable[int] | int, what: str) -> tuple[int, ...]:
     if len(set(out)) != len(out):
         raise PlanError(f"{what} offsets repeat a value: {out[:10]}...")
     return out
+
+
+def _seconds(seconds: Iterable[float], what: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(t) for t in seconds)
+    except (TypeError, ValueError):
+        raise PlanError(f"{what} seconds must be numbers, got {seconds!r}") from None
+    if not out:
+        raise PlanError(f"{what} seconds are empty")
+    if not all(math.isfinite(t) for t in out):
+        raise PlanError(f"{what} seconds must be finite, got {out[:10]}")
+    if len(set(out)) != len(out):
+        raise PlanError(f"{what} seconds repeat a value: {out[:10]}")
+    return out
+
+
+def _tolerance(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise PlanError(f"{what} tolerance_s must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def frame_offsets(
+    seconds: tuple[float, ...], fps: float | None, tolerance_s: float, where: str
+) -> tuple[int, ...]:
+    """Seconds -> frame offsets ``round(t * fps)``; a :class:`PlanError` naming ``where`` (the
+    column), the value and the fps when a time is off the frame grid by more than
+    ``tolerance_s``, or when the table has no fps."""
+    if fps is None:
+        raise PlanError(
+            f"{where}: seconds={list(seconds)[:5]} need the table's fps, and it has none "
+            "(write one with append_episode(..., fps=...)); give frame offsets instead"
+        )
+    out = []
+    for t in seconds:
+        f = round(t * fps)
+        if abs(f / fps - t) > tolerance_s:
+            raise PlanError(
+                f"{where}: {t!r} s is not a frame time at {fps:g} fps (nearest frame {f} is at "
+                f"{f / fps!r} s, more than tolerance_s={tolerance_s:g} away)"
+            )
+        out.append(int(f))
+    return _offsets(out, where)
 
 
 def _offsets_json(offsets: tuple[int, ...]) -> Any:
@@ -55,27 +109,91 @@ def _offsets_from_json(value: Any, what: str) -> tuple[int, ...]:
     return _offsets(value, what)
 
 
-@dataclass(frozen=True)
-class Rows:
-    """Take a (non-video) column at these offsets from the moment: ``Rows(range(-4, 1))``."""
+class _Timed:
+    """Shared by :class:`Rows` and :class:`Video`: frame offsets or seconds, and padding."""
 
     offsets: tuple[int, ...]
+    pad: bool
+    seconds: tuple[float, ...] | None
+    tolerance_s: float
 
-    def __init__(self, offsets: Iterable[int] | int):
-        object.__setattr__(self, "offsets", _offsets(offsets, "Rows"))
+    def _init_time(self, offsets: Any, seconds: Any, pad: Any, tolerance_s: Any, what: str) -> None:
+        if (offsets is None) == (seconds is None):
+            raise PlanError(f"{what} takes frame offsets or seconds=[...], exactly one of them")
+        if not isinstance(pad, (bool, np.bool_)):
+            raise PlanError(f"{what} pad must be True or False, got {pad!r}")
+        object.__setattr__(self, "offsets", None if offsets is None else _offsets(offsets, what))
+        object.__setattr__(self, "seconds", None if seconds is None else _seconds(seconds, what))
+        object.__setattr__(self, "pad", bool(pad))
+        object.__setattr__(self, "tolerance_s", _tolerance(tolerance_s, what))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "rows", "offsets": _offsets_json(self.offsets)}
+    @property
+    def resolved(self) -> bool:
+        """Whether the frame offsets are known (always, unless given in seconds and not yet
+        converted with a table's fps)."""
+        return self.offsets is not None
+
+    def at_fps(self, fps: float | None, where: str) -> Any:
+        """This spec with its seconds converted to frame offsets at ``fps`` (see
+        :func:`frame_offsets`); a spec given in frames is returned as it is."""
+        if self.seconds is None:
+            return self
+        out = copy.copy(self)
+        offsets = frame_offsets(self.seconds, fps, self.tolerance_s, where)
+        object.__setattr__(out, "offsets", offsets)
+        return out
+
+    def _time_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "offsets": None if self.offsets is None else _offsets_json(self.offsets)
+        }
+        if self.pad:
+            out["pad"] = True
+        if self.seconds is not None:
+            out["seconds"] = list(self.seconds)
+            if self.tolerance_s != DEFAULT_TOLERANCE_S:
+                out["tolerance_s"] = self.tolerance_s
+        return out
 
 
 @dataclass(frozen=True)
-class Video:
+class Rows(_Timed):
+    """Take a (non-video) column at these offsets from the moment: ``Rows(range(-4, 1))``.
+
+    ``seconds=[...]`` gives the offsets in seconds instead (converted with each table's fps
+    at plan time, each within ``tolerance_s`` of a frame time). ``pad=True``: offsets outside
+    the moment's episode take its nearest frame, the batch says where in
+    ``"<column>_is_pad"``, and this spec does not limit which moments are eligible.
+    """
+
+    offsets: tuple[int, ...]
+    pad: bool = False
+    seconds: tuple[float, ...] | None = None
+    tolerance_s: float = DEFAULT_TOLERANCE_S
+
+    def __init__(
+        self,
+        offsets: Iterable[int] | int | None = None,
+        *,
+        pad: bool = False,
+        seconds: Iterable[float] | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+    ):
+        self._init_time(offsets, seconds, pad, tolerance_s, "Rows")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "rows", **self._time_json()}
+
+
+@dataclass(frozen=True)
+class Video(_Timed):
     """Decode frames of a video column at these offsets, with an optional transform.
 
     ``size=(H, W)`` resizes with FFmpeg's scaler in the decode pass; ``layout`` is
     ``"THWC"`` (default) or ``"TCHW"``; ``dtype`` is ``"uint8"`` (default) or a float
     type, in which case pixels are scaled to [0, 1] and then ``(x - mean) / std``
-    per channel when ``mean``/``std`` are given.
+    per channel when ``mean``/``std`` are given. ``seconds``, ``tolerance_s`` and ``pad``
+    as for :class:`Rows` (padding repeats the decoded edge frame; nothing more is decoded).
     """
 
     offsets: tuple[int, ...]
@@ -84,18 +202,24 @@ class Video:
     dtype: str = "uint8"
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
+    pad: bool = False
+    seconds: tuple[float, ...] | None = None
+    tolerance_s: float = DEFAULT_TOLERANCE_S
 
     def __init__(
         self,
-        offsets: Iterable[int] | int,
+        offsets: Iterable[int] | int | None = None,
         *,
         size: tuple[int, int] | None = None,
         layout: str = "THWC",
         dtype: str = "uint8",
         mean: Iterable[float] | None = None,
         std: Iterable[float] | None = None,
+        pad: bool = False,
+        seconds: Iterable[float] | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
     ):
-        object.__setattr__(self, "offsets", _offsets(offsets, "Video"))
+        self._init_time(offsets, seconds, pad, tolerance_s, "Video")
         if size is not None:
             try:
                 h, w = (int(v) for v in size)
@@ -128,7 +252,7 @@ class Video:
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": "video",
-            "offsets": _offsets_json(self.offsets),
+            **self._time_json(),
             "size": list(self.size) if self.size else None,
             "layout": self.layout,
             "dtype": self.dtype,
@@ -144,20 +268,35 @@ def spec_from_json(value: Mapping[str, Any]) -> Spec:
     """Inverse of ``spec.to_json()``."""
     try:
         kind = value["kind"]
+        what = {"rows": "Rows", "video": "Video"}.get(kind)
+        if what is None:
+            raise PlanError(f"unknown window spec kind {kind!r}")
+        raw = value["offsets"]
+        seconds = value.get("seconds")
+        offsets = None if raw is None else _offsets_from_json(raw, what)
+        time = {
+            "pad": value.get("pad", False),
+            "tolerance_s": value.get("tolerance_s", DEFAULT_TOLERANCE_S),
+            "seconds": seconds,
+        }
+        first = offsets if seconds is None else None
         if kind == "rows":
-            return Rows(_offsets_from_json(value["offsets"], "Rows"))
-        if kind == "video":
-            return Video(
-                _offsets_from_json(value["offsets"], "Video"),
+            spec: Spec = Rows(first, **time)
+        else:
+            spec = Video(
+                first,
                 size=tuple(value["size"]) if value.get("size") else None,
                 layout=value.get("layout", "THWC"),
                 dtype=value.get("dtype", "uint8"),
                 mean=value.get("mean"),
                 std=value.get("std"),
+                **time,
             )
+        if seconds is not None and offsets is not None:  # converted at plan time
+            object.__setattr__(spec, "offsets", offsets)
+        return spec
     except (KeyError, TypeError, ValueError) as e:
         raise PlanError(f"bad window spec {value!r}: {e}") from None
-    raise PlanError(f"unknown window spec kind {value.get('kind')!r}")
 
 
 @dataclass(frozen=True)
@@ -192,13 +331,26 @@ class Windows:
     def columns(self) -> list[str]:
         return [c for c, _ in self.specs]
 
-    def span(self) -> tuple[int, int]:
-        """(min offset, max offset) over every spec; (0, 0) when there are none."""
-        if not self.specs:
+    def span(self, *, padded: bool = True) -> tuple[int, int]:
+        """(min offset, max offset) over every spec (``padded=False``: over the unpadded
+        specs only, which are what limit eligibility), always including 0."""
+        specs = [s for _, s in self.specs if padded or not s.pad]
+        for s in specs:
+            if s.offsets is None:
+                raise PlanError("window offsets in seconds are not converted to frames yet")
+        if not specs:
             return (0, 0)
-        lo = min(min(s.offsets) for _, s in self.specs)
-        hi = max(max(s.offsets) for _, s in self.specs)
+        lo = min(min(s.offsets) for s in specs)
+        hi = max(max(s.offsets) for s in specs)
         return (min(lo, 0), max(hi, 0))
+
+    def eligible_span(self) -> tuple[int, int]:
+        """:meth:`span` of the unpadded specs: a moment is eligible when it fits."""
+        return self.span(padded=False)
+
+    def at_fps(self, fps: float | None, where: str) -> Windows:
+        """These windows with offsets in seconds converted at ``fps`` (:func:`frame_offsets`)."""
+        return Windows({c: s.at_fps(fps, f"{where}, column {c!r}") for c, s in self.specs})
 
     def to_json(self) -> dict[str, Any]:
         return {col: spec.to_json() for col, spec in self.specs}
@@ -213,8 +365,19 @@ def default_columns(table: Any) -> list[str]:
     return [n for n in table.schema.names if n not in (EPISODE, FRAME)]
 
 
+def _is_listed(t: pa.DataType) -> bool:
+    """Strings and variable-length lists: a batch holds them as Python lists."""
+    return (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+    )
+
+
 def batch_column_kind(table: Any, field: pa.Field) -> str:
-    """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`);
+    """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`,
+    or ``"list"``: strings and variable-length lists, as Python lists of length ``b``);
     a :class:`PlanError` naming the table and the column when it cannot."""
     if field.name in table.video_columns:
         return "video"
@@ -222,10 +385,13 @@ def batch_column_kind(table: Any, field: pa.Field) -> str:
         kind = batch_kind(field)
     except TreadleError as e:  # e.g. tensor shape metadata that does not fit the type
         raise PlanError(f"table {table.name!r}: {e}") from None
+    if kind is None and _is_listed(field.type):
+        return "list"
     if kind is None:
         raise PlanError(
             f"column {field.name!r} of table {table.name!r} is {field.type}, which a batch "
-            "cannot hold (batches hold numbers, fixed-size tensors and video); name the "
-            "columns to read with td.Windows (TrainLoader) or scan_request(columns)"
+            "cannot hold (batches hold numbers, fixed-size tensors, video, and strings and "
+            "lists as Python lists); name the columns to read with td.Windows (TrainLoader) "
+            "or scan_request(columns)"
         )
     return kind

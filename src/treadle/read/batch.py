@@ -10,11 +10,13 @@ Stages, each explicit:
    decodes straight into its slice of the preallocated batch array; all windows of the
    step are fetched together (coalesced byte ranges, many in flight).
 
-The result is a dict of numpy arrays in slot order, plus ``_component``/``_moment``.
+The result is a dict of numpy arrays in slot order (strings and variable-length lists as
+Python lists), plus ``_component``/``_moment``/``_episode``/``_frame``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
+from treadle.read.rows import IS_PAD, episode_bounds, listed_values, pad_columns, padded_rows
 from treadle.table.tensors import to_numpy
 
 _TAKE_THREADS = 4  # row takes in flight at once (this step's and the next one's)
@@ -39,6 +42,12 @@ class ColumnSpec:
     spec: Rows | Video | None  # None: the column at the moment itself, no time axis
     video: bool
     at_moment: bool = False  # a video frame at the moment itself: no time axis in the batch
+    listed: bool = False  # strings, variable-length lists: a Python list per sample
+    name: str = ""  # the batch's name for it (``Component(rename=...)``); "" = ``column``
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.column)
 
 
 def output_columns(plan: Any) -> list[list[ColumnSpec]]:
@@ -54,9 +63,12 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
         else:
             for col, spec in windows.items():
                 kind = batch_column_kind(table, schema.field(col))
-                specs.append(ColumnSpec(col, spec, kind == "video"))
+                specs.append(ColumnSpec(col, spec, kind == "video", listed=kind == "list"))
+        rename = dict(plan.record.components[c].rename or ())
+        if rename:
+            specs = [dataclasses.replace(cs, name=rename.get(cs.column, cs.column)) for cs in specs]
         per.append(specs)
-    names = [sorted(s.column for s in specs) for specs in per]
+    names = [sorted(s.name for s in specs) for specs in per]
     for c, n in enumerate(names[1:], start=1):
         if n != names[0]:
             raise PlanError(
@@ -69,8 +81,8 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
 def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None:
     """Drop the length-1 time axis of video columns read at the moment itself."""
     for cs in columns:
-        if cs.at_moment and cs.column in out and out[cs.column].ndim >= 2:
-            out[cs.column] = out[cs.column][:, 0]
+        if cs.at_moment and cs.name in out and out[cs.name].ndim >= 2:
+            out[cs.name] = out[cs.name][:, 0]
 
 
 def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnSpec]:
@@ -84,10 +96,11 @@ def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnS
     for f in table.schema:
         if f.name not in wanted:
             continue
-        if batch_column_kind(table, f) == "video":
+        kind = batch_column_kind(table, f)
+        if kind == "video":
             out.append(ColumnSpec(f.name, Video([0]), True, at_moment=True))
         else:
-            out.append(ColumnSpec(f.name, None, False))
+            out.append(ColumnSpec(f.name, None, False, listed=kind == "list"))
     return out
 
 
@@ -120,6 +133,7 @@ class BatchReader:
         self._rows_only = plan is not None and not any(
             cs.video for specs in self.columns for cs in specs
         )
+        self._pads = pad_columns(self.columns)
         self._ahead: tuple[Any, ...] | None = None
         self._last: tuple[int, int, int] | None = None
 
@@ -142,7 +156,7 @@ class BatchReader:
 
     def read_samples(self, component: np.ndarray, moment: np.ndarray) -> dict[str, np.ndarray]:
         """The batch of these (component, moment) samples, in this order (any plan order)."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = self._start(len(moment))
         requests: list[Any] = []
         jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]] = []
         for c in np.unique(component):
@@ -156,8 +170,7 @@ class BatchReader:
         self._take_rows(jobs, out, len(moment))
         self.decode(requests)
         squeeze_moment_video(out, [cs for specs in self.columns for cs in specs])
-        out["_component"] = np.asarray(component, np.int64)
-        out["_moment"] = np.asarray(moment, np.int64)
+        self._ids(component, moment, out)
         return out
 
     def _read_rows(self, step: int, rank: int, world_size: int) -> dict[str, np.ndarray]:
@@ -185,11 +198,31 @@ class BatchReader:
                 nj,
                 [self._executor().submit(self._rows, t, g, m) for t, g, m, _ in nj],
             )
-        out: dict[str, Any] = {}
+        out = self._start(len(batch))
         self._write_rows(jobs, [f.result() for f in futures], out, len(batch))
-        out["_component"] = batch.component.astype(np.int64)
-        out["_moment"] = batch.moment.astype(np.int64)
+        self._ids(batch.component, batch.moment, out)
         return out
+
+    def _ids(self, component: np.ndarray, moment: np.ndarray, out: dict[str, Any]) -> None:
+        """``_component``, ``_moment``, and the anchor's ``_episode`` (index in its table)
+        and ``_frame``: int64 ``[b]``."""
+        component = np.asarray(component, np.int64)
+        moment = np.asarray(moment, np.int64)
+        episode = np.zeros(len(moment), np.int64)
+        frame = np.zeros(len(moment), np.int64)
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
+            m = moment[slots]
+            e, first = episode_bounds(self.plan.table(int(c)), m)
+            episode[slots], frame[slots] = e, m - first
+        out["_component"] = component
+        out["_moment"] = moment
+        out["_episode"] = episode
+        out["_frame"] = frame
+
+    def _start(self, b: int) -> dict[str, Any]:
+        """A batch's dict, with every ``_is_pad`` column it carries (False where unpadded)."""
+        return {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
 
     def _row_jobs(self, batch: Any) -> list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]]:
         jobs = []
@@ -237,7 +270,7 @@ class BatchReader:
             if cs.video:
                 requests.extend(self._video_requests(table, cs, moments, slots, out, b))
             else:
-                key = None if cs.spec is None else tuple(cs.spec.offsets)
+                key = None if cs.spec is None else (tuple(cs.spec.offsets), cs.spec.pad)
                 groups.setdefault(key, []).append(cs)
         return requests, [(table, group, moments, slots) for group in groups.values()]
 
@@ -258,17 +291,25 @@ class BatchReader:
     def _write_rows(
         self,
         jobs: list[tuple[Any, list[ColumnSpec], np.ndarray, np.ndarray]],
-        results: list[list[np.ndarray]],
+        results: list[tuple[list[np.ndarray], np.ndarray | None]],
         out: dict[str, Any],
         b: int,
     ) -> None:
-        for (table, group, _, slots), arrays in zip(jobs, results):
+        for (table, group, _, slots), (arrays, pad) in zip(jobs, results):
             for cs, arr in zip(group, arrays):
-                dest = out.get(cs.column)
+                if cs.listed:
+                    held = out.setdefault(cs.name, [None] * b)
+                    for s, v in zip(slots.tolist(), arr):
+                        held[s] = v
+                    continue
+                dest = out.get(cs.name)
                 if dest is None:
-                    dest = out[cs.column] = np.empty((b, *arr.shape[1:]), arr.dtype)
+                    dest = out[cs.name] = np.empty((b, *arr.shape[1:]), arr.dtype)
                 _check_shape(dest, arr, cs.column, table.name)
                 dest[slots] = arr
+            if pad is not None:  # after the shape checks: same window length everywhere
+                for cs in group:
+                    out[f"{cs.name}{IS_PAD}"][slots] = pad
 
     def decode(self, requests: list[Any]) -> None:
         """Run the video reads :meth:`fill` returned (one coalesced fetch, then decode)."""
@@ -276,24 +317,36 @@ class BatchReader:
             self._video.read(requests)
 
     # -- rows ---------------------------------------------------------------------------
-    def _rows(self, table: Any, group: list[ColumnSpec], moments: np.ndarray) -> list[np.ndarray]:
-        """The rows ``moment + offset`` of every column of ``group`` (same offsets): one take."""
+    def _rows(
+        self, table: Any, group: list[ColumnSpec], moments: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray | None]:
+        """The rows ``moment + offset`` of every column of ``group`` (same offsets): one take;
+        and, for a padded group, where the rows were clamped to the episode."""
         spec = group[0].spec
         offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
-        rows = (moments[:, None] + offsets[None, :]).reshape(-1)
+        pad = None
+        if spec is not None and spec.pad:
+            grid, pad = padded_rows(table, moments, offsets)
+            rows = grid.reshape(-1)
+        else:
+            rows = (moments[:, None] + offsets[None, :]).reshape(-1)
         uniq, inverse = np.unique(rows, return_inverse=True)
         got = table.take(uniq, [cs.column for cs in group])
         out = []
+        same = len(uniq) == len(rows) and np.array_equal(uniq, rows)
         for cs in group:
+            if cs.listed:
+                out.append(listed_values(got.column(cs.column), inverse, same, spec, len(offsets)))
+                continue
             values = to_numpy(
                 got.column(cs.column), got.schema.field(cs.column), f"table {table.name!r}"
             )
-            if len(uniq) != len(rows) or not np.array_equal(uniq, rows):
+            if not same:
                 values = values[inverse]
             if spec is not None:
                 values = values.reshape((len(moments), len(offsets), *values.shape[1:]))
             out.append(values)
-        return out
+        return out, pad
 
     # -- video --------------------------------------------------------------------------
     def _video_requests(
@@ -312,12 +365,17 @@ class BatchReader:
         spec: Video = cs.spec  # type: ignore[assignment]
         offsets = np.asarray(spec.offsets, np.int64)
         reqs = []
-        for slot, m in zip(slots, moments):
+        if spec.pad:
+            grid, pad = padded_rows(table, moments, offsets)
+            out[f"{cs.name}{IS_PAD}"][slots] = pad
+        for i, (slot, m) in enumerate(zip(slots, moments)):
             e = int(np.searchsorted(episodes.starts, m, side="right") - 1)
             key, index = self._index(table, cs.column, e)
             frame = int(m - episodes.starts[e])
+            # padded: the episode's edge frames, repeated (decoded once, copied per slot)
+            frames = grid[i] - episodes.starts[e] if spec.pad else frame + offsets
             shape = output_shape(index, spec, len(offsets))
-            dest = out.get(cs.column)
+            dest = out.get(cs.name)
             if dest is None:
                 one = allocate(index, spec, len(offsets))
                 if self.backend.on_device:
@@ -329,7 +387,7 @@ class BatchReader:
                     dest = np.empty((b, *shape), one.dtype)
                 else:
                     dest = one.new_empty((b, *shape))
-                out[cs.column] = dest
+                out[cs.name] = dest
             target = dest[slot]
             if tuple(target.shape) != shape:
                 raise PlanError(
@@ -341,7 +399,7 @@ class BatchReader:
                 WindowRequest(
                     key=key,
                     index=index,
-                    frames=frame + offsets,
+                    frames=frames,
                     spec=spec,
                     where=(table.name, episodes.names[e], cs.column),
                     out=target,

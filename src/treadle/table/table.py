@@ -19,6 +19,7 @@ import pyarrow as pa
 from treadle.errors import NotFound
 from treadle.storage import lance_error
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, compute_episode_index
+from treadle.table.fps import schema_fps
 from treadle.table.tensors import is_video
 
 __all__ = [
@@ -86,6 +87,11 @@ class Table:
         return [f.name for f in self.schema if is_video(f)]
 
     @property
+    def fps(self) -> float | None:
+        """Frames per second, set by the table's first write that names one; None if none did."""
+        return schema_fps(self.schema)
+
+    @property
     def num_episodes(self) -> int:
         return len(self.episodes())
 
@@ -149,6 +155,43 @@ class Table:
 
         return source_stats(self)
 
+    def select_runs(self, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """Rows whose own values satisfy the Lance SQL predicate ``where``, as sorted runs
+        ``(begin, end)`` of row ids (one streaming scan; memory proportional to the runs).
+        A predicate that does not parse, names an unknown column or is not a boolean is a
+        :class:`~treadle.errors.PlanError` naming it; a null result does not select."""
+        from treadle.errors import PlanError
+
+        begins: list[np.ndarray] = [np.zeros(0, np.int64)]
+        ends: list[np.ndarray] = [np.zeros(0, np.int64)]
+        base = 0
+        try:
+            scanner = self.dataset.scanner(columns={"_treadle_where": f"({where})"})
+            for batch in scanner.to_batches():
+                col = batch.column(0)
+                if not pa.types.is_boolean(col.type):
+                    raise PlanError(
+                        f"where={where!r} on table {self.name!r} is {col.type}, not a predicate"
+                    )
+                sel = col.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int8)
+                edges = np.diff(np.concatenate([[0], sel, [0]]))
+                begins.append(np.flatnonzero(edges == 1) + base)
+                ends.append(np.flatnonzero(edges == -1) + base)
+                base += len(sel)
+        except PlanError:
+            raise
+        except ValueError as e:  # Lance: unknown column, a predicate that does not parse
+            first = str(e).split(", /")[0]
+            raise PlanError(f"where={where!r} on table {self.name!r}: {first}") from None
+        except (OSError, pa.ArrowException) as e:
+            raise lance_error(e, f"evaluating where={where!r} on {self!r}") from None
+        begin = np.concatenate(begins).astype(np.int64)
+        end = np.concatenate(ends).astype(np.int64)
+        if begin.size < 2:
+            return begin, end
+        joined = begin[1:] == end[:-1]  # a run that goes on across two scan batches
+        return begin[np.concatenate([[True], ~joined])], end[np.concatenate([~joined, [True]])]
+
     def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
         """Describe a plain scan of ``columns`` for :class:`treadle.ScanDataset`."""
         cols = self._check_columns(columns) or []
@@ -192,11 +235,16 @@ class TableRef:
         return tx.commit
 
     def append_episode(
-        self, columns: dict[str, Any], episode: str | None = None, message: str | None = None
+        self,
+        columns: dict[str, Any],
+        episode: str | None = None,
+        message: str | None = None,
+        fps: float | None = None,
     ) -> Commit:
-        """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``)."""
+        """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``);
+        ``fps`` sets the table's frame rate (a video column's rate does too)."""
         with self.branch.transaction(message or f"append episode to {self.name}") as tx:
-            tx.table(self.name).append_episode(columns, episode=episode)
+            tx.table(self.name).append_episode(columns, episode=episode, fps=fps)
         return tx.commit
 
     # reads of the head
@@ -211,6 +259,10 @@ class TableRef:
     @property
     def schema(self) -> pa.Schema:
         return self.pin().schema
+
+    @property
+    def fps(self) -> float | None:
+        return self.pin().fps
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         return self.pin().to_arrow(columns, filter)

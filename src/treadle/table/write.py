@@ -34,6 +34,7 @@ from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, Storag
 from treadle.names import check_name
 from treadle.storage import lance_error
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
+from treadle.table.fps import episode_fps, schema_fps, with_fps
 from treadle.table.tensors import (
     KIND_KEY,
     column_from_values,
@@ -91,8 +92,11 @@ class TableWriter:
             raise TreadleError(f"table {self.name!r}: use_schema after rows were staged")
         st.schema = schema
 
-    def append_episode(self, columns: dict[str, Any], episode: str | None = None) -> str:
-        """Stage one episode; returns its name. Every column has one entry per frame."""
+    def append_episode(
+        self, columns: dict[str, Any], episode: str | None = None, fps: float | None = None
+    ) -> str:
+        """Stage one episode; returns its name. Every column has one entry per frame.
+        ``fps`` (or a video column's rate) sets the table's fps (:mod:`treadle.table.fps`)."""
         if not isinstance(columns, dict) or not columns:
             raise SchemaMismatch(
                 f"append_episode to {self.name!r}: give a non-empty dict of columns"
@@ -138,6 +142,10 @@ class TableWriter:
             fields.append(f)
             arrays.append(a)
         table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        where = f"table {self.name!r}, episode {episode!r}"
+        rate = episode_fps(fps, {c: v.meta.fps for c, v in encoded.items()}, where)
+        if rate is not None:
+            table = table.replace_schema_metadata(with_fps(table.schema, rate, where).metadata)
         self.tx._stage(self.name, table, [episode])
         return episode
 
@@ -213,6 +221,9 @@ class Transaction:
         if st.schema is None:
             st.schema = table.schema
         else:
+            fps = schema_fps(table.schema)
+            if fps is not None:  # the first write naming an fps sets it; another is refused
+                st.schema = with_fps(st.schema, fps, where)
             table = conform(table, st.schema, where)
         again = sorted(st.episodes.intersection(episodes))
         if again:

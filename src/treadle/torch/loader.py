@@ -50,10 +50,13 @@ def default_rank_world() -> tuple[int, int]:
         raise PlanError("RANK and WORLD_SIZE must be integers") from None
 
 
-def to_tensors(arrays: dict[str, Any], device: torch.device, pin: bool) -> dict[str, torch.Tensor]:
+def to_tensors(arrays: dict[str, Any], device: torch.device, pin: bool) -> dict[str, Any]:
     """numpy -> torch (zero copy), pinned and moved without blocking when the device is CUDA."""
     out = {}
     for k, v in arrays.items():
+        if isinstance(v, list):  # strings, variable-length lists: Python lists of length b
+            out[k] = v
+            continue
         t = v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
         if t.device != device:  # video decoded by NVDEC is already there
             if pin and t.device.type == "cpu":
