@@ -13,6 +13,7 @@ from typing import Any
 
 import lance
 
+from treadle.catalog import retention
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.refs import RefLog
@@ -246,7 +247,11 @@ class Project:
     def table_uri(self, name: str) -> str:
         return self.client.store.lance_uri(f"{self.prefix}/tables/{name}.lance")
 
-    def open_dataset(self, name: str, version: int) -> lance.LanceDataset:
+    def open_dataset(
+        self, name: str, version: int, commit_id: str | None = None
+    ) -> lance.LanceDataset:
+        """Lance ``version`` of table ``name`` (cached); ``commit_id``, the commit it was
+        read through, names it in the :class:`ExpiredCommit` raised if retention took it."""
         key = (name, int(version))
         with self._lock:
             ds = self._datasets.get(key)
@@ -260,6 +265,9 @@ class Project:
             except (ValueError, OSError) as e:
                 if not self.exists():
                     raise self.not_found() from None
+                expired = retention.expired_error(self, commit_id, name) if commit_id else None
+                if expired is not None:
+                    raise expired from None
                 raise lance_error(
                     e, f"table {name!r} version {version} of project {self.name!r}"
                 ) from None
@@ -270,7 +278,7 @@ class Project:
     def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table:
         """Table ``name`` pinned at Lance ``version`` (what a run record names)."""
         check_name(name, "table")
-        self.open_dataset(name, version)
+        self.open_dataset(name, version, commit_id)
         return Table(self, name, version, commit_id)
 
     def episode_index(self, table: Table) -> EpisodeIndex:
@@ -283,9 +291,28 @@ class Project:
                 self._episodes[key] = idx
         return idx
 
-    def gc(self, older_than: timedelta = timedelta(hours=1)) -> GcReport:
-        """Remove table versions and media no commit reaches (see :mod:`treadle.catalog.gc`)."""
-        return collect_garbage(self, older_than)
+    def gc(
+        self, older_than: timedelta = timedelta(hours=1), *, keep_days: float | None = None
+    ) -> GcReport:
+        """Remove table versions and media no commit reaches (see :mod:`treadle.catalog.gc`).
+
+        ``keep_days``: also expire the table versions of commits older than that which no
+        branch head, tag or checkpoint run record pins (reading them then raises
+        :class:`ExpiredCommit`); None (the default) keeps every reachable commit readable.
+        """
+        return collect_garbage(self, older_than, keep_days=keep_days)
+
+    # -- tags --------------------------------------------------------------------------
+    def tag(self, name: str, commit: str) -> Commit:
+        """Name ``commit`` (an id or unique prefix) ``name`` forever: gc keeps it readable
+        whatever the retention. Tags never move (:class:`AlreadyExists` otherwise)."""
+        c = self.commit(commit)
+        retention.tag(self, name, c.id)
+        return c
+
+    def tags(self) -> dict[str, str]:
+        """Tag name -> full commit id."""
+        return retention.tags(self)
 
     def protect_version(self, name: str, version: int) -> None:
         """Tag a committed table version so Lance's cleanup never removes it."""
