@@ -229,10 +229,10 @@ def test_gc_keeps_reachable_and_removes_the_rest(local_root):
         tx._flush("t", tx._tables["t"])  # data files written, never committed
         raise RuntimeError
     # an unreachable version (committed to Lance, never to a branch)
-    from treadle.table.write import _lance_overwrite
+    from treadle.table.lancecommit import overwrite
 
     ds = project.open_dataset("t", t.pin().version)
-    orphan_v = _lance_overwrite(project.table_uri("t"), ds.schema, [], None)
+    orphan_v = overwrite(project.table_uri("t"), ds.schema, [], None)
     t.append({"x": np.arange(200, 300)})
     files_before = sum(1 for _ in (Path(local_root) / "projects/p/tables/t.lance/data").iterdir())
     report = project.gc(older_than=timedelta(0))
@@ -246,3 +246,28 @@ def test_gc_keeps_reachable_and_removes_the_rest(local_root):
     with pytest.raises(td.NotFound):
         project.table_at("t", orphan_v)
     assert t.to_arrow().column("x").to_pylist() == list(range(300))
+
+
+def test_fragment_ids_grow_linearly_and_pinned_moments_stay(any_root):
+    """Each commit keeps the ids of the fragments it lists (no renumbering): after k
+    single-row commits the largest fragment id is O(k), not k(k+1)/2; a pinned
+    version's moment ids keep naming the same rows."""
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    t = project.branch().table("t")
+    pins = []
+    for i in range(30):
+        t.append({"x": [i]})
+        pins.append(t.pin())
+    ids = [f.fragment_id for f in pins[-1].dataset.get_fragments()]
+    assert max(ids) < 2 * 30, ids
+    for k, pinned in enumerate(pins):
+        fresh = td.Client(root, storage_options=opts).project("p").table_at("t", pinned.version)
+        assert fresh.take(list(range(k + 1)), ["x"]).column("x").to_pylist() == list(range(k + 1))
+    # a branch written in turn with main keeps exactly its own rows
+    exp = project.create_branch("exp")
+    exp.table("t").append({"x": [100]})
+    t.append({"x": [200]})
+    exp.table("t").append({"x": [101]})
+    assert exp.table("t").to_arrow(["x"]).column("x").to_pylist()[-2:] == [100, 101]
+    assert t.to_arrow(["x"]).column("x").to_pylist()[-2:] == [29, 200]

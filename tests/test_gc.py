@@ -206,7 +206,7 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
     main.table("v").append_episode(cols, episode="v0", message="v0")
     import_wds(make_wds(tmp_path / "wds0", n=W_ROWS, per_shard=5, seed=0), project, "w",
                progress=False)  # fmt: skip
-    real = write._lance_overwrite
+    real = write._lance_commit
     ran: list[int] = []
 
     def overwrite(*a, **k):  # type: ignore[no-untyped-def]
@@ -214,7 +214,7 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
         td.Client(root, storage_options=opts).project("p").gc()
         return real(*a, **k)
 
-    monkeypatch.setattr(write, "_lance_overwrite", overwrite)
+    monkeypatch.setattr(write, "_lance_commit", overwrite)
     if what == "append":
         main.table("t").append({"x": np.full(T_ROWS, 1)}, message="t1")
     elif what == "episode":
