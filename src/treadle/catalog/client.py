@@ -16,6 +16,7 @@ import lance
 from treadle.catalog import retention
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
+from treadle.catalog.lru import Lru
 from treadle.catalog.refs import RefLog
 from treadle.errors import AlreadyExists, InvalidName, NotFound, StorageError
 from treadle.names import check_name
@@ -24,7 +25,8 @@ from treadle.table.table import EpisodeIndex, Table, TableRef, compute_episode_i
 from treadle.table.write import Transaction
 
 MARKER = "treadle.json"  # written at a root on its first write: "this folder is a treadle store"
-_LAYOUT = {MARKER, "projects"}  # what a root holds; a root with anything else is not ours
+_LAYOUT = {MARKER, "projects"}
+_OPEN_VERSIONS = 32  # table versions a project keeps open (and their episode indexes)  # what a root holds; a root with anything else is not ours
 
 
 class Client:
@@ -134,8 +136,9 @@ class Project:
         self.prefix = f"projects/{name}"
         self.refs = RefLog(client.store, self.prefix)
         self._commits: dict[str, Commit] = {}
-        self._datasets: dict[tuple[str, int], lance.LanceDataset] = {}
-        self._episodes: dict[tuple[str, int], EpisodeIndex] = {}
+        # bounded: a long-lived writer opens a version per commit (memory stays flat)
+        self._datasets: Lru[tuple[str, int], lance.LanceDataset] = Lru(_OPEN_VERSIONS)
+        self._episodes: Lru[tuple[str, int], EpisodeIndex] = Lru(_OPEN_VERSIONS)
         self._lock = threading.Lock()
         self._exists = False
 
@@ -253,8 +256,7 @@ class Project:
         """Lance ``version`` of table ``name`` (cached); ``commit_id``, the commit it was
         read through, names it in the :class:`ExpiredCommit` raised if retention took it."""
         key = (name, int(version))
-        with self._lock:
-            ds = self._datasets.get(key)
+        ds = self._datasets.get(key)
         if ds is None:
             try:
                 ds = lance.dataset(
@@ -271,8 +273,7 @@ class Project:
                 raise lance_error(
                     e, f"table {name!r} version {version} of project {self.name!r}"
                 ) from None
-            with self._lock:
-                ds = self._datasets.setdefault(key, ds)
+            ds = self._datasets.setdefault(key, ds)
         return ds
 
     def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table:
@@ -283,12 +284,9 @@ class Project:
 
     def episode_index(self, table: Table) -> EpisodeIndex:
         key = (table.name, table.version)
-        with self._lock:
-            idx = self._episodes.get(key)
+        idx = self._episodes.get(key)
         if idx is None:
-            idx = compute_episode_index(table)
-            with self._lock:
-                self._episodes[key] = idx
+            idx = self._episodes.setdefault(key, compute_episode_index(table))
         return idx
 
     def gc(
