@@ -20,6 +20,7 @@ import hashlib
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -297,6 +298,7 @@ class Transaction:
                             ds,
                             st.fragments,
                             project.client.store.lance_options,
+                            self._lease.beat,
                         )
                     except OSError as e:
                         where = f"committing table {name!r} of project {project.name!r}"
@@ -367,9 +369,10 @@ def _lance_commit(
     base: Any,
     fragments: list[FragmentMetadata],
     options: dict | None,
+    before_write: Callable[[], None],
 ) -> int:
     """The Lance version of one table for a commit (the seam fault tests break)."""
-    return commit_exactly(uri, schema, base, fragments, options)
+    return commit_exactly(uri, schema, base, fragments, options, before_write)
 
 
 def _to_arrow(data: Any, name: str) -> pa.Table:
