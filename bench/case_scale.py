@@ -4,7 +4,7 @@ One long-lived writer makes ``n`` single-episode commits of ``rows`` tiny rows (
 action and a float state, no video) to one table. Reported at checkpoints along the
 way: the table's metadata bytes (Lance manifests, transaction files and refs) per
 commit, the largest fragment id, the fragment count, the writer's RSS and the mean
-seconds per commit over the last stretch.
+seconds per commit over the last stretch; then the seconds one ``gc`` takes (grace 0).
 
     python bench/case_scale.py [--commits 10000] [--rows 20] [--root DIR]
 """
@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,11 @@ def main() -> None:
             os.makedirs(f"{tmp}/store")
             out = commit_many(f"{tmp}/store", n, args.rows)
             out.pop("commits")
+            t0 = time.perf_counter()
+            report = td.Client(f"{tmp}/store").project("scale").gc(timedelta(0))
+            out["gc_s"] = time.perf_counter() - t0
+            out["gc_kept_versions"] = sum(len(v) for v in report.kept_versions.values())
+            out["gc_removed_versions"] = report.removed_versions
             print(json.dumps(out), flush=True)
 
 
