@@ -254,20 +254,104 @@ def test_gc_keeps_reachable_and_removes_the_rest(local_root):
         tx._flush("t", tx._tables["t"])  # data files written, never committed
         raise RuntimeError
     # an unreachable version (committed to Lance, never to a branch)
-    from treadle.table.write import _lance_overwrite
+    from treadle.table.lancecommit import overwrite
 
     ds = project.open_dataset("t", t.pin().version)
-    orphan_v = _lance_overwrite(project.table_uri("t"), ds.schema, [], None)
+    orphan_v = overwrite(project.table_uri("t"), ds.schema, [], None)
     t.append({"x": np.arange(200, 300)})
-    files_before = sum(1 for _ in (Path(local_root) / "projects/p/tables/t.lance/data").iterdir())
+    data = Path(local_root) / "projects/p/tables/t.lance/data"
+    staged = {df.path for f in tx._tables["t"].fragments for df in f.files}
+    assert staged <= {p.name for p in data.iterdir()}
     report = project.gc(older_than=timedelta(0))
     kept = report.kept_versions["t"]
     assert orphan_v not in kept and len(kept) == 3
     assert report.removed_versions >= 1 and report.removed_bytes > 0
-    files_after = sum(1 for _ in (Path(local_root) / "projects/p/tables/t.lance/data").iterdir())
-    assert files_after == files_before - 1  # the abandoned write's data file
+    left = {p.name for p in data.iterdir()}
+    assert not staged & left  # the abandoned write's data file went
+    listed = {df.path for v in kept for f in project.table_at("t", v).dataset.get_fragments()
+              for df in f.data_files()}  # fmt: skip
+    assert listed <= left
     for v in kept:  # every reachable version still reads, with the same rows
         assert project.table_at("t", v).num_moments in (100, 200, 300)
     with pytest.raises(td.NotFound):
         project.table_at("t", orphan_v)
     assert t.to_arrow().column("x").to_pylist() == list(range(300))
+
+
+def test_fragment_ids_grow_linearly_and_pinned_moments_stay(any_root):
+    """Each commit keeps the ids of the fragments it lists (no renumbering): after k
+    single-row commits the largest fragment id is O(k), not k(k+1)/2; a pinned
+    version's moment ids keep naming the same rows."""
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    t = project.branch().table("t")
+    pins = []
+    for i in range(30):
+        t.append({"x": [i]})
+        pins.append(t.pin())
+    ids = [f.fragment_id for f in pins[-1].dataset.get_fragments()]
+    assert max(ids) < 2 * 30, ids
+    for k, pinned in enumerate(pins):
+        fresh = td.Client(root, storage_options=opts).project("p").table_at("t", pinned.version)
+        assert fresh.take(list(range(k + 1)), ["x"]).column("x").to_pylist() == list(range(k + 1))
+    # a branch written in turn with main keeps exactly its own rows
+    exp = project.create_branch("exp")
+    exp.table("t").append({"x": [100]})
+    t.append({"x": [200]})
+    exp.table("t").append({"x": [101]})
+    assert exp.table("t").to_arrow(["x"]).column("x").to_pylist()[-2:] == [100, 101]
+    assert t.to_arrow(["x"]).column("x").to_pylist()[-2:] == [29, 200]
+
+
+def test_a_long_lived_writer_keeps_a_bounded_number_of_versions_open(local_root):
+    """Every commit opens its base version; a writer must not keep them all (its memory
+    grew with the history): at most ``_OPEN_VERSIONS`` stay open, and evicted ones
+    reopen on demand."""
+    from treadle.catalog.client import _OPEN_VERSIONS
+
+    project = td.Client(local_root).project("p")
+    t = project.branch().table("t")
+    first = t.append({"x": [0]})
+    for i in range(1, _OPEN_VERSIONS + 8):
+        t.append({"x": [i]})
+        assert t.pin().episodes() is not None
+    assert len(project._datasets) <= _OPEN_VERSIONS
+    assert len(project._episodes) <= _OPEN_VERSIONS
+    assert t.at(first.id).to_arrow().column("x").to_pylist() == [0]
+
+
+def test_small_fragments_are_compacted_and_pinned_versions_keep_their_moments(any_root):
+    """Single-row commits do not pile up fragments: the tail merges LSM-style (a new
+    version; the pinned ones are untouched and keep their moment ids and rows)."""
+    root, opts = any_root
+    t = td.Client(root, storage_options=opts).project("p").branch().table("t")
+    pins = []
+    for i in range(64):
+        t.append({"x": [i], "s": [f"row-{i}"]})
+        pins.append((t.pin(), [f.fragment_id for f in t.pin().dataset.get_fragments()]))
+    assert len(pins[-1][1]) <= 7  # log2(64) + 1
+    fresh = td.Client(root, storage_options=opts).project("p")
+    for k, (pinned, frag_ids) in enumerate(pins):
+        again = fresh.table_at("t", pinned.version)
+        assert [f.fragment_id for f in again.dataset.get_fragments()] == frag_ids
+        got = again.take(list(range(k + 1)), ["x", "s"]).to_pydict()
+        assert got == {"x": list(range(k + 1)), "s": [f"row-{i}" for i in range(k + 1)]}
+
+
+def test_compaction_rewrites_each_row_a_logarithmic_number_of_times():
+    from treadle.table.lancecommit import merge_run
+
+    rows: list[int] = []
+    runs: list[list[int]] = []  # row ids per fragment
+    rewrites = [0] * 2000
+    for i in range(2000):
+        rows.append(1)
+        runs.append([i])
+        j = merge_run(rows, [1] * len(rows))
+        if j < len(rows):
+            merged = [r for run in runs[j:] for r in run]
+            for r in merged:
+                rewrites[r] += 1
+            rows[j:], runs[j:] = [len(merged)], [merged]
+        assert len(rows) <= 12  # log2(2000) + 1
+    assert max(rewrites) <= 11

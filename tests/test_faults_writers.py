@@ -223,7 +223,7 @@ def test_crash_at_each_commit_phase_is_invisible_and_collected(phase, any_root, 
     main = project.branch()
     main.table("a").append({"x": np.arange(3)}, message="base")
     head = main.commit_id
-    real_overwrite, real_advance = write._lance_overwrite, RefLog.try_advance
+    real_overwrite, real_advance = write._lance_commit, RefLog.try_advance
 
     def overwrite(*a, **k):  # type: ignore[no-untyped-def]
         if phase == "fragments":
@@ -235,7 +235,7 @@ def test_crash_at_each_commit_phase_is_invisible_and_collected(phase, any_root, 
             raise _Killed
         return real_advance(self, branch, seq, commit_id)
 
-    monkeypatch.setattr(write, "_lance_overwrite", overwrite)
+    monkeypatch.setattr(write, "_lance_commit", overwrite)
     if phase == "commit_object":
         monkeypatch.setattr(RefLog, "try_advance", advance)
     elif phase == "lance_commit":

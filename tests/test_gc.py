@@ -206,7 +206,7 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
     main.table("v").append_episode(cols, episode="v0", message="v0")
     import_wds(make_wds(tmp_path / "wds0", n=W_ROWS, per_shard=5, seed=0), project, "w",
                progress=False)  # fmt: skip
-    real = write._lance_overwrite
+    real = write._lance_commit
     ran: list[int] = []
 
     def overwrite(*a, **k):  # type: ignore[no-untyped-def]
@@ -214,7 +214,7 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
         td.Client(root, storage_options=opts).project("p").gc()
         return real(*a, **k)
 
-    monkeypatch.setattr(write, "_lance_overwrite", overwrite)
+    monkeypatch.setattr(write, "_lance_commit", overwrite)
     if what == "append":
         main.table("t").append({"x": np.full(T_ROWS, 1)}, message="t1")
     elif what == "episode":
@@ -232,15 +232,17 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
 
 
 def _damage(project: td.Project, root: str, what: str) -> str:
-    """Damage reachable version 2 of table ``t``; returns the file it damaged."""
+    """Damage the reachable version of table ``t`` commit "t1" names (not the newest);
+    returns the file it damaged."""
     store = project.client.store
     base = f"{project.prefix}/tables/t.lance"
+    v = {c.message: c.tables.get("t") for c in project.branch().log()}
     if what.startswith("manifest"):
-        key = f"{base}/_versions/{2**64 - 1 - 2}.manifest"
+        key = f"{base}/_versions/{2**64 - 1 - v['t1']}.manifest"
     else:
-        ds = project.open_dataset("t", 2)
+        ds = project.open_dataset("t", v["t1"])
         names = {df.path for f in ds.get_fragments() for df in f.data_files()}
-        ds1 = project.open_dataset("t", 1)
+        ds1 = project.open_dataset("t", v["t0"])
         names -= {df.path for f in ds1.get_fragments() for df in f.data_files()}
         key = f"{base}/data/{names.pop()}"
     assert store.exists(key), key

@@ -105,7 +105,9 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     client = _client(args)
     names = [args.project] if args.project else client.projects()
     for name in names:
-        report = client.project(name, create=False).gc(timedelta(hours=args.older_than_hours))
+        report = client.project(name, create=False).gc(
+            timedelta(hours=args.older_than_hours), keep_days=args.keep_days
+        )
         if args.json:
             _print_json(
                 {
@@ -116,6 +118,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
                     "removed_media": len(report.removed_media),
                     "removed_tables": len(report.removed_tables),
                     "removed_bytes": report.removed_bytes,
+                    "expired_commits": report.expired_commits,
                 }
             )
             continue
@@ -124,7 +127,28 @@ def _cmd_gc(args: argparse.Namespace) -> int:
             f"removed {report.removed_versions} versions, {report.removed_files} staged data "
             f"files, {len(report.removed_media)} media objects and "
             f"{len(report.removed_tables)} tables ({report.removed_bytes:,} bytes)"
-        )
+            + (f"; expired {len(report.expired_commits)} commits" if args.keep_days is not None
+               else "")
+        )  # fmt: skip
+    return 0
+
+
+def _cmd_tag(args: argparse.Namespace) -> int:
+    project = _client(args).project(args.project, create=False)
+    if args.name is not None:
+        if args.commit is None:
+            raise TreadleError(f"tag {args.name!r}: give the commit to tag (id or prefix)")
+        c = project.tag(args.name, args.commit)
+        if not args.json:
+            print(f"{args.name} -> {c.short_id} ({c.message})")
+    tags = project.tags()
+    if args.json:
+        _print_json(tags if args.name is None else {args.name: tags[args.name]})
+    elif args.name is None:
+        for name, cid in tags.items():
+            print(f"{name}  {cid[:8]}")
+        if not tags:
+            print(f"no tags in project {project.name}")
     return 0
 
 
@@ -206,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="grace: keep anything younger, and all a running write staged (>= 0; default 1); "
         "0 may break writers that run meanwhile",
     )
+    p.add_argument(
+        "--keep-days",
+        type=cliargs.float_at_least(0),
+        default=None,
+        help="retention: also expire commits older than this many days that no branch head, "
+        "tag or checkpoint run record pins (default: keep every commit readable)",
+    )
     p.set_defaults(func=_cmd_gc)
 
     p = sub.add_parser("stats", help="normalisation statistics of a table's columns")
@@ -220,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--branch", default="main", help=branch_help)
     p.add_argument("--at", help="commit id or prefix (default: the branch head)")
     p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("tag", help="name a commit forever (gc keeps it); no NAME: list tags")
+    p.add_argument("project", help="project name")
+    p.add_argument("name", nargs="?", help="tag name (omit to list the tags)")
+    p.add_argument("commit", nargs="?", help="commit id or prefix to tag")
+    p.set_defaults(func=_cmd_tag)
 
     for register in _optional_commands():
         register(sub)

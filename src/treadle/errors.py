@@ -18,6 +18,10 @@ class NotFound(TreadleError, KeyError):
         return str(self.args[0]) if self.args else "not found"
 
 
+class ExpiredCommit(NotFound):
+    """Reading a commit whose table versions ``gc --keep-days`` expired (retention)."""
+
+
 class AlreadyExists(TreadleError):
     """Creating something (a branch, a project) that already exists."""
 

@@ -13,8 +13,10 @@ from typing import Any
 
 import lance
 
+from treadle.catalog import retention
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
+from treadle.catalog.lru import Lru
 from treadle.catalog.refs import RefLog
 from treadle.errors import AlreadyExists, InvalidName, NotFound, StorageError
 from treadle.names import check_name
@@ -23,7 +25,8 @@ from treadle.table.table import EpisodeIndex, Table, TableRef, compute_episode_i
 from treadle.table.write import Transaction
 
 MARKER = "treadle.json"  # written at a root on its first write: "this folder is a treadle store"
-_LAYOUT = {MARKER, "projects"}  # what a root holds; a root with anything else is not ours
+_LAYOUT = {MARKER, "projects"}
+_OPEN_VERSIONS = 32  # table versions a project keeps open (and their episode indexes)  # what a root holds; a root with anything else is not ours
 
 
 class Client:
@@ -133,8 +136,9 @@ class Project:
         self.prefix = f"projects/{name}"
         self.refs = RefLog(client.store, self.prefix)
         self._commits: dict[str, Commit] = {}
-        self._datasets: dict[tuple[str, int], lance.LanceDataset] = {}
-        self._episodes: dict[tuple[str, int], EpisodeIndex] = {}
+        # bounded: a long-lived writer opens a version per commit (memory stays flat)
+        self._datasets: Lru[tuple[str, int], lance.LanceDataset] = Lru(_OPEN_VERSIONS)
+        self._episodes: Lru[tuple[str, int], EpisodeIndex] = Lru(_OPEN_VERSIONS)
         self._lock = threading.Lock()
         self._exists = False
 
@@ -246,10 +250,13 @@ class Project:
     def table_uri(self, name: str) -> str:
         return self.client.store.lance_uri(f"{self.prefix}/tables/{name}.lance")
 
-    def open_dataset(self, name: str, version: int) -> lance.LanceDataset:
+    def open_dataset(
+        self, name: str, version: int, commit_id: str | None = None
+    ) -> lance.LanceDataset:
+        """Lance ``version`` of table ``name`` (cached); ``commit_id``, the commit it was
+        read through, names it in the :class:`ExpiredCommit` raised if retention took it."""
         key = (name, int(version))
-        with self._lock:
-            ds = self._datasets.get(key)
+        ds = self._datasets.get(key)
         if ds is None:
             try:
                 ds = lance.dataset(
@@ -260,32 +267,50 @@ class Project:
             except (ValueError, OSError) as e:
                 if not self.exists():
                     raise self.not_found() from None
+                expired = retention.expired_error(self, commit_id, name) if commit_id else None
+                if expired is not None:
+                    raise expired from None
                 raise lance_error(
                     e, f"table {name!r} version {version} of project {self.name!r}"
                 ) from None
-            with self._lock:
-                ds = self._datasets.setdefault(key, ds)
+            ds = self._datasets.setdefault(key, ds)
         return ds
 
     def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table:
         """Table ``name`` pinned at Lance ``version`` (what a run record names)."""
         check_name(name, "table")
-        self.open_dataset(name, version)
+        self.open_dataset(name, version, commit_id)
         return Table(self, name, version, commit_id)
 
     def episode_index(self, table: Table) -> EpisodeIndex:
         key = (table.name, table.version)
-        with self._lock:
-            idx = self._episodes.get(key)
+        idx = self._episodes.get(key)
         if idx is None:
-            idx = compute_episode_index(table)
-            with self._lock:
-                self._episodes[key] = idx
+            idx = self._episodes.setdefault(key, compute_episode_index(table))
         return idx
 
-    def gc(self, older_than: timedelta = timedelta(hours=1)) -> GcReport:
-        """Remove table versions and media no commit reaches (see :mod:`treadle.catalog.gc`)."""
-        return collect_garbage(self, older_than)
+    def gc(
+        self, older_than: timedelta = timedelta(hours=1), *, keep_days: float | None = None
+    ) -> GcReport:
+        """Remove table versions and media no commit reaches (see :mod:`treadle.catalog.gc`).
+
+        ``keep_days``: also expire the table versions of commits older than that which no
+        branch head, tag or checkpoint run record pins (reading them then raises
+        :class:`ExpiredCommit`); None (the default) keeps every reachable commit readable.
+        """
+        return collect_garbage(self, older_than, keep_days=keep_days)
+
+    # -- tags --------------------------------------------------------------------------
+    def tag(self, name: str, commit: str) -> Commit:
+        """Name ``commit`` (an id or unique prefix) ``name`` forever: gc keeps it readable
+        whatever the retention. Tags never move (:class:`AlreadyExists` otherwise)."""
+        c = self.commit(commit)
+        retention.tag(self, name, c.id)
+        return c
+
+    def tags(self) -> dict[str, str]:
+        """Tag name -> full commit id."""
+        return retention.tags(self)
 
     def protect_version(self, name: str, version: int) -> None:
         """Tag a committed table version so Lance's cleanup never removes it."""

@@ -5,7 +5,8 @@ gc deletes an object only when it is **unreachable and older than the grace**
 and imports run:
 
 1. **Survey, deleting nothing.** Reachable = every commit reachable (through parents)
-   from every branch head. Every table version such a commit names is opened from
+   from every branch head and tag, less, with a retention (``keep_days``), the old
+   commits nothing pins (:mod:`treadle.catalog.retention`). Every table version such a commit names is opened from
    storage, every data file it lists must be there with its recorded size, and the
    video columns of its fragments give the media streams in use, which must exist too.
    Any damage (a missing or unreadable manifest, data file or stream) stops gc with
@@ -42,6 +43,7 @@ import lance
 import pyarrow.compute as pc
 
 from treadle.catalog.leases import USED, WRITERS, live_since, stale, used_key
+from treadle.catalog.retention import mark_expired, plan_retention
 from treadle.errors import CorruptData, CredentialsError, NotFound, TreadleError
 from treadle.storage import ObjectInfo, Store, lance_error
 from treadle.table.tensors import is_video
@@ -60,6 +62,7 @@ class GcReport:
     removed_media: list[str] = field(default_factory=list)
     removed_tables: list[str] = field(default_factory=list)
     removed_files: int = 0  # data files no version listed (dead writers' staged rows)
+    expired_commits: list[str] = field(default_factory=list)  # by retention, this run
 
 
 @dataclass
@@ -74,26 +77,23 @@ class _Survey:
 
 
 def reachable_versions(project: Project) -> dict[str, set[int]]:
-    """Table name -> the Lance versions some reachable commit names."""
-    seen: set[str] = set()
-    out: dict[str, set[int]] = {}
-    stack = [project.refs.head(b).commit_id for b in project.branches() if project.refs.head(b)]
-    while stack:
-        cid = stack.pop()
-        if cid in seen:
-            continue
-        seen.add(cid)
-        c = project.load_commit(cid)
-        for name, v in c.tables.items():
-            out.setdefault(name, set()).add(v)
-        stack.extend(c.parents)
-    return out
+    """Table name -> the Lance versions some commit reachable from a branch head or a tag
+    names (less those of commits retention expired)."""
+    return plan_retention(project, None, datetime.now(UTC)).versions
 
 
 def collect_garbage(
-    project: Project, older_than: timedelta = timedelta(hours=1), *, now: datetime | None = None
+    project: Project,
+    older_than: timedelta = timedelta(hours=1),
+    *,
+    keep_days: float | None = None,
+    now: datetime | None = None,
 ) -> GcReport:
     """Remove what no commit of ``project`` reaches and is older than ``older_than``.
+
+    With ``keep_days``, the table versions of commits older than that which no branch
+    head, tag or checkpoint run record pins are expired too (see
+    :mod:`treadle.catalog.retention`); without it every reachable commit stays readable.
 
     ``now`` is gc's clock (default: the real one; tests move it to age objects on
     stores that cannot back-date them). Raises :class:`CorruptData` naming the table
@@ -106,13 +106,17 @@ def collect_garbage(
     alive_after = now - older_than
     leases = store.list_info(f"{prefix}/{WRITERS}")
     cutoff = min(alive_after, live_since(leases, alive_after) or alive_after)
-    keep = reachable_versions(project)
+    retention = plan_retention(project, keep_days, now)
+    keep = retention.versions
     surveys = [_survey(project, name, versions) for name, versions in sorted(keep.items())]
     media = store.list_info(f"{prefix}/media")
     in_use = set().union(*(s.media for s in surveys))
     for s in surveys:
         for key in sorted(s.media - media.keys()):
             raise CorruptData(_damaged(project, s.name, f"media stream {key} is missing"))
+    if retention.expired:  # readers of these commits get ExpiredCommit from now on
+        mark_expired(project, retention.expired, float(keep_days or 0))
+        report.expired_commits = sorted(retention.expired)
     for s in surveys:
         report.kept_versions[s.name] = sorted(s.versions)
         _collect_table(project, s, cutoff, report)

@@ -67,7 +67,7 @@ class Table:
 
     @property
     def dataset(self) -> lance.LanceDataset:
-        return self.project.open_dataset(self.name, self.version)
+        return self.project.open_dataset(self.name, self.version, self.commit_id)
 
     @property
     def schema(self) -> pa.Schema:

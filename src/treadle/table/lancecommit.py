@@ -1,0 +1,156 @@
+"""Lance versions that hold exactly what a treadle commit says, at a cost that does not grow.
+
+Several branches share one Lance dataset per table, so a table version must list
+exactly "the base version's fragments + the new ones", never another branch's rows.
+
+- **Append** (the usual case: the dataset's latest version is the base): a Lance
+  ``Append`` read at the base. Fragments keep their ids and new ones get the next ids,
+  so fragment ids grow by the fragments written, and the transaction file lists only
+  the new fragments. If Lance had to rebase it on another writer's version (its
+  number is not base + 1) that version is not ours; it is left to gc.
+- **Overwrite** (another branch or writer wrote the latest version): an explicit list
+  of the base's fragments + the new ones. It renumbers the fragments it lists, which
+  compaction keeps to O(log rows).
+- **Compaction** of the tail, LSM-style: after a commit, the last fragments merge while
+  the one before the merged run has at most as many rows as the run (and the run stays
+  under ``MAX_ROWS``/``MAX_BYTES``). Every fragment then holds more rows than all later
+  ones together, so a table holds O(log rows) fragments and a row is rewritten only
+  when its fragment at least doubles: O(log rows) times at most. Merging keeps the row
+  order, so a moment's id (its row position) is the same in the compacted version, and
+  it writes a new version: versions commits pinned are never changed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import lance
+import pyarrow as pa
+from lance.fragment import FragmentMetadata, write_fragments
+
+from treadle.errors import CommitConflict
+
+MAX_ROWS = 1 << 20  # Lance's rows per data file: a merged run stays one fragment
+MAX_BYTES = 256 << 20
+
+
+def commit_exactly(
+    uri: str,
+    schema: pa.Schema,
+    base: lance.LanceDataset | None,
+    new: list[FragmentMetadata],
+    options: dict | None,
+    before_write: Callable[[], None] = lambda: None,
+) -> int:
+    """A new Lance version holding ``base``'s fragments + ``new`` (compacted); its number.
+
+    ``before_write`` runs before compaction writes data files (a transaction's gc lease).
+    """
+    version = _append(uri, base, new, options) if base is not None else None
+    if version is None:
+        listed = [f.metadata for f in base.get_fragments()] if base is not None else []
+        version = overwrite(uri, schema, listed + new, options)
+    return _compact_tail(uri, schema, version, options, before_write)
+
+
+def overwrite(
+    uri: str, schema: pa.Schema, fragments: list[FragmentMetadata], options: dict | None
+) -> int:
+    """A new version listing exactly ``fragments`` (renumbered), whatever is latest."""
+    last: Exception | None = None
+    for _ in range(100):
+        try:
+            latest: int | None = lance.dataset(uri, storage_options=options).version
+        except ValueError:
+            latest = None
+        try:
+            ds = lance.LanceDataset.commit(
+                uri,
+                lance.LanceOperation.Overwrite(schema, fragments),
+                read_version=latest,
+                storage_options=options,
+            )
+            return ds.version
+        except Exception as e:  # Lance raises CommitConflictError (and OSError on races)
+            if "onflict" not in str(e) and "already exists" not in str(e):
+                raise
+            last = e
+            time.sleep(random.uniform(0.0, 0.05))
+    raise CommitConflict(f"Lance commit of {uri} kept conflicting: {last}")
+
+
+def _append(
+    uri: str, base: lance.LanceDataset, new: list[FragmentMetadata], options: dict | None
+) -> int | None:
+    """``Append`` on top of ``base`` if it is the latest version and nothing else commits
+    meanwhile; None otherwise (then the caller lists the fragments explicitly)."""
+    if base.latest_version != base.version:
+        return None
+    try:
+        ds = lance.LanceDataset.commit(
+            uri,
+            lance.LanceOperation.Append(new),
+            read_version=base.version,
+            storage_options=options,
+        )
+    except Exception as e:
+        if "onflict" in str(e) or "already exists" in str(e):
+            return None
+        raise
+    return ds.version if ds.version == base.version + 1 else None
+
+
+def merge_run(rows: list[int], sizes: list[int]) -> int:
+    """Index where the tail run to merge starts (``len(rows)`` when nothing merges)."""
+    n = len(rows)
+    if n < 2:
+        return n
+    j, total, nbytes = n - 1, rows[-1], sizes[-1]
+    while (
+        j > 0
+        and rows[j - 1] <= total
+        and total + rows[j - 1] <= MAX_ROWS
+        and nbytes + sizes[j - 1] <= MAX_BYTES
+    ):
+        j -= 1
+        total += rows[j]
+        nbytes += sizes[j]
+    return j if j < n - 1 else n
+
+
+def _compact_tail(
+    uri: str, schema: pa.Schema, version: int, options: dict | None, before_write: Callable
+) -> int:
+    ds = lance.dataset(uri, version=version, storage_options=options)
+    frags = ds.get_fragments()
+    metas = [f.metadata for f in frags]
+    rows = [m.physical_rows - m.num_deletions for m in metas]
+    sizes = [sum(df.file_size_bytes or 0 for df in m.files) for m in metas]
+    j = merge_run(rows, sizes)
+    if j >= len(frags):
+        return version
+    try:
+        data = pa.concat_tables([f.to_table() for f in frags[j:]])
+    except (OSError, pa.ArrowException):
+        return version  # a staged file gc took: the commit's own check names it
+    before_write()
+    merged = write_fragments(data, uri, schema=schema, storage_options=options)
+    keep_ids = [m.id for m in metas[:j]]
+    try:
+        out = lance.LanceDataset.commit(
+            uri,
+            lance.LanceOperation.Rewrite(
+                [lance.LanceOperation.RewriteGroup(metas[j:], merged)], []
+            ),
+            read_version=version,
+            storage_options=options,
+        )
+        ids = [f.fragment_id for f in out.get_fragments()]
+        if out.version == version + 1 and ids[:j] == keep_ids and len(ids) == j + len(merged):
+            return out.version
+    except Exception as e:
+        if "onflict" not in str(e) and "already exists" not in str(e):
+            raise
+    return overwrite(uri, schema, metas[:j] + merged, options)  # raced: list it explicitly

@@ -1,0 +1,100 @@
+"""Tags and retention: ``gc --keep-days`` expires only old commits nothing pins.
+
+Branch heads, tags and the commits/table versions named by run records in checkpoint
+rows survive the strictest retention (``keep_days=0``, no grace); any other commit
+then raises ``ExpiredCommit`` naming it. Without ``keep_days`` every commit stays
+readable. Local disk and S3.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch
+
+import treadle as td
+from treadle.cli import main
+
+
+def _rows(i: int) -> dict:
+    return {"x": np.arange(3 * i, 3 * i + 3, dtype=np.int64)}
+
+
+def _history(root: str, opts):  # type: ignore[no-untyped-def]
+    """c1 (tagged), c2 (a run's pin, checkpointed), c3 (nothing pins it), c4 (head)."""
+    project = td.Client(root, storage_options=opts).project("p")
+    t = project.branch().table("t")
+    c1 = t.append(_rows(0))
+    c2 = t.append(_rows(1))
+    plan = td.Recipe(seed=1, batch_size=2, components=[td.Component(t)]).plan()
+    loader = td.TrainLoader(plan, steps=1)
+    next(iter(loader))
+    td.Checkpoints(project.branch()).save(1, {"w": torch.zeros(2)}, loader)
+    c3 = t.append(_rows(2))
+    c4 = t.append(_rows(3))
+    return project, t, (c1, c2, c3, c4)
+
+
+def test_tags_and_checkpointed_runs_survive_the_strictest_retention(any_root):
+    root, opts = any_root
+    project, t, (c1, c2, c3, c4) = _history(root, opts)
+    assert project.tag("v1", c1.id[:8]).id == c1.id
+    project.tag("v1", c1.id)  # the same tag again: fine
+    with pytest.raises(td.AlreadyExists, match="tag 'v1'.*never move"):
+        project.tag("v1", c3.id)
+    assert project.tags() == {"v1": c1.id}
+
+    report = project.gc(older_than=timedelta(0), keep_days=0)
+    assert c3.id in report.expired_commits and c1.id not in report.expired_commits
+    assert c2.id not in report.expired_commits and c4.id not in report.expired_commits
+    assert t.at(c1.id).to_arrow(["x"]).column("x").to_pylist() == [0, 1, 2]
+    assert t.at(c2.id).num_moments == 6  # the run's pinned commit
+    assert t.at(c4.id).num_moments == 12
+    row = td.Checkpoints(project.branch()).latest()
+    assert row is not None
+    pinned = row.record["tables"][0]
+    assert project.table_at("t", pinned["version"]).num_moments == 6
+    assert pinned["commit"] == c2.id
+
+    fresh = td.Client(root, storage_options=opts).project("p")  # no cached handles
+    with pytest.raises(td.ExpiredCommit, match=rf"commit {c3.id[:8]}.*expired by retention"):
+        fresh.branch().table("t").at(c3.id).to_arrow()
+    with pytest.raises(td.ExpiredCommit, match=c3.id[:8]):
+        fresh.tag("late", c3.id)  # an expired commit cannot be tagged back to life
+    # a later gc without retention neither fails on nor revives what expired
+    fresh.gc(older_than=timedelta(0))
+    assert fresh.branch().table("t").at(c1.id).num_moments == 3
+
+
+def test_without_keep_days_every_commit_stays_readable(any_root):
+    root, opts = any_root
+    project, t, commits = _history(root, opts)
+    report = project.gc(older_than=timedelta(0))
+    assert report.expired_commits == []
+    fresh = td.Client(root, storage_options=opts).project("p")
+    for i, c in enumerate(commits):
+        assert fresh.branch().table("t").at(c.id).num_moments == 3 * (i + 1)
+
+
+def test_young_commits_are_kept(local_root):
+    project, t, commits = _history(local_root, None)
+    report = project.gc(older_than=timedelta(0), keep_days=1)
+    assert report.expired_commits == []
+    assert t.at(commits[2].id).num_moments == 9
+
+
+def test_tag_and_keep_days_on_the_command_line(local_root, capsys):
+    project, t, (c1, c2, c3, c4) = _history(local_root, None)
+    assert main(["--root", local_root, "tag", "p", "release", c1.id[:8]]) == 0
+    assert f"release -> {c1.short_id}" in capsys.readouterr().out
+    assert main(["--root", local_root, "--json", "tag", "p"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"release": c1.id}
+    assert main(["--root", local_root, "tag", "p", "release", c3.id[:8]]) == 1
+    assert "never move" in capsys.readouterr().err
+    args = ["--root", local_root, "--json", "gc", "p", "--older-than-hours", "0"]
+    assert main([*args, "--keep-days", "0"]) == 0
+    assert c3.id in json.loads(capsys.readouterr().out)["expired_commits"]
+    assert td.Client(local_root).project("p").branch().table("t").at(c1.id).num_moments == 3
