@@ -48,7 +48,10 @@ def commit_exactly(
 
     ``before_write`` runs before compaction writes data files (a transaction's gc lease).
     """
-    version = _append(uri, base, new, options) if base is not None else None
+    # Append keeps the base's schema: a write that changes it (metadata such as the
+    # table's fps included) lists the fragments under the new schema instead
+    same = base is not None and base.schema.equals(schema, check_metadata=True)
+    version = _append(uri, base, new, options) if same else None
     if version is None:
         listed = [f.metadata for f in base.get_fragments()] if base is not None else []
         version = overwrite(uri, schema, listed + new, options)
