@@ -451,3 +451,66 @@ def test_appending_a_struct_with_other_fields_is_refused(client, later):
         ref.append(pa.table({"json": pa.array([later])}))
     ref.append(pa.table({"json": pa.array([{"v": 2}])}))  # int64 -> double: exact, kept
     assert ref.to_arrow().column("json").to_pylist() == [{"v": 0.5}, {"v": 2.0}]
+
+
+def _stats_table(root: str):
+    """A table of several fragments (one per append) with a scalar and a tensor column."""
+    from treadle.read import stats as st
+
+    rng = np.random.default_rng(3)
+    branch = td.Client(root, create=True).project("s").branch()
+    for i, n in enumerate([800, 300, 120, 50]):  # each more than the later ones: 4 fragments
+        action = (rng.standard_normal((n, 2, 3)) * [[1, 10, 100], [1e-3, 5, 7]]).astype(np.float32)
+        branch.table("t").append_episode(
+            {"action": action, "y": rng.standard_normal(n) * 3 + i}, episode=f"e{i}"
+        )
+    table = branch.table("t").pin()
+    assert len(table.dataset.get_fragments()) == 4
+    return table, st
+
+
+def _assert_stats_equal(got, want):
+    assert list(got) == list(want)
+    for c in want:
+        g, w = got[c], want[c]
+        for f in ("count", "min", "max", "q01", "q99"):  # exact: the same values
+            np.testing.assert_array_equal(getattr(g, f), getattr(w, f), err_msg=f"{c}.{f}")
+        np.testing.assert_allclose(g.mean, w.mean, rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(g.std, w.std, rtol=1e-12, atol=1e-300)
+        assert g.rank_error == w.rank_error == 0
+
+
+@pytest.mark.slow
+def test_stats_on_ray_equal_one_process_and_are_kept(tmp_path, ray_cluster, monkeypatch):
+    table, st = _stats_table(str(tmp_path / "one"))
+    want = table.stats()
+    want_where = table.stats(["y", "action"], where="y > 1")
+    ray_table, _ = _stats_table(str(tmp_path / "ray"))
+    monkeypatch.setattr(st, "TASK_VALUES", 1)  # one task per fragment
+    tasks = st._tasks(ray_table, ["y"], None)
+    assert [t.fragments for t in tasks] == [(0,), (1,), (2,), (3,)]
+    ex = td.RayExecutor()
+    _assert_stats_equal(ray_table.stats(executor=ex), want)
+    _assert_stats_equal(ray_table.stats(["y", "action"], where="y > 1", executor=ex), want_where)
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(st, "_compute_rows", boom)  # kept: read back, with or without Ray
+    again = td.Client(str(tmp_path / "ray")).project("s").branch().table("t").pin()
+    _assert_stats_equal(again.stats(), want)
+    _assert_stats_equal(again.stats(["y", "action"], where="y > 1", executor=ex), want_where)
+
+
+@pytest.mark.slow
+def test_stats_cli_on_ray(tmp_path, ray_cluster, capsys):
+    from treadle.cli import main
+
+    _stats_table(str(tmp_path / "ray"))  # nothing kept yet: the CLI computes on Ray
+    args = ["stats", "s", "t", "--columns", "y", "--json", "--root", str(tmp_path / "ray")]
+    assert main([*args, "--ray"]) == 0
+    got = json.loads(capsys.readouterr().out)["columns"]["y"]
+    table, _ = _stats_table(str(tmp_path / "one"))
+    want = table.stats(["y"])["y"].to_dict()
+    assert got["count"] == want["count"] and got["max"] == want["max"]
+    assert got["q01"] == want["q01"] and np.isclose(got["mean"], want["mean"], rtol=1e-12)

@@ -158,7 +158,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     project = _client(args).project(args.project, create=False)
     table = project.branch(args.branch).table(args.table)
     table = table.at(args.at) if args.at else table.pin()
-    stats = table.stats(args.columns, where=args.where, frames=args.frames, seed=args.seed)
+    executor = None
+    if args.ray is not None:
+        from treadle.importers.ray_executor import RayExecutor
+
+        executor = RayExecutor(address=args.ray or None)
+    stats = table.stats(
+        args.columns, where=args.where, frames=args.frames, seed=args.seed, executor=executor
+    )
     if args.json:
         _print_json({"project": project.name, "table": table.name, "version": table.version,
                      "columns": {c: s.to_dict() for c, s in stats.items()}})  # fmt: skip
@@ -250,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="video: sampling seed (default 0)")
     p.add_argument("--branch", default="main", help=branch_help)
     p.add_argument("--at", help="commit id or prefix (default: the branch head)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="read numeric and tensor columns in Ray tasks (on the cluster at "
+                   "ADDRESS, default: the local or $RAY_ADDRESS one); needs pip install "
+                   "'treadle[ray]'")  # fmt: skip
     p.set_defaults(func=_cmd_stats)
 
     p = sub.add_parser("tag", help="name a commit forever (gc keeps it); no NAME: list tags")

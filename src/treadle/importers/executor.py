@@ -49,6 +49,13 @@ class Executor:
         """
         raise NotImplementedError
 
+    def map(
+        self, fn: Callable[[_T], Any], items: Sequence[_T], what: Callable[[_T], str]
+    ) -> list[Any]:
+        """``[fn(item) for item in items]``, run elsewhere (``table.stats(executor=...)``);
+        ``what(item)`` names an item in errors. ``fn`` must be importable there."""
+        raise NotImplementedError
+
 
 def require_ray() -> Any:
     """``import ray``, or :class:`MissingDependency` saying how to install it."""

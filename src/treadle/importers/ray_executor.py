@@ -40,10 +40,10 @@ node of the cluster.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from treadle.errors import SchemaMismatch, StorageError, TreadleError
 from treadle.importers.executor import Executor, WriteFn, require_ray
@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 
     from treadle.importers._common import Progress
     from treadle.table.write import TableWriter
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -144,31 +146,17 @@ class RayExecutor(Executor):
         out: list[_TaskResult | None] = [None] * len(sources)
 
         def run(indices: Sequence[int], schema: pa.Schema | None, count: bool) -> None:
-            todo = list(reversed(indices))
-            limit = self.max_in_flight or max(
-                2, int(2 * ray.cluster_resources().get("CPU", 1) / self.num_cpus)
-            )
-            pending: dict[Any, int] = {}
-            try:
-                while todo or pending:
-                    while todo and len(pending) < limit:
-                        i = todo.pop()
-                        ref = task.remote(target, write_ref, i, sources[i], schema, self._crash)
-                        pending[ref] = i
-                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=10)
-                    tw.tx.hold()
-                    for ref in ready:
-                        i = pending.pop(ref)
-                        out[i] = self._result(ray, ref, sources[i])
-                        if count:
-                            bar.update(1)
-            except BaseException:
-                for ref in pending:  # failed or interrupted: stop the rest, commit nothing
-                    with suppress(Exception):
-                        ray.cancel(ref, force=True)
-                with suppress(Exception):  # and let them end, so none writes after we return
-                    ray.wait(list(pending), num_returns=len(pending), timeout=30)
-                raise
+            def done(i: int, ref: Any) -> None:
+                out[i] = self._result(
+                    ray, ref, f"import of {sources[i]}", "; nothing was committed"
+                )
+                if count:
+                    bar.update(1)
+
+            def submit(i: int) -> Any:
+                return task.remote(target, write_ref, i, sources[i], schema, self._crash)
+
+            self._run_tasks(ray, submit, indices, done, tw.tx.hold)
 
         run(range(len(sources)), tw.schema, True)
         done: list[_TaskResult] = [r for r in out if r is not None]
@@ -193,7 +181,56 @@ class RayExecutor(Executor):
             sum(r.nbytes for r in out if r),
         )
 
-    def _result(self, ray: Any, ref: Any, source: str) -> _TaskResult:
+    def map(
+        self, fn: Callable[[_T], Any], items: Sequence[_T], what: Callable[[_T], str]
+    ) -> list[Any]:
+        """``[fn(item) for item in items]``, one Ray task per item (``table.stats``)."""
+        ray = self._connect()
+        task = ray.remote(fn).options(
+            num_cpus=self.num_cpus, max_retries=self.max_retries, retry_exceptions=False
+        )
+        out: list[Any] = [None] * len(items)
+
+        def done(i: int, ref: Any) -> None:
+            out[i] = self._result(ray, ref, what(items[i]), "")
+
+        self._run_tasks(ray, lambda i: task.remote(items[i]), range(len(items)), done)
+        return out
+
+    def _run_tasks(
+        self,
+        ray: Any,
+        submit: Callable[[int], Any],
+        indices: Sequence[int],
+        done: Callable[[int, Any], None],
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        """``submit(i)`` for every index, a bounded number in flight; ``done(i, ref)`` as each
+        ends, ``tick()`` at least every 10 s. On any exception the rest are cancelled."""
+        todo = list(reversed(indices))
+        limit = self.max_in_flight or max(
+            2, int(2 * ray.cluster_resources().get("CPU", 1) / self.num_cpus)
+        )
+        pending: dict[Any, int] = {}
+        try:
+            while todo or pending:
+                while todo and len(pending) < limit:
+                    i = todo.pop()
+                    pending[submit(i)] = i
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=10)
+                if tick is not None:
+                    tick()
+                for ref in ready:
+                    done(pending.pop(ref), ref)
+        except BaseException:
+            for ref in pending:  # failed or interrupted: stop the rest (commit nothing)
+                with suppress(Exception):
+                    ray.cancel(ref, force=True)
+            with suppress(Exception):  # and let them end, so none writes after we return
+                ray.wait(list(pending), num_returns=len(pending), timeout=30)
+            raise
+
+    def _result(self, ray: Any, ref: Any, what: str, after: str) -> Any:
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as e:
@@ -202,8 +239,8 @@ class RayExecutor(Executor):
             raise
         except ray.exceptions.RayError as e:
             raise TreadleError(
-                f"import of {source}: its Ray task failed {self.max_retries + 1} time(s) "
-                f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); nothing was committed"
+                f"{what}: its Ray task failed {self.max_retries + 1} time(s) "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:300]}){after}"
             ) from None
 
 

@@ -16,6 +16,12 @@
   uint8 values go into a 256-bin histogram per channel, so every statistic (quantiles
   included) is exact over the sampled frames.
 
+With ``executor`` (``td.RayExecutor()``), numeric and tensor columns are read by its tasks,
+consecutive fragments of about ``TASK_VALUES`` values each, every task opening the pinned
+version from the project's root; their partial states (moments, sketches) are merged here
+by the same ``merge`` that merges batches: count, min, max and exact quantiles equal one
+process's, mean and std to ~1e-12 relative. Video columns are sampled in this process.
+
 Each column's result is kept in the project, keyed by table, version (and that version's
 manifest fingerprint), column, ``where`` and, for video, ``frames``/``seed``: a second
 call on the same version reads it back instead of scanning.
@@ -37,6 +43,7 @@ from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
 READ_VALUES = 1 << 20  # values (rows x elements) per read batch
 SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of a column
+TASK_VALUES = 1 << 26  # values (rows x elements) an executor task reads, about
 _ALGO = 1  # bump when a statistic's definition changes: old cached results are ignored
 _QS = (0.01, 0.99)
 _FIELDS = ("count", "mean", "std", "min", "max", "q01", "q99")
@@ -90,20 +97,25 @@ class _Moments:
         self.hi: np.ndarray | None = None
 
     def add(self, x: np.ndarray) -> None:  # x: float64 [rows, E]
-        k = len(x)
-        if not k:
+        if len(x):
+            part = _Moments()
+            part.n, part.mean = len(x), x.mean(axis=0)
+            part.m2 = ((x - part.mean) ** 2).sum(axis=0)
+            part.lo, part.hi = x.min(axis=0), x.max(axis=0)
+            self.merge(part)
+
+    def merge(self, o: _Moments) -> None:
+        """Add another partial state (a batch here, a Ray task's rows on the driver)."""
+        if o.n == 0:
             return
-        mean = x.mean(axis=0)
-        m2 = ((x - mean) ** 2).sum(axis=0)
-        lo, hi = x.min(axis=0), x.max(axis=0)
         if self.n == 0:
-            self.n, self.mean, self.m2, self.lo, self.hi = k, mean, m2, lo, hi
+            self.n, self.mean, self.m2, self.lo, self.hi = o.n, o.mean, o.m2, o.lo, o.hi
             return
-        n = self.n + k
-        delta = mean - self.mean
-        self.mean = self.mean + delta * (k / n)
-        self.m2 = self.m2 + m2 + delta**2 * (self.n * k / n)
-        self.lo, self.hi, self.n = np.minimum(self.lo, lo), np.maximum(self.hi, hi), n
+        n = self.n + o.n
+        delta = o.mean - self.mean
+        self.mean = self.mean + delta * (o.n / n)
+        self.m2 = self.m2 + o.m2 + delta**2 * (self.n * o.n / n)
+        self.lo, self.hi, self.n = np.minimum(self.lo, o.lo), np.maximum(self.hi, o.hi), n
 
 
 class _Sketch:
@@ -120,6 +132,22 @@ class _Sketch:
         self.n += len(x)
         self.levels[0].append(x)
         self.sizes[0] += len(x)
+        self._settle()
+
+    def merge(self, o: _Sketch) -> None:
+        """Add another sketch of the same column, level by level (same ``k``): exact while
+        the two hold fewer than ``2k`` values together, as one sketch of all of them."""
+        self.n += o.n
+        for h, (items, size) in enumerate(zip(o.levels, o.sizes)):
+            if h == len(self.levels):
+                self.levels.append([])
+                self.sizes.append(0)
+                self.flip.append(0)
+            self.levels[h].extend(items)
+            self.sizes[h] += size
+        self._settle()
+
+    def _settle(self) -> None:
         h = 0
         while h < len(self.levels):
             if self.sizes[h] >= 2 * self.k:
@@ -182,8 +210,10 @@ def table_stats(
     where: str | None = None,
     frames: int = 10_000,
     seed: int = 0,
+    executor: Any = None,
 ) -> dict[str, ColumnStats]:
-    """Statistics of ``columns`` (default: every column that has them) of one pinned table."""
+    """Statistics of ``columns`` (default: every column that has them) of one pinned table;
+    numeric and tensor columns on ``executor`` (e.g. ``td.RayExecutor()``) when given."""
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PlanError(f"stats: frames must be an integer >= 1, got {frames!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -216,7 +246,7 @@ def table_stats(
         else:
             todo.append(c)
     plain = [c for c in todo if kinds[c] != "video"]
-    computed = _compute_rows(table, plain, where) if plain else {}
+    computed = _compute_rows(table, plain, where, executor) if plain else {}
     for c in todo:
         if kinds[c] == "video":
             computed[c] = _compute_video(table, c, where, frames, seed)
@@ -225,40 +255,115 @@ def table_stats(
     return {c: out[c] for c in names}
 
 
-def _compute_rows(table: Any, names: list[str], where: str | None) -> dict[str, ColumnStats]:
-    """One streamed scan of ``names``: batches of at most ``READ_VALUES`` values."""
-    schema = table.schema
-    shapes = {c: tensor_shape(schema.field(c)) or () for c in names}
-    elements = {c: math.prod(s) for c, s in shapes.items()}
-    rows = max(1, READ_VALUES // max(1, sum(elements.values())))
-    moms = {c: _Moments() for c in names}
-    sketches = {c: _Sketch(elements[c]) for c in names}
-    for batch in scan_batches(table, names, where, rows):
-        for c in names:
-            f = schema.field(c)
-            x = to_numpy(batch.column(c), f, f"table {table.name!r}")
-            x = x.reshape(len(x), elements[c]).astype(np.float64)
-            moms[c].add(x)
-            sketches[c].add(x)
+def _compute_rows(
+    table: Any, names: list[str], where: str | None, executor: Any = None
+) -> dict[str, ColumnStats]:
+    """One streamed scan of ``names`` (here, or a task per group of fragments on
+    ``executor``), partial states merged with the same ``merge`` as batches are."""
+    if executor is None:
+        state = _accumulate(table, names, where)
+    else:
+        state, *rest = executor.map(_accumulate_task, _tasks(table, names, where), _what)
+        for part in rest:
+            for c in names:
+                state[c][0].merge(part[c][0])
+                state[c][1].merge(part[c][1])
+    shapes = {c: tensor_shape(table.schema.field(c)) or () for c in names}
     out = {}
     for c in names:
-        if moms[c].n == 0:
+        mom, sk = state[c]
+        if mom.n == 0:
             raise PlanError(
                 f"table {table.name!r}: no rows to compute statistics of column {c!r}"
                 + (f" (where {where!r})" if where else "")
             )
-        sk = sketches[c]
         err = rank_error_bound(sk.n, sk.k, sk.compacted_levels)
-        out[c] = _finish(moms[c], sk.quantiles(_QS), shapes[c], err)
+        out[c] = _finish(mom, sk.quantiles(_QS), shapes[c], err)
     return out
 
 
-def scan_batches(table: Any, columns: list[str], where: str | None, rows: int) -> Any:
-    """The table's rows as Arrow record batches of at most ``rows`` rows."""
+_State = dict[str, tuple[_Moments, _Sketch]]
+
+
+def _accumulate(
+    table: Any, names: list[str], where: str | None, fragments: Sequence[int] | None = None
+) -> _State:
+    """Moments and sketch of every column over the rows (of ``fragments``, default all)."""
+    schema = table.schema
+    elements = {c: math.prod(tensor_shape(schema.field(c)) or ()) for c in names}
+    rows = max(1, READ_VALUES // max(1, sum(elements.values())))
+    state = {c: (_Moments(), _Sketch(elements[c])) for c in names}
+    for batch in scan_batches(table, names, where, rows, fragments):
+        for c in names:
+            f = schema.field(c)
+            x = to_numpy(batch.column(c), f, f"table {table.name!r}")
+            x = x.reshape(len(x), elements[c]).astype(np.float64)
+            state[c][0].add(x)
+            state[c][1].add(x)
+    return state
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One executor task: the pinned table (opened from the project's root) and fragments."""
+
+    root: str
+    storage_options: dict[str, Any]
+    project: str
+    table: str
+    version: int
+    commit_id: str | None
+    names: tuple[str, ...]
+    where: str | None
+    fragments: tuple[int, ...]
+
+    def __repr__(self) -> str:  # never show storage options
+        return f"_Task({self.project}/{self.table} v{self.version}, {list(self.fragments)})"
+
+
+def _tasks(table: Any, names: list[str], where: str | None) -> list[_Task]:
+    """Consecutive fragments, about ``TASK_VALUES`` values per task (one fragment at least)."""
+    client = table.project.client
+    per_row = sum(math.prod(tensor_shape(table.schema.field(c)) or ()) for c in names)
+    groups: list[list[int]] = [[]]
+    rows = 0
+    for frag in table.dataset.get_fragments():
+        if groups[-1] and rows * per_row >= TASK_VALUES:
+            groups.append([])
+            rows = 0
+        groups[-1].append(frag.fragment_id)
+        rows += frag.metadata.physical_rows - frag.metadata.num_deletions
+    spec = (client.root, client.storage_options, table.project.name, table.name, table.version,
+            table.commit_id, tuple(names), where)  # fmt: skip
+    return [_Task(*spec, tuple(g)) for g in groups]
+
+
+def _what(task: _Task) -> str:
+    return f"statistics of table {task.table!r} v{task.version} (fragments {list(task.fragments)})"
+
+
+def _accumulate_task(task: _Task) -> _State:
+    """An executor task: open the pinned version from the root, accumulate its fragments."""
+    from treadle.catalog import Client
+
+    project = Client(task.root, task.storage_options).project(task.project, create=False)
+    table = project.table_at(task.table, task.version, task.commit_id)
+    return _accumulate(table, list(task.names), task.where, task.fragments)
+
+
+def scan_batches(
+    table: Any, columns: list[str], where: str | None, rows: int, fragments: Any = None
+) -> Any:
+    """The table's rows (of the fragments with ids ``fragments``, default all) as Arrow
+    record batches of at most ``rows`` rows."""
     from treadle.storage import lance_error
 
+    ds = table.dataset
+    frags = None if fragments is None else [ds.get_fragment(i) for i in fragments]
     try:
-        for b in table.dataset.to_batches(columns=columns, filter=where, batch_size=rows):
+        # scanner(): pylance 14's to_batches() ignores fragments= (every row, silently)
+        scan = ds.scanner(columns=columns, filter=where, batch_size=rows, fragments=frags)
+        for b in scan.to_batches():
             for off in range(0, b.num_rows, rows):  # Lance may hand back larger batches
                 yield b.slice(off, rows)
     except OSError as e:

@@ -141,12 +141,15 @@ class Table:
         where: str | None = None,
         frames: int = 10_000,
         seed: int = 0,
+        executor: Any = None,
     ) -> dict[str, Any]:
         """Normalisation statistics ``{column: td.ColumnStats}`` of this version, computed
-        once and kept in the project (:mod:`treadle.read.stats` says how, and how exact)."""
+        once and kept in the project (:mod:`treadle.read.stats` says how, and how exact).
+        ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
+        tasks, a group of fragments each, and merged here (video stays in this process)."""
         from treadle.read.stats import table_stats  # reading video needs the read layer
 
-        return table_stats(self, columns, where=where, frames=frames, seed=seed)
+        return table_stats(self, columns, where=where, frames=frames, seed=seed, executor=executor)
 
     def source_stats(self) -> dict[str, dict[str, Any]]:
         """Statistics the source of an import shipped for this version (LeRobot's
