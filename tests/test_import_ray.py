@@ -353,6 +353,8 @@ except td.MissingDependency as e:
 code = main(["import", "webdataset", {src!r}, "--project", "p", "--table", "t",
              "--root", {root!r}, "--ray"])
 print("CLI exit:", code)
+from treadle.cli import main as treadle_main
+print("stats exit:", treadle_main(["stats", "p", "t", "--root", {root!r}, "--ray"]))
 """
 
 
@@ -368,6 +370,8 @@ def test_without_ray_it_says_how_to_install(tmp_path, local_root):
     assert "pip install 'treadle[ray]'" in proc.stdout
     assert "CLI exit: 1" in proc.stdout
     assert "MissingDependency" in proc.stderr and "pip install 'treadle[ray]'" in proc.stderr
+    assert "stats exit: 1" in proc.stdout  # treadle stats --ray: the same message
+    assert proc.stderr.count("imports on Ray need the 'ray' package") == 2
     assert nothing_committed(Client(local_root).project("p"))
 
 

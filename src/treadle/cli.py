@@ -155,14 +155,14 @@ def _cmd_tag(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     import numpy as np
 
-    project = _client(args).project(args.project, create=False)
-    table = project.branch(args.branch).table(args.table)
-    table = table.at(args.at) if args.at else table.pin()
     executor = None
-    if args.ray is not None:
+    if args.ray is not None:  # first: without Ray, say so before any work
         from treadle.importers.ray_executor import RayExecutor
 
         executor = RayExecutor(address=args.ray or None)
+    project = _client(args).project(args.project, create=False)
+    table = project.branch(args.branch).table(args.table)
+    table = table.at(args.at) if args.at else table.pin()
     stats = table.stats(
         args.columns, where=args.where, frames=args.frames, seed=args.seed, executor=executor
     )
