@@ -217,3 +217,36 @@ def test_lerobot_import_without_stats_keeps_nothing(tmp_path):
     client = td.Client(str(tmp_path / "root"), create=True)
     td.importers.lerobot(str(tmp_path / "src"), client.project("p"), "demo")
     assert client.project("p").branch().table("demo").pin().source_stats() == {}
+
+
+def test_merged_partial_states_equal_one_scan():
+    from treadle.read.moments import Moments, Sketch, rank_error_bound
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5000, 3)) * [1, 100, 1e-3]
+    for budget, exact in ((3 * 8192, True), (3 * 64, False)):  # exact; then compacted
+        one_m, one_s = Moments(), Sketch(3, budget)
+        for part in np.array_split(x, 25):
+            one_m.add(part)
+            one_s.add(part)
+        all_m, all_s = Moments(), Sketch(3, budget)
+        for chunk in np.array_split(x, 4):  # four "tasks" of batches, merged
+            m, s = Moments(), Sketch(3, budget)
+            for part in np.array_split(chunk, 7):
+                m.add(part)
+                s.add(part)
+            all_m.merge(m)
+            all_s.merge(s)
+        assert all_m.n == one_m.n == all_s.n == len(x)
+        np.testing.assert_array_equal(all_m.lo, x.min(axis=0))
+        np.testing.assert_array_equal(all_m.hi, x.max(axis=0))
+        np.testing.assert_allclose(all_m.mean, one_m.mean, rtol=1e-12)
+        np.testing.assert_allclose(all_m.m2, one_m.m2, rtol=1e-12)
+        assert (all_s.compacted_levels == 0) == exact
+        err = rank_error_bound(all_s.n, all_s.k, all_s.compacted_levels)
+        for q, got in zip((0.01, 0.99), all_s.quantiles((0.01, 0.99))):
+            if exact:
+                np.testing.assert_array_equal(got, np.quantile(x, q, axis=0))
+            for e in range(3):  # the merged sketch's rank error stays within its bound
+                rank = (x[:, e] < got[e]).sum()
+                assert abs(rank - q * (len(x) - 1)) <= err + 1
