@@ -94,6 +94,9 @@ class RayExecutor(Executor):
             CPUs can run); bounds the driver's bookkeeping, not the result sizes, which
             are a few fragment records per source.
 
+    ``table.stats(..., executor=RayExecutor())`` (or ``treadle stats --ray``) runs its scan
+    through :meth:`map` instead: a task per group of fragments, merged on the driver.
+
     Raises :class:`~treadle.errors.MissingDependency` (``pip install 'treadle[ray]'``)
     when Ray is not installed.
     """
