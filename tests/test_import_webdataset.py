@@ -440,7 +440,7 @@ def test_import_id_covers_table_and_content(tmp_path, client, monkeypatch):
 
 
 def test_decode_look_ahead_is_bounded_in_bytes():
-    from treadle.importers._common import ordered_map
+    from treadle.read.prefetch import ordered_map
 
     weights = [10, 10, 300, 10, 500, 10, 10, 10, 390, 20]
     pulled: list[int] = []

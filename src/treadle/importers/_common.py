@@ -36,8 +36,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,6 +55,7 @@ from treadle.errors import (  # noqa: F401  (UnsafeInput, UnsupportedFormat re-e
     UnsupportedFormat,
 )
 from treadle.importers._exact import exact_array
+from treadle.read.prefetch import default_threads, ordered_map, prefetch
 
 SHAPE_KEY = b"treadle:shape"
 DTYPE_KEY = b"treadle:dtype"
@@ -84,7 +84,7 @@ DEFAULT_CHUNK_BYTES = 32 << 20
 
 def workers() -> int:
     """Threads used for decoding (both cores on the 2-core machines, at most 8)."""
-    return max(1, min(8, os.cpu_count() or 1))
+    return default_threads()
 
 
 # -- names --------------------------------------------------------------------------------
@@ -477,92 +477,6 @@ def _sniff(data: bytes) -> str | None:
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "webp"
     return None
-
-
-# -- parallel map with bounded look-ahead -----------------------------------------------------
-
-
-def ordered_map(
-    fn: Callable[[Any], Any],
-    items: Iterable[Any],
-    threads: int | None = None,
-    ahead: int | None = None,
-    weight: Callable[[Any], int] | None = None,
-    budget: int | None = None,
-) -> Iterator[Any]:
-    """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
-
-    ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results. With
-    ``weight`` and ``budget``, items are also held back while the weights of those in
-    flight exceed ``budget`` (bytes, say: a few huge items then do not all sit in memory
-    at once); one item is always let through, whatever its weight.
-    """
-    threads = threads or workers()
-    ahead = max(1, ahead or 2 * threads)
-    if threads <= 1:
-        yield from map(fn, items)
-        return
-    from collections import deque
-
-    with ThreadPoolExecutor(threads, thread_name_prefix="treadle-import") as pool:
-        pending: deque[tuple[Any, int]] = deque()
-        load = 0
-        for item in items:
-            w = weight(item) if weight is not None else 0
-            pending.append((pool.submit(fn, item), w))
-            load += w
-            while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
-                done, w = pending.popleft()
-                load -= w
-                yield done.result()
-        while pending:
-            yield pending.popleft()[0].result()
-
-
-def prefetch(items: Iterable[Any], depth: int = 2) -> Iterator[Any]:
-    """Iterate ``items`` on a background thread, ``depth`` items ahead.
-
-    Parsing the source (and its decode pool) then overlaps with writing in the caller's
-    thread. Exceptions are re-raised in the caller; closing the generator stops the thread.
-    """
-    import queue
-
-    q: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-    end = object()
-
-    def run() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put((True, item), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put((True, end))
-        except BaseException as e:  # forwarded to the consumer
-            q.put((False, e))
-
-    t = threading.Thread(target=run, name="treadle-import-read", daemon=True)
-    t.start()
-    try:
-        while True:
-            ok, item = q.get()
-            if not ok:
-                raise item
-            if item is end:
-                return
-            yield item
-    finally:
-        stop.set()
-        while t.is_alive():
-            try:
-                q.get_nowait()
-            except Exception:
-                t.join(0.05)
 
 
 # -- the import driver --------------------------------------------------------------------------

@@ -24,9 +24,9 @@ from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.record import RunRecord
 from treadle.read.batch import BatchReader
+from treadle.read.prefetch import prefetch_steps
 from treadle.torch.hook import Transform, as_torch, check_transform, run_transform
 from treadle.torch.loader import default_rank_world, to_tensors
-from treadle.torch.prefetch import prefetch_steps
 
 _STATE_KEYS = {"record", "step", "eval"}
 

@@ -33,8 +33,8 @@ from treadle.plan.plan import Plan
 from treadle.plan.recipe import Recipe
 from treadle.plan.record import RunRecord
 from treadle.read.batch import BatchReader, output_columns
+from treadle.read.prefetch import prefetch_steps
 from treadle.torch.hook import Transform, as_torch, check_transform, run_transform
-from treadle.torch.prefetch import prefetch_steps
 
 _STATE_KEYS = {"record", "step"}
 

@@ -1,0 +1,134 @@
+"""The one bounded, ordered prefetch primitive of the delivery path and the importers.
+
+:func:`prefetch` iterates any iterable on one background thread, at most ``depth`` items
+ahead of the consumer, in order; a failure in the producer is raised in the consumer at
+the position it happened; closing the consumer's generator stops the producer after the
+item it is working on. :func:`ordered_map` runs ``fn`` over items on a thread pool with a
+bounded number in flight (and optionally a bounded total weight), in order.
+:func:`prefetch_steps` is :func:`prefetch` over ``read(step)`` for the exact steps the
+loader will deliver next.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_END = object()
+
+
+def default_threads() -> int:
+    """Threads used for parallel work when the caller does not say (cores, at most 8)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def prefetch(
+    items: Iterable[T],
+    depth: int = 2,
+    *,
+    close: Callable[[], None] | None = None,
+    name: str = "treadle-prefetch",
+) -> Iterator[T]:
+    """Iterate ``items`` on a background thread, up to ``depth`` items ahead, in order.
+
+    Exceptions raised while producing are re-raised here; when the consumer stops (the end,
+    an error, or closing this generator) the producer is stopped, waited for, and then
+    ``close()`` runs.
+    """
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+            put((True, _END))
+        except BaseException as e:  # every failure is handed to the consumer
+            put((False, e))
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is _END:
+                return
+            yield item
+    finally:
+        stop.set()
+        t.join()
+        if close is not None:
+            close()
+
+
+def prefetch_steps(
+    read: Callable[[int], Any],
+    start: int,
+    stop: int | None,
+    depth: int,
+    close: Callable[[], None],
+) -> Iterator[Any]:
+    """``read(start), read(start + 1), ...`` up to ``stop`` (None: forever), up to ``depth``
+    steps ahead on a thread (see :func:`prefetch`); ``close()`` runs when the consumer stops."""
+
+    def steps() -> Iterator[Any]:
+        step = start
+        while stop is None or step < stop:
+            yield read(step)
+            step += 1
+
+    return prefetch(steps(), depth, close=close)
+
+
+def ordered_map(
+    fn: Callable[[Any], T],
+    items: Iterable[Any],
+    threads: int | None = None,
+    ahead: int | None = None,
+    weight: Callable[[Any], int] | None = None,
+    budget: int | None = None,
+) -> Iterator[T]:
+    """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
+
+    ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results. With
+    ``weight`` and ``budget``, items are also held back while the weights of those in
+    flight exceed ``budget`` (bytes, say: a few huge items then do not all sit in memory
+    at once); one item is always let through, whatever its weight.
+    """
+    threads = threads or default_threads()
+    ahead = max(1, ahead or 2 * threads)
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="treadle-map") as pool:
+        pending: deque[tuple[Any, int]] = deque()
+        load = 0
+        for item in items:
+            w = weight(item) if weight is not None else 0
+            pending.append((pool.submit(fn, item), w))
+            load += w
+            while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
+                done, w = pending.popleft()
+                load -= w
+                yield done.result()
+        while pending:
+            yield pending.popleft()[0].result()
