@@ -93,7 +93,18 @@ def test_the_guide_has_its_pages():
         assert f"({page})" in index, f"docs/README.md does not link {page}"
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(DOCS / p, "python")])
+# `import streaming` alone takes 10-20 s here (it imports torchvision): that page is slow.
+SLOW_PAGES = {"from-mosaicml.md"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(p, marks=[pytest.mark.slow] if p in SLOW_PAGES else [])
+        for p in PAGES
+        if blocks(DOCS / p, "python")
+    ],
+)
 def test_page_examples_run(page, tmp_path, monkeypatch):
     if page == "from-mosaicml.md":
         from importer_fixtures import import_streaming
