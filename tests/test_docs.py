@@ -205,6 +205,7 @@ def test_docs_import_only_public_paths():
 def _check_concepts(scope: dict) -> None:
     assert scope["plan"].run_id == scope["again"].run_id
     assert scope["after"].run_id != scope["plan"].run_id
+    assert scope["plan"].table(0).num_episodes == 4 and scope["after"].table(0).num_episodes == 5
 
 
 def _check_storage(scope: dict) -> None:
