@@ -1,7 +1,7 @@
 """``treadle import {webdataset,mds,lerobot,hf} SRC... --project P --table T``.
 
-Wire with ``treadle.importers.cli.register(subparsers)`` in the main CLI; each
-sub-command sets ``args.func`` to a function taking ``args`` and returning an exit code.
+Each sub-command sets ``args.func`` to :func:`run`, which takes ``args`` and returns an exit
+code; the importers themselves load when the command runs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from treadle.cliargs import float_at_least, key_value
+from treadle.cli.args import float_at_least, key_value
 from treadle.errors import TreadleError
 
 
@@ -183,14 +183,3 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m treadle.importers.cli import ...``: the same as ``treadle import ...``."""
-    from treadle.cli import main as treadle_main
-
-    return treadle_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
