@@ -173,12 +173,41 @@ def run(
 
     torch.manual_seed(0)
     policy = TinyPolicy()
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     ckpts = td.Checkpoints(branch, table="checkpoints")
     crash_at = max(1, steps - check)
     # actions normalised with the nominal table's statistics (computed once per version)
     stats = plan.table(1).stats(["action"])["action"]
-    mean, std = torch.from_numpy(stats.mean).float(), torch.from_numpy(stats.std).float() + 1e-6
+    norm = (torch.from_numpy(stats.mean).float(), torch.from_numpy(stats.std).float() + 1e-6)
+    seen = _train(plan, policy, ckpts, norm, steps, checkpoint_every, crash_at, quiet)
+    print(f"checkpoint rows saved every {checkpoint_every} steps and at step {crash_at}")
+    _validate(plan, policy, norm)
+
+    # A crash: everything in memory is gone. Restart from the latest checkpoint row, on 2 ranks.
+    row = ckpts.latest(plan.run_id)
+    if row is None:
+        print("no checkpoint row was saved (run more steps)")
+        return 1
+    ok = _replay(client, row, seen, steps)
+    restored = TinyPolicy()
+    restored.load_state_dict(row.model_state()["policy"])
+    print(f"\n{'every batch matches' if ok else 'MISMATCH'}; policy restored from row at step "
+          f"{row.step}; {time.perf_counter() - t0:.0f}s in all")  # fmt: skip
+    return 0 if ok else 1
+
+
+def _train(
+    plan: td.Plan,
+    policy: TinyPolicy,
+    ckpts: td.Checkpoints,
+    norm: tuple[torch.Tensor, torch.Tensor],
+    steps: int,
+    checkpoint_every: int,
+    crash_at: int,
+    quiet: bool,
+) -> dict[int, str]:
+    """Train ``steps`` steps, saving checkpoint rows up to ``crash_at``; each step's batch hash."""
+    mean, std = norm
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     loader = td.TrainLoader(plan, steps=steps, prefetch=4)
     seen: dict[int, str] = {}
     bar = Phase("training", steps, "steps", quiet)
@@ -196,8 +225,12 @@ def run(
         ):
             ckpts.save(loader.step, {"policy": policy.state_dict()}, loader)
     bar.close()
-    print(f"checkpoint rows saved every {checkpoint_every} steps and at step {crash_at}")
-    # validation: every eligible moment of the failed grasps once, in table order
+    return seen
+
+
+def _validate(plan: td.Plan, policy: TinyPolicy, norm: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Every eligible moment of the failed grasps once, in table order."""
+    mean, std = norm
     val = td.EvalLoader(td.Component(plan.table(0), WINDOWS), 64)
     total, n = 0.0, 0
     with torch.no_grad():
@@ -207,11 +240,9 @@ def run(
             n += len(vb["_moment"])
     print(f"validation on failed_grasps: {n} moments once each, loss {total / n:.4f}")
 
-    # A crash: everything in memory is gone. Restart from the latest checkpoint row, on 2 ranks.
-    row = ckpts.latest(plan.run_id)
-    if row is None:
-        print("no checkpoint row was saved (run more steps)")
-        return 1
+
+def _replay(client: td.Client, row: td.CheckpointRow, seen: dict[int, str], steps: int) -> bool:
+    """Restart from ``row`` on 2 ranks; whether every global batch equals the one trained on."""
     restart = row.loader_state["step"]
     state = row.loader_state
     print(
@@ -229,8 +260,4 @@ def run(
         ok &= same
         print(f"  step {step:>4}: before {seen[step]}  after restart {again}  "
               f"{'match' if same else 'DIFFERENT'}")  # fmt: skip
-    restored = TinyPolicy()
-    restored.load_state_dict(row.model_state()["policy"])
-    print(f"\n{'every batch matches' if ok else 'MISMATCH'}; policy restored from row at step "
-          f"{row.step}; {time.perf_counter() - t0:.0f}s in all")  # fmt: skip
-    return 0 if ok else 1
+    return ok

@@ -181,16 +181,23 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+BRANCH_HELP = "branch name (default: main)"
+
+
 def register(sub: Any) -> None:
     """Add the store commands to the top parser's sub-commands."""
-    branch_help = "branch name (default: main)"
+    _add_browse(sub)
+    _add_maintain(sub)
 
+
+def _add_browse(sub: Any) -> None:
+    """``projects``, ``log``, ``tables``."""
     p = sub.add_parser("projects", help="list projects", description="List the projects of a root.")
     p.set_defaults(func=_cmd_projects)
 
     p = sub.add_parser("log", help="commits of a branch, newest first")
     p.add_argument("project", help="project name")
-    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument(
         "--limit",
         type=int_at_least(1),
@@ -201,10 +208,13 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("tables", help="tables of a project at a branch head or commit")
     p.add_argument("project", help="project name")
-    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument("--at", help="commit id or prefix (default: the branch head)")
     p.set_defaults(func=_cmd_tables)
 
+
+def _add_maintain(sub: Any) -> None:
+    """``gc``, ``stats``, ``tag``."""
     p = sub.add_parser(
         "gc",
         help="remove table versions and media no commit reaches (safe while writers run)",
@@ -235,7 +245,7 @@ def register(sub: Any) -> None:
     p.add_argument("--frames", type=int_at_least(1), default=10_000,
                    help="video: frames sampled (default 10000)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="video: sampling seed (default 0)")
-    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument("--at", help="commit id or prefix (default: the branch head)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="read numeric and tensor columns in Ray tasks (on the cluster at "

@@ -79,15 +79,33 @@ def render_card(
     (``c<component>:<moment>``).
     """
     b = record.batch_size
-    d = record.weight_denominator
+    width = max(len(t.name) for t in record.tables)
     lines = [
         f"Run record {record.run_id} · {record.project} · {record.algorithm}",
         f"{len(record.tables)} tables · {len(record.components)} components · "
         f"seed {record.seed} · batch {b}",
         "",
         "01 Pin each table to a version.",
+        *_table_lines(record, width),
+        "",
+        f"02 Plan weighted draws. Each batch of {b} holds, per component:",
     ]
-    width = max(len(t.name) for t in record.tables)
+    for i in range(len(record.components)):
+        lines += _component_lines(record, i, width)
+    lines.append(f"   seed = {record.seed}")
+    lines += [
+        "",
+        f"03 Divide the work among ranks ({world_size} rank"
+        f"{'s' if world_size != 1 else ''}, {b // world_size if b % world_size == 0 else '?'}"
+        " slots each).",
+        *_rank_lines(record, world_size, plan, slots),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _table_lines(record: RunRecord, width: int) -> list[str]:
+    """Part 01: each pinned table with its branch, commit, version and counts."""
+    lines = []
     for t in record.tables:
         where = (
             f"{t.branch} ({t.commit[:8]})"
@@ -98,56 +116,60 @@ def render_card(
             f"   {t.name:<{width}} @ {where} v{t.version} → {t.num_moments:,} moments, "
             f"{t.num_episodes:,} episodes"
         )
-    lines += ["", f"02 Plan weighted draws. Each batch of {b} holds, per component:"]
-    asked = record.asked_weights
-    for i, c in enumerate(record.components):
-        t = record.tables[c.table]
-        n = c.weight_quantised
-        lo, hi = n * b // d, -(-n * b // d)
-        per_batch = f"{lo}" if lo == hi else f"{lo} or {hi}"
-        lines.append(
-            f"   [{i}] {t.name:<{width}}  weight {_weight_text(c.weight)} → "
-            f"{share_text(asked[i], Fraction(n, d))}  ·  {per_batch} per batch  ·  "
-            f"{kept_text(c.eligible, t.num_moments)}"
-        )
-        lines.append(f"       windows: {windows_text(c.windows)}")
-        for key, value in c.selection().items():
-            if key == "episodes" and len(value) > 5:
-                value = f"{len(value):,} episodes ({', '.join(value[:5])}, …)"
-            lines.append(f"       {key}: {value}")
-        if c.eligible < KEPT_WARNING * t.num_moments:
-            why = (
-                "its where/episodes selection and windows leave the rest"
-                if c.selection().keys() & {"where", "episodes"}
-                else "windows that reach past an episode's ends drop its first/last moments "
-                "(pad=True keeps them)"
-            )
-            lines.append(
-                f"       warning: this recipe keeps {c.eligible / t.num_moments:.0%} of "
-                f"table {t.name!r}'s moments as anchors; {why}"
-            )
-    lines.append(f"   seed = {record.seed}")
-    lines += [
-        "",
-        f"03 Divide the work among ranks ({world_size} rank"
-        f"{'s' if world_size != 1 else ''}, {b // world_size if b % world_size == 0 else '?'}"
-        " slots each).",
+    return lines
+
+
+def _component_lines(record: RunRecord, i: int, width: int) -> list[str]:
+    """Part 02, component ``i``: weight, share, per-batch count, kept moments, windows,
+    selection, and a warning when it keeps under :data:`KEPT_WARNING` of its table."""
+    b, d = record.batch_size, record.weight_denominator
+    c = record.components[i]
+    t = record.tables[c.table]
+    n = c.weight_quantised
+    lo, hi = n * b // d, -(-n * b // d)
+    per_batch = f"{lo}" if lo == hi else f"{lo} or {hi}"
+    lines = [
+        f"   [{i}] {t.name:<{width}}  weight {_weight_text(c.weight)} → "
+        f"{share_text(record.asked_weights[i], Fraction(n, d))}  ·  {per_batch} per batch  ·  "
+        f"{kept_text(c.eligible, t.num_moments)}",
+        f"       windows: {windows_text(c.windows)}",
     ]
+    for key, value in c.selection().items():
+        if key == "episodes" and len(value) > 5:
+            value = f"{len(value):,} episodes ({', '.join(value[:5])}, …)"
+        lines.append(f"       {key}: {value}")
+    if c.eligible < KEPT_WARNING * t.num_moments:
+        why = (
+            "its where/episodes selection and windows leave the rest"
+            if c.selection().keys() & {"where", "episodes"}
+            else "windows that reach past an episode's ends drop its first/last moments "
+            "(pad=True keeps them)"
+        )
+        lines.append(
+            f"       warning: this recipe keeps {c.eligible / t.num_moments:.0%} of "
+            f"table {t.name!r}'s moments as anchors; {why}"
+        )
+    return lines
+
+
+def _rank_lines(record: RunRecord, world_size: int, plan: Plan | None, slots: int) -> list[str]:
+    """Part 03: each rank's first slots (and, with ``plan``, the samples of step 0)."""
+    b = record.batch_size
     if b % world_size:
-        lines.append(f"   batch size {b} is not divisible by {world_size} ranks")
-    else:
-        digits = max(4, len(str(b - 1)))
-        for r in range(world_size):
-            first = list(range(r, b, world_size))[:slots]
-            text = ", ".join(f"{s:0{digits}d}" for s in first)
-            more = ", …" if b // world_size > slots else ""
-            line = f"   rank {r} [{text}{more}]"
-            if plan is not None:
-                batch = plan.batch(0, r, world_size)
-                samples = ", ".join(
-                    f"c{c}:{m}"
-                    for c, m in zip(batch.component[:slots].tolist(), batch.moment[:slots].tolist())
-                )
-                line += f"  step 0: {samples}{more}"
-            lines.append(line)
-    return "\n".join(lines) + "\n"
+        return [f"   batch size {b} is not divisible by {world_size} ranks"]
+    lines = []
+    digits = max(4, len(str(b - 1)))
+    for r in range(world_size):
+        first = list(range(r, b, world_size))[:slots]
+        text = ", ".join(f"{s:0{digits}d}" for s in first)
+        more = ", …" if b // world_size > slots else ""
+        line = f"   rank {r} [{text}{more}]"
+        if plan is not None:
+            batch = plan.batch(0, r, world_size)
+            samples = ", ".join(
+                f"c{c}:{m}"
+                for c, m in zip(batch.component[:slots].tolist(), batch.moment[:slots].tolist())
+            )
+            line += f"  step 0: {samples}{more}"
+        lines.append(line)
+    return lines

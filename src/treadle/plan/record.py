@@ -236,6 +236,12 @@ def _validate(r: RunRecord) -> None:
         raise PlanError("run record field 'tables' is empty")
     if not r.components:
         raise PlanError("run record field 'components' is empty")
+    _validate_entries(r)
+    _validate_weights(r)
+
+
+def _validate_entries(r: RunRecord) -> None:
+    """Each table's counts, and each component's table index, weights and eligible count."""
     for i, t in enumerate(r.tables):
         if t.version < 0 or t.num_moments < 0 or t.num_episodes < 0:
             raise PlanError(f"run record tables[{i}] has a negative version or count")
@@ -255,6 +261,10 @@ def _validate(r: RunRecord) -> None:
             raise PlanError(
                 f"run record components[{i}] field 'eligible' exceeds its table's num_moments"
             )
+
+
+def _validate_weights(r: RunRecord) -> None:
+    """The quantised weights: they sum to the denominator, which the weights determine."""
     total = sum(c.weight_quantised for c in r.components)
     if total != r.weight_denominator:
         raise PlanError(
