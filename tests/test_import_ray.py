@@ -82,7 +82,7 @@ def test_webdataset_on_ray_equals_one_process(tmp_path, client, ray_cluster, mon
     one = importers.webdataset(pattern, client.project("one"), "t", images="decoded")
     bars: list[tuple[int | None, str]] = []
     counted: list[int] = []
-    real_init, real_update = importers._common.Progress.__init__, importers._common.Progress.update
+    real_init, real_update = importers.run.Progress.__init__, importers.run.Progress.update
 
     def init(self, total, desc, unit, enabled):
         bars.append((total, unit))
@@ -92,8 +92,8 @@ def test_webdataset_on_ray_equals_one_process(tmp_path, client, ray_cluster, mon
         counted.append(n)
         real_update(self, n, nbytes)
 
-    monkeypatch.setattr(importers._common.Progress, "__init__", init)
-    monkeypatch.setattr(importers._common.Progress, "update", update)
+    monkeypatch.setattr(importers.run.Progress, "__init__", init)
+    monkeypatch.setattr(importers.run.Progress, "update", update)
     ex = td.RayExecutor()
     res = importers.webdataset(
         pattern, client.project("ray"), "t", images="decoded", executor=ex, progress=False
@@ -254,7 +254,7 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
         importers.webdataset(first, client.project(project), "t", progress=False)
     importers.webdataset(pattern, client.project("one"), "t", progress=False)
     driver: list[Transaction] = []
-    real_hold, real_update = Transaction.hold, importers._common.Progress.update
+    real_hold, real_update = Transaction.hold, importers.run.Progress.update
     removed: list[int] = []
 
     def hold(self):
@@ -271,7 +271,7 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
 
     monkeypatch.setattr(leases, "_BEAT_S", 0.0)  # every hold() writes a beat
     monkeypatch.setattr(Transaction, "hold", hold)
-    monkeypatch.setattr(importers._common.Progress, "update", update)
+    monkeypatch.setattr(importers.run.Progress, "update", update)
     res = importers.webdataset(pattern, client.project("ray"), "t", executor=td.RayExecutor())
     monkeypatch.undo()
     assert removed == [0] and res.rows == 30
@@ -287,7 +287,7 @@ def test_cancelled_import_commits_nothing(tmp_path, client, ray_cluster, monkeyp
     def interrupt(self, n, nbytes=0):  # Ctrl-C as the first source completes
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importers._common.Progress, "update", interrupt)
+    monkeypatch.setattr(importers.run.Progress, "update", interrupt)
     with pytest.raises(KeyboardInterrupt):
         importers.webdataset(pattern, client.project("p"), "t", executor=td.RayExecutor())
     monkeypatch.undo()
