@@ -88,9 +88,9 @@ def test_webdataset_on_ray_equals_one_process(tmp_path, client, ray_cluster, mon
         bars.append((total, unit))
         real_init(self, total, desc, unit, enabled)
 
-    def update(self, n, nbytes=0):
+    def update(self, n):
         counted.append(n)
-        real_update(self, n, nbytes)
+        real_update(self, n)
 
     monkeypatch.setattr(importers.run.Progress, "__init__", init)
     monkeypatch.setattr(importers.run.Progress, "update", update)
@@ -261,13 +261,13 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
         driver.append(self)
         real_hold(self)
 
-    def update(self, n, nbytes=0):
+    def update(self, n):
         if not removed:  # the first source is staged and its task has ended
             time.sleep(2.5)  # its files are now older than the grace
             driver[-1].hold()  # the driver is alive (a fresh beat)
             report = client.project("ray").gc(older_than=timedelta(seconds=2))
             removed.append(report.removed_bytes + report.removed_files + len(report.removed_tables))
-        real_update(self, n, nbytes)
+        real_update(self, n)
 
     monkeypatch.setattr(leases, "_BEAT_S", 0.0)  # every hold() writes a beat
     monkeypatch.setattr(Transaction, "hold", hold)
@@ -284,7 +284,7 @@ def test_cancelled_import_commits_nothing(tmp_path, client, ray_cluster, monkeyp
     client.project("p").create()
     head = client.project("p").branch("main").commit_id
 
-    def interrupt(self, n, nbytes=0):  # Ctrl-C as the first source completes
+    def interrupt(self, n):  # Ctrl-C as the first source completes
         raise KeyboardInterrupt
 
     monkeypatch.setattr(importers.run.Progress, "update", interrupt)
