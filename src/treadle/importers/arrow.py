@@ -127,13 +127,18 @@ def _fit(
         raise SchemaMismatch(
             f"{where(0)}: {col!r} is {values[0].dtype}, earlier samples have {have}"
         )
-    mismatch = f"{where(0)}: {col!r} is {_describe(f)}, earlier samples have {_describe(want)}"
     if f.metadata != want.metadata or SHAPE_KEY in (want.metadata or {}):
-        raise SchemaMismatch(mismatch)
+        raise _mismatch(col, f, want, where)
     try:
         return want, a.cast(want.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise SchemaMismatch(mismatch) from None
+        raise _mismatch(col, f, want, where) from None
+
+
+def _mismatch(col: str, f: pa.Field, want: pa.Field, where: Callable[[int], str]) -> SchemaMismatch:
+    return SchemaMismatch(
+        f"{where(0)}: {col!r} is {_describe(f)}, earlier samples have {_describe(want)}"
+    )
 
 
 def _describe(f: pa.Field) -> str:

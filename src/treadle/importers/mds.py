@@ -39,12 +39,11 @@ from treadle.errors import CorruptData, UnsupportedFormat
 from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, JSON_HINT, column_name, rows_to_table
 from treadle.importers.executor import Executor, pick
 from treadle.importers.images import decode_image
-from treadle.importers.mds_index import (  # noqa: F401  (re-exported)
+from treadle.importers.mds_index import (
     MAX_SHARD_BYTES,
     ND_DTYPES,
     SCALARS,
     MdsShard,
-    check_encoding,
     load_shard,
     read_index,
     shard_file,

@@ -68,13 +68,12 @@ from treadle.importers.run import (
     run_import,
 )
 from treadle.importers.sources import identities
-from treadle.importers.webdataset_tar import (  # noqa: F401  (re-exported)
+from treadle.importers.webdataset_tar import (
     MAX_MEMBER_BYTES,
     MAX_SHARD_BYTES,
     Shard,
     iter_raw_samples,
     resolve_shards,
-    split_key,
 )
 from treadle.read.prefetch import ordered_map
 
