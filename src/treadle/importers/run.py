@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -44,9 +44,6 @@ from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, check_json_as
 from treadle.importers.images import check_images
 from treadle.names import check_name
 from treadle.read.prefetch import prefetch
-
-if TYPE_CHECKING:
-    from treadle.importers.executor import Executor
 
 IMPORT_ID_RE = re.compile(r"import-id=([0-9a-f]{16})")
 
@@ -71,7 +68,7 @@ class ImportOptions:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     rename: dict[str, str] | None = None
     json_as: str = "typed"
-    executor: Executor | None = None
+    executor: Any = None  # an importers.executor.Executor (which imports Progress from here)
 
     def __post_init__(self) -> None:
         check_images(self.images)
