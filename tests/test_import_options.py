@@ -13,7 +13,7 @@ import pytest
 import treadle.importers as ti
 from importer_fixtures import make_hf, make_lerobot_v21, make_wds
 from treadle.catalog import Client
-from treadle.importers import ImportOptions
+from treadle.importers.run import ImportOptions
 from treadle.table.tensors import tensor_field, to_numpy
 
 IMPORTERS = {"webdataset": ti.webdataset, "mds": ti.mds, "hf": ti.hf, "lerobot": ti.lerobot}

@@ -16,16 +16,7 @@ from treadle.errors import UnsafeInput, UnsupportedFormat
 from treadle.importers.hf import import_hf as hf
 from treadle.importers.lerobot import import_lerobot as lerobot
 from treadle.importers.mds import import_mds as mds
-from treadle.importers.run import ImportOptions, ImportResult
+from treadle.importers.run import ImportResult
 from treadle.importers.webdataset import import_webdataset as webdataset
 
-__all__ = [
-    "ImportOptions",
-    "ImportResult",
-    "UnsafeInput",
-    "UnsupportedFormat",
-    "hf",
-    "lerobot",
-    "mds",
-    "webdataset",
-]
+__all__ = ["ImportResult", "UnsafeInput", "UnsupportedFormat", "hf", "lerobot", "mds", "webdataset"]
