@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import treadle.importers._common as common
+import treadle.importers.sources as sources
 from importer_fixtures import (
     make_wds,
     make_wds_json_drift,
@@ -28,7 +28,7 @@ from treadle.catalog import Client
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.importers import UnsafeInput
 from treadle.importers import webdataset as import_wds
-from treadle.importers._common import expand_braces
+from treadle.importers.sources import expand_braces
 from treadle.importers.webdataset import resolve_shards
 
 wds = pytest.importorskip("webdataset")
@@ -428,7 +428,7 @@ def test_import_id_covers_table_and_content(tmp_path, client, monkeypatch):
     again = import_wds(pattern, p, "a", progress=False)  # unchanged: the earlier commit
     assert again.skipped and again.commit.id == c.commit.id
     # large files are known by size and mtime (not hashed): a rewrite is seen too
-    monkeypatch.setattr(common, "HASH_BELOW", 0)
+    monkeypatch.setattr(sources, "HASH_BELOW", 0)
     first = import_wds(pattern, p, "big", progress=False)
     shard.write_bytes(data)
     assert not import_wds(pattern, p, "big", progress=False).skipped
