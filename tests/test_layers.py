@@ -65,9 +65,6 @@ known and being removed: the layer and cycle tests leave them out, and
 MAX_LINES = 400
 LONG: set[str] = {
     # Split by other helpers of issue 14; the lead empties this set as the branches merge.
-    "treadle/importers/_common.py",
-    "treadle/importers/mds.py",
-    "treadle/importers/webdataset.py",
     "treadle/storage.py",
     "treadle/table/write.py",
     "treadle/read/batch.py",
