@@ -28,6 +28,7 @@ import mmap
 import os
 import re
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,12 +87,16 @@ class FixedReader:
         self.resident_bytes = int(resident_bytes)
         self._held = 0
         self._columns: dict[tuple[str, int, str], _Column] = {}
+        self._tables: weakref.WeakKeyDictionary[Any, dict[str, _Column]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._maps: dict[str, mmap.mmap] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
         with self._lock:
             self._columns.clear()
+            self._tables.clear()
             self._held = 0
             maps, self._maps = self._maps, {}
         for m in maps.values():
@@ -130,11 +135,15 @@ class FixedReader:
 
     # -- choosing a path ----------------------------------------------------------------
     def _column(self, table: Any, column: str) -> _Column:
-        key = (table.uri, table.version, column)
+        hit = self._tables.get(table, {}).get(column)  # per batch: no lock, no key to build
+        if hit is not None:
+            return hit
         with self._lock:
+            key = (table.uri, table.version, column)
             hit = self._columns.get(key)
             if hit is None:
                 hit = self._columns[key] = self._plan(table, column)
+            self._tables.setdefault(table, {})[column] = hit
         return hit
 
     def _plan(self, table: Any, column: str) -> _Column:
