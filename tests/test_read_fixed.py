@@ -137,6 +137,20 @@ def test_tables_lance_wrote(local_root, version):
     assert reader.path(table, "act") == "resident"
 
 
+def test_object_store_tables_are_not_mapped(s3_root):
+    url, opts = s3_root
+    ref = td.Client(url, create=True, storage_options=opts).project("p").branch().table("t")
+    parts = [_columns(9, seed) for seed in (1, 2)]
+    for cols in parts:
+        ref.append(cols)
+    truth = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
+    table = ref.pin()
+    for budget, path in ((1 << 20, "resident"), (0, "take")):
+        reader = FixedReader(resident_bytes=budget)
+        _check(reader, table, truth, np.array([17, 0, 9, 8, 9, 3], np.int64))
+        assert reader.path(table, "img") == path
+
+
 def test_pinned_version_only(local_root):
     table, truth = _appended(local_root, [6])
     reader = FixedReader()
