@@ -7,7 +7,7 @@ plan's :class:`~treadle.plan.plan.Batch` — and reads exactly those:
 
 1. **Takes** (:mod:`treadle.read.takes`): per component, one Lance take per set of row
    columns with the same offsets. :meth:`SampleReader.read_many` runs the takes of the
-   next batches it was handed ahead, on a bounded pool
+   next batch it was handed ahead, on a bounded pool
    (:func:`treadle.read.prefetch.ordered_map`), while the current one is assembled.
 2. **Video** (:mod:`treadle.read.frames`): a request per sample and video column, each
    decoding into its slice of the preallocated batch buffer; a batch's requests are read
@@ -98,9 +98,8 @@ class SampleReader:
         self._streams = StreamIndexes()
         self._pads = pad_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
-        # in flight: the takes of one batch at most (every component's groups) and its end
-        # marker, plus one: the batch after the current one is read while it is assembled
-        self._ahead = 2 + sum(len(take_groups(cs)) for cs in columns)
+        # the takes of one batch at most (every component's groups) and its end marker
+        self._per_batch = 1 + sum(len(take_groups(cs)) for cs in columns)
 
     def close(self) -> None:
         """Stop the video reader (its threads and connections)."""
@@ -113,8 +112,8 @@ class SampleReader:
         raise AssertionError("unreachable: one batch in, one batch out")
 
     def read_many(self, samples: Iterable[S]) -> Iterator[tuple[S, dict[str, Any]]]:
-        """``(samples, batch)`` for each item of ``samples``, in order. The takes of the
-        items after the current one run ahead (about one batch), and only of those items:
+        """``(samples, batch)`` for each item of ``samples``, in order. While a batch is
+        assembled, the takes of the next item handed in run ahead (one batch, no more);
         nothing is read that was not handed in."""
 
         def stream() -> Iterator[Take | _Planned]:
@@ -122,8 +121,12 @@ class SampleReader:
                 yield from self.takes(s.component, s.moment)
                 yield _Planned(s)
 
+        # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
+        # a take 0, and at most one marker beyond the one being delivered is let through).
+        ahead = ordered_map(_run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
+                            weight=_is_end, budget=1)  # fmt: skip
         taken: list[Taken] = []
-        for r in ordered_map(_run, stream(), threads=_TAKE_THREADS, ahead=self._ahead):
+        for r in ahead:
             if isinstance(r, _Planned):
                 s = r.samples
                 yield s, self.assemble(s.component, s.moment, taken)
@@ -178,6 +181,10 @@ class SampleReader:
         out["_moment"] = moment
         out["_episode"] = episode
         out["_frame"] = frame
+
+
+def _is_end(item: Take | _Planned) -> int:
+    return int(isinstance(item, _Planned))
 
 
 def _run(item: Take | _Planned) -> Taken | _Planned:
