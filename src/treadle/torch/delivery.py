@@ -13,8 +13,10 @@ them back in step order).
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -64,6 +66,30 @@ def read_steps(
             where = f"{label} {s.step}"
             batch = run_transform(transform, batch, plan.seed, s.position, where)
         yield batch
+
+
+def _exit_without_finalizing(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: end the worker with ``os._exit`` once it is done.
+
+    A loader closed early (``break``) stops its workers while multiprocessing's feeder
+    thread may still be pickling a batch into shared memory inside torch's C++ code;
+    Python's finalisation then kills that daemon thread, the unwinding hits C++ frames,
+    and the worker dies with "terminate called without an active exception" (SIGABRT),
+    which the parent reports as "DataLoader worker ... killed by signal: Aborted". By the
+    time ``atexit`` handlers run, multiprocessing has flushed or abandoned its queues, so
+    nothing is left to finalise that the parent could see.
+    """
+    del worker_id
+
+    def leave() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+    atexit.register(leave)
 
 
 class _Worker(torch.utils.data.IterableDataset):
@@ -172,5 +198,6 @@ class StepLoader:
                 num_workers=workers,
                 prefetch_factor=self.prefetch,
                 multiprocessing_context="spawn",
+                worker_init_fn=_exit_without_finalizing,
             )
         )
