@@ -5,7 +5,8 @@ ahead of the consumer, in order; a failure in the producer is raised in the cons
 the position it happened; closing the consumer's generator stops the producer after the
 item it is working on (and closes the iterator it was given). :func:`ordered_map` runs
 ``fn`` over items on a thread pool with a bounded number in flight (and optionally a
-bounded total weight), in order; closing it cancels the items not yet started.
+bounded total weight), in order; closing it cancels the items not yet started and closes
+the iterator of items.
 :func:`prefetch_steps` is :func:`prefetch` over ``read(step)`` for the exact steps the
 loader will deliver next.
 """
@@ -124,11 +125,12 @@ def ordered_map(
     if threads <= 1:
         yield from map(fn, items)
         return
+    it = iter(items)
     with ThreadPoolExecutor(threads, thread_name_prefix="treadle-map") as pool:
         pending: deque[tuple[Any, int]] = deque()
         load = 0
         try:
-            for item in items:
+            for item in it:
                 w = weight(item) if weight is not None else 0
                 pending.append((pool.submit(fn, item), w))
                 load += w
@@ -138,6 +140,8 @@ def ordered_map(
                     yield done.result()
             while pending:
                 yield pending.popleft()[0].result()
-        finally:  # stopped early (closed, or a failure): items not started are not run
+        finally:  # stopped early (closed, or a failure): items not started never run
             for f, _ in pending:
                 f.cancel()
+            if hasattr(it, "close"):
+                it.close()
