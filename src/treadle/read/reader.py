@@ -107,9 +107,8 @@ class SampleReader:
 
     def read(self, component: np.ndarray, moment: np.ndarray) -> dict[str, Any]:
         """The batch of these (component, moment) samples, in this order."""
-        for _, out in self.read_many([SampleArrays(component, moment)]):
-            return out
-        raise AssertionError("unreachable: one batch in, one batch out")
+        [(_, out)] = list(self.read_many([SampleArrays(component, moment)]))
+        return out
 
     def read_many(self, samples: Iterable[S]) -> Iterator[tuple[S, dict[str, Any]]]:
         """``(samples, batch)`` for each item of ``samples``, in order. While a batch is
