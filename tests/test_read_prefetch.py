@@ -28,7 +28,8 @@ def test_ordered_map_closed_early_starts_no_more_items():
     gen = ordered_map(fn, items(), threads=2, ahead=8)
     assert next(gen) == 0
     gen.close()
-    assert sorted(ran) == [0, 1, 2]
+    # 1 and 2 may have started (two threads); 3.. were queued behind them: cancelled
+    assert 0 in ran and set(ran) <= {0, 1, 2}
 
 
 def test_prefetch_closed_early_closes_its_source_first():
