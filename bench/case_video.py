@@ -153,10 +153,10 @@ def frames_of(sz: dict[str, Any]) -> Callable[[int], np.ndarray]:
 def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int, int]]:
     """(media key, start, end, packets) of every window of ``steps`` (treadle's plan): the
     bytes it needs and how many frames must be decoded for it (from the keyframe on)."""
-    from treadle.read.batch import BatchReader
+    from treadle.read.streams import StreamIndexes
     from treadle.video import plan_window
 
-    reader = BatchReader(plan)
+    streams = StreamIndexes()
     table = plan.table(0)
     eps = table.episodes()
     offsets = np.asarray(plan.windows(0)["cam"].offsets)
@@ -165,8 +165,7 @@ def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int, int]]:
         b = plan.batch(s)
         for m in b.moment:
             e = int(np.searchsorted(eps.starts, m, side="right") - 1)
-            key, index = reader._index(table, "cam", e)  # noqa: SLF001
+            key, index = streams.lookup(table, "cam", e)
             wp = plan_window(index, int(m - eps.starts[e]) + offsets)
             out.append((key, wp.start, wp.end, wp.num_packets))
-    reader.close()
     return out

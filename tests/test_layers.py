@@ -48,9 +48,6 @@ KNOWN: set[tuple[str, str]] = {
     ("treadle.video.decode", "treadle.plan.windows"),
     ("treadle.video.reader", "treadle.plan.windows"),
     ("treadle.gpu.decode", "treadle.gpu.backend"),  # closes a cycle with backend -> decode
-    # read/ as stages: no BatchReader picking the GPU backend itself (gone on branch `read`):
-    ("treadle.read.batch", "treadle.gpu"),
-    ("treadle.read.rows", "treadle.read.batch"),  # TYPE_CHECKING, closes a cycle
     # Not removed by any branch yet (the lead decides): Table.stats calls up into read/
     # (function-level), and TYPE_CHECKING imports that close a cycle inside one package.
     ("treadle.table.table", "treadle.read.stats"),
@@ -67,7 +64,6 @@ LONG: set[str] = {
     # Split by other helpers of issue 14; the lead empties this set as the branches merge.
     "treadle/storage.py",
     "treadle/table/write.py",
-    "treadle/read/batch.py",
     "treadle/gpu/decode.py",
     "treadle/gpu/transform.py",
     "treadle/video/encode.py",
