@@ -12,9 +12,9 @@ paths of :mod:`treadle.read.fixed`, against the numpy gather (the limit):
 - each variant reads image + action (+ int) of 64 random rows into numpy arrays; rounds
   interleave the variants in a new order each round; a variant's time is the median over
   rounds of its median batch in the round;
-- the seam: ``BatchReader`` row takes and ``TrainLoader`` (workers 0) of the 30/70 mix, as
-  today and with ``BatchReader._rows`` patched (here only) to read fixed-width columns
-  through a :class:`~treadle.read.fixed.FixedReader`.
+- the seam: ``SampleReader`` row takes and ``TrainLoader`` (workers 0) of the 30/70 mix, by
+  Lance take (``fixed_columns=False``) and through :class:`~treadle.read.fixed.FixedReader`
+  (the default for fixed-width columns).
 
 ``python bench/take_paths.py [--rows 20000] [--rounds 7] [--json out.json]``
 """
@@ -30,7 +30,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +162,7 @@ def variants(root: Path) -> dict[str, Callable[[np.ndarray], dict[str, np.ndarra
         return {"image": npy["image"][s], "action": npy["action"][s], "i": s * 3}
 
     def treadle_take(idx: np.ndarray) -> dict[str, np.ndarray]:
-        from treadle.read.fixed import _take  # what BatchReader._rows does today
+        from treadle.read.fixed import _take  # the reader's Lance take path
 
         return _take(table, idx, COLS)
 
@@ -237,50 +236,11 @@ def _medians(times: dict[str, list[Timing]]) -> dict[str, Timing]:
     }
 
 
-# -- the seam: BatchReader / TrainLoader with BatchReader._rows patched ----------------------
-def patched_rows(reader_cls: Any, fixed: Any) -> Callable:
-    """``BatchReader._rows`` reading fixed-width columns through ``fixed`` (bench only)."""
-    from treadle.read.fixed import fixed_width
-    from treadle.read.rows import padded_rows
-
-    orig = reader_cls._rows
-
-    def _rows(self: Any, table: Any, group: list, moments: np.ndarray) -> tuple:
-        schema = table.schema
-        if any(cs.listed or not fixed_width(schema.field(cs.column)) for cs in group):
-            return orig(self, table, group, moments)
-        spec = group[0].spec
-        offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
-        if spec is not None and spec.pad:
-            grid, pad = padded_rows(table, moments, offsets)
-        else:
-            grid, pad = moments[:, None] + offsets[None, :], None
-        got = fixed.read(table, grid.reshape(-1), [cs.column for cs in group])
-        if spec is None:
-            return list(got.values()), pad
-        return [v.reshape((len(moments), len(offsets), *v.shape[1:])) for v in got.values()], pad
-
-    return _rows
-
-
-class _Inline:
-    """An executor that runs each job at once, in the caller's thread (bench only)."""
-
-    def submit(self, fn: Callable, *args: Any) -> Future:
-        f: Future = Future()
-        f.set_result(fn(*args))
-        return f
-
-    def map(self, fn: Callable, items: Any) -> list[Any]:
-        return [fn(x) for x in items]
-
-    def shutdown(self, wait: bool = True) -> None:
-        pass
-
-
-def _batch_reader_iter(root: Path, steps: int) -> Iterator[Any]:
+# -- the seam: the reader and TrainLoader with and without read.fixed ------------------------
+def _reader_iter(root: Path, steps: int, fixed: bool) -> Iterator[Any]:
     import treadle as td
-    from treadle.read.batch import BatchReader
+    from treadle.read.columns import output_columns
+    from treadle.read.reader import SampleReader
 
     branch = case_mix.treadle_client(root).project("bench").branch()
     recipe = td.Recipe(
@@ -291,43 +251,36 @@ def _batch_reader_iter(root: Path, steps: int) -> Iterator[Any]:
             for t, w in zip(case_mix.TABLES, case_mix.WEIGHTS)
         ],
     )
-    reader = BatchReader(recipe.plan())
+    plan = recipe.plan()
+    tables = [plan.table(c) for c in range(plan.num_components)]
+    reader = SampleReader(tables, output_columns(plan), fixed_columns=fixed)
     try:
-        for s in range(steps):
-            yield reader.read(s)
+        for _, out in reader.read_many(plan.batch(s) for s in range(steps)):
+            yield out
     finally:
         reader.close()
 
 
 def time_seam(root: Path, rounds: int, steps: int) -> dict[str, Timing]:
-    """ms per batch of the mix: the limit, BatchReader and TrainLoader, today and patched."""
-    from treadle.read.batch import BatchReader
-    from treadle.read.fixed import FixedReader
+    """ms per batch of the mix: the limit, the reader and TrainLoader, by take and by
+    read.fixed (``TrainLoader`` by take: ``reader.FixedReader`` patched out, bench only)."""
+    import treadle.read.reader as reader_module
 
-    orig, pool = BatchReader._rows, BatchReader._executor
-    runs: dict[str, tuple[Callable[[], Iterator[Any]], bool | str]] = {
-        "limit: numpy gather mix (case_mix)": (lambda: case_mix.limit_iter(root, 0, steps), False),
-        "BatchReader.read, today": (lambda: _batch_reader_iter(root, steps), False),
-        "BatchReader.read, FixedReader seam": (lambda: _batch_reader_iter(root, steps), True),
-        "BatchReader.read, FixedReader seam, no take threads": (
-            lambda: _batch_reader_iter(root, steps),
-            "inline",
-        ),
-        "TrainLoader workers=0, today": (lambda: case_mix.treadle_iter(root, 0, steps), False),
-        "TrainLoader workers=0, FixedReader seam": (
-            lambda: case_mix.treadle_iter(root, 0, steps),
-            True,
-        ),
+    orig = reader_module.FixedReader
+    runs: dict[str, tuple[Callable[[], Iterator[Any]], bool]] = {
+        "limit: numpy gather mix (case_mix)": (lambda: case_mix.limit_iter(root, 0, steps), True),
+        "SampleReader, Lance take": (lambda: _reader_iter(root, steps, False), True),
+        "SampleReader, read.fixed": (lambda: _reader_iter(root, steps, True), True),
+        "TrainLoader workers=0, Lance take": (lambda: case_mix.treadle_iter(root, 0, steps), False),
+        "TrainLoader workers=0, read.fixed": (lambda: case_mix.treadle_iter(root, 0, steps), True),
     }
     times: dict[str, list[Timing]] = {k: [] for k in runs}
     order = list(runs)
     for r in range(rounds):
         random.Random(100 + r).shuffle(order)
         for name in order:
-            make, patch = runs[name]
-            BatchReader._rows = patched_rows(BatchReader, FixedReader()) if patch else orig
-            if patch == "inline":
-                BatchReader._executor = lambda self: _Inline()
+            make, fixed = runs[name]
+            reader_module.FixedReader = orig if fixed else (lambda: None)
             try:
                 it = make()
                 for _ in range(3):  # start-up, plan, the resident columns' first read
@@ -341,7 +294,7 @@ def time_seam(root: Path, rounds: int, steps: int) -> dict[str, Timing]:
                 if close is not None:
                     close()
             finally:
-                BatchReader._rows, BatchReader._executor = orig, pool
+                reader_module.FixedReader = orig
     return _medians(times)
 
 

@@ -18,20 +18,24 @@ def reader_of(plan) -> SampleReader:
     return SampleReader(tables, output_columns(plan))
 
 
-def spy_takes(plan, monkeypatch) -> list[tuple[str, tuple[int, ...]]]:
-    """Record every Lance take of the plan's tables: (table, rows), from any thread."""
+def spy_takes(plan, monkeypatch, columns: list | None = None) -> list[tuple[str, tuple[int, ...]]]:
+    """Record every row take the reader runs (its take stage, whichever path reads the
+    rows: Lance take, mapped pages or a resident column): (table, rows), from any thread;
+    the columns of each take go to ``columns`` when given."""
+    import treadle.read.reader as reader_module
+
     seen: list[tuple[str, tuple[int, ...]]] = []
     lock = threading.Lock()
-    for c in range(plan.num_components):
-        t = plan.table(c)
-        orig = t.take
+    orig = reader_module.run_take
 
-        def spy(rows, columns=None, orig=orig, name=t.name):
-            with lock:
-                seen.append((name, tuple(int(r) for r in rows)))
-            return orig(rows, columns)
+    def spy(take):
+        with lock:
+            seen.append((take.table.name, tuple(int(r) for r in np.unique(take.moments))))
+            if columns is not None:
+                columns.append([cs.column for cs in take.group])
+        return orig(take)
 
-        monkeypatch.setattr(t, "take", spy)
+    monkeypatch.setattr(reader_module, "run_take", spy)
     return seen
 
 
@@ -88,15 +92,7 @@ def test_row_columns_share_one_take_and_keep_their_rows(tmp_path, monkeypatch):
     plan = recipe.plan()
     reader = reader_of(plan)
     takes: list[list[str]] = []
-    for c in range(plan.num_components):
-        t = plan.table(c)
-        orig = t.take
-
-        def spy(rows, columns=None, orig=orig):
-            takes.append(list(columns))
-            return orig(rows, columns)
-
-        monkeypatch.setattr(t, "take", spy)
+    spy_takes(plan, monkeypatch, takes)
     names = ("a", "b")
     for batch, out in reader.read_many(plan.batch(step) for step in range(6)):
         assert list(out["_moment"]) == list(batch.moment)
@@ -188,3 +184,30 @@ def test_resumed_loaders_read_each_step_once_and_no_other(tmp_path, monkeypatch)
     loader.load_state_dict({"record": plan.record.to_dict(), "step": 2})
     assert len(list(loader)) == 4
     assert sorted(seen) == sorted(step_takes(plan, range(2, 6), 1, 2))
+
+
+def test_fixed_width_row_columns_need_no_lance_take_per_batch(tmp_path, monkeypatch):
+    """Numbers and tensors come from :mod:`treadle.read.fixed` (a mapped or resident column),
+    not one Lance take per batch, with the values a take gives."""
+    from treadle.table.tensors import to_numpy
+
+    plan = rows_plan(tmp_path)
+    lance_takes = []
+    for c in range(plan.num_components):
+        t = plan.table(c)
+        orig = t.take
+        monkeypatch.setattr(
+            t, "take", lambda rows, cols=None, o=orig: lance_takes.append(1) or o(rows, cols)
+        )
+    reader = reader_of(plan)
+    try:
+        for _batch, out in reader.read_many(plan.batch(s) for s in range(12)):
+            for i, (c, m) in enumerate(zip(out["_component"], out["_moment"])):
+                got = plan.table(int(c)).dataset.take([int(m)], columns=["x", "y"])
+                for k in ("x", "y"):
+                    want = to_numpy(got.column(k), got.schema.field(k))[0]
+                    np.testing.assert_array_equal(out[k][i], want)
+                    assert out[k].dtype == want.dtype
+    finally:
+        reader.close()
+    assert lance_takes == []

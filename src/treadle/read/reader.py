@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from treadle.read.columns import ColumnSpec, pad_columns, squeeze_moment_video
+from treadle.read.fixed import FixedReader
 from treadle.read.frames import video_requests
 from treadle.read.prefetch import ordered_map
 from treadle.read.rows import episode_bounds
@@ -71,6 +72,9 @@ class SampleReader:
     :func:`~treadle.read.columns.moment_columns`). ``backend`` is a
     :mod:`treadle.gpu` backend (its video reader decodes, into device tensors when it is
     on the device); None decodes on the CPU. ``ids=False`` gives only ``_moment``.
+    Fixed-width row columns (numbers, tensors) are read through
+    :class:`~treadle.read.fixed.FixedReader`; ``fixed_columns=False`` reads every row
+    column with a Lance take (the reference path, compared in ``bench/take_paths.py``).
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class SampleReader:
         video_threads: int = 1,
         backend: Any = None,
         ids: bool = True,
+        fixed_columns: bool = True,
     ):
         self.tables = list(tables)
         self.columns = columns
@@ -96,14 +101,17 @@ class SampleReader:
             self._video = backend.video_reader(store, prefix=prefix, threads=video_threads)
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
+        self._fixed = FixedReader() if fixed_columns else None
         self._pads = pad_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
         # the takes of one batch at most (every component's groups) and its end marker
         self._per_batch = 1 + sum(len(take_groups(cs)) for cs in columns)
 
     def close(self) -> None:
-        """Stop the video reader (its threads and connections)."""
+        """Stop the video reader (its threads and connections); unmap the row columns."""
         self._video.close()
+        if self._fixed is not None:
+            self._fixed.close()
 
     def read(self, component: np.ndarray, moment: np.ndarray) -> dict[str, Any]:
         """The batch of these (component, moment) samples, in this order."""
@@ -138,7 +146,8 @@ class SampleReader:
         out = []
         for c in np.unique(component):
             slots = np.flatnonzero(component == c)
-            out += plan_takes(self.tables[int(c)], self.columns[int(c)], moment[slots], slots)
+            table, columns = self.tables[int(c)], self.columns[int(c)]
+            out += plan_takes(table, columns, moment[slots], slots, self._fixed)
         return out
 
     def assemble(

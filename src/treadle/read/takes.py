@@ -17,6 +17,7 @@ import numpy as np
 
 from treadle.errors import PlanError
 from treadle.read.columns import ColumnSpec
+from treadle.read.fixed import FixedReader, fixed_width
 from treadle.read.rows import IS_PAD, listed_values, padded_rows
 from treadle.table.tensors import to_numpy
 
@@ -29,6 +30,7 @@ class Take:
     group: tuple[ColumnSpec, ...]
     moments: np.ndarray
     slots: np.ndarray
+    fixed: FixedReader | None = None  # fixed-width columns are read through it
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,14 @@ def take_groups(columns: list[ColumnSpec]) -> list[tuple[ColumnSpec, ...]]:
 
 
 def plan_takes(
-    table: Any, columns: list[ColumnSpec], moments: np.ndarray, slots: np.ndarray
+    table: Any,
+    columns: list[ColumnSpec],
+    moments: np.ndarray,
+    slots: np.ndarray,
+    fixed: FixedReader | None = None,
 ) -> list[Take]:
     """The takes of the row columns of ``columns``: one per set of rows (same offsets)."""
-    return [Take(table, group, moments, slots) for group in take_groups(columns)]
+    return [Take(table, group, moments, slots, fixed) for group in take_groups(columns)]
 
 
 def run_take(take: Take) -> Taken:
@@ -70,6 +76,11 @@ def run_take(take: Take) -> Taken:
         rows = grid.reshape(-1)
     else:
         rows = (moments[:, None] + offsets[None, :]).reshape(-1)
+    if take.fixed is not None and all(_fixed(table, cs) for cs in group):
+        got_fixed = take.fixed.read(table, rows, [cs.column for cs in group])
+        shape = (len(moments), len(offsets)) if spec is not None else (len(moments),)
+        arrays = [got_fixed[cs.column] for cs in group]
+        return Taken(take, [a.reshape((*shape, *a.shape[1:])) for a in arrays], pad)
     uniq, inverse = np.unique(rows, return_inverse=True)
     got = table.take(uniq, [cs.column for cs in group])
     out: list[Any] = []
@@ -87,6 +98,10 @@ def run_take(take: Take) -> Taken:
             values = values.reshape((len(moments), len(offsets), *values.shape[1:]))
         out.append(values)
     return Taken(take, out, pad)
+
+
+def _fixed(table: Any, cs: ColumnSpec) -> bool:
+    return not cs.listed and fixed_width(table.schema.field(cs.column))
 
 
 def write_taken(taken: list[Taken], out: dict[str, Any], b: int) -> None:
