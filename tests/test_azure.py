@@ -200,3 +200,20 @@ def test_wrong_azure_key_is_refused_without_showing_it(az_root):
         client.project("p").branch().table("t").append({"x": [1]})
     texts = [str(info.value), repr(info.value), repr(client), repr(client.store)]
     assert not any(k in t for t in texts for k in (opts["azure_storage_account_key"], "QkFE"))
+
+
+def test_a_refused_request_is_not_retried_as_transient(az_server):
+    """A 404 LIST (a missing container) is final; obstore's "retry_timeout: 120s" in the
+    error's debug text once read as a timeout and had it retried six times."""
+    import obstore
+    from obstore.store import from_url
+
+    import treadle.storage as storage
+
+    opts = az_server.storage_options()
+    client = {"allow_http": opts.pop("allow_http")}
+    inner = from_url(az_server.url("no-such-container"), config=opts, client_options=client)
+    with pytest.raises(Exception) as info:
+        list(obstore.list(inner, "x/"))
+    assert "404" in str(info.value) and "retry_timeout" in str(info.value)
+    assert not storage._transient(info.value)

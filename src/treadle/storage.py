@@ -99,7 +99,8 @@ def _transient(e: BaseException) -> bool:
         ),
     ):
         return False
-    text = str(e).lower()
+    # every obstore error's debug text names its "retry_timeout": not a timeout
+    text = str(e).lower().replace("retry_timeout", "")
     if "403 forbidden" in text or "401 unauthorized" in text or "accessdenied" in text:
         return False
     if re.search(r"after [1-9][0-9]* retries", text):
