@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from lance.fragment import FragmentMetadata
 
 from treadle.catalog.commit import Commit
 from treadle.catalog.leases import Lease, mark_used
@@ -235,7 +234,7 @@ class Transaction:
         if ds is not None:
             _check_base(ds, st, name, project.name, head_id)
         try:
-            return _lance_commit(project, name, st.schema, ds, st.fragments, self._lease.beat)
+            return _lance_commit(project, name, st, ds, self._lease.beat)
         except OSError as e:
             where = f"committing table {name!r} of project {project.name!r}"
             raise lance_error(e, f"{where} (nothing was committed)") from None
@@ -287,10 +286,9 @@ def _check_base(ds: Any, st: StagedTable, name: str, project: str, commit_id: st
 def _lance_commit(
     project: Project,
     name: str,
-    schema: pa.Schema,
+    st: StagedTable,
     base: lance.LanceDataset | None,
-    fragments: list[FragmentMetadata],
     before_write: Callable[[], None],
 ) -> int:
     """The Lance version of one table for a commit (the seam fault tests break)."""
-    return project.lance.commit(name, schema, base, fragments, before_write)
+    return project.lance.commit(name, st.schema, base, st.fragments, before_write)

@@ -172,6 +172,23 @@ class Table:
 
         return source_stats(self)
 
+    def matching_rows(self, filter: str | None) -> np.ndarray:
+        """Row positions (moment ids) of the rows a Lance SQL ``filter`` keeps, sorted;
+        every row without one."""
+        if not filter:
+            return np.arange(self.num_moments, dtype=np.int64)
+        ds = self.dataset
+        starts, pos = {}, 0
+        for frag in ds.get_fragments():
+            starts[frag.fragment_id] = pos
+            pos += frag.count_rows()
+        got = ds.to_table(columns=[], filter=filter, with_row_address=True)
+        addr = got.column("_rowaddr").to_numpy().astype(np.uint64)
+        frag_ids = (addr >> np.uint64(32)).astype(np.int64)
+        offsets = (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        base = np.array([starts[f] for f in frag_ids], dtype=np.int64) if len(addr) else frag_ids
+        return np.sort(base + offsets)
+
     def select_runs(self, where: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows whose own values satisfy the Lance SQL predicate ``where``, as sorted runs
         ``(begin, end)`` of row ids (one streaming scan; memory proportional to the runs).
