@@ -64,8 +64,14 @@ def test_bench_tiny_end_to_end(tmp_path):
         rs = [r for r in by_case["mix"] if r["name"] == peer]
         assert rs and all(r["status"] in ("ok", "not installed") for r in rs), rs
     assert {r["config"]["workers"] for r in ok("mix", "treadle")} == {0, 2}
-    assert all(r["status"] == "not installed" or r["status"].startswith("not run")
-               for r in by_case["video"] if r["name"] == "lerobot")  # fmt: skip
+    # the video peers: torchcodec and SPDL only ran after their first batch equalled
+    # treadle's frames (a mismatch is "failed: ... differs"); CI installs all three
+    for peer in ("torchcodec", "spdl", "lerobot"):
+        rs = [r for r in by_case["video"] if r["name"] == peer]
+        assert rs and all(r["status"] in ("ok", "not installed") for r in rs), rs
+        if os.environ.get("CI"):
+            assert all(r["status"] == "ok" and r["runs"] for r in rs), rs
+    assert {r["config"]["threads"] for r in ok("video", "torchcodec")} <= {1, 2}
 
     goals = {s["goal"] for s in doc["summary"]}
     assert goals == {"mix", "video", "s3", "plan"}

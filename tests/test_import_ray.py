@@ -330,7 +330,7 @@ def test_first_source_fixes_the_schema_as_in_one_process(tmp_path, client, ray_c
 
 @pytest.mark.slow
 def test_cli_ray_flag(tmp_path, local_root, ray_cluster, capsys):
-    from treadle.importers.cli import main
+    from treadle.cli import main
 
     pattern = make_wds(tmp_path / "wds", n=12, per_shard=6)
     args = ["import", "webdataset", pattern, "--table", "t", "--root", local_root]
@@ -345,7 +345,7 @@ NO_RAY = """
 import sys
 sys.modules["ray"] = None  # as if Ray were not installed
 import treadle as td
-from treadle.importers.cli import main
+from treadle.cli import main
 try:
     td.RayExecutor()
 except td.MissingDependency as e:

@@ -226,7 +226,7 @@ def test_killed_import_commits_nothing_and_rerun_completes(tmp_path, local_root)
 
 
 def test_cli_import(tmp_path, local_root, capsys):
-    from treadle.importers.cli import main
+    from treadle.cli import main
 
     pattern = make_wds(tmp_path / "wds", n=12, per_shard=6)
     rc = main(
@@ -362,7 +362,7 @@ def test_json_ints_after_float_chunk_are_widened_exactly(tmp_path, client):
 
 
 def test_cli_json_as_text(tmp_path, local_root, capsys):
-    from treadle.importers.cli import main
+    from treadle.cli import main
 
     shard = make_wds_json_drift(tmp_path / "w", "key")
     args = ["import", "webdataset", shard, "--project", "p", "--table", "t", "--root", local_root]

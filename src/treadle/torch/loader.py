@@ -21,7 +21,9 @@ batch, at any world size that divides the batch size.
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,6 +66,30 @@ def to_tensors(arrays: dict[str, Any], device: torch.device, pin: bool) -> dict[
             t = t.to(device, non_blocking=True)
         out[k] = t
     return out
+
+
+def _exit_without_finalizing(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: end the worker with ``os._exit`` once it is done.
+
+    A loader closed early (``break``) stops its workers while multiprocessing's feeder
+    thread may still be pickling a batch into shared memory inside torch's C++ code;
+    Python's finalisation then kills that daemon thread, the unwinding hits C++ frames,
+    and the worker dies with "terminate called without an active exception" (SIGABRT),
+    which the parent reports as "DataLoader worker ... killed by signal: Aborted". By the
+    time ``atexit`` handlers run, multiprocessing has flushed or abandoned its queues, so
+    nothing is left to finalise that the parent could see.
+    """
+    del worker_id
+
+    def leave() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+    atexit.register(leave)
 
 
 class _Steps(torch.utils.data.IterableDataset):
@@ -237,6 +263,7 @@ class TrainLoader:
             num_workers=self.workers,
             prefetch_factor=self.prefetch,
             multiprocessing_context="spawn",
+            worker_init_fn=_exit_without_finalizing,
         )
         yield from dl
 
