@@ -8,7 +8,6 @@
 """
 
 from treadle.storage.cloud import redact
-from treadle.storage.loop import _Loop
 from treadle.storage.store import ObjectInfo, RangeRequest, Store, default_root
 
-__all__ = ["ObjectInfo", "RangeRequest", "Store", "_Loop", "default_root", "redact"]
+__all__ = ["ObjectInfo", "RangeRequest", "Store", "default_root", "redact"]

@@ -43,6 +43,8 @@ def _xml_summary(m: re.Match[str]) -> str:
 
 
 def first_line(e: BaseException) -> str:
+    """The first line of an error's text (at most 300 characters), an S3 XML error body
+    shown as ``Code: Message``."""
     text = _XML_ERROR.sub(_xml_summary, str(e)).strip().splitlines()
     return text[0][:300] if text else ""
 
@@ -62,4 +64,5 @@ def missing_bucket(e: BaseException) -> str | None:
 
 
 def missing_object(e: BaseException) -> bool:
+    """Whether ``e`` says the object is missing (not the bucket)."""
     return isinstance(e, (NotFoundError, FileNotFoundError)) and missing_bucket(e) is None
