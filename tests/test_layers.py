@@ -42,8 +42,6 @@ KNOWN: set[tuple[str, str]] = {
     ("treadle.video.decode", "treadle.plan.windows"),
     ("treadle.video.reader", "treadle.plan.windows"),
     ("treadle.gpu.decode", "treadle.gpu.backend"),  # closes a cycle with backend -> decode
-    # Not removed by any branch yet: Table.stats calls up into read/ (function-level).
-    ("treadle.table.table", "treadle.read.stats"),
 }
 """``(importing module, imported module)`` edges against the layer order or closing a cycle,
 known and being removed: the layer and cycle tests leave them out, and

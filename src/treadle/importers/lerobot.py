@@ -350,7 +350,7 @@ def _import(
 
 def _keep_source_stats(table: Any, shipped: dict[str, dict[str, Any]], rename: Any) -> None:
     """The source's ``meta/stats.json`` beside the imported version, under column names."""
-    from treadle.read.stats import put_source_stats
+    from treadle.table.source_stats import put_source_stats
 
     names = set(table.schema.names)
     cols = {}

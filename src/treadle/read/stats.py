@@ -355,25 +355,3 @@ class _Cache:
         if self._ident == "unknown":
             return  # no identity for this version: never risk reading another's results
         self.store.put(f"{self.base}/{key}.json", json.dumps(stats.to_dict()).encode())
-
-
-# -- statistics a source shipped (e.g. LeRobot's meta/stats.json) ----------------------------
-def put_source_stats(table: Any, columns: dict[str, dict[str, Any]], source: str) -> None:
-    """Keep ``{column: {"mean": [...], ...}}`` from ``source`` beside this version's stats."""
-    body = {"source": source, "columns": columns}
-    key = f"{table.project.prefix}/stats/{table.name}/v{table.version}/source.json"
-    table.project.client.store.put(key, json.dumps(body, sort_keys=True).encode())
-
-
-def source_stats(table: Any) -> dict[str, dict[str, Any]]:
-    """What :func:`put_source_stats` kept for this version: ``{column: {field: array}}``
-    plus ``"source"`` in each entry ({} when the source had none)."""
-    key = f"{table.project.prefix}/stats/{table.name}/v{table.version}/source.json"
-    try:
-        body = json.loads(table.project.client.store.get(key))
-    except NotFound:
-        return {}
-    return {
-        c: {"source": body["source"], **{k: np.asarray(v) for k, v in d.items()}}
-        for c, d in body["columns"].items()
-    }

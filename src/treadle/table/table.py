@@ -11,7 +11,7 @@ rules and the episode index are in :mod:`treadle.table.episodes`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +23,7 @@ from treadle.errors import NotFound
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, compute_episode_index
 from treadle.table.fps import schema_fps
 from treadle.table.lanceerror import lance_error
+from treadle.table.source_stats import source_stats
 from treadle.table.tensors import is_video
 
 __all__ = [
@@ -37,6 +38,21 @@ __all__ = [
 
 if TYPE_CHECKING:
     import lance
+
+
+StatsFunction = Callable[..., dict[str, Any]]
+_STATS: StatsFunction | None = None
+
+
+def compute_stats_with(fn: StatsFunction) -> None:
+    """Set what :meth:`Table.stats` computes with (``treadle.read.stats.table_stats``).
+
+    Statistics decode video, which the read layer above this one does; the package root
+    (``treadle/__init__.py``, imported before any ``treadle.*`` module) wires it, so
+    ``table/`` imports nothing above it.
+    """
+    global _STATS
+    _STATS = fn
 
 
 class TableSource(Protocol):
@@ -161,15 +177,13 @@ class Table:
         once and kept in the project (:mod:`treadle.read.stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
         tasks, a group of fragments each, and merged here (video stays in this process)."""
-        from treadle.read.stats import table_stats  # reading video needs the read layer
-
-        return table_stats(self, columns, where=where, frames=frames, seed=seed, executor=executor)
+        if _STATS is None:
+            raise RuntimeError("treadle's statistics are wired by the package root (treadle)")
+        return _STATS(self, columns, where=where, frames=frames, seed=seed, executor=executor)
 
     def source_stats(self) -> dict[str, dict[str, Any]]:
         """Statistics the source of an import shipped for this version (LeRobot's
         ``meta/stats.json``), as given: ``{column: {"mean": array, ..., "source": str}}``."""
-        from treadle.read.stats import source_stats
-
         return source_stats(self)
 
     def matching_rows(self, filter: str | None) -> np.ndarray:
