@@ -19,8 +19,14 @@ def make_project(
     frames: int = 24,
     seed: int = 0,
     storage_options: dict | None = None,
+    streams: dict | None = None,
 ) -> td.Branch:
-    """Two time-indexed tables with an H.264 camera (32x32) and a 7-d action."""
+    """Two time-indexed tables with an H.264 camera (32x32) and a 7-d action.
+
+    ``streams`` (a dict shared between calls) encodes each episode once and stores those
+    bytes in every project made with it: x264 does not always give the same bytes for the
+    same frames (seen on a busy machine), so two projects compared frame for frame share
+    their encodes."""
     rng = np.random.default_rng(seed)
     client = td.Client(root, storage_options=storage_options, create=storage_options is None)
     branch = client.project("robotics").branch()
@@ -28,9 +34,14 @@ def make_project(
         for name in ("failed", "nominal"):
             for e in range(episodes):
                 video = rng.integers(0, 255, (frames, 32, 32, 3), dtype=np.uint8)
+                cam = td.VideoFrames(video, fps=30)
+                if streams is not None:
+                    from treadle.video.encode import encode_value
+
+                    cam = streams.setdefault(hashlib.sha256(video).hexdigest(), encode_value(cam))
                 tx.table(name).append_episode(
                     {
-                        "cam": td.VideoFrames(video, fps=30),
+                        "cam": cam,
                         "action": rng.random((frames, 7), dtype=np.float32),
                     },
                     episode=f"{name}-{e}",

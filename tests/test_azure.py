@@ -94,8 +94,9 @@ def test_racing_commits_one_winner_per_ref_and_nothing_lost(az_root):
 
 def test_train_loader_with_video_equals_the_local_run(az_root, local_root):
     root, opts = az_root
-    on_az = make_project(root, episodes=2, frames=16, storage_options=opts)
-    local = make_project(local_root, episodes=2, frames=16)
+    streams: dict = {}  # the same encoded bytes in both projects
+    on_az = make_project(root, episodes=2, frames=16, storage_options=opts, streams=streams)
+    local = make_project(local_root, episodes=2, frames=16, streams=streams)
     got = [batch_hash(b) for b in td.TrainLoader(recipe(on_az).plan(), steps=3)]
     want = [batch_hash(b) for b in td.TrainLoader(recipe(local).plan(), steps=3)]
     assert got == want and len(set(got)) == 3
