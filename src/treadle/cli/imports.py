@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 from treadle.cli.args import float_at_least, key_value
-from treadle.errors import TreadleError
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -140,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     """Run one ``treadle import`` command; prints a JSON summary line (the command's data,
     with or without ``--json``), returns an exit code."""
     from treadle import importers
+    from treadle.catalog import Client
     from treadle.importers.ray_executor import RayExecutor
 
     rename = {}
@@ -152,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
     common: dict[str, Any] = {
         "rename": rename or None,
         "branch": args.branch,
-        "root": getattr(args, "root", None),
-        "storage_options": getattr(args, "storage_options", None) or None,
+        # an import is a write: like the demo, it makes a root folder that is not there yet
+        "client": Client(args.root, args.storage_options or None, create=True),
         "source_options": dict(args.source_option) or None,
         "images": args.images,
         "allow_pickle": args.allow_pickle,
@@ -162,26 +162,23 @@ def run(args: argparse.Namespace) -> int:
     for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
-    try:
-        if getattr(args, "ray", None) is not None:
-            common["executor"] = RayExecutor(address=args.ray or None)
-        if args.format == "webdataset":
-            res = importers.webdataset(args.src, args.project, args.table, **common)
-        elif args.format == "hf":
-            res = importers.hf(args.src, args.project, args.table, split=args.split, **common)
+    # a TreadleError goes up to main(): one line, "treadle: error: ...", exit 1
+    if getattr(args, "ray", None) is not None:
+        common["executor"] = RayExecutor(address=args.ray or None)
+    if args.format == "webdataset":
+        res = importers.webdataset(args.src, args.project, args.table, **common)
+    elif args.format == "hf":
+        res = importers.hf(args.src, args.project, args.table, split=args.split, **common)
+    else:
+        if len(args.src) != 1:
+            print(f"treadle import {args.format}: error: give exactly one SRC", file=sys.stderr)
+            return 2
+        if args.format == "mds":
+            res = importers.mds(args.src[0], args.project, args.table, **common)
         else:
-            if len(args.src) != 1:
-                print(f"treadle import {args.format}: give exactly one SRC", file=sys.stderr)
-                return 2
-            if args.format == "mds":
-                res = importers.mds(args.src[0], args.project, args.table, **common)
-            else:
-                res = importers.lerobot(
-                    args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
-                )
-    except TreadleError as e:
-        print(f"treadle import {args.format}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+            res = importers.lerobot(
+                args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
+            )
     summary = {
         "commit": res.commit.short_id if res.commit is not None else None,
         "table": res.table,

@@ -1,0 +1,77 @@
+"""What a new user ran into on the command line (issue 18's tryout), each as it was seen."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from treadle.cli import build_parser, main
+
+sys.path.insert(0, str(Path(__file__).parent))
+from importer_fixtures import make_wds  # noqa: E402
+
+
+def _parsers(parser):
+    yield parser
+    for action in parser._actions:
+        if hasattr(action, "choices") and isinstance(action.choices, dict):
+            for child in {id(c): c for c in action.choices.values()}.values():
+                yield from _parsers(child)
+
+
+def test_no_command_is_a_usage_error(capsys):
+    # before: the help on stdout and exit 0, though a missing argument is documented as 2
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "usage: treadle" in err and "give a COMMAND" in err
+
+
+def test_json_on_a_report_command_is_a_usage_error(tmp_path, capsys):
+    # before: `treadle demo --json` ignored --json and ran the whole demo (exit 0)
+    argv = ["demo", "--steps", "2", "--check", "1", "--quiet", "--json"]
+    assert main([*argv, "--root", str(tmp_path / "store")]) == 2
+    assert "--json: demo prints a report" in capsys.readouterr().err
+    assert not (tmp_path / "store").exists()
+
+
+def test_help_shows_no_rest_markup():
+    # before: `treadle --help` said "The ``treadle`` command line", `demo --help` likewise
+    for parser in _parsers(build_parser()):
+        assert "``" not in parser.format_help(), parser.prog
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    # before: `treadle demo | head -1` ended in a BrokenPipeError traceback
+    (tmp_path / "empty").mkdir()
+    argv = [sys.executable, "-m", "treadle.cli", "--root", str(tmp_path / "empty"), "projects"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # like `| head -0`: nobody reads what it prints
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert p.returncode == 1 and err == "", err
+
+
+def test_import_creates_a_new_root_folder(tmp_path, capsys):
+    # before: exit 1, "root '...' does not exist (create it, or pass create=True)" (an API hint)
+    pattern = make_wds(tmp_path / "wds", n=4, per_shard=4)
+    root = tmp_path / "new" / "store"
+    argv = ["import", "webdataset", pattern, "--project", "p", "--table", "t", "--root", str(root)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert (root / "treadle.json").exists()
+    assert main(["--root", str(root), "tables", "p"]) == 0
+    assert "4 moments" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "mds", "lerobot", "hf"])
+def test_import_errors_have_the_one_error_format(fmt, tmp_path, capsys):
+    # before: "treadle import webdataset: NotFound: no WebDataset shard ..." (not documented)
+    root = tmp_path / "store"
+    root.mkdir()
+    argv = ["import", fmt, str(tmp_path / "missing"), "--project", "p", "--table", "t"]
+    assert main([*argv, "--root", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("treadle: error: ") and err.count("\n") == 1, err
+    assert "missing" in err
