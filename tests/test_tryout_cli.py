@@ -75,3 +75,21 @@ def test_import_errors_have_the_one_error_format(fmt, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("treadle: error: ") and err.count("\n") == 1, err
     assert "missing" in err
+
+
+def test_a_python_recipe_that_raises_is_one_line_naming_file_and_line(tmp_path, capsys):
+    # before: the ZeroDivisionError came out of main() as a traceback
+    recipe = tmp_path / "recipe.py"
+    recipe.write_text("import treadle as td\n\nrecipe = 1 / 0\n")
+    assert main(["plan", str(recipe), "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "recipe.py', line 3 raised ZeroDivisionError" in err, err
+
+
+def test_a_toml_recipe_error_names_the_file(tmp_path, capsys):
+    # before: "treadle plan: recipe is missing 'project'" (which file?)
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text("seed = 1\nbatch_size = 4\n")
+    assert main(["plan", str(recipe), "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"treadle plan: error: recipe {str(recipe)!r} is missing 'project'\n", err
