@@ -130,3 +130,21 @@ def test_examples_print_what_their_comments_say(page, tmp_path, monkeypatch):
         import_streaming()
     wrong = check_page(DOCS / page, tmp_path, monkeypatch)
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_cli_page_shows_the_error_treadle_prints(tmp_path, capsys):
+    # before: the page showed "...; projects: robotics", treadle says "did you mean 'robotics'?"
+    import numpy as np
+
+    import treadle as td
+    from treadle.cli import main
+
+    text = (DOCS / "cli.md").read_text()
+    shown = re.search(r"`(treadle: error: project 'robtics'[^`]*)`", text).group(1)
+    root = tmp_path / "store"
+    root.mkdir()
+    arm = td.Client(str(root)).project("robotics").branch("main").table("arm")
+    arm.append_episode({"action": np.zeros((3, 2), np.float32)}, episode="e")
+    assert main(["--root", str(root), "log", "robtics"]) == 1
+    printed = capsys.readouterr().err.strip()
+    assert printed == shown.replace("/data/store", str(root))
