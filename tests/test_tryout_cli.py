@@ -33,8 +33,40 @@ def test_json_on_a_report_command_is_a_usage_error(tmp_path, capsys):
     # before: `treadle demo --json` ignored --json and ran the whole demo (exit 0)
     argv = ["demo", "--steps", "2", "--check", "1", "--quiet", "--json"]
     assert main([*argv, "--root", str(tmp_path / "store")]) == 2
-    assert "--json: demo prints a report" in capsys.readouterr().err
+    assert "--json: demo does not use it" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("given", [["--root", "/r"], ["--storage-option", "a=1"], ["--json"]])
+def test_bench_refuses_global_options_it_would_ignore(given, tmp_path, capsys):
+    # before: `treadle bench --root R` ran the suite on its own stores and ignored R
+    argv = ["bench", "--tiny", "--cases", "plan", "--dir", str(tmp_path / "b")]
+    assert main([*given, *argv]) == 2
+    assert f"{given[0]}: bench does not use it" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_bench_cases_are_checked_when_parsed(tmp_path, capsys):
+    # before: `--cases foo` made DIR, then bench/suite.py's own usage line (with options
+    # treadle bench does not have, like --redraw) and exit 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--cases", "mix,foo", "--dir", str(tmp_path / "b")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown case 'foo'" in err and "--redraw" not in err
+    assert not (tmp_path / "b").exists()
+
+
+def test_bench_knows_the_suites_cases():
+    from treadle.cli import bench
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    try:
+        import suite
+    finally:
+        sys.path.pop(0)
+    assert (bench.CASES, bench.OPT_IN) == (suite.CASES, suite.OPT_IN)
+    assert set(suite.RUNNERS) == set(bench.CASES + bench.OPT_IN)
 
 
 def test_help_shows_no_rest_markup():

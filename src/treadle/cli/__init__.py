@@ -50,8 +50,18 @@ def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
     return out
 
 
-NO_JSON = ("demo", "bench")
-"""Commands whose output is a report, not data: ``--json`` there is a usage error."""
+UNUSED = {"demo": ("json",), "bench": ("json", "root", "storage_option")}
+"""Global options a command has no use for: given there, they are a usage error rather
+than silently ignored (demo and bench print reports, not data; bench makes its own stores
+under ``--dir``)."""
+
+
+def unused_option(ns: argparse.Namespace) -> str | None:
+    """The first global option given on the command line that ``ns.command`` does not use."""
+    for name in UNUSED.get(ns.command, ()):
+        if getattr(ns, name, None) or getattr(ns, args.TOP + name, None):
+            return "--" + name.replace("_", "-")
+    return None
 
 
 def missing_dependency(command: str, error: ModuleNotFoundError) -> MissingDependency:
@@ -70,12 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print("treadle: error: give a COMMAND", file=sys.stderr)
         return 2
+    unused = unused_option(ns)
+    if unused:
+        print(f"treadle {ns.command}: error: {unused}: {ns.command} does not use it "
+              f"(see treadle {ns.command} --help)", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         args.resolve(ns)
-        if ns.json and ns.command in NO_JSON:
-            print(f"treadle {ns.command}: error: --json: {ns.command} prints a report, "
-                  "not data", file=sys.stderr)  # fmt: skip
-            return 2
         try:
             code = int(ns.func(ns) or 0)
             sys.stdout.flush()  # here, so that a closed pipe is caught below
