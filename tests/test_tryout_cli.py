@@ -125,3 +125,21 @@ def test_a_toml_recipe_error_names_the_file(tmp_path, capsys):
     assert main(["plan", str(recipe), "--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err == f"treadle plan: error: recipe {str(recipe)!r} is missing 'project'\n", err
+
+
+def test_stats_with_a_bad_where_is_one_line(tmp_path, capsys):
+    # before: a traceback ending in Lance's "ValueError: Invalid user input: Schema error:
+    # No field named frmae. Did you mean 'frame'?., /home/runner/work/lance/..."
+    import numpy as np
+
+    import treadle as td
+
+    root = tmp_path / "store"
+    root.mkdir()
+    arm = td.Client(str(root)).project("p").branch("main").table("arm")
+    arm.append_episode({"action": np.zeros((4, 2), np.float32)}, episode="e")
+    argv = ["--root", str(root), "stats", "p", "arm", "--where", "frmae > 1"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--where 'frmae > 1' on table 'arm'" in err, err
+    assert "frame" in err and "/home/runner" not in err
