@@ -143,3 +143,12 @@ def test_stats_with_a_bad_where_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--where 'frmae > 1' on table 'arm'" in err, err
     assert "frame" in err and "/home/runner" not in err
+
+
+def test_an_empty_root_is_refused_not_the_working_folder(tmp_path, monkeypatch, capsys):
+    # before: `treadle --root "" projects` listed the working folder as the store
+    monkeypatch.chdir(tmp_path)
+    assert main(["--root", "", "projects"]) == 1
+    assert "--root is empty" in capsys.readouterr().err
+    assert main(["projects", "--root", " "]) == 1
+    assert "--root is empty" in capsys.readouterr().err

@@ -164,6 +164,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         options.update(file_options)
         root = root or file_root
     options.update(dict(pairs))
+    if root is not None and not str(root).strip():  # `--root "$UNSET"` must not mean "here"
+        raise ConfigError("--root is empty (an unset shell variable?): give a path or URL")
     args.root = root
     args.storage_options = options
     return args
