@@ -148,3 +148,13 @@ def test_the_cli_page_shows_the_error_treadle_prints(tmp_path, capsys):
     assert main(["--root", str(root), "log", "robtics"]) == 1
     printed = capsys.readouterr().err.strip()
     assert printed == shown.replace("/data/store", str(root))
+
+
+def test_architecture_page_points_into_the_repository():
+    # before: "Public API is named in `../shared/DESIGN.md` (a sibling of the checkout)",
+    # a file a clone does not have (test_docs checks the guide's pages, not this one)
+    from test_docs import test_links_point_into_the_repository
+
+    text = (DOCS / "ARCHITECTURE.md").read_text()
+    assert "DESIGN.md" not in text and "shared/" not in text
+    test_links_point_into_the_repository("ARCHITECTURE.md")
