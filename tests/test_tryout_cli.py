@@ -152,3 +152,23 @@ def test_an_empty_root_is_refused_not_the_working_folder(tmp_path, monkeypatch, 
     assert "--root is empty" in capsys.readouterr().err
     assert main(["projects", "--root", " "]) == 1
     assert "--root is empty" in capsys.readouterr().err
+
+
+def test_a_window_kind_typo_names_the_kind_as_written(tmp_path, capsys):
+    # before: "bad window spec {'kind': 'rowz', 'offsets': {'range': [0, 2]}}: unknown
+    # window spec kind 'rowz'", a dict the file never had (range rewritten as offsets)
+    import numpy as np
+
+    import treadle as td
+
+    arm = td.Client(str(tmp_path)).project("p").branch("main").table("t")
+    arm.append_episode({"action": np.zeros((4, 2), np.float32)}, episode="e")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        'project = "p"\nseed = 1\nbatch_size = 4\n[[components]]\ntable = "t"\n'
+        '[components.windows]\naction = { kind = "rowz", range = [0, 2] }\n'
+    )
+    assert main(["plan", str(recipe), "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "window 'action' needs kind = \"video\" or \"rows\", not 'rowz'" in err, err
+    assert "'offsets': {" not in err

@@ -80,8 +80,9 @@ def _window_spec(col: str, value: Any, where: str) -> Spec:
         spec["offsets"] = None
     if "offsets" not in spec:
         raise PlanError(f"{where}: window {col!r} needs range = [start, stop), offsets or seconds")
-    if "kind" not in spec:
-        raise PlanError(f'{where}: window {col!r} needs kind = "video" or "rows"')
+    if spec.get("kind") not in ("video", "rows"):
+        got = f", not {spec['kind']!r}" if "kind" in spec else ""
+        raise PlanError(f'{where}: window {col!r} needs kind = "video" or "rows"{got}')
     try:
         return spec_from_json(spec)
     except PlanError as e:
