@@ -158,3 +158,22 @@ def test_architecture_page_points_into_the_repository():
     text = (DOCS / "ARCHITECTURE.md").read_text()
     assert "DESIGN.md" not in text and "shared/" not in text
     test_links_point_into_the_repository("ARCHITECTURE.md")
+
+
+def test_reimport_is_a_no_op_only_with_the_same_options(tmp_path):
+    # the pages said "running the same import again is a no-op"; with other options
+    # (here a rename of a column the shards lack) the same shards are a new import, and
+    # their rows land twice
+    import treadle as td
+    from importer_fixtures import make_wds
+
+    pattern = make_wds(tmp_path / "wds", n=4, per_shard=4)
+    client = td.Client(str(tmp_path / "store"), create=True)
+    first = td.importers.webdataset(pattern, "p", "t", client=client, progress=False)
+    again = td.importers.webdataset(pattern, "p", "t", client=client, progress=False)
+    other = td.importers.webdataset(
+        pattern, "p", "t", client=client, progress=False, rename={"nope": "y"}
+    )
+    assert (first.skipped, again.skipped, other.skipped) == (False, True, False)
+    assert client.project("p").branch("main").table("t").num_moments == 8
+    assert "other options are a new import" in (DOCS / "cli.md").read_text()
