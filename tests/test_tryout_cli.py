@@ -99,13 +99,14 @@ def test_import_creates_a_new_root_folder(tmp_path, capsys):
 
 @pytest.mark.parametrize("fmt", ["webdataset", "mds", "lerobot", "hf"])
 def test_import_errors_have_the_one_error_format(fmt, tmp_path, capsys):
-    # before: "treadle import webdataset: NotFound: no WebDataset shard ..." (not documented)
+    # before: "treadle import webdataset: NotFound: no WebDataset shard ...", unlike every
+    # other "COMMAND: error: ..." line, and as many lines as the error had
     root = tmp_path / "store"
     root.mkdir()
     argv = ["import", fmt, str(tmp_path / "missing"), "--project", "p", "--table", "t"]
     assert main([*argv, "--root", str(root)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("treadle: error: ") and err.count("\n") == 1, err
+    assert err.startswith(f"treadle import {fmt}: error: ") and err.count("\n") == 1, err
     assert "missing" in err
 
 
