@@ -1,8 +1,10 @@
-"""The ``treadle`` command line: browse projects, plan runs, import data, run the demo."""
+"""The treadle command line: browse projects, plan runs, import data, run the demo."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from treadle import __version__
@@ -32,8 +34,34 @@ def build_parser() -> argparse.ArgumentParser:
     for leaf in args.leaf_parsers(parser):
         leaf.epilog = leaf.epilog or args.EXIT_CODES
         leaf.formatter_class = argparse.RawDescriptionHelpFormatter
+    for p in _all_parsers(parser):  # docstrings become help: drop their reST ``code`` marks
+        p.description = p.description and p.description.replace("``", "")
     args.install(parser)
     return parser
+
+
+def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every parser of the tree under it."""
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                out += _all_parsers(child)
+    return out
+
+
+UNUSED = {"demo": ("json",), "bench": ("json", "root", "storage_option")}
+"""Global options a command has no use for: given there, they are a usage error rather
+than silently ignored (demo and bench print reports, not data; bench makes its own stores
+under ``--dir``)."""
+
+
+def unused_option(ns: argparse.Namespace) -> str | None:
+    """The first global option given on the command line that ``ns.command`` does not use."""
+    for name in UNUSED.get(ns.command, ()):
+        if getattr(ns, name, None) or getattr(ns, args.TOP + name, None):
+            return "--" + name.replace("_", "-")
+    return None
 
 
 def missing_dependency(command: str, error: ModuleNotFoundError) -> MissingDependency:
@@ -49,12 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)  # usage errors exit 2 here, with argparse's message
     if not getattr(ns, "func", None):
-        parser.print_help()
-        return 0
+        parser.print_usage(sys.stderr)
+        print("treadle: error: give a COMMAND", file=sys.stderr)
+        return 2
+    unused = unused_option(ns)
+    if unused:
+        print(f"treadle {ns.command}: error: {unused}: {ns.command} does not use it "
+              f"(see treadle {ns.command} --help)", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         args.resolve(ns)
         try:
-            return int(ns.func(ns) or 0)
+            code = int(ns.func(ns) or 0)
+            sys.stdout.flush()  # here, so that a closed pipe is caught below
+            return code
         except ModuleNotFoundError as e:
             if not e.name or e.name.split(".")[0] == "treadle":
                 raise  # a broken install, not a missing extra: the traceback says where
@@ -62,4 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     except TreadleError as e:
         first = str(e).strip().splitlines()
         print(f"treadle: error: {first[0] if first else type(e).__name__}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `treadle log P | head`: the reader left, nothing to report
+        with contextlib.suppress(OSError, ValueError):  # no fd under a capturing test
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

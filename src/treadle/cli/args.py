@@ -30,7 +30,7 @@ Storage options (credentials, endpoints) come from --storage-option KEY=VALUE, a
 file's [storage] table, or the environment (AWS_*, GOOGLE_*, AZURE_*).
 """
 
-_TOP = "top_"  # dest prefix of the copies on the top-level parser
+TOP = "top_"  # dest prefix of the copies on the top-level parser
 
 
 class ConfigError(TreadleError, ValueError):
@@ -117,7 +117,7 @@ def add_global_options(parser: argparse.ArgumentParser, *, top: bool = False) ->
             continue  # the command has its own (e.g. ``plan --root``): resolve() reads it
         dest = flag[2:].replace("-", "_")
         group.add_argument(
-            flag, dest=(_TOP + dest) if top else dest, default=argparse.SUPPRESS, **kwargs
+            flag, dest=(TOP + dest) if top else dest, default=argparse.SUPPRESS, **kwargs
         )
 
 
@@ -149,12 +149,12 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
     def pick(name: str) -> Any:
         after = getattr(args, name, None)
-        return after if after not in (None, False) else getattr(args, _TOP + name, None)
+        return after if after not in (None, False) else getattr(args, TOP + name, None)
 
     args.config = pick("config")
     args.quiet = bool(pick("quiet"))
     args.json = bool(pick("json"))
-    pairs = list(getattr(args, _TOP + "storage_option", None) or []) + list(
+    pairs = list(getattr(args, TOP + "storage_option", None) or []) + list(
         getattr(args, "storage_option", None) or []
     )
     options: dict[str, Any] = {}
@@ -164,6 +164,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         options.update(file_options)
         root = root or file_root
     options.update(dict(pairs))
+    if root is not None and not str(root).strip():  # `--root "$UNSET"` must not mean "here"
+        raise ConfigError("--root is empty (an unset shell variable?): give a path or URL")
     args.root = root
     args.storage_options = options
     return args

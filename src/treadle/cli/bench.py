@@ -19,6 +19,19 @@ from treadle.cli.args import int_at_least
 from treadle.errors import TreadleError
 
 DATA_ENV = "TREADLE_BENCH_DATA"  # bench/case_*.py generate their data under this folder
+CASES = ("mix", "video", "s3", "plan")  # bench/suite.py's CASES and OPT_IN (a test checks)
+OPT_IN = ("import_ray", "augment")
+
+
+def case_list(text: str) -> str:
+    """An argparse ``type``: comma-separated names of benchmark cases, each one we have."""
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in names if c not in CASES + OPT_IN]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown case {bad[0] if bad else text!r}; choose from {', '.join(CASES + OPT_IN)}"
+        )
+    return ",".join(names)
 
 
 def bench_dir() -> Path:
@@ -44,7 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tiny", "--quick", action="store_true", help="small sizes, one round (a smoke run)"
     )
     p.add_argument(
-        "--cases", default=None, help="comma-separated subset of mix,video,s3,plan (default all)"
+        "--cases",
+        type=case_list,
+        default=None,
+        help=f"comma-separated subset of {','.join(CASES)} (default: all of them), or the "
+        f"opt-in {', '.join(OPT_IN)}",
     )
     p.add_argument(
         "--runs",

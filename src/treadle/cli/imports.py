@@ -139,21 +139,19 @@ def byte_count(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run one ``treadle import`` command; prints a JSON summary line (the command's data,
     with or without ``--json``), returns an exit code."""
-    from treadle import importers
-    from treadle.importers.ray_executor import RayExecutor
+    from treadle.catalog import Client
 
     rename = {}
     for item in args.rename:
         src, sep, dst = item.partition("=")
         if not sep or not src or not dst:
-            print(f"treadle import: --rename takes SRC=DST, got {item!r}", file=sys.stderr)
+            print(f"treadle import {args.format}: error: --rename takes SRC=DST, got {item!r}",
+                  file=sys.stderr)  # fmt: skip
             return 2
         rename[src] = dst
     common: dict[str, Any] = {
         "rename": rename or None,
         "branch": args.branch,
-        "root": getattr(args, "root", None),
-        "storage_options": getattr(args, "storage_options", None) or None,
         "source_options": dict(args.source_option) or None,
         "images": args.images,
         "allow_pickle": args.allow_pickle,
@@ -162,25 +160,16 @@ def run(args: argparse.Namespace) -> int:
     for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
+    if args.format in ("mds", "lerobot") and len(args.src) != 1:
+        print(f"treadle import {args.format}: error: give exactly one SRC", file=sys.stderr)
+        return 2
     try:
-        if getattr(args, "ray", None) is not None:
-            common["executor"] = RayExecutor(address=args.ray or None)
-        if args.format == "webdataset":
-            res = importers.webdataset(args.src, args.project, args.table, **common)
-        elif args.format == "hf":
-            res = importers.hf(args.src, args.project, args.table, split=args.split, **common)
-        else:
-            if len(args.src) != 1:
-                print(f"treadle import {args.format}: give exactly one SRC", file=sys.stderr)
-                return 2
-            if args.format == "mds":
-                res = importers.mds(args.src[0], args.project, args.table, **common)
-            else:
-                res = importers.lerobot(
-                    args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
-                )
-    except TreadleError as e:
-        print(f"treadle import {args.format}: {type(e).__name__}: {e}", file=sys.stderr)
+        # an import is a write: like the demo, it makes a root folder that is not there yet
+        common["client"] = Client(args.root, args.storage_options or None, create=True)
+        res = _import(args, common)
+    except TreadleError as e:  # one line, like argparse's errors, with the kind of error
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"treadle import {args.format}: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
     summary = {
         "commit": res.commit.short_id if res.commit is not None else None,
@@ -193,3 +182,21 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
+    """Run the importer of ``args.format`` with the options every format shares."""
+    from treadle import importers
+    from treadle.importers.ray_executor import RayExecutor
+
+    if getattr(args, "ray", None) is not None:
+        common["executor"] = RayExecutor(address=args.ray or None)
+    if args.format == "webdataset":
+        return importers.webdataset(args.src, args.project, args.table, **common)
+    if args.format == "hf":
+        return importers.hf(args.src, args.project, args.table, split=args.split, **common)
+    if args.format == "mds":
+        return importers.mds(args.src[0], args.project, args.table, **common)
+    return importers.lerobot(
+        args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
+    )

@@ -55,6 +55,8 @@ def plan_command(args: argparse.Namespace) -> int:
         slots = max(1, int(getattr(args, "slots", 3)))
         sys.stdout.write(render_card(plan.record, world_size=world, plan=plan, slots=slots))
         return 0
-    except (TreadleError, ValueError) as e:
-        print(f"treadle plan: {e}", file=sys.stderr)
+    except (TreadleError, ValueError) as e:  # one line, like argparse's own errors
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        prefix = "" if isinstance(e, TreadleError) else f"recipe {args.recipe!r}: "
+        print(f"treadle plan: error: {prefix}{lines[0]}", file=sys.stderr)
         return 1

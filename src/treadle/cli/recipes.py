@@ -27,7 +27,8 @@ A TOML recipe::
 A window is ``kind`` (``"video"`` or ``"rows"``) with ``range = [start, stop)``, ``offsets``
 or ``seconds`` (with ``tolerance_s``), and ``pad = true`` for edge padding;
 video windows also take ``size``, ``layout``, ``dtype``, ``mean``, ``std`` (see ``td.Video``).
-Storage credentials come from the environment, never from the recipe file.
+Storage credentials come from ``--storage-option``, ``--config`` or the environment,
+never from the recipe file.
 
 A Python recipe is a file that defines ``recipe`` (a ``td.Recipe``, or a function returning one).
 """
@@ -36,11 +37,12 @@ from __future__ import annotations
 
 import runpy
 import tomllib
+import traceback
 from pathlib import Path
 from typing import Any
 
 from treadle.catalog import Client
-from treadle.errors import PlanError
+from treadle.errors import PlanError, TreadleError
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.windows import Spec, Windows, spec_from_json
 
@@ -78,8 +80,9 @@ def _window_spec(col: str, value: Any, where: str) -> Spec:
         spec["offsets"] = None
     if "offsets" not in spec:
         raise PlanError(f"{where}: window {col!r} needs range = [start, stop), offsets or seconds")
-    if "kind" not in spec:
-        raise PlanError(f'{where}: window {col!r} needs kind = "video" or "rows"')
+    if spec.get("kind") not in ("video", "rows"):
+        got = f", not {spec['kind']!r}" if "kind" in spec else ""
+        raise PlanError(f'{where}: window {col!r} needs kind = "video" or "rows"{got}')
     try:
         return spec_from_json(spec)
     except PlanError as e:
@@ -147,16 +150,36 @@ def load_recipe(
     if not path.is_file():
         raise PlanError(f"recipe file {str(path)!r} does not exist")
     if path.suffix == ".py":
-        scope = runpy.run_path(str(path), run_name="__treadle_recipe__")
-        value = scope.get("recipe")
-        if callable(value) and not isinstance(value, Recipe):
-            value = value()
-        if not isinstance(value, Recipe):
-            raise PlanError(f"{path} must define `recipe`, a td.Recipe or a function returning one")
-        return value
+        return _python_recipe(path)
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise PlanError(f"recipe {str(path)!r} is not valid TOML: {e}") from None
     client = Client(root if root is not None else data.get("root"), storage_options)
-    return recipe_from_toml(data, client)
+    try:
+        return recipe_from_toml(data, client)
+    except PlanError as e:  # name the file: "recipe 'r.toml' is missing 'seed'"
+        msg = str(e)
+        rest = msg.removeprefix("recipe ")
+        raise PlanError(f"recipe {str(path)!r}{' ' if rest != msg else ': '}{rest}") from None
+
+
+def _python_recipe(path: Path) -> Recipe:
+    """``recipe`` of a Python file. A bug in the file is one line naming the file and line
+    (a ``TreadleError`` it raises, e.g. a table not found, passes as it is)."""
+    try:
+        scope = runpy.run_path(str(path), run_name="__treadle_recipe__")
+        value = scope.get("recipe")
+        if callable(value) and not isinstance(value, Recipe):
+            value = value()
+    except TreadleError:
+        raise
+    except Exception as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+        where = f", line {frames[-1].lineno}" if frames else ""
+        raise PlanError(
+            f"recipe file {str(path)!r}{where} raised {type(e).__name__}: {e}"
+        ) from None
+    if not isinstance(value, Recipe):
+        raise PlanError(f"{path} must define `recipe`, a td.Recipe or a function returning one")
+    return value
