@@ -134,7 +134,7 @@ def test_prefer_nvdec_raises_instead_of_falling_back(monkeypatch):
 
 
 def test_backends_build_their_readers(tmp_path, monkeypatch):
-    from treadle.gpu.decode import GpuVideoReader
+    from treadle.gpu.reader import GpuVideoReader
     from treadle.storage import Store
     from treadle.video import VideoReader
 

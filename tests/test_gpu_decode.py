@@ -19,16 +19,11 @@ import treadle.video as tv
 from treadle.errors import CorruptData, VideoError
 from treadle.gpu import backend
 from treadle.gpu.colour import AVCHROMA_LOC_LEFT
-from treadle.gpu.decode import (
-    GpuVideoReader,
-    NvdecDecoder,
-    chroma_location,
-    decode_window_to,
-    frame_planes,
-)
-from treadle.gpu.transform import OutputSpec
+from treadle.gpu.decode import NvdecDecoder, chroma_location, decode_window_to, frame_planes
+from treadle.gpu.reader import GpuVideoReader
 from treadle.plan.windows import Video
 from treadle.video._testing import store_stream, synthetic_frames
+from treadle.video.frames import FrameSpec
 
 WHERE = ("grasps", "ep-0003", "wrist")
 
@@ -84,7 +79,7 @@ def test_same_frames_as_the_cpu_path_within_tolerance(stored, spec, levels):
     reqs = requests(key, index, spec)
     want = cpu_read(store, reqs)
     got = gpu_read(store, reqs, streams=2)
-    scale = OutputSpec.from_video(spec).affine()[0]
+    scale = spec.frame.affine()[0]
     for w, g in zip(want, got):
         assert g.shape == w.shape and g.dtype == w.dtype and g.device.type == "cpu"
         d = (w.float() - g.float()).abs()
@@ -178,7 +173,7 @@ def test_decoder_context_is_reused_across_windows(stored, stream):
     store, key, index = stored
     dec = NvdecDecoder("cpu", hw=False)
     ctx = dec.context()
-    spec = OutputSpec((24, 32))
+    spec = FrameSpec((24, 32))
     for start in (0, 12, 30):
         plan = tv.plan_window(index, np.arange(start, start + 5))
         data = stream.data[plan.start : plan.end]
@@ -209,19 +204,10 @@ def test_follows_the_cpu_paths_scaler_flags(stored, monkeypatch):
     from treadle.gpu.transform import SWS_PARITY_FLAGS
 
     store, key, index = stored
-    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "sws_default"  # "BILINEAR"
+    assert cpu_chroma_mode() == "sws_default"  # "BILINEAR"
     monkeypatch.setattr(cpu_decode, "RESIZE_INTERPOLATION", SWS_PARITY_FLAGS)
-    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "full"
+    assert cpu_chroma_mode() == "full"
     for spec in (Video(range(4), size=(32, 48)), Video(range(4), size=(72, 96), layout="TCHW")):
         reqs = requests(key, index, spec, starts=(2, 30))
         for w, g in zip(cpu_read(store, reqs), gpu_read(store, reqs)):
             assert int((w.int() - g.int()).abs().max()) <= 1
-    # a per-spec choice, when the CPU path defines one, wins over the constant
-    monkeypatch.setattr(
-        cpu_decode,
-        "interpolation_for",
-        lambda v: "BILINEAR" if v.size is None else SWS_PARITY_FLAGS,
-        raising=False,
-    )
-    assert cpu_chroma_mode(Video(range(2))) == "sws_default"
-    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "full"

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
@@ -359,7 +358,6 @@ class BatchReader:
         b: int,
     ) -> list[Any]:
         from treadle.video import WindowRequest
-        from treadle.video.decode import allocate, output_shape
 
         episodes = table.episodes()
         spec: Video = cs.spec  # type: ignore[assignment]
@@ -374,19 +372,12 @@ class BatchReader:
             frame = int(m - episodes.starts[e])
             # padded: the episode's edge frames, repeated (decoded once, copied per slot)
             frames = grid[i] - episodes.starts[e] if spec.pad else frame + offsets
-            shape = output_shape(index, spec, len(offsets))
+            t = len(offsets)
+            shape = spec.frame.shape(t, index.height, index.width)
             dest = out.get(cs.name)
             if dest is None:
-                one = allocate(index, spec, len(offsets))
-                if self.backend.on_device:
-                    dtype = (
-                        one.dtype if isinstance(one, torch.Tensor) else torch.from_numpy(one).dtype
-                    )
-                    dest = torch.empty((b, *shape), dtype=dtype, device=self.backend.device)
-                elif isinstance(one, np.ndarray):
-                    dest = np.empty((b, *shape), one.dtype)
-                else:
-                    dest = one.new_empty((b, *shape))
+                device = self.backend.device if self.backend.on_device else None
+                dest = spec.frame.allocate(t, index.height, index.width, batch=b, device=device)
                 out[cs.name] = dest
             target = dest[slot]
             if tuple(target.shape) != shape:
