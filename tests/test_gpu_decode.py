@@ -153,6 +153,36 @@ def test_unsupported_codec_goes_to_the_cpu_path_with_one_warning(stored):
         assert torch.equal(w, g)  # exactly the CPU path's frames
 
 
+class CountingStore:
+    """The real store, counting its ``get_ranges`` calls (a spy: bytes come from disk)."""
+
+    def __init__(self, store):
+        self.store, self.calls = store, []
+
+    def get_ranges(self, ranges):
+        self.calls.append(len(ranges))
+        return self.store.get_ranges(ranges)
+
+
+@pytest.mark.parametrize("hw", [False, True], ids=["cpu-codec", "nvdec-error"])
+def test_cpu_fallback_decodes_the_bytes_fetched_once(stored, hw):
+    """The GPU reader's CPU fallback starts from the same fetched, verified window: one
+    ``get_ranges`` per batch, never a second fetch per window."""
+    if hw and torch.cuda.is_available():
+        pytest.skip("needs a machine without NVDEC")
+    store, key, index = stored
+    idx = index if hw else dataclasses.replace(index, codec="hevc")
+    reqs = requests(key, idx, Video(range(4), size=(24, 32)), starts=(1, 20, 33))
+    spy = CountingStore(store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", backend.GpuFallbackWarning)
+        with GpuVideoReader(spy, device="cpu", prefix="projects/p", hw=hw, impl="torch") as r:
+            got = r.read(reqs)
+    assert spy.calls == [3]
+    for w, g in zip(cpu_read(store, requests(key, index, reqs[0].spec, (1, 20, 33))), got):
+        assert torch.equal(w, g)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without NVDEC")
 def test_nvdec_failure_retries_on_the_cpu_path(stored):
     """hw=True on a machine without NVDEC: every window falls back, warned once."""

@@ -97,11 +97,7 @@ class GpuVideoReader:
     def _one(self, window: FetchedWindow) -> torch.Tensor:
         window.verify()
         req, where = window.request, window.where
-        out = req.out
-        if out is not None:
-            window.check_out(out, self.device)
-        else:
-            out = window.allocate(self.device)
+        out = window.output(self.device)
         if req.index.codec not in GPU_CODECS:
             warn_once(
                 f"codec-{req.index.codec}",

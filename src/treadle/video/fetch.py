@@ -89,20 +89,21 @@ class FetchedWindow:
     def frame(self) -> FrameSpec:
         return FrameSpec.of(self.request.spec)
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The output's shape: ``[T, ...]`` by the spec and the stream's size."""
-        return self.frame.shape(len(self.plan.wanted), self.index.height, self.index.width)
-
-    def check_out(self, out: Any, device: Any = None) -> None:
-        """:meth:`FrameSpec.check` of ``out`` for this window (the one shape check)."""
-        idx = self.index
-        self.frame.check(out, len(self.plan.wanted), idx.height, idx.width, self.where, device)
-
     def allocate(self, device: Any = None) -> Any:
-        """A fresh output for this window (:meth:`FrameSpec.allocate`)."""
+        """A fresh output for this window (:meth:`FrameSpec.allocate`; ``device=None``:
+        host memory)."""
         idx = self.index
         return self.frame.allocate(len(self.plan.wanted), idx.height, idx.width, device=device)
+
+    def output(self, device: Any = None) -> Any:
+        """The request's ``out``, checked (:meth:`FrameSpec.check`: the one shape check of
+        a window), or a fresh output; ``device`` as for :meth:`allocate`."""
+        out = self.request.out
+        if out is None:
+            return self.allocate(device)
+        idx = self.index
+        self.frame.check(out, len(self.plan.wanted), idx.height, idx.width, self.where, device)
+        return out
 
     def verify(self) -> None:
         """Check the bytes' length and every packet's crc32 against the index."""

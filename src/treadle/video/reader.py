@@ -64,12 +64,7 @@ class VideoReader:
 
     def _one(self, window: FetchedWindow) -> Any:
         window.verify()
-        out = window.request.out
-        if out is not None:
-            window.check_out(out)
-        else:
-            out = window.allocate()
-        return decode_fetched(self._decoder(), window, out)
+        return decode_fetched(self._decoder(), window, window.output())
 
     # -- API ----------------------------------------------------------------------------
     def read(self, requests: Sequence[WindowRequest]) -> list[Any]:
