@@ -86,7 +86,10 @@ class NvdecDecoder:
         Raises ``av.FFmpegError`` on undecodable bytes (the caller resets the decoder).
         """
         ctx = self.context()
-        for _, pkt in cpu.iter_packets(data, plan):
+        view = memoryview(data)
+        for o, s, p in zip(plan.rel_offset.tolist(), plan.size.tolist(), plan.pts.tolist()):
+            pkt = av.Packet(view[o : o + s])
+            pkt.pts = p
             yield from ctx.decode(pkt)
         yield from ctx.decode(None)
         ctx.flush_buffers()

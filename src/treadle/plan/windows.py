@@ -11,7 +11,6 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -234,12 +233,12 @@ class Video(_Timed):
             raise PlanError(f"Video {e}") from None
         for name in ("size", "layout", "dtype", "mean", "std"):
             object.__setattr__(self, name, getattr(frame, name))
-        object.__setattr__(self, "frame", frame)  # the cached_property's value
+        object.__setattr__(self, "_frame", frame)  # not a field: eq, hash and repr as before
 
-    @cached_property
+    @property
     def frame(self) -> FrameSpec:
         """What the decoded frames become (size, layout, dtype, normalisation)."""
-        return FrameSpec(self.size, self.layout, self.dtype, self.mean, self.std)
+        return self._frame  # type: ignore[attr-defined]
 
     def to_json(self) -> dict[str, Any]:
         return {

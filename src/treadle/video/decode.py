@@ -11,7 +11,6 @@ one :class:`~treadle.video.fetch.FetchedWindow` (fetched and verified by
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import av
@@ -76,17 +75,6 @@ class Decoder:
         self._ctx = None
 
 
-def iter_packets(data: bytes | memoryview, plan: WindowPlan) -> Iterator[tuple[int, Any]]:
-    """``(display index, av.Packet)`` for each of ``plan``'s packets in ``data``, decode order."""
-    view = memoryview(data)
-    for f, o, s, p in zip(
-        plan.frames.tolist(), plan.rel_offset.tolist(), plan.size.tolist(), plan.pts.tolist()
-    ):
-        pkt = av.Packet(view[o : o + s])
-        pkt.pts = p
-        yield f, pkt
-
-
 def decode_window(
     decoder: Decoder,
     data: bytes,
@@ -129,9 +117,14 @@ def decode_window(
                 frames_out[j] = arr
 
     current = -1
+    view = memoryview(data)
     try:
-        for frame, pkt in iter_packets(data, plan):
-            current = frame
+        for k, (o, s, p) in enumerate(
+            zip(plan.rel_offset.tolist(), plan.size.tolist(), plan.pts.tolist())
+        ):
+            current = int(plan.frames[k])
+            pkt = av.Packet(view[o : o + s])
+            pkt.pts = p
             take(ctx.decode(pkt))
         current = -1
         take(ctx.decode(None))

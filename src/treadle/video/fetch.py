@@ -75,19 +75,17 @@ class FetchedWindow:
 
     request: WindowRequest
     plan: WindowPlan
-    data: bytes
+    data: bytes = field(repr=False)
+    where: str = field(init=False)  # the window's name in errors (where_text)
+    frame: FrameSpec = field(init=False)  # the request's spec's FrameSpec
 
-    @property
-    def where(self) -> str:
-        return where_text(self.request.where)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "where", where_text(self.request.where))
+        object.__setattr__(self, "frame", FrameSpec.of(self.request.spec))
 
     @property
     def index(self) -> StreamIndex:
         return self.request.index
-
-    @property
-    def frame(self) -> FrameSpec:
-        return FrameSpec.of(self.request.spec)
 
     def allocate(self, device: Any = None) -> Any:
         """A fresh output for this window (:meth:`FrameSpec.allocate`; ``device=None``:

@@ -26,6 +26,7 @@ TORCH_DTYPES = {
     "bfloat16": torch.bfloat16,
 }
 DTYPES = tuple(TORCH_DTYPES)
+_NUMPY_DTYPES = {n: np.dtype(n) for n in DTYPES if n != "bfloat16"}  # derived, not a second map
 
 
 def _norm(name: str, value: Any) -> tuple[float, float, float] | None:
@@ -89,7 +90,7 @@ class FrameSpec:
     @property
     def numpy_dtype(self) -> np.dtype | None:
         """The numpy dtype of a host output, None for ``bfloat16`` (a torch tensor)."""
-        return None if self.dtype == "bfloat16" else np.dtype(self.dtype)
+        return _NUMPY_DTYPES.get(self.dtype)
 
     def size_for(self, height: int, width: int) -> tuple[int, int]:
         """Output (height, width) of a ``height x width`` stream."""
@@ -124,19 +125,21 @@ class FrameSpec:
         tensor on ``device``.
         """
         shape = self.shape(t, height, width)
-        need = f"{shape} {self.dtype}" + ("" if device is None else f" on {device}")
         if isinstance(out, torch.Tensor):
             want = torch.device("cpu" if device is None else device)
             ok = out.device == want and out.dtype == self.torch_dtype
-            got = f"{tuple(out.shape)} {out.dtype} on {out.device}"
         elif isinstance(out, np.ndarray) and device is None:
             ok = out.dtype == self.numpy_dtype
-            got = f"{tuple(out.shape)} {out.dtype}"
         else:
             kind = "a numpy array or a CPU torch tensor" if device is None else "a torch tensor"
             raise VideoError(f"{where}: out must be {kind}, got {type(out).__name__}")
-        if not ok or tuple(out.shape) != shape:
-            raise VideoError(f"{where}: out is {got}, the window needs {need}")
+        if ok and tuple(out.shape) == shape:
+            return
+        got = f"{tuple(out.shape)} {out.dtype}"
+        if isinstance(out, torch.Tensor):
+            got += f" on {out.device}"
+        need = f"{shape} {self.dtype}" + ("" if device is None else f" on {device}")
+        raise VideoError(f"{where}: out is {got}, the window needs {need}")
 
     def affine(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
         """(scale, shift) per channel: float output = ``q * scale + shift`` for uint8 ``q``.
