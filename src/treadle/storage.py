@@ -99,7 +99,8 @@ def _transient(e: BaseException) -> bool:
         ),
     ):
         return False
-    text = str(e).lower()
+    # every obstore error's debug text names its "retry_timeout": not a timeout
+    text = str(e).lower().replace("retry_timeout", "")
     if "403 forbidden" in text or "401 unauthorized" in text or "accessdenied" in text:
         return False
     if re.search(r"after [1-9][0-9]* retries", text):
@@ -309,6 +310,8 @@ class Store:
     def _open_cloud(cls, root: str, scheme: str, options: dict[str, Any]) -> Store:
         if scheme == "s3":
             _require_s3_credentials(root, options)
+        if _ENV_PREFIX.get(scheme) == "AZURE_":
+            _refuse_emulator_with_endpoint(root, options)
         client = {k: _option_value(v) for k, v in options.items() if k.lower() in _CLIENT_KEYS}
         config = {k: _option_value(v) for k, v in options.items() if k.lower() not in _CLIENT_KEYS}
         # obstore ignores the environment's client settings (AWS_ALLOW_HTTP=true, ...) once
@@ -579,7 +582,10 @@ def lance_error(e: BaseException, where: str) -> TreadleError:
 
 
 _XML_ERROR = re.compile(r"<\?xml[^>]*\?>\s*<Error>(.*?)</Error>", re.S)
-_NO_SUCH_BUCKET = re.compile(r"<Code>NoSuchBucket</Code>|The specified bucket does not exist")
+# S3's NoSuchBucket and Azure's ContainerNotFound (its XML body; a bulk DELETE's reason text)
+_NO_SUCH_BUCKET = re.compile(
+    r"<Code>(NoSuchBucket|ContainerNotFound)</Code>|The specified (bucket|container) does not exist"
+)
 
 
 def _xml_summary(m: re.Match[str]) -> str:
@@ -610,6 +616,25 @@ def _missing_bucket(e: BaseException) -> str | None:
 
 def _missing_object(e: BaseException) -> bool:
     return isinstance(e, (NotFoundError, FileNotFoundError)) and _missing_bucket(e) is None
+
+
+def _refuse_emulator_with_endpoint(root: str, options: dict[str, Any]) -> None:
+    """object_store's Azure emulator mode sends every request to ``$AZURITE_BLOB_STORAGE_URL``
+    (default 127.0.0.1:10000) whatever the endpoint says: refuse the pair rather than talk
+    to another server than the one named."""
+    given = {k.lower(): v for k, v in options.items()}
+    env = os.environ
+    emulator = next(
+        (given[k] for k in ("azure_storage_use_emulator", "use_emulator") if k in given),
+        env.get("AZURE_STORAGE_USE_EMULATOR", ""),
+    )
+    endpoint = any(k in given for k in ("azure_storage_endpoint", "azure_endpoint", "endpoint"))
+    if _as_bool(emulator) and (endpoint or env.get("AZURE_STORAGE_ENDPOINT")):
+        raise StorageError(
+            f"cannot open {root!r}: azure_storage_use_emulator ignores azure_storage_endpoint "
+            "(every request would go to $AZURITE_BLOB_STORAGE_URL or 127.0.0.1:10000); give "
+            "the endpoint (http://HOST:PORT/ACCOUNT) with allow_http, without use_emulator"
+        )
 
 
 def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:

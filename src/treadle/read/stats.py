@@ -261,7 +261,8 @@ def _compute_video(
     table: Any, column: str, where: str | None, frames: int, seed: int
 ) -> ColumnStats:
     """Per channel, over ``frames`` sampled moments: exact uint8 histograms."""
-    from treadle.read.batch import BatchReader, moment_columns
+    from treadle.read.columns import moment_columns
+    from treadle.read.reader import SampleReader
 
     if where is None:
         candidates = np.arange(table.num_moments, dtype=np.int64)
@@ -275,17 +276,13 @@ def _compute_video(
     eps = table.episodes()
     episode = np.searchsorted(eps.starts, pick, side="right") - 1
     hist: np.ndarray | None = None
-    reader = BatchReader(None, project=table.project)
-    specs = moment_columns(table, [column])
+    reader = SampleReader([table], [moment_columns(table, [column])], ids=False)
     try:
         for e in np.unique(episode):  # one stream (one frame size) at a time
             ms = pick[episode == e]
             for i in range(0, len(ms), 64):
                 chunk = ms[i : i + 64]
-                out: dict[str, Any] = {}
-                reader.decode(
-                    reader.fill(table, specs, chunk, np.arange(len(chunk)), out, len(chunk))
-                )
+                out = reader.read(np.zeros(len(chunk), np.int64), chunk)
                 px = np.asarray(out[column])
                 if px.dtype != np.uint8:
                     raise PlanError(f"column {column!r}: video decodes to {px.dtype}, not uint8")

@@ -92,27 +92,21 @@ def decode_window(
     :meth:`Decoder.context`). Returns the number of packets decoded.
     """
     slots = plan.slots()
-    h, w = size
     ctx = decoder.context(stream, tags)
     rf = decoder.reformatter
-    src_colorspace, src_color_range = sws_colorspace(tags[0]), sws_color_range(tags[1])
+    scaler = {"height": size[0], "width": size[1], "format": "rgb24", "threads": 1}
+    scaler |= {
+        "src_colorspace": sws_colorspace(tags[0]),
+        "src_color_range": sws_color_range(tags[1]),
+    }
+    scaler["interpolation"] = RESIZE_INTERPOLATION
 
     def take(frames: list[Any]) -> None:
         for frame in frames:
             js = slots.pop(frame.pts, None)
             if js is None:
                 continue  # warm-up frame (before the window in decode or display order)
-            rgb = rf.reformat(
-                frame,
-                width=w,
-                height=h,
-                format="rgb24",
-                src_colorspace=src_colorspace,
-                src_color_range=src_color_range,
-                interpolation=RESIZE_INTERPOLATION,
-                threads=1,
-            )
-            arr = np.from_dlpack(rgb.planes[0])
+            arr = np.from_dlpack(rf.reformat(frame, **scaler).planes[0])
             for j in js:
                 frames_out[j] = arr
 
