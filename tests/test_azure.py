@@ -208,7 +208,7 @@ def test_a_refused_request_is_not_retried_as_transient(az_server):
     import obstore
     from obstore.store import from_url
 
-    import treadle.storage as storage
+    from treadle.storage.retry import _transient
 
     opts = az_server.storage_options()
     client = {"allow_http": opts.pop("allow_http")}
@@ -216,4 +216,4 @@ def test_a_refused_request_is_not_retried_as_transient(az_server):
     with pytest.raises(Exception) as info:
         list(obstore.list(inner, "x/"))
     assert "404" in str(info.value) and "retry_timeout" in str(info.value)
-    assert not storage._transient(info.value)
+    assert not _transient(info.value)

@@ -246,7 +246,7 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
     import time
 
     import treadle.catalog.leases as leases
-    from treadle.table.write import Transaction
+    from treadle.catalog.transaction import Transaction
 
     first = make_wds(tmp_path / "a", n=10, per_shard=10)
     pattern = make_wds(tmp_path / "wds", n=30, per_shard=10, seed=1)

@@ -188,7 +188,7 @@ CRASH = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from treadle.catalog import Client
-import treadle.table.write as w
+import treadle.catalog.transaction as w
 orig = w.TableWriter.append
 calls = []
 def append(self, data):

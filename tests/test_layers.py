@@ -38,18 +38,8 @@ least that high."""
 
 KNOWN: set[tuple[str, str]] = {
     # Issue 14 removes these; the lead empties this set as the branches merge.
-    # TableRef and Transaction move to catalog/ (gone on branch `catalog`):
-    ("treadle.table.table", "treadle.catalog.client"),
-    ("treadle.table.table", "treadle.catalog.commit"),
-    ("treadle.table.write", "treadle.catalog.client"),
-    ("treadle.table.write", "treadle.catalog.commit"),
-    ("treadle.table.write", "treadle.catalog.leases"),
-    # Not removed by any branch yet (the lead decides): Table.stats calls up into read/
-    # (function-level), and TYPE_CHECKING imports that close a cycle inside one package.
+    # Not removed by any branch yet: Table.stats calls up into read/ (function-level).
     ("treadle.table.table", "treadle.read.stats"),
-    ("treadle.table.episodes", "treadle.table.table"),
-    ("treadle.catalog.gc", "treadle.catalog.client"),
-    ("treadle.catalog.retention", "treadle.catalog.client"),
 }
 """``(importing module, imported module)`` edges against the layer order or closing a cycle,
 known and being removed: the layer and cycle tests leave them out, and
@@ -58,8 +48,6 @@ known and being removed: the layer and cycle tests leave them out, and
 MAX_LINES = 400
 LONG: set[str] = {
     # Split by other helpers of issue 14; the lead empties this set as the branches merge.
-    "treadle/storage.py",
-    "treadle/table/write.py",
 }
 """Modules over ``MAX_LINES`` lines, known and being split (the test fails once one is short)."""
 
@@ -97,12 +85,32 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[int, st
     return sorted(ours)
 
 
+def type_only_lines(path: Path) -> set[int]:
+    """Lines of the imports under ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        test = getattr(node, "test", None)
+        if isinstance(node, ast.If) and (
+            (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        ):
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        lines.add(sub.lineno)
+    return lines
+
+
 def graph(
-    src: Path = SRC, drop: set[tuple[str, str]] = frozenset()
+    src: Path = SRC, drop: set[tuple[str, str]] = frozenset(), *, runtime: bool = False
 ) -> dict[str, list[tuple[int, str]]]:
-    """Each module's imports (``drop``: ``(module, imported)`` edges left out)."""
+    """Each module's imports (``drop``: ``(module, imported)`` edges left out; ``runtime``:
+    without the ``TYPE_CHECKING`` ones)."""
     known = modules(src)
-    g = {name: imports(name, path, known) for name, path in known.items()}
+    g = {}
+    for name, path in known.items():
+        skip = type_only_lines(path) if runtime else set()
+        g[name] = [(n, m) for n, m in imports(name, path, known) if n not in skip]
     return {name: [(n, m) for n, m in deps if (name, m) not in drop] for name, deps in g.items()}
 
 
@@ -192,12 +200,16 @@ def test_the_import_parser_sees_every_kind_of_import(tmp_path):
         (8, "treadle.plan.y"),
     ]
     assert cycles(g) == [["treadle.catalog.client", "treadle.plan.x", "treadle.plan.y"]]
+    assert graph(tmp_path, runtime=True)["treadle.plan.x"] == g["treadle.plan.x"][1:]
     assert violations(g, set()) == ["treadle.catalog.client (line 2) imports treadle.plan.x"]
     assert violations(g, {("treadle.catalog.client", "treadle.plan.x")}) == []
 
 
 def test_no_import_cycles():
-    found = cycles(graph(drop=KNOWN))
+    """No cycle among the imports that run (module- and function-level). A type-only import
+    (``TYPE_CHECKING``) still follows the layer order (below) but closes no cycle: e.g.
+    ``catalog/transaction.py`` names ``Branch`` of ``catalog/client.py``, which creates it."""
+    found = cycles(graph(drop=KNOWN, runtime=True))
     assert found == [], "import cycles (each a group of modules that import each other): " + (
         "; ".join(" <-> ".join(c) for c in found)
     )

@@ -11,7 +11,7 @@ from importlib import metadata as _metadata
 _os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
 
 from treadle import importers  # noqa: E402  (td.importers.webdataset(...), ...)
-from treadle.catalog import Branch, Client, Commit, Project  # noqa: E402
+from treadle.catalog import Branch, Client, Commit, Project, TableRef, Transaction  # noqa: E402
 from treadle.errors import (  # noqa: E402
     AlreadyExists,
     CommitConflict,
@@ -35,9 +35,8 @@ from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
 from treadle.read.stats import ColumnStats  # noqa: E402
-from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef  # noqa: E402
+from treadle.table import EpisodeIndex, ScanRequest, Table  # noqa: E402
 from treadle.table.splits import split_episodes  # noqa: E402
-from treadle.table.write import Transaction  # noqa: E402
 from treadle.torch import (  # noqa: E402
     CheckpointRow,
     Checkpoints,

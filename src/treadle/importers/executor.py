@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from treadle.errors import MissingDependency
 
 if TYPE_CHECKING:
+    from treadle.catalog.transaction import TableWriter
     from treadle.importers.run import Progress
-    from treadle.table.write import TableWriter
 
 _T = TypeVar("_T")
 

@@ -52,8 +52,8 @@ from treadle.table.handoff import StagedFragments, add_staged, take_staged
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from treadle.catalog.transaction import TableWriter
     from treadle.importers.run import Progress
-    from treadle.table.write import TableWriter
 
 _T = TypeVar("_T")
 

@@ -243,7 +243,7 @@ def scan_batches(
 ) -> Any:
     """The table's rows (of the fragments with ids ``fragments``, default all) as Arrow
     record batches of at most ``rows`` rows."""
-    from treadle.storage import lance_error
+    from treadle.table.lanceerror import lance_error
 
     ds = table.dataset
     frags = None if fragments is None else [ds.get_fragment(i) for i in fragments]

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from treadle.errors import CorruptData, TreadleError
-from treadle.storage import lance_error
+from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
     from treadle.table.table import Table

@@ -71,7 +71,7 @@ class ScanDataset(torch.utils.data.IterableDataset):
         self._options = table.project.client.storage_options
         self._where = (table.project.name, table.name, table.version, table.commit_id)
         self._columns = list(scan.columns)
-        self._rows = _matching_rows(table, scan.filter)
+        self._rows = table.matching_rows(scan.filter)
         self._table = None  # opened lazily in whichever process iterates
         # The process this copy was built or unpickled in. A forked worker inherits the
         # object without unpickling it, whatever the start method reads as (Linux's default
@@ -148,20 +148,3 @@ class ScanDataset(torch.utils.data.IterableDataset):
         """Batch ``i`` of this epoch: its rows, all of the one component."""
         rows = order[i * self.batch_size : (i + 1) * self.batch_size]
         return SampleArrays(np.zeros(len(rows), np.int64), rows)
-
-
-def _matching_rows(table: Any, filter: str | None) -> np.ndarray:
-    """Row positions (moment ids) of the rows a filter keeps; all rows without one."""
-    if not filter:
-        return np.arange(table.num_moments, dtype=np.int64)
-    ds = table.dataset
-    starts, pos = {}, 0
-    for frag in ds.get_fragments():
-        starts[frag.fragment_id] = pos
-        pos += frag.count_rows()
-    got = ds.to_table(columns=[], filter=filter, with_row_address=True)
-    addr = got.column("_rowaddr").to_numpy().astype(np.uint64)
-    frag_ids = (addr >> np.uint64(32)).astype(np.int64)
-    offsets = (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    base = np.array([starts[f] for f in frag_ids], dtype=np.int64) if len(addr) else frag_ids
-    return np.sort(base + offsets)
