@@ -33,11 +33,12 @@ import numpy as np
 import torch
 
 import treadle.video as tv
-from treadle.gpu.decode import GpuVideoReader, NvdecDecoder
-from treadle.gpu.transform import OutputSpec
+from treadle.gpu.decode import NvdecDecoder
+from treadle.gpu.reader import GpuVideoReader
 from treadle.plan.windows import Video
 from treadle.storage import Store
 from treadle.video._testing import synthetic_frames
+from treadle.video.frames import FrameSpec
 
 WHERE = ("bench", "episode", "camera")
 CONFIGS = {
@@ -132,10 +133,10 @@ def run_cpu(store, work, device: str, threads: int) -> tuple[dict, list]:
 def run_gpu(store, work, device: str, streams: int, hw: bool, impl: str) -> tuple[dict, list]:
     lat, first = [], None
     out_frames = decoded = 0
-    spec = OutputSpec.from_video(work[0][0].spec)
+    spec = work[0][0].spec.frame
     idx = work[0][0].index
     t = len(work[0][0].frames)
-    shape = (len(work[0]), t, *spec.frame_shape(idx.height, idx.width))
+    shape = (len(work[0]), *spec.shape(t, idx.height, idx.width))
     with GpuVideoReader(
         store, device=device, prefix="projects/p", streams=streams, hw=hw, impl=impl
     ) as reader:
@@ -197,7 +198,7 @@ def _range(key: str, plan):
 
 def parity(cpu_batch: torch.Tensor, gpu_batch: torch.Tensor, video: Video) -> dict:
     d = (cpu_batch.cpu().float() - gpu_batch.cpu().float()).abs()
-    scale = 1.0 if video.dtype == "uint8" else max(OutputSpec.from_video(video).affine()[0])
+    scale = 1.0 if video.dtype == "uint8" else max(video.frame.affine()[0])
     return {
         "max_abs_diff": float(d.max()),
         "mean_abs_diff": float(d.mean()),
@@ -261,7 +262,7 @@ def tolerance_table() -> list[dict]:
                         for p in f.planes
                     ]
                     got = torch.empty(1, h, w, 3, dtype=torch.uint8)
-                    reference_convert(*planes, got, OutputSpec(size), colour, chroma)
+                    reference_convert(*planes, got, FrameSpec(size), colour, chroma)
                     d = (got[0].int() - torch.from_numpy(want.copy()).int()).abs()
                     worst, mean = max(worst, int(d.max())), max(mean, float(d.float().mean()))
                 rows.append(

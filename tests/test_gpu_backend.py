@@ -134,7 +134,7 @@ def test_prefer_nvdec_raises_instead_of_falling_back(monkeypatch):
 
 
 def test_backends_build_their_readers(tmp_path, monkeypatch):
-    from treadle.gpu.decode import GpuVideoReader
+    from treadle.gpu.reader import GpuVideoReader
     from treadle.storage import Store
     from treadle.video import VideoReader
 
@@ -156,3 +156,37 @@ def test_warn_once_is_per_key():
         assert not tg.warn_once("a", "second a")
         assert tg.warn_once("b", "first b")
     assert [str(w.message) for w in rec] == ["first a", "first b"]
+
+
+def _imports(module: str) -> set[str]:
+    """Every treadle module ``module`` imports, function-level imports included."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(open(importlib.util.find_spec(module).origin).read())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return {m for m in out if m.startswith("treadle")}
+
+
+def test_gpu_warnings_have_their_own_module():
+    """decode/reader warn through gpu.fallback; nothing below the backend imports it."""
+    for module in ("treadle.gpu.decode", "treadle.gpu.reader", "treadle.gpu.transform"):
+        assert "treadle.gpu.backend" not in _imports(module), module
+    assert "treadle.gpu.fallback.warn_once" in _imports("treadle.gpu.decode")
+    assert tg.warn_once is backend.warn_once  # the names users import keep working
+    assert tg.GpuFallbackWarning is backend.GpuFallbackWarning
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["treadle.video.decode", "treadle.video.reader", "treadle.video.fetch", "treadle.video.frames"],
+)
+def test_video_reads_import_nothing_above_video(module):
+    """video sits below plan: the frame spec is video's, td.Video holds one."""
+    above = [m for m in _imports(module) if m.split(".")[1] in ("plan", "read", "gpu", "torch")]
+    assert above == [], module

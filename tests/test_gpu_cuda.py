@@ -17,10 +17,11 @@ import torch
 
 import treadle.video as tv
 from treadle.gpu import NvdecBackend, select_backend
-from treadle.gpu.decode import GpuVideoReader, NvdecDecoder, frame_planes
-from treadle.gpu.transform import OutputSpec
+from treadle.gpu.decode import NvdecDecoder, frame_planes
+from treadle.gpu.reader import GpuVideoReader
 from treadle.plan.windows import Video
 from treadle.video._testing import store_stream, synthetic_frames
+from treadle.video.frames import FrameSpec
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
@@ -82,7 +83,7 @@ def test_gpu_batches_match_cpu_path(stored, spec, levels):
         gpu = r.read(reqs)
     with GpuVideoReader(store, device="cpu", prefix="projects/p", hw=False, impl="torch") as r:
         same_pipeline_on_cpu = r.read(reqs)
-    scale = max(OutputSpec.from_video(spec).affine()[0]) if spec.dtype != "uint8" else 1.0
+    scale = max(spec.frame.affine()[0]) if spec.dtype != "uint8" else 1.0
     for c, g, p in zip(cpu, gpu, same_pipeline_on_cpu):
         assert g.is_cuda and g.shape == c.shape and g.dtype == c.dtype
         g = g.cpu().float()
@@ -113,7 +114,7 @@ def test_torch_reference_on_cuda_matches_cpu():
     y = torch.randint(0, 256, (2, 64, 80), dtype=torch.uint8, generator=g)
     u = torch.randint(0, 256, (2, 32, 40), dtype=torch.uint8, generator=g)
     v = torch.randint(0, 256, (2, 32, 40), dtype=torch.uint8, generator=g)
-    spec = OutputSpec((48, 48))
+    spec = FrameSpec((48, 48))
     a = torch.empty(2, 48, 48, 3, dtype=torch.uint8)
     b = torch.empty(2, 48, 48, 3, dtype=torch.uint8, device="cuda")
     reference_convert(y, u, v, a, spec, Colour())

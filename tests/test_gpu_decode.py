@@ -19,16 +19,11 @@ import treadle.video as tv
 from treadle.errors import CorruptData, VideoError
 from treadle.gpu import backend
 from treadle.gpu.colour import AVCHROMA_LOC_LEFT
-from treadle.gpu.decode import (
-    GpuVideoReader,
-    NvdecDecoder,
-    chroma_location,
-    decode_window_to,
-    frame_planes,
-)
-from treadle.gpu.transform import OutputSpec
+from treadle.gpu.decode import NvdecDecoder, chroma_location, decode_window_to, frame_planes
+from treadle.gpu.reader import GpuVideoReader
 from treadle.plan.windows import Video
 from treadle.video._testing import store_stream, synthetic_frames
+from treadle.video.frames import FrameSpec
 
 WHERE = ("grasps", "ep-0003", "wrist")
 
@@ -84,7 +79,7 @@ def test_same_frames_as_the_cpu_path_within_tolerance(stored, spec, levels):
     reqs = requests(key, index, spec)
     want = cpu_read(store, reqs)
     got = gpu_read(store, reqs, streams=2)
-    scale = OutputSpec.from_video(spec).affine()[0]
+    scale = spec.frame.affine()[0]
     for w, g in zip(want, got):
         assert g.shape == w.shape and g.dtype == w.dtype and g.device.type == "cpu"
         d = (w.float() - g.float()).abs()
@@ -158,6 +153,36 @@ def test_unsupported_codec_goes_to_the_cpu_path_with_one_warning(stored):
         assert torch.equal(w, g)  # exactly the CPU path's frames
 
 
+class CountingStore:
+    """The real store, counting its ``get_ranges`` calls (a spy: bytes come from disk)."""
+
+    def __init__(self, store):
+        self.store, self.calls = store, []
+
+    def get_ranges(self, ranges):
+        self.calls.append(len(ranges))
+        return self.store.get_ranges(ranges)
+
+
+@pytest.mark.parametrize("hw", [False, True], ids=["cpu-codec", "nvdec-error"])
+def test_cpu_fallback_decodes_the_bytes_fetched_once(stored, hw):
+    """The GPU reader's CPU fallback starts from the same fetched, verified window: one
+    ``get_ranges`` per batch, never a second fetch per window."""
+    if hw and torch.cuda.is_available():
+        pytest.skip("needs a machine without NVDEC")
+    store, key, index = stored
+    idx = index if hw else dataclasses.replace(index, codec="hevc")
+    reqs = requests(key, idx, Video(range(4), size=(24, 32)), starts=(1, 20, 33))
+    spy = CountingStore(store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", backend.GpuFallbackWarning)
+        with GpuVideoReader(spy, device="cpu", prefix="projects/p", hw=hw, impl="torch") as r:
+            got = r.read(reqs)
+    assert spy.calls == [3]
+    for w, g in zip(cpu_read(store, requests(key, index, reqs[0].spec, (1, 20, 33))), got):
+        assert torch.equal(w, g)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without NVDEC")
 def test_nvdec_failure_retries_on_the_cpu_path(stored):
     """hw=True on a machine without NVDEC: every window falls back, warned once."""
@@ -178,7 +203,7 @@ def test_decoder_context_is_reused_across_windows(stored, stream):
     store, key, index = stored
     dec = NvdecDecoder("cpu", hw=False)
     ctx = dec.context()
-    spec = OutputSpec((24, 32))
+    spec = FrameSpec((24, 32))
     for start in (0, 12, 30):
         plan = tv.plan_window(index, np.arange(start, start + 5))
         data = stream.data[plan.start : plan.end]
@@ -209,19 +234,10 @@ def test_follows_the_cpu_paths_scaler_flags(stored, monkeypatch):
     from treadle.gpu.transform import SWS_PARITY_FLAGS
 
     store, key, index = stored
-    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "sws_default"  # "BILINEAR"
+    assert cpu_chroma_mode() == "sws_default"  # "BILINEAR"
     monkeypatch.setattr(cpu_decode, "RESIZE_INTERPOLATION", SWS_PARITY_FLAGS)
-    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "full"
+    assert cpu_chroma_mode() == "full"
     for spec in (Video(range(4), size=(32, 48)), Video(range(4), size=(72, 96), layout="TCHW")):
         reqs = requests(key, index, spec, starts=(2, 30))
         for w, g in zip(cpu_read(store, reqs), gpu_read(store, reqs)):
             assert int((w.int() - g.int()).abs().max()) <= 1
-    # a per-spec choice, when the CPU path defines one, wins over the constant
-    monkeypatch.setattr(
-        cpu_decode,
-        "interpolation_for",
-        lambda v: "BILINEAR" if v.size is None else SWS_PARITY_FLAGS,
-        raising=False,
-    )
-    assert cpu_chroma_mode(Video(range(2))) == "sws_default"
-    assert cpu_chroma_mode(Video(range(2), size=(24, 32))) == "full"

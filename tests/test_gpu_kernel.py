@@ -30,11 +30,11 @@ pytest.importorskip("triton")
 
 from treadle.gpu.colour import AVCHROMA_LOC_CENTER, AVCHROMA_LOC_LEFT, Colour  # noqa: E402
 from treadle.gpu.transform import (  # noqa: E402
-    OutputSpec,
     convert,
     nv12_convert,
     reference_convert,
 )
+from treadle.video.frames import FrameSpec  # noqa: E402
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -61,7 +61,7 @@ def on_device(*ts):
 
 def run_both(y, uv, spec, colour, chroma="full"):
     t, h, w = y.shape
-    shape = (t, *spec.frame_shape(h, w))
+    shape = spec.shape(t, h, w)
     ref = torch.empty(shape, dtype=spec.torch_dtype)
     ker = torch.full(shape, 3, dtype=spec.torch_dtype, device=DEVICE)
     reference_convert(y, uv[..., 0], uv[..., 1], ref, spec, colour, chroma)
@@ -101,7 +101,7 @@ def test_kernel_matches_reference(case):
     h, w, size, layout, dtype, norm, colour = case
     y, uv = smooth_planes(2, h, w, seed=h + w, pitch=w + 13)  # pitched, like NVDEC
     assert not y.is_contiguous()
-    spec = OutputSpec(size, layout, dtype, MEAN if norm else None, STD if norm else None)
+    spec = FrameSpec(size, layout, dtype, MEAN if norm else None, STD if norm else None)
     ref, ker = run_both(y, uv, spec, colour)
     assert_close(ref, ker, dtype)
 
@@ -109,7 +109,7 @@ def test_kernel_matches_reference(case):
 @pytest.mark.parametrize("size", [None, (24, 32)], ids=str)
 def test_kernel_matches_reference_in_sws_default_mode(size):
     y, uv = smooth_planes(1, 48, 64, seed=5)
-    spec = OutputSpec(size)
+    spec = FrameSpec(size)
     ref, ker = run_both(y, uv, spec, Colour(), chroma="sws_default")
     if size is None:  # integer arithmetic (swscale's unscaled converter): exact
         assert torch.equal(ref, ker)
@@ -119,7 +119,7 @@ def test_kernel_matches_reference_in_sws_default_mode(size):
 
 def test_kernel_writes_only_its_slice_of_the_batch():
     y, uv = smooth_planes(3, 32, 48, seed=9)
-    spec = OutputSpec((16, 24), "TCHW", "float16", MEAN, STD)
+    spec = FrameSpec((16, 24), "TCHW", "float16", MEAN, STD)
     batch = torch.full((4, 3, 3, 16, 24), -7.0, dtype=torch.float16, device=DEVICE)
     yd, uvd = on_device(y, uv)
     convert(yd, uvd[..., 0], uvd[..., 1], batch[2], spec, Colour(), impl="triton")
@@ -132,7 +132,7 @@ def test_kernel_writes_only_its_slice_of_the_batch():
 def test_kernel_single_frame_and_channels_last_view():
     """A 2-D frame and an output that is a permuted (non-contiguous) view."""
     y, uv = smooth_planes(1, 40, 40, seed=2)
-    spec = OutputSpec((20, 20), "TCHW", "uint8")
+    spec = FrameSpec((20, 20), "TCHW", "uint8")
     store = torch.zeros(1, 20, 20, 3, dtype=torch.uint8, device=DEVICE)
     out = store.permute(0, 3, 1, 2)  # TCHW view over THWC memory
     yd, uvd = on_device(y, uv)
@@ -171,7 +171,7 @@ def test_kernel_on_real_decoded_frames_matches_ffmpeg():
             for p in f.planes
         )
         out = torch.empty(1, 3, 24, 32, dtype=torch.uint8, device=DEVICE)
-        spec = OutputSpec((24, 32), "TCHW")
+        spec = FrameSpec((24, 32), "TCHW")
         ys, us, vs = (p.to(DEVICE) for p in (ys, us, vs))
         convert(ys, us, vs, out, spec, Colour(6, False, AVCHROMA_LOC_LEFT), impl="triton")
         out = out.cpu()
@@ -188,6 +188,6 @@ def test_triton_impl_refuses_cpu_tensors_without_interpreter(monkeypatch):
     y, uv = smooth_planes(1, 8, 8)
     out = torch.empty(1, 8, 8, 3, dtype=torch.uint8)
     with pytest.raises(RuntimeError, match="CUDA"):
-        transform.convert(y, uv[..., 0], uv[..., 1], out, OutputSpec(), Colour(), impl="triton")
+        transform.convert(y, uv[..., 0], uv[..., 1], out, FrameSpec(), Colour(), impl="triton")
     # auto picks the torch reference for CPU tensors
-    transform.convert(y, uv[..., 0], uv[..., 1], out, OutputSpec(), Colour(), impl="auto")
+    transform.convert(y, uv[..., 0], uv[..., 1], out, FrameSpec(), Colour(), impl="auto")

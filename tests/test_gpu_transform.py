@@ -30,13 +30,13 @@ from treadle.gpu.colour import (
 )
 from treadle.gpu.transform import (
     SWS_PARITY_FLAGS,
-    OutputSpec,
     chroma_mode_for,
     filter_taps,
     nv12_convert,
     reference_convert,
 )
 from treadle.plan.windows import Video
+from treadle.video.frames import FrameSpec
 
 SIZES = [None, (24, 32), (96, 128), (30, 40), (64, 48)]
 TAGS = [(None, None), (1, 1), (1, 2), (6, 2)]  # (colorspace, color_range): untagged = 601 tv
@@ -107,9 +107,9 @@ def ffmpeg_rgb(frame: av.VideoFrame, size, flags) -> torch.Tensor:
 
 
 def ours(frame, size, colour, chroma, dtype="uint8", layout="THWC") -> torch.Tensor:
-    spec = OutputSpec(size, layout, dtype)
+    spec = FrameSpec(size, layout, dtype)
     y, u, v = planes(frame)
-    out = torch.empty((1, *spec.frame_shape(frame.height, frame.width)), dtype=spec.torch_dtype)
+    out = torch.empty(spec.shape(1, frame.height, frame.width), dtype=spec.torch_dtype)
     reference_convert(y, u, v, out, spec, colour, chroma)
     return out[0]
 
@@ -252,12 +252,12 @@ def test_float_outputs_are_the_cpu_formula_of_uint8(streams):
     ).float()
     want = q * scale + shift
     for dtype in ("float32", "float16", "bfloat16"):
-        spec = OutputSpec((32, 48), "THWC", dtype, mean, std)
+        spec = FrameSpec((32, 48), "THWC", dtype, mean, std)
         y, u, v = planes(frame)
         out = torch.empty(1, 32, 48, 3, dtype=spec.torch_dtype)
         reference_convert(y, u, v, out, spec, colour, "full")
         assert torch.equal(out[0], want.to(spec.torch_dtype)), dtype
-    plain = OutputSpec((32, 48), "THWC", "float32")
+    plain = FrameSpec((32, 48), "THWC", "float32")
     out = torch.empty(1, 32, 48, 3)
     reference_convert(*planes(frame), out, plain, colour, "full")
     assert torch.equal(out[0], q * torch.tensor(1 / 255.0, dtype=torch.float32))
@@ -275,7 +275,7 @@ def test_tchw_is_thwc_permuted(streams):
 def test_writes_into_a_slice_of_the_batch_and_nowhere_else(streams):
     frames, first = streams[(None, None)]
     colour = colour_from_annexb(first)
-    spec = OutputSpec.from_video(Video(range(2), size=(24, 32), layout="TCHW"))
+    spec = Video(range(2), size=(24, 32), layout="TCHW").frame
     batch = torch.full((3, 2, 3, 24, 32), 7, dtype=torch.uint8)
     ys, us, vs = zip(*(planes(f) for f in frames))
     reference_convert(torch.cat(ys), torch.cat(us), torch.cat(vs), batch[1], spec, colour)
@@ -289,7 +289,7 @@ def test_nv12_interleaved_matches_planar(streams):
     colour = colour_from_annexb(streams[(1, 1)][1])
     y, u, v = planes(frame)
     uv = torch.stack((u, v), dim=-1)  # [1, H/2, W/2, 2] like NVDEC's chroma plane
-    spec = OutputSpec((30, 40))
+    spec = FrameSpec((30, 40))
     a = torch.empty(1, 30, 40, 3, dtype=torch.uint8)
     nv12_convert(y, uv, a, spec, colour)
     assert torch.equal(a[0], ours(frame, (30, 40), colour, "full"))
@@ -298,17 +298,17 @@ def test_nv12_interleaved_matches_planar(streams):
 def test_bad_shapes_are_refused(streams):
     frame = streams[(1, 1)][0][0]
     y, u, v = planes(frame)
-    spec = OutputSpec((24, 32))
-    with pytest.raises(ValueError, match="out must have shape"):
+    spec = FrameSpec((24, 32))
+    with pytest.raises(ValueError, match=r"out is \(1, 32, 24, 3\).*window needs \(1, 24, 32, 3\)"):
         reference_convert(y, u, v, torch.empty(1, 32, 24, 3, dtype=torch.uint8), spec, Colour())
-    with pytest.raises(ValueError, match="out must be"):
+    with pytest.raises(ValueError, match="out is .*float32.*window needs .* uint8"):
         reference_convert(y, u, v, torch.empty(1, 24, 32, 3), spec, Colour())
     with pytest.raises(ValueError, match="u plane"):
         reference_convert(
             y, u[:, :-1], v, torch.empty(1, 24, 32, 3, dtype=torch.uint8), spec, Colour()
         )
-    with pytest.raises(ValueError, match="mean/std"):
-        OutputSpec(None, "THWC", "uint8", (0.0, 0.0, 0.0), None)
+    with pytest.raises(ValueError, match="mean needs a float dtype"):
+        FrameSpec(None, "THWC", "uint8", (0.0, 0.0, 0.0), None)
 
 
 # --- colour tags from the stream -----------------------------------------------------------

@@ -38,10 +38,6 @@ least that high."""
 
 KNOWN: set[tuple[str, str]] = {
     # Issue 14 removes these; the lead empties this set as the branches merge.
-    # FrameSpec moves into video/, GPU warnings get their own module (branch `video`):
-    ("treadle.video.decode", "treadle.plan.windows"),
-    ("treadle.video.reader", "treadle.plan.windows"),
-    ("treadle.gpu.decode", "treadle.gpu.backend"),  # closes a cycle with backend -> decode
 }
 """``(importing module, imported module)`` edges against the layer order or closing a cycle,
 known and being removed: the layer and cycle tests leave them out, and
@@ -50,9 +46,6 @@ known and being removed: the layer and cycle tests leave them out, and
 MAX_LINES = 400
 LONG: set[str] = {
     # Split by other helpers of issue 14; the lead empties this set as the branches merge.
-    "treadle/gpu/decode.py",
-    "treadle/gpu/transform.py",
-    "treadle/video/encode.py",
 }
 """Modules over ``MAX_LINES`` lines, known and being split (the test fails once one is short)."""
 

@@ -21,7 +21,7 @@ import torch
 import treadle as td
 import treadle.video as tv
 from treadle.errors import VideoError
-from treadle.gpu.decode import GpuVideoReader
+from treadle.gpu.reader import GpuVideoReader
 from treadle.plan.windows import Video
 from treadle.video import layout
 from treadle.video._testing import synthetic_frames

@@ -179,9 +179,6 @@ def test_arrow_layout_round_trip(clip):
     row = arr[3].as_py()
     assert row["stream"] == "media/t/x.h264" and row["width"] == 64 and row["height"] == 48
     assert row["offset"] == s.index.offset[3] and row["crc"] == s.index.crc[3]
-    field = tv.video_field("wrist_camera")
-    assert field.metadata == {b"treadle:kind": b"video"} and tv.is_video_field(field)
-    assert not tv.is_video_field(pa.field("x", pa.int32()))
     key, idx = tv.index_from_arrow(pa.chunked_array([arr.slice(0, 15), arr.slice(15)]))
     assert key == "media/t/x.h264"
     for name in ("offset", "size", "key", "pts", "decode", "crc"):
@@ -191,6 +188,25 @@ def test_arrow_layout_round_trip(clip):
     other = tv.index_to_arrow("media/t/y.h264", s)
     with pytest.raises(VideoError, match="more than one stream"):
         tv.index_from_arrow(pa.concat_arrays([arr, other]))
+
+
+def test_a_written_video_column_is_tagged_video(tmp_path, clip):
+    """The table writer (the one place video columns are made) tags the field."""
+    import treadle as td
+    from treadle.table.tensors import is_video
+
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    with branch.transaction("write") as tx:
+        tx.table("t").append_episode(
+            {"wrist_camera": td.VideoFrames(clip[:6], fps=30), "x": np.arange(6, dtype=np.int32)},
+            episode="ep-0",
+        )
+    table = branch.table("t").pin()
+    field = table.schema.field("wrist_camera")
+    assert field.metadata == {b"treadle:kind": b"video"} and is_video(field)
+    assert not is_video(table.schema.field("x"))
+    assert table.video_columns == ["wrist_camera"]
+    assert field.type == tv.video_struct_type()
 
 
 @pytest.mark.parametrize("bframes", [0, 2])

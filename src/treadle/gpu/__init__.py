@@ -6,35 +6,30 @@ either into tensors on the GPU (:class:`NvdecBackend`) or into host memory
 (:class:`CpuBackend`). Importing this package needs no GPU, CUDA or Triton.
 """
 
-from treadle.gpu.backend import (
-    CpuBackend,
-    GpuFallbackWarning,
-    GpuUnavailable,
-    NvdecBackend,
-    select_backend,
-    warn_once,
-)
+from treadle.gpu.backend import CpuBackend, GpuUnavailable, NvdecBackend, select_backend
 from treadle.gpu.colour import Colour, colour_from_annexb, parse_sps, sps_from_annexb
-from treadle.gpu.decode import GpuVideoReader, NvdecDecoder, decode_window_to
+from treadle.gpu.decode import NvdecDecoder, decode_window_to
+from treadle.gpu.fallback import GpuFallbackWarning, warn_once
+from treadle.gpu.reader import GpuVideoReader
 from treadle.gpu.transform import (
     SWS_PARITY_FLAGS,
-    OutputSpec,
     chroma_mode_for,
     convert,
     nv12_convert,
     reference_convert,
 )
+from treadle.video.frames import FrameSpec
 
 __all__ = [
     "SWS_PARITY_FLAGS",
     "Colour",
     "CpuBackend",
+    "FrameSpec",
     "GpuFallbackWarning",
     "GpuUnavailable",
     "GpuVideoReader",
     "NvdecBackend",
     "NvdecDecoder",
-    "OutputSpec",
     "chroma_mode_for",
     "colour_from_annexb",
     "convert",

@@ -5,7 +5,7 @@
 * :class:`NvdecBackend` when ``device`` is CUDA, CUDA works, and a probe stream decodes
   through NVDEC into a CUDA frame: windows are decoded by NVDEC and converted by the
   fused kernel straight into the batch tensor on the device
-  (:class:`treadle.gpu.decode.GpuVideoReader`);
+  (:class:`treadle.gpu.reader.GpuVideoReader`);
 * :class:`CpuBackend` otherwise: the CPU path (:class:`treadle.video.VideoReader`),
   whose batches the loader copies to ``device``. When the caller asked for CUDA and the
   GPU path is unavailable, a :class:`GpuFallbackWarning` says why, once per reason per
@@ -19,46 +19,28 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from treadle.errors import TreadleError
+from treadle.gpu.fallback import GpuFallbackWarning, reset_warnings, warn_once
 
-
-class GpuFallbackWarning(UserWarning):
-    """The GPU video path is unavailable (or partly so) and the CPU path is used instead."""
+__all__ = [
+    "Backend",
+    "CpuBackend",
+    "GpuFallbackWarning",
+    "GpuUnavailable",
+    "NvdecBackend",
+    "reset_warnings",
+    "select_backend",
+    "warn_once",
+]
 
 
 class GpuUnavailable(TreadleError, RuntimeError):
     """``prefer="nvdec"`` was asked for and the GPU video path cannot run here."""
-
-
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def warn_once(key: str, message: str) -> bool:
-    """Emit ``message`` as a :class:`GpuFallbackWarning` the first time ``key`` is seen.
-
-    Returns True when it warned. Deduplicated per process (not per call site), so a
-    loader re-created every epoch does not repeat it.
-    """
-    with _warned_lock:
-        if key in _warned:
-            return False
-        _warned.add(key)
-    warnings.warn(message, GpuFallbackWarning, stacklevel=3)
-    return True
-
-
-def reset_warnings() -> None:
-    """Forget which warnings were given (tests)."""
-    with _warned_lock:
-        _warned.clear()
 
 
 # --- probes (module-level so tests can replace them) ----------------------------------
@@ -195,12 +177,12 @@ class NvdecBackend:
         streams: int = 4,
         max_in_flight: int | None = None,
     ) -> Any:
-        """A :class:`treadle.gpu.decode.GpuVideoReader` writing into tensors on ``device``.
+        """A :class:`treadle.gpu.reader.GpuVideoReader` writing into tensors on ``device``.
 
         ``streams`` NVDEC sessions (worker threads); ``threads`` is the CPU backend's
         and ignored here, so the loader can call both backends the same way.
         """
-        from treadle.gpu.decode import GpuVideoReader
+        from treadle.gpu.reader import GpuVideoReader
 
         return GpuVideoReader(
             store,

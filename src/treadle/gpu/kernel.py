@@ -33,70 +33,11 @@ def _to_bf16(x):
 
 
 @triton.jit
-def _yuv420_kernel(
-    y_ptr,
-    u_ptr,
-    v_ptr,
-    out_ptr,
-    ly_idx,
-    ly_w,
-    lx_idx,
-    lx_w,
-    cy_idx,
-    cy_w,
-    cx_idx,
-    cx_w,
-    sy_t,
-    sy_h,
-    sy_w,
-    su_t,
-    su_h,
-    su_w,
-    sv_t,
-    sv_h,
-    sv_w,
-    so_t,
-    so_h,
-    so_w,
-    so_c,
-    h,
-    w,
-    ys,
-    yo,
-    cs,
-    rv,
-    gu,
-    gv,
-    bu,
-    a0,
-    a1,
-    a2,
-    c0,
-    c1,
-    c2,
-    fy,
-    fy_o,
-    fvr,
-    fub,
-    fug,
-    fvg,
-    KLY: tl.constexpr,
-    KLX: tl.constexpr,
-    KCY: tl.constexpr,
-    KCX: tl.constexpr,
-    OUT_UINT8: tl.constexpr,
-    OUT_BF16: tl.constexpr,
-    SWS_FIXED: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    t = tl.program_id(1).to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < h * w
-    oy = offs // w
-    ox = offs % w
-
-    yb = y_ptr + t * sy_t
+def _luma(
+    yb, sy_h, sy_w, ly_idx, ly_w, lx_idx, lx_w, oy, ox, mask,
+    KLY: tl.constexpr, KLX: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The luma taps' weighted sum at output pixels (oy, ox) of one frame."""
     lum = tl.zeros([BLOCK], dtype=tl.float32)
     for a in tl.static_range(KLY):
         iy = tl.load(ly_idx + oy * KLY + a, mask=mask, other=0).to(tl.int64)
@@ -108,9 +49,15 @@ def _yuv420_kernel(
             p = tl.load(yb + iy * sy_h + ix * sy_w, mask=mask, other=0).to(tl.float32)
             row += wx * p
         lum += wy * row
+    return lum
 
-    ub = u_ptr + t * su_t
-    vb = v_ptr + t * sv_t
+
+@triton.jit
+def _chroma(
+    ub, su_h, su_w, vb, sv_h, sv_w, cy_idx, cy_w, cx_idx, cx_w, oy, ox, mask,
+    KCY: tl.constexpr, KCX: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """(cb, cr): both chroma planes' weighted sums, sharing each tap's loads."""
     cb = tl.zeros([BLOCK], dtype=tl.float32)
     cr = tl.zeros([BLOCK], dtype=tl.float32)
     for a in tl.static_range(KCY):
@@ -127,10 +74,19 @@ def _yuv420_kernel(
             row_v += wx * pv
         cb += wy * row_u
         cr += wy * row_v
+    return cb, cr
 
+
+@triton.jit
+def _rgb(
+    lum, cb, cr, ys, yo, cs, rv, gu, gv, bu, fy, fy_o, fvr, fub, fug, fvg,
+    SWS_FIXED: tl.constexpr,
+):  # fmt: skip
+    """Integer-valued float32 (r, g, b) in 0..255: the matrix (``Colour.rgb_coefficients``),
+    or swscale's fixed-point converter (``Colour.sws_fixed_coefficients``)."""
     if SWS_FIXED:
         # swscale's unscaled converter (see Colour.sws_fixed_coefficients): taps are
-        # single nearest samples with weight 1, so the sums above are exact integers.
+        # single nearest samples with weight 1, so the sums are exact integers.
         yi = (lum.to(tl.int32) * 8 - fy_o) * fy >> 16
         ui = cb.to(tl.int32) * 8 - 1024
         vi = cr.to(tl.int32) * 8 - 1024
@@ -148,8 +104,16 @@ def _yuv420_kernel(
         r = tl.floor(tl.minimum(tl.maximum(r, 0.0), 255.0) + 0.5)
         g = tl.floor(tl.minimum(tl.maximum(g, 0.0), 255.0) + 0.5)
         bl = tl.floor(tl.minimum(tl.maximum(bl, 0.0), 255.0) + 0.5)
+    return r, g, bl
 
-    ob = out_ptr + t * so_t + oy.to(tl.int64) * so_h + ox.to(tl.int64) * so_w
+
+@triton.jit
+def _store(
+    ob, so_c, out_ptr, r, g, bl, a0, a1, a2, c0, c1, c2, mask,
+    OUT_UINT8: tl.constexpr, OUT_BF16: tl.constexpr,
+):  # fmt: skip
+    """Store the pixels' channels ``so_c`` apart: uint8 ``q``, or ``q * a + c`` per channel
+    in the output's float dtype."""
     if OUT_UINT8:
         tl.store(ob, r.to(tl.uint8), mask=mask)
         tl.store(ob + so_c, g.to(tl.uint8), mask=mask)
@@ -169,6 +133,42 @@ def _yuv420_kernel(
             tl.store(ob, r.to(ty), mask=mask)
             tl.store(ob + so_c, g.to(ty), mask=mask)
             tl.store(ob + 2 * so_c, bl.to(ty), mask=mask)
+
+
+# fmt: off
+@triton.jit
+def _yuv420_kernel(
+    y_ptr, u_ptr, v_ptr, out_ptr,
+    ly_idx, ly_w, lx_idx, lx_w, cy_idx, cy_w, cx_idx, cx_w,
+    sy_t, sy_h, sy_w, su_t, su_h, su_w, sv_t, sv_h, sv_w,
+    so_t, so_h, so_w, so_c, h, w,
+    ys, yo, cs, rv, gu, gv, bu,
+    a0, a1, a2, c0, c1, c2,
+    fy, fy_o, fvr, fub, fug, fvg,
+    KLY: tl.constexpr, KLX: tl.constexpr, KCY: tl.constexpr, KCX: tl.constexpr,
+    OUT_UINT8: tl.constexpr, OUT_BF16: tl.constexpr, SWS_FIXED: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # fmt: on
+    pid = tl.program_id(0)
+    t = tl.program_id(1).to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < h * w
+    oy = offs // w
+    ox = offs % w
+    yb = y_ptr + t * sy_t
+    lum = _luma(yb, sy_h, sy_w, ly_idx, ly_w, lx_idx, lx_w, oy, ox, mask, KLY, KLX, BLOCK)
+    ub = u_ptr + t * su_t
+    vb = v_ptr + t * sv_t
+    cb, cr = _chroma(
+        ub, su_h, su_w, vb, sv_h, sv_w, cy_idx, cy_w, cx_idx, cx_w, oy, ox, mask,
+        KCY, KCX, BLOCK,
+    )  # fmt: skip
+    r, g, bl = _rgb(
+        lum, cb, cr, ys, yo, cs, rv, gu, gv, bu, fy, fy_o, fvr, fub, fug, fvg, SWS_FIXED
+    )  # fmt: skip
+    ob = out_ptr + t * so_t + oy.to(tl.int64) * so_h + ox.to(tl.int64) * so_w
+    _store(ob, so_c, out_ptr, r, g, bl, a0, a1, a2, c0, c1, c2, mask, OUT_UINT8, OUT_BF16)
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -20,7 +20,8 @@ The maths is the one FFmpeg's scaler (swscale) uses with
   filter centre is shifted accordingly (FFmpeg >= 8 honours the frame's location).
 * YUV -> RGB with the stream's matrix (BT.601/709/...) and range (limited/full), in
   float32, then ``floor(x + 0.5)`` clamped to 0..255: this is the uint8 output.
-* Float outputs are computed from that uint8 value as the CPU path does,
+* Float outputs are computed from that uint8 value as the CPU path does
+  (:meth:`treadle.video.frames.FrameSpec.affine`),
   ``q * float32(1 / (255 * std)) + float32(-mean / std)``, so a float batch equals the
   CPU path's whenever the uint8 values agree (on a GPU the compiler may fuse the
   multiply-add: then within 1 ulp).
@@ -48,69 +49,13 @@ from dataclasses import dataclass
 import torch
 
 from treadle.gpu.colour import Colour
+from treadle.video.frames import FrameSpec
 
 #: PyAV ``interpolation`` flags whose output this module reproduces within 1 level:
 #: ``Interpolation.BILINEAR | Interpolation.FULL_CHR_H_INT | Interpolation.ACCURATE_RND``.
 SWS_PARITY_FLAGS = 2 | 8192 | 262144
 
-_TORCH_DTYPES = {
-    "uint8": torch.uint8,
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
 CHROMA_MODES = ("full", "sws_default")
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """The tensor a window's frames become: size (h, w) or None (native), layout, dtype, norm.
-
-    Mirrors :class:`treadle.plan.windows.Video` (use :meth:`from_video`).
-    """
-
-    size: tuple[int, int] | None = None
-    layout: str = "THWC"
-    dtype: str = "uint8"
-    mean: tuple[float, float, float] | None = None
-    std: tuple[float, float, float] | None = None
-
-    def __post_init__(self):
-        if self.layout not in ("THWC", "TCHW"):
-            raise ValueError(f"layout must be THWC or TCHW, got {self.layout!r}")
-        if self.dtype not in _TORCH_DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_TORCH_DTYPES)}, got {self.dtype!r}")
-        if self.dtype == "uint8" and (self.mean is not None or self.std is not None):
-            raise ValueError("mean/std need a float dtype")
-
-    @classmethod
-    def from_video(cls, video) -> OutputSpec:
-        """From a :class:`treadle.plan.windows.Video` spec."""
-        return cls(video.size, video.layout, video.dtype, video.mean, video.std)
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return _TORCH_DTYPES[self.dtype]
-
-    def out_hw(self, height: int, width: int) -> tuple[int, int]:
-        return self.size if self.size is not None else (height, width)
-
-    def frame_shape(self, height: int, width: int) -> tuple[int, int, int]:
-        """Shape of one output frame for a ``height x width`` source."""
-        h, w = self.out_hw(height, width)
-        return (h, w, 3) if self.layout == "THWC" else (3, h, w)
-
-    def affine(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        """(scale, shift) per channel: float output = ``q * scale + shift`` for uint8 ``q``.
-
-        ``scale = 1 / (255 * std)`` and ``shift = -mean / std``, computed in float64 and
-        rounded to float32, exactly as the CPU path (:func:`treadle.video.finish_window`).
-        """
-        mean = torch.tensor(self.mean or (0.0, 0.0, 0.0), dtype=torch.float64)
-        std = torch.tensor(self.std or (1.0, 1.0, 1.0), dtype=torch.float64)
-        scale = (1.0 / (255.0 * std)).to(torch.float32).tolist()
-        shift = (-mean / std).to(torch.float32).tolist()
-        return tuple(scale), tuple(shift)
 
 
 def chroma_mode_for(interpolation: int | str | None) -> str:
@@ -223,13 +168,13 @@ def _taps_cpu(
 def taps_for(
     height: int,
     width: int,
-    spec: OutputSpec,
+    spec: FrameSpec,
     colour: Colour,
     chroma: str = "full",
     device: torch.device | str = "cpu",
 ) -> Taps:
     """Cached tap tables for a ``height x width`` source under ``spec`` on ``device``."""
-    h, w = spec.out_hw(height, width)
+    h, w = spec.size_for(height, width)
     return _taps_cpu(height, width, h, w, colour.siting, chroma, str(torch.device(device)))
 
 
@@ -251,7 +196,7 @@ def _resample(plane: torch.Tensor, ty, tx) -> torch.Tensor:
     return out
 
 
-def sws_fixed_point(height: int, width: int, spec: OutputSpec, chroma: str) -> bool:
+def sws_fixed_point(height: int, width: int, spec: FrameSpec, chroma: str) -> bool:
     """True when swscale would use its unscaled fixed-point converter (reproduced exactly).
 
     That is PyAV's default flags (``chroma="sws_default"``), output at the native size,
@@ -259,7 +204,7 @@ def sws_fixed_point(height: int, width: int, spec: OutputSpec, chroma: str) -> b
     """
     return (
         chroma == "sws_default"
-        and spec.out_hw(height, width) == (height, width)
+        and spec.size_for(height, width) == (height, width)
         and height % 2 == 0
     )
 
@@ -292,15 +237,10 @@ def _check_planes(y: torch.Tensor, u: torch.Tensor, v: torch.Tensor):
     return y, u, v
 
 
-def _check_out(out: torch.Tensor, spec: OutputSpec, t: int, height: int, width: int):
-    want = (t, *spec.frame_shape(height, width))
-    if out.dim() == 3:
-        out = out[None]
-    if tuple(out.shape) != want:
-        raise ValueError(f"out must have shape {want} for this spec, got {tuple(out.shape)}")
-    if out.dtype != spec.torch_dtype:
-        raise ValueError(f"out must be {spec.torch_dtype}, got {out.dtype}")
-    return out
+def _check_out(out: torch.Tensor, spec: FrameSpec, t: int, height: int, width: int):
+    out4 = out[None] if out.dim() == 3 else out
+    spec.check(out4, t, height, width, "convert", out.device)
+    return out4
 
 
 def reference_convert(
@@ -308,7 +248,7 @@ def reference_convert(
     u: torch.Tensor,
     v: torch.Tensor,
     out: torch.Tensor,
-    spec: OutputSpec,
+    spec: FrameSpec,
     colour: Colour,
     chroma: str = "full",
 ) -> torch.Tensor:
@@ -319,8 +259,13 @@ def reference_convert(
     (THWC) or ``[T, 3, h, w]`` (TCHW) of ``spec.dtype``, any strides. Returns ``out``.
     """
     y, u, v = _check_planes(y, u, v)
-    t, height, width = y.shape
-    out4 = _check_out(out, spec, t, height, width)
+    _reference(y, u, v, _check_out(out, spec, *y.shape), spec, colour, chroma)
+    return out
+
+
+def _reference(y, u, v, out4, spec: FrameSpec, colour: Colour, chroma: str) -> None:
+    """:func:`reference_convert` of checked ``[T, ...]`` planes into a checked ``out4``."""
+    _, height, width = y.shape
     taps = taps_for(height, width, spec, colour, chroma, y.device)
     if sws_fixed_point(height, width, spec, chroma):
         q = _fixed_point_rgb(y, u, v, taps, colour)
@@ -344,7 +289,6 @@ def reference_convert(
     if spec.layout == "THWC":
         res = res.permute(0, 2, 3, 1)
     out4.copy_(res)
-    return out
 
 
 # --- dispatch ---------------------------------------------------------------------------
@@ -369,7 +313,7 @@ def convert(
     u: torch.Tensor,
     v: torch.Tensor,
     out: torch.Tensor,
-    spec: OutputSpec,
+    spec: FrameSpec,
     colour: Colour,
     *,
     chroma: str = "full",
@@ -381,29 +325,35 @@ def convert(
     ``TRITON_INTERPRET=1``), ``"torch"`` (the reference), or ``"auto"`` (Triton when the
     tensors are on CUDA and Triton imports, else torch).
     """
+    y3, u3, v3 = _check_planes(y, u, v)
+    convert_checked(y3, u3, v3, _check_out(out, spec, *y3.shape), spec, colour, chroma, impl)
+    return out
+
+
+def convert_checked(y, u, v, out, spec: FrameSpec, colour: Colour, chroma: str, impl: str) -> None:
+    """:func:`convert` of uint8 planes ``[T, H, W]`` (torch tensors) into an ``out`` of
+    ``[T, ...]`` that the caller checked (:meth:`FrameSpec.check`; the GPU reader checks
+    each window once)."""
     if impl == "auto":
         impl = "triton" if (y.is_cuda and triton_available()) else "torch"
     if impl == "torch":
-        return reference_convert(y, u, v, out, spec, colour, chroma)
+        return _reference(y, u, v, out, spec, colour, chroma)
     if impl != "triton":
         raise ValueError(f"impl must be auto, triton or torch, got {impl!r}")
     if not y.is_cuda and not _interpreting():
         raise RuntimeError("the Triton kernel needs CUDA tensors (or TRITON_INTERPRET=1)")
     from treadle.gpu.kernel import launch
 
-    y3, u3, v3 = _check_planes(y, u, v)
-    t, height, width = y3.shape
-    out4 = _check_out(out, spec, t, height, width)
+    _, height, width = y.shape
     taps = taps_for(height, width, spec, colour, chroma, y.device)
-    launch(y3, u3, v3, out4, spec, colour, taps, sws_fixed_point(height, width, spec, chroma))
-    return out
+    launch(y, u, v, out, spec, colour, taps, sws_fixed_point(height, width, spec, chroma))
 
 
 def nv12_convert(
     y: torch.Tensor,
     uv: torch.Tensor,
     out: torch.Tensor,
-    spec: OutputSpec,
+    spec: FrameSpec,
     colour: Colour,
     *,
     chroma: str = "full",

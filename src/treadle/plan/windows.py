@@ -16,13 +16,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import PlanError, TreadleError
+from treadle.errors import PlanError, TreadleError, VideoError
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.tensors import batch_kind
+from treadle.video.frames import FrameSpec
 
-_LAYOUTS = ("THWC", "TCHW")
-_DTYPES = ("uint8", "float32", "float16", "bfloat16")
 DEFAULT_TOLERANCE_S = 1e-4
 _MAX_OFFSET = 2**31 - 1  # frame offsets are int32 in the table; keeps every sum in int64
 
@@ -228,26 +227,18 @@ class Video(_Timed):
             if h <= 0 or w <= 0 or h % 2 or w % 2:
                 raise PlanError(f"Video size must be positive and even, got {size!r}")
             size = (h, w)
-        if layout not in _LAYOUTS:
-            raise PlanError(f"Video layout must be one of {_LAYOUTS}, got {layout!r}")
-        if dtype not in _DTYPES:
-            raise PlanError(f"Video dtype must be one of {_DTYPES}, got {dtype!r}")
-        norm = []
-        for name, v in (("mean", mean), ("std", std)):
-            if v is None:
-                norm.append(None)
-                continue
-            if dtype == "uint8":
-                raise PlanError(f"Video {name} needs a float dtype")
-            t = tuple(float(x) for x in v)
-            if len(t) != 3 or (name == "std" and any(x <= 0 for x in t)):
-                raise PlanError(f"Video {name} must be 3 numbers (std > 0), got {v!r}")
-            norm.append(t)
-        object.__setattr__(self, "size", size)
-        object.__setattr__(self, "layout", layout)
-        object.__setattr__(self, "dtype", dtype)
-        object.__setattr__(self, "mean", norm[0])
-        object.__setattr__(self, "std", norm[1])
+        try:
+            frame = FrameSpec(size, layout, dtype, mean, std)
+        except VideoError as e:
+            raise PlanError(f"Video {e}") from None
+        for name in ("size", "layout", "dtype", "mean", "std"):
+            object.__setattr__(self, name, getattr(frame, name))
+        object.__setattr__(self, "_frame", frame)  # not a field: eq, hash and repr as before
+
+    @property
+    def frame(self) -> FrameSpec:
+        """What the decoded frames become (size, layout, dtype, normalisation)."""
+        return self._frame  # type: ignore[attr-defined]
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -36,7 +36,6 @@ def video_requests(
     the ``b``-sample batch ``out`` (its buffer ``out[cs.name]`` is made on the first sample;
     padding is written here). ``device``: the buffers are tensors there (NVDEC output)."""
     from treadle.video import WindowRequest
-    from treadle.video.decode import output_shape
 
     episodes = table.episodes()
     spec: Video = cs.spec  # type: ignore[assignment]
@@ -51,10 +50,11 @@ def video_requests(
         frame = int(m - episodes.starts[e])
         # padded: the episode's edge frames, repeated (decoded once, copied per slot)
         frames = grid[i] - episodes.starts[e] if spec.pad else frame + offsets
-        shape = output_shape(index, spec, len(offsets))
+        t, hw = len(offsets), (index.height, index.width)
+        shape = spec.frame.shape(t, *hw)
         dest = out.get(cs.name)
         if dest is None:
-            dest = out[cs.name] = _buffer(index, spec, len(offsets), b, shape, device)
+            dest = out[cs.name] = spec.frame.allocate(t, *hw, batch=b, device=device)
         target = dest[slot]
         if tuple(target.shape) != shape:
             raise PlanError(
@@ -66,16 +66,3 @@ def video_requests(
         reqs.append(WindowRequest(key=key, index=index, frames=frames, spec=spec, where=where,
                                   out=target))  # fmt: skip
     return reqs
-
-
-def _buffer(index: Any, spec: Video, t: int, b: int, shape: tuple[int, ...], device: Any) -> Any:
-    """The ``[b, *shape]`` buffer of a video column, in the dtype one window decodes to."""
-    from treadle.video.decode import allocate
-
-    one = allocate(index, spec, t)
-    if device is not None:
-        dtype = one.dtype if isinstance(one, torch.Tensor) else torch.from_numpy(one).dtype
-        return torch.empty((b, *shape), dtype=dtype, device=device)
-    if isinstance(one, np.ndarray):
-        return np.empty((b, *shape), one.dtype)
-    return one.new_empty((b, *shape))

@@ -1,17 +1,16 @@
-"""Decode a planned window from its fetched bytes, and apply the ``Video`` transform.
+"""Decode a fetched window on the CPU, and apply its :class:`FrameSpec`.
 
-Stages, each a plain function: :func:`verify_window` (crc32 per packet),
-:func:`decode_window` (bare H.264 codec context, packets cut from the bytes by the
-index, warm-up frames dropped, outputs matched by pts, RGB conversion and resize in one
-``sws_scale`` per frame, with the stream's own colour tags,
+Stages, each a plain function: :func:`decode_window` (bare H.264 codec context, packets
+cut from the bytes by the index, warm-up frames dropped, outputs matched by pts, RGB
+conversion and resize in one ``sws_scale`` per frame, with the stream's own colour tags,
 :func:`treadle.video.colour.window_tags`), :func:`finish_window` (layout and float
-normalisation, vectorised over the whole window).
+normalisation, vectorised over the whole window); :func:`decode_fetched` runs both for
+one :class:`~treadle.video.fetch.FetchedWindow` (fetched and verified by
+:mod:`treadle.video.fetch`).
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import av
@@ -19,31 +18,14 @@ import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
 
-from treadle.errors import CorruptData, VideoError
-from treadle.plan.windows import Video
-from treadle.video.colour import Tags, sws_color_range, sws_colorspace
-from treadle.video.stream import StreamIndex
+from treadle.errors import CorruptData
+from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
+from treadle.video.fetch import FetchedWindow
+from treadle.video.frames import FrameSpec
 from treadle.video.window import WindowPlan
 
 #: Scaler used for ``Video(size=...)``: bilinear (FFmpeg's ``SWS_BILINEAR``), rounding as sws does.
 RESIZE_INTERPOLATION = "BILINEAR"
-
-_NUMPY_DTYPES = {"uint8": np.uint8, "float32": np.float32, "float16": np.float16}
-_TORCH_DTYPES = {
-    "uint8": torch.uint8,
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-
-
-def where_text(where: tuple[str, str, str] | str | None) -> str:
-    if where is None:
-        return "video"
-    if isinstance(where, str):
-        return where
-    table, episode, column = where
-    return f"table {table!r} episode {episode!r} column {column!r}"
 
 
 class Decoder:
@@ -93,56 +75,6 @@ class Decoder:
         self._ctx = None
 
 
-def output_shape(index: StreamIndex, spec: Video, t: int) -> tuple[int, ...]:
-    h, w = spec.size if spec.size else (index.height, index.width)
-    return (t, h, w, 3) if spec.layout == "THWC" else (t, 3, h, w)
-
-
-def allocate(index: StreamIndex, spec: Video, t: int) -> np.ndarray | torch.Tensor:
-    """A fresh output for a window: numpy, or a torch tensor for ``bfloat16``."""
-    shape = output_shape(index, spec, t)
-    if spec.dtype == "bfloat16":
-        return torch.empty(shape, dtype=torch.bfloat16)
-    return np.empty(shape, dtype=_NUMPY_DTYPES[spec.dtype])
-
-
-def check_out(out: Any, index: StreamIndex, spec: Video, t: int, where: str) -> None:
-    shape = output_shape(index, spec, t)
-    if isinstance(out, torch.Tensor):
-        ok = out.dtype == _TORCH_DTYPES[spec.dtype] and out.device.type == "cpu"
-    elif isinstance(out, np.ndarray):
-        ok = spec.dtype in _NUMPY_DTYPES and out.dtype == _NUMPY_DTYPES[spec.dtype]
-    else:
-        raise VideoError(f"{where}: out must be a numpy array or a CPU torch tensor")
-    if not ok or tuple(out.shape) != shape:
-        raise VideoError(
-            f"{where}: out is {tuple(out.shape)} {out.dtype}, the window needs {shape} {spec.dtype}"
-        )
-
-
-def verify_window(
-    data: bytes, plan: WindowPlan, index: StreamIndex, where: str, episode_frames: int
-) -> None:
-    """Check the fetched range's length and every packet's crc32 against the index."""
-    if len(data) != plan.nbytes:
-        cut = np.flatnonzero(plan.rel_offset + plan.size > len(data))
-        frame = int(plan.frames[cut[0]]) if len(cut) else int(plan.frames[-1])
-        raise CorruptData(
-            f"{where} frame {frame}: stream is truncated (read {len(data)} bytes of the "
-            f"{plan.nbytes} the window needs)"
-        )
-    if index.crc is None:
-        return
-    view = memoryview(data)
-    crc = index.crc
-    for i, o, s in zip(plan.frames.tolist(), plan.rel_offset.tolist(), plan.size.tolist()):
-        if zlib.crc32(view[o : o + s]) != int(crc[i]):
-            raise CorruptData(
-                f"{where} frame {i} (of {episode_frames}): packet checksum mismatch "
-                "(stored video bytes are corrupt)"
-            )
-
-
 def decode_window(
     decoder: Decoder,
     data: bytes,
@@ -159,35 +91,27 @@ def decode_window(
     color_range) to convert with; ``stream`` identifies the stream (see
     :meth:`Decoder.context`). Returns the number of packets decoded.
     """
-    slots: dict[int, list[int]] = {}
-    for j, p in enumerate(plan.wanted_pts.tolist()):
-        slots.setdefault(p, []).append(j)
-    h, w = size
+    slots = plan.slots()
     ctx = decoder.context(stream, tags)
     rf = decoder.reformatter
-    src_colorspace, src_color_range = sws_colorspace(tags[0]), sws_color_range(tags[1])
-    view = memoryview(data)
+    scaler = {"height": size[0], "width": size[1], "format": "rgb24", "threads": 1}
+    scaler |= {
+        "src_colorspace": sws_colorspace(tags[0]),
+        "src_color_range": sws_color_range(tags[1]),
+    }
+    scaler["interpolation"] = RESIZE_INTERPOLATION
 
     def take(frames: list[Any]) -> None:
         for frame in frames:
             js = slots.pop(frame.pts, None)
             if js is None:
                 continue  # warm-up frame (before the window in decode or display order)
-            rgb = rf.reformat(
-                frame,
-                width=w,
-                height=h,
-                format="rgb24",
-                src_colorspace=src_colorspace,
-                src_color_range=src_color_range,
-                interpolation=RESIZE_INTERPOLATION,
-                threads=1,
-            )
-            arr = np.from_dlpack(rgb.planes[0])
+            arr = np.from_dlpack(rf.reformat(frame, **scaler).planes[0])
             for j in js:
                 frames_out[j] = arr
 
     current = -1
+    view = memoryview(data)
     try:
         for k, (o, s, p) in enumerate(
             zip(plan.rel_offset.tolist(), plan.size.tolist(), plan.pts.tolist())
@@ -206,20 +130,18 @@ def decode_window(
     except BaseException:
         decoder.reset()
         raise
-    if slots:
-        missing = sorted(int(plan.wanted[j]) for js in slots.values() for j in js)
-        raise CorruptData(
-            f"{where} frame {missing[0]}: decoder produced no picture for frame(s) {missing[:8]}"
-        )
+    plan.check_complete(slots, where)
     return plan.num_packets
 
 
-def finish_window(frames_u8: np.ndarray, spec: Video, out: np.ndarray | torch.Tensor) -> None:
+def finish_window(frames_u8: np.ndarray, spec: Any, out: np.ndarray | torch.Tensor) -> None:
     """Write decoded ``uint8 [T, H, W, 3]`` frames into ``out`` with ``spec``'s layout/dtype.
 
-    Float output is ``x / 255``, then ``(x - mean) / std`` per channel when given,
-    computed in float32 as ``x * (1 / (255 * std)) - mean / std``.
+    ``spec``: a :class:`FrameSpec` or a ``td.Video``. Float output is ``x / 255``, then
+    ``(x - mean) / std`` per channel when given, computed in float32 as
+    ``x * (1 / (255 * std)) - mean / std`` (:meth:`FrameSpec.affine`).
     """
+    spec = FrameSpec.of(spec)
     src = torch.from_numpy(frames_u8)
     dst = out if isinstance(out, torch.Tensor) else torch.from_numpy(out)
     if spec.layout == "TCHW":
@@ -227,10 +149,9 @@ def finish_window(frames_u8: np.ndarray, spec: Video, out: np.ndarray | torch.Te
     if spec.dtype == "uint8":
         dst.copy_(src)
         return
-    mean = torch.tensor(spec.mean or (0.0, 0.0, 0.0), dtype=torch.float64)
-    std = torch.tensor(spec.std or (1.0, 1.0, 1.0), dtype=torch.float64)
-    scale = (1.0 / (255.0 * std)).to(torch.float32)
-    shift = (-mean / std).to(torch.float32)
+    scale_, shift_ = spec.affine()
+    scale = torch.tensor(scale_, dtype=torch.float32)
+    shift = torch.tensor(shift_, dtype=torch.float32)
     if spec.layout == "TCHW":
         scale, shift = scale.view(3, 1, 1), shift.view(3, 1, 1)
     if dst.dtype == torch.float32:
@@ -242,10 +163,19 @@ def finish_window(frames_u8: np.ndarray, spec: Video, out: np.ndarray | torch.Te
         dst.copy_(tmp)
 
 
-@dataclass
-class WindowResult:
-    """What one window cost: bytes read and packets decoded."""
-
-    nbytes: int
-    packets: int
-    frames: int
+def decode_fetched(decoder: Decoder, window: FetchedWindow, out: Any) -> Any:
+    """Decode a fetched, verified window into ``out`` (checked by the caller, host memory)."""
+    req, plan, data, where = window.request, window.plan, window.data, window.where
+    spec = window.frame
+    t = len(plan.wanted)
+    size = spec.size_for(req.index.height, req.index.width)
+    direct = spec.layout == "THWC" and spec.dtype == "uint8"
+    if direct:
+        frames = out.numpy() if isinstance(out, torch.Tensor) else out
+    else:
+        frames = np.empty((t, size[0], size[1], 3), dtype=np.uint8)
+    tags = window_tags(req.index, data, where)
+    decode_window(decoder, data, plan, size, frames, where, tags, req.key)
+    if not direct:
+        finish_window(frames, spec, out)
+    return out

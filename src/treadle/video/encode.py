@@ -4,18 +4,14 @@ Output: H.264 Annex-B, yuv420p, SPS/PPS before every keyframe. Our own encodes a
 tagged BT.601 limited range and use a fixed keyframe interval, closed GOPs and no
 B-frames; remuxed H.264 keeps whatever the file had (B-frames, open GOPs, its colour
 tags) and the index records it exactly, colour tags included
-(:mod:`treadle.video.colour`).
+(:mod:`treadle.video.colour`; the remux itself is :mod:`treadle.video.remux`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import io
-import math
 import os
-import zlib
 from collections.abc import Iterable, Iterator
-from fractions import Fraction
 from typing import Any
 
 import av
@@ -24,18 +20,17 @@ from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from treadle.errors import VideoError
-from treadle.video.colour import (
-    check_matrix,
-    describe,
-    stream_tags,
-    sws_color_range,
-    sws_colorspace,
+from treadle.video.colour import check_matrix, sws_color_range, sws_colorspace
+from treadle.video.remux import TrimmedByEditList, check_decodes, container_fps, remux_h264
+from treadle.video.stream import (
+    COLOUR_TAGS,
+    EncodedStream,
+    Packet,
+    StreamMeta,
+    frame_rate,
+    index_packets,
 )
-from treadle.video.nal import NAL_PPS, NAL_SPS, nal_units, parse_sps
-from treadle.video.stream import COLOUR_TAGS, EncodedStream, StreamIndex, StreamMeta
 from treadle.video.values import VideoFile, VideoFrames, check_encoder, check_fps, check_frames
-
-_Packet = tuple[bytes, int | None, int | None, bool]  # (bytes, pts, dts, key)
 
 
 def encode_value(value: VideoFrames | VideoFile | EncodedStream) -> EncodedStream:
@@ -53,10 +48,6 @@ def encode_value(value: VideoFrames | VideoFile | EncodedStream) -> EncodedStrea
     raise VideoError(
         f"a video column takes td.VideoFrames or td.VideoFile, got {type(value).__name__}"
     )
-
-
-def _rate(fps: float) -> Fraction:
-    return Fraction(fps).limit_denominator(1001)
 
 
 def encode_frames(
@@ -98,7 +89,7 @@ def _encode_yuv(
     crf: int,
     preset: str,
 ) -> EncodedStream:
-    rate = _rate(fps)
+    rate = frame_rate(fps)
     ctx: Any = av.CodecContext.create("libx264", "w")
     ctx.width, ctx.height, ctx.pix_fmt = width, height, "yuv420p"
     ctx.framerate = rate
@@ -111,7 +102,7 @@ def _encode_yuv(
         f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1:annexb=1"
     )
     ctx.options = {"crf": str(crf), "preset": preset, "x264-params": params}
-    packets: list[_Packet] = []
+    packets: list[Packet] = []
     n = 0
     try:
         for frame in frames:
@@ -135,46 +126,7 @@ def _encode_yuv(
         time_base=1 / rate,
         **COLOUR_TAGS,
     )
-    return _build(packets, meta, where="encoded stream")
-
-
-def _build(packets: list[_Packet], meta: StreamMeta, where: str) -> EncodedStream:
-    """Concatenate packets (decode order) and index them in display order."""
-    n = len(packets)
-    if n == 0:
-        raise VideoError(f"{where}: no video frames")
-    pts = np.empty(n, dtype=np.int64)
-    for i, (_, p, d, _) in enumerate(packets):
-        if p is None:
-            if d is None:
-                raise VideoError(f"{where}: packet {i} has no timestamp")
-            p = d
-        pts[i] = p
-    if len(np.unique(pts)) != n:
-        raise VideoError(f"{where}: packets share a presentation timestamp")
-    sizes = np.fromiter((len(b) for b, *_ in packets), dtype=np.int64, count=n)
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    keys = np.fromiter((k for *_, k in packets), dtype=bool, count=n)
-    crcs = np.fromiter((zlib.crc32(b) for b, *_ in packets), dtype=np.uint32, count=n)
-    if not keys[0]:
-        raise VideoError(f"{where}: the first packet is not a keyframe")
-    order = np.argsort(pts, kind="stable")  # display index -> decode position
-    index = StreamIndex(
-        offset=offsets[order],
-        size=sizes[order].astype(np.int32),
-        key=keys[order],
-        pts=pts[order],
-        decode=order.astype(np.int32),
-        crc=crcs[order],
-        width=meta.width,
-        height=meta.height,
-        fps=meta.fps,
-        codec=meta.codec,
-        colorspace=meta.colorspace,
-        color_range=meta.color_range,
-    )
-    index.display_of_decode  # noqa: B018 (validates)
-    return EncodedStream(data=b"".join(b for b, *_ in packets), index=index, meta=meta)
+    return index_packets(packets, meta, where="encoded stream")
 
 
 # -- containers ------------------------------------------------------------------------
@@ -210,13 +162,13 @@ def from_container(
         codec = stream.codec_context.name if stream.codec_context else None
         if codec == "h264":
             try:
-                result = _remux_h264(container, stream, label, fps)
-            except _TrimmedByEditList:
+                result = remux_h264(container, stream, label, fps)
+            except TrimmedByEditList:
                 container.close()
                 container = _open(source, label)
                 stream = container.streams.video[0]
             else:
-                _check_decodes(result, label)
+                check_decodes(result, label)
                 return result
         if codec is None:
             raise VideoError(f"video {label}: unknown codec")
@@ -227,155 +179,11 @@ def from_container(
         container.close()
 
 
-class _TrimmedByEditList(Exception):
-    """The file's edit list hides some packets: its presented frames are not its packets."""
-
-
 def _open(source: str | os.PathLike[str] | bytes, label: str) -> Any:
     try:
         return av.open(io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source))
     except (av.FFmpegError, OSError, ValueError) as e:
         raise VideoError(f"cannot open video {label}: {e}") from None
-
-
-def _fps(stream: Any) -> float:
-    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
-        if rate:
-            f = float(rate)
-            if math.isfinite(f) and f > 0:
-                return f
-    return 30.0
-
-
-def _meta(stream: Any, num_frames: int, fps: float) -> StreamMeta:
-    cc = stream.codec_context
-    return StreamMeta(
-        codec="h264",
-        width=int(cc.width),
-        height=int(cc.height),
-        fps=fps,
-        pix_fmt=str(cc.pix_fmt),
-        colorspace=int(cc.colorspace),
-        color_primaries=int(cc.color_primaries),
-        color_trc=int(cc.color_trc),
-        color_range=int(cc.color_range),
-        num_frames=num_frames,
-        time_base=Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000),
-    )
-
-
-def _remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> EncodedStream:
-    try:
-        bsf = av.BitStreamFilterContext("h264_mp4toannexb", in_stream=stream)
-    except (av.FFmpegError, ValueError) as e:
-        raise VideoError(f"video {label}: cannot start h264_mp4toannexb: {e}") from None
-    packets: list[_Packet] = []
-    params: dict[int, bytes] = {}  # latest SPS (7) / PPS (8) units seen
-    all_sps: set[bytes] = set()
-
-    def take(pkts: Iterable[Any]) -> None:
-        for q in pkts:
-            b = bytes(q)
-            if not b:
-                continue
-            units = nal_units(b)
-            types = {t for t, _ in units}
-            for t, u in units:
-                if t in (NAL_SPS, NAL_PPS):
-                    params[t] = u
-                if t == NAL_SPS:
-                    all_sps.add(u)
-            key = bool(q.is_keyframe)
-            if key and not {NAL_SPS, NAL_PPS} <= types:
-                if {NAL_SPS, NAL_PPS} - params.keys():
-                    raise VideoError(f"video {label}: keyframe without SPS/PPS")
-                b = b"".join(b"\x00\x00\x00\x01" + params[t] for t in (NAL_SPS, NAL_PPS)) + b
-            packets.append((b, q.pts, q.dts, key))
-
-    for pkt in container.demux(stream):
-        if pkt.size == 0:
-            continue
-        if pkt.is_discard:
-            # One index row per stored packet cannot hide frames that are decoded but
-            # not shown, so such files are re-encoded to exactly their presented frames.
-            raise _TrimmedByEditList
-        take(bsf.filter(pkt))
-    take(bsf.filter(None))
-    meta = _meta(stream, len(packets), fps or _fps(stream))
-    meta = dataclasses.replace(meta, **_remux_colour(meta, all_sps, label))
-    if packets and any(p is None for _, p, _, _ in packets):
-        # A raw elementary stream has no timestamps: the decoder's output order is the
-        # display order, so number the packets in decode order and decode once.
-        packets = _timestamps_by_decoding(packets, label)
-        meta = dataclasses.replace(meta, time_base=1 / _rate(meta.fps))
-    return _build(packets, meta, where=f"video {label}")
-
-
-def _remux_colour(meta: StreamMeta, sps_units: set[bytes], label: str) -> dict[str, int]:
-    """The remuxed stream's colour tags: its SPS's, else the container's (``meta``).
-
-    Every SPS of the stream must give the same conversion (one index entry per episode).
-    """
-    tags = set()
-    for unit in sps_units:
-        try:
-            sps = parse_sps(unit)
-        except (ValueError, IndexError) as e:
-            raise VideoError(f"video {label}: unreadable H.264 SPS ({e})") from None
-        tags.add(stream_tags(sps, meta.colorspace, meta.color_range))
-    for cs, _ in tags or {(meta.colorspace, meta.color_range)}:
-        check_matrix(cs, f"video {label}")
-    if not tags:
-        return {}
-    if len({describe(t) for t in tags}) > 1:
-        raise VideoError(
-            f"video {label}: its SPSs change colour mid-stream "
-            f"({sorted(describe(t) for t in tags)}); split the file or re-encode it"
-        )
-    cs, rng = min(tags)
-    return {"colorspace": cs, "color_range": rng}
-
-
-def _timestamps_by_decoding(packets: list[_Packet], label: str) -> list[_Packet]:
-    ctx: Any = av.CodecContext.create("h264", "r")
-    shown: list[int] = []
-    try:
-        for d, (b, _, _, _) in enumerate(packets):
-            pkt = av.Packet(b)
-            pkt.pts = d
-            shown.extend(int(f.pts) for f in ctx.decode(pkt))
-        shown.extend(int(f.pts) for f in ctx.decode(None))
-    except av.FFmpegError as e:
-        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
-    if sorted(shown) != list(range(len(packets))):
-        raise VideoError(
-            f"video {label}: raw H.264 without timestamps decodes to {len(shown)} pictures "
-            f"for {len(packets)} packets"
-        )
-    rank = {d: i for i, d in enumerate(shown)}
-    return [(b, rank[d], d, k) for d, (b, _, _, k) in enumerate(packets)]
-
-
-def _check_decodes(stream: EncodedStream, label: str) -> None:
-    """Decode the first GOP: catches undecodable input at write time, cheaply."""
-    idx = stream.index
-    keys = idx.key_decode_positions
-    end = int(keys[1]) if len(keys) > 1 else len(idx)
-    ctx: Any = av.CodecContext.create("h264", "r")
-    dod = idx.display_of_decode
-    got = 0
-    try:
-        for d in range(end):
-            i = int(dod[d])
-            o = int(idx.offset[i])
-            pkt = av.Packet(stream.data[o : o + int(idx.size[i])])
-            pkt.pts = int(idx.pts[i])
-            got += len(ctx.decode(pkt))
-        got += len(ctx.decode(None))
-    except av.FFmpegError as e:
-        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
-    if got == 0:
-        raise VideoError(f"video {label}: H.264 stream decodes to no frames")
 
 
 def _reencode(
@@ -417,7 +225,13 @@ def _reencode(
             raise VideoError(f"video {label}: cannot decode {cc.name}: {e}") from None
 
     out = _encode_yuv(
-        yuv(), width=width, height=height, fps=fps or _fps(stream), gop=gop, crf=crf, preset=preset
+        yuv(),
+        width=width,
+        height=height,
+        fps=fps or container_fps(stream),
+        gop=gop,
+        crf=crf,
+        preset=preset,
     )
     if out.num_frames == 0:
         raise VideoError(f"video {label}: no frames decoded")

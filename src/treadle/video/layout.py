@@ -5,7 +5,8 @@ Fields (see docs/ARCHITECTURE.md): ``stream`` (project-relative media key), ``of
 (decode-order position), ``crc`` (``zlib.crc32`` of the packet), ``width``,
 ``height``, ``fps``, ``codec``, ``colorspace`` and ``color_range`` (the stream's colour
 tags, :mod:`treadle.video.colour`; absent in tables written before treadle recorded
-them). The column's field carries ``{"treadle:kind": "video"}``.
+them). The table writer tags the column's field ``{"treadle:kind": "video"}``
+(:func:`treadle.table.tensors.is_video`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from treadle.errors import VideoError
 from treadle.video.colour import describe, sps_tags
 from treadle.video.stream import EncodedStream, StreamIndex
 
-VIDEO_KIND_KEY = b"treadle:kind"
-VIDEO_KIND = b"video"
-VIDEO_FIELD_METADATA = {"treadle:kind": "video"}
 COLOUR_FIELDS = ("colorspace", "color_range")
 
 
@@ -43,16 +41,6 @@ def video_struct_type() -> pa.StructType:
             pa.field("color_range", pa.int32()),
         ]
     )
-
-
-def video_field(name: str, nullable: bool = True) -> pa.Field:
-    """A schema field for a video column, with ``{"treadle:kind": "video"}`` metadata."""
-    return pa.field(name, video_struct_type(), nullable=nullable, metadata=VIDEO_FIELD_METADATA)
-
-
-def is_video_field(field: pa.Field) -> bool:
-    """Whether ``field`` is a video column (by its metadata)."""
-    return bool(field.metadata) and field.metadata.get(VIDEO_KIND_KEY) == VIDEO_KIND
 
 
 def _legacy_struct_type() -> pa.StructType:

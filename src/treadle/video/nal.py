@@ -1,4 +1,6 @@
-"""H.264 Annex-B syntax: NAL units, and the sequence parameter set (SPS) fields treadle reads.
+"""H.264 syntax: NAL units (Annex-B byte streams, and MP4's length-prefixed samples and
+avcC record), and the sequence parameter set (SPS) fields treadle reads. Every place that
+splits H.264 into NAL units uses this module.
 
 The SPS parser follows ITU-T H.264 7.3.2.1.1 (sequence parameter set) and E.1.1 (VUI) up
 to the chroma location; it reports what the stream *says*, with ``None`` for the VUI
@@ -24,6 +26,38 @@ def iter_nal_units(data: bytes) -> Iterator[tuple[int, bytes]]:
         unit = data[s:] if i < 0 else data[s:i].rstrip(b"\x00")
         if unit:
             yield unit[0] & 0x1F, unit
+
+
+def iter_length_prefixed(data: bytes, size: int) -> Iterator[tuple[int, bytes]]:
+    """(type, unit bytes) for each NAL of an MP4 sample: units each preceded by its length
+    in ``size`` big-endian bytes (the avcC record's ``lengthSizeMinusOne + 1``)."""
+    i = 0
+    while i + size < len(data):
+        n = int.from_bytes(data[i : i + size], "big")
+        unit = data[i + size : i + size + n]
+        if unit:
+            yield unit[0] & 0x1F, unit
+        i += size + n
+
+
+def avcc_params(extradata: bytes) -> tuple[int, list[bytes]] | None:
+    """(NAL length size, SPS and PPS units) of an avcC record; None when it is not one."""
+    if len(extradata) < 7 or extradata[0] != 1:
+        return None
+    size = (extradata[4] & 3) + 1
+    units, i = [], 5
+    for mask in (0x1F, 0xFF):  # SPS count (5 bits), then PPS count (8 bits)
+        if i >= len(extradata):
+            return None
+        n, i = extradata[i] & mask, i + 1
+        for _ in range(n):
+            ln = int.from_bytes(extradata[i : i + 2], "big")
+            unit = extradata[i + 2 : i + 2 + ln]
+            if len(unit) != ln or not unit:
+                return None
+            units.append(unit)
+            i += 2 + ln
+    return size, units
 
 
 def nal_units(data: bytes) -> list[tuple[int, bytes]]:
@@ -143,25 +177,30 @@ def parse_sps(nal: bytes) -> Sps:
         cy = (sub_h if chroma_format_idc else 1) * (2 - frame_mbs_only)
         width -= cx * (left + right)
         height -= cy * (top + bottom)
-    vui: dict[str, int | bool] = {}
-    if b.u(1):  # vui_parameters_present_flag
-        if b.u(1):  # aspect_ratio_info_present_flag
-            if b.u(8) == 255:
-                b.u(16)
-                b.u(16)
-        if b.u(1):  # overscan_info_present_flag
-            b.u(1)
-        if b.u(1):  # video_signal_type_present_flag
-            b.u(3)
-            vui["full_range"] = bool(b.u(1))
-            if b.u(1):  # colour_description_present_flag
-                vui["primaries"] = b.u(8)
-                vui["transfer"] = b.u(8)
-                vui["matrix"] = b.u(8)
-        if b.u(1):  # chroma_loc_info_present_flag
-            vui["chroma_loc"] = b.ue() + 1
-            b.ue()
+    vui = _vui(b) if b.u(1) else {}  # vui_parameters_present_flag
     return Sps(profile, width, height, chroma_format_idc, bit_depth, **vui)  # type: ignore[arg-type]
+
+
+def _vui(b: _Bits) -> dict[str, int | bool]:
+    """The VUI fields :class:`Sps` reports, up to the chroma location (E.1.1)."""
+    vui: dict[str, int | bool] = {}
+    if b.u(1):  # aspect_ratio_info_present_flag
+        if b.u(8) == 255:
+            b.u(16)
+            b.u(16)
+    if b.u(1):  # overscan_info_present_flag
+        b.u(1)
+    if b.u(1):  # video_signal_type_present_flag
+        b.u(3)
+        vui["full_range"] = bool(b.u(1))
+        if b.u(1):  # colour_description_present_flag
+            vui["primaries"] = b.u(8)
+            vui["transfer"] = b.u(8)
+            vui["matrix"] = b.u(8)
+    if b.u(1):  # chroma_loc_info_present_flag
+        vui["chroma_loc"] = b.ue() + 1
+        b.ue()
+    return vui
 
 
 def first_sps(annexb: bytes | memoryview) -> Sps | None:

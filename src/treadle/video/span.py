@@ -19,6 +19,7 @@ import av
 import numpy as np
 
 from treadle.errors import CorruptData
+from treadle.video.nal import NAL_PPS, NAL_SPS, avcc_params, iter_length_prefixed
 from treadle.video.values import VideoFile, VideoFrames
 
 #: H.264 reorders at most 16 frames: a span's packets all come within this many frame
@@ -172,7 +173,7 @@ def cut_span(
             if not seq[first].is_keyframe or min(seq[i].pts for i in idx) < seq[first].pts:
                 return None
             payloads = [bytes(seq[i]) for i in idx]
-            params = _avcc_params(bytes(stream.codec_context.extradata or b""))
+            params = avcc_params(bytes(stream.codec_context.extradata or b""))
             if params is None:
                 return None
             payloads[0] = _with_params(payloads[0], *params)
@@ -263,38 +264,14 @@ def _decode(stream: Any, packets: list[tuple[bytes, int]]) -> dict[int, bytes] |
     return out
 
 
-def _avcc_params(extradata: bytes) -> tuple[int, list[bytes]] | None:
-    """(NAL length size, SPS and PPS units) of an avcC record; None when it is not one."""
-    if len(extradata) < 7 or extradata[0] != 1:
-        return None
-    size = (extradata[4] & 3) + 1
-    units, i = [], 5
-    for mask in (0x1F, 0xFF):  # SPS count (5 bits), then PPS count (8 bits)
-        if i >= len(extradata):
-            return None
-        n, i = extradata[i] & mask, i + 1
-        for _ in range(n):
-            ln = int.from_bytes(extradata[i : i + 2], "big")
-            unit = extradata[i + 2 : i + 2 + ln]
-            if len(unit) != ln or not unit:
-                return None
-            units.append(unit)
-            i += 2 + ln
-    return size, units
-
-
 def _with_params(payload: bytes, size: int, units: list[bytes]) -> bytes:
     """``payload`` (length-prefixed NALs) with the stream's SPS/PPS in front when it lacks them.
 
     An MP4 keeps SPS/PPS in its header; ``h264_mp4toannexb`` puts them in band only before
     an IDR, so a span that starts on an open-GOP keyframe (non-IDR I) needs them here.
     """
-    types, i = set(), 0
-    while i + size < len(payload):
-        n = int.from_bytes(payload[i : i + size], "big")
-        types.add(payload[i + size] & 0x1F)
-        i += size + n
-    if {7, 8} <= types:
+    types = {t for t, _ in iter_length_prefixed(payload, size)}
+    if {NAL_SPS, NAL_PPS} <= types:
         return payload
     return b"".join(len(u).to_bytes(size, "big") + u for u in units) + payload
 

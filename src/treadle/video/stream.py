@@ -3,12 +3,14 @@
 The stream bytes hold packets (access units) in **decode order**, Annex-B framed,
 with SPS/PPS in-band before every keyframe, so any byte range that starts at a
 keyframe decodes on its own. The index has one entry per frame in **display
-order**: entry ``i`` describes the packet that decodes to display frame ``i``.
+order**: entry ``i`` describes the packet that decodes to display frame ``i``
+(:func:`index_packets` builds both from packets in decode order).
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -129,3 +131,51 @@ class EncodedStream:
     @property
     def num_frames(self) -> int:
         return self.index.num_frames
+
+
+#: One packet of a stream being built: (bytes, pts, dts, keyframe).
+Packet = tuple[bytes, int | None, int | None, bool]
+
+
+def frame_rate(fps: float) -> Fraction:
+    """``fps`` as a fraction (NTSC rates exactly: 30000/1001)."""
+    return Fraction(fps).limit_denominator(1001)
+
+
+def index_packets(packets: list[Packet], meta: StreamMeta, where: str) -> EncodedStream:
+    """Concatenate packets (decode order) and index them in display order."""
+    n = len(packets)
+    if n == 0:
+        raise VideoError(f"{where}: no video frames")
+    pts = np.empty(n, dtype=np.int64)
+    for i, (_, p, d, _) in enumerate(packets):
+        if p is None:
+            if d is None:
+                raise VideoError(f"{where}: packet {i} has no timestamp")
+            p = d
+        pts[i] = p
+    if len(np.unique(pts)) != n:
+        raise VideoError(f"{where}: packets share a presentation timestamp")
+    sizes = np.fromiter((len(b) for b, *_ in packets), dtype=np.int64, count=n)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    keys = np.fromiter((k for *_, k in packets), dtype=bool, count=n)
+    crcs = np.fromiter((zlib.crc32(b) for b, *_ in packets), dtype=np.uint32, count=n)
+    if not keys[0]:
+        raise VideoError(f"{where}: the first packet is not a keyframe")
+    order = np.argsort(pts, kind="stable")  # display index -> decode position
+    index = StreamIndex(
+        offset=offsets[order],
+        size=sizes[order].astype(np.int32),
+        key=keys[order],
+        pts=pts[order],
+        decode=order.astype(np.int32),
+        crc=crcs[order],
+        width=meta.width,
+        height=meta.height,
+        fps=meta.fps,
+        codec=meta.codec,
+        colorspace=meta.colorspace,
+        color_range=meta.color_range,
+    )
+    index.display_of_decode  # noqa: B018 (validates)
+    return EncodedStream(data=b"".join(b for b, *_ in packets), index=index, meta=meta)

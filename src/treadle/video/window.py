@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from treadle.errors import VideoError
+from treadle.errors import CorruptData, VideoError
 from treadle.video.stream import StreamIndex
 
 
@@ -35,6 +35,23 @@ class WindowPlan:
     @property
     def num_packets(self) -> int:
         return len(self.frames)
+
+    def slots(self) -> dict[int, list[int]]:
+        """pts -> the output positions it fills (a decoder pops each frame it outputs)."""
+        out: dict[int, list[int]] = {}
+        for j, p in enumerate(self.wanted_pts.tolist()):
+            out.setdefault(p, []).append(j)
+        return out
+
+    def check_complete(self, slots: dict[int, list[int]], where: str) -> None:
+        """Raise :class:`CorruptData` naming ``where`` when a wanted frame was not output
+        (``slots`` is what :meth:`slots` gave, less the frames decoded)."""
+        if slots:
+            missing = sorted(int(self.wanted[j]) for js in slots.values() for j in js)
+            raise CorruptData(
+                f"{where} frame {missing[0]}: decoder produced no picture for frame(s) "
+                f"{missing[:8]}"
+            )
 
 
 def plan_window(index: StreamIndex, frames: np.ndarray | list[int] | range) -> WindowPlan:

@@ -1,0 +1,189 @@
+"""Fetch and verify: the stage both video readers (CPU and GPU) start from.
+
+A batch of :class:`WindowRequest` is planned (:func:`~treadle.video.window.plan_window`),
+its byte ranges are read with one coalesced ``get_ranges``, and each window comes out as
+a :class:`FetchedWindow`: its request, plan and bytes. :meth:`FetchedWindow.verify`
+checks the bytes' length and every packet's crc32 against the index; the readers call it
+on their decode threads (``zlib.crc32`` releases the GIL), before any byte is decoded.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import CorruptData, NotFound, StorageError, VideoError
+from treadle.storage import RangeRequest, Store
+from treadle.video.frames import FrameSpec
+from treadle.video.stream import StreamIndex
+from treadle.video.window import WindowPlan, plan_window
+
+
+def where_text(where: tuple[str, str, str] | str | None) -> str:
+    """A window's name in errors: ``table 't' episode 'e' column 'c'``."""
+    if where is None:
+        return "video"
+    if isinstance(where, str):
+        return where
+    table, episode, column = where
+    return f"table {table!r} episode {episode!r} column {column!r}"
+
+
+@dataclass(frozen=True, eq=False)
+class WindowRequest:
+    """One window: display ``frames`` (output order) of the stream at ``key``.
+
+    ``key`` is the stream object's key relative to the reader's ``prefix`` (for a table
+    column, the ``stream`` field, e.g. ``media/<table>/<sha>.h264``, with
+    ``prefix="projects/<project>"``). ``index`` is the episode's whole index
+    (:func:`treadle.video.layout.index_from_arrow`). ``spec`` is a ``td.Video`` or a
+    :class:`~treadle.video.frames.FrameSpec`. ``where`` = (table, episode, column) names
+    the window in errors. ``out``, when given, is filled in place (of the spec's shape
+    and dtype, e.g. a slice of the batch buffer).
+    """
+
+    key: str
+    index: StreamIndex
+    frames: np.ndarray | Sequence[int]
+    spec: Any
+    where: tuple[str, str, str] | str | None = None
+    out: Any = None
+
+    @classmethod
+    def at(
+        cls,
+        key: str,
+        index: StreamIndex,
+        start: int,
+        spec: Any,
+        where: tuple[str, str, str] | str | None = None,
+        out: Any = None,
+    ) -> WindowRequest:
+        """The window of ``spec`` (a ``td.Video``) at episode frame ``start``: frames
+        ``start + spec.offsets``."""
+        frames = int(start) + np.asarray(spec.offsets, dtype=np.int64)
+        return cls(key, index, frames, spec, where, out)
+
+
+@dataclass(frozen=True, eq=False)
+class FetchedWindow:
+    """A window's request, plan and fetched bytes (``data`` is ``plan``'s byte range)."""
+
+    request: WindowRequest
+    plan: WindowPlan
+    data: bytes = field(repr=False)
+    where: str = field(init=False)  # the window's name in errors (where_text)
+    frame: FrameSpec = field(init=False)  # the request's spec's FrameSpec
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "where", where_text(self.request.where))
+        object.__setattr__(self, "frame", FrameSpec.of(self.request.spec))
+
+    @property
+    def index(self) -> StreamIndex:
+        return self.request.index
+
+    def allocate(self, device: Any = None) -> Any:
+        """A fresh output for this window (:meth:`FrameSpec.allocate`; ``device=None``:
+        host memory)."""
+        idx = self.index
+        return self.frame.allocate(len(self.plan.wanted), idx.height, idx.width, device=device)
+
+    def output(self, device: Any = None) -> Any:
+        """The request's ``out``, checked (:meth:`FrameSpec.check`: the one shape check of
+        a window), or a fresh output; ``device`` as for :meth:`allocate`."""
+        out = self.request.out
+        if out is None:
+            return self.allocate(device)
+        idx = self.index
+        self.frame.check(out, len(self.plan.wanted), idx.height, idx.width, self.where, device)
+        return out
+
+    def verify(self) -> None:
+        """Check the bytes' length and every packet's crc32 against the index."""
+        data, plan, index, where = self.data, self.plan, self.index, self.where
+        if len(data) != plan.nbytes:
+            cut = np.flatnonzero(plan.rel_offset + plan.size > len(data))
+            frame = int(plan.frames[cut[0]]) if len(cut) else int(plan.frames[-1])
+            raise CorruptData(
+                f"{where} frame {frame}: stream is truncated (read {len(data)} bytes of the "
+                f"{plan.nbytes} the window needs)"
+            )
+        if index.crc is None:
+            return
+        view = memoryview(data)
+        crc = index.crc
+        for i, o, s in zip(plan.frames.tolist(), plan.rel_offset.tolist(), plan.size.tolist()):
+            if zlib.crc32(view[o : o + s]) != int(crc[i]):
+                raise CorruptData(
+                    f"{where} frame {i} (of {len(index)}): packet checksum mismatch "
+                    "(stored video bytes are corrupt)"
+                )
+
+
+class WindowFetcher:
+    """Plans and fetches batches of windows from a :class:`~treadle.storage.Store`."""
+
+    def __init__(self, store: Store, prefix: str = ""):
+        self.store = store
+        self.prefix = prefix.strip("/")
+
+    def object_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def fetch(self, requests: Sequence[WindowRequest]) -> list[FetchedWindow]:
+        """Plan every window, then read all their byte ranges in one ``get_ranges``.
+
+        Errors name the window: :class:`VideoError` (frames outside the episode),
+        :class:`~treadle.errors.NotFound` / :class:`~treadle.errors.StorageError`.
+        """
+        plans = []
+        for r in requests:
+            try:
+                plans.append(plan_window(r.index, r.frames))
+            except VideoError as e:
+                raise VideoError(f"{where_text(r.where)}: {e}") from None
+        if not requests:
+            return []
+        ranges = [
+            RangeRequest(self.object_key(r.key), p.start, p.end) for r, p in zip(requests, plans)
+        ]
+        try:
+            datas = self.store.get_ranges(ranges)
+        except (NotFound, StorageError) as e:
+            msg = str(e)
+            named = [where_text(r.where) for r in requests if self.object_key(r.key) in msg]
+            raise type(e)(f"{(named or [where_text(requests[0].where)])[0]}: {msg}") from None
+        return [FetchedWindow(r, p, d) for r, p, d in zip(requests, plans, datas)]
+
+
+@dataclass
+class ReadStats:
+    """Costs of one ``read_with_stats`` call of a video reader."""
+
+    windows: int = 0
+    bytes_read: int = 0
+    packets_decoded: int = 0
+    frames_out: int = 0
+    fetch_s: float = 0.0
+    decode_s: float = 0.0
+    window_bytes: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, windows: Sequence[FetchedWindow], fetch_s: float, decode_s: float) -> ReadStats:
+        """The stats of a batch of fetched (and decoded) windows."""
+        plans = [w.plan for w in windows]
+        sizes = [p.nbytes for p in plans]
+        return cls(
+            windows=len(windows),
+            bytes_read=sum(sizes),
+            packets_decoded=sum(p.num_packets for p in plans),
+            frames_out=sum(len(p.wanted) for p in plans),
+            fetch_s=fetch_s,
+            decode_s=decode_s,
+            window_bytes=sizes,
+        )

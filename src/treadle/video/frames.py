@@ -1,0 +1,154 @@
+"""What a window's decoded frames become: size, layout, dtype and normalisation.
+
+:class:`FrameSpec` is the one description of a video output, shared by ``td.Video`` (its
+``frame``), the CPU decoder (:mod:`treadle.video.decode`) and the GPU decoders
+(:mod:`treadle.gpu`). It is a plain value: it says the shape of a window, allocates one,
+checks a buffer handed in for one, and gives the float normalisation's constants. No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from treadle.errors import VideoError
+
+LAYOUTS = ("THWC", "TCHW")
+#: Output dtypes by name: the one map from a spec's ``dtype`` to torch's (numpy's is the
+#: same name, except ``bfloat16``, which numpy lacks: those outputs are torch tensors).
+TORCH_DTYPES = {
+    "uint8": torch.uint8,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+DTYPES = tuple(TORCH_DTYPES)
+_NUMPY_DTYPES = {n: np.dtype(n) for n in DTYPES if n != "bfloat16"}  # derived, not a second map
+
+
+def _norm(name: str, value: Any) -> tuple[float, float, float] | None:
+    if value is None:
+        return None
+    try:
+        t = tuple(float(x) for x in value)
+    except (TypeError, ValueError):
+        raise VideoError(f"{name} must be 3 numbers (std > 0), got {value!r}") from None
+    if len(t) != 3 or (name == "std" and any(x <= 0 for x in t)):
+        raise VideoError(f"{name} must be 3 numbers (std > 0), got {value!r}")
+    return t  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class FrameSpec:
+    """The array a window's ``T`` frames become.
+
+    ``size=(H, W)`` resizes (None: the stream's own size); ``layout`` is ``"THWC"`` or
+    ``"TCHW"``; ``dtype`` is ``"uint8"`` or a float type (then pixels are ``x / 255``, and
+    ``(x / 255 - mean) / std`` per channel when ``mean``/``std`` are given). Invalid values
+    raise :class:`~treadle.errors.VideoError`.
+    """
+
+    size: tuple[int, int] | None = None
+    layout: str = "THWC"
+    dtype: str = "uint8"
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+
+    def __post_init__(self) -> None:
+        size = self.size
+        if size is not None:
+            try:
+                h, w = (int(v) for v in size)
+            except (TypeError, ValueError):
+                raise VideoError(f"size must be (height, width), got {size!r}") from None
+            if h <= 0 or w <= 0:
+                raise VideoError(f"size must be positive, got {size!r}")
+            object.__setattr__(self, "size", (h, w))
+        if self.layout not in LAYOUTS:
+            raise VideoError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.dtype not in TORCH_DTYPES:
+            raise VideoError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if value is not None and self.dtype == "uint8":
+                raise VideoError(f"{name} needs a float dtype")
+            object.__setattr__(self, name, _norm(name, value))
+
+    @staticmethod
+    def of(spec: Any) -> FrameSpec:
+        """The frame spec of ``spec``: a :class:`FrameSpec`, or anything with one as its
+        ``frame`` (``td.Video``)."""
+        return spec if isinstance(spec, FrameSpec) else spec.frame
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.dtype]
+
+    @property
+    def numpy_dtype(self) -> np.dtype | None:
+        """The numpy dtype of a host output, None for ``bfloat16`` (a torch tensor)."""
+        return _NUMPY_DTYPES.get(self.dtype)
+
+    def size_for(self, height: int, width: int) -> tuple[int, int]:
+        """Output (height, width) of a ``height x width`` stream."""
+        return self.size if self.size is not None else (height, width)
+
+    def shape(self, t: int, height: int, width: int) -> tuple[int, int, int, int]:
+        """Shape of a window of ``t`` frames from a ``height x width`` stream."""
+        h, w = self.size_for(height, width)
+        return (t, h, w, 3) if self.layout == "THWC" else (t, 3, h, w)
+
+    def allocate(
+        self, t: int, height: int, width: int, *, batch: int | None = None, device: Any = None
+    ) -> np.ndarray | torch.Tensor:
+        """A fresh, uninitialised window (``[batch, ...]`` when ``batch`` is given).
+
+        ``device=None``: host memory, a numpy array (a CPU torch tensor for ``bfloat16``);
+        else a torch tensor on ``device``.
+        """
+        shape = self.shape(t, height, width)
+        if batch is not None:
+            shape = (batch, *shape)  # type: ignore[assignment]
+        if device is None and self.numpy_dtype is not None:
+            return np.empty(shape, dtype=self.numpy_dtype)
+        return torch.empty(shape, dtype=self.torch_dtype, device=device)
+
+    def check(
+        self, out: Any, t: int, height: int, width: int, where: str = "video", device: Any = None
+    ) -> None:
+        """Raise :class:`VideoError` naming ``where`` unless ``out`` can hold the window.
+
+        ``device=None``: a numpy array of the dtype, or a CPU torch tensor; else a torch
+        tensor on ``device``.
+        """
+        shape = self.shape(t, height, width)
+        if isinstance(out, torch.Tensor):
+            want = torch.device("cpu" if device is None else device)
+            ok = out.device == want and out.dtype == self.torch_dtype
+        elif isinstance(out, np.ndarray) and device is None:
+            ok = out.dtype == self.numpy_dtype
+        else:
+            kind = "a numpy array or a CPU torch tensor" if device is None else "a torch tensor"
+            raise VideoError(f"{where}: out must be {kind}, got {type(out).__name__}")
+        if ok and tuple(out.shape) == shape:
+            return
+        got = f"{tuple(out.shape)} {out.dtype}"
+        if isinstance(out, torch.Tensor):
+            got += f" on {out.device}"
+        need = f"{shape} {self.dtype}" + ("" if device is None else f" on {device}")
+        raise VideoError(f"{where}: out is {got}, the window needs {need}")
+
+    def affine(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """(scale, shift) per channel: float output = ``q * scale + shift`` for uint8 ``q``.
+
+        ``scale = 1 / (255 * std)`` and ``shift = -mean / std``, computed in float64 and
+        rounded to float32 (the values of both decoders).
+        """
+        mean = torch.tensor(self.mean or (0.0, 0.0, 0.0), dtype=torch.float64)
+        std = torch.tensor(self.std or (1.0, 1.0, 1.0), dtype=torch.float64)
+        scale = (1.0 / (255.0 * std)).to(torch.float32).tolist()
+        shift = (-mean / std).to(torch.float32).tolist()
+        return tuple(scale), tuple(shift)  # type: ignore[return-value]

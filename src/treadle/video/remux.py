@@ -1,0 +1,168 @@
+"""H.264 container files remuxed to treadle's Annex-B stream, bit-exact.
+
+:func:`remux_h264` runs ``h264_mp4toannexb`` over the file's packets (SPS/PPS put in
+band before every keyframe that lacks them), takes the stream's colour tags from its SPS
+(else the container's), numbers a raw elementary stream's packets by decoding it once,
+and indexes the packets (:func:`treadle.video.stream.index_packets`).
+:func:`check_decodes` decodes the first GOP at write time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from fractions import Fraction
+from typing import Any
+
+import av
+
+from treadle.errors import VideoError
+from treadle.video.colour import check_matrix, describe, stream_tags
+from treadle.video.nal import NAL_PPS, NAL_SPS, nal_units, parse_sps
+from treadle.video.stream import EncodedStream, Packet, StreamMeta, frame_rate, index_packets
+
+
+class TrimmedByEditList(Exception):
+    """The file's edit list hides some packets: its presented frames are not its packets."""
+
+
+def container_fps(stream: Any) -> float:
+    """A container stream's frame rate: its average, guessed or base rate (else 30)."""
+    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+        if rate:
+            f = float(rate)
+            if math.isfinite(f) and f > 0:
+                return f
+    return 30.0
+
+
+def _meta(stream: Any, num_frames: int, fps: float) -> StreamMeta:
+    cc = stream.codec_context
+    return StreamMeta(
+        codec="h264",
+        width=int(cc.width),
+        height=int(cc.height),
+        fps=fps,
+        pix_fmt=str(cc.pix_fmt),
+        colorspace=int(cc.colorspace),
+        color_primaries=int(cc.color_primaries),
+        color_trc=int(cc.color_trc),
+        color_range=int(cc.color_range),
+        num_frames=num_frames,
+        time_base=Fraction(stream.time_base) if stream.time_base else Fraction(1, 90000),
+    )
+
+
+def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> EncodedStream:
+    try:
+        bsf = av.BitStreamFilterContext("h264_mp4toannexb", in_stream=stream)
+    except (av.FFmpegError, ValueError) as e:
+        raise VideoError(f"video {label}: cannot start h264_mp4toannexb: {e}") from None
+    packets: list[Packet] = []
+    params: dict[int, bytes] = {}  # latest SPS (7) / PPS (8) units seen
+    all_sps: set[bytes] = set()
+
+    def take(pkts: Iterable[Any]) -> None:
+        for q in pkts:
+            b = bytes(q)
+            if not b:
+                continue
+            units = nal_units(b)
+            types = {t for t, _ in units}
+            for t, u in units:
+                if t in (NAL_SPS, NAL_PPS):
+                    params[t] = u
+                if t == NAL_SPS:
+                    all_sps.add(u)
+            key = bool(q.is_keyframe)
+            if key and not {NAL_SPS, NAL_PPS} <= types:
+                if {NAL_SPS, NAL_PPS} - params.keys():
+                    raise VideoError(f"video {label}: keyframe without SPS/PPS")
+                b = b"".join(b"\x00\x00\x00\x01" + params[t] for t in (NAL_SPS, NAL_PPS)) + b
+            packets.append((b, q.pts, q.dts, key))
+
+    for pkt in container.demux(stream):
+        if pkt.size == 0:
+            continue
+        if pkt.is_discard:
+            # One index row per stored packet cannot hide frames that are decoded but
+            # not shown, so such files are re-encoded to exactly their presented frames.
+            raise TrimmedByEditList
+        take(bsf.filter(pkt))
+    take(bsf.filter(None))
+    meta = _meta(stream, len(packets), fps or container_fps(stream))
+    meta = dataclasses.replace(meta, **_remux_colour(meta, all_sps, label))
+    if packets and any(p is None for _, p, _, _ in packets):
+        # A raw elementary stream has no timestamps: the decoder's output order is the
+        # display order, so number the packets in decode order and decode once.
+        packets = _timestamps_by_decoding(packets, label)
+        meta = dataclasses.replace(meta, time_base=1 / frame_rate(meta.fps))
+    return index_packets(packets, meta, where=f"video {label}")
+
+
+def _remux_colour(meta: StreamMeta, sps_units: set[bytes], label: str) -> dict[str, int]:
+    """The remuxed stream's colour tags: its SPS's, else the container's (``meta``).
+
+    Every SPS of the stream must give the same conversion (one index entry per episode).
+    """
+    tags = set()
+    for unit in sps_units:
+        try:
+            sps = parse_sps(unit)
+        except (ValueError, IndexError) as e:
+            raise VideoError(f"video {label}: unreadable H.264 SPS ({e})") from None
+        tags.add(stream_tags(sps, meta.colorspace, meta.color_range))
+    for cs, _ in tags or {(meta.colorspace, meta.color_range)}:
+        check_matrix(cs, f"video {label}")
+    if not tags:
+        return {}
+    if len({describe(t) for t in tags}) > 1:
+        raise VideoError(
+            f"video {label}: its SPSs change colour mid-stream "
+            f"({sorted(describe(t) for t in tags)}); split the file or re-encode it"
+        )
+    cs, rng = min(tags)
+    return {"colorspace": cs, "color_range": rng}
+
+
+def _timestamps_by_decoding(packets: list[Packet], label: str) -> list[Packet]:
+    ctx: Any = av.CodecContext.create("h264", "r")
+    shown: list[int] = []
+    try:
+        for d, (b, _, _, _) in enumerate(packets):
+            pkt = av.Packet(b)
+            pkt.pts = d
+            shown.extend(int(f.pts) for f in ctx.decode(pkt))
+        shown.extend(int(f.pts) for f in ctx.decode(None))
+    except av.FFmpegError as e:
+        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
+    if sorted(shown) != list(range(len(packets))):
+        raise VideoError(
+            f"video {label}: raw H.264 without timestamps decodes to {len(shown)} pictures "
+            f"for {len(packets)} packets"
+        )
+    rank = {d: i for i, d in enumerate(shown)}
+    return [(b, rank[d], d, k) for d, (b, _, _, k) in enumerate(packets)]
+
+
+def check_decodes(stream: EncodedStream, label: str) -> None:
+    """Decode the first GOP: catches undecodable input at write time, cheaply."""
+    idx = stream.index
+    keys = idx.key_decode_positions
+    end = int(keys[1]) if len(keys) > 1 else len(idx)
+    ctx: Any = av.CodecContext.create("h264", "r")
+    dod = idx.display_of_decode
+    got = 0
+    try:
+        for d in range(end):
+            i = int(dod[d])
+            o = int(idx.offset[i])
+            pkt = av.Packet(stream.data[o : o + int(idx.size[i])])
+            pkt.pts = int(idx.pts[i])
+            got += len(ctx.decode(pkt))
+        got += len(ctx.decode(None))
+    except av.FFmpegError as e:
+        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
+    if got == 0:
+        raise VideoError(f"video {label}: H.264 stream decodes to no frames")
