@@ -249,3 +249,19 @@ def test_the_architecture_diagram_is_this_layer_table():
         if names:
             drawn.append(tuple(names))
     assert [set(d) for d in reversed(drawn)] == [set(layer) for layer in LAYERS]
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_too_long():
+    """One idea per function: none in src/ over 60 lines (a table of cases would be the
+    exception; there is none today)."""
+    long = []
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{p.relative_to(SRC).as_posix()}:{node.lineno} {node.name} ({n})")
+    assert long == [], f"functions over {MAX_FUNCTION_LINES} lines: " + ", ".join(long)
