@@ -7,8 +7,6 @@ item it is working on (and closes the iterator it was given). :func:`ordered_map
 ``fn`` over items on a thread pool with a bounded number in flight (and optionally a
 bounded total weight), in order; closing it cancels the items not yet started and closes
 the iterator of items.
-:func:`prefetch_steps` is :func:`prefetch` over ``read(step)`` for the exact steps the
-loader will deliver next.
 """
 
 from __future__ import annotations
@@ -84,25 +82,6 @@ def prefetch(
         t.join()
         if close is not None:
             close()
-
-
-def prefetch_steps(
-    read: Callable[[int], Any],
-    start: int,
-    stop: int | None,
-    depth: int,
-    close: Callable[[], None],
-) -> Iterator[Any]:
-    """``read(start), read(start + 1), ...`` up to ``stop`` (None: forever), up to ``depth``
-    steps ahead on a thread (see :func:`prefetch`); ``close()`` runs when the consumer stops."""
-
-    def steps() -> Iterator[Any]:
-        step = start
-        while stop is None or step < stop:
-            yield read(step)
-            step += 1
-
-    return prefetch(steps(), depth, close=close)
 
 
 def ordered_map(
