@@ -7,7 +7,7 @@ layout. Parsing is strict: a missing or unknown field, or a value of the wrong t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from treadle.errors import PlanError
@@ -32,21 +32,12 @@ class TableEntry:
     num_episodes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "branch": self.branch,
-            "commit": self.commit,
-            "version": self.version,
-            "num_moments": self.num_moments,
-            "num_episodes": self.num_episodes,
-        }
+        return asdict(self)  # every field is a JSON scalar, in the record's key order
 
     @classmethod
     def from_dict(cls, t: Any, where: str) -> TableEntry:
         """Parse one ``tables[i]`` object of a record; errors name ``where`` and the field."""
-        if not isinstance(t, dict):
-            raise PlanError(f"{where} must be an object")
-        check_keys(t, _TABLE_KEYS, _TABLE_KEYS, where)
+        check_object(t, _TABLE_KEYS, _TABLE_KEYS, where)
         branch, commit = t["branch"], t["commit"]
         if branch is not None and not isinstance(branch, str):
             raise PlanError(f"{where} field 'branch' must be a string or null")
@@ -102,9 +93,7 @@ class ComponentEntry:
     @classmethod
     def from_dict(cls, c: Any, where: str) -> ComponentEntry:
         """Parse one ``components[i]`` object of a record; errors name ``where`` and the field."""
-        if not isinstance(c, dict):
-            raise PlanError(f"{where} must be an object")
-        check_keys(c, _COMPONENT_KEYS, _COMPONENT_KEYS | set(SELECTION_KEYS), where)
+        check_object(c, _COMPONENT_KEYS, _COMPONENT_KEYS | set(SELECTION_KEYS), where)
         w = c["windows"]
         if w is not None and not isinstance(w, dict):
             raise PlanError(f"{where} field 'windows' must be an object or null")
@@ -144,6 +133,13 @@ def _selection(c: dict[str, Any], where: str) -> dict[str, Any]:
             raise PlanError(f"{where} field 'rename' must be an object of column names")
         out["rename"] = tuple(sorted(ren.items()))
     return out
+
+
+def check_object(d: Any, required: set[str], allowed: set[str], where: str) -> None:
+    """Refuse ``d`` unless it is an object with the keys :func:`check_keys` allows."""
+    if not isinstance(d, dict):
+        raise PlanError(f"{where} must be an object")
+    check_keys(d, required, allowed, where)
 
 
 def check_keys(d: dict[str, Any], required: set[str], allowed: set[str], where: str) -> None:

@@ -94,14 +94,20 @@ class RunRecord:
 
     # -- identity ---------------------------------------------------------------------------
 
-    def identity(self) -> dict[str, Any]:
-        """The part of the record that determines batches (hashed into ``run_id``)."""
+    def _head(self) -> dict[str, Any]:
+        """The top-level scalar fields, shared by :meth:`identity` and :meth:`to_dict`."""
         return {
             "algorithm": self.algorithm,
             "project": self.project,
             "seed": self.seed,
             "batch_size": self.batch_size,
             "weight_denominator": self.weight_denominator,
+        }
+
+    def identity(self) -> dict[str, Any]:
+        """The part of the record that determines batches (hashed into ``run_id``)."""
+        return {
+            **self._head(),
             "components": [
                 {
                     "table": self.tables[c.table].name,
@@ -144,11 +150,7 @@ class RunRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "algorithm": self.algorithm,
-            "project": self.project,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "weight_denominator": self.weight_denominator,
+            **self._head(),
             "tables": [t.to_dict() for t in self.tables],
             "components": [c.to_dict() for c in self.components],
             "run_id": self.run_id,

@@ -21,9 +21,9 @@ import torch
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
-from treadle.plan.record import RunRecord
 from treadle.torch.delivery import StepLoader
 from treadle.torch.hook import Transform
+from treadle.torch.loader import check_state
 
 _STATE_KEYS = {"record", "step", "eval"}
 
@@ -106,12 +106,7 @@ class EvalLoader(StepLoader):
     @classmethod
     def from_state(cls, state: dict[str, Any], client: Any, **kwargs: Any) -> EvalLoader:
         """An eval loader for the pass in ``state`` (its pinned versions), at its step."""
-        if not isinstance(state, dict) or set(state) != _STATE_KEYS:
-            raise PlanError(f"eval loader state must be a dict with keys {sorted(_STATE_KEYS)}")
-        step = state["step"]
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise PlanError(f"eval loader state step must be an integer >= 0, got {step!r}")
-        record = RunRecord.from_json(state["record"])
+        record, step = check_state(state, _STATE_KEYS, "eval loader")
         loader = cls(Plan.from_record(record, client), **kwargs)
         loader._next_step = step
         return loader

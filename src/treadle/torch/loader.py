@@ -98,7 +98,7 @@ class TrainLoader(StepLoader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly at ``state["step"]``; the state must come from this run."""
-        record, step = _check_state(state)
+        record, step = check_state(state)
         if record.run_id != self.plan.run_id:
             raise PlanError(
                 f"loader state is from run {record.run_id}, this loader plans run "
@@ -110,16 +110,19 @@ class TrainLoader(StepLoader):
     @classmethod
     def from_state(cls, state: dict[str, Any], client: Any, **kwargs: Any) -> TrainLoader:
         """A loader for the run in ``state`` (its pinned versions), continuing at its step."""
-        record, step = _check_state(state)
+        record, step = check_state(state)
         loader = cls(Plan.from_record(record, client), **kwargs)
         loader._next_step = step
         return loader
 
 
-def _check_state(state: Any) -> tuple[RunRecord, int]:
-    if not isinstance(state, dict) or set(state) != _STATE_KEYS:
-        raise PlanError(f"loader state must be a dict with keys {sorted(_STATE_KEYS)}")
+def check_state(
+    state: Any, keys: set[str] = _STATE_KEYS, what: str = "loader"
+) -> tuple[RunRecord, int]:
+    """The run record and step of a loader's ``state_dict`` (with exactly ``keys``)."""
+    if not isinstance(state, dict) or set(state) != keys:
+        raise PlanError(f"{what} state must be a dict with keys {sorted(keys)}")
     step = state["step"]
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise PlanError(f"loader state step must be an integer >= 0, got {step!r}")
+        raise PlanError(f"{what} state step must be an integer >= 0, got {step!r}")
     return RunRecord.from_json(state["record"]), step
