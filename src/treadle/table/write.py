@@ -34,6 +34,7 @@ from treadle.catalog.leases import Lease, mark_used
 from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, StorageError, TreadleError
 from treadle.names import check_name
 from treadle.storage import lance_error
+from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.fps import episode_fps, schema_fps, with_fps
 from treadle.table.lancecommit import commit_exactly
@@ -315,6 +316,7 @@ class Transaction:
                         where = f"committing table {name!r} of project {project.name!r}"
                         raise lance_error(e, f"{where} (nothing was committed)") from None
                     bases[name] = now
+                    store_episode_index(project, name, versions[name], now)
             tables = dict(head_commit.tables)
             tables.update(versions)
             commit = Commit.create([head.commit_id], self.message, tables)
