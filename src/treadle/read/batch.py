@@ -17,18 +17,17 @@ Python lists), plus ``_component``/``_moment``/``_episode``/``_frame``.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 from treadle.read.rows import IS_PAD, episode_bounds, listed_values, pad_columns, padded_rows
+from treadle.read.stream_cache import StreamIndexCache
 from treadle.table.tensors import to_numpy
 
 _TAKE_THREADS = 4  # row takes in flight at once (this step's and the next one's)
@@ -125,9 +124,7 @@ class BatchReader:
         self._video = self.backend.video_reader(
             project.client.store, prefix=project.prefix, threads=video_threads
         )
-        self._indexes: dict[tuple[str, int, str, int], Any] = {}
-        self._video_cols: dict[tuple[str, int, str], pa.ChunkedArray] = {}
-        self._lock = threading.Lock()
+        self.streams = StreamIndexCache()  # the episodes' stream indexes, bounded
         self._pool: ThreadPoolExecutor | None = None
         # plans without video read one step ahead (row takes only; video has its own reader)
         self._rows_only = plan is not None and not any(
@@ -368,6 +365,7 @@ class BatchReader:
         if spec.pad:
             grid, pad = padded_rows(table, moments, offsets)
             out[f"{cs.name}{IS_PAD}"][slots] = pad
+        self.streams.load(table, cs.column, np.searchsorted(episodes.starts, moments, "right") - 1)
         for i, (slot, m) in enumerate(zip(slots, moments)):
             e = int(np.searchsorted(episodes.starts, m, side="right") - 1)
             key, index = self._index(table, cs.column, e)
@@ -408,23 +406,7 @@ class BatchReader:
         return reqs
 
     def _index(self, table: Any, column: str, episode: int) -> tuple[str, Any]:
-        from treadle.video import index_from_arrow
-
-        k = (table.name, table.version, column, episode)
-        with self._lock:
-            hit = self._indexes.get(k)
-        if hit is not None:
-            return hit
-        col = self._video_cols.get(k[:3])
-        if col is None:
-            col = table.to_arrow([column]).column(column)
-            self._video_cols[k[:3]] = col
-        eps = table.episodes()
-        start, n = int(eps.starts[episode]), int(eps.lengths[episode])
-        hit = index_from_arrow(col.slice(start, n))
-        with self._lock:
-            self._indexes[k] = hit
-        return hit
+        return self.streams.get(table, column, episode)
 
 
 def _check_shape(dest: np.ndarray, arr: np.ndarray, column: str, table: str) -> None:
