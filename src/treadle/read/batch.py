@@ -365,7 +365,7 @@ class BatchReader:
         if spec.pad:
             grid, pad = padded_rows(table, moments, offsets)
             out[f"{cs.name}{IS_PAD}"][slots] = pad
-        self.streams.load(table, cs.column, np.searchsorted(episodes.starts, moments, "right") - 1)
+        self.streams.load(table, cs.column, episode_bounds(table, moments)[0])
         for i, (slot, m) in enumerate(zip(slots, moments)):
             e = int(np.searchsorted(episodes.starts, m, side="right") - 1)
             key, index = self._index(table, cs.column, e)
