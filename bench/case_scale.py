@@ -4,7 +4,7 @@
 **Commits.** One long-lived writer makes ``n`` single-episode commits of ``rows`` tiny
 rows (an int action and a float state, no video) to one table. Reported at checkpoints
 along the way: the table's metadata bytes (Lance manifests, transaction files and refs)
-per commit, the largest fragment id, the fragment count, the writer's RSS and the mean
+and stored episode index bytes per commit, the largest fragment id, the fragment count, the writer's RSS and the mean
 seconds per commit over the last stretch; then the seconds one ``gc`` takes (grace 0).
 
 **Readers**: table ``droid`` holds 76k episodes x 240 frames of
@@ -69,6 +69,7 @@ def commit_many(root: str, n: int, rows: int = 20, every: int | None = None) -> 
     project = td.Client(root, create=True).project("scale")
     table = project.branch().table("t")
     table_dir = Path(root) / "projects/scale/tables/t.lance"
+    episodes_dir = Path(root) / "projects/scale/episodes/t"  # the stored episode index
     every = every or max(1, n // 10)
     points: list[dict[str, Any]] = []
     commits: list[str] = []
@@ -80,11 +81,13 @@ def commit_many(root: str, n: int, rows: int = 20, every: int | None = None) -> 
             ds = table.pin().dataset
             ids = [f.fragment_id for f in ds.get_fragments()]
             meta = metadata_bytes(table_dir)
+            stored = sum(f.stat().st_size for f in episodes_dir.glob("*.json"))
             points.append(
                 {
                     "commits": i + 1,
                     "metadata_bytes": meta,
                     "metadata_bytes_per_commit": meta / (i + 1),
+                    "episode_index_bytes_per_commit": stored / (i + 1),
                     "max_fragment_id": max(ids),
                     "fragments": len(ids),
                     "rss_mib": round(rss_mib(), 1),
@@ -268,14 +271,15 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "## Commits",
         "",
-        "| commits | metadata bytes/commit | max fragment id | fragments | writer RSS MiB "
-        "| s/commit (last stretch) | gc s |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| commits | metadata bytes/commit | episode index bytes/commit | max fragment id "
+        "| fragments | writer RSS MiB | s/commit (last stretch) | gc s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in result.get("commits", []):
         last = c["points"][-1]
         lines.append(
             f"| {last['commits']:,} | {last['metadata_bytes_per_commit']:,.0f} | "
+            f"{last.get('episode_index_bytes_per_commit', float('nan')):,.0f} | "
             f"{last['max_fragment_id']:,} | {last['fragments']} | {last['rss_mib']:,.1f} | "
             f"{last['s_per_commit']:.4f} | {c['gc_s']:.2f} |"
         )
