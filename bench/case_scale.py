@@ -161,9 +161,10 @@ def _fresh(root: str, name: str) -> Any:
 
 def measure_readers(root: str) -> dict[str, Any]:
     """In a fresh process (clean RSS): plan, episode index, first batch, reader bytes."""
-    from treadle.read.batch import BatchReader
+    from treadle.read.columns import output_columns
+    from treadle.read.reader import SampleReader
     from treadle.read.rows import episode_bounds
-    from treadle.read.stream_cache import StreamIndexCache
+    from treadle.read.streams import StreamIndexes
     from treadle.table.episodes import scan_episode_index
 
     out: dict[str, Any] = {"rss_start_mib": rss_mib()}
@@ -188,17 +189,17 @@ def measure_readers(root: str) -> dict[str, Any]:
     cam_plan = _recipe(_fresh(root, "droid_cam"), True).plan()
     batch = cam_plan.batch(0, 0, 1)
     t0 = time.perf_counter()
-    StreamIndexCache().load(
+    StreamIndexes().load(
         cam_plan.table(0), "cam", episode_bounds(cam_plan.table(0), batch.moment)[0]
     )
     out["first_batch_index_load_s"] = time.perf_counter() - t0  # the rest is decoding
-    reader = BatchReader(_recipe(_fresh(root, "droid_cam"), True).plan())
+    plan = _recipe(_fresh(root, "droid_cam"), True).plan()
+    reader = SampleReader([plan.table(0)], output_columns(plan))
     for step in range(8):
-        reader.read(step)
-    out["reader_index_frames"] = reader.streams.resident_frames()
-    out["reader_index_bytes_per_frame"] = reader.streams.resident_bytes() / max(
-        1, reader.streams.resident_frames()
-    )
+        reader.read(plan.batch(step, 0, 1).component, plan.batch(step, 0, 1).moment)
+    held = reader._streams  # the reader's stream index cache
+    out["reader_index_frames"] = held.resident_frames()
+    out["reader_index_bytes_per_frame"] = held.resident_bytes() / max(1, held.resident_frames())
     reader.close()
     cam = _fresh(root, "droid_cam").pin()
     head = cam.dataset.to_table(columns=["cam"], limit=100_000).column("cam")

@@ -4,8 +4,8 @@ One treadle table per size (episodes of camera-like frames from ``video_windows.
 GOP 30, CRF 23), read by ``td.TrainLoader`` with ``td.Video(range(T))`` windows:
 
 - treadle: workers 0 with 1 and 2 reader threads, and 2 spawned workers;
-- LeRobotDataset with ``delta_timestamps`` (when ``lerobot`` is installed; otherwise the
-  table says "not installed");
+- torchcodec, SPDL and LeRobotDataset (``case_video_peers.py``; a peer that is not installed
+  gets the status "not installed");
 - the limit: FFmpeg's own decode (``video_windows.limit_fn``: the ``ffmpeg`` CLI, or PyAV
   sequential decode when there is no binary) of the same streams, on 1 core and on 2
   processes (2 cores). A reader that decoded exactly the frames a window needs, at FFmpeg's
@@ -66,7 +66,7 @@ def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:
     for sz in sizes(tiny):
         log(f"  generating {sz['episodes']} H.264 episodes of {sz['frames']} {sz['w']}x{sz['h']}")
         for e in range(sz["episodes"]):
-            frames = vw.content(sz["frames"], sz["h"], sz["w"], seed=e)
+            frames = frames_of(sz)(e)
             branch.table(sz["name"]).append_episode(
                 {"cam": td.VideoFrames(frames, fps=30), "action": np.zeros((len(frames), 7))},
                 episode=f"ep{e}",
@@ -145,21 +145,18 @@ def _pool_cpu(pool: Any) -> float:
     return sum(tree_cpu(p.pid) for p in pool._pool)  # noqa: SLF001
 
 
-def lerobot_status() -> str:
-    try:
-        import lerobot  # noqa: F401
-    except ImportError:
-        return "not installed"
-    return "installed, not wired: see the report"
+def frames_of(sz: dict[str, Any]) -> Callable[[int], np.ndarray]:
+    """The frames of episode ``e`` of a size, as :func:`generate` encoded them."""
+    return lambda e: vw.content(sz["frames"], sz["h"], sz["w"], seed=e)
 
 
 def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int, int]]:
     """(media key, start, end, packets) of every window of ``steps`` (treadle's plan): the
     bytes it needs and how many frames must be decoded for it (from the keyframe on)."""
-    from treadle.read.batch import BatchReader
+    from treadle.read.streams import StreamIndexes
     from treadle.video import plan_window
 
-    reader = BatchReader(plan)
+    streams = StreamIndexes()
     table = plan.table(0)
     eps = table.episodes()
     offsets = np.asarray(plan.windows(0)["cam"].offsets)
@@ -168,8 +165,7 @@ def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int, int]]:
         b = plan.batch(s)
         for m in b.moment:
             e = int(np.searchsorted(eps.starts, m, side="right") - 1)
-            key, index = reader._index(table, "cam", e)  # noqa: SLF001
+            key, index = streams.lookup(table, "cam", e)
             wp = plan_window(index, int(m - eps.starts[e]) + offsets)
             out.append((key, wp.start, wp.end, wp.num_packets))
-    reader.close()
     return out

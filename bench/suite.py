@@ -49,7 +49,7 @@ CASES = ("mix", "video", "s3", "plan")
 OPT_IN = ("import_ray", "augment")  # run only when named in --cases
 GOALS = {
     "mix": "treadle >= 2x the best peer's samples/s",
-    "video": "treadle >= 0.8x the FFmpeg decode limit (useful frames/s), >= 3x LeRobotDataset",
+    "video": "treadle >= 0.8x the FFmpeg decode limit (useful frames/s), ahead of torchcodec and SPDL on the same bytes, >= 3x LeRobotDataset",
     "s3": "treadle on S3 >= 0.9x raw parallel range-GET throughput",
     "plan": "< 1 ms per batch at any step, < 1 s to build 16 components",
     "import_ray": "reported: Ray with 2 local workers / one process (same cores)",
@@ -102,6 +102,7 @@ def run_mix(tiny: bool, runs: int) -> list[Result]:
 # -- case 2 -------------------------------------------------------------------------------
 def run_video(tiny: bool, runs: int) -> list[Result]:
     import case_video as cv
+    import case_video_peers as cvp
     import treadle as td
 
     root = cv.generate(tiny, log)
@@ -153,16 +154,13 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
                 return run
 
             rs.append((r, tr))
-        le = Result(
-            "video",
-            "lerobot",
-            {"size": lab, "label": "LeRobotDataset delta_timestamps"},
-            "frames/s",
-        )
-        le.status = cv.lerobot_status()
-        if le.status != "not installed":
-            le.status = "not run: " + le.status
-        results += [r for r, _ in rs] + [le]
+        want = next(cv.treadle_iter(client, sz, 0, 1, 1))["cam"].numpy()
+        for r, fn in cvp.rows(root, plan, sz, steps, cv.BATCH, tiny, cv.frames_of(sz), want, log):
+            if fn is None:
+                results.append(r)
+            else:
+                rs.append((r, fn))
+        results += [r for r, _ in rs]
         for rnd in range(runs):
             log(f"  video {lab} round {rnd + 1}/{runs}: {n} windows per reader")
             for r, fn in rs:
@@ -412,6 +410,14 @@ def summarise(results: list[Result]) -> list[dict[str, Any]]:
                 _best(vid, name="limit", size=size, cores=cores),
                 0.8,
             )
+            for peer, what in (("torchcodec", "torchcodec"), ("spdl", "SPDL")):
+                add(
+                    "video",
+                    f"{size}: treadle / {what}, {cores} core(s)",
+                    _best(vid, name="treadle", size=size, cores=cores),
+                    _best(vid, name=peer, size=size, cores=cores),
+                    1.0,
+                )
         add(
             "video",
             f"{size}: treadle / LeRobotDataset",
@@ -591,6 +597,8 @@ def machine() -> dict[str, Any]:
         "webdataset",
         "datasets",
         "lerobot",
+        "torchcodec",
+        "spdl",
     ):
         try:
             m = __import__(mod)

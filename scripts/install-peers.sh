@@ -8,7 +8,8 @@
 #   another torch). Their runtime needs are listed as ordinary lines.
 # - Idempotent: pip skips what is already satisfied; a stamp skips the whole run when
 #   peers.txt and constraints.txt are unchanged.
-# - Reaches only PyPI (through pip's configured indexes).
+# - Reaches only PyPI (through pip's configured indexes) and, for FFmpeg's shared libraries,
+#   the system's apt sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then
@@ -22,6 +23,26 @@ want=$(cat "$peers" "$cons" | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && [ "${FORCE:-0}" != 1 ]; then
   echo "peers up to date"
   exit 0
+fi
+
+# torchcodec and SPDL (bench video rows) load FFmpeg's shared libraries from the system:
+# install the runtime packages (not the ffmpeg binary) when they are missing and apt is ours.
+ffmpeg_libs() {
+  for d in libavcodec libavformat libavutil libswscale libswresample libavfilter libavdevice; do
+    apt-cache depends "$d-dev" 2>/dev/null | awk '/Depends: lib(av|sw)[a-z]+[0-9]+$/ {print $2; exit}'
+  done
+}
+if ! ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so\.'; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null
+    libs=$(ffmpeg_libs)
+    if [ -n "$libs" ]; then
+      # shellcheck disable=SC2086
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $libs >/dev/null
+    fi
+  fi
+  ldconfig -p 2>/dev/null | grep -q 'libavcodec\.so\.' ||
+    echo "install-peers: no FFmpeg shared libraries: the bench marks torchcodec and SPDL not installed" >&2
 fi
 
 torch_before=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh full
+bash tests/azurite/install.sh  # the Azure Blob emulator of the az:// tests (node, npm ci)
 . .venv/bin/activate
 ruff check src tests bench
 ruff format --check src tests bench

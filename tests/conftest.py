@@ -1,8 +1,10 @@
-"""Shared fixtures: a fresh local root per test and one SeaweedFS S3 server per session."""
+"""Shared fixtures: a fresh local root per test, one SeaweedFS S3 server and one Azurite
+Azure Blob emulator per session."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -34,13 +36,47 @@ def local_root(tmp_path):
     return str(root)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "az"])
 def any_root(request, tmp_path):
-    """Runs a test once on local disk and once on the S3 server."""
+    """Runs a test on local disk, on the S3 server and on the Azure emulator."""
     if request.param == "local":
         root = tmp_path / "store"
         root.mkdir()
         return str(root), None
+    if request.param == "az":
+        return request.getfixturevalue("az_root")
     server = request.getfixturevalue("s3_server")
     name = request.node.name.replace("[", "-").replace("]", "")[:50]
     return server.url(f"t-{os.getpid()}-{name}-{id(request)}"), server.storage_options()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "azure: talks to the Azurite Azure Blob emulator")
+
+
+_AZURITE = Path(__file__).parent / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+
+
+@pytest.fixture(scope="session")
+def az_server():
+    """The Azure Blob emulator (Azurite, ``tests/azurite``) on 127.0.0.1 for the session.
+
+    Skipped when Azurite is not installed, except under ``CI=true``, where that fails.
+    """
+    from treadle.testing import Azurite, azurite_binary
+
+    try:
+        binary = azurite_binary([_AZURITE])
+    except RuntimeError as e:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {e}")
+        pytest.skip(str(e))
+    server = Azurite(binary).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def az_root(az_server, request):
+    """A fresh ``az://`` root (a new container) per test, with its storage options."""
+    return az_server.url(az_server.new_container(request.node.name)), az_server.storage_options()

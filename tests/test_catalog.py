@@ -307,7 +307,7 @@ def test_a_long_lived_writer_keeps_a_bounded_number_of_versions_open(local_root)
     """Every commit opens its base version; a writer must not keep them all (its memory
     grew with the history): at most ``_OPEN_VERSIONS`` stay open, and evicted ones
     reopen on demand."""
-    from treadle.catalog.client import _OPEN_VERSIONS
+    from treadle.catalog.lance import _OPEN_VERSIONS
 
     project = td.Client(local_root).project("p")
     t = project.branch().table("t")
@@ -315,8 +315,8 @@ def test_a_long_lived_writer_keeps_a_bounded_number_of_versions_open(local_root)
     for i in range(1, _OPEN_VERSIONS + 8):
         t.append({"x": [i]})
         assert t.pin().episodes() is not None
-    assert len(project._datasets) <= _OPEN_VERSIONS
-    assert len(project._episodes) <= _OPEN_VERSIONS
+    assert len(project.lance._datasets) <= _OPEN_VERSIONS
+    assert len(project.lance._episodes) <= _OPEN_VERSIONS
     assert t.at(first.id).to_arrow().column("x").to_pylist() == [0]
 
 

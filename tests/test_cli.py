@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import treadle as td
-from treadle import cliargs
+from treadle.cli import args as cliargs
 from treadle.cli import build_parser, main
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -178,6 +179,35 @@ def test_version_and_exit_codes_in_help(capsys):
             main(argv)
         out = capsys.readouterr().out
         assert "exit codes:" in out and "1  user error" in out and "2  usage error" in out
+
+
+def test_one_version_string(capsys):
+    """pyproject.toml's version, read once (``treadle.__version__``); ``--version`` prints it."""
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.strip() == f"treadle {td.__version__}"
+    src = Path(__file__).resolve().parents[1] / "src" / "treadle"
+    readers = sorted(
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if re.search(r"\bversion\(\s*[\"']treadle[\"']\s*\)", p.read_text())
+    )
+    assert readers == ["__init__.py"]
+    written = [p.name for p in src.rglob("*.py") if f'"{version("treadle")}"' in p.read_text()]
+    assert written == []
+
+
+def test_a_missing_dependency_names_its_command_and_hides_none(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if the demo's progress bar were missing
+    monkeypatch.delitem(sys.modules, "treadle.demo", raising=False)  # so it is imported again
+    commands = {" ".join(p) for p, _ in _commands(build_parser())}
+    assert {"bench", "demo", "import hf", "plan", "projects", "stats"} <= commands
+    assert main(["--root", str(tmp_path), "projects"]) == 0
+    capsys.readouterr()
+    assert main(["--root", str(tmp_path), "demo", "--steps", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("treadle: error: treadle demo needs the package 'tqdm', which is not ")
+    assert err.count("\n") == 1
 
 
 def test_bad_config_file_is_a_user_error(local_root, tmp_path, capsys):

@@ -31,6 +31,8 @@ _WRITER = textwrap.dedent(
 @pytest.mark.parametrize("commits", [10, 25])
 def test_eight_writers_lose_nothing(any_root, commits):
     root, opts = any_root
+    if commits == 25 and root.startswith("az://"):
+        pytest.skip("az:// races 8 x 10 commits; 8 x 25 on the emulator adds ~10 min to CI")
     writers = 8
     project = td.Client(root, storage_options=opts).project("p")
     project.create()  # before the race

@@ -19,7 +19,7 @@ import pytest
 
 import treadle as td
 from fault_proxy import FaultProxy
-from treadle.storage import lance_error
+from treadle.table.lanceerror import lance_error
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ import pytest
 
 import treadle as td
 from fault_proxy import FaultProxy
-from treadle.storage import RangeRequest, Store, _Loop
+from treadle.storage import RangeRequest, Store
+from treadle.storage.loop import _Loop
 
 HERE = Path(__file__).parent
 _ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))

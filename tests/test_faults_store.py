@@ -180,7 +180,7 @@ def test_lost_response_to_a_ref_write_is_not_a_lost_race(s3_server):
 
 def test_lance_errors_map_to_treadle_errors(video_s3, s3_server):
     """Lance read failures reach users as treadle errors naming the table (real 403s)."""
-    from treadle.storage import lance_error
+    from treadle.table.lanceerror import lance_error
 
     root, opts, _ = video_s3
     with FaultProxy(s3_server.endpoint, rate=1.0, kinds=("403",), paths="/data/") as proxy:

@@ -215,7 +215,7 @@ def test_crash_at_each_commit_phase_is_invisible_and_collected(phase, any_root, 
     (just before the branch moves): the branch is unchanged, a new writer proceeds, and
     gc(older_than=0) leaves no orphan (including an unreachable *latest* Lance version
     and a table only the dead transaction created)."""
-    import treadle.table.write as write
+    import treadle.catalog.transaction as write
     from treadle.catalog.refs import RefLog
 
     root, opts = any_root

@@ -196,7 +196,7 @@ def test_reused_orphan_media_survives_gc(any_root):
 def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monkeypatch, what):
     """gc (default grace) runs at the worst moment: after a writer staged its data files
     and media, before its Lance commit. Nothing it staged may go."""
-    import treadle.table.write as write
+    import treadle.catalog.transaction as write
 
     root, opts = any_root
     project = td.Client(root, storage_options=opts).project("p")

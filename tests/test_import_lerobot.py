@@ -197,7 +197,7 @@ def test_rerun_does_not_duplicate(tmp_path, client):
 
 
 def test_cli(tmp_path, local_root, capsys):
-    from treadle.importers.cli import main
+    from treadle.cli import main
 
     make_lerobot_v21(Path(tmp_path / "ds"), lengths=(4, 3))
     rc = main(

@@ -82,18 +82,18 @@ def test_webdataset_on_ray_equals_one_process(tmp_path, client, ray_cluster, mon
     one = importers.webdataset(pattern, client.project("one"), "t", images="decoded")
     bars: list[tuple[int | None, str]] = []
     counted: list[int] = []
-    real_init, real_update = importers._common.Progress.__init__, importers._common.Progress.update
+    real_init, real_update = importers.run.Progress.__init__, importers.run.Progress.update
 
     def init(self, total, desc, unit, enabled):
         bars.append((total, unit))
         real_init(self, total, desc, unit, enabled)
 
-    def update(self, n, nbytes=0):
+    def update(self, n):
         counted.append(n)
-        real_update(self, n, nbytes)
+        real_update(self, n)
 
-    monkeypatch.setattr(importers._common.Progress, "__init__", init)
-    monkeypatch.setattr(importers._common.Progress, "update", update)
+    monkeypatch.setattr(importers.run.Progress, "__init__", init)
+    monkeypatch.setattr(importers.run.Progress, "update", update)
     ex = td.RayExecutor()
     res = importers.webdataset(
         pattern, client.project("ray"), "t", images="decoded", executor=ex, progress=False
@@ -246,7 +246,7 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
     import time
 
     import treadle.catalog.leases as leases
-    from treadle.table.write import Transaction
+    from treadle.catalog.transaction import Transaction
 
     first = make_wds(tmp_path / "a", n=10, per_shard=10)
     pattern = make_wds(tmp_path / "wds", n=30, per_shard=10, seed=1)
@@ -254,24 +254,24 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
         importers.webdataset(first, client.project(project), "t", progress=False)
     importers.webdataset(pattern, client.project("one"), "t", progress=False)
     driver: list[Transaction] = []
-    real_hold, real_update = Transaction.hold, importers._common.Progress.update
+    real_hold, real_update = Transaction.hold, importers.run.Progress.update
     removed: list[int] = []
 
     def hold(self):
         driver.append(self)
         real_hold(self)
 
-    def update(self, n, nbytes=0):
+    def update(self, n):
         if not removed:  # the first source is staged and its task has ended
             time.sleep(2.5)  # its files are now older than the grace
             driver[-1].hold()  # the driver is alive (a fresh beat)
             report = client.project("ray").gc(older_than=timedelta(seconds=2))
             removed.append(report.removed_bytes + report.removed_files + len(report.removed_tables))
-        real_update(self, n, nbytes)
+        real_update(self, n)
 
     monkeypatch.setattr(leases, "_BEAT_S", 0.0)  # every hold() writes a beat
     monkeypatch.setattr(Transaction, "hold", hold)
-    monkeypatch.setattr(importers._common.Progress, "update", update)
+    monkeypatch.setattr(importers.run.Progress, "update", update)
     res = importers.webdataset(pattern, client.project("ray"), "t", executor=td.RayExecutor())
     monkeypatch.undo()
     assert removed == [0] and res.rows == 30
@@ -284,10 +284,10 @@ def test_cancelled_import_commits_nothing(tmp_path, client, ray_cluster, monkeyp
     client.project("p").create()
     head = client.project("p").branch("main").commit_id
 
-    def interrupt(self, n, nbytes=0):  # Ctrl-C as the first source completes
+    def interrupt(self, n):  # Ctrl-C as the first source completes
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importers._common.Progress, "update", interrupt)
+    monkeypatch.setattr(importers.run.Progress, "update", interrupt)
     with pytest.raises(KeyboardInterrupt):
         importers.webdataset(pattern, client.project("p"), "t", executor=td.RayExecutor())
     monkeypatch.undo()
@@ -330,7 +330,7 @@ def test_first_source_fixes_the_schema_as_in_one_process(tmp_path, client, ray_c
 
 @pytest.mark.slow
 def test_cli_ray_flag(tmp_path, local_root, ray_cluster, capsys):
-    from treadle.importers.cli import main
+    from treadle.cli import main
 
     pattern = make_wds(tmp_path / "wds", n=12, per_shard=6)
     args = ["import", "webdataset", pattern, "--table", "t", "--root", local_root]
@@ -345,7 +345,7 @@ NO_RAY = """
 import sys
 sys.modules["ray"] = None  # as if Ray were not installed
 import treadle as td
-from treadle.importers.cli import main
+from treadle.cli import main
 try:
     td.RayExecutor()
 except td.MissingDependency as e:

@@ -11,18 +11,11 @@ from importer_fixtures import make_lerobot_v3
 from treadle.catalog import Client
 from treadle.importers import lerobot as import_lerobot
 from treadle.importers import webdataset as import_wds
+from treadle.plan.recipe import Component, Recipe
+from treadle.plan.windows import Rows, Video, Windows
+from treadle.torch.loader import TrainLoader
 
 pytest.importorskip("webdataset")
-
-
-def _loader_api():
-    try:
-        from treadle.plan.recipe import Component, Recipe
-        from treadle.plan.windows import Rows, Video, Windows
-        from treadle.torch.loader import TrainLoader
-    except ImportError as e:  # the loader is written in parallel; skip until it lands
-        pytest.skip(f"TrainLoader not available yet: {e}")
-    return Component, Recipe, Rows, Video, Windows, TrainLoader
 
 
 def _wds_with_actions(folder, n=48, seed=3):
@@ -37,7 +30,6 @@ def _wds_with_actions(folder, n=48, seed=3):
 
 
 def test_recipe_over_imported_webdataset_and_lerobot_trains(tmp_path, local_root):
-    Component, Recipe, Rows, Video, Windows, TrainLoader = _loader_api()
     client = Client(local_root)
     project = client.project("robots")
     shard = _wds_with_actions(tmp_path / "wds")
@@ -75,7 +67,6 @@ def test_recipe_over_imported_webdataset_and_lerobot_trains(tmp_path, local_root
 
 
 def test_imported_lerobot_video_windows_load(tmp_path, local_root):
-    Component, Recipe, Rows, Video, Windows, TrainLoader = _loader_api()
     client = Client(local_root)
     project = client.project("robots")
     make_lerobot_v3(tmp_path / "lr", lengths=(12, 9))

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import treadle.importers._common as common
+import treadle.importers.sources as sources
 from importer_fixtures import (
     make_wds,
     make_wds_json_drift,
@@ -28,7 +28,7 @@ from treadle.catalog import Client
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.importers import UnsafeInput
 from treadle.importers import webdataset as import_wds
-from treadle.importers._common import expand_braces
+from treadle.importers.sources import expand_braces
 from treadle.importers.webdataset import resolve_shards
 
 wds = pytest.importorskip("webdataset")
@@ -188,7 +188,7 @@ CRASH = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from treadle.catalog import Client
-import treadle.table.write as w
+import treadle.catalog.transaction as w
 orig = w.TableWriter.append
 calls = []
 def append(self, data):
@@ -226,7 +226,7 @@ def test_killed_import_commits_nothing_and_rerun_completes(tmp_path, local_root)
 
 
 def test_cli_import(tmp_path, local_root, capsys):
-    from treadle.importers.cli import main
+    from treadle.cli import main
 
     pattern = make_wds(tmp_path / "wds", n=12, per_shard=6)
     rc = main(
@@ -362,7 +362,7 @@ def test_json_ints_after_float_chunk_are_widened_exactly(tmp_path, client):
 
 
 def test_cli_json_as_text(tmp_path, local_root, capsys):
-    from treadle.importers.cli import main
+    from treadle.cli import main
 
     shard = make_wds_json_drift(tmp_path / "w", "key")
     args = ["import", "webdataset", shard, "--project", "p", "--table", "t", "--root", local_root]
@@ -428,7 +428,7 @@ def test_import_id_covers_table_and_content(tmp_path, client, monkeypatch):
     again = import_wds(pattern, p, "a", progress=False)  # unchanged: the earlier commit
     assert again.skipped and again.commit.id == c.commit.id
     # large files are known by size and mtime (not hashed): a rewrite is seen too
-    monkeypatch.setattr(common, "HASH_BELOW", 0)
+    monkeypatch.setattr(sources, "HASH_BELOW", 0)
     first = import_wds(pattern, p, "big", progress=False)
     shard.write_bytes(data)
     assert not import_wds(pattern, p, "big", progress=False).skipped

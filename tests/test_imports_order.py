@@ -9,6 +9,7 @@ _CHECK = r"""
 import importlib, pkgutil, sys
 import treadle
 names = sorted(m.name for m in pkgutil.walk_packages(treadle.__path__, "treadle."))
+names = [n for n in names if not n.endswith(".__main__")]  # running them is their job
 failed = []
 for name in names:
     for loaded in [m for m in sys.modules if m == "treadle" or m.startswith("treadle.")]:

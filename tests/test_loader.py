@@ -313,9 +313,9 @@ def test_scan_dataset_state_and_filter(project):
 def test_device_selection(project):
     _, branch = project
     plan = recipe(branch).plan()
-    from treadle.read.batch import BatchReader
+    from treadle.torch.delivery import plan_reader
 
-    reader = BatchReader(plan, device="cpu")
+    reader = plan_reader(plan, device="cpu")
     assert reader.backend.name == "cpu" and not reader.backend.on_device
     reader.close()
     if not torch.cuda.is_available():

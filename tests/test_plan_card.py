@@ -11,7 +11,8 @@ import pytest
 
 import treadle as td
 from plan_helpers import FakeRef, FakeTable
-from treadle.plan.card import add_plan_parser, plan_command, render_card
+from treadle.cli.plan import plan_command, register
+from treadle.plan.card import render_card
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.record import RunRecord
 from treadle.video.values import VideoFrames
@@ -19,7 +20,7 @@ from treadle.video.values import VideoFrames
 
 def parse(argv):
     parser = argparse.ArgumentParser(prog="treadle")
-    add_plan_parser(parser.add_subparsers(dest="command"))
+    register(parser.add_subparsers(dest="command"))
     return parser.parse_args(argv)
 
 

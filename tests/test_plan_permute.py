@@ -1,4 +1,5 @@
-"""The keyed Feistel bijection: a permutation of [0, n) for every n and key, vectorised = scalar."""
+"""The keyed Feistel bijection: a permutation of [0, n) for every n and key, vectorised = the
+slow scalar reference (``plan_helpers.ref_permute``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_helpers import ref_permute
-from treadle.plan.permute import Domain, Domains, permute, permute_int
+from treadle.plan.permute import Domain, Domains, permute
 
 
 def perm(n, key):
@@ -32,7 +33,7 @@ def test_every_small_domain_is_permuted(n, key):
         max_size=40,
     ),
 )
-def test_vectorised_matches_scalar_references_across_mixed_domains(ns, items):
+def test_vectorised_matches_the_scalar_reference_across_mixed_domains(ns, items):
     domains = Domains([Domain.of(n) for n in ns])
     which = np.asarray([i % len(ns) for i, _, _ in items])
     x = np.asarray([x % ns[i % len(ns)] for i, x, _ in items], dtype=np.uint64)
@@ -41,7 +42,7 @@ def test_vectorised_matches_scalar_references_across_mixed_domains(ns, items):
     for g, w, xi, k in zip(got, which.tolist(), x.tolist(), keys.tolist()):
         n = ns[w]
         assert g < n
-        assert g == permute_int(xi, n, k) == ref_permute(xi, n, k)
+        assert g == ref_permute(xi, n, k)
 
 
 def test_large_domain_is_injective_on_a_sample():

@@ -15,7 +15,8 @@ import treadle as td
 import treadle.table.episodes as episodes_mod
 import treadle.table.write as write_mod
 from treadle.errors import CorruptData
-from treadle.read.batch import BatchReader
+from treadle.read.columns import output_columns
+from treadle.read.reader import SampleReader
 
 
 @pytest.fixture
@@ -215,15 +216,16 @@ def test_reader_holds_at_most_32_bytes_per_frame_of_video_index(local_root):
         components=[td.Component(branch.table("t"), td.Windows({"cam": td.Video([0, 1])}))],
     )
     plan = recipe.plan()
-    reader = BatchReader(plan)
+    reader = SampleReader([plan.table(0)], output_columns(plan))
     try:
         seen: set[int] = set()
         for step in range(40):
-            seen.update(reader.read(step)["_episode"].tolist())
+            batch = plan.batch(step, 0, 1)
+            seen.update(reader.read(batch.component, batch.moment)["_episode"].tolist())
             if len(seen) == episodes:
                 break
         assert len(seen) == episodes
-        cache = reader.streams
+        cache = reader._streams  # noqa: SLF001 (the reader's stream index cache)
         # before: the whole video column stayed in every reader, ~200 bytes a frame
         assert cache.resident_frames() == episodes * frames
         assert cache.resident_bytes() <= 32 * cache.resident_frames(), cache.resident_bytes()
@@ -232,13 +234,13 @@ def test_reader_holds_at_most_32_bytes_per_frame_of_video_index(local_root):
 
 
 def test_reader_video_index_cache_is_bounded(local_root):
-    from treadle.read.stream_cache import StreamIndexCache
+    from treadle.read.streams import StreamIndexes
 
     branch = _video_project(local_root, 6, 40)
     table = branch.table("t").pin()
-    cache = StreamIndexCache(max_frames=100)
+    cache = StreamIndexes(max_frames=100)
     for e in range(6):
-        key, index = cache.get(table, "cam", e)
+        key, index = cache.lookup(table, "cam", e)
         assert len(index) == 40 and key.startswith("media/t/")
         assert cache.resident_frames() <= 100
     assert cache.resident_frames() == 80  # the two latest episodes

@@ -11,7 +11,7 @@ from importlib import metadata as _metadata
 _os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
 
 from treadle import importers  # noqa: E402  (td.importers.webdataset(...), ...)
-from treadle.catalog import Branch, Client, Commit, Project  # noqa: E402
+from treadle.catalog import Branch, Client, Commit, Project, TableRef, Transaction  # noqa: E402
 from treadle.errors import (  # noqa: E402
     AlreadyExists,
     CommitConflict,
@@ -34,10 +34,10 @@ from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
-from treadle.read.stats import ColumnStats  # noqa: E402
-from treadle.table import EpisodeIndex, ScanRequest, Table, TableRef  # noqa: E402
+from treadle.read.stats import ColumnStats, table_stats  # noqa: E402
+from treadle.table import EpisodeIndex, ScanRequest, Table  # noqa: E402
 from treadle.table.splits import split_episodes  # noqa: E402
-from treadle.table.write import Transaction  # noqa: E402
+from treadle.table.table import compute_stats_with  # noqa: E402
 from treadle.torch import (  # noqa: E402
     CheckpointRow,
     Checkpoints,
@@ -51,6 +51,8 @@ try:  # one version string: pyproject.toml's, through the installed package's me
     __version__ = _metadata.version("treadle")
 except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
     __version__ = "0+unknown"
+
+compute_stats_with(table_stats)  # Table.stats decodes video through the read layer
 
 __all__ = [
     "AlreadyExists",

@@ -1,19 +1,8 @@
-"""``treadle demo``: a synthetic robotics project, trained for a few hundred steps.
-
-1. Creates (once) project ``robotics`` in the store with two time-indexed tables,
-   ``failed_grasps`` and ``nominal_grasps``: synthetic episodes of an H.264 wrist
-   camera (a dot moving with the action) and a 7-d action per moment.
-2. Builds the seed page's recipe (weights 0.3/0.7, seed 2048, windows of frames and
-   actions), pins it and prints the run record card.
-3. Trains a tiny policy on CPU, saving checkpoint rows. Progress is a bar on a terminal,
-   one line per phase otherwise (a log file gets no carriage returns), none with ``--quiet``.
-4. Simulates a crash: forgets the loader, restarts from the last checkpoint row on
-   2 ranks instead of 1, and shows that every global batch matches the original.
-"""
+"""The demo behind ``treadle demo``: what it does is in :mod:`treadle.cli.demo`'s docstring
+(the command's ``--help``); this module makes the project, trains, and replays the crash."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 import time
@@ -25,7 +14,6 @@ import torch
 from tqdm import tqdm
 
 import treadle as td
-from treadle.cliargs import int_at_least
 from treadle.plan.card import render_card
 
 PROJECT = "robotics"
@@ -163,11 +151,18 @@ def _interleave(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def run(
+    root: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    steps: int = 200,
+    checkpoint_every: int = 50,
+    check: int = 6,
+    quiet: bool = False,
+) -> int:
+    """The whole demo (the module docstring's four parts); 0 when every batch matches."""
     t0 = time.perf_counter()
-    quiet = bool(getattr(args, "quiet", False))
-    root, options = getattr(args, "root", None), getattr(args, "storage_options", None)
-    client = td.Client(root, options or None, create=True)
+    client = td.Client(root, storage_options or None, create=True)
     print(f"store: {client.root}")
     branch = ensure_project(client, quiet)
     recipe = build_recipe(branch)
@@ -178,13 +173,41 @@ def run(args: argparse.Namespace) -> int:
 
     torch.manual_seed(0)
     policy = TinyPolicy()
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     ckpts = td.Checkpoints(branch, table="checkpoints")
-    steps = args.steps
-    crash_at = max(1, steps - args.check)
+    crash_at = max(1, steps - check)
     # actions normalised with the nominal table's statistics (computed once per version)
     stats = plan.table(1).stats(["action"])["action"]
-    mean, std = torch.from_numpy(stats.mean).float(), torch.from_numpy(stats.std).float() + 1e-6
+    norm = (torch.from_numpy(stats.mean).float(), torch.from_numpy(stats.std).float() + 1e-6)
+    seen = _train(plan, policy, ckpts, norm, steps, checkpoint_every, crash_at, quiet)
+    print(f"checkpoint rows saved every {checkpoint_every} steps and at step {crash_at}")
+    _validate(plan, policy, norm)
+
+    # A crash: everything in memory is gone. Restart from the latest checkpoint row, on 2 ranks.
+    row = ckpts.latest(plan.run_id)
+    if row is None:
+        print("no checkpoint row was saved (run more steps)")
+        return 1
+    ok = _replay(client, row, seen, steps)
+    restored = TinyPolicy()
+    restored.load_state_dict(row.model_state()["policy"])
+    print(f"\n{'every batch matches' if ok else 'MISMATCH'}; policy restored from row at step "
+          f"{row.step}; {time.perf_counter() - t0:.0f}s in all")  # fmt: skip
+    return 0 if ok else 1
+
+
+def _train(
+    plan: td.Plan,
+    policy: TinyPolicy,
+    ckpts: td.Checkpoints,
+    norm: tuple[torch.Tensor, torch.Tensor],
+    steps: int,
+    checkpoint_every: int,
+    crash_at: int,
+    quiet: bool,
+) -> dict[int, str]:
+    """Train ``steps`` steps, saving checkpoint rows up to ``crash_at``; each step's batch hash."""
+    mean, std = norm
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     loader = td.TrainLoader(plan, steps=steps, prefetch=4)
     seen: dict[int, str] = {}
     bar = Phase("training", steps, "steps", quiet)
@@ -198,12 +221,16 @@ def run(args: argparse.Namespace) -> int:
         opt.step()
         bar.set_note(f"loss {loss.item():.4f}")
         if loader.step <= crash_at and (
-            loader.step % args.checkpoint_every == 0 or loader.step == crash_at
+            loader.step % checkpoint_every == 0 or loader.step == crash_at
         ):
             ckpts.save(loader.step, {"policy": policy.state_dict()}, loader)
     bar.close()
-    print(f"checkpoint rows saved every {args.checkpoint_every} steps and at step {crash_at}")
-    # validation: every eligible moment of the failed grasps once, in table order
+    return seen
+
+
+def _validate(plan: td.Plan, policy: TinyPolicy, norm: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Every eligible moment of the failed grasps once, in table order."""
+    mean, std = norm
     val = td.EvalLoader(td.Component(plan.table(0), WINDOWS), 64)
     total, n = 0.0, 0
     with torch.no_grad():
@@ -213,11 +240,9 @@ def run(args: argparse.Namespace) -> int:
             n += len(vb["_moment"])
     print(f"validation on failed_grasps: {n} moments once each, loss {total / n:.4f}")
 
-    # A crash: everything in memory is gone. Restart from the latest checkpoint row, on 2 ranks.
-    row = ckpts.latest(plan.run_id)
-    if row is None:
-        print("no checkpoint row was saved (run more steps)")
-        return 1
+
+def _replay(client: td.Client, row: td.CheckpointRow, seen: dict[int, str], steps: int) -> bool:
+    """Restart from ``row`` on 2 ranks; whether every global batch equals the one trained on."""
     restart = row.loader_state["step"]
     state = row.loader_state
     print(
@@ -235,32 +260,4 @@ def run(args: argparse.Namespace) -> int:
         ok &= same
         print(f"  step {step:>4}: before {seen[step]}  after restart {again}  "
               f"{'match' if same else 'DIFFERENT'}")  # fmt: skip
-    restored = TinyPolicy()
-    restored.load_state_dict(row.model_state()["policy"])
-    print(f"\n{'every batch matches' if ok else 'MISMATCH'}; policy restored from row at step "
-          f"{row.step}; {time.perf_counter() - t0:.0f}s in all")  # fmt: skip
-    return 0 if ok else 1
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="train a tiny policy on a synthetic robotics project",
-        description=__doc__,
-    )
-    p.add_argument(
-        "--steps", type=int_at_least(2), default=200, help="training steps (>= 2; default 200)"
-    )
-    p.add_argument(
-        "--checkpoint-every",
-        type=int_at_least(1),
-        default=50,
-        help="save a checkpoint row every this many steps (>= 1; default 50)",
-    )
-    p.add_argument(
-        "--check",
-        type=int_at_least(1),
-        default=6,
-        help="steps replayed and compared after the simulated crash (>= 1; default 6)",
-    )
-    p.set_defaults(func=run)
+    return ok

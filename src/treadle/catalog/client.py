@@ -7,26 +7,26 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import suppress
 from datetime import timedelta
-from typing import Any
-
-import lance
+from typing import TYPE_CHECKING, Any
 
 from treadle.catalog import retention
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
-from treadle.catalog.lru import Lru
+from treadle.catalog.lance import LanceTables
 from treadle.catalog.refs import RefLog
+from treadle.catalog.tableref import TableRef
+from treadle.catalog.transaction import Transaction
 from treadle.errors import AlreadyExists, InvalidName, NotFound, StorageError
 from treadle.names import check_name
-from treadle.storage import Store, lance_error, redact
-from treadle.table.table import EpisodeIndex, Table, TableRef, compute_episode_index
-from treadle.table.write import Transaction
+from treadle.storage import Store, redact
+from treadle.table.table import EpisodeIndex, Table
+
+if TYPE_CHECKING:
+    import lance
 
 MARKER = "treadle.json"  # written at a root on its first write: "this folder is a treadle store"
-_LAYOUT = {MARKER, "projects"}
-_OPEN_VERSIONS = 32  # table versions a project keeps open (and their episode indexes)  # what a root holds; a root with anything else is not ours
+_LAYOUT = {MARKER, "projects"}  # what a root holds; a root with anything else is not ours
 
 
 class Client:
@@ -136,9 +136,7 @@ class Project:
         self.prefix = f"projects/{name}"
         self.refs = RefLog(client.store, self.prefix)
         self._commits: dict[str, Commit] = {}
-        # bounded: a long-lived writer opens a version per commit (memory stays flat)
-        self._datasets: Lru[tuple[str, int], lance.LanceDataset] = Lru(_OPEN_VERSIONS)
-        self._episodes: Lru[tuple[str, int], EpisodeIndex] = Lru(_OPEN_VERSIONS)
+        self.lance = LanceTables(self)  # every Lance call on the project's tables
         self._lock = threading.Lock()
         self._exists = False
 
@@ -246,48 +244,27 @@ class Project:
             yield c
             cid = c.parents[0] if c.parents else None
 
-    # -- tables ------------------------------------------------------------------------
+    # -- tables ----------------------------------------------------------------------
     def table_uri(self, name: str) -> str:
-        return self.client.store.lance_uri(f"{self.prefix}/tables/{name}.lance")
+        """Where table ``name``'s Lance dataset lives."""
+        return self.lance.uri(name)
 
     def open_dataset(
         self, name: str, version: int, commit_id: str | None = None
     ) -> lance.LanceDataset:
         """Lance ``version`` of table ``name`` (cached); ``commit_id``, the commit it was
         read through, names it in the :class:`ExpiredCommit` raised if retention took it."""
-        key = (name, int(version))
-        ds = self._datasets.get(key)
-        if ds is None:
-            try:
-                ds = lance.dataset(
-                    self.table_uri(name),
-                    version=int(version),
-                    storage_options=self.client.store.lance_options,
-                )
-            except (ValueError, OSError) as e:
-                if not self.exists():
-                    raise self.not_found() from None
-                expired = retention.expired_error(self, commit_id, name) if commit_id else None
-                if expired is not None:
-                    raise expired from None
-                raise lance_error(
-                    e, f"table {name!r} version {version} of project {self.name!r}"
-                ) from None
-            ds = self._datasets.setdefault(key, ds)
-        return ds
+        return self.lance.open(name, version, commit_id)
 
     def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table:
         """Table ``name`` pinned at Lance ``version`` (what a run record names)."""
         check_name(name, "table")
-        self.open_dataset(name, version, commit_id)
+        self.lance.open(name, version, commit_id)
         return Table(self, name, version, commit_id)
 
     def episode_index(self, table: Table) -> EpisodeIndex:
-        key = (table.name, table.version)
-        idx = self._episodes.get(key)
-        if idx is None:
-            idx = self._episodes.setdefault(key, compute_episode_index(table))
-        return idx
+        """The episode index of a pinned table of this project (cached per version)."""
+        return self.lance.episode_index(table)
 
     def gc(
         self, older_than: timedelta = timedelta(hours=1), *, keep_days: float | None = None
@@ -314,9 +291,7 @@ class Project:
 
     def protect_version(self, name: str, version: int) -> None:
         """Tag a committed table version so Lance's cleanup never removes it."""
-        ds = self.open_dataset(name, version)
-        with suppress(Exception):  # an existing tag (a retry, or gc got there first) is fine
-            ds.tags.create(f"treadle-v{version}", version)
+        self.lance.protect(name, version)
 
 
 class Branch:

@@ -39,16 +39,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import lance
 import pyarrow.compute as pc
 
 from treadle.catalog.leases import USED, WRITERS, live_since, stale, used_key
 from treadle.catalog.retention import mark_expired, plan_retention
 from treadle.errors import CorruptData, CredentialsError, NotFound, TreadleError
-from treadle.storage import ObjectInfo, Store, lance_error
+from treadle.storage import ObjectInfo, Store
 from treadle.table.tensors import is_video
 
 if TYPE_CHECKING:
+    import lance
+
     from treadle.catalog.client import Project
 
 
@@ -140,17 +141,15 @@ def _open(project: Project, name: str, version: int | None) -> lance.LanceDatase
     """A table version read from storage (not a cached handle); damage -> CorruptData."""
     store = project.client.store
     try:
-        return lance.dataset(
-            project.table_uri(name), version=version, storage_options=store.lance_options
-        )
-    except (OSError, ValueError, RuntimeError) as e:
-        err: TreadleError = lance_error(e, "its latest version" if version is None else "")
-        if isinstance(err, CredentialsError):
-            raise err from None
-        if version is None:
-            damaged = isinstance(err, NotFound) or "corrupt" in str(err).lower()
-            kind = CorruptData if damaged else type(err)
-            raise kind(_damaged(project, name, f"cannot read {err}")) from None
+        return project.lance.load(name, version, "its latest version" if version is None else "")
+    except TreadleError as e:
+        err: TreadleError = e
+    if isinstance(err, CredentialsError):
+        raise err from None
+    if version is None:
+        damaged = isinstance(err, NotFound) or "corrupt" in str(err).lower()
+        kind = CorruptData if damaged else type(err)
+        raise kind(_damaged(project, name, f"cannot read {err}")) from None
     # Lance could not read that version's manifest: missing, unreadable or unparsable?
     manifest = f"_versions/{2**64 - 1 - version}.manifest"  # Lance's V2 manifest naming
     where = f"version {version}: manifest {manifest}"
@@ -209,25 +208,20 @@ def _streams(project: Project, name: str, frag: Any, columns: list[str], paths: 
 
 
 def _collect_table(project: Project, s: _Survey, cutoff: datetime, report: GcReport) -> None:
-    tags = s.latest.tags.list()
-    for v in s.versions:
-        if f"treadle-v{v}" not in tags:
-            project.protect_version(s.name, v)
-    for tag, info in tags.items():
-        if tag.startswith("treadle-v") and info["version"] not in s.versions:
-            s.latest.tags.delete(tag)
-    _lance_cleanup(s.latest, cutoff, report)
+    project.lance.protect_only(s.name, s.latest, s.versions)
+    _lance_cleanup(project, s.latest, cutoff, report)
     if _orphan_latest(project, s.name, s.versions, cutoff):
-        _lance_cleanup(_open(project, s.name, None), cutoff, report)
+        _lance_cleanup(project, _open(project, s.name, None), cutoff, report)
     _sweep_data_files(project, s, cutoff, report)
 
 
-def _lance_cleanup(ds: lance.LanceDataset, cutoff: datetime, report: GcReport) -> None:
+def _lance_cleanup(
+    project: Project, ds: lance.LanceDataset, cutoff: datetime, report: GcReport
+) -> None:
     """Lance's cleanup of untagged versions older than ``cutoff`` (and their files)."""
-    older = max(timedelta(0), datetime.now(UTC) - cutoff)
-    stats = ds.cleanup_old_versions(older_than=older, error_if_tagged_old_versions=False)
-    report.removed_versions += stats.old_versions
-    report.removed_bytes += stats.bytes_removed
+    versions, removed = project.lance.cleanup(ds, cutoff)
+    report.removed_versions += versions
+    report.removed_bytes += removed
 
 
 def _sweep_data_files(project: Project, s: _Survey, cutoff: datetime, report: GcReport) -> None:
@@ -241,7 +235,7 @@ def _sweep_data_files(project: Project, s: _Survey, cutoff: datetime, report: Gc
             v = int(info["version"])
             if v in s.versions:
                 continue
-            for frag in project.open_dataset(s.name, v).get_fragments():
+            for frag in project.lance.open(s.name, v).get_fragments():
                 listed.update(f"{base}/{df.path}" for df in frag.data_files())
     except TreadleError:
         return  # an unreachable version gc cannot read: keep every file this time
@@ -265,12 +259,12 @@ def _orphan_latest(project: Project, name: str, versions: set[int], cutoff: date
     when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
     if when >= cutoff:
         return False  # maybe a writer that is about to move its branch
-    kept = project.open_dataset(name, max(versions))
+    kept = project.lance.open(name, max(versions))
     kept_files = {df.path for f in kept.get_fragments() for df in f.data_files()}
     latest_files = {df.path for f in latest.get_fragments() for df in f.data_files()}
     if latest_files <= kept_files and latest.schema.equals(kept.schema, check_metadata=False):
         return False  # nothing only the unreachable version holds
-    _open(project, name, max(versions)).restore()
+    project.lance.restore(_open(project, name, max(versions)))
     return True
 
 

@@ -163,7 +163,7 @@ def _run_record_pins(project: Project, commit: object) -> tuple[set[str], set[tu
     commits: set[str] = set()
     versions: set[tuple[str, int]] = set()
     for name, v in sorted(commit.tables.items()):  # type: ignore[attr-defined]
-        ds = project.open_dataset(name, v)
+        ds = project.lance.open(name, v)
         if not _CHECKPOINT_COLUMNS <= set(ds.schema.names):
             continue
         for row, text in enumerate(ds.to_table(columns=["record"]).column("record").to_pylist()):

@@ -3,14 +3,20 @@
 Each importer is a thin mapping of a foreign format onto ``append`` / ``append_episode``
 inside one ``branch.transaction(...)``: one commit, the branch moves once, and nothing
 is unpickled unless ``allow_pickle=True``. Use ``td.importers.webdataset(...)``,
-``.mds(...)``, ``.lerobot(...)``, ``.hf(...)``; see :mod:`treadle.importers._common` for
-how imports resume.
+``.mds(...)``, ``.lerobot(...)``, ``.hf(...)``.
+
+The package by concern: :mod:`~treadle.importers.sources` (where files are read from,
+checked paths, file identity), :mod:`~treadle.importers.arrow` and
+:mod:`~treadle.importers.images` (decoded values -> Arrow), :mod:`~treadle.importers.run`
+(the options every importer shares, the import id, one transaction: how imports resume),
+:mod:`~treadle.importers.executor` (where the work runs), then one module per format.
 """
 
-from treadle.importers._common import ImportResult, UnsafeInput, UnsupportedFormat
+from treadle.errors import UnsafeInput, UnsupportedFormat
 from treadle.importers.hf import import_hf as hf
 from treadle.importers.lerobot import import_lerobot as lerobot
 from treadle.importers.mds import import_mds as mds
+from treadle.importers.run import ImportResult
 from treadle.importers.webdataset import import_webdataset as webdataset
 
 __all__ = ["ImportResult", "UnsafeInput", "UnsupportedFormat", "hf", "lerobot", "mds", "webdataset"]

@@ -1,7 +1,7 @@
 """Where an import's work runs: in this process (the default) or through an executor.
 
 Every importer splits its input into **sources** — WebDataset and Hugging Face files, MDS
-shards, LeRobot episodes — and hands :func:`~treadle.importers._common.run_import` a
+shards, LeRobot episodes — and hands :func:`~treadle.importers.run.run_import` a
 ``write(table_writer, bar, only=None)`` that stages the rows of the sources whose indices
 are in ``only`` (all of them when ``only`` is None), in source order.
 
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from treadle.errors import MissingDependency
 
 if TYPE_CHECKING:
-    from treadle.importers._common import Progress
-    from treadle.table.write import TableWriter
+    from treadle.catalog.transaction import TableWriter
+    from treadle.importers.run import Progress
 
 _T = TypeVar("_T")
 

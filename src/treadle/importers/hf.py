@@ -26,28 +26,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
-from treadle.importers._common import (
-    DEFAULT_CHUNK_ROWS,
+from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, column_name
+from treadle.importers.executor import Executor, pick
+from treadle.importers.images import decode_image
+from treadle.importers.run import (
+    ImportOptions,
     ImportResult,
     Progress,
-    Source,
-    SourceFile,
     append_tables,
-    check_images,
-    column_name,
-    decode_image,
-    identities,
     import_id,
-    ordered_map,
-    resolve_branch,
     run_import,
-    split_url,
-    tensor_array,
-    tensor_field,
 )
-from treadle.importers.executor import Executor, pick
+from treadle.importers.sources import Source, SourceFile, identities, split_url
+from treadle.read.prefetch import ordered_map
 from treadle.table.casts import exact_cast
-from treadle.table.tensors import flat_tensor
+from treadle.table.tensors import flat_tensor, tensor_column
 
 
 @dataclass(frozen=True)
@@ -236,9 +229,9 @@ def convert_batch(
                         f"{where}: image column {name!r} has several shapes {sorted(shapes)}; "
                         "use images='encoded'"
                     )
-                stack = np.stack(frames)
-                fields.append(tensor_field(name, stack.dtype, stack.shape[1:]))
-                arrays.append(tensor_array(stack))
+                f, a = tensor_column(name, np.stack(frames))
+                fields.append(f)
+                arrays.append(a)
             else:
                 fields.append(pa.field(name, pa.large_binary()))
                 arrays.append(raw.cast(pa.large_binary()))
@@ -249,15 +242,11 @@ def convert_batch(
 
 
 def iter_batches(
-    files: Sequence[HfFile],
-    *,
-    images: str = "encoded",
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    threads: int | None = None,
-    rename: dict[str, str] | None = None,
+    files: Sequence[HfFile], opts: ImportOptions | None = None, *, threads: int | None = None
 ) -> Iterator[pa.Table]:
     """Tables of the dataset's rows, file by file (zero-copy unless images are decoded)."""
-    check_images(images)
+    opts = opts or ImportOptions()
+    chunk_rows, images = opts.chunk_rows, opts.images
     state: dict[str, Any] = {"schema": None}
 
     labels: dict[str, Any] | None = None  # the first file's ClassLabel names per field
@@ -284,7 +273,7 @@ def iter_batches(
 
     def conv(item: tuple[pa.RecordBatch, dict[str, Any], str]) -> tuple[pa.Table, str]:
         b, features, where = item
-        return convert_batch(b, features, images, where, rename), where
+        return convert_batch(b, features, images, where, opts.rename), where
 
     for table, where in ordered_map(conv, batches(), threads if images == "decoded" else 1):
         if state["schema"] is None:
@@ -340,36 +329,36 @@ def import_hf(
     these formats is ever unpickled. ``executor=td.RayExecutor()`` stages each file as a
     Ray task and commits once here.
     """
-    del allow_pickle
-    files = resolve_files(paths, split, source_options)
-    br = resolve_branch(project, branch, client, root, storage_options)
+    return _import(paths, project, table, ImportOptions.of(locals()), split)
+
+
+def _import(
+    paths: Sequence[str] | str, project: Any, table: str, opts: ImportOptions, split: str | None
+) -> ImportResult:
+    files = resolve_files(paths, split, opts.source_options)
+    br = opts.open_branch(project)
     ids = identities(files)
     missing = [f.describe() for f, i in zip(files, ids) if i is None]
     if missing:
         raise NotFound(f"HF data file {missing[0]} does not exist")
     sizes = [i[0] for i in ids if i is not None]
-    iid = import_id(
-        "hf",
-        [f.describe() for f in files],
-        ids,
-        {"images": images, "split": split, "rename": rename},
-    )
+    names = [f.describe() for f in files]
+    iid = import_id("hf", names, ids, opts.id_options("images", "rename", split=split))
+    conv = opts.for_sources()
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
-        part = pick(files, only)
-        tables = iter_batches(part, images=images, chunk_rows=chunk_rows, rename=rename)
+        tables = iter_batches(pick(files, only), conv)
         return append_tables(tw, bar, tables), 0, sum(pick(sizes, only))
 
     return run_import(
+        opts,
+        br,
+        table,
         fmt="hf",
-        branch=br,
-        table=table,
         iid=iid,
         what=f"{len(files)} file(s) from {files[0].source.root}",
         write=write,
         total=None,
         unit="row",
-        progress=progress,
-        sources=[f.describe() for f in files],
-        executor=executor,
+        sources=names,
     )

@@ -47,22 +47,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
-from treadle.importers._common import (
-    ImportResult,
-    Progress,
-    Source,
-    SourceFile,
-    column_name,
-    decode_image,
-    identities,
-    import_id,
-    ordered_map,
-    prefetch,
-    resolve_branch,
-    run_import,
-    workers,
-)
+from treadle.importers.arrow import column_name
 from treadle.importers.executor import Executor, pick
+from treadle.importers.images import decode_image
 from treadle.importers.lerobot_meta import (
     STATS_SOURCE,
     Episode,
@@ -70,7 +57,10 @@ from treadle.importers.lerobot_meta import (
     read_meta,
     read_source_stats,
 )
-from treadle.video.span import count_frames, cut_span, decode_span
+from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
+from treadle.importers.sources import Source, SourceFile, identities
+from treadle.read.prefetch import default_threads, ordered_map, prefetch
+from treadle.video.span import span_value
 
 __all__ = [
     "Episode",
@@ -159,103 +149,83 @@ def check_timestamps(ts: np.ndarray, fi: np.ndarray, fps: float, ep: int, tol: f
 def iter_episodes(
     source: Source,
     meta: LeRobotMeta,
+    opts: ImportOptions | None = None,
     *,
-    images: str = "encoded",
     tolerance_s: float = 1e-4,
     threads: int | None = None,
-    rename: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any], int]]:
     """``(episode name, columns for append_episode, bytes read)`` per episode, in order.
 
     Video decoding of upcoming episodes runs on a thread pool while earlier ones are written.
     """
-    from treadle.video import VideoFile, VideoFrames
-
+    opts = opts or ImportOptions()
     files = _DataFiles(source)
 
-    def load(ep: Episode) -> tuple[Episode, pa.Table]:
-        return ep, files.rows(ep)
-
     def build(item: tuple[Episode, pa.Table]) -> tuple[str, dict[str, Any], int]:
-        ep, t = item
-        name = f"episode_{ep.index:06d}"
-        if t.num_rows != ep.length:
-            raise CorruptData(
-                f"episode {ep.index}: {t.num_rows} rows in {source.describe(ep.data_file)}, "
-                f"meta says length {ep.length}"
-            )
-        if t.num_rows == 0:
-            raise CorruptData(f"episode {ep.index} has no rows")
-        ts = t["timestamp"].to_numpy() if "timestamp" in t.column_names else None
-        fi = t["frame_index"].to_numpy() if "frame_index" in t.column_names else None
-        if ts is not None:
-            check_timestamps(
-                ts, fi if fi is not None else np.arange(len(ts)), meta.fps, ep.index, tolerance_s
-            )
-        else:
-            ts = np.arange(t.num_rows) / meta.fps
-        cols: dict[str, Any] = {}
-        nbytes = t.nbytes
-        for c in t.column_names:
-            col = column_name(c, f"LeRobot episode {ep.index}", rename)
-            cols[col] = _column(
-                t[c].combine_chunks(), meta.features.get(c), c in meta.images, images, ep.index, c
-            )
-        if meta.tasks and "task_index" in t.column_names and "task" not in cols:
-            cols["task"] = _tasks(t["task_index"].to_numpy(), meta.tasks, ep, source)
-        for cam in meta.cameras:
-            col = column_name(cam, f"LeRobot episode {ep.index}", rename)
-            vname = ep.video_files[cam]
-            where = f"episode {ep.index}, camera {cam!r} ({source.describe(vname)})"
-            try:
-                data: bytes | str = (
-                    str(source.local_path(vname)) if not source.url else source.read(vname)
-                )
-                if not source.url and not source.exists(vname):
-                    raise NotFound(vname)
-            except NotFound:
-                raise NotFound(f"{where}: video file is missing") from None
-            nbytes += len(data) if isinstance(data, bytes) else 0
-            if meta.version == "v3.0":
-                start = ep.spans[cam][0] + float(ts[0])
-                _check_span_end(ep.spans[cam], ts, meta.fps, tolerance_s, where)
-                cut = cut_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
-                if cut is not None:  # packets copied: H.264 stays bit-exact; rate: info.json
-                    cols[col] = VideoFile(cut, fps=meta.fps)
-                else:
-                    frames = decode_span(data, start, t.num_rows, meta.fps, tolerance_s, where)
-                    cols[col] = VideoFrames(frames, fps=meta.fps)
-            else:
-                n, _codec = count_frames(data, where)
-                if n != t.num_rows:
-                    raise CorruptData(
-                        f"{where}: video has {n} frames for the episode's {t.num_rows} rows"
-                    )
-                cols[col] = VideoFile(data, fps=meta.fps)
-        return name, cols, nbytes
+        return _episode(source, meta, *item, opts, tolerance_s)
 
     def loaded() -> Iterator[tuple[Episode, pa.Table]]:
         for ep in meta.episodes:
-            yield load(ep)
+            yield ep, files.rows(ep)
 
     # An episode's decoded frames can be large (T x H x W x 3): at most `threads` in flight.
-    threads = threads or min(2, workers())
+    threads = threads or min(2, default_threads())
     yield from ordered_map(build, loaded(), threads, ahead=threads)
 
 
-def _check_span_end(
-    span: tuple[float, float], ts: np.ndarray, fps: float, tol: float, where: str
-) -> None:
-    """The episode's last row is shown within its video span, not in the next episode's
-    (LeRobot's own loader would read that frame too, without a word)."""
-    last = float(ts[-1])
-    at = span[0] + last
-    if at - span[1] > max(tol, 0.5 / fps):
+def _episode(
+    source: Source, meta: LeRobotMeta, ep: Episode, t: pa.Table, opts: ImportOptions, tol: float
+) -> tuple[str, dict[str, Any], int]:
+    """One episode's name, columns (its rows, tasks and cameras) and bytes read."""
+    if t.num_rows != ep.length:
         raise CorruptData(
-            f"{where}: the episode's last row (row {len(ts) - 1} at {last:.4f}s) is "
-            f"shown at {at:.4f}s, after the episode's video span ends (to_timestamp "
-            f"{span[1]:.4f}s): its frames would be another episode's"
+            f"episode {ep.index}: {t.num_rows} rows in {source.describe(ep.data_file)}, "
+            f"meta says length {ep.length}"
         )
+    if t.num_rows == 0:
+        raise CorruptData(f"episode {ep.index} has no rows")
+    ts = _timestamps(t, meta.fps, ep.index, tol)
+    where = f"LeRobot episode {ep.index}"
+    cols: dict[str, Any] = {}
+    for c in t.column_names:
+        col = column_name(c, where, opts.rename)
+        cols[col] = _column(
+            t[c].combine_chunks(), meta.features.get(c), c in meta.images, opts.images, ep.index, c
+        )
+    if meta.tasks and "task_index" in t.column_names and "task" not in cols:
+        cols["task"] = _tasks(t["task_index"].to_numpy(), meta.tasks, ep, source)
+    nbytes = t.nbytes
+    for cam in meta.cameras:
+        col = column_name(cam, where, opts.rename)
+        vname = ep.video_files[cam]
+        at = f"episode {ep.index}, camera {cam!r} ({source.describe(vname)})"
+        data = _video_data(source, vname, at)
+        nbytes += len(data) if isinstance(data, bytes) else 0
+        span = ep.spans[cam] if meta.version == "v3.0" else None
+        cols[col] = span_value(data, span, ts, meta.fps, tol, at)
+    return f"episode_{ep.index:06d}", cols, nbytes
+
+
+def _timestamps(t: pa.Table, fps: float, ep: int, tol: float) -> np.ndarray:
+    """The episode's ``timestamp`` column, checked (:func:`check_timestamps`), or
+    ``frame / fps`` where it has none."""
+    ts = t["timestamp"].to_numpy() if "timestamp" in t.column_names else None
+    fi = t["frame_index"].to_numpy() if "frame_index" in t.column_names else None
+    if ts is None:
+        return np.arange(t.num_rows) / fps
+    check_timestamps(ts, fi if fi is not None else np.arange(len(ts)), fps, ep, tol)
+    return ts
+
+
+def _video_data(source: Source, name: str, where: str) -> bytes | str:
+    """A camera's video file: its local path, or its bytes for an object-store source."""
+    try:
+        data: bytes | str = str(source.local_path(name)) if not source.url else source.read(name)
+        if not source.url and not source.exists(name):
+            raise NotFound(name)
+    except NotFound:
+        raise NotFound(f"{where}: video file is missing") from None
+    return data
 
 
 def _tasks(index: np.ndarray, tasks: dict[int, str], ep: Episode, source: Source) -> list[str]:
@@ -329,61 +299,58 @@ def import_lerobot(
     episode's data file and video spans) and commits once here.
     ``allow_pickle`` is accepted for a uniform CLI; LeRobot data is never unpickled.
     """
-    del allow_pickle
-    source = Source(str(src).rstrip("/"), source_options)
+    return _import(src, project, table, ImportOptions.of(locals()), tolerance_s)
+
+
+def _import(
+    src: str, project: Any, table: str, opts: ImportOptions, tolerance_s: float
+) -> ImportResult:
+    source = Source(str(src).rstrip("/"), opts.source_options)
     meta = read_meta(source)
     shipped = read_source_stats(source)
-    br = resolve_branch(project, branch, client, root, storage_options)
+    br = opts.open_branch(project)
     names = sorted({e.data_file for e in meta.episodes}) + sorted(
         {f for e in meta.episodes for f in e.video_files.values()}
     )
     # the metadata decides episodes, tasks and timestamps: its files are part of the source
     names += source.list("meta")
     ids = identities([SourceFile(source, n) for n in names])
-    iid = import_id(
-        "lerobot",
-        [source.describe(n) for n in names],
-        ids,
-        {"images": images, "tolerance_s": tolerance_s, "rename": rename},
-    )
-    sizes = [i[0] if i else -1 for i in ids]
+    options = opts.id_options("images", "rename", tolerance_s=tolerance_s)
+    total_bytes = sum(i[0] for i in ids if i and i[0] > 0)
+    conv = opts.for_sources()
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
         part = meta if only is None else replace(meta, episodes=pick(meta.episodes, only))
-        for name, cols, n in prefetch(
-            iter_episodes(source, part, images=images, tolerance_s=tolerance_s, rename=rename),
-            depth=1,
-        ):
+        episodes = iter_episodes(source, part, conv, tolerance_s=tolerance_s)
+        for name, cols, n in prefetch(episodes, depth=1):
             tw.append_episode(cols, episode=name, fps=meta.fps)
-            first = next(iter(cols.values()))
-            rows += len(first)
+            rows += len(next(iter(cols.values())))
             eps += 1
             nbytes += n
             bar.update(1)
-        return rows, eps, (sum(s for s in sizes if s > 0) if only is None else nbytes)
+        return rows, eps, (total_bytes if only is None else nbytes)
 
     result = run_import(
+        opts,
+        br,
+        table,
         fmt="lerobot",
-        branch=br,
-        table=table,
-        iid=iid,
+        iid=import_id("lerobot", [source.describe(n) for n in names], ids, options),
         what=f"{meta.version} dataset {source.root} ({len(meta.episodes)} episodes)",
         write=write,
         total=len(meta.episodes),
         unit="episode",
-        progress=progress,
         sources=[f"episode {e.index} of {source.root}" for e in meta.episodes],
-        executor=executor,
     )
     if shipped and result.commit is not None:
-        _keep_source_stats(br.table(table).at(result.commit.id), shipped, rename)
+        _keep_source_stats(br.table(table).at(result.commit.id), shipped, opts.rename)
     return result
 
 
 def _keep_source_stats(table: Any, shipped: dict[str, dict[str, Any]], rename: Any) -> None:
     """The source's ``meta/stats.json`` beside the imported version, under column names."""
-    from treadle.read.stats import put_source_stats
+    from treadle.table.source_stats import put_source_stats
 
     names = set(table.schema.names)
     cols = {}

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, TreadleError, UnsupportedFormat
-from treadle.importers._common import Source, parse_manifest
+from treadle.importers.sources import Source, parse_manifest
 
 SUPPORTED = ("v3.0", "v2.1", "v2.0")
 DEFAULT_V3_DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"

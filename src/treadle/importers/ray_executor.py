@@ -52,8 +52,8 @@ from treadle.table.handoff import StagedFragments, add_staged, take_staged
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from treadle.importers._common import Progress
-    from treadle.table.write import TableWriter
+    from treadle.catalog.transaction import TableWriter
+    from treadle.importers.run import Progress
 
 _T = TypeVar("_T")
 
@@ -257,7 +257,7 @@ def _stage_source(
 ) -> _TaskResult:
     """One Ray task: stage source ``index`` in a transaction that is never committed."""
     from treadle.catalog import Client
-    from treadle.importers._common import Progress
+    from treadle.importers.run import Progress
 
     client = Client(target.root, target.storage_options)
     branch = client.project(target.project, create=False).branch(target.branch)

@@ -1,8 +1,8 @@
 """Import WebDataset tar shards into a table (one row per sample).
 
-The tar files are read with Python's :mod:`tarfile` in streaming mode (``r|*``: plain
-or compressed tar, forward-only, bounded memory) — never with WebDataset's own
-decoder, which unpickles ``.pyd``/``.pickle`` members and ``torch.load``s ``.pth``.
+The tar files are read with Python's :mod:`tarfile` in streaming mode
+(:mod:`treadle.importers.webdataset_tar`) — never with WebDataset's own decoder, which
+unpickles ``.pyd``/``.pickle`` members and ``torch.load``s ``.pth``.
 
 Members are grouped into samples by key (the member path up to the first dot of its
 base name, as WebDataset does), and each extension becomes a column:
@@ -34,52 +34,48 @@ decoded at once, beyond one chunk; a member is read whole, so one larger than
 ``max_member_bytes`` (default 1 GiB) is refused from its tar header, before it is
 read; a compressed shard (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) is refused once it
 inflates past ``max_shard_bytes`` (default 2 GiB). Both errors
-(:class:`UnsafeInput`) name the shard. See :mod:`treadle.importers._common` for
+(:class:`UnsafeInput`) name the shard. See :mod:`treadle.importers.run` for
 resumability (one transaction, deterministic import id).
 """
 
 from __future__ import annotations
 
-import collections
 import io
 import json
 import pickle
-import tarfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, InvalidName, NotFound, SchemaMismatch
-from treadle.importers._common import (
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, UnsafeInput
+from treadle.importers.arrow import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_ROWS,
-    IMAGE_EXTS,
     JSON_HINT,
+    column_name,
+    rows_to_table,
+)
+from treadle.importers.executor import Executor, pick
+from treadle.importers.images import IMAGE_EXTS, decode_image
+from treadle.importers.run import (
+    ImportOptions,
     ImportResult,
     Progress,
-    Source,
-    SourceFile,
-    UnsafeInput,
     append_tables,
-    check_images,
-    check_json_as,
-    column_name,
-    decode_image,
-    expand_braces,
-    identities,
     import_id,
-    is_url,
-    ordered_map,
-    resolve_branch,
-    rows_to_table,
     run_import,
-    split_url,
 )
-from treadle.importers._inflate import DECOMPRESS_ERRORS, open_capped
-from treadle.importers.executor import Executor, pick
+from treadle.importers.sources import identities
+from treadle.importers.webdataset_tar import (
+    MAX_MEMBER_BYTES,
+    MAX_SHARD_BYTES,
+    Shard,
+    iter_raw_samples,
+    resolve_shards,
+)
+from treadle.read.prefetch import ordered_map
 
 INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
 TEXT_EXTS = {"txt", "text", "transcript"}
@@ -87,170 +83,16 @@ JSON_EXTS = {"json", "jsn"}
 PICKLE_EXTS = {"pyd", "pickle", "pkl"}
 TORCH_EXTS = {"pth", "pt"}
 KEY_COLUMN = "key"
-#: default ``max_member_bytes``: the largest tar member read (each is held whole)
-MAX_MEMBER_BYTES = 1 << 30
-#: default ``max_shard_bytes``: the most bytes a compressed shard may inflate to
-MAX_SHARD_BYTES = 2 << 30
 #: member bytes being decoded at once (beyond one chunk): huge members do not pile up
 IN_FLIGHT_BYTES = 512 << 20
 
-
-@dataclass(frozen=True)
-class Shard(SourceFile):
-    """One tar shard: the source it lives in and its name there."""
-
-
-def resolve_shards(
-    srcs: Sequence[str] | str, storage_options: dict[str, Any] | None = None
-) -> list[Shard]:
-    """Expand paths, folders (every ``*.tar`` in them), URLs and brace patterns to shards."""
-    if isinstance(srcs, str):
-        srcs = [srcs]
-    out: list[Shard] = []
-    sources: dict[str, Source] = {}
-    for pattern in srcs:
-        if str(pattern).startswith("pipe:"):
-            raise InvalidName(f"{pattern!r}: 'pipe:' sources run shell commands and are refused")
-        for path in expand_braces(str(pattern)):
-            if not is_url(path):
-                import os
-
-                if os.path.isdir(path):
-                    src = sources.setdefault(path, Source(path))
-                    names = [n for n in src.list() if _is_tar(n)]
-                    if not names:
-                        raise NotFound(f"no .tar shards in folder {path!r}")
-                    out.extend(Shard(src, n) for n in names)
-                    continue
-            root, name = split_url(path)
-            src = sources.get(root) or sources.setdefault(root, Source(root, storage_options))
-            out.append(Shard(src, name))
-    if not out:
-        raise NotFound("no WebDataset shards given")
-    return out
-
-
-def _is_tar(name: str) -> bool:
-    return name.endswith((".tar", ".tar.gz", ".tgz"))
-
-
-def split_key(path: str) -> tuple[str, str]:
-    """``(key, ext)`` of a member path, as WebDataset splits it (first dot of the base name)."""
-    d, _, base = path.rpartition("/")
-    stem, dot, ext = base.partition(".")
-    if not dot:
-        return path, ""
-    return (f"{d}/{stem}" if d else stem), ext
-
-
-def iter_raw_samples(
-    shard: Shard,
-    max_member_bytes: int = MAX_MEMBER_BYTES,
-    max_shard_bytes: int = MAX_SHARD_BYTES,
-) -> Iterator[dict[str, Any]]:
-    """Samples of one shard as ``{"__key__": str, ext: bytes, ...}``, in tar order.
-
-    A truncated or corrupt tar raises :class:`CorruptData` naming the shard and the last
-    sample read; a member over ``max_member_bytes``, or a compressed shard inflating past
-    ``max_shard_bytes``, raises :class:`UnsafeInput` naming the shard.
-    """
-    where = shard.describe()
-    current: dict[str, Any] | None = None
-    last = "(start)"
-    try:
-        with shard.source.open(shard.name) as raw:
-            f = _Tail(open_capped(raw, max_shard_bytes, f"shard {where}", "max_shard_bytes"))
-            with tarfile.open(fileobj=f, mode="r|") as tar:
-                for member in tar:
-                    if not member.isfile():
-                        continue
-                    key, ext = split_key(member.name)
-                    if not ext or key.rsplit("/", 1)[-1].startswith("__"):
-                        continue  # no extension or a WebDataset metadata member
-                    if member.size > max_member_bytes:
-                        raise UnsafeInput(
-                            f"shard {where}: member {member.name!r} holds {member.size:,} bytes, "
-                            f"more than max_member_bytes={max_member_bytes:,} (raise it if you "
-                            "trust this shard)"
-                        )
-                    fobj = tar.extractfile(member)
-                    data = fobj.read() if fobj is not None else b""
-                    if len(data) != member.size:
-                        raise CorruptData(
-                            f"shard {where}: member {member.name!r} is truncated "
-                            f"({len(data)} of {member.size} bytes)"
-                        )
-                    if current is not None and current["__key__"] != key:
-                        last = current["__key__"]
-                        yield current
-                        current = None
-                    if current is None:
-                        current = {"__key__": key}
-                    if ext in current:
-                        raise CorruptData(f"shard {where}: sample {key!r} has two {ext!r} members")
-                    current[ext] = data
-                if f.block(tar.offset) != _ZERO_BLOCK:
-                    last = current["__key__"] if current is not None else last
-                    raise tarfile.ReadError(
-                        f"no end-of-archive block at byte {tar.offset:,} (the shard was cut "
-                        "there, or holds no tar header)"
-                    )
-    except (tarfile.TarError, EOFError, OSError, *DECOMPRESS_ERRORS) as e:
-        after = f" after sample {last!r}" if last != "(start)" else ""
-        raise CorruptData(
-            f"shard {where} is truncated or not a tar file{after}: {type(e).__name__}: {e}"
-        ) from None
-    if current is not None:
-        yield current
-
-
-_ZERO_BLOCK = bytes(tarfile.BLOCKSIZE)
-
-
-class _Tail(io.RawIOBase):
-    """Reads ``inner``, keeping its last few chunks, so that the block where tarfile saw the
-    archive end can be checked: tarfile ends quietly at the end of the data, at a cut
-    header or at garbage where a header should be, not only at the end-of-archive block."""
-
-    #: bytes kept: more than tarfile reads ahead of the header it is parsing (10 KiB)
-    KEEP = 64 << 10
-
-    def __init__(self, inner: Any):
-        self._inner, self._pos, self._kept = inner, 0, 0
-        self._chunks: collections.deque[tuple[int, bytes]] = collections.deque()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        data = self._inner.read(len(b))
-        n = len(data)
-        b[:n] = data
-        if n:
-            self._chunks.append((self._pos, bytes(data)))
-            self._pos += n
-            self._kept += n
-            while self._kept - len(self._chunks[0][1]) >= self.KEEP:
-                self._kept -= len(self._chunks.popleft()[1])
-        return n
-
-    def block(self, offset: int) -> bytes | None:
-        """The (up to) 512 bytes at ``offset``, if still kept; b"" past the end."""
-        if offset >= self._pos:
-            return b""
-        kept = b"".join(c for _, c in self._chunks)
-        start = offset - (self._chunks[0][0] if self._chunks else self._pos)
-        return kept[start : start + tarfile.BLOCKSIZE] if start >= 0 else None
+_Chunk = list[tuple[str, dict[str, Any]]]
 
 
 def decode_sample(
     raw: dict[str, Any],
     where: str,
-    *,
-    images: str,
-    allow_pickle: bool,
-    rename: dict[str, str] | None = None,
-    json_as: str = "typed",
+    opts: ImportOptions,
 ) -> dict[str, Any]:
     """Raw member bytes -> typed values (see the module docstring)."""
     out: dict[str, Any] = {KEY_COLUMN: raw["__key__"]}
@@ -259,7 +101,7 @@ def decode_sample(
         if ext == "__key__":
             continue
         last = ext.rsplit(".", 1)[-1].lower()
-        col = column_name(ext, where, rename)
+        col = column_name(ext, where, opts.rename)
         if col == KEY_COLUMN:
             raise SchemaMismatch(f"{where}: a member extension {ext!r} clashes with the key column")
         if col in member_of:
@@ -270,7 +112,7 @@ def decode_sample(
             )
         member_of[col] = ext
         try:
-            out[col] = _decode_member(last, data, where, images, allow_pickle, ext, json_as)
+            out[col] = _decode_member(last, data, where, ext, opts)
         except (UnsafeInput, CorruptData, SchemaMismatch):
             raise
         except Exception as e:
@@ -280,11 +122,9 @@ def decode_sample(
     return out
 
 
-def _decode_member(
-    last: str, data: bytes, where: str, images: str, allow_pickle: bool, ext: str, json_as: str
-) -> Any:
+def _decode_member(last: str, data: bytes, where: str, ext: str, opts: ImportOptions) -> Any:
     if last in PICKLE_EXTS or last in TORCH_EXTS:
-        if not allow_pickle:
+        if not opts.allow_pickle:
             raise UnsafeInput(
                 f"{where}: member .{ext} is a pickle; unpickling runs arbitrary code, so it is "
                 "refused (pass allow_pickle=True / --allow-pickle if you trust this data)"
@@ -305,7 +145,7 @@ def _decode_member(
     if last in JSON_EXTS:
         text = data.decode("utf-8")
         value = json.loads(text)  # checked even when kept as text
-        return text if json_as == "text" else value
+        return text if opts.json_as == "text" else value
     if last == "npy":
         try:
             return np.load(io.BytesIO(data), allow_pickle=False)
@@ -315,83 +155,73 @@ def _decode_member(
                     f"{where}: member .{ext} is an object array (a pickle) and is refused"
                 ) from None
             raise
-    if last in IMAGE_EXTS and images == "decoded":
+    if last in IMAGE_EXTS and opts.images == "decoded":
         return decode_image(data, last, f"{where} .{ext}")
     return bytes(data)
 
 
 def iter_batches(
     shards: Sequence[Shard],
+    opts: ImportOptions | None = None,
     *,
-    images: str = "encoded",
-    allow_pickle: bool = False,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     threads: int | None = None,
-    stats: dict[str, int] | None = None,
-    rename: dict[str, str] | None = None,
     max_member_bytes: int = MAX_MEMBER_BYTES,
     max_shard_bytes: int = MAX_SHARD_BYTES,
-    json_as: str = "typed",
 ) -> Iterator[pa.Table]:
-    """Arrow tables of at most ``chunk_rows`` samples (or ``chunk_bytes``), in shard order.
+    """Arrow tables of at most ``opts.chunk_rows`` samples (or 32 MiB), in shard order.
 
     Tar reading is sequential; decoding of each chunk runs on a thread pool, a couple of
     chunks ahead. Every sample must have the same members as the first one.
     """
-    check_images(images)
-    check_json_as(json_as)
-    state: dict[str, Any] = {"members": None, "schema": None}
-    stats = stats if stats is not None else {}
+    opts = opts or ImportOptions()
+    members: list[list[str]] = []  # the first sample's members
+    raw = _raw_chunks(shards, opts.chunk_rows, (max_member_bytes, max_shard_bytes), members)
 
-    def raw_chunks() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-        chunk: list[tuple[str, dict[str, Any]]] = []
-        size = 0
-        for shard in shards:
-            for raw in iter_raw_samples(shard, max_member_bytes, max_shard_bytes):
-                where = f"shard {shard.describe()}, sample {raw['__key__']!r}"
-                members = sorted(k for k in raw if k != "__key__")
-                if state["members"] is None:
-                    state["members"] = members
-                elif members != state["members"]:
-                    raise SchemaMismatch(
-                        f"{where} has members {members}, earlier samples have {state['members']}"
-                    )
-                n = sum(len(v) for k, v in raw.items() if k != "__key__")
-                stats["bytes"] = stats.get("bytes", 0) + n
-                chunk.append((where, raw))
-                size += n
-                if len(chunk) >= chunk_rows or size >= chunk_bytes:
-                    yield chunk
-                    chunk, size = [], 0
-        if chunk:
-            yield chunk
+    def decode_chunk(chunk: _Chunk) -> tuple[list[str], list[dict[str, Any]]]:
+        return [w for w, _ in chunk], [decode_sample(r, w, opts) for w, r in chunk]
 
-    def decode_chunk(chunk: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[dict]]:
-        return [w for w, _ in chunk], [
-            decode_sample(
-                r, w, images=images, allow_pickle=allow_pickle, rename=rename, json_as=json_as
-            )
-            for w, r in chunk
-        ]
-
+    schema: pa.Schema | None = None
     hints: dict[str, str] = {}
-
-    def chunk_bytes_of(chunk: list[tuple[str, dict[str, Any]]]) -> int:
-        return sum(len(v) for _, r in chunk for k, v in r.items() if k != "__key__")
-
-    chunks = ordered_map(
-        decode_chunk, raw_chunks(), threads, weight=chunk_bytes_of, budget=IN_FLIGHT_BYTES
-    )
+    chunks = ordered_map(decode_chunk, raw, threads, weight=_bytes_of, budget=IN_FLIGHT_BYTES)
     for wheres, rows in chunks:
         columns = [KEY_COLUMN] + [c for c in rows[0] if c != KEY_COLUMN]
-        if state["schema"] is None and json_as == "typed":
-            json_exts = [e for e in state["members"] if e.rsplit(".", 1)[-1].lower() in JSON_EXTS]
-            hints = {column_name(e, "", rename): JSON_HINT for e in json_exts}
-        table = rows_to_table(rows, columns, lambda i, w=wheres: w[i], state["schema"], hints)
-        if state["schema"] is None:
-            state["schema"] = table.schema
+        if schema is None and opts.json_as == "typed":
+            json_exts = [e for e in members[0] if e.rsplit(".", 1)[-1].lower() in JSON_EXTS]
+            hints = {column_name(e, "", opts.rename): JSON_HINT for e in json_exts}
+        table = rows_to_table(rows, columns, lambda i, w=wheres: w[i], schema, hints)
+        if schema is None:
+            schema = table.schema
         yield table
+
+
+def _raw_chunks(
+    shards: Sequence[Shard], chunk_rows: int, limits: tuple[int, int], members: list[list[str]]
+) -> Iterator[_Chunk]:
+    """Raw samples ``(where, {ext: bytes})`` in chunks of ``chunk_rows`` (or 32 MiB); every
+    sample's members checked against the first one's (kept in ``members``)."""
+    chunk: _Chunk = []
+    size = 0
+    for shard in shards:
+        for raw in iter_raw_samples(shard, *limits):
+            where = f"shard {shard.describe()}, sample {raw['__key__']!r}"
+            have = sorted(k for k in raw if k != "__key__")
+            if not members:
+                members.append(have)
+            elif have != members[0]:
+                raise SchemaMismatch(
+                    f"{where} has members {have}, earlier samples have {members[0]}"
+                )
+            chunk.append((where, raw))
+            size += _bytes_of([(where, raw)])
+            if len(chunk) >= chunk_rows or size >= DEFAULT_CHUNK_BYTES:
+                yield chunk
+                chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _bytes_of(chunk: _Chunk) -> int:
+    return sum(len(v) for _, r in chunk for k, v in r.items() if k != "__key__")
 
 
 def import_webdataset(
@@ -440,8 +270,19 @@ def import_webdataset(
     Returns:
         :class:`ImportResult` with the commit, row count, bytes read and timing.
     """
-    shards = resolve_shards(srcs, source_options)
-    br = resolve_branch(project, branch, client, root, storage_options)
+    opts = ImportOptions.of(locals())
+    return _import(srcs, project, table, opts, (max_member_bytes, max_shard_bytes))
+
+
+def _import(
+    srcs: Sequence[str] | str,
+    project: Any,
+    table: str,
+    opts: ImportOptions,
+    limits: tuple[int, int],
+) -> ImportResult:
+    shards = resolve_shards(srcs, opts.source_options)
+    br = opts.open_branch(project)
     ids = identities(shards)
     missing = [s.describe() for s, i in zip(shards, ids) if i is None]
     if missing:
@@ -450,39 +291,26 @@ def import_webdataset(
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
         )
     sizes = [i[0] for i in ids if i is not None]
-    iid = import_id(
-        "webdataset",
-        [s.describe() for s in shards],
-        ids,
-        {"images": images, "allow_pickle": allow_pickle, "rename": rename, "json_as": json_as},
-    )
+    names = [s.describe() for s in shards]
+    options = opts.id_options("images", "allow_pickle", "rename", "json_as")
+    conv = opts.for_sources()
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
-        stats: dict[str, int] = {}
         tables = iter_batches(
-            pick(shards, only),
-            images=images,
-            allow_pickle=allow_pickle,
-            chunk_rows=chunk_rows,
-            stats=stats,
-            rename=rename,
-            max_member_bytes=max_member_bytes,
-            max_shard_bytes=max_shard_bytes,
-            json_as=json_as,
+            pick(shards, only), conv, max_member_bytes=limits[0], max_shard_bytes=limits[1]
         )
         return append_tables(tw, bar, tables), 0, sum(pick(sizes, only))
 
     what = f"{len(shards)} shard(s) from {shards[0].source.root}"
     return run_import(
+        opts,
+        br,
+        table,
         fmt="webdataset",
-        branch=br,
-        table=table,
-        iid=iid,
+        iid=import_id("webdataset", names, ids, options),
         what=what,
         write=write,
         total=None,
         unit="sample",
-        progress=progress,
-        sources=[s.describe() for s in shards],
-        executor=executor,
+        sources=names,
     )

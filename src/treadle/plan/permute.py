@@ -147,18 +147,3 @@ def permute(
             y[idx] = z
             idx = idx[z >= n[idx]]
     return y
-
-
-def permute_int(x: int, n: int, key: int) -> int:
-    """:func:`permute` for one index, on Python ints (the readable reference)."""
-    d = Domain.of(n)
-    while True:
-        hi, lo = x >> d.right, x & ((1 << d.right) - 1)
-        for i in range(ROUNDS):
-            width = d.left if i % 2 == 0 else d.right
-            t = (((lo ^ key ^ TWEAKS[i]) & MASK64) * M1) & MASK64
-            t = ((t ^ (t >> 32)) * M2) & MASK64
-            hi, lo = lo, hi ^ (t >> (64 - width))
-        x = (hi << d.right) | lo
-        if x < n:
-            return x

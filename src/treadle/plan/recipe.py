@@ -209,6 +209,31 @@ class Recipe:
 
     def plan(self) -> Plan:
         """Pin every table now and return the pure plan."""
+        per_component = self._pin()
+        projects = sorted({t.project.name for t, _ in per_component})
+        if len(projects) != 1:
+            raise PlanError(f"components come from projects {projects}; a run reads one project")
+        tables, entries, episodes, table_of = _table_entries(per_component)
+        numerators, denominator = realise_weights(
+            [c.weight for c in self.components], self.batch_size
+        )
+        comps, anchors = [], []
+        for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
+            entry, runs = _component_entry(comp, i, t, tables[t], episodes[t], numerators[i])
+            comps.append(entry)
+            anchors.append(runs)
+        record = RunRecord(
+            project=projects[0],
+            seed=self.seed,
+            batch_size=self.batch_size,
+            weight_denominator=denominator,
+            tables=tuple(entries),
+            components=tuple(comps),
+        )
+        return Plan(record, tables, episodes=episodes, anchors=anchors)
+
+    def _pin(self) -> list[tuple[Any, str | None]]:
+        """(pinned table, branch name or None) per component; a ref is pinned once."""
         pinned: dict[Any, tuple[Any, str | None]] = {}
         per_component = []
         for comp in self.components:
@@ -220,88 +245,7 @@ class Recipe:
                 per_component.append(pinned[key])
             else:
                 per_component.append((ref, None))
-
-        projects = sorted({t.project.name for t, _ in per_component})
-        if len(projects) != 1:
-            raise PlanError(f"components come from projects {projects}; a run reads one project")
-
-        tables: list[Any] = []
-        entries: list[TableEntry] = []
-        episodes: list[Any] = []
-        index: dict[tuple[str, int, str, str | None], int] = {}
-        table_of: list[int] = []
-        for table, branch in per_component:
-            key = (table.name, int(table.version), table.commit_id, branch)
-            if key not in index:
-                index[key] = len(tables)
-                tables.append(table)
-                ep = table.episodes()
-                episodes.append(ep)
-                entries.append(
-                    TableEntry(
-                        name=table.name,
-                        branch=branch,
-                        commit=table.commit_id,
-                        version=int(table.version),
-                        num_moments=int(table.num_moments),
-                        num_episodes=len(ep.lengths),
-                    )
-                )
-            table_of.append(index[key])
-
-        weights = [c.weight for c in self.components]
-        numerators, denominator = realise_weights(weights, self.batch_size)
-        comps = []
-        anchors: list[Any] = []
-        for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
-            table = tables[t]
-            where = f"component {i} (table {table.name!r})"
-            # seconds -> this table's frame offsets; the record keeps both
-            windows = (
-                None
-                if comp.windows is None
-                else comp.windows.at_fps(getattr(table, "fps", None), where)
-            )
-            check_windows(windows, table, where)
-            check_rename(comp.rename, table, windows, where)
-            lengths = np.asarray(episodes[t].lengths, dtype=np.int64)
-            runs = component_runs(table, episodes[t], windows, comp.where, comp.episodes, where)
-            anchors.append(runs)
-            eligible = int((runs[1] - runs[0]).sum())
-            if eligible == 0 and (comp.where is not None or comp.episodes is not None):
-                raise PlanError(
-                    f"{where} selects no anchors: where={comp.where!r}, episodes="
-                    f"{_short(comp.episodes)} leave none of its eligible moments"
-                )
-            if eligible == 0:
-                lo, hi = (0, 0) if windows is None else windows.eligible_span()
-                longest = int(lengths.max()) if lengths.size else 0
-                raise PlanError(
-                    f"{where} has no eligible moments: its windows span {hi - lo + 1} moments "
-                    f"(offsets {lo}..{hi}) but the longest of its {lengths.size} episodes has "
-                    f"{longest}"
-                )
-            comps.append(
-                ComponentEntry(
-                    table=t,
-                    windows=windows,
-                    weight=comp.weight,
-                    weight_quantised=numerators[i],
-                    eligible=eligible,
-                    where=comp.where,
-                    episodes=comp.episodes,
-                    rename=comp.rename,
-                )
-            )
-        record = RunRecord(
-            project=projects[0],
-            seed=self.seed,
-            batch_size=self.batch_size,
-            weight_denominator=denominator,
-            tables=tuple(entries),
-            components=tuple(comps),
-        )
-        return Plan(record, tables, episodes=episodes, anchors=anchors)
+        return per_component
 
     def __repr__(self) -> str:
         return (
@@ -324,3 +268,74 @@ def _ref_key(ref: Any) -> Any:
         return (getattr(branch.project, "name", None), branch.name, ref.name)
     except AttributeError:
         return id(ref)
+
+
+def _table_entries(
+    per_component: list[tuple[Any, str | None]],
+) -> tuple[list[Any], list[TableEntry], list[Any], list[int]]:
+    """The distinct pinned tables (one per name, version, commit and branch), their record
+    entries and episode indexes, and each component's table number."""
+    tables: list[Any] = []
+    entries: list[TableEntry] = []
+    episodes: list[Any] = []
+    index: dict[tuple[str, int, str, str | None], int] = {}
+    table_of: list[int] = []
+    for table, branch in per_component:
+        key = (table.name, int(table.version), table.commit_id, branch)
+        if key not in index:
+            index[key] = len(tables)
+            tables.append(table)
+            ep = table.episodes()
+            episodes.append(ep)
+            entries.append(
+                TableEntry(
+                    name=table.name,
+                    branch=branch,
+                    commit=table.commit_id,
+                    version=int(table.version),
+                    num_moments=int(table.num_moments),
+                    num_episodes=len(ep.lengths),
+                )
+            )
+        table_of.append(index[key])
+    return tables, entries, episodes, table_of
+
+
+def _component_entry(
+    comp: Component, i: int, t: int, table: Any, episodes: Any, weight_quantised: int
+) -> tuple[ComponentEntry, Any]:
+    """Component ``i``'s record entry and anchor runs, its windows and selection checked."""
+    where = f"component {i} (table {table.name!r})"
+    # seconds -> this table's frame offsets; the record keeps both
+    windows = (
+        None if comp.windows is None else comp.windows.at_fps(getattr(table, "fps", None), where)
+    )
+    check_windows(windows, table, where)
+    check_rename(comp.rename, table, windows, where)
+    lengths = np.asarray(episodes.lengths, dtype=np.int64)
+    runs = component_runs(table, episodes, windows, comp.where, comp.episodes, where)
+    eligible = int((runs[1] - runs[0]).sum())
+    if eligible == 0 and (comp.where is not None or comp.episodes is not None):
+        raise PlanError(
+            f"{where} selects no anchors: where={comp.where!r}, episodes="
+            f"{_short(comp.episodes)} leave none of its eligible moments"
+        )
+    if eligible == 0:
+        lo, hi = (0, 0) if windows is None else windows.eligible_span()
+        longest = int(lengths.max()) if lengths.size else 0
+        raise PlanError(
+            f"{where} has no eligible moments: its windows span {hi - lo + 1} moments "
+            f"(offsets {lo}..{hi}) but the longest of its {lengths.size} episodes has "
+            f"{longest}"
+        )
+    entry = ComponentEntry(
+        table=t,
+        windows=windows,
+        weight=comp.weight,
+        weight_quantised=weight_quantised,
+        eligible=eligible,
+        where=comp.where,
+        episodes=comp.episodes,
+        rename=comp.rename,
+    )
+    return entry, runs

@@ -51,8 +51,8 @@ from fractions import Fraction
 from typing import Any
 
 from treadle.errors import PlanError
+from treadle.plan.entries import ComponentEntry, TableEntry, check_keys, int_field, str_field
 from treadle.plan.shares import asked_shares, realise_weights
-from treadle.plan.windows import Windows
 
 ALGORITHM = "treadle.plan/2"
 LEGACY_ALGORITHM = "treadle.plan/1"
@@ -70,76 +70,11 @@ _TOP_KEYS = {
     "components",
     "run_id",
 }
-_TABLE_KEYS = {"name", "branch", "commit", "version", "num_moments", "num_episodes"}
-_COMPONENT_KEYS = {"table", "windows", "weight", "weight_quantised", "eligible"}
-_SELECTION_KEYS = ("where", "episodes", "rename")
-"""Optional component fields, written (and hashed) only when set: records without them
-keep their run ids."""
 
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, ASCII: the form that is hashed."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-@dataclass(frozen=True)
-class TableEntry:
-    """One pinned table of a run."""
-
-    name: str
-    branch: str | None
-    commit: str | None
-    version: int
-    num_moments: int
-    num_episodes: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "branch": self.branch,
-            "commit": self.commit,
-            "version": self.version,
-            "num_moments": self.num_moments,
-            "num_episodes": self.num_episodes,
-        }
-
-
-@dataclass(frozen=True)
-class ComponentEntry:
-    """One component of a run: a table (index into ``RunRecord.tables``), windows, weights."""
-
-    table: int
-    windows: Windows | None
-    weight: float
-    weight_quantised: int
-    eligible: int
-    where: str | None = None
-    """Lance SQL predicate an anchor's own row satisfies (None: every row)."""
-    episodes: tuple[str, ...] | None = None
-    """Episode names anchors are drawn from (None: every episode)."""
-    rename: tuple[tuple[str, str], ...] | None = None
-    """(table column, batch name) pairs, sorted."""
-
-    def selection(self) -> dict[str, Any]:
-        """The optional fields that are set, as JSON values."""
-        out: dict[str, Any] = {}
-        if self.where is not None:
-            out["where"] = self.where
-        if self.episodes is not None:
-            out["episodes"] = list(self.episodes)
-        if self.rename is not None:
-            out["rename"] = dict(self.rename)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "windows": None if self.windows is None else self.windows.to_json(),
-            "weight": self.weight,
-            "weight_quantised": self.weight_quantised,
-            "eligible": self.eligible,
-            **self.selection(),
-        }
 
 
 @dataclass(frozen=True)
@@ -239,8 +174,8 @@ class RunRecord:
                 raise PlanError(f"run record is not valid JSON: {e}") from None
         if not isinstance(value, dict):
             raise PlanError(f"run record must be a JSON object, got {type(value).__name__}")
-        _keys(value, _TOP_KEYS - {"run_id"}, _TOP_KEYS, "run record")
-        algorithm = _str(value, "algorithm", "run record")
+        check_keys(value, _TOP_KEYS - {"run_id"}, _TOP_KEYS, "run record")
+        algorithm = str_field(value, "algorithm", "run record")
         if algorithm not in _ALGORITHMS:
             raise PlanError(
                 f"run record field 'algorithm' is {algorithm!r}; this treadle plans "
@@ -249,61 +184,21 @@ class RunRecord:
         tables_raw = value["tables"]
         if not isinstance(tables_raw, list) or not tables_raw:
             raise PlanError("run record field 'tables' must be a non-empty list")
-        tables = []
-        for i, t in enumerate(tables_raw):
-            where = f"run record tables[{i}]"
-            if not isinstance(t, dict):
-                raise PlanError(f"{where} must be an object")
-            _keys(t, _TABLE_KEYS, _TABLE_KEYS, where)
-            branch, commit = t["branch"], t["commit"]
-            if branch is not None and not isinstance(branch, str):
-                raise PlanError(f"{where} field 'branch' must be a string or null")
-            if commit is not None and (not isinstance(commit, str) or not commit):
-                raise PlanError(f"{where} field 'commit' must be a commit id or null")
-            tables.append(
-                TableEntry(
-                    name=_str(t, "name", where),
-                    branch=branch,
-                    commit=commit,
-                    version=_int(t, "version", where),
-                    num_moments=_int(t, "num_moments", where),
-                    num_episodes=_int(t, "num_episodes", where),
-                )
-            )
+        tables = [
+            TableEntry.from_dict(t, f"run record tables[{i}]") for i, t in enumerate(tables_raw)
+        ]
         comps_raw = value["components"]
         if not isinstance(comps_raw, list) or not comps_raw:
             raise PlanError("run record field 'components' must be a non-empty list")
-        comps = []
-        for i, c in enumerate(comps_raw):
-            where = f"run record components[{i}]"
-            if not isinstance(c, dict):
-                raise PlanError(f"{where} must be an object")
-            _keys(c, _COMPONENT_KEYS, _COMPONENT_KEYS | set(_SELECTION_KEYS), where)
-            w = c["windows"]
-            if w is not None and not isinstance(w, dict):
-                raise PlanError(f"{where} field 'windows' must be an object or null")
-            try:
-                windows = None if w is None else Windows.from_json(w)
-            except PlanError as e:
-                raise PlanError(f"{where} field 'windows': {e}") from None
-            weight = c["weight"]
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-                raise PlanError(f"{where} field 'weight' must be a number")
-            comps.append(
-                ComponentEntry(
-                    table=_int(c, "table", where),
-                    windows=windows,
-                    weight=float(weight),
-                    weight_quantised=_int(c, "weight_quantised", where),
-                    eligible=_int(c, "eligible", where),
-                    **_selection(c, where),
-                )
-            )
+        comps = [
+            ComponentEntry.from_dict(c, f"run record components[{i}]")
+            for i, c in enumerate(comps_raw)
+        ]
         record = cls(
-            project=_str(value, "project", "run record"),
-            seed=_int(value, "seed", "run record"),
-            batch_size=_int(value, "batch_size", "run record"),
-            weight_denominator=_int(value, "weight_denominator", "run record"),
+            project=str_field(value, "project", "run record"),
+            seed=int_field(value, "seed", "run record"),
+            batch_size=int_field(value, "batch_size", "run record"),
+            weight_denominator=int_field(value, "weight_denominator", "run record"),
             tables=tuple(tables),
             components=tuple(comps),
             algorithm=algorithm,
@@ -314,50 +209,6 @@ class RunRecord:
                 f"{record.run_id!r} (the record was edited)"
             )
         return record
-
-
-def _selection(c: dict[str, Any], where: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "where" in c:
-        out["where"] = _str(c, "where", where)
-    if "episodes" in c:
-        eps = c["episodes"]
-        if not isinstance(eps, list) or not eps or not all(isinstance(e, str) for e in eps):
-            raise PlanError(f"{where} field 'episodes' must be a non-empty list of names")
-        out["episodes"] = tuple(eps)
-    if "rename" in c:
-        ren = c["rename"]
-        if (
-            not isinstance(ren, dict)
-            or not ren
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in ren.items())
-        ):
-            raise PlanError(f"{where} field 'rename' must be an object of column names")
-        out["rename"] = tuple(sorted(ren.items()))
-    return out
-
-
-def _keys(d: dict[str, Any], required: set[str], allowed: set[str], where: str) -> None:
-    missing = sorted(required - d.keys())
-    if missing:
-        raise PlanError(f"{where} is missing field {missing[0]!r}")
-    extra = sorted(d.keys() - allowed)
-    if extra:
-        raise PlanError(f"{where} has unknown field {extra[0]!r}")
-
-
-def _str(d: dict[str, Any], key: str, where: str) -> str:
-    v = d[key]
-    if not isinstance(v, str) or not v:
-        raise PlanError(f"{where} field {key!r} must be a non-empty string, got {v!r}")
-    return v
-
-
-def _int(d: dict[str, Any], key: str, where: str) -> int:
-    v = d[key]
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise PlanError(f"{where} field {key!r} must be an integer, got {v!r}")
-    return v
 
 
 def _validate(r: RunRecord) -> None:
@@ -385,6 +236,12 @@ def _validate(r: RunRecord) -> None:
         raise PlanError("run record field 'tables' is empty")
     if not r.components:
         raise PlanError("run record field 'components' is empty")
+    _validate_entries(r)
+    _validate_weights(r)
+
+
+def _validate_entries(r: RunRecord) -> None:
+    """Each table's counts, and each component's table index, weights and eligible count."""
     for i, t in enumerate(r.tables):
         if t.version < 0 or t.num_moments < 0 or t.num_episodes < 0:
             raise PlanError(f"run record tables[{i}] has a negative version or count")
@@ -404,6 +261,10 @@ def _validate(r: RunRecord) -> None:
             raise PlanError(
                 f"run record components[{i}] field 'eligible' exceeds its table's num_moments"
             )
+
+
+def _validate_weights(r: RunRecord) -> None:
+    """The quantised weights: they sum to the denominator, which the weights determine."""
     total = sum(c.weight_quantised for c in r.components)
     if total != r.weight_denominator:
         raise PlanError(

@@ -174,6 +174,37 @@ def _orders(rates: np.ndarray, p: int, t0: int, t1: int) -> list[int] | None:
     return _encode(heavy[rank], _width(len(rates)))
 
 
+def _due_first(
+    level: int, w: int, heavy: int, n: int, orders: list[int] | None, s: int, width: int
+) -> tuple[int, int]:
+    """Up to ``n`` of the candidates ``level`` (due at the same step), PD2's tie-break:
+    b-bit 1 before b-bit 0, then heavy tasks by later group deadline, then light tasks by
+    lower index. Returns (the chosen bits, how many are still to choose)."""
+    keep = 0
+    for sub in (level & ~w, level & w):
+        k = sub.bit_count()
+        if k <= n:
+            keep |= sub
+            n -= k
+            if not n:
+                break
+            continue
+        h = sub & heavy
+        k = h.bit_count()
+        if k > n:
+            return keep | _by_group(h, n, orders[s], width), 0  # type: ignore[index]
+        keep |= h
+        n -= k
+        sub ^= h
+        while n:
+            low = sub & -sub
+            keep |= low
+            sub ^= low
+            n -= 1
+        break
+    return keep, n
+
+
 def _run(
     ahead: int,
     jumps: list[int],
@@ -210,30 +241,8 @@ def _run(
                         break
                     level = cands & jumps[s]  # candidates due at step s + 1
                     if level:
-                        w = whole[s]
-                        for sub in (level & ~w, level & w):  # b-bit 1 before b-bit 0
-                            k = sub.bit_count()
-                            if k <= n:
-                                keep |= sub
-                                n -= k
-                                if not n:
-                                    break
-                                continue
-                            h = sub & heavy  # heavy tasks first, by later group deadline
-                            k = h.bit_count()
-                            if k > n:
-                                keep |= _by_group(h, n, orders[s], width)  # type: ignore[index]
-                                n = 0
-                                break
-                            keep |= h
-                            n -= k
-                            sub ^= h
-                            while n:  # then light tasks by lower index
-                                low = sub & -sub
-                                keep |= low
-                                sub ^= low
-                                n -= 1
-                            break
+                        got, n = _due_first(level, whole[s], heavy, n, orders, s, width)
+                        keep |= got
                         cands ^= level
                     s += 1
         elif n < 0:

@@ -3,8 +3,10 @@
 :func:`prefetch` iterates any iterable on one background thread, at most ``depth`` items
 ahead of the consumer, in order; a failure in the producer is raised in the consumer at
 the position it happened; closing the consumer's generator stops the producer after the
-item it is working on. :func:`ordered_map` runs ``fn`` over items on a thread pool with a
-bounded number in flight (and optionally a bounded total weight), in order.
+item it is working on (and closes the iterator it was given). :func:`ordered_map` runs
+``fn`` over items on a thread pool with a bounded number in flight (and optionally a
+bounded total weight), in order; closing it cancels the items not yet started and closes
+the iterator of items.
 :func:`prefetch_steps` is :func:`prefetch` over ``read(step)`` for the exact steps the
 loader will deliver next.
 """
@@ -55,13 +57,17 @@ def prefetch(
         return False
 
     def run() -> None:
+        it = iter(items)
         try:
-            for item in items:
+            for item in it:
                 if not put((True, item)):
                     return
             put((True, _END))
         except BaseException as e:  # every failure is handed to the consumer
             put((False, e))
+        finally:  # a generator stopped early stops its own work here, on its own thread
+            if hasattr(it, "close"):
+                it.close()
 
     t = threading.Thread(target=run, name=name, daemon=True)
     t.start()
@@ -119,16 +125,23 @@ def ordered_map(
     if threads <= 1:
         yield from map(fn, items)
         return
+    it = iter(items)
     with ThreadPoolExecutor(threads, thread_name_prefix="treadle-map") as pool:
         pending: deque[tuple[Any, int]] = deque()
         load = 0
-        for item in items:
-            w = weight(item) if weight is not None else 0
-            pending.append((pool.submit(fn, item), w))
-            load += w
-            while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
-                done, w = pending.popleft()
-                load -= w
-                yield done.result()
-        while pending:
-            yield pending.popleft()[0].result()
+        try:
+            for item in it:
+                w = weight(item) if weight is not None else 0
+                pending.append((pool.submit(fn, item), w))
+                load += w
+                while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
+                    done, w = pending.popleft()
+                    load -= w
+                    yield done.result()
+            while pending:
+                yield pending.popleft()[0].result()
+        finally:  # stopped early (closed, or a failure): items not started never run
+            for f, _ in pending:
+                f.cancel()
+            if hasattr(it, "close"):
+                it.close()

@@ -1,29 +1,16 @@
 """Rows around an anchor: edge padding (``pad=True``), the anchor's episode and frame, and
-string / variable-length list columns as Python values. Used by
-:class:`~treadle.read.batch.BatchReader`."""
+string / variable-length list columns as Python values. Used by the row takes
+(:mod:`treadle.read.takes`) and the reader (:mod:`treadle.read.reader`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from treadle.read.batch import ColumnSpec
-
 IS_PAD = "_is_pad"
 """Suffix of the bool ``[b, T]`` column that says which window entries were padded."""
-
-
-def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:
-    """``"<column>_is_pad"`` -> window length, for every column some component pads."""
-    return {
-        f"{cs.name}{IS_PAD}": len(cs.spec.offsets)
-        for specs in per
-        for cs in specs
-        if cs.spec is not None and cs.spec.pad
-    }
 
 
 def episode_bounds(table: Any, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

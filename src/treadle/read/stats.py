@@ -243,7 +243,7 @@ def scan_batches(
 ) -> Any:
     """The table's rows (of the fragments with ids ``fragments``, default all) as Arrow
     record batches of at most ``rows`` rows."""
-    from treadle.storage import lance_error
+    from treadle.table.lanceerror import lance_error
 
     ds = table.dataset
     frags = None if fragments is None else [ds.get_fragment(i) for i in fragments]
@@ -261,7 +261,8 @@ def _compute_video(
     table: Any, column: str, where: str | None, frames: int, seed: int
 ) -> ColumnStats:
     """Per channel, over ``frames`` sampled moments: exact uint8 histograms."""
-    from treadle.read.batch import BatchReader, moment_columns
+    from treadle.read.columns import moment_columns
+    from treadle.read.reader import SampleReader
 
     if where is None:
         candidates = np.arange(table.num_moments, dtype=np.int64)
@@ -275,17 +276,13 @@ def _compute_video(
     eps = table.episodes()
     episode = np.searchsorted(eps.starts, pick, side="right") - 1
     hist: np.ndarray | None = None
-    reader = BatchReader(None, project=table.project)
-    specs = moment_columns(table, [column])
+    reader = SampleReader([table], [moment_columns(table, [column])], ids=False)
     try:
         for e in np.unique(episode):  # one stream (one frame size) at a time
             ms = pick[episode == e]
             for i in range(0, len(ms), 64):
                 chunk = ms[i : i + 64]
-                out: dict[str, Any] = {}
-                reader.decode(
-                    reader.fill(table, specs, chunk, np.arange(len(chunk)), out, len(chunk))
-                )
+                out = reader.read(np.zeros(len(chunk), np.int64), chunk)
                 px = np.asarray(out[column])
                 if px.dtype != np.uint8:
                     raise PlanError(f"column {column!r}: video decodes to {px.dtype}, not uint8")
@@ -358,25 +355,3 @@ class _Cache:
         if self._ident == "unknown":
             return  # no identity for this version: never risk reading another's results
         self.store.put(f"{self.base}/{key}.json", json.dumps(stats.to_dict()).encode())
-
-
-# -- statistics a source shipped (e.g. LeRobot's meta/stats.json) ----------------------------
-def put_source_stats(table: Any, columns: dict[str, dict[str, Any]], source: str) -> None:
-    """Keep ``{column: {"mean": [...], ...}}`` from ``source`` beside this version's stats."""
-    body = {"source": source, "columns": columns}
-    key = f"{table.project.prefix}/stats/{table.name}/v{table.version}/source.json"
-    table.project.client.store.put(key, json.dumps(body, sort_keys=True).encode())
-
-
-def source_stats(table: Any) -> dict[str, dict[str, Any]]:
-    """What :func:`put_source_stats` kept for this version: ``{column: {field: array}}``
-    plus ``"source"`` in each entry ({} when the source had none)."""
-    key = f"{table.project.prefix}/stats/{table.name}/v{table.version}/source.json"
-    try:
-        body = json.loads(table.project.client.store.get(key))
-    except NotFound:
-        return {}
-    return {
-        c: {"source": body["source"], **{k: np.asarray(v) for k, v in d.items()}}
-        for c, d in body["columns"].items()
-    }

@@ -1,10 +1,9 @@
-"""Tables: references, pinned snapshots, writes.
+"""Tables: pinned snapshots (reads by moment id) and the staging of new rows.
 
-``Transaction`` (``treadle.table.write``) is not re-exported here: it commits through the
-catalog, and importing it from this package's ``__init__`` would make every import of a
-table module (``tensors``, ``episodes``, which the plan reads) pull in the catalog.
+A table knows no branches: ``TableRef`` (a table by name on a branch) and
+``Transaction`` (the commit) are the catalog's, :mod:`treadle.catalog`.
 """
 
-from treadle.table.table import EpisodeIndex, ScanRequest, Table, TableRef
+from treadle.table.table import EpisodeIndex, ScanRequest, Table
 
-__all__ = ["EpisodeIndex", "ScanRequest", "Table", "TableRef"]
+__all__ = ["EpisodeIndex", "ScanRequest", "Table"]

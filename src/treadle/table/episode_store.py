@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import CorruptData, NotFound
-from treadle.storage import lance_error
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, episode_runs
+from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -134,15 +134,15 @@ def _fragment_runs(table: Table, fragment: Any) -> FragmentRuns:
     return runs
 
 
-def _fragments(table: Table) -> list[Any]:
+def _fragments(ds: Any, where: str) -> list[Any]:
     try:
-        return table.dataset.get_fragments()
+        return ds.get_fragments()
     except (OSError, pa.ArrowException) as e:
-        raise lance_error(e, f"listing the fragments of {table!r}") from None
+        raise lance_error(e, f"listing the fragments of {where}") from None
 
 
 def _all_runs(table: Table) -> list[FragmentRuns]:
-    frags = _fragments(table)
+    frags = _fragments(table.dataset, _where(table))
     if len(frags) <= 1:
         return [_fragment_runs(table, f) for f in frags]
     with ThreadPoolExecutor(min(_THREADS, len(frags)), thread_name_prefix="treadle-ep") as pool:
@@ -187,24 +187,32 @@ def stored_episode_index(table: Table) -> EpisodeIndex:
     return join_runs(_all_runs(table), _where(table))
 
 
+def compute_episode_index(table: Table) -> EpisodeIndex:
+    """The episode index of a pinned table (one episode, the table, when not time-indexed),
+    read from its stored form in O(episodes)."""
+    if not table.is_time_indexed:
+        n = table.num_moments
+        return EpisodeIndex([table.name], np.zeros(1, np.int64), np.array([n], np.int64))
+    return stored_episode_index(table)
+
+
 def store_episode_index(project: Any, name: str, version: int, base: int | None) -> None:
     """Store the runs of the fragments of table ``name`` at ``version`` that its ``base``
     version lacks (a commit's new and compacted fragments; scanned from those fragments
     alone): a later read of this version scans nothing. Cost: O(what the commit wrote)."""
-    from treadle.table.table import Table
-
-    table = Table(project, name, version, None)
-    if not table.is_time_indexed:
+    ds = project.open_dataset(name, version)
+    if EPISODE not in ds.schema.names or FRAME not in ds.schema.names:
         return
+    where = f"table {name!r} of project {project.name!r} (v{version})"
     prefix = project.prefix
     known = set()
     if base is not None:
         known = {
             fragment_key(prefix, name, f.metadata)
-            for f in _fragments(Table(project, name, base, None))
+            for f in _fragments(project.open_dataset(name, base), where)
         }
     store = project.client.store
-    for f in _fragments(table):
+    for f in _fragments(ds, where):
         key = fragment_key(prefix, name, f.metadata)
         if key not in known:
-            store.put(key, scan_fragment(f, f"{_where(table)}, fragment {f.metadata.id}").encode())
+            store.put(key, scan_fragment(f, f"{where}, fragment {f.metadata.id}").encode())

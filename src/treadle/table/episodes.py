@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from treadle.errors import CorruptData, TreadleError
-from treadle.storage import lance_error
+from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -103,17 +103,6 @@ def episode_runs(
             )
         first[name] = int(start)
     return EpisodeIndex(names, starts, lengths)
-
-
-def compute_episode_index(table: Table) -> EpisodeIndex:
-    """The episode index of a pinned table (one episode, the table, when not time-indexed),
-    read from its stored form (:mod:`treadle.table.episode_store`) in O(episodes)."""
-    from treadle.table.episode_store import stored_episode_index  # it builds on this module
-
-    if not table.is_time_indexed:
-        n = table.num_moments
-        return EpisodeIndex([table.name], np.zeros(1, np.int64), np.array([n], np.int64))
-    return stored_episode_index(table)
 
 
 def scan_episode_index(table: Table) -> EpisodeIndex:

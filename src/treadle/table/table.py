@@ -1,4 +1,7 @@
-"""Tables: a branch-relative reference (:class:`TableRef`) and a pinned snapshot (:class:`Table`).
+"""A pinned table (:class:`Table`): one Lance version of one table, read by moment id.
+
+A table knows no branches: a branch-relative name (:class:`treadle.TableRef`) resolves to
+one of these through the catalog.
 
 Rows are *moments*. A moment's id is its row position in the pinned Lance version,
 ``0 .. num_moments - 1``. Time-indexed tables carry ``episode`` (string) and
@@ -8,18 +11,20 @@ rules and the episode index are in :mod:`treadle.table.episodes`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from treadle.errors import NotFound
-from treadle.storage import lance_error
-from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, compute_episode_index
+from treadle.table.episode_store import compute_episode_index
+from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
+from treadle.table.lanceerror import lance_error
+from treadle.table.source_stats import source_stats
 from treadle.table.tensors import is_video
 
 __all__ = [
@@ -28,15 +33,41 @@ __all__ = [
     "EpisodeIndex",
     "ScanRequest",
     "Table",
-    "TableRef",
+    "TableSource",
     "compute_episode_index",
 ]
 
 if TYPE_CHECKING:
     import lance
 
-    from treadle.catalog.client import Branch, Project
-    from treadle.catalog.commit import Commit
+
+StatsFunction = Callable[..., dict[str, Any]]
+_STATS: StatsFunction | None = None
+
+
+def compute_stats_with(fn: StatsFunction) -> None:
+    """Set what :meth:`Table.stats` computes with (``treadle.read.stats.table_stats``).
+
+    Statistics decode video, which the read layer above this one does; the package root
+    (``treadle/__init__.py``, imported before any ``treadle.*`` module) wires it, so
+    ``table/`` imports nothing above it.
+    """
+    global _STATS
+    _STATS = fn
+
+
+class TableSource(Protocol):
+    """Where a :class:`Table`'s versions come from (a :class:`treadle.Project`)."""
+
+    name: str
+
+    def table_uri(self, name: str) -> str: ...
+
+    def open_dataset(
+        self, name: str, version: int, commit_id: str | None = None
+    ) -> lance.LanceDataset: ...
+
+    def episode_index(self, table: Table) -> EpisodeIndex: ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +82,7 @@ class ScanRequest:
 class Table:
     """One table pinned to one Lance version (immutable; reads never see later commits)."""
 
-    def __init__(self, project: Project, name: str, version: int, commit_id: str | None):
+    def __init__(self, project: TableSource, name: str, version: int, commit_id: str | None):
         self.project = project
         self.name = name
         self.version = int(version)
@@ -147,16 +178,31 @@ class Table:
         once and kept in the project (:mod:`treadle.read.stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
         tasks, a group of fragments each, and merged here (video stays in this process)."""
-        from treadle.read.stats import table_stats  # reading video needs the read layer
-
-        return table_stats(self, columns, where=where, frames=frames, seed=seed, executor=executor)
+        if _STATS is None:
+            raise RuntimeError("treadle's statistics are wired by the package root (treadle)")
+        return _STATS(self, columns, where=where, frames=frames, seed=seed, executor=executor)
 
     def source_stats(self) -> dict[str, dict[str, Any]]:
         """Statistics the source of an import shipped for this version (LeRobot's
         ``meta/stats.json``), as given: ``{column: {"mean": array, ..., "source": str}}``."""
-        from treadle.read.stats import source_stats
-
         return source_stats(self)
+
+    def matching_rows(self, filter: str | None) -> np.ndarray:
+        """Row positions (moment ids) of the rows a Lance SQL ``filter`` keeps, sorted;
+        every row without one."""
+        if not filter:
+            return np.arange(self.num_moments, dtype=np.int64)
+        ds = self.dataset
+        starts, pos = {}, 0
+        for frag in ds.get_fragments():
+            starts[frag.fragment_id] = pos
+            pos += frag.count_rows()
+        got = ds.to_table(columns=[], filter=filter, with_row_address=True)
+        addr = got.column("_rowaddr").to_numpy().astype(np.uint64)
+        frag_ids = (addr >> np.uint64(32)).astype(np.int64)
+        offsets = (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        base = np.array([starts[f] for f in frag_ids], dtype=np.int64) if len(addr) else frag_ids
+        return np.sort(base + offsets)
 
     def select_runs(self, where: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows whose own values satisfy the Lance SQL predicate ``where``, as sorted runs
@@ -199,85 +245,3 @@ class Table:
         """Describe a plain scan of ``columns`` for :class:`treadle.ScanDataset`."""
         cols = self._check_columns(columns) or []
         return ScanRequest(self, tuple(cols), filter)
-
-
-class TableRef:
-    """A table by name on a branch; resolved to a :class:`Table` when read or planned."""
-
-    def __init__(self, branch: Branch, name: str):
-        self.branch = branch
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"TableRef({self.branch.project.name}/{self.name} @ {self.branch.name})"
-
-    def pin(self) -> Table:
-        """The table at the branch head, now."""
-        head = self.branch.head()
-        return self._from_commit(head)
-
-    def at(self, commit_or_version: str | int) -> Table:
-        """The table as of a commit (id or unique prefix) or a Lance version number."""
-        if isinstance(commit_or_version, int) and not isinstance(commit_or_version, bool):
-            return self.branch.project.table_at(self.name, commit_or_version)
-        return self._from_commit(self.branch.project.commit(str(commit_or_version)))
-
-    def _from_commit(self, commit: Commit) -> Table:
-        if self.name not in commit.tables:
-            raise NotFound(
-                f"table {self.name!r} not found in project {self.branch.project.name!r} at "
-                f"{commit.short_id} (branch {self.branch.name!r}); tables: {sorted(commit.tables)}"
-            )
-        return Table(self.branch.project, self.name, commit.tables[self.name], commit.id)
-
-    # writes: each is one commit on the branch
-    def append(self, data: pa.Table | dict[str, Any], message: str | None = None) -> Commit:
-        """Append rows (an Arrow table or a dict of columns) in one commit."""
-        with self.branch.transaction(message or f"append to {self.name}") as tx:
-            tx.table(self.name).append(data)
-        return tx.commit
-
-    def append_episode(
-        self,
-        columns: dict[str, Any],
-        episode: str | None = None,
-        message: str | None = None,
-        fps: float | None = None,
-    ) -> Commit:
-        """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``);
-        ``fps`` sets the table's frame rate (a video column's rate does too)."""
-        with self.branch.transaction(message or f"append episode to {self.name}") as tx:
-            tx.table(self.name).append_episode(columns, episode=episode, fps=fps)
-        return tx.commit
-
-    # reads of the head
-    @property
-    def num_moments(self) -> int:
-        return self.pin().num_moments
-
-    @property
-    def num_episodes(self) -> int:
-        return self.pin().num_episodes
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self.pin().schema
-
-    @property
-    def fps(self) -> float | None:
-        return self.pin().fps
-
-    def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
-        return self.pin().to_arrow(columns, filter)
-
-    def take(
-        self, rows: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
-    ) -> pa.Table:
-        return self.pin().take(rows, columns)
-
-    def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
-        return self.pin().scan_request(columns, filter)
-
-    def stats(self, columns: Sequence[str] | None = None, **kwargs: Any) -> dict[str, Any]:
-        """:meth:`Table.stats` of the table at the branch head."""
-        return self.pin().stats(columns, **kwargs)

@@ -85,6 +85,9 @@ def is_video(field: pa.Field) -> bool:
 
 
 def tensor_field(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> pa.Field:
+    """A fixed-shape tensor field as tables store it: a flat fixed-size list, the shape in
+    ``treadle:shape``. This is the one writer of tensor metadata; tensor fields that earlier
+    importers wrote also carry a ``treadle:dtype`` key, which nothing reads."""
     value_type = pa.from_numpy_dtype(dtype)
     size = math.prod(shape)
     return pa.field(
@@ -92,6 +95,15 @@ def tensor_field(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> pa.Field
         pa.list_(value_type, size),
         metadata={SHAPE_KEY: json.dumps(list(shape)).encode()},
     )
+
+
+def tensor_column(name: str, stack: np.ndarray) -> tuple[pa.Field, pa.Array]:
+    """``[n, *shape]`` numpy (``shape`` non-empty) -> a tensor field and its flat
+    fixed-size-list array (zero-copy for contiguous input)."""
+    shape = tuple(int(s) for s in stack.shape[1:])
+    flat = np.ascontiguousarray(stack).reshape(-1)
+    array = pa.FixedSizeListArray.from_arrays(pa.array(flat), math.prod(shape))
+    return tensor_field(name, stack.dtype, shape), array
 
 
 def column_from_values(
@@ -123,10 +135,7 @@ def column_from_values(
                 else:
                     raise SchemaMismatch(f"column {name!r}: unsupported dtype {values.dtype}")
         if isinstance(values, np.ndarray) and values.ndim > 1:
-            shape = tuple(int(s) for s in values.shape[1:])
-            field = tensor_field(name, values.dtype, shape)
-            flat = np.ascontiguousarray(values).reshape(-1)
-            arr = pa.FixedSizeListArray.from_arrays(pa.array(flat), math.prod(shape))
+            field, arr = tensor_column(name, values)
         else:
             try:
                 arr = pa.array(values)

@@ -12,8 +12,7 @@ batches; ``from_state`` continues mid-pass at any world size dividing ``batch_si
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,10 +22,8 @@ from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.record import RunRecord
-from treadle.read.batch import BatchReader
-from treadle.read.prefetch import prefetch_steps
-from treadle.torch.hook import Transform, as_torch, check_transform, run_transform
-from treadle.torch.loader import default_rank_world, to_tensors
+from treadle.torch.delivery import StepLoader
+from treadle.torch.hook import Transform
 
 _STATE_KEYS = {"record", "step", "eval"}
 
@@ -45,56 +42,34 @@ def eval_steps(batch_size: int, rank: int, world: int, total: int) -> int:
     return -(-mine // (batch_size // world))
 
 
-class _Reader:
-    """Reads the eval batch of one step (in the main process or a worker)."""
+@dataclass(frozen=True)
+class EvalSamples:
+    """The samples of one eval step for one rank (component 0, moments in table order)."""
 
-    def __init__(self, plan: Plan, rank: int, world: int, transform: Transform | None,
-                 video_threads: int, device: Any = None):  # fmt: skip
-        self.plan, self.rank, self.world, self.transform = plan, rank, world, transform
-        self.total = plan.eligible(0)
-        self.reader = BatchReader(plan, video_threads=video_threads, device=device)
-
-    def read(self, step: int) -> dict[str, Any]:
-        pos = eval_positions(step, self.plan.batch_size, self.rank, self.world, self.total)
-        moments = self.plan.eligible_moments(0, pos)
-        batch = self.reader.read_samples(np.zeros(len(pos), np.int64), moments)
-        if self.transform is None:
-            return batch
-        return run_transform(self.transform, batch, self.plan.seed, pos, f"eval step {step}")
-
-    def close(self) -> None:
-        self.reader.close()
+    step: int
+    component: np.ndarray
+    moment: np.ndarray
+    position: np.ndarray
+    """Global positions (= eligible indices): the transform's seeds come from these."""
 
 
-class _EvalSteps(torch.utils.data.IterableDataset):
-    """Worker side of ``workers>0``: worker ``k`` of ``n`` reads steps ``start+k, start+k+n``."""
-
-    def __init__(self, record: str, root: str, options: dict, rank: int, world: int, start: int,
-                 stop: int, video_threads: int, transform: Transform | None):  # fmt: skip
-        self.args = (record, root, options, rank, world, start, stop, video_threads, transform)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        from treadle.catalog import Client
-
-        record, root, options, rank, world, start, stop, threads, transform = self.args
-        info = torch.utils.data.get_worker_info()
-        k, n = (info.id, info.num_workers) if info else (0, 1)
-        plan = Plan.from_record(record, Client(root, options or None))
-        reader = _Reader(plan, rank, world, transform, threads)
-        try:
-            for step in range(start + k, stop, n):
-                yield as_torch(reader.read(step))
-        finally:
-            reader.close()
+def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
+    """The moments rank ``rank`` reads at eval ``step``."""
+    pos = eval_positions(step, plan.batch_size, rank, world, plan.eligible(0))
+    moments = plan.eligible_moments(0, pos)
+    return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos)
 
 
-class EvalLoader:
+class EvalLoader(StepLoader):
     """Iterate one pass over every eligible moment of ``component`` for this rank.
 
     ``batch_size`` is the global batch (``batch_size % world_size == 0``; each rank gets
     ``batch_size / world_size`` per step). ``transform``, ``workers``, ``prefetch`` and
     ``video_threads`` work as in ``TrainLoader``; ``seed`` only feeds the transform's seeds.
     """
+
+    sampler = staticmethod(eval_samples)
+    label = "eval step"
 
     def __init__(
         self,
@@ -120,38 +95,9 @@ class EvalLoader:
             raise PlanError(f"EvalLoader takes a td.Component, got {type(component).__name__}")
         if plan.num_components != 1:
             raise PlanError(f"an eval plan has one component, this one has {plan.num_components}")
-        d_rank, d_world = default_rank_world()
-        self.rank = d_rank if rank is None else int(rank)
-        self.world_size = d_world if world_size is None else int(world_size)
-        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
-        if prefetch < 1 or workers < 0:
-            raise PlanError("prefetch must be >= 1 and workers >= 0")
-        if video_threads is None:
-            video_threads = 1 if workers else min(4, os.cpu_count() or 1)
-        if int(video_threads) < 1:
-            raise PlanError(f"video_threads must be >= 1, got {video_threads}")
-        check_transform(transform, workers)
-        self.plan, self.transform = plan, transform
-        self.workers, self.prefetch, self.video_threads = (
-            int(workers),
-            int(prefetch),
-            int(video_threads),
-        )
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise PlanError("device='cuda' but CUDA is not available; use device='cpu'")
+        self._setup(plan, device, rank, world_size, prefetch, workers, video_threads, transform)
         self.num_moments = plan.eligible(0)
         self.steps = eval_steps(plan.batch_size, self.rank, self.world_size, self.num_moments)
-        self._next_step = 0
-
-    @property
-    def step(self) -> int:
-        """The next step this loader will deliver."""
-        return self._next_step
-
-    def __len__(self) -> int:
-        """Batches left in this pass for this rank."""
-        return max(0, self.steps - self._next_step)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable ``{"record", "step", "eval": 1}``."""
@@ -169,33 +115,3 @@ class EvalLoader:
         loader = cls(Plan.from_record(record, client), **kwargs)
         loader._next_step = step
         return loader
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        source = self._processes() if self.workers else self._thread()
-        pin = self.device.type == "cuda"
-        for arrays in source:
-            batch = to_tensors(arrays, self.device, pin)
-            self._next_step += 1
-            yield batch
-
-    def _thread(self) -> Iterator[dict[str, Any]]:
-        reader = _Reader(self.plan, self.rank, self.world_size, self.transform,
-                         self.video_threads, self.device)  # fmt: skip
-        return prefetch_steps(reader.read, self._next_step, self.steps, self.prefetch, reader.close)
-
-    def _processes(self) -> Iterator[dict[str, Any]]:
-        if self._next_step >= self.steps:
-            return iter(())
-        client = self.plan.table(0).project.client
-        ds = _EvalSteps(self.plan.record.to_json(), client.root, client.storage_options,
-                        self.rank, self.world_size, self._next_step, self.steps,
-                        self.video_threads, self.transform)  # fmt: skip
-        return iter(
-            torch.utils.data.DataLoader(
-                ds,
-                batch_size=None,
-                num_workers=min(self.workers, self.steps - self._next_step),
-                prefetch_factor=self.prefetch,
-                multiprocessing_context="spawn",
-            )
-        )

@@ -1,7 +1,7 @@
 """The ``transform=fn`` hook of the loaders: ``fn(batch, seeds) -> batch`` on the reader side.
 
 ``batch`` is the reader's batch (CPU ``torch.Tensor`` per tensor column, zero-copy views of
-the decoded arrays; lists for non-tensor columns; device tensors only when NVDEC decoded
+the decoded arrays where they are contiguous; lists for non-tensor columns; device tensors only when NVDEC decoded
 straight to the GPU); ``seeds`` is ``uint64 [b]`` from
 :func:`treadle.plan.seeds.sample_seeds` of the run seed and each sample's global position.
 It runs in the prefetch thread (``workers=0``) or in each worker process (``workers>0``),
@@ -19,6 +19,7 @@ import torch
 
 from treadle.errors import PlanError
 from treadle.plan.seeds import sample_seeds
+from treadle.torch.convert import to_torch
 
 Transform = Callable[[dict[str, Any], np.ndarray], dict[str, Any]]
 
@@ -40,16 +41,11 @@ def check_transform(fn: Transform | None, workers: int) -> None:
             ) from None
 
 
-def as_torch(arrays: dict[str, Any]) -> dict[str, Any]:
-    """numpy arrays -> CPU tensors (zero copy); other values as they are."""
-    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
-
-
 def run_transform(
     fn: Transform | None, batch: dict[str, Any], seed: int, positions: np.ndarray, where: str
 ) -> dict[str, Any]:
     """``fn(batch, seeds)`` checked: a dict whose tensors and lists keep the batch length."""
-    batch = as_torch(batch)
+    batch = to_torch(batch)
     if fn is None:
         return batch
     b = len(positions)

@@ -1,7 +1,9 @@
 """``TrainLoader``: the plan's batches for this rank, as device tensors, resumable.
 
-A thin adapter. Batches come from :class:`treadle.read.batch.BatchReader`; this module
-only decides *where* that work runs and hands the result to torch:
+A thin adapter: step ``k``'s samples are ``plan.batch(k, rank, world_size)``; the shared
+delivery loop (:mod:`treadle.torch.delivery`) hands the reader
+(:class:`treadle.read.reader.SampleReader`) exactly the steps to deliver and decides
+*where* that work runs:
 
 - ``workers=0``: one background thread reads up to ``prefetch`` steps ahead into a
   bounded queue (I/O and decode overlap with the training step).
@@ -21,83 +23,29 @@ batch, at any world size that divides the batch size.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from treadle.errors import PlanError
-from treadle.plan.plan import Plan
+from treadle.plan.plan import Batch, Plan
 from treadle.plan.recipe import Recipe
 from treadle.plan.record import RunRecord
-from treadle.read.batch import BatchReader, output_columns
-from treadle.read.prefetch import prefetch_steps
-from treadle.torch.hook import Transform, as_torch, check_transform, run_transform
+from treadle.read.columns import output_columns
+from treadle.torch.delivery import StepLoader, default_rank_world
+from treadle.torch.hook import Transform
+
+__all__ = ["TrainLoader", "default_rank_world", "train_samples"]
 
 _STATE_KEYS = {"record", "step"}
 
 
-def default_rank_world() -> tuple[int, int]:
-    """(rank, world size) from torch.distributed, else RANK/WORLD_SIZE, else (0, 1)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    try:
-        return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    except ValueError:
-        raise PlanError("RANK and WORLD_SIZE must be integers") from None
+def train_samples(plan: Plan, step: int, rank: int, world: int) -> Batch:
+    """The samples of ``step`` for ``rank``: the plan's batch."""
+    return plan.batch(step, rank, world)
 
 
-def to_tensors(arrays: dict[str, Any], device: torch.device, pin: bool) -> dict[str, Any]:
-    """numpy -> torch (zero copy), pinned and moved without blocking when the device is CUDA."""
-    out = {}
-    for k, v in arrays.items():
-        if isinstance(v, list):  # strings, variable-length lists: Python lists of length b
-            out[k] = v
-            continue
-        t = v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
-        if t.device != device:  # video decoded by NVDEC is already there
-            if pin and t.device.type == "cpu":
-                t = t.pin_memory()
-            t = t.to(device, non_blocking=True)
-        out[k] = t
-    return out
-
-
-class _Steps(torch.utils.data.IterableDataset):
-    """Worker side of ``workers>0``: reads steps ``start + k, start + k + N, ...``."""
-
-    def __init__(self, record: str, root: str, options: dict, rank: int, world: int, start: int,
-                 stop: int | None, video_threads: int, transform: Transform | None = None):  # fmt: skip
-        self.record, self.root, self.options = record, root, options
-        self.rank, self.world, self.start, self.stop = rank, world, start, stop
-        self.video_threads, self.transform = video_threads, transform
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        from treadle.catalog import Client
-
-        info = torch.utils.data.get_worker_info()
-        k, n = (info.id, info.num_workers) if info else (0, 1)
-        plan = Plan.from_record(self.record, Client(self.root, self.options or None))
-        reader = BatchReader(plan, video_threads=self.video_threads)
-        step = self.start + k
-        try:
-            while self.stop is None or step < self.stop:
-                batch = as_torch(reader.read(step, self.rank, self.world))
-                if self.transform is not None:
-                    positions = plan.batch(step, self.rank, self.world).position
-                    batch = run_transform(
-                        self.transform, batch, plan.seed, positions, f"step {step}"
-                    )
-                yield batch
-                step += n
-        finally:
-            reader.close()
-
-
-class TrainLoader:
+class TrainLoader(StepLoader):
     """Iterate device batches ``dict[str, torch.Tensor]`` of a recipe or plan for this rank.
 
     Every window column is stacked as ``[b, time, ...]`` (video ``uint8 [b, T, H, W, 3]``
@@ -109,6 +57,8 @@ class TrainLoader:
     threads per reader (default: one per core, up to 4; 1 per worker process).
     ``transform``: ``fn(batch, seeds) -> batch`` on the reader side (:mod:`treadle.torch.hook`).
     """
+
+    sampler = staticmethod(train_samples)
 
     def __init__(
         self,
@@ -131,38 +81,13 @@ class TrainLoader:
             raise PlanError(
                 f"TrainLoader takes a td.Recipe or td.Plan, got {type(recipe_or_plan).__name__}"
             )
-        d_rank, d_world = default_rank_world()
-        self.rank = d_rank if rank is None else int(rank)
-        self.world_size = d_world if world_size is None else int(world_size)
-        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
+        self._setup(plan, device, rank, world_size, prefetch, workers, video_threads, transform)
         if steps is not None and (int(steps) < 0):
             raise PlanError(f"steps must be >= 0, got {steps}")
-        if prefetch < 1 or workers < 0:
-            raise PlanError("prefetch must be >= 1 and workers >= 0")
-        self.plan = plan
         self.steps = None if steps is None else int(steps)
-        self.prefetch = int(prefetch)
-        self.workers = int(workers)
-        check_transform(transform, self.workers)
-        self.transform = transform
-        # PyAV decodes without the GIL: one decode thread per core (per worker process).
-        if video_threads is None:
-            video_threads = 1 if workers else min(4, os.cpu_count() or 1)
-        if int(video_threads) < 1:
-            raise PlanError(f"video_threads must be >= 1, got {video_threads}")
-        self.video_threads = int(video_threads)
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise PlanError("device='cuda' but CUDA is not available; use device='cpu'")
         self._columns = output_columns(plan)  # fail now on components that cannot stack
-        self._next_step = 0
 
     # -- resume ------------------------------------------------------------------------
-    @property
-    def step(self) -> int:
-        """The next step this loader will deliver."""
-        return self._next_step
-
     @property
     def run_id(self) -> str:
         return self.plan.run_id
@@ -189,56 +114,6 @@ class TrainLoader:
         loader = cls(Plan.from_record(record, client), **kwargs)
         loader._next_step = step
         return loader
-
-    # -- iteration ---------------------------------------------------------------------
-    def __len__(self) -> int:
-        if self.steps is None:
-            raise TypeError("TrainLoader without steps= has no length")
-        return max(0, self.steps - self._next_step)
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        source = self._processes() if self.workers else self._thread()
-        pin = self.device.type == "cuda"
-        for arrays in source:
-            batch = to_tensors(arrays, self.device, pin)
-            self._next_step += 1
-            yield batch
-
-    def _thread(self) -> Iterator[dict[str, Any]]:
-        reader = BatchReader(self.plan, video_threads=self.video_threads, device=self.device)
-
-        def read(step: int) -> dict[str, Any]:
-            return self._transformed(reader.read(step, self.rank, self.world_size), step)
-
-        return prefetch_steps(read, self._next_step, self.steps, self.prefetch, reader.close)
-
-    def _transformed(self, batch: dict[str, Any], step: int) -> dict[str, Any]:
-        if self.transform is None:
-            return batch
-        positions = self.plan.batch(step, self.rank, self.world_size).position
-        return run_transform(self.transform, batch, self.plan.seed, positions, f"step {step}")
-
-    def _processes(self) -> Iterator[dict[str, Any]]:
-        client = self.plan.table(0).project.client
-        ds = _Steps(
-            self.plan.record.to_json(),
-            client.root,
-            client.storage_options,
-            self.rank,
-            self.world_size,
-            self._next_step,
-            self.steps,
-            self.video_threads,
-            self.transform,
-        )
-        dl = torch.utils.data.DataLoader(
-            ds,
-            batch_size=None,
-            num_workers=self.workers,
-            prefetch_factor=self.prefetch,
-            multiprocessing_context="spawn",
-        )
-        yield from dl
 
 
 def _check_state(state: Any) -> tuple[RunRecord, int]:

@@ -26,9 +26,11 @@ import torch
 
 from treadle.errors import PlanError
 from treadle.plan.permute import Domain, Domains, derive_key, permute
-from treadle.read.batch import BatchReader, moment_columns, squeeze_moment_video
+from treadle.read.columns import moment_columns
+from treadle.read.reader import SampleArrays, SampleReader
 from treadle.table.table import ScanRequest
-from treadle.torch.loader import default_rank_world
+from treadle.torch.convert import to_torch
+from treadle.torch.delivery import default_rank_world
 
 _SCAN_DOMAIN = 0x5CA11
 
@@ -69,7 +71,7 @@ class ScanDataset(torch.utils.data.IterableDataset):
         self._options = table.project.client.storage_options
         self._where = (table.project.name, table.name, table.version, table.commit_id)
         self._columns = list(scan.columns)
-        self._rows = _matching_rows(table, scan.filter)
+        self._rows = table.matching_rows(scan.filter)
         self._table = None  # opened lazily in whichever process iterates
         # The process this copy was built or unpickled in. A forked worker inherits the
         # object without unpickling it, whatever the start method reads as (Linux's default
@@ -130,42 +132,19 @@ class ScanDataset(torch.utils.data.IterableDataset):
         readers = self.world_size * nw
         me = self.rank * nw + wid
         table = self._open()
-        columns = moment_columns(table, self._columns)
         order = self._order()
-        mine = range(me, len(self), readers)
-        reader = BatchReader(None, project=table.project)
+        mine = range(me, len(self), readers)[self._skip :]  # the batches this copy delivers
+        reader = SampleReader([table], [moment_columns(table, self._columns)], ids=False)
+        samples = (self._samples(order, i) for i in mine)
         try:
-            for k, i in enumerate(mine):
-                if k < self._skip:
-                    continue
-                rows = order[i * self.batch_size : (i + 1) * self.batch_size]
-                out: dict[str, Any] = {}
-                slots = np.arange(len(rows))
-                reader.decode(reader.fill(table, columns, rows, slots, out, len(rows)))
-                squeeze_moment_video(out, columns)
-                out["_moment"] = rows.astype(np.int64)
+            for k, (_, out) in enumerate(reader.read_many(samples), start=self._skip):
                 self._yielded = k + 1
-                yield {
-                    c: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-                    for c, v in out.items()
-                }
+                yield to_torch(out)
         finally:
             reader.close()
         self._skip = 0
 
-
-def _matching_rows(table: Any, filter: str | None) -> np.ndarray:
-    """Row positions (moment ids) of the rows a filter keeps; all rows without one."""
-    if not filter:
-        return np.arange(table.num_moments, dtype=np.int64)
-    ds = table.dataset
-    starts, pos = {}, 0
-    for frag in ds.get_fragments():
-        starts[frag.fragment_id] = pos
-        pos += frag.count_rows()
-    got = ds.to_table(columns=[], filter=filter, with_row_address=True)
-    addr = got.column("_rowaddr").to_numpy().astype(np.uint64)
-    frag_ids = (addr >> np.uint64(32)).astype(np.int64)
-    offsets = (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    base = np.array([starts[f] for f in frag_ids], dtype=np.int64) if len(addr) else frag_ids
-    return np.sort(base + offsets)
+    def _samples(self, order: np.ndarray, i: int) -> SampleArrays:
+        """Batch ``i`` of this epoch: its rows, all of the one component."""
+        rows = order[i * self.batch_size : (i + 1) * self.batch_size]
+        return SampleArrays(np.zeros(len(rows), np.int64), rows)

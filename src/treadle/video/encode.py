@@ -55,6 +55,10 @@ def encode_value(value: VideoFrames | VideoFile | EncodedStream) -> EncodedStrea
     )
 
 
+ENCODE_THREADS = 1
+"""libx264 threads per encode (one, so an encode is a function of its frames alone)."""
+
+
 def _rate(fps: float) -> Fraction:
     return Fraction(fps).limit_denominator(1001)
 
@@ -100,6 +104,11 @@ def _encode_yuv(
 ) -> EncodedStream:
     rate = _rate(fps)
     ctx: Any = av.CodecContext.create("libx264", "w")
+    # One x264 thread: with frame threads (FFmpeg's "auto", or a fixed 2) the same frames
+    # encoded on a busy machine gave other bytes (another media key) 1 time in 10-15, and
+    # x264's output depends on its thread count, so "auto" also differs between machines.
+    # Imports encode episodes in parallel instead.
+    ctx.thread_count = ENCODE_THREADS
     ctx.width, ctx.height, ctx.pix_fmt = width, height, "yuv420p"
     ctx.framerate = rate
     ctx.time_base = 1 / rate

@@ -1,5 +1,8 @@
 """A span of frames out of a container file that holds many episodes one after the other.
 
+:func:`span_value` is what an importer stores for one episode's camera: the span's packets
+copied (:func:`cut_span`) or, where they do not stand alone, its decoded frames
+(:func:`decode_span`); a file of its own is checked to have one frame per row.
 :func:`cut_span` copies the span's H.264 packets into a small MP4 (bit-exact, no
 re-encode) when they decode to exactly the source's frames on their own, and returns None
 otherwise; :func:`decode_span` decodes the span's frames (the fallback, any codec).
@@ -16,10 +19,56 @@ import av
 import numpy as np
 
 from treadle.errors import CorruptData
+from treadle.video.values import VideoFile, VideoFrames
 
 #: H.264 reorders at most 16 frames: a span's packets all come within this many frame
 #: durations (decode order) after its last frame, and never further than 2 s.
 _REORDER_FRAMES = 17
+
+
+def span_value(
+    data: bytes | str,
+    span: tuple[float, float] | None,
+    ts: np.ndarray,
+    fps: float,
+    tol: float,
+    where: str,
+) -> VideoFile | VideoFrames:
+    """The video value of an episode's rows shown at ``ts`` (seconds from its start).
+
+    ``span`` is the episode's ``[from, to)`` in a file that holds many episodes (LeRobot
+    v3.0): its frames are the ones at ``from + ts`` (within ``max(tol, 0.5 / fps)``),
+    their H.264 packets copied where they decode alike on their own (bit-exact), else
+    decoded (re-encoded on write). ``span=None``: the file is the episode's own and must
+    hold one frame per row. Too few or misplaced frames raise :class:`CorruptData`.
+    """
+    rows = len(ts)
+    if span is None:
+        n, _codec = count_frames(data, where)
+        if n != rows:
+            raise CorruptData(f"{where}: video has {n} frames for the episode's {rows} rows")
+        return VideoFile(data, fps=fps)
+    start = span[0] + float(ts[0])
+    _check_span_end(span, ts, fps, tol, where)
+    cut = cut_span(data, start, rows, fps, tol, where)
+    if cut is not None:  # packets copied: H.264 stays bit-exact; the rate is the caller's
+        return VideoFile(cut, fps=fps)
+    return VideoFrames(decode_span(data, start, rows, fps, tol, where), fps=fps)
+
+
+def _check_span_end(
+    span: tuple[float, float], ts: np.ndarray, fps: float, tol: float, where: str
+) -> None:
+    """The episode's last row is shown within its video span, not in the next episode's
+    (LeRobot's own loader would read that frame too, without a word)."""
+    last = float(ts[-1])
+    at = span[0] + last
+    if at - span[1] > max(tol, 0.5 / fps):
+        raise CorruptData(
+            f"{where}: the episode's last row (row {len(ts) - 1} at {last:.4f}s) is "
+            f"shown at {at:.4f}s, after the episode's video span ends (to_timestamp "
+            f"{span[1]:.4f}s): its frames would be another episode's"
+        )
 
 
 def decode_span(

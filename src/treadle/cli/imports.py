@@ -1,7 +1,7 @@
 """``treadle import {webdataset,mds,lerobot,hf} SRC... --project P --table T``.
 
-Wire with ``treadle.importers.cli.register(subparsers)`` in the main CLI; each
-sub-command sets ``args.func`` to a function taking ``args`` and returning an exit code.
+Each sub-command sets ``args.func`` to :func:`run`, which takes ``args`` and returns an exit
+code; the importers themselves load when the command runs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from treadle.cliargs import float_at_least, key_value
+from treadle.cli.args import float_at_least, key_value
 from treadle.errors import TreadleError
 
 
@@ -32,84 +32,94 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
     }
     for fmt, h in helps.items():
-        sp = sub.add_parser(fmt, help=h, description=h)
-        sp.add_argument("src", nargs="+", metavar="SRC", help="source: " + h)
-        sp.add_argument("--project", required=True, help="project to import into")
-        sp.add_argument("--table", required=True, help="table to create or append to")
-        sp.add_argument(
-            "--branch", default=None, help="branch to commit on (default: main; created if new)"
-        )
-        sp.add_argument(
-            "--allow-pickle",
-            action="store_true",
-            help="unpickle .pyd/.pickle/.pth members and MDS pkl columns (runs code from the "
-            "data: only for data you trust)",
-        )
-        sp.add_argument(
-            "--images",
-            choices=["encoded", "decoded"],
-            default="encoded",
-            help="keep images encoded (bytes) or store uint8 [H,W,3] tensors",
-        )
-        sp.add_argument(
-            "--rename",
-            action="append",
-            default=[],
-            metavar="SRC=DST",
-            help="store source column SRC as table column DST (repeatable)",
-        )
-        sp.add_argument(
-            "--source-option",
-            action="append",
-            type=key_value,
-            default=[],
-            metavar="KEY=VALUE",
-            help="an object-store option for s3:// (gs://, az://) sources, like "
-            "--storage-option for the store (repeatable)",
-        )
-        if fmt == "hf":
-            sp.add_argument("--split", default=None, help="split of a DatasetDict")
-        if fmt == "lerobot":
-            sp.add_argument(
-                "--tolerance-s",
-                type=float_at_least(0),
-                default=1e-4,
-                help="largest gap in seconds between a frame's timestamp and its video "
-                "frame's (>= 0; default 1e-4)",
-            )
-        if fmt in ("webdataset", "mds"):
-            sp.add_argument(
-                "--json-as",
-                choices=["typed", "text"],
-                default="typed",
-                help="store JSON as Arrow values (typed) or as its text (for JSON whose "
-                "fields or types vary between samples)",
-            )
-            what = (
-                "the most bytes a compressed shard may inflate to (default 2G)"
-                if fmt == "webdataset"
-                else "the largest uncompressed shard read; each is held in memory (default 1G)"
-            )
-            sp.add_argument("--max-shard-bytes", type=byte_count, default=None, help=what)
-        if fmt == "webdataset":
-            sp.add_argument(
-                "--max-member-bytes",
-                type=byte_count,
-                default=None,
-                help="the largest tar member read; each is held in memory (default 1G)",
-            )
-        sp.add_argument(
-            "--ray",
-            nargs="?",
-            const="",
-            default=None,
-            metavar="ADDRESS",
-            help="stage every source as a Ray task (on the cluster at ADDRESS, default: the "
-            "local or $RAY_ADDRESS one) and commit once here; needs pip install 'treadle[ray]'",
-        )
-        sp.add_argument("--no-progress", action="store_true", help="same as --quiet")
-        sp.set_defaults(func=run)
+        _add_format(sub, fmt, h)
     return p
+
+
+def _add_format(sub: Any, fmt: str, h: str) -> None:
+    """``treadle import FMT``: the options every format takes, then its own."""
+    sp = sub.add_parser(fmt, help=h, description=h)
+    sp.add_argument("src", nargs="+", metavar="SRC", help="source: " + h)
+    sp.add_argument("--project", required=True, help="project to import into")
+    sp.add_argument("--table", required=True, help="table to create or append to")
+    sp.add_argument(
+        "--branch", default=None, help="branch to commit on (default: main; created if new)"
+    )
+    sp.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="unpickle .pyd/.pickle/.pth members and MDS pkl columns (runs code from the "
+        "data: only for data you trust)",
+    )
+    sp.add_argument(
+        "--images",
+        choices=["encoded", "decoded"],
+        default="encoded",
+        help="keep images encoded (bytes) or store uint8 [H,W,3] tensors",
+    )
+    sp.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="SRC=DST",
+        help="store source column SRC as table column DST (repeatable)",
+    )
+    sp.add_argument(
+        "--source-option",
+        action="append",
+        type=key_value,
+        default=[],
+        metavar="KEY=VALUE",
+        help="an object-store option for s3:// (gs://, az://) sources, like "
+        "--storage-option for the store (repeatable)",
+    )
+    _add_format_options(sp, fmt)
+    sp.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="stage every source as a Ray task (on the cluster at ADDRESS, default: the "
+        "local or $RAY_ADDRESS one) and commit once here; needs pip install 'treadle[ray]'",
+    )
+    sp.add_argument("--no-progress", action="store_true", help="same as --quiet")
+    sp.set_defaults(func=run)
+
+
+def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
+    """The options only some formats take."""
+    if fmt == "hf":
+        sp.add_argument("--split", default=None, help="split of a DatasetDict")
+    if fmt == "lerobot":
+        sp.add_argument(
+            "--tolerance-s",
+            type=float_at_least(0),
+            default=1e-4,
+            help="largest gap in seconds between a frame's timestamp and its video "
+            "frame's (>= 0; default 1e-4)",
+        )
+    if fmt in ("webdataset", "mds"):
+        sp.add_argument(
+            "--json-as",
+            choices=["typed", "text"],
+            default="typed",
+            help="store JSON as Arrow values (typed) or as its text (for JSON whose "
+            "fields or types vary between samples)",
+        )
+        what = (
+            "the most bytes a compressed shard may inflate to (default 2G)"
+            if fmt == "webdataset"
+            else "the largest uncompressed shard read; each is held in memory (default 1G)"
+        )
+        sp.add_argument("--max-shard-bytes", type=byte_count, default=None, help=what)
+    if fmt == "webdataset":
+        sp.add_argument(
+            "--max-member-bytes",
+            type=byte_count,
+            default=None,
+            help="the largest tar member read; each is held in memory (default 1G)",
+        )
 
 
 def byte_count(text: str) -> int:
@@ -183,14 +193,3 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m treadle.importers.cli import ...``: the same as ``treadle import ...``."""
-    from treadle.cli import main as treadle_main
-
-    return treadle_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,14 +1,13 @@
-"""The ``treadle`` command line: browse projects, plan runs, import data, run the demo."""
+"""``treadle projects|log|tables|gc|stats|tag``: browse and maintain a store."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
-from treadle import cliargs
+from treadle.cli.args import float_at_least, int_at_least
 from treadle.errors import TreadleError
 
 
@@ -182,38 +181,26 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("treadle")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0+unknown (not installed)"
+BRANCH_HELP = "branch name (default: main)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole ``treadle`` grammar (global options on the top parser and every command)."""
-    parser = argparse.ArgumentParser(
-        prog="treadle",
-        description=__doc__,
-        epilog=cliargs.EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--version", action="version", version=f"treadle {_version()}", help="print the version"
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    branch_help = "branch name (default: main)"
+def register(sub: Any) -> None:
+    """Add the store commands to the top parser's sub-commands."""
+    _add_browse(sub)
+    _add_maintain(sub)
 
+
+def _add_browse(sub: Any) -> None:
+    """``projects``, ``log``, ``tables``."""
     p = sub.add_parser("projects", help="list projects", description="List the projects of a root.")
     p.set_defaults(func=_cmd_projects)
 
     p = sub.add_parser("log", help="commits of a branch, newest first")
     p.add_argument("project", help="project name")
-    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument(
         "--limit",
-        type=cliargs.int_at_least(1),
+        type=int_at_least(1),
         default=None,
         help="show at most this many commits (default: all)",
     )
@@ -221,10 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tables", help="tables of a project at a branch head or commit")
     p.add_argument("project", help="project name")
-    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument("--at", help="commit id or prefix (default: the branch head)")
     p.set_defaults(func=_cmd_tables)
 
+
+def _add_maintain(sub: Any) -> None:
+    """``gc``, ``stats``, ``tag``."""
     p = sub.add_parser(
         "gc",
         help="remove table versions and media no commit reaches (safe while writers run)",
@@ -232,14 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("project", nargs="?", help="project name (default: every project)")
     p.add_argument(
         "--older-than-hours",
-        type=cliargs.float_at_least(0),
+        type=float_at_least(0),
         default=1.0,
         help="grace: keep anything younger, and all a running write staged (>= 0; default 1); "
         "0 may break writers that run meanwhile",
     )
     p.add_argument(
         "--keep-days",
-        type=cliargs.float_at_least(0),
+        type=float_at_least(0),
         default=None,
         help="retention: also expire commits older than this many days that no branch head, "
         "tag or checkpoint run record pins (default: keep every commit readable)",
@@ -252,10 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--columns", nargs="+", help="columns (default: every numeric, tensor "
                    "and video column)")  # fmt: skip
     p.add_argument("--where", help="a Lance SQL filter on the rows")
-    p.add_argument("--frames", type=cliargs.int_at_least(1), default=10_000,
+    p.add_argument("--frames", type=int_at_least(1), default=10_000,
                    help="video: frames sampled (default 10000)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="video: sampling seed (default 0)")
-    p.add_argument("--branch", default="main", help=branch_help)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument("--at", help="commit id or prefix (default: the branch head)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="read numeric and tensor columns in Ray tasks (on the cluster at "
@@ -268,51 +258,3 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="tag name (omit to list the tags)")
     p.add_argument("commit", nargs="?", help="commit id or prefix to tag")
     p.set_defaults(func=_cmd_tag)
-
-    for register in _optional_commands():
-        register(sub)
-    for leaf in cliargs.leaf_parsers(parser):
-        leaf.epilog = leaf.epilog or cliargs.EXIT_CODES
-        leaf.formatter_class = argparse.RawDescriptionHelpFormatter
-    cliargs.install(parser)
-    return parser
-
-
-def _optional_commands() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """Sub-commands that live beside their concept (plan, import, demo, bench)."""
-    out = []
-    for module, attr in (
-        ("treadle.plan.card", "add_plan_parser"),
-        ("treadle.importers.cli", "register"),
-        ("treadle.demo", "register"),
-        ("treadle.benchcli", "register"),
-    ):
-        try:
-            mod = __import__(module, fromlist=[attr])
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("treadle"):
-                continue
-            raise
-        if hasattr(mod, attr):
-            out.append(getattr(mod, attr))
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``treadle ARGV``; the exit code (0 ok, 1 user error, 2 usage)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)  # usage errors exit 2 here, with argparse's message
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        cliargs.resolve(args)
-        return int(args.func(args) or 0)
-    except TreadleError as e:
-        first = str(e).strip().splitlines()
-        print(f"treadle: error: {first[0] if first else type(e).__name__}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

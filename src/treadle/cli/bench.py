@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from treadle.cliargs import int_at_least
+from treadle.cli.args import int_at_least
 from treadle.errors import TreadleError
 
 DATA_ENV = "TREADLE_BENCH_DATA"  # bench/case_*.py generate their data under this folder
@@ -24,7 +24,7 @@ DATA_ENV = "TREADLE_BENCH_DATA"  # bench/case_*.py generate their data under thi
 def bench_dir() -> Path:
     """The ``bench/`` folder of this checkout (or ``$TREADLE_BENCH_DIR``)."""
     env = os.environ.get("TREADLE_BENCH_DIR")
-    here = Path(env) if env else Path(__file__).resolve().parents[2] / "bench"
+    here = Path(env) if env else Path(__file__).resolve().parents[3] / "bench"
     if not (here / "suite.py").is_file():
         raise TreadleError(
             f"treadle bench needs the repository's bench/ folder (no suite.py in {here}); "
@@ -34,6 +34,7 @@ def bench_dir() -> Path:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``treadle bench`` to the top parser's sub-commands."""
     p = subparsers.add_parser(
         "bench",
         help="benchmarks beside MosaicML Streaming, WebDataset, HF datasets, Lance, FFmpeg, S3",

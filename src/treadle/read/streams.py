@@ -1,4 +1,5 @@
-"""The stream indexes a reader holds: only the episodes it reads, in a bounded LRU cache.
+"""The stream index of an episode's video column, looked up by a reader: only the episodes
+it reads are held, in a bounded LRU cache.
 
 A reader used to load the whole video column of every table it read (every row's
 struct, ~200 bytes per frame, in every reader process and every worker). Now each
@@ -40,7 +41,7 @@ def _data(a: np.ndarray) -> int:
     return 0 if a.base is None else a.nbytes
 
 
-class StreamIndexCache:
+class StreamIndexes:
     """``(table, version, column, episode) -> (stream key, StreamIndex)``, bounded by the
     frames it holds. Thread-safe."""
 
@@ -50,8 +51,8 @@ class StreamIndexCache:
         self._frames = 0
         self._lock = threading.Lock()
 
-    def get(self, table: Any, column: str, episode: int) -> tuple[str, Any]:
-        """The stream key and index of ``episode`` (its position in ``table.episodes()``)."""
+    def lookup(self, table: Any, column: str, episode: int) -> tuple[str, Any]:
+        """The stream key and index of ``column`` in episode number ``episode`` of ``table``."""
         k = (table.name, table.version, column, int(episode))
         with self._lock:
             hit = self._items.get(k)

@@ -1,0 +1,142 @@
+"""A project's Lance handle: every Lance dataset call the catalog makes goes through it.
+
+One :class:`LanceTables` per :class:`~treadle.catalog.client.Project` (``project.lance``)
+owns:
+
+- **opening versions**: a pinned version opened once and kept in a bounded cache
+  (:class:`~treadle.catalog.lru.Lru`: a long-lived writer opens a version per commit, memory
+  stays flat), or read fresh from storage (what gc checks);
+- **episode indexes**, cached per version beside the open versions (computed by
+  :func:`treadle.table.episode_store.compute_episode_index`);
+- **committing** a version that lists exactly a base's fragments + new ones
+  (:mod:`treadle.table.lancecommit`);
+- **protection and cleanup**: the ``treadle-v<N>`` tags that keep a version from Lance's
+  cleanup, the cleanup itself and restoring an older version as the latest;
+- **error mapping**: a failure to open a version is an :class:`ExpiredCommit` when
+  retention took it, the project's :class:`NotFound` when there is no project, else
+  :func:`~treadle.table.lanceerror.lance_error` naming the table and version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import lance
+import pyarrow as pa
+from lance.fragment import FragmentMetadata
+
+from treadle.catalog import retention
+from treadle.catalog.lru import Lru
+from treadle.table.episode_store import compute_episode_index
+from treadle.table.episodes import EpisodeIndex
+from treadle.table.lancecommit import commit_exactly
+from treadle.table.lanceerror import lance_error
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
+    from treadle.table.table import Table
+
+_OPEN_VERSIONS = 32  # table versions a project keeps open (and their episode indexes)
+_TAG = "treadle-v"  # Lance tag of a version some commit names: cleanup keeps it
+
+
+class LanceTables:
+    """The Lance datasets of one project's tables (see the module docstring)."""
+
+    def __init__(self, project: Project):
+        self.project = project
+        self._datasets: Lru[tuple[str, int], lance.LanceDataset] = Lru(_OPEN_VERSIONS)
+        self._episodes: Lru[tuple[str, int], EpisodeIndex] = Lru(_OPEN_VERSIONS)
+
+    @property
+    def options(self) -> dict[str, str] | None:
+        """``storage_options`` Lance opens the project's root with."""
+        return self.project.client.store.lance_options
+
+    def uri(self, name: str) -> str:
+        """Where table ``name``'s Lance dataset lives."""
+        return self.project.client.store.lance_uri(f"{self.project.prefix}/tables/{name}.lance")
+
+    # -- versions ------------------------------------------------------------------------
+    def open(self, name: str, version: int, commit_id: str | None = None) -> lance.LanceDataset:
+        """Lance ``version`` of table ``name`` (cached); ``commit_id``, the commit it was
+        read through, names it in the :class:`ExpiredCommit` raised if retention took it."""
+        key = (name, int(version))
+        ds = self._datasets.get(key)
+        if ds is None:
+            try:
+                ds = lance.dataset(
+                    self.uri(name), version=int(version), storage_options=self.options
+                )
+            except (ValueError, OSError) as e:
+                project = self.project
+                if not project.exists():
+                    raise project.not_found() from None
+                expired = retention.expired_error(project, commit_id, name) if commit_id else None
+                if expired is not None:
+                    raise expired from None
+                raise lance_error(
+                    e, f"table {name!r} version {version} of project {project.name!r}"
+                ) from None
+            ds = self._datasets.setdefault(key, ds)
+        return ds
+
+    def load(self, name: str, version: int | None, where: str) -> lance.LanceDataset:
+        """Table ``name`` at ``version`` (None: the latest) read from storage now, not a
+        cached handle; a failure is :func:`lance_error` naming ``where``."""
+        try:
+            return lance.dataset(self.uri(name), version=version, storage_options=self.options)
+        except (OSError, ValueError, RuntimeError) as e:
+            raise lance_error(e, where) from None
+
+    def episode_index(self, table: Table) -> EpisodeIndex:
+        """The episode index of a pinned table, computed once per version."""
+        key = (table.name, table.version)
+        idx = self._episodes.get(key)
+        if idx is None:
+            idx = self._episodes.setdefault(key, compute_episode_index(table))
+        return idx
+
+    def commit(
+        self,
+        name: str,
+        schema: pa.Schema,
+        base: lance.LanceDataset | None,
+        fragments: list[FragmentMetadata],
+        before_write: Callable[[], None],
+    ) -> int:
+        """A new version of table ``name``: ``base``'s fragments + ``fragments``."""
+        return commit_exactly(self.uri(name), schema, base, fragments, self.options, before_write)
+
+    # -- protection and cleanup ------------------------------------------------------------
+    def protect(self, name: str, version: int) -> None:
+        """Tag a committed table version so Lance's cleanup never removes it."""
+        ds = self.open(name, version)
+        with suppress(Exception):  # an existing tag (a retry, or gc got there first) is fine
+            ds.tags.create(f"{_TAG}{version}", version)
+
+    def protect_only(self, name: str, latest: lance.LanceDataset, versions: set[int]) -> None:
+        """Tag every one of ``versions``; untag every other version tagged before."""
+        tags = latest.tags.list()
+        for v in versions:
+            if f"{_TAG}{v}" not in tags:
+                self.protect(name, v)
+        for tag, info in tags.items():
+            if tag.startswith(_TAG) and info["version"] not in versions:
+                latest.tags.delete(tag)
+
+    @staticmethod
+    def cleanup(ds: lance.LanceDataset, cutoff: datetime) -> tuple[int, int]:
+        """Lance's cleanup of untagged versions older than ``cutoff`` (and their files):
+        ``(versions removed, bytes removed)``."""
+        older = max(timedelta(0), datetime.now(UTC) - cutoff)
+        stats = ds.cleanup_old_versions(older_than=older, error_if_tagged_old_versions=False)
+        return stats.old_versions, stats.bytes_removed
+
+    @staticmethod
+    def restore(ds: lance.LanceDataset) -> None:
+        """Make the version ``ds`` is at the latest again (a new version equal to it)."""
+        ds.restore()

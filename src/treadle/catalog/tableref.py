@@ -1,0 +1,102 @@
+"""A table by name on a branch (:class:`TableRef`): pinned to a :class:`Table` when read.
+
+Writes through a reference are one commit each on its branch; reads resolve the branch
+head (or a commit, or a Lance version) to a pinned :class:`~treadle.table.table.Table`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.catalog.commit import Commit
+from treadle.errors import NotFound
+from treadle.table.table import ScanRequest, Table
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Branch
+
+
+class TableRef:
+    """A table by name on a branch; resolved to a :class:`Table` when read or planned."""
+
+    def __init__(self, branch: Branch, name: str):
+        self.branch = branch
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"TableRef({self.branch.project.name}/{self.name} @ {self.branch.name})"
+
+    def pin(self) -> Table:
+        """The table at the branch head, now."""
+        head = self.branch.head()
+        return self._from_commit(head)
+
+    def at(self, commit_or_version: str | int) -> Table:
+        """The table as of a commit (id or unique prefix) or a Lance version number."""
+        if isinstance(commit_or_version, int) and not isinstance(commit_or_version, bool):
+            return self.branch.project.table_at(self.name, commit_or_version)
+        return self._from_commit(self.branch.project.commit(str(commit_or_version)))
+
+    def _from_commit(self, commit: Commit) -> Table:
+        if self.name not in commit.tables:
+            raise NotFound(
+                f"table {self.name!r} not found in project {self.branch.project.name!r} at "
+                f"{commit.short_id} (branch {self.branch.name!r}); tables: {sorted(commit.tables)}"
+            )
+        return Table(self.branch.project, self.name, commit.tables[self.name], commit.id)
+
+    # writes: each is one commit on the branch
+    def append(self, data: pa.Table | dict[str, Any], message: str | None = None) -> Commit:
+        """Append rows (an Arrow table or a dict of columns) in one commit."""
+        with self.branch.transaction(message or f"append to {self.name}") as tx:
+            tx.table(self.name).append(data)
+        return tx.commit
+
+    def append_episode(
+        self,
+        columns: dict[str, Any],
+        episode: str | None = None,
+        message: str | None = None,
+        fps: float | None = None,
+    ) -> Commit:
+        """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``);
+        ``fps`` sets the table's frame rate (a video column's rate does too)."""
+        with self.branch.transaction(message or f"append episode to {self.name}") as tx:
+            tx.table(self.name).append_episode(columns, episode=episode, fps=fps)
+        return tx.commit
+
+    # reads of the head
+    @property
+    def num_moments(self) -> int:
+        return self.pin().num_moments
+
+    @property
+    def num_episodes(self) -> int:
+        return self.pin().num_episodes
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.pin().schema
+
+    @property
+    def fps(self) -> float | None:
+        return self.pin().fps
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
+        return self.pin().to_arrow(columns, filter)
+
+    def take(
+        self, rows: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        return self.pin().take(rows, columns)
+
+    def scan_request(self, columns: Sequence[str], filter: str | None = None) -> ScanRequest:
+        return self.pin().scan_request(columns, filter)
+
+    def stats(self, columns: Sequence[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        """:meth:`Table.stats` of the table at the branch head."""
+        return self.pin().stats(columns, **kwargs)

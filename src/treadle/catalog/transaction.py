@@ -1,0 +1,296 @@
+"""Transactions: stage rows (as uncommitted Lance fragments), then commit them all at once.
+
+A :class:`Transaction` writes each table's new rows as Lance data files that no
+version references yet (:mod:`treadle.table.write`), then, for every touched table,
+commits a Lance version whose fragment list is exactly "base fragments + new
+fragments" (an Append, or an Overwrite listing them; see
+:mod:`treadle.table.lancecommit`), and finally moves the branch with one
+compare-and-swap. If another writer moved the branch first and changed a table this
+transaction also appends to, the new fragments are simply re-listed on top of the
+winner's (appends commute): nothing is lost and the order is the order of commits.
+Anything else (a table created by both with different schemas) raises
+:class:`CommitConflict`.
+
+Until the final compare-and-swap nothing is visible; a crash leaves only files no
+commit references, which ``treadle gc`` removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from treadle.catalog.commit import Commit
+from treadle.catalog.leases import Lease, mark_used
+from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError, TreadleError
+from treadle.names import check_name
+from treadle.table.episode_store import store_episode_index
+from treadle.table.episodes import EPISODE, FRAME
+from treadle.table.lanceerror import lance_error
+from treadle.table.tensors import KIND_KEY, schema_difference
+from treadle.table.write import StagedTable, episode_rows, rows_to_arrow
+from treadle.video import EncodedStream, index_to_arrow
+
+if TYPE_CHECKING:
+    import lance
+
+    from treadle.catalog.client import Branch, Project
+
+_MAX_ATTEMPTS = 200
+
+
+class TableWriter:
+    """Stages rows for one table inside a :class:`Transaction`."""
+
+    def __init__(self, tx: Transaction, name: str):
+        self.tx = tx
+        self.name = name
+
+    def append(self, data: pa.Table | pa.RecordBatch | dict[str, Any]) -> None:
+        """Stage rows: an Arrow table/batch or a dict of equally long columns."""
+        table, episodes = rows_to_arrow(data, self.name, self._staging().schema)
+        self.tx._stage(self.name, table, episodes)
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The schema rows are staged in (the table's, or fixed by the first rows)."""
+        return self._staging().schema
+
+    def use_schema(self, schema: pa.Schema) -> None:
+        """Stage every later row in ``schema`` (before any row is staged); rows that do
+        not fit raise :class:`SchemaMismatch`, as for an existing table."""
+        st = self._staging()
+        if st.rows:
+            raise TreadleError(f"table {self.name!r}: use_schema after rows were staged")
+        st.schema = schema
+
+    def append_episode(
+        self, columns: dict[str, Any], episode: str | None = None, fps: float | None = None
+    ) -> str:
+        """Stage one episode; returns its name. Every column has one entry per frame.
+        ``fps`` (or a video column's rate) sets the table's fps (:mod:`treadle.table.fps`)."""
+
+        def store(column: str, stream: EncodedStream) -> tuple[pa.Field, pa.Array]:
+            return self.tx._store_video(self.name, column, stream)
+
+        table, name = episode_rows(self.name, columns, episode, fps, store)
+        self.tx._stage(self.name, table, [name])
+        return name
+
+    # -- what treadle.table.handoff uses -------------------------------------------------
+    def _staging(self) -> StagedTable:
+        return self.tx._staged(self.name)
+
+    def _where(self) -> str:
+        return self.tx._where(self.name)
+
+    def _flush(self) -> None:
+        self.tx._flush(self.name, self._staging())
+
+    def _media_keys(self) -> list[str]:
+        return [k for k, t in self.tx._media.items() if t == self.name]
+
+    def _add_media(self, keys: list[str]) -> None:
+        self.tx._media.update(dict.fromkeys(keys, self.name))
+
+
+class Transaction:
+    """Several writes to several tables of one branch, committed as one commit.
+
+    Use ``with branch.transaction("message") as tx:``; on an exception inside the
+    block nothing is committed. After the block, ``tx.commit`` is the new commit.
+    """
+
+    def __init__(self, branch: Branch, message: str):
+        self.branch = branch
+        self.message = str(message)
+        self.project: Project = branch.project
+        head = self.project.refs.head(branch.name)
+        if head is None:
+            raise NotFound(
+                f"branch {branch.name!r} of project {self.project.name!r} does not exist"
+            )
+        self._base_commit = self.project.load_commit(head.commit_id)
+        self._tables: dict[str, StagedTable] = {}
+        self.commit: Commit | None = None
+        self._done = False
+        self._lease = Lease(self.project.client.store, self.project.prefix)  # holds off gc
+        self._media: dict[str, str] = {}  # media key this transaction stored -> its table
+
+    def table(self, name: str) -> TableWriter:
+        check_name(name, "table")
+        return TableWriter(self, name)
+
+    def hold(self) -> None:
+        """Take (or refresh) this transaction's gc lease now, before anything is staged.
+
+        gc then keeps every unreferenced object newer than it, so files other
+        processes stage for it (:func:`treadle.table.handoff.add_staged`) are safe until
+        it ends.
+        """
+        self._lease.beat()
+
+    def close(self) -> None:
+        """End without committing: drop the gc lease; what was staged is left to gc (or to
+        the transaction that adds it, holding its own lease)."""
+        self._done = True
+        self._lease.release()
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is None:
+                self.commit = self._commit()
+        finally:
+            self._done = True
+            self._lease.release()
+
+    # -- staging -----------------------------------------------------------------------
+    def _where(self, name: str) -> str:
+        return f"table {name!r} of project {self.project.name!r}"
+
+    def _staged(self, name: str) -> StagedTable:
+        if self._done:
+            raise TreadleError("transaction is finished")
+        st = self._tables.get(name)
+        if st is None:
+            base_v = self._base_commit.tables.get(name)
+            schema = self.project.lance.open(name, base_v).schema if base_v is not None else None
+            st = self._tables[name] = StagedTable(schema, base_v)
+        return st
+
+    def _stage(self, name: str, table: pa.Table, episodes: list[str]) -> None:
+        st = self._staged(name)
+        if st.add(table, episodes, self._where(name)):
+            self._flush(name, st)
+
+    def _flush(self, name: str, st: StagedTable) -> None:
+        lance = self.project.lance
+        st.write(lance.uri(name), lance.options, self._where(name), self._lease.beat)
+
+    def _store_video(
+        self, table: str, column: str, stream: EncodedStream
+    ) -> tuple[pa.Field, pa.Array]:
+        digest = hashlib.sha256(stream.data).hexdigest()
+        key = f"media/{table}/{digest}.h264"
+        schema = self._staged(table).schema  # an older table's column may lack colour tags
+        like = schema.field(column).type if schema is not None and column in schema.names else None
+        arr = index_to_arrow(key, stream, like=like, where=f"table {table!r} column {column!r}")
+        store, full = self.project.client.store, f"{self.project.prefix}/{key}"
+        self._lease.beat()
+        if not store.put(full, stream.data, if_absent=True):
+            # content-addressed: maybe an old orphan; its age for gc restarts now
+            mark_used(store, self.project.prefix, full)
+            if store.missing([full]):  # gc took it between the two calls
+                store.put(full, stream.data)
+        self._media[full] = table
+        return pa.field(column, arr.type, metadata={KIND_KEY: b"video"}), arr
+
+    # -- commit ------------------------------------------------------------------------
+    def _commit(self) -> Commit | None:
+        for name, st in self._tables.items():
+            self._flush(name, st)
+        touched = {n: st for n, st in self._tables.items() if st.fragments}
+        if not touched:
+            return None
+        project, refs = self.project, self.project.refs
+        versions: dict[str, int] = {}
+        bases: dict[str, int | None] = {n: st.base_version for n, st in touched.items()}
+        for attempt in range(_MAX_ATTEMPTS):
+            head = refs.head(self.branch.name)
+            assert head is not None
+            head_commit = project.load_commit(head.commit_id)
+            for name, st in touched.items():
+                now = head_commit.tables.get(name)
+                if now != bases[name] or name not in versions:
+                    versions[name] = self._version(name, st, now, head.commit_id)
+                    bases[name] = now
+                    store_episode_index(project, name, versions[name], now)
+            tables = dict(head_commit.tables)
+            tables.update(versions)
+            commit = Commit.create([head.commit_id], self.message, tables)
+            self._check_staged(touched)
+            project.save_commit(commit)
+            if refs.try_advance(self.branch.name, head.seq + 1, commit.id):
+                for name, v in versions.items():
+                    project.lance.protect(name, v)
+                return commit
+            time.sleep(random.uniform(0.0, min(0.5, 0.01 * 2 ** min(attempt, 6))))
+        raise CommitConflict(
+            f"could not move branch {self.branch.name!r} of project {project.name!r} after "
+            f"{_MAX_ATTEMPTS} attempts (too many concurrent writers); nothing was committed"
+        )
+
+    def _version(self, name: str, st: StagedTable, now: int | None, head_id: str) -> int:
+        """The Lance version of table ``name`` holding version ``now`` + ``st``'s rows."""
+        project = self.project
+        ds = None if now is None else project.lance.open(name, now)
+        if ds is not None:
+            _check_base(ds, st, name, project.name, head_id)
+        try:
+            return _lance_commit(project, name, st, ds, self._lease.beat)
+        except OSError as e:
+            where = f"committing table {name!r} of project {project.name!r}"
+            raise lance_error(e, f"{where} (nothing was committed)") from None
+
+    def _check_staged(self, touched: dict[str, StagedTable]) -> None:
+        """Every object this transaction staged still exists (else gc, forced to a grace
+        shorter than this transaction, took it): never move the branch to a commit that
+        names a missing file."""
+        self._lease.beat()
+        prefix = self.project.prefix
+        owner = dict(self._media)
+        for name, st in touched.items():
+            for frag in st.fragments:
+                for df in frag.files:
+                    owner[f"{prefix}/tables/{name}.lance/data/{df.path}"] = name
+        gone = self.project.client.store.missing(list(owner))
+        if gone:
+            raise StorageError(
+                f"table {owner[gone[0]]!r} of project {self.project.name!r}: "
+                f"{gone[0][len(prefix) + 1 :]}, written by this transaction, was deleted "
+                f"before its commit ({len(gone)} object(s); was gc run with a grace shorter "
+                "than this transaction?); nothing was committed"
+            )
+
+
+def _check_base(ds: Any, st: StagedTable, name: str, project: str, commit_id: str) -> None:
+    """The rows of ``st`` can go on top of ``ds`` (the table at the branch head): same
+    schema, tensor shapes included, and none of the same episode names."""
+    where = f"table {name!r} of project {project!r} (commit {commit_id[:8]})"
+    diff = schema_difference(ds.schema, st.schema)
+    if diff is not None:
+        raise CommitConflict(
+            f"{where} was written by another writer with a different schema: {diff}; "
+            "nothing was committed"
+        )
+    if st.episodes and EPISODE in ds.schema.names:
+        # every episode has one frame 0: filtering on it reads the small frame column and
+        # only the episode names, not every row's name
+        have = ds.to_table(columns=[EPISODE], filter=f"{FRAME} = 0").column(EPISODE)
+        wanted = pa.array(sorted(st.episodes), have.type)
+        hit = pc.filter(have, pc.is_in(have, value_set=wanted))
+        if len(hit):
+            raise AlreadyExists(
+                f"{where} already has episode {hit[0].as_py()!r}; episode names must be "
+                "unique in a table; nothing was committed"
+            )
+
+
+def _lance_commit(
+    project: Project,
+    name: str,
+    st: StagedTable,
+    base: lance.LanceDataset | None,
+    before_write: Callable[[], None],
+) -> int:
+    """The Lance version of one table for a commit (the seam fault tests break)."""
+    return project.lance.commit(name, st.schema, base, st.fragments, before_write)

@@ -1,0 +1,72 @@
+"""Image members and columns: the ``images`` option, and encoded bytes -> ``uint8`` pixels.
+
+Pillow decodes when it is installed (the decoder WebDataset, MDS and ``datasets`` use);
+otherwise FFmpeg (PyAV) decodes JPEG/PNG/WebP/BMP, the codec named by the extension or
+sniffed from the first bytes.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from treadle.errors import CorruptData, SchemaMismatch
+
+
+def check_images(images: str) -> None:
+    """Refuse an ``images`` option other than ``"encoded"`` and ``"decoded"``."""
+    if images not in ("encoded", "decoded"):
+        raise ValueError(f"images must be 'encoded' or 'decoded', got {images!r}")
+
+
+IMAGE_EXTS = {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "pbm", "pnm", "tif", "tiff"}
+_AV_CODEC = {"jpg": "mjpeg", "jpeg": "mjpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
+
+
+def decode_image(data: bytes, ext: str, where: str) -> np.ndarray:
+    """Encoded image bytes -> ``uint8 [H, W, 3]`` RGB (``[H, W]`` kept for 8-bit grey).
+
+    Pillow decodes when it is installed (the decoder WebDataset, MDS and ``datasets``
+    use, so decoded pixels equal theirs exactly, JPEG included); otherwise FFmpeg
+    (PyAV, a treadle dependency) decodes JPEG/PNG/WebP/BMP.
+    """
+    ext = ext.lower().rsplit(".", 1)[-1]
+    try:
+        from PIL import Image
+    except ImportError:
+        Image = None  # noqa: N806
+    if Image is not None:
+        try:
+            img = Image.open(io.BytesIO(bytes(data)))
+            img = img.convert("L" if img.mode in ("L", "1") else "RGB")
+            return np.asarray(img)
+        except Exception as e:
+            raise CorruptData(f"{where}: cannot decode {ext or 'image'}: {e}") from None
+    codec = _AV_CODEC.get(ext) or _sniff(data)
+    if codec is None:
+        raise SchemaMismatch(f"{where}: decoding .{ext} images needs Pillow")
+    import av
+
+    try:
+        ctx = av.CodecContext.create(codec, "r")
+        frames = ctx.decode(av.Packet(bytes(data)))
+        if not frames:
+            frames = ctx.decode(None)
+        frame = frames[0]
+        if frame.format.name in ("gray", "gray8"):
+            return frame.to_ndarray()
+        return frame.to_ndarray(format="rgb24")
+    except Exception as e:  # FFmpeg errors are many types
+        raise CorruptData(f"{where}: cannot decode {ext or 'image'}: {e}") from None
+
+
+def _sniff(data: bytes) -> str | None:
+    head = bytes(data[:12])
+    if head.startswith(b"\xff\xd8"):
+        return "mjpeg"
+    if head.startswith(b"\x89PNG"):
+        return "png"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    return None

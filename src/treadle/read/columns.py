@@ -1,0 +1,98 @@
+"""What each component gives a batch: one :class:`ColumnSpec` per output column.
+
+A component with windows gives its window columns (``Rows`` with a time axis, ``Video``
+decoded windows); one without gives its columns at the moment itself
+(:func:`moment_columns`: no time axis, a video column decoded to one frame). Every
+component of a plan must give the same names (after ``Component(rename=...)``), so their
+samples stack into one batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from treadle.errors import PlanError
+from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
+from treadle.read.rows import IS_PAD
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """How one output column is made for one component."""
+
+    column: str
+    spec: Rows | Video | None  # None: the column at the moment itself, no time axis
+    video: bool
+    at_moment: bool = False  # a video frame at the moment itself: no time axis in the batch
+    listed: bool = False  # strings, variable-length lists: a Python list per sample
+    name: str = ""  # the batch's name for it (``Component(rename=...)``); "" = ``column``
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.column)
+
+
+def output_columns(plan: Any) -> list[list[ColumnSpec]]:
+    """Per component, the output columns; every component must give the same names."""
+    per: list[list[ColumnSpec]] = []
+    for c in range(plan.num_components):
+        table = plan.table(c)
+        windows: Windows | None = plan.windows(c)
+        schema = table.schema
+        specs: list[ColumnSpec] = []
+        if windows is None or not windows.specs:
+            specs = moment_columns(table)
+        else:
+            for col, spec in windows.items():
+                kind = batch_column_kind(table, schema.field(col))
+                specs.append(ColumnSpec(col, spec, kind == "video", listed=kind == "list"))
+        rename = dict(plan.record.components[c].rename or ())
+        if rename:
+            specs = [dataclasses.replace(cs, name=rename.get(cs.column, cs.column)) for cs in specs]
+        per.append(specs)
+    names = [sorted(s.name for s in specs) for specs in per]
+    for c, n in enumerate(names[1:], start=1):
+        if n != names[0]:
+            raise PlanError(
+                f"components must give the same columns to stack a batch: component 0 gives "
+                f"{names[0]}, component {c} gives {n}"
+            )
+    return per
+
+
+def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnSpec]:
+    """Columns at the moment itself (no time axis), video columns decoded to one frame.
+
+    ``columns=None`` means :func:`~treadle.plan.windows.default_columns`; a column a batch
+    cannot hold is an error naming it, never left out silently.
+    """
+    wanted = default_columns(table) if columns is None else columns
+    out = []
+    for f in table.schema:
+        if f.name not in wanted:
+            continue
+        kind = batch_column_kind(table, f)
+        if kind == "video":
+            out.append(ColumnSpec(f.name, Video([0]), True, at_moment=True))
+        else:
+            out.append(ColumnSpec(f.name, None, False, listed=kind == "list"))
+    return out
+
+
+def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:
+    """``"<column>_is_pad"`` -> window length, for every column some component pads."""
+    return {
+        f"{cs.name}{IS_PAD}": len(cs.spec.offsets)
+        for specs in per
+        for cs in specs
+        if cs.spec is not None and cs.spec.pad
+    }
+
+
+def squeeze_moment_video(out: dict[str, Any], columns: list[ColumnSpec]) -> None:
+    """Drop the length-1 time axis of video columns read at the moment itself."""
+    for cs in columns:
+        if cs.at_moment and cs.name in out and out[cs.name].ndim >= 2:
+            out[cs.name] = out[cs.name][:, 0]

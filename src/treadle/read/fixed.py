@@ -1,0 +1,285 @@
+"""Fixed-width columns of a pinned table at row positions, without a Lance ``take`` per batch.
+
+A Lance ``take`` of 64 random rows costs 1-4 ms (``bench/take_paths.py``), a numpy gather of
+the same bytes from the page cache ~0.1 ms. :class:`FixedReader` gives the values
+:meth:`Table.take <treadle.table.Table.take>` + :func:`~treadle.table.tensors.to_numpy` give
+(same dtype, shape and values, rows in any order, duplicates allowed) by one of three paths,
+chosen once per (table version, column):
+
+- **mapped**: every page of the column, in every data file of the pinned version, is a Lance
+  2.1+ ``FullZipLayout`` of flat fixed-width values (no repetition/definition levels, no
+  compression: Lance's layout for rows of 256 bytes and more, e.g. images), the fragments
+  have no deletions and the files are local. Each page is then an ``[rows, *shape]`` array
+  at a byte offset that the file's own column metadata gives; the files are memory-mapped
+  read-only. Data files are immutable and named by the pinned version's fragment list, so
+  no other version's bytes are read. Each page's first and last row are checked against a
+  Lance ``take`` once; any assumption that does not hold means the next path.
+- **resident**: the whole column of the version, read once with Lance and kept as one numpy
+  array while it fits the reader's byte budget (narrow columns: actions, states, scalars,
+  which Lance stores in compressed mini-blocks). A column holding a null anywhere is not
+  kept (so the error stays the current one: raised when a batch reads a null row).
+- **take**: ``Table.take`` + ``to_numpy``, the current reader's path.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import re
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import CorruptData
+from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
+
+__all__ = ["RESIDENT_BYTES", "FixedReader", "fixed_width"]
+
+RESIDENT_BYTES = 256 << 20
+"""Default budget of a :class:`FixedReader` for columns it keeps in memory."""
+
+# One page of flat fixed-size lists in Lance's full-zip layout, all rows valid (2.1, 2.2).
+# Anything else (nulls, compression, nested lists, other layouts) does not match.
+_FULL_ZIP = re.compile(
+    r"PageLayout \{ layout: Some\( FullZipLayout\( FullZipLayout \{ bits_rep: 0, bits_def: 0, "
+    r"num_items: (\d+), num_visible_items: (\d+), value_compression: Some\( CompressiveEncoding"
+    r" \{ compression: Some\( FixedSizeList\( FixedSizeList \{ items_per_value: (\d+), "
+    r"has_validity: false, values: Some\( CompressiveEncoding \{ compression: Some\( Flat\( "
+    r"Flat \{ bits_per_value: (\d+), data: None, \}, \), \), \}, \), \}, \), \), \}, \), "
+    r"layers: \[ RepdefAllValidItem, \], details: Some\( BitsPerValue\( (\d+), \), \), \}, \), "
+    r"\), \}"
+)
+
+
+_FILE_VERSIONS = {(2, 1), (2, 2)}  # the Lance file versions whose full-zip layout is known
+
+
+def fixed_width(f: pa.Field) -> bool:
+    """Whether a batch holds this column as a fixed-width numpy array (numbers, tensors)."""
+    try:
+        return batch_kind(f) in ("tensor", "scalar")
+    except CorruptData:
+        return False
+
+
+@dataclass
+class _Column:
+    """How one column of one table version is read."""
+
+    path: str  # "mapped", "resident" or "take"
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    parts: list[np.ndarray] = field(default_factory=list)  # [rows, *shape] per segment
+
+
+class FixedReader:
+    """Reads fixed-width columns of pinned :class:`~treadle.table.Table` s at row positions.
+
+    Safe to share between threads. ``resident_bytes`` bounds what it keeps in memory
+    (mapped pages are the page cache's, not counted). :meth:`close` unmaps the files.
+    """
+
+    def __init__(self, resident_bytes: int = RESIDENT_BYTES):
+        self.resident_bytes = int(resident_bytes)
+        self._held = 0
+        self._columns: dict[tuple[str, int, str], _Column] = {}
+        self._tables: weakref.WeakKeyDictionary[Any, dict[str, _Column]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._maps: dict[str, mmap.mmap] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._columns.clear()
+            self._tables.clear()
+            self._held = 0
+            maps, self._maps = self._maps, {}
+        for m in maps.values():
+            try:
+                m.close()
+            except BufferError:  # an array handed out still views it: the GC unmaps it
+                pass
+
+    def path(self, table: Any, column: str) -> str:
+        """``"mapped"``, ``"resident"`` or ``"take"``: how ``column`` of ``table`` is read."""
+        return self._column(table, column).path
+
+    def read(
+        self, table: Any, rows: np.ndarray | list[int], columns: list[str]
+    ) -> dict[str, np.ndarray]:
+        """``{column: values[rows]}``, as ``to_numpy(table.take(rows, [column]))`` gives them.
+
+        Every column must be :func:`fixed_width`; rows out of range are an ``IndexError``.
+        """
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= table.num_moments):
+            raise IndexError(
+                f"row ids out of range for table {table.name!r} with {table.num_moments} moments"
+            )
+        out: dict[str, np.ndarray] = {}
+        slow = []
+        for c in columns:
+            col = self._column(table, c)
+            if col.path == "take":
+                slow.append(c)
+            else:
+                out[c] = _gather(col, idx)
+        if slow:
+            out.update(_take(table, idx, slow))
+        return {c: out[c] for c in columns}
+
+    # -- choosing a path ----------------------------------------------------------------
+    def _column(self, table: Any, column: str) -> _Column:
+        hit = self._tables.get(table, {}).get(column)  # per batch: no lock, no key to build
+        if hit is not None:
+            return hit
+        with self._lock:
+            key = (table.uri, table.version, column)
+            hit = self._columns.get(key)
+            if hit is None:
+                hit = self._columns[key] = self._plan(table, column)
+            self._tables.setdefault(table, {})[column] = hit
+        return hit
+
+    def _plan(self, table: Any, column: str) -> _Column:
+        f = table.schema.field(column)  # KeyError for an unknown column, as take's NotFound
+        if not fixed_width(f):
+            raise TypeError(
+                f"column {column!r} of table {table.name!r} is {f.type}, not a fixed-width column"
+            )
+        mapped = self._mapped(table, f)
+        if mapped is not None:
+            return mapped
+        shape = tensor_shape(f) or ()
+        leaf = f.type
+        while pa.types.is_fixed_size_list(leaf):
+            leaf = leaf.value_type
+        nbytes = table.num_moments * math.prod(shape) * max(1, leaf.bit_width // 8)
+        if self._held + nbytes > self.resident_bytes:
+            return _Column("take")
+        try:
+            values = to_numpy(table.to_arrow([column]).column(column), f)
+        except CorruptData:  # a null somewhere: only a batch that reads it may fail
+            return _Column("take")
+        self._held += values.nbytes
+        return _Column("resident", np.zeros(1, np.int64), [values])
+
+    def _mapped(self, table: Any, f: pa.Field) -> _Column | None:
+        """The mapped path of this column, or None when one of its assumptions fails."""
+        shape = tensor_shape(f)
+        if not table.project.client.store.is_local or shape is None:
+            return None
+        if not pa.types.is_fixed_size_list(f.type):
+            return None
+        vt = f.type.value_type
+        if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)):
+            return None
+        dtype = np.dtype(vt.to_pandas_dtype()).newbyteorder("<")
+        ds = table.dataset
+        field_id = ds.lance_schema.field(f.name).id()
+        starts, parts, at = [], [], 0
+        for frag in ds.get_fragments():
+            segs = self._fragment_pages(ds, frag.metadata, field_id, dtype, f.type.list_size)
+            if segs is None:
+                return None
+            for seg in segs:
+                starts.append(at)
+                parts.append(seg.reshape((len(seg), *shape)))
+                at += len(seg)
+        if not parts or at != table.num_moments:
+            return None
+        col = _Column("mapped", np.asarray(starts, np.int64), parts)
+        return col if _agrees(table, f, col) else None
+
+    def _fragment_pages(
+        self, ds: Any, meta: Any, field_id: int, dtype: np.dtype, size: int
+    ) -> list[np.ndarray] | None:
+        """Per page, the ``[rows, size]`` values of this field in this fragment's file."""
+        from lance.file import LanceFileReader
+
+        if meta.deletion_file is not None or getattr(meta, "num_deletions", 0):
+            return None
+        files = [df for df in meta.files if field_id in list(df.fields)]
+        if len(files) != 1:
+            return None
+        df = files[0]
+        if getattr(df, "base_id", None) is not None:  # a file of another dataset's base
+            return None
+        if (df.file_major_version, df.file_minor_version) not in _FILE_VERSIONS:
+            return None
+        where = list(df.fields).index(field_id)
+        column = list(df.column_indices)[where]
+        path = os.path.join(ds.uri, "data", df.path)
+        if not os.path.isfile(path):
+            return None
+        fmeta = LanceFileReader(path).metadata()
+        if fmeta.num_rows != meta.physical_rows or column >= len(fmeta.columns):
+            return None
+        buf = self._map(path)
+        pages, rows = [], 0
+        for page in fmeta.columns[column].pages:
+            arr = _page_values(page, buf, dtype, size)
+            if arr is None:
+                return None
+            pages.append(arr)
+            rows += len(arr)
+        return pages if rows == meta.physical_rows else None
+
+    def _map(self, path: str) -> mmap.mmap:
+        m = self._maps.get(path)
+        if m is None:
+            with open(path, "rb") as fh:
+                m = self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        return m
+
+
+def _page_values(page: Any, buf: mmap.mmap, dtype: np.dtype, size: int) -> np.ndarray | None:
+    """A page's ``[rows, size]`` values viewed in the mapped file, if it is plain full-zip."""
+    m = _FULL_ZIP.fullmatch(" ".join(page.encoding.split()))
+    if m is None or len(page.buffers) != 1:
+        return None
+    items, visible, per, bits, row_bits = (int(g) for g in m.groups())
+    row_bytes = size * dtype.itemsize
+    if items != visible or per != size or bits != 8 * dtype.itemsize or row_bits != 8 * row_bytes:
+        return None
+    b = page.buffers[0]
+    if b.size != items * row_bytes or b.position + b.size > len(buf):
+        return None
+    flat = np.frombuffer(buf, dtype=dtype, count=items * size, offset=b.position)
+    return flat.reshape(items, size)
+
+
+def _agrees(table: Any, f: pa.Field, col: _Column) -> bool:
+    """Whether the first and last row of every segment equal what Lance's take returns."""
+    ends = np.append(col.starts[1:], table.num_moments) - 1
+    probe = np.unique(np.concatenate([col.starts, ends]))
+    want = _take(table, probe, [f.name])[f.name]
+    got = _gather(col, probe)
+    return got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+
+
+def _gather(col: _Column, idx: np.ndarray) -> np.ndarray:
+    if len(col.parts) == 1:
+        return col.parts[0][idx]
+    seg = np.searchsorted(col.starts, idx, side="right") - 1
+    first = col.parts[0]
+    out = np.empty((len(idx), *first.shape[1:]), first.dtype)
+    for s in np.unique(seg):
+        at = np.flatnonzero(seg == s)
+        out[at] = col.parts[int(s)][idx[at] - col.starts[s]]
+    return out
+
+
+def _take(table: Any, idx: np.ndarray, columns: list[str]) -> dict[str, np.ndarray]:
+    """The current reader's path: one Lance take of the distinct rows, then numpy."""
+    uniq, inverse = np.unique(idx, return_inverse=True)
+    got = table.take(uniq, columns)
+    where = f"table {table.name!r}"
+    return {
+        c: to_numpy(got.column(c), got.schema.field(c), where)[inverse.reshape(-1)] for c in columns
+    }

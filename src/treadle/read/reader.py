@@ -1,0 +1,199 @@
+"""The reader: the batch of the samples it is handed, one stage at a time.
+
+A :class:`SampleReader` holds no plan. It is given, per component, the pinned table and
+what the component gives (:mod:`treadle.read.columns`), and is then handed samples —
+``(component, moment)`` arrays, or objects with ``.component`` and ``.moment`` such as a
+plan's :class:`~treadle.plan.plan.Batch` — and reads exactly those:
+
+1. **Takes** (:mod:`treadle.read.takes`): per component, one Lance take per set of row
+   columns with the same offsets. :meth:`SampleReader.read_many` runs the takes of the
+   next batch it was handed ahead, on a bounded pool
+   (:func:`treadle.read.prefetch.ordered_map`), while the current one is assembled.
+2. **Video** (:mod:`treadle.read.frames`): a request per sample and video column, each
+   decoding into its slice of the preallocated batch buffer; a batch's requests are read
+   together by the video reader.
+3. **Assembly**: rows written at their slots, the moment-video time axis dropped, and the
+   ids ``_component``, ``_moment``, ``_episode`` (index in its table) and ``_frame``
+   (int64 ``[b]``).
+
+The result is a dict of numpy arrays in slot order (strings and variable-length lists as
+Python lists; device tensors for video an on-device backend decoded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from treadle.read.columns import ColumnSpec, pad_columns, squeeze_moment_video
+from treadle.read.fixed import FixedReader
+from treadle.read.frames import video_requests
+from treadle.read.prefetch import ordered_map
+from treadle.read.rows import episode_bounds
+from treadle.read.streams import StreamIndexes
+from treadle.read.takes import Take, Taken, plan_takes, run_take, take_groups, write_taken
+
+_TAKE_THREADS = 4  # row takes in flight at once (this batch's and the next one's)
+
+
+class Samples(Protocol):
+    """What the reader is handed: the samples of one batch, in slot order."""
+
+    component: np.ndarray
+    moment: np.ndarray
+
+
+@dataclass(frozen=True)
+class SampleArrays:
+    """A plain :class:`Samples`: component index and moment row per slot."""
+
+    component: np.ndarray
+    moment: np.ndarray
+
+
+S = TypeVar("S", bound=Samples)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """End of one batch's takes in the read-ahead stream (runs as a no-op take)."""
+
+    samples: Any
+
+
+class SampleReader:
+    """Reads the batches of the samples it is handed. Drive it from one thread at a time.
+
+    ``tables[c]`` and ``columns[c]`` are component ``c``'s pinned table and output columns
+    (:func:`~treadle.read.columns.output_columns` of a plan, or one table's
+    :func:`~treadle.read.columns.moment_columns`). ``backend`` is a
+    :mod:`treadle.gpu` backend (its video reader decodes, into device tensors when it is
+    on the device); None decodes on the CPU. ``ids=False`` gives only ``_moment``.
+    Fixed-width row columns (numbers, tensors) are read through
+    :class:`~treadle.read.fixed.FixedReader`; ``fixed_columns=False`` reads every row
+    column with a Lance take (the reference path, compared in ``bench/take_paths.py``).
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[Any],
+        columns: list[list[ColumnSpec]],
+        *,
+        video_threads: int = 1,
+        backend: Any = None,
+        ids: bool = True,
+        fixed_columns: bool = True,
+    ):
+        self.tables = list(tables)
+        self.columns = columns
+        self.backend = backend
+        self.ids = ids
+        project = self.tables[0].project
+        store, prefix = project.client.store, project.prefix
+        if backend is None:
+            from treadle.video import VideoReader
+
+            self._video = VideoReader(store, prefix=prefix, threads=video_threads)
+        else:
+            self._video = backend.video_reader(store, prefix=prefix, threads=video_threads)
+        self._device = backend.device if backend is not None and backend.on_device else None
+        self._streams = StreamIndexes()
+        self._fixed = FixedReader() if fixed_columns else None
+        self._pads = pad_columns(columns)
+        self._all = [cs for specs in columns for cs in specs]
+        # the takes of one batch at most (every component's groups) and its end marker
+        self._per_batch = 1 + sum(len(take_groups(cs)) for cs in columns)
+
+    def close(self) -> None:
+        """Stop the video reader (its threads and connections); unmap the row columns."""
+        self._video.close()
+        if self._fixed is not None:
+            self._fixed.close()
+
+    def read(self, component: np.ndarray, moment: np.ndarray) -> dict[str, Any]:
+        """The batch of these (component, moment) samples, in this order."""
+        [(_, out)] = list(self.read_many([SampleArrays(component, moment)]))
+        return out
+
+    def read_many(self, samples: Iterable[S]) -> Iterator[tuple[S, dict[str, Any]]]:
+        """``(samples, batch)`` for each item of ``samples``, in order. While a batch is
+        assembled, the takes of the next item handed in run ahead (one batch, no more);
+        nothing is read that was not handed in."""
+
+        def stream() -> Iterator[Take | _Planned]:
+            for s in samples:
+                yield from self.takes(s.component, s.moment)
+                yield _Planned(s)
+
+        # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
+        # a take 0, and at most one marker beyond the one being delivered is let through).
+        ahead = ordered_map(_run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
+                            weight=_is_end, budget=1)  # fmt: skip
+        taken: list[Taken] = []
+        for r in ahead:
+            if isinstance(r, _Planned):
+                s = r.samples
+                yield s, self.assemble(s.component, s.moment, taken)
+                taken = []
+            else:
+                taken.append(r)
+
+    def takes(self, component: np.ndarray, moment: np.ndarray) -> list[Take]:
+        """Stage 1: the row takes of these samples, per component in order."""
+        out = []
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
+            table, columns = self.tables[int(c)], self.columns[int(c)]
+            out += plan_takes(table, columns, moment[slots], slots, self._fixed)
+        return out
+
+    def assemble(
+        self, component: np.ndarray, moment: np.ndarray, taken: list[Taken]
+    ) -> dict[str, Any]:
+        """Stages 2 and 3: the batch from its finished takes, decoding its video windows."""
+        b = len(moment)
+        out: dict[str, Any] = {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
+        requests: list[Any] = []
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
+            table, m = self.tables[int(c)], moment[slots]
+            for cs in self.columns[int(c)]:
+                if cs.video:
+                    requests += video_requests(
+                        table, cs, m, slots, out, b, self._streams, self._device
+                    )
+        write_taken(taken, out, b)
+        if requests:
+            self._video.read(requests)
+        squeeze_moment_video(out, self._all)
+        self._write_ids(component, moment, out)
+        return out
+
+    def _write_ids(self, component: np.ndarray, moment: np.ndarray, out: dict[str, Any]) -> None:
+        moment = np.asarray(moment, np.int64)
+        if not self.ids:
+            out["_moment"] = moment
+            return
+        component = np.asarray(component, np.int64)
+        episode = np.zeros(len(moment), np.int64)
+        frame = np.zeros(len(moment), np.int64)
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
+            m = moment[slots]
+            e, first = episode_bounds(self.tables[int(c)], m)
+            episode[slots], frame[slots] = e, m - first
+        out["_component"] = component
+        out["_moment"] = moment
+        out["_episode"] = episode
+        out["_frame"] = frame
+
+
+def _is_end(item: Take | _Planned) -> int:
+    return int(isinstance(item, _Planned))
+
+
+def _run(item: Take | _Planned) -> Taken | _Planned:
+    return item if isinstance(item, _Planned) else run_take(item)

@@ -1,0 +1,154 @@
+"""Cloud roots (``s3://``, ``gs://``, ``az://``): options, credentials and obstore's client.
+
+Storage options split into obstore's client options (HTTP settings) and the store's
+config; Lance gets the same options, so both see one set of credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from typing import Any
+
+from obstore.store import from_url
+
+from treadle.errors import CredentialsError, StorageError
+from treadle.storage.errors import first_line
+
+_CLIENT_KEYS = {
+    "allow_http",
+    "allow_invalid_certificates",
+    "connect_timeout",
+    "timeout",
+    "pool_idle_timeout",
+    "pool_max_idle_per_host",
+    "http1_only",
+    "http2_only",
+    "proxy_url",
+    "user_agent",
+}
+_SECRET_HINTS = ("secret", "key", "token", "password", "credential", "sas", "signature")
+_CLOUD_SCHEMES = {"s3", "gs", "az", "abfs", "abfss", "azure"}
+_ENV_PREFIX = {"s3": "AWS_", "gs": "GOOGLE_"} | dict.fromkeys(
+    ("az", "abfs", "abfss", "azure"), "AZURE_"
+)
+
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def redact(options: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of ``options`` safe to print: anything that looks like a secret is masked.
+
+    That is every value of a key that names a secret, and the ``user:password@`` part of
+    any URL value (``proxy_url="http://user:pw@proxy:3128"``).
+    """
+    out: dict[str, Any] = {}
+    for k, v in (options or {}).items():
+        lk = k.lower()
+        secret = any(h in lk for h in _SECRET_HINTS) and "region" not in lk
+        out[k] = "***" if secret else _URL_USERINFO.sub("***@", v) if isinstance(v, str) else v
+    return out
+
+
+def _option_value(v: Any) -> str:
+    """A storage option value as object_store and Lance parse it (``True`` -> ``"true"``)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    text = str(v)
+    low = text.strip().lower()
+    if low in ("true", "yes", "on", "false", "no", "off"):
+        return "true" if low in ("true", "yes", "on") else "false"
+    return text
+
+
+def _as_bool(v: Any) -> bool:
+    return str(v).lower() in {"1", "true", "yes", "on"}
+
+
+def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """Open a cloud root with obstore: the inner store and the options Lance opens it with.
+
+    Without credentials for ``s3://`` this raises :class:`CredentialsError` before any
+    request is made; obstore's own failures (an unknown key) are :class:`StorageError`.
+    """
+    if scheme == "s3":
+        _require_s3_credentials(root, options)
+    if _ENV_PREFIX.get(scheme) == "AZURE_":
+        _refuse_emulator_with_endpoint(root, options)
+    client = {k: _option_value(v) for k, v in options.items() if k.lower() in _CLIENT_KEYS}
+    config = {k: _option_value(v) for k, v in options.items() if k.lower() not in _CLIENT_KEYS}
+    # obstore ignores the environment's client settings (AWS_ALLOW_HTTP=true, ...) once
+    # client_options are passed, so they are read here the way object_store's from_env would
+    given = {k.lower() for k in client}
+    for key in _CLIENT_KEYS - given:
+        value = os.environ.get(_ENV_PREFIX.get(scheme, "AWS_") + key.upper())
+        if value is not None:
+            client[key] = _option_value(value)
+    if scheme == "s3" and any(k.lower() in ("aws_endpoint", "endpoint") for k in config):
+        config.setdefault("aws_virtual_hosted_style_request", "false")
+    retry = {
+        "max_retries": 8,
+        "backoff": {
+            "init_backoff": timedelta(milliseconds=50),
+            "max_backoff": timedelta(seconds=5),
+            "base": 2.0,
+        },
+        "retry_timeout": timedelta(seconds=120),
+    }
+    try:
+        inner = from_url(root.rstrip("/"), config=config, client_options=client, retry_config=retry)
+    except Exception as e:  # obstore raises on unknown keys etc.; never echo values
+        raise StorageError(f"cannot open {root!r}: {type(e).__name__}: {first_line(e)}") from None
+    lance_options = {k: _option_value(v) for k, v in options.items()}
+    if "allow_http" in client:
+        lance_options["allow_http"] = client["allow_http"]
+    return inner, lance_options
+
+
+def _refuse_emulator_with_endpoint(root: str, options: dict[str, Any]) -> None:
+    """object_store's Azure emulator mode sends every request to ``$AZURITE_BLOB_STORAGE_URL``
+    (default 127.0.0.1:10000) whatever the endpoint says: refuse the pair rather than talk
+    to another server than the one named."""
+    given = {k.lower(): v for k, v in options.items()}
+    env = os.environ
+    emulator = next(
+        (given[k] for k in ("azure_storage_use_emulator", "use_emulator") if k in given),
+        env.get("AZURE_STORAGE_USE_EMULATOR", ""),
+    )
+    endpoint = any(k in given for k in ("azure_storage_endpoint", "azure_endpoint", "endpoint"))
+    if _as_bool(emulator) and (endpoint or env.get("AZURE_STORAGE_ENDPOINT")):
+        raise StorageError(
+            f"cannot open {root!r}: azure_storage_use_emulator ignores azure_storage_endpoint "
+            "(every request would go to $AZURITE_BLOB_STORAGE_URL or 127.0.0.1:10000); give "
+            "the endpoint (http://HOST:PORT/ACCOUNT) with allow_http, without use_emulator"
+        )
+
+
+def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:
+    keys = {k.lower() for k in options}
+    if _as_bool(options.get("skip_signature", options.get("aws_skip_signature", False))):
+        return
+    if {"aws_access_key_id", "aws_secret_access_key"} <= keys or {
+        "access_key_id",
+        "secret_access_key",
+    } <= keys:
+        return
+    env = os.environ
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        return
+    if any(
+        env.get(v)
+        for v in (
+            "AWS_PROFILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        )
+    ):
+        return
+    raise CredentialsError(
+        f"no credentials for {root!r}: pass storage_options={{'aws_access_key_id': ..., "
+        "'aws_secret_access_key': ...} or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+        "(or skip_signature='true' for a public bucket)"
+    )

@@ -1,0 +1,71 @@
+"""Object-store failures as treadle errors naming the object (never a credential)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlparse
+
+from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
+
+from treadle.errors import CredentialsError, NotFound, StorageError
+
+
+def store_error(url: str, op: str, key: str, e: Exception) -> Exception:
+    """The error for ``op`` (read, write, list, ...) of ``key`` under root ``url`` failing."""
+    where = f"{url}/{key}"
+    bucket = missing_bucket(e)
+    if bucket is not None:
+        return StorageError(
+            f"{op} {where} failed: bucket {bucket or urlparse(url).netloc!r} does not "
+            "exist (check the root URL and the endpoint)"
+        )
+    if missing_object(e):
+        return NotFound(f"no object {where}")
+    text = str(e)
+    denied = "403 Forbidden" in text or "401 Unauthorized" in text or "AccessDenied" in text
+    if isinstance(e, (UnauthenticatedError, PermissionDeniedError)) or denied:
+        return CredentialsError(
+            f"{op} {where} refused: access denied (check credentials in storage_options "
+            "or the AWS_*/GOOGLE_*/AZURE_* environment)"
+        )
+    return StorageError(f"{op} {where} failed: {type(e).__name__}: {first_line(e)}")
+
+
+_XML_ERROR = re.compile(r"<\?xml[^>]*\?>\s*<Error>(.*?)</Error>", re.S)
+# S3's NoSuchBucket and Azure's ContainerNotFound (its XML body; a bulk DELETE's reason text)
+_NO_SUCH_BUCKET = re.compile(
+    r"<Code>(NoSuchBucket|ContainerNotFound)</Code>|The specified (bucket|container) does not exist"
+)
+
+
+def _xml_summary(m: re.Match[str]) -> str:
+    """An S3 XML error body as ``Code: Message`` (the raw XML is unreadable in a message)."""
+    code = re.search(r"<Code>(.*?)</Code>", m.group(1), re.S)
+    msg = re.search(r"<Message>(.*?)</Message>", m.group(1), re.S)
+    return ": ".join(x.group(1).strip() for x in (code, msg) if x) or "(S3 error)"
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an error's text (at most 300 characters), an S3 XML error body
+    shown as ``Code: Message``."""
+    text = _XML_ERROR.sub(_xml_summary, str(e)).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def missing_bucket(e: BaseException) -> str | None:
+    """The bucket's name ("" if not given) when ``e`` says the bucket does not exist, else None.
+
+    A GET/LIST/DELETE on a missing bucket comes back as 404 like a missing object, and
+    obstore raises ``NotFoundError`` for it: it must not read as "no such object" (an
+    empty listing, an absent ref) when the root itself is wrong.
+    """
+    text = str(e)
+    if not _NO_SUCH_BUCKET.search(text):
+        return None
+    name = re.search(r"<BucketName>([^<]*)</BucketName>", text)
+    return name.group(1) if name else ""
+
+
+def missing_object(e: BaseException) -> bool:
+    """Whether ``e`` says the object is missing (not the bucket)."""
+    return isinstance(e, (NotFoundError, FileNotFoundError)) and missing_bucket(e) is None

@@ -1,0 +1,49 @@
+"""The prefetch primitive (:mod:`treadle.read.prefetch`) stops its work when its consumer
+stops: nothing more is started, and the source is closed before the caller's ``close``."""
+
+from __future__ import annotations
+
+import threading
+
+from treadle.read.prefetch import ordered_map, prefetch
+
+
+def test_ordered_map_closed_early_starts_no_more_items():
+    """Items queued but not started when the consumer closes the map are never run."""
+    go = threading.Event()
+    ran: list[int] = []
+
+    def fn(i: int) -> int:
+        ran.append(i)
+        if i in (1, 2):  # hold both threads, so items 3.. wait in the queue
+            go.wait(10)
+        return i
+
+    def items():
+        try:
+            yield from range(100)
+        finally:  # closed by the map once it has cancelled what was not started
+            go.set()
+
+    gen = ordered_map(fn, items(), threads=2, ahead=8)
+    assert next(gen) == 0
+    gen.close()
+    # 1 and 2 may have started (two threads); 3.. were queued behind them: cancelled
+    assert 0 in ran and set(ran) <= {0, 1, 2}
+
+
+def test_prefetch_closed_early_closes_its_source_first():
+    """The source generator is closed (on the producer thread) before ``close()`` runs: the
+    reader's read-ahead has stopped before the reader itself is closed."""
+    events: list[str] = []
+
+    def items():
+        try:
+            yield from range(100)
+        finally:
+            events.append(f"source closed on {threading.current_thread().name}")
+
+    gen = prefetch(items(), 2, close=lambda: events.append("close"))
+    assert next(gen) == 0
+    gen.close()
+    assert events == ["source closed on treadle-prefetch", "close"]
