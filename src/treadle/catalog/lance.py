@@ -7,7 +7,7 @@ owns:
   (:class:`~treadle.catalog.lru.Lru`: a long-lived writer opens a version per commit, memory
   stays flat), or read fresh from storage (what gc checks);
 - **episode indexes**, cached per version beside the open versions (computed by
-  :func:`treadle.table.episodes.compute_episode_index`);
+  :func:`treadle.table.episode_store.compute_episode_index`);
 - **committing** a version that lists exactly a base's fragments + new ones
   (:mod:`treadle.table.lancecommit`);
 - **protection and cleanup**: the ``treadle-v<N>`` tags that keep a version from Lance's
@@ -30,7 +30,8 @@ from lance.fragment import FragmentMetadata
 
 from treadle.catalog import retention
 from treadle.catalog.lru import Lru
-from treadle.table.episodes import EpisodeIndex, compute_episode_index
+from treadle.table.episode_store import compute_episode_index
+from treadle.table.episodes import EpisodeIndex
 from treadle.table.lancecommit import commit_exactly
 from treadle.table.lanceerror import lance_error
 

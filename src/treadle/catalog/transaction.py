@@ -30,6 +30,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.leases import Lease, mark_used
 from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError, TreadleError
 from treadle.names import check_name
+from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.lanceerror import lance_error
 from treadle.table.tensors import KIND_KEY, schema_difference
@@ -212,6 +213,7 @@ class Transaction:
                 if now != bases[name] or name not in versions:
                     versions[name] = self._version(name, st, now, head.commit_id)
                     bases[name] = now
+                    store_episode_index(project, name, versions[name], now)
             tables = dict(head_commit.tables)
             tables.update(versions)
             commit = Commit.create([head.commit_id], self.message, tables)

@@ -18,7 +18,7 @@ import torch
 from treadle.errors import PlanError
 from treadle.plan.windows import Video
 from treadle.read.columns import ColumnSpec
-from treadle.read.rows import IS_PAD, padded_rows
+from treadle.read.rows import IS_PAD, episode_bounds, padded_rows
 from treadle.read.streams import StreamIndexes
 
 
@@ -44,6 +44,7 @@ def video_requests(
     if spec.pad:
         grid, pad = padded_rows(table, moments, offsets)
         out[f"{cs.name}{IS_PAD}"][slots] = pad
+    streams.load(table, cs.column, episode_bounds(table, moments)[0])  # one take for all
     for i, (slot, m) in enumerate(zip(slots, moments)):
         e = int(np.searchsorted(episodes.starts, m, side="right") - 1)
         key, index = streams.lookup(table, cs.column, e)

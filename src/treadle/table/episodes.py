@@ -52,10 +52,14 @@ def episode_runs(
     frames: pa.Array | pa.ChunkedArray,
     where: str,
     error: type[TreadleError],
+    first_frame: int = 0,
 ) -> EpisodeIndex:
     """The episodes of these ``episode``/``frame`` columns; ``error`` (naming ``where``, the
     column and the episode) when they break a rule: wrong type, nulls, a negative frame,
-    frames that do not run 0..len-1, or one name used for two episodes."""
+    frames that do not run 0..len-1, or one name used for two episodes.
+
+    ``first_frame``: the frame the first row has (a slice of a table that starts inside
+    an episode, e.g. one Lance fragment); its first run is then that episode's tail."""
     if isinstance(episodes, pa.ChunkedArray):
         episodes = episodes.combine_chunks()
     if isinstance(frames, pa.ChunkedArray):
@@ -82,6 +86,7 @@ def episode_runs(
     names = [str(x) for x in episodes.take(pa.array(starts)).to_pylist()]
     run = np.repeat(np.arange(len(starts)), lengths)
     expected = np.arange(n, dtype=np.int64) - starts[run]
+    expected[: lengths[0]] += first_frame
     bad = np.flatnonzero(f != expected)
     if bad.size:
         r = int(bad[0])
@@ -100,11 +105,9 @@ def episode_runs(
     return EpisodeIndex(names, starts, lengths)
 
 
-def compute_episode_index(table: Table) -> EpisodeIndex:
-    """The episode index of a pinned table (one episode, the table, when not time-indexed)."""
-    n = table.num_moments
-    if not table.is_time_indexed:
-        return EpisodeIndex([table.name], np.zeros(1, np.int64), np.array([n], np.int64))
+def scan_episode_index(table: Table) -> EpisodeIndex:
+    """The episode index of a time-indexed pinned table from a scan of its whole
+    ``episode``/``frame`` columns (what the stored index is checked against)."""
     try:
         cols = table.dataset.to_table(columns=[EPISODE, FRAME])
     except (OSError, pa.ArrowException) as e:

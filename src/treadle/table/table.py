@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import NotFound
-from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, compute_episode_index
+from treadle.table.episode_store import compute_episode_index
+from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
 from treadle.table.lanceerror import lance_error
 from treadle.table.source_stats import source_stats

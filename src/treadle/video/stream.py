@@ -58,10 +58,10 @@ class StreamIndex:
     episodes written before treadle recorded them (then the window's SPS decides).
     """
 
-    offset: np.ndarray  # int64
+    offset: np.ndarray  # int64 (int32 when every value fits, as read from a table)
     size: np.ndarray  # int32
     key: np.ndarray  # bool
-    pts: np.ndarray  # int64
+    pts: np.ndarray  # int64 (likewise)
     decode: np.ndarray  # int32
     crc: np.ndarray | None  # uint32
     width: int
@@ -95,8 +95,8 @@ class StreamIndex:
         dec = np.asarray(self.decode, dtype=np.int64)
         if dec.min() < 0 or dec.max() >= n:
             raise VideoError("video index: decode positions out of range")
-        out = np.full(n, -1, dtype=np.int64)
-        out[dec] = np.arange(n, dtype=np.int64)
+        out = np.full(n, -1, dtype=np.int32)  # n < 2**31: half the bytes a reader holds
+        out[dec] = np.arange(n, dtype=np.int32)
         if (out < 0).any():
             raise VideoError("video index: decode positions are not a permutation")
         if not self.key[out[0]]:
