@@ -360,3 +360,28 @@ def test_gc_removes_a_dead_writers_lease_and_markers(local_root):
     assert store.list(f"{prefix}/gc") == markers
     project.gc(older_than=timedelta(0))
     assert store.list(f"{prefix}/gc") == []
+
+
+def test_gc_removes_the_stored_episode_indexes_of_compacted_fragments(tmp_path):
+    """Compaction replaces small fragments; their stored episode indexes went on lying in
+    the store (one object a commit, never removed). gc removes them once no kept version
+    lists their data file (here: retention expires every commit but the head), and the
+    table still reads its episodes from the objects it kept."""
+    branch = td.Client(str(tmp_path), create=True).project("p").branch()
+    for i in range(40):
+        branch.table("t").append_episode({"x": np.arange(5)}, episode=f"e{i}")
+    store = branch.project.client.store
+    before = store.list("projects/p/episodes/t")
+    fragments = branch.table("t").pin().dataset.get_fragments()
+    assert len(before) == 40 and len(fragments) < 40  # compacted: most objects are stale
+    later = datetime.now(UTC) + timedelta(days=2)
+    kept = collect_garbage(branch.project, now=later)  # every commit stays readable
+    assert kept.removed_episode_indexes == 0
+    assert store.list("projects/p/episodes/t") == before
+    report = collect_garbage(branch.project, keep_days=1, now=later)
+    after = store.list("projects/p/episodes/t")
+    assert report.removed_episode_indexes == len(before) - len(after) > 0
+    assert len(after) == len(fragments)
+    eps = branch.table("t").pin().episodes()
+    assert list(eps.lengths) == [5] * 40
+    assert store.list("projects/p/episodes/t") == after  # read from the kept objects

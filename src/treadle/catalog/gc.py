@@ -63,6 +63,7 @@ class GcReport:
     removed_media: list[str] = field(default_factory=list)
     removed_tables: list[str] = field(default_factory=list)
     removed_files: int = 0  # data files no version listed (dead writers' staged rows)
+    removed_episode_indexes: int = 0  # stored episode indexes of such files
     expired_commits: list[str] = field(default_factory=list)  # by retention, this run
 
 
@@ -123,6 +124,7 @@ def collect_garbage(
         _collect_table(project, s, cutoff, report)
     _collect_unreachable_tables(project, keep, cutoff, report)
     _collect_media(store, prefix, media, in_use, cutoff, report)
+    _collect_episode_indexes(store, prefix, surveys, cutoff, report)
     for key in stale(leases, alive_after):
         with suppress(NotFound):
             if store.modified(key) < alive_after:  # not a writer that just woke up
@@ -312,6 +314,25 @@ def _collect_media(
         key = f"{prefix}/{marker[len(prefix) + len(USED) + 2 :]}"
         if obj.modified < cutoff and (key in in_use or key in removed or key not in media):
             store.delete(marker)
+
+
+def _collect_episode_indexes(
+    store: Store, prefix: str, surveys: list[_Survey], cutoff: datetime, report: GcReport
+) -> None:
+    """Stored episode indexes (``table/episode_store.py``: one object per data file) of data
+    files no reachable version lists (compacted away, or of a removed table), older than
+    ``cutoff``. One deleted too early is only recomputed from its fragment on first read."""
+    listed = {s.name: {k.rsplit("/", 1)[-1] for k in s.files} for s in surveys}
+    base = f"{prefix}/episodes/"
+    for key, obj in store.list_info(base.rstrip("/")).items():
+        table, _, name = key[len(base) :].partition("/")
+        stem = name[: name.find(".lance") + len(".lance")] if ".lance" in name else name
+        if stem in listed.get(table, set()) or obj.modified >= cutoff:
+            continue
+        with suppress(NotFound):
+            store.delete(key)
+            report.removed_episode_indexes += 1
+            report.removed_bytes += obj.size
 
 
 def _when(info: ObjectInfo | None) -> datetime:
