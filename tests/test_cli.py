@@ -256,6 +256,27 @@ def test_config_file_reaches_s3(s3_project, tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.s3
+def test_an_http_endpoint_without_allow_http_says_to_set_it(s3_project, capsys, monkeypatch):
+    # before: StorageError "list s3://.../refs/main/ failed: GenericError: Generic S3 error:
+    # Error performing list request: Error performing GET http://127.0.0.1:.../treadle?...
+    # - HTTP error: builder error", nothing about allow_http
+    for var in ("AWS_ALLOW_HTTP", "AWS_ENDPOINT", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(var, raising=False)
+    url, opts = s3_project
+    plain = {k: v for k, v in opts.items() if k != "allow_http"}
+    with pytest.raises(td.StorageError, match=r"allow_http=true.*--storage-option allow_http"):
+        td.Client(url, storage_options=plain).project("robots", create=False).branch().tables()
+    flags = [x for k, v in plain.items() for x in ("--storage-option", f"{k}={v}")]
+    assert main(["tables", "robots", "--root", url, *flags]) == 1
+    err = capsys.readouterr().err
+    assert "allow_http=true" in err and "builder error" not in err
+    assert opts["aws_secret_access_key"] not in err
+    assert (
+        main(["tables", "robots", "--root", url, *flags, "--storage-option", "allow_http=1"]) == 0
+    )
+
+
+@pytest.mark.s3
 def test_environment_reaches_s3_allow_http_included(s3_project, capsys, monkeypatch):
     url, opts = s3_project
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", opts["aws_access_key_id"])

@@ -11,8 +11,9 @@ import pyarrow as pa
 import pytest
 
 import treadle.importers as ti
-from importer_fixtures import make_hf, make_lerobot_v21, make_wds
+from importer_fixtures import make_hf, make_lerobot_v21, make_mds, make_wds, nothing_committed
 from treadle.catalog import Client
+from treadle.errors import NotFound
 from treadle.importers.run import ImportOptions
 from treadle.table.tensors import tensor_field, to_numpy
 
@@ -66,6 +67,41 @@ def test_lerobot_refuses_an_unknown_images_option(tmp_path, client):
     make_lerobot_v21(tmp_path / "ds", lengths=(4,))
     with pytest.raises(ValueError, match="images must be 'encoded' or 'decoded'"):
         ti.lerobot(str(tmp_path / "ds"), client.project("p"), "t", images="png", progress=False)
+
+
+def _source(fmt, folder):
+    if fmt == "webdataset":
+        return make_wds(folder, n=6, per_shard=3)
+    if fmt == "mds":
+        return make_mds(folder, n=6, compression=None)
+    if fmt == "hf":
+        return make_hf(folder, n=6)
+    make_lerobot_v21(folder, lengths=(4,))
+    return str(folder)
+
+
+#: a column each fixture's source has (the error lists the source's columns)
+A_COLUMN = {"webdataset": "npy", "mds": "label", "hf": "label", "lerobot": "action"}
+
+
+@pytest.mark.parametrize("fmt", sorted(IMPORTERS))
+def test_a_rename_of_a_column_the_source_lacks_is_refused(tmp_path, client, fmt):
+    # before: ignored silently (a commit, rows imported), and as the rename is part of the
+    # import id, the same files re-imported without it appended the rows a second time
+    src = _source(fmt, tmp_path / fmt)
+    with pytest.raises(NotFound, match=rf"\['nope'\].*{A_COLUMN[fmt]}"):
+        IMPORTERS[fmt](src, client.project("p"), "t", rename={"nope": "y"}, progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_cli_rename_of_a_missing_column_fails(tmp_path, local_root, capsys):
+    from treadle.cli import main
+
+    src = make_wds(tmp_path / "w", n=4, per_shard=2)
+    args = ["import", "webdataset", src, "--project", "p", "--table", "t", "--root", local_root]
+    assert main([*args, "--rename", "nope=y"]) != 0
+    assert "'nope'" in capsys.readouterr().err
+    assert nothing_committed(Client(local_root).project("p"))
 
 
 def test_tensor_columns_are_written_as_table_tensors_writes_them(tmp_path, client):

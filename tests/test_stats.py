@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -149,6 +150,25 @@ def test_bad_input_names_the_column(tmp_path):
         t.stats(frames=0)
     with pytest.raises(td.PlanError, match="no rows"):
         t.stats(["x"], where="x > 1000")
+
+
+def test_a_where_lance_cannot_use_is_a_plan_error_naming_it_and_the_table(tmp_path, capsys):
+    # before: Lance's raw ValueError ("Invalid user input: Schema error: No field named
+    # frmae ..., /home/runner/work/lance/...scanner.rs:839:33"); only the CLI reworded it
+    from treadle.cli import main
+
+    branch, _ = _project(str(tmp_path))
+    t = branch.table("t").pin()
+    for bad in ("frmae > 3", "x >", "x + 1"):
+        with pytest.raises(td.PlanError, match=rf"where='{re.escape(bad)}' on table 't'") as e:
+            t.stats(["y"], where=bad)
+        assert "scanner.rs" not in str(e.value)
+    with pytest.raises(td.PlanError, match="frmae"):
+        t.stats(["y"], where="frmae > 3")
+    args = ["stats", "p", "t", "--columns", "y", "--where", "frmae > 3", "--root", str(tmp_path)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "frmae" in err and "'t'" in err and "Traceback" not in err
 
 
 def test_cli_stats_prints_a_table_and_json(tmp_path, capsys):

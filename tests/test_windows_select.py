@@ -164,6 +164,14 @@ def test_splits_are_disjoint_cover_and_stay_put(tmp_path):
         td.split_episodes(branch.table("demo"), {"train": 0})
 
 
+def test_split_of_a_table_without_episodes_is_an_error(tmp_path):
+    branch = td.Client(str(tmp_path)).project("robotics").branch()
+    with branch.transaction("rows") as tx:
+        tx.table("flat").append({"x": np.arange(10)})
+    with pytest.raises(PlanError, match=r"'flat' has no episodes.*where="):
+        td.split_episodes(branch.table("flat"), {"train": 0.8, "val": 0.2})
+
+
 def _runs(draw, n):
     cuts = sorted(draw(st.sets(st.integers(0, n), max_size=12)))
     pairs = list(zip(cuts[::2], cuts[1::2]))

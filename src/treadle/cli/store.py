@@ -162,15 +162,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     project = _client(args).project(args.project, create=False)
     table = project.branch(args.branch).table(args.table)
     table = table.at(args.at) if args.at else table.pin()
-    try:
-        stats = table.stats(
-            args.columns, where=args.where, frames=args.frames, seed=args.seed, executor=executor
-        )
-    except ValueError as e:  # Lance's own error for a --where it cannot use
-        if isinstance(e, TreadleError) or args.where is None:
-            raise
-        first = str(e).split(", /")[0]  # drop Lance's Rust source location
-        raise TreadleError(f"--where {args.where!r} on table {table.name!r}: {first}") from None
+    stats = table.stats(
+        args.columns, where=args.where, frames=args.frames, seed=args.seed, executor=executor
+    )
     if args.json:
         _print_json({"project": project.name, "table": table.name, "version": table.version,
                      "columns": {c: s.to_dict() for c, s in stats.items()}})  # fmt: skip

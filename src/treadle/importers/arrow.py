@@ -9,13 +9,13 @@ columns hold exactly the source's values (:mod:`treadle.importers._exact`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import InvalidName, SchemaMismatch
+from treadle.errors import InvalidName, NotFound, SchemaMismatch
 from treadle.importers._exact import exact_array
 from treadle.table.tensors import SHAPE_KEY, tensor_column, tensor_shape
 
@@ -51,6 +51,21 @@ def column_name(name: str, where: str, rename: dict[str, str] | None = None) -> 
             "starting with a letter or digit)"
         )
     return out
+
+
+def check_rename(rename: dict[str, str] | None, columns: Iterable[str], where: str) -> None:
+    """Refuse a ``rename`` of a column the source does not have (:class:`NotFound`).
+
+    A typo would otherwise be ignored silently, and since the rename is part of the
+    import id, re-running without it would import the same rows again.
+    """
+    have = sorted(set(columns))
+    unused = [c for c in rename or {} if c not in have]
+    if unused:
+        raise NotFound(
+            f"{where}: rename names column(s) {unused} the source does not have; "
+            f"its columns: {have}"
+        )
 
 
 def rows_to_table(

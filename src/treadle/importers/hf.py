@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
-from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, column_name
+from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, check_rename, column_name
 from treadle.importers.executor import Executor, pick
 from treadle.importers.images import decode_image
 from treadle.importers.run import (
@@ -257,6 +257,8 @@ def iter_batches(
             features: dict[str, Any] | None = None
             for j, b in enumerate(file_batches(f, chunk_rows)):
                 if features is None:
+                    if labels is None:  # every file has the first one's columns
+                        check_rename(opts.rename, b.schema.names, f"HF file {f.describe()}")
                     features = _features(b.schema)
                     if not features and f.kind == "parquet":
                         features = _features(pq.read_schema(_parquet_handle(f)))

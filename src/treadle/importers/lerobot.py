@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
-from treadle.importers.arrow import column_name
+from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.executor import Executor, pick
 from treadle.importers.images import decode_image
 from treadle.importers.lerobot_meta import (
@@ -307,6 +307,7 @@ def _import(
 ) -> ImportResult:
     source = Source(str(src).rstrip("/"), opts.source_options)
     meta = read_meta(source)
+    check_rename(opts.rename, meta.features, f"LeRobot dataset {source.root} (meta/info.json)")
     shipped = read_source_stats(source)
     br = opts.open_branch(project)
     names = sorted({e.data_file for e in meta.episodes}) + sorted(

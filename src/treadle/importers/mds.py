@@ -36,7 +36,13 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import CorruptData, UnsupportedFormat
-from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, JSON_HINT, column_name, rows_to_table
+from treadle.importers.arrow import (
+    DEFAULT_CHUNK_ROWS,
+    JSON_HINT,
+    check_rename,
+    column_name,
+    rows_to_table,
+)
 from treadle.importers.executor import Executor, pick
 from treadle.importers.images import decode_image
 from treadle.importers.mds_index import (
@@ -266,6 +272,7 @@ def _import(
 ) -> ImportResult:
     source = Source(str(src).rstrip("/"), opts.source_options)
     shards = read_index(source, opts.allow_pickle)
+    check_rename(opts.rename, (c for s in shards for c in s.columns), f"MDS dataset {source.root}")
     br = opts.open_branch(project)
     files = list(ordered_map(lambda s: shard_file(source, s), shards, threads=16))
     names = ["index.json"] + [name for name, _ in files]

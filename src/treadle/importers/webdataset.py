@@ -54,6 +54,7 @@ from treadle.importers.arrow import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_ROWS,
     JSON_HINT,
+    check_rename,
     column_name,
     rows_to_table,
 )
@@ -175,7 +176,8 @@ def iter_batches(
     """
     opts = opts or ImportOptions()
     members: list[list[str]] = []  # the first sample's members
-    raw = _raw_chunks(shards, opts.chunk_rows, (max_member_bytes, max_shard_bytes), members)
+    limits = (max_member_bytes, max_shard_bytes)
+    raw = _raw_chunks(shards, opts.chunk_rows, limits, members, opts.rename)
 
     def decode_chunk(chunk: _Chunk) -> tuple[list[str], list[dict[str, Any]]]:
         return [w for w, _ in chunk], [decode_sample(r, w, opts) for w, r in chunk]
@@ -195,10 +197,15 @@ def iter_batches(
 
 
 def _raw_chunks(
-    shards: Sequence[Shard], chunk_rows: int, limits: tuple[int, int], members: list[list[str]]
+    shards: Sequence[Shard],
+    chunk_rows: int,
+    limits: tuple[int, int],
+    members: list[list[str]],
+    rename: dict[str, str] | None = None,
 ) -> Iterator[_Chunk]:
     """Raw samples ``(where, {ext: bytes})`` in chunks of ``chunk_rows`` (or 32 MiB); every
-    sample's members checked against the first one's (kept in ``members``)."""
+    sample's members checked against the first one's (kept in ``members``), and ``rename``
+    against those (every sample has the same members)."""
     chunk: _Chunk = []
     size = 0
     for shard in shards:
@@ -207,6 +214,7 @@ def _raw_chunks(
             have = sorted(k for k in raw if k != "__key__")
             if not members:
                 members.append(have)
+                check_rename(rename, have, where)
             elif have != members[0]:
                 raise SchemaMismatch(
                     f"{where} has members {have}, earlier samples have {members[0]}"

@@ -122,6 +122,8 @@ def table_stats(
                 f"table {table.name!r}: column(s) {none} have no statistics (not numbers, "
                 "tensors or video)"
             )
+    if where is not None:
+        _check_where(table, names, where)
     cache = _Cache(table)
     out: dict[str, ColumnStats] = {}
     todo: list[str] = []
@@ -140,6 +142,16 @@ def table_stats(
         cache.put(cache.key(c, where, (frames, seed) if kinds[c] == "video" else None), computed[c])
         out[c] = computed[c]
     return {c: out[c] for c in names}
+
+
+def _check_where(table: Any, names: list[str], where: str) -> None:
+    """A ``where`` Lance cannot use (unknown column, no parse, not a predicate) as a
+    :class:`PlanError` naming it and the table, before any scan (planning reads no rows)."""
+    try:
+        table.dataset.scanner(columns=names, filter=where).explain_plan()
+    except ValueError as e:
+        first = str(e).split(", /")[0]  # drop Lance's Rust source location
+        raise PlanError(f"where={where!r} on table {table.name!r}: {first}") from None
 
 
 def _compute_rows(

@@ -85,6 +85,7 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
         value = os.environ.get(_ENV_PREFIX.get(scheme, "AWS_") + key.upper())
         if value is not None:
             client[key] = _option_value(value)
+    _refuse_http_without_allow_http(root, scheme, config, client)
     if scheme == "s3" and any(k.lower() in ("aws_endpoint", "endpoint") for k in config):
         config.setdefault("aws_virtual_hosted_style_request", "false")
     retry = {
@@ -104,6 +105,31 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
     if "allow_http" in client:
         lance_options["allow_http"] = client["allow_http"]
     return inner, lance_options
+
+
+_ENDPOINT_KEYS = ("endpoint", "endpoint_url")
+
+
+def _refuse_http_without_allow_http(
+    root: str, scheme: str, config: dict[str, str], client: dict[str, str]
+) -> None:
+    """object_store refuses every request to an ``http://`` endpoint unless ``allow_http``
+    is set, with only "HTTP error: builder error": say so, and what to set, up front."""
+    if _as_bool(next((v for k, v in client.items() if k.lower() == "allow_http"), "")):
+        return
+    prefix = _ENV_PREFIX.get(scheme, "AWS_")
+    endpoints = [v for k, v in config.items() if k.lower().endswith(_ENDPOINT_KEYS)]
+    endpoints += [
+        v for k, v in os.environ.items() if k.startswith(prefix) and k.endswith("_ENDPOINT")
+    ] + [os.environ.get(f"{prefix}ENDPOINT_URL", "")]
+    http = next((e for e in endpoints if e.strip().lower().startswith("http://")), None)
+    if http is not None:
+        raise StorageError(
+            f"cannot open {root!r}: its endpoint {_URL_USERINFO.sub('***@', http)!r} is plain http, which the object "
+            "store refuses unless allowed: set allow_http=true (storage_options="
+            "{'allow_http': 'true'}, --storage-option allow_http=true, or "
+            f"{prefix}ALLOW_HTTP=true)"
+        )
 
 
 def _refuse_emulator_with_endpoint(root: str, options: dict[str, Any]) -> None:

@@ -48,6 +48,11 @@ def split_episodes(
         bounds.append(acc)
     out: dict[str, list[str]] = {n: [] for n in names}
     pinned = table.pin() if callable(getattr(table, "pin", None)) else table
+    if not pinned.is_time_indexed:
+        raise PlanError(
+            f"table {pinned.name!r} has no episodes (no episode/frame columns) to split; "
+            "split a table of plain rows with td.Component(..., where=...) instead"
+        )
     episodes = pinned.episodes()
     for ep in episodes.names:
         u = _unit(ep, seed)
