@@ -103,23 +103,6 @@ def test_state_dict_resume_and_refusal(project):
             td.TrainLoader.from_state(bad, td.Client(root))
 
 
-def test_resuming_at_or_past_steps_is_refused_naming_both(project):
-    # before: from_state(state at step 4, steps=3) and load_state_dict built loaders that
-    # yielded nothing (len 0), silently
-    root, branch = project
-    loader = td.TrainLoader(recipe(branch).plan(), steps=4)
-    assert len(list(loader)) == 4
-    state = loader.state_dict()
-    for steps in (3, 4):
-        with pytest.raises(td.PlanError, match=rf"already at step 4 of steps={steps}"):
-            td.TrainLoader.from_state(state, td.Client(root), steps=steps)
-        with pytest.raises(td.PlanError, match=rf"already at step 4 of steps={steps}"):
-            td.TrainLoader(recipe(branch), steps=steps).load_state_dict(state)
-    more = td.TrainLoader.from_state(state, td.Client(root), steps=5)
-    assert len(more) == 1 and len(list(more)) == 1
-    assert td.TrainLoader.from_state(state, td.Client(root)).step == 4  # steps=None: runs on
-
-
 def test_workers_give_the_same_batches(project):
     _, branch = project
     plan = recipe(branch).plan()

@@ -142,7 +142,7 @@ def test_stats_with_a_bad_where_is_one_line(tmp_path, capsys):
     argv = ["--root", str(root), "stats", "p", "arm", "--where", "frmae > 1"]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--where 'frmae > 1' on table 'arm'" in err, err
+    assert err.count("\n") == 1 and "where='frmae > 1' on table 'arm'" in err, err
     assert "frame" in err and "/home/runner" not in err
 
 

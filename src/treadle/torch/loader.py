@@ -105,7 +105,6 @@ class TrainLoader(StepLoader):
                 f"{self.plan.run_id} (seed, weights, windows, batch size or table versions "
                 "differ); build the loader with TrainLoader.from_state(state, client) instead"
             )
-        _check_not_past_the_end(step, self.steps)
         self._next_step = step
 
     @classmethod
@@ -113,19 +112,8 @@ class TrainLoader(StepLoader):
         """A loader for the run in ``state`` (its pinned versions), continuing at its step."""
         record, step = check_state(state)
         loader = cls(Plan.from_record(record, client), **kwargs)
-        _check_not_past_the_end(step, loader.steps)
         loader._next_step = step
         return loader
-
-
-def _check_not_past_the_end(step: int, steps: int | None) -> None:
-    """A resumed loader with nothing left to deliver is a mistake (a ``steps=`` meant as
-    "this many more"?), not an empty run."""
-    if steps is not None and step >= steps:
-        raise PlanError(
-            f"TrainLoader is already at step {step} of steps={steps}: resuming would deliver "
-            f"nothing; pass steps= above {step} (the total, not the steps left) or steps=None"
-        )
 
 
 def check_state(
