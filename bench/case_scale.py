@@ -114,9 +114,9 @@ def _ids(first: int, count: int, frames: int) -> dict[str, Any]:
 def build_droid(root: str, episodes: int, frames: int, video_episodes: int) -> dict[str, Any]:
     """Tables ``droid`` (action float32[7], state float32[8]) and ``droid_cam`` (a video
     column whose every episode names one 64x64 stream, stored once, and the action)."""
-    from treadle.table.tensors import column_from_values
+    from treadle.table.tensors import KIND_KEY, column_from_values
     from treadle.video import encode_value, index_to_arrow
-    from treadle.video.layout import video_field
+    from treadle.video.layout import video_struct_type
 
     project = td.Client(root, create=True).project("droid")
     rng = np.random.default_rng(0)
@@ -143,7 +143,13 @@ def build_droid(root: str, episodes: int, frames: int, video_episodes: int) -> d
             fields = [pa.field("episode", pa.string()), pa.field("frame", pa.int32())]
             table = pa.Table.from_arrays(
                 [cols["episode"], cols["frame"], pa.concat_arrays([one] * count), a],
-                schema=pa.schema([*fields, video_field("cam"), f]),
+                schema=pa.schema(
+                    [
+                        *fields,
+                        pa.field("cam", video_struct_type(), metadata={KIND_KEY: b"video"}),
+                        f,
+                    ]
+                ),
             )
             tx.table("droid_cam").append(table)
     return {"build_droid_s": built, "build_cam_s": time.perf_counter() - t0 - built}
