@@ -84,3 +84,20 @@ def test_bench_cli_is_registered():
 
     args = build_parser().parse_args(["bench", "--tiny", "--cases", "plan"])
     assert args.tiny and args.cases == "plan"
+
+
+def test_scale_case_runs_on_tiny_sizes(tmp_path):
+    """bench/case_scale.py (the DROID-shaped case) runs end to end: it broke once when a
+    helper it imported was removed, and no test ran it."""
+    root = tmp_path / "stores"
+    root.mkdir()
+    cmd = [sys.executable, str(ROOT / "bench" / "case_scale.py"), "--commits", "3",
+           "--episodes", "300", "--video-episodes", "40", "--frames", "24", "--root", str(root),
+           "--out", str(tmp_path / "scale")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "scale.json").read_text())
+    measured = doc["readers"]["measured"] if "readers" in doc else doc["measured"]
+    assert measured["plan_moments"] == 300 * 24
+    assert measured["reader_index_bytes_per_frame"] > 0
