@@ -1,36 +1,31 @@
 """The delivery loop both loaders share: exact steps -> samples -> reader -> transform ->
-tensors, in a background thread or in spawned worker processes.
+tensors (:mod:`treadle.torch.steps`), in a background thread or in worker processes.
 
-A loader says which samples step ``k`` holds for its rank (a *sampler*:
-``sampler(plan, step, rank, world) -> samples`` with ``.step``, ``.component``, ``.moment``
-and ``.position``); :func:`read_steps` hands the reader exactly the steps to deliver, in
-order, so its read-ahead (:meth:`treadle.read.reader.SampleReader.read_many`) reads only
-those. ``workers=0`` runs that on one thread up to ``prefetch`` steps ahead
-(:func:`treadle.read.prefetch.prefetch`); ``workers=N`` runs it in N spawned processes,
-worker ``k`` taking steps ``start+k, start+k+N, ...`` (the DataLoader's round-robin gives
-them back in step order).
+``workers=0`` runs it on one thread up to ``prefetch`` steps ahead
+(:func:`treadle.read.prefetch.prefetch`); ``workers=N`` runs it in N worker processes
+(:mod:`treadle.torch.processes`), worker ``k`` taking steps ``start+k, start+k+N, ...``,
+their batches handed over through shared-memory slots and taken back in step order.
 """
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
-import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
-from treadle.read.columns import output_columns
 from treadle.read.prefetch import prefetch
-from treadle.read.reader import SampleReader
 from treadle.torch.convert import to_torch
-from treadle.torch.hook import Transform, check_transform, run_transform
+from treadle.torch.hook import Transform, check_transform
+from treadle.torch.processes import Job, read_in_processes
+from treadle.torch.processes import context as worker_context
+from treadle.torch.steps import Sampler, plan_reader, read_steps
 
-Sampler = Callable[[Plan, int, int, int], Any]
+__all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
 
 
 def default_rank_world() -> tuple[int, int]:
@@ -42,80 +37,6 @@ def default_rank_world() -> tuple[int, int]:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
         raise PlanError("RANK and WORLD_SIZE must be integers") from None
-
-
-def plan_reader(plan: Plan, video_threads: int = 1, device: Any = None) -> SampleReader:
-    """A reader of ``plan``'s components. CUDA devices decode with NVDEC straight into
-    device tensors when the hardware can (else a one-time warning and the CPU path)."""
-    from treadle.gpu import select_backend
-
-    tables = [plan.table(c) for c in range(plan.num_components)]
-    backend = select_backend(device)
-    return SampleReader(tables, output_columns(plan), video_threads=video_threads,
-                        backend=backend)  # fmt: skip
-
-
-def read_steps(
-    plan: Plan, sampler: Sampler, reader: SampleReader, steps: Iterable[int], rank: int,
-    world: int, transform: Transform | None, label: str,
-) -> Iterator[dict[str, Any]]:  # fmt: skip
-    """The batches of exactly ``steps``, in order, each through ``transform`` if any."""
-    samples = (sampler(plan, step, rank, world) for step in steps)
-    for s, batch in reader.read_many(samples):
-        if transform is not None:
-            where = f"{label} {s.step}"
-            batch = run_transform(transform, batch, plan.seed, s.position, where)
-        yield batch
-
-
-def _exit_without_finalizing(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: end the worker with ``os._exit`` once it is done.
-
-    A loader closed early (``break``) stops its workers while multiprocessing's feeder
-    thread may still be pickling a batch into shared memory inside torch's C++ code;
-    Python's finalisation then kills that daemon thread, the unwinding hits C++ frames,
-    and the worker dies with "terminate called without an active exception" (SIGABRT),
-    which the parent reports as "DataLoader worker ... killed by signal: Aborted". By the
-    time ``atexit`` handlers run, multiprocessing has flushed or abandoned its queues, so
-    nothing is left to finalise that the parent could see.
-    """
-    del worker_id
-
-    def leave() -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(0)
-
-    atexit.register(leave)
-
-
-class _Worker(torch.utils.data.IterableDataset):
-    """Worker side of ``workers>0``: worker ``k`` of ``n`` reads ``start+k, start+k+n, ...``."""
-
-    def __init__(self, record: str, root: str, options: dict, sampler: Sampler, label: str,
-                 rank: int, world: int, start: int, stop: int | None, video_threads: int,
-                 transform: Transform | None):  # fmt: skip
-        self.args = (record, root, options, sampler, label, rank, world, start, stop)
-        self.video_threads, self.transform = video_threads, transform
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        from treadle.catalog import Client
-
-        record, root, options, sampler, label, rank, world, start, stop = self.args
-        info = torch.utils.data.get_worker_info()
-        k, n = (info.id, info.num_workers) if info else (0, 1)
-        plan = Plan.from_record(record, Client(root, options or None))
-        reader = plan_reader(plan, self.video_threads)
-        mine = itertools.count(start + k, n) if stop is None else range(start + k, stop, n)
-        try:
-            for batch in read_steps(plan, sampler, reader, mine, rank, world, self.transform,
-                                    label):  # fmt: skip
-                yield to_torch(batch)
-        finally:
-            reader.close()
 
 
 class StepLoader:
@@ -152,6 +73,8 @@ class StepLoader:
         self.prefetch, self.workers = int(prefetch), int(workers)
         self.video_threads = int(video_threads)
         self._next_step = 0
+        if self.workers:
+            worker_context()  # the process server imports while the caller gets ready
 
     @property
     def step(self) -> int:
@@ -188,16 +111,7 @@ class StepLoader:
         if workers < 1:
             return iter(())
         client = self.plan.table(0).project.client
-        ds = _Worker(self.plan.record.to_json(), client.root, client.storage_options,
-                     type(self).sampler, self.label, self.rank, self.world_size, start, stop,
-                     self.video_threads, self.transform)  # fmt: skip
-        return iter(
-            torch.utils.data.DataLoader(
-                ds,
-                batch_size=None,
-                num_workers=workers,
-                prefetch_factor=self.prefetch,
-                multiprocessing_context="spawn",
-                worker_init_fn=_exit_without_finalizing,
-            )
-        )
+        job = Job(self.plan.record.to_json(), client.root, client.storage_options,
+                  type(self).sampler, self.label, self.rank, self.world_size, start, stop,
+                  self.video_threads, self.transform, self.prefetch)  # fmt: skip
+        return read_in_processes(job, workers)

@@ -1,0 +1,210 @@
+"""``workers=N``: the delivery loop in N worker processes, batches through shared memory.
+
+Worker ``k`` of ``n`` rebuilds the plan from its run record, reads steps
+``start+k, start+k+n, ...`` (:func:`treadle.torch.steps.read_steps`, read ahead on one
+thread by :func:`treadle.read.prefetch.prefetch`) and writes each batch into one of its
+shared-memory slots (:mod:`treadle.torch.slots`); only ``(step, slot, layout)`` crosses its
+pipe. The loader takes the steps back in order, round-robin over the workers, copies each
+batch out of its slot and hands the slot back, so a worker never has more than its slots'
+worth of batches ahead, and a batch the caller keeps is never overwritten.
+
+Processes come from a *forkserver* that has imported treadle (and the main module) once:
+a worker forks from it in milliseconds instead of starting Python and importing torch
+and Lance again, and it is never forked from the loader's own process (Lance's runtime
+threads are not fork-safe; the server opens no table). An error in a worker is raised in
+the loader at its step, with the worker's traceback as a note; a worker that dies is an
+error naming it. Closing the loader early (``break``) terminates its workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import signal
+import sys
+import traceback
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from multiprocessing import reduction
+from typing import Any
+
+from treadle.errors import TreadleError
+from treadle.read.prefetch import prefetch
+from treadle.torch.hook import Transform
+from treadle.torch.slots import Slot
+from treadle.torch.steps import Sampler, plan_reader, read_steps
+
+_PRELOAD = ["__main__", "treadle.torch.processes"]
+
+
+@dataclass
+class Job:
+    """What every worker of one loader needs to rebuild its share of the run."""
+
+    record: str
+    root: str
+    options: dict | None
+    sampler: Sampler
+    label: str
+    rank: int
+    world: int
+    start: int
+    stop: int | None
+    video_threads: int
+    transform: Transform | None
+    depth: int
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def context() -> Any:
+    """The multiprocessing context workers start from (a preloaded forkserver where there is
+    one, else spawn); starts the server now so it imports while the caller gets ready."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    server = forkserver._forkserver
+    if server._forkserver_pid is None:  # first use in this process: choose what it imports
+        ctx.set_forkserver_preload(_PRELOAD)
+    server.ensure_running()
+    return ctx
+
+
+class _Fd:
+    """A file descriptor handed to a worker at start (multiprocessing duplicates it)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return _inherit, (reduction.DupFd(self.fd),)
+
+
+def _inherit(dup: Any) -> int:
+    return dup.detach()
+
+
+def _portable(e: BaseException, k: int) -> BaseException:
+    """``e`` with the worker's traceback as a note, as itself if it pickles, else as a
+    TreadleError carrying its type and message."""
+    note = f"in treadle worker process {k}:\n" + "".join(traceback.format_exception(e))
+    try:
+        e.add_note(note)
+        reduction.ForkingPickler.loads(reduction.ForkingPickler.dumps(e))
+        return e
+    except Exception:
+        out = TreadleError(f"{type(e).__name__} in treadle worker process {k}: {e}")
+        out.add_note(note)
+        return out
+
+
+def _work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int]) -> None:
+    """Worker ``k`` of ``n`` (the process target); ends with ``os._exit`` so no finaliser
+    runs while Lance or PyAV threads are still at work."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    os.environ.clear()
+    os.environ.update(job.env)
+    try:
+        _serve(job, k, n, out, back, [Slot(fd) for fd in fds])
+    except BaseException as e:
+        try:
+            out.send(("error", None, _portable(e, k), None))
+        except Exception:
+            pass  # the loader went away (its pipes are closed): nobody to tell
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+
+def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot]) -> None:
+    from treadle.catalog import Client
+    from treadle.plan.plan import Plan
+
+    plan = Plan.from_record(job.record, Client(job.root, job.options or None))
+    reader = plan_reader(plan, job.video_threads)
+    first = job.start + k
+    mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
+    batches = read_steps(plan, job.sampler, reader, mine, job.rank, job.world, job.transform,
+                         job.label)  # fmt: skip
+    free = deque(range(len(slots)))
+    for step, batch in zip(itertools.count(first, n), prefetch(batches, job.depth,
+                                                                 close=reader.close)):  # fmt: skip
+        while not free:
+            free.append(back.recv())  # the loader hands slots back in the order it got them
+        i = free.popleft()
+        out.send(("batch", step, i, slots[i].pack(batch)))
+    out.send(("end", None, None, None))
+
+
+class _Handle:
+    """The loader's side of one worker: its process, pipes and slots."""
+
+    def __init__(self, ctx: Any, job: Job, k: int, n: int):
+        fds = [os.memfd_create(f"treadle-worker{k}-slot{i}") for i in range(job.depth + 1)]
+        self.slots = [Slot(fd) for fd in fds]
+        self.k = k
+        self.inbox, out = ctx.Pipe(duplex=False)
+        back, self.outbox = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_work, args=(job, k, n, out, back, [_Fd(f) for f in fds]),
+                                name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
+        self.proc.start()
+        out.close()
+        back.close()
+
+    def take(self, step: int) -> dict[str, Any]:
+        """The batch of ``step``, copied out of its slot; the slot goes back to the worker."""
+        try:
+            kind, got, i, payload = self.inbox.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            raise TreadleError(
+                f"treadle worker process {self.k} exited (code {self.proc.exitcode}) before "
+                f"it delivered step {step}"
+            ) from None
+        if kind == "error":
+            raise i
+        if kind != "batch" or got != step:
+            raise TreadleError(
+                f"treadle worker process {self.k} sent {kind} {got}, not step {step}"
+            )
+        batch = self.slots[i].unpack(payload)
+        try:
+            self.outbox.send(i)
+        except OSError:  # a worker done with its steps has gone: nothing to hand back
+            pass
+        return batch
+
+    def close(self) -> None:
+        for conn in (self.inbox, self.outbox):
+            conn.close()
+        if self.proc.is_alive():
+            self.proc.terminate()
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        for slot in self.slots:
+            slot.close()
+
+
+def read_in_processes(job: Job, workers: int) -> Iterator[dict[str, Any]]:
+    """The batches of steps ``job.start ..`` (to ``job.stop``) from ``workers`` processes,
+    in step order."""
+    ctx = context()
+    handles: list[_Handle] = []
+    try:
+        for k in range(workers):
+            handles.append(_Handle(ctx, job, k, workers))
+        steps = itertools.count(job.start) if job.stop is None else range(job.start, job.stop)
+        for step in steps:
+            yield handles[(step - job.start) % workers].take(step)
+    finally:
+        for h in handles:
+            h.close()
