@@ -22,7 +22,6 @@ from treadle.read.prefetch import prefetch
 from treadle.torch.convert import to_torch
 from treadle.torch.hook import Transform, check_transform
 from treadle.torch.processes import Job, read_in_processes
-from treadle.torch.processes import context as worker_context
 from treadle.torch.steps import Sampler, plan_reader, read_steps
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
@@ -73,8 +72,6 @@ class StepLoader:
         self.prefetch, self.workers = int(prefetch), int(workers)
         self.video_threads = int(video_threads)
         self._next_step = 0
-        if self.workers:
-            worker_context()  # the process server imports while the caller gets ready
 
     @property
     def step(self) -> int:

@@ -24,6 +24,7 @@ from treadle.plan.recipe import Component, Recipe
 from treadle.torch.delivery import StepLoader
 from treadle.torch.hook import Transform
 from treadle.torch.loader import check_state
+from treadle.torch.processes import context as worker_context
 
 _STATE_KEYS = {"record", "step", "eval"}
 
@@ -85,6 +86,8 @@ class EvalLoader(StepLoader):
         video_threads: int | None = None,
         seed: int = 0,
     ):
+        if isinstance(workers, int) and workers > 0:
+            worker_context()  # the process server imports while the plan is made
         if isinstance(component, Plan):
             plan = component
         elif isinstance(component, Component):

@@ -10,11 +10,11 @@ delivery loop (:mod:`treadle.torch.delivery`) hands the reader
 - With ``device="cuda"``, video is decoded by NVDEC straight into device tensors when
   the hardware can (``treadle.gpu.select_backend``), else on the CPU with a one-time
   warning; the same frames either way.
-- ``workers=N``: a ``torch.utils.data.DataLoader`` with N *spawned* worker processes
-  (these decode on the CPU)
-  (Lance is not fork-safe); worker ``k`` reads steps ``start+k, start+k+N, ...`` and the
-  DataLoader's round-robin returns them in step order. Use it when decode needs more
-  than one core (PyAV decode does not run in parallel across Python threads).
+- ``workers=N``: N worker processes forked from a preloaded server (not from this process:
+  Lance is not fork-safe; :mod:`treadle.torch.processes`); worker ``k`` reads steps
+  ``start+k, start+k+N, ...`` and hands each batch over through a reused shared-memory
+  slot; the loader takes them back in step order. Use it when decode needs more than one
+  core (PyAV decode does not run in parallel across Python threads).
 
 Order is always the plan's order. ``state_dict()`` counts batches *delivered* to the
 caller, never those prefetched, so a resumed loader continues with exactly the next
@@ -34,6 +34,7 @@ from treadle.plan.record import RunRecord
 from treadle.read.columns import output_columns
 from treadle.torch.delivery import StepLoader, default_rank_world
 from treadle.torch.hook import Transform
+from treadle.torch.processes import context as worker_context
 
 __all__ = ["TrainLoader", "default_rank_world", "train_samples"]
 
@@ -53,7 +54,7 @@ class TrainLoader(StepLoader):
     ``_component`` and ``_moment`` (int64 ``[b]``); ``b = batch_size / world_size``.
 
     ``steps`` bounds the run (None: forever). ``prefetch`` is how many steps are read
-    ahead; ``workers`` > 0 reads in that many spawned processes; ``video_threads`` decode
+    ahead; ``workers`` > 0 reads in that many worker processes; ``video_threads`` decode
     threads per reader (default: one per core, up to 4; 1 per worker process).
     ``transform``: ``fn(batch, seeds) -> batch`` on the reader side (:mod:`treadle.torch.hook`).
     """
@@ -73,6 +74,8 @@ class TrainLoader(StepLoader):
         video_threads: int | None = None,
         transform: Transform | None = None,
     ):
+        if isinstance(workers, int) and workers > 0:
+            worker_context()  # the process server imports while the plan is made
         if isinstance(recipe_or_plan, Recipe):
             plan = recipe_or_plan.plan()
         elif isinstance(recipe_or_plan, Plan):

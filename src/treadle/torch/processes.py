@@ -36,7 +36,7 @@ from treadle.torch.hook import Transform
 from treadle.torch.slots import Slot
 from treadle.torch.steps import Sampler, plan_reader, read_steps
 
-_PRELOAD = ["__main__", "treadle.torch.processes"]
+_PRELOAD = ["__main__", "treadle.torch.serverinit"]
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Job:
 
     record: str
     root: str
-    options: dict | None
+    options: dict | None = field(repr=False)  # may hold credentials: never in a repr
     sampler: Sampler
     label: str
     rank: int
@@ -55,7 +55,7 @@ class Job:
     video_threads: int
     transform: Transform | None
     depth: int
-    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
 
 
 def context() -> Any:
@@ -154,9 +154,14 @@ class _Handle:
         back, self.outbox = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_work, args=(job, k, n, out, back, [_Fd(f) for f in fds]),
                                 name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
-        self.proc.start()
-        out.close()
-        back.close()
+        try:
+            self.proc.start()
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            out.close()
+            back.close()
 
     def take(self, step: int) -> dict[str, Any]:
         """The batch of ``step``, copied out of its slot; the slot goes back to the worker."""
@@ -184,12 +189,13 @@ class _Handle:
     def close(self) -> None:
         for conn in (self.inbox, self.outbox):
             conn.close()
-        if self.proc.is_alive():
-            self.proc.terminate()
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+        if self.proc.pid is not None:  # started
+            if self.proc.is_alive():
+                self.proc.terminate()
+            self.proc.join(10)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
         for slot in self.slots:
             slot.close()
 
