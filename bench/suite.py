@@ -72,6 +72,15 @@ def _attempt(res: Result, fn: Callable[[], Run]) -> None:
         log(f"    {res.name} {res.config}: {res.status}")
 
 
+def _rounds(what: str, runs: int, rs: list[tuple[Result, Callable[[], Run]]]) -> None:
+    """``runs`` interleaved rounds: every configuration once per round; logs each round's time."""
+    for rnd in range(runs):
+        t = time.perf_counter()
+        for r, fn in rs:
+            _attempt(r, fn)
+        log(f"  {what}: round {rnd + 1}/{runs} took {time.perf_counter() - t:.1f} s")
+
+
 # -- case 1 -------------------------------------------------------------------------------
 def run_mix(tiny: bool, runs: int) -> list[Result]:
     import case_mix as cm
@@ -90,12 +99,12 @@ def run_mix(tiny: bool, runs: int) -> list[Result]:
         r.status = cm.available(name, root) or "ok"
         r.extra["samples_per_table"] = n
         results.append(r)
-    for rnd in range(runs):
-        log(f"  mix round {rnd + 1}/{runs}: {samples:,} samples per reader")
-        for r in results:
-            fn = cm.READERS[r.name]
-            w = r.config["workers"]
-            _attempt(r, lambda fn=fn, w=w: measure(lambda: fn(root, w, steps), samples, batch_len))
+    rs = [
+        (r, lambda fn=cm.READERS[r.name], w=r.config["workers"]: measure(
+            lambda: fn(root, w, steps), samples, batch_len))
+        for r in results
+    ]  # fmt: skip
+    _rounds(f"mix ({samples:,} samples per reader)", runs, rs)
     return results
 
 
@@ -173,10 +182,7 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
             else:
                 rs.append((r, fn))
         results += [r for r, _ in rs]
-        for rnd in range(runs):
-            log(f"  video {lab} round {rnd + 1}/{runs}: {n} windows per reader")
-            for r, fn in rs:
-                _attempt(r, fn)
+        _rounds(f"video {lab} ({n} windows per reader)", runs, rs)
     return results
 
 
@@ -266,10 +272,7 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
 
             rs.append((r, rv))
         results += [r for r, _ in rs]
-        for rnd in range(runs):
-            log(f"  s3 round {rnd + 1}/{runs}")
-            for r, fn in rs:
-                _attempt(r, fn)
+        _rounds("s3", runs, rs)
     return results
 
 
@@ -442,7 +445,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated of {','.join(CASES + OPT_IN)} (default {','.join(CASES)})",
     )
     ap.add_argument("--runs", type=int, default=None, help="rounds (default 3, --tiny 1)")
-    ap.add_argument("--out", default=str(HERE / "results"), help="folder for JSON and PNG")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="folder for the results (default bench/results; with --compare, B's folder)",
+    )
     ap.add_argument("--redraw", metavar="JSON", help="only re-judge and redraw a run's reports")
     ap.add_argument(
         "--compare",
@@ -460,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         (da, ra), (db, rb) = (load(Path(p)) for p in args.compare)
         md = compare((da, summarise(ra)), (db, summarise(rb)))
         a, b = (Path(p).stem for p in args.compare)
-        (Path(args.out) / f"compare-{a}-{b}.md").write_text(md)
+        (Path(args.out or Path(args.compare[1]).parent) / f"compare-{a}-{b}.md").write_text(md)
         print(md)
         return 0
     if args.readme:
@@ -470,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown case(s) {bad}; choose from {list(CASES + OPT_IN)}")
     runs = args.runs or (1 if args.tiny else 3)
-    out = Path(args.out)
+    out = Path(args.out or HERE / "results")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     info = machine()

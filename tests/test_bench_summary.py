@@ -155,3 +155,26 @@ def test_markdown_has_load_goals_and_chart_and_compare_shows_noise(report, tmp_p
     line = next(ln for ln in md2.splitlines() if "best mixing peer, workers=2" in ln)
     assert line.split(" | ")[2:7] == [">= 3", "2.90x", "1.45x", "0.50", "NO"]
     json.dumps(report.summarise(results))  # a results JSON holds the summary
+
+
+def test_compare_and_readme_commands_on_written_runs(tmp_path):
+    import suite
+
+    def write(name, results):
+        doc = {"tiny": False, "stamp": name, "runs": 1, "chart": None, "load_end": [1, 1, 1]}
+        doc["machine"] = {"cpus": 2, "python": "3.11", "load_avg": [1, 1, 1], "versions": {}}
+        doc["results"] = [r.to_dict() for r in results]
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+        return str(tmp_path / f"{name}.json")
+
+    a, b = write("A", mix_results()), write("B", mix_results(t0=6000.0))
+    assert suite.main(["--compare", a, b]) == 0
+    md = (tmp_path / "compare-A-B.md").read_text()
+    assert "| mix | treadle / best mixing peer, workers=0 | >= 3 | 3.00x | 6.00x | 2.00 |" in md
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- bench-goals -->\nold table\n<!-- /bench-goals -->\n## Next\n")
+    suite.update_readme(Path(b), readme)
+    text = readme.read_text()
+    assert "old table" not in text and text.endswith("<!-- /bench-goals -->\n## Next\n")
+    assert "| mix | treadle / best mixing peer, workers=0 | 6.00x |" in text
+    assert "(bench/results/latest.png)" in text and "(bench/results/latest.md)" in text
