@@ -203,24 +203,51 @@ def lerobot_dataset(root: Path, episodes: list[np.ndarray], fps: int, codec: str
     return out
 
 
+class LeRobotItems:
+    """A ``LeRobotDataset`` with ``delta_timestamps`` windows, at the given items.
+
+    It pickles as its arguments, not as the dataset: a spawned DataLoader worker rebuilds
+    it after defining torchvision's two operator schemas (unpickling LeRobot's own objects
+    imports torchvision first, which fails on the CPU torch build).
+    """
+
+    def __init__(self, path: Path, items: list[int], frames: int, fps: int):
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        self.args = (path, items, frames, fps)
+        self.items = items
+        self.ds = LeRobotDataset(
+            "bench/cam",
+            root=path,
+            delta_timestamps={"observation.images.cam": [i / fps for i in range(frames)]},
+            video_backend="torchcodec",
+        )
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.ds[self.items[i]]
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        return _lerobot_items, self.args
+
+
+def _lerobot_items(*args: Any) -> LeRobotItems:
+    define_torchvision_ops()
+    return LeRobotItems(*args)
+
+
 def lerobot_batches(
     path: Path, windows: list[Window], frames_per_episode: int, fps: int, batch: int, workers: int
 ) -> Iterator[Any]:
     """LeRobot's ``delta_timestamps`` windows through a DataLoader, items at ``windows``."""
     define_torchvision_ops()
     import torch
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    n = windows[0][2]
-    ds = LeRobotDataset(
-        "bench/cam",
-        root=path,
-        delta_timestamps={"observation.images.cam": [i / fps for i in range(n)]},
-        video_backend="torchcodec",
-    )
     items = [e * frames_per_episode + start for e, start, _ in windows]
     dl = torch.utils.data.DataLoader(
-        torch.utils.data.Subset(ds, items),
+        LeRobotItems(path, items, windows[0][2], fps),
         batch_size=batch,
         num_workers=workers,
         multiprocessing_context="spawn" if workers else None,

@@ -144,7 +144,7 @@ def _peers(vid: list[Result], size: str) -> list[dict[str, Any]]:
 
 def _s3(s3: list[Result], vid: list[Result], mix: list[Result]) -> list[dict[str, Any]]:
     out = []
-    for data in sorted({r.config["data"] for r in s3}):
+    for data in sorted({r.config["data"] for r in s3 if "data" in r.config}):
         t3, raw = best(s3, name="treadle", data=data), best(s3, name="limit", data=data)
         if not data.startswith("video"):
             out.append(ratio_row("s3", f"{data}: treadle on S3 / raw range GETs", t3, raw, 0.95))
@@ -170,12 +170,14 @@ def _start(mix: list[Result], vid: list[Result]) -> list[dict[str, Any]]:
     if mix:
         r = best(mix, name="treadle", workers=2)
         out.append(time_row("start", "mix: workers=2 start-up", _startup(r), "s", 1.0))
-    sizes = sorted({r.config["size"] for r in vid}, key=lambda s: -int(s.split("x")[0]))
+    sizes = sorted(
+        {r.config["size"] for r in vid if "size" in r.config}, key=lambda s: -int(s.split("x")[0])
+    )
     for size in sizes:
         r = best(vid, name="treadle", size=size, workers=2)
         out.append(time_row("start", f"video {size}: workers=2 start-up", _startup(r), "s", 1.0))
     if sizes:  # the longest window: 90 frames in a full run
-        ts = [_startup(r) for r in vid if r.name == "treadle" and r.config["size"] == sizes[0]
+        ts = [_startup(r) for r in vid if r.name == "treadle" and r.config.get("size") == sizes[0]
               and r.config.get("workers") == 0 and r.status == "ok" and r.runs]  # fmt: skip
         what = f"video {sizes[0]}: first batch, workers=0 (slowest thread count)"
         out.append(time_row("start", what, max(ts) if ts else None, "s", 0.5))
@@ -200,7 +202,7 @@ def summarise(results: list[Result]) -> list[dict[str, Any]]:
     for r in results:
         by.setdefault(r.case, []).append(r)
     mix, vid, s3 = by.get("mix", []), by.get("video", []), by.get("s3", [])
-    sizes = sorted({r.config["size"] for r in vid})
+    sizes = sorted({r.config["size"] for r in vid if "size" in r.config})
     out = [row for size in sizes for row in _video(vid, size)]
     out += [row for size in sizes for row in _peers(vid, size)]
     out += _mix(mix) if mix else []
@@ -212,7 +214,7 @@ def summarise(results: list[Result]) -> list[dict[str, Any]]:
         out.append(ratio_row("import_ray", "Ray x2 local workers / one process",
                              best(imp, name="ray"), best(imp, name="one process"), 0))  # fmt: skip
     aug = by.get("augment", [])
-    for size in sorted({r.config["size"] for r in aug}):
+    for size in sorted({r.config["size"] for r in aug if "size" in r.config}):
         out.append(ratio_row("augment", f"{size}: augmented / plain",
                              best(aug, name="augmented", size=size),
                              best(aug, name="plain", size=size), 0))  # fmt: skip

@@ -486,7 +486,16 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases:
         log(f"== {c}")
         t = time.perf_counter()
-        results += RUNNERS[c](args.tiny, runs)
+        try:
+            results += RUNNERS[c](args.tiny, runs)
+        except Exception as e:  # e.g. no S3 server binary: the other cases still report
+            r = Result(c, "case", {"label": f"the {c} case"}, "-")
+            r.status = (
+                f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            )
+            r.extra["traceback"] = traceback.format_exc()[-2000:]
+            log(f"   {c}: {r.status}")
+            results.append(r)
         log(f"   {c} took {time.perf_counter() - t:.1f} s")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     name = f"{'tiny' if args.tiny else 'full'}-{stamp}"

@@ -178,3 +178,10 @@ def test_compare_and_readme_commands_on_written_runs(tmp_path):
     assert "old table" not in text and text.endswith("<!-- /bench-goals -->\n## Next\n")
     assert "| mix | treadle / best mixing peer, workers=0 | 6.00x |" in text
     assert "(bench/results/latest.png)" in text and "(bench/results/latest.md)" in text
+
+
+def test_a_case_that_failed_whole_is_a_row_not_a_crash(report):
+    failed = Result("s3", "case", {"label": "the s3 case"}, "-", status="failed: RuntimeError")
+    got = report.summarise([failed, *mix_results(), *video_results()])
+    assert not [s for s in got if s["goal"] == "s3"]
+    assert report.cells(failed)[0] == "failed: RuntimeError"
