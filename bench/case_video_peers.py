@@ -164,8 +164,11 @@ def check_equal(name: str, got: np.ndarray, want: np.ndarray, what: str) -> None
 # -- LeRobotDataset ---------------------------------------------------------------------------
 
 
-def lerobot_dataset(root: Path, episodes: list[np.ndarray], fps: int, codec: str, gop: int) -> Path:
-    """A LeRobot v3 dataset of ``episodes`` (``[F, H, W, 3]`` each), by LeRobot's writer."""
+def lerobot_dataset(
+    root: Path, make: Callable[[], list[np.ndarray]], fps: int, codec: str, gop: int
+) -> Path:
+    """A LeRobot v3 dataset of the episodes ``make()`` returns (``[F, H, W, 3]`` each), by
+    LeRobot's writer; made once (``make`` is not called when it exists)."""
     define_torchvision_ops()
     import lerobot.datasets.lerobot_dataset as L
     import lerobot.datasets.video_utils as V
@@ -174,6 +177,7 @@ def lerobot_dataset(root: Path, episodes: list[np.ndarray], fps: int, codec: str
     if (out / "done").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
+    episodes = make()
     h, w = episodes[0].shape[1:3]
     features = {
         "observation.images.cam": {
@@ -359,9 +363,12 @@ def rows(
                 r.status, r.note = state, why
                 out.append((r, None))
                 continue
-            log(f"  LeRobot's writer: {sz['episodes']} episodes, {codec} g={gop}")
-            eps = [frames_of(e) for e in range(sz["episodes"])]
-            path = lerobot_dataset(root / lab, eps, fps, codec, gop)
+
+            def episodes(codec=codec, gop=gop) -> list[np.ndarray]:
+                log(f"  LeRobot's writer: {sz['episodes']} episodes, {codec} g={gop}")
+                return [frames_of(e) for e in range(sz["episodes"])]
+
+            path = lerobot_dataset(root / lab, episodes, fps, codec, gop)
 
             def make(p=path, w=workers) -> Iterator[Any]:
                 return lerobot_batches(p, wins, sz["frames"], fps, batch, w)
