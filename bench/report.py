@@ -89,12 +89,12 @@ def _mix(mix: list[Result]) -> list[dict[str, Any]]:
             "mix",
             f"treadle / best mixing peer, workers={w}",
             best(mix, name="treadle", workers=w),
-            max((best(peers, name=p, workers=w) for p in MIXING_PEERS), key=_rate, default=None),
+            best(peers, workers=w),
             3.0,
         )
         for w in (0, 2)
     ]
-    top = max((best(peers, name=p) for p in MIXING_PEERS), key=_rate, default=None)
+    top = best(peers)
     out.append(
         ratio_row("mix", "best treadle / best mixing peer", best(mix, name="treadle"), top, 0)
     )
