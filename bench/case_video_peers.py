@@ -299,7 +299,7 @@ LEROBOT_CODECS = (
 
 
 def rows(
-    root: Path, plan: Any, sz: dict[str, Any], steps: int, batch: int, tiny: bool,
+    root: Path, plan: Any, sz: dict[str, Any], steps: int, batch: int,
     frames_of: Callable[[int], np.ndarray], want: np.ndarray, log: Callable[[str], None],
 ) -> list[tuple[Any, Callable[[], Any] | None]]:  # fmt: skip
     """``(Result, run)`` pairs of the peer rows for one window size (``run`` None: not run).
@@ -374,6 +374,4 @@ def rows(
                 return lerobot_batches(p, wins, sz["frames"], fps, batch, w)
 
             out.append((r, timed(make)))
-            if tiny:
-                break
     return out
