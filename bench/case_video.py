@@ -6,10 +6,11 @@ GOP 30, CRF 23), read by ``td.TrainLoader`` with ``td.Video(range(T))`` windows:
 - treadle: workers 0 with 1 and 2 reader threads, and 2 spawned workers;
 - torchcodec, SPDL and LeRobotDataset (``case_video_peers.py``; a peer that is not installed
   gets the status "not installed");
-- the limit: FFmpeg's own decode (``video_windows.limit_fn``: the ``ffmpeg`` CLI, or PyAV
-  sequential decode when there is no binary) of the same streams, on 1 core and on 2
-  processes (2 cores). A reader that decoded exactly the frames a window needs, at FFmpeg's
-  speed, would deliver this many useful frames/s.
+- the limits, always PyAV in this process tree (never the ``ffmpeg`` CLI, so an installed
+  binary does not change what is measured): single-thread sequential decode of the same
+  streams on 1 process and on 2 processes (2 cores), and on 1 process decode + a reused
+  ``VideoReformatter`` to rgb24 (1 thread). Scaled by useful/needed frames (``suite.py``),
+  they are what a reader that decoded exactly the frames a window needs would deliver.
 """
 
 from __future__ import annotations
@@ -102,38 +103,44 @@ def stream_paths(root: Path, sz: dict[str, Any]) -> list[str]:
     return sorted(str(p) for p in media.glob("*.h264"))
 
 
-def _decode(paths: list[str]) -> int:
-    """Decode every frame of ``paths`` in this process, 1 thread, no colour conversion.
+def _decode(paths: list[str], rgb: bool = False) -> int:
+    """Decode every frame of ``paths`` in this process, 1 thread; ``rgb``: and convert each
+    to rgb24 with one reused ``VideoReformatter`` (1 scaling thread).
 
     PyAV's sequential decode, which matches the ``ffmpeg`` CLI's rate (FACTS.md); the CLI
-    itself (``video_windows.limit_fn`` picks it when installed) is not used here: its process
-    start costs about as much as decoding a 300-frame stream, and its CPU time belongs to a
-    child that has exited before it can be read.
+    itself is never used here (``video_windows.limit_fn`` picks it when installed): its
+    process start costs about as much as decoding a 300-frame stream, and its CPU time
+    belongs to a child that has exited before it can be read.
     """
+    from av.video.reformatter import VideoReformatter
+
+    conv = VideoReformatter()
     for p in paths:
         with av.open(p, format="h264") as c:
             s = c.streams.video[0]
             s.thread_count = 1
             s.thread_type = "SLICE"
-            for _ in c.decode(s):
-                pass
+            for f in c.decode(s):
+                if rgb:
+                    conv.reformat(f, format="rgb24", threads=1)
     return 0
 
 
-def limit_runs(paths: list[str], frames: int, procs: int) -> tuple[float, float]:
-    """(wall s, CPU s) of FFmpeg decoding every frame of ``paths``; ``procs`` processes."""
+def limit_runs(paths: list[str], frames: int, procs: int, rgb: bool = False) -> tuple[float, float]:
+    """(wall s, CPU s) of PyAV decoding every frame of ``paths`` (``rgb``: and converting
+    it); ``procs`` processes."""
     from benchlib import timed
 
     if procs == 1:
-        r = timed(lambda: (_decode(paths), frames)[1])
+        r = timed(lambda: (_decode(paths, rgb), frames)[1])
         return r.wall_s, r.cpu_s
     ctx = mp.get_context("spawn")
     with ctx.Pool(procs) as pool:
         pool.map(_decode, [[] for _ in range(procs)])  # start the processes first
-        parts = [paths[i::procs] for i in range(procs)]
+        parts = [(paths[i::procs], rgb) for i in range(procs)]
         t0 = time.perf_counter()
         c0 = _pool_cpu(pool)
-        pool.map(_decode, parts, chunksize=1)
+        pool.starmap(_decode, parts, chunksize=1)
         wall = time.perf_counter() - t0
         cpu = _pool_cpu(pool) - c0
     return wall, cpu

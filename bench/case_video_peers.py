@@ -164,8 +164,11 @@ def check_equal(name: str, got: np.ndarray, want: np.ndarray, what: str) -> None
 # -- LeRobotDataset ---------------------------------------------------------------------------
 
 
-def lerobot_dataset(root: Path, episodes: list[np.ndarray], fps: int, codec: str, gop: int) -> Path:
-    """A LeRobot v3 dataset of ``episodes`` (``[F, H, W, 3]`` each), by LeRobot's writer."""
+def lerobot_dataset(
+    root: Path, make: Callable[[], list[np.ndarray]], fps: int, codec: str, gop: int
+) -> Path:
+    """A LeRobot v3 dataset of the episodes ``make()`` returns (``[F, H, W, 3]`` each), by
+    LeRobot's writer; made once (``make`` is not called when it exists)."""
     define_torchvision_ops()
     import lerobot.datasets.lerobot_dataset as L
     import lerobot.datasets.video_utils as V
@@ -174,6 +177,7 @@ def lerobot_dataset(root: Path, episodes: list[np.ndarray], fps: int, codec: str
     if (out / "done").exists():
         return out
     shutil.rmtree(out, ignore_errors=True)
+    episodes = make()
     h, w = episodes[0].shape[1:3]
     features = {
         "observation.images.cam": {
@@ -203,24 +207,51 @@ def lerobot_dataset(root: Path, episodes: list[np.ndarray], fps: int, codec: str
     return out
 
 
+class LeRobotItems:
+    """A ``LeRobotDataset`` with ``delta_timestamps`` windows, at the given items.
+
+    It pickles as its arguments, not as the dataset: a spawned DataLoader worker rebuilds
+    it after defining torchvision's two operator schemas (unpickling LeRobot's own objects
+    imports torchvision first, which fails on the CPU torch build).
+    """
+
+    def __init__(self, path: Path, items: list[int], frames: int, fps: int):
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        self.args = (path, items, frames, fps)
+        self.items = items
+        self.ds = LeRobotDataset(
+            "bench/cam",
+            root=path,
+            delta_timestamps={"observation.images.cam": [i / fps for i in range(frames)]},
+            video_backend="torchcodec",
+        )
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.ds[self.items[i]]
+
+    def __reduce__(self) -> tuple[Any, tuple]:
+        return _lerobot_items, self.args
+
+
+def _lerobot_items(*args: Any) -> LeRobotItems:
+    define_torchvision_ops()
+    return LeRobotItems(*args)
+
+
 def lerobot_batches(
     path: Path, windows: list[Window], frames_per_episode: int, fps: int, batch: int, workers: int
 ) -> Iterator[Any]:
     """LeRobot's ``delta_timestamps`` windows through a DataLoader, items at ``windows``."""
     define_torchvision_ops()
     import torch
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    n = windows[0][2]
-    ds = LeRobotDataset(
-        "bench/cam",
-        root=path,
-        delta_timestamps={"observation.images.cam": [i / fps for i in range(n)]},
-        video_backend="torchcodec",
-    )
     items = [e * frames_per_episode + start for e, start, _ in windows]
     dl = torch.utils.data.DataLoader(
-        torch.utils.data.Subset(ds, items),
+        LeRobotItems(path, items, windows[0][2], fps),
         batch_size=batch,
         num_workers=workers,
         multiprocessing_context="spawn" if workers else None,
@@ -268,7 +299,7 @@ LEROBOT_CODECS = (
 
 
 def rows(
-    root: Path, plan: Any, sz: dict[str, Any], steps: int, batch: int, tiny: bool,
+    root: Path, plan: Any, sz: dict[str, Any], steps: int, batch: int,
     frames_of: Callable[[int], np.ndarray], want: np.ndarray, log: Callable[[str], None],
 ) -> list[tuple[Any, Callable[[], Any] | None]]:  # fmt: skip
     """``(Result, run)`` pairs of the peer rows for one window size (``run`` None: not run).
@@ -332,14 +363,15 @@ def rows(
                 r.status, r.note = state, why
                 out.append((r, None))
                 continue
-            log(f"  LeRobot's writer: {sz['episodes']} episodes, {codec} g={gop}")
-            eps = [frames_of(e) for e in range(sz["episodes"])]
-            path = lerobot_dataset(root / lab, eps, fps, codec, gop)
+
+            def episodes(codec=codec, gop=gop) -> list[np.ndarray]:
+                log(f"  LeRobot's writer: {sz['episodes']} episodes, {codec} g={gop}")
+                return [frames_of(e) for e in range(sz["episodes"])]
+
+            path = lerobot_dataset(root / lab, episodes, fps, codec, gop)
 
             def make(p=path, w=workers) -> Iterator[Any]:
                 return lerobot_batches(p, wins, sz["frames"], fps, batch, w)
 
             out.append((r, timed(make)))
-            if tiny:
-                break
     return out

@@ -3,7 +3,8 @@
 Cases (``--cases``, default all):
 
 - ``mix``: image + action, 30/70 mix of two tables, batch 64 (``case_mix.py``);
-- ``video``: 90x224x224 and 16x640x480 windows of H.264 episodes (``case_video.py``);
+- ``video``: 90x224x224 and 16x640x480 windows of H.264 episodes (``case_video.py``), beside
+  torchcodec, SPDL and LeRobotDataset (``case_video_peers.py``) and PyAV's decode limits;
 - ``s3``: ``mix`` and ``video`` with the tables on SeaweedFS S3 on 127.0.0.1 vs raw
   parallel range GETs of the same bytes with obstore (``case_s3.py``);
 - ``plan``: one batch at step 0 and 1e12, resume (``plan_bench.py``'s recipes), and building
@@ -18,10 +19,15 @@ bench`` sets it to its ``--dir``) in each library's own format. Every
 configuration of a case runs once per round, ``--runs`` rounds, interleaved, so a noisy shared
 machine hits them alike; the table shows medians. Wall rate excludes start-up (time to the
 first batch, shown separately); CPU rate counts the whole process tree (spawned workers and,
-for ``s3``, the S3 server too). Results go to ``bench/results/<stamp>.json`` and
-``latest.json``, and a PNG chart when matplotlib is installed. Nothing here asserts a timing.
+for ``s3``, the S3 server too). ``report.py`` judges issue 17's goals (``report.GOALS``).
+Results go to ``--out`` as ``<tiny|full>-<stamp>.json``, ``.md`` (machine and load at start
+and end, every row, the goal table, the chart) and ``.png`` (when matplotlib is installed),
+each also copied to ``latest.*`` (``latest-tiny.*``). Nothing here asserts a timing.
 
-    python bench/suite.py [--tiny] [--cases mix,video,s3,plan] [--runs 3]
+    python bench/suite.py [--tiny] [--cases mix,video,s3,plan] [--runs 3] [--out DIR]
+    python bench/suite.py --compare A.json B.json [--out DIR]  # goal tables side by side
+    python bench/suite.py --redraw RUN.json    # re-judge a run with today's goals, redraw
+    python bench/suite.py --readme RUN.json    # its goal table and chart into README.md
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -44,17 +51,10 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from benchlib import Result, Run, batch_len, measure, tree_cpu  # noqa: E402
+from report import GOALS, chart, compare, markdown, print_table, readme_block, summarise  # noqa: E402
 
 CASES = ("mix", "video", "s3", "plan")
 OPT_IN = ("import_ray", "augment")  # run only when named in --cases
-GOALS = {
-    "mix": "treadle >= 2x the best peer's samples/s",
-    "video": "treadle >= 0.8x the FFmpeg decode limit (useful frames/s), ahead of torchcodec and SPDL on the same bytes, >= 3x LeRobotDataset",
-    "s3": "treadle on S3 >= 0.9x raw parallel range-GET throughput",
-    "plan": "< 1 ms per batch at any step, < 1 s to build 16 components",
-    "import_ray": "reported: Ray with 2 local workers / one process (same cores)",
-    "augment": "reported: samples/s with the shipped augmentations / without",
-}
 
 
 def log(msg: str) -> None:
@@ -72,6 +72,15 @@ def _attempt(res: Result, fn: Callable[[], Run]) -> None:
         log(f"    {res.name} {res.config}: {res.status}")
 
 
+def _rounds(what: str, runs: int, rs: list[tuple[Result, Callable[[], Run]]]) -> None:
+    """``runs`` interleaved rounds: every configuration once per round; logs each round's time."""
+    for rnd in range(runs):
+        t = time.perf_counter()
+        for r, fn in rs:
+            _attempt(r, fn)
+        log(f"  {what}: round {rnd + 1}/{runs} took {time.perf_counter() - t:.1f} s")
+
+
 # -- case 1 -------------------------------------------------------------------------------
 def run_mix(tiny: bool, runs: int) -> list[Result]:
     import case_mix as cm
@@ -80,9 +89,8 @@ def run_mix(tiny: bool, runs: int) -> list[Result]:
     samples = (4 if tiny else 150) * cm.BATCH
     steps = samples // cm.BATCH + 2
     root = cm.generate(n, log)
-    peer_workers = (0,) if tiny else (0, 2)
-    configs = [("treadle", 0), ("treadle", 2)]
-    configs += [(p, w) for p in ("mds", "wds", "hf", "lance") for w in peer_workers]
+    configs = [("treadle", 0), ("treadle", 2)]  # workers=2 also when tiny: goals 2 and 5
+    configs += [(p, w) for p in ("mds", "wds", "hf", "lance") for w in (0, 2)]
     configs += [("limit", 0)]
     results = []
     for name, w in configs:
@@ -90,12 +98,12 @@ def run_mix(tiny: bool, runs: int) -> list[Result]:
         r.status = cm.available(name, root) or "ok"
         r.extra["samples_per_table"] = n
         results.append(r)
-    for rnd in range(runs):
-        log(f"  mix round {rnd + 1}/{runs}: {samples:,} samples per reader")
-        for r in results:
-            fn = cm.READERS[r.name]
-            w = r.config["workers"]
-            _attempt(r, lambda fn=fn, w=w: measure(lambda: fn(root, w, steps), samples, batch_len))
+    rs = [
+        (r, lambda fn=cm.READERS[r.name], w=r.config["workers"]: measure(
+            lambda: fn(root, w, steps), samples, batch_len))
+        for r in results
+    ]  # fmt: skip
+    _rounds(f"mix ({samples:,} samples per reader)", runs, rs)
     return results
 
 
@@ -114,28 +122,40 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
         frames = sz["episodes"] * sz["frames"]
         n = sz["windows"]
         steps = n // cv.BATCH + 2
-        # FFmpeg decodes every frame of the streams; a window needs its frames and those from
-        # the keyframe before it: "exactly the frames needed" = decode rate x useful/needed.
+        # The limits decode every frame of the streams; a window needs its frames and those
+        # from the keyframe before it: "exactly the frames needed" = decode rate x useful/needed.
         plan = cv.recipe(client, sz).plan()
         needed = statistics.mean(x[3] for x in cv.window_ranges(plan, range(steps)))
         useful = sz["window"] / needed
         rs: list[tuple[Result, Callable[[], Run]]] = []
-        for procs in (1, 2):
-            r = Result("video", "decode", {"size": lab, "cores": procs}, "frames/s")
-            r.config["label"] = f"FFmpeg: every frame [{_limit_label()}] x{procs} proc"
-            lim = Result("video", "limit", {"size": lab, "cores": procs}, "frames/s")
-            lim.config["label"] = f"limit: FFmpeg, exactly the frames needed, x{procs} proc"
+        # PyAV in-process (never the ffmpeg CLI): decode only on 1 and 2 processes, and
+        # decode + a reused VideoReformatter to rgb24 on 1 (goal 1's limit).
+        for procs, rgb in ((1, False), (2, False), (1, True)):
+            what = "decode+convert to rgb24" if rgb else "decode"
+            r = Result(
+                "video",
+                "decode_rgb" if rgb else "decode",
+                {"size": lab, "cores": procs},
+                "frames/s",
+            )
+            r.config["label"] = f"PyAV {what}, every frame, 1 thread, x{procs} proc"
+            lim = Result(
+                "video", "limit_rgb" if rgb else "limit", {"size": lab, "cores": procs}, "frames/s"
+            )
+            lim.config["label"] = f"limit: PyAV {what}, exactly the frames needed, x{procs} proc"
             lim.extra["decoded_per_window"] = needed
             lim.extra["useful_share"] = useful
 
-            def dec(paths=paths, frames=frames, procs=procs, lim=lim, useful=useful) -> Run:
-                wall, cpu = cv.limit_runs(paths, frames, procs)
+            def dec(
+                paths=paths, frames=frames, procs=procs, rgb=rgb, lim=lim, useful=useful
+            ) -> Run:
+                wall, cpu = cv.limit_runs(paths, frames, procs, rgb)
                 lim.runs.append(Run(wall, cpu, frames * useful))
                 return Run(wall, cpu, frames)
 
             rs.append((r, dec))
             results.append(lim)
-        tconfigs = [(0, 1), (0, 2)] + ([] if tiny else [(2, 1)])
+        tconfigs = [(0, 1), (0, 2), (2, 1)]  # workers=2 also when tiny: its start-up is a goal
         for workers, threads in tconfigs:
             cores = max(workers, threads)
             r = Result(
@@ -155,21 +175,14 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
 
             rs.append((r, tr))
         want = next(cv.treadle_iter(client, sz, 0, 1, 1))["cam"].numpy()
-        for r, fn in cvp.rows(root, plan, sz, steps, cv.BATCH, tiny, cv.frames_of(sz), want, log):
+        for r, fn in cvp.rows(root, plan, sz, steps, cv.BATCH, cv.frames_of(sz), want, log):
             if fn is None:
                 results.append(r)
             else:
                 rs.append((r, fn))
         results += [r for r, _ in rs]
-        for rnd in range(runs):
-            log(f"  video {lab} round {rnd + 1}/{runs}: {n} windows per reader")
-            for r, fn in rs:
-                _attempt(r, fn)
+        _rounds(f"video {lab} ({n} windows per reader)", runs, rs)
     return results
-
-
-def _limit_label() -> str:
-    return "PyAV sequential decode, 1 thread"
 
 
 # -- case 3 -------------------------------------------------------------------------------
@@ -258,10 +271,7 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
 
             rs.append((r, rv))
         results += [r for r, _ in rs]
-        for rnd in range(runs):
-            log(f"  s3 round {rnd + 1}/{runs}")
-            for r, fn in rs:
-                _attempt(r, fn)
+        _rounds("s3", runs, rs)
     return results
 
 
@@ -337,238 +347,7 @@ RUNNERS: dict[str, Callable[[bool, int], list[Result]]] = {
 }
 
 
-# -- summary ------------------------------------------------------------------------------
-def _best(results: list[Result], **match: Any) -> Result | None:
-    cands = [
-        r
-        for r in results
-        if r.rate
-        and r.status == "ok"
-        and all((r.name == v if k == "name" else r.config.get(k) == v) for k, v in match.items())
-    ]
-    return max(cands, key=lambda r: r.rate) if cands else None
-
-
-def summarise(results: list[Result]) -> list[dict[str, Any]]:
-    """Ratios treadle/peer and treadle/limit, and whether each goal holds."""
-    out: list[dict[str, Any]] = []
-
-    def add(goal: str, what: str, num: Any, den: Any, need: float) -> None:
-        """``num``/``den``: a Result, or (label, rate, cpu rate), or None."""
-
-        def parts(x: Any) -> tuple[str, float, float | None]:
-            if isinstance(x, Result):
-                return f"{x.name} {x.config.get('label', '')}".strip(), x.rate, x.cpu_rate
-            return x
-
-        if num is None or den is None:
-            out.append({"goal": goal, "what": what, "ratio": None, "holds": None})
-            return
-        (nl, nr, nc), (dl, dr, dc) = parts(num), parts(den)
-        ratio = nr / dr
-        out.append(
-            {
-                "goal": goal,
-                "what": what,
-                "numerator": nl,
-                "denominator": dl,
-                "ratio": ratio,
-                "cpu_ratio": (nc / dc) if nc and dc else None,
-                "need": need,
-                "holds": (ratio >= need) if need else None,
-            }
-        )
-
-    mix = [r for r in results if r.case == "mix"]
-    if mix:
-        peers = [r for r in mix if r.name in ("mds", "wds", "hf") and r.rate and r.status == "ok"]
-        best_peer = max(peers, key=lambda r: r.rate) if peers else None
-        add("mix", "best treadle / best mixing peer", _best(mix, name="treadle"), best_peer, 2.0)
-        for w in (0, 2):
-            pw = [p for p in peers if p.config["workers"] == w]
-            add(
-                "mix",
-                f"treadle / best mixing peer, workers={w}",
-                _best(mix, name="treadle", workers=w),
-                max(pw, key=lambda r: r.rate) if pw else None,
-                2.0,
-            )
-        add(
-            "mix",
-            "best treadle / numpy limit",
-            _best(mix, name="treadle"),
-            _best(mix, name="limit"),
-            0,
-        )
-    vid = [r for r in results if r.case == "video"]
-    for size in sorted({r.config["size"] for r in vid}):
-        for cores in (1, 2):
-            add(
-                "video",
-                f"{size}: treadle / FFmpeg needed-frames limit, {cores} core(s)",
-                _best(vid, name="treadle", size=size, cores=cores),
-                _best(vid, name="limit", size=size, cores=cores),
-                0.8,
-            )
-            for peer, what in (("torchcodec", "torchcodec"), ("spdl", "SPDL")):
-                add(
-                    "video",
-                    f"{size}: treadle / {what}, {cores} core(s)",
-                    _best(vid, name="treadle", size=size, cores=cores),
-                    _best(vid, name=peer, size=size, cores=cores),
-                    1.0,
-                )
-        add(
-            "video",
-            f"{size}: treadle / LeRobotDataset",
-            _best(vid, name="treadle", size=size),
-            _best(vid, name="lerobot", size=size),
-            3.0,
-        )
-    s3 = [r for r in results if r.case == "s3"]
-    for data in sorted({r.config["data"] for r in s3}):
-        t3 = _best(s3, name="treadle", data=data)
-        raw = _best(s3, name="limit", data=data)
-        add("s3", f"{data}: treadle on S3 / raw range GETs", t3, raw, 0.9)
-        if data.startswith("video"):
-            size = data.split(" ", 1)[1]
-            local = _best(vid, name="treadle", size=size)
-            dec = _best(vid, name="limit", size=size, cores=2)
-            if raw is not None and dec is not None:
-                both = min((raw, dec), key=lambda r: r.rate)
-                add(
-                    "s3",
-                    f"{data}: treadle on S3 / min(GETs, decode limit 2 cores)",
-                    t3,
-                    (f"min: {both.name} {both.config.get('label', '')}", both.rate, both.cpu_rate),
-                    0.9,
-                )
-        else:
-            local = _best(mix, name="treadle") if mix else None
-        add("s3", f"{data}: treadle on S3 / treadle local", t3, local, 0)
-    imp = [r for r in results if r.case == "import_ray"]
-    if imp:
-        add(
-            "import",
-            "import: Ray x2 local workers / one process",
-            _best(imp, name="ray"),
-            _best(imp, name="one process"),
-            0,
-        )
-    for r in results:
-        if r.case == "plan" and r.runs:
-            ms = statistics.median(x.wall_s for x in r.runs) * 1e3
-            c = r.config
-            build = c["what"].startswith("build")
-            need = 1000.0 if build else 1.0
-            out.append(
-                {
-                    "goal": "plan",
-                    "what": f"{c['what']}: {c['components']} comps, B={c['batch']}, W={c['world']}",
-                    "ms": ms,
-                    "need": need,
-                    "holds": ms < need if c["what"] != "resume" else None,
-                }
-            )
-    return out
-
-
-def fmt_rate(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
-
-
-def print_table(results: list[Result], summary: list[dict[str, Any]]) -> None:
-    head = f"{'case':<6} {'reader':<58} {'unit':<10} {'wall rate':>11} {'per CPU-s':>11} {'CPU/wall':>8} {'start s':>7}"
-    print("\n" + head)
-    print("-" * len(head))
-    for r in results:
-        if r.case == "plan":
-            continue
-        desc = r.config.get("label", r.name)
-        if "size" in r.config:
-            desc = f"[{r.config['size']}] {desc}"
-        elif "data" in r.config and r.case == "s3":
-            desc = f"[{r.config['data']}] {desc}"
-        if r.case == "mix" and "workers" in r.config:
-            desc = f"{desc}, w={r.config['workers']}"
-        if r.status != "ok" or not r.runs:
-            print(f"{r.case:<6} {desc[:58]:<58} {r.unit:<10} {r.status[:40]:>11}")
-            continue
-        cpw = statistics.median(x.cpu_s / x.wall_s for x in r.runs if x.wall_s > 0)
-        st = statistics.median(x.startup_s for x in r.runs)
-        print(
-            f"{r.case:<6} {desc[:58]:<58} {r.unit:<10} {fmt_rate(r.rate):>11} "
-            f"{fmt_rate(r.cpu_rate):>11} {cpw:>8.2f} {st:>7.2f}"
-        )
-    print("\nratios and goals (median wall rates; CPU ratio in brackets)")
-    for s in summary:
-        if "ms" in s:
-            print(f"  plan   {s['what']:<52} {s['ms']:8.3f} ms  (goal < {s['need']} ms)")
-            continue
-        if s["ratio"] is None:
-            print(f"  {s['goal']:<6} {s['what']:<52}        -   (not measured)")
-            continue
-        cpu = f"[{s['cpu_ratio']:.2f}]" if s.get("cpu_ratio") else ""
-        need = f"goal >= {s['need']}" if s["need"] else ""
-        mark = "" if not s["need"] else ("holds" if s["holds"] else "MISSES")
-        print(f"  {s['goal']:<6} {s['what']:<52} {s['ratio']:8.2f}x {cpu:<7} {need} {mark}")
-
-
-def markdown(doc: dict[str, Any], results: list[Result], summary: list[dict[str, Any]]) -> str:
-    """The table and the ratios as Markdown (for the README and ``bench/results/latest.md``)."""
-    m = doc["machine"]
-    v = {k: x for k, x in m.get("versions", {}).items() if x}
-    lines = [
-        f"# treadle bench ({'tiny' if doc['tiny'] else 'full'} run, {doc['stamp']})",
-        "",
-        f"Machine: {m.get('cpu', '?')}, {m['cpus']} CPUs, {m.get('mem_gib', '?')} GiB, "
-        f"Python {m['python']}, load average at start {m.get('load_avg')} (shared machine); "
-        + ", ".join(f"{k} {x}" for k, x in v.items())
-        + f". Median of {doc['runs']} interleaved rounds; wall rates exclude start-up (time to "
-        "the first batch); CPU counts the whole process tree (workers; for S3 also the server).",
-        "",
-        "| case | reader | unit | wall rate | per CPU-s | CPU/wall | start s |",
-        "|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        if r.case == "plan":
-            continue
-        desc = r.config.get("label", r.name)
-        if "size" in r.config:
-            desc = f"[{r.config['size']}] {desc}"
-        elif "data" in r.config:
-            desc = f"[{r.config['data']}] {desc}"
-        if r.case == "mix" and "workers" in r.config:
-            desc += f", workers={r.config['workers']}"
-        if r.status != "ok" or not r.runs:
-            lines.append(f"| {r.case} | {desc} | {r.unit} | {r.status} | | | |")
-            continue
-        cpw = statistics.median(x.cpu_s / x.wall_s for x in r.runs if x.wall_s > 0)
-        st = statistics.median(x.startup_s for x in r.runs)
-        lines.append(
-            f"| {r.case} | {desc} | {r.unit} | {fmt_rate(r.rate)} | {fmt_rate(r.cpu_rate)} "
-            f"| {cpw:.2f} | {st:.2f} |"
-        )
-    lines += ["", "| goal | comparison | wall ratio | CPU ratio | need | holds |"]
-    lines += ["|---|---|---:|---:|---:|---|"]
-    for s in summary:
-        if "ms" in s:
-            held = {True: "yes", False: "no", None: ""}[s["holds"]]
-            lines.append(f"| plan | {s['what']} | {s['ms']:.3f} ms | | < 1 ms | {held} |")
-        elif s["ratio"] is None:
-            lines.append(f"| {s['goal']} | {s['what']} | - | | | not measured |")
-        else:
-            cpu = f"{s['cpu_ratio']:.2f}" if s.get("cpu_ratio") else ""
-            need = f">= {s['need']}" if s["need"] else ""
-            held = {True: "yes", False: "no", None: ""}[s["holds"]]
-            lines.append(
-                f"| {s['goal']} | {s['what']} | {s['ratio']:.2f}x | {cpu} | {need} | {held} |"
-            )
-    if doc.get("chart"):
-        lines += ["", f"![chart]({doc['chart']})"]
-    return "\n".join(lines) + "\n"
-
-
+# -- reports ------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpus": os.cpu_count(),
@@ -609,60 +388,8 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def chart(results: list[Result], path: Path) -> str:
-    """A PNG of the rates per case; '' when written, else why not."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no chart (pip install matplotlib)"
-    groups: dict[str, list[Result]] = {}
-    for r in results:
-        if r.case != "plan" and r.rate and r.status == "ok":
-            key = (
-                r.case
-                if r.case == "mix"
-                else f"{r.case} {r.config.get('size') or r.config.get('data')}"
-            )
-            groups.setdefault(key, []).append(r)
-    if not groups:
-        return "nothing to chart"
-    fig, axes = plt.subplots(
-        len(groups), 1, figsize=(10, 2.2 + 0.35 * sum(len(g) for g in groups.values()))
-    )
-    axes = [axes] if len(groups) == 1 else list(axes)
-    for ax, (key, rs) in zip(axes, groups.items()):
-        labels = []
-        for r in rs:
-            lab = r.config.get("label", r.name)
-            if "workers" in r.config and r.case == "mix":
-                lab += f", w={r.config['workers']}"
-            labels.append(lab.replace("PyAV sequential decode, 1 thread", "PyAV 1 thread")[:60])
-        colours = [
-            {"treadle": "tab:blue", "limit": "tab:gray", "decode": "silver"}.get(
-                r.name, "tab:orange"
-            )
-            for r in rs
-        ]
-        ax.barh(range(len(rs)), [r.rate for r in rs], color=colours)
-        ax.set_yticks(range(len(rs)), labels, fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xscale("log")  # limits are often 10-100x the loaders: keep every bar visible
-        ax.set_xlim(left=min(r.rate for r in rs) / 4, right=max(r.rate for r in rs) * 3)
-        for i, r in enumerate(rs):
-            ax.text(r.rate, i, f" {r.rate:,.0f}", va="center", fontsize=6)
-        ax.set_title(f"{key} ({rs[0].unit}, median wall, log scale)", fontsize=9)
-        ax.tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return ""
-
-
-def redraw(path: Path) -> int:
-    """Rebuild the PNG and Markdown of a results JSON (e.g. after changing the chart)."""
+def load(path: Path) -> tuple[dict[str, Any], list[Result]]:
+    """A results JSON and its results."""
     doc = json.loads(path.read_text())
     results = []
     for d in doc["results"]:
@@ -670,12 +397,39 @@ def redraw(path: Path) -> int:
         r.status, r.extra = d["status"], d["extra"]
         r.runs = [Run(**x) for x in d["runs"]]
         results.append(r)
-    note = chart(results, path.with_suffix(".png"))
-    doc["chart"] = None if note else path.with_suffix(".png").name
-    path.write_text(json.dumps(doc, indent=1, default=str))
-    md = markdown(doc, results, doc["summary"])
-    (path.parent / ("latest-tiny.md" if doc["tiny"] else "latest.md")).write_text(md)
-    print(md)
+    return doc, results
+
+
+def write_reports(doc: dict[str, Any], results: list[Result], out: Path, name: str) -> str:
+    """Judge ``results`` (today's goals) and write NAME.json/.md/.png and latest.* in ``out``."""
+    latest = "latest-tiny" if doc["tiny"] else "latest"
+    doc["goals"], doc["summary"] = GOALS, summarise(results)
+    note = chart(results, out / f"{name}.png")
+    doc["chart"] = None if note else f"{name}.png"
+    if note:
+        log(f"chart: {note}")
+    else:
+        shutil.copyfile(out / f"{name}.png", out / f"{latest}.png")
+    text = json.dumps(doc, indent=1, default=str)
+    for stem in (name, latest):
+        (out / f"{stem}.json").write_text(text)
+        png = f"{stem}.png" if doc["chart"] else None
+        md = markdown({**doc, "chart": png}, results, doc["summary"])
+        (out / f"{stem}.md").write_text(md)
+    return md
+
+
+def update_readme(path: Path, readme: Path = HERE.parent / "README.md") -> int:
+    """Put the goal table and chart of the run ``path`` between the README's markers."""
+    doc, results = load(path)
+    text = readme.read_text()
+    start, end = "<!-- bench-goals -->\n", "<!-- /bench-goals -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{readme} has no {start.strip()} ... {end} block")
+    head, rest = text.split(start, 1)
+    block = readme_block(doc, summarise(results), "bench/results")
+    readme.write_text(head + start + block + "\n" + end + rest.split(end, 1)[1])
+    print(block)
     return 0
 
 
@@ -690,17 +444,39 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated of {','.join(CASES + OPT_IN)} (default {','.join(CASES)})",
     )
     ap.add_argument("--runs", type=int, default=None, help="rounds (default 3, --tiny 1)")
-    ap.add_argument("--out", default=str(HERE / "results"), help="folder for JSON and PNG")
-    ap.add_argument("--redraw", metavar="JSON", help="only redraw the chart and table of a run")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help="folder for the results (default bench/results; with --compare, B's folder)",
+    )
+    ap.add_argument("--redraw", metavar="JSON", help="only re-judge and redraw a run's reports")
+    ap.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="two runs' goal tables side by side (the noise), to OUT/compare-A-B.md",
+    )
+    ap.add_argument("--readme", metavar="JSON", help="put a run's goal table in README.md")
     args = ap.parse_args(argv)
     if args.redraw:
-        return redraw(Path(args.redraw))
+        path = Path(args.redraw)
+        print(write_reports(*load(path), path.parent, path.stem))
+        return 0
+    if args.compare:
+        (da, ra), (db, rb) = (load(Path(p)) for p in args.compare)
+        md = compare((da, summarise(ra)), (db, summarise(rb)))
+        a, b = (Path(p).stem for p in args.compare)
+        (Path(args.out or Path(args.compare[1]).parent) / f"compare-{a}-{b}.md").write_text(md)
+        print(md)
+        return 0
+    if args.readme:
+        return update_readme(Path(args.readme))
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     bad = [c for c in cases if c not in RUNNERS]
     if bad:
         ap.error(f"unknown case(s) {bad}; choose from {list(CASES + OPT_IN)}")
     runs = args.runs or (1 if args.tiny else 3)
-    out = Path(args.out)
+    out = Path(args.out or HERE / "results")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     info = machine()
@@ -709,34 +485,33 @@ def main(argv: list[str] | None = None) -> int:
     for c in cases:
         log(f"== {c}")
         t = time.perf_counter()
-        results += RUNNERS[c](args.tiny, runs)
+        try:
+            results += RUNNERS[c](args.tiny, runs)
+        except Exception as e:  # e.g. no S3 server binary: the other cases still report
+            r = Result(c, "case", {"label": f"the {c} case"}, "-")
+            r.status = (
+                f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            )
+            r.extra["traceback"] = traceback.format_exc()[-2000:]
+            log(f"   {c}: {r.status}")
+            results.append(r)
         log(f"   {c} took {time.perf_counter() - t:.1f} s")
-    summary = summarise(results)
-    print_table(results, summary)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     name = f"{'tiny' if args.tiny else 'full'}-{stamp}"
     doc = {
-        "version": 1,
+        "version": 2,
         "tiny": args.tiny,
         "runs": runs,
         "cases": cases,
         "machine": info,
+        "load_end": os.getloadavg(),
         "elapsed_s": time.perf_counter() - t0,
-        "goals": GOALS,
         "results": [r.to_dict() for r in results],
-        "summary": summary,
+        "stamp": stamp,
     }
-    doc["stamp"] = stamp
-    note = chart(results, out / f"{name}.png")
-    doc["chart"] = None if note else f"{name}.png"
-    if note:
-        log(f"chart: {note}")
-    text = json.dumps(doc, indent=1, default=str)
-    (out / f"{name}.json").write_text(text)
-    (out / ("latest-tiny.json" if args.tiny else "latest.json")).write_text(text)
-    md = markdown(doc, results, summary)
-    (out / ("latest-tiny.md" if args.tiny else "latest.md")).write_text(md)
-    log(f"\nwrote {out / (name + '.json')}" + ("" if note else f" and {name}.png"))
+    write_reports(doc, results, out, name)
+    print_table(results, doc["summary"])
+    log(f"\nwrote {out / name}.json, .md" + (", .png" if doc["chart"] else ""))
     log(f"elapsed {time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -31,6 +31,7 @@ def test_bench_tiny_end_to_end(tmp_path):
 
     files = sorted(out.glob("tiny-*.json"))
     assert len(files) == 1 and (out / "latest-tiny.json").is_file()
+    assert (out / "latest-tiny.md").read_text().startswith("# treadle bench (tiny run")
     doc = json.loads(files[0].read_text())
     assert doc["tiny"] is True and doc["cases"] == ["mix", "video", "s3", "plan"]
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["versions"]["treadle"]
@@ -55,6 +56,8 @@ def test_bench_tiny_end_to_end(tmp_path):
     # treadle and the limit ran in every case; the peers ran or say why not
     for case in ("mix", "video", "s3"):
         assert ok(case, "treadle") and ok(case, "limit"), case
+    assert {r["config"]["cores"] for r in ok("video", "limit_rgb")} == {1}  # goal 1's limit
+    assert len(doc["machine"]["load_avg"]) == len(doc["load_end"]) == 3
     assert len(ok("plan", "treadle")) == 11
     for peer in ("mds", "wds", "hf", "lance"):
         rs = [r for r in by_case["mix"] if r["name"] == peer]
@@ -70,13 +73,17 @@ def test_bench_tiny_end_to_end(tmp_path):
     assert {r["config"]["threads"] for r in ok("video", "torchcodec")} <= {1, 2}
 
     goals = {s["goal"] for s in doc["summary"]}
-    assert goals == {"mix", "video", "s3", "plan"}
+    assert goals == {"video", "peers", "mix", "s3", "start", "plan"}
     for s in doc["summary"]:
-        if s.get("ratio") is not None:
-            assert s["ratio"] > 0
+        number = s.get("value") if "unit" in s else s.get("ratio")
+        if number is not None:
+            assert number > 0
             assert isinstance(s["holds"], bool) if s["need"] else s["holds"] is None
+    judged = [s for s in doc["summary"] if s["goal"] in ("video", "mix", "s3", "start")]
+    assert all(s["ratio" if "unit" not in s else "value"] is not None for s in judged), judged
     if doc["chart"]:
         assert (out / doc["chart"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (out / "latest-tiny.png").read_bytes() == (out / doc["chart"]).read_bytes()
 
 
 def test_bench_cli_is_registered():

@@ -1,0 +1,187 @@
+"""bench/report.py judges issue 17's goals: each goal row from synthetic results (no timing).
+
+A result's rate is its samples / wall seconds, so a Run(1.0, 1.0, rate) makes a result of
+exactly that rate; every number below is chosen, none is measured.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = str(Path(__file__).resolve().parents[1] / "bench")
+if BENCH not in sys.path:
+    sys.path.append(BENCH)
+
+from benchlib import Result, Run  # noqa: E402
+
+
+@pytest.fixture
+def report():
+    import report
+
+    return report
+
+
+def res(case, name, rate, startup=0.0, status="ok", **config):
+    r = Result(case, name, {"label": name, **config}, "frames/s", status=status)
+    if status == "ok":
+        r.runs = [Run(1.0, 2.0, rate, startup)]
+    return r
+
+
+def rows(report, results):
+    return {(s["goal"], s["what"]): s for s in report.summarise(results)}
+
+
+V = "90x224x224"
+
+
+def video_results(t1=900.0, t2=1700.0, w2=1500.0, start0=0.4, start2=0.9):
+    return [
+        res("video", "limit_rgb", 1000.0, size=V, cores=1),
+        res("video", "limit", 1200.0, size=V, cores=1),
+        res("video", "limit", 2000.0, size=V, cores=2),
+        res("video", "treadle", t1, start0, size=V, workers=0, threads=1, cores=1),
+        res("video", "treadle", t2, start0 / 2, size=V, workers=0, threads=2, cores=2),
+        res("video", "treadle", w2, start2, size=V, workers=2, threads=1, cores=2),
+        res("video", "torchcodec", 450.0, size=V, threads=1, cores=1),
+        res("video", "spdl", 0, status="not installed", size=V, threads=2, cores=2),
+        res("video", "lerobot", 300.0, size=V, workers=0, cores=1, codec="h264"),
+        res("video", "lerobot", 425.0, size=V, workers=2, cores=2, codec="h264"),
+    ]
+
+
+def test_video_goals_are_the_issues_limits(report):
+    got = rows(report, video_results())
+    one = got[("video", f"{V}: treadle workers=0 threads=1 / decode+convert limit, 1 core")]
+    assert one["ratio"] == pytest.approx(0.9) and one["need"] == 0.9 and one["holds"] is True
+    assert "limit_rgb" in one["denominator"]  # decode+convert, not decode only (1200)
+    two = got[("video", f"{V}: treadle workers=0 threads=2 / decode-only limit x2 proc")]
+    assert two["ratio"] == pytest.approx(0.85) and two["holds"] is True
+    best2 = got[("video", f"{V}: best treadle at 2 cores / decode-only limit x2 proc")]
+    assert best2["ratio"] == pytest.approx(0.85)  # threads=2 (1700) beats workers=2 (1500)
+    got = rows(report, video_results(t1=899.0, t2=1690.0))
+    assert not got[("video", f"{V}: treadle workers=0 threads=1 / decode+convert limit, 1 core")][
+        "holds"
+    ]
+    assert not got[("video", f"{V}: treadle workers=0 threads=2 / decode-only limit x2 proc")][
+        "holds"
+    ]
+
+
+def test_peer_ratios_are_shown_and_missing_peers_say_so(report):
+    got = rows(report, video_results())
+    tc = got[("peers", f"{V}: treadle / torchcodec, threads=1")]
+    assert tc["ratio"] == pytest.approx(2.0) and tc["holds"] is None  # reported, not judged
+    assert got[("peers", f"{V}: treadle / SPDL, threads=2")]["ratio"] is None
+    lr0 = got[("peers", f"{V}: best treadle at 1 core(s) / LeRobotDataset h264, workers=0")]
+    lr2 = got[("peers", f"{V}: best treadle at 2 core(s) / LeRobotDataset h264, workers=2")]
+    assert lr0["ratio"] == pytest.approx(3.0) and lr2["ratio"] == pytest.approx(4.0)
+
+
+def mix_results(t0=3000.0, t2=2900.0, peer2=1000.0):
+    return [
+        res("mix", "treadle", t0, 0.01, workers=0),
+        res("mix", "treadle", t2, 0.8, workers=2),
+        res("mix", "hf", 1000.0, workers=0),
+        res("mix", "mds", 900.0, workers=0),
+        res("mix", "wds", peer2, workers=2),
+        res("mix", "lance", 1e6, workers=0),  # not a mixing peer
+        res("mix", "limit", 12_000.0, workers=0),
+    ]
+
+
+def test_mix_needs_3x_at_both_worker_counts_and_a_quarter_of_the_gather(report):
+    got = rows(report, mix_results())
+    w0 = got[("mix", "treadle / best mixing peer, workers=0")]
+    w2 = got[("mix", "treadle / best mixing peer, workers=2")]
+    assert (w0["ratio"], w0["need"], w0["holds"]) == (3.0, 3.0, True)
+    assert (w2["ratio"], w2["holds"]) == (pytest.approx(2.9), False)
+    gather = got[("mix", "best treadle / numpy gather limit")]
+    assert (gather["ratio"], gather["need"], gather["holds"]) == (0.25, 0.25, True)
+    assert got[("mix", "best treadle / best mixing peer")]["holds"] is None
+
+
+def test_s3_goals(report):
+    s3 = [
+        res("s3", "treadle", 950.0, data="mix", workers=0),
+        res("s3", "limit", 1000.0, data="mix"),
+        res("s3", "treadle", 1790.0, data=f"video {V}", workers=0, threads=2),
+        res("s3", "limit", 400_000.0, data=f"video {V}"),
+    ]
+    got = rows(report, s3 + video_results())
+    mix = got[("s3", "mix: treadle on S3 / raw range GETs")]
+    assert (mix["ratio"], mix["need"], mix["holds"]) == (0.95, 0.95, True)
+    vid = got[("s3", f"video {V}: treadle on S3 / min(GETs, decode limit x2 proc)")]
+    assert vid["ratio"] == pytest.approx(1790 / 2000) and vid["holds"] is False
+    assert "min: limit" in vid["denominator"] and vid["need"] == 0.9
+    assert got[("s3", f"video {V}: treadle on S3 / raw range GETs")]["holds"] is None
+
+
+def test_start_up_goals(report):
+    got = rows(report, mix_results() + video_results(start0=0.6, start2=1.2))
+    mix = got[("start", "mix: workers=2 start-up")]
+    assert (mix["value"], mix["unit"], mix["need"], mix["holds"]) == (0.8, "s", 1.0, True)
+    vid = got[("start", f"video {V}: workers=2 start-up")]
+    assert (vid["value"], vid["holds"]) == (1.2, False)
+    first = got[("start", f"video {V}: first batch, workers=0 (slowest thread count)")]
+    assert (first["value"], first["need"], first["holds"]) == (0.6, 0.5, False)
+
+
+def test_every_goal_is_a_row_even_when_nothing_ran(report):
+    broken = [res(r.case, r.name, 0, status="failed: boom", **r.config) for r in video_results()]
+    got = report.summarise(broken + mix_results())
+    video = [s for s in got if s["goal"] == "video"]
+    assert len(video) == 3 and all(s["ratio"] is None and s["holds"] is None for s in video)
+    assert all(report.goal_cells(s)[3] == "not measured" for s in video)
+
+
+def test_markdown_has_load_goals_and_chart_and_compare_shows_noise(report, tmp_path):
+    results = mix_results() + video_results()
+    doc = {"tiny": False, "stamp": "A", "runs": 3, "chart": "a.png", "load_end": [1.5, 1.0, 0.5]}
+    doc["machine"] = {"cpus": 2, "python": "3.11", "load_avg": [0.25, 0.5, 0.75], "versions": {}}
+    md = report.markdown(doc, results, report.summarise(results))
+    assert "at start 0.25 / 0.50 / 0.75, at end 1.50 / 1.00 / 0.50" in md
+    assert "| mix | treadle / best mixing peer, workers=2 | 2.90x |" in md
+    assert "![chart](a.png)" in md
+    slower = mix_results(t2=1450.0) + video_results()
+    md2 = report.compare(
+        (doc, report.summarise(results)), ({**doc, "stamp": "B"}, report.summarise(slower))
+    )
+    line = next(ln for ln in md2.splitlines() if "best mixing peer, workers=2" in ln)
+    assert line.split(" | ")[2:7] == [">= 3", "2.90x", "1.45x", "0.50", "NO"]
+    json.dumps(report.summarise(results))  # a results JSON holds the summary
+
+
+def test_compare_and_readme_commands_on_written_runs(tmp_path):
+    import suite
+
+    def write(name, results):
+        doc = {"tiny": False, "stamp": name, "runs": 1, "chart": None, "load_end": [1, 1, 1]}
+        doc["machine"] = {"cpus": 2, "python": "3.11", "load_avg": [1, 1, 1], "versions": {}}
+        doc["results"] = [r.to_dict() for r in results]
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+        return str(tmp_path / f"{name}.json")
+
+    a, b = write("A", mix_results()), write("B", mix_results(t0=6000.0))
+    assert suite.main(["--compare", a, b]) == 0
+    md = (tmp_path / "compare-A-B.md").read_text()
+    assert "| mix | treadle / best mixing peer, workers=0 | >= 3 | 3.00x | 6.00x | 2.00 |" in md
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- bench-goals -->\nold table\n<!-- /bench-goals -->\n## Next\n")
+    suite.update_readme(Path(b), readme)
+    text = readme.read_text()
+    assert "old table" not in text and text.endswith("<!-- /bench-goals -->\n## Next\n")
+    assert "| mix | treadle / best mixing peer, workers=0 | 6.00x |" in text
+    assert "(bench/results/latest.png)" in text and "(bench/results/latest.md)" in text
+
+
+def test_a_case_that_failed_whole_is_a_row_not_a_crash(report):
+    failed = Result("s3", "case", {"label": "the s3 case"}, "-", status="failed: RuntimeError")
+    got = report.summarise([failed, *mix_results(), *video_results()])
+    assert not [s for s in got if s["goal"] == "s3"]
+    assert report.cells(failed)[0] == "failed: RuntimeError"
