@@ -211,3 +211,42 @@ def test_fixed_width_row_columns_need_no_lance_take_per_batch(tmp_path, monkeypa
     finally:
         reader.close()
     assert lance_takes == []
+
+
+def test_takes_from_memory_run_on_the_reading_thread(tmp_path, monkeypatch):
+    """Takes served from mapped or resident columns are not handed to the take pool (a
+    thread handoff costs more than the gather), and the pinned schema's fixed-width check
+    is made once per table, not per batch; a Lance take still goes to the pool."""
+    import treadle.read.reader as reader_module
+    import treadle.read.takes as takes_module
+
+    plan = rows_plan(tmp_path)
+    threads: list[str] = []
+    orig = reader_module.run_take
+    checks = []
+    orig_fixed = takes_module._fixed
+    monkeypatch.setattr(takes_module, "_fixed", lambda t, cs: checks.append(1) or orig_fixed(t, cs))
+
+    def spy(take):
+        threads.append(threading.current_thread().name)
+        return orig(take)
+
+    monkeypatch.setattr(reader_module, "run_take", spy)
+    reader = reader_of(plan)
+    here = threading.current_thread().name
+    try:
+        list(reader.read_many(plan.batch(s) for s in range(10)))
+        per_reader = len(checks)
+        assert threads and set(threads) == {here}
+        list(reader.read_many(plan.batch(s) for s in range(10, 20)))
+        assert len(checks) == per_reader
+    finally:
+        reader.close()
+    threads.clear()
+    slow = SampleReader([plan.table(c) for c in range(2)], output_columns(plan),
+                        fixed_columns=False)  # fmt: skip
+    try:
+        list(slow.read_many(plan.batch(s) for s in range(3)))
+    finally:
+        slow.close()
+    assert threads and here not in threads

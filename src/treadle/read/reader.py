@@ -34,7 +34,7 @@ from treadle.read.frames import video_requests
 from treadle.read.prefetch import ordered_map
 from treadle.read.rows import episode_bounds
 from treadle.read.streams import StreamIndexes
-from treadle.read.takes import Take, Taken, plan_takes, run_take, take_groups, write_taken
+from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
 
 _TAKE_THREADS = 4  # row takes in flight at once (this batch's and the next one's)
 
@@ -102,6 +102,7 @@ class SampleReader:
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
         self._fixed = FixedReader() if fixed_columns else None
+        self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
         self._pads = pad_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
         # the takes of one batch at most (every component's groups) and its end marker
@@ -130,8 +131,9 @@ class SampleReader:
 
         # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
         # a take 0, and at most one marker beyond the one being delivered is let through).
+        # Takes that read only memory, and the markers, run on this thread (no handoff).
         ahead = ordered_map(_run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
-                            weight=_is_end, budget=1)  # fmt: skip
+                            weight=_is_end, budget=1, inline=_inline)  # fmt: skip
         taken: list[Taken] = []
         for r in ahead:
             if isinstance(r, _Planned):
@@ -146,8 +148,8 @@ class SampleReader:
         out = []
         for c in np.unique(component):
             slots = np.flatnonzero(component == c)
-            table, columns = self.tables[int(c)], self.columns[int(c)]
-            out += plan_takes(table, columns, moment[slots], slots, self._fixed)
+            table, m = self.tables[int(c)], moment[slots]
+            out += [Take(table, g, m, slots, f) for g, f in self._groups[int(c)]]
         return out
 
     def assemble(
@@ -193,6 +195,10 @@ class SampleReader:
 
 def _is_end(item: Take | _Planned) -> int:
     return int(isinstance(item, _Planned))
+
+
+def _inline(item: Take | _Planned) -> bool:
+    return isinstance(item, _Planned) or cheap(item)
 
 
 def _run(item: Take | _Planned) -> Taken | _Planned:
