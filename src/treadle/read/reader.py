@@ -11,7 +11,9 @@ plan's :class:`~treadle.plan.plan.Batch` — and reads exactly those:
    (:func:`treadle.read.prefetch.ordered_map`), while the current one is assembled.
 2. **Video** (:mod:`treadle.read.frames`): a request per sample and video column, each
    decoding into its slice of the preallocated batch buffer; a batch's requests are read
-   together by the video reader.
+   together by the video reader. :meth:`SampleReader.prepare` (stream indexes, buffers,
+   the windows' bytes) runs ahead with the next batch's takes, so those reads overlap
+   the current batch's decode; the decode itself runs when the batch is assembled.
 3. **Assembly**: rows written at their slots, the moment-video time axis dropped, and the
    ids ``_component``, ``_moment``, ``_episode`` (index in its table) and ``_frame``
    (int64 ``[b]``).
@@ -64,6 +66,25 @@ class _Planned:
     samples: Any
 
 
+@dataclass(frozen=True)
+class _Video:
+    """A batch's video stage in the read-ahead stream: runs :meth:`SampleReader.prepare`."""
+
+    reader: SampleReader
+    samples: Any
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch made ready ahead of its decode: the output dict (video buffers allocated,
+    padding written), its window requests, and their fetched bytes (None when the video
+    reader cannot fetch ahead: it then reads the requests while decoding)."""
+
+    out: dict[str, Any]
+    requests: list[Any]
+    fetched: list[Any] | None
+
+
 class SampleReader:
     """Reads the batches of the samples it is handed. Drive it from one thread at a time.
 
@@ -106,7 +127,8 @@ class SampleReader:
         self._pads = pad_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
         # the takes of one batch at most (every component's groups) and its end marker
-        self._per_batch = 1 + sum(len(take_groups(cs)) for cs in columns)
+        self._has_video = any(c.video for c in self._all)
+        self._per_batch = 1 + int(self._has_video) + sum(len(take_groups(cs)) for cs in columns)
 
     def close(self) -> None:
         """Stop the video reader (its threads and connections); unmap the row columns."""
@@ -121,12 +143,15 @@ class SampleReader:
 
     def read_many(self, samples: Iterable[S]) -> Iterator[tuple[S, dict[str, Any]]]:
         """``(samples, batch)`` for each item of ``samples``, in order. While a batch is
-        assembled, the takes of the next item handed in run ahead (one batch, no more);
-        nothing is read that was not handed in."""
+        assembled and decoded, the takes and the video stage (stream indexes, window bytes:
+        :meth:`prepare`) of the next item handed in run ahead (one batch, no more); nothing
+        is read that was not handed in."""
 
-        def stream() -> Iterator[Take | _Planned]:
+        def stream() -> Iterator[Take | _Video | _Planned]:
             for s in samples:
                 yield from self.takes(s.component, s.moment)
+                if self._has_video:
+                    yield _Video(self, s)
                 yield _Planned(s)
 
         # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
@@ -135,11 +160,14 @@ class SampleReader:
         ahead = ordered_map(_run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
                             weight=_is_end, budget=1, inline=_inline)  # fmt: skip
         taken: list[Taken] = []
+        video: Prepared | None = None
         for r in ahead:
             if isinstance(r, _Planned):
                 s = r.samples
-                yield s, self.assemble(s.component, s.moment, taken)
-                taken = []
+                yield s, self.assemble(s.component, s.moment, taken, video)
+                taken, video = [], None
+            elif isinstance(r, Prepared):
+                video = r
             else:
                 taken.append(r)
 
@@ -152,10 +180,9 @@ class SampleReader:
             out += [Take(table, g, m, slots, f) for g, f in self._groups[int(c)]]
         return out
 
-    def assemble(
-        self, component: np.ndarray, moment: np.ndarray, taken: list[Taken]
-    ) -> dict[str, Any]:
-        """Stages 2 and 3: the batch from its finished takes, decoding its video windows."""
+    def prepare(self, component: np.ndarray, moment: np.ndarray) -> Prepared:
+        """Stage 2a: the batch's output dict and video requests (stream indexes looked up,
+        buffers allocated), and the windows' bytes fetched when the video reader can."""
         b = len(moment)
         out: dict[str, Any] = {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
         requests: list[Any] = []
@@ -167,9 +194,27 @@ class SampleReader:
                     requests += video_requests(
                         table, cs, m, slots, out, b, self._streams, self._device
                     )
-        write_taken(taken, out, b)
-        if requests:
-            self._video.read(requests)
+        fetch = getattr(self._video, "fetch", None)
+        fetched = fetch(requests) if fetch is not None and requests else None
+        return Prepared(out, requests, fetched)
+
+    def assemble(
+        self,
+        component: np.ndarray,
+        moment: np.ndarray,
+        taken: list[Taken],
+        video: Prepared | None = None,
+    ) -> dict[str, Any]:
+        """Stages 2b and 3: the batch from its finished takes and :meth:`prepare` (run here
+        when not given), decoding its video windows."""
+        if video is None:
+            video = self.prepare(component, moment)
+        out = video.out
+        write_taken(taken, out, len(moment))
+        if video.fetched is not None:
+            self._video.decode(video.fetched)
+        elif video.requests:
+            self._video.read(video.requests)
         squeeze_moment_video(out, self._all)
         self._write_ids(component, moment, out)
         return out
@@ -193,13 +238,15 @@ class SampleReader:
         out["_frame"] = frame
 
 
-def _is_end(item: Take | _Planned) -> int:
+def _is_end(item: Take | _Video | _Planned) -> int:
     return int(isinstance(item, _Planned))
 
 
-def _inline(item: Take | _Planned) -> bool:
-    return isinstance(item, _Planned) or cheap(item)
+def _inline(item: Take | _Video | _Planned) -> bool:
+    return isinstance(item, _Planned) or (isinstance(item, Take) and cheap(item))
 
 
-def _run(item: Take | _Planned) -> Taken | _Planned:
+def _run(item: Take | _Video | _Planned) -> Taken | Prepared | _Planned:
+    if isinstance(item, _Video):
+        return item.reader.prepare(item.samples.component, item.samples.moment)
     return item if isinstance(item, _Planned) else run_take(item)
