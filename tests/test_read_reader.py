@@ -216,7 +216,8 @@ def test_fixed_width_row_columns_need_no_lance_take_per_batch(tmp_path, monkeypa
 def test_takes_from_memory_run_on_the_reading_thread(tmp_path, monkeypatch):
     """Takes served from mapped or resident columns are not handed to the take pool (a
     thread handoff costs more than the gather), and the pinned schema's fixed-width check
-    is made once per table, not per batch; a Lance take still goes to the pool."""
+    and the episode starts of ``_episode``/``_frame`` are looked up once per table, not per
+    batch; a Lance take still goes to the pool."""
     import treadle.read.reader as reader_module
     import treadle.read.takes as takes_module
 
@@ -232,14 +233,18 @@ def test_takes_from_memory_run_on_the_reading_thread(tmp_path, monkeypatch):
         return orig(take)
 
     monkeypatch.setattr(reader_module, "run_take", spy)
+    episodes = []
+    for c in range(plan.num_components):
+        t = plan.table(c)
+        monkeypatch.setattr(t, "episodes", lambda o=t.episodes: episodes.append(1) or o())
     reader = reader_of(plan)
     here = threading.current_thread().name
     try:
         list(reader.read_many(plan.batch(s) for s in range(10)))
-        per_reader = len(checks)
+        per_reader = len(checks), len(episodes)
         assert threads and set(threads) == {here}
         list(reader.read_many(plan.batch(s) for s in range(10, 20)))
-        assert len(checks) == per_reader
+        assert (len(checks), len(episodes)) == per_reader
     finally:
         reader.close()
     threads.clear()

@@ -34,7 +34,6 @@ from treadle.read.columns import ColumnSpec, pad_columns, squeeze_moment_video
 from treadle.read.fixed import FixedReader
 from treadle.read.frames import video_requests
 from treadle.read.prefetch import ordered_map
-from treadle.read.rows import episode_bounds
 from treadle.read.streams import StreamIndexes
 from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
 
@@ -127,6 +126,7 @@ class SampleReader:
         self._pads = pad_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
         # the takes of one batch at most (every component's groups) and its end marker
+        self._starts: dict[int, np.ndarray] = {}  # per component: first row of each episode
         self._has_video = any(c.video for c in self._all)
         self._per_batch = 1 + int(self._has_video) + sum(len(take_groups(cs)) for cs in columns)
 
@@ -230,8 +230,13 @@ class SampleReader:
         for c in np.unique(component):
             slots = np.flatnonzero(component == c)
             m = moment[slots]
-            e, first = episode_bounds(self.tables[int(c)], m)
-            episode[slots], frame[slots] = e, m - first
+            starts = self._starts.get(int(c))
+            if starts is None:  # a pinned table's episodes never change: look them up once
+                starts = self._starts[int(c)] = np.asarray(
+                    self.tables[int(c)].episodes().starts, np.int64
+                )
+            e = np.searchsorted(starts, m, side="right") - 1
+            episode[slots], frame[slots] = e, m - starts[e]
         out["_component"] = component
         out["_moment"] = moment
         out["_episode"] = episode
