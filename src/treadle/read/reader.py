@@ -69,7 +69,6 @@ class _Planned:
 class _Video:
     """A batch's video stage in the read-ahead stream: runs :meth:`SampleReader.prepare`."""
 
-    reader: SampleReader
     samples: Any
 
 
@@ -151,13 +150,13 @@ class SampleReader:
             for s in samples:
                 yield from self.takes(s.component, s.moment)
                 if self._has_video:
-                    yield _Video(self, s)
+                    yield _Video(s)
                 yield _Planned(s)
 
         # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
         # a take 0, and at most one marker beyond the one being delivered is let through).
         # Takes that read only memory, and the markers, run on this thread (no handoff).
-        ahead = ordered_map(_run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
+        ahead = ordered_map(self._run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
                             weight=_is_end, budget=1, inline=_inline)  # fmt: skip
         taken: list[Taken] = []
         video: Prepared | None = None
@@ -219,6 +218,11 @@ class SampleReader:
         self._write_ids(component, moment, out)
         return out
 
+    def _run(self, item: Take | _Video | _Planned) -> Taken | Prepared | _Planned:
+        if isinstance(item, _Video):
+            return self.prepare(item.samples.component, item.samples.moment)
+        return item if isinstance(item, _Planned) else run_take(item)
+
     def _write_ids(self, component: np.ndarray, moment: np.ndarray, out: dict[str, Any]) -> None:
         moment = np.asarray(moment, np.int64)
         if not self.ids:
@@ -249,9 +253,3 @@ def _is_end(item: Take | _Video | _Planned) -> int:
 
 def _inline(item: Take | _Video | _Planned) -> bool:
     return isinstance(item, _Planned) or (isinstance(item, Take) and cheap(item))
-
-
-def _run(item: Take | _Video | _Planned) -> Taken | Prepared | _Planned:
-    if isinstance(item, _Video):
-        return item.reader.prepare(item.samples.component, item.samples.moment)
-    return item if isinstance(item, _Planned) else run_take(item)
