@@ -67,3 +67,24 @@ def test_domain_of_one_and_two():
     assert perm(1, 7).tolist() == [0]
     assert sorted(perm(2, 7).tolist()) == [0, 1]
     assert {tuple(perm(2, k).tolist()) for k in range(50)} == {(0, 1), (1, 0)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 2**40), min_size=1, max_size=4), st.integers(0, 2**64 - 1))
+def test_walk_tail_on_python_ints_gives_the_numpy_walk(ns, seed):
+    """The last few cycle-walking elements finish on Python ints: the same values as
+    walking every element with numpy to the end (the plan's batches do not change)."""
+    import treadle.plan.permute as pm
+
+    rng = np.random.default_rng(seed % 2**32)
+    domains = Domains([Domain.of(n) for n in ns])
+    which = rng.integers(0, len(ns), 64)
+    x = np.asarray([int(rng.integers(0, ns[w])) for w in which], dtype=np.uint64)
+    keys = rng.integers(0, 2**63, 64).astype(np.uint64)
+    tail = permute(x, which, domains, keys)
+    old, pm._WALK_TAIL = pm._WALK_TAIL, 0
+    try:
+        numpy_only = permute(x, which, domains, keys)
+    finally:
+        pm._WALK_TAIL = old
+    assert np.array_equal(tail, numpy_only)

@@ -47,3 +47,24 @@ def test_prefetch_closed_early_closes_its_source_first():
     assert next(gen) == 0
     gen.close()
     assert events == ["source closed on treadle-prefetch", "close"]
+
+
+def test_ordered_map_runs_inline_items_here_in_order():
+    """Items ``inline`` picks run on the calling thread; the order of results is kept, and a
+    failure of an inline item is raised at its place, after the items before it."""
+    here = threading.current_thread().name
+
+    def fn(i: int) -> tuple[int, str]:
+        if i == 7:
+            raise ValueError("seven")
+        return i, threading.current_thread().name
+
+    got = []
+    gen = ordered_map(fn, range(10), threads=2, ahead=4, inline=lambda i: i % 2 == 1)
+    try:
+        for r in gen:
+            got.append(r)
+    except ValueError as e:
+        assert str(e) == "seven"
+    assert [i for i, _ in got] == list(range(7))
+    assert all((name == here) == (i % 2 == 1) for i, name in got)

@@ -211,3 +211,113 @@ def test_fixed_width_row_columns_need_no_lance_take_per_batch(tmp_path, monkeypa
     finally:
         reader.close()
     assert lance_takes == []
+
+
+def test_takes_from_memory_run_on_the_reading_thread(tmp_path, monkeypatch):
+    """Takes served from mapped or resident columns are not handed to the take pool (a
+    thread handoff costs more than the gather), and the pinned schema's fixed-width check
+    and the episode starts of ``_episode``/``_frame`` are looked up once per table, not per
+    batch; a Lance take still goes to the pool."""
+    import treadle.read.reader as reader_module
+    import treadle.read.takes as takes_module
+
+    plan = rows_plan(tmp_path)
+    threads: list[str] = []
+    orig = reader_module.run_take
+    checks = []
+    orig_fixed = takes_module._fixed
+    monkeypatch.setattr(takes_module, "_fixed", lambda t, cs: checks.append(1) or orig_fixed(t, cs))
+
+    def spy(take):
+        threads.append(threading.current_thread().name)
+        return orig(take)
+
+    monkeypatch.setattr(reader_module, "run_take", spy)
+    episodes = []
+    for c in range(plan.num_components):
+        t = plan.table(c)
+        monkeypatch.setattr(t, "episodes", lambda o=t.episodes: episodes.append(1) or o())
+    reader = reader_of(plan)
+    here = threading.current_thread().name
+    try:
+        list(reader.read_many(plan.batch(s) for s in range(10)))
+        per_reader = len(checks), len(episodes)
+        assert threads and set(threads) == {here}
+        list(reader.read_many(plan.batch(s) for s in range(10, 20)))
+        assert (len(checks), len(episodes)) == per_reader
+    finally:
+        reader.close()
+    threads.clear()
+    slow = SampleReader([plan.table(c) for c in range(2)], output_columns(plan),
+                        fixed_columns=False)  # fmt: skip
+    try:
+        list(slow.read_many(plan.batch(s) for s in range(3)))
+    finally:
+        slow.close()
+    assert threads and here not in threads
+
+
+def test_s3_video_fetch_of_next_batch_overlaps_this_decode(s3_root, monkeypatch):
+    """On S3, the window bytes of the next batch are fetched while this batch decodes (the
+    video stage runs ahead with the takes), with one ranged read per batch (a range per
+    window) and each episode's stream index read once for the whole run."""
+    import treadle.video.reader as video_reader
+    from treadle.storage.store import Store
+    from treadle.video._testing import synthetic_frames
+
+    url, options = s3_root
+    branch = td.Client(url, storage_options=options, create=True).project("p").branch()
+    with branch.transaction("episodes") as tx:
+        for e in range(3):
+            cam = td.VideoFrames(synthetic_frames(24, 32, 32, seed=e), fps=10)
+            tx.table("v").append_episode({"cam": cam}, episode=f"ep-{e}")
+    windows = td.Windows({"cam": td.Video(range(4))})
+    recipe = td.Recipe(seed=3, batch_size=2, components=[td.Component(branch.table("v"), windows)])
+    steps = 4
+    fetches: list[int] = []  # ranges per window fetch, in order
+    overlapped: list[bool] = []
+    decodes = [0]
+    lock = threading.Lock()
+    orig_get, orig_decode = Store.get_ranges, video_reader.decode_fetched
+
+    def get_ranges(self, requests):
+        if any("media/" in r.key for r in requests):
+            with lock:
+                fetches.append(len(requests))
+        return orig_get(self, requests)
+
+    def decode(dec, window, out):
+        with lock:
+            d, decodes[0] = decodes[0], decodes[0] + 1
+        k = d // 2  # this window's batch
+        if d % 2 == 0 and k + 1 < steps:  # first window of a batch that has a next one
+            for _ in range(300):  # wait (3 s at most) for the next batch's fetch to start
+                if len(fetches) >= k + 2:
+                    break
+                threading.Event().wait(0.01)
+            overlapped.append(len(fetches) >= k + 2)
+        return orig_decode(dec, window, out)
+
+    monkeypatch.setattr(Store, "get_ranges", get_ranges)
+    monkeypatch.setattr(video_reader, "decode_fetched", decode)
+    plan = recipe.plan()
+    index_takes: list[int] = []
+    table = plan.table(0)
+    orig_take = table.take
+    monkeypatch.setattr(
+        table,
+        "take",
+        lambda rows, cols=None: (
+            (cols == ["cam"] and index_takes.append(len(rows))) or orig_take(rows, cols)
+        ),
+    )
+    reader = reader_of(plan)
+    try:
+        got = list(reader.read_many(plan.batch(s) for s in range(steps)))
+    finally:
+        reader.close()
+    assert [out["cam"].shape for _, out in got] == [(2, 4, 32, 32, 3)] * steps
+    assert overlapped == [True] * (steps - 1)
+    assert fetches == [2] * steps
+    episodes = {int(e) for _, out in got for e in out["_episode"]}
+    assert sum(index_takes) == 24 * len(episodes)  # each episode's index rows, read once

@@ -43,6 +43,9 @@ DRAW_DOMAIN = 0x64726177  # "draw"
 _M1, _M2, _GOLDEN = np.uint64(M1), np.uint64(M2), np.uint64(GOLDEN)
 _S27, _S30, _S31, _S32 = (np.uint64(s) for s in (27, 30, 31, 32))
 _TWEAKS = [np.uint64(t) for t in TWEAKS]
+# Cycle walking: once this few elements are left, they finish on Python ints (a numpy pass
+# costs its ~50 calls whatever the size; a Python pass a few microseconds per element).
+_WALK_TAIL = 12
 
 
 def mix64_int(z: int) -> int:
@@ -142,8 +145,26 @@ def permute(
     with np.errstate(over="ignore"):
         y = _encrypt(x, key, *parts)
         idx = np.flatnonzero(y >= n)
-        while idx.size:
+        while idx.size > _WALK_TAIL:
             z = _encrypt(y[idx], key[idx], *(p[idx] for p in parts))
             y[idx] = z
             idx = idx[z >= n[idx]]
+    if idx.size:
+        left, right = parts[0][idx].tolist(), parts[1][idx].tolist()
+        args = zip(y[idx].tolist(), key[idx].tolist(), n[idx].tolist(), left, right)
+        y[idx] = [_walk_int(*a) for a in args]
+    return y
+
+
+def _walk_int(y: int, key: int, n: int, left: int, right: int) -> int:
+    """Cycle walking of one element on Python ints, the same arithmetic as
+    :func:`_encrypt` (wrap-around at 64 bits), until it lands in ``[0, n)``."""
+    mask_r = (1 << right) - 1
+    while y >= n:
+        lo, hi = y & mask_r, y >> right
+        for i in range(ROUNDS):
+            t = ((lo ^ key ^ TWEAKS[i]) * M1) & MASK64
+            t = ((t ^ (t >> 32)) * M2) & MASK64
+            hi, lo = lo, hi ^ (t >> (64 - (left if i % 2 == 0 else right)))
+        y = (hi << right) | lo
     return y

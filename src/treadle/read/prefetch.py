@@ -5,8 +5,9 @@ ahead of the consumer, in order; a failure in the producer is raised in the cons
 the position it happened; closing the consumer's generator stops the producer after the
 item it is working on (and closes the iterator it was given). :func:`ordered_map` runs
 ``fn`` over items on a thread pool with a bounded number in flight (and optionally a
-bounded total weight), in order; closing it cancels the items not yet started and closes
-the iterator of items.
+bounded total weight), in order, running the items its ``inline`` test picks on the
+calling thread (work too small for a thread handoff); closing it cancels the items not yet
+started and closes the iterator of items.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -91,13 +92,16 @@ def ordered_map(
     ahead: int | None = None,
     weight: Callable[[Any], int] | None = None,
     budget: int | None = None,
+    inline: Callable[[Any], bool] | None = None,
 ) -> Iterator[T]:
     """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
 
     ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results. With
     ``weight`` and ``budget``, items are also held back while the weights of those in
     flight exceed ``budget`` (bytes, say: a few huge items then do not all sit in memory
-    at once); one item is always let through, whatever its weight.
+    at once); one item is always let through, whatever its weight. Items for which
+    ``inline(item)`` is true run on the calling thread when they are reached (a failure is
+    still raised at that item's place in the order).
     """
     threads = threads or default_threads()
     ahead = max(1, ahead or 2 * threads)
@@ -111,7 +115,8 @@ def ordered_map(
         try:
             for item in it:
                 w = weight(item) if weight is not None else 0
-                pending.append((pool.submit(fn, item), w))
+                run = _now(fn, item) if inline is not None and inline(item) else None
+                pending.append((run or pool.submit(fn, item), w))
                 load += w
                 while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
                     done, w = pending.popleft()
@@ -124,3 +129,13 @@ def ordered_map(
                 f.cancel()
             if hasattr(it, "close"):
                 it.close()
+
+
+def _now(fn: Callable[[Any], T], item: Any) -> Future[T]:
+    """``fn(item)`` run here, as a finished future (its result or its exception)."""
+    done: Future[T] = Future()
+    try:
+        done.set_result(fn(item))
+    except Exception as e:  # raised where the consumer reaches this item
+        done.set_exception(e)
+    return done

@@ -11,7 +11,9 @@ plan's :class:`~treadle.plan.plan.Batch` — and reads exactly those:
    (:func:`treadle.read.prefetch.ordered_map`), while the current one is assembled.
 2. **Video** (:mod:`treadle.read.frames`): a request per sample and video column, each
    decoding into its slice of the preallocated batch buffer; a batch's requests are read
-   together by the video reader.
+   together by the video reader. :meth:`SampleReader.prepare` (stream indexes, buffers,
+   the windows' bytes) runs ahead with the next batch's takes, so those reads overlap
+   the current batch's decode; the decode itself runs when the batch is assembled.
 3. **Assembly**: rows written at their slots, the moment-video time axis dropped, and the
    ids ``_component``, ``_moment``, ``_episode`` (index in its table) and ``_frame``
    (int64 ``[b]``).
@@ -32,9 +34,8 @@ from treadle.read.columns import ColumnSpec, pad_columns, squeeze_moment_video
 from treadle.read.fixed import FixedReader
 from treadle.read.frames import video_requests
 from treadle.read.prefetch import ordered_map
-from treadle.read.rows import episode_bounds
 from treadle.read.streams import StreamIndexes
-from treadle.read.takes import Take, Taken, plan_takes, run_take, take_groups, write_taken
+from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
 
 _TAKE_THREADS = 4  # row takes in flight at once (this batch's and the next one's)
 
@@ -62,6 +63,24 @@ class _Planned:
     """End of one batch's takes in the read-ahead stream (runs as a no-op take)."""
 
     samples: Any
+
+
+@dataclass(frozen=True)
+class _Video:
+    """A batch's video stage in the read-ahead stream: runs :meth:`SampleReader.prepare`."""
+
+    samples: Any
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch made ready ahead of its decode: the output dict (video buffers allocated,
+    padding written), its window requests, and their fetched bytes (None when the video
+    reader cannot fetch ahead: it then reads the requests while decoding)."""
+
+    out: dict[str, Any]
+    requests: list[Any]
+    fetched: list[Any] | None
 
 
 class SampleReader:
@@ -102,10 +121,13 @@ class SampleReader:
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
         self._fixed = FixedReader() if fixed_columns else None
+        self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
         self._pads = pad_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
         # the takes of one batch at most (every component's groups) and its end marker
-        self._per_batch = 1 + sum(len(take_groups(cs)) for cs in columns)
+        self._starts: dict[int, np.ndarray] = {}  # per component: first row of each episode
+        self._has_video = any(c.video for c in self._all)
+        self._per_batch = 1 + int(self._has_video) + sum(len(take_groups(cs)) for cs in columns)
 
     def close(self) -> None:
         """Stop the video reader (its threads and connections); unmap the row columns."""
@@ -120,24 +142,31 @@ class SampleReader:
 
     def read_many(self, samples: Iterable[S]) -> Iterator[tuple[S, dict[str, Any]]]:
         """``(samples, batch)`` for each item of ``samples``, in order. While a batch is
-        assembled, the takes of the next item handed in run ahead (one batch, no more);
-        nothing is read that was not handed in."""
+        assembled and decoded, the takes and the video stage (stream indexes, window bytes:
+        :meth:`prepare`) of the next item handed in run ahead (one batch, no more); nothing
+        is read that was not handed in."""
 
-        def stream() -> Iterator[Take | _Planned]:
+        def stream() -> Iterator[Take | _Video | _Planned]:
             for s in samples:
                 yield from self.takes(s.component, s.moment)
+                if self._has_video:
+                    yield _Video(s)
                 yield _Planned(s)
 
         # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
         # a take 0, and at most one marker beyond the one being delivered is let through).
-        ahead = ordered_map(_run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
-                            weight=_is_end, budget=1)  # fmt: skip
+        # Takes that read only memory, and the markers, run on this thread (no handoff).
+        ahead = ordered_map(self._run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
+                            weight=_is_end, budget=1, inline=_inline)  # fmt: skip
         taken: list[Taken] = []
+        video: Prepared | None = None
         for r in ahead:
             if isinstance(r, _Planned):
                 s = r.samples
-                yield s, self.assemble(s.component, s.moment, taken)
-                taken = []
+                yield s, self.assemble(s.component, s.moment, taken, video)
+                taken, video = [], None
+            elif isinstance(r, Prepared):
+                video = r
             else:
                 taken.append(r)
 
@@ -146,14 +175,13 @@ class SampleReader:
         out = []
         for c in np.unique(component):
             slots = np.flatnonzero(component == c)
-            table, columns = self.tables[int(c)], self.columns[int(c)]
-            out += plan_takes(table, columns, moment[slots], slots, self._fixed)
+            table, m = self.tables[int(c)], moment[slots]
+            out += [Take(table, g, m, slots, f) for g, f in self._groups[int(c)]]
         return out
 
-    def assemble(
-        self, component: np.ndarray, moment: np.ndarray, taken: list[Taken]
-    ) -> dict[str, Any]:
-        """Stages 2 and 3: the batch from its finished takes, decoding its video windows."""
+    def prepare(self, component: np.ndarray, moment: np.ndarray) -> Prepared:
+        """Stage 2a: the batch's output dict and video requests (stream indexes looked up,
+        buffers allocated), and the windows' bytes fetched when the video reader can."""
         b = len(moment)
         out: dict[str, Any] = {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
         requests: list[Any] = []
@@ -165,12 +193,35 @@ class SampleReader:
                     requests += video_requests(
                         table, cs, m, slots, out, b, self._streams, self._device
                     )
-        write_taken(taken, out, b)
-        if requests:
-            self._video.read(requests)
+        fetch = getattr(self._video, "fetch", None)
+        fetched = fetch(requests) if fetch is not None and requests else None
+        return Prepared(out, requests, fetched)
+
+    def assemble(
+        self,
+        component: np.ndarray,
+        moment: np.ndarray,
+        taken: list[Taken],
+        video: Prepared | None = None,
+    ) -> dict[str, Any]:
+        """Stages 2b and 3: the batch from its finished takes and :meth:`prepare` (run here
+        when not given), decoding its video windows."""
+        if video is None:
+            video = self.prepare(component, moment)
+        out = video.out
+        write_taken(taken, out, len(moment))
+        if video.fetched is not None:
+            self._video.decode(video.fetched)
+        elif video.requests:
+            self._video.read(video.requests)
         squeeze_moment_video(out, self._all)
         self._write_ids(component, moment, out)
         return out
+
+    def _run(self, item: Take | _Video | _Planned) -> Taken | Prepared | _Planned:
+        if isinstance(item, _Video):
+            return self.prepare(item.samples.component, item.samples.moment)
+        return item if isinstance(item, _Planned) else run_take(item)
 
     def _write_ids(self, component: np.ndarray, moment: np.ndarray, out: dict[str, Any]) -> None:
         moment = np.asarray(moment, np.int64)
@@ -183,17 +234,22 @@ class SampleReader:
         for c in np.unique(component):
             slots = np.flatnonzero(component == c)
             m = moment[slots]
-            e, first = episode_bounds(self.tables[int(c)], m)
-            episode[slots], frame[slots] = e, m - first
+            starts = self._starts.get(int(c))
+            if starts is None:  # a pinned table's episodes never change: look them up once
+                starts = self._starts[int(c)] = np.asarray(
+                    self.tables[int(c)].episodes().starts, np.int64
+                )
+            e = np.searchsorted(starts, m, side="right") - 1
+            episode[slots], frame[slots] = e, m - starts[e]
         out["_component"] = component
         out["_moment"] = moment
         out["_episode"] = episode
         out["_frame"] = frame
 
 
-def _is_end(item: Take | _Planned) -> int:
+def _is_end(item: Take | _Video | _Planned) -> int:
     return int(isinstance(item, _Planned))
 
 
-def _run(item: Take | _Planned) -> Taken | _Planned:
-    return item if isinstance(item, _Planned) else run_take(item)
+def _inline(item: Take | _Video | _Planned) -> bool:
+    return isinstance(item, _Planned) or (isinstance(item, Take) and cheap(item))

@@ -50,6 +50,8 @@ class StreamIndexes:
         self._items: OrderedDict[tuple[str, int, str, int], tuple[str, Any]] = OrderedDict()
         self._frames = 0
         self._lock = threading.Lock()
+        # one load at a time: two batches read ahead at once must not both read an episode
+        self._loading = threading.Lock()
 
     def lookup(self, table: Any, column: str, episode: int) -> tuple[str, Any]:
         """The stream key and index of ``column`` in episode number ``episode`` of ``table``."""
@@ -64,6 +66,10 @@ class StreamIndexes:
     def load(self, table: Any, column: str, episodes: Any) -> dict[int, tuple[str, Any]]:
         """Make sure these episodes are cached (one take for the ones that are not);
         returns them."""
+        with self._loading:
+            return self._load(table, column, episodes)
+
+    def _load(self, table: Any, column: str, episodes: Any) -> dict[int, tuple[str, Any]]:
         from treadle.video import index_from_arrow
 
         wanted = sorted({int(e) for e in np.asarray(episodes).reshape(-1)})

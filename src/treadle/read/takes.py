@@ -1,7 +1,7 @@
 """Row takes: the rows ``moment + offset`` of a component's samples, one Lance take per
 set of columns that share offsets.
 
-Stage 1 (:func:`plan_takes`, :func:`take_groups`) groups a component's row columns (not video) by their
+Stage 1 (:func:`take_groups`, :func:`fixed_groups`) groups a component's row columns (not video) by their
 offsets and padding into :class:`Take` s; stage 2 (:func:`run_take`) runs one take and
 reshapes it to ``[n, T, ...]`` (pure in its inputs, so takes run on any thread, ahead of
 the batch that needs them); stage 3 (:func:`write_taken`) writes the results into a
@@ -30,7 +30,7 @@ class Take:
     group: tuple[ColumnSpec, ...]
     moments: np.ndarray
     slots: np.ndarray
-    fixed: FixedReader | None = None  # fixed-width columns are read through it
+    fixed: FixedReader | None = None  # every column is fixed-width: read through it
 
 
 @dataclass(frozen=True)
@@ -53,15 +53,24 @@ def take_groups(columns: list[ColumnSpec]) -> list[tuple[ColumnSpec, ...]]:
     return [tuple(group) for group in groups.values()]
 
 
-def plan_takes(
-    table: Any,
-    columns: list[ColumnSpec],
-    moments: np.ndarray,
-    slots: np.ndarray,
-    fixed: FixedReader | None = None,
-) -> list[Take]:
-    """The takes of the row columns of ``columns``: one per set of rows (same offsets)."""
-    return [Take(table, group, moments, slots, fixed) for group in take_groups(columns)]
+def fixed_groups(
+    table: Any, columns: list[ColumnSpec], fixed: FixedReader | None
+) -> list[tuple[tuple[ColumnSpec, ...], FixedReader | None]]:
+    """:func:`take_groups`, each with ``fixed`` when every column of the group is
+    fixed-width (read through it) and None otherwise (a Lance take). Depends only on the
+    pinned schema: compute it once per table and reuse it for every batch."""
+    return [
+        (g, fixed if fixed is not None and all(_fixed(table, cs) for cs in g) else None)
+        for g in take_groups(columns)
+    ]
+
+
+def cheap(take: Take) -> bool:
+    """Whether ``take`` reads only memory (mapped pages, resident columns): less work than
+    handing it to another thread."""
+    if take.fixed is None:
+        return False
+    return all(take.fixed.path(take.table, cs.column) != "take" for cs in take.group)
 
 
 def run_take(take: Take) -> Taken:
@@ -76,7 +85,7 @@ def run_take(take: Take) -> Taken:
         rows = grid.reshape(-1)
     else:
         rows = (moments[:, None] + offsets[None, :]).reshape(-1)
-    if take.fixed is not None and all(_fixed(table, cs) for cs in group):
+    if take.fixed is not None:
         got_fixed = take.fixed.read(table, rows, [cs.column for cs in group])
         shape = (len(moments), len(offsets)) if spec is not None else (len(moments),)
         arrays = [got_fixed[cs.column] for cs in group]

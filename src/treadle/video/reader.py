@@ -82,19 +82,29 @@ class VideoReader:
         if not requests:
             return [], ReadStats()
         t0 = time.perf_counter()
-        windows = self.fetcher.fetch(requests)
+        windows = self.fetch(requests)
         t1 = time.perf_counter()
-        if self._pool is None or len(windows) == 1:
-            outs = [self._one(w) for w in windows]
-        else:
-            futures = [self._pool.submit(self._one, w) for w in windows]
-            outs = []
-            first_error: BaseException | None = None
-            for f in futures:
-                try:
-                    outs.append(f.result())
-                except TreadleError as e:  # report the first failing window in request order
-                    first_error = first_error or e
-            if first_error is not None:
-                raise first_error
+        outs = self.decode(windows)
         return outs, ReadStats.of(windows, t1 - t0, time.perf_counter() - t1)
+
+    def fetch(self, requests: Sequence[WindowRequest]) -> list[FetchedWindow]:
+        """The first half of :meth:`read`: plan the windows and fetch their bytes (one
+        coalesced ``get_ranges``). A caller may fetch the next batch while this one decodes."""
+        return self.fetcher.fetch(requests)
+
+    def decode(self, windows: Sequence[FetchedWindow]) -> list[Any]:
+        """The second half of :meth:`read`: verify and decode fetched windows, one output per
+        window, on the decode threads; the first failing window (in order) is raised."""
+        if self._pool is None or len(windows) <= 1:
+            return [self._one(w) for w in windows]
+        futures = [self._pool.submit(self._one, w) for w in windows]
+        outs = []
+        first_error: BaseException | None = None
+        for f in futures:
+            try:
+                outs.append(f.result())
+            except TreadleError as e:  # report the first failing window in request order
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return outs
