@@ -12,6 +12,7 @@ started and closes the iterator of items.
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
@@ -23,6 +24,19 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _END = object()
+
+# Producers still running, stopped before the interpreter finalises: a daemon thread that is
+# inside C++ code (torch, Lance) when Python finalises is killed on its way back to the GIL,
+# and the process aborts ("terminate called without an active exception").
+_LIVE: dict[threading.Thread, threading.Event] = {}
+
+
+@atexit.register
+def _stop_live_producers(timeout_s: float = 10.0) -> None:
+    for stop in list(_LIVE.values()):
+        stop.set()
+    for t in list(_LIVE):
+        t.join(timeout_s)
 
 
 def default_threads() -> int:
@@ -69,6 +83,7 @@ def prefetch(
                 it.close()
 
     t = threading.Thread(target=run, name=name, daemon=True)
+    _LIVE[t] = stop
     t.start()
     try:
         while True:
@@ -81,6 +96,7 @@ def prefetch(
     finally:
         stop.set()
         t.join()
+        _LIVE.pop(t, None)
         if close is not None:
             close()
 
