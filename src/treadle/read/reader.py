@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from treadle.read.buffers import BufferPool
 from treadle.read.columns import ColumnSpec, pad_columns, squeeze_moment_video
 from treadle.read.fixed import FixedReader
 from treadle.read.frames import video_requests
@@ -101,6 +102,7 @@ class SampleReader:
             self._video = backend.video_reader(store, prefix=prefix, threads=video_threads)
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
+        self._buffers = BufferPool()
         self._fixed = FixedReader() if fixed_columns else None
         self._pads = pad_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
@@ -110,6 +112,7 @@ class SampleReader:
     def close(self) -> None:
         """Stop the video reader (its threads and connections); unmap the row columns."""
         self._video.close()
+        self._buffers.clear()
         if self._fixed is not None:
             self._fixed.close()
 
@@ -163,7 +166,7 @@ class SampleReader:
             for cs in self.columns[int(c)]:
                 if cs.video:
                     requests += video_requests(
-                        table, cs, m, slots, out, b, self._streams, self._device
+                        table, cs, m, slots, out, b, self._streams, self._device, self._buffers
                     )
         write_taken(taken, out, b)
         if requests:
