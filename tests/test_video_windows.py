@@ -301,6 +301,29 @@ def test_mixed_streams_in_one_batch_reuse_decoders(store, threads, decoder_threa
             assert np.array_equal(out, want)
 
 
+def test_two_threads_start_the_longest_windows_first_and_keep_request_order(store):
+    """A batch's windows go to the decode threads longest first (no thread is left with a
+    long window at the end of the batch); outputs and errors stay in request order."""
+    s = tv.encode_frames(synthetic_frames(60, 32, 32, seed=5), gop=30, preset="ultrafast")
+    ref = reference_decode(s.data, "h264")
+    key, idx = put(store, s)
+    wins = [np.arange(30, 30 + n) for n in (1, 4, 12, 30)]  # shortest first
+    reqs = [tv.WindowRequest(key, idx, w, Video(range(len(w))), WHERE) for w in wins]
+    with tv.VideoReader(store, prefix="projects/p", threads=2) as reader:
+        submitted = []
+        submit = reader._pool.submit
+
+        def spy(fn, window):
+            submitted.append(window.plan.num_packets)
+            return submit(fn, window)
+
+        reader._pool.submit = spy
+        outs = reader.read(reqs)
+    assert submitted == sorted(submitted, reverse=True) and len(submitted) == 4
+    for w, out in zip(wins, outs):
+        assert np.array_equal(out, ref[w])
+
+
 @pytest.mark.s3
 def test_windows_over_s3(s3_root):
     root, options = s3_root

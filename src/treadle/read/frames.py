@@ -17,6 +17,7 @@ import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Video
+from treadle.read.buffers import BufferPool
 from treadle.read.columns import ColumnSpec
 from treadle.read.rows import IS_PAD, episode_bounds, padded_rows
 from treadle.read.streams import StreamIndexes
@@ -31,10 +32,12 @@ def video_requests(
     b: int,
     streams: StreamIndexes,
     device: torch.device | None = None,
+    buffers: BufferPool | None = None,
 ) -> list[Any]:
     """The window reads of video column ``cs`` for the samples ``moments`` at ``slots`` of
     the ``b``-sample batch ``out`` (its buffer ``out[cs.name]`` is made on the first sample;
-    padding is written here). ``device``: the buffers are tensors there (NVDEC output)."""
+    padding is written here). ``device``: the buffers are tensors there (NVDEC output);
+    ``buffers``: host buffers come from this pool (reused once nothing refers to them)."""
     from treadle.video import WindowRequest
 
     episodes = table.episodes()
@@ -55,7 +58,11 @@ def video_requests(
         shape = spec.frame.shape(t, *hw)
         dest = out.get(cs.name)
         if dest is None:
-            dest = out[cs.name] = spec.frame.allocate(t, *hw, batch=b, device=device)
+            if buffers is not None and device is None:
+                dest = buffers.allocate(spec.frame, t, *hw, batch=b)
+            else:
+                dest = spec.frame.allocate(t, *hw, batch=b, device=device)
+            out[cs.name] = dest
         target = dest[slot]
         if tuple(target.shape) != shape:
             raise PlanError(

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from treadle.read.buffers import BufferPool
 from treadle.read.columns import ColumnSpec, pad_columns, squeeze_moment_video
 from treadle.read.fixed import FixedReader
 from treadle.read.frames import video_requests
@@ -120,6 +121,7 @@ class SampleReader:
             self._video = backend.video_reader(store, prefix=prefix, threads=video_threads)
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
+        self._buffers = BufferPool()
         self._fixed = FixedReader() if fixed_columns else None
         self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
         self._pads = pad_columns(columns)
@@ -132,6 +134,7 @@ class SampleReader:
     def close(self) -> None:
         """Stop the video reader (its threads and connections); unmap the row columns."""
         self._video.close()
+        self._buffers.clear()
         if self._fixed is not None:
             self._fixed.close()
 
@@ -191,7 +194,7 @@ class SampleReader:
             for cs in self.columns[int(c)]:
                 if cs.video:
                     requests += video_requests(
-                        table, cs, m, slots, out, b, self._streams, self._device
+                        table, cs, m, slots, out, b, self._streams, self._device, self._buffers
                     )
         fetch = getattr(self._video, "fetch", None)
         fetched = fetch(requests) if fetch is not None and requests else None

@@ -16,7 +16,8 @@ from typing import Any
 import av
 import numpy as np
 import torch
-from av.video.reformatter import VideoReformatter
+from av.video.format import VideoFormat
+from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoReformatter
 
 from treadle.errors import CorruptData
 from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
@@ -75,6 +76,26 @@ class Decoder:
         self._ctx = None
 
 
+_RGB24 = VideoFormat("rgb24")
+
+
+def _scaler(size: tuple[int, int], tags: Tags) -> dict[str, Any]:
+    """``reformat`` arguments to rgb24 at ``size`` for a stream of ``tags``, as numbers and
+    a format object: PyAV then skips its per-call name lookups (the same conversion)."""
+    interpolation: Any = RESIZE_INTERPOLATION
+    if isinstance(interpolation, str):
+        interpolation = Interpolation[interpolation].value
+    return {
+        "height": size[0],
+        "width": size[1],
+        "format": _RGB24,
+        "threads": 1,
+        "src_colorspace": Colorspace[sws_colorspace(tags[0])].value,
+        "src_color_range": ColorRange[sws_color_range(tags[1])].value,
+        "interpolation": interpolation,
+    }
+
+
 def decode_window(
     decoder: Decoder,
     data: bytes,
@@ -94,19 +115,14 @@ def decode_window(
     slots = plan.slots()
     ctx = decoder.context(stream, tags)
     rf = decoder.reformatter
-    scaler = {"height": size[0], "width": size[1], "format": "rgb24", "threads": 1}
-    scaler |= {
-        "src_colorspace": sws_colorspace(tags[0]),
-        "src_color_range": sws_color_range(tags[1]),
-    }
-    scaler["interpolation"] = RESIZE_INTERPOLATION
+    scaler = _scaler(size, tags)
 
     def take(frames: list[Any]) -> None:
         for frame in frames:
             js = slots.pop(frame.pts, None)
             if js is None:
                 continue  # warm-up frame (before the window in decode or display order)
-            arr = np.from_dlpack(rf.reformat(frame, **scaler).planes[0])
+            arr = rf.reformat(frame, **scaler).to_ndarray()
             for j in js:
                 frames_out[j] = arr
 

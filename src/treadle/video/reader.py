@@ -97,7 +97,11 @@ class VideoReader:
         window, on the decode threads; the first failing window (in order) is raised."""
         if self._pool is None or len(windows) <= 1:
             return [self._one(w) for w in windows]
-        futures = [self._pool.submit(self._one, w) for w in windows]
+        # longest first (packets to decode), so no thread is left with a long window while
+        # the others wait at the end of the batch; results stay in request order
+        futures: list[Any] = [None] * len(windows)
+        for i in sorted(range(len(windows)), key=lambda i: -windows[i].plan.num_packets):
+            futures[i] = self._pool.submit(self._one, windows[i])
         outs = []
         first_error: BaseException | None = None
         for f in futures:

@@ -1,0 +1,75 @@
+"""Batch buffers of decoded video, reused once nothing outside the pool refers to them.
+
+A fresh ``[b, T, H, W, 3]`` buffer per batch (108 MB for 8 windows of 90 frames at
+224x224) is memory the kernel must map and zero on first touch: measured, that was a
+quarter of the CPU time of a 224x224 window read, more than the colour conversion. So
+a reader keeps the buffers it handed out and gives one back out only when no batch,
+tensor or view can still see it: a numpy array's reference count counts every view of it
+(a view's ``base`` is the owner) and every ``torch.from_numpy`` tensor (its storage holds
+the array), so a buffer whose count is the pool's own is unreachable from outside.
+
+Every element of a reused buffer is overwritten by the batch's windows (each slot's
+window fills all its frames or the read raises), so batches are the same as with fresh
+buffers. Only numpy-typed host outputs are pooled (``bfloat16`` and device tensors are
+allocated as before).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+#: Buffers a pool keeps at most: a loader's batches in flight (prefetched, being read,
+#: held by the training step) and one more.
+DEFAULT_BUFFERS = 6
+
+
+class BufferPool:
+    """Host batch buffers by shape and dtype, at most ``max_buffers`` kept. Not
+    thread-safe: one reader thread takes from it."""
+
+    def __init__(self, max_buffers: int = DEFAULT_BUFFERS):
+        self.max_buffers = int(max_buffers)
+        # the count of a buffer only the pool holds, seen through _refs: measured, not
+        # assumed (interpreters differ in what getrefcount adds)
+        self._items: list[np.ndarray] = [np.empty(1)]
+        self._free_refs = self._refs(0)
+        self._items = []
+
+    def _refs(self, i: int) -> int:
+        return sys.getrefcount(self._items[i])
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialised array: a buffer nothing else refers to, or a fresh one (kept
+        for reuse while the pool has room or an unused buffer of another shape to drop).
+
+        No loop variable holds a buffer here: it would count as a reference."""
+        dtype = np.dtype(dtype)
+        items, spare = self._items, -1
+        for i in range(len(items)):
+            if self._refs(i) > self._free_refs:
+                continue
+            if items[i].shape == shape and items[i].dtype == dtype:
+                return items[i]
+            if spare < 0:
+                spare = i
+        out = np.empty(shape, dtype)
+        if len(items) < self.max_buffers:
+            items.append(out)
+        elif spare >= 0:
+            items[spare] = out
+        return out
+
+    def clear(self) -> None:
+        """Drop every buffer (batches handed out keep theirs)."""
+        self._items = []
+
+    def allocate(self, frame: Any, t: int, height: int, width: int, batch: int) -> Any:
+        """:meth:`~treadle.video.frames.FrameSpec.allocate` of a host batch, pooled when its
+        dtype is a numpy one."""
+        dtype = frame.numpy_dtype
+        if dtype is None:
+            return frame.allocate(t, height, width, batch=batch)
+        return self.empty((batch, *frame.shape(t, height, width)), dtype)
