@@ -38,13 +38,6 @@ from treadle.read.stats import ColumnStats, table_stats  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table  # noqa: E402
 from treadle.table.splits import split_episodes  # noqa: E402
 from treadle.table.table import compute_stats_with  # noqa: E402
-from treadle.torch import (  # noqa: E402
-    CheckpointRow,
-    Checkpoints,
-    EvalLoader,
-    ScanDataset,
-    TrainLoader,
-)  # noqa: E402
 from treadle.video import VideoFile, VideoFrames  # noqa: E402
 
 try:  # one version string: pyproject.toml's, through the installed package's metadata
@@ -53,6 +46,23 @@ except _metadata.PackageNotFoundError:  # a source tree on sys.path, never insta
     __version__ = "0+unknown"
 
 compute_stats_with(table_stats)  # Table.stats decodes video through the read layer
+
+#: The torch adapters, imported (with torch) on first use: ``import treadle`` in a worker
+#: process or a data-only script does not pay for torch.
+_TORCH_NAMES = ("CheckpointRow", "Checkpoints", "EvalLoader", "ScanDataset", "TrainLoader")
+
+
+def __getattr__(name: str) -> object:
+    if name in _TORCH_NAMES or name == "torch":
+        import treadle.torch
+
+        return treadle.torch if name == "torch" else getattr(treadle.torch, name)
+    raise AttributeError(f"module 'treadle' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "AlreadyExists",

@@ -10,10 +10,9 @@ by the backend's video reader.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Video
@@ -21,6 +20,9 @@ from treadle.read.buffers import BufferPool
 from treadle.read.columns import ColumnSpec
 from treadle.read.rows import IS_PAD, episode_bounds, padded_rows
 from treadle.read.streams import StreamIndexes
+
+if TYPE_CHECKING:
+    import torch
 
 
 def video_requests(

@@ -22,7 +22,7 @@ from treadle.read.prefetch import prefetch
 from treadle.torch.convert import to_torch
 from treadle.torch.hook import Transform, check_transform
 from treadle.torch.processes import Job, read_in_processes
-from treadle.torch.steps import Sampler, plan_reader, read_steps
+from treadle.torch.steps import Sampler, finish_for, plan_reader, read_steps
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
 
@@ -109,6 +109,7 @@ class StepLoader:
             return iter(())
         client = self.plan.table(0).project.client
         job = Job(self.plan.record.to_json(), client.root, client.storage_options,
-                  type(self).sampler, self.label, self.rank, self.world_size, start, stop,
-                  self.video_threads, self.transform, self.prefetch)  # fmt: skip
+                  type(self).sampler, self.rank, self.world_size, start, stop,
+                  self.video_threads, finish_for(self.plan, self.transform, self.label),
+                  self.prefetch)  # fmt: skip
         return read_in_processes(job, workers)

@@ -12,7 +12,6 @@ batches; ``from_state`` continues mid-pass at any world size dividing ``batch_si
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,44 +20,21 @@ import torch
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
+from treadle.read.steps import EvalSamples, eval_positions, eval_samples
 from treadle.torch.delivery import StepLoader
 from treadle.torch.hook import Transform
 from treadle.torch.loader import check_state
 from treadle.torch.processes import context as worker_context
 
+__all__ = ["EvalLoader", "EvalSamples", "eval_positions", "eval_samples", "eval_steps"]
+
 _STATE_KEYS = {"record", "step", "eval"}
-
-
-def eval_positions(step: int, batch_size: int, rank: int, world: int, total: int) -> np.ndarray:
-    """Global positions (= eligible indices) rank ``rank`` reads at ``step``."""
-    b = batch_size // world
-    i = np.arange(step * b, (step + 1) * b, dtype=np.int64)
-    pos = rank + world * i
-    return pos[pos < total]
 
 
 def eval_steps(batch_size: int, rank: int, world: int, total: int) -> int:
     """Batches rank ``rank`` reads in one pass."""
     mine = max(0, -(-(total - rank) // world))
     return -(-mine // (batch_size // world))
-
-
-@dataclass(frozen=True)
-class EvalSamples:
-    """The samples of one eval step for one rank (component 0, moments in table order)."""
-
-    step: int
-    component: np.ndarray
-    moment: np.ndarray
-    position: np.ndarray
-    """Global positions (= eligible indices): the transform's seeds come from these."""
-
-
-def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
-    """The moments rank ``rank`` reads at eval ``step``."""
-    pos = eval_positions(step, plan.batch_size, rank, world, plan.eligible(0))
-    moments = plan.eligible_moments(0, pos)
-    return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos)
 
 
 class EvalLoader(StepLoader):

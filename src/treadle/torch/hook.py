@@ -62,3 +62,10 @@ def run_transform(
                 f"{b} samples in, {'no batch axis' if n is None else n} out"
             )
     return out
+
+
+def transform_step(
+    fn: Transform, seed: int, label: str, batch: dict[str, Any], samples: Any
+) -> dict[str, Any]:
+    """``fn`` on the batch of ``samples`` (a step's ``finish``, see :mod:`treadle.read.steps`)."""
+    return run_transform(fn, batch, seed, samples.position, f"{label} {samples.step}")

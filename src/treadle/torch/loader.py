@@ -28,10 +28,11 @@ from typing import Any
 import torch
 
 from treadle.errors import PlanError
-from treadle.plan.plan import Batch, Plan
+from treadle.plan.plan import Plan
 from treadle.plan.recipe import Recipe
 from treadle.plan.record import RunRecord
 from treadle.read.columns import output_columns
+from treadle.read.steps import train_samples
 from treadle.torch.delivery import StepLoader, default_rank_world
 from treadle.torch.hook import Transform
 from treadle.torch.processes import context as worker_context
@@ -39,11 +40,6 @@ from treadle.torch.processes import context as worker_context
 __all__ = ["TrainLoader", "default_rank_world", "train_samples"]
 
 _STATE_KEYS = {"record", "step"}
-
-
-def train_samples(plan: Plan, step: int, rank: int, world: int) -> Batch:
-    """The samples of ``step`` for ``rank``: the plan's batch."""
-    return plan.batch(step, rank, world)
 
 
 class TrainLoader(StepLoader):

@@ -1,16 +1,15 @@
 """``workers=N``: the delivery loop in N worker processes, batches through shared memory.
 
-Worker ``k`` of ``n`` rebuilds the plan from its run record, reads steps
-``start+k, start+k+n, ...`` (:func:`treadle.torch.steps.read_steps`, read ahead on one
-thread by :func:`treadle.read.prefetch.prefetch`) and writes each batch into one of its
-shared-memory slots (:mod:`treadle.torch.slots`); only ``(step, slot, layout)`` crosses its
+Worker ``k`` of ``n`` (:mod:`treadle.read.worker`, no torch) rebuilds the plan from its
+run record, reads steps ``start+k, start+k+n, ...`` and writes each batch into one of its
+shared-memory slots (:mod:`treadle.read.slots`); only ``(step, slot, layout)`` crosses its
 pipe. The loader takes the steps back in order, round-robin over the workers, copies each
 batch out of its slot and hands the slot back, so a worker never has more than its slots'
 worth of batches ahead, and a batch the caller keeps is never overwritten.
 
-Processes come from a *forkserver* that has imported treadle (and the main module) once:
-a worker forks from it in milliseconds instead of starting Python and importing torch
-and Lance again, and it is never forked from the loader's own process (Lance's runtime
+Processes come from a *forkserver* that has imported treadle's read path (and the main
+module) once, without torch: a worker forks from it in milliseconds instead of starting
+Python and importing Lance and PyAV again, and it is never forked from the loader's own process (Lance's runtime
 threads are not fork-safe; the server opens no table). An error in a worker is raised in
 the loader at its step, with the worker's traceback as a note; a worker that dies is an
 error naming it. Closing the loader early (``break``) terminates its workers.
@@ -21,41 +20,17 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
-import signal
-import sys
-import traceback
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from multiprocessing import reduction
 from typing import Any
 
 from treadle.errors import TreadleError
-from treadle.read.prefetch import prefetch
-from treadle.torch.hook import Transform
-from treadle.torch.slots import Slot
-from treadle.torch.steps import Sampler, plan_reader, read_steps
+from treadle.read.slots import Slot
+from treadle.read.worker import Job, work
 
-_PRELOAD = ["__main__", "treadle.torch.serverinit"]
+__all__ = ["Job", "context", "read_in_processes"]
 
-
-@dataclass
-class Job:
-    """What every worker of one loader needs to rebuild its share of the run."""
-
-    record: str
-    root: str
-    options: dict | None = field(repr=False)  # may hold credentials: never in a repr
-    sampler: Sampler
-    label: str
-    rank: int
-    world: int
-    start: int
-    stop: int | None
-    video_threads: int
-    transform: Transform | None
-    depth: int
-    env: dict[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+_PRELOAD = ["__main__", "treadle.read.serverinit"]
 
 
 def context() -> Any:
@@ -87,62 +62,6 @@ def _inherit(dup: Any) -> int:
     return dup.detach()
 
 
-def _portable(e: BaseException, k: int) -> BaseException:
-    """``e`` with the worker's traceback as a note, as itself if it pickles, else as a
-    TreadleError carrying its type and message."""
-    note = f"in treadle worker process {k}:\n" + "".join(traceback.format_exception(e))
-    try:
-        e.add_note(note)
-        reduction.ForkingPickler.loads(reduction.ForkingPickler.dumps(e))
-        return e
-    except Exception:
-        out = TreadleError(f"{type(e).__name__} in treadle worker process {k}: {e}")
-        out.add_note(note)
-        return out
-
-
-def _work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int]) -> None:
-    """Worker ``k`` of ``n`` (the process target); ends with ``os._exit`` so no finaliser
-    runs while Lance or PyAV threads are still at work."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
-    os.environ.clear()
-    os.environ.update(job.env)
-    try:
-        _serve(job, k, n, out, back, [Slot(fd) for fd in fds])
-    except BaseException as e:
-        try:
-            out.send(("error", None, _portable(e, k), None))
-        except Exception:
-            pass  # the loader went away (its pipes are closed): nobody to tell
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(0)
-
-
-def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot]) -> None:
-    from treadle.catalog import Client
-    from treadle.plan.plan import Plan
-
-    plan = Plan.from_record(job.record, Client(job.root, job.options or None))
-    reader = plan_reader(plan, job.video_threads)
-    first = job.start + k
-    mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
-    batches = read_steps(plan, job.sampler, reader, mine, job.rank, job.world, job.transform,
-                         job.label)  # fmt: skip
-    free = deque(range(len(slots)))
-    for step, batch in zip(itertools.count(first, n), prefetch(batches, job.depth,
-                                                                 close=reader.close)):  # fmt: skip
-        while not free:
-            free.append(back.recv())  # the loader hands slots back in the order it got them
-        i = free.popleft()
-        out.send(("batch", step, i, slots[i].pack(batch)))
-    out.send(("end", None, None, None))
-
-
 class _Handle:
     """The loader's side of one worker: its process, pipes and slots."""
 
@@ -152,7 +71,7 @@ class _Handle:
         self.k = k
         self.inbox, out = ctx.Pipe(duplex=False)
         back, self.outbox = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=_work, args=(job, k, n, out, back, [_Fd(f) for f in fds]),
+        self.proc = ctx.Process(target=work, args=(job, k, n, out, back, [_Fd(f) for f in fds]),
                                 name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
         try:
             self.proc.start()

@@ -1,24 +1,19 @@
-"""What every delivery path runs, in the loader's thread or in a worker process: exact
-steps -> samples -> reader -> transform.
-
-A loader says which samples step ``k`` holds for its rank (a *sampler*:
-``sampler(plan, step, rank, world) -> samples`` with ``.step``, ``.component``, ``.moment``
-and ``.position``); :func:`read_steps` hands the reader exactly the steps to deliver, in
-order, so its read-ahead (:meth:`treadle.read.reader.SampleReader.read_many`) reads only
-those.
-"""
+"""The torch side of the delivery steps (:mod:`treadle.read.steps`): a reader on the
+loader's device, and the transform hook as the steps' ``finish``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import functools
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from treadle.plan.plan import Plan
-from treadle.read.columns import output_columns
 from treadle.read.reader import SampleReader
-from treadle.torch.hook import Transform, run_transform
+from treadle.read.steps import Finish, Sampler, host_reader
+from treadle.read.steps import read_steps as _read_steps
+from treadle.torch.hook import Transform, transform_step
 
-Sampler = Callable[[Plan, int, int, int], Any]
+__all__ = ["Sampler", "finish_for", "plan_reader", "read_steps"]
 
 
 def plan_reader(plan: Plan, video_threads: int = 1, device: Any = None) -> SampleReader:
@@ -26,10 +21,14 @@ def plan_reader(plan: Plan, video_threads: int = 1, device: Any = None) -> Sampl
     device tensors when the hardware can (else a one-time warning and the CPU path)."""
     from treadle.gpu import select_backend
 
-    tables = [plan.table(c) for c in range(plan.num_components)]
-    backend = select_backend(device)
-    return SampleReader(tables, output_columns(plan), video_threads=video_threads,
-                        backend=backend)  # fmt: skip
+    return host_reader(plan, video_threads, select_backend(device))
+
+
+def finish_for(plan: Plan, transform: Transform | None, label: str) -> Finish | None:
+    """The steps' ``finish``: ``transform`` with its seeds, None without one (picklable)."""
+    if transform is None:
+        return None
+    return functools.partial(transform_step, transform, plan.seed, label)
 
 
 def read_steps(
@@ -37,9 +36,5 @@ def read_steps(
     world: int, transform: Transform | None, label: str,
 ) -> Iterator[dict[str, Any]]:  # fmt: skip
     """The batches of exactly ``steps``, in order, each through ``transform`` if any."""
-    samples = (sampler(plan, step, rank, world) for step in steps)
-    for s, batch in reader.read_many(samples):
-        if transform is not None:
-            where = f"{label} {s.step}"
-            batch = run_transform(transform, batch, plan.seed, s.position, where)
-        yield batch
+    finish = finish_for(plan, transform, label)
+    return _read_steps(plan, sampler, reader, steps, rank, world, finish)

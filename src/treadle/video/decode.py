@@ -11,11 +11,10 @@ one :class:`~treadle.video.fetch.FetchedWindow` (fetched and verified by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
-import torch
 from av.video.format import VideoFormat
 from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoReformatter
 
@@ -24,6 +23,9 @@ from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_t
 from treadle.video.fetch import FetchedWindow
 from treadle.video.frames import FrameSpec
 from treadle.video.window import WindowPlan
+
+if TYPE_CHECKING:
+    import torch
 
 #: Scaler used for ``Video(size=...)``: bilinear (FFmpeg's ``SWS_BILINEAR``), rounding as sws does.
 RESIZE_INTERPOLATION = "BILINEAR"
@@ -157,6 +159,8 @@ def finish_window(frames_u8: np.ndarray, spec: Any, out: np.ndarray | torch.Tens
     ``(x - mean) / std`` per channel when given, computed in float32 as
     ``x * (1 / (255 * std)) - mean / std`` (:meth:`FrameSpec.affine`).
     """
+    import torch  # only float and TCHW outputs get here: workers of uint8 video need none
+
     spec = FrameSpec.of(spec)
     src = torch.from_numpy(frames_u8)
     dst = out if isinstance(out, torch.Tensor) else torch.from_numpy(out)
@@ -187,7 +191,7 @@ def decode_fetched(decoder: Decoder, window: FetchedWindow, out: Any) -> Any:
     size = spec.size_for(req.index.height, req.index.width)
     direct = spec.layout == "THWC" and spec.dtype == "uint8"
     if direct:
-        frames = out.numpy() if isinstance(out, torch.Tensor) else out
+        frames = out if isinstance(out, np.ndarray) else out.numpy()  # or a CPU tensor
     else:
         frames = np.empty((t, size[0], size[1], 3), dtype=np.uint8)
     tags = window_tags(req.index, data, where)

@@ -8,24 +8,21 @@ checks a buffer handed in for one, and gives the float normalisation's constants
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from treadle.errors import VideoError
 
+if TYPE_CHECKING:
+    import torch
+
 LAYOUTS = ("THWC", "TCHW")
-#: Output dtypes by name: the one map from a spec's ``dtype`` to torch's (numpy's is the
-#: same name, except ``bfloat16``, which numpy lacks: those outputs are torch tensors).
-TORCH_DTYPES = {
-    "uint8": torch.uint8,
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-DTYPES = tuple(TORCH_DTYPES)
+#: Output dtypes by name: torch's and numpy's dtypes of the same name (numpy lacks
+#: ``bfloat16``: those outputs are torch tensors).
+DTYPES = ("uint8", "float32", "float16", "bfloat16")
 _NUMPY_DTYPES = {n: np.dtype(n) for n in DTYPES if n != "bfloat16"}  # derived, not a second map
 
 
@@ -69,7 +66,7 @@ class FrameSpec:
             object.__setattr__(self, "size", (h, w))
         if self.layout not in LAYOUTS:
             raise VideoError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.dtype not in TORCH_DTYPES:
+        if self.dtype not in DTYPES:
             raise VideoError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         for name in ("mean", "std"):
             value = getattr(self, name)
@@ -85,7 +82,9 @@ class FrameSpec:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return TORCH_DTYPES[self.dtype]
+        import torch  # lazily: worker processes read host frames without torch
+
+        return getattr(torch, self.dtype)
 
     @property
     def numpy_dtype(self) -> np.dtype | None:
@@ -114,6 +113,8 @@ class FrameSpec:
             shape = (batch, *shape)  # type: ignore[assignment]
         if device is None and self.numpy_dtype is not None:
             return np.empty(shape, dtype=self.numpy_dtype)
+        import torch
+
         return torch.empty(shape, dtype=self.torch_dtype, device=device)
 
     def check(
@@ -125,7 +126,9 @@ class FrameSpec:
         tensor on ``device``.
         """
         shape = self.shape(t, height, width)
-        if isinstance(out, torch.Tensor):
+        if _is_tensor(out):
+            import torch
+
             want = torch.device("cpu" if device is None else device)
             ok = out.device == want and out.dtype == self.torch_dtype
         elif isinstance(out, np.ndarray) and device is None:
@@ -136,7 +139,7 @@ class FrameSpec:
         if ok and tuple(out.shape) == shape:
             return
         got = f"{tuple(out.shape)} {out.dtype}"
-        if isinstance(out, torch.Tensor):
+        if _is_tensor(out):
             got += f" on {out.device}"
         need = f"{shape} {self.dtype}" + ("" if device is None else f" on {device}")
         raise VideoError(f"{where}: out is {got}, the window needs {need}")
@@ -147,8 +150,22 @@ class FrameSpec:
         ``scale = 1 / (255 * std)`` and ``shift = -mean / std``, computed in float64 and
         rounded to float32 (the values of both decoders).
         """
-        mean = torch.tensor(self.mean or (0.0, 0.0, 0.0), dtype=torch.float64)
-        std = torch.tensor(self.std or (1.0, 1.0, 1.0), dtype=torch.float64)
-        scale = (1.0 / (255.0 * std)).to(torch.float32).tolist()
-        shift = (-mean / std).to(torch.float32).tolist()
+        mean = np.array(self.mean or (0.0, 0.0, 0.0), dtype=np.float64)
+        std = np.array(self.std or (1.0, 1.0, 1.0), dtype=np.float64)
+        scale = (1.0 / (255.0 * std)).astype(np.float32).tolist()
+        shift = (-mean / std).astype(np.float32).tolist()
         return tuple(scale), tuple(shift)  # type: ignore[return-value]
+
+
+def _is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch tensor (none exists unless torch was imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TORCH_DTYPES":  # {dtype name: torch dtype}, made on first use (imports torch)
+        import torch
+
+        return {n: getattr(torch, n) for n in DTYPES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

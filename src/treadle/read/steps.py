@@ -1,0 +1,74 @@
+"""What every delivery path runs, in the loader's thread or in a worker process: exact
+steps -> samples -> reader -> finish (the torch layer's transform hook, when there is one).
+
+A loader says which samples step ``k`` holds for its rank (a *sampler*:
+``sampler(plan, step, rank, world) -> samples`` with ``.step``, ``.component``, ``.moment``
+and ``.position``); :func:`read_steps` hands the reader exactly the steps to deliver, in
+order, so its read-ahead (:meth:`treadle.read.reader.SampleReader.read_many`) reads only
+those. Nothing here imports torch: worker processes run this module without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from treadle.plan.plan import Batch, Plan
+from treadle.read.columns import output_columns
+from treadle.read.reader import SampleReader
+
+Sampler = Callable[[Plan, int, int, int], Any]
+Finish = Callable[[dict[str, Any], Any], dict[str, Any]]
+"""``finish(batch, samples) -> batch``: what runs on each batch after the read."""
+
+
+def train_samples(plan: Plan, step: int, rank: int, world: int) -> Batch:
+    """The samples of ``step`` for ``rank``: the plan's batch."""
+    return plan.batch(step, rank, world)
+
+
+def eval_positions(step: int, batch_size: int, rank: int, world: int, total: int) -> np.ndarray:
+    """Global positions (= eligible indices) rank ``rank`` reads at eval ``step``."""
+    b = batch_size // world
+    i = np.arange(step * b, (step + 1) * b, dtype=np.int64)
+    pos = rank + world * i
+    return pos[pos < total]
+
+
+@dataclass(frozen=True)
+class EvalSamples:
+    """The samples of one eval step for one rank (component 0, moments in table order)."""
+
+    step: int
+    component: np.ndarray
+    moment: np.ndarray
+    position: np.ndarray
+    """Global positions (= eligible indices): the transform's seeds come from these."""
+
+
+def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
+    """The moments rank ``rank`` reads at eval ``step``."""
+    pos = eval_positions(step, plan.batch_size, rank, world, plan.eligible(0))
+    moments = plan.eligible_moments(0, pos)
+    return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos)
+
+
+def host_reader(plan: Plan, video_threads: int = 1, backend: Any = None) -> SampleReader:
+    """A reader of ``plan``'s components (``backend``: a :mod:`treadle.gpu` backend, None
+    for CPU decode into host memory)."""
+    tables = [plan.table(c) for c in range(plan.num_components)]
+    return SampleReader(tables, output_columns(plan), video_threads=video_threads,
+                        backend=backend)  # fmt: skip
+
+
+def read_steps(
+    plan: Plan, sampler: Sampler, reader: SampleReader, steps: Iterable[int], rank: int,
+    world: int, finish: Finish | None = None,
+) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """The batches of exactly ``steps``, in order, each through ``finish`` if any."""
+    samples = (sampler(plan, step, rank, world) for step in steps)
+    for s, batch in reader.read_many(samples):
+        yield batch if finish is None else finish(batch, s)
