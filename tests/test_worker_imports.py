@@ -4,6 +4,7 @@ torch: batches are numpy arrays written into shared-memory slots, so the server'
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 from multiprocessing import forkserver
@@ -43,17 +44,24 @@ def test_import_treadle_keeps_the_torch_names_lazily():
     assert out.stdout.split() == ["False", "TrainLoader", "EvalLoader", "True"]
 
 
+def _torch_libs(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split()[-1] for line in f if "libtorch" in line}
+
+
 @pytest.mark.slow  # worker processes
-def test_the_server_workers_fork_from_has_no_torch_loaded(tmp_path):
+def test_workers_and_their_server_have_no_torch_loaded(tmp_path):
     branch = td.Client(str(tmp_path / "store"), create=True).project("p").branch()
     rng = np.random.default_rng(0)
     branch.table("t").append({"x": rng.standard_normal((40, 3), dtype=np.float32)})
     recipe = td.Recipe(seed=1, batch_size=8, components=[td.Component(branch.table("t"), None)])
-    got = list(td.TrainLoader(recipe, steps=4, workers=2))
     want = list(td.TrainLoader(recipe, steps=4))
-    assert all((g["x"] == w["x"]).all() for g, w in zip(got, want)) and len(got) == 4
-    pid = forkserver._forkserver._forkserver_pid
-    assert pid is not None
-    with open(f"/proc/{pid}/maps") as f:
-        torch_libs = {line.split()[-1] for line in f if "libtorch" in line}
-    assert not torch_libs, f"the forkserver (pid {pid}) loaded {sorted(torch_libs)}"
+    it = iter(td.TrainLoader(recipe, workers=2))  # no steps: the workers stay up, waiting
+    got = [next(it) for _ in range(4)]
+    assert all((g["x"] == w["x"]).all() for g, w in zip(got, want))
+    workers = [p for p in multiprocessing.active_children() if p.name.startswith("treadle-worker")]
+    assert len(workers) == 2
+    server = forkserver._forkserver._forkserver_pid
+    loaded = {pid: _torch_libs(pid) for pid in [server, *(p.pid for p in workers)]}
+    it.close()
+    assert not any(loaded.values()), f"torch loaded in the forkserver or a worker: {loaded}"

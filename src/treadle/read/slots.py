@@ -18,6 +18,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+from multiprocessing import reduction
 from typing import Any
 
 import numpy as np
@@ -110,3 +111,18 @@ class Slot:
             self._map.close()
             self._map = None
         os.close(self.fd)
+
+
+class SlotFd:
+    """A slot's descriptor handed to a worker at its start (multiprocessing duplicates it
+    into the worker, where it unpickles as the plain ``int``)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return _inherit, (reduction.DupFd(self.fd),)
+
+
+def _inherit(dup: Any) -> int:
+    return dup.detach()

@@ -21,11 +21,10 @@ import itertools
 import multiprocessing
 import os
 from collections.abc import Iterator
-from multiprocessing import reduction
 from typing import Any
 
 from treadle.errors import TreadleError
-from treadle.read.slots import Slot
+from treadle.read.slots import Slot, SlotFd
 from treadle.read.worker import Job, work
 
 __all__ = ["Job", "context", "read_in_processes"]
@@ -48,20 +47,6 @@ def context() -> Any:
     return ctx
 
 
-class _Fd:
-    """A file descriptor handed to a worker at start (multiprocessing duplicates it)."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def __reduce__(self) -> tuple[Any, tuple[Any]]:
-        return _inherit, (reduction.DupFd(self.fd),)
-
-
-def _inherit(dup: Any) -> int:
-    return dup.detach()
-
-
 class _Handle:
     """The loader's side of one worker: its process, pipes and slots."""
 
@@ -71,7 +56,7 @@ class _Handle:
         self.k = k
         self.inbox, out = ctx.Pipe(duplex=False)
         back, self.outbox = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=work, args=(job, k, n, out, back, [_Fd(f) for f in fds]),
+        self.proc = ctx.Process(target=work, args=(job, k, n, out, back, [SlotFd(f) for f in fds]),
                                 name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
         try:
             self.proc.start()
