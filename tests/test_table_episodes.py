@@ -150,11 +150,12 @@ def test_later_commits_read_only_the_fragments_they_change(branch, monkeypatch):
     assert t.pin().episodes().names == [f"e{i}" for i in range(13)]
 
 
-def test_a_name_another_writer_committed_is_refused_after_the_cache(local_root):
+def test_a_name_another_writer_committed_is_refused_after_the_cache(any_root):
     """The names a writer knows (carried from its own commits) do not hide the fragments
     another writer (another client: its own cache) committed in between."""
-    ours = td.Client(local_root).project("p").branch("main").table("t")
-    theirs = td.Client(local_root).project("p").branch("main").table("t")
+    root, opts = any_root
+    ours = td.Client(root, storage_options=opts).project("p").branch("main").table("t")
+    theirs = td.Client(root, storage_options=opts).project("p").branch("main").table("t")
     for i in range(3):
         ours.append_episode({"v": np.zeros(2, np.float32)}, episode=f"a{i}")
     theirs.append_episode({"v": np.ones(2, np.float32)}, episode="b")
