@@ -113,7 +113,9 @@ class LanceTables:
         before_write: Callable[[], None],
     ) -> int:
         """A new version of table ``name``: ``base``'s fragments + ``fragments``."""
-        return commit_exactly(self.uri(name), schema, base, fragments, self.options, before_write)
+        ds = commit_exactly(self.uri(name), schema, base, fragments, self.options, before_write)
+        self._datasets.setdefault((name, ds.version), ds)  # its tag and index need not reopen it
+        return ds.version
 
     # -- protection and cleanup ------------------------------------------------------------
     def protect(self, name: str, version: int) -> None:

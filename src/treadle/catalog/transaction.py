@@ -172,8 +172,9 @@ class Transaction:
             self._flush(name, st)
 
     def _flush(self, name: str, st: StagedTable) -> None:
-        lance = self.project.lance
-        st.write(lance.uri(name), lance.options, self._where(name), self._lease.beat)
+        lance, base = self.project.lance, st.base_version
+        target = lance.uri(name) if base is None else lance.open(name, base)
+        st.write(target, lance.options, self._where(name), self._lease.beat)
 
     def _store_video(
         self, table: str, column: str, stream: EncodedStream
