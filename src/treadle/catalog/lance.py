@@ -113,9 +113,11 @@ class LanceTables:
         before_write: Callable[[], None],
     ) -> int:
         """A new version of table ``name``: ``base``'s fragments + ``fragments``."""
-        ds = commit_exactly(self.uri(name), schema, base, fragments, self.options, before_write)
-        self._datasets.setdefault((name, ds.version), ds)  # its tag and index need not reopen it
-        return ds.version
+        # not cached: a dataset Lance returns from a commit shares its base's session,
+        # whose caches would then hold every version this writer ever committed
+        return commit_exactly(
+            self.uri(name), schema, base, fragments, self.options, before_write
+        ).version
 
     # -- protection and cleanup ------------------------------------------------------------
     def protect(self, name: str, version: int) -> None:
