@@ -108,6 +108,8 @@ def _append(
             read_version=base.version,
             storage_options=options,
         )
+    except OSError:
+        return None  # a transient I/O fault too: whatever landed, the explicit list is exact
     except Exception as e:
         if "onflict" in str(e) or "already exists" in str(e):
             return None
