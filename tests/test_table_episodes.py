@@ -7,6 +7,8 @@ the table and the column, never an episode index with made-up boundaries.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lance
 import numpy as np
 import pyarrow as pa
@@ -108,3 +110,76 @@ def test_corrupt_episode_columns_are_named(branch, episode, frame, column):
         table.episodes()
     with pytest.raises(CorruptData, match=rf"table 't'.*column '{column}'"):
         td.Recipe(seed=0, batch_size=1, components=[td.Component(table)]).plan()
+
+
+def _data_files(table):
+    return {f.metadata.files[0].path for f in table.pin().dataset.get_fragments()}
+
+
+def _on_disk(branch):
+    return {p.name for p in (Path(branch.project.table_uri("t")) / "data").glob("*.lance")}
+
+
+def test_later_commits_read_only_the_fragments_they_change(branch, monkeypatch):
+    """A writer's commits check new episode names against the stored episode index, not
+    the table's rows: after its first commit, a commit scans no version of the table and
+    reads only fragments it writes or compaction rewrites (never the whole table)."""
+    t = branch.table("t")
+    t.append_episode({"v": np.zeros(3, np.float32)}, episode="e0")
+    scans, reads = [], set()
+    real_ds, real_frag = lance.LanceDataset.scanner, lance.LanceFragment.scanner
+
+    def ds_scanner(self, *a, **k):
+        scans.append((self.version, k.get("columns"), k.get("filter")))
+        return real_ds(self, *a, **k)
+
+    def frag_scanner(self, *a, **k):
+        reads.add(self.metadata.files[0].path)
+        return real_frag(self, *a, **k)
+
+    monkeypatch.setattr(lance.LanceDataset, "scanner", ds_scanner)
+    monkeypatch.setattr(lance.LanceFragment, "scanner", frag_scanner)
+    for i in range(1, 13):
+        before, files = _data_files(t), _on_disk(branch)
+        reads.clear()
+        t.append_episode({"v": np.full(3, i, np.float32)}, episode=f"e{i}")
+        written = _on_disk(branch) - files  # its new fragment and what compaction wrote
+        assert scans == [], f"commit {i} scanned the table: {scans}"
+        assert reads <= (before - _data_files(t)) | written, f"commit {i} read old fragments"
+    monkeypatch.undo()
+    assert t.pin().episodes().names == [f"e{i}" for i in range(13)]
+
+
+def test_a_name_another_writer_committed_is_refused_after_the_cache(any_root):
+    """The names a writer knows (carried from its own commits) do not hide the fragments
+    another writer (another client: its own cache) committed in between."""
+    root, opts = any_root
+    ours = td.Client(root, storage_options=opts).project("p").branch("main").table("t")
+    theirs = td.Client(root, storage_options=opts).project("p").branch("main").table("t")
+    for i in range(3):
+        ours.append_episode({"v": np.zeros(2, np.float32)}, episode=f"a{i}")
+    theirs.append_episode({"v": np.ones(2, np.float32)}, episode="b")
+    head = ours.pin().commit_id
+    with pytest.raises(AlreadyExists, match=r"table 't'.*already has episode 'b'"):
+        ours.append_episode({"v": np.zeros(4, np.float32)}, episode="b")
+    with pytest.raises(AlreadyExists, match=r"already has episode 'a1'"):
+        theirs.append_episode({"v": np.zeros(4, np.float32)}, episode="a1")
+    ours.append_episode({"v": np.zeros(1, np.float32)}, episode="c")
+    assert ours.pin().commit_id != head
+    assert ours.pin().episodes().names == ["a0", "a1", "a2", "b", "c"]
+
+
+def test_a_table_without_stored_episode_index_still_refuses_duplicates(local_root):
+    """A table written before treadle stored episode indexes (here: its objects deleted)
+    is checked too: each fragment's names are computed from that fragment, once."""
+    t = td.Client(local_root).project("p").branch("main").table("t")
+    for name in ("a", "b"):
+        t.append_episode({"v": np.zeros(2, np.float32)}, episode=name)
+    stored = Path(local_root) / "projects/p/episodes/t"
+    for obj in stored.glob("*.json"):
+        obj.unlink()
+    old = td.Client(local_root).project("p").branch("main").table("t")
+    with pytest.raises(AlreadyExists, match="already has episode 'a'"):
+        old.append_episode({"v": np.ones(3, np.float32)}, episode="a")
+    old.append_episode({"v": np.ones(3, np.float32)}, episode="c")
+    assert old.pin().episodes().names == ["a", "b", "c"]

@@ -7,7 +7,9 @@ owns:
   (:class:`~treadle.catalog.lru.Lru`: a long-lived writer opens a version per commit, memory
   stays flat), or read fresh from storage (what gc checks);
 - **episode indexes**, cached per version beside the open versions (computed by
-  :func:`treadle.table.episode_store.compute_episode_index`);
+  :func:`treadle.table.episode_store.compute_episode_index`), and the episode names of
+  each table's fragments a commit checks new names against
+  (:class:`~treadle.table.episode_names.EpisodeNames`);
 - **committing** a version that lists exactly a base's fragments + new ones
   (:mod:`treadle.table.lancecommit`);
 - **protection and cleanup**: the ``treadle-v<N>`` tags that keep a version from Lance's
@@ -30,6 +32,7 @@ from lance.fragment import FragmentMetadata
 
 from treadle.catalog import retention
 from treadle.catalog.lru import Lru
+from treadle.table.episode_names import EpisodeNames
 from treadle.table.episode_store import compute_episode_index
 from treadle.table.episodes import EpisodeIndex
 from treadle.table.lancecommit import commit_exactly
@@ -50,6 +53,7 @@ class LanceTables:
         self.project = project
         self._datasets: Lru[tuple[str, int], lance.LanceDataset] = Lru(_OPEN_VERSIONS)
         self._episodes: Lru[tuple[str, int], EpisodeIndex] = Lru(_OPEN_VERSIONS)
+        self.episode_names = EpisodeNames()  # what commits check new episode names against
 
     @property
     def options(self) -> dict[str, str] | None:
@@ -109,7 +113,11 @@ class LanceTables:
         before_write: Callable[[], None],
     ) -> int:
         """A new version of table ``name``: ``base``'s fragments + ``fragments``."""
-        return commit_exactly(self.uri(name), schema, base, fragments, self.options, before_write)
+        # not cached: a dataset Lance returns from a commit shares its base's session,
+        # whose caches would then hold every version this writer ever committed
+        return commit_exactly(
+            self.uri(name), schema, base, fragments, self.options, before_write
+        ).version
 
     # -- protection and cleanup ------------------------------------------------------------
     def protect(self, name: str, version: int) -> None:

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from treadle.catalog.commit import Commit
 from treadle.catalog.leases import Lease, mark_used
@@ -173,8 +172,9 @@ class Transaction:
             self._flush(name, st)
 
     def _flush(self, name: str, st: StagedTable) -> None:
-        lance = self.project.lance
-        st.write(lance.uri(name), lance.options, self._where(name), self._lease.beat)
+        lance, base = self.project.lance, st.base_version
+        target = lance.uri(name) if base is None else lance.open(name, base)
+        st.write(target, lance.options, self._where(name), self._lease.beat)
 
     def _store_video(
         self, table: str, column: str, stream: EncodedStream
@@ -213,7 +213,8 @@ class Transaction:
                 if now != bases[name] or name not in versions:
                     versions[name] = self._version(name, st, now, head.commit_id)
                     bases[name] = now
-                    store_episode_index(project, name, versions[name], now)
+                    stored = store_episode_index(project, name, versions[name], now)
+                    project.lance.episode_names.remember(name, stored)
             tables = dict(head_commit.tables)
             tables.update(versions)
             commit = Commit.create([head.commit_id], self.message, tables)
@@ -234,7 +235,7 @@ class Transaction:
         project = self.project
         ds = None if now is None else project.lance.open(name, now)
         if ds is not None:
-            _check_base(ds, st, name, project.name, head_id)
+            _check_base(project, ds, st, name, head_id)
         try:
             return _lance_commit(project, name, st, ds, self._lease.beat)
         except OSError as e:
@@ -262,25 +263,23 @@ class Transaction:
             )
 
 
-def _check_base(ds: Any, st: StagedTable, name: str, project: str, commit_id: str) -> None:
+def _check_base(project: Project, ds: Any, st: StagedTable, name: str, commit_id: str) -> None:
     """The rows of ``st`` can go on top of ``ds`` (the table at the branch head): same
     schema, tensor shapes included, and none of the same episode names."""
-    where = f"table {name!r} of project {project!r} (commit {commit_id[:8]})"
+    where = f"table {name!r} of project {project.name!r} (commit {commit_id[:8]})"
     diff = schema_difference(ds.schema, st.schema)
     if diff is not None:
         raise CommitConflict(
             f"{where} was written by another writer with a different schema: {diff}; "
             "nothing was committed"
         )
-    if st.episodes and EPISODE in ds.schema.names:
-        # every episode has one frame 0: filtering on it reads the small frame column and
-        # only the episode names, not every row's name
-        have = ds.to_table(columns=[EPISODE], filter=f"{FRAME} = 0").column(EPISODE)
-        wanted = pa.array(sorted(st.episodes), have.type)
-        hit = pc.filter(have, pc.is_in(have, value_set=wanted))
-        if len(hit):
+    if st.episodes and EPISODE in ds.schema.names and FRAME in ds.schema.names:
+        # the names each fragment's stored episode index holds, not the rows: O(fragments)
+        version = f"table {name!r} of project {project.name!r} (v{ds.version})"
+        hit = project.lance.episode_names.taken(project, name, ds, st.episodes, version)
+        if hit:
             raise AlreadyExists(
-                f"{where} already has episode {hit[0].as_py()!r}; episode names must be "
+                f"{where} already has episode {hit[0]!r}; episode names must be "
                 "unique in a table; nothing was committed"
             )
 

@@ -116,25 +116,29 @@ def scan_fragment(fragment: Any, where: str) -> FragmentRuns:
     return FragmentRuns(file, len(frames), first, idx.names, idx.lengths.tolist())
 
 
-def _fragment_runs(table: Table, fragment: Any) -> FragmentRuns:
+def fragment_runs(project: Any, name: str, fragment: Any, where: str) -> FragmentRuns:
+    """The stored runs of one fragment of table ``name`` (checked against the fragment),
+    computed from the fragment alone and stored when it has none; ``where`` names the
+    table version."""
     meta = fragment.metadata
-    store = table.project.client.store
-    key = fragment_key(table.project.prefix, table.name, meta)
+    store = project.client.store
+    key = fragment_key(project.prefix, name, meta)
     rows = meta.physical_rows - meta.num_deletions
-    where = f"{_where(table)}: episode index {key}"
+    obj = f"{where}: episode index {key}"
     try:
-        runs = FragmentRuns.decode(store.get(key), _file(meta), where)
+        runs = FragmentRuns.decode(store.get(key), _file(meta), obj)
     except NotFound:
-        runs = scan_fragment(fragment, f"{_where(table)}, fragment {meta.id}")
+        runs = scan_fragment(fragment, f"{where}, fragment {meta.id}")
         store.put(key, runs.encode())
     if runs.rows != rows:
         raise CorruptData(
-            f"{where} holds {runs.rows} rows, the fragment {rows}; delete it to have it recomputed"
+            f"{obj} holds {runs.rows} rows, the fragment {rows}; delete it to have it recomputed"
         )
     return runs
 
 
-def _fragments(ds: Any, where: str) -> list[Any]:
+def fragments(ds: Any, where: str) -> list[Any]:
+    """The fragments of a Lance version (a failure named by ``where``)."""
     try:
         return ds.get_fragments()
     except (OSError, pa.ArrowException) as e:
@@ -142,11 +146,12 @@ def _fragments(ds: Any, where: str) -> list[Any]:
 
 
 def _all_runs(table: Table) -> list[FragmentRuns]:
-    frags = _fragments(table.dataset, _where(table))
+    where = _where(table)
+    frags = fragments(table.dataset, where)
     if len(frags) <= 1:
-        return [_fragment_runs(table, f) for f in frags]
+        return [fragment_runs(table.project, table.name, f, where) for f in frags]
     with ThreadPoolExecutor(min(_THREADS, len(frags)), thread_name_prefix="treadle-ep") as pool:
-        return list(pool.map(lambda f: _fragment_runs(table, f), frags))
+        return list(pool.map(lambda f: fragment_runs(table.project, table.name, f, where), frags))
 
 
 def join_runs(parts: list[FragmentRuns], where: str) -> EpisodeIndex:
@@ -196,23 +201,29 @@ def compute_episode_index(table: Table) -> EpisodeIndex:
     return stored_episode_index(table)
 
 
-def store_episode_index(project: Any, name: str, version: int, base: int | None) -> None:
+def store_episode_index(
+    project: Any, name: str, version: int, base: int | None
+) -> dict[str, FragmentRuns]:
     """Store the runs of the fragments of table ``name`` at ``version`` that its ``base``
     version lacks (a commit's new and compacted fragments; scanned from those fragments
-    alone): a later read of this version scans nothing. Cost: O(what the commit wrote)."""
+    alone): a later read of this version scans nothing. Cost: O(what the commit wrote).
+    Returns what it stored, by object key."""
     ds = project.open_dataset(name, version)
     if EPISODE not in ds.schema.names or FRAME not in ds.schema.names:
-        return
+        return {}
     where = f"table {name!r} of project {project.name!r} (v{version})"
     prefix = project.prefix
     known = set()
     if base is not None:
         known = {
             fragment_key(prefix, name, f.metadata)
-            for f in _fragments(project.open_dataset(name, base), where)
+            for f in fragments(project.open_dataset(name, base), where)
         }
     store = project.client.store
-    for f in _fragments(ds, where):
+    stored: dict[str, FragmentRuns] = {}
+    for f in fragments(ds, where):
         key = fragment_key(prefix, name, f.metadata)
         if key not in known:
-            store.put(key, scan_fragment(f, f"{where}, fragment {f.metadata.id}").encode())
+            stored[key] = scan_fragment(f, f"{where}, fragment {f.metadata.id}")
+            store.put(key, stored[key].encode())
+    return stored

@@ -43,25 +43,31 @@ def commit_exactly(
     new: list[FragmentMetadata],
     options: dict | None,
     before_write: Callable[[], None] = lambda: None,
-) -> int:
-    """A new Lance version holding ``base``'s fragments + ``new`` (compacted); its number.
+) -> lance.LanceDataset:
+    """A new Lance version holding ``base``'s fragments + ``new`` (compacted), opened.
 
     ``before_write`` runs before compaction writes data files (a transaction's gc lease).
     """
     # Append keeps the base's schema: a write that changes it (metadata such as the
     # table's fps included) lists the fragments under the new schema instead
     same = base is not None and base.schema.equals(schema, check_metadata=True)
-    version = _append(uri, base, new, options) if same else None
-    if version is None:
+    ds = _append(base, new, options) if same else None
+    if ds is None:
         listed = [f.metadata for f in base.get_fragments()] if base is not None else []
-        version = overwrite(uri, schema, listed + new, options)
-    return _compact_tail(uri, schema, version, options, before_write)
+        ds = _overwrite(uri, schema, listed + new, options)
+    return _compact_tail(uri, schema, ds, options, before_write)
 
 
 def overwrite(
     uri: str, schema: pa.Schema, fragments: list[FragmentMetadata], options: dict | None
 ) -> int:
     """A new version listing exactly ``fragments`` (renumbered), whatever is latest."""
+    return _overwrite(uri, schema, fragments, options).version
+
+
+def _overwrite(
+    uri: str, schema: pa.Schema, fragments: list[FragmentMetadata], options: dict | None
+) -> lance.LanceDataset:
     last: Exception | None = None
     for _ in range(100):
         try:
@@ -75,7 +81,7 @@ def overwrite(
                 read_version=latest,
                 storage_options=options,
             )
-            return ds.version
+            return ds
         except Exception as e:  # Lance raises CommitConflictError (and OSError on races)
             if "onflict" not in str(e) and "already exists" not in str(e):
                 raise
@@ -85,24 +91,30 @@ def overwrite(
 
 
 def _append(
-    uri: str, base: lance.LanceDataset, new: list[FragmentMetadata], options: dict | None
-) -> int | None:
-    """``Append`` on top of ``base`` if it is the latest version and nothing else commits
-    meanwhile; None otherwise (then the caller lists the fragments explicitly)."""
-    if base.latest_version != base.version:
-        return None
+    base: lance.LanceDataset, new: list[FragmentMetadata], options: dict | None
+) -> lance.LanceDataset | None:
+    """``Append`` read at ``base``, if no other version came after it; None otherwise
+    (then the caller lists the fragments explicitly).
+
+    Committing through the opened ``base`` (not its uri) and without first asking for
+    the latest version keeps Lance from listing ``_versions/`` before the commit. Lance
+    itself finds any version written after ``base`` (a conflict raises; an ``Append``
+    rebases on it): such a version's number is not ``base + 1``, so it is not ours.
+    """
     try:
         ds = lance.LanceDataset.commit(
-            uri,
+            base,
             lance.LanceOperation.Append(new),
             read_version=base.version,
             storage_options=options,
         )
+    except OSError:
+        return None  # a transient I/O fault too: whatever landed, the explicit list is exact
     except Exception as e:
         if "onflict" in str(e) or "already exists" in str(e):
             return None
         raise
-    return ds.version if ds.version == base.version + 1 else None
+    return ds if ds.version == base.version + 1 else None
 
 
 def merge_run(rows: list[int], sizes: list[int]) -> int:
@@ -124,26 +136,30 @@ def merge_run(rows: list[int], sizes: list[int]) -> int:
 
 
 def _compact_tail(
-    uri: str, schema: pa.Schema, version: int, options: dict | None, before_write: Callable
-) -> int:
-    ds = lance.dataset(uri, version=version, storage_options=options)
+    uri: str,
+    schema: pa.Schema,
+    ds: lance.LanceDataset,
+    options: dict | None,
+    before_write: Callable,
+) -> lance.LanceDataset:
+    version = ds.version
     frags = ds.get_fragments()
     metas = [f.metadata for f in frags]
     rows = [m.physical_rows - m.num_deletions for m in metas]
     sizes = [sum(df.file_size_bytes or 0 for df in m.files) for m in metas]
     j = merge_run(rows, sizes)
     if j >= len(frags):
-        return version
+        return ds
     try:
         data = pa.concat_tables([f.to_table() for f in frags[j:]])
     except (OSError, pa.ArrowException):
-        return version  # a staged file gc took: the commit's own check names it
+        return ds  # a staged file gc took: the commit's own check names it
     before_write()
-    merged = write_fragments(data, uri, schema=schema, storage_options=options)
+    merged = write_fragments(data, ds, schema=schema, storage_options=options)
     keep_ids = [m.id for m in metas[:j]]
     try:
         out = lance.LanceDataset.commit(
-            uri,
+            ds,
             lance.LanceOperation.Rewrite(
                 [lance.LanceOperation.RewriteGroup(metas[j:], merged)], []
             ),
@@ -152,8 +168,8 @@ def _compact_tail(
         )
         ids = [f.fragment_id for f in out.get_fragments()]
         if out.version == version + 1 and ids[:j] == keep_ids and len(ids) == j + len(merged):
-            return out.version
+            return out
     except Exception as e:
         if "onflict" not in str(e) and "already exists" not in str(e):
             raise
-    return overwrite(uri, schema, metas[:j] + merged, options)  # raced: list it explicitly
+    return _overwrite(uri, schema, metas[:j] + merged, options)  # raced: list it explicitly

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
@@ -77,9 +78,14 @@ class StagedTable:
             )
 
     def write(
-        self, uri: str, options: dict | None, where: str, before_write: Callable[[], None]
+        self,
+        target: str | lance.LanceDataset,
+        options: dict | None,
+        where: str,
+        before_write: Callable[[], None],
     ) -> None:
-        """Write the rows in memory as Lance data files of ``uri`` no version lists yet.
+        """Write the rows in memory as Lance data files of ``target`` (a uri, or the
+        opened base version: then Lance does not look up the latest) no version lists yet.
 
         ``before_write`` runs first (a transaction's gc lease). ``where`` names the table
         ("table 't' of project 'p'"); a table another writer created with a different
@@ -91,7 +97,7 @@ class StagedTable:
         self.pending, self.pending_bytes = [], 0
         before_write()
         try:
-            frags = write_fragments(data, uri, schema=self.schema, storage_options=options)
+            frags = write_fragments(data, target, schema=self.schema, storage_options=options)
         except OSError as e:
             if "different schema" not in str(e):
                 raise lance_error(e, f"writing {where} (nothing was committed)") from None
