@@ -40,11 +40,19 @@ def _proc_cpu(pid: int) -> float:
     except OSError:
         return 0.0
     fields = text[text.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+    # utime + stime + cutime + cstime: a descendant that exited and was reaped (a worker
+    # forked from the forkserver) keeps counting, in its parent
+    return sum(int(x) for x in fields[11:15]) / _TICK
+
+
+def _self_cpu() -> float:
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
 
 
 def tree_cpu(pid: int | None = None, exclude: Iterable[int] = ()) -> float:
-    """CPU seconds used so far by ``pid`` (default: this process) and its live descendants."""
+    """CPU seconds used so far by ``pid`` (default: this process) and its descendants, live
+    ones and those that exited and were waited for."""
     skip = set(exclude)
     root = os.getpid() if pid is None else pid
     if root == os.getpid() and not os.path.exists("/proc/self/stat"):
@@ -54,7 +62,7 @@ def tree_cpu(pid: int | None = None, exclude: Iterable[int] = ()) -> float:
         p = todo.pop()
         if p in skip:
             continue
-        total += time.process_time() if p == os.getpid() else _proc_cpu(p)
+        total += _self_cpu() if p == os.getpid() else _proc_cpu(p)
         todo += _children(p)
     return total
 

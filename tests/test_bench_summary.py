@@ -7,6 +7,7 @@ exactly that rate; every number below is chosen, none is measured.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -185,3 +186,19 @@ def test_a_case_that_failed_whole_is_a_row_not_a_crash(report):
     got = report.summarise([failed, *mix_results(), *video_results()])
     assert not [s for s in got if s["goal"] == "s3"]
     assert report.cells(failed)[0] == "failed: RuntimeError"
+
+
+def test_tree_cpu_keeps_the_cpu_of_descendants_that_exited():
+    """Workers fork from a forkserver and exit before the loader's run is measured: their CPU
+    must still count (before, only live processes counted: a run's CPU came out negative
+    when a worker from the previous run exited during it)."""
+    from benchlib import tree_cpu
+
+    burn = (
+        "import subprocess, sys, time\n"
+        "code = 'import time\\nwhile time.process_time() < 0.3: pass'\n"
+        "subprocess.run([sys.executable, '-c', code], check=True)\n"
+    )
+    c0 = tree_cpu()
+    subprocess.run([sys.executable, "-c", burn], check=True)  # a grandchild burns 0.3 CPU-s
+    assert tree_cpu() - c0 >= 0.3
