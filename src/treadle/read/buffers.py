@@ -17,6 +17,7 @@ allocated as before).
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,8 @@ DEFAULT_BUFFERS = 6
 
 
 class BufferPool:
-    """Host batch buffers by shape and dtype, at most ``max_buffers`` kept. Not
-    thread-safe: one reader thread takes from it."""
+    """Host batch buffers by shape and dtype, at most ``max_buffers`` kept. Thread-safe: the
+    reader prepares the next batches' buffers on its take threads."""
 
     def __init__(self, max_buffers: int = DEFAULT_BUFFERS):
         self.max_buffers = int(max_buffers)
@@ -37,6 +38,7 @@ class BufferPool:
         self._items: list[np.ndarray] = [np.empty(1)]
         self._free_refs = self._refs(0)
         self._items = []
+        self._lock = threading.Lock()
 
     def _refs(self, i: int) -> int:
         return sys.getrefcount(self._items[i])
@@ -47,6 +49,10 @@ class BufferPool:
 
         No loop variable holds a buffer here: it would count as a reference."""
         dtype = np.dtype(dtype)
+        with self._lock:  # take threads must never both see one buffer free (free-threaded builds)
+            return self._take(shape, dtype)
+
+    def _take(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         items, spare = self._items, -1
         for i in range(len(items)):
             if self._refs(i) > self._free_refs:
