@@ -22,6 +22,7 @@ from treadle.errors import CorruptData
 from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
 from treadle.video.fetch import FetchedWindow
 from treadle.video.frames import FrameSpec
+from treadle.video.sws import DirectScaler
 from treadle.video.window import WindowPlan
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class Decoder:
     context takes them in place; a frame-threaded one keeps its state in its worker
     threads' copies, so it is replaced unless the tags are the same as the last stream's
     (a fresh context costs ~1.5 ms at 224x224, its first frame's buffer allocations).
+    Frames it covers are converted straight into the batch (:class:`DirectScaler`).
     """
 
     def __init__(self, threads: int = 1):
@@ -50,6 +52,7 @@ class Decoder:
         self._stream: object = None
         self._tags: Tags | None = None
         self.reformatter = VideoReformatter()
+        self.direct = DirectScaler()
 
     def context(self, stream: object = None, tags: Tags | None = None) -> Any:
         """The context for a window of ``stream`` (any identity, e.g. its object key;
@@ -116,7 +119,7 @@ def decode_window(
     """
     slots = plan.slots()
     ctx = decoder.context(stream, tags)
-    rf = decoder.reformatter
+    rf, direct = decoder.reformatter, decoder.direct
     scaler = _scaler(size, tags)
 
     def take(frames: list[Any]) -> None:
@@ -124,8 +127,12 @@ def decode_window(
             js = slots.pop(frame.pts, None)
             if js is None:
                 continue  # warm-up frame (before the window in decode or display order)
-            arr = rf.reformat(frame, **scaler).to_ndarray()
-            for j in js:
+            if direct.convert(frame, frames_out[js[0]], scaler, rf):
+                arr = frames_out[js[0]]
+            else:
+                arr = rf.reformat(frame, **scaler).to_ndarray()
+                frames_out[js[0]] = arr
+            for j in js[1:]:
                 frames_out[j] = arr
 
     current = -1
