@@ -323,6 +323,32 @@ def test_device_selection(project):
             td.TrainLoader(plan, device="cuda")
 
 
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ({"action": td.Rows(range(4))}, {"action": td.Rows(range(2))}),
+        ({"cam": td.Video(range(4))}, {"cam": td.Video(range(2))}),
+        ({"cam": td.Video(range(2))}, {"cam": td.Video(range(2), dtype="float32")}),
+        ({"cam": td.Video(range(2))}, {"cam": td.Video(range(2), layout="TCHW")}),
+    ],
+)
+def test_components_whose_windows_cannot_stack_fail_at_the_loader(project, a, b):
+    """Before: the loader was made and ran until the first batch mixing both components
+    (step 164 with weights 0.999/0.001), then raised; for video, advice to give size=."""
+    _, branch = project
+    rec = td.Recipe(
+        seed=3,
+        batch_size=6,
+        components=[
+            td.Component(branch.table("failed"), td.Windows(a), weight=0.999),
+            td.Component(branch.table("nominal"), td.Windows(b), weight=0.001),
+        ],
+    )
+    col = next(iter(a))
+    with pytest.raises(td.PlanError, match=f"column {col!r}: component 0 gives windows"):
+        td.TrainLoader(rec, steps=3000)
+
+
 def test_scan_dataset_refuses_forked_workers(project):
     _, branch = project
     ds = td.ScanDataset(branch.table("failed").pin().scan_request(["action"]), batch_size=4)
