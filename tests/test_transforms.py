@@ -122,6 +122,25 @@ def test_bad_transforms_are_named_errors(project):
         next(iter(td.EvalLoader(comp, 4, transform=_drop_one)))
 
 
+def _fail_at_step_1(batch, seeds):
+    if int(seeds[0]) == int(sample_seeds(2048, np.array([4]))[0]):  # step 1's first sample
+        raise ValueError("bad sample")
+    return batch
+
+
+def test_an_error_in_a_transform_names_its_step(project):
+    """The user's exception comes through as itself, with a note naming the step (before,
+    neither the message nor a note said which batch: a long run could not be replayed)."""
+    root, branch = project
+    plan = recipe(branch, batch_size=4, seed=2048).plan()
+    got = []
+    with pytest.raises(ValueError, match="bad sample") as e:
+        for b in td.TrainLoader(plan, steps=3, transform=_fail_at_step_1):
+            got.append(b)
+    assert len(got) == 1
+    assert "in the transform at step 1" in getattr(e.value, "__notes__", [])
+
+
 def test_augmentations_are_seeded_and_vectorised():
     rng = np.random.default_rng(0)
     video = rng.integers(0, 256, (5, 3, 20, 24, 3), dtype=np.uint8)

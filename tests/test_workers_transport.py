@@ -134,6 +134,7 @@ def test_an_error_in_a_worker_is_raised_with_its_message_at_its_step(mix):
             got.append(b)
     assert len(got) == 2 and loader.step == 2
     assert any("treadle worker process 0" in n for n in getattr(e.value, "__notes__", []))
+    assert "in the transform at step 2" in getattr(e.value, "__notes__", [])
 
 
 def test_workers_fork_from_a_server_and_end_when_the_loader_closes(mix):

@@ -59,7 +59,35 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
                 f"components must give the same columns to stack a batch: component 0 gives "
                 f"{names[0]}, component {c} gives {n}"
             )
+    _check_stackable(per)
     return per
+
+
+def _window_shape(cs: ColumnSpec) -> tuple[Any, ...] | None:
+    """What a column's spec fixes of its batch shape and dtype (frame sizes and a table's
+    own column shapes are checked as the rows arrive)."""
+    spec = cs.spec
+    if spec is None:
+        return None
+    t = len(spec.offsets if spec.offsets is not None else spec.seconds or ())
+    if isinstance(spec, Video):
+        return ("video", t, spec.layout, spec.dtype, cs.at_moment)
+    return ("rows", t)
+
+
+def _check_stackable(per: list[list[ColumnSpec]]) -> None:
+    """Fail at plan time, not at the first batch that mixes them, on components whose
+    windows of one column cannot stack (window length, video layout or dtype)."""
+    first = {cs.name: cs for cs in per[0]}
+    for c, specs in enumerate(per[1:], start=1):
+        for cs in specs:
+            a, b = _window_shape(first[cs.name]), _window_shape(cs)
+            if a != b:
+                raise PlanError(
+                    f"column {cs.name!r}: component 0 gives windows {first[cs.name].spec}, "
+                    f"component {c} gives {cs.spec}; their batches cannot stack (window "
+                    "length, layout and dtype must agree)"
+                )
 
 
 def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnSpec]:

@@ -49,7 +49,11 @@ def run_transform(
     if fn is None:
         return batch
     b = len(positions)
-    out = fn(batch, sample_seeds(seed, positions))
+    try:
+        out = fn(batch, sample_seeds(seed, positions))
+    except Exception as e:  # the user's own error, kept as it is: say which batch it hit
+        e.add_note(f"in the transform at {where}")
+        raise
     if not isinstance(out, dict):
         raise PlanError(f"transform at {where} returned {type(out).__name__}, not a dict batch")
     for k, v in out.items():
