@@ -349,26 +349,22 @@ def test_components_whose_windows_cannot_stack_fail_at_the_loader(project, a, b)
         td.TrainLoader(rec, steps=3000)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two live iterators of one TrainLoader share its step count: each continues its "
-    "own sequence, so a step is delivered twice, one never, and state_dict() skips it",
-)
-def test_two_live_iterators_of_one_loader_keep_the_state_exact(project):
+def test_an_older_live_iterator_of_a_loader_stops_and_the_state_stays_exact(project):
+    """Two live iterators of one TrainLoader share its step count: before, each went on with
+    its own sequence (steps [0, 1, 1]: one delivered twice, step 2 never, and state_dict()
+    said 3). Now the older one stops with an error and the newest delivers every step once."""
     _, branch = project
     want = [b["_moment"] for b in td.TrainLoader(recipe(branch, batch_size=4), steps=4)]
     loader = td.TrainLoader(recipe(branch, batch_size=4), steps=4)
-    first, second = iter(loader), None
+    first = iter(loader)
     got = [next(first)["_moment"]]
     second = iter(loader)  # e.g. a peek with next(iter(loader)) kept alive, then a loop
     got.append(next(second)["_moment"])
-    try:
-        got.append(next(first)["_moment"])
-    except td.TreadleError:  # refusing the stale iterator would be exact too
-        return
-    step = loader.state_dict()["step"]
-    # every step before the resume point was delivered, and none twice
-    assert sorted(m.tolist() for m in got) == sorted(m.tolist() for m in want[:step])
+    with pytest.raises(td.PlanError, match="iterated again"):
+        next(first)
+    assert loader.state_dict()["step"] == 2
+    got += [b["_moment"] for b in second]
+    assert [m.tolist() for m in got] == [m.tolist() for m in want]
 
 
 def test_scan_dataset_refuses_forked_workers(project):

@@ -85,12 +85,26 @@ class StepLoader:
         return max(0, self.steps - self._next_step)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        # One live iterator: an older one that is still iterated would deliver steps the
+        # newer one also delivers (they share the step count), so it stops with an error.
+        self._iterators = mine = getattr(self, "_iterators", 0) + 1
         source = self._processes() if self.workers else self._thread()
         pin = self.device.type == "cuda"
-        for arrays in source:
-            batch = to_torch(arrays, self.device, pin)
-            self._next_step += 1
-            yield batch
+        try:
+            for arrays in source:
+                if self._iterators != mine:
+                    raise PlanError(
+                        f"this {type(self).__name__} was iterated again (iter() at step "
+                        f"{self._next_step}): an older iterator of it cannot go on; use the "
+                        "newest one"
+                    )
+                batch = to_torch(arrays, self.device, pin)
+                self._next_step += 1
+                yield batch
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
 
     def _steps(self) -> Iterable[int]:
         start = self._next_step
