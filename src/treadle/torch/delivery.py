@@ -72,6 +72,7 @@ class StepLoader:
         self.prefetch, self.workers = int(prefetch), int(workers)
         self.video_threads = int(video_threads)
         self._next_step = 0
+        self._iterators = 0  # how many times this loader was iterated: the newest one runs
 
     @property
     def step(self) -> int:
@@ -87,7 +88,8 @@ class StepLoader:
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         # One live iterator: an older one that is still iterated would deliver steps the
         # newer one also delivers (they share the step count), so it stops with an error.
-        self._iterators = mine = getattr(self, "_iterators", 0) + 1
+        self._iterators += 1
+        mine = self._iterators
         source = self._processes() if self.workers else self._thread()
         pin = self.device.type == "cuda"
         try:
