@@ -1,8 +1,8 @@
 """The direct libswscale path (:mod:`treadle.video.sws`) gives the bytes PyAV's
 ``reformat`` gives, on frames of H.264 files PyAV/FFmpeg encoded with colour tags
-(BT.709, BT.601, untagged; limited and full range), at sizes it covers and at odd
-sizes and resizes it must leave to ``reformat``; and :func:`decode_window` gives the
-same batch either way."""
+(BT.709, BT.601, untagged; limited and full range; 4:2:0, 4:2:2, 4:4:4 and 10-bit), at
+sizes and resizes it covers and at the widths and addresses it must leave to
+``reformat``; and :func:`decode_window` gives the same batch either way."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from av.video.reformatter import VideoReformatter
 
 from treadle.video import decode
 from treadle.video._testing import synthetic_frames
-from treadle.video.sws import DirectScaler, _lib
+from treadle.video.ffmpeg import api
+from treadle.video.sws import DirectScaler
 
 # (colorspace, color_range) tagged on the encode
 TAGS = [(1, 1), (1, 2), (6, 1), (6, 2), (2, 0)]
@@ -51,11 +52,13 @@ def _frames(data: bytes) -> list[av.VideoFrame]:
         (96, 64, None, True),
         (98, 66, None, False),  # width not a multiple of 16
         (642, 482, None, False),
-        (224, 224, (112, 160), False),  # resize
+        (224, 224, (112, 160), True),  # a resize, to a width that is a multiple of 16
+        (224, 224, (112, 150), False),  # a resize to another width
+        (98, 66, (64, 96), True),  # an odd source size, resized
     ],
 )
 def test_direct_matches_reformat(w, h, size, covered, tags):
-    assert _lib() is not None, "libswscale bundled with PyAV not found"
+    assert api() is not None, "FFmpeg bundled with PyAV not found or not checked"
     frames = _frames(_encode(w, h, tags))
     assert {f.format.name for f in frames} == {"yuvj420p" if tags[1] == 2 else "yuv420p"}
     scaler = decode._scaler(size or (h, w), tags)
@@ -79,8 +82,23 @@ def test_direct_refuses_strided_destination():
 
 
 @pytest.mark.parametrize("tags", [(1, 1), (6, 2)])
-def test_yuv444p_stays_on_reformat(tags):
-    frames = _frames(_encode(224, 224, tags, "yuv444p"))
+@pytest.mark.parametrize("pix_fmt", ["yuv444p", "yuv422p", "yuv420p10le"])
+def test_other_pixel_formats_match_reformat(tags, pix_fmt):
+    frames = _frames(_encode(224, 224, tags, pix_fmt))
     scaler = decode._scaler((224, 224), tags)
+    rf, direct = VideoReformatter(), DirectScaler()
     out = np.zeros((224, 224, 3), np.uint8)
+    for f in frames:
+        assert direct.convert(f, out, scaler, rf)
+        np.testing.assert_array_equal(out, rf.reformat(f, **scaler).to_ndarray())
+
+
+def test_misaligned_destination_stays_on_reformat():
+    frames = _frames(_encode(224, 224, (6, 1)))
+    scaler = decode._scaler((224, 224), (6, 1))
+    raw = np.zeros(224 * 224 * 3 + 64, np.uint8)
+    at = (8 - raw.ctypes.data) % 16  # an address that is 8 modulo 16
+    out = raw[at : at + 224 * 224 * 3].reshape(224, 224, 3)
+    assert out.ctypes.data % 16 == 8
     assert not DirectScaler().convert(frames[0], out, scaler, VideoReformatter())
+    assert not out.any()

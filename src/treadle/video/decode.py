@@ -2,10 +2,12 @@
 
 Stages, each a plain function: :func:`decode_window` (bare H.264 codec context, packets
 cut from the bytes by the index, warm-up frames dropped, outputs matched by pts, RGB
-conversion and resize in one ``sws_scale`` per frame, with the stream's own colour tags,
-:func:`treadle.video.colour.window_tags`), :func:`finish_window` (layout and float
-normalisation, vectorised over the whole window); :func:`decode_fetched` runs both for
-one :class:`~treadle.video.fetch.FetchedWindow` (fetched and verified by
+conversion and resize in one ``sws_scale_frame`` per frame, with the stream's own colour
+tags, :func:`treadle.video.colour.window_tags`; through FFmpeg's own calls,
+:class:`~treadle.video.native.NativeLoop`, where every frame's conversion was checked
+against PyAV's, else through PyAV's packets and frames), :func:`finish_window` (layout
+and float normalisation, vectorised over the whole window); :func:`decode_fetched` runs
+both for one :class:`~treadle.video.fetch.FetchedWindow` (fetched and verified by
 :mod:`treadle.video.fetch`).
 """
 
@@ -19,9 +21,11 @@ from av.video.format import VideoFormat
 from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoReformatter
 
 from treadle.errors import CorruptData
+from treadle.video import ffmpeg
 from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
 from treadle.video.fetch import FetchedWindow
 from treadle.video.frames import FrameSpec
+from treadle.video.native import Fallback, NativeError, NativeLoop
 from treadle.video.sws import DirectScaler
 from treadle.video.window import WindowPlan
 
@@ -43,7 +47,8 @@ class Decoder:
     context takes them in place; a frame-threaded one keeps its state in its worker
     threads' copies, so it is replaced unless the tags are the same as the last stream's
     (a fresh context costs ~1.5 ms at 224x224, its first frame's buffer allocations).
-    Frames it covers are converted straight into the batch (:class:`DirectScaler`).
+    Frames it covers are converted straight into the batch (:class:`DirectScaler`);
+    windows whose frames it covers are decoded by :class:`NativeLoop` on the same context.
     """
 
     def __init__(self, threads: int = 1):
@@ -53,6 +58,9 @@ class Decoder:
         self._tags: Tags | None = None
         self.reformatter = VideoReformatter()
         self.direct = DirectScaler()
+        self._api = ffmpeg.api()
+        self.native = NativeLoop(self._api) if self._api and self.direct.available else None
+        self.pointer = 0  # the context's AVCodecContext (for the native loop)
 
     def context(self, stream: object = None, tags: Tags | None = None) -> Any:
         """The context for a window of ``stream`` (any identity, e.g. its object key;
@@ -72,13 +80,28 @@ class Decoder:
             # warm-up and dropped), and "explode" would turn them into errors.
             ctx.options = {"err_detect": "crccheck+bitstream+buffer"}
             ctx.colorspace, ctx.color_range = tags
+            ctx.open(strict=False)
             self._ctx = ctx
+            self.pointer = self._api.pointer(ctx) if self._api is not None else 0
         self._stream, self._tags = stream, tags
         return self._ctx
 
     def reset(self) -> None:
         """Drop the context (after an error its state is unknown)."""
         self._ctx = None
+        self.pointer = 0
+
+    def can_run_native(self, out: np.ndarray, scaler: dict[str, Any]) -> bool:
+        """Whether a window into ``out`` may try the native loop (its checks still apply)."""
+        return (
+            self.native is not None
+            and bool(self.pointer)
+            and not self.direct.refuses(scaler)
+            and scaler["width"] % 16 == 0
+            and out.dtype == np.uint8
+            and out.flags.c_contiguous
+            and out.ctypes.data % 16 == 0
+        )
 
 
 _RGB24 = VideoFormat("rgb24")
@@ -117,10 +140,54 @@ def decode_window(
     color_range) to convert with; ``stream`` identifies the stream (see
     :meth:`Decoder.context`). Returns the number of packets decoded.
     """
-    slots = plan.slots()
     ctx = decoder.context(stream, tags)
-    rf, direct = decoder.reformatter, decoder.direct
     scaler = _scaler(size, tags)
+    if decoder.can_run_native(frames_out, scaler):
+        if _decode_native(decoder, data, plan, scaler, frames_out, where):
+            return plan.num_packets
+        ctx.flush_buffers()  # and decode it again through PyAV (which checks the frames)
+    return _decode_pyav(decoder, ctx, data, plan, scaler, frames_out, where)
+
+
+def _decode_native(
+    decoder: Decoder,
+    data: bytes,
+    plan: WindowPlan,
+    scaler: dict[str, Any],
+    frames_out: np.ndarray,
+    where: str,
+) -> bool:
+    """:func:`decode_window` through :class:`NativeLoop`; ``False``: it fell back (nothing
+    raised, the context is mid-window)."""
+    slots = plan.slots()
+    loop: Any = decoder.native
+    try:
+        loop.run(decoder.pointer, data, plan, slots, frames_out, scaler, decoder.direct)
+    except Fallback:
+        return False
+    except NativeError as e:
+        decoder.reset()
+        at = f" frame {e.frame}" if e.frame >= 0 else ""
+        raise CorruptData(f"{where}{at}: video does not decode ({e})") from None
+    except BaseException:
+        decoder.reset()
+        raise
+    plan.check_complete(slots, where)
+    return True
+
+
+def _decode_pyav(
+    decoder: Decoder,
+    ctx: Any,
+    data: bytes,
+    plan: WindowPlan,
+    scaler: dict[str, Any],
+    frames_out: np.ndarray,
+    where: str,
+) -> int:
+    """:func:`decode_window` through PyAV's packets and frames."""
+    slots = plan.slots()
+    rf, direct = decoder.reformatter, decoder.direct
 
     def take(frames: list[Any]) -> None:
         for frame in frames:

@@ -1,141 +1,173 @@
 """Convert a decoded frame to rgb24 straight into the batch, with PyAV's own libswscale.
 
 PyAV's ``VideoReformatter.reformat`` allocates a new frame per call, which is then
-copied into the batch; :class:`DirectScaler` instead calls the bundled libswscale
-(``av.libs``, loaded with ctypes) with a cached ``SwsContext`` and the batch slice as
-the destination. It covers only what was checked to give the same bytes as
-``reformat``: no resize, ``yuv420p`` (``yuvj420p`` when the stream is full range), a
-C-contiguous ``uint8 [H, W, 3]`` destination, ``W`` a multiple of 16 (swscale's SIMD
-rgb24 writer stores 16 pixels at a time and would write past a narrower row).
+copied into the batch; :class:`DirectScaler` makes the same ``sws_scale_frame`` call
+(:mod:`treadle.video.ffmpeg`) with the batch slice as the destination frame. It sets
+the two frames' properties as ``reformat`` does: the destination takes the source's
+properties (``av_frame_copy_props``), the source's colorspace and range become the
+stream's tags, both frames' transfer and primaries are unspecified, and the
+destination's colorspace is the source's own read as a swscale colorspace.
 
-Each new configuration is also checked once at run time: its first frame is converted
-both ways, into a guarded buffer; unless the bytes are the same and nothing was written
-past the frame, the configuration stays on ``reformat``. Anything else (other formats,
-resizes, libswscale not found) returns ``False`` and the caller uses ``reformat``.
+It covers a C-contiguous ``uint8 [H, W, 3]`` destination whose rows are a multiple of
+16 bytes (``W`` a multiple of 16) at a 16-byte aligned address (``reformat``'s own
+frames are that aligned; swscale's SIMD writers store 16 bytes at a time), at any
+source size (resizes included). Each configuration (source format, sizes, colour
+properties, the destination's address modulo 64) is checked once per thread: its first
+frame is converted both ways, into a guarded buffer at the same alignment; unless the
+bytes are the same and nothing was written past the frame, it stays on ``reformat``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import os
 from typing import Any
 
 import numpy as np
 
-_P = ctypes.c_void_p
-_I = ctypes.c_int
-_SWS_BILINEAR = 2  # flags; only the unscaled path is used, where it selects nothing else
-_SWS_CS_DEFAULT = 5
+from treadle.video import ffmpeg
+
 _GUARD = 256
+_UNSPECIFIED = 2  # AVCOL_TRC_UNSPECIFIED == AVCOL_PRI_UNSPECIFIED
+#: swscale colorspace (SWS_CS_*) -> AVColorSpace, as PyAV's reformat maps them
+_SWS_TO_AVCOL = {1: 1, 4: 4, 5: 6, 7: 7, 9: 9}
 
-
-def _load() -> tuple[Any, dict[str, int]] | None:
-    """libswscale and the pixel-format codes of the copy bundled with PyAV, or ``None``."""
-    import av
-
-    libs = os.path.join(os.path.dirname(os.path.dirname(av.__file__)), "av.libs")
-    sws_so = glob.glob(os.path.join(libs, "libswscale*.so*"))
-    util_so = glob.glob(os.path.join(libs, "libavutil*.so*"))
-    if len(sws_so) != 1 or len(util_so) != 1:
-        return None
-    try:
-        sws, util = ctypes.CDLL(sws_so[0]), ctypes.CDLL(util_so[0])
-        sws.sws_getCachedContext.restype = _P
-        sws.sws_getCachedContext.argtypes = [_P, _I, _I, _I, _I, _I, _I, _I, _P, _P, _P]
-        sws.sws_getCoefficients.restype = _P
-        sws.sws_getCoefficients.argtypes = [_I]
-        sws.sws_setColorspaceDetails.argtypes = [_P, _P, _I, _P, _I, _I, _I, _I]
-        sws.sws_scale.argtypes = [_P, _P, _P, _I, _I, _P, _P]
-        sws.sws_freeContext.argtypes = [_P]
-        util.av_get_pix_fmt.argtypes = [ctypes.c_char_p]
-        fmts = {n: util.av_get_pix_fmt(n.encode()) for n in ("yuv420p", "yuvj420p", "rgb24")}
-    except (OSError, AttributeError):
-        return None
-    if min(fmts.values()) < 0:
-        return None
-    return sws, fmts
-
-
-_LIB: Any = None
-
-
-def _lib() -> tuple[Any, dict[str, int]] | None:
-    global _LIB
-    if _LIB is None:
-        _LIB = _load() or False
-    return _LIB or None
+Key = tuple[int, ...]
 
 
 class DirectScaler:
-    """A cached libswscale context converting frames into batch slices (one per thread)."""
+    """One ``SwsContext`` and one destination ``AVFrame``, converting frames into batch
+    slices (one per thread)."""
 
     def __init__(self) -> None:
-        self._ctx: Any = None
-        self._key: tuple[Any, ...] | None = None
-        self._ok: dict[tuple[Any, ...], bool] = {}
-        self._src = (_P * 4)()
-        self._src_stride = (_I * 4)()
-        self._dst = (_P * 4)()
-        self._dst_stride = (_I * 4)()
+        self.api = ffmpeg.api()
+        self._ok: dict[Key, bool] = {}
+        self._refused: set[Key] = set()  # outputs (see _output) of a configuration refused
+        self._sws = self._dst = 0
+        self._dst_view: Any = None
+        self._rgb24 = self._flags = -1
+        if self.api is not None:
+            self._open(self.api)
 
-    def __del__(self) -> None:
-        lib = _LIB
-        if lib and self._ctx:
-            lib[0].sws_freeContext(self._ctx)
+    def _open(self, api: ffmpeg.Api) -> None:
+        sws = api.sws.sws_alloc_context()
+        if not sws:
+            return
+        ffmpeg.free_with(self, api.sws.sws_free_context, sws)
+        dst = api.util.av_frame_alloc()
+        if not dst:
+            return
+        # the destination's data is the batch's: unref never frees it (it has no buf)
+        ffmpeg.free_with(self, api.util.av_frame_free, dst)
+        if api.util.av_opt_set_int(sws, b"threads", 1, 0) < 0:
+            return
+        self._sws, self._dst = sws, dst
+        self._dst_view = api.FrameView.from_address(self._dst)
+        self._rgb24 = api.pix_fmt(b"rgb24")
+
+    @property
+    def available(self) -> bool:
+        return bool(self._sws)
+
+    def key(self, src: Any, dst: int, scaler: dict[str, Any]) -> Key:
+        """The configuration of converting the frame viewed by ``src`` (a ``FrameView``)
+        into memory at ``dst`` with ``reformat`` arguments ``scaler``."""
+        return (
+            src.format,
+            src.width,
+            src.height,
+            src.colorspace,
+            src.color_range,
+            scaler["width"],
+            scaler["height"],
+            scaler["src_colorspace"],
+            scaler["src_color_range"],
+            scaler["interpolation"],
+            dst % 64,
+        )
+
+    @staticmethod
+    def _output(scaler: dict[str, Any]) -> Key:
+        s = scaler
+        return (
+            s["width"],
+            s["height"],
+            s["src_colorspace"],
+            s["src_color_range"],
+            s["interpolation"],
+        )
+
+    def refuses(self, scaler: dict[str, Any]) -> bool:
+        """Whether a configuration converting to ``scaler``'s output was refused by its check
+        (frames of it will most likely be refused again: callers need not try)."""
+        return self._output(scaler) in self._refused
+
+    def verdict(self, key: Key) -> bool | None:
+        """Whether ``key`` was checked and gives ``reformat``'s bytes (``None``: unchecked)."""
+        return self._ok.get(key)
 
     def convert(self, frame: Any, out: np.ndarray, scaler: dict[str, Any], reference: Any) -> bool:
-        """Write ``frame`` as rgb24 into ``out`` (``[H, W, 3]``) with ``reformat`` arguments
-        ``scaler``; ``False`` (``out`` untouched) where this path does not cover it.
-        ``reference`` is the ``VideoReformatter`` the first frame is checked against."""
+        """Write PyAV ``frame`` as rgb24 into ``out`` (``[H, W, 3]``) with ``reformat``
+        arguments ``scaler``; ``False`` (``out`` untouched) where this path does not cover
+        it. ``reference`` is the ``VideoReformatter`` a first frame is checked against."""
+        api = self.api
+        if api is None or not self._sws:
+            return False
         h, w = scaler["height"], scaler["width"]
-        fmt = frame.format.name
-        full = scaler["src_color_range"] == 2
-        key = (fmt, w, h, frame.width, frame.height, scaler["src_colorspace"], full)
+        if out.shape != (h, w, 3) or out.dtype != np.uint8 or not out.flags.c_contiguous:
+            return False
+        src = api.pointer(frame)
+        view = api.FrameView.from_address(src)
+        dst = out.ctypes.data
+        key = self.key(view, dst, scaler)
         ok = self._ok.get(key)
         if ok is None:
-            ok = self._ok[key] = self._check(frame, key, scaler, reference)
-        if not ok or out.shape != (h, w, 3) or not out.flags.c_contiguous:
+            ok = self._ok[key] = self._check(frame, src, view, key, scaler, reference)
+            if not ok:
+                self._refused.add(self._output(scaler))
+        if not ok:
             return False
-        if key != self._key and not self._configure(key):
-            return False
-        self._run(frame, key, out.ctypes.data)
-        return True
+        return self.scale(src, view, dst, scaler) >= 0
 
-    def _covered(self, key: tuple[Any, ...]) -> bool:
-        fmt, w, h, fw, fh, _, full = key
-        plain = fmt == "yuv420p" or (fmt == "yuvj420p" and full)
-        return _lib() is not None and plain and (w, h) == (fw, fh) and w % 16 == 0
+    def _covered(self, key: Key, scaler: dict[str, Any]) -> bool:
+        w = scaler["width"]
+        return w % 16 == 0 and key[-1] % 16 == 0
 
-    def _check(self, frame: Any, key: tuple[Any, ...], scaler: dict[str, Any], ref: Any) -> bool:
-        if not self._covered(key) or not self._configure(key):
+    def _check(
+        self, frame: Any, src: int, view: Any, key: Key, scaler: dict[str, Any], ref: Any
+    ) -> bool:
+        if not self._covered(key, scaler):
             return False
-        n = key[1] * key[2] * 3
-        buf = np.full(n + _GUARD, 0xA5, dtype=np.uint8)
-        self._run(frame, key, buf.ctypes.data)
         expect = ref.reformat(frame, **scaler).to_ndarray()
+        n = scaler["width"] * scaler["height"] * 3
+        raw = np.full(n + _GUARD + 64, 0xA5, dtype=np.uint8)
+        at = (key[-1] - raw.ctypes.data) % 64  # the destination's alignment, modulo 64
+        buf = raw[at : at + n + _GUARD]
+        if self.scale(src, view, buf.ctypes.data, scaler) < 0:
+            return False
         return bool((buf[n:] == 0xA5).all() and np.array_equal(buf[:n], expect.reshape(-1)))
 
-    def _configure(self, key: tuple[Any, ...]) -> bool:
-        sws, fmts = _lib()  # type: ignore[misc]
-        fmt, w, h, _, _, colorspace, full = key
-        ctx = sws.sws_getCachedContext(
-            self._ctx, w, h, fmts[fmt], w, h, fmts["rgb24"], _SWS_BILINEAR, None, None, None
-        )
-        if not ctx:
-            self._ctx = self._key = None
-            return False
-        self._ctx = ctx
-        inv, table = sws.sws_getCoefficients(colorspace), sws.sws_getCoefficients(_SWS_CS_DEFAULT)
-        if sws.sws_setColorspaceDetails(ctx, inv, int(full), table, 1, 0, 1 << 16, 1 << 16) < 0:
-            self._key = None
-            return False
-        self._key = key
-        return True
-
-    def _run(self, frame: Any, key: tuple[Any, ...], dst: int) -> None:
-        src, stride = self._src, self._src_stride
-        for i, plane in enumerate(frame.planes):
-            src[i], stride[i] = plane.buffer_ptr, plane.line_size
-        self._dst[0], self._dst_stride[0] = dst, key[1] * 3
-        _lib()[0].sws_scale(self._ctx, src, stride, 0, key[4], self._dst, self._dst_stride)  # type: ignore[index]
+    def scale(self, src: int, view: Any, dst: int, scaler: dict[str, Any]) -> int:
+        """``sws_scale_frame`` of the ``AVFrame`` at ``src`` (``view`` over it) into rgb24
+        rows at ``dst``, frame properties set as ``reformat`` sets them (the source's
+        are changed: it is about to be released); FFmpeg's return code."""
+        api, d = self.api, self._dst_view
+        assert api is not None
+        api.frame_unref(self._dst)
+        api.copy_props(self._dst, src)
+        own = _SWS_TO_AVCOL.get(view.colorspace)
+        view.color_trc = view.color_primaries = _UNSPECIFIED
+        if scaler["src_color_range"]:
+            view.color_range = scaler["src_color_range"]
+        spc = _SWS_TO_AVCOL.get(scaler["src_colorspace"])
+        if spc is not None:
+            view.colorspace = spc
+        w = scaler["width"]
+        d.format, d.width, d.height = self._rgb24, w, scaler["height"]
+        d.data0, d.linesize0 = dst, w * 3
+        d.color_trc = d.color_primaries = _UNSPECIFIED
+        if own is not None:
+            d.colorspace = own
+        if scaler["interpolation"] != self._flags:
+            if api.util.av_opt_set_int(self._sws, b"sws_flags", scaler["interpolation"], 0) < 0:
+                return -1
+            self._flags = scaler["interpolation"]
+        return api.scale_frame(self._sws, self._dst, src)

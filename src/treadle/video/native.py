@@ -1,0 +1,118 @@
+"""Decode a window with FFmpeg's own send/receive calls, each wanted frame converted
+straight into the batch: no PyAV ``Packet`` or ``VideoFrame`` object per packet or frame.
+
+:class:`NativeLoop` feeds the window's packets, pointing into the fetched bytes (FFmpeg
+copies a packet it does not own into a padded buffer of its own, so the bytes that follow
+a packet are never read), to the ``AVCodecContext`` of the decoder's PyAV context, and
+receives every frame into one reused ``AVFrame``. It does what PyAV's
+``CodecContext.decode`` does (an invalid-data error after a packet's first frame ends
+that packet's frames; any other error is raised), and converts with the
+:class:`~treadle.video.sws.DirectScaler` configurations already checked against
+``reformat`` on PyAV frames. A frame of any other configuration raises :class:`Fallback`
+before anything of it is written: the caller flushes the context and decodes the window
+through PyAV, which checks the new configuration on its first frame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from treadle.video import ffmpeg
+from treadle.video.sws import DirectScaler
+from treadle.video.window import WindowPlan
+
+AVERROR_INVALIDDATA = -0x41444E49
+
+
+class Fallback(Exception):
+    """A frame whose conversion this loop does not cover (not yet checked, or refused)."""
+
+
+class NativeError(Exception):
+    """An FFmpeg call failed: its return code, the call, the packet's display index."""
+
+    def __init__(self, text: str, frame: int):
+        super().__init__(text)
+        self.frame = frame
+
+
+class NativeLoop:
+    """One ``AVPacket`` and one ``AVFrame``, reused window after window (one per thread)."""
+
+    def __init__(self, api: ffmpeg.Api):
+        self.api = api
+        self._pkt = api.codec.av_packet_alloc()
+        self._frame = api.util.av_frame_alloc()
+        if not self._pkt or not self._frame:
+            raise MemoryError("av_packet_alloc / av_frame_alloc failed")
+        ffmpeg.free_with(self, api.codec.av_packet_free, self._pkt)
+        ffmpeg.free_with(self, api.util.av_frame_free, self._frame)
+        self._pv = api.PacketView.from_address(self._pkt)
+        self._fv = api.FrameView.from_address(self._frame)
+
+    def run(
+        self,
+        ctx: int,
+        data: Any,
+        plan: WindowPlan,
+        slots: dict[int, list[int]],
+        out: np.ndarray,
+        scaler: dict[str, Any],
+        direct: DirectScaler,
+    ) -> None:
+        """Decode ``plan``'s packets of ``data`` on the context at ``ctx`` into ``out``
+        (C-contiguous uint8 ``[T, H, W, 3]``), popping each output frame's ``slots``.
+        Raises :class:`Fallback` or :class:`NativeError`; the context is then mid-window
+        (the caller flushes or drops it)."""
+        src = np.frombuffer(data, np.uint8)  # any buffer; held while FFmpeg reads it
+        base, pv = src.ctypes.data, self._pv
+        send = self.api.send_packet
+        target = (out, out.ctypes.data, out[0].nbytes if len(out) else 0, slots, scaler, direct)
+        current = -1
+        for k, o, s, p in zip(plan.frames.tolist(), plan.rel_offset.tolist(),
+                              plan.size.tolist(), plan.pts.tolist()):  # fmt: skip
+            current = k
+            pv.data, pv.size, pv.pts = base + o, s, p
+            r = send(ctx, self._pkt)
+            if r < 0:
+                raise NativeError(self._text(r, "avcodec_send_packet"), current)
+            self._receive(ctx, target, current)
+        r = send(ctx, None)
+        if r < 0:
+            raise NativeError(self._text(r, "avcodec_send_packet"), -1)
+        self._receive(ctx, target, -1)
+        self.api.flush_buffers(ctx)
+
+    def _receive(self, ctx: int, target: tuple[Any, ...], current: int) -> None:
+        out, dst0, step, slots, scaler, direct = target
+        api, frame, fv = self.api, self._frame, self._fv
+        recv, unref = api.receive_frame, api.frame_unref
+        got = 0
+        while True:
+            r = recv(ctx, frame)
+            if r == ffmpeg.EAGAIN or r == ffmpeg.EOF:
+                return
+            if r < 0:
+                if r == AVERROR_INVALIDDATA and got:
+                    return  # as PyAV: the frames of this packet so far stand
+                raise NativeError(self._text(r, "avcodec_receive_frame"), current)
+            got += 1
+            js = slots.pop(fv.pts, None)
+            if js is None:
+                unref(frame)
+                continue  # warm-up frame (before the window in decode or display order)
+            dst = dst0 + js[0] * step
+            if direct.verdict(direct.key(fv, dst, scaler)) is not True:
+                unref(frame)
+                raise Fallback("frame configuration not covered")
+            r = direct.scale(frame, fv, dst, scaler)
+            unref(frame)
+            if r < 0:
+                raise NativeError(self._text(r, "sws_scale_frame"), current)
+            for j in js[1:]:
+                out[j] = out[js[0]]
+
+    def _text(self, code: int, call: str) -> str:
+        return f"{self.api.error_text(code)} ({call})"
