@@ -1,7 +1,7 @@
 """Worker processes (and the forkserver they fork from) import treadle's read path, never
 torch: batches are numpy arrays written into shared-memory slots, so the server's start
 (the cold start of a ``workers=N`` loader) does not pay for ``import torch`` (nor for
-``importlib.metadata``, which only ``treadle.__version__`` needs)."""
+``importlib.metadata``, which only ``treadle.__version__`` needs, nor for the importers)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import importlib, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
 import treadle
-heavy = ("torch", "transformers", "datasets", "matplotlib", "importlib.metadata")
+heavy = ("torch", "transformers", "datasets", "matplotlib", "importlib.metadata",
+         "treadle.importers")
 heavy = sorted(m for m in heavy if m in sys.modules)
 print(",".join(heavy))
 """

@@ -9,7 +9,6 @@ import os as _os
 
 _os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
 
-from treadle import importers  # noqa: E402  (td.importers.webdataset(...), ...)
 from treadle.catalog import Branch, Client, Commit, Project, TableRef, Transaction  # noqa: E402
 from treadle.errors import (  # noqa: E402
     AlreadyExists,
@@ -28,7 +27,6 @@ from treadle.errors import (  # noqa: E402
     UnsupportedFormat,
     VideoError,
 )
-from treadle.importers.ray_executor import RayExecutor  # noqa: E402  (imports ray lazily)
 from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
@@ -63,6 +61,11 @@ def _version() -> str:
 def __getattr__(name: str) -> object:
     if name == "__version__":
         return _version()
+    if name in ("importers", "RayExecutor"):  # imported on first use: the workers' server,
+        import treadle.importers  # which imports treadle, never needs them (~0.1 s)
+        from treadle.importers.ray_executor import RayExecutor
+
+        return treadle.importers if name == "importers" else RayExecutor
     if name in _TORCH_NAMES or name == "torch":
         import treadle.torch
 
