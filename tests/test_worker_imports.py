@@ -1,10 +1,12 @@
 """Worker processes (and the forkserver they fork from) import treadle's read path, never
 torch: batches are numpy arrays written into shared-memory slots, so the server's start
-(the cold start of a ``workers=N`` loader) does not pay for ``import torch``."""
+(the cold start of a ``workers=N`` loader) does not pay for ``import torch`` (nor for
+``importlib.metadata``, which only ``treadle.__version__`` needs, nor for the importers)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 from multiprocessing import forkserver
@@ -20,7 +22,9 @@ import importlib, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
 import treadle
-heavy = sorted(m for m in ("torch", "transformers", "datasets", "matplotlib") if m in sys.modules)
+heavy = ("torch", "transformers", "datasets", "matplotlib", "importlib.metadata",
+         "treadle.importers")
+heavy = sorted(m for m in heavy if m in sys.modules)
 print(",".join(heavy))
 """
 
@@ -65,3 +69,61 @@ def test_workers_and_their_server_have_no_torch_loaded(tmp_path):
     loaded = {pid: _torch_libs(pid) for pid in [server, *(p.pid for p in workers)]}
     it.close()
     assert not any(loaded.values()), f"torch loaded in the forkserver or a worker: {loaded}"
+
+
+_MAIN = """
+import os
+import sys
+
+with open(os.environ["TREADLE_TEST_RUNS"], "a") as f:  # who ran this module, as what
+    f.write(f"{__name__} {os.getpid()}\\n")
+
+import numpy as np
+
+import treadle as td
+
+
+def plus_one(batch, seeds):
+    batch["x"] = batch["x"] + 1
+    return batch
+
+
+def mark(line):
+    with open(os.environ["TREADLE_TEST_RUNS"], "a") as f:
+        f.write(line + "\\n")
+
+
+if __name__ == "__main__":
+    branch = td.Client(sys.argv[1], create=True).project("p").branch()
+    branch.table("t").append({"x": np.arange(40, dtype=np.float32).reshape(20, 2)})
+    recipe = td.Recipe(seed=1, batch_size=4, components=[td.Component(branch.table("t"), None)])
+    want = [b["x"] for b in td.TrainLoader(recipe, steps=4)]
+    got = [b["x"] for b in td.TrainLoader(recipe, steps=4, workers=2)]
+    print("plain", all((g == w).all() for g, w in zip(got, want)))
+    mark("-- a transform defined here")
+    got = [b["x"] for b in td.TrainLoader(recipe, steps=4, workers=2, transform=plus_one)]
+    print("transform", all((g == w + 1).all() for g, w in zip(got, want)))
+"""
+
+
+@pytest.mark.slow  # worker processes
+def test_workers_run_the_main_module_only_for_what_their_job_defines_there(tmp_path):
+    # A training script is often `import torch` and more: a worker that re-ran it (as
+    # multiprocessing does) paid about a second at every loader start, for nothing
+    # unless the transform is defined in it.
+    script, runs = tmp_path / "train.py", tmp_path / "runs.txt"
+    script.write_text(_MAIN)
+    env = {**os.environ, "TREADLE_TEST_RUNS": str(runs)}
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["plain", "True", "transform", "True"], out.stdout
+    before, after = runs.read_text().split("-- a transform defined here\n")
+    (name, main_pid), *workers = (line.split() for line in before.splitlines())
+    assert name == "__main__"
+    assert workers == [], f"workers without a transform re-ran the main module: {workers}"
+    again = [line.split() for line in after.splitlines()]
+    assert [n for n, _ in again] == ["__mp_main__"] * 2, again
+    assert len({p for _, p in again} | {main_pid}) == 3, again

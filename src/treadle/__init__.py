@@ -6,11 +6,9 @@ streams device batches, in the same order on one GPU or many, with exact resume.
 """
 
 import os as _os
-from importlib import metadata as _metadata
 
 _os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
 
-from treadle import importers  # noqa: E402  (td.importers.webdataset(...), ...)
 from treadle.catalog import Branch, Client, Commit, Project, TableRef, Transaction  # noqa: E402
 from treadle.errors import (  # noqa: E402
     AlreadyExists,
@@ -29,7 +27,6 @@ from treadle.errors import (  # noqa: E402
     UnsupportedFormat,
     VideoError,
 )
-from treadle.importers.ray_executor import RayExecutor  # noqa: E402  (imports ray lazily)
 from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
@@ -40,11 +37,6 @@ from treadle.table.splits import split_episodes  # noqa: E402
 from treadle.table.table import compute_stats_with  # noqa: E402
 from treadle.video import VideoFile, VideoFrames  # noqa: E402
 
-try:  # one version string: pyproject.toml's, through the installed package's metadata
-    __version__ = _metadata.version("treadle")
-except _metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
-    __version__ = "0+unknown"
-
 compute_stats_with(table_stats)  # Table.stats decodes video through the read layer
 
 #: The torch adapters, imported (with torch) on first use: ``import treadle`` in a worker
@@ -52,7 +44,28 @@ compute_stats_with(table_stats)  # Table.stats decodes video through the read la
 _TORCH_NAMES = ("CheckpointRow", "Checkpoints", "EvalLoader", "ScanDataset", "TrainLoader")
 
 
+def _version() -> str:
+    """One version string: pyproject.toml's, through the installed package's metadata, read
+    on first use (importing ``importlib.metadata`` costs ~40 ms, and the worker processes'
+    server, which imports treadle, never asks)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("treadle")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+        version = "0+unknown"
+    globals()["__version__"] = version
+    return version
+
+
 def __getattr__(name: str) -> object:
+    if name == "__version__":
+        return _version()
+    if name in ("importers", "RayExecutor"):  # imported on first use: the workers' server,
+        import treadle.importers  # which imports treadle, never needs them (~0.1 s)
+        from treadle.importers.ray_executor import RayExecutor
+
+        return treadle.importers if name == "importers" else RayExecutor
     if name in _TORCH_NAMES or name == "torch":
         import treadle.torch
 

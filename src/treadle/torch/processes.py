@@ -7,10 +7,12 @@ pipe. The loader takes the steps back in order, round-robin over the workers, co
 batch out of its slot and hands the slot back, so a worker never has more than its slots'
 worth of batches ahead, and a batch the caller keeps is never overwritten.
 
-Processes come from a *forkserver* that has imported treadle's read path (and the main
-module) once, without torch: a worker forks from it in milliseconds instead of starting
-Python and importing Lance and PyAV again, and it is never forked from the loader's own process (Lance's runtime
-threads are not fork-safe; the server opens no table). An error in a worker is raised in
+Processes come from a *forkserver* that has imported treadle's read path once, without
+torch: a worker forks from it in milliseconds instead of starting Python and importing
+Lance and PyAV again, and it is never forked from the loader's own process (Lance's runtime
+threads are not fork-safe; the server opens no table). The caller's main module is not
+imported there (it is often ``import torch``), and a worker runs it only when its job needs
+an object defined in it (:mod:`treadle.read.serverinit`). An error in a worker is raised in
 the loader at its step, with the worker's traceback as a note; a worker that dies is an
 error naming it. Closing the loader early (``break``) terminates its workers.
 """
@@ -29,7 +31,7 @@ from treadle.read.worker import Job, work
 
 __all__ = ["Job", "context", "read_in_processes"]
 
-_PRELOAD = ["__main__", "treadle.read.serverinit"]
+_PRELOAD = ["treadle.read.serverinit"]
 
 
 def context() -> Any:
