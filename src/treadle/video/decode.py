@@ -140,6 +140,7 @@ def decode_window(
     color_range) to convert with; ``stream`` identifies the stream (see
     :meth:`Decoder.context`). Returns the number of packets decoded.
     """
+    _check_packets(plan, len(data), where)
     ctx = decoder.context(stream, tags)
     scaler = _scaler(size, tags)
     if decoder.can_run_native(frames_out, scaler):
@@ -147,6 +148,19 @@ def decode_window(
             return plan.num_packets
         ctx.flush_buffers()  # and decode it again through PyAV (which checks the frames)
     return _decode_pyav(decoder, ctx, data, plan, scaler, frames_out, where)
+
+
+def _check_packets(plan: WindowPlan, n: int, where: str) -> None:
+    """Raise :class:`CorruptData` unless every packet is a non-empty range of the window's
+    ``n`` bytes (an index's sizes are not trusted: the native loop hands FFmpeg pointers)."""
+    off, size = plan.rel_offset, plan.size
+    bad = np.flatnonzero((size <= 0) | (off < 0) | (off + size > n))
+    if len(bad):
+        k = int(bad[0])
+        raise CorruptData(
+            f"{where} frame {int(plan.frames[k])}: video index: its packet (window offset "
+            f"{int(off[k])}, {int(size[k])} bytes) is empty or outside the window's bytes"
+        )
 
 
 def _decode_native(

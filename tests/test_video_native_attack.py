@@ -1,0 +1,129 @@
+"""Attacks on the native decode loop (:mod:`treadle.video.native`, :mod:`treadle.video.sws`):
+hostile indexes and bytes give a :class:`CorruptData` naming the window and frame (never a
+crash, never a write outside the batch slice), and files other tools wrote decode to the
+same batches as PyAV's own path."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import treadle.video as tv
+from treadle.errors import CorruptData
+from treadle.plan.windows import Video
+from treadle.storage import Store
+from treadle.video import ffmpeg
+from treadle.video._testing import synthetic_frames
+
+WHERE = ("grasps", "ep-1", "cam")
+NAMED = "table 'grasps' episode 'ep-1' column 'cam'"
+GUARD = 4096
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    return Store.open(str(tmp_path / "root"), create=True)
+
+
+def _put(store: Store, s: tv.EncodedStream, data: bytes | None = None):
+    key = s.media_key("grasps")
+    store.put(f"projects/p/{key}", s.data if data is None else data)
+    return tv.index_from_arrow(tv.index_to_arrow(key, s))
+
+
+def _guarded(t: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """A 64-byte aligned ``uint8 [t, h, w, 3]`` output inside guard bytes, and its buffer."""
+    n = t * h * w * 3
+    raw = np.full(2 * GUARD + n + 64, 0xA5, np.uint8)
+    at = (-raw.ctypes.data) % 64 + GUARD
+    return raw[at : at + n].reshape(t, h, w, 3), raw
+
+
+def _guards_intact(raw: np.ndarray, body: np.ndarray) -> bool:
+    at = body.ctypes.data - raw.ctypes.data
+    return bool((raw[:at] == 0xA5).all() and (raw[at + body.nbytes :] == 0xA5).all())
+
+
+def _moved(idx: tv.StreamIndex, grow: dict[int, int]) -> tv.StreamIndex:
+    """``idx`` without crcs, each packet at decode position ``d`` ``grow[d]`` bytes longer,
+    the packets after it moved so that they stay contiguous."""
+    dod = idx.display_of_decode
+    size = np.asarray(idx.size, np.int64).copy()
+    off = np.asarray(idx.offset, np.int64).copy()
+    for d, extra in grow.items():
+        size[dod[d]] += extra
+    for d in range(1, len(idx)):
+        off[dod[d]] = off[dod[d - 1]] + size[dod[d - 1]]
+    return dataclasses.replace(idx, offset=off, size=size.astype(np.int32), crc=None)
+
+
+_OVERLONG = textwrap.dedent(
+    """
+    import dataclasses, sys
+    import numpy as np
+    import treadle.video as tv
+    from treadle.errors import CorruptData
+    from treadle.plan.windows import Video
+    from treadle.storage import Store
+    from treadle.video._testing import synthetic_frames
+
+    s = tv.encode_frames(synthetic_frames(30, 64, 96, seed=3), gop=10, preset="ultrafast")
+    store = Store.open(sys.argv[1], create=True)
+    key = s.media_key("grasps")
+    store.put(f"projects/p/{key}", s.data)
+    key, idx = tv.index_from_arrow(tv.index_to_arrow(key, s))
+    dod = idx.display_of_decode
+    size = np.asarray(idx.size, np.int64).copy()
+    off = np.asarray(idx.offset, np.int64).copy()
+    # decode position 23 claims 2 GB more than it has, 24 as much less: still contiguous,
+    # the window's byte range (and so its length check) unchanged
+    size[dod[23]] += 2_000_000_000
+    off[dod[24]] = off[dod[23]] + size[dod[23]]
+    size[dod[24]] = off[dod[25]] - off[dod[24]]
+    bad = dataclasses.replace(idx, offset=off, size=size.astype(np.int32), crc=None)
+    out = np.empty((8, 64, 96, 3), np.uint8)
+    with tv.VideoReader(store, prefix="projects/p") as r:
+        r.read([tv.WindowRequest(key, idx, range(10, 18), Video(range(8)), ("g", "e", "c"), out=out)])
+        try:
+            r.read([tv.WindowRequest(key, bad, range(20, 28), Video(range(8)), ("g", "e", "c"), out=out)])
+        except CorruptData as e:
+            print("CorruptData:", e)
+    """
+)
+
+
+def test_packet_reaching_past_the_fetched_bytes_is_corrupt_not_a_crash(tmp_path):
+    # before: the native loop handed FFmpeg base + offset with the index's size: it read
+    # 2 GB past the window's bytes and the process died (SIGSEGV, rc -11)
+    r = subprocess.run(
+        [sys.executable, "-c", _OVERLONG, str(tmp_path / "root")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "CorruptData: table 'g' episode 'e' column 'c' frame" in r.stdout
+    assert "outside the window's bytes" in r.stdout
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("case", ["overlong", "empty"])
+def test_packet_index_outside_the_window_names_the_frame(store, monkeypatch, native, case):
+    s = tv.encode_frames(synthetic_frames(30, 64, 96, seed=3), gop=10, preset="ultrafast")
+    key, idx = _put(store, s)
+    dod = idx.display_of_decode
+    if case == "overlong":  # decode position 3 reaches 100 kB past the window, 4 comes back
+        bad, frame = _moved(idx, {3: 100_000, 4: -100_000}), int(dod[3])
+    else:  # decode position 4 is empty
+        bad, frame = _moved(idx, {4: -int(idx.size[dod[4]])}), int(dod[4])
+    if not native:
+        monkeypatch.setattr(ffmpeg, "_API", False)
+    body, raw = _guarded(8, 64, 96)
+    with tv.VideoReader(store, prefix="projects/p") as r:
+        r.read([tv.WindowRequest(key, idx, range(10, 18), Video(range(8)), WHERE, out=body)])
+        with pytest.raises(CorruptData, match=f"{NAMED} frame {frame}: .*outside"):
+            r.read([tv.WindowRequest(key, bad, range(0, 8), Video(range(8)), WHERE, out=body)])
+    assert _guards_intact(raw, body)
