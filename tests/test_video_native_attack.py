@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import treadle.video as tv
-from treadle.errors import CorruptData
+from treadle.errors import CorruptData, VideoError
 from treadle.plan.windows import Video
 from treadle.storage import Store
 from treadle.video import ffmpeg
@@ -127,3 +127,43 @@ def test_packet_index_outside_the_window_names_the_frame(store, monkeypatch, nat
         with pytest.raises(CorruptData, match=f"{NAMED} frame {frame}: .*outside"):
             r.read([tv.WindowRequest(key, bad, range(0, 8), Video(range(8)), WHERE, out=body)])
     assert _guards_intact(raw, body)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_read_only_out_is_refused_and_never_written(store, monkeypatch, native):
+    # before: the direct and native paths wrote through the array's pointer into the
+    # immutable bytes object under it (its bytes changed, no error); PyAV's path raised a
+    # CorruptData "video does not decode (assignment destination is read-only)"
+    s = tv.encode_frames(synthetic_frames(20, 64, 96, seed=5), gop=10, preset="ultrafast")
+    key, idx = _put(store, s)
+    if not native:
+        monkeypatch.setattr(ffmpeg, "_API", False)
+    blob = bytes(8 * 64 * 96 * 3)
+    ro = np.frombuffer(blob, np.uint8).reshape(8, 64, 96, 3)
+    good = np.empty_like(ro)
+    with tv.VideoReader(store, prefix="projects/p") as r:
+        r.read([tv.WindowRequest(key, idx, range(0, 8), Video(range(8)), WHERE, out=good)])
+        for start in (0, 10):  # a configuration checked above, and a new address
+            with pytest.raises(VideoError, match=f"{NAMED}: out is read-only"):
+                r.read([tv.WindowRequest(key, idx, range(start, start + 8), Video(range(8)),
+                                         WHERE, out=ro)])  # fmt: skip
+    assert not any(blob)
+
+
+def test_raw_pointer_writers_refuse_a_read_only_array():
+    # before: both said yes (convert wrote the frame into the bytes object)
+    from av.video.reformatter import VideoReformatter
+
+    from treadle.video import decode
+    from treadle.video._testing import reference_frames
+
+    s = tv.encode_frames(synthetic_frames(3, 64, 96, seed=6), gop=10, preset="ultrafast")
+    frame = reference_frames(s.data, "h264")[0]
+    blob = bytes(2 * 64 * 96 * 3)
+    ro = np.frombuffer(blob, np.uint8).reshape(2, 64, 96, 3)
+    dec = decode.Decoder()
+    dec.context()
+    scaler = decode._scaler((64, 96), (2, 0))
+    assert not dec.can_run_native(ro, scaler)
+    assert not dec.direct.convert(frame, ro[0], scaler, VideoReformatter())
+    assert not any(blob)

@@ -100,6 +100,7 @@ class Decoder:
             and scaler["width"] % 16 == 0
             and out.dtype == np.uint8
             and out.flags.c_contiguous
+            and out.flags.writeable
             and out.ctypes.data % 16 == 0
         )
 
