@@ -36,11 +36,12 @@ def _put(store: Store, s: tv.EncodedStream, data: bytes | None = None):
     return tv.index_from_arrow(tv.index_to_arrow(key, s))
 
 
-def _guarded(t: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """A 64-byte aligned ``uint8 [t, h, w, 3]`` output inside guard bytes, and its buffer."""
+def _guarded(t: int, h: int, w: int, align: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A ``uint8 [t, h, w, 3]`` output at ``align`` modulo 64 inside guard bytes, and its
+    buffer."""
     n = t * h * w * 3
     raw = np.full(2 * GUARD + n + 64, 0xA5, np.uint8)
-    at = (-raw.ctypes.data) % 64 + GUARD
+    at = (align - raw.ctypes.data) % 64 + GUARD
     return raw[at : at + n].reshape(t, h, w, 3), raw
 
 
@@ -167,3 +168,27 @@ def test_raw_pointer_writers_refuse_a_read_only_array():
     assert not dec.can_run_native(ro, scaler)
     assert not dec.direct.convert(frame, ro[0], scaler, VideoReformatter())
     assert not any(blob)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_decode_window_refuses_an_output_of_another_shape(monkeypatch, native):
+    # before: the native loop wrote each frame at its own size, one slot of the given
+    # (one row shorter) shape apart: the last frame ran past the array (guard bytes written);
+    # PyAV's path raised a CorruptData "could not broadcast input array"
+    from treadle.video import decode
+    from treadle.video.window import plan_window
+
+    if not native:
+        monkeypatch.setattr(ffmpeg, "_API", False)
+    s = tv.encode_frames(synthetic_frames(20, 64, 96, seed=7), gop=10, preset="ultrafast")
+    idx = s.index
+    dec = decode.Decoder()
+    plan = plan_window(idx, range(0, 8))
+    data = s.data[plan.start : plan.end]
+    for align in (0, 32):  # check the configurations of the slots below (0 or 32 mod 64)
+        full, _ = _guarded(8, 64, 96, align)
+        decode.decode_window(dec, data, plan, (64, 96), full, "w", (2, 0))
+    body, raw = _guarded(8, 63, 96)  # one row short: 8 rows past the end, inside the guard
+    with pytest.raises(VideoError, match="w: frames_out is"):
+        decode.decode_window(dec, data, plan, (64, 96), body, "w", (2, 0))
+    assert _guards_intact(raw, body)

@@ -20,7 +20,7 @@ import numpy as np
 from av.video.format import VideoFormat
 from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoReformatter
 
-from treadle.errors import CorruptData
+from treadle.errors import CorruptData, VideoError
 from treadle.video import ffmpeg
 from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
 from treadle.video.fetch import FetchedWindow
@@ -141,6 +141,9 @@ def decode_window(
     color_range) to convert with; ``stream`` identifies the stream (see
     :meth:`Decoder.context`). Returns the number of packets decoded.
     """
+    need = (len(plan.wanted), size[0], size[1], 3)
+    if frames_out.shape != need:  # the native loop writes frames at this shape's strides
+        raise VideoError(f"{where}: frames_out is {frames_out.shape}, the window needs {need}")
     _check_packets(plan, len(data), where)
     ctx = decoder.context(stream, tags)
     scaler = _scaler(size, tags)
