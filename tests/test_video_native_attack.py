@@ -18,6 +18,7 @@ from treadle.errors import CorruptData, VideoError
 from treadle.plan.windows import Video
 from treadle.storage import Store
 from treadle.video import ffmpeg
+from treadle.video import native as native_mod
 from treadle.video._testing import synthetic_frames
 
 WHERE = ("grasps", "ep-1", "cam")
@@ -192,3 +193,108 @@ def test_decode_window_refuses_an_output_of_another_shape(monkeypatch, native):
     with pytest.raises(VideoError, match="w: frames_out is"):
         decode.decode_window(dec, data, plan, (64, 96), body, "w", (2, 0))
     assert _guards_intact(raw, body)
+
+
+def _encode(frames: np.ndarray, codec: str, pix_fmt: str, params: str, tags=None, pts=None):
+    """An MP4 of ``frames`` by FFmpeg's ``codec`` (libx264 / libx264rgb) with ``params``;
+    ``tags``: (colorspace, range, trc, primaries) on the stream."""
+    import io
+    from fractions import Fraction
+
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as c:
+        st = c.add_stream(codec, rate=Fraction(1000 if pts else 10))
+        st.width, st.height, st.pix_fmt = frames.shape[2], frames.shape[1], pix_fmt
+        st.options = {"preset": "fast", "x264-params": params}
+        cc = st.codec_context
+        if tags:
+            cc.colorspace, cc.color_range, cc.color_trc, cc.color_primaries = tags
+        for i, f in enumerate(frames):
+            vf = av.VideoFrame.from_ndarray(f, format="rgb24").reformat(format=pix_fmt)
+            if tags:
+                vf.colorspace, vf.color_range = tags[:2]
+            vf.pts = pts[i] if pts else i
+            for p in st.encode(vf):
+                c.mux(p)
+        for p in st.encode(None):
+            c.mux(p)
+    return buf.getvalue()
+
+
+OTHER_TOOLS = {
+    "interlaced_tff_mbaff": ("libx264", "yuv420p", "keyint=10:interlaced=1:tff=1:bframes=2", None),
+    "cavlc_weightp_slices_aud": (
+        "libx264", "yuv420p", "keyint=10:cabac=0:weightp=2:bframes=3:slices=4:aud=1", None
+    ),
+    "x264rgb_gbrp": ("libx264rgb", "bgr24", "keyint=10:bframes=2", None),
+    "high422_10bit_bt2020_hlg_full": ("libx264", "yuv422p10le", "keyint=10", (9, 2, 18, 9)),
+    "vfr_b_pyramid_open_gop": (
+        "libx264", "yuv420p", "keyint=10:bframes=3:b-pyramid=normal:open-gop=1", None
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_TOOLS))
+@pytest.mark.parametrize("size", [None, (32, 48)])
+def test_other_tools_files_native_equals_pyav(store, monkeypatch, name, size):
+    codec, pix_fmt, params, tags = OTHER_TOOLS[name]
+    frames = synthetic_frames(24, 64, 96, seed=len(name))
+    pts = np.cumsum(np.random.default_rng(1).integers(1, 7, 24)).tolist() if "vfr" in name else None
+    key, idx = _put(store, tv.from_container(_encode(frames, codec, pix_fmt, params, tags, pts)))
+    wins = [np.arange(0, 8), np.arange(5, 17), np.arange(16, 24), np.array([23, 2, 11, 11])] * 2
+    done = []
+    real = native_mod.NativeLoop.run
+    monkeypatch.setattr(native_mod.NativeLoop, "run", lambda *a: done.append(real(*a)))
+
+    def read():
+        reqs = [tv.WindowRequest(key, idx, w, Video(range(len(w)), size=size), WHERE) for w in wins]
+        with tv.VideoReader(store, prefix="projects/p") as r:
+            return r.read(reqs)
+
+    got = read()
+    assert len(done) >= 3  # the native loop ran (windows of configurations checked)
+    monkeypatch.setattr(ffmpeg, "_API", False)
+    for a, b in zip(got, read()):
+        np.testing.assert_array_equal(a, b)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_thousands_of_native_windows_and_readers_do_not_grow_memory(store):
+    s = tv.encode_frames(synthetic_frames(40, 64, 96, seed=8), gop=10, preset="ultrafast")
+    key, idx = _put(store, s)
+    bad = bytearray(s.data)  # and windows that fail in the native loop, in between
+    dod = idx.display_of_decode
+    a, b = int(idx.offset[dod[21]]), int(idx.offset[dod[28]])
+    bad[a:b] = np.random.default_rng(0).integers(0, 256, b - a, dtype=np.uint8).tobytes()
+    store.put("projects/p/bad.h264", bytes(bad))
+    nocrc = dataclasses.replace(idx, crc=None)
+    out = np.empty((8, 64, 96, 3), np.uint8)
+    rng = np.random.default_rng(0)
+
+    def windows(reader: tv.VideoReader, n: int) -> None:
+        for i in range(n):
+            st = int(rng.integers(0, 32))
+            reader.read([tv.WindowRequest(key, idx, range(st, st + 8), Video(range(8)), WHERE,
+                                          out=out)])  # fmt: skip
+            if i % 10 == 0:
+                with pytest.raises(CorruptData):
+                    reader.read([tv.WindowRequest("bad.h264", nocrc, range(20, 28), Video(range(8)),
+                                                  WHERE, out=out)])  # fmt: skip
+
+    with tv.VideoReader(store, prefix="projects/p") as r:
+        windows(r, 300)  # warm: pools and checked configurations
+        before = _rss_mib()
+        windows(r, 3000)
+    for _ in range(200):
+        with tv.VideoReader(store, prefix="projects/p", threads=2) as r:
+            windows(r, 2)
+    # a leaked frame per window (~9 kB of pixels, more with its pool) would be > 30 MiB
+    assert _rss_mib() - before < 16
