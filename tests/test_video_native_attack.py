@@ -298,3 +298,49 @@ def test_thousands_of_native_windows_and_readers_do_not_grow_memory(store):
             windows(r, 2)
     # a leaked frame per window (~9 kB of pixels, more with its pool) would be > 30 MiB
     assert _rss_mib() - before < 16
+
+
+def _concat(a: tv.EncodedStream, b: tv.EncodedStream) -> tuple[bytes, tv.StreamIndex]:
+    """``b``'s packets after ``a``'s, one index (``a``'s size and tags, no crcs)."""
+    x, y = a.index, b.index
+    cat = np.concatenate
+    index = dataclasses.replace(
+        x,
+        offset=cat([np.asarray(x.offset, np.int64), np.asarray(y.offset, np.int64) + len(a.data)]),
+        size=cat([x.size, y.size]).astype(np.int32),
+        key=cat([x.key, y.key]),
+        pts=cat([np.asarray(x.pts, np.int64), np.asarray(y.pts, np.int64) + int(x.pts[-1]) + 1]),
+        decode=cat([x.decode, np.asarray(y.decode) + len(x)]).astype(np.int32),
+        crc=None,
+    )
+    return a.data + b.data, index
+
+
+@pytest.mark.parametrize("second", ["larger", "yuv444p", "interlaced"])
+def test_stream_changing_size_or_format_mid_window_stays_in_the_batch(store, monkeypatch, second):
+    # the second stream's frames meet configurations the first window did not check: the
+    # native loop falls back before writing one, PyAV's path converts them (resized to the
+    # index's size: both paths alike), nothing is written outside the window's slots
+    first = tv.encode_frames(synthetic_frames(20, 64, 96, seed=1), gop=10, preset="ultrafast")
+    if second == "larger":
+        other = tv.encode_frames(synthetic_frames(20, 128, 192, seed=2), gop=10, preset="ultrafast")
+    else:
+        pix, params = ("yuv444p", "keyint=10") if second == "yuv444p" else (
+            "yuv420p", "keyint=10:interlaced=1:tff=1")  # fmt: skip
+        frames = synthetic_frames(20, 64, 96, seed=2)
+        other = tv.from_container(_encode(frames, "libx264", pix, params))
+    data, idx = _concat(first, other)
+    store.put("projects/p/cat.h264", data)
+    got = []
+    for api in (None, False):
+        if api is False:
+            monkeypatch.setattr(ffmpeg, "_API", False)
+        body, raw = _guarded(14, 64, 96)
+        with tv.VideoReader(store, prefix="projects/p") as r:
+            r.read([tv.WindowRequest("cat.h264", idx, range(0, 14), Video(range(14)), WHERE,
+                                     out=body)])  # fmt: skip
+            r.read([tv.WindowRequest("cat.h264", idx, range(14, 28), Video(range(14)), WHERE,
+                                     out=body)])  # fmt: skip
+        assert _guards_intact(raw, body)
+        got.append(body.copy())
+    np.testing.assert_array_equal(got[0], got[1])
