@@ -93,9 +93,10 @@ class Api:
 
 
 def free_with(owner: object, free: Any, ptr: int) -> None:
-    """Call FFmpeg's ``free(&ptr)`` once ``owner`` is collected (or at exit, while the
-    modules it needs are still there)."""
-    weakref.finalize(owner, _free, free, ptr)
+    """Call FFmpeg's ``free(&ptr)`` once ``owner`` is collected; never at exit: a daemon
+    thread may still be decoding with it then (freed under it, the process crashed), and
+    the process's memory goes with it."""
+    weakref.finalize(owner, _free, free, ptr).atexit = False
 
 
 def _free(free: Any, ptr: int) -> None:
