@@ -386,3 +386,26 @@ def test_leaving_the_interpreter_while_a_thread_decodes_does_not_crash(tmp_path)
     )  # fmt: skip
     assert "leaving" in r.stdout
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_usable_size")
+def test_the_layout_probe_reads_only_inside_an_avframe():
+    # before: _SCAN was 448 bytes, past the 424 bytes glibc holds for FFmpeg 8's AVFrame
+    # (the probe read the heap after it; a match there would also have made the field's
+    # offset ambiguous)
+    import ctypes
+
+    api = ffmpeg.api()
+    assert api is not None
+    libc = ctypes.CDLL(None)
+    libc.malloc_usable_size.restype, libc.malloc_usable_size.argtypes = (
+        ctypes.c_size_t, [ctypes.c_void_p])  # fmt: skip
+    frame = api.util.av_frame_alloc()
+    try:
+        assert ffmpeg._SCAN <= libc.malloc_usable_size(frame)
+    finally:
+        api.util.av_frame_free(ctypes.byref(ctypes.c_void_p(frame)))
+    lay = api.layout
+    colour = (lay.frame_colorspace, lay.frame_color_range, lay.frame_color_trc,
+              lay.frame_color_primaries)  # fmt: skip
+    assert max(lay.frame_pts + 8, *(c + 4 for c in colour)) <= ffmpeg._SCAN
