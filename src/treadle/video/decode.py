@@ -20,7 +20,7 @@ import numpy as np
 from av.video.format import VideoFormat
 from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoReformatter
 
-from treadle.errors import CorruptData
+from treadle.errors import CorruptData, VideoError
 from treadle.video import ffmpeg
 from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
 from treadle.video.fetch import FetchedWindow
@@ -100,6 +100,7 @@ class Decoder:
             and scaler["width"] % 16 == 0
             and out.dtype == np.uint8
             and out.flags.c_contiguous
+            and out.flags.writeable
             and out.ctypes.data % 16 == 0
         )
 
@@ -140,6 +141,10 @@ def decode_window(
     color_range) to convert with; ``stream`` identifies the stream (see
     :meth:`Decoder.context`). Returns the number of packets decoded.
     """
+    need = (len(plan.wanted), size[0], size[1], 3)
+    if frames_out.shape != need:  # the native loop writes frames at this shape's strides
+        raise VideoError(f"{where}: frames_out is {frames_out.shape}, the window needs {need}")
+    _check_packets(plan, len(data), where)
     ctx = decoder.context(stream, tags)
     scaler = _scaler(size, tags)
     if decoder.can_run_native(frames_out, scaler):
@@ -147,6 +152,19 @@ def decode_window(
             return plan.num_packets
         ctx.flush_buffers()  # and decode it again through PyAV (which checks the frames)
     return _decode_pyav(decoder, ctx, data, plan, scaler, frames_out, where)
+
+
+def _check_packets(plan: WindowPlan, n: int, where: str) -> None:
+    """Raise :class:`CorruptData` unless every packet is a non-empty range of the window's
+    ``n`` bytes (an index's sizes are not trusted: the native loop hands FFmpeg pointers)."""
+    off, size = plan.rel_offset, plan.size
+    bad = np.flatnonzero((size <= 0) | (off < 0) | (off + size > n))
+    if len(bad):
+        k = int(bad[0])
+        raise CorruptData(
+            f"{where} frame {int(plan.frames[k])}: video index: its packet (window offset "
+            f"{int(off[k])}, {int(size[k])} bytes) is empty or outside the window's bytes"
+        )
 
 
 def _decode_native(

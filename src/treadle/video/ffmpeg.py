@@ -26,7 +26,10 @@ from typing import Any
 _P, _I, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
 #: AVERROR(EAGAIN) and AVERROR_EOF
 EAGAIN, EOF = -11, -0x20464F45
-_SCAN = 448  # bytes of an AVFrame searched for a field (FFmpeg 8's is ~480)
+#: bytes of an AVFrame searched for a field: pts and the colour fields lie in its first
+#: ~300 (FFmpeg 8; a few more in 7.x), and the struct is over 400 bytes long (FFmpeg 8.0,
+#: its smallest yet): the scan stays inside it
+_SCAN = 384
 #: the PyAV builds whose object layouts were read (their Cython classes hold the C pointer
 #: right after the type's vtable pointer); others are still checked, this only narrows it
 _PYAV_MAJORS = {"17", "18"}
@@ -93,9 +96,10 @@ class Api:
 
 
 def free_with(owner: object, free: Any, ptr: int) -> None:
-    """Call FFmpeg's ``free(&ptr)`` once ``owner`` is collected (or at exit, while the
-    modules it needs are still there)."""
-    weakref.finalize(owner, _free, free, ptr)
+    """Call FFmpeg's ``free(&ptr)`` once ``owner`` is collected; never at exit: a daemon
+    thread may still be decoding with it then (freed under it, the process crashed), and
+    the process's memory goes with it."""
+    weakref.finalize(owner, _free, free, ptr).atexit = False
 
 
 def _free(free: Any, ptr: int) -> None:

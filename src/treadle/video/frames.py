@@ -132,6 +132,8 @@ class FrameSpec:
             want = torch.device("cpu" if device is None else device)
             ok = out.device == want and out.dtype == self.torch_dtype
         elif isinstance(out, np.ndarray) and device is None:
+            if not out.flags.writeable:
+                raise VideoError(f"{where}: out is read-only")
             ok = out.dtype == self.numpy_dtype
         else:
             kind = "a numpy array or a CPU torch tensor" if device is None else "a torch tensor"

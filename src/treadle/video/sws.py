@@ -114,6 +114,8 @@ class DirectScaler:
         h, w = scaler["height"], scaler["width"]
         if out.shape != (h, w, 3) or out.dtype != np.uint8 or not out.flags.c_contiguous:
             return False
+        if not out.flags.writeable:  # written through its pointer
+            return False
         src = api.pointer(frame)
         view = api.FrameView.from_address(src)
         dst = out.ctypes.data
