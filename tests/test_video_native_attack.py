@@ -328,19 +328,36 @@ def _concat(a: tv.EncodedStream, b: tv.EncodedStream) -> tuple[bytes, tv.StreamI
     return a.data + b.data, index
 
 
-@pytest.mark.parametrize("second", ["larger", "yuv444p", "interlaced"])
-def test_stream_changing_size_or_format_mid_window_stays_in_the_batch(store, monkeypatch, second):
-    # the second stream's frames meet configurations the first window did not check: the
-    # native loop falls back before writing one, PyAV's path converts them (resized to the
-    # index's size: both paths alike), nothing is written outside the window's slots
+def test_a_frame_of_another_size_than_the_index_says_is_corrupt(store, monkeypatch):
+    # both paths resized it silently to the index's size (a 128x192 frame came out 64x96)
     first = tv.encode_frames(synthetic_frames(20, 64, 96, seed=1), gop=10, preset="ultrafast")
-    if second == "larger":
-        other = tv.encode_frames(synthetic_frames(20, 128, 192, seed=2), gop=10, preset="ultrafast")
-    else:
-        pix, params = ("yuv444p", "keyint=10") if second == "yuv444p" else (
-            "yuv420p", "keyint=10:interlaced=1:tff=1")  # fmt: skip
-        frames = synthetic_frames(20, 64, 96, seed=2)
-        other = tv.from_container(_encode(frames, "libx264", pix, params))
+    other = tv.encode_frames(synthetic_frames(20, 128, 192, seed=2), gop=10, preset="ultrafast")
+    data, idx = _concat(first, other)
+    store.put("projects/p/cat.h264", data)
+    for api in (None, False):
+        if api is False:
+            monkeypatch.setattr(ffmpeg, "_API", False)
+        body, raw = _guarded(14, 64, 96)
+        with tv.VideoReader(store, prefix="projects/p") as r:
+            r.read([tv.WindowRequest("cat.h264", idx, range(0, 14), Video(range(14)), WHERE,
+                                     out=body)])  # fmt: skip
+            with pytest.raises(
+                CorruptData, match="frame 20: decodes to 192x128, the episode's index says 96x64"
+            ):
+                r.read([tv.WindowRequest("cat.h264", idx, range(14, 28), Video(range(14)), WHERE,
+                                         out=body)])  # fmt: skip
+        assert _guards_intact(raw, body)
+
+
+@pytest.mark.parametrize("second", ["yuv444p", "interlaced"])
+def test_stream_changing_format_mid_window_stays_in_the_batch(store, monkeypatch, second):
+    # the second stream's frames meet configurations the first window did not check: the
+    # native loop falls back before writing one, PyAV's path converts them; nothing is
+    # written outside the window's slots
+    first = tv.encode_frames(synthetic_frames(20, 64, 96, seed=1), gop=10, preset="ultrafast")
+    pix, params = ("yuv444p", "keyint=10") if second == "yuv444p" else (
+        "yuv420p", "keyint=10:interlaced=1:tff=1")  # fmt: skip
+    other = tv.from_container(_encode(synthetic_frames(20, 64, 96, seed=2), "libx264", pix, params))
     data, idx = _concat(first, other)
     store.put("projects/p/cat.h264", data)
     got = []

@@ -134,12 +134,15 @@ def decode_window(
     where: str,
     tags: Tags,
     stream: object = None,
+    source: tuple[int, int] | None = None,
 ) -> int:
     """Decode ``plan``'s packets from ``data`` into ``frames_out`` (uint8 ``[T, H, W, 3]``).
 
     ``size`` is the output (height, width); ``tags`` the stream's (colorspace,
     color_range) to convert with; ``stream`` identifies the stream (see
-    :meth:`Decoder.context`). Returns the number of packets decoded.
+    :meth:`Decoder.context`); ``source``: the (height, width) the episode's index gives:
+    a wanted frame of another size is :class:`CorruptData` (it would be resized silently).
+    Returns the number of packets decoded.
     """
     need = (len(plan.wanted), size[0], size[1], 3)
     if frames_out.shape != need:  # the native loop writes frames at this shape's strides
@@ -148,10 +151,10 @@ def decode_window(
     ctx = decoder.context(stream, tags)
     scaler = _scaler(size, tags)
     if decoder.can_run_native(frames_out, scaler):
-        if _decode_native(decoder, data, plan, scaler, frames_out, where):
+        if _decode_native(decoder, data, plan, scaler, frames_out, where, source):
             return plan.num_packets
         ctx.flush_buffers()  # and decode it again through PyAV (which checks the frames)
-    return _decode_pyav(decoder, ctx, data, plan, scaler, frames_out, where)
+    return _decode_pyav(decoder, ctx, data, plan, scaler, frames_out, where, source)
 
 
 def _check_packets(plan: WindowPlan, n: int, where: str) -> None:
@@ -174,13 +177,14 @@ def _decode_native(
     scaler: dict[str, Any],
     frames_out: np.ndarray,
     where: str,
+    source: tuple[int, int] | None,
 ) -> bool:
     """:func:`decode_window` through :class:`NativeLoop`; ``False``: it fell back (nothing
     raised, the context is mid-window)."""
     slots = plan.slots()
     loop: Any = decoder.native
     try:
-        loop.run(decoder.pointer, data, plan, slots, frames_out, scaler, decoder.direct)
+        loop.run(decoder.pointer, data, plan, slots, frames_out, scaler, decoder.direct, source)
     except Fallback:
         return False
     except NativeError as e:
@@ -202,6 +206,7 @@ def _decode_pyav(
     scaler: dict[str, Any],
     frames_out: np.ndarray,
     where: str,
+    source: tuple[int, int] | None,
 ) -> int:
     """:func:`decode_window` through PyAV's packets and frames."""
     slots = plan.slots()
@@ -212,6 +217,12 @@ def _decode_pyav(
             js = slots.pop(frame.pts, None)
             if js is None:
                 continue  # warm-up frame (before the window in decode or display order)
+            if source is not None and (frame.height, frame.width) != source:
+                raise CorruptData(
+                    f"{where} frame {int(plan.wanted[js[0]])}: decodes to "
+                    f"{frame.width}x{frame.height}, the episode's index says "
+                    f"{source[1]}x{source[0]}"
+                )
             if direct.convert(frame, frames_out[js[0]], scaler, rf):
                 arr = frames_out[js[0]]
             else:
@@ -287,7 +298,8 @@ def decode_fetched(decoder: Decoder, window: FetchedWindow, out: Any) -> Any:
     else:
         frames = np.empty((t, size[0], size[1], 3), dtype=np.uint8)
     tags = window_tags(req.index, data, where)
-    decode_window(decoder, data, plan, size, frames, where, tags, req.key)
+    source = (req.index.height, req.index.width)
+    decode_window(decoder, data, plan, size, frames, where, tags, req.key, source)
     if not direct:
         finish_window(frames, spec, out)
     return out

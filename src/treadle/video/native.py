@@ -61,15 +61,19 @@ class NativeLoop:
         out: np.ndarray,
         scaler: dict[str, Any],
         direct: DirectScaler,
+        source: tuple[int, int] | None = None,
     ) -> None:
         """Decode ``plan``'s packets of ``data`` on the context at ``ctx`` into ``out``
         (C-contiguous uint8 ``[T, H, W, 3]``), popping each output frame's ``slots``.
-        Raises :class:`Fallback` or :class:`NativeError`; the context is then mid-window
-        (the caller flushes or drops it)."""
+        A wanted frame not of ``source``'s (height, width) falls back (PyAV's path names
+        it). Raises :class:`Fallback` or :class:`NativeError`; the context is then
+        mid-window (the caller flushes or drops it)."""
         src = np.frombuffer(data, np.uint8)  # any buffer; held while FFmpeg reads it
         base, pv = src.ctypes.data, self._pv
         send = self.api.send_packet
-        target = (out, out.ctypes.data, out[0].nbytes if len(out) else 0, slots, scaler, direct)
+        step = out[0].nbytes if len(out) else 0
+        wh = source[::-1] if source is not None else None  # as the frame holds them
+        target = (out, out.ctypes.data, step, slots, scaler, direct, wh)
         current = -1
         for k, o, s, p in zip(plan.frames.tolist(), plan.rel_offset.tolist(),
                               plan.size.tolist(), plan.pts.tolist()):  # fmt: skip
@@ -86,7 +90,7 @@ class NativeLoop:
         self.api.flush_buffers(ctx)
 
     def _receive(self, ctx: int, target: tuple[Any, ...], current: int) -> None:
-        out, dst0, step, slots, scaler, direct = target
+        out, dst0, step, slots, scaler, direct, wh = target
         api, frame, fv = self.api, self._frame, self._fv
         recv, unref = api.receive_frame, api.frame_unref
         got = 0
@@ -104,7 +108,8 @@ class NativeLoop:
                 unref(frame)
                 continue  # warm-up frame (before the window in decode or display order)
             dst = dst0 + js[0] * step
-            if direct.verdict(direct.key(fv, dst, scaler)) is not True:
+            odd = wh is not None and (fv.width, fv.height) != wh
+            if odd or direct.verdict(direct.key(fv, dst, scaler)) is not True:
                 unref(frame)
                 raise Fallback("frame configuration not covered")
             r = direct.scale(frame, fv, dst, scaler)
