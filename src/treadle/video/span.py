@@ -139,8 +139,11 @@ def cut_span(
 
     None (the caller then decodes the span) when the file is not H.264, when the span's
     first packet in decode order is not a keyframe, when frames of the span are leading
-    pictures of that keyframe (open GOP: they reference the GOP before it), or when
-    the copied packets do not decode to the source's frames (see :func:`_same_pictures`).
+    pictures of that keyframe (open GOP: they reference the GOP before it), when a packet
+    the copy would leave out between its first and last (decode order) and shown after
+    the span is a reference picture (the span's last B-frames may predict from it: the
+    next episode's keyframe or P-frame), or when the copied
+    packets do not decode to the source's frames (see :func:`_same_pictures`).
     Raises :class:`CorruptData` when the file has fewer (or misplaced) frames than rows.
     """
     half = max(tol, 0.5 / fps)
@@ -178,7 +181,13 @@ def cut_span(
                 return None
             payloads[0] = _with_params(payloads[0], *params)
             gap = next((i for i in range(first, last) if not inside[i]), None)
-            if gap is not None and not _same_pictures(stream, seq, inside, payloads, first, gap):
+            if gap is None:
+                return _mux(stream, [seq[i] for i in idx], payloads)
+            top = max(seq[i].pts for i in idx)
+            after = (bytes(seq[i]) for i in range(gap, last) if not inside[i] and seq[i].pts > top)
+            if any(_is_reference(b, params[0]) for b in after):
+                return None  # a copied picture may predict from it: its decode would guess
+            if not _same_pictures(stream, seq, inside, payloads, first, gap):
                 return None
             return _mux(stream, [seq[i] for i in idx], payloads)
     except av.error.FFmpegError as e:
@@ -212,6 +221,14 @@ def _short(where: str, got: int, count: int, start: float) -> None:
         f"{where}: video has {got} frames for the episode's {count} rows "
         f"(span starting at {start:.4f}s)"
     )
+
+
+def _is_reference(payload: bytes, size: int) -> bool:
+    """Whether an MP4 sample holds a reference picture (a slice with ``nal_ref_idc != 0``):
+    one that later pictures may predict from. Left out of a copy, a picture that used it
+    would decode from whatever the decoder puts in its place (memory contents: measured,
+    the same copy decoded differently from run to run)."""
+    return any(t in (1, 5) and unit[0] & 0x60 for t, unit in iter_length_prefixed(payload, size))
 
 
 def _same_pictures(
