@@ -108,8 +108,14 @@ class Result:
         return d
 
 
-def measure(make: Callable[[], Iterator[Any]], n_items: int, count: Callable[[Any], int]) -> Run:
-    """Time ``n_items`` items of a fresh iterator, after its first item (warm-up excluded).
+def measure(
+    make: Callable[[], Iterator[Any]],
+    n_items: int,
+    count: Callable[[Any], int],
+    warmup: int = 0,
+) -> Run:
+    """Time ``n_items`` items of a fresh iterator, after its first item (start-up) and
+    ``warmup`` more items (excluded from both the rate and the start-up time).
 
     ``count(item)`` says how many samples one item (a batch) holds. Timing stops when
     ``n_items`` samples have arrived, while worker processes are still alive.
@@ -119,6 +125,8 @@ def measure(make: Callable[[], Iterator[Any]], n_items: int, count: Callable[[An
     first = next(it)
     del first
     startup = time.perf_counter() - t_start
+    for _ in range(warmup):
+        next(it)
     c0, t0 = tree_cpu(), time.perf_counter()
     got = 0
     for item in it:

@@ -32,6 +32,16 @@ HERE = Path(__file__).resolve().parent
 BATCH = 8
 
 
+def warmup(tiny: bool) -> int:
+    """Batches every video reader (treadle's, the peers', on S3 too) reads after its first
+    and before its timing starts: the steady-state rate of a training run, not the first
+    batches' buffer allocations, decoder set-up and first-frame checks (measured, medians
+    of 3 interleaved rounds: treadle's 90x224x224 rate over the 6 batches after its first
+    was 0.97x the decode+convert limit, over the 24 after its first 1.26x). Start-up (time
+    to the first batch) is reported on its own."""
+    return 1 if tiny else 4
+
+
 def sizes(tiny: bool) -> list[dict[str, Any]]:
     """The window shapes: name, frame size, window length, episodes, frames per episode."""
     if tiny:

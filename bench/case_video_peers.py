@@ -301,11 +301,13 @@ LEROBOT_CODECS = (
 def rows(
     root: Path, plan: Any, sz: dict[str, Any], steps: int, batch: int,
     frames_of: Callable[[int], np.ndarray], want: np.ndarray, log: Callable[[str], None],
+    warmup: int = 0,
 ) -> list[tuple[Any, Callable[[], Any] | None]]:  # fmt: skip
     """``(Result, run)`` pairs of the peer rows for one window size (``run`` None: not run).
 
     ``want`` is treadle's first batch of the plan (``[batch, T, H, W, 3]`` uint8): each
-    same-bytes peer's first batch must equal it before it is timed.
+    same-bytes peer's first batch must equal it before it is timed; ``warmup`` batches after
+    the first are read before timing starts, as for treadle's rows.
     """
     from benchlib import Result, measure
 
@@ -321,7 +323,7 @@ def rows(
 
     def timed(make: Callable[[], Iterator[Any]]) -> Callable[[], Any]:
         def run() -> Any:
-            r = measure(make, n, len)
+            r = measure(make, n, len, warmup)
             r.samples *= sz["window"]
             return r
 

@@ -306,7 +306,8 @@ def markdown(doc: dict[str, Any], results: list[Result], summary: list[dict[str,
         "",
         _machine_line(doc)
         + f" Median of {doc['runs']} interleaved rounds; wall rates exclude start-up (time to "
-        "the first batch); CPU counts the whole process tree (workers; for S3 also the server).",
+        "the first batch) and, for video, the next warm-up batches (the same for every "
+        "reader); CPU counts the whole process tree (workers; for S3 also the server).",
         "",
         "| case | reader | unit | wall rate | per CPU-s | CPU/wall | start s |",
         "|---|---|---|---:|---:|---:|---:|",

@@ -18,8 +18,9 @@ Datasets are generated once under ``bench/data/`` (``$TREADLE_BENCH_DATA`` if se
 bench`` sets it to its ``--dir``) in each library's own format. Every
 configuration of a case runs once per round, ``--runs`` rounds, interleaved, so a noisy shared
 machine hits them alike; the table shows medians. Wall rate excludes start-up (time to the
-first batch, shown separately); CPU rate counts the whole process tree (spawned workers and,
-for ``s3``, the S3 server too). ``report.py`` judges issue 17's goals (``report.GOALS``).
+first batch, shown separately) and, for video, the warm-up batches after it
+(``case_video.warmup``, the same for every reader); CPU rate counts the whole process tree
+(spawned workers and, for ``s3``, the S3 server too). ``report.py`` judges issue 17's goals (``report.GOALS``).
 Results go to ``--out`` as ``<tiny|full>-<stamp>.json``, ``.md`` (machine and load at start
 and end, every row, the goal table, the chart) and ``.png`` (when matplotlib is installed),
 each also copied to ``latest.*`` (``latest-tiny.*``). Nothing here asserts a timing.
@@ -121,7 +122,8 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
         paths = cv.stream_paths(root, sz)
         frames = sz["episodes"] * sz["frames"]
         n = sz["windows"]
-        steps = n // cv.BATCH + 2
+        warm = cv.warmup(tiny)
+        steps = n // cv.BATCH + 2 + warm
         # The limits decode every frame of the streams; a window needs its frames and those
         # from the keyframe before it: "exactly the frames needed" = decode rate x useful/needed.
         plan = cv.recipe(client, sz).plan()
@@ -166,16 +168,16 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
             )
             r.config["label"] = f"treadle TrainLoader workers={workers} threads={threads}"
 
-            def tr(sz=sz, workers=workers, threads=threads, n=n, steps=steps) -> Run:
+            def tr(sz=sz, workers=workers, threads=threads, n=n, steps=steps, warm=warm) -> Run:
                 run = measure(
-                    lambda: cv.treadle_iter(client, sz, workers, threads, steps), n, batch_len
+                    lambda: cv.treadle_iter(client, sz, workers, threads, steps), n, batch_len, warm
                 )
                 run.samples *= sz["window"]  # useful frames
                 return run
 
             rs.append((r, tr))
         want = next(cv.treadle_iter(client, sz, 0, 1, 1))["cam"].numpy()
-        for r, fn in cvp.rows(root, plan, sz, steps, cv.BATCH, cv.frames_of(sz), want, log):
+        for r, fn in cvp.rows(root, plan, sz, steps, cv.BATCH, cv.frames_of(sz), want, log, warm):
             if fn is None:
                 results.append(r)
             else:
@@ -236,7 +238,8 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
         for sz in cv.sizes(tiny):
             lab = cv.label(sz)
             nw = sz["windows"]
-            vsteps = nw // cv.BATCH + 2
+            warm = cv.warmup(tiny)
+            vsteps = nw // cv.BATCH + 2 + warm
             for workers, threads in ((0, 2),) if tiny else ((0, 2), (2, 1)):
                 r = Result(
                     "s3",
@@ -246,9 +249,13 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
                 )
                 r.config["label"] = f"treadle on S3 workers={workers} threads={threads}"
 
-                def tv_(sz=sz, workers=workers, threads=threads, nw=nw, vsteps=vsteps) -> Run:
+                def tv_(sz=sz, workers=workers, threads=threads, nw=nw, vsteps=vsteps,
+                        warm=warm) -> Run:  # fmt: skip
                     run = measure(
-                        lambda: cv.treadle_iter(client, sz, workers, threads, vsteps), nw, batch_len
+                        lambda: cv.treadle_iter(client, sz, workers, threads, vsteps),
+                        nw,
+                        batch_len,
+                        warm,
                     )
                     run.samples *= sz["window"]
                     return run
