@@ -17,14 +17,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "treadle"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names"),
+    ("errors", "names", "fastpaths"),
     ("storage",),  # obstore only
     ("video",),  # codec, containers, pure frame specs
     ("table",),  # pinned Lance reads, fragment staging
     ("catalog",),  # client, projects, branches, TableRef, Transaction, gc, Lance handle
     ("plan",),  # pure
     ("read",),  # delivery stages, prefetch
-    ("gpu",),
+    ("gpu", "info"),
     ("torch",),
     ("importers",),
     ("cli", "demo", "bench"),

@@ -27,6 +27,7 @@ from treadle.errors import (  # noqa: E402
     UnsupportedFormat,
     VideoError,
 )
+from treadle.info import info  # noqa: E402
 from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
@@ -121,5 +122,6 @@ __all__ = [
     "Windows",
     "split_episodes",
     "importers",
+    "info",
     "__version__",
 ]

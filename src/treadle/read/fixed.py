@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from treadle import fastpaths
 from treadle.errors import CorruptData
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
@@ -57,6 +58,9 @@ _FULL_ZIP = re.compile(
 
 
 _FILE_VERSIONS = {(2, 1), (2, 2)}  # the Lance file versions whose full-zip layout is known
+#: Lance stores rows of this many bytes and more in its full-zip layout: a local column this
+#: wide that does not map says that Lance's layout changed (the path is off, and says so)
+FULL_ZIP_ROW_BYTES = 256
 
 
 def fixed_width(f: pa.Field) -> bool:
@@ -185,7 +189,9 @@ class FixedReader:
         starts, parts, at = [], [], 0
         for frag in ds.get_fragments():
             segs = self._fragment_pages(ds, frag.metadata, field_id, dtype, f.type.list_size)
-            if segs is None:
+            if isinstance(segs, str):
+                if segs and f.type.list_size * dtype.itemsize >= FULL_ZIP_ROW_BYTES:
+                    fastpaths.off("fixed-width reads", f"column {f.name!r}: {segs}")
                 return None
             for seg in segs:
                 starts.append(at)
@@ -194,41 +200,47 @@ class FixedReader:
         if not parts or at != table.num_moments:
             return None
         col = _Column("mapped", np.asarray(starts, np.int64), parts)
-        return col if _agrees(table, f, col) else None
+        if _agrees(table, f, col):
+            return col
+        fastpaths.off("fixed-width reads", f"column {f.name!r}: mapped pages differ from take")
+        return None
 
     def _fragment_pages(
         self, ds: Any, meta: Any, field_id: int, dtype: np.dtype, size: int
-    ) -> list[np.ndarray] | None:
-        """Per page, the ``[rows, size]`` values of this field in this fragment's file."""
+    ) -> list[np.ndarray] | str:
+        """Per page, the ``[rows, size]`` values of this field in this fragment's file; else
+        why not: ``""`` where the data is why (deletions, files of other datasets), a reason
+        where Lance's file layout is not the one this reader knows."""
         from lance.file import LanceFileReader
 
         if meta.deletion_file is not None or getattr(meta, "num_deletions", 0):
-            return None
+            return ""
         files = [df for df in meta.files if field_id in list(df.fields)]
         if len(files) != 1:
-            return None
+            return ""
         df = files[0]
         if getattr(df, "base_id", None) is not None:  # a file of another dataset's base
-            return None
-        if (df.file_major_version, df.file_minor_version) not in _FILE_VERSIONS:
-            return None
+            return ""
+        version = (df.file_major_version, df.file_minor_version)
+        if version not in _FILE_VERSIONS:
+            return f"Lance file version {version[0]}.{version[1]} is not one whose layout is known"
         where = list(df.fields).index(field_id)
         column = list(df.column_indices)[where]
         path = os.path.join(ds.uri, "data", df.path)
         if not os.path.isfile(path):
-            return None
+            return ""
         fmeta = LanceFileReader(path).metadata()
         if fmeta.num_rows != meta.physical_rows or column >= len(fmeta.columns):
-            return None
+            return "a data file's metadata does not match its fragment"
         buf = self._map(path)
         pages, rows = [], 0
         for page in fmeta.columns[column].pages:
             arr = _page_values(page, buf, dtype, size)
             if arr is None:
-                return None
+                return "a page is not in Lance's plain full-zip layout"
             pages.append(arr)
             rows += len(arr)
-        return pages if rows == meta.physical_rows else None
+        return pages if rows == meta.physical_rows else "a data file's pages miss rows"
 
     def _map(self, path: str) -> mmap.mmap:
         m = self._maps.get(path)

@@ -23,6 +23,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from treadle import fastpaths
+
 _P, _I, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
 #: AVERROR(EAGAIN) and AVERROR_EOF
 EAGAIN, EOF = -11, -0x20464F45
@@ -121,7 +123,8 @@ def _struct(*fields: tuple[str, int, Any]) -> Any:
     return type("StructView", (ctypes.Structure,), {"_pack_": 1, "_fields_": spec})
 
 
-def _libs() -> tuple[Any, Any, Any] | None:
+def _libs() -> tuple[Any, Any, Any] | str:
+    """PyAV's bundled libavcodec, libavutil and libswscale, or why they cannot be loaded."""
     import av
 
     root = os.path.join(os.path.dirname(os.path.dirname(av.__file__)), "av.libs")
@@ -131,12 +134,12 @@ def _libs() -> tuple[Any, Any, Any] | None:
             os.path.join(root, f"{name}.so*")
         )
         if len(so) != 1:
-            return None
+            return f"PyAV's bundled {name} is not one file in {root} (found {len(so)})"
         found.append(so[0])
     try:
         return tuple(ctypes.CDLL(p) for p in found)  # type: ignore[return-value]
-    except OSError:
-        return None
+    except OSError as e:
+        return f"PyAV's bundled FFmpeg libraries do not load ({e})"
 
 
 def _declare(codec: Any, util: Any, sws: Any) -> None:
@@ -173,24 +176,25 @@ def _find(base: int, set_value: Any, width: int, values: tuple[int, int]) -> int
     return hits.pop() if hits and len(hits) == 1 else -1
 
 
-def _probe(util: Any) -> Layout | None:
+def _probe(util: Any) -> Layout | str:
+    """The checked struct layout, or which check failed."""
     import av
 
     if av.__version__.split(".")[0] not in _PYAV_MAJORS:
-        return None
+        return f"PyAV {av.__version__} is not a version whose object layout was read"
     vf = av.VideoFrame(48, 32, "yuv420p")
     obj = 24  # PyObject header (16) and the vtable pointer (8)
     ptr = _P.from_address(id(vf) + obj).value
     plane = vf.planes[0]
     if not ptr or _P.from_address(ptr).value != plane.buffer_ptr:
-        return None
+        return "a PyAV VideoFrame's AVFrame pointer does not hold the frame's data"
     if _I.from_address(ptr + 64).value != plane.line_size:  # linesize[0] after data[8]
-        return None
+        return "AVFrame.linesize is not where FFmpeg 4-8 keep it"
     w, h, fmt = 104, 108, 116  # after extended_data: width, height, nb_samples, format
     if (_I.from_address(ptr + w).value, _I.from_address(ptr + h).value) != (48, 32):
-        return None
+        return "AVFrame.width/height are not where FFmpeg 4-8 keep them"
     if _I.from_address(ptr + fmt).value != util.av_get_pix_fmt(b"yuv420p"):
-        return None
+        return "AVFrame.format is not where FFmpeg 4-8 keep it"
 
     def setter(name: str) -> Any:
         return lambda v: setattr(vf, name, v)
@@ -203,42 +207,55 @@ def _probe(util: Any) -> Layout | None:
     pkt = av.Packet(b"treadle-probe")
     pptr = _P.from_address(id(pkt) + obj).value
     if not pptr or min(pts, spc, rng, trc, pri) < 0:
-        return None
+        return "an AVFrame field (pts or a colour tag) was not found by writing through PyAV"
     # AVPacket: buf, pts, dts, data, size: a layout FFmpeg has kept since 4.x, checked here
     pkt.pts = 0x0123_0000_4567
     if _I64.from_address(pptr + 8).value != pkt.pts:
-        return None
+        return "AVPacket.pts is not where FFmpeg 4-8 keep it"
     if _P.from_address(pptr + 24).value != pkt.buffer_ptr or _I.from_address(pptr + 32).value != 13:
-        return None
+        return "AVPacket.data/size are not where FFmpeg 4-8 keep them"
     return Layout(obj, w, h, fmt, pts, spc, rng, trc, pri, 8, 24, 32)
 
 
 _API: Any = None
+_WHY: str | None = None
 
 
 def api() -> Api | None:
-    """The checked API (loaded once per process), or ``None`` where a check failed."""
-    global _API
+    """The checked API (loaded once per process), or ``None`` where a check failed
+    (:func:`unavailable` says which; the first such call logs it once)."""
+    global _API, _WHY
     if _API is None:
-        _API = _load() or False
+        got = _load()
+        if isinstance(got, str):
+            _API, _WHY = False, got
+            fastpaths.off("native decode", got)
+        else:
+            _API = got
     return _API or None
 
 
-def _load() -> Api | None:
+def unavailable() -> str | None:
+    """Why :func:`api` is ``None`` (None when it is loaded)."""
+    api()
+    return _WHY
+
+
+def _load() -> Api | str:
     libs = _libs()
-    if libs is None:
-        return None
+    if isinstance(libs, str):
+        return libs
     codec, util, sws = libs
     try:
         _declare(codec, util, sws)
         layout = _probe(util)
-    except (AttributeError, ValueError, TypeError):
-        return None
-    if layout is None:
-        return None
+    except (AttributeError, ValueError, TypeError) as e:
+        return f"FFmpeg's C API does not match ({e})"
+    if isinstance(layout, str):
+        return layout
     out = Api(codec, util, sws, layout)
     if not _context_checks(out):
-        return None
+        return "a PyAV CodecContext's pointer is not an AVCodecContext"
     return out
 
 

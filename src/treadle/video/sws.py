@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from treadle import fastpaths
 from treadle.video import ffmpeg
 
 _GUARD = 256
@@ -44,24 +45,31 @@ class DirectScaler:
         self._sws = self._dst = 0
         self._dst_view: Any = None
         self._rgb24 = self._flags = -1
-        if self.api is not None:
-            self._open(self.api)
+        if self.api is None:
+            why = ffmpeg.unavailable()
+            if why is not None:
+                fastpaths.off("direct conversion", f"no checked FFmpeg API: {why}")
+        else:
+            why = self._open(self.api)
+            if why is not None:
+                fastpaths.off("direct conversion", why)
 
-    def _open(self, api: ffmpeg.Api) -> None:
+    def _open(self, api: ffmpeg.Api) -> str | None:
         sws = api.sws.sws_alloc_context()
         if not sws:
-            return
+            return "sws_alloc_context failed"
         ffmpeg.free_with(self, api.sws.sws_free_context, sws)
         dst = api.util.av_frame_alloc()
         if not dst:
-            return
+            return "av_frame_alloc failed"
         # the destination's data is the batch's: unref never frees it (it has no buf)
         ffmpeg.free_with(self, api.util.av_frame_free, dst)
         if api.util.av_opt_set_int(sws, b"threads", 1, 0) < 0:
-            return
+            return "swscale refuses its threads option"
         self._sws, self._dst = sws, dst
         self._dst_view = api.FrameView.from_address(self._dst)
         self._rgb24 = api.pix_fmt(b"rgb24")
+        return None
 
     @property
     def available(self) -> bool:
@@ -143,9 +151,18 @@ class DirectScaler:
         raw = np.full(n + _GUARD + 64, 0xA5, dtype=np.uint8)
         at = (key[-1] - raw.ctypes.data) % 64  # the destination's alignment, modulo 64
         buf = raw[at : at + n + _GUARD]
-        if self.scale(src, view, buf.ctypes.data, scaler) < 0:
-            return False
-        return bool((buf[n:] == 0xA5).all() and np.array_equal(buf[:n], expect.reshape(-1)))
+        same = self.scale(src, view, buf.ctypes.data, scaler) >= 0
+        same = same and bool(
+            (buf[n:] == 0xA5).all() and np.array_equal(buf[:n], expect.reshape(-1))
+        )
+        if not same:
+            fastpaths.off(
+                "direct conversion",
+                f"converting a {view.width}x{view.height} frame (pixel format {view.format}) to "
+                f"{scaler['width']}x{scaler['height']} rgb24 did not give reformat's bytes; "
+                "that configuration converts through reformat",
+            )
+        return same
 
     def scale(self, src: int, view: Any, dst: int, scaler: dict[str, Any]) -> int:
         """``sws_scale_frame`` of the ``AVFrame`` at ``src`` (``view`` over it) into rgb24

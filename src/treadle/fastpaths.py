@@ -1,0 +1,48 @@
+"""Fast paths that say when they are off.
+
+treadle's fastest paths rest on checks made at run time (struct layouts of PyAV's FFmpeg,
+Lance's page layout): when a check fails, the path falls back to a slower, equally exact
+one. :func:`off` records why, and the first time a path goes off in a process it logs one
+warning through the ``treadle`` logger, so that a PyAV or pylance upgrade that costs speed
+says so. :func:`treadle.info` reports every path, on or off with its reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+__all__ = ["PATHS", "log", "off", "reasons"]
+
+log = logging.getLogger("treadle")
+"""treadle's logger: every message treadle logs goes through it (``logging.getLogger("treadle")``)."""
+
+PATHS = {
+    "native decode": "video windows decode through PyAV's objects (~20% slower)",
+    "direct conversion": "frames convert through PyAV's reformat and are copied (slower)",
+    "fixed-width reads": "fixed-width columns are read with a Lance take per batch (slower)",
+    "nvdec": "video decodes on the CPU",
+}
+"""Each fast path, and what runs instead when it is off."""
+
+_OFF: dict[str, str] = {}
+_LOCK = threading.Lock()
+
+
+def off(path: str, reason: str) -> None:
+    """Record that fast path ``path`` (a key of :data:`PATHS`) is off because of ``reason``.
+
+    The first call for a path in a process logs one warning; later ones only keep the
+    first reason."""
+    with _LOCK:
+        first = path not in _OFF
+        if first:
+            _OFF[path] = reason
+    if first:
+        log.warning("treadle: %s is off: %s; %s", path, reason, PATHS[path])
+
+
+def reasons() -> dict[str, str]:
+    """``{path: reason}`` of every fast path that went off in this process so far."""
+    with _LOCK:
+        return dict(_OFF)

@@ -1,0 +1,154 @@
+"""``td.info()``: the versions treadle runs with and whether each fast path is on.
+
+Every fast path falls back to a slower, equally exact path when one of its run-time checks
+fails (:mod:`treadle.fastpaths`). :func:`info` probes each on this machine — a tiny H.264
+stream decoded and converted, a tiny local table read — and adds what went off in this
+process so far; ``treadle info`` prints it.
+"""
+
+from __future__ import annotations
+
+import platform
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from treadle import fastpaths
+
+__all__ = ["FastPath", "Info", "info"]
+
+_PACKAGES = ("treadle", "torch", "pylance", "av", "obstore", "pyarrow", "numpy", "triton")
+
+
+@dataclass(frozen=True)
+class FastPath:
+    """One fast path: ``on``, or off with ``reason``; ``instead``: what runs when it is off."""
+
+    name: str
+    on: bool
+    reason: str | None
+    instead: str
+
+
+@dataclass(frozen=True)
+class Info:
+    """What :func:`info` found: package ``versions`` and each of :data:`fastpaths.PATHS`."""
+
+    versions: dict[str, str]
+    paths: dict[str, FastPath] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (``treadle info --json``)."""
+        return {
+            "versions": dict(self.versions),
+            "fast_paths": {
+                n: {"on": p.on, "reason": p.reason, "instead": p.instead}
+                for n, p in self.paths.items()
+            },
+        }
+
+    def __str__(self) -> str:
+        lines = ["versions:"]
+        lines += [f"  {k:<10} {v}" for k, v in self.versions.items()]
+        lines.append("fast paths:")
+        for p in self.paths.values():
+            state = "on" if p.on else f"off: {p.reason} ({p.instead})"
+            lines.append(f"  {p.name:<18} {state}")
+        return "\n".join(lines)
+
+
+def info() -> Info:
+    """Versions and the state of every fast path (native decode, direct conversion,
+    fixed-width reads, NVDEC), each probed now; a path that went off earlier in this process
+    (one configuration refused, say) is reported off with that reason."""
+    probes = {
+        "native decode": _native_decode,
+        "direct conversion": _direct_conversion,
+        "fixed-width reads": _fixed_width_reads,
+        "nvdec": _nvdec,
+    }
+    found = {}
+    for name, probe in probes.items():
+        try:
+            why = probe()
+        except Exception as e:  # a probe that breaks says so; info itself never fails
+            why = f"its probe failed ({type(e).__name__}: {e})"
+        why = why or fastpaths.reasons().get(name)
+        found[name] = FastPath(name, why is None, why, fastpaths.PATHS[name])
+    return Info(_versions(), found)
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in _PACKAGES:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    import av
+
+    out["ffmpeg"] = ".".join(map(str, av.library_versions.get("libavcodec", ()))) + " (avcodec)"
+    return out
+
+
+def _native_decode() -> str | None:
+    from treadle.video import ffmpeg
+
+    return ffmpeg.unavailable()
+
+
+def _direct_conversion() -> str | None:
+    """Decode two 32x32 frames and convert the first straight into an aligned buffer."""
+    import av
+    from av.video.reformatter import VideoReformatter
+
+    from treadle.gpu.backend import _probe_stream
+    from treadle.video.decode import _scaler
+    from treadle.video.sws import DirectScaler
+
+    direct = DirectScaler()
+    if not direct.available:
+        return fastpaths.reasons().get("direct conversion") or "no swscale context"
+    ctx: Any = av.CodecContext.create("h264", "r")
+    frames = [f for p in ctx.parse(_probe_stream()) for f in ctx.decode(p)] + ctx.decode(None)
+    raw = np.empty(64 * 64 * 3 + 64, np.uint8)
+    at = -raw.ctypes.data % 64
+    out = raw[at : at + 64 * 64 * 3].reshape(64, 64, 3)
+    if not direct.convert(frames[0], out, _scaler((64, 64), (2, 0)), VideoReformatter()):
+        return fastpaths.reasons().get("direct conversion") or "a 64x64 frame was refused"
+    return None
+
+
+def _fixed_width_reads() -> str | None:
+    """Write a 16-row local table with a 256-byte tensor column and read it back mapped."""
+    from treadle.catalog.client import Client
+    from treadle.read.fixed import FULL_ZIP_ROW_BYTES, FixedReader
+
+    width = FULL_ZIP_ROW_BYTES // 4
+    with tempfile.TemporaryDirectory(prefix="treadle-info-") as root:
+        branch = Client(root).project("probe").branch("main")
+        values = np.arange(16 * width, dtype=np.float32).reshape(16, width)
+        branch.table("t").append_episode({"x": values}, episode="e")
+        table = branch.table("t").pin()
+        reader = FixedReader()
+        try:
+            path = reader.path(table, "x")
+            same = np.array_equal(reader.read(table, [3, 0, 15], ["x"])["x"], values[[3, 0, 15]])
+        finally:
+            reader.close()
+    if path != "mapped":
+        return fastpaths.reasons().get("fixed-width reads") or f"a probe column is read by {path}"
+    return None if same else "a probe column read back other values"
+
+
+def _nvdec() -> str | None:
+    import torch
+
+    from treadle.gpu.backend import cuda_unavailable, nvdec_unavailable
+
+    why = cuda_unavailable(torch.device("cuda"))
+    return why if why is not None else nvdec_unavailable(torch.cuda.current_device())

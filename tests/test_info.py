@@ -1,0 +1,117 @@
+"""td.info() / ``treadle info``: every CPU fast path is on with the pinned versions, and a
+path that goes off says so once, through the ``treadle`` logger, with its reason."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import treadle as td
+from treadle import fastpaths
+from treadle.read import fixed
+from treadle.video import ffmpeg, sws
+
+CPU_PATHS = ("native decode", "direct conversion", "fixed-width reads")
+
+
+@pytest.fixture
+def fresh(monkeypatch, caplog):
+    """No fast path recorded off yet; the treadle logger's records captured."""
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    caplog.set_level(logging.WARNING, logger="treadle")
+    return caplog
+
+
+def _offs(caplog, path):
+    return [
+        r
+        for r in caplog.records
+        if r.name == "treadle" and r.levelno == logging.WARNING and f"{path} is off" in r.message
+    ]
+
+
+def test_every_cpu_fast_path_is_on_with_the_pinned_versions_in_a_fresh_process():
+    out = subprocess.run(
+        [sys.executable, "-m", "treadle.cli", "info", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    for path in CPU_PATHS:
+        assert found["fast_paths"][path] == {
+            "on": True,
+            "reason": None,
+            "instead": fastpaths.PATHS[path],
+        }
+    nvdec = found["fast_paths"]["nvdec"]
+    assert nvdec["on"] is False and "CUDA" in nvdec["reason"]  # no GPU on this machine
+    assert found["versions"]["pylance"] == "14.0.2" and found["versions"]["av"] == "18.1.0"
+    assert "is off" not in out.stderr  # no CPU path went off while probing
+
+
+def test_treadle_info_prints_each_path_and_refuses_a_root():
+    from treadle.cli import main
+
+    assert main(["info", "--root", "/tmp/x"]) == 2  # info reads no store
+
+
+def test_native_decode_off_logs_one_warning_with_its_reason(fresh, monkeypatch):
+    monkeypatch.setattr(ffmpeg, "_API", None)
+    monkeypatch.setattr(ffmpeg, "_WHY", None)
+    monkeypatch.setattr(ffmpeg, "_PYAV_MAJORS", set())  # the layout check now fails
+    assert ffmpeg.api() is None and ffmpeg.api() is None
+    why = ffmpeg.unavailable()
+    assert why and "object layout" in why
+    sws.DirectScaler()
+    sws.DirectScaler()
+    (rec,) = _offs(fresh, "native decode")
+    assert why in rec.message and "PyAV's objects" in rec.message
+    (rec,) = _offs(fresh, "direct conversion")  # it rests on the same checked API
+    assert why in rec.message
+    found = td.info().paths
+    assert not found["native decode"].on and found["native decode"].reason == why
+    assert not found["direct conversion"].on
+
+
+def test_a_conversion_check_that_fails_turns_direct_conversion_off_once(fresh, monkeypatch):
+    monkeypatch.setattr(sws.DirectScaler, "scale", lambda self, *a: -1)
+    found = td.info().paths["direct conversion"]
+    assert not found.on and "did not give reformat's bytes" in found.reason
+    td.info()
+    assert len(_offs(fresh, "direct conversion")) == 1
+
+
+@pytest.fixture
+def branch(local_root):
+    return td.Client(local_root).project("p").branch("main")
+
+
+def test_a_wide_column_that_does_not_map_logs_once_and_reads_the_same(fresh, monkeypatch, branch):
+    wide = np.arange(8 * 64, dtype=np.float32).reshape(8, 64)  # 256 bytes a row
+    narrow = np.arange(8 * 7, dtype=np.float32).reshape(8, 7)
+    branch.table("t").append_episode({"wide": wide, "narrow": narrow}, episode="e")
+    table = branch.table("t").pin()
+    reader = fixed.FixedReader()
+    assert reader.path(table, "wide") == "mapped" and reader.path(table, "narrow") != "mapped"
+    assert _offs(fresh, "fixed-width reads") == []  # narrow columns never map: not "off"
+    monkeypatch.setattr(fixed, "_FULL_ZIP", re.compile("never matches"))
+    other = fixed.FixedReader()
+    got = other.read(table, [5, 1, 5], ["wide", "narrow"])
+    np.testing.assert_array_equal(got["wide"], wide[[5, 1, 5]])
+    np.testing.assert_array_equal(got["narrow"], narrow[[5, 1, 5]])
+    assert other.path(table, "wide") != "mapped"
+    (rec,) = _offs(fresh, "fixed-width reads")
+    assert "'wide'" in rec.message and "full-zip" in rec.message
+    assert not td.info().paths["fixed-width reads"].on
+    reader.close()
+    other.close()
