@@ -310,6 +310,30 @@ def test_scan_dataset_state_and_filter(project):
     assert names["episode"] == table.take(rows, ["episode"]).column("episode").to_pylist()
 
 
+def test_scan_dataset_set_epoch_reshuffles_each_epoch_whole_and_replays(project):
+    _, branch = project
+    table = branch.table("failed").pin()
+    ds = td.ScanDataset(table.scan_request(["action"]), batch_size=4, shuffle=True, seed=5)
+
+    def epoch(e):
+        ds.set_epoch(e)
+        return sum((b["_moment"].tolist() for b in ds), [])
+
+    e0, e1, e0_again = epoch(0), epoch(1), epoch(0)
+    everything = list(range(table.num_moments))
+    assert sorted(e0) == sorted(e1) == everything  # each epoch reads every row once
+    assert e0 != e1 and e0 != everything  # a new order each epoch, shuffled
+    assert e0_again == e0  # an epoch's order is a function of (seed, epoch)
+    # set_epoch starts the epoch from its first batch, even after a mid-epoch resume
+    it = iter(ds)
+    next(it)
+    ds.load_state_dict(ds.state_dict())
+    assert epoch(1) == e1 and ds.state_dict() == {"epoch": 1, "yielded": len(ds)}
+    plain = td.ScanDataset(table.scan_request(["action"]), batch_size=4)
+    plain.set_epoch(3)  # no shuffle: table order in every epoch
+    assert sum((b["_moment"].tolist() for b in plain), []) == everything
+
+
 def test_device_selection(project):
     _, branch = project
     plan = recipe(branch).plan()

@@ -88,6 +88,8 @@ class ScanDataset(torch.utils.data.IterableDataset):
         self._home_pid = os.getpid()
 
     def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` from its first batch (with ``shuffle``, its own order: a
+        function of ``(seed, epoch)``)."""
         self.epoch = int(epoch)
         self._yielded = self._skip = 0
 
