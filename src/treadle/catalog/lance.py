@@ -122,7 +122,9 @@ class LanceTables:
     # -- protection and cleanup ------------------------------------------------------------
     def protect(self, name: str, version: int) -> None:
         """Tag a committed table version so Lance's cleanup never removes it."""
-        ds = self.open(name, version)
+        # a handle of its own: creating a tag borrows Lance's dataset mutably, and another
+        # thread reading the cached handle's schema then fails ("Already mutably borrowed")
+        ds = self.load(name, version, f"table {name!r} version {version}")
         with suppress(Exception):  # an existing tag (a retry, or gc got there first) is fine
             ds.tags.create(f"{_TAG}{version}", version)
 
