@@ -176,3 +176,13 @@ def test_a_size_change_in_a_reencoded_file_is_refused(tmp_path, size_change_h264
     with pytest.raises(VideoError, match=match):
         with branch.transaction("write") as tx:
             tx.table("t").append_episode({"cam": td.VideoFile(mp4)}, episode="ep-0")
+
+
+def test_sps_scan_finds_every_sps_the_nal_parser_finds(size_change_h264):
+    from treadle.video.nal import NAL_SPS, iter_nal_spans, iter_sps_spans
+
+    # a zero-ref-idc SPS header (0x07) and trailing zeros before a 4-byte start code
+    data = size_change_h264 + b"\x00\x00\x01\x07" + size_change_h264[4:40] + b"\x00\x00\x00\x01"
+    want = [(s, e) for t, s, e in iter_nal_spans(data) if t == NAL_SPS]
+    assert list(iter_sps_spans(data)) == want and len(want) == 2 + 2 + 1  # 2 GOPs per half + 1
+    assert data[want[-1][1] - 1] != 0

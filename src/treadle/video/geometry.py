@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from treadle.errors import VideoError
-from treadle.video.nal import NAL_SPS, Sps, iter_nal_spans, parse_sps
+from treadle.video.nal import Sps, iter_sps_spans, parse_sps
 from treadle.video.stream import EncodedStream
 
 
@@ -77,8 +77,8 @@ def check_geometry(stream: EncodedStream, where: str) -> None:
     """Every SPS of ``stream`` decodes to the index's size, else :class:`VideoError`
     naming the first frame that would not (``where`` names table, episode and column).
 
-    One scan for start codes over the stream and one SPS parse per distinct SPS (at most
-    one per GOP); nothing is decoded.
+    One regular-expression scan for SPS start codes over the stream (in C) and one SPS
+    parse per distinct SPS (at most one per GOP); nothing is decoded.
     """
     idx = stream.index
     want = (int(idx.width), int(idx.height))
@@ -86,9 +86,7 @@ def check_geometry(stream: EncodedStream, where: str) -> None:
     starts = np.asarray(idx.offset)[dod]  # packet offsets in decode order: ascending
     seen: dict[bytes, tuple[tuple[int, int], Sps]] = {}
     data = stream.data
-    for t, s, e in iter_nal_spans(data):
-        if t != NAL_SPS:
-            continue
+    for s, e in iter_sps_spans(data):
         unit = bytes(data[s:e])
         if unit not in seen:
             seen[unit] = sps_geometry(unit, where)

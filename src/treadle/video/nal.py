@@ -9,6 +9,7 @@ fields it leaves out (what that means is :mod:`treadle.video.colour`'s business)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,6 +37,24 @@ def iter_nal_spans(data: bytes) -> Iterator[tuple[int, int, int]]:
                 e -= 1
         if e > s:
             yield data[s] & 0x1F, s, e
+
+
+#: a start code and the header byte of an SPS (nal_ref_idc any, type 7); emulation
+#: prevention keeps ``00 00 01`` out of every unit's payload, so each match is a unit
+_SPS_START = re.compile(b"\x00\x00\x01[\x07\x27\x47\x67]")
+
+
+def iter_sps_spans(data: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each SPS unit of an Annex-B buffer (``data[start:end]`` as
+    :func:`iter_nal_spans` gives it): the search runs in C, Python sees only the SPSs."""
+    for m in _SPS_START.finditer(data):
+        s = m.start() + 3
+        i = data.find(b"\x00\x00\x01", s)
+        e = len(data) if i < 0 else i
+        if i >= 0:
+            while e > s and data[e - 1] == 0:
+                e -= 1
+        yield s, e
 
 
 def iter_length_prefixed(data: bytes, size: int) -> Iterator[tuple[int, bytes]]:
