@@ -125,6 +125,49 @@ def test_v21_round_trip_remuxes_h264(tmp_path, client):
         np.testing.assert_array_equal(got, src)  # remuxed: bit-identical decode
 
 
+def _annexb(n: int, h: int, w: int, seed: int) -> bytes:
+    from treadle.video import encode_frames
+    from treadle.video._testing import synthetic_frames
+
+    return encode_frames(synthetic_frames(n, h, w, seed), fps=10, gop=4, preset="ultrafast").data
+
+
+def test_v21_episode_whose_size_changes_is_refused_naming_it(tmp_path, client):
+    """The importer goes through the table writer's size check (issue 26, item 4)."""
+    from treadle.errors import VideoError
+    from treadle.video._testing import annexb_to_mp4
+
+    root = tmp_path / "ds"
+    make_lerobot_v21(root, lengths=(6, 8))
+    mp4 = root / "videos/chunk-000/observation.images.wrist/episode_000001.mp4"
+    mp4.write_bytes(annexb_to_mp4(_annexb(5, 32, 32, 1) + _annexb(3, 32, 16, 2), fps=10))
+    match = (
+        r"episode 'episode_000001', column 'observation_images_wrist': frame 5 decodes to "
+        r"32x16 .* index says 32x32"
+    )
+    with pytest.raises(VideoError, match=match):
+        import_lerobot(str(root), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_v21_left_cropped_episode_reads_back_as_pyav_decodes_it(tmp_path, client):
+    from treadle.video._testing import annexb_to_mp4, h264_filter
+
+    root = tmp_path / "ds"
+    make_lerobot_v21(root, lengths=(6,))
+    mp4 = root / "videos/chunk-000/observation.images.wrist/episode_000000.mp4"
+    raw = h264_filter(_annexb(6, 32, 32, 3), "h264_metadata=crop_left=2:crop_bottom=2")
+    mp4.write_bytes(annexb_to_mp4(raw, fps=10))
+    src = decode_mp4(mp4)
+    assert src.shape == (6, 30, 32, 3)  # FFmpeg keeps the unaligned left crop
+    import_lerobot(str(root), client.project("p"), "robot", progress=False)
+    t = client.project("p").branch("main").table("robot").pin()
+    got = stored_frames(client, t, "observation_images_wrist", "episode_000000")
+    np.testing.assert_array_equal(got, src)
+    (row, *_) = t.to_arrow(["observation_images_wrist"]).column(0).to_pylist()
+    assert (row["height"], row["width"]) == (30, 32)  # the index says what decodes
+
+
 def test_unknown_version(tmp_path, client):
     make_lerobot_v21(tmp_path / "ds", lengths=(5,))
     info = json.loads((tmp_path / "ds/meta/info.json").read_text())

@@ -22,13 +22,14 @@ import numpy as np
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
-from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch
+from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, VideoError
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.fps import episode_fps, schema_fps, with_fps
 from treadle.table.lanceerror import lance_error
 from treadle.table.tensors import column_from_values, conform, normalise_column
 from treadle.video.encode import encode_value
+from treadle.video.geometry import check_geometry
 from treadle.video.stream import EncodedStream
 from treadle.video.values import VideoFile, VideoFrames
 
@@ -136,7 +137,9 @@ def episode_rows(
         episode = f"ep-{uuid.uuid4().hex[:12]}"
     if not isinstance(episode, str) or not episode or any(ord(c) < 32 for c in episode):
         raise SchemaMismatch(f"episode name must be a non-empty printable string: {episode!r}")
-    encoded = {c: encode_value(v) for c, v in columns.items() if _is_video_value(v)}
+    encoded = {
+        c: _encode_video(name, episode, c, v) for c, v in columns.items() if _is_video_value(v)
+    }
     lengths = {
         c: encoded[c].meta.num_frames if c in encoded else _length(v) for c, v in columns.items()
     }
@@ -161,6 +164,19 @@ def episode_rows(
     if rate is not None:
         table = table.replace_schema_metadata(with_fps(table.schema, rate, where).metadata)
     return table, episode
+
+
+def _encode_video(name: str, episode: str, column: str, value: Any) -> EncodedStream:
+    """``value`` encoded (or remuxed), refused unless every frame decodes to the size its
+    index records (:func:`treadle.video.geometry.check_geometry`); errors name the table,
+    episode and column."""
+    where = f"table {name!r}, episode {episode!r}, column {column!r}"
+    try:
+        stream = encode_value(value)
+    except VideoError as e:
+        raise VideoError(f"{where}: {e}") from None
+    check_geometry(stream, where)
+    return stream
 
 
 def _check_episode_columns(name: str, columns: Any) -> None:

@@ -76,3 +76,34 @@ def store_stream(root: str, stream, table: str = "grasps", data: bytes | None = 
     store.put(f"projects/p/{key}", stream.data if data is None else data)
     _, index = index_from_arrow(index_to_arrow(key, stream))
     return store, key, index
+
+
+def h264_filter(annexb: bytes, spec: str) -> bytes:
+    """A raw Annex-B H.264 stream passed through FFmpeg bitstream filter ``spec`` (e.g.
+    ``"h264_metadata=crop_left=2"``, which rewrites every SPS's crop fields)."""
+    with av.open(io.BytesIO(annexb), format="h264") as c:
+        stream = c.streams.video[0]
+        bsf = av.BitStreamFilterContext(spec, in_stream=stream)
+        out = [bytes(q) for p in c.demux(stream) if p.size for q in bsf.filter(p)]
+        out += [bytes(q) for q in bsf.filter(None)]
+    return b"".join(out)
+
+
+def annexb_to_mp4(annexb: bytes, fps: int = 30, first_pts: int = 0) -> bytes:
+    """A raw Annex-B H.264 stream without B-frames muxed into an MP4 as it is (stream copy),
+    frame ``i`` at ``(first_pts + i) / fps`` s (a negative ``first_pts``: an edit list)."""
+    buf = io.BytesIO()
+    with av.open(io.BytesIO(annexb), format="h264") as c, av.open(buf, "w", format="mp4") as o:
+        src = c.streams.video[0]
+        dst = o.add_stream_from_template(src)
+        dst.time_base = Fraction(1, fps)
+        i = 0
+        for p in c.demux(src):
+            if not p.size:
+                continue
+            p.stream, p.time_base = dst, Fraction(1, fps)
+            p.pts = p.dts = first_pts + i
+            p.duration = 1
+            o.mux(p)
+            i += 1
+    return buf.getvalue()

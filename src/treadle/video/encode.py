@@ -10,6 +10,7 @@ tags) and the index records it exactly, colour tags included
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -196,8 +197,12 @@ def _reencode(
     crf: int,
     preset: str,
 ) -> EncodedStream:
-    cc = stream.codec_context
-    width, height = int(cc.width), int(cc.height)
+    frames = _decoded(container, stream, label)
+    first = next(frames, None)
+    if first is None:
+        raise VideoError(f"video {label}: no frames decoded")
+    # the size FFmpeg decodes to (a left crop it keeps included), not the container's
+    width, height = int(first.width), int(first.height)
     if width < 2 or height < 2 or width % 2 or height % 2:
         raise VideoError(
             f"video {label}: frame size {height}x{width} (HxW) must be even to re-encode to H.264"
@@ -205,24 +210,25 @@ def _reencode(
     reformatter = VideoReformatter()
 
     def yuv() -> Iterator[av.VideoFrame]:
-        try:
-            for frame in container.decode(stream):
-                check_matrix(frame.colorspace, f"video {label}")
-                yield reformatter.reformat(
-                    frame,
-                    width=width,  # a mid-stream size change is scaled to the first size
-                    height=height,
-                    format="yuv420p",
-                    # a fresh decode of the file: its frames carry the file's own tags
-                    src_colorspace=sws_colorspace(frame.colorspace),
-                    src_color_range=sws_color_range(frame.color_range),
-                    dst_colorspace="ITU601",
-                    dst_color_range="MPEG",
-                    interpolation="BILINEAR",
-                    threads=1,
+        for n, frame in enumerate(itertools.chain([first], frames)):
+            if (frame.width, frame.height) != (width, height):
+                raise VideoError(
+                    f"video {label}: frame {n} decodes to {frame.height}x{frame.width} (HxW), "
+                    f"frame 0 to {height}x{width}: an episode's frames must all have one "
+                    f"size; split the video at frame {n} or re-encode it to one size"
                 )
-        except av.FFmpegError as e:
-            raise VideoError(f"video {label}: cannot decode {cc.name}: {e}") from None
+            check_matrix(frame.colorspace, f"video {label}")
+            yield reformatter.reformat(
+                frame,
+                format="yuv420p",
+                # a fresh decode of the file: its frames carry the file's own tags
+                src_colorspace=sws_colorspace(frame.colorspace),
+                src_color_range=sws_color_range(frame.color_range),
+                dst_colorspace="ITU601",
+                dst_color_range="MPEG",
+                interpolation="BILINEAR",
+                threads=1,
+            )
 
     out = _encode_yuv(
         yuv(),
@@ -233,6 +239,13 @@ def _reencode(
         crf=crf,
         preset=preset,
     )
-    if out.num_frames == 0:
-        raise VideoError(f"video {label}: no frames decoded")
     return out
+
+
+def _decoded(container: Any, stream: Any, label: str) -> Iterator[av.VideoFrame]:
+    """The stream's presented frames, FFmpeg's errors as :class:`VideoError`."""
+    try:
+        yield from container.decode(stream)
+    except av.FFmpegError as e:
+        name = stream.codec_context.name if stream.codec_context else "video"
+        raise VideoError(f"video {label}: cannot decode {name}: {e}") from None

@@ -9,6 +9,7 @@ fields it leaves out (what that means is :mod:`treadle.video.colour`'s business)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,13 +20,41 @@ _HIGH_PROFILES = (100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135)
 
 def iter_nal_units(data: bytes) -> Iterator[tuple[int, bytes]]:
     """(type, unit bytes without start code) for each NAL of an Annex-B buffer, lazily."""
+    for t, s, e in iter_nal_spans(data):
+        yield t, data[s:e]
+
+
+def iter_nal_spans(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(type, start, end) of each NAL of an Annex-B buffer (``data[start:end]`` is the unit
+    without start code or trailing zero bytes), lazily, copying nothing."""
     i = data.find(b"\x00\x00\x01")
     while i >= 0:
         s = i + 3
         i = data.find(b"\x00\x00\x01", s)
-        unit = data[s:] if i < 0 else data[s:i].rstrip(b"\x00")
-        if unit:
-            yield unit[0] & 0x1F, unit
+        e = len(data) if i < 0 else i
+        if i >= 0:
+            while e > s and data[e - 1] == 0:
+                e -= 1
+        if e > s:
+            yield data[s] & 0x1F, s, e
+
+
+#: a start code and the header byte of an SPS (nal_ref_idc any, type 7); emulation
+#: prevention keeps ``00 00 01`` out of every unit's payload, so each match is a unit
+_SPS_START = re.compile(b"\x00\x00\x01[\x07\x27\x47\x67]")
+
+
+def iter_sps_spans(data: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each SPS unit of an Annex-B buffer (``data[start:end]`` as
+    :func:`iter_nal_spans` gives it): the search runs in C, Python sees only the SPSs."""
+    for m in _SPS_START.finditer(data):
+        s = m.start() + 3
+        i = data.find(b"\x00\x00\x01", s)
+        e = len(data) if i < 0 else i
+        if i >= 0:
+            while e > s and data[e - 1] == 0:
+                e -= 1
+        yield s, e
 
 
 def iter_length_prefixed(data: bytes, size: int) -> Iterator[tuple[int, bytes]]:
@@ -78,6 +107,12 @@ class Sps:
     ``matrix``/``primaries``/``transfer``: the colour description (H.273 codes, the same
     numbers as FFmpeg's AVColorSpace / AVColorPrimaries / AVColorTransferCharacteristic);
     ``chroma_loc``: ``chroma_sample_loc_type_top_field + 1`` (an AVChromaLocation code).
+
+    ``width``/``height``: the picture after the SPS's frame cropping, exactly as the
+    standard defines it; ``coded_width``/``coded_height``: the decoded picture before
+    cropping (whole macroblocks); ``crop``: the cropped (left, right, top, bottom) in luma
+    samples (``frame_crop_*_offset`` times the chroma unit, 7.4.2.1.1). What FFmpeg
+    outputs by default is :func:`treadle.video.geometry.decoded_size`.
     """
 
     profile_idc: int
@@ -85,6 +120,9 @@ class Sps:
     height: int
     chroma_format_idc: int
     bit_depth: int
+    coded_width: int = 0
+    coded_height: int = 0
+    crop: tuple[int, int, int, int] = (0, 0, 0, 0)
     full_range: bool | None = None
     matrix: int | None = None
     primaries: int | None = None
@@ -168,17 +206,19 @@ def parse_sps(nal: bytes) -> Sps:
     if not frame_mbs_only:
         b.u(1)
     b.u(1)  # direct_8x8_inference_flag
-    width, height = mbs_w * 16, map_units_h * 16 * (2 - frame_mbs_only)
+    coded_w, coded_h = mbs_w * 16, map_units_h * 16 * (2 - frame_mbs_only)
+    crop = (0, 0, 0, 0)
     if b.u(1):  # frame_cropping_flag
         left, right, top, bottom = b.ue(), b.ue(), b.ue(), b.ue()
         sub_w = 2 if chroma_format_idc in (1, 2) else 1
         sub_h = 2 if chroma_format_idc == 1 else 1
         cx = sub_w if chroma_format_idc else 1
         cy = (sub_h if chroma_format_idc else 1) * (2 - frame_mbs_only)
-        width -= cx * (left + right)
-        height -= cy * (top + bottom)
+        crop = (cx * left, cx * right, cy * top, cy * bottom)
+    width, height = coded_w - crop[0] - crop[1], coded_h - crop[2] - crop[3]
     vui = _vui(b) if b.u(1) else {}  # vui_parameters_present_flag
-    return Sps(profile, width, height, chroma_format_idc, bit_depth, **vui)  # type: ignore[arg-type]
+    size = (width, height, chroma_format_idc, bit_depth, coded_w, coded_h)
+    return Sps(profile, *size, crop, **vui)  # type: ignore[arg-type]
 
 
 def _vui(b: _Bits) -> dict[str, int | bool]:

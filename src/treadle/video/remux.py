@@ -3,8 +3,9 @@
 :func:`remux_h264` runs ``h264_mp4toannexb`` over the file's packets (SPS/PPS put in
 band before every keyframe that lacks them), takes the stream's colour tags from its SPS
 (else the container's), numbers a raw elementary stream's packets by decoding it once,
-and indexes the packets (:func:`treadle.video.stream.index_packets`).
-:func:`check_decodes` decodes the first GOP at write time.
+and indexes the packets (:func:`treadle.video.stream.index_packets`) at the size FFmpeg
+decodes its first SPS to (:mod:`treadle.video.geometry`: not always the container's).
+:func:`check_decodes` decodes the first GOP at write time and checks its frames' size.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import av
 
 from treadle.errors import VideoError
 from treadle.video.colour import check_matrix, describe, stream_tags
+from treadle.video.geometry import sps_geometry
 from treadle.video.nal import NAL_PPS, NAL_SPS, nal_units, parse_sps
 from treadle.video.stream import EncodedStream, Packet, StreamMeta, frame_rate, index_packets
 
@@ -61,7 +63,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
         raise VideoError(f"video {label}: cannot start h264_mp4toannexb: {e}") from None
     packets: list[Packet] = []
     params: dict[int, bytes] = {}  # latest SPS (7) / PPS (8) units seen
-    all_sps: set[bytes] = set()
+    all_sps: dict[bytes, None] = {}  # every SPS unit, first seen first
 
     def take(pkts: Iterable[Any]) -> None:
         for q in pkts:
@@ -74,7 +76,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
                 if t in (NAL_SPS, NAL_PPS):
                     params[t] = u
                 if t == NAL_SPS:
-                    all_sps.add(u)
+                    all_sps.setdefault(u)
             key = bool(q.is_keyframe)
             if key and not {NAL_SPS, NAL_PPS} <= types:
                 if {NAL_SPS, NAL_PPS} - params.keys():
@@ -92,7 +94,10 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
         take(bsf.filter(pkt))
     take(bsf.filter(None))
     meta = _meta(stream, len(packets), fps or container_fps(stream))
-    meta = dataclasses.replace(meta, **_remux_colour(meta, all_sps, label))
+    meta = dataclasses.replace(meta, **_remux_colour(meta, set(all_sps), label))
+    if all_sps:  # the size FFmpeg decodes to (a left crop may be kept), not the container's
+        (width, height), _ = sps_geometry(next(iter(all_sps)), f"video {label}")
+        meta = dataclasses.replace(meta, width=width, height=height)
     if packets and any(p is None for _, p, _, _ in packets):
         # A raw elementary stream has no timestamps: the decoder's output order is the
         # display order, so number the packets in decode order and decode once.
@@ -147,22 +152,33 @@ def _timestamps_by_decoding(packets: list[Packet], label: str) -> list[Packet]:
 
 
 def check_decodes(stream: EncodedStream, label: str) -> None:
-    """Decode the first GOP: catches undecodable input at write time, cheaply."""
+    """Decode the first GOP: catches undecodable input at write time, cheaply, and checks
+    that its frames have the index's size (the SPS reading of :mod:`treadle.video.geometry`
+    against FFmpeg's decoder; :func:`~treadle.video.geometry.check_geometry` checks every
+    later SPS without decoding)."""
     idx = stream.index
     keys = idx.key_decode_positions
     end = int(keys[1]) if len(keys) > 1 else len(idx)
     ctx: Any = av.CodecContext.create("h264", "r")
     dod = idx.display_of_decode
-    got = 0
+    frames: list[Any] = []
     try:
         for d in range(end):
             i = int(dod[d])
             o = int(idx.offset[i])
             pkt = av.Packet(stream.data[o : o + int(idx.size[i])])
             pkt.pts = int(idx.pts[i])
-            got += len(ctx.decode(pkt))
-        got += len(ctx.decode(None))
+            frames.extend(ctx.decode(pkt))
+        frames.extend(ctx.decode(None))
     except av.FFmpegError as e:
         raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
-    if got == 0:
+    if not frames:
         raise VideoError(f"video {label}: H.264 stream decodes to no frames")
+    rank = {int(p): i for i, p in enumerate(idx.pts.tolist())}
+    for f in frames:
+        if (f.width, f.height) != (idx.width, idx.height):
+            raise VideoError(
+                f"video {label}: frame {rank.get(f.pts, '?')} decodes to {f.height}x{f.width} "
+                f"(HxW) but treadle reads {idx.height}x{idx.width} from its SPS; re-encode "
+                "the file (and report this FFmpeg build: its cropping differs)"
+            )
