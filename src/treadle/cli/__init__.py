@@ -8,10 +8,10 @@ import os
 import sys
 
 from treadle import __version__
-from treadle.cli import args, bench, demo, imports, plan, store
+from treadle.cli import args, bench, demo, imports, plan, store, ui
 from treadle.errors import MissingDependency, TreadleError
 
-COMMANDS = (store, plan, imports, demo, bench)
+COMMANDS = (store, plan, imports, demo, bench, ui)
 """Modules with a ``register(subparsers)``, in the order of ``treadle --help``. Each imports
 what its command needs when the command runs, so a missing optional dependency names that
 command (:class:`MissingDependency`) and hides nothing."""
@@ -50,7 +50,7 @@ def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
     return out
 
 
-UNUSED = {"demo": ("json",), "bench": ("json", "root", "storage_option")}
+UNUSED = {"demo": ("json",), "bench": ("json", "root", "storage_option"), "ui": ("json",)}
 """Global options a command has no use for: given there, they are a usage error rather
 than silently ignored (demo and bench print reports, not data; bench makes its own stores
 under ``--dir``)."""
