@@ -24,7 +24,6 @@ from treadle.ui.app import create_app  # noqa: E402
 from treadle.ui.episode import decode_frame, find_episode  # noqa: E402
 from treadle.ui.serve import check_host, viewer_url  # noqa: E402
 from treadle.video.nal import iter_length_prefixed, iter_nal_units  # noqa: E402
-
 from ui_helpers import decode_png, make_project  # noqa: E402
 
 T = "/p/robotics/t/nominal_grasps/v/1"
