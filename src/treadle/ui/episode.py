@@ -42,7 +42,8 @@ def episode_page(client: Any, name: str, tname: str, version: int, episode: str,
     base = url("p", name, "t", tname, "v", version, "e", episode)
     videos = "".join(
         f'<figure><video muted playsinline preload="auto" data-column="{esc(c)}" '
-        f'src="{esc(base)}/video/{esc(c)}.mp4"></video><figcaption>{esc(c)} '
+        f'src="{esc(base)}/video/{esc(c)}.mp4"></video><figcaption>{esc(c)} · '
+        "treadle's decode of the frame under the cursor: "
         f'<img class="under" data-column="{esc(c)}" alt="frame {esc(c)}"></figcaption></figure>'
         for c in tab.video_columns
     )

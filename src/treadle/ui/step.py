@@ -109,11 +109,10 @@ def _windows(view: StepView, k: int) -> str:
         a = view.arrays[col][k]
         frames = _frames(a) if col in video else None
         if frames is not None:
-            parts.append(
-                f"<div><b>{esc(col)}</b>{_strip(frames, s['pad'].get(col, []), col, k)}</div>"
-            )
+            strip = _strip(frames, s["pad"].get(col, []), col, k)
+            parts.append(f'<div class="win"><b>{esc(col)}</b>{strip}</div>')
         elif np.issubdtype(a.dtype, np.number) and a.size:
-            parts.append(f"<div><b>{esc(col)}</b> <small>{esc(list(a.shape))}</small>"
+            parts.append(f'<div class="win"><b>{esc(col)}</b> <small>{esc(list(a.shape))}</small>'
                          f"{_svg(a if a.ndim else a.reshape(1))}</div>")  # fmt: skip
     return "".join(parts)
 
