@@ -188,6 +188,14 @@ def test_show_html_holds_the_loaders_pixels_and_json_the_batch(proj, tmp_path, c
     assert listed["samples"][0]["pad"]["action"] == [False] * 8
 
 
+def test_show_needs_a_step_and_one_output(proj, capsys):
+    run, root = proj.plan.run_id, proj.client.root
+    assert main(["show", run, "--json", "--root", root]) == 1
+    assert "--step N" in capsys.readouterr().err
+    assert main(["show", run, "--step", "0", "--root", root]) == 1
+    assert "--out FILE.html" in capsys.readouterr().err
+
+
 def test_show_names_an_unknown_run(proj, capsys):
     assert main(["show", "00000000000000ff", "--step", "0", "--json",
                  "--root", proj.client.root]) == 1  # fmt: skip
