@@ -224,3 +224,81 @@ def test_pages_on_every_root_kind_show_no_credentials(any_root):
         assert "tiny" in p.text
         for s in secrets:
             assert s not in p.text
+
+
+def test_a_100k_episode_table_is_served_in_pages(tmp_path):
+    import pyarrow as pa
+
+    client = td.Client(str(tmp_path / "big"), create=True)
+    n = 100_000
+    names = np.repeat([f"ep-{i:06d}" for i in range(n)], 2)
+    frames = np.tile(np.arange(2, dtype=np.int32), n)
+    client.project("big").branch().table("eps").append(
+        pa.table({"episode": names, "frame": frames})
+    )
+    http = TestClient(create_app(td.Client(str(tmp_path / "big"))))
+    assert "100,000" in http.get("/p/big/t/eps/v/1").text
+    page = http.get("/p/big/t/eps/v/1/episodes.json", params={"offset": 99_950, "limit": 10**6})
+    eps = page.json()["episodes"]
+    assert page.json()["total"] == n and len(eps) == 50  # at most one page, never the table
+    assert eps[-1] == {"index": n - 1, "name": "ep-099999", "start": 2 * n - 2, "length": 2,
+                       "href": "/p/big/t/eps/v/1/e/ep-099999"}  # fmt: skip
+    assert len(http.get("/p/big/t/eps/v/1/episodes.json").json()["episodes"]) == 100
+    assert 'data-frames="2"' in http.get("/p/big/t/eps/v/1/e/ep-099999").text
+
+
+def _start(args: list[str]):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "treadle.cli", "ui", "--no-open", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    line = proc.stdout.readline()
+    return proc, line
+
+
+@pytest.mark.slow
+def test_the_command_serves_127_0_0_1_and_a_token_elsewhere(proj):
+    import socket
+
+    import httpx
+
+    def free() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    port = free()
+    proc, line = _start(["--root", proj.client.root, "--port", str(port)])
+    try:
+        assert f"http://127.0.0.1:{port}/ " in line, line
+        assert "robotics" in _get(httpx, f"http://127.0.0.1:{port}/").text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    port = free()
+    proc, line = _start(["--root", proj.client.root, "--port", str(port), "--host", "0.0.0.0"])
+    try:
+        token = line.split("?token=", 1)[1].split()[0]
+        assert len(token) >= 24
+        assert _get(httpx, f"http://127.0.0.1:{port}/").status_code == 401
+        r = _get(httpx, f"http://127.0.0.1:{port}/p/robotics", params={"token": token})
+        assert r.status_code == 200
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "generated" in err and token in err  # printed once, for the user
+    assert "GET /" not in err  # no access log: a logged URL would show the token
+
+
+def _get(httpx, url: str, **kw):
+    import time
+
+    for _ in range(100):  # the server binds right after printing its URL
+        try:
+            return httpx.get(url, timeout=10, **kw)
+        except httpx.ConnectError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer")
