@@ -24,7 +24,7 @@ from treadle.ui.app import create_app  # noqa: E402
 from treadle.ui.episode import decode_frame, find_episode  # noqa: E402
 from treadle.ui.serve import check_host, viewer_url  # noqa: E402
 from treadle.video.nal import iter_length_prefixed, iter_nal_units  # noqa: E402
-from ui_helpers import decode_png, make_project  # noqa: E402
+from ui_helpers import BFRAMES, decode_png, make_project  # noqa: E402
 
 T = "/p/robotics/t/nominal_grasps/v/1"
 E = T + "/e/nominal_grasps-0003"
@@ -102,6 +102,19 @@ def test_the_video_is_the_stored_packets_in_mp4(proj, http):
     assert len(got) == length  # codec copy: each sample holds the stored packet's NAL units
     for g, s in zip(got, stored):
         assert [u for _, u in iter_length_prefixed(g, 4)] == [u for _, u in iter_nal_units(s)]
+
+
+def test_b_frames_play_in_display_order_at_their_times(proj, http):
+    tab = proj.branch.table("bframes").pin()
+    decode = tab.take(np.arange(BFRAMES), ["cam"]).column("cam").combine_chunks().field("decode")
+    assert decode.to_pylist() != list(range(BFRAMES))  # the fixture has B-frames
+    mp4 = http.get("/p/robotics/t/bframes/v/1/e/b0/video/cam.mp4").content
+    with av.open(io.BytesIO(mp4)) as f:
+        frames = list(f.decode(video=0))
+    assert [round(float(x.time) * 24, 6) for x in frames] == list(range(BFRAMES))
+    for i, x in enumerate(frames):
+        want = decode_frame(proj.client, tab, "cam", 0, BFRAMES, i)
+        assert np.array_equal(x.to_ndarray(format="rgb24"), want), i
 
 
 def test_frame_png_is_treadles_decode(proj, http):

@@ -19,7 +19,7 @@ import uvicorn  # noqa: E402
 
 from treadle.ui.app import create_app  # noqa: E402
 from treadle.ui.episode import decode_frame, find_episode  # noqa: E402
-from ui_helpers import make_project  # noqa: E402
+from ui_helpers import BFRAMES, make_project  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
@@ -130,6 +130,20 @@ def test_episode_video_plays_at_the_stored_size_and_frame(servers, proj, page):
     page.wait_for_function("document.querySelector('img.under').naturalWidth === 64")
     IMG.mkdir(exist_ok=True)
     page.screenshot(path=str(IMG / "ui-episode.png"), full_page=True)
+
+
+def test_a_b_frame_video_shows_each_frame_at_its_time(servers, proj, page):
+    base, _ = servers
+    page.goto(f"{base}/p/robotics/t/bframes/v/1/e/b0")
+    page.wait_for_function("document.querySelector('video').readyState >= 2")
+    tab = proj.branch.table("bframes").pin()
+    want = [decode_frame(proj.client, tab, "cam", 0, BFRAMES, i).astype(np.float64)
+            for i in range(BFRAMES)]  # fmt: skip
+    for i in (0, 1, 5, 13, BFRAMES - 1):
+        got = np.array(page.evaluate(_DRAW_AT, (i + 0.5) / 24), np.float64)
+        got = got.reshape(64, 64, 4)[..., :3]
+        diffs = [np.abs(got - w).mean() for w in want]
+        assert int(np.argmin(diffs)) == i and diffs[i] <= TOLERANCE, (i, diffs[i])
 
 
 _DRAW_AT = """async (t) => {

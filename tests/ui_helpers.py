@@ -3,11 +3,13 @@ row of the demo's run, and a second run saved as a plain ``run_id``/``record`` r
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import av
 import numpy as np
 import pyarrow as pa
 
@@ -36,7 +38,30 @@ def make_project(root: str, storage_options: dict[str, Any] | None = None) -> Ui
     saved = recipe.plan()
     row = pa.table({"run_id": [saved.run_id], "record": [saved.record.to_json()]})
     branch.table("saved_runs").append(row, message="save a run record")
+    branch.table("bframes").append_episode({"cam": td.VideoFile(bframe_mp4())}, episode="b0")
     return UiProject(client, branch, plan, saved)
+
+
+BFRAMES = 24
+
+
+def bframe_mp4() -> bytes:
+    """An H.264 MP4 with B-frames (decode order != display order), each frame distinct."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        s = out.add_stream("libx264", rate=24)
+        s.width = s.height = 64
+        s.pix_fmt = "yuv420p"
+        s.options = {"bf": "3", "g": "12"}
+        for i in range(BFRAMES):
+            f = np.zeros((64, 64, 3), np.uint8)
+            f[:, :, 0] = i * 10
+            f[i : i + 8, 2 * i : 2 * i + 8] = 255
+            for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                out.mux(p)
+        for p in s.encode():
+            out.mux(p)
+    return buf.getvalue()
 
 
 def decode_png(data: bytes) -> np.ndarray:

@@ -3,7 +3,8 @@
 The stored stream holds Annex-B packets in decode order with SPS/PPS in band; the MP4
 muxer (FFmpeg's ``mp4`` through PyAV) turns them into length-prefixed samples with an
 ``avcC`` header built from the first SPS/PPS. Presentation time is the display index over
-the episode's fps (frame ``i`` shows at ``i / fps``), decode time the decode position;
+the episode's fps (frame ``i`` shows at ``i / fps``, B-frames or not), decode time the
+decode position less the reordering delay (negative at the start, which MP4 allows);
 ``faststart`` puts the index first so a browser plays while it loads. Also: one decoded
 frame as PNG (the frame under the cursor) and HTTP byte ranges over the bytes.
 """
@@ -111,7 +112,7 @@ def _mux(path: str, packets: list[bytes], video: EpisodeVideo, display: Any, del
             pkt = av.Packet(payload)
             pkt.stream = stream
             pkt.time_base = tick
-            pkt.pts, pkt.dts = int(display[d]) + delay, d
+            pkt.pts, pkt.dts = int(display[d]), d - delay
             pkt.duration = 1
             pkt.is_keyframe = bool(video.keyframe[display[d]])
             out.mux(pkt)
