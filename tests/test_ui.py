@@ -65,6 +65,17 @@ def test_every_page_kind_answers_with_its_content(proj, http):
     assert comp["counts"] == [proj.plan.counts(s).tolist() for s in range(5)]
 
 
+def test_a_table_with_no_time_axis_is_one_episode_of_bounded_rows(proj, http, monkeypatch):
+    from treadle.ui import episode
+
+    monkeypatch.setattr(episode, "MAX_ROWS", 1)
+    data = http.get("/p/robotics/t/saved_runs/v/1/e/saved_runs/data.json").json()
+    assert data["frames"] == 1 and data["shown"] == 1
+    assert [len(v) for v in data["tasks"]["record"]] == [episode.MAX_TEXT]  # cut, not whole
+    cp = http.get("/p/robotics/t/checkpoints/v/1/e/checkpoints/data.json").json()
+    assert cp["series"]["step"] == [[7.0]]
+
+
 def test_bad_names_are_404_pages_that_name_them(http):
     for path, named in [
         ("/p/no-such-project", "no-such-project"),

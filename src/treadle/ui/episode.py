@@ -22,6 +22,11 @@ from treadle.video.reader import VideoReader
 
 MAX_DIMS = 16
 """Dimensions plotted per tensor column (the first ones; the page says how many exist)."""
+MAX_ROWS = 100_000
+"""Rows an episode's plots read (the first ones): a table with no time axis is one
+"episode" of every row, and a page never reads a whole large table."""
+MAX_TEXTS, MAX_TEXT = 20, 200
+"""Distinct values shown per text column, and characters shown of each."""
 
 
 def find_episode(tab: Any, episode: str) -> tuple[int, int, int]:
@@ -88,14 +93,18 @@ def episode_data(client: Any, name: str, tname: str, version: int, episode: str)
     texts = [f.name for f in tab.schema
              if f.name != "episode" and (pa.types.is_string(f.type)
                                          or pa.types.is_large_string(f.type))]  # fmt: skip
-    rows = tab.take(np.arange(start, start + length, dtype=np.int64), nums + texts)
+    shown = min(length, MAX_ROWS)
+    rows = tab.take(np.arange(start, start + shown, dtype=np.int64), nums + texts)
     series = {c: _as_series(rows.column(c)) for c in nums}
     dims = {c: (rows.schema.field(c).type.list_size
                 if pa.types.is_fixed_size_list(rows.schema.field(c).type) else 1)
             for c in nums}  # fmt: skip
-    tasks = {c: sorted(set(rows.column(c).to_pylist()) - {None}) for c in texts}
-    return {"frames": length, "fps": tab.fps or 30.0, "series": series, "dims": dims,
-            "tasks": tasks, "videos": list(tab.video_columns)}  # fmt: skip
+    tasks = {}
+    for c in texts:
+        values = rows.column(c).unique().drop_null().to_pylist()
+        tasks[c] = sorted(v[:MAX_TEXT] for v in values[:MAX_TEXTS])
+    return {"frames": length, "shown": shown, "fps": tab.fps or 30.0, "series": series,
+            "dims": dims, "tasks": tasks, "videos": list(tab.video_columns)}  # fmt: skip
 
 
 def decode_frame(client: Any, tab: Any, column: str, start: int, length: int,

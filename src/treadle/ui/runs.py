@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from treadle.errors import NotFound
+from treadle.errors import NotFound, TreadleError
 from treadle.plan.card import kept_text, render_card, share_text, windows_text
 from treadle.plan.plan import Plan
 from treadle.plan.record import RunRecord
@@ -41,6 +41,13 @@ def _record_tables(project: Any, commit: Any) -> list[Any]:
     return out
 
 
+def _record(text: str | None) -> RunRecord | None:
+    try:
+        return RunRecord.from_json(text or "")
+    except (TreadleError, ValueError, TypeError, KeyError):
+        return None
+
+
 def find_runs(project: Any) -> dict[str, dict[str, Any]]:
     """``{run_id: {"record": RunRecord, "where": [...], "steps": [...]}}`` of every branch."""
     runs: dict[str, dict[str, Any]] = {}
@@ -51,7 +58,9 @@ def find_runs(project: Any) -> dict[str, dict[str, Any]]:
             for row in tab.to_arrow(cols).to_pylist():
                 run = runs.get(row["run_id"])
                 if run is None:
-                    record = RunRecord.from_json(row["record"])
+                    record = _record(row["record"])
+                    if record is None:  # not a run record: a table that only looks like one
+                        continue
                     run = runs[record.run_id] = {"record": record, "where": set(), "steps": set()}
                 run["where"].add(f"{tab.name} @ {branch}")
                 if row.get("step") is not None:
