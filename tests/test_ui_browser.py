@@ -5,6 +5,7 @@ a step's samples against ``plan.batch``, the token; screenshots go to ``docs/img
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -63,7 +64,10 @@ def proj(tmp_path_factory):
 @pytest.fixture(scope="module")
 def servers(proj):
     if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+        why = "Debian's chromium is not installed (scripts/test.sh installs it)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {why}")
+        pytest.skip(why)
     open_, gated = Server(create_app(proj.client)), Server(create_app(proj.client, TOKEN))
     yield open_.url, gated.url
     open_.stop()
