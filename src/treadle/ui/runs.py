@@ -74,7 +74,8 @@ class Runs:
     def __init__(self, client: Any, plans: int = 8):
         self.client = client
         self._lock = threading.Lock()
-        self._found: dict[tuple[str, tuple[str, ...]], dict[str, dict[str, Any]]] = {}
+        self._found: dict[str, tuple[tuple[str, ...], dict[str, dict[str, Any]]]] = {}
+        """Per project: the branch heads the runs were found at, and the runs (the newest)."""
         self._plans: OrderedDict[str, Plan] = OrderedDict()
         self._max = plans
 
@@ -82,11 +83,11 @@ class Runs:
         project = self.client.project(name, create=False)
         heads = tuple(project.branch(b).commit_id for b in project.branches())
         with self._lock:
-            found = self._found.get((name, heads))
-        if found is None:
+            seen, found = self._found.get(name, ((), {}))
+        if seen != heads:
             found = find_runs(project)
             with self._lock:
-                self._found[(name, heads)] = found
+                self._found[name] = (heads, found)
         return found
 
     def plan(self, name: str, run_id: str) -> Plan:
