@@ -138,13 +138,23 @@ def test_frame_png_is_treadles_decode(proj, http):
 
 def test_step_page_lists_plan_batch(proj, http):
     step, rank, world = 10**12, 1, 2
-    page = http.get(f"/p/robotics/runs/{proj.plan.run_id}/steps/{step}",
-                    params={"rank": rank, "world_size": world}).text  # fmt: skip
+    at = f"/p/robotics/runs/{proj.plan.run_id}/steps/{step}"
+    query = {"rank": rank, "world_size": world}
+    shell = http.get(at, params=query).text  # the page comes first, its samples load after
+    assert "loading…" in shell and f'data-src="{at}/samples?rank=1&amp;world_size=2"' in shell
+    page = http.get(at + "/samples", params=query).text
     batch = proj.plan.batch(step, rank, world)
     body = page.split('id="samples"', 1)[1].split("<tbody>", 1)[1]
     rows = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td>.*?</td><td>(\d+)</td><td>(\d+)</td>", body)
     assert [(int(c), int(m)) for _, c, _, m in rows] == list(zip(batch.component, batch.moment))
     assert page.count('data-column="wrist_camera"') == 4 * len(batch)
+
+
+def test_a_bad_step_query_is_answered_before_any_read(proj, http):
+    r = http.get(
+        f"/p/robotics/runs/{proj.plan.run_id}/steps/3", params={"rank": 5, "world_size": 2}
+    )
+    assert r.status_code == 400 and "rank must be in 0..1, got 5" in r.text
 
 
 def test_a_token_gates_every_request(proj):
@@ -178,7 +188,7 @@ def test_browsing_writes_nothing(proj, http):
     for path in ["/", "/p/robotics", T, T + "/episodes.json", E, E + "/data.json",
                  E + "/video/wrist_camera.mp4", E + "/frame/wrist_camera/3.png",
                  "/p/robotics/runs", f"/p/robotics/runs/{run}",
-                 f"/p/robotics/runs/{run}/steps/3"]:  # fmt: skip
+                 f"/p/robotics/runs/{run}/steps/3", f"/p/robotics/runs/{run}/steps/3/samples"]:  # fmt: skip
         assert http.get(path).status_code == 200, path
     assert sorted(store.list("")) == before
 

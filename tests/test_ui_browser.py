@@ -173,6 +173,7 @@ def test_runs_card_and_step_pages(servers, proj, page):
     page.wait_for_selector("#composition-plot")
     step, rank, world = 12, 1, 2
     page.goto(f"{base}/p/robotics/runs/{run}/steps/{step}?rank={rank}&world_size={world}")
+    page.wait_for_selector("#samples")
     cells = page.locator("#samples > tbody > tr").evaluate_all(
         "rows => rows.map(r => [r.cells[1].innerText, r.cells[2].innerText, r.cells[5].innerText])"
     )

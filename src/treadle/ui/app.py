@@ -162,7 +162,10 @@ def _routes(state: Any) -> list[Any]:
                                                           q(req, "start", 0), q(req, "count", 200)),
             "json")),
         Route("/p/{project}/runs/{run_id}/steps/{n:int}", endpoint(
-            lambda req, project, run_id, n: step.step_html(step.read_step(
+            lambda req, project, run_id, n: step.step_shell(
+                r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1)))),
+        Route("/p/{project}/runs/{run_id}/steps/{n:int}/samples", endpoint(
+            lambda req, project, run_id, n: step.samples_table(step.read_step(
                 r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1))))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]  # fmt: skip

@@ -117,8 +117,8 @@ def _windows(view: StepView, k: int) -> str:
     return "".join(parts)
 
 
-def step_html(view: StepView, *, inline: bool = False) -> str:
-    """The step page (``inline``: CSS inlined, for a file that opens with no server)."""
+def samples_table(view: StepView) -> str:
+    """The samples of the step with their windows, as one HTML table."""
     r = view.plan.record
     rows = []
     for k, s in enumerate(view.samples):
@@ -127,22 +127,47 @@ def step_html(view: StepView, *, inline: bool = False) -> str:
         pads = "; ".join(f"{c}: {sum(v)}/{len(v)}" for c, v in s["pad"].items()) or "-"
         rows.append([s["slot"], s["component"], esc(s["table"]), link(ep, s["episode"]),
                      s["frame"], s["moment"], esc(pads), _windows(view, k)])  # fmt: skip
+    head = ["slot", "component", "table", "episode", "frame", "moment", "padded", "windows"]
+    return table(head, rows, raw=True, id_="samples")
+
+
+def _frame(plan: Plan, step: int, rank: int, world_size: int, body: str, inline: bool) -> str:
+    """The page around ``body``: facts, links to the steps before and after, breadcrumbs."""
+    r = plan.record
     nav_steps = " · ".join(
-        link(url("p", r.project, "runs", r.run_id, "steps", n, rank=view.rank,
-                 world_size=view.world_size), label)
-        for n, label in ((view.step - 1, "← previous step"), (view.step + 1, "next step →"))
+        link(url("p", r.project, "runs", r.run_id, "steps", n, rank=rank,
+                 world_size=world_size), label)
+        for n, label in ((step - 1, "← previous step"), (step + 1, "next step →"))
         if n >= 0
     )  # fmt: skip
-    body = (
-        f'<p id="facts">run <code>{esc(r.run_id)}</code> · step {view.step:,} · rank '
-        f"{view.rank} of {view.world_size} · {len(rows)} samples · {nav_steps}</p>"
-        + table(["slot", "component", "table", "episode", "frame", "moment", "padded", "windows"],
-                rows, raw=True, id_="samples")
-    )  # fmt: skip
+    facts = (
+        f'<p id="facts">run <code>{esc(r.run_id)}</code> · step {step:,} · rank {rank} of '
+        f"{world_size} · {plan.batch_size // world_size} samples · {nav_steps}</p>"
+    )
     nav = crumbs(
         (url("p", r.project), r.project),
         (url("p", r.project, "runs"), "runs"),
         (url("p", r.project, "runs", r.run_id), r.run_id),
-        f"step {view.step}",
+        f"step {step}",
     )
-    return page(f"run {r.run_id} step {view.step}", body, nav=nav, inline=inline)
+    scripts = [] if inline else ["viewer.js"]
+    return page(f"run {r.run_id} step {step}", facts + body, nav=nav, inline=inline,
+                scripts=scripts)  # fmt: skip
+
+
+def step_html(view: StepView, *, inline: bool = False) -> str:
+    """The whole step page, samples read (``inline``: CSS inlined, for a file that opens
+    with no server: ``treadle show --out``)."""
+    body = samples_table(view)
+    return _frame(view.plan, view.step, view.rank, view.world_size, body, inline)
+
+
+def step_shell(plan: Plan, step: int, rank: int = 0, world_size: int = 1) -> str:
+    """The step page before its samples are read: ``viewer.js`` loads the samples table
+    (``.../steps/N/samples``), so a slow store shows "loading…", never a blank page."""
+    plan.batch(step, rank, world_size)  # a bad step, rank or world size fails here, not later
+    r = plan.record
+    src = url("p", r.project, "runs", r.run_id, "steps", step, "samples", rank=rank,
+              world_size=world_size)  # fmt: skip
+    body = f'<div id="step" data-src="{esc(src)}"><p class="muted">loading…</p></div>'
+    return _frame(plan, step, rank, world_size, body, inline=False)

@@ -109,6 +109,19 @@ async function composition(box) {
   } catch (err) { showError(box, err); }
 }
 
+async function stepSamples(box) {
+  try {
+    const r = await fetch(box.dataset.src, { credentials: "same-origin" });
+    const text = await r.text();
+    if (!r.ok) {
+      const doc = new DOMParser().parseFromString(text, "text/html");
+      const msg = doc.querySelector(".error");
+      throw new Error(msg ? msg.textContent : r.statusText);
+    }
+    box.innerHTML = text;  // the server's own HTML: every name in it is escaped there
+  } catch (err) { showError(box, err); }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const eps = document.getElementById("episodes");
   if (eps) episodeList(eps, 0);
@@ -118,4 +131,6 @@ document.addEventListener("DOMContentLoaded", () => {
   if (ep) episodePlayer(ep);
   const comp = document.getElementById("composition");
   if (comp) composition(comp);
+  const stepBox = document.getElementById("step");
+  if (stepBox) stepSamples(stepBox);
 });
