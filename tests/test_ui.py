@@ -46,6 +46,8 @@ def test_every_page_kind_answers_with_its_content(proj, http):
     log = http.get("/p/robotics").text
     assert log.count("<tr>") >= len(proj.branch.log()) + 1
     assert "save a run record" in log and "saved_runs v" in log
+    tags = log.split('id="tags"', 1)[1].split("</table>", 1)[0]
+    assert "first-look" in tags and proj.branch.commit_id[:8] in tags
     head = proj.branch.head()
     assert "nominal_grasps" in http.get(f"/p/robotics/c/{head.short_id}").text
     tab = http.get(T).text

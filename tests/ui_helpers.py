@@ -39,6 +39,7 @@ def make_project(root: str, storage_options: dict[str, Any] | None = None) -> Ui
     row = pa.table({"run_id": [saved.run_id], "record": [saved.record.to_json()]})
     branch.table("saved_runs").append(row, message="save a run record")
     branch.table("bframes").append_episode({"cam": td.VideoFile(bframe_mp4())}, episode="b0")
+    branch.project.tag("first-look", branch.commit_id)
     return UiProject(client, branch, plan, saved)
 
 
