@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("gpu", "info"),
     ("torch",),
     ("importers",),
-    ("cli", "demo", "bench"),
+    ("cli", "demo", "bench", "ui"),
 ]
 """Lowest first: a module may import from its own layer or lower ones."""
 

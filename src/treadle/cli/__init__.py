@@ -8,10 +8,10 @@ import os
 import sys
 
 from treadle import __version__
-from treadle.cli import args, bench, demo, imports, info, plan, store
+from treadle.cli import args, bench, demo, imports, info, plan, store, ui
 from treadle.errors import MissingDependency, TreadleError
 
-COMMANDS = (store, plan, imports, demo, bench, info)
+COMMANDS = (store, plan, imports, demo, bench, ui, info)
 """Modules with a ``register(subparsers)``, in the order of ``treadle --help``. Each imports
 what its command needs when the command runs, so a missing optional dependency names that
 command (:class:`MissingDependency`) and hides nothing."""
@@ -53,6 +53,7 @@ def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
 UNUSED = {
     "demo": ("json",),
     "bench": ("json", "root", "storage_option"),
+    "ui": ("json",),
     "info": ("root", "storage_option"),
 }
 """Global options a command has no use for: given there, they are a usage error rather

@@ -1,0 +1,125 @@
+"""The episode page: every video column playing in sync, numeric columns plotted over
+time with a cursor that follows the video, task strings, the frame under the cursor.
+
+The page is HTML with ``data-`` attributes; ``static/viewer.js`` fetches the episode's
+numbers (``data.json``) and draws the plots. Videos are the stored H.264 remuxed to MP4
+(:mod:`treadle.ui.media`); the frame under the cursor is treadle's own decode (PNG).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import NotFound
+from treadle.names import check_name
+from treadle.ui.browse import numeric_columns
+from treadle.ui.html import crumbs, esc, link, page, url
+from treadle.video.layout import index_from_arrow
+from treadle.video.reader import VideoReader
+
+MAX_DIMS = 16
+"""Dimensions plotted per tensor column (the first ones; the page says how many exist)."""
+MAX_ROWS = 100_000
+"""Rows an episode's plots read (the first ones): a table with no time axis is one
+"episode" of every row, and a page never reads a whole large table."""
+MAX_TEXTS, MAX_TEXT = 20, 200
+"""Distinct values shown per text column, and characters shown of each."""
+
+
+def find_episode(tab: Any, episode: str) -> tuple[int, int, int]:
+    """``(index, first row, length)`` of ``episode`` in ``tab``; NotFound naming it."""
+    check_name(episode, "episode")
+    index = tab.episodes()
+    try:
+        i = index.names.index(episode)
+    except ValueError:
+        raise NotFound(f"table {tab.name!r} v{tab.version} has no episode {episode!r}") from None
+    return i, int(index.starts[i]), int(index.lengths[i])
+
+
+def episode_page(client: Any, name: str, tname: str, version: int, episode: str,
+                 frame: int = 0) -> str:  # fmt: skip
+    tab = client.project(name, create=False).table_at(tname, version)
+    i, start, length = find_episode(tab, episode)
+    base = url("p", name, "t", tname, "v", version, "e", episode)
+    videos = "".join(
+        f'<figure><video muted playsinline preload="auto" data-column="{esc(c)}" '
+        f'src="{esc(base)}/video/{esc(c)}.mp4"></video><figcaption>{esc(c)} · '
+        "treadle's decode of the frame under the cursor: "
+        f'<img class="under" data-column="{esc(c)}" alt="frame {esc(c)}"></figcaption></figure>'
+        for c in tab.video_columns
+    )
+    index = tab.episodes()
+    prev_next = [
+        link(url("p", name, "t", tname, "v", version, "e", index.names[j]), label)
+        for j, label in ((i - 1, "← previous"), (i + 1, "next →"))
+        if 0 <= j < len(index.names)
+    ]
+    body = (
+        f'<p id="facts">episode {i:,} of {len(index.names):,} · {length:,} frames · '
+        f"moments {start:,}..{start + length - 1:,} · {' · '.join(prev_next)}</p>"
+        f'<div id="episode" data-src="{esc(base)}/data.json" data-frames="{length}" '
+        f'data-fps="{tab.fps or 30}" data-frame="{int(frame)}" data-base="{esc(base)}">'
+        '<p><button type="button" id="play">play</button> '
+        f'<input type="range" id="scrub" min="0" max="{max(0, length - 1)}" value="{int(frame)}">'
+        ' <span class="cursor">frame <b id="cursor-frame">0</b></span></p>'
+        f'<div class="videos">{videos}</div><div id="tasks"></div><div id="values"></div>'
+        '<div id="plots"><p class="muted">loading…</p></div></div>'
+    )
+    return page(f"{tname} / {episode}", body, scripts=["plot.js", "viewer.js"],
+                nav=crumbs((url("p", name), name),
+                           (url("p", name, "t", tname, "v", version), f"{tname} v{version}"),
+                           episode))  # fmt: skip
+
+
+def _as_series(column: pa.ChunkedArray) -> list[list[float | None]]:
+    """Per dimension, the values over time (a scalar column is one dimension)."""
+    arr = column.combine_chunks()
+    if pa.types.is_fixed_size_list(arr.type):
+        n = arr.type.list_size
+        flat = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, n)
+        return [flat[:, d].tolist() for d in range(min(n, MAX_DIMS))]
+    return [arr.to_numpy(zero_copy_only=False).astype(np.float64).tolist()]
+
+
+def episode_data(client: Any, name: str, tname: str, version: int, episode: str) -> dict:
+    """The numbers and strings of one episode (one take of its rows)."""
+    tab = client.project(name, create=False).table_at(tname, version)
+    _, start, length = find_episode(tab, episode)
+    nums = numeric_columns(tab)
+    texts = [f.name for f in tab.schema
+             if f.name != "episode" and (pa.types.is_string(f.type)
+                                         or pa.types.is_large_string(f.type))]  # fmt: skip
+    shown = min(length, MAX_ROWS)
+    rows = tab.take(np.arange(start, start + shown, dtype=np.int64), nums + texts)
+    series = {c: _as_series(rows.column(c)) for c in nums}
+    dims = {c: (rows.schema.field(c).type.list_size
+                if pa.types.is_fixed_size_list(rows.schema.field(c).type) else 1)
+            for c in nums}  # fmt: skip
+    tasks = {}
+    for c in texts:
+        values = rows.column(c).unique().drop_null().to_pylist()
+        tasks[c] = sorted(v[:MAX_TEXT] for v in values[:MAX_TEXTS])
+    return {"frames": length, "shown": shown, "fps": tab.fps or 30.0, "series": series,
+            "dims": dims, "tasks": tasks, "videos": list(tab.video_columns)}  # fmt: skip
+
+
+def decode_frame(client: Any, tab: Any, column: str, start: int, length: int,
+                 frame: int) -> np.ndarray:  # fmt: skip
+    """Frame ``frame`` of the episode at rows ``start..start+length`` as ``[H, W, 3]`` uint8,
+    decoded by treadle (the pixels a loader delivers)."""
+    from treadle.plan.windows import Video
+    from treadle.video.fetch import WindowRequest
+
+    if column not in tab.video_columns:
+        raise NotFound(f"table {tab.name!r} has no video column {column!r}")
+    if not 0 <= frame < length:
+        raise NotFound(f"episode has frames 0..{length - 1}, not frame {frame}")
+    rows = tab.take(np.arange(start, start + length, dtype=np.int64), [column])
+    key, index = index_from_arrow(rows.column(column))
+    with VideoReader(client.store, prefix=tab.project.prefix) as reader:
+        req = WindowRequest(key, index, [frame], Video([0]), where=(tab.name, "", column))
+        return np.asarray(reader.read([req])[0])[0]

@@ -1,0 +1,154 @@
+"""An episode's stored H.264 as an MP4, remuxed on the fly (codec copy, never re-encoded).
+
+The stored stream holds Annex-B packets in decode order with SPS/PPS in band; the MP4
+muxer (FFmpeg's ``mp4`` through PyAV) turns them into length-prefixed samples with an
+``avcC`` header built from the first SPS/PPS. Presentation time is the display index over
+the episode's fps (frame ``i`` shows at ``i / fps``, B-frames or not), decode time the
+decode position less the reordering delay (negative at the start, which MP4 allows);
+``faststart`` puts the index first so a browser plays while it loads. Also: one decoded
+frame as PNG (the frame under the cursor) and HTTP byte ranges over the bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import av
+import numpy as np
+
+from treadle.errors import CorruptData, NotFound
+from treadle.storage.store import RangeRequest
+from treadle.video.nal import NAL_PPS, NAL_SPS, iter_nal_units
+
+_PACKET_FIELDS = ["stream", "offset", "size", "key", "decode", "width", "height", "fps"]
+
+
+@dataclass(frozen=True)
+class EpisodeVideo:
+    """The packets of one episode's video column, in display order."""
+
+    key: str
+    offset: np.ndarray
+    size: np.ndarray
+    keyframe: np.ndarray
+    decode: np.ndarray
+    width: int
+    height: int
+    fps: float
+
+
+def episode_video(table: Any, column: str, start: int, length: int) -> EpisodeVideo:
+    """Read the index rows of frames ``start .. start+length`` of ``column`` (one take)."""
+    if column not in table.video_columns:
+        raise NotFound(f"table {table.name!r} has no video column {column!r}")
+    rows = table.take(np.arange(start, start + length, dtype=np.int64), [column])
+    values = rows.column(column).combine_chunks()
+    arr = {f: values.field(f).to_numpy(zero_copy_only=False) for f in _PACKET_FIELDS}
+    keys = set(arr["stream"].tolist())
+    if len(keys) != 1:
+        raise CorruptData(
+            f"table {table.name!r} column {column!r}: the episode at row {start} spans "
+            f"{len(keys)} streams; one episode's frames must come from one stream"
+        )
+    return EpisodeVideo(
+        key=f"{table.project.prefix}/{keys.pop()}",
+        offset=arr["offset"].astype(np.int64),
+        size=arr["size"].astype(np.int64),
+        keyframe=arr["key"].astype(bool),
+        decode=arr["decode"].astype(np.int64),
+        width=int(arr["width"][0]),
+        height=int(arr["height"][0]),
+        fps=float(arr["fps"][0]),
+    )
+
+
+def _packets(store: Any, video: EpisodeVideo) -> list[bytes]:
+    """The episode's packets in decode order (one ranged read of their byte span)."""
+    start, end = int(video.offset.min()), int((video.offset + video.size).max())
+    data = store.get_ranges([RangeRequest(video.key, start, end)])[0]
+    order = np.argsort(video.decode, kind="stable")
+    return [bytes(data[o - start : o - start + s]) for o, s in
+            zip(video.offset[order].tolist(), video.size[order].tolist())]  # fmt: skip
+
+
+def _extradata(packets: list[bytes]) -> bytes:
+    """Annex-B SPS + PPS of the first packet that has them (the muxer builds avcC from it)."""
+    for p in packets:
+        units = dict.fromkeys(u for t, u in iter_nal_units(p) if t in (NAL_SPS, NAL_PPS))
+        if any(u[0] & 0x1F == NAL_SPS for u in units) and any(
+            u[0] & 0x1F == NAL_PPS for u in units
+        ):
+            return b"".join(b"\x00\x00\x00\x01" + u for u in units)
+    raise CorruptData("the episode's stream has no SPS/PPS: it cannot be played")
+
+
+def to_mp4(store: Any, video: EpisodeVideo) -> bytes:
+    """The episode as a faststart MP4 of the stored packets (no decode, no encode)."""
+    packets = _packets(store, video)
+    display = np.empty(len(packets), np.int64)
+    order = np.argsort(video.decode, kind="stable")
+    display[np.arange(len(order))] = order  # decode position -> display index
+    delay = int(max(0, (np.arange(len(order)) - display).max())) if len(order) else 0
+    with tempfile.TemporaryDirectory(prefix="treadle-ui-") as tmp:
+        path = os.path.join(tmp, "episode.mp4")  # faststart rewrites the file: not a BytesIO
+        _mux(path, packets, video, display, delay)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def _mux(path: str, packets: list[bytes], video: EpisodeVideo, display: Any, delay: int) -> None:
+    rate = Fraction(video.fps).limit_denominator(1001000)
+    with av.open(path, "w", format="mp4", options={"movflags": "faststart"}) as out:
+        stream = out.add_stream("h264", rate=rate)
+        stream.width, stream.height = video.width, video.height
+        stream.codec_context.extradata = _extradata(packets)
+        stream.time_base = tick = 1 / rate
+        for d, payload in enumerate(packets):
+            pkt = av.Packet(payload)
+            pkt.stream = stream
+            pkt.time_base = tick
+            pkt.pts, pkt.dts = int(display[d]), d - delay
+            pkt.duration = 1
+            pkt.is_keyframe = bool(video.keyframe[display[d]])
+            out.mux(pkt)
+
+
+def byte_range(header: str | None, total: int) -> tuple[int, int] | None:
+    """``(start, end)`` (end exclusive) of a ``Range: bytes=a-b`` header, None for the whole.
+
+    Raises ValueError for a range that cannot be served (the caller answers 416).
+    """
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip() != "bytes" or "," in spec:
+        raise ValueError(header)
+    first, _, last = spec.strip().partition("-")
+    if first == "":
+        n = int(last)
+        start, end = max(0, total - n), total
+    else:
+        start = int(first)
+        end = min(total, int(last) + 1) if last else total
+    if start >= total or start >= end:
+        raise ValueError(header)
+    return start, end
+
+
+def png(frame: np.ndarray) -> bytes:
+    """A lossless PNG of an ``[H, W, 3]`` uint8 frame (zlib, no image library)."""
+    h, w, _ = frame.shape
+    raw = b"".join(b"\x00" + frame[y].tobytes() for y in range(h))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return len(data).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+
+    head = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(raw, 6))
+            + chunk(b"IEND", b""))  # fmt: skip

@@ -1,0 +1,55 @@
+"""Run the viewer: bind 127.0.0.1 unless told otherwise, and then only with a token.
+
+The URL printed (and opened, unless ``open_browser=False``) carries the token when there
+is one; uvicorn's access log is off (a logged URL would show the token) and the viewer
+logs nothing of the store's options.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+import webbrowser
+from typing import Any
+
+from treadle.errors import TreadleError
+
+LOCAL = ("127.0.0.1", "localhost", "::1")
+
+
+def check_host(host: str, token: str | None) -> str | None:
+    """The token to use: ``token``; a new one when ``host`` is not local and none is given
+    (the caller prints it); None for a local host without one."""
+    if not host:
+        raise TreadleError("--host is empty: give 127.0.0.1 or an address to bind")
+    if token is not None and not token.strip():
+        raise TreadleError("--token is empty: give a token or leave the option out")
+    if token is None and host not in LOCAL:
+        return secrets.token_urlsafe(24)
+    return token
+
+
+def viewer_url(host: str, port: int, token: str | None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+
+
+def serve(client: Any, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
+          open_browser: bool = True) -> None:  # fmt: skip
+    """Serve the viewer over ``client`` until interrupted."""
+    import uvicorn
+
+    from treadle.ui.app import create_app
+
+    given = token
+    token = check_host(host, token)
+    if token and given is None:
+        print(f"treadle ui: {host} is not local, so every request needs a token; generated: "
+              f"{token}", file=sys.stderr)  # fmt: skip
+    app = create_app(client, token)
+    link = viewer_url(host, port, token)
+    print(f"treadle ui: serving {link} (read-only; Ctrl-C stops)", flush=True)
+    if open_browser:
+        threading.Timer(1.0, lambda: webbrowser.open(link)).start()
+    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")

@@ -1,0 +1,136 @@
+// treadle viewer: the parts of pages that load after the HTML (so a slow store shows
+// "loading…", never a blank page): the paged episode list, table.stats on demand, the
+// episode player (videos in sync, plots with a cursor, values and frame under the cursor),
+// and a run's composition plot.
+"use strict";
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+async function getJSON(src) {
+  const r = await fetch(src, { credentials: "same-origin" });
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+function showError(box, err) { box.replaceChildren(el("p", { class: "error" }, String(err.message || err))); }
+
+async function episodeList(box, offset) {
+  box.replaceChildren(el("p", { class: "muted" }, "loading…"));
+  try {
+    const page = await getJSON(`${box.dataset.src}?offset=${offset}&limit=100`);
+    const t = el("table", { id: "episode-list" });
+    t.append(el("thead")); t.tHead.append(el("tr"));
+    for (const h of ["#", "episode", "first moment", "frames"]) t.tHead.rows[0].append(el("th", {}, h));
+    const body = el("tbody"); t.append(body);
+    for (const e of page.episodes) {
+      const tr = el("tr"); const a = el("a", { href: e.href }, e.name);
+      tr.append(el("td", {}, String(e.index)), el("td"), el("td", {}, String(e.start)), el("td", {}, String(e.length)));
+      tr.cells[1].append(a); body.append(tr);
+    }
+    const last = Math.min(page.total, page.offset + page.episodes.length);
+    const info = el("p", { class: "pager", id: "episode-pager" });
+    const prev = el("button", { type: "button" }, "← previous"), next = el("button", { type: "button" }, "next →");
+    prev.disabled = page.offset === 0; next.disabled = last >= page.total;
+    prev.onclick = () => episodeList(box, Math.max(0, page.offset - 100));
+    next.onclick = () => episodeList(box, page.offset + 100);
+    info.append(prev, next, `episodes ${page.offset + 1}–${last} of ${page.total}`);
+    box.replaceChildren(info, t);
+  } catch (err) { showError(box, err); }
+}
+
+async function computeStats(box) {
+  box.replaceChildren(el("p", { class: "muted" }, "computing table.stats…"));
+  try {
+    const stats = await getJSON(box.dataset.src);
+    box.replaceChildren(el("pre", { id: "stats-result" }, JSON.stringify(stats, null, 1)));
+  } catch (err) { showError(box, err); }
+}
+
+async function episodePlayer(box) {
+  const fps = parseFloat(box.dataset.fps), frames = parseInt(box.dataset.frames);
+  const videos = Array.from(box.querySelectorAll("video"));
+  const scrub = document.getElementById("scrub"), label = document.getElementById("cursor-frame");
+  const plots = document.getElementById("plots"), values = document.getElementById("values");
+  let data = null, canvases = [];
+  const frameAt = (t) => Math.min(frames - 1, Math.max(0, Math.floor(t * fps + 1e-3)));
+  function draw(f) {
+    label.textContent = String(f); scrub.value = String(f);
+    if (!data) return;
+    canvases.forEach(([c, name]) => plotLines(c, data.series[name], { cursor: f }));
+    const rows = Object.entries(data.series).map(([name, s]) => `${name}: [${s.map((d) => d[f] === null ? "null" : d[f].toPrecision(4)).join(", ")}]`);
+    values.textContent = rows.join("  ·  ");
+  }
+  function under(f) {
+    box.querySelectorAll("img.under").forEach((img) => { img.src = `${box.dataset.base}/frame/${img.dataset.column}/${f}.png`; });
+  }
+  function seek(f) {
+    for (const v of videos) v.currentTime = (f + 0.5) / fps;
+    draw(f); under(f);
+  }
+  const lead = videos[0];
+  if (lead) {
+    lead.addEventListener("timeupdate", () => {
+      const f = frameAt(lead.currentTime); draw(f);
+      for (const v of videos.slice(1)) if (Math.abs(v.currentTime - lead.currentTime) > 0.5 / fps) v.currentTime = lead.currentTime;
+    });
+    lead.addEventListener("pause", () => under(frameAt(lead.currentTime)));
+  }
+  document.getElementById("play").onclick = () => {
+    if (!lead) return;
+    if (lead.paused) videos.forEach((v) => v.play()); else videos.forEach((v) => v.pause());
+  };
+  scrub.oninput = () => { videos.forEach((v) => v.pause()); seek(parseInt(scrub.value)); };
+  try {
+    data = await getJSON(box.dataset.src);
+    plots.replaceChildren();
+    for (const [name, series] of Object.entries(data.series)) {
+      const fig = el("figure"), c = el("canvas", { class: "plot", width: "640", height: "120", "data-column": name });
+      fig.append(el("figcaption", {}, `${name} (${data.dims[name]} dims)`), c); plots.append(fig);
+      canvases.push([c, name]);
+    }
+    const tasks = document.getElementById("tasks");
+    for (const [name, list] of Object.entries(data.tasks)) tasks.append(el("p", { class: "task" }, `${name}: ${list.join(" | ")}`));
+  } catch (err) { showError(plots, err); }
+  seek(parseInt(box.dataset.frame) || 0);
+}
+
+async function composition(box) {
+  try {
+    const data = await getJSON(`${box.dataset.src}?start=0&count=200`);
+    const names = box.dataset.names.split(",");
+    const series = names.map((_, d) => data.counts.map((row) => row[d]));
+    const c = el("canvas", { class: "plot", width: "800", height: "120", id: "composition-plot" });
+    const legend = el("p", {}, names.map((n, d) => `${n}: ${series[d].reduce((a, b) => a + b, 0)} samples`).join(" · ") + ` in steps ${data.start}–${data.start + data.counts.length - 1}`);
+    box.replaceChildren(c, legend);
+    plotLines(c, series, { stacked: true, total: data.batch_size });
+  } catch (err) { showError(box, err); }
+}
+
+async function stepSamples(box) {
+  try {
+    const r = await fetch(box.dataset.src, { credentials: "same-origin" });
+    const text = await r.text();
+    if (!r.ok) {
+      const doc = new DOMParser().parseFromString(text, "text/html");
+      const msg = doc.querySelector(".error");
+      throw new Error(msg ? msg.textContent : r.statusText);
+    }
+    box.innerHTML = text;  // the server's own HTML: every name in it is escaped there
+  } catch (err) { showError(box, err); }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const eps = document.getElementById("episodes");
+  if (eps) episodeList(eps, 0);
+  const stats = document.getElementById("stats"), button = document.getElementById("compute-stats");
+  if (stats && button) button.onclick = () => computeStats(stats);
+  const ep = document.getElementById("episode");
+  if (ep) episodePlayer(ep);
+  const comp = document.getElementById("composition");
+  if (comp) composition(comp);
+  const stepBox = document.getElementById("step");
+  if (stepBox) stepSamples(stepBox);
+});
