@@ -28,6 +28,7 @@ from obstore.store import LocalStore
 from treadle.errors import NotFound, StorageError
 from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
 from treadle.storage.errors import missing_object, store_error
+from treadle.storage.forks import claim
 from treadle.storage.loop import _Loop
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,
@@ -138,6 +139,7 @@ class Store:
     # -- objects ------------------------------------------------------------------------
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         """Write ``data`` at ``key``. With ``if_absent``, return False if it already exists."""
+        self._claim("write", key)
         try:
             _with_retries(
                 lambda: obstore.put(
@@ -154,6 +156,7 @@ class Store:
 
     def get(self, key: str) -> bytes:
         """All bytes of ``key`` (:class:`NotFound` if missing)."""
+        self._claim("read", key)
         try:
             return _with_retries(lambda: bytes(obstore.get(self._inner, key).bytes()))
         except Exception as e:
@@ -181,6 +184,7 @@ class Store:
         return int(h["size"]), str(token)
 
     def _head(self, key: str) -> Any:
+        self._claim("stat", key)
         try:
             return _with_retries(lambda: obstore.head(self._inner, key))
         except Exception as e:
@@ -188,6 +192,7 @@ class Store:
 
     def list(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` (recursive), sorted."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/"
 
         def list_all() -> list[str]:
@@ -207,6 +212,7 @@ class Store:
     def list_info(self, prefix: str) -> dict[str, ObjectInfo]:
         """Keys under ``prefix`` (recursive) with their size and mtime, from the listing
         itself (no request per key)."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/"
 
         def list_all() -> dict[str, ObjectInfo]:
@@ -225,6 +231,7 @@ class Store:
 
     def missing(self, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` that do not exist (HEAD requests, many in flight)."""
+        self._claim("stat", keys[0] if keys else "")
         limit = asyncio.Semaphore(64)
 
         async def gone(key: str) -> bool:
@@ -248,6 +255,7 @@ class Store:
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Immediate sub-folder names under ``prefix``."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         try:
             res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
@@ -259,6 +267,7 @@ class Store:
 
     def entries(self, prefix: str = "") -> list[str]:
         """Names directly under ``prefix`` (``""``: the root): sub-folders and objects."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         try:
             res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
@@ -270,6 +279,7 @@ class Store:
         return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in paths})
 
     def delete(self, key: str) -> None:
+        self._claim("delete", key)
         try:
             _with_retries(lambda: obstore.delete(self._inner, key))
         except Exception as e:
@@ -278,6 +288,7 @@ class Store:
 
     def get_ranges(self, requests: Sequence[RangeRequest]) -> list[bytes]:
         """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced."""
+        self._claim("read", requests[0].key if requests else "")
         if not requests:
             return []
         by_key: dict[str, list[int]] = {}
@@ -306,6 +317,10 @@ class Store:
             for i, b in zip(idx, bufs):
                 out[i] = b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
         return out
+
+    def _claim(self, op: str, key: str) -> None:
+        """A :class:`ForkError` (never a hang) in a process forked after a request."""
+        claim(f"{op} {self.url}/{key}")
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
         return store_error(self.url, op, key, e)
