@@ -9,9 +9,12 @@ their batches handed over through shared-memory slots and taken back in step ord
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import weakref
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from typing import Any
 
 import torch
@@ -36,6 +39,28 @@ def default_rank_world() -> tuple[int, int]:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
         raise PlanError("RANK and WORLD_SIZE must be integers") from None
+
+
+# Iterators not yet finished: closed (their threads, workers and slots ended) before the
+# interpreter tears its modules down. Left to the teardown, a suspended one's ``finally``
+# runs with module globals already None and prints "Exception ignored in: <generator ...>".
+_OPEN: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
+_HOOKED: list[bool] = []
+
+
+def _close_at_exit(it: Iterator[Any]) -> None:
+    # Registered at the first iteration, so it runs before (atexit is last-in, first-out)
+    # the store's event-loop shutdown registered by the first store request.
+    if not _HOOKED:
+        atexit.register(_close_open)
+        _HOOKED.append(True)
+    _OPEN.add(it)
+
+
+def _close_open() -> None:
+    for it in list(_OPEN):
+        with suppress(ValueError):  # one running on another thread ends with its thread
+            it.close()  # type: ignore[attr-defined]
 
 
 class StepLoader:
@@ -86,6 +111,11 @@ class StepLoader:
         return max(0, self.steps - self._next_step)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        it = self._deliver()
+        _close_at_exit(it)
+        return it
+
+    def _deliver(self) -> Iterator[dict[str, torch.Tensor]]:
         # One live iterator: an older one that is still iterated would deliver steps the
         # newer one also delivers (they share the step count), so it stops with an error.
         self._iterators += 1
