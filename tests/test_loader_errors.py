@@ -102,3 +102,17 @@ def test_workers_inside_a_daemon_process_are_named(branch, tmp_path):
     out = proc.stdout.strip().splitlines()[-1]
     assert out.startswith("PlanError: workers=2 inside a daemon process"), out
     assert "workers=0" in out and "daemon=False" in out
+
+
+def test_a_constant_where_selects_every_anchor_or_none(branch):
+    """Before: where="true" was a PlanError quoting Lance ("Scans must request at least one
+    column. Received only dynamic expressions: [(Literal ...")."""
+    windows = td.Windows({"action": td.Rows(range(2))})
+
+    def plan(where):
+        comp = td.Component(branch.table("nominal"), windows, where=where)
+        return td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+
+    assert plan("true").eligible(0) == plan("1 = 1").eligible(0) == plan(None).eligible(0) == 7
+    with pytest.raises(PlanError, match=r"selects no anchors: where='false'"):
+        plan("false")
