@@ -25,7 +25,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import LocalStore
 
-from treadle.errors import NotFound, StorageError
+from treadle.errors import CorruptData, NotFound, StorageError
 from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
 from treadle.storage.errors import missing_object, store_error
 from treadle.storage.forks import claim
@@ -308,8 +308,11 @@ class Store:
                 except Exception as e:
                     last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
                     if last or not _transient(e):
-                        raise self._error("read", key, e) from None
+                        # a range past the end: InvalidRange, a Rust panic when coalesced
+                        raise await self._short_or(key, max(ends), e) from None
                 await asyncio.sleep(_backoff(attempt))
+            if any(len(b) != e - s for b, s, e in zip(bufs, starts, ends)):  # cut short
+                raise await self._short_or(key, max(ends), None)
             return idx, bufs
 
         out: list[bytes] = [b""] * len(requests)
@@ -317,6 +320,21 @@ class Store:
             for i, b in zip(idx, bufs):
                 out[i] = b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
         return out
+
+    async def _short_or(self, key: str, end: int, e: Exception | None) -> Exception:
+        """:class:`CorruptData` naming ``key`` when it is shorter than ``end`` (a truncated or
+        replaced object), else the error ``e`` was."""
+        try:
+            size = int((await obstore.head_async(self._inner, key))["size"])
+        except Exception as head:
+            return self._error("read" if e is None else "stat", key, e or head)
+        if size >= end and e is not None:
+            return self._error("read", key, e)
+        return CorruptData(
+            f"object {self.url}/{key} is {size} bytes, but its index says bytes up to {end} "
+            "are in it: it was cut short or replaced after it was written (re-write the "
+            "episode that stored it)"
+        )
 
     def _claim(self, op: str, key: str) -> None:
         """A :class:`ForkError` (never a hang) in a process forked after a request."""

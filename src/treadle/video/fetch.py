@@ -154,7 +154,7 @@ class WindowFetcher:
         ]
         try:
             datas = self.store.get_ranges(ranges)
-        except (NotFound, StorageError) as e:
+        except (NotFound, StorageError, CorruptData) as e:  # the store names the object
             msg = str(e)
             named = [where_text(r.where) for r in requests if self.object_key(r.key) in msg]
             raise type(e)(f"{(named or [where_text(requests[0].where)])[0]}: {msg}") from None
