@@ -39,7 +39,10 @@ def test_windows_past_the_cut_are_corrupt_data_naming_the_stream(cut_branch):
     recipe = td.Recipe(
         seed=0, batch_size=21, components=[td.Component(branch.table("cams"), windows)]
     )
-    named = rf"table 'cams' episode 'e0' column 'cam'.*{media.name} is \d+ bytes, but its index"
+    named = (
+        rf"table 'cams' episode 'e0' column 'cam'.* frame \d+: stream is truncated: "
+        rf"object .*{media.name} is \d+ bytes, but its index"
+    )
     with pytest.raises(CorruptData, match=named):
         next(iter(td.TrainLoader(recipe, steps=1)))
 

@@ -25,9 +25,9 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import LocalStore
 
-from treadle.errors import CorruptData, NotFound, StorageError
+from treadle.errors import CredentialsError, NotFound, StorageError
 from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
-from treadle.storage.errors import missing_object, store_error
+from treadle.storage.errors import ShortObject, missing_object, store_error
 from treadle.storage.forks import claim
 from treadle.storage.loop import _Loop
 from treadle.storage.retry import (
@@ -322,18 +322,23 @@ class Store:
         return out
 
     async def _short_or(self, key: str, end: int, e: Exception | None) -> Exception:
-        """:class:`CorruptData` naming ``key`` when it is shorter than ``end`` (a truncated or
+        """:class:`ShortObject` (a ``CorruptData``) naming ``key`` when it is shorter than ``end`` (a truncated or
         replaced object), else the error ``e`` was."""
+        err = None if e is None else self._error("read", key, e)
+        if isinstance(err, (NotFound, CredentialsError)):  # not a range: no HEAD to ask
+            return err
         try:
             size = int((await obstore.head_async(self._inner, key))["size"])
         except Exception as head:
-            return self._error("read" if e is None else "stat", key, e or head)
-        if size >= end and e is not None:
-            return self._error("read", key, e)
-        return CorruptData(
+            return err if err is not None else self._error("stat", key, head)
+        if size >= end:
+            return err or StorageError(f"read {self.url}/{key} returned fewer bytes than asked")
+        return ShortObject(
             f"object {self.url}/{key} is {size} bytes, but its index says bytes up to {end} "
             "are in it: it was cut short or replaced after it was written (re-write the "
-            "episode that stored it)"
+            "episode that stored it)",
+            key,
+            size,
         )
 
     def _claim(self, op: str, key: str) -> None:
