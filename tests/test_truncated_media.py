@@ -41,7 +41,7 @@ def test_windows_past_the_cut_are_corrupt_data_naming_the_stream(cut_branch):
     )
     named = (
         rf"table 'cams' episode 'e0' column 'cam'.* frame \d+: stream is truncated: "
-        rf"object .*{media.name} is \d+ bytes, but its index"
+        rf"object .*{media.name} is \d+ bytes, but a read asked"
     )
     with pytest.raises(CorruptData, match=named):
         next(iter(td.TrainLoader(recipe, steps=1)))
@@ -56,7 +56,7 @@ def test_a_range_read_past_the_end_is_corrupt_data(tmp_path):
     ]
     for ranges in ([(0, 10), (120, 150)], [(120, 150)], [(50, 150)], [(0, 10), (60, 130)]):
         with pytest.raises(
-            CorruptData, match=r"a\.bin is 100 bytes, but its index says bytes up to"
+            CorruptData, match=r"a\.bin is 100 bytes, but a read asked for bytes up to"
         ):
             store.get_ranges([RangeRequest("a.bin", s, e) for s, e in ranges])
     assert Path(tmp_path / "a.bin").stat().st_size == 100

@@ -322,8 +322,8 @@ class Store:
         return out
 
     async def _short_or(self, key: str, end: int, e: Exception | None) -> Exception:
-        """:class:`ShortObject` (a ``CorruptData``) naming ``key`` when it is shorter than ``end`` (a truncated or
-        replaced object), else the error ``e`` was."""
+        """:class:`ShortObject` (a ``CorruptData``) naming ``key`` when it is shorter than
+        ``end`` (cut short or replaced), else the error ``e`` was."""
         err = None if e is None else self._error("read", key, e)
         if isinstance(err, (NotFound, CredentialsError)):  # not a range: no HEAD to ask
             return err
@@ -334,9 +334,9 @@ class Store:
         if size >= end:
             return err or StorageError(f"read {self.url}/{key} returned fewer bytes than asked")
         return ShortObject(
-            f"object {self.url}/{key} is {size} bytes, but its index says bytes up to {end} "
-            "are in it: it was cut short or replaced after it was written (re-write the "
-            "episode that stored it)",
+            f"object {self.url}/{key} is {size} bytes, but a read asked for bytes up to {end} "
+            "(what was written there): it was cut short or replaced after it was written "
+            "(write it again: re-append the episode that stored it)",
             key,
             size,
         )
