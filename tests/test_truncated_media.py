@@ -8,7 +8,6 @@ panicked``); one window past it was ``StorageError ... Requested range was inval
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,8 +46,12 @@ def test_windows_past_the_cut_are_corrupt_data_naming_the_stream(cut_branch):
         next(iter(td.TrainLoader(recipe, steps=1)))
 
 
-def test_a_range_read_past_the_end_is_corrupt_data(tmp_path):
-    store = Store.open(str(tmp_path))
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_range_read_past_the_end_is_corrupt_data(kind, tmp_path, request):
+    if kind == "s3":
+        store = Store.open(*request.getfixturevalue("s3_root"))
+    else:
+        store = Store.open(str(tmp_path))
     store.put("a.bin", b"x" * 100)
     assert store.get_ranges([RangeRequest("a.bin", 10, 40), RangeRequest("a.bin", 60, 100)]) == [
         b"x" * 30,
@@ -59,4 +62,4 @@ def test_a_range_read_past_the_end_is_corrupt_data(tmp_path):
             CorruptData, match=r"a\.bin is 100 bytes, but a read asked for bytes up to"
         ):
             store.get_ranges([RangeRequest("a.bin", s, e) for s, e in ranges])
-    assert Path(tmp_path / "a.bin").stat().st_size == 100
+    assert store.size("a.bin") == 100
