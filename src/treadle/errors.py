@@ -42,6 +42,11 @@ class CredentialsError(StorageError):
     """Credentials are missing or were refused by the object store."""
 
 
+class ForkError(TreadleError):
+    """A read in a process forked (``os.fork()``) after its parent had read from a store:
+    the object-store runtime's threads are not in the child, so the read would hang."""
+
+
 class CorruptData(TreadleError):
     """Stored bytes failed their checksum or could not be decoded."""
 

@@ -40,6 +40,7 @@ from treadle.plan.permute import (
     permute,
 )
 from treadle.plan.record import RunRecord
+from treadle.plan.reserved import check_batch_keys
 from treadle.plan.schedule import Schedule
 from treadle.plan.select import Runs, component_runs
 from treadle.plan.windows import Windows
@@ -182,6 +183,9 @@ class Plan:
                     f"moments, but the run record says {entry.num_moments}"
                 )
             tables.append(table)
+        for i, c in enumerate(record.components):  # a record from before keys were reserved
+            where = f"component {i} (table {record.tables[c.table].name!r})"
+            check_batch_keys(tables[c.table], c.windows, c.rename, where)
         return cls(record, tables)
 
     # -- facts ----------------------------------------------------------------------------

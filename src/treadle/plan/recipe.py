@@ -20,6 +20,7 @@ from treadle.errors import PlanError
 from treadle.names import check_name
 from treadle.plan.plan import Plan
 from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
+from treadle.plan.reserved import check_batch_keys
 from treadle.plan.select import component_runs
 from treadle.plan.shares import MAX_COMPONENTS, realise_weights
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
@@ -312,6 +313,7 @@ def _component_entry(
     )
     check_windows(windows, table, where)
     check_rename(comp.rename, table, windows, where)
+    check_batch_keys(table, windows, comp.rename, where)
     lengths = np.asarray(episodes.lengths, dtype=np.int64)
     runs = component_runs(table, episodes, windows, comp.where, comp.episodes, where)
     eligible = int((runs[1] - runs[0]).sum())

@@ -83,7 +83,8 @@ def prefetch(
                 it.close()
 
     t = threading.Thread(target=run, name=name, daemon=True)
-    _LIVE[t] = stop
+    live = _LIVE  # still bound if this generator is finalised in interpreter teardown
+    live[t] = stop
     t.start()
     try:
         while True:
@@ -96,7 +97,7 @@ def prefetch(
     finally:
         stop.set()
         t.join()
-        _LIVE.pop(t, None)
+        live.pop(t, None)
         if close is not None:
             close()
 

@@ -7,7 +7,16 @@ from urllib.parse import urlparse
 
 from obstore.exceptions import NotFoundError, PermissionDeniedError, UnauthenticatedError
 
-from treadle.errors import CredentialsError, NotFound, StorageError
+from treadle.errors import CorruptData, CredentialsError, NotFound, StorageError
+
+
+class ShortObject(CorruptData):
+    """An object shorter than the bytes a read asked of it (cut short, or replaced, after
+    it was written): ``key`` and ``size`` let the reader name what it was reading."""
+
+    def __init__(self, message: str, key: str, size: int):
+        super().__init__(message)
+        self.key, self.size = key, size
 
 
 def store_error(url: str, op: str, key: str, e: Exception) -> Exception:

@@ -25,9 +25,10 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import LocalStore
 
-from treadle.errors import NotFound, StorageError
+from treadle.errors import CredentialsError, NotFound, StorageError
 from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
-from treadle.storage.errors import missing_object, store_error
+from treadle.storage.errors import ShortObject, missing_object, store_error
+from treadle.storage.forks import claim
 from treadle.storage.loop import _Loop
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,
@@ -138,6 +139,7 @@ class Store:
     # -- objects ------------------------------------------------------------------------
     def put(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         """Write ``data`` at ``key``. With ``if_absent``, return False if it already exists."""
+        self._claim("write", key)
         try:
             _with_retries(
                 lambda: obstore.put(
@@ -154,6 +156,7 @@ class Store:
 
     def get(self, key: str) -> bytes:
         """All bytes of ``key`` (:class:`NotFound` if missing)."""
+        self._claim("read", key)
         try:
             return _with_retries(lambda: bytes(obstore.get(self._inner, key).bytes()))
         except Exception as e:
@@ -181,6 +184,7 @@ class Store:
         return int(h["size"]), str(token)
 
     def _head(self, key: str) -> Any:
+        self._claim("stat", key)
         try:
             return _with_retries(lambda: obstore.head(self._inner, key))
         except Exception as e:
@@ -188,6 +192,7 @@ class Store:
 
     def list(self, prefix: str) -> list[str]:
         """Keys under ``prefix`` (recursive), sorted."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/"
 
         def list_all() -> list[str]:
@@ -207,6 +212,7 @@ class Store:
     def list_info(self, prefix: str) -> dict[str, ObjectInfo]:
         """Keys under ``prefix`` (recursive) with their size and mtime, from the listing
         itself (no request per key)."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/"
 
         def list_all() -> dict[str, ObjectInfo]:
@@ -225,6 +231,7 @@ class Store:
 
     def missing(self, keys: Sequence[str]) -> list[str]:
         """Those of ``keys`` that do not exist (HEAD requests, many in flight)."""
+        self._claim("stat", keys[0] if keys else "")
         limit = asyncio.Semaphore(64)
 
         async def gone(key: str) -> bool:
@@ -248,6 +255,7 @@ class Store:
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Immediate sub-folder names under ``prefix``."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         try:
             res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
@@ -259,6 +267,7 @@ class Store:
 
     def entries(self, prefix: str = "") -> list[str]:
         """Names directly under ``prefix`` (``""``: the root): sub-folders and objects."""
+        self._claim("list", prefix)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         try:
             res = _with_retries(lambda: obstore.list_with_delimiter(self._inner, prefix or None))
@@ -270,6 +279,7 @@ class Store:
         return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in paths})
 
     def delete(self, key: str) -> None:
+        self._claim("delete", key)
         try:
             _with_retries(lambda: obstore.delete(self._inner, key))
         except Exception as e:
@@ -278,6 +288,7 @@ class Store:
 
     def get_ranges(self, requests: Sequence[RangeRequest]) -> list[bytes]:
         """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced."""
+        self._claim("read", requests[0].key if requests else "")
         if not requests:
             return []
         by_key: dict[str, list[int]] = {}
@@ -297,8 +308,11 @@ class Store:
                 except Exception as e:
                     last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
                     if last or not _transient(e):
-                        raise self._error("read", key, e) from None
+                        # a range past the end: InvalidRange, a Rust panic when coalesced
+                        raise await self._short_or(key, max(ends), e) from None
                 await asyncio.sleep(_backoff(attempt))
+            if any(len(b) != e - s for b, s, e in zip(bufs, starts, ends)):  # cut short
+                raise await self._short_or(key, max(ends), None)
             return idx, bufs
 
         out: list[bytes] = [b""] * len(requests)
@@ -306,6 +320,30 @@ class Store:
             for i, b in zip(idx, bufs):
                 out[i] = b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
         return out
+
+    async def _short_or(self, key: str, end: int, e: Exception | None) -> Exception:
+        """:class:`ShortObject` (a ``CorruptData``) naming ``key`` when it is shorter than
+        ``end`` (cut short or replaced), else the error ``e`` was."""
+        err = None if e is None else self._error("read", key, e)
+        if isinstance(err, (NotFound, CredentialsError)):  # not a range: no HEAD to ask
+            return err
+        try:
+            size = int((await obstore.head_async(self._inner, key))["size"])
+        except Exception as head:
+            return err if err is not None else self._error("stat", key, head)
+        if size >= end:
+            return err or StorageError(f"read {self.url}/{key} returned fewer bytes than asked")
+        return ShortObject(
+            f"object {self.url}/{key} is {size} bytes, but a read asked for bytes up to {end} "
+            "(what was written there): it was cut short or replaced after it was written "
+            "(write it again: re-append the episode that stored it)",
+            key,
+            size,
+        )
+
+    def _claim(self, op: str, key: str) -> None:
+        """A :class:`ForkError` (never a hang) in a process forked after a request."""
+        claim(f"{op} {self.url}/{key}")
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
         return store_error(self.url, op, key, e)

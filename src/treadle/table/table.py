@@ -215,7 +215,11 @@ class Table:
         ends: list[np.ndarray] = [np.zeros(0, np.int64)]
         base = 0
         try:
-            scanner = self.dataset.scanner(columns={"_treadle_where": f"({where})"})
+            # the row address (computed, never read) makes a constant predicate ("true"),
+            # which names no column, a scan Lance accepts
+            scanner = self.dataset.scanner(
+                columns={"_treadle_where": f"({where})"}, with_row_address=True
+            )
             for batch in scanner.to_batches():
                 col = batch.column(0)
                 if not pa.types.is_boolean(col.type):

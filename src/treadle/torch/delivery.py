@@ -9,19 +9,24 @@ their batches handed over through shared-memory slots and taken back in step ord
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import weakref
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from typing import Any
 
+import numpy as np
 import torch
 
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
+from treadle.read.budget import check_batch_fits
 from treadle.read.prefetch import prefetch
 from treadle.torch.convert import to_torch
 from treadle.torch.hook import Transform, check_transform
-from treadle.torch.processes import Job, read_in_processes
+from treadle.torch.processes import Job, check_workers, read_in_processes
 from treadle.torch.steps import Sampler, finish_for, plan_reader, read_steps
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
@@ -36,6 +41,37 @@ def default_rank_world() -> tuple[int, int]:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
         raise PlanError("RANK and WORLD_SIZE must be integers") from None
+
+
+# Iterators not yet finished: closed (their threads, workers and slots ended) before the
+# interpreter tears its modules down. Left to the teardown, a suspended one's ``finally``
+# runs with module globals already None and prints "Exception ignored in: <generator ...>".
+_OPEN: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
+_HOOKED: list[bool] = []
+
+
+def _close_at_exit(it: Iterator[Any]) -> None:
+    # Registered at the first iteration, so it runs before (atexit is last-in, first-out)
+    # the store's event-loop shutdown registered by the first store request.
+    if not _HOOKED:
+        atexit.register(_close_open)
+        _HOOKED.append(True)
+    _OPEN.add(it)
+
+
+def _close_open() -> None:
+    for it in list(_OPEN):
+        with suppress(ValueError):  # one running on another thread ends with its thread
+            it.close()  # type: ignore[attr-defined]
+
+
+def _whole(value: Any, name: str, least: int) -> int:
+    """``value`` as an int, refusing a bool, a float (``workers=1.5`` read as 1) or too small."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise PlanError(f"{name} must be an integer >= {least}, got {value!r}")
+    if value < least:
+        raise PlanError(f"{name} must be >= {least}, got {value}")
+    return int(value)
 
 
 class StepLoader:
@@ -56,15 +92,15 @@ class StepLoader:
         d_rank, d_world = default_rank_world()
         self.rank = d_rank if rank is None else int(rank)
         self.world_size = d_world if world_size is None else int(world_size)
+        prefetch, workers = _whole(prefetch, "prefetch", 1), _whole(workers, "workers", 0)
+        check_workers(workers, prefetch)
+        check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
         plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
-        if prefetch < 1 or workers < 0:
-            raise PlanError("prefetch must be >= 1 and workers >= 0")
         check_transform(transform, workers)
         # PyAV decodes without the GIL: one decode thread per core (per worker process).
         if video_threads is None:
             video_threads = 1 if workers else min(4, os.cpu_count() or 1)
-        if int(video_threads) < 1:
-            raise PlanError(f"video_threads must be >= 1, got {video_threads}")
+        video_threads = _whole(video_threads, "video_threads", 1)
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise PlanError("device='cuda' but CUDA is not available; use device='cpu'")
@@ -86,6 +122,11 @@ class StepLoader:
         return max(0, self.steps - self._next_step)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        it = self._deliver()
+        _close_at_exit(it)
+        return it
+
+    def _deliver(self) -> Iterator[dict[str, torch.Tensor]]:
         # One live iterator: an older one that is still iterated would deliver steps the
         # newer one also delivers (they share the step count), so it stops with an error.
         self._iterators += 1

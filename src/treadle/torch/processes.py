@@ -25,11 +25,16 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from treadle.errors import TreadleError
+from treadle.errors import PlanError, TreadleError
 from treadle.read.slots import Slot, SlotFd
 from treadle.read.worker import Job, work
 
-__all__ = ["Job", "context", "read_in_processes"]
+__all__ = ["MAX_WORKER_PREFETCH", "Job", "check_workers", "context", "read_in_processes"]
+
+# A worker is handed prefetch + 1 slot descriptors and two pipe ends, and the forkserver
+# passes a new process's descriptors in one message of fewer than 256 - 4
+# (multiprocessing.forkserver.MAXFDS_TO_SEND): prefetch 248 and up was "too many fds".
+MAX_WORKER_PREFETCH = 240
 
 _PRELOAD = ["treadle.read.serverinit"]
 
@@ -47,6 +52,25 @@ def context() -> Any:
         ctx.set_forkserver_preload(_PRELOAD)
     server.ensure_running()
     return ctx
+
+
+def check_workers(workers: int, prefetch: int) -> None:
+    """:class:`PlanError`, when the loader is made, for worker settings that cannot start."""
+    if not workers:
+        return
+    if prefetch > MAX_WORKER_PREFETCH:
+        raise PlanError(
+            f"prefetch={prefetch} with workers={workers}: each worker process holds prefetch + 1 "
+            f"shared-memory slots, handed over as file descriptors, at most "
+            f"{MAX_WORKER_PREFETCH} (use prefetch <= {MAX_WORKER_PREFETCH}; more workers read "
+            "further ahead)"
+        )
+    if multiprocessing.current_process().daemon:
+        raise PlanError(
+            f"workers={workers} inside a daemon process ({multiprocessing.current_process().name}"
+            "): multiprocessing does not let a daemon process start worker processes; use "
+            "workers=0 here, or start this process with daemon=False"
+        )
 
 
 class _Handle:

@@ -18,6 +18,7 @@ import numpy as np
 
 from treadle.errors import CorruptData, NotFound, StorageError, VideoError
 from treadle.storage import RangeRequest, Store
+from treadle.storage.errors import ShortObject
 from treadle.video.frames import FrameSpec
 from treadle.video.stream import StreamIndex
 from treadle.video.window import WindowPlan, plan_window
@@ -154,11 +155,27 @@ class WindowFetcher:
         ]
         try:
             datas = self.store.get_ranges(ranges)
+        except ShortObject as e:
+            raise _truncated(requests, plans, e, self.object_key) from None
         except (NotFound, StorageError) as e:
             msg = str(e)
             named = [where_text(r.where) for r in requests if self.object_key(r.key) in msg]
             raise type(e)(f"{(named or [where_text(requests[0].where)])[0]}: {msg}") from None
         return [FetchedWindow(r, p, d) for r, p, d in zip(requests, plans, datas)]
+
+
+def _truncated(
+    requests: Sequence[WindowRequest], plans: Sequence[WindowPlan], e: ShortObject, key_of: Any
+) -> CorruptData:
+    """The first window frame whose bytes lie past the end of the cut-short object."""
+    for r, p in zip(requests, plans):
+        if key_of(r.key) != e.key:
+            continue
+        cut = np.flatnonzero(p.start + p.rel_offset + p.size > e.size)
+        if len(cut):
+            frame = int(p.frames[cut[0]])
+            return CorruptData(f"{where_text(r.where)} frame {frame}: stream is truncated: {e}")
+    return CorruptData(f"{where_text(requests[0].where)}: {e}")
 
 
 @dataclass

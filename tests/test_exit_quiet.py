@@ -1,0 +1,53 @@
+"""A script that leaves loader iterators (and a bare prefetch) unfinished exits silently.
+
+Before the fix, interpreter teardown finalised the suspended generators with module
+globals already None and printed ``Exception ignored in: <generator object
+StepLoader.__iter__ ...> AttributeError: 'NoneType' object has no attribute 'pop'``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import treadle as td
+    from treadle.read.prefetch import prefetch
+
+    branch = td.Client(sys.argv[1], create=True).project("p").branch()
+    with branch.transaction("rows") as tx:
+        for e in range(2):
+            tx.table("t").append_episode({"action": np.zeros((6, 2), np.float32)}, episode=f"e{e}")
+    w = td.Windows({"action": td.Rows(range(2))})
+    r = td.Recipe(seed=1, batch_size=2, components=[td.Component(branch.table("t"), w)])
+    alive = []
+    for workers in (0, 2):
+        it = iter(td.TrainLoader(r, steps=10, workers=workers))
+        next(it)
+        alive.append(it)
+    bare = prefetch(iter(range(100)), 2)
+    next(bare)
+    print("left alive", len(alive) + 1, flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_unfinished_loader_iterators_print_nothing_at_exit(tmp_path):
+    script = tmp_path / "alive.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "root")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "left alive 3"
+    assert proc.stderr == ""
