@@ -40,6 +40,18 @@ class Moments:
             part.lo, part.hi = x.min(axis=0), x.max(axis=0)
             self.merge(part)
 
+    def add_weighted(self, x: np.ndarray, w: np.ndarray) -> None:
+        """Add each row of ``x`` (float64 ``[rows, E]``) ``w`` times (integers >= 0)."""
+        keep = w > 0
+        if keep.any():
+            x, w = x[keep], w[keep].astype(np.float64)
+            part = Moments()
+            part.n = int(w.sum())
+            part.mean = (w[:, None] * x).sum(axis=0) / part.n
+            part.m2 = (w[:, None] * (x - part.mean) ** 2).sum(axis=0)
+            part.lo, part.hi = x.min(axis=0), x.max(axis=0)
+            self.merge(part)
+
     def merge(self, o: Moments) -> None:
         """Add another partial state (a batch here, a Ray task's rows on the driver)."""
         if o.n == 0:
@@ -63,12 +75,40 @@ class Sketch:
         self.sizes = [0]
         self.flip: list[int] = [0]
         self.n = 0
+        self.compacted: set[int] = set()  # levels that were compacted at least once
 
     def add(self, x: np.ndarray) -> None:
         self.n += len(x)
         self.levels[0].append(x)
         self.sizes[0] += len(x)
         self._settle()
+
+    def add_weighted(self, x: np.ndarray, w: np.ndarray) -> None:
+        """Add each row of ``x`` ``w`` times (integers >= 0): one item at level ``h`` (weight
+        ``2^h``) for each set bit ``h`` of ``w``, so a weight costs its popcount in items."""
+        w = np.asarray(w, np.int64)
+        self.n += int(w.sum())
+        h = 0
+        while (w >> h).any():
+            items = x[((w >> h) & 1).astype(bool)]
+            while h >= len(self.levels):
+                self.levels.append([])
+                self.sizes.append(0)
+                self.flip.append(0)
+            if len(items):
+                self.levels[h].append(items)
+                self.sizes[h] += len(items)
+            h += 1
+        self._settle()
+
+    def weighted_items(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every item held (``[m, E]``) and its weight (``2^level``)."""
+        parts = [(a, 2**h) for h, lv in enumerate(self.levels) for a in lv if len(a)]
+        if not parts:
+            return np.zeros((0, 0)), np.zeros(0, np.int64)
+        items = np.concatenate([a for a, _ in parts])
+        weights = np.concatenate([np.full(len(a), w, np.int64) for a, w in parts])
+        return items, weights
 
     def merge(self, o: Sketch) -> None:
         """Add another sketch of the same column, level by level (same ``k``): exact while
@@ -91,6 +131,7 @@ class Sketch:
             h += 1
 
     def _compact(self, h: int) -> None:
+        self.compacted.add(h)
         items = np.sort(np.concatenate(self.levels[h]), axis=0)
         m = len(items) - (len(items) % 2)
         up = items[self.flip[h] : m : 2]
