@@ -247,3 +247,27 @@ def test_bad_arguments(robots):
         plan.stats(derive={"act": lambda b: b["act"]})
     with pytest.raises(td.PlanError, match="frames"):
         plan.stats(["cam"], frames=0)
+
+
+def test_beyond_the_exact_size_quantiles_hold_their_stated_rank_error(tmp_path, monkeypatch):
+    """A sketch of 64 items per level (SKETCH_VALUES patched down): the quantiles of a
+    5-offset window over 6000 rows are within ``rank_error`` values of numpy's."""
+    monkeypatch.setattr(planstats, "SKETCH_VALUES", 64)
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    x = np.random.default_rng(3).standard_normal(6000).astype(np.float32)
+    branch.table("t").append_episode({"x": x}, episode="e")
+    w = td.Windows({"x": td.Rows(range(-2, 3), pad=True)})
+    plan = td.Recipe(1, 4, [td.Component(branch.table("t"), w)]).plan()
+    got = plan.stats(["x"], quantiles=QS)["x"]
+    # every row enters once per window that takes it unpadded: 5 times, fewer at the ends
+    taken = np.full(6000, 5)
+    taken[[0, -1]], taken[[1, -2]] = 3, 4
+    values, n = x.astype(np.float64), int(taken.sum())
+    assert int(got.count) == n and got.rank_error > 0
+    for q in QS:
+        v = got.quantile(q)
+        below = int(taken[values < v].sum())
+        upto = int(taken[values <= v].sum())
+        # the true rank of the answer is within the bound of the rank numpy's answer has
+        assert below - got.rank_error <= q * n <= upto + got.rank_error, (q, below, upto)
+    np.testing.assert_allclose(got.mean, np.average(values, weights=taken), rtol=1e-12)

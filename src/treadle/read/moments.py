@@ -83,33 +83,6 @@ class Sketch:
         self.sizes[0] += len(x)
         self._settle()
 
-    def add_weighted(self, x: np.ndarray, w: np.ndarray) -> None:
-        """Add each row of ``x`` ``w`` times (integers >= 0): one item at level ``h`` (weight
-        ``2^h``) for each set bit ``h`` of ``w``, so a weight costs its popcount in items."""
-        w = np.asarray(w, np.int64)
-        self.n += int(w.sum())
-        h = 0
-        while (w >> h).any():
-            items = x[((w >> h) & 1).astype(bool)]
-            while h >= len(self.levels):
-                self.levels.append([])
-                self.sizes.append(0)
-                self.flip.append(0)
-            if len(items):
-                self.levels[h].append(items)
-                self.sizes[h] += len(items)
-            h += 1
-        self._settle()
-
-    def weighted_items(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every item held (``[m, E]``) and its weight (``2^level``)."""
-        parts = [(a, 2**h) for h, lv in enumerate(self.levels) for a in lv if len(a)]
-        if not parts:
-            return np.zeros((0, 0)), np.zeros(0, np.int64)
-        items = np.concatenate([a for a, _ in parts])
-        weights = np.concatenate([np.full(len(a), w, np.int64) for a, w in parts])
-        return items, weights
-
     def merge(self, o: Sketch) -> None:
         """Add another sketch of the same column, level by level (same ``k``): exact while
         the two hold fewer than ``2k`` values together, as one sketch of all of them."""

@@ -199,11 +199,13 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
         rows = np.arange(base, base + batch.num_rows, dtype=np.int64)
         base += batch.num_rows
         episode = np.searchsorted(starts, rows, side="right") - 1
+        memo: dict[int, np.ndarray] = {}  # offset -> rows taken: columns share offsets
         for n, p in placed.items():
             field = table.schema.field(p.column)
             x = to_numpy(batch.column(p.column), field, f"table {table.name!r}")
             x = x.reshape(len(x), -1).astype(np.float64)
-            taken = [_taken(rows - o, episode, first, stop, starts) for o in offsets[n]]
+            taken = [memo[o] if o in memo else memo.setdefault(o, _taken(rows - o, episode, first,
+                     stop, starts)) for o in offsets[n].tolist()]  # fmt: skip
             if len(parts[n].groups) > 1:
                 for g, keep in enumerate(taken):
                     parts[n].add(g, x[keep])

@@ -20,6 +20,29 @@ from treadle.read.columnstats import ColumnStats
 from treadle.read.moments import Moments, Sketch, rank_error_bound
 
 
+class Counted:
+    """Rows that enter ``w`` times each: one unweighted :class:`Sketch` per multiplicity
+    ``w`` (a window of ``T`` offsets takes most rows ``T`` times and the rows near an
+    episode's ends fewer), so a row costs one sketch item whatever its multiplicity."""
+
+    def __init__(self, elements: int, budget: int):
+        self.elements, self.budget = elements, budget
+        self.by: dict[int, Sketch] = {}
+
+    def add(self, x: np.ndarray, w: np.ndarray | None = None) -> None:
+        if w is None:
+            self._of(1).add(x)
+            return
+        for v in np.unique(w).tolist():
+            if v > 0:
+                self._of(int(v)).add(x[w == v])
+
+    def _of(self, w: int) -> Sketch:
+        if w not in self.by:
+            self.by[w] = Sketch(self.elements, self.budget)
+        return self.by[w]
+
+
 @dataclass
 class Part:
     """One column of one component: a (Moments, Sketch) per group, over the component's real
@@ -27,14 +50,14 @@ class Part:
 
     shape: tuple[int, ...]  # the column's per-group shape (after pad_to)
     index: np.ndarray  # flat element positions this component has (its real dimensions)
-    groups: list[tuple[Moments, Sketch]] = field(default_factory=list)
+    groups: list[tuple[Moments, Counted]] = field(default_factory=list)
 
     @classmethod
     def new(cls, shape: tuple[int, ...], real: int | None, groups: int, budget: int) -> Part:
         full = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
         index = full[..., :real].reshape(-1) if shape and real is not None else full.reshape(-1)
         per = max(1, budget // groups)
-        return cls(shape, index, [(Moments(), Sketch(len(index), per)) for _ in range(groups)])
+        return cls(shape, index, [(Moments(), Counted(len(index), per)) for _ in range(groups)])
 
     def add(self, g: int, x: np.ndarray, w: np.ndarray | None = None) -> None:
         """Values ``x`` (``[rows, real elements]``) into group ``g``, each ``w`` times."""
@@ -42,10 +65,9 @@ class Part:
         x = np.ascontiguousarray(x, np.float64)
         if w is None:
             mom.add(x)
-            sk.add(x)
         else:
             mom.add_weighted(x, w)
-            sk.add_weighted(x, w)
+        sk.add(x, w)
 
 
 @dataclass
@@ -102,38 +124,60 @@ def _quantiles(
     out = np.full((len(qs), groups, e), np.nan)
     worst, total = 0.0, 0
     for g in range(groups):
-        held = []
+        held = []  # per part and sketch level: items sorted per element, their weight, where
         for a, p in parts:
-            mom, sk = p.groups[g]
+            mom, counted = p.groups[g]
             if not mom.n:
                 continue
-            items, w = sk.weighted_items()
             pos = np.full(e, -1, np.int64)
             pos[p.index] = np.arange(len(p.index))
-            held.append((items, w * a, pos))
-            if sk.compacted:
-                err = rank_error_bound(sk.n, sk.k, len(sk.compacted))
-                worst = max(worst, err / sk.n)
+            for times, sk in counted.by.items():
+                for h, items in sorted_levels(sk):
+                    held.append((items, a * times * 2**h, pos))
+                if sk.compacted:
+                    err = rank_error_bound(sk.n, sk.k, len(sk.compacted))
+                    worst = max(worst, err / sk.n)
             total = max(total, int(mom.n))
         for j in range(e):
-            got = [(items[:, pos[j]], w) for items, w, pos in held if pos[j] >= 0]
+            got = [(items[pos[j]], w) for items, w, pos in held if pos[j] >= 0]
             if got:
-                vals = np.concatenate([v for v, _ in got])
-                weights = np.concatenate([w for _, w in got])
-                out[:, g, j] = weighted_quantiles(vals, weights, qs)
+                out[:, g, j] = weighted_quantiles(got, qs)
     return out, int(math.ceil(worst * total))
 
 
-def weighted_quantiles(
-    values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]
-) -> np.ndarray:
-    """numpy's ``quantile(values, qs, weights=weights, method="inverted_cdf")``: the first
-    value (in sorted order) whose cumulative weight share reaches ``q``."""
-    order = np.argsort(values, kind="stable")
-    cdf = np.cumsum(weights[order], dtype=np.float64)
-    cdf /= cdf[-1]
-    idx = np.minimum(np.searchsorted(cdf, np.asarray(qs, np.float64), side="left"), len(cdf) - 1)
-    return values[order][idx]
+def sorted_levels(sk: Sketch) -> list[tuple[int, np.ndarray]]:
+    """The sketch's non-empty levels as ``(level, items [E, m] sorted per element)``, sorted
+    once (kept on the sketch: the pooled and the per-component statistics share them)."""
+    got = getattr(sk, "_sorted", None)
+    if got is None:
+        got = [(h, np.sort(np.concatenate(lv).T, axis=1)) for h, lv in enumerate(sk.levels)
+               if any(len(x) for x in lv)]  # fmt: skip
+        sk._sorted = got  # type: ignore[attr-defined]
+    return got
+
+
+def weighted_quantiles(levels: list[tuple[np.ndarray, float]], qs: tuple[float, ...]) -> np.ndarray:
+    """numpy's ``quantile(values, qs, weights=w, method="inverted_cdf")`` over sorted runs of
+    values of one weight each: the least value ``v`` whose weight share ``W(<= v) / W``
+    reaches ``q``, found by bisection in each run (no sort of all values together)."""
+    q = np.asarray(qs, np.float64)
+    total = sum(w * len(s) for s, w in levels)
+
+    def share(v: np.ndarray) -> np.ndarray:
+        return sum(w * np.searchsorted(s, v, side="right") for s, w in levels) / total
+
+    best = np.full(len(q), np.inf)
+    for s, _ in levels:
+        lo, hi = np.zeros(len(q), np.int64), np.full(len(q), len(s), np.int64)
+        while (lo < hi).any():  # least index whose share reaches q (len(s): none)
+            mid = (lo + hi) // 2
+            ok = share(s[np.minimum(mid, len(s) - 1)]) >= q
+            live = lo < hi
+            hi = np.where(live & ok, mid, hi)
+            lo = np.where(live & ~ok, mid + 1, lo)
+        found = lo < len(s)
+        best[found] = np.minimum(best[found], s[lo[found]])
+    return best
 
 
 def pool_hist(parts: list[tuple[float, HistPart]], qs: tuple[float, ...]) -> ColumnStats:
