@@ -271,3 +271,19 @@ def test_beyond_the_exact_size_quantiles_hold_their_stated_rank_error(tmp_path, 
         # the true rank of the answer is within the bound of the rank numpy's answer has
         assert below - got.rank_error <= q * n <= upto + got.rank_error, (q, below, upto)
     np.testing.assert_allclose(got.mean, np.average(values, weights=taken), rtol=1e-12)
+
+
+def test_recomputed_from_scratch_the_result_is_the_same(robots):
+    """Nothing but the plan decides the result: recomputed after the kept object is gone
+    (a fresh project copy would do the same), every field is identical, bit for bit."""
+    plan = _plan(robots)
+    first = plan.stats(["act", "state", "cam"], per_offset=True)
+    store = robots.project.client.store
+    prefix = f"{robots.project.prefix}/runstats/{plan.run_id}/"
+    for key in store.list(prefix):
+        store.delete(key)
+    assert not list(store.list(prefix))
+    again = td.Plan.from_record(plan.record.to_json(), robots.project.client)
+    second = again.stats(["act", "state", "cam"], per_offset=True)
+    for name in first:
+        assert json.dumps(first[name].to_dict()) == json.dumps(second[name].to_dict())

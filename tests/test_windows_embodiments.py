@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import treadle as td
 from embodiment_helpers import DIMS, make_robots, values
 from treadle.errors import PlanError
 from treadle.plan.card import render_card
+from treadle.plan.stack import component_names
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +146,23 @@ def test_names_default_to_table_names_made_unique(robots):
     comps = plan.record.to_dict()["components"]
     assert all(not {"name", "pad_to"} & c.keys() for c in comps)
     assert "optional" not in str(comps)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    tables=st.lists(st.sampled_from(["a", "b", "a-2"]), min_size=1, max_size=6),
+    given_names=st.lists(st.one_of(st.none(), st.sampled_from(["a", "x", "y"])), max_size=6),
+)
+def test_component_names_are_unique_and_keep_the_given_ones(tables, given_names):
+    names = (given_names + [None] * len(tables))[: len(tables)]
+    explicit = [n for n in names if n is not None]
+    comps = tuple(SimpleNamespace(table=i, name=n) for i, n in enumerate(names))
+    record = SimpleNamespace(components=comps, tables=[SimpleNamespace(name=t) for t in tables])
+    if len(set(explicit)) < len(explicit):
+        with pytest.raises(PlanError, match="is given to more than one component"):
+            component_names(record)
+        return
+    got = component_names(record)
+    assert len(set(got)) == len(got)
+    for n, g, t in zip(names, got, tables, strict=True):
+        assert g == n if n is not None else g == t or g.startswith(f"{t}-")

@@ -12,11 +12,12 @@ at window offset ``o`` of anchor ``a`` of component ``c`` weighs ``share_c / eli
 **Exactness.** count, mean, population std, min and max are exact up to float64 rounding
 (~1e-12 relative). Quantiles (``quantiles=``, any tuple; ``q01``/``q99`` always) are
 numpy's weighted ``inverted_cdf`` (``np.quantile(x, q, weights=w, method="inverted_cdf")``):
-exact while every component holds at most ``2k`` items per element and window offset, an
-item per set bit of each row's multiplicity, ``k = max(64, SKETCH_VALUES // elements)``
-(``SKETCH_VALUES = 2**21``: e.g. ~600,000 rows of a 7-D column); beyond, each component keeps
-the compactor sketch of :mod:`treadle.read.moments`, whose rank error, as a share of its
-values, bounds the pooled one; ``ColumnStats.rank_error`` holds it in values (0 = exact).
+exact while no component holds more than ``2k`` rows of one multiplicity (how many windows
+take a row: a ``T``-offset window takes most rows ``T`` times) per offset group,
+``k = max(64, SKETCH_VALUES // elements)`` (``SKETCH_VALUES = 2**21``: ~600,000 rows of a
+7-D column, ~300,000 of a 14-D one); beyond, each keeps the deterministic compactor sketch
+of :mod:`treadle.read.moments`, whose rank error, as a share of its values, bounds the
+pooled one; ``ColumnStats.rank_error`` holds it in values (0 = exact).
 
 **How.** Rows columns are read in one streamed scan per component (batches of at most
 ``READ_VALUES`` values, never all rows resident): each row enters once, weighted by how many
