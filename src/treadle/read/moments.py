@@ -40,18 +40,6 @@ class Moments:
             part.lo, part.hi = x.min(axis=0), x.max(axis=0)
             self.merge(part)
 
-    def add_weighted(self, x: np.ndarray, w: np.ndarray) -> None:
-        """Add each row of ``x`` (float64 ``[rows, E]``) ``w`` times (integers >= 0)."""
-        keep = w > 0
-        if keep.any():
-            x, w = x[keep], w[keep].astype(np.float64)
-            part = Moments()
-            part.n = int(w.sum())
-            part.mean = (w[:, None] * x).sum(axis=0) / part.n
-            part.m2 = (w[:, None] * (x - part.mean) ** 2).sum(axis=0)
-            part.lo, part.hi = x.min(axis=0), x.max(axis=0)
-            self.merge(part)
-
     def merge(self, o: Moments) -> None:
         """Add another partial state (a batch here, a Ray task's rows on the driver)."""
         if o.n == 0:

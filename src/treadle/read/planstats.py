@@ -160,9 +160,14 @@ def _compute(
             for n, part in _derive_parts(plan, c, derived, per_offset).items():
                 parts[n][c] = (a, part)
     pooled = {n: _pool([p for p in got if p is not None], qs) for n, got in parts.items()}
-    per = {}
+    per: dict[str, dict[str, ColumnStats]] = {}
     for c, name in enumerate(plan.components):
-        per[name] = {n: _pool([(1.0, _own(got[c][1]))], qs) for n, got in parts.items() if got[c]}
+        per[name] = {}
+        for n, got in parts.items():
+            if got[c] is not None:
+                own = _own(got[c][1])
+                alone = own is got[c][1] and sum(p is not None for p in got) == 1
+                per[name][n] = pooled[n] if alone else _pool([(1.0, own)], qs)  # same values
     return pooled, per
 
 
@@ -195,36 +200,53 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
         parts[n] = Part.new(p.row or (), p.real, groups, SKETCH_VALUES)
     cols = sorted({p.column for p in placed.values()})
     per_row = sum(len(parts[n].index) for n in names)
+    every = np.concatenate(list(offsets.values()))
+    reach = (int(every.min()), int(every.max()))
     base = 0
     for batch in scan_batches(table, cols, None, max(1, READ_VALUES // max(1, per_row))):
-        rows = np.arange(base, base + batch.num_rows, dtype=np.int64)
+        taken = _Taken(base, batch.num_rows, reach, first, stop, starts)
         base += batch.num_rows
-        episode = np.searchsorted(starts, rows, side="right") - 1
-        memo: dict[int, np.ndarray] = {}  # offset -> rows taken: columns share offsets
         for n, p in placed.items():
             field = table.schema.field(p.column)
             x = to_numpy(batch.column(p.column), field, f"table {table.name!r}")
             x = x.reshape(len(x), -1).astype(np.float64)
-            taken = [memo[o] if o in memo else memo.setdefault(o, _taken(rows - o, episode, first,
-                     stop, starts)) for o in offsets[n].tolist()]  # fmt: skip
             if len(parts[n].groups) > 1:
-                for g, keep in enumerate(taken):
-                    parts[n].add(g, x[keep])
+                for g, o in enumerate(offsets[n].tolist()):
+                    parts[n].add(g, x[taken.by(o)])
             else:
-                parts[n].add(0, x, np.sum(taken, axis=0, dtype=np.int64))
+                parts[n].add(0, x, taken.times(offsets[n]))
     return parts
 
 
-def _taken(
-    anchor: np.ndarray, episode: np.ndarray, first: np.ndarray, stop: np.ndarray,
-    starts: np.ndarray,
-) -> np.ndarray:  # fmt: skip
-    """Whether each row is taken, unpadded, by the window of ``anchor`` (row - offset): the
-    anchor is one of the component's and lies in the row's episode."""
-    run = np.searchsorted(first, anchor, side="right") - 1
-    ok = (run >= 0) & (anchor < stop[np.maximum(run, 0)]) if len(first) else anchor < -1
-    same = np.searchsorted(starts, anchor, side="right") - 1 == episode
-    return ok & same
+class _Taken:
+    """Which rows ``lo .. lo+n-1`` the window offset ``o`` of an anchor takes unpadded: the
+    row ``row - o`` is one of the component's anchors and lies in the row's episode (one
+    lookup of the anchors and episodes over the rows the offsets reach, then slices)."""
+
+    def __init__(self, lo: int, n: int, reach: tuple[int, int], first: np.ndarray,
+                 stop: np.ndarray, starts: np.ndarray):  # fmt: skip
+        self.n, self.top = n, reach[1]
+        anchor = np.arange(lo - reach[1], lo + n - reach[0], dtype=np.int64)
+        run = np.searchsorted(first, anchor, side="right") - 1
+        ok = (run >= 0) & (anchor < stop[np.maximum(run, 0)]) if len(first) else anchor < -1
+        self.ok = ok
+        self.episode = np.searchsorted(starts, anchor, side="right") - 1
+        rows = np.arange(lo, lo + n, dtype=np.int64)
+        self.own = np.searchsorted(starts, rows, side="right") - 1
+        self.memo: dict[int, np.ndarray] = {}
+
+    def by(self, o: int) -> np.ndarray:
+        if o not in self.memo:
+            s = slice(self.top - o, self.top - o + self.n)
+            self.memo[o] = self.ok[s] & (self.episode[s] == self.own)
+        return self.memo[o]
+
+    def times(self, offsets: np.ndarray) -> np.ndarray:
+        """How many of ``offsets`` take each row."""
+        out = np.zeros(self.n, np.int64)
+        for o in offsets.tolist():
+            out += self.by(o)
+        return out
 
 
 # -- the batch path: video samples and derived values ---------------------------------------

@@ -29,13 +29,23 @@ class Counted:
         self.elements, self.budget = elements, budget
         self.by: dict[int, Sketch] = {}
 
-    def add(self, x: np.ndarray, w: np.ndarray | None = None) -> None:
+    def add(self, mom: Moments, x: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Rows ``x``, each ``w`` times (None: once), into these sketches and ``mom``: the
+        rows of one multiplicity ``v`` enter the moments as one batch of ``v``-fold weight
+        (count and M2 times ``v``: the mean and the spread of ``v`` copies)."""
         if w is None:
+            mom.add(x)
             self._of(1).add(x)
             return
-        for v in np.unique(w).tolist():
+        for v in np.flatnonzero(np.bincount(w)).tolist():
             if v > 0:
-                self._of(int(v)).add(x[w == v])
+                mask = w == v
+                rows = x if mask.all() else x[mask]
+                part = Moments()
+                part.add(rows)
+                part.n, part.m2 = part.n * v, part.m2 * v  # type: ignore[operator]
+                mom.merge(part)
+                self._of(v).add(rows)
 
     def _of(self, w: int) -> Sketch:
         if w not in self.by:
@@ -62,12 +72,7 @@ class Part:
     def add(self, g: int, x: np.ndarray, w: np.ndarray | None = None) -> None:
         """Values ``x`` (``[rows, real elements]``) into group ``g``, each ``w`` times."""
         mom, sk = self.groups[g]
-        x = np.ascontiguousarray(x, np.float64)
-        if w is None:
-            mom.add(x)
-        else:
-            mom.add_weighted(x, w)
-        sk.add(x, w)
+        sk.add(mom, np.ascontiguousarray(x, np.float64), w)
 
 
 @dataclass
