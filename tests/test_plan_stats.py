@@ -287,3 +287,29 @@ def test_recomputed_from_scratch_the_result_is_the_same(robots):
     second = again.stats(["act", "state", "cam"], per_offset=True)
     for name in first:
         assert json.dumps(first[name].to_dict()) == json.dumps(second[name].to_dict())
+
+
+def test_absent_optional_columns_leave_only_what_reads_them(tmp_path):
+    """A table without the optional column ``g``: its samples never enter ``g``'s
+    statistics, nor those of a derived value that reads ``g``; a derived value that reads
+    only ``x`` counts them."""
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    with branch.transaction("two") as tx:
+        tx.table("a").append_episode(
+            {"x": np.arange(9, dtype=np.float32), "g": np.full(9, 5, np.float32)}, episode="a"
+        )
+        tx.table("b").append_episode({"x": np.arange(4, dtype=np.float32)}, episode="b")
+    w = td.Windows({"x": td.Rows([0]), "g": td.Rows([0], optional=True)})
+    comps = [td.Component(branch.table("a"), w, 9), td.Component(branch.table("b"), w, 4)]
+    plan = td.Recipe(1, 13, comps).plan()
+    with pytest.warns(UserWarning, match="'g'"):  # g is 5 everywhere it exists: std 0
+        got = plan.stats(["x", "g"], derive={"x2": lambda b: b["x"] * 2, "g2": lambda b: b["g"]})
+    assert (int(got["x"].count), int(got["g"].count)) == (13, 9)
+    # a Rows([0]) window is [b, 1]: a derived [b, D] value has D = 1 here
+    assert (got["x2"].count.tolist(), got["g2"].count.tolist()) == ([13], [9])
+    assert float(got["g"].max) == 5.0 == float(got["g2"].min[0])  # the zeros never counted
+    np.testing.assert_allclose(got["x2"].mean, 2 * got["x"].mean, rtol=1e-12)
+    batch = next(iter(td.TrainLoader(plan, steps=1)))
+    present = batch["g_is_present"].numpy()
+    assert present.tolist() == (batch["_component"].numpy() == 0).tolist()
+    assert not batch["g"].numpy()[~present].any()

@@ -28,8 +28,9 @@ per component by share, a pure function of the plan's seed), decoded to uint8 at
 spec's size, exact per-channel histograms. ``derive={name: fn}`` runs ``fn`` on the batches
 of every anchor in table order (the batch as delivered, zeros for absent columns); a
 derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` leaves out entries
-padded in any ``*_is_pad`` of that window length, samples any ``*_is_present`` marks
-absent, and dimensions no ``*_dim_mask`` of its last size marks real.
+padded in the ``*_is_pad`` of that window length of a column ``fn`` reads, the samples
+whose table lacks a column it reads (``*_is_present``), and the dimensions the
+``*_dim_mask`` of its last size of a column it reads marks padded.
 
 **Kept** in the project (``projects/<p>/runstats/<run id>/``), keyed by the run id, each
 table version's identity and the arguments (a derive function by its code and the values it
@@ -61,6 +62,7 @@ from treadle.table.tensors import to_numpy
 SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's elements
 DEFAULT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _ANCHORS = 256  # anchors per read on the batch path (derive=, video)
+_FLAGS = ("_is_pad", "_dim_mask", "_is_present")  # a column's delivery flags in a batch
 _ALGO = 1  # bump when a statistic's definition changes: old kept results are ignored
 
 
@@ -288,8 +290,29 @@ def _derive_parts(plan: Any, c: int, derived: dict[str, Any], per_offset: bool) 
     parts: dict[str, Part] = {}
     for batch in _batches(plan, c, specs, moments):
         for name, fn in derived.items():
-            _add_derived(parts, name, batch, np.asarray(fn(batch), np.float64), per_offset)
-    return parts
+            seen = _Seen(batch)
+            r = np.asarray(fn(seen), np.float64)
+            flags = {k: v for k, v in batch.items()
+                     for f in _FLAGS if k.endswith(f) and k[: -len(f)] in seen.read}  # fmt: skip
+            _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset)
+    return {n: p for n, p in parts.items() if any(mom.n for mom, _ in p.groups)}
+
+
+class _Seen(dict):
+    """A batch that records which columns a derive function reads: only their padding,
+    dimension masks and presence decide what enters its statistics."""
+
+    def __init__(self, batch: dict):
+        super().__init__(batch)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
 
 
 def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
@@ -318,10 +341,11 @@ def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
     cut = lambda x: x[..., : real[0]] if real else x  # noqa: E731
     if timed and per_offset:
         for g in range(r.shape[1]):
-            part.add(g, cut(r[:, g][keep[:, g]]).reshape(int(keep[:, g].sum()), -1))
+            x = cut(r[:, g][keep[:, g]])
+            part.add(g, x.reshape(len(x), math.prod(x.shape[1:])))
     else:
         x = cut(r[keep])
-        part.add(0, x.reshape(len(x), -1))
+        part.add(0, x.reshape(len(x), math.prod(x.shape[1:])))
 
 
 # -- kept in the project, and the warning ---------------------------------------------------
@@ -374,10 +398,10 @@ def _warn_flat(stats: dict[str, ColumnStats], where: str) -> None:
         if flat.any():
             dims = [tuple(int(i) for i in ix) for ix in np.argwhere(flat)]
             shown = [d[0] if len(d) == 1 else d for d in dims][:20]
+            at = f"in dimension(s) {shown}{' ...' if len(dims) > 20 else ''}" if std.ndim else ""
             warnings.warn(
                 f"plan.stats: column {name!r} of {where} has std 0 (or below 1e-12 of its "
-                f"scale, or no values) in dimension(s) {shown}"
-                f"{' ...' if len(dims) > 20 else ''}: normalising by it gives inf/NaN",
+                f"scale, or no values) {at}: normalising by it gives inf/NaN",
                 UserWarning,
                 stacklevel=3,
             )
