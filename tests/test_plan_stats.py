@@ -313,3 +313,15 @@ def test_absent_optional_columns_leave_only_what_reads_them(tmp_path):
     present = batch["g_is_present"].numpy()
     assert present.tolist() == (batch["_component"].numpy() == 0).tolist()
     assert not batch["g"].numpy()[~present].any()
+
+
+def test_a_derive_function_is_keyed_by_what_it_computes(robots):
+    """Two derive functions of the same code over different closed-over arrays (whose
+    reprs agree) are two results, never one read back for the other."""
+    plan = _plan(robots)
+    outs = []
+    for shift in (0.0, 1.0):
+        offset = np.zeros(2000)
+        offset[1000] = shift  # repr(offset) elides the middle: only the bytes differ
+        outs.append(plan.stats(derive={"s": lambda b, o=offset: b["act"] + o[1000]})["s"])
+    np.testing.assert_allclose(outs[1].mean - outs[0].mean, np.ones(14))

@@ -33,19 +33,16 @@ whose table lacks a column it reads (``*_is_present``), and the dimensions the
 ``*_dim_mask`` of its last size of a column it reads marks padded.
 
 **Kept** in the project (``projects/<p>/runstats/<run id>/``), keyed by the run id, each
-table version's identity and the arguments (a derive function by its code and the values it
-closes over): a second call in any process, at any world size or worker count, reads it back.
+table version's identity and the arguments (a derive function by its code, defaults, and
+the values and globals it uses: :func:`treadle.read.runcache.code_key`): a second call in
+any process, at any world size or worker count, reads it back.
 A dimension whose std is 0 (or below 1e-12 of its scale, or without values) warns, naming
 the column and the dimensions.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import marshal
 import math
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -56,7 +53,8 @@ from treadle.plan.windows import Video
 from treadle.read.columns import ColumnSpec, output_columns
 from treadle.read.columnstats import ColumnStats
 from treadle.read.pooled import HistPart, Part, pool, pool_hist
-from treadle.read.stats import READ_VALUES, scan_batches, version_identity
+from treadle.read.runcache import RunCache, code_key, warn_flat
+from treadle.read.stats import READ_VALUES, scan_batches
 from treadle.table.tensors import to_numpy
 
 SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's elements
@@ -80,8 +78,8 @@ def plan_stats(
     kinds = _columns(plan, columns, derived)
     spec = {"algo": _ALGO, "run": plan.run_id, "columns": list(kinds), "kinds": kinds,
             "per_offset": bool(per_offset), "quantiles": list(qs), "frames": frames,
-            "derive": {n: _code_key(f) for n, f in derived.items()}}  # fmt: skip
-    cache = _RunCache(plan, spec)
+            "derive": {n: code_key(f) for n, f in derived.items()}}  # fmt: skip
+    cache = RunCache(plan, spec)
     got = cache.get()
     if got is None:
         got = _compute(plan, kinds, bool(per_offset), derived, qs, frames)
@@ -89,9 +87,9 @@ def plan_stats(
     pooled, per = got
     if by_component:
         for name, stats in per.items():
-            _warn_flat(stats, f"component {name!r}")
+            warn_flat(stats, f"component {name!r}")
         return per
-    _warn_flat(pooled, "the plan")
+    warn_flat(pooled, "the plan")
     return pooled
 
 
@@ -346,62 +344,3 @@ def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
     else:
         x = cut(r[keep])
         part.add(0, x.reshape(len(x), math.prod(x.shape[1:])))
-
-
-# -- kept in the project, and the warning ---------------------------------------------------
-def _code_key(fn: Any) -> str:
-    code = getattr(fn, "__code__", None)
-    cells = [getattr(cl, "cell_contents", None) for cl in (getattr(fn, "__closure__", None) or ())]
-    try:
-        blob = marshal.dumps(code) + repr(cells).encode() if code is not None else b""
-    except ValueError:
-        blob = b""
-    return hashlib.sha256(blob).hexdigest() if blob else "unkeyed"
-
-
-class _RunCache:
-    """``projects/<p>/runstats/<run id>/<key>.json``: one object per call's arguments."""
-
-    def __init__(self, plan: Any, spec: dict[str, Any]):
-        project = plan.tables[0].project
-        self.store = project.client.store
-        ids = [version_identity(t) for t in plan.tables]
-        self.ok = "unknown" not in ids and "unkeyed" not in spec["derive"].values()
-        digest = hashlib.sha256(json.dumps({**spec, "ids": ids}, sort_keys=True).encode())
-        self.path = f"{project.prefix}/runstats/{plan.run_id}/{digest.hexdigest()[:24]}.json"
-
-    def get(self) -> tuple[dict[str, ColumnStats], dict[str, dict[str, ColumnStats]]] | None:
-        if not self.ok:
-            return None
-        try:
-            d = json.loads(self.store.get(self.path))
-        except NotFound:
-            return None
-        load = lambda m: {k: ColumnStats.from_dict(v) for k, v in m.items()}  # noqa: E731
-        return load(d["pooled"]), {name: load(m) for name, m in d["components"].items()}
-
-    def put(self, got: tuple[dict[str, ColumnStats], dict[str, dict[str, ColumnStats]]]) -> None:
-        if not self.ok:
-            return
-        pooled, per = got
-        dump = lambda m: {k: v.to_dict() for k, v in m.items()}  # noqa: E731
-        data = {"pooled": dump(pooled), "components": {n: dump(m) for n, m in per.items()}}
-        self.store.put(self.path, json.dumps(data).encode())
-
-
-def _warn_flat(stats: dict[str, ColumnStats], where: str) -> None:
-    """One warning per column whose std is 0, below 1e-12 of its scale, or has no values."""
-    for name, s in stats.items():
-        std = np.asarray(s.std, np.float64)
-        scale = np.maximum(np.abs(np.asarray(s.min)), np.abs(np.asarray(s.max)))
-        flat = ~(std > 1e-12 * scale) | (std == 0)
-        if flat.any():
-            dims = [tuple(int(i) for i in ix) for ix in np.argwhere(flat)]
-            shown = [d[0] if len(d) == 1 else d for d in dims][:20]
-            at = f"in dimension(s) {shown}{' ...' if len(dims) > 20 else ''}" if std.ndim else ""
-            warnings.warn(
-                f"plan.stats: column {name!r} of {where} has std 0 (or below 1e-12 of its "
-                f"scale, or no values) {at}: normalising by it gives inf/NaN",
-                UserWarning,
-                stacklevel=3,
-            )
