@@ -62,7 +62,7 @@ def _check_batch(batch: dict, plan: td.Plan) -> None:
         n = int(table.episodes().lengths[episode[i]])
         want = values(names[c], int(episode[i]), n, DIMS[names[c]], 0.0)[frame[i]]
         np.testing.assert_array_equal(state[i, 1, : DIMS[names[c]]], want)
-        assert moment[i] >= 0
+        assert table.episodes().starts[episode[i]] + frame[i] == moment[i]
     cam = np.asarray(batch["cam"])
     present = np.asarray(batch["cam_is_present"])
     assert cam.shape == (12, 1, 16, 16, 3) and present.dtype == np.bool_
