@@ -35,6 +35,15 @@ def import_streaming() -> Any:
     op schemas it registers first (``nms``, ``qnms``) lets ``import torchvision`` (and so
     ``import streaming``) succeed. Test-only workaround, never in the library.
     """
+    define_torchvision_ops()
+    import streaming
+
+    return streaming
+
+
+def define_torchvision_ops() -> None:
+    """Define torchvision's two op schemas (``nms``, ``qnms``) on CPU torch, once, so that
+    ``import torchvision`` succeeds (:func:`import_streaming`; LeRobot's processors)."""
     global _TV_DONE
     import torch
 
@@ -43,13 +52,10 @@ def import_streaming() -> Any:
             lib = torch.library.Library("torchvision", "FRAGMENT")
             lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
             lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            import_streaming._lib = lib  # type: ignore[attr-defined]  # keep it alive
+            define_torchvision_ops._lib = lib  # type: ignore[attr-defined]  # keep it alive
         except RuntimeError:
             pass  # already defined (a real torchvision build, or a second call)
         _TV_DONE = True
-    import streaming
-
-    return streaming
 
 
 def png_bytes(a: np.ndarray) -> bytes:

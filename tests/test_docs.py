@@ -94,7 +94,8 @@ def test_the_guide_has_its_pages():
 
 
 # `import streaming` alone takes 10-20 s here (it imports torchvision): that page is slow.
-SLOW_PAGES = {"from-mosaicml.md"}
+# `import lerobot.processor` (for its normaliser) imports torchvision too: also slow.
+SLOW_PAGES = {"from-mosaicml.md", "from-lerobot.md"}
 
 
 @pytest.mark.parametrize(
@@ -110,6 +111,10 @@ def test_page_examples_run(page, tmp_path, monkeypatch):
         from importer_fixtures import import_streaming
 
         import_streaming()  # CPU torch beside PyPI's CUDA torchvision: see importer_fixtures
+    if page == "from-lerobot.md":
+        from importer_fixtures import define_torchvision_ops
+
+        define_torchvision_ops()  # LeRobot's processors import torchvision: the same workaround
     scope = run_page(DOCS / page, tmp_path, monkeypatch)
     assert scope["__blocks_run__"] >= 1
     check = PAGE_CHECKS.get(page)

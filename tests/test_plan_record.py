@@ -100,7 +100,7 @@ def test_run_id_changes_with_everything_that_determines_batches():
         "window transform": make(
             windows=(W, Windows({"cam": Video(range(8), size=(64, 64)), "action": Rows(range(8))}))
         ),
-        "no windows": make(windows=(W, None)),
+        "no windows": make(windows=(None, None)),  # (W, None) cannot stack: refused
         "table name": make(names=("fails", "other")),
         "project": make(project="other"),
     }

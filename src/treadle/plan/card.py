@@ -11,6 +11,7 @@ from fractions import Fraction
 
 from treadle.plan.plan import Plan
 from treadle.plan.record import RunRecord
+from treadle.plan.stack import component_names
 from treadle.plan.windows import Rows, Spec, Windows
 
 
@@ -128,13 +129,17 @@ def _component_lines(record: RunRecord, i: int, width: int) -> list[str]:
     n = c.weight_quantised
     lo, hi = n * b // d, -(-n * b // d)
     per_batch = f"{lo}" if lo == hi else f"{lo} or {hi}"
+    name = component_names(record)[i]
+    label = t.name if name == t.name else f"{name} ({t.name})"
     lines = [
-        f"   [{i}] {t.name:<{width}}  weight {_weight_text(c.weight)} → "
+        f"   [{i}] {label:<{width}}  weight {_weight_text(c.weight)} → "
         f"{share_text(record.asked_weights[i], Fraction(n, d))}  ·  {per_batch} per batch  ·  "
         f"{kept_text(c.eligible, t.num_moments)}",
         f"       windows: {windows_text(c.windows)}",
     ]
     for key, value in c.selection().items():
+        if key == "name":
+            continue  # on the component's line
         if key == "episodes" and len(value) > 5:
             value = f"{len(value):,} episodes ({', '.join(value[:5])}, …)"
         lines.append(f"       {key}: {value}")

@@ -15,7 +15,7 @@ from treadle.plan.windows import Windows
 
 _TABLE_KEYS = {"name", "branch", "commit", "version", "num_moments", "num_episodes"}
 _COMPONENT_KEYS = {"table", "windows", "weight", "weight_quantised", "eligible"}
-SELECTION_KEYS = ("where", "episodes", "rename")
+SELECTION_KEYS = ("where", "episodes", "rename", "name", "pad_to")
 """Optional component fields, written (and hashed) only when set: records without them
 keep their run ids."""
 
@@ -68,6 +68,10 @@ class ComponentEntry:
     """Episode names anchors are drawn from (None: every episode)."""
     rename: tuple[tuple[str, str], ...] | None = None
     """(table column, batch name) pairs, sorted."""
+    name: str | None = None
+    """The component's name as given (None: its table's name, made unique)."""
+    pad_to: tuple[tuple[str, int], ...] | None = None
+    """(table column, size) pairs, sorted: the last dimension zero-padded to ``size``."""
 
     def selection(self) -> dict[str, Any]:
         """The optional fields that are set, as JSON values."""
@@ -78,6 +82,10 @@ class ComponentEntry:
             out["episodes"] = list(self.episodes)
         if self.rename is not None:
             out["rename"] = dict(self.rename)
+        if self.name is not None:
+            out["name"] = self.name
+        if self.pad_to is not None:
+            out["pad_to"] = dict(self.pad_to)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,6 +140,17 @@ def _selection(c: dict[str, Any], where: str) -> dict[str, Any]:
         ):
             raise PlanError(f"{where} field 'rename' must be an object of column names")
         out["rename"] = tuple(sorted(ren.items()))
+    if "name" in c:
+        out["name"] = str_field(c, "name", where)
+    if "pad_to" in c:
+        pad = c["pad_to"]
+        if (
+            not isinstance(pad, dict)
+            or not pad
+            or not all(isinstance(k, str) and type(v) is int and v > 0 for k, v in pad.items())
+        ):
+            raise PlanError(f"{where} field 'pad_to' must be an object of column -> size")
+        out["pad_to"] = tuple(sorted(pad.items()))
     return out
 
 

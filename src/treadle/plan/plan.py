@@ -21,7 +21,7 @@ Everything is vectorised numpy: a batch costs O(B/W + components) at any step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import PlanError
+from treadle.plan import statshook
 from treadle.plan.permute import (
     DRAW_DOMAIN,
     SLOT_DOMAIN,
@@ -43,6 +44,7 @@ from treadle.plan.record import RunRecord
 from treadle.plan.reserved import check_batch_keys
 from treadle.plan.schedule import Schedule
 from treadle.plan.select import Runs, component_runs
+from treadle.plan.stack import StackedColumn, component_names, stack_layout
 from treadle.plan.windows import Windows
 
 _MAX_INT64 = 2**63 - 1
@@ -102,6 +104,8 @@ class Plan:
             raise PlanError(f"run record names {len(record.tables)} tables, got {len(tables)}")
         self._record = record
         self._tables = tuple(tables)
+        self._names = component_names(record)
+        self._layout = stack_layout(record, self._tables)
         if anchors is None:
             if episodes is None:
                 episodes = [t.episodes() for t in self._tables]
@@ -137,6 +141,7 @@ class Plan:
     def _build_index(self, anchors: Sequence[Runs]) -> None:
         """Concatenate every component's anchor runs; eligible index -> run -> row."""
         firsts, begins, ends = [], [], []
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
         base = 0
         bases, elig = [], []
         for i, comp in enumerate(self._record.components):
@@ -150,6 +155,7 @@ class Plan:
                     f"eligible moments, but the run record says {comp.eligible}"
                 )
             cum = np.cumsum(cnt)
+            self._runs.append((first, stop))
             firsts.append(first)
             begins.append(base + cum - cnt)
             ends.append(base + cum)
@@ -216,11 +222,39 @@ class Plan:
         """Number of eligible moments of a component (its epoch length in draws)."""
         return int(self._elig[self._component(component)])
 
+    def anchor_runs(self, component: int) -> tuple[np.ndarray, np.ndarray]:
+        """A component's anchors as sorted runs ``[first, stop)`` of moment rows."""
+        return self._runs[self._component(component)]
+
     def kept(self, component: int) -> tuple[int, int]:
         """(anchors kept, moments in the table) of a component: how much of its table the
         windows (and selection) leave as sample anchors."""
         c = self._component(component)
         return int(self._elig[c]), self._record.table_of(c).num_moments
+
+    @property
+    def components(self) -> list[str]:
+        """Each component's name (``Component(name=...)``; default its table's name, made
+        unique); ``batch["_component"]`` is the index into this list."""
+        return list(self._names)
+
+    @property
+    def layout(self) -> dict[str, StackedColumn]:
+        """How each batch column stacks over the components (shapes after ``pad_to``,
+        which components lack an optional column): :mod:`treadle.plan.stack`."""
+        return dict(self._layout)
+
+    def stats(
+        self, columns: Sequence[str] | str | None = None, *, per_offset: bool = False,
+        derive: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
+        by_component: bool = False, quantiles: Sequence[float] = (0.01, 0.10, 0.50, 0.90, 0.99),
+        frames: int = 10_000,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Normalisation statistics of the samples this run draws, ``{column: ColumnStats}``
+        (``by_component=True``: ``{component name: {column: ColumnStats}}``), kept in the
+        project under the run id. :mod:`treadle.read.planstats` says what and how exact."""
+        return statshook.compute()(self, columns, per_offset=per_offset, derive=derive,
+                      by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
 
     @property
     def batch_size(self) -> int:

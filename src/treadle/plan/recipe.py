@@ -52,6 +52,10 @@ class Component:
     names) select the anchors: a moment is drawn only when its own row satisfies ``where``
     and its episode is named; window rows around it still come from the whole episode.
     ``rename`` maps the table's column names to the batch's (``{"cam_high": "image"}``).
+    ``name`` names the component (default: its table's name, made unique; ``plan.components``
+    lists them). ``pad_to={column: size}`` zero-pads the last dimension of a numeric Rows
+    column (a table column name) to ``size``; the batch then holds
+    ``"<column>_dim_mask"`` (bool ``[b, size]``, True on the real dimensions).
     """
 
     def __init__(
@@ -62,6 +66,8 @@ class Component:
         where: str | None = None,
         episodes: Sequence[str] | None = None,
         rename: Mapping[str, str] | None = None,
+        name: str | None = None,
+        pad_to: Mapping[str, int] | None = None,
     ):
         if table is None or not (
             callable(getattr(table, "pin", None)) or callable(getattr(table, "episodes", None))
@@ -87,6 +93,8 @@ class Component:
         self.where = where
         self.episodes = _episode_names(episodes, label)
         self.rename = _rename(rename, label)
+        self.name = None if name is None else check_name(name, "component")
+        self.pad_to = _pad_to(pad_to, label)
 
     def __repr__(self) -> str:
         return f"Component({_table_label(self.table)}, {self.windows!r}, weight={self.weight})"
@@ -123,6 +131,21 @@ def _rename(rename: Any, label: str) -> tuple[tuple[str, str], ...] | None:
     return tuple(sorted(rename.items()))
 
 
+def _pad_to(pad_to: Any, label: str) -> tuple[tuple[str, int], ...] | None:
+    if pad_to is None:
+        return None
+    if not isinstance(pad_to, Mapping) or not pad_to:
+        raise PlanError(f"{label}: pad_to must be a dict of column -> size, got {pad_to!r}")
+    for col, size in pad_to.items():
+        if not isinstance(col, str):
+            raise PlanError(f"{label}: pad_to column {col!r} must be a column name")
+        if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+            raise PlanError(f"{label}: pad_to[{col!r}] must be a positive integer, got {size!r}")
+        if int(size) < 1:
+            raise PlanError(f"{label}: pad_to[{col!r}] must be >= 1, got {size}")
+    return tuple(sorted((c, int(v)) for c, v in pad_to.items()))
+
+
 def check_windows(windows: Windows | None, table: Any, where: str) -> None:
     """Every window column exists; ``Video`` only on video columns, ``Rows`` only on columns a
     batch can hold; without windows, every column but ``episode``/``frame`` must be one a
@@ -134,6 +157,13 @@ def check_windows(windows: Windows | None, table: Any, where: str) -> None:
     names = set(table.schema.names)
     video = set(table.video_columns)
     for col, spec in windows.items():
+        if col not in names and spec.optional:
+            if isinstance(spec, Video) and spec.size is None:
+                raise PlanError(
+                    f"{where}: optional td.Video column {col!r} is not in table "
+                    f"{table.name!r}: give its spec a size=(H, W), the shape of its zeros"
+                )
+            continue
         if col not in names:
             raise PlanError(
                 f"{where}: window column {col!r} is not a column of table {table.name!r} "
@@ -339,5 +369,7 @@ def _component_entry(
         where=comp.where,
         episodes=comp.episodes,
         rename=comp.rename,
+        name=comp.name,
+        pad_to=comp.pad_to,
     )
     return entry, runs

@@ -115,16 +115,20 @@ class _Timed:
     pad: bool
     seconds: tuple[float, ...] | None
     tolerance_s: float
+    optional: bool
 
-    def _init_time(self, offsets: Any, seconds: Any, pad: Any, tolerance_s: Any, what: str) -> None:
+    def _init_time(self, offsets: Any, seconds: Any, pad: Any, tolerance_s: Any, what: str,
+                   optional: Any = False) -> None:  # fmt: skip
         if (offsets is None) == (seconds is None):
             raise PlanError(f"{what} takes frame offsets or seconds=[...], exactly one of them")
-        if not isinstance(pad, (bool, np.bool_)):
-            raise PlanError(f"{what} pad must be True or False, got {pad!r}")
+        for flag, v in (("pad", pad), ("optional", optional)):
+            if not isinstance(v, (bool, np.bool_)):
+                raise PlanError(f"{what} {flag} must be True or False, got {v!r}")
         object.__setattr__(self, "offsets", None if offsets is None else _offsets(offsets, what))
         object.__setattr__(self, "seconds", None if seconds is None else _seconds(seconds, what))
         object.__setattr__(self, "pad", bool(pad))
         object.__setattr__(self, "tolerance_s", _tolerance(tolerance_s, what))
+        object.__setattr__(self, "optional", bool(optional))
 
     @property
     def resolved(self) -> bool:
@@ -148,6 +152,8 @@ class _Timed:
         }
         if self.pad:
             out["pad"] = True
+        if self.optional:  # written only when set: records without it keep their run ids
+            out["optional"] = True
         if self.seconds is not None:
             out["seconds"] = list(self.seconds)
             if self.tolerance_s != DEFAULT_TOLERANCE_S:
@@ -163,12 +169,15 @@ class Rows(_Timed):
     at plan time, each within ``tolerance_s`` of a frame time). ``pad=True``: offsets outside
     the moment's episode take its nearest frame, the batch says where in
     ``"<column>_is_pad"``, and this spec does not limit which moments are eligible.
+    ``optional=True``: a component whose table lacks the column delivers zeros of the plan's
+    shape for it, and ``"<column>_is_present"`` (bool ``[b]``) says which samples have it.
     """
 
     offsets: tuple[int, ...]
     pad: bool = False
     seconds: tuple[float, ...] | None = None
     tolerance_s: float = DEFAULT_TOLERANCE_S
+    optional: bool = False
 
     def __init__(
         self,
@@ -177,8 +186,9 @@ class Rows(_Timed):
         pad: bool = False,
         seconds: Iterable[float] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
+        optional: bool = False,
     ):
-        self._init_time(offsets, seconds, pad, tolerance_s, "Rows")
+        self._init_time(offsets, seconds, pad, tolerance_s, "Rows", optional)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "rows", **self._time_json()}
@@ -193,6 +203,7 @@ class Video(_Timed):
     type, in which case pixels are scaled to [0, 1] and then ``(x - mean) / std``
     per channel when ``mean``/``std`` are given. ``seconds``, ``tolerance_s`` and ``pad``
     as for :class:`Rows` (padding repeats the decoded edge frame; nothing more is decoded).
+    ``optional=True`` as for :class:`Rows`; where the table lacks the column, ``size=``.
     """
 
     offsets: tuple[int, ...]
@@ -204,6 +215,7 @@ class Video(_Timed):
     pad: bool = False
     seconds: tuple[float, ...] | None = None
     tolerance_s: float = DEFAULT_TOLERANCE_S
+    optional: bool = False
 
     def __init__(
         self,
@@ -217,8 +229,9 @@ class Video(_Timed):
         pad: bool = False,
         seconds: Iterable[float] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
+        optional: bool = False,
     ):
-        self._init_time(offsets, seconds, pad, tolerance_s, "Video")
+        self._init_time(offsets, seconds, pad, tolerance_s, "Video", optional)
         if size is not None:
             try:
                 h, w = (int(v) for v in size)
@@ -269,6 +282,7 @@ def spec_from_json(value: Mapping[str, Any]) -> Spec:
             "pad": value.get("pad", False),
             "tolerance_s": value.get("tolerance_s", DEFAULT_TOLERANCE_S),
             "seconds": seconds,
+            "optional": value.get("optional", False),
         }
         first = offsets if seconds is None else None
         if kind == "rows":
@@ -358,12 +372,8 @@ def default_columns(table: Any) -> list[str]:
 
 def _is_listed(t: pa.DataType) -> bool:
     """Strings and variable-length lists: a batch holds them as Python lists."""
-    return (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-    )
+    kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_list, pa.types.is_large_list)
+    return any(is_kind(t) for is_kind in kinds)
 
 
 def batch_column_kind(table: Any, field: pa.Field) -> str:

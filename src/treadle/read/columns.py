@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from treadle.errors import PlanError
+from treadle.plan.stack import DIM_MASK, IS_PRESENT
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 from treadle.read.rows import IS_PAD
 
@@ -28,6 +29,10 @@ class ColumnSpec:
     at_moment: bool = False  # a video frame at the moment itself: no time axis in the batch
     listed: bool = False  # strings, variable-length lists: a Python list per sample
     name: str = ""  # the batch's name for it (``Component(rename=...)``); "" = ``column``
+    absent: bool = False  # the table lacks it (an optional spec): zeros, ``_is_present`` False
+    pad_to: int | None = None  # numeric rows: the last dimension zero-padded to this size
+    real: int | None = None  # numeric tensors: the real size of the last dimension
+    zeros: tuple[tuple[int, ...], str] | None = None  # absent rows: per-sample shape, dtype
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -37,6 +42,7 @@ class ColumnSpec:
 def output_columns(plan: Any) -> list[list[ColumnSpec]]:
     """Per component, the output columns; every component must give the same names."""
     per: list[list[ColumnSpec]] = []
+    layout = plan.layout
     for c in range(plan.num_components):
         table = plan.table(c)
         windows: Windows | None = plan.windows(c)
@@ -46,12 +52,15 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
             specs = moment_columns(table)
         else:
             for col, spec in windows.items():
+                if col not in schema.names:  # optional, and this table lacks it
+                    specs.append(ColumnSpec(col, spec, isinstance(spec, Video), absent=True))
+                    continue
                 kind = batch_column_kind(table, schema.field(col))
                 specs.append(ColumnSpec(col, spec, kind == "video", listed=kind == "list"))
         rename = dict(plan.record.components[c].rename or ())
         if rename:
             specs = [dataclasses.replace(cs, name=rename.get(cs.column, cs.column)) for cs in specs]
-        per.append(specs)
+        per.append([_stacked(cs, layout.get(cs.name), c) for cs in specs])
     names = [sorted(s.name for s in specs) for specs in per]
     for c, n in enumerate(names[1:], start=1):
         if n != names[0]:
@@ -61,6 +70,16 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
             )
     _check_stackable(per)
     return per
+
+
+def _stacked(cs: ColumnSpec, col: Any, c: int) -> ColumnSpec:
+    """``cs`` with what the plan's stack layout says of it for component ``c``."""
+    if col is None:
+        return cs
+    p = col.placed[c]
+    pad = p.shape[-1] if p.present and p.shape and p.real != p.shape[-1] else None
+    zeros = None if p.present or col.shape is None else (col.shape, col.dtype)
+    return dataclasses.replace(cs, pad_to=pad, real=p.real, zeros=zeros)
 
 
 def _window_shape(cs: ColumnSpec) -> tuple[Any, ...] | None:
@@ -116,6 +135,30 @@ def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:
         for specs in per
         for cs in specs
         if cs.spec is not None and cs.spec.pad
+    }
+
+
+def mask_columns(per: list[list[ColumnSpec]]) -> dict[str, tuple[int, list[int]]]:
+    """``"<column>_dim_mask"`` -> (size, real dimensions per component: 0 where absent), for
+    every column some component pads."""
+    out: dict[str, tuple[int, list[int]]] = {}
+    for specs in per:
+        for cs in specs:
+            if cs.pad_to is not None:
+                out[f"{cs.name}{DIM_MASK}"] = (cs.pad_to, [])
+    for key, (size, real) in out.items():
+        for specs in per:
+            cs = next(s for s in specs if f"{s.name}{DIM_MASK}" == key)
+            real.append(0 if cs.absent else size if cs.real is None else cs.real)
+    return out
+
+
+def present_columns(per: list[list[ColumnSpec]]) -> dict[str, list[bool]]:
+    """``"<column>_is_present"`` -> presence per component, for every column some lacks."""
+    names = {cs.name for specs in per for cs in specs if cs.absent}
+    return {
+        f"{n}{IS_PRESENT}": [not next(cs for cs in specs if cs.name == n).absent for specs in per]
+        for n in sorted(names)
     }
 
 

@@ -63,6 +63,7 @@ class Sketch:
         self.sizes = [0]
         self.flip: list[int] = [0]
         self.n = 0
+        self.compacted: set[int] = set()  # levels that were compacted at least once
 
     def add(self, x: np.ndarray) -> None:
         self.n += len(x)
@@ -91,6 +92,7 @@ class Sketch:
             h += 1
 
     def _compact(self, h: int) -> None:
+        self.compacted.add(h)
         items = np.sort(np.concatenate(self.levels[h]), axis=0)
         m = len(items) - (len(items) % 2)
         up = items[self.flip[h] : m : 2]

@@ -31,7 +31,13 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from treadle.read.buffers import BufferPool
-from treadle.read.columns import ColumnSpec, pad_columns, squeeze_moment_video
+from treadle.read.columns import (
+    ColumnSpec,
+    mask_columns,
+    pad_columns,
+    present_columns,
+    squeeze_moment_video,
+)
 from treadle.read.fixed import FixedReader
 from treadle.read.frames import video_requests
 from treadle.read.prefetch import ordered_map
@@ -125,6 +131,8 @@ class SampleReader:
         self._fixed = FixedReader() if fixed_columns else None
         self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
         self._pads = pad_columns(columns)
+        self._masks = mask_columns(columns)
+        self._present = present_columns(columns)
         self._all = [cs for specs in columns for cs in specs]
         # the takes of one batch at most (every component's groups) and its end marker
         self._starts: dict[int, np.ndarray] = {}  # per component: first row of each episode
@@ -192,10 +200,11 @@ class SampleReader:
             slots = np.flatnonzero(component == c)
             table, m = self.tables[int(c)], moment[slots]
             for cs in self.columns[int(c)]:
-                if cs.video:
+                if cs.video and not cs.absent:
                     requests += video_requests(
                         table, cs, m, slots, out, b, self._streams, self._device, self._buffers
                     )
+        self._flags(component, out, b)
         fetch = getattr(self._video, "fetch", None)
         fetched = fetch(requests) if fetch is not None and requests else None
         return Prepared(out, requests, fetched)
@@ -213,6 +222,7 @@ class SampleReader:
             video = self.prepare(component, moment)
         out = video.out
         write_taken(taken, out, len(moment))
+        absent_zeros(self.columns, component, out, len(moment), self._device)
         if video.fetched is not None:
             self._video.decode(video.fetched)
         elif video.requests:
@@ -220,6 +230,15 @@ class SampleReader:
         squeeze_moment_video(out, self._all)
         self._write_ids(component, moment, out)
         return out
+
+    def _flags(self, component: np.ndarray, out: dict[str, Any], b: int) -> None:
+        """``<column>_dim_mask`` and ``<column>_is_present`` of a batch (``Component(pad_to=)``,
+        optional columns): per sample, from its component."""
+        component = np.asarray(component, np.int64)
+        for key, (size, real) in self._masks.items():
+            out[key] = np.arange(size)[None, :] < np.asarray(real, np.int64)[component][:, None]
+        for key, present in self._present.items():
+            out[key] = np.asarray(present, np.bool_)[component]
 
     def _run(self, item: Take | _Video | _Planned) -> Taken | Prepared | _Planned:
         if isinstance(item, _Video):
@@ -248,6 +267,34 @@ class SampleReader:
         out["_moment"] = moment
         out["_episode"] = episode
         out["_frame"] = frame
+
+
+def absent_zeros(
+    columns: list[list[ColumnSpec]], component: np.ndarray, out: dict[str, Any], b: int,
+    device: Any = None,
+) -> None:  # fmt: skip
+    """Zeros at the slots of the samples whose table lacks an optional column (buffers are
+    reused, so every such slot is written; a column no sample has is allocated here)."""
+    for c in np.unique(component):
+        slots = np.flatnonzero(component == c)
+        for cs in columns[int(c)]:
+            if not cs.absent:
+                continue
+            dest = out.get(cs.name)
+            if dest is None and cs.video:
+                spec = cs.spec
+                h, w = spec.size  # type: ignore[union-attr]
+                dest = spec.frame.allocate(len(spec.offsets), h, w, batch=b, device=device)  # type: ignore[union-attr]
+            elif dest is None:
+                shape, dtype = cs.zeros  # type: ignore[misc]
+                dest = np.empty((b, *shape), dtype)
+            out[cs.name] = dest
+            if isinstance(dest, np.ndarray):
+                dest[slots] = 0
+            else:  # a device tensor (NVDEC output)
+                import torch
+
+                dest[torch.as_tensor(slots, device=dest.device)] = 0
 
 
 def _is_end(item: Take | _Video | _Planned) -> int:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import NotFound, PlanError
+from treadle.read.columnstats import ColumnStats
 from treadle.read.moments import Moments as _Moments
 from treadle.read.moments import Sketch as _Sketch
 from treadle.read.moments import rank_error_bound
@@ -47,37 +48,8 @@ from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 READ_VALUES = 1 << 20  # values (rows x elements) per read batch
 SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of a column
 TASK_VALUES = 1 << 26  # values (rows x elements) an executor task reads, about
-_ALGO = 1  # bump when a statistic's definition changes: old cached results are ignored
+_ALGO = 2  # bump when a statistic's definition changes: old cached results are ignored
 _QS = (0.01, 0.99)
-_FIELDS = ("count", "mean", "std", "min", "max", "q01", "q99")
-
-
-@dataclass(frozen=True)
-class ColumnStats:
-    """Statistics of one column (arrays shaped like one row: ``()`` for scalars, the tensor
-    shape for tensors, ``(channels,)`` for video). ``rank_error``: bound on the rank error
-    of ``q01``/``q99`` (0 = exact). ``source``: ``"treadle"`` (computed) or where imported
-    values came from (e.g. ``"lerobot meta/stats.json"``)."""
-
-    count: np.ndarray
-    mean: np.ndarray
-    std: np.ndarray
-    min: np.ndarray
-    max: np.ndarray
-    q01: np.ndarray
-    q99: np.ndarray
-    rank_error: int = 0
-    source: str = "treadle"
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: np.asarray(getattr(self, k)).tolist() for k in _FIELDS}
-        return {**out, "rank_error": int(self.rank_error), "source": self.source}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ColumnStats:
-        arrays = {k: np.asarray(d[k], np.int64 if k == "count" else np.float64) for k in _FIELDS}
-        return cls(**arrays, rank_error=int(d.get("rank_error", 0)),
-                   source=str(d.get("source", "treadle")))  # fmt: skip
 
 
 def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: int) -> ColumnStats:
@@ -303,10 +275,10 @@ def _compute_video(
                 hist = h if hist is None else hist + h
     finally:
         reader.close()
-    return _from_histogram(hist)  # type: ignore[arg-type]
+    return _from_histogram(hist, len(pick))  # type: ignore[arg-type]
 
 
-def _from_histogram(hist: np.ndarray) -> ColumnStats:
+def _from_histogram(hist: np.ndarray, frames: int) -> ColumnStats:
     """Exact statistics of integer values 0..255 from per-channel counts ``[C, 256]``."""
     v = np.arange(hist.shape[1], dtype=np.float64)
     n = hist.sum(axis=1)
@@ -326,10 +298,17 @@ def _from_histogram(hist: np.ndarray) -> ColumnStats:
         h = q * (n - 1)
         a, b = order_stat(np.floor(h)), order_stat(np.ceil(h))
         qs.append(a + (h - np.floor(h)) * (b - a))
-    return ColumnStats(n[0].astype(np.int64), mean, std, lo, hi, qs[0], qs[1])
+    return ColumnStats(n[0].astype(np.int64), mean, std, lo, hi, qs[0], qs[1], video=True,
+                       samples=frames)  # fmt: skip
 
 
 # -- kept in the project ------------------------------------------------------------------
+def version_identity(table: Any) -> str:
+    """The pinned version's manifest fingerprint (``"unknown"`` without one): a table
+    dropped and re-created reuses version numbers, never this."""
+    return _Cache(table)._ident
+
+
 class _Cache:
     """``projects/<p>/stats/<table>/v<version>/<key>.json``: one object per column."""
 

@@ -47,7 +47,7 @@ def take_groups(columns: list[ColumnSpec]) -> list[tuple[ColumnSpec, ...]]:
     """The row columns of ``columns`` (not video) grouped by offsets and padding, in order."""
     groups: dict[tuple[Any, ...] | None, list[ColumnSpec]] = {}
     for cs in columns:
-        if not cs.video:
+        if not cs.video and not cs.absent:
             key = None if cs.spec is None else (tuple(cs.spec.offsets), cs.spec.pad)
             groups.setdefault(key, []).append(cs)
     return [tuple(group) for group in groups.values()]
@@ -89,7 +89,8 @@ def run_take(take: Take) -> Taken:
         got_fixed = take.fixed.read(table, rows, [cs.column for cs in group])
         shape = (len(moments), len(offsets)) if spec is not None else (len(moments),)
         arrays = [got_fixed[cs.column] for cs in group]
-        return Taken(take, [a.reshape((*shape, *a.shape[1:])) for a in arrays], pad)
+        arrays = [a.reshape((*shape, *a.shape[1:])) for a in arrays]
+        return Taken(take, [pad_dims(a, cs) for a, cs in zip(arrays, group)], pad)
     uniq, inverse = np.unique(rows, return_inverse=True)
     got = table.take(uniq, [cs.column for cs in group])
     out: list[Any] = []
@@ -105,8 +106,17 @@ def run_take(take: Take) -> Taken:
             values = values[inverse]
         if spec is not None:
             values = values.reshape((len(moments), len(offsets), *values.shape[1:]))
-        out.append(values)
+        out.append(pad_dims(values, cs))
     return Taken(take, out, pad)
+
+
+def pad_dims(values: np.ndarray, cs: ColumnSpec) -> np.ndarray:
+    """``values`` with its last dimension zero-padded to ``cs.pad_to`` (``Component(pad_to=)``)."""
+    if cs.pad_to is None or values.shape[-1] == cs.pad_to:
+        return values
+    out = np.zeros((*values.shape[:-1], cs.pad_to), values.dtype)
+    out[..., : values.shape[-1]] = values
+    return out
 
 
 def _fixed(table: Any, cs: ColumnSpec) -> bool:

@@ -1,0 +1,27 @@
+"""What :meth:`treadle.plan.plan.Plan.stats` computes with.
+
+Statistics read tables, which the pure plan never does: the package root
+(``treadle/__init__.py``) wires the read layer's ``plan_stats`` here, as it wires
+``Table.stats``, so ``plan/`` imports nothing above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+StatsFunction = Callable[..., dict[str, Any]]
+_STATS: StatsFunction | None = None
+
+
+def compute_stats_with(fn: StatsFunction) -> None:
+    """Set what ``Plan.stats`` computes with (``treadle.read.planstats.plan_stats``)."""
+    global _STATS
+    _STATS = fn
+
+
+def compute() -> StatsFunction:
+    """The wired function; a RuntimeError when nothing wired it."""
+    if _STATS is None:
+        raise RuntimeError("treadle's statistics are wired by the package root (treadle)")
+    return _STATS
