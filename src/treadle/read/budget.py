@@ -40,8 +40,13 @@ def _column_floor(cs: ColumnSpec, table: Any) -> int:
         return t * h * w * 3 * _ITEMSIZE.get(frame.dtype, 1)
     if cs.listed:
         return 0
+    if cs.absent:  # an optional column this table lacks: not in its schema (0: a bound)
+        return 0
     shape = tensor_shape(table.schema.field(cs.column))
-    return t * (math.prod(shape) if shape else 1)
+    n = math.prod(shape) if shape else 1
+    if shape and cs.pad_to is not None:  # the last dimension is zero-padded to pad_to
+        n = n // shape[-1] * cs.pad_to
+    return t * n
 
 
 def batch_bytes_floor(plan: Any, samples: int) -> int:
