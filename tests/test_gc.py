@@ -28,6 +28,7 @@ import treadle as td
 import treadle.video as tv
 from importer_fixtures import make_wds
 from treadle.catalog.gc import collect_garbage
+from treadle.catalog.leases import LEASE_TTL
 from treadle.errors import CorruptData, StorageError
 from treadle.importers import webdataset as import_wds
 from treadle.plan.windows import Video
@@ -282,8 +283,9 @@ def test_gc_on_damaged_table_deletes_nothing(any_root, what):
 
 @pytest.mark.parametrize("what", ["data", "media"])
 def test_writer_whose_files_vanish_fails_named_and_branch_stays(any_root, what):
-    """gc forced to grace 0 deletes a running transaction's staged files: its commit
-    raises a named error, the branch does not move, and a later writer proceeds."""
+    """A gc that takes a running transaction for dead (its clock past the lease's TTL, as
+    when the writer stalled longer than that) deletes its staged files: its commit raises
+    a named error, the branch does not move, and a later writer proceeds."""
     root, opts = any_root
     project = td.Client(root, storage_options=opts).project("p")
     main = project.branch()
@@ -298,7 +300,8 @@ def test_writer_whose_files_vanish_fails_named_and_branch_stays(any_root, what):
         else:
             tx.table("v").append_episode({"cam": td.VideoFrames(_frames(1), fps=10)},
                                          episode="v1")  # fmt: skip
-        td.Client(root, storage_options=opts).project("p").gc(older_than=timedelta(0))
+        later = datetime.now(UTC) + LEASE_TTL + timedelta(minutes=1)
+        collect_garbage(td.Client(root, storage_options=opts).project("p"), timedelta(0), now=later)
     assert ("'t'" if what == "data" else "'v'") in str(e.value), str(e.value)
     assert "nothing was committed" in str(e.value)
     project = td.Client(root, storage_options=opts).project("p")
@@ -346,7 +349,7 @@ def test_transaction_longer_than_the_grace_keeps_what_it_staged(any_root, monkey
 
 def test_gc_removes_a_dead_writers_lease_and_markers(local_root):
     """A writer killed mid-transaction leaves its lease (and a reuse marker): kept while
-    younger than the grace, removed after it."""
+    younger than the grace or the lease TTL, removed after both."""
     from treadle.catalog.leases import Lease, mark_used
 
     project = td.Client(local_root).project("p")
@@ -358,7 +361,9 @@ def test_gc_removes_a_dead_writers_lease_and_markers(local_root):
     assert len(markers) == 2
     project.gc()
     assert store.list(f"{prefix}/gc") == markers
-    project.gc(older_than=timedelta(0))
+    project.gc(older_than=timedelta(0))  # a lease is live for its TTL whatever the grace
+    assert store.list(f"{prefix}/gc") == markers
+    collect_garbage(project, timedelta(0), now=datetime.now(UTC) + LEASE_TTL + timedelta(1))
     assert store.list(f"{prefix}/gc") == []
 
 
