@@ -95,8 +95,9 @@ def reachable_versions(project: Project) -> dict[str, set[int]]:
 
 def _at(point: str) -> None:
     """A seam: nothing happens here. Tests replace it to act at ``point`` of a gc run:
-    ``"listed"`` (candidates listed, nothing re-read yet) or ``"pending"`` (expired commits
-    marked pending, pins not read again yet)."""
+    ``"listed"`` (candidates listed, nothing re-read yet), ``"pending"`` (expired commits
+    marked pending, pins not read again yet) or ``"decided"`` (pins read again, markers
+    not final yet)."""
 
 
 def collect_garbage(
@@ -153,6 +154,7 @@ def _reread(
             _at("pending")
             again = plan_retention(project, keep_days, now)
             expired = {c: t for c, t in expired.items() if c in again.expired}
+            _at("decided")
             for name, vs in again.versions.items():
                 final.versions.setdefault(name, set()).update(vs)
             mark_expired(project, expired, float(keep_days or 0))
