@@ -83,9 +83,9 @@ def _check(project: td.Project, commit, older: list, decoded: set) -> None:  # t
     eps = sorted(m.split()[1] for m in msgs if m.startswith("v "))
     n_t = sum(m.startswith("t ") for m in msgs)
     where = f"commit {commit.short_id} ({commit.message})"
-    t = project.table_at("t", commit.tables["t"]).to_arrow()
+    t = project.table_at("t", commit.tables["t"]).to_arrow(["w"])  # every data file
     assert t.num_rows == ROWS * (1 + n_t), where
-    v = project.table_at("v", commit.tables["v"]).to_arrow()
+    v = project.table_at("v", commit.tables["v"]).to_arrow(["episode", "cam"])
     got = sorted(set(v.column("episode").to_pylist()))
     assert got == sorted(["e0", *eps]), where
     with tv.VideoReader(project.client.store, prefix=project.prefix) as reader:
@@ -101,7 +101,7 @@ def _check(project: td.Project, commit, older: list, decoded: set) -> None:  # t
             assert np.asarray(frames).shape == ref.shape and diff < 12, (where, ep)
             decoded.add(key)
     if "checkpoints" in commit.tables:
-        project.table_at("checkpoints", commit.tables["checkpoints"]).to_arrow()
+        project.table_at("checkpoints", commit.tables["checkpoints"]).to_arrow(["step"])
 
 
 @pytest.mark.slow
@@ -136,7 +136,7 @@ def test_gc_at_zero_grace_in_a_loop_loses_nothing(any_root):
     bad = f"{len(unreadable)} of {len(log) - 3} commits unreadable: {unreadable[:3]}"
     fails = f"{len(failures)} writer/run failures, {len(errors)} gc errors (of {len(runs)} runs)"
     assert not unreadable and not failures and not errors, (bad, fails, failures[:3], errors[:3])
-    assert len(log) - 3 >= 30 and resumed == STEPS // EVERY and len(runs) >= 5, (len(log), runs)
+    assert len(log) - 3 >= 30 and resumed == STEPS // EVERY and len(runs) >= 3, (len(log), runs)
 
 
 def _resume_every_checkpoint(project: td.Project, seen: dict, unreadable: list) -> int:
