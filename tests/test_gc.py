@@ -8,8 +8,11 @@
   (put-if-absent finds it), survives a gc that runs before that write commits.
 - gc on a damaged table (a reachable version's data file or manifest missing or
   corrupt) raises a named error and deletes nothing.
-- A writer whose staged files were deleted under it (gc forced with grace 0) fails
-  with a named error, and the branch does not move.
+- A writer whose staged files were deleted under it (a gc that took it for dead, its
+  lease past the TTL) fails with a named error, and the branch does not move.
+- At a zero grace: gc between a writer's staging and its commit keeps what it staged;
+  a stream reused just before gc deletes it is stored again under the writer's own key;
+  a held lease is renewed in the background.
 """
 
 from __future__ import annotations
@@ -193,10 +196,43 @@ def test_reused_orphan_media_survives_gc(any_root):
     _check_commit(project, log[0], log[1:])
 
 
+def test_stream_reused_while_gc_deletes_it_is_not_lost(any_root):
+    """A writer reuses an orphan stream (put-if-absent finds it) after gc decided to delete
+    it and just before the delete: the writer sees gc's sweep and stores its own copy,
+    and its commit reads back whole at a zero grace."""
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("t").append({"x": np.arange(T_ROWS)}, message="t0")
+    frames = _frames(4)
+    with pytest.raises(RuntimeError), main.transaction("crashes") as tx:
+        tx.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)}, episode="v4")
+        raise RuntimeError("the writer dies before its commit")
+    [orphan] = project.client.store.list(f"{project.prefix}/media")
+    time.sleep(1.1)  # S3 mtimes have one-second resolution: the orphan is older than gc's now
+    gc_project = td.Client(root, storage_options=opts).project("p")
+    store, real = gc_project.client.store, gc_project.client.store.delete
+
+    def delete(key: str) -> None:
+        if key == orphan:  # the worst moment: gc is about to delete it
+            main.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)},
+                                           episode="v4", message="v4")  # fmt: skip
+        real(key)
+
+    store.delete = delete  # type: ignore[method-assign]
+    report = collect_garbage(gc_project, timedelta(0))
+    assert orphan in report.removed_media  # gc did delete the stream it listed
+    project = td.Client(root, storage_options=opts).project("p")
+    log = project.branch().log()
+    assert log[0].message == "v4"
+    _check_commit(project, log[0], log[1:])
+
+
 @pytest.mark.parametrize("what", ["append", "episode", "import"])
 def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monkeypatch, what):
-    """gc (default grace) runs at the worst moment: after a writer staged its data files
-    and media, before its Lance commit. Nothing it staged may go."""
+    """gc at a zero grace runs at the worst moment: after a writer staged its data files
+    and media, before its Lance commit. Nothing it staged may go (its lease is honoured
+    whatever the grace)."""
     import treadle.catalog.transaction as write
 
     root, opts = any_root
@@ -212,7 +248,7 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
 
     def overwrite(*a, **k):  # type: ignore[no-untyped-def]
         ran.append(1)
-        td.Client(root, storage_options=opts).project("p").gc()
+        td.Client(root, storage_options=opts).project("p").gc(older_than=timedelta(0))
         return real(*a, **k)
 
     monkeypatch.setattr(write, "_lance_commit", overwrite)
@@ -365,6 +401,26 @@ def test_gc_removes_a_dead_writers_lease_and_markers(local_root):
     assert store.list(f"{prefix}/gc") == markers
     collect_garbage(project, timedelta(0), now=datetime.now(UTC) + LEASE_TTL + timedelta(1))
     assert store.list(f"{prefix}/gc") == []
+
+
+def test_a_held_lease_is_beaten_in_the_background(local_root, monkeypatch):
+    """A transaction that stages nothing for a while (encoding, user code) still renews its
+    lease, so gc at any grace keeps taking it for alive; released, its markers go."""
+    from treadle.catalog import leases
+
+    monkeypatch.setattr(leases, "_BEAT_S", 0.5)
+    project = td.Client(local_root).project("p")
+    project.branch().table("t").append({"x": np.arange(3)})
+    store, prefix = project.client.store, project.prefix
+    lease = leases.Lease(store, prefix)
+    lease.beat()
+    start = store.modified(f"{lease.base}/start")
+    deadline = time.monotonic() + 30
+    while not store.exists(f"{lease.base}/beat") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.modified(f"{lease.base}/beat") > start
+    lease.release()
+    assert store.list(f"{prefix}/gc/writers") == []
 
 
 def test_gc_removes_the_stored_episode_indexes_of_compacted_fragments(tmp_path):

@@ -131,6 +131,7 @@ def collect_garbage(
         leases = store.list_info(f"{prefix}/{WRITERS}")  # after the listing
         alive = alive_after(now, older_than)
         cutoff = min(now - older_than, live_since(leases, alive) or now)
+        leases.update(store.list_info(f"{prefix}/{SWEEPS}"))  # dead gcs' sweeps go too
         keep, expired = _reread(project, keep_days, now, first.versions, surveys)
         return _delete(project, listed, surveys, keep, expired, cutoff, leases, alive)
     finally:

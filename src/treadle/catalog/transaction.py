@@ -251,9 +251,9 @@ class Transaction:
             raise lance_error(e, f"{where} (nothing was committed)") from None
 
     def _check_staged(self, touched: dict[str, StagedTable]) -> None:
-        """Every object this transaction staged still exists (else gc, forced to a grace
-        shorter than this transaction, took it): never move the branch to a commit that
-        names a missing file."""
+        """Every object this transaction staged still exists (else a gc took this writer
+        for dead: its lease unrenewed for longer than the lease TTL): never move the branch
+        to a commit that names a missing file."""
         self._lease.beat()
         prefix = self.project.prefix
         owner = dict(self._media)
@@ -266,8 +266,9 @@ class Transaction:
             raise StorageError(
                 f"table {owner[gone[0]]!r} of project {self.project.name!r}: "
                 f"{gone[0][len(prefix) + 1 :]}, written by this transaction, was deleted "
-                f"before its commit ({len(gone)} object(s); was gc run with a grace shorter "
-                "than this transaction?); nothing was committed"
+                f"before its commit ({len(gone)} object(s); gc took this writer for dead: was "
+                "its process stalled for longer than the gc lease TTL, 5 minutes?); nothing "
+                "was committed"
             )
 
 
