@@ -209,3 +209,36 @@ def test_checkpoint_of_an_expired_commit_is_refused(local_root):
     with pytest.raises(td.ExpiredCommit, match=rf"{c2.id[:8]}.*nothing was saved"):
         td.Checkpoints(project.branch()).save(1, {"w": torch.zeros(2)}, loader)
     assert project.branch().commit_id == head
+
+
+def test_tag_made_after_gc_decided_is_refused_and_removed(local_root, monkeypatch):
+    """A tag written after gc's last read of the pins cannot save the commit: the tagger
+    gets ExpiredCommit naming it, and the tag does not stay behind naming a gone commit."""
+    import threading
+
+    import treadle.catalog.gc as gc
+
+    project, c2, _, _ = _run_on_c2(local_root, None)
+    errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+    key = f"{project.prefix}/tags/late.json"
+
+    def tag() -> None:
+        try:
+            td.Client(local_root).project("p").tag("late", c2.id)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    def seam(point: str) -> None:
+        if point == "decided":
+            threads.append(threading.Thread(target=tag))
+            threads[0].start()
+            while not project.client.store.exists(key) and threads[0].is_alive():
+                threading.Event().wait(0.01)
+
+    monkeypatch.setattr(gc, "_at", seam)
+    report = project.gc(older_than=timedelta(0), keep_days=0)
+    threads[0].join()
+    assert c2.id in report.expired_commits
+    assert len(errors) == 1 and isinstance(errors[0], td.ExpiredCommit), errors
+    assert c2.id[:8] in str(errors[0]) and project.tags() == {}
