@@ -3,8 +3,9 @@
 - A writer process SIGKILLed at seeded random points during ``append``,
   ``append_episode`` (with video), a two-table transaction and a WebDataset import
   leaves the branch at a commit whose every table holds exactly what the log says:
-  never half a commit. A later writer proceeds, and ``project.gc(older_than=0)``
-  removes every Lance data file, table and media object no commit reaches.
+  never half a commit. A later writer proceeds, and gc at a zero grace, once the dead
+  writer's lease is past its TTL (:data:`treadle.catalog.leases.LEASE_TTL`), removes
+  every Lance data file, table and media object no commit reaches.
 - 8 writer processes x 25 commits on one branch (local disk and S3): no commit lost,
   log and row counts exact.
 """
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,8 @@ import pyarrow.compute as pc
 import pytest
 
 import treadle as td
+from treadle.catalog.gc import collect_garbage
+from treadle.catalog.leases import LEASE_TTL
 
 _CHILD = textwrap.dedent(
     """
@@ -194,7 +197,8 @@ def test_killed_writer_leaves_old_or_new_commit(mode, where, tmp_path, request):
     main.table("after").append({"x": np.arange(3)}, message="after the crash")
     assert main.log()[0].message == "after the crash"
     assert len(main.log()) == commits + 1
-    report = project.gc(older_than=timedelta(0))
+    later = datetime.now(UTC) + LEASE_TTL + timedelta(minutes=1)  # the killed one's lease: dead
+    report = collect_garbage(project, timedelta(0), now=later)
     assert _orphans(project) == [], report
     project = td.Client(root, storage_options=opts).project("p")
     _check_consistent(project, mode)  # gc removed nothing a commit needs

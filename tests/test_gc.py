@@ -8,8 +8,11 @@
   (put-if-absent finds it), survives a gc that runs before that write commits.
 - gc on a damaged table (a reachable version's data file or manifest missing or
   corrupt) raises a named error and deletes nothing.
-- A writer whose staged files were deleted under it (gc forced with grace 0) fails
-  with a named error, and the branch does not move.
+- A writer whose staged files were deleted under it (a gc that took it for dead, its
+  lease past the TTL) fails with a named error, and the branch does not move.
+- At a zero grace: gc between a writer's staging and its commit keeps what it staged;
+  a stream reused just before gc deletes it is stored again under the writer's own key;
+  a held lease is renewed in the background.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import treadle as td
 import treadle.video as tv
 from importer_fixtures import make_wds
 from treadle.catalog.gc import collect_garbage
+from treadle.catalog.leases import LEASE_TTL
 from treadle.errors import CorruptData, StorageError
 from treadle.importers import webdataset as import_wds
 from treadle.plan.windows import Video
@@ -192,10 +196,43 @@ def test_reused_orphan_media_survives_gc(any_root):
     _check_commit(project, log[0], log[1:])
 
 
+def test_stream_reused_while_gc_deletes_it_is_not_lost(any_root):
+    """A writer reuses an orphan stream (put-if-absent finds it) after gc decided to delete
+    it and just before the delete: the writer sees gc's sweep and stores its own copy,
+    and its commit reads back whole at a zero grace."""
+    root, opts = any_root
+    project = td.Client(root, storage_options=opts).project("p")
+    main = project.branch()
+    main.table("t").append({"x": np.arange(T_ROWS)}, message="t0")
+    frames = _frames(4)
+    with pytest.raises(RuntimeError), main.transaction("crashes") as tx:
+        tx.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)}, episode="v4")
+        raise RuntimeError("the writer dies before its commit")
+    [orphan] = project.client.store.list(f"{project.prefix}/media")
+    time.sleep(1.1)  # S3 mtimes have one-second resolution: the orphan is older than gc's now
+    gc_project = td.Client(root, storage_options=opts).project("p")
+    store, real = gc_project.client.store, gc_project.client.store.delete
+
+    def delete(key: str) -> None:
+        if key == orphan:  # the worst moment: gc is about to delete it
+            main.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)},
+                                           episode="v4", message="v4")  # fmt: skip
+        real(key)
+
+    store.delete = delete  # type: ignore[method-assign]
+    report = collect_garbage(gc_project, timedelta(0))
+    assert orphan in report.removed_media  # gc did delete the stream it listed
+    project = td.Client(root, storage_options=opts).project("p")
+    log = project.branch().log()
+    assert log[0].message == "v4"
+    _check_commit(project, log[0], log[1:])
+
+
 @pytest.mark.parametrize("what", ["append", "episode", "import"])
 def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monkeypatch, what):
-    """gc (default grace) runs at the worst moment: after a writer staged its data files
-    and media, before its Lance commit. Nothing it staged may go."""
+    """gc at a zero grace runs at the worst moment: after a writer staged its data files
+    and media, before its Lance commit. Nothing it staged may go (its lease is honoured
+    whatever the grace)."""
     import treadle.catalog.transaction as write
 
     root, opts = any_root
@@ -211,7 +248,7 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
 
     def overwrite(*a, **k):  # type: ignore[no-untyped-def]
         ran.append(1)
-        td.Client(root, storage_options=opts).project("p").gc()
+        td.Client(root, storage_options=opts).project("p").gc(older_than=timedelta(0))
         return real(*a, **k)
 
     monkeypatch.setattr(write, "_lance_commit", overwrite)
@@ -282,8 +319,9 @@ def test_gc_on_damaged_table_deletes_nothing(any_root, what):
 
 @pytest.mark.parametrize("what", ["data", "media"])
 def test_writer_whose_files_vanish_fails_named_and_branch_stays(any_root, what):
-    """gc forced to grace 0 deletes a running transaction's staged files: its commit
-    raises a named error, the branch does not move, and a later writer proceeds."""
+    """A gc that takes a running transaction for dead (its clock past the lease's TTL, as
+    when the writer stalled longer than that) deletes its staged files: its commit raises
+    a named error, the branch does not move, and a later writer proceeds."""
     root, opts = any_root
     project = td.Client(root, storage_options=opts).project("p")
     main = project.branch()
@@ -298,7 +336,8 @@ def test_writer_whose_files_vanish_fails_named_and_branch_stays(any_root, what):
         else:
             tx.table("v").append_episode({"cam": td.VideoFrames(_frames(1), fps=10)},
                                          episode="v1")  # fmt: skip
-        td.Client(root, storage_options=opts).project("p").gc(older_than=timedelta(0))
+        later = datetime.now(UTC) + LEASE_TTL + timedelta(minutes=1)
+        collect_garbage(td.Client(root, storage_options=opts).project("p"), timedelta(0), now=later)
     assert ("'t'" if what == "data" else "'v'") in str(e.value), str(e.value)
     assert "nothing was committed" in str(e.value)
     project = td.Client(root, storage_options=opts).project("p")
@@ -346,7 +385,7 @@ def test_transaction_longer_than_the_grace_keeps_what_it_staged(any_root, monkey
 
 def test_gc_removes_a_dead_writers_lease_and_markers(local_root):
     """A writer killed mid-transaction leaves its lease (and a reuse marker): kept while
-    younger than the grace, removed after it."""
+    younger than the grace or the lease TTL, removed after both."""
     from treadle.catalog.leases import Lease, mark_used
 
     project = td.Client(local_root).project("p")
@@ -358,8 +397,30 @@ def test_gc_removes_a_dead_writers_lease_and_markers(local_root):
     assert len(markers) == 2
     project.gc()
     assert store.list(f"{prefix}/gc") == markers
-    project.gc(older_than=timedelta(0))
+    project.gc(older_than=timedelta(0))  # a lease is live for its TTL whatever the grace
+    assert store.list(f"{prefix}/gc") == markers
+    collect_garbage(project, timedelta(0), now=datetime.now(UTC) + LEASE_TTL + timedelta(1))
     assert store.list(f"{prefix}/gc") == []
+
+
+def test_a_held_lease_is_beaten_in_the_background(local_root, monkeypatch):
+    """A transaction that stages nothing for a while (encoding, user code) still renews its
+    lease, so gc at any grace keeps taking it for alive; released, its markers go."""
+    from treadle.catalog import leases
+
+    monkeypatch.setattr(leases, "_BEAT_S", 0.5)
+    project = td.Client(local_root).project("p")
+    project.branch().table("t").append({"x": np.arange(3)})
+    store, prefix = project.client.store, project.prefix
+    lease = leases.Lease(store, prefix)
+    lease.beat()
+    start = store.modified(f"{lease.base}/start")
+    deadline = time.monotonic() + 30
+    while not store.exists(f"{lease.base}/beat") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.modified(f"{lease.base}/beat") > start
+    lease.release()
+    assert store.list(f"{prefix}/gc/writers") == []
 
 
 def test_gc_removes_the_stored_episode_indexes_of_compacted_fragments(tmp_path):

@@ -98,3 +98,147 @@ def test_tag_and_keep_days_on_the_command_line(local_root, capsys):
     assert main([*args, "--keep-days", "0"]) == 0
     assert c3.id in json.loads(capsys.readouterr().out)["expired_commits"]
     assert td.Client(local_root).project("p").branch().table("t").at(c1.id).num_moments == 3
+
+
+def _run_on_c2(root: str, opts):  # type: ignore[no-untyped-def]
+    """c1, c2 (a run trains on it, no checkpoint yet), c3 (the head)."""
+    project = td.Client(root, storage_options=opts).project("p")
+    t = project.branch().table("t")
+    t.append(_rows(0))
+    c2 = t.append(_rows(1))
+    loader = td.TrainLoader(td.Recipe(seed=1, batch_size=2, components=[td.Component(t)]), steps=2)
+    first = next(iter(loader))
+    t.append(_rows(2))
+    return project, c2, loader, first
+
+
+def _resumes(root: str, opts, first) -> None:  # type: ignore[no-untyped-def]
+    """The latest checkpoint (a fresh client) resumes: step 1 of the same run."""
+    client = td.Client(root, storage_options=opts)
+    row = td.Checkpoints(client.project("p").branch()).latest()
+    assert row is not None and row.step == 1
+    again = td.TrainLoader.from_state({**row.loader_state, "step": 0}, client, steps=1)
+    assert torch.equal(next(iter(again))["x"], first["x"])
+
+
+def test_checkpoint_saved_mid_gc_keeps_its_runs_commit(any_root, monkeypatch):
+    """The run's first checkpoint lands after gc read the heads and pins, before it
+    deletes: gc reads the pins again and keeps the run's commit."""
+    import treadle.catalog.gc as gc
+
+    root, opts = any_root
+    project, c2, loader, first = _run_on_c2(root, opts)
+    real, calls = gc.plan_retention, []
+
+    def then_save(*a, **k):  # type: ignore[no-untyped-def]
+        out = real(*a, **k)
+        if not calls:  # gc has read heads and pins once: the save lands now
+            td.Checkpoints(project.branch()).save(1, {"w": torch.zeros(2)}, loader)
+        calls.append(1)
+        return out
+
+    monkeypatch.setattr(gc, "plan_retention", then_save)
+    report = project.gc(older_than=timedelta(0), keep_days=0)
+    monkeypatch.undo()
+    assert c2.id not in report.expired_commits, report.expired_commits
+    fresh = td.Client(root, storage_options=opts).project("p")
+    assert fresh.branch().table("t").at(c2.id).num_moments == 6
+    _resumes(root, opts, first)
+
+
+def _save_in_thread(project, loader, at: str, monkeypatch):  # type: ignore[no-untyped-def]
+    """Make gc's seam ``at`` start a checkpoint save and wait until its commit landed."""
+    import threading
+
+    import treadle.catalog.gc as gc
+
+    errors: list[BaseException] = []
+
+    def save() -> None:
+        try:
+            td.Checkpoints(project.branch()).save(1, {"w": torch.zeros(2)}, loader)
+        except BaseException as e:  # noqa: BLE001 - asserted by the test
+            errors.append(e)
+
+    def seam(point: str) -> None:
+        if point != at:
+            return
+        head = project.branch().commit_id
+        threads.append(threading.Thread(target=save))
+        threads[0].start()
+        while project.branch().commit_id == head and threads[0].is_alive():
+            threading.Event().wait(0.01)
+
+    threads: list[threading.Thread] = []
+    monkeypatch.setattr(gc, "_at", seam)
+    return threads, errors
+
+
+def test_checkpoint_saved_while_expiry_is_pending_keeps_its_runs_commit(local_root, monkeypatch):
+    """The save lands after gc marked the run's commit pending, before its second read
+    of the pins: the commit is kept and the saver (which waited for gc to decide) is told
+    nothing."""
+    project, c2, loader, first = _run_on_c2(local_root, None)
+    threads, errors = _save_in_thread(project, loader, "pending", monkeypatch)
+    report = project.gc(older_than=timedelta(0), keep_days=0)
+    threads[0].join()
+    assert not errors and c2.id not in report.expired_commits
+    markers = project.client.store.list("projects/p/retention")
+    assert markers and not [k for k in markers if "pending" in k or c2.id in k], markers
+    _resumes(local_root, None, first)
+
+
+def test_checkpoint_saved_after_gc_decided_is_told_it_cannot_resume(local_root, monkeypatch):
+    """The save lands after gc's last read of the pins: gc expires the commit, and the
+    saver gets ExpiredCommit naming it instead of a checkpoint that would fail later."""
+    project, c2, loader, _ = _run_on_c2(local_root, None)
+    threads, errors = _save_in_thread(project, loader, "decided", monkeypatch)
+    report = project.gc(older_than=timedelta(0), keep_days=0)
+    threads[0].join()
+    assert c2.id in report.expired_commits
+    assert len(errors) == 1 and isinstance(errors[0], td.ExpiredCommit), errors
+    assert c2.id[:8] in str(errors[0]) and "cannot resume" in str(errors[0])
+
+
+def test_checkpoint_of_an_expired_commit_is_refused(local_root):
+    """gc expired the run's commit before its first checkpoint: the save raises, naming
+    the commit, and commits nothing."""
+    project, c2, loader, _ = _run_on_c2(local_root, None)
+    assert c2.id in project.gc(older_than=timedelta(0), keep_days=0).expired_commits
+    head = project.branch().commit_id
+    with pytest.raises(td.ExpiredCommit, match=rf"{c2.id[:8]}.*nothing was saved"):
+        td.Checkpoints(project.branch()).save(1, {"w": torch.zeros(2)}, loader)
+    assert project.branch().commit_id == head
+
+
+def test_tag_made_after_gc_decided_is_refused_and_removed(local_root, monkeypatch):
+    """A tag written after gc's last read of the pins cannot save the commit: the tagger
+    gets ExpiredCommit naming it, and the tag does not stay behind naming a gone commit."""
+    import threading
+
+    import treadle.catalog.gc as gc
+
+    project, c2, _, _ = _run_on_c2(local_root, None)
+    errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+    key = f"{project.prefix}/tags/late.json"
+
+    def tag() -> None:
+        try:
+            td.Client(local_root).project("p").tag("late", c2.id)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    def seam(point: str) -> None:
+        if point == "decided":
+            threads.append(threading.Thread(target=tag))
+            threads[0].start()
+            while not project.client.store.exists(key) and threads[0].is_alive():
+                threading.Event().wait(0.01)
+
+    monkeypatch.setattr(gc, "_at", seam)
+    report = project.gc(older_than=timedelta(0), keep_days=0)
+    threads[0].join()
+    assert c2.id in report.expired_commits
+    assert len(errors) == 1 and isinstance(errors[0], td.ExpiredCommit), errors
+    assert c2.id[:8] in str(errors[0]) and project.tags() == {}

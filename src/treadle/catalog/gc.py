@@ -1,50 +1,60 @@
 """Garbage collection: remove table versions and objects no commit reaches.
 
-gc deletes an object only when it is **unreachable and older than the grace**
-(``older_than``, default one hour), and it is safe to run at any time, while writers
-and imports run:
+gc deletes an object only when no commit reaches it, no running writer staged or reused
+it, and it is older than the grace (``older_than``, default one hour). That holds at
+any grace, zero included, while writers, imports and runs work beside it, on local
+disk and every object store, by the order of its steps, not by timing:
 
 1. **Survey, deleting nothing.** Reachable = every commit reachable (through parents)
    from every branch head and tag, less, with a retention (``keep_days``), the old
-   commits nothing pins (:mod:`treadle.catalog.retention`). Every table version such a commit names is opened from
-   storage, every data file it lists must be there with its recorded size, and the
-   video columns of its fragments give the media streams in use, which must exist too.
-   Any damage (a missing or unreadable manifest, data file or stream) stops gc with
-   :class:`CorruptData` (or :class:`StorageError`) naming the table and the file, and
-   nothing has been deleted: gc never guesses what a version it cannot read references.
-2. **Cutoff** (read first of all, so a write that ends later is in the survey):
-   ``now - older_than``, or earlier: the start of the oldest *running* transaction (see
-   :mod:`treadle.catalog.leases`), so a write that takes longer than the grace keeps
-   everything it staged. A reused content-addressed media object's age
-   counts from its last reuse (its "used" marker), not from its first write.
-3. **Delete.** Per table: reachable versions are tagged (``treadle-v<N>``) so Lance's
-   cleanup keeps them; other versions older than the cutoff go, with the data files only
-   they used; data files no remaining version lists (a dead writer's staged fragments)
-   go once older than the cutoff. A writer killed between its Lance commit and its
-   branch move leaves an unreachable *latest* version, which Lance's cleanup would keep
-   forever: gc makes a new latest version equal to the newest reachable one first. A
-   table no reachable commit names (made by a writer that died) goes whole once all its
-   files are older than the cutoff. Media no reachable row names goes once older than
-   the cutoff, re-checking its "used" marker just before each delete.
+   commits nothing pins (:mod:`treadle.catalog.retention`). Every table version such a
+   commit names is opened from storage, every data file it lists must be there with its
+   recorded size, and the media streams its video columns name must exist too. Any
+   damage stops gc with :class:`CorruptData` (or :class:`StorageError`) naming the
+   table and the file, and nothing has been deleted.
+2. **List** what gc may delete (:func:`~treadle.catalog.gcdelete.list_candidates`), and
+   put up gc's *sweep* marker (:mod:`treadle.catalog.leases`).
+3. **Re-read, after listing:** the writers' leases (a lease is live for the grace or five
+   minutes, whichever is longer; the cutoff moves back to the oldest live lease's start,
+   so nothing a running writer staged goes), then the heads, tags and checkpoint pins
+   (every commit that landed since step 1 is surveyed too, and keeps what it names).
+   Commits retention expires get a *pending* marker, the pins are read once more, and
+   only then are the markers made final (reading such a commit raises ExpiredCommit): a
+   checkpoint saved meanwhile keeps its run's commit, or learns that it came too late
+   (:func:`treadle.catalog.retention.settle`).
+4. **Delete** listed objects only (:mod:`treadle.catalog.gcdelete`): table versions no
+   re-read commit names whose manifest is older than the cutoff, the files only they used,
+   data files no version lists, tables no commit names, media no reachable row names
+   (each one's "used" marker read again just before it goes), stored episode indexes of
+   data files no kept version lists, and the leases of dead writers.
 
-Lance's own ``delete_unverified=True`` is never used: it deletes every file no version
-references *whatever its age*, including a running writer's staged fragments.
+Lance's own ``delete_unverified=True`` is never used, nor its age-based cleanup: gc tells
+Lance exactly which versions to remove.
 """
 
 from __future__ import annotations
 
+import functools
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
-from treadle.catalog.leases import USED, WRITERS, live_since, stale, used_key
-from treadle.catalog.retention import mark_expired, plan_retention
+from treadle.catalog.gcdelete import (
+    Listed,
+    Removed,
+    collect_episode_indexes,
+    collect_media,
+    collect_table,
+    collect_unreachable_tables,
+    list_candidates,
+)
+from treadle.catalog.leases import SWEEPS, WRITERS, Lease, alive_after, live_since, stale
+from treadle.catalog.retention import drop_pending, mark_expired, plan_retention
 from treadle.errors import CorruptData, CredentialsError, NotFound, TreadleError
-from treadle.storage import ObjectInfo, Store
+from treadle.storage import ObjectInfo
 from treadle.table.tensors import is_video
 
 if TYPE_CHECKING:
@@ -73,7 +83,6 @@ class _Survey:
 
     name: str
     versions: set[int]
-    latest: lance.LanceDataset
     media: set[str]
     files: set[str]  # keys of the data files the reachable versions list
 
@@ -82,6 +91,13 @@ def reachable_versions(project: Project) -> dict[str, set[int]]:
     """Table name -> the Lance versions some commit reachable from a branch head or a tag
     names (less those of commits retention expired)."""
     return plan_retention(project, None, datetime.now(UTC)).versions
+
+
+def _at(point: str) -> None:
+    """A seam: nothing happens here. Tests replace it to act at ``point`` of a gc run:
+    ``"listed"`` (candidates listed, nothing re-read yet), ``"pending"`` (expired commits
+    marked pending, pins not read again yet) or ``"decided"`` (pins read again, markers
+    not final yet)."""
 
 
 def collect_garbage(
@@ -96,6 +112,7 @@ def collect_garbage(
     With ``keep_days``, the table versions of commits older than that which no branch
     head, tag or checkpoint run record pins are expired too (see
     :mod:`treadle.catalog.retention`); without it every reachable commit stays readable.
+    Any ``older_than`` (zero included) is safe beside running writers.
 
     ``now`` is gc's clock (default: the real one; tests move it to age objects on
     stores that cannot back-date them). Raises :class:`CorruptData` naming the table
@@ -103,33 +120,102 @@ def collect_garbage(
     """
     store, prefix = project.client.store, project.prefix
     now = now or datetime.now(UTC)
-    report = GcReport()
-    # Leases first: a write that ends (commits) after this point is in the survey below.
-    alive_after = now - older_than
-    leases = store.list_info(f"{prefix}/{WRITERS}")
-    cutoff = min(alive_after, live_since(leases, alive_after) or alive_after)
-    retention = plan_retention(project, keep_days, now)
-    keep = retention.versions
-    surveys = [_survey(project, name, versions) for name, versions in sorted(keep.items())]
-    media = store.list_info(f"{prefix}/media")
-    in_use = set().union(*(s.media for s in surveys))
-    for s in surveys:
-        for key in sorted(s.media - media.keys()):
-            raise CorruptData(_damaged(project, s.name, f"media stream {key} is missing"))
-    if retention.expired:  # readers of these commits get ExpiredCommit from now on
-        mark_expired(project, retention.expired, float(keep_days or 0))
-        report.expired_commits = sorted(retention.expired)
-    for s in surveys:
-        report.kept_versions[s.name] = sorted(s.versions)
-        _collect_table(project, s, cutoff, report)
-    _collect_unreachable_tables(project, keep, cutoff, report)
-    _collect_media(store, prefix, media, in_use, cutoff, report)
-    _collect_episode_indexes(store, prefix, surveys, cutoff, report)
-    for key in stale(leases, alive_after):
+    first = plan_retention(project, keep_days, now)
+    surveys = {n: _survey(project, n, v) for n, v in sorted(first.versions.items())}
+    listed = list_candidates(store, prefix)
+    _check_media(project, listed, surveys)
+    sweep = Lease(store, prefix, SWEEPS)
+    sweep.beat()  # before any "used" marker is read again (see leases.py)
+    try:
+        _at("listed")
+        leases = store.list_info(f"{prefix}/{WRITERS}")  # after the listing
+        alive = alive_after(now, older_than)
+        cutoff = min(now - older_than, live_since(leases, alive) or now)
+        leases.update(store.list_info(f"{prefix}/{SWEEPS}"))  # dead gcs' sweeps go too
+        keep, expired = _reread(project, keep_days, now, first.versions, surveys)
+        return _delete(project, listed, surveys, keep, expired, cutoff, leases, alive)
+    finally:
+        sweep.release()
+
+
+def _reread(
+    project: Project,
+    keep_days: float | None,
+    now: datetime,
+    surveyed: dict[str, set[int]],
+    surveys: dict[str, _Survey],
+) -> tuple[dict[str, set[int]], dict[str, dict[str, int]]]:
+    """Heads, tags and pins read again (after the listing): the versions to keep, and the
+    commits expired (their markers final). Newly reachable versions join ``surveys``."""
+    final = plan_retention(project, keep_days, now)
+    expired = final.expired
+    if expired:  # pending, pins read once more, then final: see retention.settle
+        mark_expired(project, expired, float(keep_days or 0), pending=True)
+        try:
+            _at("pending")
+            again = plan_retention(project, keep_days, now)
+            expired = {c: t for c, t in expired.items() if c in again.expired}
+            _at("decided")
+            for name, vs in again.versions.items():
+                final.versions.setdefault(name, set()).update(vs)
+            mark_expired(project, expired, float(keep_days or 0))
+        finally:
+            drop_pending(project, final.expired)
+    for name, vs in sorted(final.versions.items()):
+        new = vs - surveyed.get(name, set())
+        if new:
+            s = _survey(project, name, new)
+            old = surveys.get(name)
+            if old is not None:
+                s = _Survey(
+                    name, s.versions | old.versions, s.media | old.media, s.files | old.files
+                )
+            surveys[name] = s
+    return final.versions, expired
+
+
+def _delete(
+    project: Project,
+    listed: Listed,
+    surveys: dict[str, _Survey],
+    keep: dict[str, set[int]],
+    expired: dict[str, dict[str, int]],
+    cutoff: datetime,
+    leases: dict[str, ObjectInfo],
+    alive: datetime,
+) -> GcReport:
+    store, prefix = project.client.store, project.prefix
+    in_use = _check_media(project, listed, surveys)
+    out, report = Removed(), GcReport(expired_commits=sorted(expired))
+    files = {n: s.files for n, s in surveys.items()}
+    for name in sorted(keep):
+        report.kept_versions[name] = sorted(keep[name])
+        objs = listed.tables.get(f"{name}.lance", {})
+        latest = functools.partial(_open, project, name, None)
+        collect_table(project, name, objs, keep[name], files.get(name, set()), cutoff, latest, out)
+    collect_unreachable_tables(project, listed, keep, cutoff, out)
+    collect_media(store, prefix, listed, in_use, cutoff, out)
+    collect_episode_indexes(store, prefix, listed, files, cutoff, out)
+    for key in stale(leases, alive):
         with suppress(NotFound):
-            if store.modified(key) < alive_after:  # not a writer that just woke up
+            if store.modified(key) < alive:  # not a writer that just woke up
                 store.delete(key)
+    report.removed_versions, report.removed_bytes = out.versions, out.bytes
+    report.removed_media, report.removed_tables = out.media, out.tables
+    report.removed_files, report.removed_episode_indexes = out.files, out.episode_indexes
     return report
+
+
+def _check_media(project: Project, listed: Listed, surveys: dict[str, _Survey]) -> set[str]:
+    """The media the surveyed versions name (:class:`CorruptData` if one is missing)."""
+    in_use = set().union(*(s.media for s in surveys.values()))
+    missing = sorted(in_use - listed.media.keys())  # not listed: maybe written since
+    for key in project.client.store.missing(missing) if missing else []:
+        owner = next(
+            s.name for s in sorted(surveys.values(), key=lambda s: s.name) if key in s.media
+        )
+        raise CorruptData(_damaged(project, owner, f"media stream {key} is missing"))
+    return in_use
 
 
 def _damaged(project: Project, table: str, what: str) -> str:
@@ -192,7 +278,7 @@ def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
             if video and paths not in scanned:
                 scanned.add(paths)
                 media |= _streams(project, name, frag, video, paths)
-    return _Survey(name, versions, _open(project, name, None), media, listed)
+    return _Survey(name, versions, media, listed)
 
 
 def _streams(project: Project, name: str, frag: Any, columns: list[str], paths: tuple) -> set[str]:
@@ -207,141 +293,3 @@ def _streams(project: Project, name: str, frag: Any, columns: list[str], paths: 
         streams = pc.unique(pc.struct_field(t.column(col), "stream")).to_pylist()
         out.update(f"{project.prefix}/{s}" for s in streams if s is not None)
     return out
-
-
-def _collect_table(project: Project, s: _Survey, cutoff: datetime, report: GcReport) -> None:
-    project.lance.protect_only(s.name, s.latest, s.versions)
-    _lance_cleanup(project, s.latest, cutoff, report)
-    if _orphan_latest(project, s.name, s.versions, cutoff):
-        _lance_cleanup(project, _open(project, s.name, None), cutoff, report)
-    _sweep_data_files(project, s, cutoff, report)
-
-
-def _lance_cleanup(
-    project: Project, ds: lance.LanceDataset, cutoff: datetime, report: GcReport
-) -> None:
-    """Lance's cleanup of untagged versions older than ``cutoff`` (and their files)."""
-    versions, removed = project.lance.cleanup(ds, cutoff)
-    report.removed_versions += versions
-    report.removed_bytes += removed
-
-
-def _sweep_data_files(project: Project, s: _Survey, cutoff: datetime, report: GcReport) -> None:
-    """Data files no remaining version lists and older than ``cutoff``: dead writers'."""
-    store = project.client.store
-    base = f"{project.prefix}/tables/{s.name}.lance/data"
-    files = store.list_info(base)
-    listed = set(s.files)
-    try:
-        for info in _open(project, s.name, None).versions():
-            v = int(info["version"])
-            if v in s.versions:
-                continue
-            for frag in project.lance.open(s.name, v).get_fragments():
-                listed.update(f"{base}/{df.path}" for df in frag.data_files())
-    except TreadleError:
-        return  # an unreachable version gc cannot read: keep every file this time
-    for key, obj in files.items():
-        if key not in listed and obj.modified < cutoff:
-            store.delete(key)
-            report.removed_files += 1
-            report.removed_bytes += obj.size
-
-
-def _orphan_latest(project: Project, name: str, versions: set[int], cutoff: datetime) -> bool:
-    """Restore the newest reachable version over an unreachable latest one, if needed.
-
-    True when a new latest version was made (the old latest can now be cleaned up).
-    """
-    latest = _open(project, name, None)
-    if latest.version in versions or latest.version < max(versions):
-        return False
-    info = latest.versions()[-1]
-    when = info["timestamp"]
-    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
-    if when >= cutoff:
-        return False  # maybe a writer that is about to move its branch
-    kept = project.lance.open(name, max(versions))
-    kept_files = {df.path for f in kept.get_fragments() for df in f.data_files()}
-    latest_files = {df.path for f in latest.get_fragments() for df in f.data_files()}
-    if latest_files <= kept_files and latest.schema.equals(kept.schema, check_metadata=False):
-        return False  # nothing only the unreachable version holds
-    project.lance.restore(_open(project, name, max(versions)))
-    return True
-
-
-def _collect_unreachable_tables(
-    project: Project, keep: dict[str, set[int]], cutoff: datetime, report: GcReport
-) -> None:
-    store = project.client.store
-    for table in store.list_dirs(f"{project.prefix}/tables"):
-        name = table[: -len(".lance")] if table.endswith(".lance") else table
-        if name in keep or not table.endswith(".lance"):
-            continue
-        objs = store.list_info(f"{project.prefix}/tables/{table}")
-        if objs and all(o.modified < cutoff for o in objs.values()):
-            for k, o in objs.items():
-                report.removed_bytes += o.size
-                store.delete(k)
-            if store.is_local:  # the folders a local store leaves behind
-                _prune_empty(Path(store.url) / project.prefix / "tables" / table)
-            report.removed_tables.append(name)
-
-
-def _collect_media(
-    store: Store,
-    prefix: str,
-    media: dict[str, ObjectInfo],
-    in_use: set[str],
-    cutoff: datetime,
-    report: GcReport,
-) -> None:
-    """Streams no reachable row names, last written or reused before ``cutoff``."""
-    used = store.list_info(f"{prefix}/{USED}")
-    removed: set[str] = set()
-    for key, obj in media.items():
-        marker = used_key(prefix, key)
-        if key in in_use or max(obj.modified, _when(used.get(marker))) >= cutoff:
-            continue
-        with suppress(NotFound):  # reused since the listing? (a writer found it, just now)
-            if store.modified(marker) >= cutoff:
-                continue
-        store.delete(key)
-        removed.add(key)
-        report.removed_media.append(key)
-        report.removed_bytes += obj.size
-    for marker, obj in used.items():  # markers of deleted, referenced or missing objects
-        key = f"{prefix}/{marker[len(prefix) + len(USED) + 2 :]}"
-        if obj.modified < cutoff and (key in in_use or key in removed or key not in media):
-            store.delete(marker)
-
-
-def _collect_episode_indexes(
-    store: Store, prefix: str, surveys: list[_Survey], cutoff: datetime, report: GcReport
-) -> None:
-    """Stored episode indexes (``table/episode_store.py``: one object per data file) of data
-    files no reachable version lists (compacted away, or of a removed table), older than
-    ``cutoff``. One deleted too early is only recomputed from its fragment on first read."""
-    listed = {s.name: {k.rsplit("/", 1)[-1] for k in s.files} for s in surveys}
-    base = f"{prefix}/episodes/"
-    for key, obj in store.list_info(base.rstrip("/")).items():
-        table, _, name = key[len(base) :].partition("/")
-        stem = name[: name.find(".lance") + len(".lance")] if ".lance" in name else name
-        if stem in listed.get(table, set()) or obj.modified >= cutoff:
-            continue
-        with suppress(NotFound):
-            store.delete(key)
-            report.removed_episode_indexes += 1
-            report.removed_bytes += obj.size
-
-
-def _when(info: ObjectInfo | None) -> datetime:
-    return info.modified if info else datetime.min.replace(tzinfo=UTC)
-
-
-def _prune_empty(folder: Path) -> None:
-    for d in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        with suppress(OSError):
-            d.rmdir()
-    with suppress(OSError):
-        folder.rmdir()

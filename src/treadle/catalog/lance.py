@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import lance
@@ -128,22 +128,27 @@ class LanceTables:
         with suppress(Exception):  # an existing tag (a retry, or gc got there first) is fine
             ds.tags.create(f"{_TAG}{version}", version)
 
-    def protect_only(self, name: str, latest: lance.LanceDataset, versions: set[int]) -> None:
-        """Tag every one of ``versions``; untag every other version tagged before."""
+    def protect_only(
+        self, name: str, latest: lance.LanceDataset, versions: set[int], untag: set[str]
+    ) -> None:
+        """Tag every one of ``versions``; untag the other versions whose tag is in ``untag``
+        (the tags gc listed before it re-read the heads: never one a writer made since)."""
         tags = latest.tags.list()
         for v in versions:
             if f"{_TAG}{v}" not in tags:
                 self.protect(name, v)
         for tag, info in tags.items():
-            if tag.startswith(_TAG) and info["version"] not in versions:
-                latest.tags.delete(tag)
+            if tag.startswith(_TAG) and tag in untag and info["version"] not in versions:
+                with suppress(Exception):  # gone already (another gc): fine
+                    latest.tags.delete(tag)
 
     @staticmethod
-    def cleanup(ds: lance.LanceDataset, cutoff: datetime) -> tuple[int, int]:
-        """Lance's cleanup of untagged versions older than ``cutoff`` (and their files):
-        ``(versions removed, bytes removed)``."""
-        older = max(timedelta(0), datetime.now(UTC) - cutoff)
-        stats = ds.cleanup_old_versions(older_than=older, error_if_tagged_old_versions=False)
+    def cleanup(ds: lance.LanceDataset, versions: list[int]) -> tuple[int, int]:
+        """Lance's cleanup of exactly ``versions`` (untagged ones, never the latest) and the
+        files only they use: ``(versions removed, bytes removed)``."""
+        stats = ds.cleanup_old_versions(
+            older_than=timedelta(0), versions=versions, error_if_tagged_old_versions=False
+        )
         return stats.old_versions, stats.bytes_removed
 
     @staticmethod

@@ -1,19 +1,25 @@
 """What a running writer tells gc: "I started at S and am still alive", and "I reused X".
 
 A writer stages objects (Lance data files, media streams) that no commit references
-until it commits; gc must not take them. Two kinds of marker, both empty objects whose
-only content is their mtime (the store's clock, the same clock as every other object's):
+until it commits; gc must not take them, whatever its grace. Three kinds of marker,
+all empty objects whose only content is their mtime (the store's clock, the same clock
+as every other object's):
 
 - **Lease** (``<project>/gc/writers/<id>/start`` and ``.../beat``): written before a
-  transaction's first staged object and refreshed (``beat``) while it writes and just
-  before it commits; deleted when it ends. gc treats a lease as live while its newest
-  marker is younger than the grace, and then keeps every unreferenced object at least
-  as new as the oldest live lease's ``start``: a transaction that runs longer than the
-  grace loses nothing.
+  transaction's first staged object, refreshed (``beat``) every 30 s by a background
+  thread while the transaction is open, deleted when it ends. gc treats a lease as live
+  while its newest marker is younger than the grace or than :data:`LEASE_TTL` (five
+  minutes), whichever is longer, so a zero grace still honours every running writer,
+  and it keeps every unreferenced object at least as new as the oldest live lease's
+  ``start``: both times are the store's, so no clock is compared with another.
 - **Used** (``<project>/gc/used/<object key>``): written when put-if-absent finds a
   content-addressed object already there (an orphan of a crashed writer, say), so the
   object's age counts from this reuse, not from its first write. gc deletes it with
   its object, or once it is stale and its object is referenced.
+- **Sweep** (``<project>/gc/sweeps/<id>/start``): gc's own lease, held while it deletes.
+  A writer that reused an object writes its "used" marker, then looks for a sweep;
+  gc writes its sweep, then reads "used" markers. Of the two, one sees the other: gc
+  keeps the object, or the writer stores its bytes again under a key of its own.
 
 Markers are plain objects written with ``put``: they work the same on local disk and
 every object store, and cost one small request each.
@@ -21,15 +27,21 @@ every object store, and cost one small request each.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 import uuid
-from datetime import datetime
+import weakref
+from contextlib import suppress
+from datetime import UTC, datetime, timedelta
 
 from treadle.storage import ObjectInfo, Store
 
 WRITERS = "gc/writers"
 USED = "gc/used"
+SWEEPS = "gc/sweeps"
 _BEAT_S = 30.0
+LEASE_TTL = timedelta(minutes=5)  # a lease whose newest marker is older is a dead writer's
 
 
 def used_key(prefix: str, key: str) -> str:
@@ -43,33 +55,104 @@ def mark_used(store: Store, prefix: str, key: str) -> None:
 
 
 class Lease:
-    """One transaction's lease; call :meth:`beat` before every staged write."""
+    """One transaction's lease (or, under :data:`SWEEPS`, one gc's sweep).
 
-    def __init__(self, store: Store, prefix: str):
+    The first :meth:`beat` takes it; from then on a background thread refreshes it every
+    30 s until :meth:`release`, so it stays live while its process does, whatever the
+    writer is doing (encoding, user code) between staged writes.
+    """
+
+    def __init__(self, store: Store, prefix: str, kind: str = WRITERS):
         self.store = store
-        self.base = f"{prefix}/{WRITERS}/{uuid.uuid4().hex}"
+        self.id = uuid.uuid4().hex
+        self.base = f"{prefix}/{kind}/{self.id}"
         self._last: float | None = None
         self._beaten = False
+        self._lock = threading.Lock()
 
     def beat(self) -> None:
         """Take the lease (first call) or refresh it (at most every 30 s: one small put)."""
-        now = time.monotonic()
-        if self._last is None:
-            self.store.put(f"{self.base}/start", b"")
-        elif now - self._last >= _BEAT_S:
-            self.store.put(f"{self.base}/beat", b"")
-            self._beaten = True
-        else:
-            return
-        self._last = now
+        self._beat(take=True)
+
+    def _beat(self, take: bool) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._last is None:
+                if not take:  # released meanwhile: the background beat takes nothing
+                    return
+                self.store.put(f"{self.base}/start", b"")
+                _BEATER.hold(self)
+            elif now - self._last >= _BEAT_S:
+                self.store.put(f"{self.base}/beat", b"")
+                self._beaten = True
+            else:
+                return
+            self._last = now
+
+    @property
+    def held(self) -> bool:
+        return self._last is not None
 
     def release(self) -> None:
         """Drop the lease (the transaction committed or gave up)."""
-        if self._beaten:
-            self.store.delete(f"{self.base}/beat")
-        if self._last is not None:
-            self.store.delete(f"{self.base}/start")
-        self._last, self._beaten = None, False
+        with self._lock:
+            _BEATER.drop(self)
+            if self._beaten:
+                self.store.delete(f"{self.base}/beat")
+            if self._last is not None:
+                self.store.delete(f"{self.base}/start")
+            self._last, self._beaten = None, False
+
+    def _refresh(self) -> None:
+        """The background beat (a held lease only)."""
+        with suppress(Exception):  # a failed beat is retried; a dead store fails the write
+            self._beat(take=False)
+
+
+class _Beater:
+    """One daemon thread per process that beats every held lease."""
+
+    def __init__(self) -> None:
+        self._held: weakref.WeakSet[Lease] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: tuple[int, threading.Thread] | None = None  # (pid, thread)
+
+    def hold(self, lease: Lease) -> None:
+        with self._lock:
+            self._held.add(lease)
+            if self._thread is None or self._thread[0] != os.getpid():  # none, or forked
+                t = threading.Thread(target=self._run, name="treadle-lease", daemon=True)
+                self._thread = (os.getpid(), t)
+                t.start()
+
+    def drop(self, lease: Lease) -> None:
+        with self._lock:
+            self._held.discard(lease)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(max(_BEAT_S / 2, 0.5))
+            with self._lock:
+                held = list(self._held)
+                if not held:
+                    self._thread = None
+                    return
+            for lease in held:
+                lease._refresh()
+
+
+_BEATER = _Beater()
+
+
+def alive_after(now: datetime, grace: timedelta) -> datetime:
+    """Leases whose newest marker is at or after this are live (grace or TTL, the longer)."""
+    return now - max(grace, LEASE_TTL)
+
+
+def sweeping(store: Store, prefix: str) -> bool:
+    """Whether some gc is deleting in project ``prefix`` now (a live sweep marker)."""
+    since = alive_after(datetime.now(UTC), timedelta(0))
+    return any(i.modified >= since for i in store.list_info(f"{prefix}/{SWEEPS}").values())
 
 
 def live_since(leases: dict[str, ObjectInfo], alive_after: datetime) -> datetime | None:

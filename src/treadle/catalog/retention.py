@@ -7,15 +7,22 @@
   or a commit (or a table version) named by a run record in a checkpoint row (a table
   with ``run_id``/``record``/``digests`` columns, see :mod:`treadle.torch.checkpoints`)
   of a head or tagged commit. Every other commit reachable from a head or tag is
-  *expired*: gc first writes its marker ``<project>/retention/expired/<commit>.json``,
-  then may delete the versions no kept commit names. Reading such a commit raises
-  :class:`ExpiredCommit` naming it. An expired commit stays expired (a later gc without
-  ``--keep-days`` never expects its versions back).
+  *expired*, in two phases: gc writes a *pending* marker
+  ``<project>/retention/pending/<commit>.json``, reads the heads, tags and pins again,
+  writes the final marker ``<project>/retention/expired/<commit>.json`` for the commits
+  still unpinned, and only then may delete the versions no kept commit names. Reading
+  such a commit raises :class:`ExpiredCommit` naming it. An expired commit stays expired
+  (a later gc without ``--keep-days`` never expects its versions back).
+- A **pin made while gc runs** (a checkpoint row, a tag) is safe by the same order: the
+  pin is committed first, then :func:`settle` reads the markers of the commits it names.
+  No marker: gc's second read comes later and sees the pin. A pending one: wait until gc
+  decides. A final one: gc decided before it saw the pin, and the caller says so.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -28,6 +35,8 @@ if TYPE_CHECKING:
 
 TAGS = "tags"
 EXPIRED = "retention/expired"
+PENDING = "retention/pending"
+_SETTLE_S = 300.0  # how long a pending marker is waited for (a gc that died leaves it)
 _CHECKPOINT_COLUMNS = {"run_id", "record", "digests"}  # what makes a table a checkpoint table
 
 
@@ -47,6 +56,10 @@ def tag(project: Project, name: str, commit_id: str) -> str:
                 f"tag {name!r} of project {project.name!r} already names commit {shown}; "
                 "tags never move"
             )
+        return commit_id
+    if settle(project, [commit_id]):  # a gc expired it before it saw the new tag
+        project.client.store.delete(key)
+        raise ExpiredCommit(_expired_message(project, commit_id, None))
     return commit_id
 
 
@@ -64,8 +77,24 @@ def tags(project: Project) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def expired_key(prefix: str, commit_id: str) -> str:
-    return f"{prefix}/{EXPIRED}/{commit_id}.json"
+def expired_key(prefix: str, commit_id: str, pending: bool = False) -> str:
+    return f"{prefix}/{PENDING if pending else EXPIRED}/{commit_id}.json"
+
+
+def settle(project: Project, commit_ids: list[str]) -> list[str]:
+    """Those of ``commit_ids`` a gc expired, read *after* the caller committed a pin of
+    them: a pending marker is waited for until that gc makes it final or drops it."""
+    store, prefix, out = project.client.store, project.prefix, []
+    for cid in sorted(set(commit_ids)):
+        deadline = time.monotonic() + _SETTLE_S
+        # pending first: gc writes the final marker before it drops the pending one
+        while store.exists(expired_key(prefix, cid, pending=True)):
+            if time.monotonic() > deadline:
+                break  # a gc that died while deciding: it deleted nothing of this commit
+            time.sleep(0.02)
+        if store.exists(expired_key(prefix, cid)):
+            out.append(cid)
+    return out
 
 
 def expired_error(project: Project, commit_id: str, table: str) -> ExpiredCommit | None:
@@ -149,12 +178,22 @@ def plan_retention(project: Project, keep_days: float | None, now: datetime) -> 
     return out
 
 
-def mark_expired(project: Project, expired: dict[str, dict[str, int]], keep_days: float) -> None:
-    """Write the marker of every commit expired this run (before anything is deleted)."""
+def mark_expired(
+    project: Project, expired: dict[str, dict[str, int]], keep_days: float, pending: bool = False
+) -> None:
+    """Write the marker (``pending``: the first phase's) of every commit expired this run,
+    before anything is deleted."""
     when = datetime.now(UTC).isoformat()
     for cid, tables in sorted(expired.items()):
         body = {"commit": cid, "tables": tables, "keep_days": keep_days, "expired_at": when}
-        project.client.store.put(expired_key(project.prefix, cid), json.dumps(body).encode())
+        key = expired_key(project.prefix, cid, pending)
+        project.client.store.put(key, json.dumps(body).encode())
+
+
+def drop_pending(project: Project, commits: dict[str, dict[str, int]]) -> None:
+    """Delete the pending markers of ``commits`` (after their final markers, if any)."""
+    for cid in sorted(commits):
+        project.client.store.delete(expired_key(project.prefix, cid, pending=True))
 
 
 def _run_record_pins(project: Project, commit: object) -> tuple[set[str], set[tuple[str, int]]]:

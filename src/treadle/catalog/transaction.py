@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from treadle.catalog.commit import Commit
-from treadle.catalog.leases import Lease, mark_used
+from treadle.catalog.leases import Lease, mark_used, sweeping
 from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError, TreadleError
 from treadle.names import check_name
 from treadle.table.episode_store import store_episode_index
@@ -183,13 +183,21 @@ class Transaction:
         key = f"media/{table}/{digest}.h264"
         schema = self._staged(table).schema  # an older table's column may lack colour tags
         like = schema.field(column).type if schema is not None and column in schema.names else None
-        arr = index_to_arrow(key, stream, like=like, where=f"table {table!r} column {column!r}")
-        store, full = self.project.client.store, f"{self.project.prefix}/{key}"
+        where = f"table {table!r} column {column!r}"
+        arr = index_to_arrow(key, stream, like=like, where=where)  # checked before storing
+        store, prefix = self.project.client.store, self.project.prefix
         self._lease.beat()
+        full = f"{prefix}/{key}"
         if not store.put(full, stream.data, if_absent=True):
-            # content-addressed: maybe an old orphan; its age for gc restarts now
-            mark_used(store, self.project.prefix, full)
-            if store.missing([full]):  # gc took it between the two calls
+            # content-addressed: maybe an old orphan; its age for gc restarts now, and a gc
+            # deleting now either reads this marker or is seen below (see leases.py)
+            mark_used(store, prefix, full)
+            if sweeping(store, prefix):  # a gc may be deleting it: store a copy of our own
+                key = f"media/{table}/{digest}-{self._lease.id[:16]}.h264"
+                full = f"{prefix}/{key}"
+                store.put(full, stream.data)
+                arr = index_to_arrow(key, stream, like=like, where=where)
+            elif store.missing([full]):  # a gc that has ended took it before our marker
                 store.put(full, stream.data)
         self._media[full] = table
         return pa.field(column, arr.type, metadata={KIND_KEY: b"video"}), arr
@@ -243,9 +251,9 @@ class Transaction:
             raise lance_error(e, f"{where} (nothing was committed)") from None
 
     def _check_staged(self, touched: dict[str, StagedTable]) -> None:
-        """Every object this transaction staged still exists (else gc, forced to a grace
-        shorter than this transaction, took it): never move the branch to a commit that
-        names a missing file."""
+        """Every object this transaction staged still exists (else a gc took this writer
+        for dead: its lease unrenewed for longer than the lease TTL): never move the branch
+        to a commit that names a missing file."""
         self._lease.beat()
         prefix = self.project.prefix
         owner = dict(self._media)
@@ -258,8 +266,9 @@ class Transaction:
             raise StorageError(
                 f"table {owner[gone[0]]!r} of project {self.project.name!r}: "
                 f"{gone[0][len(prefix) + 1 :]}, written by this transaction, was deleted "
-                f"before its commit ({len(gone)} object(s); was gc run with a grace shorter "
-                "than this transaction?); nothing was committed"
+                f"before its commit ({len(gone)} object(s); gc took this writer for dead: was "
+                "its process stalled for longer than the gc lease TTL, 5 minutes?); nothing "
+                "was committed"
             )
 
 

@@ -224,8 +224,9 @@ def _add_maintain(sub: Any) -> None:
         "--older-than-hours",
         type=float_at_least(0),
         default=1.0,
-        help="grace: keep anything younger, and all a running write staged (>= 0; default 1); "
-        "0 may break writers that run meanwhile",
+        help="grace: keep unreachable objects younger than this (>= 0; default 1); any grace, "
+        "0 included, is safe beside running writers: what a commit names or a running write "
+        "staged is never removed",
     )
     p.add_argument(
         "--keep-days",

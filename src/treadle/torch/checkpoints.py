@@ -23,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from treadle.errors import CorruptData, NotFound, PlanError
+from treadle.catalog.retention import expired_key, settle
+from treadle.errors import CorruptData, ExpiredCommit, NotFound, PlanError
 
 _SCHEMA = pa.schema(
     [
@@ -132,8 +133,29 @@ class Checkpoints:
             },
             schema=_SCHEMA,
         )
+        pins = self._pins(row.record)
+        project, prefix = self.branch.project, self.branch.project.prefix
+        gone = [c for c in pins if project.client.store.exists(expired_key(prefix, c))]
+        if gone:
+            raise ExpiredCommit(self._expired(gone[0], "nothing was saved"))
         self.table.append(data, message=f"checkpoint run {run_id[:8]} step {row.step}")
+        late = settle(project, pins)  # a gc --keep-days that decided before it saw this row
+        if late:
+            raise ExpiredCommit(self._expired(late[0], "the row was saved but cannot resume"))
         return row
+
+    def _pins(self, record: dict[str, Any]) -> list[str]:
+        """The commits of this project the run record names (what its checkpoint pins)."""
+        if record.get("project") not in (None, self.branch.project.name):
+            return []
+        return sorted({str(t["commit"]) for t in record.get("tables", []) if t.get("commit")})
+
+    def _expired(self, commit_id: str, what: str) -> str:
+        return (
+            f"{self._where}: the run's commit {commit_id[:8]} was expired by retention (gc "
+            f"--keep-days) before this checkpoint pinned it, so its table versions are gone: "
+            f"{what}; tag commits a run trains on (project.tag) to keep them"
+        )
 
     def latest(self, run_id: str | None = None) -> CheckpointRow | None:
         """The checkpoint with the highest step (of ``run_id`` if given).
