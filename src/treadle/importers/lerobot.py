@@ -57,6 +57,7 @@ from treadle.importers.lerobot_meta import (
     read_meta,
     read_source_stats,
 )
+from treadle.importers.lerobot_report import VideoCodecs
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
 from treadle.read.prefetch import default_threads, ordered_map, prefetch
@@ -320,11 +321,15 @@ def _import(
     total_bytes = sum(i[0] for i in ids if i and i[0] > 0)
     conv = opts.for_sources()
 
+    videos: list[dict[str, str]] = []
+    codecs = VideoCodecs(source)
+
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
         part = meta if only is None else replace(meta, episodes=pick(meta.episodes, only))
         episodes = iter_episodes(source, part, conv, tolerance_s=tolerance_s)
-        for name, cols, n in prefetch(episodes, depth=1):
+        for (name, cols, n), ep in zip(prefetch(episodes, depth=1), part.episodes):
+            videos.extend(codecs.report(name, ep, cols, meta, conv.rename))
             tw.append_episode(cols, episode=name, fps=meta.fps)
             rows += len(next(iter(cols.values())))
             eps += 1
@@ -346,6 +351,8 @@ def _import(
     )
     if shipped and result.commit is not None:
         _keep_source_stats(br.table(table).at(result.commit.id), shipped, opts.rename)
+    if opts.executor is None and not result.skipped:
+        result = replace(result, videos=videos)
     return result
 
 
