@@ -60,6 +60,7 @@ from treadle.importers.lerobot_meta import (
 from treadle.importers.lerobot_report import VideoCodecs
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
+from treadle.plan.recipe import lerobot_episode
 from treadle.read.prefetch import default_threads, ordered_map, prefetch
 from treadle.video.span import span_value
 
@@ -204,7 +205,7 @@ def _episode(
         nbytes += len(data) if isinstance(data, bytes) else 0
         span = ep.spans[cam] if meta.version == "v3.0" else None
         cols[col] = span_value(data, span, ts, meta.fps, tol, at)
-    return f"episode_{ep.index:06d}", cols, nbytes
+    return lerobot_episode(ep.index), cols, nbytes
 
 
 def _timestamps(t: pa.Table, fps: float, ep: int, tol: float) -> np.ndarray:
