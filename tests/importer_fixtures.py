@@ -35,6 +35,15 @@ def import_streaming() -> Any:
     op schemas it registers first (``nms``, ``qnms``) lets ``import torchvision`` (and so
     ``import streaming``) succeed. Test-only workaround, never in the library.
     """
+    define_torchvision_ops()
+    import streaming
+
+    return streaming
+
+
+def define_torchvision_ops() -> None:
+    """The two op schemas PyPI's torchvision registers first, so that it imports on CPU torch
+    (``import lightning`` and ``import streaming`` import it). Test-only workaround."""
     global _TV_DONE
     import torch
 
@@ -47,9 +56,6 @@ def import_streaming() -> Any:
         except RuntimeError:
             pass  # already defined (a real torchvision build, or a second call)
         _TV_DONE = True
-    import streaming
-
-    return streaming
 
 
 def png_bytes(a: np.ndarray) -> bytes:
