@@ -107,8 +107,9 @@ def _episode_names(episodes: Any, label: str) -> tuple[str, ...] | None:
             f"{label}: episodes must be names (strings) or LeRobot episode indices (int), "
             f"got {bad[0]!r}"
         )
-    if any(not isinstance(e, str) and int(e) < 0 for e in episodes):
-        raise PlanError(f"{label}: a LeRobot episode index is >= 0, got {min(episodes)!r}")
+    negative = [e for e in episodes if not isinstance(e, str) and int(e) < 0]
+    if negative:
+        raise PlanError(f"{label}: a LeRobot episode index is >= 0, got {negative[0]!r}")
     # An integer is a LeRobot episode index: the LeRobot importer names episode i so.
     episodes = [e if isinstance(e, str) else lerobot_episode(int(e)) for e in episodes]
     if not episodes:
