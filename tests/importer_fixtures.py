@@ -43,7 +43,8 @@ def import_streaming() -> Any:
 
 def define_torchvision_ops() -> None:
     """Define torchvision's two op schemas (``nms``, ``qnms``) on CPU torch, once, so that
-    ``import torchvision`` succeeds (:func:`import_streaming`; LeRobot's processors)."""
+    ``import torchvision`` succeeds (``import streaming``, ``import lightning``, LeRobot's
+    processors import it). Test-only workaround."""
     global _TV_DONE
     import torch
 

@@ -87,15 +87,17 @@ def parse_line(words: list[str]) -> None:
 def test_the_guide_has_its_pages():
     want = {"README.md", "concepts.md", "storage.md", "api.md", "cli.md"}
     want |= {f"from-{x}.md" for x in ("lerobot", "mosaicml", "webdataset", "hf")}
+    want |= {f"training-{x}.md" for x in ("lerobot", "lightning", "accelerate", "torchrun")}
     assert want <= set(PAGES)
     index = (DOCS / "README.md").read_text()
     for page in sorted(want - {"README.md"}) + ["ARCHITECTURE.md"]:
         assert f"({page})" in index, f"docs/README.md does not link {page}"
 
 
-# `import streaming` alone takes 10-20 s here (it imports torchvision): that page is slow.
-# `import lerobot.processor` (for its normaliser) imports torchvision too: also slow.
-SLOW_PAGES = {"from-mosaicml.md", "from-lerobot.md"}
+# `import streaming` alone takes 10-20 s here (it imports torchvision): that page is slow;
+# so are `import lightning` and `import lerobot.processor` (torchvision too), and all need
+# its op schemas on CPU torch.
+SLOW_PAGES = {"from-mosaicml.md", "from-lerobot.md", "training-lightning.md", "training-accelerate.md"}
 
 
 @pytest.mark.parametrize(
@@ -111,10 +113,10 @@ def test_page_examples_run(page, tmp_path, monkeypatch):
         from importer_fixtures import import_streaming
 
         import_streaming()  # CPU torch beside PyPI's CUDA torchvision: see importer_fixtures
-    if page == "from-lerobot.md":
+    if page in ("from-lerobot.md", "training-lightning.md"):
         from importer_fixtures import define_torchvision_ops
 
-        define_torchvision_ops()  # LeRobot's processors import torchvision: the same workaround
+        define_torchvision_ops()  # they import torchvision: the same workaround
     scope = run_page(DOCS / page, tmp_path, monkeypatch)
     assert scope["__blocks_run__"] >= 1
     check = PAGE_CHECKS.get(page)
@@ -161,6 +163,9 @@ def test_api_page_names_every_public_name():
     names += [f"td.importers.{n}" for n in importers.__all__]
     names += [f"treadle.torch.{n}" for n in tt.__all__]
     names += [f"tf.{n}" for n in transforms.__all__]
+    from treadle import lerobot
+
+    names += [f"tl.{n}" for n in lerobot.__all__]
     missing = [n for n in names if n.split(".")[-1] not in headings]
     assert not missing, f"docs/api.md has no heading for {missing}"
     assert "td.__version__" in text

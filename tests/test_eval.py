@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import treadle as td
 from loader_helpers import WINDOWS, make_project, sample_hashes
@@ -34,11 +35,14 @@ def test_one_rank_reads_every_eligible_moment_once_in_table_order(project):
     want = _expected(branch)
     assert len(want) == 3 * 7
     loader = td.EvalLoader(_component(branch), 4)
-    assert len(loader) == 6  # 21 moments in batches of 4: the last one short
+    assert len(loader) == 6  # 21 moments in batches of 4: the last one padded
     batches = list(loader)
-    assert [len(b["_moment"]) for b in batches] == [4, 4, 4, 4, 4, 1]
-    got = np.concatenate([b["_moment"].numpy() for b in batches]).tolist()
+    assert [len(b["_moment"]) for b in batches] == [4, 4, 4, 4, 4, 4]
+    assert [int(b["_valid"].sum()) for b in batches] == [4, 4, 4, 4, 4, 1]
+    assert all(b["_valid"].dtype == torch.bool for b in batches)
+    got = np.concatenate([b["_moment"][b["_valid"]].numpy() for b in batches]).tolist()
     assert got == want
+    assert batches[-1]["_moment"][1:].tolist() == want[:3]  # padding: position p % N
     b0 = batches[0]
     assert tuple(b0["cam"].shape) == (4, 4, 32, 32, 3) and tuple(b0["action"].shape) == (4, 4, 7)
     # same columns, same values as TrainLoader's reader gives for those moments
@@ -58,10 +62,38 @@ def test_ranks_partition_the_moments(project, world):
     seen: list[int] = []
     for r in range(world):
         loader = td.EvalLoader(_component(branch), 3 * world, rank=r, world_size=world)
-        mine = [m for b in loader for m in b["_moment"].tolist()]
+        mine = [m for b in loader for m in b["_moment"][b["_valid"]].tolist()]
         assert mine == want[r::world]  # positions r, r+W, ...
         seen += mine
     assert sorted(seen) == want and len(set(seen)) == len(seen)
+
+
+@pytest.fixture(scope="module")
+def rows121(tmp_path_factory):
+    branch = (
+        td.Client(str(tmp_path_factory.mktemp("e121") / "s"), create=True).project("p").branch()
+    )
+    branch.table("t").append({"x": np.arange(121, dtype=np.int64)})
+    return td.Component(branch.table("t"), None)
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_every_rank_gets_the_same_batches_and_valid_samples_cover_each_moment_once(
+    rows121, workers
+):
+    """N=121, B=24, W=4: ranks had [6, 5, 5, 5] batches (a per-batch all_reduce hung)."""
+    loaders = [td.EvalLoader(rows121, 24, rank=r, world_size=4, workers=workers) for r in range(4)]
+    assert [len(ld) for ld in loaders] == [6, 6, 6, 6]
+    per_rank = [list(ld) for ld in loaders]
+    assert [len(bs) for bs in per_rank] == [6, 6, 6, 6]
+    assert all(tuple(b["x"].shape) == (6,) and b["_valid"].dtype == torch.bool
+               for bs in per_rank for b in bs)  # fmt: skip
+    valid = [int(b["_valid"].sum()) for bs in per_rank for b in bs]
+    assert sum(valid) == 121 and valid.count(6) == 20
+    seen = sorted(m for bs in per_rank for b in bs for m in b["x"][b["_valid"]].tolist())
+    assert seen == list(range(121))
+    padded = [m for bs in per_rank for b in bs for m in b["x"][~b["_valid"]].tolist()]
+    assert len(padded) == 144 - 121 and set(padded) <= set(range(121))
 
 
 def test_resume_mid_pass_and_at_another_world_size(project):

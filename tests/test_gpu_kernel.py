@@ -117,6 +117,25 @@ def test_kernel_matches_reference_in_sws_default_mode(size):
         assert_close(ref, ker, "uint8")
 
 
+@pytest.mark.parametrize("norm", [False, True])
+def test_kernel_float_is_its_uint8_over_255_exactly(norm):
+    """Float32 output is ``q / 255`` of the kernel's own uint8 (LeRobot's ``x / 255``, not
+    ``q * float32(1/255)``), then torchvision's Normalize with mean/std, on any device."""
+    y, uv = smooth_planes(2, 64, 64, seed=3)
+    yd, uvd = on_device(y, uv)
+    q = torch.empty(2, 64, 64, 3, dtype=torch.uint8, device=DEVICE)
+    f = torch.empty(2, 64, 64, 3, dtype=torch.float32, device=DEVICE)
+    colour = Colour(1, True, AVCHROMA_LOC_LEFT)
+    nv12_convert(yd, uvd, q, FrameSpec(), colour, impl="triton")
+    spec = FrameSpec(None, "THWC", "float32", MEAN if norm else None, STD if norm else None)
+    nv12_convert(yd, uvd, f, spec, colour, impl="triton")
+    want = torch.tensor(q.cpu().numpy(), dtype=torch.float32) / 255
+    if norm:
+        want = (want - torch.tensor(MEAN)) / torch.tensor(STD)
+    assert len(torch.unique(q)) > 200
+    assert torch.equal(f.cpu(), want)
+
+
 def test_kernel_writes_only_its_slice_of_the_batch():
     y, uv = smooth_planes(3, 32, 48, seed=9)
     spec = FrameSpec((16, 24), "TCHW", "float16", MEAN, STD)

@@ -100,7 +100,10 @@ def test_v3_round_trip(tmp_path, client):
 def test_v3_episodes_on_keyframes_are_remuxed_bit_exact(tmp_path, client):
     cam = "observation.images.top"
     written = make_lerobot_v3(tmp_path / "ds", lengths=(12, 9, 15), episode_keyframes=True)
-    import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
+    res = import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
+    assert [(v["episode"], v["column"], v["video"]) for v in res.videos] == [
+        (f"episode_{e:06d}", "observation_images_top", "copied") for e in range(3)
+    ]
     t = client.project("p").branch("main").table("robot").pin()
     _check_rows(t, written, (cam,))
     assert t.fps == 10  # a remuxed stream's own rate estimate (9.6) does not override it
@@ -262,6 +265,10 @@ def test_cli(tmp_path, local_root, capsys):
     assert rc == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["episodes"] == 2 and out["rows"] == 7
+    assert out["videos"] == [
+        {"episode": f"episode_{e:06d}", "column": "observation_images_wrist", "video": "copied",
+         "why": "H.264 packets stored as they are (bit-exact)"} for e in range(2)
+    ]  # fmt: skip
     c = Client(local_root)
     assert c.project("p").branch("imports").table("t").num_moments == 7
     assert "t" not in c.project("p").branch("main").tables()
@@ -283,9 +290,13 @@ def test_av1_sources_become_h264(tmp_path, client, version):
         sources = [
             decode_mp4(root / f"videos/chunk-000/{cam}/episode_{e:06d}.mp4") for e in range(2)
         ]
-    import_lerobot(str(root), client.project("p"), "t", progress=False)
-    t = client.project("p").branch("main").table("t").pin()
+    res = import_lerobot(str(root), client.project("p"), "t", progress=False)
     col = cam.replace(".", "_")
+    assert [(v["episode"], v["column"], v["video"], v["why"]) for v in res.videos] == [
+        (f"episode_{e:06d}", col, "re-encoded", "source codec is av1; tables store H.264")
+        for e in range(2)
+    ]
+    t = client.project("p").branch("main").table("t").pin()
     assert {r["codec"] for r in t.to_arrow([col]).column(col).to_pylist()} == {"h264"}
     for e, src in enumerate(sources):
         got = stored_frames(client, t, col, f"episode_{e:06d}")
@@ -338,9 +349,12 @@ def test_v3_continuous_b_frame_encode_is_faithful(tmp_path, client, open_gop, le
     written = make_lerobot_v3(
         tmp_path / "ds", lengths=lengths, video_options=continuous_x264(open_gop)
     )
-    import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
+    res = import_lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
     t = client.project("p").branch("main").table("robot").pin()
     _check_rows(t, written, (cam,))
+    reported = [int(v["episode"][-6:]) for v in res.videos if v["video"] == "copied"]
+    assert reported == copies  # the report says what was stored
+    assert all("do not decode" in v["why"] for v in res.videos if v["video"] == "re-encoded")
     shared = decode_mp4(tmp_path / f"ds/videos/{cam}/chunk-000/file-000.mp4")
     start, copied = 0, []
     for e, n in enumerate(lengths):

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 """Lowest first: a module may import from its own layer or lower ones."""
 
-FLOATING = {"treadle", "treadle.testing", "treadle.transforms"}
+FLOATING = {"treadle", "treadle.testing", "treadle.transforms", "treadle.lerobot"}
 """Modules that sit where their imports put them (the package facade, test and transform
 helpers): their layer is the highest of what they import, and whoever imports them must be at
 least that high."""

@@ -38,6 +38,8 @@ def _by_position(loader, world: int, rank: int, b: int) -> dict[int, str]:
     for batch in loader:
         step = loader.step - 1
         for j in range(len(batch["_moment"])):
+            if "_valid" in batch and not batch["_valid"][j]:
+                continue  # eval padding: a valid sample of another position read again
             h = hashlib.sha256()
             for k in sorted(batch):
                 h.update(batch[k][j].contiguous().numpy().tobytes())

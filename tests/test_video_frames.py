@@ -55,6 +55,27 @@ def test_check_names_the_window_and_what_it_needs():
         bf16.check(np.empty((2, 48, 64, 3), np.float32), 2, 48, 64)
 
 
+def test_float_levels_are_q_over_255_exactly():
+    """Float output is ``torch.tensor(q, float32) / 255`` (LeRobot's ``x / 255``), not
+    ``q * float32(1/255)`` (1 ulp off for 126 of the 256 levels), and torchvision's
+    ``Normalize`` of that with mean/std."""
+    q = torch.arange(256, dtype=torch.float32)
+    want = torch.tensor(np.arange(256), dtype=torch.float32) / 255
+    assert int((q * torch.tensor(1 / 255, dtype=torch.float32) != want).sum()) == 126
+    for dtype in ("float32", "float16", "bfloat16"):
+        levels = FrameSpec(dtype=dtype).levels()
+        assert levels.dtype == torch.float32 and levels.shape == (3, 256)
+        assert all(torch.equal(levels[c], want) for c in range(3))
+    levels = FrameSpec(dtype="float32", mean=MEAN, std=STD).levels()
+    for c in range(3):
+        m, s = torch.tensor(MEAN[c]), torch.tensor(STD[c])
+        assert torch.equal(levels[c], (want - m) / s)
+    x = torch.randint(0, 256, (2, 5, 7, 3), dtype=torch.uint8)
+    out = FrameSpec(dtype="float32", mean=MEAN, std=STD).normalise_(x.float(), 3)
+    mean, std = torch.tensor(MEAN), torch.tensor(STD)
+    assert torch.equal(out, (x.float() / 255 - mean) / std)
+
+
 def test_affine_is_the_normalisation_in_float32():
     scale, shift = FrameSpec(dtype="float32", mean=MEAN, std=STD).affine()
     q = np.arange(256, dtype=np.float32)

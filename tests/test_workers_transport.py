@@ -103,6 +103,17 @@ def test_video_batches_equal_workers_0_and_eval_too(video):
     _same(list(td.EvalLoader(comp, 8, workers=2)), list(td.EvalLoader(comp, 8)))
 
 
+def test_float_video_from_workers_is_uint8_over_255_exactly(video):
+    _, branch = video
+    table = branch.table("failed")
+    u8 = td.Component(table, td.Windows({"cam": td.Video(range(4))}))
+    f32 = td.Component(table, td.Windows({"cam": td.Video(range(4), dtype="float32")}))
+    want = [torch.tensor(b["cam"].numpy(), dtype=torch.float32) / 255 for b in td.EvalLoader(u8, 8)]
+    got = [b["cam"] for b in td.EvalLoader(f32, 8, workers=2)]
+    assert len(got) == len(want) > 0
+    assert all(g.dtype == torch.float32 and torch.equal(g, w) for g, w in zip(got, want))
+
+
 def test_resume_with_workers_continues_at_the_next_step(video):
     root, branch = video
     plan = recipe(branch).plan()

@@ -236,8 +236,9 @@ def _validate(plan: td.Plan, policy: TinyPolicy, norm: tuple[torch.Tensor, torch
     with torch.no_grad():
         for vb in val:
             err = (policy(vb["wrist_camera"]) - (vb["action"] - mean) / std) ** 2
-            total += float(err.mean(dim=(1, 2)).sum())
-            n += len(vb["_moment"])
+            valid = vb["_valid"]  # the last batch is padded: padding counts for nothing
+            total += float(err.mean(dim=(1, 2))[valid].sum())
+            n += int(valid.sum())
     print(f"validation on failed_grasps: {n} moments once each, loss {total / n:.4f}")
 
 

@@ -180,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         "import_id": res.import_id,
         "already_imported": res.skipped,
     }
+    if res.videos is not None:  # LeRobot: per episode and camera, copied or re-encoded (why)
+        summary["videos"] = res.videos
     print(json.dumps(summary))
     return 0
 

@@ -7,8 +7,8 @@ set before this module is imported), which is how the CPU test suite runs it.
 Each program writes ``BLOCK`` output pixels of one frame: for each pixel it gathers the
 luma taps (``KLY x KLX``) and chroma taps (``KCY x KCX``) from the tap tables built by
 :func:`treadle.gpu.transform.filter_taps`, applies the matrix, rounds to uint8 and
-either stores that or ``q * (1 / (255 * std)) - mean / std`` in the output dtype. Planes and output
-are addressed through strides, so a pitched NVDEC surface, NV12's interleaved chroma
+either stores that or its float value looked up in ``FrameSpec.levels()`` (``q / 255``, then
+``(x - mean) / std``, the CPU path's values) in the output dtype. Planes and output are addressed through strides, so a pitched NVDEC surface, NV12's interleaved chroma
 and a slice of the batch tensor all work without copies.
 """
 
@@ -109,20 +109,21 @@ def _rgb(
 
 @triton.jit
 def _store(
-    ob, so_c, out_ptr, r, g, bl, a0, a1, a2, c0, c1, c2, mask,
+    ob, so_c, out_ptr, r, g, bl, lut_ptr, mask,
     OUT_UINT8: tl.constexpr, OUT_BF16: tl.constexpr,
 ):  # fmt: skip
-    """Store the pixels' channels ``so_c`` apart: uint8 ``q``, or ``q * a + c`` per channel
-    in the output's float dtype."""
+    """Store the pixels' channels ``so_c`` apart: uint8 ``q``, or ``lut[c, q]`` (float32
+    ``[3, 256]``) per channel in the output's float dtype."""
     if OUT_UINT8:
         tl.store(ob, r.to(tl.uint8), mask=mask)
         tl.store(ob + so_c, g.to(tl.uint8), mask=mask)
         tl.store(ob + 2 * so_c, bl.to(tl.uint8), mask=mask)
     else:
-        # q * (1 / (255 * std)) + (-mean / std), as the CPU path computes it.
-        r = r * a0 + c0
-        g = g * a1 + c1
-        bl = bl * a2 + c2
+        # A lookup, not arithmetic: the compiled kernel may contract or approximate a
+        # division, the table holds the CPU path's exact values.
+        r = tl.load(lut_ptr + r.to(tl.int32), mask=mask, other=0.0)
+        g = tl.load(lut_ptr + 256 + g.to(tl.int32), mask=mask, other=0.0)
+        bl = tl.load(lut_ptr + 512 + bl.to(tl.int32), mask=mask, other=0.0)
         if OUT_BF16:
             # Round to nearest even by hand: the interpreter truncates in .to(bfloat16).
             tl.store(ob, _to_bf16(r), mask=mask)
@@ -143,7 +144,7 @@ def _yuv420_kernel(
     sy_t, sy_h, sy_w, su_t, su_h, su_w, sv_t, sv_h, sv_w,
     so_t, so_h, so_w, so_c, h, w,
     ys, yo, cs, rv, gu, gv, bu,
-    a0, a1, a2, c0, c1, c2,
+    lut_ptr,
     fy, fy_o, fvr, fub, fug, fvg,
     KLY: tl.constexpr, KLX: tl.constexpr, KCY: tl.constexpr, KCX: tl.constexpr,
     OUT_UINT8: tl.constexpr, OUT_BF16: tl.constexpr, SWS_FIXED: tl.constexpr,
@@ -168,7 +169,7 @@ def _yuv420_kernel(
         lum, cb, cr, ys, yo, cs, rv, gu, gv, bu, fy, fy_o, fvr, fub, fug, fvg, SWS_FIXED
     )  # fmt: skip
     ob = out_ptr + t * so_t + oy.to(tl.int64) * so_h + ox.to(tl.int64) * so_w
-    _store(ob, so_c, out_ptr, r, g, bl, a0, a1, a2, c0, c1, c2, mask, OUT_UINT8, OUT_BF16)
+    _store(ob, so_c, out_ptr, r, g, bl, lut_ptr, mask, OUT_UINT8, OUT_BF16)
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -194,7 +195,7 @@ def launch(y, u, v, out, spec, colour: Colour, taps, fixed: bool = False) -> Non
     else:
         _, _, h, w = out.shape
         so_t, so_c, so_h, so_w = out.stride()
-    scale, shift = spec.affine()
+    lut = spec.levels().to(out.device).contiguous()
     block = _block()
     grid = (triton.cdiv(h * w, block), t)
     args = (
@@ -216,8 +217,7 @@ def launch(y, u, v, out, spec, colour: Colour, taps, fixed: bool = False) -> Non
         h,
         w,
         *colour.rgb_coefficients(),
-        *scale,
-        *shift,
+        lut,
         *colour.sws_fixed_coefficients(),
     )
     consts = dict(

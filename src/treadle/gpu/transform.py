@@ -20,11 +20,10 @@ The maths is the one FFmpeg's scaler (swscale) uses with
   filter centre is shifted accordingly (FFmpeg >= 8 honours the frame's location).
 * YUV -> RGB with the stream's matrix (BT.601/709/...) and range (limited/full), in
   float32, then ``floor(x + 0.5)`` clamped to 0..255: this is the uint8 output.
-* Float outputs are computed from that uint8 value as the CPU path does
-  (:meth:`treadle.video.frames.FrameSpec.affine`),
-  ``q * float32(1 / (255 * std)) + float32(-mean / std)``, so a float batch equals the
-  CPU path's whenever the uint8 values agree (on a GPU the compiler may fuse the
-  multiply-add: then within 1 ulp).
+* Float outputs are that uint8 value looked up in
+  :meth:`treadle.video.frames.FrameSpec.levels` (``q / 255``, then ``(x - mean) / std``,
+  in float32 on the CPU), so a float batch equals the CPU path's whenever the uint8
+  values agree, bit for bit, on any device.
 
 Measured against PyAV/swscale (tests/test_gpu_transform.py, bench/gpu_check.py):
 
@@ -282,10 +281,11 @@ def _reference(y, u, v, out4, spec: FrameSpec, colour: Colour, chroma: str) -> N
     if spec.dtype == "uint8":
         res = q.to(torch.uint8)
     else:
-        scale, shift = spec.affine()
-        a = torch.tensor(scale, dtype=torch.float32, device=q.device)[None, :, None, None]
-        c = torch.tensor(shift, dtype=torch.float32, device=q.device)[None, :, None, None]
-        res = (q * a + c).to(spec.torch_dtype)
+        # A gather from the CPU-computed levels, not arithmetic here: CUDA's ``x / 255``
+        # multiplies by a reciprocal (1 ulp off for 126 of the 256 levels).
+        lut = spec.levels().to(q.device).flatten()
+        chan = torch.arange(3, device=q.device)[None, :, None, None] * 256
+        res = lut[q.to(torch.int64) + chan].to(spec.torch_dtype)
     if spec.layout == "THWC":
         res = res.permute(0, 2, 3, 1)
     out4.copy_(res)

@@ -57,8 +57,10 @@ from treadle.importers.lerobot_meta import (
     read_meta,
     read_source_stats,
 )
+from treadle.importers.lerobot_report import VideoCodecs
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
+from treadle.plan.recipe import lerobot_episode
 from treadle.read.prefetch import default_threads, ordered_map, prefetch
 from treadle.video.span import span_value
 
@@ -203,7 +205,7 @@ def _episode(
         nbytes += len(data) if isinstance(data, bytes) else 0
         span = ep.spans[cam] if meta.version == "v3.0" else None
         cols[col] = span_value(data, span, ts, meta.fps, tol, at)
-    return f"episode_{ep.index:06d}", cols, nbytes
+    return lerobot_episode(ep.index), cols, nbytes
 
 
 def _timestamps(t: pa.Table, fps: float, ep: int, tol: float) -> np.ndarray:
@@ -320,11 +322,15 @@ def _import(
     total_bytes = sum(i[0] for i in ids if i and i[0] > 0)
     conv = opts.for_sources()
 
+    videos: list[dict[str, str]] = []
+    codecs = VideoCodecs(source)
+
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
         part = meta if only is None else replace(meta, episodes=pick(meta.episodes, only))
         episodes = iter_episodes(source, part, conv, tolerance_s=tolerance_s)
-        for name, cols, n in prefetch(episodes, depth=1):
+        for (name, cols, n), ep in zip(prefetch(episodes, depth=1), part.episodes):
+            videos.extend(codecs.report(name, ep, cols, meta, conv.rename))
             tw.append_episode(cols, episode=name, fps=meta.fps)
             rows += len(next(iter(cols.values())))
             eps += 1
@@ -346,6 +352,8 @@ def _import(
     )
     if shipped and result.commit is not None:
         _keep_source_stats(br.table(table).at(result.commit.id), shipped, opts.rename)
+    if opts.executor is None and not result.skipped:
+        result = replace(result, videos=videos)
     return result
 
 

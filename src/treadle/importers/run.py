@@ -97,7 +97,12 @@ class ImportOptions:
 
 @dataclass
 class ImportResult:
-    """What an import did: the commit (None when the source was empty), rows, bytes, seconds."""
+    """What an import did: the commit (None when the source was empty), rows, bytes, seconds.
+
+    ``videos`` (LeRobot imports): per episode and video column, ``{"episode", "column",
+    "video": "copied" | "re-encoded", "why"}``, in import order; None where the importer
+    does not report it (other formats, an executor's remote tasks, a skipped re-run).
+    """
 
     commit: Any
     table: str
@@ -107,6 +112,7 @@ class ImportResult:
     seconds: float
     import_id: str
     skipped: bool = False
+    videos: list[dict[str, str]] | None = None
 
 
 def import_id(

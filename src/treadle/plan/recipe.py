@@ -100,14 +100,27 @@ class Component:
         return f"Component({_table_label(self.table)}, {self.windows!r}, weight={self.weight})"
 
 
+def lerobot_episode(index: int) -> str:
+    """The episode name ``treadle import lerobot`` gives LeRobot's episode ``index``."""
+    return f"episode_{index:06d}"
+
+
 def _episode_names(episodes: Any, label: str) -> tuple[str, ...] | None:
     if episodes is None:
         return None
     if isinstance(episodes, (str, bytes)) or not isinstance(episodes, Sequence):
         raise PlanError(f"{label}: episodes must be a list of episode names, got {episodes!r}")
-    bad = [e for e in episodes if not isinstance(e, str)]
+    bad = [e for e in episodes if isinstance(e, bool) or not isinstance(e, (str, int, np.integer))]
     if bad:
-        raise PlanError(f"{label}: episodes must be names (strings), got {bad[0]!r}")
+        raise PlanError(
+            f"{label}: episodes must be names (strings) or LeRobot episode indices (int), "
+            f"got {bad[0]!r}"
+        )
+    negative = [e for e in episodes if not isinstance(e, str) and int(e) < 0]
+    if negative:
+        raise PlanError(f"{label}: a LeRobot episode index is >= 0, got {negative[0]!r}")
+    # An integer is a LeRobot episode index: the LeRobot importer names episode i so.
+    episodes = [e if isinstance(e, str) else lerobot_episode(int(e)) for e in episodes]
     if not episodes:
         raise PlanError(f"{label}: episodes=[] selects nothing")
     return tuple(sorted(set(episodes)))

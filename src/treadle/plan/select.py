@@ -65,9 +65,12 @@ def episode_mask(
     unknown = [n for n in wanted if n not in have]
     if unknown:
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        hint = ""
+        if any(n.startswith("episode_") and n[8:].isdigit() for n in unknown):
+            hint = " (an integer in episodes= is a LeRobot episode index, named episode_{i:06d})"
         raise PlanError(
             f"{where}: episodes {unknown[:5]}{more} are not episodes of the table "
-            f"({len(names)} episodes, e.g. {list(names[:3])})"
+            f"({len(names)} episodes, e.g. {list(names[:3])}){hint}"
         )
     wanted_set = set(wanted)
     return np.fromiter((n in wanted_set for n in names), np.bool_, len(names))

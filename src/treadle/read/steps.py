@@ -30,12 +30,19 @@ def train_samples(plan: Plan, step: int, rank: int, world: int) -> Batch:
     return plan.batch(step, rank, world)
 
 
-def eval_positions(step: int, batch_size: int, rank: int, world: int, total: int) -> np.ndarray:
-    """Global positions (= eligible indices) rank ``rank`` reads at eval ``step``."""
+def eval_positions(
+    step: int, batch_size: int, rank: int, world: int, total: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, valid) rank ``rank`` reads at eval ``step``: always ``batch_size / world``
+    of them. Positions past the last one (``>= total``) are padding: they wrap around to
+    ``position % total`` (real samples, read again) and are ``valid == False``."""
     b = batch_size // world
     i = np.arange(step * b, (step + 1) * b, dtype=np.int64)
     pos = rank + world * i
-    return pos[pos < total]
+    valid = pos < total
+    if total > 0:
+        pos = np.where(valid, pos, pos % total)
+    return pos, valid
 
 
 @dataclass(frozen=True)
@@ -47,13 +54,15 @@ class EvalSamples:
     moment: np.ndarray
     position: np.ndarray
     """Global positions (= eligible indices): the transform's seeds come from these."""
+    valid: np.ndarray
+    """bool: False for the padding that gives every rank the same batches (``_valid``)."""
 
 
 def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
-    """The moments rank ``rank`` reads at eval ``step``."""
-    pos = eval_positions(step, plan.batch_size, rank, world, plan.eligible(0))
+    """The moments rank ``rank`` reads at eval ``step`` (padded: see :func:`eval_positions`)."""
+    pos, valid = eval_positions(step, plan.batch_size, rank, world, plan.eligible(0))
     moments = plan.eligible_moments(0, pos)
-    return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos)
+    return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos, valid)
 
 
 def host_reader(plan: Plan, video_threads: int = 1, backend: Any = None) -> SampleReader:
@@ -71,4 +80,7 @@ def read_steps(
     """The batches of exactly ``steps``, in order, each through ``finish`` if any."""
     samples = (sampler(plan, step, rank, world) for step in steps)
     for s, batch in reader.read_many(samples):
+        valid = getattr(s, "valid", None)
+        if valid is not None:  # eval steps: which samples are padding
+            batch["_valid"] = np.asarray(valid, dtype=bool)
         yield batch if finish is None else finish(batch, s)

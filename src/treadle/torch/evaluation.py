@@ -3,9 +3,12 @@
 Positions ``0 .. N-1`` are the component's eligible moments in table order
 (:meth:`treadle.plan.plan.Plan.eligible_moments`, pure). Rank ``r`` of ``W`` takes positions
 ``r, r + W, r + 2W, ...`` in batches of ``batch_size / W`` (so step ``k`` of every rank
-together covers positions ``k * batch_size .. (k + 1) * batch_size - 1``); a rank's last
-batch may be short, and ranks may differ by one batch when ``N`` is not a multiple of
-``batch_size``. Batches carry the same columns as ``TrainLoader``'s (the same reader), and
+together covers positions ``k * batch_size .. (k + 1) * batch_size - 1``). Every rank gets
+the same number of batches, ``ceil(N / batch_size)``, each of ``batch_size / W`` samples, so
+a per-batch collective (``all_reduce``, ``all_gather``) never waits on a rank that is done:
+positions past ``N - 1`` are padding (position ``p % N`` read again) marked
+``batch["_valid"] == False``; the valid samples of all ranks are each eligible moment exactly
+once. Batches carry the same columns as ``TrainLoader``'s (the same reader), and
 ``_moment`` is the moment's row in the pinned table. ``state_dict()`` counts delivered
 batches; ``from_state`` continues mid-pass at any world size dividing ``batch_size``.
 """
@@ -32,16 +35,17 @@ _STATE_KEYS = {"record", "step", "eval"}
 
 
 def eval_steps(batch_size: int, rank: int, world: int, total: int) -> int:
-    """Batches rank ``rank`` reads in one pass."""
-    mine = max(0, -(-(total - rank) // world))
-    return -(-mine // (batch_size // world))
+    """Batches rank ``rank`` reads in one pass: ``ceil(total / batch_size)``, the same on every
+    rank (``rank`` and ``world`` do not change it)."""
+    return -(-total // batch_size)
 
 
 class EvalLoader(StepLoader):
     """Iterate one pass over every eligible moment of ``component`` for this rank.
 
     ``batch_size`` is the global batch (``batch_size % world_size == 0``; each rank gets
-    ``batch_size / world_size`` per step). ``transform``, ``workers``, ``prefetch`` and
+    ``batch_size / world_size`` per step, the last ones padded: ``batch["_valid"]``, bool
+    ``[b]``, is False for padding; weight a metric by it). ``transform``, ``workers``, ``prefetch`` and
     ``video_threads`` work as in ``TrainLoader``; ``seed`` only feeds the transform's seeds.
     """
 

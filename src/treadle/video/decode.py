@@ -258,9 +258,8 @@ def _decode_pyav(
 def finish_window(frames_u8: np.ndarray, spec: Any, out: np.ndarray | torch.Tensor) -> None:
     """Write decoded ``uint8 [T, H, W, 3]`` frames into ``out`` with ``spec``'s layout/dtype.
 
-    ``spec``: a :class:`FrameSpec` or a ``td.Video``. Float output is ``x / 255``, then
-    ``(x - mean) / std`` per channel when given, computed in float32 as
-    ``x * (1 / (255 * std)) - mean / std`` (:meth:`FrameSpec.affine`).
+    ``spec``: a :class:`FrameSpec` or a ``td.Video``. Float output is ``x / 255`` in
+    float32, then ``(x - mean) / std`` per channel when given (:meth:`FrameSpec.normalise_`).
     """
     import torch  # only float and TCHW outputs get here: workers of uint8 video need none
 
@@ -272,18 +271,12 @@ def finish_window(frames_u8: np.ndarray, spec: Any, out: np.ndarray | torch.Tens
     if spec.dtype == "uint8":
         dst.copy_(src)
         return
-    scale_, shift_ = spec.affine()
-    scale = torch.tensor(scale_, dtype=torch.float32)
-    shift = torch.tensor(shift_, dtype=torch.float32)
-    if spec.layout == "TCHW":
-        scale, shift = scale.view(3, 1, 1), shift.view(3, 1, 1)
+    channel = 1 if spec.layout == "TCHW" else 3
     if dst.dtype == torch.float32:
         dst.copy_(src)
-        dst.mul_(scale).add_(shift)
+        spec.normalise_(dst, channel)
     else:
-        tmp = src.to(torch.float32)
-        tmp.mul_(scale).add_(shift)
-        dst.copy_(tmp)
+        dst.copy_(spec.normalise_(src.to(torch.float32), channel))
 
 
 def decode_fetched(decoder: Decoder, window: FetchedWindow, out: Any) -> Any:

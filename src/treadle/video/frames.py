@@ -147,16 +147,45 @@ class FrameSpec:
         raise VideoError(f"{where}: out is {got}, the window needs {need}")
 
     def affine(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        """(scale, shift) per channel: float output = ``q * scale + shift`` for uint8 ``q``.
+        """(scale, shift) per channel with float output ~= ``q * scale + shift`` for uint8 ``q``.
 
-        ``scale = 1 / (255 * std)`` and ``shift = -mean / std``, computed in float64 and
-        rounded to float32 (the values of both decoders).
+        ``scale = 1 / (255 * std)`` (one uint8 level in output units) and ``shift =
+        -mean / std``, computed in float64 and rounded to float32. An approximation for
+        tolerances: the exact output is :meth:`levels`.
         """
         mean = np.array(self.mean or (0.0, 0.0, 0.0), dtype=np.float64)
         std = np.array(self.std or (1.0, 1.0, 1.0), dtype=np.float64)
         scale = (1.0 / (255.0 * std)).astype(np.float32).tolist()
         shift = (-mean / std).astype(np.float32).tolist()
         return tuple(scale), tuple(shift)  # type: ignore[return-value]
+
+    def normalise_(self, x: torch.Tensor, channel_dim: int) -> torch.Tensor:
+        """In place on float32 ``x`` holding integer levels 0..255: ``x / 255``, then
+        ``(x - mean) / std`` per channel (float32, each op rounded once).
+
+        The one definition of float output: with no mean/std it equals
+        ``torch.tensor(q, dtype=torch.float32) / 255`` exactly (LeRobot's and torchvision's
+        ``x / 255``), and with them torchvision's ``Normalize`` of that. Every decoder
+        (CPU, workers, GPU reference, Triton kernel via :meth:`levels`) gives these values.
+        """
+        import torch
+
+        x.div_(255)
+        if self.mean is not None or self.std is not None:
+            shape = [1] * x.dim()
+            shape[channel_dim] = 3
+            mean = torch.tensor(self.mean or (0.0, 0.0, 0.0), dtype=torch.float32)
+            std = torch.tensor(self.std or (1.0, 1.0, 1.0), dtype=torch.float32)
+            x.sub_(mean.view(shape)).div_(std.view(shape))
+        return x
+
+    def levels(self) -> torch.Tensor:
+        """float32 ``[3, 256]``: the float output of each uint8 level per channel
+        (:meth:`normalise_` of ``0..255``, computed on the CPU)."""
+        import torch
+
+        q = torch.arange(256, dtype=torch.float32).repeat(3, 1)
+        return self.normalise_(q, 0)
 
 
 def _is_tensor(x: Any) -> bool:
