@@ -97,7 +97,12 @@ def test_the_guide_has_its_pages():
 # `import streaming` alone takes 10-20 s here (it imports torchvision): that page is slow;
 # so are `import lightning` and `import lerobot.processor` (torchvision too), and all need
 # its op schemas on CPU torch.
-SLOW_PAGES = {"from-mosaicml.md", "from-lerobot.md", "training-lightning.md", "training-accelerate.md"}
+SLOW_PAGES = {
+    "from-mosaicml.md",
+    "from-lerobot.md",
+    "training-lightning.md",
+    "training-accelerate.md",
+}
 
 
 @pytest.mark.parametrize(
