@@ -166,3 +166,18 @@ def test_component_names_are_unique_and_keep_the_given_ones(tables, given_names)
     assert len(set(got)) == len(got)
     for n, g, t in zip(names, got, tables, strict=True):
         assert g == n if n is not None else g == t or g.startswith(f"{t}-")
+
+
+def test_a_windowed_scalar_column_gets_no_dim_mask(local_root):
+    # A scalar's last axis as delivered is its window's time axis: the layout took a
+    # Rows(range(3)) window of a scalar for a column padded from nothing to 3 and added
+    # "t_dim_mask" (LeRobot's index/timestamp columns got masks nobody asked for).
+    branch = td.Client(local_root).project("p").branch("main")
+    branch.table("s").append_episode(
+        {"t": np.arange(6, dtype=np.float32), "a": np.zeros((6, 4), np.float32)}, episode="e"
+    )
+    windows = td.Windows({"t": td.Rows(range(3)), "a": td.Rows(range(3))})
+    recipe = td.Recipe(seed=0, batch_size=2, components=[td.Component(branch.table("s"), windows)])
+    (batch,) = list(td.TrainLoader(recipe, steps=1))
+    assert batch["t"].shape == (2, 3) and batch["a"].shape == (2, 3, 4)
+    assert not [k for k in batch if k.endswith("_dim_mask")]

@@ -58,6 +58,12 @@ class Placed:
     real: int | None  # numeric tensors: real size of the last dimension (before pad_to)
     row: tuple[int, ...] | None = None  # numeric: one row's shape as delivered (after pad_to)
 
+    @property
+    def padded(self) -> bool:
+        """A tensor whose last dimension is zero-padded (a scalar has none: its last axis
+        as delivered is the window's time axis)."""
+        return self.real is not None and bool(self.row) and self.real != self.row[-1]
+
 
 @dataclass(frozen=True)
 class StackedColumn:
@@ -78,7 +84,7 @@ class StackedColumn:
     @property
     def masked(self) -> bool:
         """Some component pads it: the batch holds ``<name>_dim_mask``."""
-        return any(p.present and p.shape and p.real != p.shape[-1] for p in self.placed)
+        return any(p.present and p.padded for p in self.placed)
 
     @property
     def optional(self) -> bool:

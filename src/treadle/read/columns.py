@@ -77,7 +77,7 @@ def _stacked(cs: ColumnSpec, col: Any, c: int) -> ColumnSpec:
     if col is None:
         return cs
     p = col.placed[c]
-    pad = p.shape[-1] if p.present and p.shape and p.real != p.shape[-1] else None
+    pad = p.row[-1] if p.present and p.padded and p.row else None
     zeros = None if p.present or col.shape is None else (col.shape, col.dtype)
     return dataclasses.replace(cs, pad_to=pad, real=p.real, zeros=zeros)
 
