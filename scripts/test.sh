@@ -7,7 +7,10 @@ bash scripts/setup.sh full
 # the browser of the viewer tests (tests/test_ui_browser.py): Debian's chromium, driven by
 # Playwright through executable_path (Playwright's own browser download is not reachable)
 if [ ! -x /usr/bin/chromium ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
 fi
 bash tests/azurite/install.sh  # the Azure Blob emulator of the az:// tests (node, npm ci)
 . .venv/bin/activate
