@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from treadle.names import check_name
 from treadle.plan.plan import Plan
 from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
 from treadle.plan.select import component_runs
-from treadle.plan.shares import MAX_COMPONENTS, realise_weights
+from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, realise_weights
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
 _MAX_SEED = 2**64 - 1
@@ -214,8 +215,13 @@ class Recipe:
         if len(projects) != 1:
             raise PlanError(f"components come from projects {projects}; a run reads one project")
         tables, entries, episodes, table_of = _table_entries(per_component)
-        numerators, denominator = realise_weights(
-            [c.weight for c in self.components], self.batch_size
+        weights = [c.weight for c in self.components]
+        numerators, denominator = realise_weights(weights, self.batch_size)
+        check_planned(
+            asked_shares(weights),
+            [Fraction(n, denominator) for n in numerators],
+            self.batch_size,
+            [f"component {i} (table {tables[t].name!r})" for i, t in enumerate(table_of)],
         )
         comps, anchors = [], []
         for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
