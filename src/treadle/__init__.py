@@ -31,6 +31,7 @@ from treadle.errors import (  # noqa: E402
 from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
+from treadle.plan.stages import Ramp, Schedule  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
 from treadle.read.stats import ColumnStats, table_stats  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table  # noqa: E402
@@ -89,7 +90,9 @@ __all__ = [
     "Plan",
     "Recipe",
     "RayExecutor",
+    "Ramp",
     "RunRecord",
+    "Schedule",
     "ScanDataset",
     "TrainLoader",
     "VideoFile",

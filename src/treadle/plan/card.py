@@ -11,6 +11,7 @@ from fractions import Fraction
 
 from treadle.plan.plan import Plan
 from treadle.plan.record import RunRecord
+from treadle.plan.stages import RAMP_PIECES, stage_shares
 from treadle.plan.windows import Rows, Spec, Windows
 
 
@@ -92,6 +93,7 @@ def render_card(
     ]
     for i in range(len(record.components)):
         lines += _component_lines(record, i, width)
+    lines += schedule_lines(record)
     lines.append(f"   seed = {record.seed}")
     lines += [
         "",
@@ -128,10 +130,12 @@ def _component_lines(record: RunRecord, i: int, width: int) -> list[str]:
     n = c.weight_quantised
     lo, hi = n * b // d, -(-n * b // d)
     per_batch = f"{lo}" if lo == hi else f"{lo} or {hi}"
+    mix = f"weight {_weight_text(c.weight)} → {share_text(record.asked_weights[i], Fraction(n, d))}"
+    mix += f"  ·  {per_batch} per batch"
+    if record.schedule is not None:
+        mix = "share by stage (schedule below)"
     lines = [
-        f"   [{i}] {t.name:<{width}}  weight {_weight_text(c.weight)} → "
-        f"{share_text(record.asked_weights[i], Fraction(n, d))}  ·  {per_batch} per batch  ·  "
-        f"{kept_text(c.eligible, t.num_moments)}",
+        f"   [{i}] {t.name:<{width}}  {mix}  ·  {kept_text(c.eligible, t.num_moments)}",
         f"       windows: {windows_text(c.windows)}",
     ]
     for key, value in c.selection().items():
@@ -172,4 +176,26 @@ def _rank_lines(record: RunRecord, world_size: int, plan: Plan | None, slots: in
             )
             line += f"  step 0: {samples}{more}"
         lines.append(line)
+    return lines
+
+
+def _fraction_text(f: Fraction) -> str:
+    return "0" if f == 0 else f"{f.numerator}/{f.denominator}"
+
+
+def schedule_lines(record: RunRecord) -> list[str]:
+    """The weight schedule: each stage's start and each component's share in it (a ramp's
+    target, reached over its steps); nothing for a recipe without one."""
+    if record.schedule is None:
+        return []
+    lines = [f"   schedule: {len(record.schedule.stages)} stages (they replace the weights above)"]
+    names = [record.table_of(i).name for i in range(len(record.components))]
+    for k, (stage, shares) in enumerate(zip(record.schedule.stages, stage_shares(record.schedule))):
+        how = ""
+        if stage.ramp:
+            how = f" ramp over {stage.ramp:,} steps ({min(stage.ramp, RAMP_PIECES)} pieces) to"
+        parts = ", ".join(
+            f"[{i}] {n} {_fraction_text(f)}" for i, (n, f) in enumerate(zip(names, shares))
+        )
+        lines.append(f"     stage {k} from step {stage.start:,}:{how} {parts}")
     return lines

@@ -42,6 +42,7 @@ from treadle.plan.permute import (
 from treadle.plan.record import RunRecord
 from treadle.plan.schedule import Schedule
 from treadle.plan.select import Runs, component_runs
+from treadle.plan.stages import StagedSeats
 from treadle.plan.windows import Windows
 
 _MAX_INT64 = 2**63 - 1
@@ -115,10 +116,14 @@ class Plan:
                 )
                 for i, c in enumerate(record.components)
             ]
-        self._schedule = Schedule(
-            [c.weight_quantised for c in record.components],
-            record.weight_denominator,
-            record.batch_size,
+        self._schedule: Schedule | StagedSeats = (
+            Schedule(
+                [c.weight_quantised for c in record.components],
+                record.weight_denominator,
+                record.batch_size,
+            )
+            if record.schedule is None
+            else StagedSeats(record.schedule.pieces(), record.batch_size)
         )
         self._build_index(anchors)
         self._seed = seed = record.seed
@@ -242,7 +247,8 @@ class Plan:
         return self._record.asked_weights
 
     @property
-    def schedule(self) -> Schedule:
+    def schedule(self) -> Schedule | StagedSeats:
+        """Seat counts per step: one PD2 schedule, or a weight schedule's pieces."""
         return self._schedule
 
     def counts(self, step: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from treadle.plan.plan import Plan
 from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
 from treadle.plan.select import component_runs
 from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, realise_weights
+from treadle.plan.stages import Schedule, check_schedule
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
 _MAX_SEED = 2**64 - 1
@@ -184,7 +185,13 @@ def _batch_kind(table: Any, col: str, where: str) -> str:
 class Recipe:
     """Components, a seed (0..2**64-1) and a global batch size: everything a run is made of."""
 
-    def __init__(self, seed: int, batch_size: int, components: Sequence[Component]):
+    def __init__(
+        self,
+        seed: int,
+        batch_size: int,
+        components: Sequence[Component],
+        schedule: Schedule | None = None,
+    ):
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
             raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
         if not 0 <= int(seed) <= _MAX_SEED:
@@ -207,6 +214,14 @@ class Recipe:
         self.seed = int(seed)
         self.batch_size = int(batch_size)
         self.components = tuple(components)
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise PlanError(f"schedule must be a td.Schedule, got {schedule!r}")
+        if schedule is not None and schedule.num_components != len(self.components):
+            raise PlanError(
+                f"schedule gives {schedule.num_components} weights per stage for "
+                f"{len(self.components)} components"
+            )
+        self.schedule = schedule
 
     def plan(self) -> Plan:
         """Pin every table now and return the pure plan."""
@@ -217,12 +232,12 @@ class Recipe:
         tables, entries, episodes, table_of = _table_entries(per_component)
         weights = [c.weight for c in self.components]
         numerators, denominator = realise_weights(weights, self.batch_size)
-        check_planned(
-            asked_shares(weights),
-            [Fraction(n, denominator) for n in numerators],
-            self.batch_size,
-            [f"component {i} (table {tables[t].name!r})" for i, t in enumerate(table_of)],
-        )
+        labels = [f"component {i} (table {tables[t].name!r})" for i, t in enumerate(table_of)]
+        if self.schedule is None:
+            planned = [Fraction(n, denominator) for n in numerators]
+            check_planned(asked_shares(weights), planned, self.batch_size, labels)
+        else:
+            check_schedule(self.schedule, self.batch_size, labels)
         comps, anchors = [], []
         for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
             entry, runs = _component_entry(comp, i, t, tables[t], episodes[t], numerators[i])
@@ -235,6 +250,7 @@ class Recipe:
             weight_denominator=denominator,
             tables=tuple(entries),
             components=tuple(comps),
+            schedule=self.schedule,
         )
         return Plan(record, tables, episodes=episodes, anchors=anchors)
 

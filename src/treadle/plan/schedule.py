@@ -332,9 +332,9 @@ class Schedule:
     """Seat counts per component for every step; O(components) per query after one period."""
 
     def __init__(self, numerators: Sequence[int], denominator: int, batch_size: int):
-        if sum(numerators) != denominator or min(numerators) < 1:
+        if sum(numerators) != denominator or min(numerators) < 0:
             raise PlanError(
-                f"weight numerators {list(numerators)} must be >= 1 and sum to {denominator}"
+                f"weight numerators {list(numerators)} must be >= 0 and sum to {denominator}"
             )
         self.numerators = tuple(int(n) for n in numerators)
         self.denominator = int(denominator)

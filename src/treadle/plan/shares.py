@@ -73,7 +73,21 @@ def realise_weights(weights: Sequence[float], batch_size: int) -> tuple[tuple[in
         raise PlanError(f"{len(weights)} components; at most {MAX_COMPONENTS} are supported")
     if batch_size < 1:
         raise PlanError(f"batch_size must be >= 1, got {batch_size}")
-    shares = asked_shares(weights)
+    return realise_shares(asked_shares(weights), batch_size)
+
+
+def realise_shares(shares: Sequence[Fraction], batch_size: int) -> tuple[tuple[int, ...], int]:
+    """:func:`realise_weights` of exact shares summing to 1; a share of 0 stays 0 (a
+    component absent from a schedule's stage)."""
+    if any(s < 0 for s in shares) or sum(shares) != 1:
+        raise PlanError(f"shares {[str(s) for s in shares]} must be >= 0 and sum to 1")
+    live = [i for i, s in enumerate(shares) if s > 0]
+    if len(live) < len(shares):
+        nums, den = realise_shares([shares[i] for i in live], batch_size)
+        out = [0] * len(shares)
+        for i, n in zip(live, nums, strict=True):
+            out[i] = n
+        return tuple(out), den
     d = lcm(*(s.denominator for s in shares))
     if d <= MAX_DENOMINATOR:
         return tuple(int(s * d) for s in shares), d
