@@ -85,6 +85,7 @@ def render_card(
         f"Run record {record.run_id} · {record.project} · {record.algorithm}",
         f"{len(record.tables)} tables · {len(record.components)} components · "
         f"seed {record.seed} · batch {b}",
+        *_derived_lines(record),
         "",
         "01 Pin each table to a version.",
         *_table_lines(record, width),
@@ -199,3 +200,13 @@ def schedule_lines(record: RunRecord) -> list[str]:
         )
         lines.append(f"     stage {k} from step {stage.start:,}:{how} {parts}")
     return lines
+
+
+def _derived_lines(record: RunRecord) -> list[str]:
+    d = record.derived
+    if d is None:
+        return []
+    return [
+        f"derived from {d.parent} at step {d.from_step:,}, excluding {d.num_episodes:,} "
+        f"episodes ({d.moments:,} moments)"
+    ]

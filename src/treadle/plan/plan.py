@@ -21,14 +21,15 @@ Everything is vectorised numpy: a batch costs O(B/W + components) at any step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from treadle.errors import PlanError
+from treadle.plan.exclude import Redraw, exclusion_of
 from treadle.plan.permute import (
     DRAW_DOMAIN,
     SLOT_DOMAIN,
@@ -126,6 +127,8 @@ class Plan:
             else StagedSeats(record.schedule.pieces(), record.batch_size)
         )
         self._build_index(anchors)
+        self._episodes, self._anchors = episodes, anchors
+        self._redraw = None if record.derived is None else self._redraws()
         self._seed = seed = record.seed
         m = len(record.components)
         # Domains 0..m-1: each component's eligible moments; domain m: the slots of a batch.
@@ -165,6 +168,31 @@ class Plan:
         self._cum_end = np.concatenate(ends)
         self._base = np.asarray(bases, dtype=np.int64)
         self._elig = np.asarray(elig, dtype=np.int64)
+
+    def _redraws(self) -> Redraw:
+        if self._episodes is None:
+            self._episodes = [t.episodes() for t in self._tables]
+        names = [t.name for t in self._record.tables]
+        episode_of = {n: self._episodes[i] for i, n in enumerate(names)}
+        tables = [names[c.table] for c in self._record.components]
+        assert self._record.derived is not None and self._anchors is not None
+        return Redraw(self._record.derived, self._record.seed, tables, episode_of, self._anchors)
+
+    def exclude(self, episodes: Mapping[str, Sequence[str]], from_step: int) -> Plan:
+        """A derived run: this run's batches, except that from ``from_step`` on every slot
+        holding a moment of ``episodes={table: [names]}`` is redrawn from the same component
+        among its other moments (:mod:`treadle.plan.exclude`). New run record and id."""
+        if self._record.derived is not None:
+            raise PlanError(
+                f"run {self.run_id} is already derived from {self._record.derived.parent}; "
+                f"exclude every episode at once from the parent run"
+            )
+        if self._episodes is None:
+            self._episodes = [t.episodes() for t in self._tables]
+        names = [t.name for t in self._record.tables]
+        derived = exclusion_of(self.run_id, from_step, episodes, names, self._episodes)
+        record = replace(self._record, derived=derived)
+        return Plan(record, self._tables, episodes=self._episodes, anchors=self._anchors)
 
     # -- construction ---------------------------------------------------------------------
 
@@ -316,7 +344,10 @@ class Plan:
         comp = np.searchsorted(ends, items, side="right")
         first = np.asarray(self._schedule.cumulative(step), dtype=np.int64)
         draw = first[comp] + (items - (ends - counts)[comp])
-        return comp, self._moments(comp, draw), draw
+        moment = self._moments(comp, draw)
+        if self._redraw is not None and step >= self._redraw.from_step:
+            moment = self._redraw.apply(comp, moment, draw)
+        return comp, moment, draw
 
     def _moments(self, comp: np.ndarray, draw: np.ndarray) -> np.ndarray:
         n = self._elig[comp]

@@ -37,7 +37,9 @@ by Lance version alone.
 A record may also carry ``schedule`` (stages of weights by step,
 :class:`~treadle.plan.stages.Schedule`: ``[{"start": 0, "weights": [...]}, {"start": 1000,
 "weights": [...], "ramp": 500}]``); it replaces the components' weights and is written and
-hashed only when set, so a new schedule is a new run.
+hashed only when set, so a new schedule is a new run. A derived run
+(``plan.exclude``) carries ``derived``: ``{"parent": run_id, "from_step": S, "episodes":
+{table: [names]}, "moments": M}``, also hashed.
 
 ``run_id`` is the first 16 hex digits of the sha256 of the canonical JSON (sorted keys, no
 spaces) of what determines batches: algorithm, project, for each component its table name and
@@ -57,6 +59,7 @@ from typing import Any
 
 from treadle.errors import PlanError
 from treadle.plan.entries import ComponentEntry, TableEntry, check_keys, int_field, str_field
+from treadle.plan.exclude import Exclusion
 from treadle.plan.shares import asked_shares, realise_weights
 from treadle.plan.stages import Schedule
 
@@ -76,6 +79,7 @@ _TOP_KEYS = {
     "components",
     "run_id",
     "schedule",
+    "derived",
 }
 
 
@@ -96,6 +100,8 @@ class RunRecord:
     components: tuple[ComponentEntry, ...]
     algorithm: str = ALGORITHM
     schedule: Schedule | None = None
+    derived: Exclusion | None = None
+    """Parent run, step and excluded episodes of a derived run (``plan.exclude``)."""
     """Stages of weights by step (:mod:`treadle.plan.stages`); they replace the components'
     weights. Written and hashed only when set."""
 
@@ -115,7 +121,8 @@ class RunRecord:
         }
 
     def _extra(self) -> dict[str, Any]:
-        return {} if self.schedule is None else {"schedule": self.schedule.to_json()}
+        out = {} if self.schedule is None else {"schedule": self.schedule.to_json()}
+        return out if self.derived is None else {**out, "derived": self.derived.to_json()}
 
     def identity(self) -> dict[str, Any]:
         """The part of the record that determines batches (hashed into ``run_id``)."""
@@ -191,7 +198,7 @@ class RunRecord:
                 raise PlanError(f"run record is not valid JSON: {e}") from None
         if not isinstance(value, dict):
             raise PlanError(f"run record must be a JSON object, got {type(value).__name__}")
-        check_keys(value, _TOP_KEYS - {"run_id", "schedule"}, _TOP_KEYS, "run record")
+        check_keys(value, _TOP_KEYS - {"run_id", "schedule", "derived"}, _TOP_KEYS, "run record")
         algorithm = str_field(value, "algorithm", "run record")
         if algorithm not in _ALGORITHMS:
             raise PlanError(
@@ -220,6 +227,7 @@ class RunRecord:
             components=tuple(comps),
             algorithm=algorithm,
             schedule=Schedule.from_json(value["schedule"]) if "schedule" in value else None,
+            derived=Exclusion.from_json(value["derived"]) if "derived" in value else None,
         )
         if "run_id" in value and value["run_id"] != record.run_id:
             raise PlanError(
