@@ -241,8 +241,13 @@ def _run(
                         break
                     level = cands & jumps[s]  # candidates due at step s + 1
                     if level:
-                        got, n = _due_first(level, whole[s], heavy, n, orders, s, width)
-                        keep |= got
+                        k = level.bit_count()
+                        if k <= n:  # the whole level fits: no tie to break
+                            keep |= level
+                            n -= k
+                        else:
+                            got, n = _due_first(level, whole[s], heavy, n, orders, s, width)
+                            keep |= got
                         cands ^= level
                     s += 1
         elif n < 0:
