@@ -189,3 +189,37 @@ def test_a_schedule_for_another_number_of_components():
         td.Recipe(1, 8, comps, schedule=td.Schedule([(0, [1, 1, 1])]))
     with pytest.raises(PlanError, match="Ramp steps"):
         td.Ramp([1, 1], steps=0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(schedules(), st.integers(0, 2**64 - 1))
+def test_random_schedules_keep_draws_consecutive_and_equal_across_ranks_and_restarts(sb, seed):
+    schedule, b = sb
+    m = schedule.num_components
+    tables = [table(f"t{i}", (13, 7, 29)) for i in range(m)]
+    comps = [td.Component(FakeRef(t)) for t in tables]
+    plan = td.Recipe(seed, b, comps, schedule=schedule).plan()
+    again = Plan.from_record(RunRecord.from_json(plan.record.to_json()), FakeClient(tables))
+    draws: list[list[int]] = [[] for _ in range(m)]
+    ws = [w for w in range(1, b + 1) if b % w == 0][-3:]
+    steps = sorted({*range(0, 420, 7), *schedule_starts(schedule), 10**15})
+    for step in steps:
+        whole = plan.batch(step)
+        assert np.array_equal(again.batch(step).moment, whole.moment)
+        for w in ws:
+            r = step % w
+            assert np.array_equal(plan.batch(step, r, w).moment, whole.moment[r::w])
+        if step < 420:
+            first = plan.cumulative(step)
+            for c in range(m):
+                got = sorted(whole.draw[whole.component == c].tolist())
+                assert got == list(range(first[c], first[c] + len(got)))
+    for s in range(60):
+        batch = plan.batch(s)
+        for c in range(m):
+            draws[c] += sorted(batch.draw[batch.component == c].tolist())
+    assert all(d == list(range(len(d))) for d in draws)
+
+
+def schedule_starts(schedule):
+    return [s.start for s in schedule.stages]
