@@ -223,3 +223,13 @@ def test_random_schedules_keep_draws_consecutive_and_equal_across_ranks_and_rest
 
 def schedule_starts(schedule):
     return [s.start for s in schedule.stages]
+
+
+def test_pieces_with_the_same_shares_share_a_table_and_tables_are_bounded():
+    same = StagedSeats(td.Schedule([(0, [1, 2, 3]), (10, [3, 2, 1]), (20, [1, 2, 3])]).pieces(), 7)
+    assert same.seats[0] is same.seats[2]
+    # ten distinct pieces of a 10**6-step period would need 80 MB of seat tables
+    ws = [[123457 + k, 200000, 1, 676542 - k] for k in range(10)]  # shares over 10**6
+    long = td.Schedule([(10 * k, w) for k, w in enumerate(ws)])
+    with pytest.raises(PlanError, match="seat tables need over 64 MiB"):
+        StagedSeats(long.pieces(), 7)

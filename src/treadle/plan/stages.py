@@ -19,7 +19,9 @@ running count since the piece's start stays within one sample of ``share*B*steps
 **Draws continue.** ``cumulative(step)`` sums each component's samples over the whole
 schedule (every earlier piece's total, exact integers, plus the current piece's count), so a
 component's draw indices go on 0, 1, 2, ... across stages, none repeated or skipped.
-``counts`` and ``cumulative`` cost O(log pieces + components) at any step.
+``counts`` and ``cumulative`` cost O(log pieces + components) at any step. Pieces with the
+same shares share one seat table; all of a schedule's tables together are bounded like one
+recipe's (64 MiB, e.g. 8 distinct pieces with a 10**6-step period), else a ``PlanError``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import PlanError
+from treadle.plan.schedule import MAX_SCHEDULE_WORDS
 from treadle.plan.schedule import Schedule as Seats
 from treadle.plan.shares import check_planned, decimal_weight, realise_shares
 
@@ -183,6 +186,11 @@ class Schedule:
         return f"Schedule({self.to_json()!r})"
 
 
+def _period(nums: Sequence[int], den: int, batch_size: int) -> int:
+    """The PD2 period of a piece (as :class:`~treadle.plan.schedule.Schedule` computes it)."""
+    return den // math.gcd(den, *(n * batch_size % den for n in nums))
+
+
 def stage_shares(schedule: Schedule) -> list[tuple[Fraction, ...]]:
     """Each stage's asked shares (a ramp's: those it reaches)."""
     return [_shares(s.weights) for s in schedule.stages]
@@ -198,9 +206,18 @@ class StagedSeats:
         self.shares = [tuple(p[1]) for p in pieces]
         self.seats: list[Seats] = []
         self.planned: list[tuple[Fraction, ...]] = []
-        for _, shares in pieces:
-            nums, den = realise_shares(shares, batch_size)
-            self.seats.append(Seats(nums, den, batch_size))
+        realised = [realise_shares(shares, batch_size) for _, shares in pieces]
+        distinct = dict.fromkeys(realised)
+        words = sum(_period(n, d, batch_size) * ((len(n) + 63) // 64) for n, d in distinct)
+        if words > MAX_SCHEDULE_WORDS:
+            raise PlanError(
+                f"the schedule's {len(distinct)} distinct pieces repeat so rarely that their "
+                f"seat tables need over {MAX_SCHEDULE_WORDS * 8 >> 20} MiB ({words:,} words); "
+                f"use weights with smaller common denominators or fewer ramps"
+            )
+        built = {key: Seats(key[0], key[1], batch_size) for key in distinct}
+        for nums, den in realised:
+            self.seats.append(built[nums, den])
             self.planned.append(tuple(Fraction(n, den) for n in nums))
         self.before: list[list[int]] = [[0] * len(self.shares[0])]
         for k in range(1, len(pieces)):
