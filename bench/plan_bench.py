@@ -24,6 +24,7 @@ import pyarrow as pa
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.record import RunRecord
+from treadle.plan.stages import Schedule
 from treadle.plan.windows import Rows, Windows
 
 
@@ -80,15 +81,22 @@ def rational_weights(components: int, kind: str, seed: int = 0, digits: int = 6)
     return [n / scale for n in nums]
 
 
-def build_ms(components: int, batch_size: int, kind: str, digits: int = 6) -> tuple[float, Plan]:
+def build_ms(
+    components: int, batch_size: int, kind: str, digits: int = 6, stages: int = 1
+) -> tuple[float, Plan]:
     """Wall ms to plan a recipe of ``components`` tables with ``rational_weights`` (schedule
-    memo cleared), and the plan."""
+    memo cleared), and the plan; ``stages`` > 1: a ``td.Schedule`` of that many stages, each
+    a rotation of the same weights."""
     from treadle.plan.schedule import pd2_masks
 
     rng = np.random.default_rng(1)
     tables = [_Table(f"t{i}", 20, rng) for i in range(components)]
     weights = rational_weights(components, kind, digits=digits)
-    recipe = Recipe(7, batch_size, [Component(t, None, w) for t, w in zip(tables, weights)])
+    schedule = None
+    if stages > 1:
+        schedule = Schedule([(k * 10**6, weights[k:] + weights[:k]) for k in range(stages)])
+    comps = [Component(t, None, w) for t, w in zip(tables, weights)]
+    recipe = Recipe(7, batch_size, comps, schedule=schedule)
     pd2_masks.cache_clear()
     t = time.perf_counter()
     plan = recipe.plan()
@@ -163,6 +171,9 @@ def main() -> None:
             f"{kind:>8} {batch_size:>4} {sched.denominator:>12,} {sched.period:>9,} "
             f"{ms:>9.0f} {far:>8.1f}"
         )
+    ms, plan = build_ms(16, 63, "1e6", stages=3)
+    far = _median_us(lambda p=plan: p.batch(10**12), args.repeat)
+    print(f"{'1e6 x3':>8} {63:>4} {'3 stages':>12} {'':>9} {ms:>9.0f} {far:>8.1f}")
 
 
 if __name__ == "__main__":

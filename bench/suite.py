@@ -318,15 +318,19 @@ def run_plan(tiny: bool, runs: int) -> list[Result]:
             results.append(r)
     # Building a 16-component plan: random p/q weights (shares within 1e-6) and six-digit
     # decimals (exact shares over 10**6, a 10**6-step period; 10**4 when tiny).
-    for kind, batch, digits in [("random", 64, 6), ("1e6", 63, 4 if tiny else 6)]:
+    # A 3-stage td.Schedule of the same weights (rotated per stage) builds three periods.
+    builds = [("random", 64, 6, 1), ("1e6", 63, 4 if tiny else 6, 1)]
+    builds.append(("1e6", 63, 4 if tiny else 6, 3))
+    for kind, batch, digits, stages in builds:
         what = f"build {kind}" if digits == 6 else f"build 1e{digits}"
+        what += f" x{stages} stages" if stages > 1 else ""
         config = {"components": 16, "batch": batch, "world": 1, "what": what, "label": what}
         r = Result("plan", "treadle", config, "batches/s")
         for _ in range(runs):
             c0 = time.process_time()
-            ms, plan = pb.build_ms(16, batch, kind, digits=digits)
+            ms, plan = pb.build_ms(16, batch, kind, digits=digits, stages=stages)
             r.runs.append(Run(ms / 1e3, time.process_time() - c0, 1))
-            r.extra["period"] = plan.schedule.period
+            r.extra["period"] = getattr(plan.schedule, "period", None)
         results.append(r)
     return results
 

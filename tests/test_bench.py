@@ -58,7 +58,7 @@ def test_bench_tiny_end_to_end(tmp_path):
         assert ok(case, "treadle") and ok(case, "limit"), case
     assert {r["config"]["cores"] for r in ok("video", "limit_rgb")} == {1}  # goal 1's limit
     assert len(doc["machine"]["load_avg"]) == len(doc["load_end"]) == 3
-    assert len(ok("plan", "treadle")) == 11
+    assert len(ok("plan", "treadle")) == 12  # ... and the 3-stage schedule build
     for peer in ("mds", "wds", "hf", "lance"):
         rs = [r for r in by_case["mix"] if r["name"] == peer]
         assert rs and all(r["status"] in ("ok", "not installed") for r in rs), rs

@@ -137,3 +137,28 @@ def test_repr_is_short_whatever_the_state(tmp_path):
         assert len(text) < 120, text[:300]
         assert "step=7" in text and row.run_id[:8] in text and "4.2 MB" in text, text
     assert "checkpoints" in repr(ckpts) and len(repr(ckpts)) < 100
+
+
+def test_latest_finds_a_derived_runs_checkpoint_and_it_resumes(tmp_path):
+    client = td.Client(str(tmp_path), create=True)
+    branch = client.project("p").branch()
+    t = branch.table("t")
+    for e in range(3):
+        t.append_episode({"x": np.arange(6, dtype=np.float32) + 10 * e}, episode=f"e{e}")
+    parent = td.Recipe(seed=1, batch_size=4, components=[td.Component(t)]).plan()
+    derived = parent.exclude(episodes={"t": ["e1"]}, from_step=1)
+    ckpts = td.Checkpoints(branch)
+    loader = td.TrainLoader(derived, steps=4)
+    seen = []
+    for i, batch in enumerate(loader, start=1):
+        seen.append(batch["x"].tolist())
+        if i == 2:
+            ckpts.save(i, {"w": torch.zeros(1)}, loader)
+    assert ckpts.latest(parent.run_id) is None
+    row = ckpts.latest(derived.run_id)
+    assert row is not None and row.run_id == derived.run_id and row.step == 2
+    assert row.record["derived"]["parent"] == parent.run_id
+    again = td.TrainLoader.from_state(row.loader_state, client, steps=4)
+    assert again.run_id == derived.run_id
+    assert [b["x"].tolist() for b in again] == seen[2:]
+    assert not any(10 <= x < 20 for step in seen[1:] for x in step)  # e1 left out from step 1

@@ -576,7 +576,7 @@ START_RSS_MB = _rss_mb()
 
 
 # Found by this fuzzer at TREADLE_FUZZ_SCALE=5: a window offset beyond int64 used to pass
-# Video/Rows validation and overflow in plan.eligible_counts (OverflowError).
+# Video/Rows validation and overflow in the windows' eligible span (OverflowError).
 @pytest.mark.parametrize("offset", [2**63, -(2**63) - 1, 2**80])
 def test_huge_window_offset_is_a_plan_error(video_branch, offset):
     with bounded(), pytest.raises(TreadleError, match="offsets must be within"):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from math import ceil, floor
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from plan_helpers import FakeClient, FakeRef, FakeTable, ref_batch, ref_extra
+from treadle.errors import PlanError, PlanWarning
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.record import RunRecord
@@ -53,6 +55,17 @@ def recipes(draw, max_len=40, big=True, small=False):
     return Recipe(seed, batch_size, comps)
 
 
+def plan_of(recipe):
+    """The recipe's plan; a mix refused for a share moved more than 1% is not one to test."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlanWarning)
+        try:
+            return recipe.plan()
+        except PlanError as e:
+            assert "cannot be planned exactly" in str(e)
+            assume(False)
+
+
 def divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -75,7 +88,7 @@ steps = st.one_of(
 @settings(max_examples=25, deadline=None)
 @given(recipes(small=True), steps, st.data())
 def test_batch_at_any_step_equals_the_slow_reference(recipe, step, data):
-    plan = recipe.plan()
+    plan = plan_of(recipe)
     record = plan.record
     b = record.batch_size
     world = data.draw(st.sampled_from(divisors(b)))
@@ -96,7 +109,7 @@ def test_batch_at_any_step_equals_the_slow_reference(recipe, step, data):
 @settings(max_examples=40, deadline=None)
 @given(recipes(), steps, st.data())
 def test_global_batch_shares_and_rank_interleaving(recipe, step, data):
-    plan = recipe.plan()
+    plan = plan_of(recipe)
     b = plan.batch_size
     full = plan.batch(step)
     assert full.position.tolist() == list(range(step * b, step * b + b))
@@ -127,7 +140,7 @@ def test_global_batch_shares_and_rank_interleaving(recipe, step, data):
 @settings(max_examples=25, deadline=None)
 @given(recipes(max_len=12, big=False))
 def test_each_epoch_walks_a_fresh_permutation_of_eligible_moments(recipe):
-    plan = recipe.plan()
+    plan = plan_of(recipe)
     seen = {c: {} for c in range(plan.num_components)}
     last = 60
     for step in range(last):
@@ -204,7 +217,7 @@ def test_a_shared_table_ref_is_pinned_once_and_listed_once():
             Component(ref, Windows({"action": Rows(range(-20, 1))}), 3),
         ],
     )
-    plan = recipe.plan()
+    plan = plan_of(recipe)
     assert ref.pins == 1 and t.episode_calls == 1
     assert len(plan.record.tables) == 1
     assert [c.table for c in plan.record.components] == [0, 0]

@@ -12,6 +12,7 @@ import pytest
 import treadle as td
 from plan_helpers import FakeRef, FakeTable
 from treadle.cli.plan import plan_command, register
+from treadle.errors import PlanWarning
 from treadle.plan.card import render_card
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.record import RunRecord
@@ -169,9 +170,10 @@ def test_card_from_a_record_alone():
 
 def test_card_shows_asked_and_planned_shares():
     t = FakeTable("t", [5, 5])
-    plan = Recipe(
-        1, 8, [Component(FakeRef(t), weight=w) for w in (1 / 3, 0.0004, 1.0)]
-    ).plan()  # 1/3 prints as 0.3333333333333333: a denominator of 10**16, planned within 1e-6
+    with pytest.warns(PlanWarning, match="share asked 0.249925022, planned 9997/40000"):
+        plan = Recipe(
+            1, 8, [Component(FakeRef(t), weight=w) for w in (1 / 3, 0.0004, 1.0)]
+        ).plan()  # 1/3 prints as 0.3333333333333333: a denominator of 10**16, within 1e-6
     card = render_card(plan.record)
     lines = [line for line in card.splitlines() if line.startswith("   [")]
     asked = plan.record.asked_weights

@@ -150,3 +150,48 @@ def test_last_step_still_plans():
     last = (2**63 - 1) // 8 - 1
     b = p.batch(last)
     assert int(b.position[-1]) == last * 8 + 7
+
+
+def _mix(weights, batch_size=64):
+    refs = [table(f"t{i}") for i in range(len(weights))]
+    return Recipe(1, batch_size, [Component(r, weight=w) for r, w in zip(refs, weights)])
+
+
+@pytest.mark.parametrize(
+    ("weights", "component", "asked"),
+    [([1e-12, 1], 0, "1e-12"), ([1, 1e-9, 1e9], 1, "1e-18"), ([3, 5_000_000], 0, "6e-07")],
+)
+def test_tiny_weights_are_refused_not_oversampled(weights, component, asked):
+    # Before: planned silently at 1e-6 (10**6 x asked), [1, 1e-9, 1e9] gave its first two
+    # components equal shares (5e-7 each), and [3, 5e6] drew 6 samples instead of 3.84 in
+    # 10**5 steps.
+    with pytest.raises(
+        PlanError,
+        match=rf"component {component} \(table 't{component}'\): "
+        rf"share asked {asked} cannot be planned exactly",
+    ) as e:
+        _mix(weights).plan()
+    assert "times what was asked" in str(e.value) and "common denominator" in str(e.value)
+
+
+def test_a_share_moved_within_1e_6_warns_with_asked_and_planned():
+    # Before: planned 9997/40000 for an asked 0.249925022... without a word.
+    from treadle.errors import PlanWarning
+
+    with pytest.warns(
+        PlanWarning,
+        match=r"component 1 \(table 't1'\): share asked "
+        r"0\.000299910027, planned 3/10000 = 0\.0003 \(.* every 173,664 steps",
+    ):
+        plan = _mix([1 / 3, 0.0004, 1.0]).plan()
+    assert plan.weights != plan.asked_weights
+
+
+@pytest.mark.parametrize("weights", [[0.3, 0.7], [1, 999_999], [0.000001, 0.999999], [1 / 3] * 3])
+def test_exact_shares_plan_without_a_warning(weights):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = _mix(weights).plan()
+    assert plan.weights == plan.asked_weights

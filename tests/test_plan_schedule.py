@@ -212,8 +212,10 @@ def test_whole_shares_have_no_extra_seats():
 def test_bad_numerators_and_too_long_periods_are_rejected():
     with pytest.raises(PlanError, match="sum to 1000"):
         Schedule((300, 600), 1000, 64)
-    with pytest.raises(PlanError, match=">= 1"):
-        Schedule((0, 1000), 1000, 64)
+    with pytest.raises(PlanError, match=">= 0"):
+        Schedule((-1, 1001), 1000, 64)
+    absent = Schedule((0, 1000), 1000, 64)  # a schedule's stage may leave a component out
+    assert absent.counts(10**12).tolist() == [0, 64] and absent.cumulative(9) == [0, 576]
     with pytest.raises(PlanError, match="repeat only every 1000000007 steps"):
         Schedule((1, 10**9 + 6), 10**9 + 7, 1)
     with pytest.raises(PlanError, match="at most 1000"):

@@ -21,6 +21,7 @@ from treadle.errors import (  # noqa: E402
     MissingDependency,
     NotFound,
     PlanError,
+    PlanWarning,
     SchemaMismatch,
     StorageError,
     TreadleError,
@@ -32,6 +33,7 @@ from treadle.info import info  # noqa: E402
 from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
+from treadle.plan.stages import Ramp, Schedule  # noqa: E402
 from treadle.plan.statshook import compute_stats_with as plan_stats_with  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
 from treadle.read.planstats import plan_stats  # noqa: E402
@@ -93,7 +95,9 @@ __all__ = [
     "Plan",
     "Recipe",
     "RayExecutor",
+    "Ramp",
     "RunRecord",
+    "Schedule",
     "ScanDataset",
     "TrainLoader",
     "VideoFile",
@@ -116,6 +120,7 @@ __all__ = [
     "MissingDependency",
     "NotFound",
     "PlanError",
+    "PlanWarning",
     "Rows",
     "SchemaMismatch",
     "StorageError",

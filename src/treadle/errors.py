@@ -74,3 +74,7 @@ class UnsupportedFormat(TreadleError, ValueError):
 
 class MissingDependency(TreadleError, ImportError):
     """An optional dependency a feature needs is not installed (the message says how)."""
+
+
+class PlanWarning(UserWarning):
+    """A plan that is not exactly what was asked (a share planned off its asked value)."""

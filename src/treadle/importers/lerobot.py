@@ -60,7 +60,7 @@ from treadle.importers.lerobot_meta import (
 from treadle.importers.lerobot_report import VideoCodecs
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
-from treadle.plan.recipe import lerobot_episode
+from treadle.plan.component import lerobot_episode
 from treadle.read.prefetch import default_threads, ordered_map, prefetch
 from treadle.video.span import span_value
 

@@ -12,6 +12,7 @@ from fractions import Fraction
 from treadle.plan.plan import Plan
 from treadle.plan.record import RunRecord
 from treadle.plan.stack import component_names
+from treadle.plan.stages import RAMP_PIECES, stage_shares
 from treadle.plan.windows import Rows, Spec, Windows
 
 
@@ -85,6 +86,7 @@ def render_card(
         f"Run record {record.run_id} · {record.project} · {record.algorithm}",
         f"{len(record.tables)} tables · {len(record.components)} components · "
         f"seed {record.seed} · batch {b}",
+        *_derived_lines(record),
         "",
         "01 Pin each table to a version.",
         *_table_lines(record, width),
@@ -93,6 +95,7 @@ def render_card(
     ]
     for i in range(len(record.components)):
         lines += _component_lines(record, i, width)
+    lines += schedule_lines(record)
     lines.append(f"   seed = {record.seed}")
     lines += [
         "",
@@ -129,12 +132,14 @@ def _component_lines(record: RunRecord, i: int, width: int) -> list[str]:
     n = c.weight_quantised
     lo, hi = n * b // d, -(-n * b // d)
     per_batch = f"{lo}" if lo == hi else f"{lo} or {hi}"
+    mix = f"weight {_weight_text(c.weight)} → {share_text(record.asked_weights[i], Fraction(n, d))}"
+    mix += f"  ·  {per_batch} per batch"
+    if record.schedule is not None:
+        mix = "share by stage (schedule below)"
     name = component_names(record)[i]
     label = t.name if name == t.name else f"{name} ({t.name})"
     lines = [
-        f"   [{i}] {label:<{width}}  weight {_weight_text(c.weight)} → "
-        f"{share_text(record.asked_weights[i], Fraction(n, d))}  ·  {per_batch} per batch  ·  "
-        f"{kept_text(c.eligible, t.num_moments)}",
+        f"   [{i}] {label:<{width}}  {mix}  ·  {kept_text(c.eligible, t.num_moments)}",
         f"       windows: {windows_text(c.windows)}",
     ]
     for key, value in c.selection().items():
@@ -178,3 +183,35 @@ def _rank_lines(record: RunRecord, world_size: int, plan: Plan | None, slots: in
             line += f"  step 0: {samples}{more}"
         lines.append(line)
     return lines
+
+
+def _fraction_text(f: Fraction) -> str:
+    return "0" if f == 0 else f"{f.numerator}/{f.denominator}"
+
+
+def schedule_lines(record: RunRecord) -> list[str]:
+    """The weight schedule: each stage's start and each component's share in it (a ramp's
+    target, reached over its steps); nothing for a recipe without one."""
+    if record.schedule is None:
+        return []
+    lines = [f"   schedule: {len(record.schedule.stages)} stages (they replace the weights above)"]
+    names = [record.table_of(i).name for i in range(len(record.components))]
+    for k, (stage, shares) in enumerate(zip(record.schedule.stages, stage_shares(record.schedule))):
+        how = ""
+        if stage.ramp:
+            how = f" ramp over {stage.ramp:,} steps ({min(stage.ramp, RAMP_PIECES)} pieces) to"
+        parts = ", ".join(
+            f"[{i}] {n} {_fraction_text(f)}" for i, (n, f) in enumerate(zip(names, shares))
+        )
+        lines.append(f"     stage {k} from step {stage.start:,}:{how} {parts}")
+    return lines
+
+
+def _derived_lines(record: RunRecord) -> list[str]:
+    d = record.derived
+    if d is None:
+        return []
+    return [
+        f"derived from {d.parent} at step {d.from_step:,}, excluding {d.num_episodes:,} "
+        f"episodes ({d.moments:,} moments)"
+    ]

@@ -21,8 +21,8 @@ Everything is vectorised numpy: a batch costs O(B/W + components) at any step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -30,6 +30,8 @@ import numpy as np
 
 from treadle.errors import PlanError
 from treadle.plan import statshook
+from treadle.plan.batch import Batch, as_int, check_rank
+from treadle.plan.exclude import Redraw, exclusion_of
 from treadle.plan.permute import (
     DRAW_DOMAIN,
     SLOT_DOMAIN,
@@ -45,42 +47,10 @@ from treadle.plan.reserved import check_batch_keys
 from treadle.plan.schedule import Schedule
 from treadle.plan.select import Runs, component_runs
 from treadle.plan.stack import StackedColumn, component_names, stack_layout
+from treadle.plan.stages import StagedSeats
 from treadle.plan.windows import Windows
 
 _MAX_INT64 = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class Batch:
-    """The samples of one step for one rank, in slot order (all arrays int64, length B/W)."""
-
-    step: int
-    rank: int
-    world_size: int
-    component: np.ndarray
-    """Index into the recipe's components."""
-    moment: np.ndarray
-    """Row of the anchor moment in that component's pinned table."""
-    position: np.ndarray
-    """Global sample position ``step * batch_size + slot``."""
-    draw: np.ndarray
-    """Index of the draw within its component (epoch = draw // eligible)."""
-
-    def __len__(self) -> int:
-        return len(self.moment)
-
-
-def eligible_counts(lengths: np.ndarray, windows: Windows | None) -> np.ndarray:
-    """Eligible moments per episode: those whose every unpadded window offset stays in the
-    episode (padded specs take the episode's edge frames instead, so they never limit it)."""
-    lo, hi = (0, 0) if windows is None else windows.eligible_span()
-    return np.maximum(np.asarray(lengths, dtype=np.int64) - (hi - lo), 0)
-
-
-def _as_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise PlanError(f"{what} must be an integer, got {value!r}")
-    return int(value)
 
 
 class Plan:
@@ -120,12 +90,18 @@ class Plan:
                 )
                 for i, c in enumerate(record.components)
             ]
-        self._schedule = Schedule(
-            [c.weight_quantised for c in record.components],
-            record.weight_denominator,
-            record.batch_size,
+        self._schedule: Schedule | StagedSeats = (
+            Schedule(
+                [c.weight_quantised for c in record.components],
+                record.weight_denominator,
+                record.batch_size,
+            )
+            if record.schedule is None
+            else StagedSeats(record.schedule.pieces(), record.batch_size)
         )
         self._build_index(anchors)
+        self._episodes, self._anchors = episodes, anchors
+        self._redraw = None if record.derived is None else self._redraws()
         self._seed = seed = record.seed
         m = len(record.components)
         # Domains 0..m-1: each component's eligible moments; domain m: the slots of a batch.
@@ -167,6 +143,32 @@ class Plan:
         self._cum_end = np.concatenate(ends)
         self._base = np.asarray(bases, dtype=np.int64)
         self._elig = np.asarray(elig, dtype=np.int64)
+
+    def _redraws(self) -> Redraw:
+        names = [t.name for t in self._record.tables]
+        episode_of = dict(zip(names, self._table_episodes()))
+        tables = [names[c.table] for c in self._record.components]
+        assert self._record.derived is not None and self._anchors is not None
+        return Redraw(self._record.derived, self._record.seed, tables, episode_of, self._anchors)
+
+    def _table_episodes(self) -> Sequence[Any]:
+        if self._episodes is None:
+            self._episodes = [t.episodes() for t in self._tables]
+        return self._episodes
+
+    def exclude(self, episodes: Mapping[str, Sequence[str]], from_step: int) -> Plan:
+        """A derived run: this run's batches, except that from ``from_step`` on every slot
+        holding a moment of ``episodes={table: [names]}`` is redrawn from the same component
+        among its other moments (:mod:`treadle.plan.exclude`). New run record and id."""
+        if self._record.derived is not None:
+            raise PlanError(
+                f"run {self.run_id} is already derived from {self._record.derived.parent}; "
+                f"exclude every episode at once from the parent run"
+            )
+        names = [t.name for t in self._record.tables]
+        derived = exclusion_of(self.run_id, from_step, episodes, names, self._table_episodes())
+        record = replace(self._record, derived=derived)
+        return Plan(record, self._tables, episodes=self._episodes, anchors=self._anchors)
 
     # -- construction ---------------------------------------------------------------------
 
@@ -280,7 +282,8 @@ class Plan:
         return self._record.asked_weights
 
     @property
-    def schedule(self) -> Schedule:
+    def schedule(self) -> Schedule | StagedSeats:
+        """Seat counts per step: one PD2 schedule, or a weight schedule's pieces."""
         return self._schedule
 
     def counts(self, step: int) -> np.ndarray:
@@ -297,18 +300,8 @@ class Plan:
         """The samples of ``step`` that rank ``rank`` of ``world_size`` reads: slots
         ``rank, rank + world_size, ...`` of the global batch."""
         step = self._step(step)
-        world_size = _as_int(world_size, "world_size")
-        rank = _as_int(rank, "rank")
         b = self.batch_size
-        if world_size < 1:
-            raise PlanError(f"world_size must be >= 1, got {world_size}")
-        if b % world_size:
-            raise PlanError(
-                f"batch_size {b} is not divisible by world_size {world_size}: "
-                f"every rank must read the same number of samples"
-            )
-        if not 0 <= rank < world_size:
-            raise PlanError(f"rank must be in 0..{world_size - 1}, got {rank}")
+        rank, world_size = check_rank(rank, world_size, b)
         slots = np.arange(rank, b, world_size, dtype=np.int64)
         component, moment, draw = self._samples(step, slots)
         return Batch(
@@ -323,7 +316,7 @@ class Plan:
 
     def at(self, position: int) -> tuple[int, int]:
         """(component, moment) of the sample at a global position."""
-        position = _as_int(position, "position")
+        position = as_int(position, "position")
         if position < 0:
             raise PlanError(f"position must be >= 0, got {position}")
         step, slot = divmod(position, self.batch_size)
@@ -348,7 +341,10 @@ class Plan:
         comp = np.searchsorted(ends, items, side="right")
         first = np.asarray(self._schedule.cumulative(step), dtype=np.int64)
         draw = first[comp] + (items - (ends - counts)[comp])
-        return comp, self._moments(comp, draw), draw
+        moment = self._moments(comp, draw)
+        if self._redraw is not None and step >= self._redraw.from_step:
+            moment = self._redraw.apply(comp, moment, draw)
+        return comp, moment, draw
 
     def _moments(self, comp: np.ndarray, draw: np.ndarray) -> np.ndarray:
         n = self._elig[comp]
@@ -376,13 +372,13 @@ class Plan:
     # -- checks ---------------------------------------------------------------------------
 
     def _component(self, component: int) -> int:
-        c = _as_int(component, "component")
+        c = as_int(component, "component")
         if not 0 <= c < self.num_components:
             raise PlanError(f"component must be in 0..{self.num_components - 1}, got {c}")
         return c
 
     def _step(self, step: int, allow_end: bool = False) -> int:
-        step = _as_int(step, "step")
+        step = as_int(step, "step")
         if step < 0:
             raise PlanError(f"step must be >= 0, got {step}")
         last = _MAX_INT64 // self.batch_size - (0 if allow_end else 1)

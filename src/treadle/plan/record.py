@@ -34,6 +34,13 @@ and permutations did not change, so such a run resumes with the same batches and
 table that was pinned explicitly (``TableRef.at(...)``); ``commit`` is null for a table pinned
 by Lance version alone.
 
+A record may also carry ``schedule`` (stages of weights by step,
+:class:`~treadle.plan.stages.Schedule`: ``[{"start": 0, "weights": [...]}, {"start": 1000,
+"weights": [...], "ramp": 500}]``); it replaces the components' weights and is written and
+hashed only when set, so a new schedule is a new run. A derived run
+(``plan.exclude``) carries ``derived``: ``{"parent": run_id, "from_step": S, "episodes":
+{table: [names]}, "moments": M}``, also hashed.
+
 ``run_id`` is the first 16 hex digits of the sha256 of the canonical JSON (sorted keys, no
 spaces) of what determines batches: algorithm, project, for each component its table name and
 Lance version, windows and quantised weight, the weight denominator, seed and batch size. Commit
@@ -52,7 +59,9 @@ from typing import Any
 
 from treadle.errors import PlanError
 from treadle.plan.entries import ComponentEntry, TableEntry, check_keys, int_field, str_field
+from treadle.plan.exclude import Exclusion
 from treadle.plan.shares import asked_shares, realise_weights
+from treadle.plan.stages import Schedule
 
 ALGORITHM = "treadle.plan/2"
 LEGACY_ALGORITHM = "treadle.plan/1"
@@ -69,6 +78,8 @@ _TOP_KEYS = {
     "tables",
     "components",
     "run_id",
+    "schedule",
+    "derived",
 }
 
 
@@ -88,6 +99,11 @@ class RunRecord:
     tables: tuple[TableEntry, ...]
     components: tuple[ComponentEntry, ...]
     algorithm: str = ALGORITHM
+    schedule: Schedule | None = None
+    derived: Exclusion | None = None
+    """Parent run, step and excluded episodes of a derived run (``plan.exclude``)."""
+    """Stages of weights by step (:mod:`treadle.plan.stages`); they replace the components'
+    weights. Written and hashed only when set."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -104,10 +120,15 @@ class RunRecord:
             "weight_denominator": self.weight_denominator,
         }
 
+    def _extra(self) -> dict[str, Any]:
+        out = {} if self.schedule is None else {"schedule": self.schedule.to_json()}
+        return out if self.derived is None else {**out, "derived": self.derived.to_json()}
+
     def identity(self) -> dict[str, Any]:
         """The part of the record that determines batches (hashed into ``run_id``)."""
         return {
             **self._head(),
+            **self._extra(),
             "components": [
                 {
                     "table": self.tables[c.table].name,
@@ -151,6 +172,7 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         return {
             **self._head(),
+            **self._extra(),
             "tables": [t.to_dict() for t in self.tables],
             "components": [c.to_dict() for c in self.components],
             "run_id": self.run_id,
@@ -176,7 +198,7 @@ class RunRecord:
                 raise PlanError(f"run record is not valid JSON: {e}") from None
         if not isinstance(value, dict):
             raise PlanError(f"run record must be a JSON object, got {type(value).__name__}")
-        check_keys(value, _TOP_KEYS - {"run_id"}, _TOP_KEYS, "run record")
+        check_keys(value, _TOP_KEYS - {"run_id", "schedule", "derived"}, _TOP_KEYS, "run record")
         algorithm = str_field(value, "algorithm", "run record")
         if algorithm not in _ALGORITHMS:
             raise PlanError(
@@ -204,6 +226,8 @@ class RunRecord:
             tables=tuple(tables),
             components=tuple(comps),
             algorithm=algorithm,
+            schedule=Schedule.from_json(value["schedule"]) if "schedule" in value else None,
+            derived=Exclusion.from_json(value["derived"]) if "derived" in value else None,
         )
         if "run_id" in value and value["run_id"] != record.run_id:
             raise PlanError(
@@ -240,6 +264,16 @@ def _validate(r: RunRecord) -> None:
         raise PlanError("run record field 'components' is empty")
     _validate_entries(r)
     _validate_weights(r)
+    if r.schedule is not None:
+        if not isinstance(r.schedule, Schedule):
+            raise PlanError(
+                f"run record field 'schedule' must be a td.Schedule, got {r.schedule!r}"
+            )
+        if r.schedule.num_components != len(r.components):
+            raise PlanError(
+                f"run record field 'schedule' gives {r.schedule.num_components} weights per "
+                f"stage for {len(r.components)} components"
+            )
 
 
 def _validate_entries(r: RunRecord) -> None:

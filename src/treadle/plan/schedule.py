@@ -241,8 +241,13 @@ def _run(
                         break
                     level = cands & jumps[s]  # candidates due at step s + 1
                     if level:
-                        got, n = _due_first(level, whole[s], heavy, n, orders, s, width)
-                        keep |= got
+                        k = level.bit_count()
+                        if k <= n:  # the whole level fits: no tie to break
+                            keep |= level
+                            n -= k
+                        else:
+                            got, n = _due_first(level, whole[s], heavy, n, orders, s, width)
+                            keep |= got
                         cands ^= level
                     s += 1
         elif n < 0:
@@ -332,9 +337,9 @@ class Schedule:
     """Seat counts per component for every step; O(components) per query after one period."""
 
     def __init__(self, numerators: Sequence[int], denominator: int, batch_size: int):
-        if sum(numerators) != denominator or min(numerators) < 1:
+        if sum(numerators) != denominator or min(numerators) < 0:
             raise PlanError(
-                f"weight numerators {list(numerators)} must be >= 1 and sum to {denominator}"
+                f"weight numerators {list(numerators)} must be >= 0 and sum to {denominator}"
             )
         self.numerators = tuple(int(n) for n in numerators)
         self.denominator = int(denominator)

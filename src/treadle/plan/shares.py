@@ -16,22 +16,33 @@ component is its weight over the sum of all weights.
   asked share, and the schedule's period divides ``L``.
 
 Both are pure functions of (weights, batch size): a run record re-derives and checks them.
+
+**Never moved silently.** :func:`check_planned` (called by ``Recipe.plan()``) refuses a plan
+in which a share would move by more than :data:`MAX_RELATIVE_MOVE` (1%) of itself, naming
+the asked and the planned share (tiny weights: ``[1e-12, 1]`` would plan the small share at
+about ``1e-6``, a million times what was asked), and warns (:class:`~treadle.errors.PlanWarning`)
+with both shares, and how many steps the running count takes to drift one more sample
+from the asked share's, for any smaller move. A run record of an approximated plan is still parsed
+and resumed as it was planned.
 """
 
 from __future__ import annotations
 
 import heapq
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from math import ceil, floor, gcd, lcm
 
-from treadle.errors import PlanError
+from treadle.errors import PlanError, PlanWarning
 
 MAX_DENOMINATOR = 10**6
 """Asked shares with a common denominator up to this are planned exactly."""
 SHARE_TOLERANCE = Fraction(1, 10**6)
 """Otherwise each realised share is within this of the asked one."""
 MAX_COMPONENTS = 1000
+MAX_RELATIVE_MOVE = Fraction(1, 100)
+"""A plan whose share would move by more than this part of itself is refused."""
 
 
 def decimal_weight(weight: float) -> Fraction:
@@ -62,7 +73,21 @@ def realise_weights(weights: Sequence[float], batch_size: int) -> tuple[tuple[in
         raise PlanError(f"{len(weights)} components; at most {MAX_COMPONENTS} are supported")
     if batch_size < 1:
         raise PlanError(f"batch_size must be >= 1, got {batch_size}")
-    shares = asked_shares(weights)
+    return realise_shares(asked_shares(weights), batch_size)
+
+
+def realise_shares(shares: Sequence[Fraction], batch_size: int) -> tuple[tuple[int, ...], int]:
+    """:func:`realise_weights` of exact shares summing to 1; a share of 0 stays 0 (a
+    component absent from a schedule's stage)."""
+    if any(s < 0 for s in shares) or sum(shares) != 1:
+        raise PlanError(f"shares {[str(s) for s in shares]} must be >= 0 and sum to 1")
+    live = [i for i, s in enumerate(shares) if s > 0]
+    if len(live) < len(shares):
+        nums, den = realise_shares([shares[i] for i in live], batch_size)
+        out = [0] * len(shares)
+        for i, n in zip(live, nums, strict=True):
+            out[i] = n
+        return tuple(out), den
     d = lcm(*(s.denominator for s in shares))
     if d <= MAX_DENOMINATOR:
         return tuple(int(s * d) for s in shares), d
@@ -121,3 +146,47 @@ def _round_rates(
         diff -= step
         heapq.heappush(heap, (-(target[c] - rates[c]) * step, c))
     return rates
+
+
+def check_planned(
+    asked: Sequence[Fraction],
+    planned: Sequence[Fraction],
+    batch_size: int,
+    labels: Sequence[str],
+) -> None:
+    """Refuse shares planned more than 1% off the asked ones; warn about any other move.
+
+    ``labels`` name the components (``component 0 (table 'grasps')``). Exact plans pass
+    silently.
+    """
+    moved = [(i, a, p) for i, (a, p) in enumerate(zip(asked, planned, strict=True)) if a != p]
+    if not moved:
+        return
+    worst = max(moved, key=lambda m: abs(m[2] - m[1]) / m[1])
+    i, a, p = worst
+    if abs(p - a) > MAX_RELATIVE_MOVE * a:
+        raise PlanError(
+            f"{labels[i]}: share asked {float(a):.6g} cannot be planned exactly at batch size "
+            f"{batch_size} (the shares have no common denominator up to {MAX_DENOMINATOR}); "
+            f"it would be planned at {float(p):.6g}, {float(p / a):.4g} times what was "
+            f"asked. Give weights whose shares have a common denominator up to "
+            f"{MAX_DENOMINATOR} (integer counts summing to at most {MAX_DENOMINATOR}, or "
+            f"decimals with at most 6 digits), or drop the component"
+        )
+    parts = [
+        f"{labels[i]}: share asked {float(a):.9g}, planned {p.numerator}/{p.denominator} = "
+        f"{float(p):.9g} (its running count may drift from the asked one by one more "
+        f"sample every {_departure(a, p, batch_size):,} steps)"
+        for i, a, p in moved
+    ]
+    warnings.warn(
+        "shares planned within 1e-6 of the asked ones, not exactly (no common denominator up "
+        f"to {MAX_DENOMINATOR}): " + "; ".join(parts),
+        PlanWarning,
+        stacklevel=3,
+    )
+
+
+def _departure(asked: Fraction, planned: Fraction, batch_size: int) -> int:
+    """The first step count ``s`` with ``|planned - asked| * B * s >= 1``."""
+    return ceil(1 / (abs(planned - asked) * batch_size))

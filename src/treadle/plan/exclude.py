@@ -1,0 +1,171 @@
+"""Derived runs: a plan with some episodes excluded from a step on (``plan.exclude``).
+
+A derived run's record names its parent run, the step ``from_step`` and the excluded
+episodes per table (and how many moments they hold). Its batches are the parent's, except
+that from ``from_step`` on a slot whose sample is a moment of an excluded episode is redrawn
+from the same component, among its moments not excluded: draw ``j`` of component ``c``
+(``N'`` moments left) takes index ``perm'_{c,e}(j mod N')`` of epoch ``e = j div N'``, a
+keyed bijection of its own domain (``exclude``), so the redraw is pure and O(1) like every
+other draw. Every other slot, every share and every draw index are the parent's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import PlanError
+from treadle.plan.permute import Domain, Domains, derive_key, epoch_keys, permute
+
+EXCLUDE_DOMAIN = 0x6578636C  # "excl"
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """What a derived run leaves out: ``episodes`` per table name, from ``from_step`` on."""
+
+    parent: str
+    from_step: int
+    episodes: tuple[tuple[str, tuple[str, ...]], ...]
+    moments: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parent": self.parent,
+            "from_step": self.from_step,
+            "episodes": {t: list(names) for t, names in self.episodes},
+            "moments": self.moments,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Exclusion:
+        keys = {"parent", "from_step", "episodes", "moments"}
+        if not isinstance(value, dict) or set(value) != keys:
+            raise PlanError(f"run record field 'derived' must have the keys {sorted(keys)}")
+        eps = value["episodes"]
+        if not isinstance(eps, dict) or not all(
+            isinstance(v, list) and all(isinstance(n, str) for n in v) for v in eps.values()
+        ):
+            raise PlanError("run record field 'derived.episodes' must map tables to names")
+        for key in ("from_step", "moments"):
+            if isinstance(value[key], bool) or not isinstance(value[key], int):
+                raise PlanError(f"run record field 'derived.{key}' must be an integer")
+        if not isinstance(value["parent"], str):
+            raise PlanError("run record field 'derived.parent' must be a run id")
+        return cls(
+            value["parent"],
+            value["from_step"],
+            tuple(sorted((t, tuple(sorted(v))) for t, v in eps.items())),
+            value["moments"],
+        )
+
+    @property
+    def num_episodes(self) -> int:
+        return sum(len(names) for _, names in self.episodes)
+
+
+def exclusion_of(
+    parent: str,
+    from_step: int,
+    episodes: Any,
+    table_names: Sequence[str],
+    episode_index: Sequence[Any],
+) -> Exclusion:
+    """Check ``episodes={table: [names]}`` against the pinned tables; count their moments."""
+    if isinstance(from_step, bool) or not isinstance(from_step, (int, np.integer)):
+        raise PlanError(f"from_step must be an integer >= 0, got {from_step!r}")
+    if from_step < 0:
+        raise PlanError(f"from_step must be >= 0, got {from_step}")
+    if not isinstance(episodes, Mapping) or not episodes:
+        raise PlanError(f"episodes must be {{table: [episode names]}}, got {episodes!r}")
+    out, moments = [], 0
+    for table, names in episodes.items():
+        if table not in table_names:
+            raise PlanError(f"exclude: table {table!r} is not read by this run ({table_names})")
+        if isinstance(names, (str, bytes)) or not isinstance(names, Sequence) or not names:
+            raise PlanError(f"exclude: episodes of {table!r} must be a list of names")
+        idx = episode_index[table_names.index(table)]
+        known = {n: i for i, n in enumerate(idx.names)}
+        for n in names:
+            if n not in known:
+                raise PlanError(f"exclude: table {table!r} has no episode {n!r}")
+            moments += int(idx.lengths[known[n]])
+        out.append((table, tuple(sorted(set(names)))))
+    return Exclusion(parent, int(from_step), tuple(sorted(out)), moments)
+
+
+class Redraw:
+    """The redraw of excluded slots for one derived run (see the module docstring)."""
+
+    def __init__(
+        self,
+        exclusion: Exclusion,
+        seed: int,
+        component_tables: Sequence[str],
+        episode_of: Mapping[str, Any],
+        anchors: Sequence[tuple[np.ndarray, np.ndarray]],
+    ):
+        self.from_step = exclusion.from_step
+        names = dict(exclusion.episodes)
+        self.ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        firsts, begins, ends, kept = [], [], [], []
+        base = 0
+        for c, table in enumerate(component_tables):
+            first, stop = (np.asarray(x, np.int64) for x in anchors[c])
+            if table in names:
+                idx = episode_of[table]
+                pos = {n: i for i, n in enumerate(idx.names)}
+                rows = [pos[n] for n in names[table]]
+                lo = np.asarray(idx.starts, np.int64)[rows]
+                hi = lo + np.asarray(idx.lengths, np.int64)[rows]
+                order = np.argsort(lo)
+                lo, hi = lo[order], hi[order]
+                self.ranges[c] = (lo, hi)
+                keep = ~self._inside(c, first)
+                first, stop = first[keep], stop[keep]
+            cnt = stop - first
+            total = int(cnt.sum())
+            if total == 0:
+                raise PlanError(
+                    f"exclude: component {c} (table {table!r}) has no moments left to draw"
+                )
+            cum = np.cumsum(cnt)
+            firsts.append(first)
+            begins.append(base + cum - cnt)
+            ends.append(base + cum)
+            kept.append(total)
+            base += total
+        self._first = np.concatenate(firsts)
+        self._begin = np.concatenate(begins)
+        self._end = np.concatenate(ends)
+        self._kept = np.asarray(kept, np.int64)
+        self._base = np.concatenate([[0], np.cumsum(self._kept)[:-1]]).astype(np.int64)
+        self._domains = Domains([Domain.of(int(n)) for n in kept])
+        self._keys = np.asarray(
+            [derive_key(EXCLUDE_DOMAIN, seed, c) for c in range(len(kept))], np.uint64
+        )
+
+    def _inside(self, c: int, moment: np.ndarray) -> np.ndarray:
+        lo, hi = self.ranges[c]
+        i = np.searchsorted(lo, moment, side="right") - 1
+        return (i >= 0) & (moment < hi[np.maximum(i, 0)])
+
+    def apply(self, comp: np.ndarray, moment: np.ndarray, draw: np.ndarray) -> np.ndarray:
+        """``moment`` with every excluded sample redrawn (a new array when any is)."""
+        bad = np.zeros(moment.shape, bool)
+        for c in self.ranges:
+            at = comp == c
+            bad[at] = self._inside(c, moment[at])
+        if not bad.any():
+            return moment
+        c, j = comp[bad], draw[bad]
+        epoch, idx = np.divmod(j, self._kept[c])
+        e = permute(idx.astype(np.uint64), c, self._domains, epoch_keys(self._keys[c], epoch))
+        g = self._base[c] + e.astype(np.int64)
+        run = np.searchsorted(self._end, g, side="right")
+        out = moment.copy()
+        out[bad] = self._first[run] + (g - self._begin[run])
+        return out
