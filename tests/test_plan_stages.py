@@ -96,6 +96,14 @@ def staged():
     return plan, tables
 
 
+def test_pooled_stats_of_a_scheduled_run_are_refused(staged):
+    # the pooled statistics weighted the components by their recipe weights, which a
+    # schedule overrides at every step: a distribution no step of the run draws
+    plan, _ = staged
+    with pytest.raises(td.PlanError, match="by_component=True"):
+        plan.stats(["x"])
+
+
 def test_draws_continue_across_stages_none_repeated_or_skipped(staged):
     plan, _ = staged
     draws: dict[int, list[int]] = {0: [], 1: [], 2: []}

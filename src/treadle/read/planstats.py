@@ -71,6 +71,12 @@ def plan_stats(
     frames: int = 10_000,
 ) -> dict[str, Any]:  # fmt: skip
     """``Plan.stats``: the statistics of the plan's own distribution (module docstring)."""
+    if plan.record.schedule is not None and not by_component:
+        raise PlanError(
+            f"plan.stats of run {plan.run_id}: its weight schedule changes the mix with the "
+            "step, so no one pooled distribution is the run's; use by_component=True (each "
+            "component's own statistics) and pool them by the shares of the steps you train"
+        )
     qs = _check_quantiles(quantiles)
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PlanError(f"plan.stats: frames must be an integer >= 1, got {frames!r}")
