@@ -150,10 +150,18 @@ def test_a_b_frame_video_shows_each_frame_at_its_time(servers, proj, page):
         assert int(np.argmin(diffs)) == i and diffs[i] <= TOLERANCE, (i, diffs[i])
 
 
+# Seek until the video rests at t (a 'seeked' event may be an earlier seek's, or the page's
+# own sync may move it: seen under load), then wait for that frame to be presented.
 _DRAW_AT = """async (t) => {
   const v = document.querySelector('video');
   v.pause();
-  await new Promise((ok) => { v.addEventListener('seeked', ok, { once: true }); v.currentTime = t; });
+  for (let k = 0; k < 20 && (k === 0 || v.seeking || Math.abs(v.currentTime - t) > 1e-6); k++) {
+    await new Promise((ok) => { v.addEventListener('seeked', ok, { once: true }); v.currentTime = t; });
+  }
+  if (v.requestVideoFrameCallback) {
+    await Promise.race([new Promise((ok) => v.requestVideoFrameCallback(() => ok())),
+                        new Promise((ok) => setTimeout(ok, 500))]);
+  }
   const c = document.createElement('canvas'); c.width = v.videoWidth; c.height = v.videoHeight;
   const ctx = c.getContext('2d'); ctx.drawImage(v, 0, 0);
   return Array.from(ctx.getImageData(0, 0, c.width, c.height).data);
