@@ -129,3 +129,18 @@ class Sketch:
             cols = np.arange(items.shape[1])
             out.append(items[order[idx, cols], cols])
         return out
+
+
+def histogram_moments(
+    hist: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(count, mean, population std, min, max)`` per channel of the values ``0..K-1``
+    counted (or weighted) by ``hist`` ``[C, K]``, exact in float64."""
+    v = np.arange(hist.shape[1], dtype=np.float64)
+    n = hist.sum(axis=1)
+    mean = (hist * v).sum(axis=1) / n
+    std = np.sqrt((hist * (v - mean[:, None]) ** 2).sum(axis=1) / n)
+    nz = hist > 0
+    lo = nz.argmax(axis=1).astype(np.float64)
+    hi = (hist.shape[1] - 1 - nz[:, ::-1].argmax(axis=1)).astype(np.float64)
+    return n, mean, std, lo, hi

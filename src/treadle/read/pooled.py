@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from treadle.read.columnstats import ColumnStats
-from treadle.read.moments import Moments, Sketch, rank_error_bound
+from treadle.read.moments import Moments, Sketch, histogram_moments, rank_error_bound
 
 
 class Counted:
@@ -189,16 +189,10 @@ def pool_hist(parts: list[tuple[float, HistPart]], qs: tuple[float, ...]) -> Col
     """Per-channel statistics of the weighted mixture of uint8 histograms."""
     hist = sum(a * p.hist for a, p in parts)
     count = sum(p.hist for _, p in parts).sum(axis=1)[0]
-    v = np.arange(hist.shape[1], dtype=np.float64)
-    n = hist.sum(axis=1)
-    mean = (hist * v).sum(axis=1) / n
-    std = np.sqrt((hist * (v - mean[:, None]) ** 2).sum(axis=1) / n)
-    nz = hist > 0
-    lo = nz.argmax(axis=1).astype(np.float64)
-    hi = (hist.shape[1] - 1 - nz[:, ::-1].argmax(axis=1)).astype(np.float64)
+    n, mean, std, lo, hi = histogram_moments(hist)
+    cdf = np.cumsum(hist, axis=1) / n[:, None]
     quant = {}
     for q in qs:
-        cdf = np.cumsum(hist, axis=1) / n[:, None]
         idx = [min(int(np.searchsorted(cdf[c], q, side="left")), 255) for c in range(len(n))]
         quant[q] = np.asarray(idx, np.float64)
     frames = sum(p.frames for _, p in parts)

@@ -42,7 +42,7 @@ from treadle.errors import NotFound, PlanError
 from treadle.read.columnstats import ColumnStats
 from treadle.read.moments import Moments as _Moments
 from treadle.read.moments import Sketch as _Sketch
-from treadle.read.moments import rank_error_bound
+from treadle.read.moments import histogram_moments, rank_error_bound
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
 READ_VALUES = 1 << 20  # values (rows x elements) per read batch
@@ -280,13 +280,7 @@ def _compute_video(
 
 def _from_histogram(hist: np.ndarray, frames: int) -> ColumnStats:
     """Exact statistics of integer values 0..255 from per-channel counts ``[C, 256]``."""
-    v = np.arange(hist.shape[1], dtype=np.float64)
-    n = hist.sum(axis=1)
-    mean = (hist * v).sum(axis=1) / n
-    std = np.sqrt((hist * (v - mean[:, None]) ** 2).sum(axis=1) / n)
-    nz = hist > 0
-    lo = nz.argmax(axis=1).astype(np.float64)
-    hi = (hist.shape[1] - 1 - nz[:, ::-1].argmax(axis=1)).astype(np.float64)
+    n, mean, std, lo, hi = histogram_moments(hist)
     cum = np.cumsum(hist, axis=1)
 
     def order_stat(rank: np.ndarray) -> np.ndarray:  # value of the 0-based rank-th item
