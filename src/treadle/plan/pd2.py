@@ -95,12 +95,13 @@ class Tables:
 
 
 def guess(tb: Tables, t: np.ndarray) -> np.ndarray:
-    """A state for each step ``t``: the ``K(t)`` components with the largest fractional
-    seat counts ``t*f_c`` (not whole)."""
+    """A state for each step ``t``: the ``K(t)`` components (``t*f_c`` not whole) whose
+    ``floor(t*f_c)`` steps up soonest, as earliest-deadline-first would have them ahead."""
     prod = t[:, None] * tb.a_rate[None, :]
     frac = prod % tb.p
     k = t * tb.seats - (prod // tb.p).sum(axis=1)
-    order = np.argsort(-frac, axis=1, kind="stable")
+    soon = np.where(frac > 0, (tb.p - frac) / tb.a_rate[None, :], np.inf)
+    order = np.argsort(soon, axis=1, kind="stable")
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(order.shape[1])[None, :], axis=1)
     pick = (rank < k[:, None]) & (frac > 0)
@@ -280,8 +281,15 @@ def simulate(tb: Tables) -> np.ndarray:
         i = bad[k]
         k += 1
         t0 = int(starts[i])
-        count = min(length, tb.p - t0)
-        out[t0 + 1 : t0 + count + 1] = _serial(tb, t0, count, int(out[t0]))
+        end = min(t0 + length, tb.p)
+        while t0 < end:  # until the new path meets the old one: the rest is the same
+            count = min(WARMUP, end - t0)
+            got = _serial(tb, t0, count, int(out[t0]))
+            t0 += count
+            same = got[-1] == out[t0]
+            out[t0 - count + 1 : t0 + 1] = got
+            if same:
+                break
         nxt = i + 1
         if nxt < starts.size and first[nxt] != out[starts[nxt]] and bad[k : k + 1] != [nxt]:
             bad.insert(k, nxt)
