@@ -24,20 +24,26 @@ places. Every candidate's next seat is ``floor((t+1)*f_c) + 1``, so its PD2 prio
 over 0 (``(s+1)*f_c`` not whole), then the later group deadline (heavy tasks, ``f_c >= 1/2``),
 then the lower index. This is PD2 (Srinivasan and Anderson), optimal for synchronous periodic
 tasks of total weight ``R``, so every choice exists; it reproduces the textbook simulation in
-``tests/plan_helpers.py`` step for step. The loop picks candidates level by level from
-``J(t+1), J(t+2), ...`` with bit operations, one Python iteration per step.
+``tests/plan_helpers.py`` step for step. :mod:`treadle.plan.pd2_serial` picks candidates
+level by level from ``J(t+1), J(t+2), ...`` with bit operations, one Python iteration per step
+(about 1.3 us of CPU per step for 16 components); :mod:`treadle.plan.pd2` makes the same
+decisions for ~``sqrt(P/8)`` chunks of the period at once with numpy, each chunk started from
+a guessed state a few dozen steps early, and re-runs step by step every chunk whose start
+differs from the end of the chunk before it, so both give the same schedule bit for bit
+(``tests/test_plan_pd2.py`` pins it).
 
-**Costs.** ``J``, ``K``, the whole-point masks and the heavy tasks' group-deadline order
-are computed with numpy in blocks; the simulation runs once over one period ``P`` (``P <= D``
-when the shares are exact, ``P <= ceil(10**6/B)`` when approximated, so at most ``10**6``
-except for several shares below ``1e-6``), about 1.3 us of CPU per step for 16 components
-(1.3 s for ``P = 10**6``, 40 ms for ``P = 15625``, on the 2-core development machine), and is
-memoised per (rates, period), so rebuilding a plan from its record costs nothing more. Each
-block is verified with numpy (the sets stay inside the windows above, ``|A(t)| = K(t)``, and
-``A(P)`` is empty, so the schedule repeats); a failure raises instead of planning wrong
-shares. The schedule is stored as one 64-bit word per step per 64 components (8 MB for
-``P = 10**6``); ``counts`` and ``cumulative`` at any step are O(components) integer
-arithmetic: ``N_c(s) = q_c*s + floor(s*f_c) + delta_c(s mod P)``.
+**Costs.** The simulation runs once over one period ``P`` (``P <= D`` when the shares are
+exact, ``P <= ceil(10**6/B)`` when approximated, so at most ``10**6`` except for several
+shares below ``1e-6``): chunked for periods from 65,536 steps with up to 64 components, about
+0.3 us of CPU per step (0.3 s for 16 components and ``P = 10**6``, against 1.3 s step by
+step, on the 2-core development machine; shares below ~``1e-4`` make more chunks re-run),
+else step by step (40 ms for ``P = 15625``). It is memoised per (rates, period), so
+rebuilding a plan from its record costs nothing more. The result is verified with numpy (the
+sets stay inside the windows above, ``|A(t)| = K(t)``, and ``A(P)`` is empty, so the schedule
+repeats); a failure raises instead of planning wrong shares. The schedule is stored as one
+64-bit word per step per 64 components (8 MB for ``P = 10**6``); ``counts`` and
+``cumulative`` at any step are O(components) integer arithmetic:
+``N_c(s) = q_c*s + floor(s*f_c) + delta_c(s mod P)``.
 
 ``w_c`` here is the share planned: the share asked for when it is exact (common denominator
 up to ``10**6``), else within ``1e-6`` of it, and then ``floor``/``ceil`` of ``w_c*B`` still
