@@ -32,9 +32,11 @@ from treadle.plan import pd2_serial
 
 LEVELS = 8
 """Deadline levels decided with the jump table before keys are computed directly."""
-WARMUP = 64
+WARMUP = 32
 """Steps each chunk runs before its first step, from a guessed state."""
-MIN_PERIOD = 1 << 16
+SLAB = 64
+"""Steps whose tables are gathered at once for all chunks (one row per step)."""
+MIN_PERIOD = 1 << 14
 """Shorter periods are simulated one step at a time (:mod:`treadle.plan.pd2_serial`)."""
 _ONE = np.uint64(1)
 
@@ -108,60 +110,111 @@ def guess(tb: Tables, t: np.ndarray) -> np.ndarray:
     return np.bitwise_or.reduce(np.where(pick, tb.a_bits[None, :], 0), axis=1)
 
 
-def step(tb: Tables, t: np.ndarray, ahead: np.ndarray) -> np.ndarray:
+def step(tb: Tables, t: np.ndarray, ahead: np.ndarray, at: _At | None = None) -> np.ndarray:
     """``A(t+1)`` from ``A(t) = ahead`` for each row (``0 <= t < p``). A row whose state is
-    not a PD2 state gets some state (the caller checks the result)."""
-    j = tb.jumps[t]
+    not a PD2 state gets some state (the caller checks the result). ``at``: the tables
+    already gathered for these rows (:class:`_At`)."""
+    at = at or _Gather(tb, t)
+    j = at.jumps(0)
     keep = ahead & ~j
-    n = tb.need[t] - _popcount(keep)
-    cands = (ahead & j & ~tb.whole[t]) | (tb.active & ~(ahead | j))
+    n = at.need() - _popcount(keep)
+    cands = (ahead & j & ~at.whole(0)) | (tb.active & ~(ahead | j))
     k = _popcount(cands)
     out = keep | np.where((n > 0) & (k <= n), cands, 0)
     sel = np.flatnonzero((n > 0) & (k > n))
     if sel.size:
-        out[sel] |= _choose(tb, t[sel], cands[sel], n[sel])
+        out[sel] |= _choose(tb, at, sel, t[sel], cands[sel], n[sel])
     return out
 
 
-def _choose(tb: Tables, t: np.ndarray, cands: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """The ``n`` candidates PD2 ranks first at steps ``t`` (each row has more than ``n``):
-    whole deadline levels while they fit, then a tie broken within one level (all rows'
-    ties at once, :func:`_tie`)."""
+class _At:
+    """The tables at steps ``t + lev`` of a vector of rows (steps ``t``)."""
+
+    def jumps(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def whole(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def need(self) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _Gather(_At):
+    def __init__(self, tb: Tables, t: np.ndarray):
+        self.tb, self.t = tb, t
+
+    def jumps(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
+        return self.tb.j_ext[(self.t if rows is None else self.t[rows]) + lev]
+
+    def whole(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
+        return self.tb.w_ext[(self.t if rows is None else self.t[rows]) + lev]
+
+    def need(self) -> np.ndarray:
+        return self.tb.need[self.t]
+
+
+class _Slab(_At):
+    """Row ``i`` of tables laid out one row per step, one column per chunk."""
+
+    def __init__(self, slab: tuple[np.ndarray, np.ndarray, np.ndarray], i: int, cols: int):
+        self.slab, self.i, self.cols = slab, i, cols
+
+    def jumps(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
+        row = self.slab[0][self.i + lev, : self.cols]
+        return row if rows is None else row[rows]
+
+    def whole(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
+        row = self.slab[1][self.i + lev, : self.cols]
+        return row if rows is None else row[rows]
+
+    def need(self) -> np.ndarray:
+        return self.slab[2][self.i, : self.cols]
+
+
+def _choose(
+    tb: Tables, at: _At, rows: np.ndarray, t: np.ndarray, cands: np.ndarray, n: np.ndarray
+) -> np.ndarray:
+    """The ``n`` candidates PD2 ranks first at steps ``t`` (``rows`` of ``at``; each has more
+    than ``n``): whole deadline levels while they fit, then a tie broken within one level (all
+    rows' ties at once, :func:`_tie`)."""
     chosen = np.zeros_like(cands)
     pos = np.arange(t.size)
     tied: list[tuple[np.ndarray, ...]] = []
     for lev in range(1, LEVELS + 1):
-        s = t + lev
-        level = cands & tb.j_ext[s]
+        level = cands & at.jumps(lev, rows)
         k = _popcount(level)
         tie = k > n
         ties = np.flatnonzero(tie)
         if ties.size:
-            tied.append((pos[ties], s[ties], level[ties], n[ties]))
+            w = at.whole(lev, rows[ties])
+            tied.append((pos[ties], t[ties] + (lev + 1), level[ties], n[ties], w))
         chosen[pos] |= np.where(tie, 0, level)
         n = np.where(tie, 0, n - k)
         cands = cands & ~level
         left = np.flatnonzero(n)
         if left.size < pos.size:
-            pos, t, cands, n = pos[left], t[left], cands[left], n[left]
+            pos, rows, t, cands, n = pos[left], rows[left], t[left], cands[left], n[left]
             if not pos.size:
                 break
     else:
         chosen[pos] |= _by_key(tb, t, cands, n)
     if tied:
-        rows, s, level, n = (np.concatenate(x) for x in zip(*tied))
-        chosen[rows] |= _tie(tb, s, level, n)
+        pos, deadline, level, n, w = (np.concatenate(x) for x in zip(*tied))
+        chosen[pos] |= _tie(tb, deadline, level, n, w)
     return chosen
 
 
-def _tie(tb: Tables, s: np.ndarray, level: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """``n`` of the candidates ``level``, all due at step ``s + 1`` (more than ``n`` each):
-    b-bit 1 (``s`` not in ``W``) before b-bit 0, then :func:`_heavy_first`."""
-    sub = level & ~tb.w_ext[s]
+def _tie(
+    tb: Tables, deadline: np.ndarray, level: np.ndarray, n: np.ndarray, whole: np.ndarray
+) -> np.ndarray:
+    """``n`` of the candidates ``level``, all due at ``deadline`` (more than ``n`` each):
+    b-bit 1 (not in ``whole``) before b-bit 0, then :func:`_heavy_first`."""
+    sub = level & ~whole
     k = _popcount(sub)
     first = k >= n
-    rest = np.where(first, sub, level & tb.w_ext[s])
-    return np.where(first, 0, sub) | _heavy_first(tb, s + 1, rest, np.where(first, n, n - k))
+    rest = np.where(first, sub, level & whole)
+    return np.where(first, 0, sub) | _heavy_first(tb, deadline, rest, np.where(first, n, n - k))
 
 
 def _heavy_first(tb: Tables, deadline: np.ndarray, x: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -230,22 +283,28 @@ def run_chunks(tb: Tables, length: int) -> tuple[np.ndarray, np.ndarray, np.ndar
     chunks' first steps, and the state each chunk started from (chunk 0: ``A(0) = 0``)."""
     p = tb.p
     starts = np.arange(0, p, length, dtype=np.int64)
-    t = (starts - WARMUP) % p
-    ahead = guess(tb, t)
-    for _ in range(WARMUP):
-        ahead = step(tb, t, ahead)
-        t = (t + 1) % p
-    ahead[0] = 0
-    first = ahead.copy()
+    cols = starts.size
+    steps = WARMUP + length
+    out_t = np.zeros((length, cols), dtype=np.uint64)
+    ahead = guess(tb, (starts - WARMUP) % p)
+    first = ahead
+    for i0 in range(0, steps, SLAB):
+        span = min(SLAB, steps - i0)
+        idx = (starts[None, :] + (i0 - WARMUP + np.arange(span + LEVELS + 1))[:, None]) % p
+        slab = (tb.jumps[idx], tb.whole[idx], tb.need[idx])
+        for i in range(span):
+            tau = i0 + i - WARMUP
+            if tau == 0:
+                ahead[0] = 0
+                first = ahead.copy()
+            if tau == p - int(starts[-1]):  # the last chunk is shorter
+                cols -= 1
+                ahead = ahead[:cols]
+            ahead = step(tb, idx[i, :cols], ahead, _Slab(slab, i, cols))
+            if tau >= 0:
+                out_t[tau, :cols] = ahead
     out = np.zeros(p + 1, dtype=np.uint64)
-    last = p - int(starts[-1])
-    t = starts.copy()
-    for i in range(length):
-        if i == last:  # the last chunk is shorter
-            t, ahead = t[:-1], ahead[:-1]
-        ahead = step(tb, t, ahead)
-        out[t + 1] = ahead
-        t += 1
+    out[1:] = out_t.T.reshape(-1)[:p]  # chunk by chunk: A(1), ..., A(p)
     return out, starts, first
 
 

@@ -34,7 +34,7 @@ differs from the end of the chunk before it, so both give the same schedule bit 
 
 **Costs.** The simulation runs once over one period ``P`` (``P <= D`` when the shares are
 exact, ``P <= ceil(10**6/B)`` when approximated, so at most ``10**6`` except for several
-shares below ``1e-6``): chunked for periods from 65,536 steps with up to 64 components, about
+shares below ``1e-6``): chunked for periods from 16,384 steps with up to 64 components, about
 0.3 us of CPU per step (0.3 s for 16 components and ``P = 10**6``, against 1.3 s step by
 step, on the 2-core development machine; shares below ~``1e-4`` make more chunks re-run),
 else step by step (40 ms for ``P = 15625``). It is memoised per (rates, period), so
