@@ -1,24 +1,27 @@
 """The PD2 seat schedule of :mod:`treadle.plan.schedule`, simulated for many chunks of the
-period at once with numpy.
+period at once with numpy; the same schedule as :mod:`treadle.plan.pd2_serial`, bit for bit.
 
 **Tables.** For rates ``a_c / p`` (``0 <= a_c < p``): ``J(s)``, the components whose
 ``floor(s*a_c/p)`` steps up at ``s+1``, and ``W(s)``, those with ``(s+1)*a_c/p`` whole, as one
-64-bit word per step (at most 64 components), and ``K(s+1) = sum_c (s+1)*f_c - floor(...)``,
-the seats ahead after step ``s``. ``J`` is built from each component's jump positions
+64-bit word per step (at most 64 components), and ``K(s+1)``, the seats ahead after step ``s``
+(the cumulative sum of ``R - |J|``). ``J`` is built from each component's jump positions
 (``ceil(k*p/a) - 1``), or for ``a > p/2`` from its fewer non-jumps (``floor(k*p/(p-a))``).
 
-**Transition.** :func:`step` is the PD2 transition of ``schedule._run`` for a vector of
-(step, state) rows: the same candidates, the same order (the earlier deadline, b-bit 1 first,
-heavy tasks by later group deadline, then the lower index), decided with bit operations level by
-level, and by explicit keys (:func:`_by_key`) for deadlines more than ``LEVELS`` steps away.
+**Transition.** :func:`step` is the PD2 transition of :func:`treadle.plan.pd2_serial.run` for
+a vector of (step, state) rows: the same candidates, the same order (the earlier deadline,
+b-bit 1 first, heavy tasks by later group deadline, then the lower index), decided with bit
+operations level by level, and by explicit keys (:func:`_by_key`) for deadlines more than
+``LEVELS`` steps away.
 
-**Chunks.** The period is cut into ``rows`` chunks; every chunk starts ``WARMUP`` steps before
-its first step from a guessed state (the components with the largest fractional seat count)
-and all chunks advance together, one numpy call per operation for all of them. A PD2 state
-forgets where it came from within a few dozen steps, so a chunk's state at its first step is
-almost always the one the chunk before it ends with; :mod:`treadle.plan.schedule` checks every
-chunk against the one before and re-runs (exactly, one step at a time) those that do not
-match, so the schedule equals the step-by-step one whatever the guess.
+**Chunks.** The period is cut into ~``sqrt(p/8)``-step chunks (a few thousand for
+``p = 10**6``); every chunk starts ``WARMUP`` steps before its first step from a guessed
+state (the ``K(t)`` components due soonest) and all chunks advance together, one numpy call
+per operation for all of them, their tables gathered ``SLAB`` steps at a time one row per
+step. A PD2 state mostly forgets where it came from within a few dozen steps (tiny shares and
+equal ones remember longer), so a chunk's state at its first step is almost always the one
+the chunk before it ends with. :func:`simulate` re-runs, in order and one step at a time, each
+chunk whose start differs from the end of the chunk before it, until its new path meets the
+old one, so the schedule equals the step-by-step one whatever the guess.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ import numpy as np
 
 from treadle.plan import pd2_serial
 
-LEVELS = 8
-"""Deadline levels decided with the jump table before keys are computed directly."""
+LEVELS = 32
+"""Deadline levels decided with the jump table at most; after ``FEW_LEVELS``, the rows still
+choosing go to explicit keys once they are under 1/16 of the rows or a level settles under a
+quarter of them."""
+FEW_LEVELS = 8
 WARMUP = 32
 """Steps each chunk runs before its first step, from a guessed state."""
-SLAB = 64
+SLAB = 128
 """Steps whose tables are gathered at once for all chunks (one row per step)."""
 MIN_PERIOD = 1 << 14
 """Shorter periods are simulated one step at a time (:mod:`treadle.plan.pd2_serial`)."""
@@ -57,8 +63,7 @@ def _popcount(x: np.ndarray) -> np.ndarray:
 
 
 class Tables:
-    """``J``, ``W`` (one uint64 per step, ``LEVELS + 1`` steps past the period wrapped) and
-    ``need`` (``K(s+1)``) for rates ``a_c / p``, at most 64 components."""
+    """``J``, ``W`` (one uint64 per step) and ``need`` (``K(s+1)``) for rates ``a_c / p``, at most 64 components."""
 
     def __init__(self, rates: Sequence[int], p: int):
         self.rates = tuple(int(a) for a in rates)
@@ -81,8 +86,6 @@ class Tables:
         self.jumps = jumps
         self.whole = whole
         self.need = np.cumsum(self.seats - _popcount(jumps))
-        self.j_ext = np.concatenate([jumps, jumps[: LEVELS + 1]])
-        self.w_ext = np.concatenate([whole, whole[: LEVELS + 1]])
         self.active = np.uint64(sum(1 << c for c, a in enumerate(self.rates) if a))
         self.heavy = np.uint64(sum(1 << c for c, a in enumerate(self.rates) if a and 2 * a >= p))
         hidx = [c for c, a in enumerate(self.rates) if a and 2 * a >= p]
@@ -110,11 +113,10 @@ def guess(tb: Tables, t: np.ndarray) -> np.ndarray:
     return np.bitwise_or.reduce(np.where(pick, tb.a_bits[None, :], 0), axis=1)
 
 
-def step(tb: Tables, t: np.ndarray, ahead: np.ndarray, at: _At | None = None) -> np.ndarray:
-    """``A(t+1)`` from ``A(t) = ahead`` for each row (``0 <= t < p``). A row whose state is
-    not a PD2 state gets some state (the caller checks the result). ``at``: the tables
-    already gathered for these rows (:class:`_At`)."""
-    at = at or _Gather(tb, t)
+def step(tb: Tables, t: np.ndarray, ahead: np.ndarray, at: _At) -> np.ndarray:
+    """``A(t+1)`` from ``A(t) = ahead`` for each row (``0 <= t < p``; ``at``: the tables at
+    ``t`` and after). A row whose state is not a PD2 state gets some state (the caller
+    checks the result)."""
     j = at.jumps(0)
     keep = ahead & ~j
     n = at.need() - _popcount(keep)
@@ -138,20 +140,6 @@ class _At:
 
     def need(self) -> np.ndarray:
         raise NotImplementedError
-
-
-class _Gather(_At):
-    def __init__(self, tb: Tables, t: np.ndarray):
-        self.tb, self.t = tb, t
-
-    def jumps(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
-        return self.tb.j_ext[(self.t if rows is None else self.t[rows]) + lev]
-
-    def whole(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
-        return self.tb.w_ext[(self.t if rows is None else self.t[rows]) + lev]
-
-    def need(self) -> np.ndarray:
-        return self.tb.need[self.t]
 
 
 class _Slab(_At):
@@ -193,11 +181,14 @@ def _choose(
         n = np.where(tie, 0, n - k)
         cands = cands & ~level
         left = np.flatnonzero(n)
-        if left.size < pos.size:
+        done = pos.size - left.size
+        if done:
             pos, rows, t, cands, n = pos[left], rows[left], t[left], cands[left], n[left]
-            if not pos.size:
-                break
-    else:
+        if not pos.size or (
+            lev >= FEW_LEVELS and (pos.size * 16 < chosen.size or done * 4 < pos.size)
+        ):
+            break  # the rest by keys: one call instead of levels that settle few rows each
+    if pos.size:
         chosen[pos] |= _by_key(tb, t, cands, n)
     if tied:
         pos, deadline, level, n, w = (np.concatenate(x) for x in zip(*tied))
