@@ -106,9 +106,11 @@ def pd2_masks(rates: tuple[int, ...], period: int) -> np.ndarray:
     if pd2.fits(rates, period):
         tables = pd2.Tables(rates, period)
         masks = pd2.simulate(tables)[:, None]
-        blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = [
-            (0, period, tables.jumps[:, None], tables.whole[:, None], tables.need)
-        ]
+        blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = (
+            (t0, t1, tables.jumps[t0:t1, None], tables.whole[t0:t1, None], tables.need[t0:t1])
+            for t0 in range(0, period, 1 << 18)
+            for t1 in [min(period, t0 + (1 << 18))]
+        )
     else:
         masks = _simulate(rates, period)
         blocks = _serial_tables(rates, period, words)
