@@ -113,7 +113,7 @@ def guess(tb: Tables, t: np.ndarray) -> np.ndarray:
     return np.bitwise_or.reduce(np.where(pick, tb.a_bits[None, :], 0), axis=1)
 
 
-def step(tb: Tables, t: np.ndarray, ahead: np.ndarray, at: _At) -> np.ndarray:
+def step(tb: Tables, t: np.ndarray, ahead: np.ndarray, at: _Slab) -> np.ndarray:
     """``A(t+1)`` from ``A(t) = ahead`` for each row (``0 <= t < p``; ``at``: the tables at
     ``t`` and after). A row whose state is not a PD2 state gets some state (the caller
     checks the result)."""
@@ -129,21 +129,9 @@ def step(tb: Tables, t: np.ndarray, ahead: np.ndarray, at: _At) -> np.ndarray:
     return out
 
 
-class _At:
-    """The tables at steps ``t + lev`` of a vector of rows (steps ``t``)."""
-
-    def jumps(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
-        raise NotImplementedError
-
-    def whole(self, lev: int, rows: np.ndarray | None = None) -> np.ndarray:
-        raise NotImplementedError
-
-    def need(self) -> np.ndarray:
-        raise NotImplementedError
-
-
-class _Slab(_At):
-    """Row ``i`` of tables laid out one row per step, one column per chunk."""
+class _Slab:
+    """The tables at row ``i`` (and the rows after) of tables laid out one row per step, one
+    column per chunk (the first ``cols`` chunks)."""
 
     def __init__(self, slab: tuple[np.ndarray, np.ndarray, np.ndarray], i: int, cols: int):
         self.slab, self.i, self.cols = slab, i, cols
@@ -161,7 +149,7 @@ class _Slab(_At):
 
 
 def _choose(
-    tb: Tables, at: _At, rows: np.ndarray, t: np.ndarray, cands: np.ndarray, n: np.ndarray
+    tb: Tables, at: _Slab, rows: np.ndarray, t: np.ndarray, cands: np.ndarray, n: np.ndarray
 ) -> np.ndarray:
     """The ``n`` candidates PD2 ranks first at steps ``t`` (``rows`` of ``at``; each has more
     than ``n``): whole deadline levels while they fit, then a tie broken within one level (all
