@@ -58,6 +58,11 @@ def chunk_steps(p: int) -> int:
     return max(WARMUP, min(1024, isqrt(p // 8)))
 
 
+def _where(flags: np.ndarray) -> np.ndarray:
+    """Indices of the true entries of a 1-d array (``np.flatnonzero`` without its wrappers)."""
+    return flags.nonzero()[0]
+
+
 def _popcount(x: np.ndarray) -> np.ndarray:
     return np.bitwise_count(x).astype(np.int64)
 
@@ -123,7 +128,7 @@ def step(tb: Tables, t: np.ndarray, ahead: np.ndarray, at: _Slab) -> np.ndarray:
     cands = (ahead & j & ~at.whole(0)) | (tb.active & ~(ahead | j))
     k = _popcount(cands)
     out = keep | np.where((n > 0) & (k <= n), cands, 0)
-    sel = np.flatnonzero((n > 0) & (k > n))
+    sel = _where((n > 0) & (k > n))
     if sel.size:
         out[sel] |= _choose(tb, at, sel, t[sel], cands[sel], n[sel])
     return out
@@ -161,14 +166,14 @@ def _choose(
         level = cands & at.jumps(lev, rows)
         k = _popcount(level)
         tie = k > n
-        ties = np.flatnonzero(tie)
+        ties = _where(tie)
         if ties.size:
             w = at.whole(lev, rows[ties])
             tied.append((pos[ties], t[ties] + (lev + 1), level[ties], n[ties], w))
         chosen[pos] |= np.where(tie, 0, level)
         n = np.where(tie, 0, n - k)
         cands = cands & ~level
-        left = np.flatnonzero(n)
+        left = _where(n)
         done = pos.size - left.size
         if done:
             pos, rows, t, cands, n = pos[left], rows[left], t[left], cands[left], n[left]
@@ -202,10 +207,10 @@ def _heavy_first(tb: Tables, deadline: np.ndarray, x: np.ndarray, n: np.ndarray)
     h = x & tb.heavy
     k = _popcount(h)
     out = np.where(k <= n, h, 0)
-    light = np.flatnonzero(k < n)
+    light = _where(k < n)
     if light.size:
         out[light] |= _lowest(x[light] & ~tb.heavy, n[light] - k[light])
-    many = np.flatnonzero(k > n)
+    many = _where(k > n)
     if many.size:
         out[many] = _by_group(tb, deadline[many], h[many], n[many])
     return out
@@ -313,7 +318,7 @@ def simulate(tb: Tables) -> np.ndarray:
     chunk before it re-run from that end, in order, one step at a time."""
     length = chunk_steps(tb.p)
     out, starts, first = run_chunks(tb, length)
-    bad = (np.flatnonzero(first[1:] != out[starts[1:]]) + 1).tolist()
+    bad = (_where(first[1:] != out[starts[1:]]) + 1).tolist()
     k = 0
     while k < len(bad):
         i = bad[k]
