@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import treadle.plan.pd2_serial as serial_module
 import treadle.plan.schedule as schedule_module
 from plan_helpers import ref_cumulative, ref_extra, ref_period
 from treadle.errors import PlanError
@@ -241,11 +242,11 @@ def test_group_deadlines_matter_and_setup_verification_refuses_a_bad_schedule(
     def by_index(rates, p, t0, t1):
         heavy = np.flatnonzero((rates > 0) & (2 * rates >= p))
         rows = np.tile(heavy, (t1 - t0, 1))
-        return schedule_module._encode(rows, schedule_module._width(len(rates)))
+        return serial_module.encode(rows, serial_module.bit_width(len(rates)))
 
     # Earliest deadline (with b-bits) but heavy ties by index, not group deadline: a seat goes
     # unfilled, and setup refuses the schedule instead of planning a run with wrong shares.
-    monkeypatch.setattr(schedule_module, "_orders", by_index)
+    monkeypatch.setattr(serial_module, "group_orders", by_index)
     with pytest.raises(PlanError, match="internal"):
         Schedule(numerators, d, batch_size)
 

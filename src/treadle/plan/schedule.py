@@ -24,20 +24,27 @@ places. Every candidate's next seat is ``floor((t+1)*f_c) + 1``, so its PD2 prio
 over 0 (``(s+1)*f_c`` not whole), then the later group deadline (heavy tasks, ``f_c >= 1/2``),
 then the lower index. This is PD2 (Srinivasan and Anderson), optimal for synchronous periodic
 tasks of total weight ``R``, so every choice exists; it reproduces the textbook simulation in
-``tests/plan_helpers.py`` step for step. The loop picks candidates level by level from
-``J(t+1), J(t+2), ...`` with bit operations, one Python iteration per step.
+``tests/plan_helpers.py`` step for step. :mod:`treadle.plan.pd2_serial` picks candidates
+level by level from ``J(t+1), J(t+2), ...`` with bit operations, one Python iteration per step
+(about 1.3 us of CPU per step for 16 components); :mod:`treadle.plan.pd2` makes the same
+decisions for ~``sqrt(P/8)`` chunks of the period at once with numpy, each chunk started from
+a guessed state a few dozen steps early, and re-runs step by step every chunk whose start
+differs from the end of the chunk before it, so both give the same schedule bit for bit
+(``tests/test_plan_pd2.py`` pins it).
 
-**Costs.** ``J``, ``K``, the whole-point masks and the heavy tasks' group-deadline order
-are computed with numpy in blocks; the simulation runs once over one period ``P`` (``P <= D``
-when the shares are exact, ``P <= ceil(10**6/B)`` when approximated, so at most ``10**6``
-except for several shares below ``1e-6``), about 1.3 us of CPU per step for 16 components
-(1.3 s for ``P = 10**6``, 40 ms for ``P = 15625``, on the 2-core development machine), and is
-memoised per (rates, period), so rebuilding a plan from its record costs nothing more. Each
-block is verified with numpy (the sets stay inside the windows above, ``|A(t)| = K(t)``, and
-``A(P)`` is empty, so the schedule repeats); a failure raises instead of planning wrong
-shares. The schedule is stored as one 64-bit word per step per 64 components (8 MB for
-``P = 10**6``); ``counts`` and ``cumulative`` at any step are O(components) integer
-arithmetic: ``N_c(s) = q_c*s + floor(s*f_c) + delta_c(s mod P)``.
+**Costs.** The simulation runs once over one period ``P`` (``P <= D`` when the shares are
+exact, ``P <= ceil(10**6/B)`` when approximated, so at most ``10**6`` except for several
+shares below ``1e-6``): chunked for periods from 16,384 steps with up to 64 components, about
+0.2 us of CPU per step (0.2 s for 16 components and ``P = 10**6``, against 1.3 s step by
+step, on the 2-core development machine; shares below ~``1e-4`` make more chunks re-run, up
+to half of them, still 1.4-2.7x faster than step by step), else step by step (40 ms for
+``P = 15625``). It is memoised per (rates, period), so
+rebuilding a plan from its record costs nothing more. The result is verified with numpy (the
+sets stay inside the windows above, ``|A(t)| = K(t)``, and ``A(P)`` is empty, so the schedule
+repeats); a failure raises instead of planning wrong shares. The schedule is stored as one
+64-bit word per step per 64 components (8 MB for ``P = 10**6``); ``counts`` and
+``cumulative`` at any step are O(components) integer arithmetic:
+``N_c(s) = q_c*s + floor(s*f_c) + delta_c(s mod P)``.
 
 ``w_c`` here is the share planned: the share asked for when it is exact (common denominator
 up to ``10**6``), else within ``1e-6`` of it, and then ``floor``/``ceil`` of ``w_c*B`` still
@@ -46,215 +53,17 @@ equal those of the asked share (:mod:`treadle.plan.shares`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from math import gcd
 
 import numpy as np
 
 from treadle.errors import PlanError
+from treadle.plan import pd2, pd2_serial
 
 MAX_SCHEDULE_WORDS = 1 << 23
 """Largest schedule kept: period x ceil(components/64) words of 8 bytes (64 MiB)."""
-_LOOKAHEAD = 64  # deadline levels scanned from tables before computing priorities directly
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _pd2_key(t: int, c: int, a: int, p: int) -> tuple[int, int, int, int]:
-    """PD2 priority at step ``t`` of candidate ``c`` (rate ``a/p``); smaller sorts first."""
-    k = (t + 1) * a // p + 1  # its next seat
-    deadline = _ceil_div(k * p, a)
-    bbit = 1 if (k * p) % a else 0
-    group = 0
-    if 2 * a >= p:  # heavy task: group deadline ceil(ceil(d*(1-wt)) / (1-wt))
-        group = _ceil_div(_ceil_div(deadline * (p - a), p) * p, p - a)
-    return (deadline, -bbit, -group, c)
-
-
-def _width(m: int) -> int:
-    return max(1, (m - 1).bit_length())
-
-
-def _bits(mask: int) -> Iterator[int]:
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
-def _pick(t: int, cands: int, n: int, rates: Sequence[int], p: int) -> int:
-    """The ``n`` candidates PD2 ranks first at step ``t``, by computing their priorities."""
-    keys = sorted(_pd2_key(t, c, rates[c], p) for c in _bits(cands))
-    out = 0
-    for key in keys[:n]:
-        out |= 1 << key[3]
-    return out
-
-
-def _by_group(cands: int, n: int, order: int, width: int) -> int:
-    """The first ``n`` candidates in ``order``: heavy tasks' indices, ``width`` bits each, by
-    later group deadline, then lower index."""
-    out = 0
-    low = (1 << width) - 1
-    while n:
-        bit = 1 << (order & low)
-        order >>= width
-        if cands & bit:
-            out |= bit
-            n -= 1
-    return out
-
-
-def _encode(rows: np.ndarray, width: int) -> list[int]:
-    """Each row of small non-negative ints as one Python int, ``width`` bits per entry."""
-    per = 64 // width
-    cols = rows.shape[1]
-    out: list[int] | None = None
-    for w, start in enumerate(range(0, cols, per)):
-        part = rows[:, start : start + per].astype(np.uint64)
-        shifts = (np.arange(part.shape[1], dtype=np.uint64) * np.uint64(width))[None, :]
-        word = np.bitwise_or.reduce(part << shifts, axis=1).tolist()
-        shift = w * per * width
-        out = word if out is None else [x | (y << shift) for x, y in zip(out, word, strict=True)]
-    assert out is not None
-    return out
-
-
-def _pack(flags: np.ndarray, words: int) -> np.ndarray:
-    """Rows of booleans as bitmasks, ``(rows, words)`` uint64."""
-    rows, m = flags.shape
-    padded = np.zeros((rows, words * 64), dtype=bool)
-    padded[:, :m] = flags
-    return np.packbits(padded, axis=1, bitorder="little").view("<u8")
-
-
-def _ints(u: np.ndarray) -> list[int]:
-    """``(rows, words)`` uint64 bitmasks as Python ints."""
-    ints = u[:, 0].tolist()
-    for w in range(1, u.shape[1]):
-        ints = [x | (y << (64 * w)) for x, y in zip(ints, u[:, w].tolist(), strict=True)]
-    return ints
-
-
-def _unpack(masks: Sequence[int], words: int) -> np.ndarray:
-    if words == 1:
-        return np.asarray(masks, dtype=np.uint64)[:, None]
-    full = (1 << 64) - 1
-    return np.asarray([[(x >> (64 * w)) & full for w in range(words)] for x in masks], np.uint64)
-
-
-def _flags(
-    rates: np.ndarray, p: int, t0: int, t1: int, words: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For steps ``t0 <= t < t1``: ``J(t)`` and ``W(t)`` (``(t+1)*f_c`` whole) as uint64
-    words, and ``K(t+1)``."""
-    t = np.arange(t0, t1 + 1, dtype=np.int64)[:, None]
-    prod = t * rates[None, :]
-    fl = prod // p
-    jumps = _pack(fl[1:] != fl[:-1], words)
-    whole = _pack((prod[1:] % p == 0) & (rates > 0)[None, :], words)
-    seats = int(rates.sum()) // p
-    need = t[1:, 0] * seats - fl[1:].sum(axis=1)
-    return jumps, whole, need
-
-
-def _orders(rates: np.ndarray, p: int, t0: int, t1: int) -> list[int] | None:
-    """Per step ``t0 <= t < t1``, the heavy tasks' indices in PD2 order for seats due at
-    ``t+1``: later group deadline first, then lower index (None without heavy tasks)."""
-    heavy = np.flatnonzero((rates > 0) & (2 * rates >= p))
-    if not heavy.size:
-        return None
-    rest = p - rates[heavy]  # p*(1 - wt)
-    deadline = np.arange(t0 + 1, t1 + 1, dtype=np.int64)[:, None]
-    group = -(-(-(-(deadline * rest) // p) * p) // rest)  # ceil(ceil(d*(1-wt)) / (1-wt))
-    rank = np.argsort(heavy - group * len(rates), axis=1, kind="stable")
-    return _encode(heavy[rank], _width(len(rates)))
-
-
-def _due_first(
-    level: int, w: int, heavy: int, n: int, orders: list[int] | None, s: int, width: int
-) -> tuple[int, int]:
-    """Up to ``n`` of the candidates ``level`` (due at the same step), PD2's tie-break:
-    b-bit 1 before b-bit 0, then heavy tasks by later group deadline, then light tasks by
-    lower index. Returns (the chosen bits, how many are still to choose)."""
-    keep = 0
-    for sub in (level & ~w, level & w):
-        k = sub.bit_count()
-        if k <= n:
-            keep |= sub
-            n -= k
-            if not n:
-                break
-            continue
-        h = sub & heavy
-        k = h.bit_count()
-        if k > n:
-            return keep | _by_group(h, n, orders[s], width), 0  # type: ignore[index]
-        keep |= h
-        n -= k
-        sub ^= h
-        while n:
-            low = sub & -sub
-            keep |= low
-            sub ^= low
-            n -= 1
-        break
-    return keep, n
-
-
-def _run(
-    ahead: int,
-    jumps: list[int],
-    whole: list[int],
-    need: list[int],
-    orders: list[int] | None,
-    count: int,
-    t0: int,
-    active: int,
-    heavy: int,
-    rates: Sequence[int],
-    p: int,
-) -> list[int]:
-    """``A(t+1)`` for ``t0 <= t < t0 + count`` from ``A(t0) = ahead`` (the PD2 transition)."""
-    out = [0] * count
-    last = len(jumps)
-    width = _width(len(rates))
-    for i in range(count):
-        j = jumps[i]
-        keep = ahead & ~j
-        n = need[i] - keep.bit_count()
-        if n > 0:
-            cands = (ahead & j & ~whole[i]) | (active & ~(ahead | j))
-            spare = cands.bit_count() - n
-            if spare == 0:
-                keep |= cands
-            elif spare < 0:
-                raise PlanError(f"internal: PD2 has too few candidates at step {t0 + i}")
-            else:
-                s = i + 1
-                while n:
-                    if s == last:  # deadlines beyond the table: rank the rest directly
-                        keep |= _pick(t0 + i, cands, n, rates, p)
-                        break
-                    level = cands & jumps[s]  # candidates due at step s + 1
-                    if level:
-                        k = level.bit_count()
-                        if k <= n:  # the whole level fits: no tie to break
-                            keep |= level
-                            n -= k
-                        else:
-                            got, n = _due_first(level, whole[s], heavy, n, orders, s, width)
-                            keep |= got
-                        cands ^= level
-                    s += 1
-        elif n < 0:
-            raise PlanError(f"internal: PD2 has more seats ahead than allowed at step {t0 + i}")
-        ahead = keep
-        out[i] = ahead
-    return out
 
 
 def _verify(
@@ -274,40 +83,18 @@ def _verify(
 
 
 def _simulate(rates: tuple[int, ...], period: int) -> np.ndarray:
-    """``A(t)`` for ``0 <= t <= period`` under PD2, ``(period + 1, words)`` uint64."""
-    m = len(rates)
-    words = (m + 63) // 64
+    """``A(t)`` for ``0 <= t <= period``, ``(period + 1, words)`` uint64, one step at a time."""
+    return pd2_serial.simulate(rates, period)
+
+
+def _serial_tables(
+    rates: tuple[int, ...], period: int, words: int
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
     arr = np.asarray(rates, dtype=np.int64)
-    active = sum(1 << c for c, a in enumerate(rates) if a)
-    heavy = sum(1 << c for c, a in enumerate(rates) if a and 2 * a >= period)
-    out = np.zeros((period + 1, words), dtype=np.uint64)
-    ahead = 0
-    block = _block(m)
+    block = pd2_serial.block_steps(len(rates))
     for t0 in range(0, period, block):
-        count = min(period, t0 + block) - t0
-        t1 = t0 + count + _LOOKAHEAD
-        jumps, whole, need = _flags(arr, period, t0, t1, words)
-        orders = _orders(arr, period, t0, t1)
-        got = _run(
-            ahead,
-            _ints(jumps),
-            _ints(whole),
-            need.tolist(),
-            orders,
-            count,
-            t0,
-            active,
-            heavy,
-            rates,
-            period,
-        )
-        out[t0 + 1 : t0 + count + 1] = _unpack(got, words)
-        ahead = got[-1]
-    return out
-
-
-def _block(m: int) -> int:
-    return max(256, min(1 << 14, (1 << 18) // m))
+        t1 = min(period, t0 + block)
+        yield (t0, t1, *pd2_serial.step_flags(arr, period, t0, t1, words))
 
 
 @lru_cache(maxsize=4)
@@ -316,15 +103,20 @@ def pd2_masks(rates: tuple[int, ...], period: int) -> np.ndarray:
     when component ``c`` (rate ``rates[c]/period``) is one extra seat ahead; verified."""
     if sum(rates) % period:
         raise PlanError(f"fractional rates {list(rates)} do not sum to whole seats")
-    m = len(rates)
-    words = (m + 63) // 64
-    arr = np.asarray(rates, dtype=np.int64)
-    masks = _simulate(rates, period)
-    active = _pack((arr > 0)[None, :], words)[0]
-    block = _block(m)
-    for t0 in range(0, period, block):
-        t1 = min(period, t0 + block)
-        jumps, whole, need = _flags(arr, period, t0, t1, words)
+    words = (len(rates) + 63) // 64
+    if pd2.fits(rates, period):
+        tables = pd2.Tables(rates, period)
+        masks = pd2.simulate(tables)[:, None]
+        blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = (
+            (t0, t1, tables.jumps[t0:t1, None], tables.whole[t0:t1, None], tables.need[t0:t1])
+            for t0 in range(0, period, 1 << 18)
+            for t1 in [min(period, t0 + (1 << 18))]
+        )
+    else:
+        masks = _simulate(rates, period)
+        blocks = _serial_tables(rates, period, words)
+    active = pd2_serial.pack((np.asarray(rates) > 0)[None, :], words)[0]
+    for t0, t1, jumps, whole, need in blocks:
         _verify(masks[t0:t1], masks[t0 + 1 : t1 + 1], jumps, whole, need, active)
     if masks[period].any():
         raise PlanError("internal: schedule is not periodic")
