@@ -59,7 +59,7 @@ from treadle.errors import NotFound, PlanError
 from treadle.plan.windows import Video
 from treadle.read.columns import ColumnSpec, output_columns
 from treadle.read.columnstats import ColumnStats
-from treadle.read.pooled import HistPart, Part, column_major, pool, pool_hist
+from treadle.read.pooled import HistPart, Part, pool, pool_hist
 from treadle.read.runcache import RunCache, code_key, warn_flat
 from treadle.read.stats import READ_VALUES, scan_batches
 from treadle.table.tensors import to_numpy
@@ -222,10 +222,10 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
         for n, p in placed.items():
             field = table.schema.field(p.column)
             x = to_numpy(batch.column(p.column), field, f"table {table.name!r}")
-            x = column_major(x.reshape(len(x), -1))
+            x = x.reshape(len(x), -1)  # as read: rows are picked before the float64 pass
             if len(parts[n].groups) > 1:
                 for g, o in enumerate(offsets[n].tolist()):
-                    parts[n].add(g, np.compress(taken.by(o), x.T, axis=1).T)
+                    parts[n].add(g, np.compress(taken.by(o), x, axis=0))
             else:
                 parts[n].add(0, x, taken.times(offsets[n]))
     return parts

@@ -30,19 +30,20 @@ class Counted:
         self.by: dict[int, Sketch] = {}
 
     def add(self, mom: Moments, x: np.ndarray, w: np.ndarray | None = None) -> None:
-        """Rows ``x`` (float64 ``[rows, E]``, column-major: :func:`column_major`; kept by
-        the sketches, not to be changed after), each ``w`` times (None: once), into these
-        sketches and ``mom``: the rows of one multiplicity ``v`` enter the moments as one
-        batch of ``v``-fold weight (count and M2 times ``v``: the mean and the spread of
-        ``v`` copies) and sketch ``v``."""
+        """Rows ``x`` (``[rows, E]``, any numeric dtype), each ``w`` times (None: once),
+        into these sketches and ``mom``: the rows of one multiplicity ``v``, picked from
+        ``x`` as it is and then made :func:`column_major` (one pass), enter the moments as
+        one batch of ``v``-fold weight (count and M2 times ``v``: the mean and the spread
+        of ``v`` copies) and sketch ``v``."""
         if w is None:
-            mom.add(x)
-            self._of(1).add(x)
+            rows = column_major(x)
+            mom.add(rows)
+            self._of(1).add(rows)
             return
         for v in np.flatnonzero(np.bincount(w)).tolist():
             if v > 0:
                 mask = w == v
-                rows = x if mask.all() else np.compress(mask, x.T, axis=1).T
+                rows = column_major(x if mask.all() else np.compress(mask, x, axis=0))
                 mom.add(rows, v)
                 self._of(v).add(rows)
 
@@ -69,10 +70,10 @@ class Part:
         return cls(shape, index, [(Moments(), Counted(len(index), per)) for _ in range(groups)])
 
     def add(self, g: int, x: np.ndarray, w: np.ndarray | None = None) -> None:
-        """Values ``x`` (``[rows, real elements]``, column-major float64: not copied, and
-        not to be changed after) into group ``g``, each ``w`` times."""
+        """Values ``x`` (``[rows, real elements]``, not to be changed after: the sketches
+        may keep it) into group ``g``, each ``w`` times."""
         mom, sk = self.groups[g]
-        sk.add(mom, column_major(x), w)
+        sk.add(mom, x, w)
 
 
 def column_major(x: np.ndarray) -> np.ndarray:
