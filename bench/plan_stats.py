@@ -7,9 +7,12 @@ One rows table of ``--moments`` moments (episodes of ``--frames``; ``action`` an
 component whose windows take ``Rows(range(10))`` of both. Reported: seconds of each, their
 ratio (wall, and CPU of all the process's threads: steadier on a loaded machine), and each
 one's peak memory, every measurement in a fresh process: its resident set above the one
-before the call (sampled every 10 ms; Lance's Rust buffers count) and, in a separate run,
-its peak of traced Python allocations (tracemalloc: numpy buffers count, Lance's do not),
-against the table's bytes. ``--root`` keeps the table for the next run (made once).
+before the call, anonymous and file-backed apart (sampled every 10 ms; Lance's Rust buffers
+and read-ahead count, and grow with the scan's length up to Lance's own limits) and, in a
+separate run, its peak of traced Python allocations (tracemalloc: numpy buffers count,
+Lance's do not: what treadle holds), against the table's bytes. ``ratio`` is of the best
+wall times; ``cpu_ratio`` of the best CPU times. ``--root`` keeps the table for the next
+run (made once).
 
     python bench/plan_stats.py [--moments 10000000] [--frames 500] [--root DIR]
         [--repeat 2] [--no-traced] [--out bench/results/plan_stats.json]

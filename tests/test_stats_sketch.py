@@ -120,3 +120,30 @@ def test_plan_stats_past_full_levels_within_rank_error_of_numpy(tmp_path, monkey
             want = np.quantile(values, q, weights=t, method="inverted_cdf")
             assert int(t[values < want].sum()) < q * n <= int(t[values <= want].sum())
             assert below - got.rank_error <= q * n <= upto + got.rank_error, (o, q, below, upto)
+
+
+@pytest.mark.slow
+def test_plan_stats_bench_runs_on_a_tiny_table(tmp_path):
+    """bench/plan_stats.py end to end on 20,000 moments: its numbers there and positive,
+    the table reused by a second run (no timing asserted)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "plan_stats.py"
+    out, root = tmp_path / "r.json", tmp_path / "root"
+    cmd = [sys.executable, str(bench), "--moments", "20000", "--frames", "100", "--root",
+           str(root), "--repeat", "1", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    outs = []
+    for extra in ([], ["--no-traced"]):  # made, then reused
+        done = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outs.append(done.stdout.splitlines()[-1])
+    assert "ratio" in outs[0] and "traced: table -, plan -" not in outs[0]
+    assert "traced: table -, plan -" in outs[1]
+    got = json.loads(out.read_text())
+    assert got["moments"] == 20000 and got["ratio"] > 0 and got["cpu_ratio"] > 0
+    assert len(got["table_stats_s"]) == len(got["plan_stats_10_offsets_s"]) == 1
