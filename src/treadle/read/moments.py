@@ -162,12 +162,14 @@ class Sketch:
         return rank_error_bound(self.n, self.k, self.compacted_levels)
 
     def sorted_levels(self) -> list[tuple[int, np.ndarray]]:
-        """The non-empty levels as ``(level, items [E, m] sorted per element)``."""
+        """The non-empty levels as ``(level, items [E, m] sorted per element)``, not to be
+        changed: each level keeps that one sorted run as its items (no second copy)."""
         out = []
         for h, lv in enumerate(self.levels):
             if self.sizes[h]:
                 items = np.concatenate(lv, axis=1) if len(lv) > 1 else lv[0].copy()
                 items.sort(axis=1, kind="quicksort" if h == 0 else "stable")
+                self.levels[h] = [items]
                 out.append((h, items))
         return out
 
