@@ -348,3 +348,28 @@ def test_every_rank_and_worker_count_computes_the_same(robots):
         _forget(robots, plan)
         got = {k: json.dumps(v.to_dict()) for k, v in rebuilt.stats(cols).items()}
         assert got == want, (world, workers)
+
+
+def test_rows_taken_by_each_offset_match_a_row_by_row_lookup():
+    """The scan's per-batch lookup (anchor runs and episodes from the boundaries among the
+    rows) against a lookup of every row on its own, for random runs, episodes and reaches."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n_rows = int(rng.integers(50, 300))
+        starts = np.concatenate([[0], np.cumsum(rng.integers(1, 30, size=100))])
+        starts = starts[starts < n_rows].astype(np.int64)
+        cuts = np.sort(rng.choice(n_rows + 1, size=2 * int(rng.integers(0, 10)), replace=False))
+        first, stop = cuts[0::2].astype(np.int64), cuts[1::2].astype(np.int64)
+        lo = int(rng.integers(0, n_rows - 5))
+        n = int(rng.integers(1, n_rows - lo + 1))
+        a, b = sorted(rng.integers(-9, 10, size=2).tolist())
+        taken = planstats._Taken(lo, n, (a, b), first, stop, starts)
+        rows = np.arange(lo, lo + n)
+        for o in range(a, b + 1):
+            anchor = rows - o
+            run = np.searchsorted(first, anchor, side="right") - 1
+            is_anchor = (run >= 0) & (anchor < stop[np.maximum(run, 0)]) if len(first) else 0
+            same = np.searchsorted(starts, anchor, "right") == np.searchsorted(
+                starts, rows, "right"
+            )
+            np.testing.assert_array_equal(taken.by(o), is_anchor & same)

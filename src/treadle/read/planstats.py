@@ -17,7 +17,14 @@ take a row: a ``T``-offset window takes most rows ``T`` times) per offset group,
 ``k = max(64, SKETCH_VALUES // elements)`` (``SKETCH_VALUES = 2**21``: ~600,000 rows of a
 7-D column, ~300,000 of a 14-D one); beyond, each keeps the deterministic compactor sketch
 of :mod:`treadle.read.moments`, whose rank error, as a share of its values, bounds the
-pooled one; ``ColumnStats.rank_error`` holds it in values (0 = exact).
+pooled one; ``ColumnStats.rank_error`` holds it in values (0 = exact). A 7-D column of
+1e7 rows taken 10 times each: within 2e-5 of the values; 1e9 rows: 1.1e-4.
+
+**Memory** is bounded whatever the row count: each sketch holds at most ``6k`` items per
+element (``6 * 2**21`` values, 96 MiB, a column), one per offset group and row
+multiplicity (at most ``T`` of them; the multiplicities below ``T``, rows near an
+episode's ends, hold few), plus one read batch (``READ_VALUES``) and the plan's anchor and
+episode tables.
 
 **How.** Rows columns are read in one streamed scan per component (batches of at most
 ``READ_VALUES`` values, never all rows resident): each row enters once, weighted by how many
@@ -61,7 +68,7 @@ SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's e
 DEFAULT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _ANCHORS = 256  # anchors per read on the batch path (derive=, video)
 _FLAGS = ("_is_pad", "_dim_mask", "_is_present")  # a column's delivery flags in a batch
-_ALGO = 1  # bump when a statistic's definition changes: old kept results are ignored
+_ALGO = 2  # bump when a statistic's definition changes: old kept results are ignored
 
 
 def plan_stats(
@@ -215,10 +222,10 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
         for n, p in placed.items():
             field = table.schema.field(p.column)
             x = to_numpy(batch.column(p.column), field, f"table {table.name!r}")
-            x = x.reshape(len(x), -1).astype(np.float64)
+            x = x.reshape(len(x), -1)  # as read: rows are picked before the float64 pass
             if len(parts[n].groups) > 1:
                 for g, o in enumerate(offsets[n].tolist()):
-                    parts[n].add(g, x[taken.by(o)])
+                    parts[n].add(g, np.compress(taken.by(o), x, axis=0))
             else:
                 parts[n].add(0, x, taken.times(offsets[n]))
     return parts
@@ -226,33 +233,56 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
 
 class _Taken:
     """Which rows ``lo .. lo+n-1`` the window offset ``o`` of an anchor takes unpadded: the
-    row ``row - o`` is one of the component's anchors and lies in the row's episode (one
-    lookup of the anchors and episodes over the rows the offsets reach, then slices)."""
+    row ``row - o`` is one of the component's anchors and lies in the row's episode (anchor
+    runs and episodes over the rows the offsets reach, built from the boundaries that fall
+    among them; each offset is then a slice)."""
 
     def __init__(self, lo: int, n: int, reach: tuple[int, int], first: np.ndarray,
                  stop: np.ndarray, starts: np.ndarray):  # fmt: skip
-        self.n, self.top = n, reach[1]
-        anchor = np.arange(lo - reach[1], lo + n - reach[0], dtype=np.int64)
-        run = np.searchsorted(first, anchor, side="right") - 1
-        ok = (run >= 0) & (anchor < stop[np.maximum(run, 0)]) if len(first) else anchor < -1
-        self.ok = ok
-        self.episode = np.searchsorted(starts, anchor, side="right") - 1
-        rows = np.arange(lo, lo + n, dtype=np.int64)
-        self.own = np.searchsorted(starts, rows, side="right") - 1
+        self.n, self.lo = n, lo
+        self.s0 = lo - max(reach[1], 0)  # positions s0 .. s1-1: the rows and every row - o
+        m = lo + n - min(reach[0], 0) - self.s0
+        self.ok = _inside(first, stop, self.s0, m)
+        self.episode = _segment(starts, self.s0, m)
+        self.own = self.episode[lo - self.s0 : lo - self.s0 + n]
         self.memo: dict[int, np.ndarray] = {}
 
     def by(self, o: int) -> np.ndarray:
         if o not in self.memo:
-            s = slice(self.top - o, self.top - o + self.n)
+            at = self.lo - o - self.s0
+            s = slice(at, at + self.n)
             self.memo[o] = self.ok[s] & (self.episode[s] == self.own)
         return self.memo[o]
 
     def times(self, offsets: np.ndarray) -> np.ndarray:
         """How many of ``offsets`` take each row."""
-        out = np.zeros(self.n, np.int64)
+        out = np.zeros(self.n, np.int32)  # adds bools much faster than int64
         for o in offsets.tolist():
             out += self.by(o)
         return out
+
+
+def _segment(starts: np.ndarray, s0: int, m: int) -> np.ndarray:
+    """The episode of each row ``s0 .. s0+m-1`` (``-1`` before the first): the index of the
+    last of the sorted ``starts`` at or before it, from the starts among those rows."""
+    e0 = int(np.searchsorted(starts, s0, side="right")) - 1
+    e1 = int(np.searchsorted(starts, s0 + m - 1, side="right"))
+    out = np.zeros(m, np.int64)
+    np.add.at(out, starts[e0 + 1 : e1] - s0, 1)
+    np.cumsum(out, out=out)
+    out += e0
+    return out
+
+
+def _inside(first: np.ndarray, stop: np.ndarray, s0: int, m: int) -> np.ndarray:
+    """Whether each row ``s0 .. s0+m-1`` lies in one of the sorted, disjoint runs
+    ``[first, stop)``, from the runs that reach those rows."""
+    r0 = max(int(np.searchsorted(first, s0, side="right")) - 1, 0)
+    r1 = int(np.searchsorted(first, s0 + m, side="left"))
+    edge = np.zeros(m + 1, np.int64)
+    np.add.at(edge, np.clip(first[r0:r1] - s0, 0, m), 1)
+    np.add.at(edge, np.clip(stop[r0:r1] - s0, 0, m), -1)
+    return np.cumsum(edge[:m]) > 0
 
 
 # -- the batch path: video samples and derived values ---------------------------------------

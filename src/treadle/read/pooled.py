@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from treadle.read.columnstats import ColumnStats
-from treadle.read.moments import Moments, Sketch, histogram_moments, rank_error_bound
+from treadle.read.moments import Moments, Sketch, histogram_moments
 
 
 class Counted:
@@ -30,21 +30,21 @@ class Counted:
         self.by: dict[int, Sketch] = {}
 
     def add(self, mom: Moments, x: np.ndarray, w: np.ndarray | None = None) -> None:
-        """Rows ``x``, each ``w`` times (None: once), into these sketches and ``mom``: the
-        rows of one multiplicity ``v`` enter the moments as one batch of ``v``-fold weight
-        (count and M2 times ``v``: the mean and the spread of ``v`` copies)."""
+        """Rows ``x`` (``[rows, E]``, any numeric dtype), each ``w`` times (None: once),
+        into these sketches and ``mom``: the rows of one multiplicity ``v``, picked from
+        ``x`` as it is and then made :func:`column_major` (one pass), enter the moments as
+        one batch of ``v``-fold weight (count and M2 times ``v``: the mean and the spread
+        of ``v`` copies) and sketch ``v``."""
         if w is None:
-            mom.add(x)
-            self._of(1).add(x)
+            rows = column_major(x)
+            mom.add(rows)
+            self._of(1).add(rows)
             return
         for v in np.flatnonzero(np.bincount(w)).tolist():
             if v > 0:
                 mask = w == v
-                rows = x if mask.all() else x[mask]
-                part = Moments()
-                part.add(rows)
-                part.n, part.m2 = part.n * v, part.m2 * v  # type: ignore[operator]
-                mom.merge(part)
+                rows = column_major(x if mask.all() else np.compress(mask, x, axis=0))
+                mom.add(rows, v)
                 self._of(v).add(rows)
 
     def _of(self, w: int) -> Sketch:
@@ -70,9 +70,20 @@ class Part:
         return cls(shape, index, [(Moments(), Counted(len(index), per)) for _ in range(groups)])
 
     def add(self, g: int, x: np.ndarray, w: np.ndarray | None = None) -> None:
-        """Values ``x`` (``[rows, real elements]``) into group ``g``, each ``w`` times."""
+        """Values ``x`` (``[rows, real elements]``, not to be changed after: the sketches
+        may keep it) into group ``g``, each ``w`` times."""
         mom, sk = self.groups[g]
-        sk.add(mom, np.ascontiguousarray(x, np.float64), w)
+        sk.add(mom, x, w)
+
+
+def column_major(x: np.ndarray) -> np.ndarray:
+    """Rows ``[rows, E]`` as float64 laid out element by element (``x.T`` C-contiguous):
+    what the sketches sort and the moments reduce along; ``x`` itself when it already is,
+    else one pass over it."""
+    x = np.asarray(x)
+    if x.dtype == np.float64 and x.T.flags.c_contiguous:
+        return x
+    return x.T.astype(np.float64, order="C").T
 
 
 @dataclass
@@ -139,9 +150,8 @@ def _quantiles(
             for times, sk in counted.by.items():
                 for h, items in sorted_levels(sk):
                     held.append((items, a * times * 2**h, pos))
-                if sk.compacted:
-                    err = rank_error_bound(sk.n, sk.k, len(sk.compacted))
-                    worst = max(worst, err / sk.n)
+                if sk.compacted_levels:
+                    worst = max(worst, sk.rank_error() / sk.n)
             total = max(total, int(mom.n))
         for j in range(e):
             got = [(items[pos[j]], w) for items, w, pos in held if pos[j] >= 0]
@@ -155,8 +165,7 @@ def sorted_levels(sk: Sketch) -> list[tuple[int, np.ndarray]]:
     once (kept on the sketch: the pooled and the per-component statistics share them)."""
     got = getattr(sk, "_sorted", None)
     if got is None:
-        got = [(h, np.sort(np.concatenate(lv).T, axis=1)) for h, lv in enumerate(sk.levels)
-               if any(len(x) for x in lv)]  # fmt: skip
+        got = sk.sorted_levels()
         sk._sorted = got  # type: ignore[attr-defined]
     return got
 

@@ -7,10 +7,12 @@
   pairwise sum: agreement to ~1e-12 relative).
 - **Quantiles** ``q01``/``q99`` (numpy's default, linear interpolation): exact while a
   column has at most ``2k`` values per element (``k = max(64, SKETCH_VALUES // elements)``);
-  beyond that a deterministic compactor sketch (KLL-style, no randomness) of at most ``2k``
-  items per level and ``log2(n/k)`` levels. Its rank error is at most
-  :func:`rank_error_bound` ``(n, k) = n * (L/2 + 1) / k`` for ``L`` levels (e.g. n=1e9,
-  elements=7: about 0.01 % of n); the bound is stored in ``ColumnStats.rank_error``.
+  beyond that a deterministic compactor sketch (KLL-style, no randomness) of at most
+  ``6k`` items per element whatever the row count (``2k`` per level up to 3 levels, then
+  ``6k / levels``: :mod:`treadle.read.moments`). Its rank error is at most
+  :func:`rank_error_bound` ``= ceil(C n / c) + 2^C`` for ``C`` compacted levels and level
+  capacity ``c`` (e.g. elements=7: n=1e7, 5e-5 of n; n=1e9, 2.5e-4 of n); the bound is
+  stored in ``ColumnStats.rank_error``.
 - **Video columns**: per channel over ``frames`` moments sampled without replacement (a
   pure function of ``seed``; all when fewer), decoded by the batch reader's video path;
   uint8 values go into a 256-bin histogram per channel, so every statistic (quantiles
@@ -48,7 +50,7 @@ from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 READ_VALUES = 1 << 20  # values (rows x elements) per read batch
 SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of a column
 TASK_VALUES = 1 << 26  # values (rows x elements) an executor task reads, about
-_ALGO = 2  # bump when a statistic's definition changes: old cached results are ignored
+_ALGO = 3  # bump when a statistic's definition changes: old cached results are ignored
 _QS = (0.01, 0.99)
 
 
@@ -168,7 +170,9 @@ def _accumulate(
         for c in names:
             f = schema.field(c)
             x = to_numpy(batch.column(c), f, f"table {table.name!r}")
-            x = x.reshape(len(x), elements[c]).astype(np.float64)
+            # column-major float64 in one pass: the moments reduce and the sketch sorts
+            # each element's values contiguously (the sketch keeps this array)
+            x = x.reshape(len(x), elements[c]).T.astype(np.float64, order="C").T
             state[c][0].add(x)
             state[c][1].add(x)
     return state
