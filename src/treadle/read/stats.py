@@ -226,6 +226,12 @@ def _accumulate_task(task: _Task) -> _State:
     return _accumulate(table, list(task.names), task.where, task.fragments)
 
 
+# Lance's default read-ahead (several fragments at once) made a stats scan's RSS grow with the
+# table: 315/582/787 MB peak for 2M/10M/20M rows; one fragment ahead and 64 MiB of I/O buffer
+# keep it at 265/334/340 MB, and no slower on local disk.
+SCAN_READ_AHEAD = {"fragment_readahead": 1, "io_buffer_size": 64 << 20}
+
+
 def scan_batches(
     table: Any, columns: list[str], where: str | None, rows: int, fragments: Any = None
 ) -> Any:
@@ -237,7 +243,9 @@ def scan_batches(
     frags = None if fragments is None else [ds.get_fragment(i) for i in fragments]
     try:
         # scanner(): pylance 14's to_batches() ignores fragments= (every row, silently)
-        scan = ds.scanner(columns=columns, filter=where, batch_size=rows, fragments=frags)
+        scan = ds.scanner(
+            columns=columns, filter=where, batch_size=rows, fragments=frags, **SCAN_READ_AHEAD
+        )
         for b in scan.to_batches():
             for off in range(0, b.num_rows, rows):  # Lance may hand back larger batches
                 yield b.slice(off, rows)
