@@ -10,15 +10,13 @@ import pytest
 import torch
 
 import treadle.gpu as tg
-from treadle.gpu import backend
+from treadle.gpu import backend, fallback
 
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    backend.reset_warnings()
+    monkeypatch.setattr(fallback, "_warned", set())  # each test sees its first warnings
     monkeypatch.delenv("TREADLE_VIDEO_DECODE", raising=False)
-    yield
-    backend.reset_warnings()
 
 
 def gpu_warnings(fn, *args, **kw):

@@ -17,7 +17,7 @@ import torch
 
 import treadle.video as tv
 from treadle.errors import CorruptData, VideoError
-from treadle.gpu import backend
+from treadle.gpu import backend, fallback
 from treadle.gpu.colour import AVCHROMA_LOC_LEFT
 from treadle.gpu.decode import NvdecDecoder, chroma_location, decode_window_to, frame_planes
 from treadle.gpu.reader import GpuVideoReader
@@ -29,10 +29,8 @@ WHERE = ("grasps", "ep-0003", "wrist")
 
 
 @pytest.fixture(autouse=True)
-def fresh_warnings():
-    backend.reset_warnings()
-    yield
-    backend.reset_warnings()
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(fallback, "_warned", set())  # each test sees its first warnings
 
 
 @pytest.fixture(scope="module")

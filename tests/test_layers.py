@@ -36,18 +36,7 @@ FLOATING = {"treadle", "treadle.testing", "treadle.transforms", "treadle.lerobot
 helpers): their layer is the highest of what they import, and whoever imports them must be at
 least that high."""
 
-KNOWN: set[tuple[str, str]] = {
-    # Issue 14 removes these; the lead empties this set as the branches merge.
-}
-"""``(importing module, imported module)`` edges against the layer order or closing a cycle,
-known and being removed: the layer and cycle tests leave them out, and
-``test_known_violations_only_shrink`` fails once one is no longer imported."""
-
 MAX_LINES = 400
-LONG: set[str] = {
-    # Split by other helpers of issue 14; the lead empties this set as the branches merge.
-}
-"""Modules over ``MAX_LINES`` lines, known and being split (the test fails once one is short)."""
 
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -99,17 +88,14 @@ def type_only_lines(path: Path) -> set[int]:
     return lines
 
 
-def graph(
-    src: Path = SRC, drop: set[tuple[str, str]] = frozenset(), *, runtime: bool = False
-) -> dict[str, list[tuple[int, str]]]:
-    """Each module's imports (``drop``: ``(module, imported)`` edges left out; ``runtime``:
-    without the ``TYPE_CHECKING`` ones)."""
+def graph(src: Path = SRC, *, runtime: bool = False) -> dict[str, list[tuple[int, str]]]:
+    """Each module's imports (``runtime``: without the ``TYPE_CHECKING`` ones)."""
     known = modules(src)
     g = {}
     for name, path in known.items():
         skip = type_only_lines(path) if runtime else set()
         g[name] = [(n, m) for n, m in imports(name, path, known) if n not in skip]
-    return {name: [(n, m) for n, m in deps if (name, m) not in drop] for name, deps in g.items()}
+    return g
 
 
 def layer(module: str, g: dict[str, list[tuple[int, str]]], seen: tuple[str, ...] = ()) -> int:
@@ -159,13 +145,13 @@ def cycles(g: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
     return out
 
 
-def violations(g: dict[str, list[tuple[int, str]]], known: set[tuple[str, str]]) -> list[str]:
+def violations(g: dict[str, list[tuple[int, str]]]) -> list[str]:
     """Each import of a module from a higher layer, as ``module (line N) imports other``."""
     return [
         f"{module} (line {line}) imports {dep}"
         for module, deps in sorted(g.items())
         for line, dep in deps
-        if dep in g and (module, dep) not in known and layer(dep, g) > layer(module, g)
+        if dep in g and layer(dep, g) > layer(module, g)
     ]
 
 
@@ -199,29 +185,22 @@ def test_the_import_parser_sees_every_kind_of_import(tmp_path):
     ]
     assert cycles(g) == [["treadle.catalog.client", "treadle.plan.x", "treadle.plan.y"]]
     assert graph(tmp_path, runtime=True)["treadle.plan.x"] == g["treadle.plan.x"][1:]
-    assert violations(g, set()) == ["treadle.catalog.client (line 2) imports treadle.plan.x"]
-    assert violations(g, {("treadle.catalog.client", "treadle.plan.x")}) == []
+    assert violations(g) == ["treadle.catalog.client (line 2) imports treadle.plan.x"]
 
 
 def test_no_import_cycles():
     """No cycle among the imports that run (module- and function-level). A type-only import
     (``TYPE_CHECKING``) still follows the layer order (below) but closes no cycle: e.g.
     ``catalog/transaction.py`` names ``Branch`` of ``catalog/client.py``, which creates it."""
-    found = cycles(graph(drop=KNOWN, runtime=True))
+    found = cycles(graph(runtime=True))
     assert found == [], "import cycles (each a group of modules that import each other): " + (
         "; ".join(" <-> ".join(c) for c in found)
     )
 
 
 def test_imports_follow_the_layer_order():
-    bad = violations(graph(), KNOWN)
+    bad = violations(graph())
     assert bad == [], "imports against the layer order:\n  " + "\n  ".join(bad)
-
-
-def test_known_violations_only_shrink():
-    g = graph()
-    gone = sorted(f"{m} -> {d}" for m, d in KNOWN if all(d != dep for _, dep in g.get(m, [])))
-    assert gone == [], "no longer imported, remove from KNOWN: " + ", ".join(gone)
 
 
 def test_no_module_is_too_long():
@@ -229,10 +208,8 @@ def test_no_module_is_too_long():
         p.relative_to(SRC).as_posix(): len(p.read_text().splitlines())
         for p in PACKAGE.rglob("*.py")
     }
-    long = sorted(f"{p} ({n} lines)" for p, n in lengths.items() if n > MAX_LINES and p not in LONG)
-    split = sorted(p for p in LONG if lengths.get(p, 0) <= MAX_LINES)
+    long = sorted(f"{p} ({n} lines)" for p, n in lengths.items() if n > MAX_LINES)
     assert long == [], f"modules over {MAX_LINES} lines: " + ", ".join(long)
-    assert split == [], "now short enough, remove from LONG: " + ", ".join(split)
 
 
 @pytest.mark.parametrize("name", sorted(FLOATING))

@@ -289,10 +289,6 @@ class Project:
         """Tag name -> full commit id."""
         return retention.tags(self)
 
-    def protect_version(self, name: str, version: int) -> None:
-        """Tag a committed table version so Lance's cleanup never removes it."""
-        self.lance.protect(name, version)
-
 
 class Branch:
     """A named, moving pointer to a commit of a project."""

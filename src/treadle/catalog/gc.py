@@ -87,12 +87,6 @@ class _Survey:
     files: set[str]  # keys of the data files the reachable versions list
 
 
-def reachable_versions(project: Project) -> dict[str, set[int]]:
-    """Table name -> the Lance versions some commit reachable from a branch head or a tag
-    names (less those of commits retention expired)."""
-    return plan_retention(project, None, datetime.now(UTC)).versions
-
-
 def _at(point: str) -> None:
     """A seam: nothing happens here. Tests replace it to act at ``point`` of a gc run:
     ``"listed"`` (candidates listed, nothing re-read yet), ``"pending"`` (expired commits

@@ -201,7 +201,7 @@ def _run_record_pins(project: Project, commit: object) -> tuple[set[str], set[tu
     ``commit``; a record gc cannot parse stops gc (it never guesses what a run needs)."""
     commits: set[str] = set()
     versions: set[tuple[str, int]] = set()
-    for name, v in sorted(commit.tables.items()):  # type: ignore[attr-defined]
+    for name, v in sorted(commit.tables.items()):
         ds = project.lance.open(name, v)
         if not _CHECKPOINT_COLUMNS <= set(ds.schema.names):
             continue

@@ -11,7 +11,7 @@ from treadle.cli.args import float_at_least, int_at_least
 from treadle.errors import TreadleError
 
 
-def _client(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _client(args: argparse.Namespace):
     from treadle.catalog import Client
 
     return Client(args.root, getattr(args, "storage_options", None) or None)

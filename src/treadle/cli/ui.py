@@ -10,7 +10,7 @@ from treadle.cli.args import int_at_least
 from treadle.errors import NotFound, TreadleError
 
 
-def _client(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _client(args: argparse.Namespace):
     from treadle.catalog import Client
 
     return Client(args.root, getattr(args, "storage_options", None) or None)
@@ -23,7 +23,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
-def _find_run(client, run_id: str, project: str | None):  # type: ignore[no-untyped-def]
+def _find_run(client, run_id: str, project: str | None):
     from treadle.ui.runs import Runs, check_run_id
 
     check_run_id(run_id)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from treadle.errors import TreadleError
-from treadle.gpu.fallback import GpuFallbackWarning, reset_warnings, warn_once
+from treadle.gpu.fallback import GpuFallbackWarning, warn_once
 
 __all__ = [
     "Backend",
@@ -33,7 +33,6 @@ __all__ = [
     "GpuFallbackWarning",
     "GpuUnavailable",
     "NvdecBackend",
-    "reset_warnings",
     "select_backend",
     "warn_once",
 ]

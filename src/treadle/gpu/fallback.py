@@ -30,9 +30,3 @@ def warn_once(key: str, message: str) -> bool:
         _warned.add(key)
     warnings.warn(message, GpuFallbackWarning, stacklevel=3)
     return True
-
-
-def reset_warnings() -> None:
-    """Forget which warnings were given (tests)."""
-    with _warned_lock:
-        _warned.clear()

@@ -148,8 +148,8 @@ class GpuVideoReader:
         t0 = time.perf_counter()
         windows = self.fetcher.fetch(requests)
         done: Future = Future()
-        done.fetch_s = time.perf_counter() - t0  # type: ignore[attr-defined]
-        done.windows = windows  # type: ignore[attr-defined]
+        done.fetch_s = time.perf_counter() - t0
+        done.windows = windows
         if not windows:
             done.set_result([])
             return done
@@ -196,6 +196,6 @@ class GpuVideoReader:
         t0 = time.perf_counter()
         fut = self.submit(requests)
         outs = fut.result()
-        fetch_s = fut.fetch_s  # type: ignore[attr-defined]
+        fetch_s = fut.fetch_s
         decode_s = time.perf_counter() - t0 - fetch_s
-        return outs, ReadStats.of(fut.windows, fetch_s, decode_s)  # type: ignore[attr-defined]
+        return outs, ReadStats.of(fut.windows, fetch_s, decode_s)

@@ -30,7 +30,7 @@ def _offsets(offsets: Iterable[int] | int, what: str) -> tuple[int, ...]:
     if isinstance(offsets, (int, np.integer)) and not isinstance(offsets, bool):
         offsets = (offsets,)
     try:
-        items = list(offsets)  # type: ignore[arg-type]
+        items = list(offsets)
     except TypeError:
         raise PlanError(f"{what} offsets must be integers, got {offsets!r}") from None
     if any(isinstance(o, (bool, np.bool_)) for o in items):
@@ -129,12 +129,6 @@ class _Timed:
         object.__setattr__(self, "pad", bool(pad))
         object.__setattr__(self, "tolerance_s", _tolerance(tolerance_s, what))
         object.__setattr__(self, "optional", bool(optional))
-
-    @property
-    def resolved(self) -> bool:
-        """Whether the frame offsets are known (always, unless given in seconds and not yet
-        converted with a table's fps)."""
-        return self.offsets is not None
 
     def at_fps(self, fps: float | None, where: str) -> Any:
         """This spec with its seconds converted to frame offsets at ``fps`` (see
@@ -251,7 +245,7 @@ class Video(_Timed):
     @property
     def frame(self) -> FrameSpec:
         """What the decoded frames become (size, layout, dtype, normalisation)."""
-        return self._frame  # type: ignore[attr-defined]
+        return self._frame
 
     def to_json(self) -> dict[str, Any]:
         return {

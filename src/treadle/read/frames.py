@@ -43,7 +43,7 @@ def video_requests(
     from treadle.video import WindowRequest
 
     episodes = table.episodes()
-    spec: Video = cs.spec  # type: ignore[assignment]
+    spec: Video = cs.spec
     offsets = np.asarray(spec.offsets, np.int64)
     reqs = []
     if spec.pad:

@@ -283,10 +283,10 @@ def absent_zeros(
             dest = out.get(cs.name)
             if dest is None and cs.video:
                 spec = cs.spec
-                h, w = spec.size  # type: ignore[union-attr]
-                dest = spec.frame.allocate(len(spec.offsets), h, w, batch=b, device=device)  # type: ignore[union-attr]
+                h, w = spec.size
+                dest = spec.frame.allocate(len(spec.offsets), h, w, batch=b, device=device)
             elif dest is None:
-                shape, dtype = cs.zeros  # type: ignore[misc]
+                shape, dtype = cs.zeros
                 dest = np.empty((b, *shape), dtype)
             out[cs.name] = dest
             if isinstance(dest, np.ndarray):

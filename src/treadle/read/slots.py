@@ -101,7 +101,7 @@ class Slot:
             n = int(np.prod(shape, dtype=np.int64))
             a = np.empty(shape, dtype)
             if n:
-                np.copyto(a, np.frombuffer(buf, dtype, n, offset).reshape(shape))  # type: ignore[arg-type]
+                np.copyto(a, np.frombuffer(buf, dtype, n, offset).reshape(shape))
             out[key] = a
         return out
 

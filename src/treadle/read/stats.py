@@ -56,7 +56,7 @@ def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: in
     def r(a: np.ndarray) -> np.ndarray:
         return np.asarray(a, np.float64).reshape(shape)
 
-    std = np.sqrt(np.maximum(mom.m2 / mom.n, 0.0))  # type: ignore[operator]
+    std = np.sqrt(np.maximum(mom.m2 / mom.n, 0.0))
     return ColumnStats(np.asarray(mom.n, np.int64), r(mom.mean), r(std), r(mom.lo), r(mom.hi),
                        r(qs[0]), r(qs[1]), rank_error=err)  # fmt: skip
 
@@ -275,7 +275,7 @@ def _compute_video(
                 hist = h if hist is None else hist + h
     finally:
         reader.close()
-    return _from_histogram(hist, len(pick))  # type: ignore[arg-type]
+    return _from_histogram(hist, len(pick))
 
 
 def _from_histogram(hist: np.ndarray, frames: int) -> ColumnStats:

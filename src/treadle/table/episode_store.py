@@ -176,7 +176,7 @@ def join_runs(parts: list[FragmentRuns], where: str) -> EpisodeIndex:
         lengths.extend(p.lengths[k:])
     if len(set(names)) != len(names):
         seen: set[str] = set()
-        twice = next(n for n in names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
+        twice = next(n for n in names if n in seen or seen.add(n))
         raise CorruptData(
             f"{where}: episode {twice!r} (column {EPISODE!r}) is used for two episodes; "
             "episode names must be unique in a table"

@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import NotFound
-from treadle.table.episode_store import compute_episode_index
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
 from treadle.table.lanceerror import lance_error
@@ -34,7 +33,6 @@ __all__ = [
     "ScanRequest",
     "Table",
     "TableSource",
-    "compute_episode_index",
 ]
 
 if TYPE_CHECKING:
@@ -42,7 +40,7 @@ if TYPE_CHECKING:
 
 
 StatsFunction = Callable[..., dict[str, Any]]
-_STATS: StatsFunction | None = None
+_STATS: StatsFunction  # set by ``import treadle``, which runs before any ``treadle.*`` module
 
 
 def compute_stats_with(fn: StatsFunction) -> None:
@@ -178,8 +176,6 @@ class Table:
         once and kept in the project (:mod:`treadle.read.stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
         tasks, a group of fragments each, and merged here (video stays in this process)."""
-        if _STATS is None:
-            raise RuntimeError("treadle's statistics are wired by the package root (treadle)")
         return _STATS(self, columns, where=where, frames=frames, seed=seed, executor=executor)
 
     def source_stats(self) -> dict[str, dict[str, Any]]:

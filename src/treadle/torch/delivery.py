@@ -62,7 +62,7 @@ def _close_at_exit(it: Iterator[Any]) -> None:
 def _close_open() -> None:
     for it in list(_OPEN):
         with suppress(ValueError):  # one running on another thread ends with its thread
-            it.close()  # type: ignore[attr-defined]
+            it.close()
 
 
 def _whole(value: Any, name: str, least: int) -> int:

@@ -65,7 +65,7 @@ def make_mp4(
     return buf.getvalue()
 
 
-def store_stream(root: str, stream, table: str = "grasps", data: bytes | None = None):  # type: ignore[no-untyped-def]
+def store_stream(root: str, stream, table: str = "grasps", data: bytes | None = None):
     """Put ``stream`` (or other ``data`` in its place) under ``projects/p/`` of a new local
     store at ``root``, as a table write would; returns ``(store, key, index)``."""
     from treadle.storage import Store

@@ -35,7 +35,7 @@ def _norm(name: str, value: Any) -> tuple[float, float, float] | None:
         raise VideoError(f"{name} must be 3 numbers (std > 0), got {value!r}") from None
     if len(t) != 3 or (name == "std" and any(x <= 0 for x in t)):
         raise VideoError(f"{name} must be 3 numbers (std > 0), got {value!r}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class FrameSpec:
         """
         shape = self.shape(t, height, width)
         if batch is not None:
-            shape = (batch, *shape)  # type: ignore[assignment]
+            shape = (batch, *shape)
         if device is None and self.numpy_dtype is not None:
             return np.empty(shape, dtype=self.numpy_dtype)
         import torch
@@ -157,7 +157,7 @@ class FrameSpec:
         std = np.array(self.std or (1.0, 1.0, 1.0), dtype=np.float64)
         scale = (1.0 / (255.0 * std)).astype(np.float32).tolist()
         shift = (-mean / std).astype(np.float32).tolist()
-        return tuple(scale), tuple(shift)  # type: ignore[return-value]
+        return tuple(scale), tuple(shift)
 
     def normalise_(self, x: torch.Tensor, channel_dim: int) -> torch.Tensor:
         """In place on float32 ``x`` holding integer levels 0..255: ``x / 255``, then

@@ -94,11 +94,6 @@ def nal_units(data: bytes) -> list[tuple[int, bytes]]:
     return list(iter_nal_units(data))
 
 
-def nal_types(data: bytes) -> list[int]:
-    """NAL unit types of an Annex-B buffer, in order (a write-time check, not a read path)."""
-    return [t for t, _ in nal_units(data)]
-
-
 @dataclass(frozen=True)
 class Sps:
     """Fields of one SPS. VUI fields are ``None`` when the SPS does not carry them.
@@ -218,7 +213,7 @@ def parse_sps(nal: bytes) -> Sps:
     width, height = coded_w - crop[0] - crop[1], coded_h - crop[2] - crop[3]
     vui = _vui(b) if b.u(1) else {}  # vui_parameters_present_flag
     size = (width, height, chroma_format_idc, bit_depth, coded_w, coded_h)
-    return Sps(profile, *size, crop, **vui)  # type: ignore[arg-type]
+    return Sps(profile, *size, crop, **vui)
 
 
 def _vui(b: _Bits) -> dict[str, int | bool]:
