@@ -74,7 +74,9 @@ def test_real_nvdec_probe_reports_a_reason_here():
 def test_probe_stream_is_valid_h264():
     import av
 
-    data = backend._probe_stream()
+    from treadle.video.encode import probe_stream
+
+    data = probe_stream()
     cc = av.CodecContext.create("h264", "r")
     frames = []
     for p in cc.parse(data):

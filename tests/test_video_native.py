@@ -114,7 +114,7 @@ def test_resized_windows_run_natively_and_equal_reformat(store, runs):
     wins = _windows(len(idx), seed=1)
     got = _read(store, key, idx, wins, size=(32, 48))
     refs = tv._testing.reference_frames(s.data, "h264")
-    scaler = decode._scaler((32, 48), (2, 0))
+    scaler = decode.scaler_args((32, 48), (2, 0))
     from av.video.reformatter import VideoReformatter
 
     rf = VideoReformatter()

@@ -177,7 +177,7 @@ def test_raw_pointer_writers_refuse_a_read_only_array():
     ro = np.frombuffer(blob, np.uint8).reshape(2, 64, 96, 3)
     dec = decode.Decoder()
     dec.context()
-    scaler = decode._scaler((64, 96), (2, 0))
+    scaler = decode.scaler_args((64, 96), (2, 0))
     assert not dec.can_run_native(ro, scaler)
     assert not dec.direct.convert(frame, ro[0], scaler, VideoReformatter())
     assert not any(blob)

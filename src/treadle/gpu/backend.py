@@ -59,24 +59,6 @@ def cuda_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _probe_stream() -> bytes:
-    """A tiny H.264 Annex-B stream (2 frames of 64x64), encoded with the bundled libx264."""
-    import av
-    import numpy as np
-
-    ctx: Any = av.CodecContext.create("libx264", "w")
-    ctx.width, ctx.height, ctx.pix_fmt = 64, 64, "yuv420p"
-    ctx.time_base = __import__("fractions").Fraction(1, 30)
-    ctx.options = {"x264-params": "annexb=1:repeat-headers=1:bframes=0"}
-    out = b""
-    for i in range(2):
-        f = av.VideoFrame.from_ndarray(np.full((64, 64, 3), 80 * i, np.uint8), format="rgb24")
-        f = f.reformat(format="yuv420p")
-        f.pts = i
-        out += b"".join(bytes(p) for p in ctx.encode(f))
-    return out + b"".join(bytes(p) for p in ctx.encode(None))
-
-
 @functools.lru_cache(maxsize=16)
 def nvdec_unavailable(index: int) -> str | None:
     """Why NVDEC cannot decode H.264 on CUDA device ``index``, or None (result cached).
@@ -87,6 +69,8 @@ def nvdec_unavailable(index: int) -> str | None:
     try:
         import av
         from av.codec.hwaccel import HWAccel, hwdevices_available
+
+        from treadle.video.encode import probe_stream
     except Exception as e:
         return f"PyAV has no hardware acceleration support ({e})"
     if "cuda" not in hwdevices_available():
@@ -95,7 +79,7 @@ def nvdec_unavailable(index: int) -> str | None:
         hw = HWAccel("cuda", device=str(index), allow_software_fallback=False, is_hw_owned=True)
         ctx: Any = av.CodecContext.create("h264", "r", hwaccel=hw)
         frames = []
-        for pkt in ctx.parse(_probe_stream()):
+        for pkt in ctx.parse(probe_stream()):
             frames += ctx.decode(pkt)
         frames += ctx.decode(None)
     except Exception as e:

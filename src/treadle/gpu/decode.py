@@ -42,6 +42,7 @@ from treadle.gpu.transform import chroma_mode_for, convert_checked
 from treadle.video import decode as cpu
 from treadle.video.colour import sps_tags
 from treadle.video.frames import FrameSpec
+from treadle.video.outputs import WindowOutputs
 
 #: Codecs the GPU path decodes (the CPU path's stream format).
 GPU_CODECS = ("h264",)
@@ -155,14 +156,14 @@ def _decode_wanted(
 ) -> tuple[list[_Wanted], bool]:
     """Decode the window; (output slots, frame, y, u, v) per wanted frame, and whether any
     frame is on the GPU. Raises :class:`CorruptData` naming ``where``."""
-    slots = plan.slots()
+    outputs = WindowOutputs(plan, where)
     wanted: list[_Wanted] = []
     any_gpu = False
     try:
         for frame in decoder.frames(data, plan):
-            js = slots.pop(frame.pts, None)
+            js = outputs.take(frame.pts)
             if js is None:
-                continue  # warm-up frame before the window
+                continue  # warm-up
             y, u, v, on_gpu = frame_planes(frame, device)
             any_gpu |= on_gpu
             if not on_gpu and decoder.hw:
@@ -178,7 +179,7 @@ def _decode_wanted(
     except BaseException:
         decoder.reset()
         raise
-    plan.check_complete(slots, where)
+    outputs.check_complete()
     return wanted, any_gpu
 
 

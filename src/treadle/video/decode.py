@@ -21,11 +21,14 @@ from av.video.format import VideoFormat
 from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoReformatter
 
 from treadle.errors import CorruptData, VideoError
+from treadle.fastpaths import reasons as fast_path_reasons
 from treadle.video import ffmpeg
 from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
+from treadle.video.encode import probe_stream
 from treadle.video.fetch import FetchedWindow
 from treadle.video.frames import FrameSpec
 from treadle.video.native import Fallback, NativeError, NativeLoop
+from treadle.video.outputs import WindowOutputs
 from treadle.video.sws import DirectScaler
 from treadle.video.window import WindowPlan
 
@@ -108,7 +111,7 @@ class Decoder:
 _RGB24 = VideoFormat("rgb24")
 
 
-def _scaler(size: tuple[int, int], tags: Tags) -> dict[str, Any]:
+def scaler_args(size: tuple[int, int], tags: Tags) -> dict[str, Any]:
     """``reformat`` arguments to rgb24 at ``size`` for a stream of ``tags``, as numbers and
     a format object: PyAV then skips its per-call name lookups (the same conversion)."""
     interpolation: Any = RESIZE_INTERPOLATION
@@ -123,6 +126,23 @@ def _scaler(size: tuple[int, int], tags: Tags) -> dict[str, Any]:
         "src_color_range": ColorRange[sws_color_range(tags[1])].value,
         "interpolation": interpolation,
     }
+
+
+def direct_conversion_unavailable() -> str | None:
+    """Why frames do not convert straight into the batch (:class:`DirectScaler`), or
+    ``None``: decodes :func:`~treadle.video.encode.probe_stream` and converts its first
+    frame into an aligned 64x64 buffer (the probe of :func:`treadle.info`)."""
+    direct = DirectScaler()
+    if not direct.available:
+        return fast_path_reasons().get("direct conversion") or "no swscale context"
+    ctx: Any = av.CodecContext.create("h264", "r")
+    frames = [f for p in ctx.parse(probe_stream()) for f in ctx.decode(p)] + ctx.decode(None)
+    raw = np.empty(64 * 64 * 3 + 64, np.uint8)
+    at = -raw.ctypes.data % 64
+    out = raw[at : at + 64 * 64 * 3].reshape(64, 64, 3)
+    if not direct.convert(frames[0], out, scaler_args((64, 64), (2, 0)), VideoReformatter()):
+        return fast_path_reasons().get("direct conversion") or "a 64x64 frame was refused"
+    return None
 
 
 def decode_window(
@@ -149,7 +169,7 @@ def decode_window(
         raise VideoError(f"{where}: frames_out is {frames_out.shape}, the window needs {need}")
     _check_packets(plan, len(data), where)
     ctx = decoder.context(stream, tags)
-    scaler = _scaler(size, tags)
+    scaler = scaler_args(size, tags)
     if decoder.can_run_native(frames_out, scaler):
         if _decode_native(decoder, data, plan, scaler, frames_out, where, source):
             return plan.num_packets
@@ -181,10 +201,10 @@ def _decode_native(
 ) -> bool:
     """:func:`decode_window` through :class:`NativeLoop`; ``False``: it fell back (nothing
     raised, the context is mid-window)."""
-    slots = plan.slots()
+    outputs = WindowOutputs(plan, where, source)
     loop: Any = decoder.native
     try:
-        loop.run(decoder.pointer, data, plan, slots, frames_out, scaler, decoder.direct, source)
+        loop.run(decoder.pointer, data, plan, outputs, frames_out, scaler, decoder.direct)
     except Fallback:
         return False
     except NativeError as e:
@@ -194,7 +214,7 @@ def _decode_native(
     except BaseException:
         decoder.reset()
         raise
-    plan.check_complete(slots, where)
+    outputs.check_complete()
     return True
 
 
@@ -209,27 +229,18 @@ def _decode_pyav(
     source: tuple[int, int] | None,
 ) -> int:
     """:func:`decode_window` through PyAV's packets and frames."""
-    slots = plan.slots()
+    outputs = WindowOutputs(plan, where, source)
     rf, direct = decoder.reformatter, decoder.direct
 
     def take(frames: list[Any]) -> None:
         for frame in frames:
-            js = slots.pop(frame.pts, None)
+            js = outputs.take(frame.pts)
             if js is None:
-                continue  # warm-up frame (before the window in decode or display order)
-            if source is not None and (frame.height, frame.width) != source:
-                raise CorruptData(
-                    f"{where} frame {int(plan.wanted[js[0]])}: decodes to "
-                    f"{frame.width}x{frame.height}, the episode's index says "
-                    f"{source[1]}x{source[0]}"
-                )
-            if direct.convert(frame, frames_out[js[0]], scaler, rf):
-                arr = frames_out[js[0]]
-            else:
-                arr = rf.reformat(frame, **scaler).to_ndarray()
-                frames_out[js[0]] = arr
-            for j in js[1:]:
-                frames_out[j] = arr
+                continue  # warm-up
+            outputs.check_size(js, frame.width, frame.height)
+            if not direct.convert(frame, frames_out[js[0]], scaler, rf):
+                frames_out[js[0]] = rf.reformat(frame, **scaler).to_ndarray()
+            outputs.copy_repeats(frames_out, js)
 
     current = -1
     view = memoryview(data)
@@ -251,7 +262,7 @@ def _decode_pyav(
     except BaseException:
         decoder.reset()
         raise
-    plan.check_complete(slots, where)
+    outputs.check_complete()
     return plan.num_packets
 
 
