@@ -9,6 +9,7 @@ the one ``docs/ARCHITECTURE.md`` draws.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "treadle"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names", "fastpaths"),
+    ("errors", "names", "fastpaths", "layout", "concurrency"),
     ("storage",),  # obstore only
     ("video",),  # codec, containers, pure frame specs
     ("table",),  # pinned Lance reads, fragment staging
@@ -218,14 +219,18 @@ def test_floating_modules_exist(name):
 
 
 def test_the_architecture_diagram_is_this_layer_table():
+    """Layers are drawn top first, separated by ``|`` lines; a layer's names may take two
+    lines; its description starts after three spaces or more."""
     text = (SRC.parent / "docs" / "ARCHITECTURE.md").read_text()
     block = text.split("## Layers", 1)[1].split("```", 2)[1]
-    drawn = []
+    drawn: list[set[str]] = [set()]
     for line in block.splitlines():
-        names = [w.rstrip("/").removesuffix(".py") for w in line[:49].split() if w != "|"]
-        if names:
-            drawn.append(tuple(names))
-    assert [set(d) for d in reversed(drawn)] == [set(layer) for layer in LAYERS]
+        if line.strip().startswith("|"):
+            drawn.append(set())
+        elif line.strip() and len(line) - len(line.lstrip()) <= 20:  # not a description's
+            head = re.split(r"\s{3,}", line.strip(), maxsplit=1)[0]
+            drawn[-1] |= {w.rstrip("/").removesuffix(".py") for w in head.split()}
+    assert [d for d in reversed(drawn) if d] == [set(layer) for layer in LAYERS]
 
 
 MAX_FUNCTION_LINES = 60
@@ -242,3 +247,46 @@ def test_no_function_is_too_long():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{p.relative_to(SRC).as_posix()}:{node.lineno} {node.name} ({n})")
     assert long == [], f"functions over {MAX_FUNCTION_LINES} lines: " + ", ".join(long)
+
+
+SEAM_PARAMETERS = {"table", "tables", "store", "project", "backend"}
+"""Parameters that cross packages: a table (``table/``), a store (``storage/``), a project
+(``catalog/``, or the :class:`~treadle.table.table.TableSource` a table needs of it), a
+decode backend (:class:`~treadle.video.protocols.VideoBackend`)."""
+
+
+def untyped_seams(path: Path) -> list[str]:
+    """``function(parameter)`` for each seam parameter of ``path`` typed ``Any`` (or a
+    container of ``Any``) or not typed at all."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            if arg.arg not in SEAM_PARAMETERS:
+                continue
+            text = ast.unparse(arg.annotation) if arg.annotation else "Any"
+            if re.search(r"\bAny\b", text):
+                out.append(f"{node.name}({arg.arg})")
+    return out
+
+
+def test_the_seam_checker_sees_any(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text(
+        "def f(table: Any, store: Store, tables: Sequence[Any], project=None, x: Any = 1): ...\n"
+        "def g(backend: 'Any'): ...\n"
+    )
+    assert untyped_seams(p) == ["f(table)", "f(tables)", "f(project)", "g(backend)"]
+
+
+def test_no_cross_package_parameter_is_typed_any():
+    """A table, store, project or backend passed between packages has its type (or a
+    Protocol of what is used of it), so the layer test cannot be passed by ``Any``."""
+    bad = [
+        f"{p.relative_to(SRC).as_posix()}: {seam}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for seam in untyped_seams(p)
+    ]
+    assert bad == [], "seam parameters typed Any or untyped:\n  " + "\n  ".join(bad)

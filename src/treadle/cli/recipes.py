@@ -39,12 +39,15 @@ import runpy
 import tomllib
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treadle.catalog import Client
 from treadle.errors import PlanError, TreadleError
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.windows import Spec, Windows, spec_from_json
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 _TOP = {"project", "branch", "root", "seed", "batch_size", "components"}
 _COMP = {"table", "weight", "branch", "version", "commit", "windows", "where", "episodes", "rename"}
@@ -118,7 +121,7 @@ def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
         if "version" in c:
             if isinstance(c["version"], bool) or not isinstance(c["version"], int):
                 raise PlanError(f"{where} 'version' must be an integer")
-            table: Any = ref.at(c["version"])
+            table: Table = ref.at(c["version"])
         elif "commit" in c:
             table = ref.at(str(c["commit"]))
         else:

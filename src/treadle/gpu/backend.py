@@ -20,12 +20,18 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from treadle.concurrency import CONCURRENCY
 from treadle.errors import TreadleError
 from treadle.gpu.fallback import GpuFallbackWarning, warn_once
+
+if TYPE_CHECKING:
+    from treadle.gpu.reader import GpuVideoReader
+    from treadle.storage import Store
+    from treadle.video.reader import VideoReader
 
 __all__ = [
     "Backend",
@@ -126,8 +132,14 @@ class CpuBackend:
         return False
 
     def video_reader(
-        self, store: Any, *, prefix: str = "", threads: int = 1, streams: int = 4, **kw: Any
-    ) -> Any:
+        self,
+        store: Store,
+        *,
+        prefix: str = "",
+        threads: int = 1,
+        streams: int = CONCURRENCY.nvdec_streams,
+        **kw: Any,
+    ) -> VideoReader:
         """A :class:`treadle.video.VideoReader` with ``threads`` decode threads (outputs
         in host memory; ``streams`` is the GPU backend's and ignored here)."""
         from treadle.video import VideoReader
@@ -153,13 +165,13 @@ class NvdecBackend:
 
     def video_reader(
         self,
-        store: Any,
+        store: Store,
         *,
         prefix: str = "",
         threads: int = 1,
-        streams: int = 4,
+        streams: int = CONCURRENCY.nvdec_streams,
         max_in_flight: int | None = None,
-    ) -> Any:
+    ) -> GpuVideoReader:
         """A :class:`treadle.gpu.reader.GpuVideoReader` writing into tensors on ``device``.
 
         ``streams`` NVDEC sessions (worker threads); ``threads`` is the CPU backend's

@@ -18,16 +18,20 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from treadle.concurrency import CONCURRENCY
 from treadle.errors import CorruptData, VideoError
 from treadle.gpu.decode import GPU_CODECS, NvdecDecoder, cpu_chroma_mode, decode_window_to
 from treadle.gpu.fallback import warn_once
 from treadle.video import decode as cpu
 from treadle.video.colour import window_tags
 from treadle.video.fetch import FetchedWindow, ReadStats, WindowFetcher, WindowRequest
+
+if TYPE_CHECKING:
+    from treadle.storage import Store
 
 
 class GpuVideoReader:
@@ -42,13 +46,15 @@ class GpuVideoReader:
     in software (tests; a device without NVDEC) and still converts with the kernel.
     """
 
+    fetches_ahead = False  # read() fetches and decodes (treadle.video.protocols)
+
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
         device: torch.device | str = "cuda",
         prefix: str = "",
-        streams: int = 4,
+        streams: int = CONCURRENCY.nvdec_streams,
         max_in_flight: int | None = None,
         hw: bool = True,
         impl: str = "auto",

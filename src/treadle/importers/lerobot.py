@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +63,10 @@ from treadle.importers.sources import Source, SourceFile, identities
 from treadle.plan.component import lerobot_episode
 from treadle.read.prefetch import default_threads, ordered_map, prefetch
 from treadle.video.span import span_value
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
+    from treadle.table.table import Table
 
 __all__ = [
     "Episode",
@@ -279,7 +283,7 @@ def _column(col: pa.Array, feature: Any, is_image: bool, images: str, ep: int, n
 
 def import_lerobot(
     src: str,
-    project: Any,
+    project: Project,
     table: str,
     *,
     branch: str | None = None,
@@ -305,7 +309,7 @@ def import_lerobot(
 
 
 def _import(
-    src: str, project: Any, table: str, opts: ImportOptions, tolerance_s: float
+    src: str, project: Project, table: str, opts: ImportOptions, tolerance_s: float
 ) -> ImportResult:
     source = Source(str(src).rstrip("/"), opts.source_options)
     meta = read_meta(source)
@@ -357,7 +361,7 @@ def _import(
     return result
 
 
-def _keep_source_stats(table: Any, shipped: dict[str, dict[str, Any]], rename: Any) -> None:
+def _keep_source_stats(table: Table, shipped: dict[str, dict[str, Any]], rename: Any) -> None:
     """The source's ``meta/stats.json`` beside the imported version, under column names."""
     from treadle.table.source_stats import put_source_stats
 

@@ -11,7 +11,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +21,9 @@ from treadle.names import check_name
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.tensors import batch_kind
 from treadle.video.frames import FrameSpec
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 DEFAULT_TOLERANCE_S = 1e-4
 _MAX_OFFSET = 2**31 - 1  # frame offsets are int32 in the table; keeps every sum in int64
@@ -359,7 +362,7 @@ class Windows:
         return cls({col: spec_from_json(v) for col, v in value.items()})
 
 
-def default_columns(table: Any) -> list[str]:
+def default_columns(table: Table) -> list[str]:
     """The columns a component without windows reads: all but ``episode`` and ``frame``."""
     return [n for n in table.schema.names if n not in (EPISODE, FRAME)]
 
@@ -370,7 +373,7 @@ def _is_listed(t: pa.DataType) -> bool:
     return any(is_kind(t) for is_kind in kinds)
 
 
-def batch_column_kind(table: Any, field: pa.Field) -> str:
+def batch_column_kind(table: Table, field: pa.Field) -> str:
     """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`,
     or ``"list"``: strings and variable-length lists, as Python lists of length ``b``);
     a :class:`PlanError` naming the table and the column when it cannot."""

@@ -24,9 +24,11 @@ from treadle.read.streams import StreamIndexes
 if TYPE_CHECKING:
     import torch
 
+    from treadle.table.table import Table
+
 
 def video_requests(
-    table: Any,
+    table: Table,
     cs: ColumnSpec,
     moments: np.ndarray,
     slots: np.ndarray,

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
 
+from treadle.concurrency import CONCURRENCY
 from treadle.read.buffers import BufferPool
 from treadle.read.columns import (
     ColumnSpec,
@@ -44,7 +45,9 @@ from treadle.read.prefetch import ordered_map
 from treadle.read.streams import StreamIndexes
 from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
 
-_TAKE_THREADS = 4  # row takes in flight at once (this batch's and the next one's)
+if TYPE_CHECKING:
+    from treadle.table.table import Table
+    from treadle.video.protocols import FetchingVideoReader, VideoBackend, VideoWindowReader
 
 
 class Samples(Protocol):
@@ -105,11 +108,11 @@ class SampleReader:
 
     def __init__(
         self,
-        tables: Sequence[Any],
+        tables: Sequence[Table],
         columns: list[list[ColumnSpec]],
         *,
         video_threads: int = 1,
-        backend: Any = None,
+        backend: VideoBackend | None = None,
         ids: bool = True,
         fixed_columns: bool = True,
     ):
@@ -118,7 +121,8 @@ class SampleReader:
         self.backend = backend
         self.ids = ids
         project = self.tables[0].project
-        store, prefix = project.client.store, project.prefix
+        store, prefix = project.store, project.prefix
+        self._video: VideoWindowReader
         if backend is None:
             from treadle.video import VideoReader
 
@@ -167,7 +171,7 @@ class SampleReader:
         # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
         # a take 0, and at most one marker beyond the one being delivered is let through).
         # Takes that read only memory, and the markers, run on this thread (no handoff).
-        ahead = ordered_map(self._run, stream(), threads=_TAKE_THREADS, ahead=2 * self._per_batch + 1,
+        ahead = ordered_map(self._run, stream(), threads=CONCURRENCY.take_threads, ahead=2 * self._per_batch + 1,
                             weight=_is_end, budget=1, inline=_inline)  # fmt: skip
         taken: list[Taken] = []
         video: Prepared | None = None
@@ -205,8 +209,9 @@ class SampleReader:
                         table, cs, m, slots, out, b, self._streams, self._device, self._buffers
                     )
         self._flags(component, out, b)
-        fetch = getattr(self._video, "fetch", None)
-        fetched = fetch(requests) if fetch is not None and requests else None
+        fetched = None
+        if self._video.fetches_ahead and requests:
+            fetched = cast("FetchingVideoReader", self._video).fetch(requests)
         return Prepared(out, requests, fetched)
 
     def assemble(
@@ -224,7 +229,7 @@ class SampleReader:
         write_taken(taken, out, len(moment))
         absent_zeros(self.columns, component, out, len(moment), self._device)
         if video.fetched is not None:
-            self._video.decode(video.fetched)
+            cast("FetchingVideoReader", self._video).decode(video.fetched)
         elif video.requests:
             self._video.read(video.requests)
         squeeze_moment_video(out, self._all)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from treadle import layout
 from treadle.errors import NotFound
 from treadle.read.columnstats import ColumnStats
 from treadle.read.stats import version_identity
@@ -51,11 +52,11 @@ class RunCache:
 
     def __init__(self, plan: Any, spec: dict[str, Any]):
         project = plan.tables[0].project
-        self.store = project.client.store
+        self.store = project.store
         ids = [version_identity(t) for t in plan.tables]
         self.ok = "unknown" not in ids and "unkeyed" not in spec["derive"].values()
         digest = hashlib.sha256(json.dumps({**spec, "ids": ids}, sort_keys=True).encode())
-        self.path = f"{project.prefix}/runstats/{plan.run_id}/{digest.hexdigest()[:24]}.json"
+        self.path = layout.runstats_key(project.prefix, plan.run_id, digest.hexdigest()[:24])
 
     def get(self) -> Stats | None:
         if not self.ok:

@@ -34,16 +34,20 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treadle import layout
 from treadle.errors import NotFound, PlanError
 from treadle.read.columnstats import ColumnStats
 from treadle.read.moments import Moments as _Moments
 from treadle.read.moments import Sketch as _Sketch
 from treadle.read.moments import histogram_moments, rank_error_bound
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 READ_VALUES = 1 << 20  # values (rows x elements) per read batch
 SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of a column
@@ -63,7 +67,7 @@ def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: in
 
 # -- the public entry ---------------------------------------------------------------------
 def table_stats(
-    table: Any,
+    table: Table,
     columns: Sequence[str] | None = None,
     *,
     where: str | None = None,
@@ -116,7 +120,7 @@ def table_stats(
     return {c: out[c] for c in names}
 
 
-def _check_where(table: Any, names: list[str], where: str) -> None:
+def _check_where(table: Table, names: list[str], where: str) -> None:
     """A ``where`` Lance cannot use (unknown column, no parse, not a predicate) as a
     :class:`PlanError` naming it and the table, before any scan (planning reads no rows)."""
     try:
@@ -127,7 +131,7 @@ def _check_where(table: Any, names: list[str], where: str) -> None:
 
 
 def _compute_rows(
-    table: Any, names: list[str], where: str | None, executor: Any = None
+    table: Table, names: list[str], where: str | None, executor: Any = None
 ) -> dict[str, ColumnStats]:
     """One streamed scan of ``names`` (here, or a task per group of fragments on
     ``executor``), partial states merged with the same ``merge`` as batches are."""
@@ -157,7 +161,7 @@ _State = dict[str, tuple[_Moments, _Sketch]]
 
 
 def _accumulate(
-    table: Any, names: list[str], where: str | None, fragments: Sequence[int] | None = None
+    table: Table, names: list[str], where: str | None, fragments: Sequence[int] | None = None
 ) -> _State:
     """Moments and sketch of every column over the rows (of ``fragments``, default all)."""
     schema = table.schema
@@ -192,7 +196,7 @@ class _Task:
         return f"_Task({self.project}/{self.table} v{self.version}, {list(self.fragments)})"
 
 
-def _tasks(table: Any, names: list[str], where: str | None) -> list[_Task]:
+def _tasks(table: Table, names: list[str], where: str | None) -> list[_Task]:
     """Consecutive fragments, about ``TASK_VALUES`` values per task (one fragment at least)."""
     client = table.project.client
     per_row = sum(math.prod(tensor_shape(table.schema.field(c)) or ()) for c in names)
@@ -223,7 +227,7 @@ def _accumulate_task(task: _Task) -> _State:
 
 
 def scan_batches(
-    table: Any, columns: list[str], where: str | None, rows: int, fragments: Any = None
+    table: Table, columns: list[str], where: str | None, rows: int, fragments: Any = None
 ) -> Any:
     """The table's rows (of the fragments with ids ``fragments``, default all) as Arrow
     record batches of at most ``rows`` rows."""
@@ -242,7 +246,7 @@ def scan_batches(
 
 
 def _compute_video(
-    table: Any, column: str, where: str | None, frames: int, seed: int
+    table: Table, column: str, where: str | None, frames: int, seed: int
 ) -> ColumnStats:
     """Per channel, over ``frames`` sampled moments: exact uint8 histograms."""
     from treadle.read.columns import moment_columns
@@ -297,7 +301,7 @@ def _from_histogram(hist: np.ndarray, frames: int) -> ColumnStats:
 
 
 # -- kept in the project ------------------------------------------------------------------
-def version_identity(table: Any) -> str:
+def version_identity(table: Table) -> str:
     """The pinned version's manifest fingerprint (``"unknown"`` without one): a table
     dropped and re-created reuses version numbers, never this."""
     return _Cache(table)._ident
@@ -306,10 +310,10 @@ def version_identity(table: Any) -> str:
 class _Cache:
     """``projects/<p>/stats/<table>/v<version>/<key>.json``: one object per column."""
 
-    def __init__(self, table: Any):
+    def __init__(self, table: Table):
         self.table = table
-        self.store = table.project.client.store
-        self.base = f"{table.project.prefix}/stats/{table.name}/v{table.version}"
+        self.store = table.project.store
+        self.base = layout.stats_folder(table.project.prefix, table.name, table.version)
         self._ident = self._identity()
 
     def _identity(self) -> str:
@@ -317,7 +321,7 @@ class _Cache:
         manifest = f"_versions/{2**64 - 1 - self.table.version}.manifest"
         try:
             size, token = self.store.fingerprint(
-                f"{self.table.project.prefix}/tables/{self.table.name}.lance/{manifest}"
+                f"{layout.table_key(self.table.project.prefix, self.table.name)}/{manifest}"
             )
         except NotFound:
             return "unknown"

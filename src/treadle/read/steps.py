@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from treadle.plan.plan import Batch, Plan
 from treadle.read.columns import output_columns
 from treadle.read.reader import SampleReader
+
+if TYPE_CHECKING:
+    from treadle.video.protocols import VideoBackend
 
 Sampler = Callable[[Plan, int, int, int], Any]
 Finish = Callable[[dict[str, Any], Any], dict[str, Any]]
@@ -65,7 +68,9 @@ def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
     return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos, valid)
 
 
-def host_reader(plan: Plan, video_threads: int = 1, backend: Any = None) -> SampleReader:
+def host_reader(
+    plan: Plan, video_threads: int = 1, backend: VideoBackend | None = None
+) -> SampleReader:
     """A reader of ``plan``'s components (``backend``: a :mod:`treadle.gpu` backend, None
     for CPU decode into host memory)."""
     tables = [plan.table(c) for c in range(plan.num_components)]

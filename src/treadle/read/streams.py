@@ -15,9 +15,12 @@ from __future__ import annotations
 import sys
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 DEFAULT_MAX_FRAMES = 1 << 18  # ~8 MB of index: a few batches of long episodes
 
@@ -53,7 +56,7 @@ class StreamIndexes:
         # one load at a time: two batches read ahead at once must not both read an episode
         self._loading = threading.Lock()
 
-    def lookup(self, table: Any, column: str, episode: int) -> tuple[str, Any]:
+    def lookup(self, table: Table, column: str, episode: int) -> tuple[str, Any]:
         """The stream key and index of ``column`` in episode number ``episode`` of ``table``."""
         k = (table.name, table.version, column, int(episode))
         with self._lock:
@@ -63,13 +66,13 @@ class StreamIndexes:
                 return hit
         return self.load(table, column, [episode])[int(episode)]
 
-    def load(self, table: Any, column: str, episodes: Any) -> dict[int, tuple[str, Any]]:
+    def load(self, table: Table, column: str, episodes: Any) -> dict[int, tuple[str, Any]]:
         """Make sure these episodes are cached (one take for the ones that are not);
         returns them."""
         with self._loading:
             return self._load(table, column, episodes)
 
-    def _load(self, table: Any, column: str, episodes: Any) -> dict[int, tuple[str, Any]]:
+    def _load(self, table: Table, column: str, episodes: Any) -> dict[int, tuple[str, Any]]:
         from treadle.video import index_from_arrow
 
         wanted = sorted({int(e) for e in np.asarray(episodes).reshape(-1)})

@@ -38,6 +38,8 @@ __all__ = [
 if TYPE_CHECKING:
     import lance
 
+    from treadle.storage import Store
+
 
 StatsFunction = Callable[..., dict[str, Any]]
 _STATS: StatsFunction  # set by ``import treadle``, which runs before any ``treadle.*`` module
@@ -55,9 +57,15 @@ def compute_stats_with(fn: StatsFunction) -> None:
 
 
 class TableSource(Protocol):
-    """Where a :class:`Table`'s versions come from (a :class:`treadle.Project`)."""
+    """Where a :class:`Table`'s versions come from (a :class:`treadle.Project`): what a
+    table and the modules reading it (its stored episode index, statistics, fixed-width
+    reads) use of its project, and nothing more."""
 
     name: str
+    prefix: str  # the project's key prefix (treadle.layout.project_prefix)
+
+    @property
+    def store(self) -> Store: ...
 
     def table_uri(self, name: str) -> str: ...
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treadle.concurrency import CONCURRENCY
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
@@ -97,9 +98,8 @@ class StepLoader:
         check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
         plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
         check_transform(transform, workers)
-        # PyAV decodes without the GIL: one decode thread per core (per worker process).
         if video_threads is None:
-            video_threads = 1 if workers else min(4, os.cpu_count() or 1)
+            video_threads = CONCURRENCY.video_threads(workers)
         video_threads = _whole(video_threads, "video_threads", 1)
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():

@@ -30,6 +30,8 @@ class VideoReader:
     between windows); ``decoder_threads`` is FFmpeg's own thread count per context.
     """
 
+    fetches_ahead = True  # a FetchingVideoReader (treadle.video.protocols)
+
     def __init__(
         self, store: Store, *, threads: int = 1, prefix: str = "", decoder_threads: int = 1
     ):

@@ -17,6 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
+from treadle import layout
 from treadle.errors import VideoError
 
 #: Colour tags of streams treadle encodes: BT.601 (SMPTE 170M) matrix, primaries and
@@ -126,7 +127,7 @@ class EncodedStream:
 
     def media_key(self, table: str) -> str:
         """Project-relative object key for this stream: ``media/<table>/<sha256>.h264``."""
-        return f"media/{table}/{self.sha256}.h264"
+        return layout.media_key(table, self.sha256)
 
     @property
     def num_frames(self) -> int:
