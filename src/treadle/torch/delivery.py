@@ -13,7 +13,7 @@ import atexit
 import itertools
 import os
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from typing import Any
 
@@ -28,6 +28,7 @@ from treadle.read.prefetch import prefetch
 from treadle.torch.convert import to_torch
 from treadle.torch.hook import Transform, check_transform
 from treadle.torch.processes import Job, check_workers, read_in_processes
+from treadle.torch.processes import context as worker_context
 from treadle.torch.steps import Sampler, finish_for, plan_reader, read_steps
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
@@ -79,7 +80,8 @@ class StepLoader:
     """What ``TrainLoader`` and ``EvalLoader`` share: options, resume step, iteration.
 
     Subclasses set :attr:`sampler` (a module-level function, so workers can rebuild it) and
-    :attr:`label` (how errors name a step), and call :meth:`_setup`.
+    :attr:`label` (how errors name a step), and call this constructor with a function that
+    makes their plan: with ``workers``, the process server starts importing first.
     """
 
     sampler: Sampler
@@ -87,9 +89,12 @@ class StepLoader:
     plan: Plan
     steps: int | None
 
-    def _setup(self, plan: Plan, device: str | torch.device, rank: int | None,
-               world_size: int | None, prefetch: int, workers: int, video_threads: int | None,
-               transform: Transform | None) -> None:  # fmt: skip
+    def __init__(self, make_plan: Callable[[], Plan], *, device: str | torch.device,
+                 rank: int | None, world_size: int | None, prefetch: int, workers: int,
+                 video_threads: int | None, transform: Transform | None) -> None:  # fmt: skip
+        if isinstance(workers, int) and workers > 0:
+            worker_context()  # the process server imports while the plan is made
+        plan = make_plan()
         d_rank, d_world = default_rank_world()
         self.rank = d_rank if rank is None else int(rank)
         self.world_size = d_world if world_size is None else int(world_size)
