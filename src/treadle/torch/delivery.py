@@ -25,11 +25,12 @@ from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
 from treadle.read.prefetch import prefetch
+from treadle.read.steps import read_steps
 from treadle.torch.convert import to_torch
 from treadle.torch.hook import Transform, check_transform
 from treadle.torch.processes import Job, check_workers, read_in_processes
 from treadle.torch.processes import context as worker_context
-from treadle.torch.steps import Sampler, finish_for, plan_reader, read_steps
+from treadle.torch.steps import Sampler, finish_for, plan_reader
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
 
@@ -160,8 +161,9 @@ class StepLoader:
 
     def _thread(self) -> Iterator[dict[str, Any]]:
         reader = plan_reader(self.plan, self.video_threads, self.device)
+        finish = finish_for(self.plan, self.transform, self.label)
         batches = read_steps(self.plan, self.sampler, reader, self._steps(), self.rank,
-                             self.world_size, self.transform, self.label)  # fmt: skip
+                             self.world_size, finish)  # fmt: skip
         return prefetch(batches, self.prefetch, close=reader.close)
 
     def _processes(self) -> Iterator[dict[str, Any]]:

@@ -1,19 +1,18 @@
-"""The torch side of the delivery steps (:mod:`treadle.read.steps`): a reader on the
-loader's device, and the transform hook as the steps' ``finish``."""
+"""The torch side of the delivery steps (:mod:`treadle.read.steps`, whose ``read_steps``
+the loader runs): a reader on the loader's device, and the transform hook as the steps'
+``finish``."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 from treadle.plan.plan import Plan
 from treadle.read.reader import SampleReader
 from treadle.read.steps import Finish, Sampler, host_reader
-from treadle.read.steps import read_steps as _read_steps
 from treadle.torch.hook import Transform, transform_step
 
-__all__ = ["Sampler", "finish_for", "plan_reader", "read_steps"]
+__all__ = ["Sampler", "finish_for", "plan_reader"]
 
 
 def plan_reader(plan: Plan, video_threads: int = 1, device: Any = None) -> SampleReader:
@@ -29,12 +28,3 @@ def finish_for(plan: Plan, transform: Transform | None, label: str) -> Finish | 
     if transform is None:
         return None
     return functools.partial(transform_step, transform, plan.seed, label)
-
-
-def read_steps(
-    plan: Plan, sampler: Sampler, reader: SampleReader, steps: Iterable[int], rank: int,
-    world: int, transform: Transform | None, label: str,
-) -> Iterator[dict[str, Any]]:  # fmt: skip
-    """The batches of exactly ``steps``, in order, each through ``transform`` if any."""
-    finish = finish_for(plan, transform, label)
-    return _read_steps(plan, sampler, reader, steps, rank, world, finish)
