@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("catalog",),  # client, projects, branches, TableRef, Transaction, gc, Lance handle
     ("plan",),  # pure
     ("read",),  # delivery stages, prefetch
+    ("stats",),  # table and run statistics
+    ("workers",),  # worker processes, their server and slots
     ("gpu", "info"),
     ("torch",),
     ("importers",),

@@ -13,7 +13,8 @@ import treadle.video as tv
 from treadle.errors import CorruptData
 from treadle.plan.windows import Video
 from treadle.storage import Store
-from treadle.video import decode, ffmpeg, native
+from treadle.video import cpu_decode as decode
+from treadle.video import ffmpeg, native
 from treadle.video._testing import make_mp4, reference_decode, synthetic_frames
 
 WHERE = ("grasps", "ep-1", "cam")

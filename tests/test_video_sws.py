@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from av.video.reformatter import VideoReformatter
 
-from treadle.video import decode
+from treadle.video import cpu_decode as decode
 from treadle.video._testing import synthetic_frames
 from treadle.video.ffmpeg import api
 from treadle.video.sws import DirectScaler

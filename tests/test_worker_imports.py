@@ -16,7 +16,7 @@ import pytest
 
 import treadle as td
 from script_helpers import run_script
-from treadle.torch import processes
+from treadle.workers import processes
 
 _CHECK = """
 import importlib, sys

@@ -102,7 +102,7 @@ def _native_decode() -> str | None:
 
 
 def _direct_conversion() -> str | None:
-    from treadle.video.decode import direct_conversion_unavailable
+    from treadle.video.cpu_decode import direct_conversion_unavailable
 
     return direct_conversion_unavailable()
 

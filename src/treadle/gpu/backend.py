@@ -5,7 +5,7 @@
 * :class:`NvdecBackend` when ``device`` is CUDA, CUDA works, and a probe stream decodes
   through NVDEC into a CUDA frame: windows are decoded by NVDEC and converted by the
   fused kernel straight into the batch tensor on the device
-  (:class:`treadle.gpu.reader.GpuVideoReader`);
+  (:class:`treadle.gpu.nvdec_reader.GpuVideoReader`);
 * :class:`CpuBackend` otherwise: the CPU path (:class:`treadle.video.VideoReader`),
   whose batches the loader copies to ``device``. When the caller asked for CUDA and the
   GPU path is unavailable, a :class:`GpuFallbackWarning` says why, once per reason per
@@ -29,9 +29,9 @@ from treadle.errors import TreadleError
 from treadle.gpu.fallback import GpuFallbackWarning, warn_once
 
 if TYPE_CHECKING:
-    from treadle.gpu.reader import GpuVideoReader
+    from treadle.gpu.nvdec_reader import GpuVideoReader
     from treadle.storage import Store
-    from treadle.video.reader import VideoReader
+    from treadle.video.cpu_reader import VideoReader
 
 __all__ = [
     "Backend",
@@ -95,7 +95,7 @@ def nvdec_unavailable(index: int) -> str | None:
     if frames[0].format.name != "cuda":
         return f"NVDEC decoded to {frames[0].format.name!r} frames, not CUDA frames"
     try:
-        from treadle.gpu.decode import frame_planes
+        from treadle.gpu.nvdec_decode import frame_planes
 
         y, _, _, on_gpu = frame_planes(frames[0], torch.device("cuda", index))
         if not (on_gpu and y.is_cuda):
@@ -107,7 +107,7 @@ def nvdec_unavailable(index: int) -> str | None:
 
 def triton_unavailable() -> str | None:
     """Why the fused Triton kernel cannot be used, or None."""
-    from treadle.gpu.transform import triton_available
+    from treadle.gpu.yuv_to_tensor import triton_available
 
     return None if triton_available() else "triton is not installed"
 
@@ -172,12 +172,12 @@ class NvdecBackend:
         streams: int = CONCURRENCY.nvdec_streams,
         max_in_flight: int | None = None,
     ) -> GpuVideoReader:
-        """A :class:`treadle.gpu.reader.GpuVideoReader` writing into tensors on ``device``.
+        """A :class:`treadle.gpu.nvdec_reader.GpuVideoReader` writing into tensors on ``device``.
 
         ``streams`` NVDEC sessions (worker threads); ``threads`` is the CPU backend's
         and ignored here, so the loader can call both backends the same way.
         """
-        from treadle.gpu.reader import GpuVideoReader
+        from treadle.gpu.nvdec_reader import GpuVideoReader
 
         return GpuVideoReader(
             store,

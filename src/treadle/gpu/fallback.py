@@ -1,7 +1,7 @@
 """The GPU path's warnings: one :class:`GpuFallbackWarning` per reason per process.
 
 Used by :mod:`treadle.gpu.backend` (no GPU, no NVDEC, no Triton) and
-:mod:`treadle.gpu.decode` (a stream NVDEC cannot take, a window it failed on).
+:mod:`treadle.gpu.nvdec_decode` (a stream NVDEC cannot take, a window it failed on).
 """
 
 from __future__ import annotations

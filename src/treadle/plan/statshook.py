@@ -15,7 +15,7 @@ _STATS: StatsFunction  # set by ``import treadle``, which runs before any ``trea
 
 
 def compute_stats_with(fn: StatsFunction) -> None:
-    """Set what ``Plan.stats`` computes with (``treadle.read.planstats.plan_stats``)."""
+    """Set what ``Plan.stats`` computes with (``treadle.stats.plan_stats.plan_stats``)."""
     global _STATS
     _STATS = fn
 

@@ -20,7 +20,7 @@ from treadle.errors import PlanError, TreadleError, VideoError
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.tensors import batch_kind
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 
 if TYPE_CHECKING:
     from treadle.table.table import Table

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from treadle.errors import PlanError
 from treadle.read.columns import ColumnSpec, output_columns
 from treadle.table.tensors import tensor_shape
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 
 if TYPE_CHECKING:
     from treadle.table.table import Table

@@ -1,6 +1,6 @@
 """Rows around an anchor: edge padding (``pad=True``), the anchor's episode and frame, and
 string / variable-length list columns as Python values. Used by the row takes
-(:mod:`treadle.read.takes`) and the reader (:mod:`treadle.read.reader`)."""
+(:mod:`treadle.read.takes`) and the reader (:mod:`treadle.read.sample_reader`)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ steps -> samples -> reader -> finish (the torch layer's transform hook, when the
 A loader says which samples step ``k`` holds for its rank (a *sampler*:
 ``sampler(plan, step, rank, world) -> samples`` with ``.step``, ``.component``, ``.moment``
 and ``.position``); :func:`read_steps` hands the reader exactly the steps to deliver, in
-order, so its read-ahead (:meth:`treadle.read.reader.SampleReader.read_many`) reads only
+order, so its read-ahead (:meth:`treadle.read.sample_reader.SampleReader.read_many`) reads only
 those. Nothing here imports torch: worker processes run this module without it.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from treadle.plan.plan import Batch, Plan
 from treadle.read.columns import output_columns
-from treadle.read.reader import SampleReader
+from treadle.read.sample_reader import SampleReader
 
 if TYPE_CHECKING:
     from treadle.video.protocols import VideoBackend

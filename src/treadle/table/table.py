@@ -46,7 +46,7 @@ _STATS: StatsFunction  # set by ``import treadle``, which runs before any ``trea
 
 
 def compute_stats_with(fn: StatsFunction) -> None:
-    """Set what :meth:`Table.stats` computes with (``treadle.read.stats.table_stats``).
+    """Set what :meth:`Table.stats` computes with (``treadle.stats.table_stats.table_stats``).
 
     Statistics decode video, which the read layer above this one does; the package root
     (``treadle/__init__.py``, imported before any ``treadle.*`` module) wires it, so
@@ -181,7 +181,7 @@ class Table:
         executor: Any = None,
     ) -> dict[str, Any]:
         """Normalisation statistics ``{column: td.ColumnStats}`` of this version, computed
-        once and kept in the project (:mod:`treadle.read.stats` says how, and how exact).
+        once and kept in the project (:mod:`treadle.stats.table_stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
         tasks, a group of fragments each, and merged here (video stays in this process)."""
         return _STATS(self, columns, where=where, frames=frames, seed=seed, executor=executor)

@@ -1,9 +1,9 @@
 """The delivery loop both loaders share: exact steps -> samples -> reader -> transform ->
-tensors (:mod:`treadle.torch.steps`), in a background thread or in worker processes.
+tensors (:mod:`treadle.torch.device_steps`), in a background thread or in worker processes.
 
 ``workers=0`` runs it on one thread up to ``prefetch`` steps ahead
 (:func:`treadle.read.prefetch.prefetch`); ``workers=N`` runs it in N worker processes
-(:mod:`treadle.torch.processes`), worker ``k`` taking steps ``start+k, start+k+N, ...``,
+(:mod:`treadle.workers.processes`), worker ``k`` taking steps ``start+k, start+k+N, ...``,
 their batches handed over through shared-memory slots and taken back in step order.
 """
 
@@ -27,10 +27,10 @@ from treadle.read.budget import check_batch_fits
 from treadle.read.prefetch import prefetch
 from treadle.read.steps import read_steps
 from treadle.torch.convert import to_torch
+from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
-from treadle.torch.processes import Job, check_workers, read_in_processes
-from treadle.torch.processes import context as worker_context
-from treadle.torch.steps import Sampler, finish_for, plan_reader
+from treadle.workers.processes import Job, check_workers, read_in_processes
+from treadle.workers.processes import context as worker_context
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
 

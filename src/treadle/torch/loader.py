@@ -2,7 +2,7 @@
 
 A thin adapter: step ``k``'s samples are ``plan.batch(k, rank, world_size)``; the shared
 delivery loop (:mod:`treadle.torch.delivery`) hands the reader
-(:class:`treadle.read.reader.SampleReader`) exactly the steps to deliver and decides
+(:class:`treadle.read.sample_reader.SampleReader`) exactly the steps to deliver and decides
 *where* that work runs:
 
 - ``workers=0``: one background thread reads up to ``prefetch`` steps ahead into a
@@ -11,7 +11,7 @@ delivery loop (:mod:`treadle.torch.delivery`) hands the reader
   the hardware can (``treadle.gpu.select_backend``), else on the CPU with a one-time
   warning; the same frames either way.
 - ``workers=N``: N worker processes forked from a preloaded server (not from this process:
-  Lance is not fork-safe; :mod:`treadle.torch.processes`); worker ``k`` reads steps
+  Lance is not fork-safe; :mod:`treadle.workers.processes`); worker ``k`` reads steps
   ``start+k, start+k+N, ...`` and hands each batch over through a reused shared-memory
   slot; the loader takes them back in step order. Use it when decode needs more than one
   core (PyAV decode does not run in parallel across Python threads).

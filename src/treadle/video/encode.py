@@ -4,7 +4,7 @@ Output: H.264 Annex-B, yuv420p, SPS/PPS before every keyframe. Our own encodes a
 tagged BT.601 limited range and use a fixed keyframe interval, closed GOPs and no
 B-frames; remuxed H.264 keeps whatever the file had (B-frames, open GOPs, its colour
 tags) and the index records it exactly, colour tags included
-(:mod:`treadle.video.colour`; the remux itself is :mod:`treadle.video.remux`).
+(:mod:`treadle.video.colour_tags`; the remux itself is :mod:`treadle.video.remux`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from treadle.errors import VideoError
-from treadle.video.colour import check_matrix, sws_color_range, sws_colorspace
+from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
 from treadle.video.remux import TrimmedByEditList, check_decodes, container_fps, remux_h264
 from treadle.video.stream import (
     COLOUR_TAGS,

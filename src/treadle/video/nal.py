@@ -4,7 +4,7 @@ splits H.264 into NAL units uses this module.
 
 The SPS parser follows ITU-T H.264 7.3.2.1.1 (sequence parameter set) and E.1.1 (VUI) up
 to the chroma location; it reports what the stream *says*, with ``None`` for the VUI
-fields it leaves out (what that means is :mod:`treadle.video.colour`'s business).
+fields it leaves out (what that means is :mod:`treadle.video.colour_tags`'s business).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import numpy as np
 from treadle.video import ffmpeg
 from treadle.video.outputs import WindowOutputs
 from treadle.video.sws import DirectScaler
-from treadle.video.window import WindowPlan
+from treadle.video.window_plan import WindowPlan
 
 AVERROR_INVALIDDATA = -0x41444E49
 

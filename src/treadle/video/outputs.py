@@ -6,7 +6,7 @@ output positions it fills by its pts (a frame wanted twice fills two positions: 
 is converted into, the others copied from it), checks a wanted frame's size against the
 episode's index (a frame of another size would be resized silently), and at the end that
 every wanted frame came out. The native loop (:mod:`treadle.video.native`), PyAV's loop
-(:mod:`treadle.video.decode`) and NVDEC's (:mod:`treadle.gpu.decode`) all use it, so a
+(:mod:`treadle.video.cpu_decode`) and NVDEC's (:mod:`treadle.gpu.nvdec_decode`) all use it, so a
 fix to any of these rules lands once.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.errors import CorruptData
-from treadle.video.window import WindowPlan
+from treadle.video.window_plan import WindowPlan
 
 
 class WindowOutputs:

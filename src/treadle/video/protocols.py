@@ -1,7 +1,7 @@
-"""What the sample reader (:mod:`treadle.read.reader`) may ask of a video reader and of a
-decode backend: the CPU's :class:`~treadle.video.reader.VideoReader` and
+"""What the sample reader (:mod:`treadle.read.sample_reader`) may ask of a video reader and of a
+decode backend: the CPU's :class:`~treadle.video.cpu_reader.VideoReader` and
 :class:`~treadle.gpu.backend.CpuBackend`, NVDEC's
-:class:`~treadle.gpu.reader.GpuVideoReader` and :class:`~treadle.gpu.backend.NvdecBackend`.
+:class:`~treadle.gpu.nvdec_reader.GpuVideoReader` and :class:`~treadle.gpu.backend.NvdecBackend`.
 """
 
 from __future__ import annotations

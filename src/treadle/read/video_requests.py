@@ -1,7 +1,7 @@
 """Video windows of a batch: one :class:`~treadle.video.WindowRequest` per sample, each
 decoding straight into its slice of a preallocated batch buffer.
 
-:func:`video_requests` looks up each sample's stream index (:mod:`treadle.read.streams`),
+:func:`video_requests` looks up each sample's stream index (:mod:`treadle.read.stream_index`),
 allocates the column's ``[b, ...]`` buffer on its first sample (host memory, or tensors on
 the device when NVDEC decodes there) and checks every window fits it. The
 requests of a whole batch are then read together (coalesced byte ranges, many in flight)
@@ -19,7 +19,7 @@ from treadle.plan.windows import Video
 from treadle.read.buffers import BufferPool
 from treadle.read.columns import ColumnSpec
 from treadle.read.rows import IS_PAD, episode_bounds, padded_rows
-from treadle.read.streams import StreamIndexes
+from treadle.read.stream_index import StreamIndexes
 
 if TYPE_CHECKING:
     import torch

@@ -3,7 +3,7 @@
 Stages, each a plain function: :func:`decode_window` (bare H.264 codec context, packets
 cut from the bytes by the index, warm-up frames dropped, outputs matched by pts, RGB
 conversion and resize in one ``sws_scale_frame`` per frame, with the stream's own colour
-tags, :func:`treadle.video.colour.window_tags`; through FFmpeg's own calls,
+tags, :func:`treadle.video.colour_tags.window_tags`; through FFmpeg's own calls,
 :class:`~treadle.video.native.NativeLoop`, where every frame's conversion was checked
 against PyAV's, else through PyAV's packets and frames), :func:`finish_window` (layout
 and float normalisation, vectorised over the whole window); :func:`decode_fetched` runs
@@ -23,14 +23,14 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoRef
 from treadle.errors import CorruptData, VideoError
 from treadle.fastpaths import reasons as fast_path_reasons
 from treadle.video import ffmpeg
-from treadle.video.colour import Tags, sws_color_range, sws_colorspace, window_tags
+from treadle.video.colour_tags import Tags, sws_color_range, sws_colorspace, window_tags
 from treadle.video.encode import probe_stream
 from treadle.video.fetch import FetchedWindow
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 from treadle.video.native import Fallback, NativeError, NativeLoop
 from treadle.video.outputs import WindowOutputs
 from treadle.video.sws import DirectScaler
-from treadle.video.window import WindowPlan
+from treadle.video.window_plan import WindowPlan
 
 if TYPE_CHECKING:
     import torch

@@ -16,7 +16,7 @@ exact while no component holds more than ``2k`` rows of one multiplicity (how ma
 take a row: a ``T``-offset window takes most rows ``T`` times) per offset group,
 ``k = max(64, SKETCH_VALUES // elements)`` (``SKETCH_VALUES = 2**21``: ~600,000 rows of a
 7-D column, ~300,000 of a 14-D one); beyond, each keeps the deterministic compactor sketch
-of :mod:`treadle.read.moments`, whose rank error, as a share of its values, bounds the
+of :mod:`treadle.stats.moments`, whose rank error, as a share of its values, bounds the
 pooled one; ``ColumnStats.rank_error`` holds it in values (0 = exact).
 
 **How.** Rows columns are read in one streamed scan per component (batches of at most
@@ -34,7 +34,7 @@ whose table lacks a column it reads (``*_is_present``), and the dimensions the
 
 **Kept** in the project (``projects/<p>/runstats/<run id>/``), keyed by the run id, each
 table version's identity and the arguments (a derive function by its code, defaults, and
-the values and globals it uses: :func:`treadle.read.runcache.code_key`): a second call in
+the values and globals it uses: :func:`treadle.stats.run_cache.code_key`): a second call in
 any process, at any world size or worker count, reads it back.
 A dimension whose std is 0 (or below 1e-12 of its scale, or without values) warns, naming
 the column and the dimensions.
@@ -51,10 +51,10 @@ import numpy as np
 from treadle.errors import NotFound, PlanError
 from treadle.plan.windows import Video
 from treadle.read.columns import ColumnSpec, output_columns
-from treadle.read.columnstats import ColumnStats
-from treadle.read.pooled import HistPart, Part, pool, pool_hist
-from treadle.read.runcache import RunCache, code_key, warn_flat
-from treadle.read.stats import READ_VALUES, scan_batches
+from treadle.stats.column_stats import ColumnStats
+from treadle.stats.pooled import HistPart, Part, pool, pool_hist
+from treadle.stats.run_cache import RunCache, code_key, warn_flat
+from treadle.stats.table_stats import READ_VALUES, scan_batches
 from treadle.table.tensors import to_numpy
 
 SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's elements
@@ -257,7 +257,7 @@ class _Taken:
 
 # -- the batch path: video samples and derived values ---------------------------------------
 def _batches(plan: Any, c: int, specs: list[ColumnSpec], moments: np.ndarray) -> Iterator[dict]:
-    from treadle.read.reader import SampleReader
+    from treadle.read.sample_reader import SampleReader
 
     reader = SampleReader([plan.table(c)], [specs], ids=False)
     try:

@@ -1,11 +1,11 @@
 """One ``workers=N`` worker process: rebuild the plan, read my steps, write each batch into
-a shared-memory slot (:mod:`treadle.read.slots`), send ``(step, slot, layout)``.
+a shared-memory slot (:mod:`treadle.workers.slots`), send ``(step, slot, layout)``.
 
 Worker ``k`` of ``n`` reads steps ``start+k, start+k+n, ...`` (:func:`treadle.read.steps.read_steps`,
 read ahead on one thread by :func:`treadle.read.prefetch.prefetch`). This module and what it
 imports need no torch (the batches are numpy arrays), so the process server the workers
 fork from starts without importing it; a transform (the torch layer's ``finish``) imports
-what it needs when it is unpickled. The loader's side is :mod:`treadle.torch.processes`.
+what it needs when it is unpickled. The loader's side is :mod:`treadle.workers.processes`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 from treadle.errors import TreadleError
 from treadle.read.prefetch import prefetch
-from treadle.read.slots import Slot
 from treadle.read.steps import Finish, Sampler, host_reader, read_steps
+from treadle.workers.slots import Slot
 
 
 @dataclass

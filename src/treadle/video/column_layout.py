@@ -4,7 +4,7 @@ Fields (see docs/ARCHITECTURE.md): ``stream`` (project-relative media key), ``of
 ``size`` (the frame's packet in the stream object), ``key``, ``pts``, ``decode``
 (decode-order position), ``crc`` (``zlib.crc32`` of the packet), ``width``,
 ``height``, ``fps``, ``codec``, ``colorspace`` and ``color_range`` (the stream's colour
-tags, :mod:`treadle.video.colour`; absent in tables written before treadle recorded
+tags, :mod:`treadle.video.colour_tags`; absent in tables written before treadle recorded
 them). The table writer tags the column's field ``{"treadle:kind": "video"}``
 (:func:`treadle.table.tensors.is_video`).
 """
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from treadle.errors import VideoError
-from treadle.video.colour import describe, sps_tags
+from treadle.video.colour_tags import describe, sps_tags
 from treadle.video.stream import EncodedStream, StreamIndex
 
 COLOUR_FIELDS = ("colorspace", "color_range")

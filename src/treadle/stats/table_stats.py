@@ -40,10 +40,10 @@ import numpy as np
 
 from treadle import layout
 from treadle.errors import NotFound, PlanError
-from treadle.read.columnstats import ColumnStats
-from treadle.read.moments import Moments as _Moments
-from treadle.read.moments import Sketch as _Sketch
-from treadle.read.moments import histogram_moments, rank_error_bound
+from treadle.stats.column_stats import ColumnStats
+from treadle.stats.moments import Moments as _Moments
+from treadle.stats.moments import Sketch as _Sketch
+from treadle.stats.moments import histogram_moments, rank_error_bound
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ def _compute_video(
 ) -> ColumnStats:
     """Per channel, over ``frames`` sampled moments: exact uint8 histograms."""
     from treadle.read.columns import moment_columns
-    from treadle.read.reader import SampleReader
+    from treadle.read.sample_reader import SampleReader
 
     if where is None:
         candidates = np.arange(table.num_moments, dtype=np.int64)

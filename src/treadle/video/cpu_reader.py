@@ -17,7 +17,7 @@ from typing import Any
 
 from treadle.errors import TreadleError, VideoError
 from treadle.storage import Store
-from treadle.video.decode import Decoder, decode_fetched
+from treadle.video.cpu_decode import Decoder, decode_fetched
 from treadle.video.fetch import FetchedWindow, ReadStats, WindowFetcher, WindowRequest
 
 __all__ = ["ReadStats", "VideoReader", "WindowRequest"]

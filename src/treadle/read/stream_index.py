@@ -4,7 +4,7 @@ it reads are held, in a bounded LRU cache.
 A reader used to load the whole video column of every table it read (every row's
 struct, ~200 bytes per frame, in every reader process and every worker). Now each
 batch loads the episodes it needs that are not cached, with one Lance ``take`` per
-table and column, and keeps them as compact numpy arrays (:func:`treadle.video.layout.index_from_arrow`,
+table and column, and keeps them as compact numpy arrays (:func:`treadle.video.column_layout.index_from_arrow`,
 ~25-33 bytes per frame, owning their memory: no view keeps the take's Arrow buffers
 alive). At most ``max_frames`` frames of index stay cached; the least recently used
 episodes go first, so resident video index is bounded whatever the table's size.

@@ -22,7 +22,7 @@ The decoder's frame tags are never trusted across streams: a reused h264 context
 the previous stream's colorspace/range (and pixel format ``yuvj420p``) on frames of a
 stream whose SPS has no colour description (FACTS.md), so the CPU decoder also sets a
 reused context's colour to the new stream's tags when the stream changes
-(:class:`treadle.video.decode.Decoder`).
+(:class:`treadle.video.cpu_decode.Decoder`).
 
 **Episodes written before colour was recorded** (no ``colorspace`` field in the index,
 or null) take their tags from the SPS of the window's first keyframe at read time

@@ -2,7 +2,7 @@
 
 Both merge with another partial state of the same column (:meth:`Moments.merge`,
 :meth:`Sketch.merge`): batch by batch in one scan, and scan by scan (an executor's tasks)
-on the driver, with the same code. :mod:`treadle.read.stats` says what is exact.
+on the driver, with the same code. :mod:`treadle.stats.table_stats` says what is exact.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ The maths is the one FFmpeg's scaler (swscale) uses with
 * YUV -> RGB with the stream's matrix (BT.601/709/...) and range (limited/full), in
   float32, then ``floor(x + 0.5)`` clamped to 0..255: this is the uint8 output.
 * Float outputs are that uint8 value looked up in
-  :meth:`treadle.video.frames.FrameSpec.levels` (``q / 255``, then ``(x - mean) / std``,
+  :meth:`treadle.video.frame_spec.FrameSpec.levels` (``q / 255``, then ``(x - mean) / std``,
   in float32 on the CPU), so a float batch equals the CPU path's whenever the uint8
   values agree, bit for bit, on any device.
 
@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 import torch
 
-from treadle.gpu.colour import Colour
-from treadle.video.frames import FrameSpec
+from treadle.gpu.yuv_colour import Colour
+from treadle.video.frame_spec import FrameSpec
 
 #: PyAV ``interpolation`` flags whose output this module reproduces within 1 level:
 #: ``Interpolation.BILINEAR | Interpolation.FULL_CHR_H_INT | Interpolation.ACCURATE_RND``.

@@ -1,7 +1,7 @@
 """Colour conventions of a YUV 4:2:0 stream: matrix, range and chroma siting.
 
 Both read paths convert a window with its stream's matrix and range as recorded in the
-video index (:mod:`treadle.video.colour`, which documents where they come from and the
+video index (:mod:`treadle.video.colour_tags`, which documents where they come from and the
 default for untagged streams; :func:`colour_for`); the chroma siting comes from the
 H.264 sequence parameter set (SPS) that precedes every IDR in treadle's Annex-B
 streams (:func:`colour_from_annexb`). Defaults follow FFmpeg: an untagged matrix is BT.601,
@@ -17,7 +17,7 @@ from treadle.video.nal import Sps, first_sps
 from treadle.video.nal import parse_sps as nal_parse_sps
 
 # Kr, Kb per matrix (ITU-T H.273 MatrixCoefficients / AVColorSpace values). The same
-# choice as the CPU path (treadle.video.colour.sws_colorspace): BT.709, FCC, BT.2020 (NCL
+# choice as the CPU path (treadle.video.colour_tags.sws_colorspace): BT.709, FCC, BT.2020 (NCL
 # coefficients for both 9 and 10), SMPTE 240M, and BT.601 for everything else.
 _BT601 = (0.299, 0.114)
 _KR_KB = {
@@ -190,5 +190,5 @@ def colour_from_annexb(annexb: bytes, default: Colour | None = None) -> Colour:
 
 def colour_for(tags: tuple[int, int], chroma_loc: int = AVCHROMA_LOC_LEFT) -> Colour:
     """The :class:`Colour` of a stream's (colorspace, color_range) tags, as the CPU path
-    converts them (:mod:`treadle.video.colour`), with the chroma siting given."""
+    converts them (:mod:`treadle.video.colour_tags`), with the chroma siting given."""
     return Colour(int(tags[0]), int(tags[1]) == 2, chroma_loc)

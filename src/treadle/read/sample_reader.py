@@ -9,7 +9,7 @@ plan's :class:`~treadle.plan.plan.Batch` — and reads exactly those:
    columns with the same offsets. :meth:`SampleReader.read_many` runs the takes of the
    next batch it was handed ahead, on a bounded pool
    (:func:`treadle.read.prefetch.ordered_map`), while the current one is assembled.
-2. **Video** (:mod:`treadle.read.frames`): a request per sample and video column, each
+2. **Video** (:mod:`treadle.read.video_requests`): a request per sample and video column, each
    decoding into its slice of the preallocated batch buffer; a batch's requests are read
    together by the video reader. :meth:`SampleReader.prepare` (stream indexes, buffers,
    the windows' bytes) runs ahead with the next batch's takes, so those reads overlap
@@ -40,10 +40,10 @@ from treadle.read.columns import (
     squeeze_moment_video,
 )
 from treadle.read.fixed import FixedReader
-from treadle.read.frames import video_requests
 from treadle.read.prefetch import ordered_map
-from treadle.read.streams import StreamIndexes
+from treadle.read.stream_index import StreamIndexes
 from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
+from treadle.read.video_requests import video_requests
 
 if TYPE_CHECKING:
     from treadle.table.table import Table

@@ -13,10 +13,10 @@ by pts. Only the decoder and the conversion differ:
   to its software decoder for it; such frames are uploaded and converted by the same
   kernel (and a one-time warning says so).
 * :func:`decode_window_to` writes each wanted frame through the fused kernel
-  (:func:`treadle.gpu.transform.convert`) straight into its slot of ``out``, a slice of
+  (:func:`treadle.gpu.yuv_to_tensor.convert`) straight into its slot of ``out``, a slice of
   the batch tensor on the device.
 
-:class:`treadle.gpu.reader.GpuVideoReader` runs them on worker threads.
+:class:`treadle.gpu.nvdec_reader.GpuVideoReader` runs them on worker threads.
 
 Synchronisation: FFmpeg copies NVDEC output on CUDA's legacy default stream, so a
 window is decoded first, then the worker's stream waits for the default stream, then
@@ -36,12 +36,12 @@ import av
 import torch
 
 from treadle.errors import CorruptData
-from treadle.gpu.colour import AVCHROMA_LOC_LEFT, colour_for, sps_from_annexb
 from treadle.gpu.fallback import warn_once
-from treadle.gpu.transform import chroma_mode_for, convert_checked
-from treadle.video import decode as cpu
-from treadle.video.colour import sps_tags
-from treadle.video.frames import FrameSpec
+from treadle.gpu.yuv_colour import AVCHROMA_LOC_LEFT, colour_for, sps_from_annexb
+from treadle.gpu.yuv_to_tensor import chroma_mode_for, convert_checked
+from treadle.video import cpu_decode as cpu
+from treadle.video.colour_tags import sps_tags
+from treadle.video.frame_spec import FrameSpec
 from treadle.video.outputs import WindowOutputs
 
 #: Codecs the GPU path decodes (the CPU path's stream format).
@@ -135,7 +135,7 @@ def frame_planes(
 
 def cpu_chroma_mode() -> str:
     """The chroma mode matching the CPU path's scaler flags
-    (:data:`treadle.video.decode.RESIZE_INTERPOLATION`, read at each call)."""
+    (:data:`treadle.video.cpu_decode.RESIZE_INTERPOLATION`, read at each call)."""
     return chroma_mode_for(cpu.RESIZE_INTERPOLATION)
 
 
@@ -199,8 +199,8 @@ def decode_window_to(
     of ``spec``'s shape and dtype: checked by the caller, :meth:`FrameSpec.check`).
 
     ``chroma`` is the chroma mode of the CPU path's scaler flags
-    (:func:`treadle.gpu.transform.chroma_mode_for`). ``tags`` are the stream's
-    (colorspace, color_range) (:func:`treadle.video.colour.window_tags`; ``None``: from
+    (:func:`treadle.gpu.yuv_to_tensor.chroma_mode_for`). ``tags`` are the stream's
+    (colorspace, color_range) (:func:`treadle.video.colour_tags.window_tags`; ``None``: from
     the window's SPS), never the decoder's frame tags, which a reused context carries
     over from the previous stream. Returns packets decoded. Raises
     :class:`~treadle.errors.CorruptData` when the bytes do not decode or a wanted frame

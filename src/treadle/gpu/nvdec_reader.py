@@ -2,11 +2,11 @@
 
 :class:`GpuVideoReader` starts from the stage :class:`treadle.video.VideoReader` starts
 from (:class:`treadle.video.WindowFetcher`: one coalesced fetch per batch, crc32
-verification), then decodes windows (:func:`treadle.gpu.decode.decode_window_to`) on
+verification), then decodes windows (:func:`treadle.gpu.nvdec_decode.decode_window_to`) on
 ``streams`` worker threads, each with its own decoder and CUDA stream, at most
 ``max_in_flight`` windows queued (a bounded queue), so several NVDEC sessions stay busy.
 A window the GPU cannot take is decoded from the same fetched bytes by the CPU decoder
-(:func:`treadle.video.decode.decode_fetched`) and copied to the device. When
+(:func:`treadle.video.cpu_decode.decode_fetched`) and copied to the device. When
 :meth:`GpuVideoReader.read` returns, the outputs are complete and visible to every stream.
 
 Nothing here imports CUDA, Triton or touches a GPU at import time.
@@ -24,10 +24,10 @@ import torch
 
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import CorruptData, VideoError
-from treadle.gpu.decode import GPU_CODECS, NvdecDecoder, cpu_chroma_mode, decode_window_to
 from treadle.gpu.fallback import warn_once
-from treadle.video import decode as cpu
-from treadle.video.colour import window_tags
+from treadle.gpu.nvdec_decode import GPU_CODECS, NvdecDecoder, cpu_chroma_mode, decode_window_to
+from treadle.video import cpu_decode as cpu
+from treadle.video.colour_tags import window_tags
 from treadle.video.fetch import FetchedWindow, ReadStats, WindowFetcher, WindowRequest
 
 if TYPE_CHECKING:

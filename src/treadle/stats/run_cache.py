@@ -13,8 +13,8 @@ import numpy as np
 
 from treadle import layout
 from treadle.errors import NotFound
-from treadle.read.columnstats import ColumnStats
-from treadle.read.stats import version_identity
+from treadle.stats.column_stats import ColumnStats
+from treadle.stats.table_stats import version_identity
 
 Stats = tuple[dict[str, ColumnStats], dict[str, dict[str, ColumnStats]]]
 

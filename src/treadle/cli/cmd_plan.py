@@ -35,7 +35,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def plan_command(args: argparse.Namespace) -> int:
     """``treadle plan``: print the card (or ``--json``); 1 with a clear message on bad input."""
-    from treadle.cli.recipes import load_recipe
+    from treadle.cli.recipe_files import load_recipe
     from treadle.plan.card import render_card
 
     try:

@@ -1,8 +1,8 @@
 """``workers=N``: the delivery loop in N worker processes, batches through shared memory.
 
-Worker ``k`` of ``n`` (:mod:`treadle.read.worker`, no torch) rebuilds the plan from its
+Worker ``k`` of ``n`` (:mod:`treadle.workers.worker`, no torch) rebuilds the plan from its
 run record, reads steps ``start+k, start+k+n, ...`` and writes each batch into one of its
-shared-memory slots (:mod:`treadle.read.slots`); only ``(step, slot, layout)`` crosses its
+shared-memory slots (:mod:`treadle.workers.slots`); only ``(step, slot, layout)`` crosses its
 pipe. The loader takes the steps back in order, round-robin over the workers, copies each
 batch out of its slot and hands the slot back, so a worker never has more than its slots'
 worth of batches ahead, and a batch the caller keeps is never overwritten.
@@ -12,7 +12,7 @@ torch: a worker forks from it in milliseconds instead of starting Python and imp
 Lance and PyAV again, and it is never forked from the loader's own process (Lance's runtime
 threads are not fork-safe; the server opens no table). The caller's main module is not
 imported there (it is often ``import torch``), and a worker runs it only when its job needs
-an object defined in it (:mod:`treadle.read.serverinit`). An error in a worker is raised in
+an object defined in it (:mod:`treadle.workers.serverinit`). An error in a worker is raised in
 the loader at its step, with the worker's traceback as a note; a worker that dies is an
 error naming it. Closing the loader early (``break``) terminates its workers.
 """
@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from treadle.errors import PlanError, TreadleError
-from treadle.read.slots import Slot, SlotFd
-from treadle.read.worker import Job, work
+from treadle.workers.slots import Slot, SlotFd
+from treadle.workers.worker import Job, work
 
 __all__ = ["MAX_WORKER_PREFETCH", "Job", "check_workers", "context", "read_in_processes"]
 
@@ -36,7 +36,7 @@ __all__ = ["MAX_WORKER_PREFETCH", "Job", "check_workers", "context", "read_in_pr
 # (multiprocessing.forkserver.MAXFDS_TO_SEND): prefetch 248 and up was "too many fds".
 MAX_WORKER_PREFETCH = 240
 
-_PRELOAD = ["treadle.read.serverinit"]
+_PRELOAD = ["treadle.workers.serverinit"]
 
 
 def context() -> Any:

@@ -23,7 +23,7 @@ import warnings
 from multiprocessing import process, spawn
 from typing import Any
 
-import treadle.read.worker  # noqa: F401  (what the workers run)
+import treadle.workers.worker  # noqa: F401  (what the workers run)
 
 warnings.filterwarnings("ignore", message="lance is not fork-safe")
 

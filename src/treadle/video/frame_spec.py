@@ -1,7 +1,7 @@
 """What a window's decoded frames become: size, layout, dtype and normalisation.
 
 :class:`FrameSpec` is the one description of a video output, shared by ``td.Video`` (its
-``frame``), the CPU decoder (:mod:`treadle.video.decode`) and the GPU decoders
+``frame``), the CPU decoder (:mod:`treadle.video.cpu_decode`) and the GPU decoders
 (:mod:`treadle.gpu`). It is a plain value: it says the shape of a window, allocates one,
 checks a buffer handed in for one, and gives the float normalisation's constants. No I/O.
 """

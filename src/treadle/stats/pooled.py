@@ -1,9 +1,9 @@
 """Partial statistics of one column of one plan component, and their pooling over
-components by the plan's weights (:mod:`treadle.read.planstats` says what is pooled).
+components by the plan's weights (:mod:`treadle.stats.plan_stats` says what is pooled).
 
 A component's values all weigh the same (each of its anchors weighs ``share / eligible``),
-so each component keeps unweighted :class:`~treadle.read.moments.Moments` and a
-:class:`~treadle.read.moments.Sketch` per group (one, or one per window offset), over its
+so each component keeps unweighted :class:`~treadle.stats.moments.Moments` and a
+:class:`~treadle.stats.moments.Sketch` per group (one, or one per window offset), over its
 real elements only; pooling weighs them by ``a_c = share_c / eligible_c``: means and
 population variances exactly (Chan's merge, weighted), quantiles as numpy's weighted
 ``inverted_cdf`` over every item held (each item weighs ``2^level * a_c``).
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from treadle.read.columnstats import ColumnStats
-from treadle.read.moments import Moments, Sketch, histogram_moments, rank_error_bound
+from treadle.stats.column_stats import ColumnStats
+from treadle.stats.moments import Moments, Sketch, histogram_moments, rank_error_bound
 
 
 class Counted:

@@ -8,7 +8,7 @@ import functools
 from typing import Any
 
 from treadle.plan.plan import Plan
-from treadle.read.reader import SampleReader
+from treadle.read.sample_reader import SampleReader
 from treadle.read.steps import Finish, Sampler, host_reader
 from treadle.torch.hook import Transform, transform_step
 
