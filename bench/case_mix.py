@@ -47,9 +47,9 @@ def _tv_workaround() -> None:
         lib = torch.library.Library("torchvision", "FRAGMENT")
         lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _tv_workaround.lib = lib  # type: ignore[attr-defined]
+        _tv_workaround.lib = lib
     except RuntimeError:
-        _tv_workaround.lib = True  # type: ignore[attr-defined]
+        _tv_workaround.lib = True
 
 
 _tv_workaround()  # a spawned worker unpickling MDSWrap imports this module first

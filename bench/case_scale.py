@@ -118,7 +118,7 @@ def build_droid(root: str, episodes: int, frames: int, video_episodes: int) -> d
     column whose every episode names one 64x64 stream, stored once, and the action)."""
     from treadle.table.tensors import KIND_KEY, column_from_values
     from treadle.video import encode_value, index_to_arrow
-    from treadle.video.layout import video_struct_type
+    from treadle.video.column_layout import video_struct_type
 
     project = td.Client(root, create=True).project("droid")
     rng = np.random.default_rng(0)
@@ -169,11 +169,12 @@ def _fresh(root: str, name: str) -> Any:
 
 def measure_readers(root: str) -> dict[str, Any]:
     """In a fresh process (clean RSS): plan, episode index, first batch, reader bytes."""
+    from treadle.errors import CorruptData
     from treadle.read.columns import output_columns
-    from treadle.read.reader import SampleReader
     from treadle.read.rows import episode_bounds
-    from treadle.read.streams import StreamIndexes
-    from treadle.table.episodes import scan_episode_index
+    from treadle.read.sample_reader import SampleReader
+    from treadle.read.stream_index import StreamIndexes
+    from treadle.table.episodes import episode_runs
 
     out: dict[str, Any] = {"rss_start_mib": rss_mib()}
     t0 = time.perf_counter()
@@ -214,7 +215,8 @@ def measure_readers(root: str) -> dict[str, Any]:
     out["whole_column_bytes_per_frame"] = head.nbytes / len(head)  # what readers held before
     out["rss_end_mib"] = rss_mib()
     t0 = time.perf_counter()
-    scanned = scan_episode_index(pinned)
+    cols = pinned.to_arrow(["episode", "frame"])  # the whole columns
+    scanned = episode_runs(cols["episode"], cols["frame"], "scan", CorruptData)
     out["episode_index_scan_s"] = time.perf_counter() - t0  # how it was rebuilt before
     assert scanned.names == pinned.episodes().names
     return out

@@ -170,7 +170,7 @@ def frames_of(sz: dict[str, Any]) -> Callable[[int], np.ndarray]:
 def window_ranges(plan: Any, steps: range) -> list[tuple[str, int, int, int]]:
     """(media key, start, end, packets) of every window of ``steps`` (treadle's plan): the
     bytes it needs and how many frames must be decoded for it (from the keyframe on)."""
-    from treadle.read.streams import StreamIndexes
+    from treadle.read.stream_index import StreamIndexes
     from treadle.video import plan_window
 
     streams = StreamIndexes()

@@ -62,7 +62,7 @@ def define_torchvision_ops() -> None:
     lib = torch.library.Library("torchvision", "DEF")  # kept alive by the cache
     lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    define_torchvision_ops.lib = lib  # type: ignore[attr-defined]
+    define_torchvision_ops.lib = lib
 
 
 # -- the same bytes in a container ------------------------------------------------------------

@@ -33,12 +33,12 @@ import numpy as np
 import torch
 
 import treadle.video as tv
-from treadle.gpu.decode import NvdecDecoder
-from treadle.gpu.reader import GpuVideoReader
+from treadle.gpu.nvdec_decode import NvdecDecoder
+from treadle.gpu.nvdec_reader import GpuVideoReader
 from treadle.plan.windows import Video
 from treadle.storage import Store
 from treadle.video._testing import synthetic_frames
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 
 WHERE = ("bench", "episode", "camera")
 CONFIGS = {
@@ -219,8 +219,8 @@ def tolerance_table() -> list[dict]:
 
     import av
 
-    from treadle.gpu.colour import colour_from_annexb
-    from treadle.gpu.transform import SWS_PARITY_FLAGS, reference_convert
+    from treadle.gpu.yuv_colour import colour_from_annexb
+    from treadle.gpu.yuv_to_tensor import SWS_PARITY_FLAGS, reference_convert
 
     frames = synthetic_frames(2, 96, 128, seed=7)
     rows = []

@@ -240,7 +240,7 @@ def _medians(times: dict[str, list[Timing]]) -> dict[str, Timing]:
 def _reader_iter(root: Path, steps: int, fixed: bool) -> Iterator[Any]:
     import treadle as td
     from treadle.read.columns import output_columns
-    from treadle.read.reader import SampleReader
+    from treadle.read.sample_reader import SampleReader
 
     branch = case_mix.treadle_client(root).project("bench").branch()
     recipe = td.Recipe(
@@ -264,7 +264,7 @@ def _reader_iter(root: Path, steps: int, fixed: bool) -> Iterator[Any]:
 def time_seam(root: Path, rounds: int, steps: int) -> dict[str, Timing]:
     """ms per batch of the mix: the limit, the reader and TrainLoader, by take and by
     read.fixed (``TrainLoader`` by take: ``reader.FixedReader`` patched out, bench only)."""
-    import treadle.read.reader as reader_module
+    import treadle.read.sample_reader as reader_module
 
     orig = reader_module.FixedReader
     runs: dict[str, tuple[Callable[[], Iterator[Any]], bool]] = {

@@ -122,7 +122,7 @@ class FaultProxy:
             c = self._local.conn = http.client.HTTPConnection(*self.upstream, timeout=60)
         return c
 
-    def forward(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes):  # type: ignore[no-untyped-def]
+    def forward(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes):
         for attempt in range(2):  # a stale keep-alive upstream connection: reconnect once
             conn = self._conn()
             try:

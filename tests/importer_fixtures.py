@@ -53,7 +53,7 @@ def define_torchvision_ops() -> None:
             lib = torch.library.Library("torchvision", "FRAGMENT")
             lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
             lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            define_torchvision_ops._lib = lib  # type: ignore[attr-defined]  # keep it alive
+            define_torchvision_ops._lib = lib  # keep it alive
         except RuntimeError:
             pass  # already defined (a real torchvision build, or a second call)
         _TV_DONE = True

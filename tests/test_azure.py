@@ -30,7 +30,7 @@ from treadle.video._testing import synthetic_frames
 pytestmark = pytest.mark.azure
 
 
-def _race(n: int, fn) -> list:  # type: ignore[no-untyped-def]
+def _race(n: int, fn) -> list:
     """Run ``fn(i)`` for i < n on n threads released together; their results in order."""
     gate = threading.Barrier(n)
     out: list = [None] * n

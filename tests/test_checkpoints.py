@@ -40,7 +40,7 @@ def _flip_digit(text: str) -> str:
     return text[:i] + chr(ord(text[i]) ^ 1) + text[i + 1 :]
 
 
-def _flipped(name: str, value):  # type: ignore[no-untyped-def]
+def _flipped(name: str, value):
     if name == "step":
         return value ^ 1
     if name == "time":

@@ -7,11 +7,11 @@ StepLoader.__iter__ ...> AttributeError: 'NoneType' object has no attribute 'pop
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from script_helpers import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -40,14 +40,6 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_unfinished_loader_iterators_print_nothing_at_exit(tmp_path):
-    script = tmp_path / "alive.py"
-    script.write_text(SCRIPT)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "root")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script(tmp_path, SCRIPT, tmp_path / "root", name="alive.py")
     assert proc.stdout.strip() == "left alive 3"
     assert proc.stderr == ""

@@ -42,7 +42,7 @@ SCALE = float(os.environ.get("TREADLE_FUZZ_SCALE", "1"))  # e.g. 10 for a long l
 EXAMPLE_TIMEOUT_S = 10
 
 
-def fuzz(examples: int):  # type: ignore[no-untyped-def]
+def fuzz(examples: int):
     return settings(
         max_examples=max(1, int(examples * SCALE)),
         deadline=None,
@@ -100,7 +100,7 @@ def _rss_mb() -> float:
 OUTCOMES: Counter[str] = Counter()  # (test, "ok" | error class): printed by the last test
 
 
-def only_documented(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+def only_documented(fn, *args, **kwargs):
     """Run ``fn``; a TreadleError is fine, any other exception (or a hang) fails."""
     test = os.environ.get("PYTEST_CURRENT_TEST", "?").split("::")[-1].split(" ")[0]
     with bounded():
@@ -250,7 +250,7 @@ def test_recipes_fail_only_with_plan_errors(
         v[bad_field] = bad
     assume(bad_field != "column" or isinstance(bad, (str, int, float, tuple, type(None))))
 
-    def build():  # type: ignore[no-untyped-def]
+    def build():
         video = td.Video(v["cam"], size=v["size"], layout=v["layout"], dtype=v["dtype"])
         w = td.Windows({"cam": video, v["column"]: td.Rows(v["action"])})
         comps = [
@@ -273,11 +273,11 @@ def good_state(video_branch):
     return loader.state_dict()
 
 
-def _mutate(value, path_choice: int, new):  # type: ignore[no-untyped-def]
+def _mutate(value, path_choice: int, new):
     """Replace the ``path_choice``-th node (pre-order) of ``value`` with ``new``."""
     nodes = []
 
-    def walk(v, parent, key):  # type: ignore[no-untyped-def]
+    def walk(v, parent, key):
         nodes.append((parent, key))
         if isinstance(v, dict):
             for k in list(v):
@@ -332,7 +332,7 @@ def test_loader_states_restore_or_raise_plan_error(video_branch, good_state, whe
     bad = _mutate(state, where, new)
     client = video_branch.project.client
 
-    def restore():  # type: ignore[no-untyped-def]
+    def restore():
         loader = td.TrainLoader.from_state(bad, client, steps=1)
         return [b["_moment"].tolist() for b in loader]
 

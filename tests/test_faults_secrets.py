@@ -42,7 +42,7 @@ def _texts_of(e: BaseException) -> list[str]:
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         out += [str(e), repr(e), *map(str, e.args)]
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+        e = e.__cause__ or e.__context__
     return out
 
 

@@ -134,10 +134,10 @@ def _check_consistent(project: td.Project, mode: str) -> int:
 
 def _orphans(project: td.Project) -> list[str]:
     """Objects under the project no reachable commit needs (Lance data files, tables, media)."""
-    from treadle.catalog.gc import reachable_versions
+    from treadle.catalog.retention import plan_retention
 
     store = project.client.store
-    keep = reachable_versions(project)
+    keep = plan_retention(project, None, datetime.now(UTC)).versions  # reachable, unexpired
     needed: set[str] = set()
     media: set[str] = set()
     for name, versions in keep.items():
@@ -229,12 +229,12 @@ def test_crash_at_each_commit_phase_is_invisible_and_collected(phase, any_root, 
     head = main.commit_id
     real_overwrite, real_advance = write._lance_commit, RefLog.try_advance
 
-    def overwrite(*a, **k):  # type: ignore[no-untyped-def]
+    def overwrite(*a, **k):
         if phase == "fragments":
             raise _Killed
         return real_overwrite(*a, **k)
 
-    def advance(self, branch, seq, commit_id):  # type: ignore[no-untyped-def]
+    def advance(self, branch, seq, commit_id):
         if branch == "main" and seq > 1:
             raise _Killed
         return real_advance(self, branch, seq, commit_id)
@@ -244,7 +244,7 @@ def test_crash_at_each_commit_phase_is_invisible_and_collected(phase, any_root, 
         monkeypatch.setattr(RefLog, "try_advance", advance)
     elif phase == "lance_commit":
 
-        def save_commit(self, commit):  # type: ignore[no-untyped-def]
+        def save_commit(self, commit):
             raise _Killed
 
         monkeypatch.setattr(td.Project, "save_commit", save_commit)

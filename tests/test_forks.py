@@ -9,11 +9,11 @@ stalling the suite.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from script_helpers import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -85,15 +85,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_every_read_in_a_forked_child_is_a_fork_error(tmp_path):
-    script = tmp_path / "forks.py"
-    script.write_text(SCRIPT)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "root")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script(tmp_path, SCRIPT, tmp_path / "root", name="forks.py")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(out) == {"num_moments", "train_loader", "from_record", "dataloader_worker"}
     for entry, seen in out.items():

@@ -63,7 +63,7 @@ def _decode(project: td.Project, table: td.Table) -> dict[str, np.ndarray]:
     return out
 
 
-def _check_commit(project: td.Project, commit, older: list) -> None:  # type: ignore[no-untyped-def]
+def _check_commit(project: td.Project, commit, older: list) -> None:
     """``commit`` (whose ancestors are ``older``) reads back with exact rows and frames."""
     msgs = [c.message for c in [commit, *older]]
     n_t = sum(m.startswith("t") for m in msgs)
@@ -87,7 +87,7 @@ def _check_commit(project: td.Project, commit, older: list) -> None:  # type: ig
         assert w.to_arrow().num_rows == W_ROWS * n_w, where
 
 
-def _gc_loop(root: str, opts, stop: threading.Event, errors: list, runs: list) -> None:  # type: ignore[no-untyped-def]
+def _gc_loop(root: str, opts, stop: threading.Event, errors: list, runs: list) -> None:
     project = td.Client(root, storage_options=opts).project("p")
     while not stop.is_set():
         try:
@@ -219,7 +219,7 @@ def test_stream_reused_while_gc_deletes_it_is_not_lost(any_root):
                                            episode="v4", message="v4")  # fmt: skip
         real(key)
 
-    store.delete = delete  # type: ignore[method-assign]
+    store.delete = delete
     report = collect_garbage(gc_project, timedelta(0))
     assert orphan in report.removed_media  # gc did delete the stream it listed
     project = td.Client(root, storage_options=opts).project("p")
@@ -246,7 +246,7 @@ def test_gc_between_stage_and_commit_keeps_staged_files(any_root, tmp_path, monk
     real = write._lance_commit
     ran: list[int] = []
 
-    def overwrite(*a, **k):  # type: ignore[no-untyped-def]
+    def overwrite(*a, **k):
         ran.append(1)
         td.Client(root, storage_options=opts).project("p").gc(older_than=timedelta(0))
         return real(*a, **k)

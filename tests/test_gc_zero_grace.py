@@ -34,7 +34,7 @@ def _frames(seed: int) -> np.ndarray:
     return synthetic_frames(FRAMES, 32, 32, seed=seed)
 
 
-def _writer(root: str, opts, w: int, failures: list) -> None:  # type: ignore[no-untyped-def]
+def _writer(root: str, opts, w: int, failures: list) -> None:
     rng = random.Random(1000 + w)
     main = td.Client(root, storage_options=opts).project("p").branch()
     try:
@@ -50,7 +50,7 @@ def _writer(root: str, opts, w: int, failures: list) -> None:  # type: ignore[no
         failures.append(f"writer {w}: {type(e).__name__}: {e}")
 
 
-def _run(root: str, opts, seen: dict, failures: list) -> None:  # type: ignore[no-untyped-def]
+def _run(root: str, opts, seen: dict, failures: list) -> None:
     """A training run on ``v`` as it is now (pinned), checkpointing every ``EVERY`` steps."""
     main = td.Client(root, storage_options=opts).project("p").branch()
     windows = td.Windows({"cam": td.Video([0, 1]), "a": td.Rows([0])})
@@ -66,7 +66,7 @@ def _run(root: str, opts, seen: dict, failures: list) -> None:  # type: ignore[n
         failures.append(f"run: {type(e).__name__}: {e}")
 
 
-def _gc_loop(root: str, opts, stop: threading.Event, errors: list, runs: list) -> None:  # type: ignore[no-untyped-def]
+def _gc_loop(root: str, opts, stop: threading.Event, errors: list, runs: list) -> None:
     project = td.Client(root, storage_options=opts).project("p")
     while not stop.is_set():
         try:
@@ -77,7 +77,7 @@ def _gc_loop(root: str, opts, stop: threading.Event, errors: list, runs: list) -
         stop.wait(0.1)
 
 
-def _check(project: td.Project, commit, older: list, decoded: set) -> None:  # type: ignore[no-untyped-def]
+def _check(project: td.Project, commit, older: list, decoded: set) -> None:
     """``commit`` reads back whole: its rows, and every frame of every stream it names."""
     msgs = [c.message for c in [commit, *older]]
     eps = sorted(m.split()[1] for m in msgs if m.startswith("v "))

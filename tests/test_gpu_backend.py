@@ -10,15 +10,13 @@ import pytest
 import torch
 
 import treadle.gpu as tg
-from treadle.gpu import backend
+from treadle.gpu import backend, fallback
 
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    backend.reset_warnings()
+    monkeypatch.setattr(fallback, "_warned", set())  # each test sees its first warnings
     monkeypatch.delenv("TREADLE_VIDEO_DECODE", raising=False)
-    yield
-    backend.reset_warnings()
 
 
 def gpu_warnings(fn, *args, **kw):
@@ -76,7 +74,9 @@ def test_real_nvdec_probe_reports_a_reason_here():
 def test_probe_stream_is_valid_h264():
     import av
 
-    data = backend._probe_stream()
+    from treadle.video.encode import probe_stream
+
+    data = probe_stream()
     cc = av.CodecContext.create("h264", "r")
     frames = []
     for p in cc.parse(data):
@@ -134,7 +134,7 @@ def test_prefer_nvdec_raises_instead_of_falling_back(monkeypatch):
 
 
 def test_backends_build_their_readers(tmp_path, monkeypatch):
-    from treadle.gpu.reader import GpuVideoReader
+    from treadle.gpu.nvdec_reader import GpuVideoReader
     from treadle.storage import Store
     from treadle.video import VideoReader
 
@@ -175,16 +175,25 @@ def _imports(module: str) -> set[str]:
 
 def test_gpu_warnings_have_their_own_module():
     """decode/reader warn through gpu.fallback; nothing below the backend imports it."""
-    for module in ("treadle.gpu.decode", "treadle.gpu.reader", "treadle.gpu.transform"):
+    for module in (
+        "treadle.gpu.nvdec_decode",
+        "treadle.gpu.nvdec_reader",
+        "treadle.gpu.yuv_to_tensor",
+    ):
         assert "treadle.gpu.backend" not in _imports(module), module
-    assert "treadle.gpu.fallback.warn_once" in _imports("treadle.gpu.decode")
+    assert "treadle.gpu.fallback.warn_once" in _imports("treadle.gpu.nvdec_decode")
     assert tg.warn_once is backend.warn_once  # the names users import keep working
     assert tg.GpuFallbackWarning is backend.GpuFallbackWarning
 
 
 @pytest.mark.parametrize(
     "module",
-    ["treadle.video.decode", "treadle.video.reader", "treadle.video.fetch", "treadle.video.frames"],
+    [
+        "treadle.video.cpu_decode",
+        "treadle.video.cpu_reader",
+        "treadle.video.fetch",
+        "treadle.video.frame_spec",
+    ],
 )
 def test_video_reads_import_nothing_above_video(module):
     """video sits below plan: the frame spec is video's, td.Video holds one."""

@@ -17,11 +17,11 @@ import torch
 
 import treadle.video as tv
 from treadle.gpu import NvdecBackend, select_backend
-from treadle.gpu.decode import NvdecDecoder, frame_planes
-from treadle.gpu.reader import GpuVideoReader
+from treadle.gpu.nvdec_decode import NvdecDecoder, frame_planes
+from treadle.gpu.nvdec_reader import GpuVideoReader
 from treadle.plan.windows import Video
 from treadle.video._testing import store_stream, synthetic_frames
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
@@ -107,8 +107,8 @@ def test_gpu_reader_fills_a_cuda_batch_with_several_streams(stored):
 
 
 def test_torch_reference_on_cuda_matches_cpu():
-    from treadle.gpu.colour import Colour
-    from treadle.gpu.transform import reference_convert
+    from treadle.gpu.yuv_colour import Colour
+    from treadle.gpu.yuv_to_tensor import reference_convert
 
     g = torch.Generator().manual_seed(0)
     y = torch.randint(0, 256, (2, 64, 80), dtype=torch.uint8, generator=g)

@@ -17,22 +17,20 @@ import torch
 
 import treadle.video as tv
 from treadle.errors import CorruptData, VideoError
-from treadle.gpu import backend
-from treadle.gpu.colour import AVCHROMA_LOC_LEFT
-from treadle.gpu.decode import NvdecDecoder, chroma_location, decode_window_to, frame_planes
-from treadle.gpu.reader import GpuVideoReader
+from treadle.gpu import backend, fallback
+from treadle.gpu.nvdec_decode import NvdecDecoder, chroma_location, decode_window_to, frame_planes
+from treadle.gpu.nvdec_reader import GpuVideoReader
+from treadle.gpu.yuv_colour import AVCHROMA_LOC_LEFT
 from treadle.plan.windows import Video
 from treadle.video._testing import store_stream, synthetic_frames
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 
 WHERE = ("grasps", "ep-0003", "wrist")
 
 
 @pytest.fixture(autouse=True)
-def fresh_warnings():
-    backend.reset_warnings()
-    yield
-    backend.reset_warnings()
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(fallback, "_warned", set())  # each test sees its first warnings
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +227,9 @@ def test_frame_planes_of_software_frames():
 
 def test_follows_the_cpu_paths_scaler_flags(stored, monkeypatch):
     """If the CPU path resizes with SWS_PARITY_FLAGS, the GPU path is within 1 level."""
-    import treadle.video.decode as cpu_decode
-    from treadle.gpu.decode import cpu_chroma_mode
-    from treadle.gpu.transform import SWS_PARITY_FLAGS
+    import treadle.video.cpu_decode as cpu_decode
+    from treadle.gpu.nvdec_decode import cpu_chroma_mode
+    from treadle.gpu.yuv_to_tensor import SWS_PARITY_FLAGS
 
     store, key, index = stored
     assert cpu_chroma_mode() == "sws_default"  # "BILINEAR"

@@ -28,13 +28,13 @@ DEVICE = torch.device("cuda" if ON_GPU else "cpu")
 
 pytest.importorskip("triton")
 
-from treadle.gpu.colour import AVCHROMA_LOC_CENTER, AVCHROMA_LOC_LEFT, Colour  # noqa: E402
-from treadle.gpu.transform import (  # noqa: E402
+from treadle.gpu.yuv_colour import AVCHROMA_LOC_CENTER, AVCHROMA_LOC_LEFT, Colour  # noqa: E402
+from treadle.gpu.yuv_to_tensor import (  # noqa: E402
     convert,
     nv12_convert,
     reference_convert,
 )
-from treadle.video.frames import FrameSpec  # noqa: E402
+from treadle.video.frame_spec import FrameSpec  # noqa: E402
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -167,7 +167,7 @@ def test_kernel_on_real_decoded_frames_matches_ffmpeg():
     import numpy as np
 
     import treadle.video as tv
-    from treadle.gpu.transform import SWS_PARITY_FLAGS
+    from treadle.gpu.yuv_to_tensor import SWS_PARITY_FLAGS
     from treadle.video._testing import synthetic_frames
 
     s = tv.encode_frames(synthetic_frames(3, 48, 64), gop=3)
@@ -201,7 +201,7 @@ def test_kernel_on_real_decoded_frames_matches_ffmpeg():
 
 @pytest.mark.skipif(ON_GPU, reason="checks the CPU-only behaviour")
 def test_triton_impl_refuses_cpu_tensors_without_interpreter(monkeypatch):
-    from treadle.gpu import transform
+    from treadle.gpu import yuv_to_tensor as transform
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     y, uv = smooth_planes(1, 8, 8)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from treadle.gpu.colour import (
+from treadle.gpu.yuv_colour import (
     AVCHROMA_LOC_CENTER,
     AVCHROMA_LOC_LEFT,
     Colour,
@@ -28,7 +28,7 @@ from treadle.gpu.colour import (
     parse_sps,
     sps_from_annexb,
 )
-from treadle.gpu.transform import (
+from treadle.gpu.yuv_to_tensor import (
     SWS_PARITY_FLAGS,
     chroma_mode_for,
     filter_taps,
@@ -36,7 +36,7 @@ from treadle.gpu.transform import (
     reference_convert,
 )
 from treadle.plan.windows import Video
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 
 SIZES = [None, (24, 32), (96, 128), (30, 40), (64, 48)]
 TAGS = [(None, None), (1, 1), (1, 2), (6, 2)]  # (colorspace, color_range): untagged = 601 tv

@@ -459,7 +459,7 @@ def test_appending_a_struct_with_other_fields_is_refused(client, later):
 
 def _stats_table(root: str):
     """A table of several fragments (one per append) with a scalar and a tensor column."""
-    from treadle.read import stats as st
+    from treadle.stats import table_stats as st
 
     rng = np.random.default_rng(3)
     branch = td.Client(root, create=True).project("s").branch()

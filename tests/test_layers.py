@@ -9,6 +9,7 @@ the one ``docs/ARCHITECTURE.md`` draws.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -17,13 +18,15 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "treadle"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names", "fastpaths"),
+    ("errors", "names", "fastpaths", "layout", "concurrency"),
     ("storage",),  # obstore only
     ("video",),  # codec, containers, pure frame specs
     ("table",),  # pinned Lance reads, fragment staging
     ("catalog",),  # client, projects, branches, TableRef, Transaction, gc, Lance handle
     ("plan",),  # pure
     ("read",),  # delivery stages, prefetch
+    ("stats",),  # table and run statistics
+    ("workers",),  # worker processes, their server and slots
     ("gpu", "info"),
     ("torch",),
     ("importers",),
@@ -36,18 +39,7 @@ FLOATING = {"treadle", "treadle.testing", "treadle.transforms", "treadle.lerobot
 helpers): their layer is the highest of what they import, and whoever imports them must be at
 least that high."""
 
-KNOWN: set[tuple[str, str]] = {
-    # Issue 14 removes these; the lead empties this set as the branches merge.
-}
-"""``(importing module, imported module)`` edges against the layer order or closing a cycle,
-known and being removed: the layer and cycle tests leave them out, and
-``test_known_violations_only_shrink`` fails once one is no longer imported."""
-
 MAX_LINES = 400
-LONG: set[str] = {
-    # Split by other helpers of issue 14; the lead empties this set as the branches merge.
-}
-"""Modules over ``MAX_LINES`` lines, known and being split (the test fails once one is short)."""
 
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -99,17 +91,14 @@ def type_only_lines(path: Path) -> set[int]:
     return lines
 
 
-def graph(
-    src: Path = SRC, drop: set[tuple[str, str]] = frozenset(), *, runtime: bool = False
-) -> dict[str, list[tuple[int, str]]]:
-    """Each module's imports (``drop``: ``(module, imported)`` edges left out; ``runtime``:
-    without the ``TYPE_CHECKING`` ones)."""
+def graph(src: Path = SRC, *, runtime: bool = False) -> dict[str, list[tuple[int, str]]]:
+    """Each module's imports (``runtime``: without the ``TYPE_CHECKING`` ones)."""
     known = modules(src)
     g = {}
     for name, path in known.items():
         skip = type_only_lines(path) if runtime else set()
         g[name] = [(n, m) for n, m in imports(name, path, known) if n not in skip]
-    return {name: [(n, m) for n, m in deps if (name, m) not in drop] for name, deps in g.items()}
+    return g
 
 
 def layer(module: str, g: dict[str, list[tuple[int, str]]], seen: tuple[str, ...] = ()) -> int:
@@ -159,13 +148,13 @@ def cycles(g: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
     return out
 
 
-def violations(g: dict[str, list[tuple[int, str]]], known: set[tuple[str, str]]) -> list[str]:
+def violations(g: dict[str, list[tuple[int, str]]]) -> list[str]:
     """Each import of a module from a higher layer, as ``module (line N) imports other``."""
     return [
         f"{module} (line {line}) imports {dep}"
         for module, deps in sorted(g.items())
         for line, dep in deps
-        if dep in g and (module, dep) not in known and layer(dep, g) > layer(module, g)
+        if dep in g and layer(dep, g) > layer(module, g)
     ]
 
 
@@ -199,29 +188,22 @@ def test_the_import_parser_sees_every_kind_of_import(tmp_path):
     ]
     assert cycles(g) == [["treadle.catalog.client", "treadle.plan.x", "treadle.plan.y"]]
     assert graph(tmp_path, runtime=True)["treadle.plan.x"] == g["treadle.plan.x"][1:]
-    assert violations(g, set()) == ["treadle.catalog.client (line 2) imports treadle.plan.x"]
-    assert violations(g, {("treadle.catalog.client", "treadle.plan.x")}) == []
+    assert violations(g) == ["treadle.catalog.client (line 2) imports treadle.plan.x"]
 
 
 def test_no_import_cycles():
     """No cycle among the imports that run (module- and function-level). A type-only import
     (``TYPE_CHECKING``) still follows the layer order (below) but closes no cycle: e.g.
     ``catalog/transaction.py`` names ``Branch`` of ``catalog/client.py``, which creates it."""
-    found = cycles(graph(drop=KNOWN, runtime=True))
+    found = cycles(graph(runtime=True))
     assert found == [], "import cycles (each a group of modules that import each other): " + (
         "; ".join(" <-> ".join(c) for c in found)
     )
 
 
 def test_imports_follow_the_layer_order():
-    bad = violations(graph(), KNOWN)
+    bad = violations(graph())
     assert bad == [], "imports against the layer order:\n  " + "\n  ".join(bad)
-
-
-def test_known_violations_only_shrink():
-    g = graph()
-    gone = sorted(f"{m} -> {d}" for m, d in KNOWN if all(d != dep for _, dep in g.get(m, [])))
-    assert gone == [], "no longer imported, remove from KNOWN: " + ", ".join(gone)
 
 
 def test_no_module_is_too_long():
@@ -229,10 +211,8 @@ def test_no_module_is_too_long():
         p.relative_to(SRC).as_posix(): len(p.read_text().splitlines())
         for p in PACKAGE.rglob("*.py")
     }
-    long = sorted(f"{p} ({n} lines)" for p, n in lengths.items() if n > MAX_LINES and p not in LONG)
-    split = sorted(p for p in LONG if lengths.get(p, 0) <= MAX_LINES)
+    long = sorted(f"{p} ({n} lines)" for p, n in lengths.items() if n > MAX_LINES)
     assert long == [], f"modules over {MAX_LINES} lines: " + ", ".join(long)
-    assert split == [], "now short enough, remove from LONG: " + ", ".join(split)
 
 
 @pytest.mark.parametrize("name", sorted(FLOATING))
@@ -241,14 +221,18 @@ def test_floating_modules_exist(name):
 
 
 def test_the_architecture_diagram_is_this_layer_table():
+    """Layers are drawn top first, separated by ``|`` lines; a layer's names may take two
+    lines; its description starts after three spaces or more."""
     text = (SRC.parent / "docs" / "ARCHITECTURE.md").read_text()
     block = text.split("## Layers", 1)[1].split("```", 2)[1]
-    drawn = []
+    drawn: list[set[str]] = [set()]
     for line in block.splitlines():
-        names = [w.rstrip("/").removesuffix(".py") for w in line[:49].split() if w != "|"]
-        if names:
-            drawn.append(tuple(names))
-    assert [set(d) for d in reversed(drawn)] == [set(layer) for layer in LAYERS]
+        if line.strip().startswith("|"):
+            drawn.append(set())
+        elif line.strip() and len(line) - len(line.lstrip()) <= 20:  # not a description's
+            head = re.split(r"\s{3,}", line.strip(), maxsplit=1)[0]
+            drawn[-1] |= {w.rstrip("/").removesuffix(".py") for w in head.split()}
+    assert [d for d in reversed(drawn) if d] == [set(layer) for layer in LAYERS]
 
 
 MAX_FUNCTION_LINES = 60
@@ -265,3 +249,46 @@ def test_no_function_is_too_long():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{p.relative_to(SRC).as_posix()}:{node.lineno} {node.name} ({n})")
     assert long == [], f"functions over {MAX_FUNCTION_LINES} lines: " + ", ".join(long)
+
+
+SEAM_PARAMETERS = {"table", "tables", "store", "project", "backend"}
+"""Parameters that cross packages: a table (``table/``), a store (``storage/``), a project
+(``catalog/``, or the :class:`~treadle.table.table.TableSource` a table needs of it), a
+decode backend (:class:`~treadle.video.protocols.VideoBackend`)."""
+
+
+def untyped_seams(path: Path) -> list[str]:
+    """``function(parameter)`` for each seam parameter of ``path`` typed ``Any`` (or a
+    container of ``Any``) or not typed at all."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+            if arg.arg not in SEAM_PARAMETERS:
+                continue
+            text = ast.unparse(arg.annotation) if arg.annotation else "Any"
+            if re.search(r"\bAny\b", text):
+                out.append(f"{node.name}({arg.arg})")
+    return out
+
+
+def test_the_seam_checker_sees_any(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text(
+        "def f(table: Any, store: Store, tables: Sequence[Any], project=None, x: Any = 1): ...\n"
+        "def g(backend: 'Any'): ...\n"
+    )
+    assert untyped_seams(p) == ["f(table)", "f(tables)", "f(project)", "g(backend)"]
+
+
+def test_no_cross_package_parameter_is_typed_any():
+    """A table, store, project or backend passed between packages has its type (or a
+    Protocol of what is used of it), so the layer test cannot be passed by ``Any``."""
+    bad = [
+        f"{p.relative_to(SRC).as_posix()}: {seam}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for seam in untyped_seams(p)
+    ]
+    assert bad == [], "seam parameters typed Any or untyped:\n  " + "\n  ".join(bad)

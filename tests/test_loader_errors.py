@@ -9,8 +9,6 @@ the first batch (or in ``plan.batch(0)``).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 
 import treadle as td
 from loader_helpers import make_project, recipe
+from script_helpers import run_script
 from treadle.errors import PlanError
 from treadle.read.budget import batch_bytes_floor
 
@@ -91,14 +90,8 @@ DAEMON = textwrap.dedent(
 
 @pytest.mark.slow
 def test_workers_inside_a_daemon_process_are_named(branch, tmp_path):
-    script = tmp_path / "daemon.py"
-    script.write_text(DAEMON)
-    root = branch.project.client.root
-    tests = str(Path(__file__).parent)
-    proc = subprocess.run(
-        [sys.executable, str(script), root, tests], capture_output=True, text=True, timeout=180
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    root, tests = branch.project.client.root, Path(__file__).parent
+    proc = run_script(tmp_path, DAEMON, root, tests, name="daemon.py", timeout=180)
     out = proc.stdout.strip().splitlines()[-1]
     assert out.startswith("PlanError: workers=2 inside a daemon process"), out
     assert "workers=0" in out and "daemon=False" in out

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from script_helpers import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -43,15 +43,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_breaking_out_of_a_worker_loader_does_not_abort_its_workers(tmp_path):
-    script = tmp_path / "early_break.py"
-    script.write_text(SCRIPT)
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "root")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_script(tmp_path, SCRIPT, tmp_path / "root", name="early_break.py", timeout=300)
     assert "done" in proc.stdout
     assert "terminate called" not in proc.stderr, proc.stderr[-3000:]
     assert "killed by signal" not in proc.stderr, proc.stderr[-3000:]

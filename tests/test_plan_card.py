@@ -11,7 +11,7 @@ import pytest
 
 import treadle as td
 from plan_helpers import FakeRef, FakeTable
-from treadle.cli.plan import plan_command, register
+from treadle.cli.cmd_plan import plan_command, register
 from treadle.errors import PlanWarning
 from treadle.plan.card import render_card
 from treadle.plan.recipe import Component, Recipe

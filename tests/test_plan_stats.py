@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import treadle as td
-import treadle.read.planstats as planstats
+import treadle.stats.plan_stats as planstats
 from embodiment_helpers import make_robots
 from treadle.read.steps import host_reader
 
@@ -209,7 +209,7 @@ def test_a_second_process_reads_the_kept_result(robots):
     plan = _plan(robots)
     here = plan.stats(["act"])["act"].to_dict()
     script = (
-        "import json, sys, treadle as td, treadle.read.planstats as ps\n"
+        "import json, sys, treadle as td, treadle.stats.plan_stats as ps\n"
         "def boom(*a, **k): raise SystemExit('table read on a cache hit')\n"
         "ps.scan_batches = ps._batches = boom\n"
         "plan = td.Plan.from_record(sys.stdin.read(), td.Client(sys.argv[1]))\n"

@@ -4,12 +4,11 @@ stops: nothing more is started, and the source is closed before the caller's ``c
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import treadle
+from script_helpers import run_script
 from treadle.read.prefetch import ordered_map, prefetch
 
 
@@ -80,8 +79,7 @@ def test_a_process_exiting_mid_prefetch_ends_cleanly(tmp_path):
     inside torch's C++ code: before, the daemon thread was killed on its way back to the
     GIL during finalisation and the process aborted (rc 134, "terminate called without an
     active exception")."""
-    script = tmp_path / "leave.py"
-    script.write_text(
+    text = (
         "import torch\n"
         "from treadle.read.prefetch import prefetch\n"
         "def work():\n"
@@ -93,7 +91,6 @@ def test_a_process_exiting_mid_prefetch_ends_cleanly(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(Path(treadle.__file__).parents[1])}
     for _ in range(2):  # it aborted in 2 of 3 runs before
-        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                           env=env, timeout=120)  # fmt: skip
-        assert (r.returncode, r.stdout.strip()) == (0, "True"), r.stderr[-2000:]
+        r = run_script(tmp_path, text, name="leave.py", env=env, timeout=120)
+        assert r.stdout.strip() == "True", r.stderr[-2000:]
         assert "terminate called" not in r.stderr

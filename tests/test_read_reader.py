@@ -1,4 +1,4 @@
-"""The reader (:mod:`treadle.read.reader`) and its stages: it reads exactly the samples it is
+"""The reader (:mod:`treadle.read.sample_reader`) and its stages: it reads exactly the samples it is
 handed, one take per component and set of rows, and reads ahead only what it was handed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 
 import treadle as td
 from treadle.read.columns import output_columns
-from treadle.read.reader import SampleReader
+from treadle.read.sample_reader import SampleReader
 
 
 def reader_of(plan) -> SampleReader:
@@ -22,7 +22,7 @@ def spy_takes(plan, monkeypatch, columns: list | None = None) -> list[tuple[str,
     """Record every row take the reader runs (its take stage, whichever path reads the
     rows: Lance take, mapped pages or a resident column): (table, rows), from any thread;
     the columns of each take go to ``columns`` when given."""
-    import treadle.read.reader as reader_module
+    import treadle.read.sample_reader as reader_module
 
     seen: list[tuple[str, tuple[int, ...]]] = []
     lock = threading.Lock()
@@ -218,7 +218,7 @@ def test_takes_from_memory_run_on_the_reading_thread(tmp_path, monkeypatch):
     thread handoff costs more than the gather), and the pinned schema's fixed-width check
     and the episode starts of ``_episode``/``_frame`` are looked up once per table, not per
     batch; a Lance take still goes to the pool."""
-    import treadle.read.reader as reader_module
+    import treadle.read.sample_reader as reader_module
     import treadle.read.takes as takes_module
 
     plan = rows_plan(tmp_path)
@@ -261,7 +261,7 @@ def test_s3_video_fetch_of_next_batch_overlaps_this_decode(s3_root, monkeypatch)
     """On S3, the window bytes of the next batch are fetched while this batch decodes (the
     video stage runs ahead with the takes), with one ranged read per batch (a range per
     window) and each episode's stream index read once for the whole run."""
-    import treadle.video.reader as video_reader
+    import treadle.video.cpu_reader as video_reader
     from treadle.storage.store import Store
     from treadle.video._testing import synthetic_frames
 

@@ -23,7 +23,7 @@ def _rows(i: int) -> dict:
     return {"x": np.arange(3 * i, 3 * i + 3, dtype=np.int64)}
 
 
-def _history(root: str, opts):  # type: ignore[no-untyped-def]
+def _history(root: str, opts):
     """c1 (tagged), c2 (a run's pin, checkpointed), c3 (nothing pins it), c4 (head)."""
     project = td.Client(root, storage_options=opts).project("p")
     t = project.branch().table("t")
@@ -100,7 +100,7 @@ def test_tag_and_keep_days_on_the_command_line(local_root, capsys):
     assert td.Client(local_root).project("p").branch().table("t").at(c1.id).num_moments == 3
 
 
-def _run_on_c2(root: str, opts):  # type: ignore[no-untyped-def]
+def _run_on_c2(root: str, opts):
     """c1, c2 (a run trains on it, no checkpoint yet), c3 (the head)."""
     project = td.Client(root, storage_options=opts).project("p")
     t = project.branch().table("t")
@@ -112,7 +112,7 @@ def _run_on_c2(root: str, opts):  # type: ignore[no-untyped-def]
     return project, c2, loader, first
 
 
-def _resumes(root: str, opts, first) -> None:  # type: ignore[no-untyped-def]
+def _resumes(root: str, opts, first) -> None:
     """The latest checkpoint (a fresh client) resumes: step 1 of the same run."""
     client = td.Client(root, storage_options=opts)
     row = td.Checkpoints(client.project("p").branch()).latest()
@@ -130,7 +130,7 @@ def test_checkpoint_saved_mid_gc_keeps_its_runs_commit(any_root, monkeypatch):
     project, c2, loader, first = _run_on_c2(root, opts)
     real, calls = gc.plan_retention, []
 
-    def then_save(*a, **k):  # type: ignore[no-untyped-def]
+    def then_save(*a, **k):
         out = real(*a, **k)
         if not calls:  # gc has read heads and pins once: the save lands now
             td.Checkpoints(project.branch()).save(1, {"w": torch.zeros(2)}, loader)
@@ -146,7 +146,7 @@ def test_checkpoint_saved_mid_gc_keeps_its_runs_commit(any_root, monkeypatch):
     _resumes(root, opts, first)
 
 
-def _save_in_thread(project, loader, at: str, monkeypatch):  # type: ignore[no-untyped-def]
+def _save_in_thread(project, loader, at: str, monkeypatch):
     """Make gc's seam ``at`` start a checkpoint save and wait until its commit landed."""
     import threading
 

@@ -16,7 +16,7 @@ import treadle.table.episodes as episodes_mod
 import treadle.table.write as write_mod
 from treadle.errors import CorruptData
 from treadle.read.columns import output_columns
-from treadle.read.reader import SampleReader
+from treadle.read.sample_reader import SampleReader
 
 
 @pytest.fixture
@@ -234,7 +234,7 @@ def test_reader_holds_at_most_32_bytes_per_frame_of_video_index(local_root):
 
 
 def test_reader_video_index_cache_is_bounded(local_root):
-    from treadle.read.streams import StreamIndexes
+    from treadle.read.stream_index import StreamIndexes
 
     branch = _video_project(local_root, 6, 40)
     table = branch.table("t").pin()

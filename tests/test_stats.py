@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 import treadle as td
-from treadle.read import stats as st
+from treadle.stats import table_stats as st
 
 
 def _project(root, rows=3000, seed=0):
@@ -240,7 +240,7 @@ def test_lerobot_import_without_stats_keeps_nothing(tmp_path):
 
 
 def test_merged_partial_states_equal_one_scan():
-    from treadle.read.moments import Moments, Sketch, rank_error_bound
+    from treadle.stats.moments import Moments, Sketch, rank_error_bound
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((5000, 3)) * [1, 100, 1e-3]

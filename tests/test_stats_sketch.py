@@ -1,4 +1,4 @@
-"""The quantile sketch beyond its exact size (read/moments.py): a stated rank error that
+"""The quantile sketch beyond its exact size (stats/moments.py): a stated rank error that
 holds against numpy, at a memory bound independent of the number of values."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import treadle as td
-import treadle.read.planstats as planstats
-from treadle.read.moments import FULL_LEVELS, Sketch, capacity, rank_error_bound
+import treadle.stats.plan_stats as planstats
+from treadle.stats.moments import FULL_LEVELS, Sketch, capacity, rank_error_bound
 
 
 def _held(sk: Sketch) -> int:

@@ -58,7 +58,7 @@ def test_bench_cases_are_checked_when_parsed(tmp_path, capsys):
 
 
 def test_bench_knows_the_suites_cases():
-    from treadle.cli import bench
+    from treadle.cli import cmd_bench as bench
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
     try:

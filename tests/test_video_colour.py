@@ -21,9 +21,9 @@ import torch
 import treadle as td
 import treadle.video as tv
 from treadle.errors import VideoError
-from treadle.gpu.reader import GpuVideoReader
+from treadle.gpu.nvdec_reader import GpuVideoReader
 from treadle.plan.windows import Video
-from treadle.video import layout
+from treadle.video import column_layout as layout
 from treadle.video._testing import synthetic_frames
 
 T, H, W = 24, 48, 64

@@ -12,7 +12,7 @@ import pytest
 import treadle.video as tv
 from treadle.errors import VideoError
 from treadle.video._testing import make_mp4, reference_decode, synthetic_frames
-from treadle.video.nal import nal_types
+from treadle.video.nal import nal_units
 
 FAST = {"preset": "ultrafast"}
 
@@ -34,7 +34,7 @@ def test_encode_fixed_gop_closed_no_bframes_params_in_band(clip, gop):
     assert idx.offset[0] == 0 and idx.offset[-1] + idx.size[-1] == len(s.data)
     assert np.array_equal(idx.offset[1:], idx.offset[:-1] + idx.size[:-1])
     for o, n, k in zip(idx.offset, idx.size, idx.key):
-        types = nal_types(s.data[o : o + n])
+        types = [t for t, _ in nal_units(s.data[o : o + n])]
         if k:
             assert types[:2] == [7, 8] and 5 in types  # SPS, PPS, then an IDR slice
         else:

@@ -8,7 +8,7 @@ import torch
 
 import treadle as td
 from treadle.errors import PlanError, VideoError
-from treadle.video.frames import DTYPES, FrameSpec
+from treadle.video.frame_spec import DTYPES, FrameSpec
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

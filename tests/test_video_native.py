@@ -13,7 +13,8 @@ import treadle.video as tv
 from treadle.errors import CorruptData
 from treadle.plan.windows import Video
 from treadle.storage import Store
-from treadle.video import decode, ffmpeg, native
+from treadle.video import cpu_decode as decode
+from treadle.video import ffmpeg, native
 from treadle.video._testing import make_mp4, reference_decode, synthetic_frames
 
 WHERE = ("grasps", "ep-1", "cam")
@@ -114,7 +115,7 @@ def test_resized_windows_run_natively_and_equal_reformat(store, runs):
     wins = _windows(len(idx), seed=1)
     got = _read(store, key, idx, wins, size=(32, 48))
     refs = tv._testing.reference_frames(s.data, "h264")
-    scaler = decode._scaler((32, 48), (2, 0))
+    scaler = decode.scaler_args((32, 48), (2, 0))
     from av.video.reformatter import VideoReformatter
 
     rf = VideoReformatter()

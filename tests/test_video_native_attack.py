@@ -168,7 +168,7 @@ def test_raw_pointer_writers_refuse_a_read_only_array():
     # before: both said yes (convert wrote the frame into the bytes object)
     from av.video.reformatter import VideoReformatter
 
-    from treadle.video import decode
+    from treadle.video import cpu_decode as decode
     from treadle.video._testing import reference_frames
 
     s = tv.encode_frames(synthetic_frames(3, 64, 96, seed=6), gop=10, preset="ultrafast")
@@ -177,7 +177,7 @@ def test_raw_pointer_writers_refuse_a_read_only_array():
     ro = np.frombuffer(blob, np.uint8).reshape(2, 64, 96, 3)
     dec = decode.Decoder()
     dec.context()
-    scaler = decode._scaler((64, 96), (2, 0))
+    scaler = decode.scaler_args((64, 96), (2, 0))
     assert not dec.can_run_native(ro, scaler)
     assert not dec.direct.convert(frame, ro[0], scaler, VideoReformatter())
     assert not any(blob)
@@ -188,8 +188,8 @@ def test_decode_window_refuses_an_output_of_another_shape(monkeypatch, native):
     # before: the native loop wrote each frame at its own size, one slot of the given
     # (one row shorter) shape apart: the last frame ran past the array (guard bytes written);
     # PyAV's path raised a CorruptData "could not broadcast input array"
-    from treadle.video import decode
-    from treadle.video.window import plan_window
+    from treadle.video import cpu_decode as decode
+    from treadle.video.window_plan import plan_window
 
     if not native:
         monkeypatch.setattr(ffmpeg, "_API", False)
@@ -397,7 +397,7 @@ def test_ffmpeg_objects_are_not_freed_by_the_exit_hook():
     # before: every free_with finalizer had atexit=True (the child processes below crashed)
     import weakref
 
-    from treadle.video import decode
+    from treadle.video import cpu_decode as decode
 
     dec = decode.Decoder()
     assert dec.native is not None

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from av.video.reformatter import VideoReformatter
 
-from treadle.video import decode
+from treadle.video import cpu_decode as decode
 from treadle.video._testing import synthetic_frames
 from treadle.video.ffmpeg import api
 from treadle.video.sws import DirectScaler
@@ -61,7 +61,7 @@ def test_direct_matches_reformat(w, h, size, covered, tags):
     assert api() is not None, "FFmpeg bundled with PyAV not found or not checked"
     frames = _frames(_encode(w, h, tags))
     assert {f.format.name for f in frames} == {"yuvj420p" if tags[1] == 2 else "yuv420p"}
-    scaler = decode._scaler(size or (h, w), tags)
+    scaler = decode.scaler_args(size or (h, w), tags)
     rf, direct = VideoReformatter(), DirectScaler()
     batch = np.zeros((len(frames), *(size or (h, w)), 3), np.uint8)
     for j, f in enumerate(frames):
@@ -75,7 +75,7 @@ def test_direct_matches_reformat(w, h, size, covered, tags):
 
 def test_direct_refuses_strided_destination():
     frames = _frames(_encode(224, 224, (6, 1)))
-    scaler = decode._scaler((224, 224), (6, 1))
+    scaler = decode.scaler_args((224, 224), (6, 1))
     out = np.zeros((224, 224, 4), np.uint8)[..., :3]
     assert not DirectScaler().convert(frames[0], out, scaler, VideoReformatter())
     assert not out.any()
@@ -85,7 +85,7 @@ def test_direct_refuses_strided_destination():
 @pytest.mark.parametrize("pix_fmt", ["yuv444p", "yuv422p", "yuv420p10le"])
 def test_other_pixel_formats_match_reformat(tags, pix_fmt):
     frames = _frames(_encode(224, 224, tags, pix_fmt))
-    scaler = decode._scaler((224, 224), tags)
+    scaler = decode.scaler_args((224, 224), tags)
     rf, direct = VideoReformatter(), DirectScaler()
     out = np.zeros((224, 224, 3), np.uint8)
     for f in frames:
@@ -95,7 +95,7 @@ def test_other_pixel_formats_match_reformat(tags, pix_fmt):
 
 def test_misaligned_destination_stays_on_reformat():
     frames = _frames(_encode(224, 224, (6, 1)))
-    scaler = decode._scaler((224, 224), (6, 1))
+    scaler = decode.scaler_args((224, 224), (6, 1))
     raw = np.zeros(224 * 224 * 3 + 64, np.uint8)
     at = (8 - raw.ctypes.data) % 16  # an address that is 8 modulo 16
     out = raw[at : at + 224 * 224 * 3].reshape(224, 224, 3)

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import treadle as td
-from treadle.torch import processes
+from script_helpers import run_script
+from treadle.workers import processes
 
 _CHECK = """
 import importlib, sys
@@ -111,14 +112,9 @@ def test_workers_run_the_main_module_only_for_what_their_job_defines_there(tmp_p
     # A training script is often `import torch` and more: a worker that re-ran it (as
     # multiprocessing does) paid about a second at every loader start, for nothing
     # unless the transform is defined in it.
-    script, runs = tmp_path / "train.py", tmp_path / "runs.txt"
-    script.write_text(_MAIN)
+    runs = tmp_path / "runs.txt"
     env = {**os.environ, "TREADLE_TEST_RUNS": str(runs)}
-    out = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "store")],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    out = run_script(tmp_path, _MAIN, tmp_path / "store", name="train.py", env=env, timeout=300)
     assert out.stdout.split() == ["plain", "True", "transform", "True"], out.stdout
     before, after = runs.read_text().split("-- a transform defined here\n")
     (name, main_pid), *workers = (line.split() for line in before.splitlines())

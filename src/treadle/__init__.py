@@ -36,8 +36,8 @@ from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.stages import Ramp, Schedule  # noqa: E402
 from treadle.plan.statshook import compute_stats_with as plan_stats_with  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
-from treadle.read.planstats import plan_stats  # noqa: E402
-from treadle.read.stats import ColumnStats, table_stats  # noqa: E402
+from treadle.stats.plan_stats import plan_stats  # noqa: E402
+from treadle.stats.table_stats import ColumnStats, table_stats  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table  # noqa: E402
 from treadle.table.splits import split_episodes  # noqa: E402
 from treadle.table.table import compute_stats_with  # noqa: E402

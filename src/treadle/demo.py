@@ -1,4 +1,4 @@
-"""The demo behind ``treadle demo``: what it does is in :mod:`treadle.cli.demo`'s docstring
+"""The demo behind ``treadle demo``: what it does is in :mod:`treadle.cli.cmd_demo`'s docstring
 (the command's ``--help``); this module makes the project, trains, and replays the crash."""
 
 from __future__ import annotations

@@ -102,25 +102,9 @@ def _native_decode() -> str | None:
 
 
 def _direct_conversion() -> str | None:
-    """Decode two 32x32 frames and convert the first straight into an aligned buffer."""
-    import av
-    from av.video.reformatter import VideoReformatter
+    from treadle.video.cpu_decode import direct_conversion_unavailable
 
-    from treadle.gpu.backend import _probe_stream
-    from treadle.video.decode import _scaler
-    from treadle.video.sws import DirectScaler
-
-    direct = DirectScaler()
-    if not direct.available:
-        return fastpaths.reasons().get("direct conversion") or "no swscale context"
-    ctx: Any = av.CodecContext.create("h264", "r")
-    frames = [f for p in ctx.parse(_probe_stream()) for f in ctx.decode(p)] + ctx.decode(None)
-    raw = np.empty(64 * 64 * 3 + 64, np.uint8)
-    at = -raw.ctypes.data % 64
-    out = raw[at : at + 64 * 64 * 3].reshape(64, 64, 3)
-    if not direct.convert(frames[0], out, _scaler((64, 64), (2, 0)), VideoReformatter()):
-        return fastpaths.reasons().get("direct conversion") or "a 64x64 frame was refused"
-    return None
+    return direct_conversion_unavailable()
 
 
 def _fixed_width_reads() -> str | None:

@@ -24,13 +24,17 @@ dataset's own ``meta/stats.json`` (kept by the importer) under LeRobot's names, 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, default_columns
+
+if TYPE_CHECKING:
+    from treadle.catalog.tableref import TableRef
+    from treadle.table.table import Table
 
 __all__ = ["feature_column", "source_stats", "to_lerobot", "windows"]
 
@@ -54,14 +58,14 @@ def _guess_feature(column: str) -> str:
     return column
 
 
-def _table(table: Any) -> Any:
+def _table(table: TableRef | Table) -> Table:
     """A pinned table (``TableRef.pin()``; a pinned ``Table`` as it is)."""
     pin = getattr(table, "pin", None)
     return pin() if callable(pin) and not hasattr(table, "video_columns") else table
 
 
 def windows(
-    table: Any,
+    table: TableRef | Table,
     delta_timestamps: Mapping[str, Sequence[float]] | None = None,
     *,
     features: Sequence[str] | None = None,
@@ -149,7 +153,9 @@ def _contiguous(value: Any) -> Any:
     return value.contiguous() if isinstance(value, torch.Tensor) else value
 
 
-def source_stats(table: Any, names: Mapping[str, str] | None = None) -> dict[str, dict]:
+def source_stats(
+    table: TableRef | Table, names: Mapping[str, str] | None = None
+) -> dict[str, dict]:
     """The dataset's own ``meta/stats.json`` (``table.source_stats()``, kept by the importer)
     as LeRobot's ``dataset_stats``: ``{feature: {"mean": np.ndarray, ...}}``, feature names as
     :func:`to_lerobot` gives them. Empty when the dataset shipped none."""

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from treadle import layout
 from treadle.catalog import retention
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
@@ -25,7 +26,7 @@ from treadle.table.table import EpisodeIndex, Table
 if TYPE_CHECKING:
     import lance
 
-MARKER = "treadle.json"  # written at a root on its first write: "this folder is a treadle store"
+MARKER = layout.MARKER  # written at a root on its first write: "this folder is a treadle store"
 _LAYOUT = {MARKER, "projects"}  # what a root holds; a root with anything else is not ours
 
 
@@ -67,8 +68,8 @@ class Client:
         """Names of the projects under this root."""
         return [
             p
-            for p in self.store.list_dirs("projects")
-            if self.store.list_dirs(f"projects/{p}/refs")
+            for p in self.store.list_dirs(layout.PROJECTS)
+            if self.store.list_dirs(layout.folder(layout.project_prefix(p), layout.REFS))
         ]
 
     def project(self, name: str, *, create: bool = True) -> Project:
@@ -133,7 +134,7 @@ class Project:
     def __init__(self, client: Client, name: str):
         self.client = client
         self.name = name
-        self.prefix = f"projects/{name}"
+        self.prefix = layout.project_prefix(name)
         self.refs = RefLog(client.store, self.prefix)
         self._commits: dict[str, Commit] = {}
         self.lance = LanceTables(self)  # every Lance call on the project's tables
@@ -142,6 +143,11 @@ class Project:
 
     def __repr__(self) -> str:
         return f"Project({self.name!r})"
+
+    @property
+    def store(self) -> Store:
+        """The store of the project's client (every key under :attr:`prefix`)."""
+        return self.client.store
 
     def exists(self) -> bool:
         """Whether the project has been created (it has a branch) in the store."""
@@ -198,7 +204,7 @@ class Project:
     # -- commits -----------------------------------------------------------------------
     def save_commit(self, commit: Commit) -> None:
         self.client.store.put(
-            f"{self.prefix}/commits/{commit.id}.json", commit.to_bytes(), if_absent=True
+            layout.commit_key(self.prefix, commit.id), commit.to_bytes(), if_absent=True
         )
         with self._lock:
             self._commits[commit.id] = commit
@@ -207,7 +213,7 @@ class Project:
         with self._lock:
             c = self._commits.get(commit_id)
         if c is None:
-            data = self.client.store.get(f"{self.prefix}/commits/{commit_id}.json")
+            data = self.client.store.get(layout.commit_key(self.prefix, commit_id))
             c = Commit.from_bytes(data, expect_id=commit_id)
             with self._lock:
                 self._commits[commit_id] = c
@@ -225,7 +231,7 @@ class Project:
                 raise NotFound(f"commit {s[:8]} not found in project {self.name!r}") from None
         ids = [
             k.rsplit("/", 1)[-1][:-5]
-            for k in self.client.store.list(f"{self.prefix}/commits")
+            for k in self.client.store.list(layout.folder(self.prefix, layout.COMMITS))
             if k.rsplit("/", 1)[-1].startswith(s)
         ]
         if not ids:
@@ -288,10 +294,6 @@ class Project:
     def tags(self) -> dict[str, str]:
         """Tag name -> full commit id."""
         return retention.tags(self)
-
-    def protect_version(self, name: str, version: int) -> None:
-        """Tag a committed table version so Lance's cleanup never removes it."""
-        self.lance.protect(name, version)
 
 
 class Branch:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
+from treadle import layout
 from treadle.catalog.gcdelete import (
     Listed,
     Removed,
@@ -87,12 +88,6 @@ class _Survey:
     files: set[str]  # keys of the data files the reachable versions list
 
 
-def reachable_versions(project: Project) -> dict[str, set[int]]:
-    """Table name -> the Lance versions some commit reachable from a branch head or a tag
-    names (less those of commits retention expired)."""
-    return plan_retention(project, None, datetime.now(UTC)).versions
-
-
 def _at(point: str) -> None:
     """A seam: nothing happens here. Tests replace it to act at ``point`` of a gc run:
     ``"listed"`` (candidates listed, nothing re-read yet), ``"pending"`` (expired commits
@@ -128,10 +123,10 @@ def collect_garbage(
     sweep.beat()  # before any "used" marker is read again (see leases.py)
     try:
         _at("listed")
-        leases = store.list_info(f"{prefix}/{WRITERS}")  # after the listing
+        leases = store.list_info(layout.folder(prefix, WRITERS))  # after the listing
         alive = alive_after(now, older_than)
         cutoff = min(now - older_than, live_since(leases, alive) or now)
-        leases.update(store.list_info(f"{prefix}/{SWEEPS}"))  # dead gcs' sweeps go too
+        leases.update(store.list_info(layout.folder(prefix, SWEEPS)))  # dead gcs' sweeps go too
         keep, expired = _reread(project, keep_days, now, first.versions, surveys)
         return _delete(project, listed, surveys, keep, expired, cutoff, leases, alive)
     finally:
@@ -242,7 +237,7 @@ def _open(project: Project, name: str, version: int | None) -> lance.LanceDatase
     manifest = f"_versions/{2**64 - 1 - version}.manifest"  # Lance's V2 manifest naming
     where = f"version {version}: manifest {manifest}"
     try:
-        store.get(f"{project.prefix}/tables/{name}.lance/{manifest}")
+        store.get(f"{layout.table_key(project.prefix, name)}/{manifest}")
     except NotFound:
         raise CorruptData(_damaged(project, name, f"{where} is missing")) from None
     except TreadleError as e:  # the store failed: say so, not "corrupt"
@@ -253,7 +248,7 @@ def _open(project: Project, name: str, version: int | None) -> lance.LanceDatase
 
 def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
     store = project.client.store
-    base = f"{project.prefix}/tables/{name}.lance/data"
+    base = f"{layout.table_key(project.prefix, name)}/data"
     files = store.list_info(base)
     media: set[str] = set()
     listed: set[str] = set()
@@ -291,5 +286,5 @@ def _streams(project: Project, name: str, frag: Any, columns: list[str], paths: 
     out: set[str] = set()
     for col in columns:
         streams = pc.unique(pc.struct_field(t.column(col), "stream")).to_pylist()
-        out.update(f"{project.prefix}/{s}" for s in streams if s is not None)
+        out.update(layout.under(project.prefix, s) for s in streams if s is not None)
     return out

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from treadle import layout
 from treadle.catalog.leases import USED, used_key
 from treadle.errors import NotFound, TreadleError
 from treadle.storage import ObjectInfo, Store
@@ -62,15 +63,15 @@ class Removed:
 def list_candidates(store: Store, prefix: str) -> Listed:
     """One listing of each kind of object gc deletes."""
     tables: dict[str, dict[str, ObjectInfo]] = {}
-    base = f"{prefix}/tables/"
+    base = layout.folder(prefix, layout.TABLES) + "/"
     for key, info in store.list_info(base.rstrip("/")).items():
         folder = key[len(base) :].split("/", 1)[0]
         tables.setdefault(folder, {})[key] = info
     return Listed(
-        store.list_info(f"{prefix}/media"),
-        store.list_info(f"{prefix}/{USED}"),
+        store.list_info(layout.folder(prefix, layout.MEDIA)),
+        store.list_info(layout.folder(prefix, USED)),
         tables,
-        store.list_info(f"{prefix}/episodes"),
+        store.list_info(layout.folder(prefix, layout.EPISODES)),
     )
 
 
@@ -85,7 +86,7 @@ def collect_table(
     out: Removed,
 ) -> None:
     """Delete the listed, unreachable, old versions of table ``name`` and its unused files."""
-    base = f"{project.prefix}/tables/{name}.lance/"
+    base = layout.table_key(project.prefix, name) + "/"
     manifests: dict[int, ObjectInfo] = {}
     tags: set[str] = set()
     for key, info in objs.items():
@@ -137,7 +138,7 @@ def _sweep_data_files(
 ) -> None:
     """Listed data files no version lists any more, older than ``cutoff``: dead writers'."""
     store = project.client.store
-    base = f"{project.prefix}/tables/{name}.lance/data"
+    base = f"{layout.table_key(project.prefix, name)}/data"
     old = {k: i for k, i in data.items() if k not in files and i.modified < cutoff}
     if not old:
         return
@@ -195,7 +196,7 @@ def collect_media(
         out.media.append(key)
         out.bytes += obj.size
     for marker, obj in listed.used.items():  # markers of deleted, referenced or missing objects
-        key = f"{prefix}/{marker[len(prefix) + len(USED) + 2 :]}"
+        key = layout.under(prefix, marker[len(layout.folder(prefix, USED)) + 1 :])
         gone = key in removed or key not in listed.media
         if obj.modified < cutoff and (key in in_use or gone):
             store.delete(marker)
@@ -209,7 +210,7 @@ def collect_episode_indexes(
     files no reachable version lists (compacted away, or of a removed table), older than
     ``cutoff``. One deleted too early is only recomputed from its fragment on first read."""
     names = {t: {k.rsplit("/", 1)[-1] for k in keys} for t, keys in files.items()}
-    base = f"{prefix}/episodes/"
+    base = layout.folder(prefix, layout.EPISODES) + "/"
     for key, obj in listed.episodes.items():
         table, _, name = key[len(base) :].partition("/")
         stem = name[: name.find(".lance") + len(".lance")] if ".lance" in name else name

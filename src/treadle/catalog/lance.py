@@ -30,6 +30,7 @@ import lance
 import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
+from treadle import layout
 from treadle.catalog import retention
 from treadle.catalog.lru import Lru
 from treadle.table.episode_names import EpisodeNames
@@ -62,7 +63,7 @@ class LanceTables:
 
     def uri(self, name: str) -> str:
         """Where table ``name``'s Lance dataset lives."""
-        return self.project.client.store.lance_uri(f"{self.project.prefix}/tables/{name}.lance")
+        return self.project.client.store.lance_uri(layout.table_key(self.project.prefix, name))
 
     # -- versions ------------------------------------------------------------------------
     def open(self, name: str, version: int, commit_id: str | None = None) -> lance.LanceDataset:

@@ -35,18 +35,19 @@ import weakref
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
+from treadle import layout
 from treadle.storage import ObjectInfo, Store
 
-WRITERS = "gc/writers"
-USED = "gc/used"
-SWEEPS = "gc/sweeps"
+WRITERS = layout.GC_WRITERS
+USED = layout.GC_USED
+SWEEPS = layout.GC_SWEEPS
 _BEAT_S = 30.0
 LEASE_TTL = timedelta(minutes=5)  # a lease whose newest marker is older is a dead writer's
 
 
 def used_key(prefix: str, key: str) -> str:
     """The "last used" marker of object ``key`` (a full key under ``prefix``)."""
-    return f"{prefix}/{USED}/{key[len(prefix) + 1 :]}"
+    return layout.under(layout.folder(prefix, USED), key[len(prefix) + 1 :])
 
 
 def mark_used(store: Store, prefix: str, key: str) -> None:
@@ -65,7 +66,7 @@ class Lease:
     def __init__(self, store: Store, prefix: str, kind: str = WRITERS):
         self.store = store
         self.id = uuid.uuid4().hex
-        self.base = f"{prefix}/{kind}/{self.id}"
+        self.base = f"{layout.folder(prefix, kind)}/{self.id}"
         self._last: float | None = None
         self._beaten = False
         self._lock = threading.Lock()
@@ -152,7 +153,7 @@ def alive_after(now: datetime, grace: timedelta) -> datetime:
 def sweeping(store: Store, prefix: str) -> bool:
     """Whether some gc is deleting in project ``prefix`` now (a live sweep marker)."""
     since = alive_after(datetime.now(UTC), timedelta(0))
-    return any(i.modified >= since for i in store.list_info(f"{prefix}/{SWEEPS}").values())
+    return any(i.modified >= since for i in store.list_info(layout.folder(prefix, SWEEPS)).values())
 
 
 def live_since(leases: dict[str, ObjectInfo], alive_after: datetime) -> datetime | None:

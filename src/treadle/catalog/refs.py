@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from treadle import layout
 from treadle.errors import CorruptData, NotFound
 from treadle.storage import Store
 
@@ -40,12 +41,13 @@ class RefLog:
 
     def __init__(self, store: Store, project_prefix: str):
         self.store = store
-        self.prefix = f"{project_prefix}/refs"
+        self.project_prefix = project_prefix
+        self.prefix = layout.folder(project_prefix, layout.REFS)
         self._known: dict[str, Head] = {}
         self._lock = threading.Lock()
 
     def _key(self, branch: str, seq: int) -> str:
-        return f"{self.prefix}/{branch}/{seq:016d}.json"
+        return layout.ref_key(self.project_prefix, branch, seq)
 
     def branches(self) -> list[str]:
         return self.store.list_dirs(self.prefix)

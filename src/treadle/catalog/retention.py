@@ -27,15 +27,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from treadle import layout
 from treadle.errors import AlreadyExists, CorruptData, ExpiredCommit, NotFound
 from treadle.names import check_name
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
 
-TAGS = "tags"
-EXPIRED = "retention/expired"
-PENDING = "retention/pending"
+EXPIRED = layout.EXPIRED
 _SETTLE_S = 300.0  # how long a pending marker is waited for (a gc that died leaves it)
 _CHECKPOINT_COLUMNS = {"run_id", "record", "digests"}  # what makes a table a checkpoint table
 
@@ -47,7 +46,7 @@ def tag(project: Project, name: str, commit_id: str) -> str:
     if project.client.store.exists(expired_key(project.prefix, commit_id)):
         raise ExpiredCommit(_expired_message(project, commit_id, None))
     body = json.dumps({"commit": commit_id, "time": datetime.now(UTC).isoformat()}).encode()
-    key = f"{project.prefix}/{TAGS}/{name}.json"
+    key = layout.tag_key(project.prefix, name)
     if not project.client.store.put(key, body, if_absent=True):
         there = tags(project).get(name)
         if there != commit_id:
@@ -66,7 +65,7 @@ def tag(project: Project, name: str, commit_id: str) -> str:
 def tags(project: Project) -> dict[str, str]:
     """Tag name -> full commit id."""
     store, out = project.client.store, {}
-    for key in store.list(f"{project.prefix}/{TAGS}"):
+    for key in store.list(layout.folder(project.prefix, layout.TAGS)):
         name = key.rsplit("/", 1)[-1]
         if not name.endswith(".json"):
             continue
@@ -78,7 +77,7 @@ def tags(project: Project) -> dict[str, str]:
 
 
 def expired_key(prefix: str, commit_id: str, pending: bool = False) -> str:
-    return f"{prefix}/{PENDING if pending else EXPIRED}/{commit_id}.json"
+    return layout.retention_key(prefix, commit_id, pending)
 
 
 def settle(project: Project, commit_ids: list[str]) -> list[str]:
@@ -134,7 +133,7 @@ def plan_retention(project: Project, keep_days: float | None, now: datetime) -> 
     """The table versions to keep: every reachable commit's (no ``keep_days``), or only
     those of pinned or young commits; commits expired before stay expired."""
     store = project.client.store
-    gone = {k.rsplit("/", 1)[-1][:-5] for k in store.list(f"{project.prefix}/{EXPIRED}")}
+    gone = {k.rsplit("/", 1)[-1][:-5] for k in store.list(layout.folder(project.prefix, EXPIRED))}
     heads = [h.commit_id for b in project.branches() if (h := project.refs.head(b))]
     roots = set(heads) | set(tags(project).values())
     pinned, pinned_versions = set(roots), set()
@@ -201,7 +200,7 @@ def _run_record_pins(project: Project, commit: object) -> tuple[set[str], set[tu
     ``commit``; a record gc cannot parse stops gc (it never guesses what a run needs)."""
     commits: set[str] = set()
     versions: set[tuple[str, int]] = set()
-    for name, v in sorted(commit.tables.items()):  # type: ignore[attr-defined]
+    for name, v in sorted(commit.tables.items()):
         ds = project.lance.open(name, v)
         if not _CHECKPOINT_COLUMNS <= set(ds.schema.names):
             continue

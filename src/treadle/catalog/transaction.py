@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from treadle import layout
 from treadle.catalog.commit import Commit
 from treadle.catalog.leases import Lease, mark_used, sweeping
 from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError, TreadleError
@@ -180,21 +181,21 @@ class Transaction:
         self, table: str, column: str, stream: EncodedStream
     ) -> tuple[pa.Field, pa.Array]:
         digest = hashlib.sha256(stream.data).hexdigest()
-        key = f"media/{table}/{digest}.h264"
+        key = layout.media_key(table, digest)
         schema = self._staged(table).schema  # an older table's column may lack colour tags
         like = schema.field(column).type if schema is not None and column in schema.names else None
         where = f"table {table!r} column {column!r}"
         arr = index_to_arrow(key, stream, like=like, where=where)  # checked before storing
         store, prefix = self.project.client.store, self.project.prefix
         self._lease.beat()
-        full = f"{prefix}/{key}"
+        full = layout.under(prefix, key)
         if not store.put(full, stream.data, if_absent=True):
             # content-addressed: maybe an old orphan; its age for gc restarts now, and a gc
             # deleting now either reads this marker or is seen below (see leases.py)
             mark_used(store, prefix, full)
             if sweeping(store, prefix):  # a gc may be deleting it: store a copy of our own
-                key = f"media/{table}/{digest}-{self._lease.id[:16]}.h264"
-                full = f"{prefix}/{key}"
+                key = layout.media_key(table, digest, f"-{self._lease.id[:16]}")
+                full = layout.under(prefix, key)
                 store.put(full, stream.data)
                 arr = index_to_arrow(key, stream, like=like, where=where)
             elif store.missing([full]):  # a gc that has ended took it before our marker
@@ -260,7 +261,7 @@ class Transaction:
         for name, st in touched.items():
             for frag in st.fragments:
                 for df in frag.files:
-                    owner[f"{prefix}/tables/{name}.lance/data/{df.path}"] = name
+                    owner[f"{layout.table_key(prefix, name)}/data/{df.path}"] = name
         gone = self.project.client.store.missing(list(owner))
         if gone:
             raise StorageError(

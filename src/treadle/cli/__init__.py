@@ -8,7 +8,14 @@ import os
 import sys
 
 from treadle import __version__
-from treadle.cli import args, bench, demo, imports, info, plan, store, ui
+from treadle.cli import args
+from treadle.cli import cmd_bench as bench
+from treadle.cli import cmd_demo as demo
+from treadle.cli import cmd_imports as imports
+from treadle.cli import cmd_info as info
+from treadle.cli import cmd_plan as plan
+from treadle.cli import cmd_store as store
+from treadle.cli import cmd_ui as ui
 from treadle.errors import MissingDependency, TreadleError
 
 COMMANDS = (store, plan, imports, demo, bench, ui, info)

@@ -7,18 +7,18 @@ either into tensors on the GPU (:class:`NvdecBackend`) or into host memory
 """
 
 from treadle.gpu.backend import CpuBackend, GpuUnavailable, NvdecBackend, select_backend
-from treadle.gpu.colour import Colour, colour_from_annexb, parse_sps, sps_from_annexb
-from treadle.gpu.decode import NvdecDecoder, decode_window_to
 from treadle.gpu.fallback import GpuFallbackWarning, warn_once
-from treadle.gpu.reader import GpuVideoReader
-from treadle.gpu.transform import (
+from treadle.gpu.nvdec_decode import NvdecDecoder, decode_window_to
+from treadle.gpu.nvdec_reader import GpuVideoReader
+from treadle.gpu.yuv_colour import Colour, colour_from_annexb, parse_sps, sps_from_annexb
+from treadle.gpu.yuv_to_tensor import (
     SWS_PARITY_FLAGS,
     chroma_mode_for,
     convert,
     nv12_convert,
     reference_convert,
 )
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
 
 __all__ = [
     "SWS_PARITY_FLAGS",

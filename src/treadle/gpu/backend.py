@@ -5,7 +5,7 @@
 * :class:`NvdecBackend` when ``device`` is CUDA, CUDA works, and a probe stream decodes
   through NVDEC into a CUDA frame: windows are decoded by NVDEC and converted by the
   fused kernel straight into the batch tensor on the device
-  (:class:`treadle.gpu.reader.GpuVideoReader`);
+  (:class:`treadle.gpu.nvdec_reader.GpuVideoReader`);
 * :class:`CpuBackend` otherwise: the CPU path (:class:`treadle.video.VideoReader`),
   whose batches the loader copies to ``device``. When the caller asked for CUDA and the
   GPU path is unavailable, a :class:`GpuFallbackWarning` says why, once per reason per
@@ -20,12 +20,18 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from treadle.concurrency import CONCURRENCY
 from treadle.errors import TreadleError
-from treadle.gpu.fallback import GpuFallbackWarning, reset_warnings, warn_once
+from treadle.gpu.fallback import GpuFallbackWarning, warn_once
+
+if TYPE_CHECKING:
+    from treadle.gpu.nvdec_reader import GpuVideoReader
+    from treadle.storage import Store
+    from treadle.video.cpu_reader import VideoReader
 
 __all__ = [
     "Backend",
@@ -33,7 +39,6 @@ __all__ = [
     "GpuFallbackWarning",
     "GpuUnavailable",
     "NvdecBackend",
-    "reset_warnings",
     "select_backend",
     "warn_once",
 ]
@@ -60,24 +65,6 @@ def cuda_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _probe_stream() -> bytes:
-    """A tiny H.264 Annex-B stream (2 frames of 64x64), encoded with the bundled libx264."""
-    import av
-    import numpy as np
-
-    ctx: Any = av.CodecContext.create("libx264", "w")
-    ctx.width, ctx.height, ctx.pix_fmt = 64, 64, "yuv420p"
-    ctx.time_base = __import__("fractions").Fraction(1, 30)
-    ctx.options = {"x264-params": "annexb=1:repeat-headers=1:bframes=0"}
-    out = b""
-    for i in range(2):
-        f = av.VideoFrame.from_ndarray(np.full((64, 64, 3), 80 * i, np.uint8), format="rgb24")
-        f = f.reformat(format="yuv420p")
-        f.pts = i
-        out += b"".join(bytes(p) for p in ctx.encode(f))
-    return out + b"".join(bytes(p) for p in ctx.encode(None))
-
-
 @functools.lru_cache(maxsize=16)
 def nvdec_unavailable(index: int) -> str | None:
     """Why NVDEC cannot decode H.264 on CUDA device ``index``, or None (result cached).
@@ -88,6 +75,8 @@ def nvdec_unavailable(index: int) -> str | None:
     try:
         import av
         from av.codec.hwaccel import HWAccel, hwdevices_available
+
+        from treadle.video.encode import probe_stream
     except Exception as e:
         return f"PyAV has no hardware acceleration support ({e})"
     if "cuda" not in hwdevices_available():
@@ -96,7 +85,7 @@ def nvdec_unavailable(index: int) -> str | None:
         hw = HWAccel("cuda", device=str(index), allow_software_fallback=False, is_hw_owned=True)
         ctx: Any = av.CodecContext.create("h264", "r", hwaccel=hw)
         frames = []
-        for pkt in ctx.parse(_probe_stream()):
+        for pkt in ctx.parse(probe_stream()):
             frames += ctx.decode(pkt)
         frames += ctx.decode(None)
     except Exception as e:
@@ -106,7 +95,7 @@ def nvdec_unavailable(index: int) -> str | None:
     if frames[0].format.name != "cuda":
         return f"NVDEC decoded to {frames[0].format.name!r} frames, not CUDA frames"
     try:
-        from treadle.gpu.decode import frame_planes
+        from treadle.gpu.nvdec_decode import frame_planes
 
         y, _, _, on_gpu = frame_planes(frames[0], torch.device("cuda", index))
         if not (on_gpu and y.is_cuda):
@@ -118,7 +107,7 @@ def nvdec_unavailable(index: int) -> str | None:
 
 def triton_unavailable() -> str | None:
     """Why the fused Triton kernel cannot be used, or None."""
-    from treadle.gpu.transform import triton_available
+    from treadle.gpu.yuv_to_tensor import triton_available
 
     return None if triton_available() else "triton is not installed"
 
@@ -143,8 +132,14 @@ class CpuBackend:
         return False
 
     def video_reader(
-        self, store: Any, *, prefix: str = "", threads: int = 1, streams: int = 4, **kw: Any
-    ) -> Any:
+        self,
+        store: Store,
+        *,
+        prefix: str = "",
+        threads: int = 1,
+        streams: int = CONCURRENCY.nvdec_streams,
+        **kw: Any,
+    ) -> VideoReader:
         """A :class:`treadle.video.VideoReader` with ``threads`` decode threads (outputs
         in host memory; ``streams`` is the GPU backend's and ignored here)."""
         from treadle.video import VideoReader
@@ -170,19 +165,19 @@ class NvdecBackend:
 
     def video_reader(
         self,
-        store: Any,
+        store: Store,
         *,
         prefix: str = "",
         threads: int = 1,
-        streams: int = 4,
+        streams: int = CONCURRENCY.nvdec_streams,
         max_in_flight: int | None = None,
-    ) -> Any:
-        """A :class:`treadle.gpu.reader.GpuVideoReader` writing into tensors on ``device``.
+    ) -> GpuVideoReader:
+        """A :class:`treadle.gpu.nvdec_reader.GpuVideoReader` writing into tensors on ``device``.
 
         ``streams`` NVDEC sessions (worker threads); ``threads`` is the CPU backend's
         and ignored here, so the loader can call both backends the same way.
         """
-        from treadle.gpu.reader import GpuVideoReader
+        from treadle.gpu.nvdec_reader import GpuVideoReader
 
         return GpuVideoReader(
             store,

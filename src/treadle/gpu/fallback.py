@@ -1,7 +1,7 @@
 """The GPU path's warnings: one :class:`GpuFallbackWarning` per reason per process.
 
 Used by :mod:`treadle.gpu.backend` (no GPU, no NVDEC, no Triton) and
-:mod:`treadle.gpu.decode` (a stream NVDEC cannot take, a window it failed on).
+:mod:`treadle.gpu.nvdec_decode` (a stream NVDEC cannot take, a window it failed on).
 """
 
 from __future__ import annotations
@@ -30,9 +30,3 @@ def warn_once(key: str, message: str) -> bool:
         _warned.add(key)
     warnings.warn(message, GpuFallbackWarning, stacklevel=3)
     return True
-
-
-def reset_warnings() -> None:
-    """Forget which warnings were given (tests)."""
-    with _warned_lock:
-        _warned.clear()

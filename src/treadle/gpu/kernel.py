@@ -1,12 +1,12 @@
 """The fused Triton kernel: YUV 4:2:0 planes -> RGB, resize, layout, dtype, norm, one pass.
 
-Imported lazily by :func:`treadle.gpu.transform.convert` (Triton is optional). Runs on
+Imported lazily by :func:`treadle.gpu.yuv_to_tensor.convert` (Triton is optional). Runs on
 CUDA tensors, or on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``
 set before this module is imported), which is how the CPU test suite runs it.
 
 Each program writes ``BLOCK`` output pixels of one frame: for each pixel it gathers the
 luma taps (``KLY x KLX``) and chroma taps (``KCY x KCX``) from the tap tables built by
-:func:`treadle.gpu.transform.filter_taps`, applies the matrix, rounds to uint8 and
+:func:`treadle.gpu.yuv_to_tensor.filter_taps`, applies the matrix, rounds to uint8 and
 either stores that or its float value looked up in ``FrameSpec.levels()`` (``q / 255``, then
 ``(x - mean) / std``, the CPU path's values) in the output dtype. Planes and output are addressed through strides, so a pitched NVDEC surface, NV12's interleaved chroma
 and a slice of the batch tensor all work without copies.
@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from treadle.gpu.colour import Colour
+from treadle.gpu.yuv_colour import Colour
 
 
 @triton.jit
@@ -186,7 +186,7 @@ def launch(y, u, v, out, spec, colour: Colour, taps, fixed: bool = False) -> Non
     """Launch the kernel for ``T`` frames (``y/u/v [T,...]``, ``out [T,...]``, validated).
 
     ``fixed``: reproduce swscale's unscaled fixed-point converter (native size, nearest
-    chroma taps; see :func:`treadle.gpu.transform.sws_fixed_point`).
+    chroma taps; see :func:`treadle.gpu.yuv_to_tensor.sws_fixed_point`).
     """
     t, _, _ = y.shape
     if spec.layout == "THWC":

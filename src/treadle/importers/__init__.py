@@ -14,7 +14,7 @@ checked paths, file identity), :mod:`~treadle.importers.arrow` and
 
 from treadle.errors import UnsafeInput, UnsupportedFormat
 from treadle.importers.hf import import_hf as hf
-from treadle.importers.lerobot import import_lerobot as lerobot
+from treadle.importers.lerobot_import import import_lerobot as lerobot
 from treadle.importers.mds import import_mds as mds
 from treadle.importers.run import ImportResult
 from treadle.importers.webdataset import import_webdataset as webdataset

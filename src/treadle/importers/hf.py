@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,9 @@ from treadle.importers.sources import Source, SourceFile, identities, split_url
 from treadle.read.prefetch import ordered_map
 from treadle.table.casts import exact_cast
 from treadle.table.tensors import flat_tensor, tensor_column
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
 
 
 @dataclass(frozen=True)
@@ -309,7 +312,7 @@ def _parquet_handle(f: HfFile) -> Any:
 
 def import_hf(
     paths: Sequence[str] | str,
-    project: Any,
+    project: Project,
     table: str,
     *,
     branch: str | None = None,
@@ -335,7 +338,7 @@ def import_hf(
 
 
 def _import(
-    paths: Sequence[str] | str, project: Any, table: str, opts: ImportOptions, split: str | None
+    paths: Sequence[str] | str, project: Project, table: str, opts: ImportOptions, split: str | None
 ) -> ImportResult:
     files = resolve_files(paths, split, opts.source_options)
     br = opts.open_branch(project)

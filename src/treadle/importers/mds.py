@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +65,9 @@ from treadle.importers.run import (
 )
 from treadle.importers.sources import Source, SourceFile, identities
 from treadle.read.prefetch import ordered_map
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
 
 _SHAPE_DTYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "uint64"}
 
@@ -236,7 +239,7 @@ def _with_data(
 
 def import_mds(
     src: str,
-    project: Any,
+    project: Project,
     table: str,
     *,
     branch: str | None = None,
@@ -268,7 +271,7 @@ def import_mds(
 
 
 def _import(
-    src: str, project: Any, table: str, opts: ImportOptions, max_shard_bytes: int
+    src: str, project: Project, table: str, opts: ImportOptions, max_shard_bytes: int
 ) -> ImportResult:
     source = Source(str(src).rstrip("/"), opts.source_options)
     shards = read_index(source, opts.allow_pickle)

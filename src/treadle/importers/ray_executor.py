@@ -45,6 +45,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from treadle import layout
 from treadle.errors import SchemaMismatch, StorageError, TreadleError
 from treadle.importers.executor import Executor, WriteFn, require_ray
 from treadle.table.handoff import StagedFragments, add_staged, take_staged
@@ -293,7 +294,7 @@ def _check_landed(tw: TableWriter, staged: StagedFragments, source: str) -> None
     """Every file a task staged exists where the driver commits (a local root is per machine)."""
     project = tw.tx.project
     store = project.client.store
-    data = f"{project.prefix}/tables/{tw.name}.lance/data"
+    data = f"{layout.table_key(project.prefix, tw.name)}/data"
     keys = [f"{data}/{df.path}" for f in staged.fragments for df in f.files] + staged.media
     gone = store.missing(keys)
     if gone:

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -44,6 +44,9 @@ from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, check_json_as
 from treadle.importers.images import check_images
 from treadle.names import check_name
 from treadle.read.prefetch import prefetch
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
 
 IMPORT_ID_RE = re.compile(r"import-id=([0-9a-f]{16})")
 
@@ -90,7 +93,7 @@ class ImportOptions:
         """The options named (and ``extra``) as the import id records them."""
         return {**{n: getattr(self, n) for n in names}, **extra}
 
-    def open_branch(self, project: Any) -> Any:
+    def open_branch(self, project: Project) -> Any:
         """The branch to import into: see :func:`resolve_branch`."""
         return resolve_branch(project, self.branch, self.client, self.root, self.storage_options)
 
@@ -155,7 +158,7 @@ def find_import(branch: Any, iid: str, limit: int = 200) -> Any:
 
 
 def resolve_branch(
-    project: Any,
+    project: Project,
     branch: str | None,
     client: Any = None,
     root: str | None = None,

@@ -17,11 +17,14 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from treadle.errors import CorruptData, InvalidName, NotFound, TreadleError
 from treadle.read.prefetch import ordered_map
+
+if TYPE_CHECKING:
+    from treadle.storage import Store
 
 _T = TypeVar("_T")
 
@@ -196,7 +199,7 @@ class _RangeReader(io.RawIOBase):
 
     CHUNK = 8 << 20
 
-    def __init__(self, store: Any, key: str, size: int):
+    def __init__(self, store: Store, key: str, size: int):
         self._store, self._key, self._size, self._pos = store, key, size, 0
 
     def readable(self) -> bool:

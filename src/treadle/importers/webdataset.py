@@ -44,7 +44,7 @@ import io
 import json
 import pickle
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -77,6 +77,9 @@ from treadle.importers.webdataset_tar import (
     resolve_shards,
 )
 from treadle.read.prefetch import ordered_map
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
 
 INT_EXTS = {"cls", "cls2", "index", "inx", "id"}
 TEXT_EXTS = {"txt", "text", "transcript"}
@@ -234,7 +237,7 @@ def _bytes_of(chunk: _Chunk) -> int:
 
 def import_webdataset(
     srcs: Sequence[str] | str,
-    project: Any,
+    project: Project,
     table: str,
     *,
     branch: str | None = None,
@@ -284,7 +287,7 @@ def import_webdataset(
 
 def _import(
     srcs: Sequence[str] | str,
-    project: Any,
+    project: Project,
     table: str,
     opts: ImportOptions,
     limits: tuple[int, int],

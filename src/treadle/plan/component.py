@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,8 +14,12 @@ from treadle.errors import PlanError
 from treadle.names import check_name
 from treadle.plan.windows import Windows
 
+if TYPE_CHECKING:
+    from treadle.catalog.tableref import TableRef
+    from treadle.table.table import Table
 
-def _table_label(table: Any) -> str:
+
+def _table_label(table: object) -> str:
     name = getattr(table, "name", None)
     return repr(name) if name is not None else repr(table)
 
@@ -47,7 +51,7 @@ class Component:
 
     def __init__(
         self,
-        table: Any,
+        table: TableRef | Table,
         windows: Windows | Mapping[str, Any] | None = None,
         weight: float = 1.0,
         where: str | None = None,

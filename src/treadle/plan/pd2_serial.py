@@ -152,7 +152,7 @@ def _due_first(
         h = sub & heavy
         k = h.bit_count()
         if k > n:
-            return keep | _by_group(h, n, orders[s], width), 0  # type: ignore[index]
+            return keep | _by_group(h, n, orders[s], width), 0
         keep |= h
         n -= k
         sub ^= h

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from treadle.plan.stack import StackedColumn, component_names, stack_layout
 from treadle.plan.stages import StagedSeats
 from treadle.plan.windows import Windows
 
+if TYPE_CHECKING:
+    from treadle.table.table import Table
+
 _MAX_INT64 = 2**63 - 1
 
 
@@ -63,7 +66,7 @@ class Plan:
     def __init__(
         self,
         record: RunRecord,
-        tables: Sequence[Any],
+        tables: Sequence[Table],
         *,
         episodes: Sequence[Any] | None = None,
         anchors: Sequence[Runs] | None = None,
@@ -254,7 +257,7 @@ class Plan:
     ) -> dict[str, Any]:  # fmt: skip
         """Normalisation statistics of the samples this run draws, ``{column: ColumnStats}``
         (``by_component=True``: ``{component name: {column: ColumnStats}}``), kept in the
-        project under the run id. :mod:`treadle.read.planstats` says what and how exact."""
+        project under the run id. :mod:`treadle.stats.plan_stats` says what and how exact."""
         return statshook.compute()(self, columns, per_offset=per_offset, derive=derive,
                       by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
 

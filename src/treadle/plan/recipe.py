@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,10 +25,13 @@ from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, rea
 from treadle.plan.stages import Schedule, check_schedule
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
+if TYPE_CHECKING:
+    from treadle.table.table import Table
+
 _MAX_SEED = 2**64 - 1
 
 
-def check_windows(windows: Windows | None, table: Any, where: str) -> None:
+def check_windows(windows: Windows | None, table: Table, where: str) -> None:
     """Every window column exists; ``Video`` only on video columns, ``Rows`` only on columns a
     batch can hold; without windows, every column but ``episode``/``frame`` must be one a
     batch can hold (none is left out silently)."""
@@ -66,7 +69,7 @@ def check_windows(windows: Windows | None, table: Any, where: str) -> None:
 
 
 def check_rename(
-    rename: tuple[tuple[str, str], ...] | None, table: Any, windows: Windows | None, where: str
+    rename: tuple[tuple[str, str], ...] | None, table: Table, windows: Windows | None, where: str
 ) -> None:
     """Each renamed column is one the component reads; no new name is a column it keeps."""
     if not rename:
@@ -86,7 +89,7 @@ def check_rename(
             )
 
 
-def _batch_kind(table: Any, col: str, where: str) -> str:
+def _batch_kind(table: Table, col: str, where: str) -> str:
     try:
         return batch_column_kind(table, table.schema.field(col))
     except PlanError as e:
@@ -235,7 +238,7 @@ def _table_entries(
 
 
 def _component_entry(
-    comp: Component, i: int, t: int, table: Any, episodes: Any, weight_quantised: int
+    comp: Component, i: int, t: int, table: Table, episodes: Any, weight_quantised: int
 ) -> tuple[ComponentEntry, Any]:
     """Component ``i``'s record entry and anchor runs, its windows and selection checked."""
     where = f"component {i} (table {table.name!r})"

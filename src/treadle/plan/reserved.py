@@ -12,10 +12,13 @@ such a column (``Component(rename={"x_is_pad": "x_was_padded"})``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Windows, default_columns
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 RESERVED_PREFIX = "_"
 RESERVED_SUFFIXES = ("_is_pad", "_dim_mask", "_is_present")
@@ -27,7 +30,7 @@ def reserved(key: str) -> bool:
 
 
 def delivered_keys(
-    table: Any, windows: Windows | None, rename: Iterable[tuple[str, str]] | None
+    table: Table, windows: Windows | None, rename: Iterable[tuple[str, str]] | None
 ) -> list[tuple[str, str]]:
     """``(batch key, table column)`` for every column a component delivers."""
     read = default_columns(table) if windows is None or not windows.specs else windows.columns()
@@ -36,7 +39,7 @@ def delivered_keys(
 
 
 def check_batch_keys(
-    table: Any,
+    table: Table,
     windows: Windows | None,
     rename: Iterable[tuple[str, str]] | None,
     where: str,

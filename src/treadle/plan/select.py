@@ -13,12 +13,15 @@ rebuilt from its record).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Windows
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 Runs = tuple[np.ndarray, np.ndarray]
 """(begin, end) int64 arrays: sorted, disjoint, non-empty row ranges."""
@@ -77,7 +80,7 @@ def episode_mask(
 
 
 def component_runs(
-    table: Any,
+    table: Table,
     episodes: Any,
     windows: Windows | None,
     where: str | None,

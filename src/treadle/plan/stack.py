@@ -9,8 +9,9 @@ others is a :class:`~treadle.errors.PlanError` naming both shapes when the plan 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,6 +19,9 @@ import pyarrow as pa
 from treadle.errors import PlanError
 from treadle.plan.windows import Spec, Video, default_columns
 from treadle.table.tensors import batch_kind, tensor_shape
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 DIM_MASK = "_dim_mask"
 """Suffix of the bool ``[b, size]`` column: True on a sample's real (unpadded) dimensions."""
@@ -98,7 +102,7 @@ def _leaf(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _placed(table: Any, col: str, spec: Spec | None, pad: int | None, where: str) -> Placed:
+def _placed(table: Table, col: str, spec: Spec | None, pad: int | None, where: str) -> Placed:
     if col not in table.schema.names:
         return Placed(col, spec, False, None, None, None)
     field = table.schema.field(col)
@@ -123,7 +127,7 @@ def _placed(table: Any, col: str, spec: Spec | None, pad: int | None, where: str
     return Placed(col, spec, True, (*t, *shape), dtype, real, shape)
 
 
-def stack_layout(record: Any, tables: Any) -> dict[str, StackedColumn]:
+def stack_layout(record: Any, tables: Sequence[Table]) -> dict[str, StackedColumn]:
     """Every batch column (after rename) and how each component gives it; components that
     cannot stack (numeric shapes or dtypes that differ) are a :class:`PlanError`."""
     names = component_names(record)

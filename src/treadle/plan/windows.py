@@ -11,7 +11,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,10 @@ from treadle.errors import PlanError, TreadleError, VideoError
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.tensors import batch_kind
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 DEFAULT_TOLERANCE_S = 1e-4
 _MAX_OFFSET = 2**31 - 1  # frame offsets are int32 in the table; keeps every sum in int64
@@ -30,7 +33,7 @@ def _offsets(offsets: Iterable[int] | int, what: str) -> tuple[int, ...]:
     if isinstance(offsets, (int, np.integer)) and not isinstance(offsets, bool):
         offsets = (offsets,)
     try:
-        items = list(offsets)  # type: ignore[arg-type]
+        items = list(offsets)
     except TypeError:
         raise PlanError(f"{what} offsets must be integers, got {offsets!r}") from None
     if any(isinstance(o, (bool, np.bool_)) for o in items):
@@ -129,12 +132,6 @@ class _Timed:
         object.__setattr__(self, "pad", bool(pad))
         object.__setattr__(self, "tolerance_s", _tolerance(tolerance_s, what))
         object.__setattr__(self, "optional", bool(optional))
-
-    @property
-    def resolved(self) -> bool:
-        """Whether the frame offsets are known (always, unless given in seconds and not yet
-        converted with a table's fps)."""
-        return self.offsets is not None
 
     def at_fps(self, fps: float | None, where: str) -> Any:
         """This spec with its seconds converted to frame offsets at ``fps`` (see
@@ -251,7 +248,7 @@ class Video(_Timed):
     @property
     def frame(self) -> FrameSpec:
         """What the decoded frames become (size, layout, dtype, normalisation)."""
-        return self._frame  # type: ignore[attr-defined]
+        return self._frame
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -365,7 +362,7 @@ class Windows:
         return cls({col: spec_from_json(v) for col, v in value.items()})
 
 
-def default_columns(table: Any) -> list[str]:
+def default_columns(table: Table) -> list[str]:
     """The columns a component without windows reads: all but ``episode`` and ``frame``."""
     return [n for n in table.schema.names if n not in (EPISODE, FRAME)]
 
@@ -376,7 +373,7 @@ def _is_listed(t: pa.DataType) -> bool:
     return any(is_kind(t) for is_kind in kinds)
 
 
-def batch_column_kind(table: Any, field: pa.Field) -> str:
+def batch_column_kind(table: Table, field: pa.Field) -> str:
     """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`,
     or ``"list"``: strings and variable-length lists, as Python lists of length ``b``);
     a :class:`PlanError` naming the table and the column when it cannot."""

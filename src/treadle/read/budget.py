@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treadle.errors import PlanError
 from treadle.read.columns import ColumnSpec, output_columns
 from treadle.table.tensors import tensor_shape
-from treadle.video.frames import FrameSpec
+from treadle.video.frame_spec import FrameSpec
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 _IDS = 4 * 8  # _component, _moment, _episode, _frame: int64 each
 _ITEMSIZE = {"uint8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -32,7 +35,7 @@ def physical_memory() -> int | None:
         return None
 
 
-def _column_floor(cs: ColumnSpec, table: Any) -> int:
+def _column_floor(cs: ColumnSpec, table: Table) -> int:
     t = 1 if cs.spec is None or cs.at_moment else len(cs.spec.offsets)
     if cs.video:
         frame = FrameSpec.of(cs.spec) if cs.spec is not None else FrameSpec()

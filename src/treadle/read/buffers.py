@@ -73,7 +73,7 @@ class BufferPool:
         self._items = []
 
     def allocate(self, frame: Any, t: int, height: int, width: int, batch: int) -> Any:
-        """:meth:`~treadle.video.frames.FrameSpec.allocate` of a host batch, pooled when its
+        """:meth:`~treadle.video.frame_spec.FrameSpec.allocate` of a host batch, pooled when its
         dtype is a numpy one."""
         dtype = frame.numpy_dtype
         if dtype is None:

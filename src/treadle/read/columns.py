@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treadle.errors import PlanError
 from treadle.plan.stack import DIM_MASK, IS_PRESENT
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 from treadle.read.rows import IS_PAD
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def _check_stackable(per: list[list[ColumnSpec]]) -> None:
                 )
 
 
-def moment_columns(table: Any, columns: list[str] | None = None) -> list[ColumnSpec]:
+def moment_columns(table: Table, columns: list[str] | None = None) -> list[ColumnSpec]:
     """Columns at the moment itself (no time axis), video columns decoded to one frame.
 
     ``columns=None`` means :func:`~treadle.plan.windows.default_columns`; a column a batch

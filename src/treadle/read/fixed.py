@@ -30,7 +30,7 @@ import re
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,9 @@ import pyarrow as pa
 from treadle import fastpaths
 from treadle.errors import CorruptData
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 __all__ = ["RESIDENT_BYTES", "FixedReader", "fixed_width"]
 
@@ -109,12 +112,12 @@ class FixedReader:
             except BufferError:  # an array handed out still views it: the GC unmaps it
                 pass
 
-    def path(self, table: Any, column: str) -> str:
+    def path(self, table: Table, column: str) -> str:
         """``"mapped"``, ``"resident"`` or ``"take"``: how ``column`` of ``table`` is read."""
         return self._column(table, column).path
 
     def read(
-        self, table: Any, rows: np.ndarray | list[int], columns: list[str]
+        self, table: Table, rows: np.ndarray | list[int], columns: list[str]
     ) -> dict[str, np.ndarray]:
         """``{column: values[rows]}``, as ``to_numpy(table.take(rows, [column]))`` gives them.
 
@@ -138,7 +141,7 @@ class FixedReader:
         return {c: out[c] for c in columns}
 
     # -- choosing a path ----------------------------------------------------------------
-    def _column(self, table: Any, column: str) -> _Column:
+    def _column(self, table: Table, column: str) -> _Column:
         hit = self._tables.get(table, {}).get(column)  # per batch: no lock, no key to build
         if hit is not None:
             return hit
@@ -150,7 +153,7 @@ class FixedReader:
             self._tables.setdefault(table, {})[column] = hit
         return hit
 
-    def _plan(self, table: Any, column: str) -> _Column:
+    def _plan(self, table: Table, column: str) -> _Column:
         f = table.schema.field(column)  # KeyError for an unknown column, as take's NotFound
         if not fixed_width(f):
             raise TypeError(
@@ -173,10 +176,10 @@ class FixedReader:
         self._held += values.nbytes
         return _Column("resident", np.zeros(1, np.int64), [values])
 
-    def _mapped(self, table: Any, f: pa.Field) -> _Column | None:
+    def _mapped(self, table: Table, f: pa.Field) -> _Column | None:
         """The mapped path of this column, or None when one of its assumptions fails."""
         shape = tensor_shape(f)
-        if not table.project.client.store.is_local or shape is None:
+        if not table.project.store.is_local or shape is None:
             return None
         if not pa.types.is_fixed_size_list(f.type):
             return None
@@ -266,7 +269,7 @@ def _page_values(page: Any, buf: mmap.mmap, dtype: np.dtype, size: int) -> np.nd
     return flat.reshape(items, size)
 
 
-def _agrees(table: Any, f: pa.Field, col: _Column) -> bool:
+def _agrees(table: Table, f: pa.Field, col: _Column) -> bool:
     """Whether the first and last row of every segment equal what Lance's take returns."""
     ends = np.append(col.starts[1:], table.num_moments) - 1
     probe = np.unique(np.concatenate([col.starts, ends]))
@@ -287,7 +290,7 @@ def _gather(col: _Column, idx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _take(table: Any, idx: np.ndarray, columns: list[str]) -> dict[str, np.ndarray]:
+def _take(table: Table, idx: np.ndarray, columns: list[str]) -> dict[str, np.ndarray]:
     """The current reader's path: one Lance take of the distinct rows, then numpy."""
     uniq, inverse = np.unique(idx, return_inverse=True)
     got = table.take(uniq, columns)

@@ -13,13 +13,14 @@ started and closes the iterator of items.
 from __future__ import annotations
 
 import atexit
-import os
 import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from treadle.concurrency import CONCURRENCY
 
 T = TypeVar("T")
 
@@ -40,8 +41,9 @@ def _stop_live_producers(timeout_s: float = 10.0) -> None:
 
 
 def default_threads() -> int:
-    """Threads used for parallel work when the caller does not say (cores, at most 8)."""
-    return max(1, min(8, os.cpu_count() or 1))
+    """Threads used for parallel work when the caller does not say (cores, at most
+    :attr:`~treadle.concurrency.Concurrency.max_threads`)."""
+    return CONCURRENCY.default_threads()
 
 
 def prefetch(

@@ -1,19 +1,22 @@
 """Rows around an anchor: edge padding (``pad=True``), the anchor's episode and frame, and
 string / variable-length list columns as Python values. Used by the row takes
-(:mod:`treadle.read.takes`) and the reader (:mod:`treadle.read.reader`)."""
+(:mod:`treadle.read.takes`) and the reader (:mod:`treadle.read.sample_reader`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 IS_PAD = "_is_pad"
 """Suffix of the bool ``[b, T]`` column that says which window entries were padded."""
 
 
-def episode_bounds(table: Any, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def episode_bounds(table: Table, moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(episode index, first row of that episode) of each moment row."""
     episodes = table.episodes()
     e = np.searchsorted(episodes.starts, moments, side="right") - 1
@@ -21,7 +24,7 @@ def episode_bounds(table: Any, moments: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def padded_rows(
-    table: Any, moments: np.ndarray, offsets: np.ndarray
+    table: Table, moments: np.ndarray, offsets: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``moment + offset`` clamped to each moment's episode (``[n, T]``), and where
     they were clamped (bool ``[n, T]``): LeRobot's edge padding."""

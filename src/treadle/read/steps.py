@@ -4,7 +4,7 @@ steps -> samples -> reader -> finish (the torch layer's transform hook, when the
 A loader says which samples step ``k`` holds for its rank (a *sampler*:
 ``sampler(plan, step, rank, world) -> samples`` with ``.step``, ``.component``, ``.moment``
 and ``.position``); :func:`read_steps` hands the reader exactly the steps to deliver, in
-order, so its read-ahead (:meth:`treadle.read.reader.SampleReader.read_many`) reads only
+order, so its read-ahead (:meth:`treadle.read.sample_reader.SampleReader.read_many`) reads only
 those. Nothing here imports torch: worker processes run this module without it.
 """
 
@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from treadle.plan.plan import Batch, Plan
 from treadle.read.columns import output_columns
-from treadle.read.reader import SampleReader
+from treadle.read.sample_reader import SampleReader
+
+if TYPE_CHECKING:
+    from treadle.video.protocols import VideoBackend
 
 Sampler = Callable[[Plan, int, int, int], Any]
 Finish = Callable[[dict[str, Any], Any], dict[str, Any]]
@@ -65,7 +68,9 @@ def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
     return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos, valid)
 
 
-def host_reader(plan: Plan, video_threads: int = 1, backend: Any = None) -> SampleReader:
+def host_reader(
+    plan: Plan, video_threads: int = 1, backend: VideoBackend | None = None
+) -> SampleReader:
     """A reader of ``plan``'s components (``backend``: a :mod:`treadle.gpu` backend, None
     for CPU decode into host memory)."""
     tables = [plan.table(c) for c in range(plan.num_components)]

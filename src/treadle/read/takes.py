@@ -11,7 +11,7 @@ batch's dict at the samples' slots, checking that every component gives the same
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,12 +21,15 @@ from treadle.read.fixed import FixedReader, fixed_width
 from treadle.read.rows import IS_PAD, listed_values, padded_rows
 from treadle.table.tensors import to_numpy
 
+if TYPE_CHECKING:
+    from treadle.table.table import Table
+
 
 @dataclass(frozen=True)
 class Take:
     """One take: the columns ``group`` (same offsets) at ``moments``, for batch ``slots``."""
 
-    table: Any
+    table: Table
     group: tuple[ColumnSpec, ...]
     moments: np.ndarray
     slots: np.ndarray
@@ -54,7 +57,7 @@ def take_groups(columns: list[ColumnSpec]) -> list[tuple[ColumnSpec, ...]]:
 
 
 def fixed_groups(
-    table: Any, columns: list[ColumnSpec], fixed: FixedReader | None
+    table: Table, columns: list[ColumnSpec], fixed: FixedReader | None
 ) -> list[tuple[tuple[ColumnSpec, ...], FixedReader | None]]:
     """:func:`take_groups`, each with ``fixed`` when every column of the group is
     fixed-width (read through it) and None otherwise (a Lance take). Depends only on the
@@ -119,7 +122,7 @@ def pad_dims(values: np.ndarray, cs: ColumnSpec) -> np.ndarray:
     return out
 
 
-def _fixed(table: Any, cs: ColumnSpec) -> bool:
+def _fixed(table: Table, cs: ColumnSpec) -> bool:
     return not cs.listed and fixed_width(table.schema.field(cs.column))
 
 

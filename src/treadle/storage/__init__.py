@@ -4,7 +4,7 @@
 - :mod:`treadle.storage.cloud`: cloud roots, their options, credentials and :func:`redact`;
 - :mod:`treadle.storage.retry`: transient failures retried, bounded;
 - :mod:`treadle.storage.loop`: the event loop thread obstore's async calls run on;
-- :mod:`treadle.storage.errors`: object-store failures as treadle errors.
+- :mod:`treadle.storage.store_errors`: object-store failures as treadle errors.
 """
 
 from treadle.storage.cloud import redact

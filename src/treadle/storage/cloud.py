@@ -14,7 +14,7 @@ from typing import Any
 from obstore.store import from_url
 
 from treadle.errors import CredentialsError, StorageError
-from treadle.storage.errors import first_line
+from treadle.storage.store_errors import first_line
 
 _CLIENT_KEYS = {
     "allow_http",

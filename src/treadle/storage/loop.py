@@ -40,7 +40,7 @@ class _Loop:
             return cls._loop
 
     @classmethod
-    def run(cls, coro):  # type: ignore[no-untyped-def]
+    def run(cls, coro):
         return asyncio.run_coroutine_threadsafe(coro, cls.get()).result()
 
     @staticmethod

@@ -27,7 +27,6 @@ from obstore.store import LocalStore
 
 from treadle.errors import CredentialsError, NotFound, StorageError
 from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
-from treadle.storage.errors import ShortObject, missing_object, store_error
 from treadle.storage.forks import claim
 from treadle.storage.loop import _Loop
 from treadle.storage.retry import (
@@ -37,6 +36,7 @@ from treadle.storage.retry import (
     _transient,
     _with_retries,
 )
+from treadle.storage.store_errors import ShortObject, missing_object, store_error
 
 
 def default_root() -> str:

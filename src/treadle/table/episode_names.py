@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treadle.table.episode_store import FragmentRuns, fragment_key, fragment_runs, fragments
+
+if TYPE_CHECKING:
+    from treadle.table.table import TableSource
 
 
 class EpisodeNames:
@@ -37,7 +40,9 @@ class EpisodeNames:
             known = self._tables.setdefault(table, {})
             known.update((key, frozenset(runs.names)) for key, runs in stored.items())
 
-    def taken(self, project: Any, table: str, ds: Any, wanted: Iterable[str], where: str) -> list:
+    def taken(
+        self, project: TableSource, table: str, ds: Any, wanted: Iterable[str], where: str
+    ) -> list:
         """Those of ``wanted`` that version ``ds`` of time-indexed table ``table`` holds,
         sorted; ``where`` names the version in errors about its stored index."""
         wanted = set(wanted)

@@ -28,15 +28,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from treadle import layout
+from treadle.concurrency import CONCURRENCY
 from treadle.errors import CorruptData, NotFound
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, episode_runs
 from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
-    from treadle.table.table import Table
+    from treadle.table.table import Table, TableSource
 
 FORMAT = 1
-_THREADS = 8  # fragment objects fetched at once (an object store answers each in ~ms)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def fragment_key(prefix: str, table: str, meta: Any) -> str:
     stem = _file(meta)
     dele = meta.deletion_file
     tail = "" if dele is None else f"-d{dele.read_version}-{dele.id}"
-    return f"{prefix}/episodes/{table}/{stem}{tail}.json"
+    return layout.episodes_key(prefix, table, f"{stem}{tail}")
 
 
 def scan_fragment(fragment: Any, where: str) -> FragmentRuns:
@@ -116,12 +117,12 @@ def scan_fragment(fragment: Any, where: str) -> FragmentRuns:
     return FragmentRuns(file, len(frames), first, idx.names, idx.lengths.tolist())
 
 
-def fragment_runs(project: Any, name: str, fragment: Any, where: str) -> FragmentRuns:
+def fragment_runs(project: TableSource, name: str, fragment: Any, where: str) -> FragmentRuns:
     """The stored runs of one fragment of table ``name`` (checked against the fragment),
     computed from the fragment alone and stored when it has none; ``where`` names the
     table version."""
     meta = fragment.metadata
-    store = project.client.store
+    store = project.store
     key = fragment_key(project.prefix, name, meta)
     rows = meta.physical_rows - meta.num_deletions
     obj = f"{where}: episode index {key}"
@@ -150,7 +151,9 @@ def _all_runs(table: Table) -> list[FragmentRuns]:
     frags = fragments(table.dataset, where)
     if len(frags) <= 1:
         return [fragment_runs(table.project, table.name, f, where) for f in frags]
-    with ThreadPoolExecutor(min(_THREADS, len(frags)), thread_name_prefix="treadle-ep") as pool:
+    with ThreadPoolExecutor(
+        min(CONCURRENCY.episode_index_threads, len(frags)), thread_name_prefix="treadle-ep"
+    ) as pool:
         return list(pool.map(lambda f: fragment_runs(table.project, table.name, f, where), frags))
 
 
@@ -176,7 +179,7 @@ def join_runs(parts: list[FragmentRuns], where: str) -> EpisodeIndex:
         lengths.extend(p.lengths[k:])
     if len(set(names)) != len(names):
         seen: set[str] = set()
-        twice = next(n for n in names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
+        twice = next(n for n in names if n in seen or seen.add(n))
         raise CorruptData(
             f"{where}: episode {twice!r} (column {EPISODE!r}) is used for two episodes; "
             "episode names must be unique in a table"
@@ -202,7 +205,7 @@ def compute_episode_index(table: Table) -> EpisodeIndex:
 
 
 def store_episode_index(
-    project: Any, name: str, version: int, base: int | None
+    project: TableSource, name: str, version: int, base: int | None
 ) -> dict[str, FragmentRuns]:
     """Store the runs of the fragments of table ``name`` at ``version`` that its ``base``
     version lacks (a commit's new and compacted fragments; scanned from those fragments
@@ -219,7 +222,7 @@ def store_episode_index(
             fragment_key(prefix, name, f.metadata)
             for f in fragments(project.open_dataset(name, base), where)
         }
-    store = project.client.store
+    store = project.store
     stored: dict[str, FragmentRuns] = {}
     for f in fragments(ds, where):
         key = fragment_key(prefix, name, f.metadata)

@@ -11,17 +11,12 @@ made-up boundaries.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from treadle.errors import CorruptData, TreadleError
-from treadle.table.lanceerror import lance_error
-
-if TYPE_CHECKING:
-    from treadle.table.table import Table
+from treadle.errors import TreadleError
 
 EPISODE = "episode"
 FRAME = "frame"
@@ -103,14 +98,3 @@ def episode_runs(
             )
         first[name] = int(start)
     return EpisodeIndex(names, starts, lengths)
-
-
-def scan_episode_index(table: Table) -> EpisodeIndex:
-    """The episode index of a time-indexed pinned table from a scan of its whole
-    ``episode``/``frame`` columns (what the stored index is checked against)."""
-    try:
-        cols = table.dataset.to_table(columns=[EPISODE, FRAME])
-    except (OSError, pa.ArrowException) as e:
-        raise lance_error(e, f"reading the episodes of {table!r}") from None
-    where = f"table {table.name!r} of project {table.project.name!r} (v{table.version})"
-    return episode_runs(cols.column(EPISODE), cols.column(FRAME), where, CorruptData)

@@ -8,7 +8,7 @@ expired commit, a project that does not exist, a damaged version gc stops on.
 from __future__ import annotations
 
 from treadle.errors import CredentialsError, NotFound, StorageError, TreadleError
-from treadle.storage.errors import first_line, missing_bucket
+from treadle.storage.store_errors import first_line, missing_bucket
 
 
 def lance_error(e: BaseException, where: str) -> TreadleError:

@@ -4,28 +4,32 @@ kept as given beside the version's own statistics."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treadle import layout
 from treadle.errors import NotFound
 
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
-def _key(table: Any) -> str:
-    return f"{table.project.prefix}/stats/{table.name}/v{table.version}/source.json"
+
+def _key(table: Table) -> str:
+    return layout.source_stats_key(table.project.prefix, table.name, table.version)
 
 
-def put_source_stats(table: Any, columns: dict[str, dict[str, Any]], source: str) -> None:
+def put_source_stats(table: Table, columns: dict[str, dict[str, Any]], source: str) -> None:
     """Keep ``{column: {"mean": [...], ...}}`` from ``source`` beside this version's stats."""
     body = {"source": source, "columns": columns}
-    table.project.client.store.put(_key(table), json.dumps(body, sort_keys=True).encode())
+    table.project.store.put(_key(table), json.dumps(body, sort_keys=True).encode())
 
 
-def source_stats(table: Any) -> dict[str, dict[str, Any]]:
+def source_stats(table: Table) -> dict[str, dict[str, Any]]:
     """What :func:`put_source_stats` kept for this version: ``{column: {field: array}}``
     plus ``"source"`` in each entry ({} when the source had none)."""
     try:
-        body = json.loads(table.project.client.store.get(_key(table)))
+        body = json.loads(table.project.store.get(_key(table)))
     except NotFound:
         return {}
     return {

@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from treadle.errors import PlanError
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
 
 _SCALE = float(2**64)
 
@@ -20,7 +23,7 @@ def _unit(name: str, seed: int) -> float:
 
 
 def split_episodes(
-    table: Any, fractions: Mapping[str, float], seed: int = 0
+    table: Table, fractions: Mapping[str, float], seed: int = 0
 ) -> dict[str, list[str]]:
     """Split a table's episodes: ``{"train": 0.9, "val": 0.1}`` -> ``{"train": [...], ...}``.
 

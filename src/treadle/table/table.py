@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import NotFound
-from treadle.table.episode_store import compute_episode_index
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
 from treadle.table.lanceerror import lance_error
@@ -34,19 +33,20 @@ __all__ = [
     "ScanRequest",
     "Table",
     "TableSource",
-    "compute_episode_index",
 ]
 
 if TYPE_CHECKING:
     import lance
 
+    from treadle.storage import Store
+
 
 StatsFunction = Callable[..., dict[str, Any]]
-_STATS: StatsFunction | None = None
+_STATS: StatsFunction  # set by ``import treadle``, which runs before any ``treadle.*`` module
 
 
 def compute_stats_with(fn: StatsFunction) -> None:
-    """Set what :meth:`Table.stats` computes with (``treadle.read.stats.table_stats``).
+    """Set what :meth:`Table.stats` computes with (``treadle.stats.table_stats.table_stats``).
 
     Statistics decode video, which the read layer above this one does; the package root
     (``treadle/__init__.py``, imported before any ``treadle.*`` module) wires it, so
@@ -57,9 +57,15 @@ def compute_stats_with(fn: StatsFunction) -> None:
 
 
 class TableSource(Protocol):
-    """Where a :class:`Table`'s versions come from (a :class:`treadle.Project`)."""
+    """Where a :class:`Table`'s versions come from (a :class:`treadle.Project`): what a
+    table and the modules reading it (its stored episode index, statistics, fixed-width
+    reads) use of its project, and nothing more."""
 
     name: str
+    prefix: str  # the project's key prefix (treadle.layout.project_prefix)
+
+    @property
+    def store(self) -> Store: ...
 
     def table_uri(self, name: str) -> str: ...
 
@@ -175,11 +181,9 @@ class Table:
         executor: Any = None,
     ) -> dict[str, Any]:
         """Normalisation statistics ``{column: td.ColumnStats}`` of this version, computed
-        once and kept in the project (:mod:`treadle.read.stats` says how, and how exact).
+        once and kept in the project (:mod:`treadle.stats.table_stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
         tasks, a group of fragments each, and merged here (video stays in this process)."""
-        if _STATS is None:
-            raise RuntimeError("treadle's statistics are wired by the package root (treadle)")
         return _STATS(self, columns, where=where, frames=frames, seed=seed, executor=executor)
 
     def source_stats(self) -> dict[str, dict[str, Any]]:

@@ -1,9 +1,9 @@
 """The delivery loop both loaders share: exact steps -> samples -> reader -> transform ->
-tensors (:mod:`treadle.torch.steps`), in a background thread or in worker processes.
+tensors (:mod:`treadle.torch.device_steps`), in a background thread or in worker processes.
 
 ``workers=0`` runs it on one thread up to ``prefetch`` steps ahead
 (:func:`treadle.read.prefetch.prefetch`); ``workers=N`` runs it in N worker processes
-(:mod:`treadle.torch.processes`), worker ``k`` taking steps ``start+k, start+k+N, ...``,
+(:mod:`treadle.workers.processes`), worker ``k`` taking steps ``start+k, start+k+N, ...``,
 their batches handed over through shared-memory slots and taken back in step order.
 """
 
@@ -13,21 +13,24 @@ import atexit
 import itertools
 import os
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from typing import Any
 
 import numpy as np
 import torch
 
+from treadle.concurrency import CONCURRENCY
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
 from treadle.read.prefetch import prefetch
+from treadle.read.steps import read_steps
 from treadle.torch.convert import to_torch
+from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
-from treadle.torch.processes import Job, check_workers, read_in_processes
-from treadle.torch.steps import Sampler, finish_for, plan_reader, read_steps
+from treadle.workers.processes import Job, check_workers, read_in_processes
+from treadle.workers.processes import context as worker_context
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
 
@@ -62,7 +65,7 @@ def _close_at_exit(it: Iterator[Any]) -> None:
 def _close_open() -> None:
     for it in list(_OPEN):
         with suppress(ValueError):  # one running on another thread ends with its thread
-            it.close()  # type: ignore[attr-defined]
+            it.close()
 
 
 def _whole(value: Any, name: str, least: int) -> int:
@@ -78,7 +81,8 @@ class StepLoader:
     """What ``TrainLoader`` and ``EvalLoader`` share: options, resume step, iteration.
 
     Subclasses set :attr:`sampler` (a module-level function, so workers can rebuild it) and
-    :attr:`label` (how errors name a step), and call :meth:`_setup`.
+    :attr:`label` (how errors name a step), and call this constructor with a function that
+    makes their plan: with ``workers``, the process server starts importing first.
     """
 
     sampler: Sampler
@@ -86,9 +90,12 @@ class StepLoader:
     plan: Plan
     steps: int | None
 
-    def _setup(self, plan: Plan, device: str | torch.device, rank: int | None,
-               world_size: int | None, prefetch: int, workers: int, video_threads: int | None,
-               transform: Transform | None) -> None:  # fmt: skip
+    def __init__(self, make_plan: Callable[[], Plan], *, device: str | torch.device,
+                 rank: int | None, world_size: int | None, prefetch: int, workers: int,
+                 video_threads: int | None, transform: Transform | None) -> None:  # fmt: skip
+        if isinstance(workers, int) and workers > 0:
+            worker_context()  # the process server imports while the plan is made
+        plan = make_plan()
         d_rank, d_world = default_rank_world()
         self.rank = d_rank if rank is None else int(rank)
         self.world_size = d_world if world_size is None else int(world_size)
@@ -97,9 +104,8 @@ class StepLoader:
         check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
         plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
         check_transform(transform, workers)
-        # PyAV decodes without the GIL: one decode thread per core (per worker process).
         if video_threads is None:
-            video_threads = 1 if workers else min(4, os.cpu_count() or 1)
+            video_threads = CONCURRENCY.video_threads(workers)
         video_threads = _whole(video_threads, "video_threads", 1)
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -155,8 +161,9 @@ class StepLoader:
 
     def _thread(self) -> Iterator[dict[str, Any]]:
         reader = plan_reader(self.plan, self.video_threads, self.device)
+        finish = finish_for(self.plan, self.transform, self.label)
         batches = read_steps(self.plan, self.sampler, reader, self._steps(), self.rank,
-                             self.world_size, self.transform, self.label)  # fmt: skip
+                             self.world_size, finish)  # fmt: skip
         return prefetch(batches, self.prefetch, close=reader.close)
 
     def _processes(self) -> Iterator[dict[str, Any]]:

@@ -27,7 +27,6 @@ from treadle.read.steps import EvalSamples, eval_positions, eval_samples
 from treadle.torch.delivery import StepLoader
 from treadle.torch.hook import Transform
 from treadle.torch.loader import check_state
-from treadle.torch.processes import context as worker_context
 
 __all__ = ["EvalLoader", "EvalSamples", "eval_positions", "eval_samples", "eval_steps"]
 
@@ -38,6 +37,20 @@ def eval_steps(batch_size: int, rank: int, world: int, total: int) -> int:
     """Batches rank ``rank`` reads in one pass: ``ceil(total / batch_size)``, the same on every
     rank (``rank`` and ``world`` do not change it)."""
     return -(-total // batch_size)
+
+
+def _eval_plan(component: Component | Plan, batch_size: int | None, seed: int) -> Plan:
+    if isinstance(component, Plan):
+        plan = component
+    elif isinstance(component, Component):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise PlanError(f"EvalLoader batch_size must be an integer, got {batch_size!r}")
+        plan = Recipe(seed=seed, batch_size=int(batch_size), components=[component]).plan()
+    else:
+        raise PlanError(f"EvalLoader takes a td.Component, got {type(component).__name__}")
+    if plan.num_components != 1:
+        raise PlanError(f"an eval plan has one component, this one has {plan.num_components}")
+    return plan
 
 
 class EvalLoader(StepLoader):
@@ -66,19 +79,10 @@ class EvalLoader(StepLoader):
         video_threads: int | None = None,
         seed: int = 0,
     ):
-        if isinstance(workers, int) and workers > 0:
-            worker_context()  # the process server imports while the plan is made
-        if isinstance(component, Plan):
-            plan = component
-        elif isinstance(component, Component):
-            if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-                raise PlanError(f"EvalLoader batch_size must be an integer, got {batch_size!r}")
-            plan = Recipe(seed=seed, batch_size=int(batch_size), components=[component]).plan()
-        else:
-            raise PlanError(f"EvalLoader takes a td.Component, got {type(component).__name__}")
-        if plan.num_components != 1:
-            raise PlanError(f"an eval plan has one component, this one has {plan.num_components}")
-        self._setup(plan, device, rank, world_size, prefetch, workers, video_threads, transform)
+        super().__init__(lambda: _eval_plan(component, batch_size, seed), device=device,
+                         rank=rank, world_size=world_size, prefetch=prefetch, workers=workers,
+                         video_threads=video_threads, transform=transform)  # fmt: skip
+        plan = self.plan
         self.num_moments = plan.eligible(0)
         self.steps = eval_steps(plan.batch_size, self.rank, self.world_size, self.num_moments)
 

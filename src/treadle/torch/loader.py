@@ -2,7 +2,7 @@
 
 A thin adapter: step ``k``'s samples are ``plan.batch(k, rank, world_size)``; the shared
 delivery loop (:mod:`treadle.torch.delivery`) hands the reader
-(:class:`treadle.read.reader.SampleReader`) exactly the steps to deliver and decides
+(:class:`treadle.read.sample_reader.SampleReader`) exactly the steps to deliver and decides
 *where* that work runs:
 
 - ``workers=0``: one background thread reads up to ``prefetch`` steps ahead into a
@@ -11,7 +11,7 @@ delivery loop (:mod:`treadle.torch.delivery`) hands the reader
   the hardware can (``treadle.gpu.select_backend``), else on the CPU with a one-time
   warning; the same frames either way.
 - ``workers=N``: N worker processes forked from a preloaded server (not from this process:
-  Lance is not fork-safe; :mod:`treadle.torch.processes`); worker ``k`` reads steps
+  Lance is not fork-safe; :mod:`treadle.workers.processes`); worker ``k`` reads steps
   ``start+k, start+k+N, ...`` and hands each batch over through a reused shared-memory
   slot; the loader takes them back in step order. Use it when decode needs more than one
   core (PyAV decode does not run in parallel across Python threads).
@@ -35,11 +35,20 @@ from treadle.read.columns import output_columns
 from treadle.read.steps import train_samples
 from treadle.torch.delivery import StepLoader, default_rank_world
 from treadle.torch.hook import Transform
-from treadle.torch.processes import context as worker_context
 
 __all__ = ["TrainLoader", "default_rank_world", "train_samples"]
 
 _STATE_KEYS = {"record", "step"}
+
+
+def _train_plan(recipe_or_plan: Recipe | Plan) -> Plan:
+    if isinstance(recipe_or_plan, Recipe):
+        return recipe_or_plan.plan()
+    if isinstance(recipe_or_plan, Plan):
+        return recipe_or_plan
+    raise PlanError(
+        f"TrainLoader takes a td.Recipe or td.Plan, got {type(recipe_or_plan).__name__}"
+    )
 
 
 class TrainLoader(StepLoader):
@@ -70,21 +79,13 @@ class TrainLoader(StepLoader):
         video_threads: int | None = None,
         transform: Transform | None = None,
     ):
-        if isinstance(workers, int) and workers > 0:
-            worker_context()  # the process server imports while the plan is made
-        if isinstance(recipe_or_plan, Recipe):
-            plan = recipe_or_plan.plan()
-        elif isinstance(recipe_or_plan, Plan):
-            plan = recipe_or_plan
-        else:
-            raise PlanError(
-                f"TrainLoader takes a td.Recipe or td.Plan, got {type(recipe_or_plan).__name__}"
-            )
-        self._setup(plan, device, rank, world_size, prefetch, workers, video_threads, transform)
+        super().__init__(lambda: _train_plan(recipe_or_plan), device=device, rank=rank,
+                         world_size=world_size, prefetch=prefetch, workers=workers,
+                         video_threads=video_threads, transform=transform)  # fmt: skip
         if steps is not None and (int(steps) < 0):
             raise PlanError(f"steps must be >= 0, got {steps}")
         self.steps = None if steps is None else int(steps)
-        self._columns = output_columns(plan)  # fail now on components that cannot stack
+        self._columns = output_columns(self.plan)  # fail now on components that cannot stack
 
     # -- resume ------------------------------------------------------------------------
     @property

@@ -27,7 +27,7 @@ import torch
 from treadle.errors import PlanError
 from treadle.plan.permute import Domain, Domains, derive_key, permute
 from treadle.read.columns import moment_columns
-from treadle.read.reader import SampleArrays, SampleReader
+from treadle.read.sample_reader import SampleArrays, SampleReader
 from treadle.table.table import ScanRequest
 from treadle.torch.convert import to_torch
 from treadle.torch.delivery import default_rank_world

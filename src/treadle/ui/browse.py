@@ -9,12 +9,15 @@ table is served in pages (``offset``, ``limit``), never as a whole.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from treadle.ui.html import crumbs, esc, link, page, safe_root, table, url, when
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
 
 PAGE = 100
 """Episodes per page of a table's episode list (the largest ``limit`` a request may ask)."""
@@ -31,7 +34,7 @@ def projects_page(client: Any) -> str:
     return page("projects", body, nav=crumbs())
 
 
-def _changed(project: Any, commit: Any) -> str:
+def _changed(project: Project, commit: Any) -> str:
     """The tables whose version differs from the first parent's (``name v2 -> v3``)."""
     before: dict[str, int] = {}
     if commit.parents:

@@ -17,8 +17,8 @@ from treadle.errors import NotFound
 from treadle.names import check_name
 from treadle.ui.browse import numeric_columns
 from treadle.ui.html import crumbs, esc, link, page, url
-from treadle.video.layout import index_from_arrow
-from treadle.video.reader import VideoReader
+from treadle.video.column_layout import index_from_arrow
+from treadle.video.cpu_reader import VideoReader
 
 MAX_DIMS = 16
 """Dimensions plotted per tensor column (the first ones; the page says how many exist)."""

@@ -16,14 +16,19 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
 
+from treadle import layout
 from treadle.errors import CorruptData, NotFound
 from treadle.storage.store import RangeRequest
 from treadle.video.nal import NAL_PPS, NAL_SPS, iter_nal_units
+
+if TYPE_CHECKING:
+    from treadle.storage import Store
+    from treadle.table.table import Table
 
 _PACKET_FIELDS = ["stream", "offset", "size", "key", "decode", "width", "height", "fps"]
 
@@ -42,7 +47,7 @@ class EpisodeVideo:
     fps: float
 
 
-def episode_video(table: Any, column: str, start: int, length: int) -> EpisodeVideo:
+def episode_video(table: Table, column: str, start: int, length: int) -> EpisodeVideo:
     """Read the index rows of frames ``start .. start+length`` of ``column`` (one take)."""
     if column not in table.video_columns:
         raise NotFound(f"table {table.name!r} has no video column {column!r}")
@@ -56,7 +61,7 @@ def episode_video(table: Any, column: str, start: int, length: int) -> EpisodeVi
             f"{len(keys)} streams; one episode's frames must come from one stream"
         )
     return EpisodeVideo(
-        key=f"{table.project.prefix}/{keys.pop()}",
+        key=layout.under(table.project.prefix, keys.pop()),
         offset=arr["offset"].astype(np.int64),
         size=arr["size"].astype(np.int64),
         keyframe=arr["key"].astype(bool),
@@ -67,7 +72,7 @@ def episode_video(table: Any, column: str, start: int, length: int) -> EpisodeVi
     )
 
 
-def _packets(store: Any, video: EpisodeVideo) -> list[bytes]:
+def _packets(store: Store, video: EpisodeVideo) -> list[bytes]:
     """The episode's packets in decode order (one ranged read of their byte span)."""
     start, end = int(video.offset.min()), int((video.offset + video.size).max())
     data = store.get_ranges([RangeRequest(video.key, start, end)])[0]
@@ -87,7 +92,7 @@ def _extradata(packets: list[bytes]) -> bytes:
     raise CorruptData("the episode's stream has no SPS/PPS: it cannot be played")
 
 
-def to_mp4(store: Any, video: EpisodeVideo) -> bytes:
+def to_mp4(store: Store, video: EpisodeVideo) -> bytes:
     """The episode as a faststart MP4 of the stored packets (no decode, no encode)."""
     packets = _packets(store, video)
     display = np.empty(len(packets), np.int64)

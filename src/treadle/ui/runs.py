@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -20,6 +20,9 @@ from treadle.plan.card import kept_text, render_card, share_text, windows_text
 from treadle.plan.plan import Plan
 from treadle.plan.record import RunRecord
 from treadle.ui.html import crumbs, esc, link, page, table, url
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
 
 _RUN_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -31,7 +34,7 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def _record_tables(project: Any, commit: Any) -> list[Any]:
+def _record_tables(project: Project, commit: Any) -> list[Any]:
     out = []
     for name, version in sorted(commit.tables.items()):
         tab = project.table_at(name, version, commit.id)
@@ -48,7 +51,7 @@ def _record(text: str | None) -> RunRecord | None:
         return None
 
 
-def find_runs(project: Any) -> dict[str, dict[str, Any]]:
+def find_runs(project: Project) -> dict[str, dict[str, Any]]:
     """``{run_id: {"record": RunRecord, "where": [...], "steps": [...]}}`` of every branch."""
     runs: dict[str, dict[str, Any]] = {}
     for branch in project.branches():

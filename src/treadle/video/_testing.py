@@ -65,11 +65,11 @@ def make_mp4(
     return buf.getvalue()
 
 
-def store_stream(root: str, stream, table: str = "grasps", data: bytes | None = None):  # type: ignore[no-untyped-def]
+def store_stream(root: str, stream, table: str = "grasps", data: bytes | None = None):
     """Put ``stream`` (or other ``data`` in its place) under ``projects/p/`` of a new local
     store at ``root``, as a table write would; returns ``(store, key, index)``."""
     from treadle.storage import Store
-    from treadle.video.layout import index_from_arrow, index_to_arrow
+    from treadle.video.column_layout import index_from_arrow, index_to_arrow
 
     store = Store.open(root, create=True)
     key = stream.media_key(table)

@@ -4,7 +4,7 @@ Output: H.264 Annex-B, yuv420p, SPS/PPS before every keyframe. Our own encodes a
 tagged BT.601 limited range and use a fixed keyframe interval, closed GOPs and no
 B-frames; remuxed H.264 keeps whatever the file had (B-frames, open GOPs, its colour
 tags) and the index records it exactly, colour tags included
-(:mod:`treadle.video.colour`; the remux itself is :mod:`treadle.video.remux`).
+(:mod:`treadle.video.colour_tags`; the remux itself is :mod:`treadle.video.remux`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import io
 import itertools
 import os
 from collections.abc import Iterable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import av
@@ -21,7 +22,7 @@ from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
 from treadle.errors import VideoError
-from treadle.video.colour import check_matrix, sws_color_range, sws_colorspace
+from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
 from treadle.video.remux import TrimmedByEditList, check_decodes, container_fps, remux_h264
 from treadle.video.stream import (
     COLOUR_TAGS,
@@ -249,3 +250,19 @@ def _decoded(container: Any, stream: Any, label: str) -> Iterator[av.VideoFrame]
     except av.FFmpegError as e:
         name = stream.codec_context.name if stream.codec_context else "video"
         raise VideoError(f"video {label}: cannot decode {name}: {e}") from None
+
+
+def probe_stream() -> bytes:
+    """A tiny H.264 Annex-B stream (2 frames of 64x64, grey levels 0 and 80), encoded with
+    the bundled libx264: what the fast-path probes (:func:`treadle.info`, NVDEC's) decode."""
+    ctx: Any = av.CodecContext.create("libx264", "w")
+    ctx.width, ctx.height, ctx.pix_fmt = 64, 64, "yuv420p"
+    ctx.time_base = Fraction(1, 30)
+    ctx.options = {"x264-params": "annexb=1:repeat-headers=1:bframes=0"}
+    out = b""
+    for i in range(2):
+        f = av.VideoFrame.from_ndarray(np.full((64, 64, 3), 80 * i, np.uint8), format="rgb24")
+        f = f.reformat(format="yuv420p")
+        f.pts = i
+        out += b"".join(bytes(p) for p in ctx.encode(f))
+    return out + b"".join(bytes(p) for p in ctx.encode(None))

@@ -1,6 +1,6 @@
 """Fetch and verify: the stage both video readers (CPU and GPU) start from.
 
-A batch of :class:`WindowRequest` is planned (:func:`~treadle.video.window.plan_window`),
+A batch of :class:`WindowRequest` is planned (:func:`~treadle.video.window_plan.plan_window`),
 its byte ranges are read with one coalesced ``get_ranges``, and each window comes out as
 a :class:`FetchedWindow`: its request, plan and bytes. :meth:`FetchedWindow.verify`
 checks the bytes' length and every packet's crc32 against the index; the readers call it
@@ -18,10 +18,10 @@ import numpy as np
 
 from treadle.errors import CorruptData, NotFound, StorageError, VideoError
 from treadle.storage import RangeRequest, Store
-from treadle.storage.errors import ShortObject
-from treadle.video.frames import FrameSpec
+from treadle.storage.store_errors import ShortObject
+from treadle.video.frame_spec import FrameSpec
 from treadle.video.stream import StreamIndex
-from treadle.video.window import WindowPlan, plan_window
+from treadle.video.window_plan import WindowPlan, plan_window
 
 
 def where_text(where: tuple[str, str, str] | str | None) -> str:
@@ -41,8 +41,8 @@ class WindowRequest:
     ``key`` is the stream object's key relative to the reader's ``prefix`` (for a table
     column, the ``stream`` field, e.g. ``media/<table>/<sha>.h264``, with
     ``prefix="projects/<project>"``). ``index`` is the episode's whole index
-    (:func:`treadle.video.layout.index_from_arrow`). ``spec`` is a ``td.Video`` or a
-    :class:`~treadle.video.frames.FrameSpec`. ``where`` = (table, episode, column) names
+    (:func:`treadle.video.column_layout.index_from_arrow`). ``spec`` is a ``td.Video`` or a
+    :class:`~treadle.video.frame_spec.FrameSpec`. ``where`` = (table, episode, column) names
     the window in errors. ``out``, when given, is filled in place (of the spec's shape
     and dtype, e.g. a slice of the batch buffer).
     """

@@ -137,7 +137,7 @@ def _libs() -> tuple[Any, Any, Any] | str:
             return f"PyAV's bundled {name} is not one file in {root} (found {len(so)})"
         found.append(so[0])
     try:
-        return tuple(ctypes.CDLL(p) for p in found)  # type: ignore[return-value]
+        return tuple(ctypes.CDLL(p) for p in found)
     except OSError as e:
         return f"PyAV's bundled FFmpeg libraries do not load ({e})"
 

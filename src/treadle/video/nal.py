@@ -4,7 +4,7 @@ splits H.264 into NAL units uses this module.
 
 The SPS parser follows ITU-T H.264 7.3.2.1.1 (sequence parameter set) and E.1.1 (VUI) up
 to the chroma location; it reports what the stream *says*, with ``None`` for the VUI
-fields it leaves out (what that means is :mod:`treadle.video.colour`'s business).
+fields it leaves out (what that means is :mod:`treadle.video.colour_tags`'s business).
 """
 
 from __future__ import annotations
@@ -92,11 +92,6 @@ def avcc_params(extradata: bytes) -> tuple[int, list[bytes]] | None:
 def nal_units(data: bytes) -> list[tuple[int, bytes]]:
     """(type, unit bytes without start code) for each NAL of an Annex-B buffer."""
     return list(iter_nal_units(data))
-
-
-def nal_types(data: bytes) -> list[int]:
-    """NAL unit types of an Annex-B buffer, in order (a write-time check, not a read path)."""
-    return [t for t, _ in nal_units(data)]
 
 
 @dataclass(frozen=True)
@@ -218,7 +213,7 @@ def parse_sps(nal: bytes) -> Sps:
     width, height = coded_w - crop[0] - crop[1], coded_h - crop[2] - crop[3]
     vui = _vui(b) if b.u(1) else {}  # vui_parameters_present_flag
     size = (width, height, chroma_format_idc, bit_depth, coded_w, coded_h)
-    return Sps(profile, *size, crop, **vui)  # type: ignore[arg-type]
+    return Sps(profile, *size, crop, **vui)
 
 
 def _vui(b: _Bits) -> dict[str, int | bool]:

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from treadle.video import ffmpeg
+from treadle.video.outputs import WindowOutputs
 from treadle.video.sws import DirectScaler
-from treadle.video.window import WindowPlan
+from treadle.video.window_plan import WindowPlan
 
 AVERROR_INVALIDDATA = -0x41444E49
 
@@ -57,23 +58,21 @@ class NativeLoop:
         ctx: int,
         data: Any,
         plan: WindowPlan,
-        slots: dict[int, list[int]],
+        outputs: WindowOutputs,
         out: np.ndarray,
         scaler: dict[str, Any],
         direct: DirectScaler,
-        source: tuple[int, int] | None = None,
     ) -> None:
         """Decode ``plan``'s packets of ``data`` on the context at ``ctx`` into ``out``
-        (C-contiguous uint8 ``[T, H, W, 3]``), popping each output frame's ``slots``.
-        A wanted frame not of ``source``'s (height, width) falls back (PyAV's path names
-        it). Raises :class:`Fallback` or :class:`NativeError`; the context is then
-        mid-window (the caller flushes or drops it)."""
+        (C-contiguous uint8 ``[T, H, W, 3]``), each output frame where ``outputs`` puts
+        it. A wanted frame not of the index's size falls back (PyAV's path names it).
+        Raises :class:`Fallback` or :class:`NativeError`; the context is then mid-window
+        (the caller flushes or drops it)."""
         src = np.frombuffer(data, np.uint8)  # any buffer; held while FFmpeg reads it
         base, pv = src.ctypes.data, self._pv
         send = self.api.send_packet
         step = out[0].nbytes if len(out) else 0
-        wh = source[::-1] if source is not None else None  # as the frame holds them
-        target = (out, out.ctypes.data, step, slots, scaler, direct, wh)
+        target = (out, out.ctypes.data, step, outputs, scaler, direct)
         current = -1
         for k, o, s, p in zip(plan.frames.tolist(), plan.rel_offset.tolist(),
                               plan.size.tolist(), plan.pts.tolist()):  # fmt: skip
@@ -90,7 +89,7 @@ class NativeLoop:
         self.api.flush_buffers(ctx)
 
     def _receive(self, ctx: int, target: tuple[Any, ...], current: int) -> None:
-        out, dst0, step, slots, scaler, direct, wh = target
+        out, dst0, step, outputs, scaler, direct = target
         api, frame, fv = self.api, self._frame, self._fv
         recv, unref = api.receive_frame, api.frame_unref
         got = 0
@@ -103,12 +102,12 @@ class NativeLoop:
                     return  # as PyAV: the frames of this packet so far stand
                 raise NativeError(self._text(r, "avcodec_receive_frame"), current)
             got += 1
-            js = slots.pop(fv.pts, None)
+            js = outputs.take(fv.pts)
             if js is None:
                 unref(frame)
-                continue  # warm-up frame (before the window in decode or display order)
+                continue  # warm-up
             dst = dst0 + js[0] * step
-            odd = wh is not None and (fv.width, fv.height) != wh
+            odd = not outputs.size_ok(fv.width, fv.height)
             if odd or direct.verdict(direct.key(fv, dst, scaler)) is not True:
                 unref(frame)
                 raise Fallback("frame configuration not covered")
@@ -116,8 +115,7 @@ class NativeLoop:
             unref(frame)
             if r < 0:
                 raise NativeError(self._text(r, "sws_scale_frame"), current)
-            for j in js[1:]:
-                out[j] = out[js[0]]
+            outputs.copy_repeats(out, js)
 
     def _text(self, code: int, call: str) -> str:
         return f"{self.api.error_text(code)} ({call})"

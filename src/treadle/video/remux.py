@@ -19,7 +19,7 @@ from typing import Any
 import av
 
 from treadle.errors import VideoError
-from treadle.video.colour import check_matrix, describe, stream_tags
+from treadle.video.colour_tags import check_matrix, describe, stream_tags
 from treadle.video.geometry import sps_geometry
 from treadle.video.nal import NAL_PPS, NAL_SPS, nal_units, parse_sps
 from treadle.video.stream import EncodedStream, Packet, StreamMeta, frame_rate, index_packets

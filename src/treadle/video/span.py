@@ -103,7 +103,7 @@ def decode_span(
             f"{where}: video has {got} frames for the episode's {count} rows (no frame at "
             f"{want[missing[0]]:.4f}s for row {missing[0]})"
         )
-    return np.stack(out)  # type: ignore[arg-type]
+    return np.stack(out)
 
 
 def _packets_from(c: Any, stream: Any, start: float, half: float, where: str) -> Iterator[Any]:

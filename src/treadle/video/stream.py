@@ -17,6 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
+from treadle import layout
 from treadle.errors import VideoError
 
 #: Colour tags of streams treadle encodes: BT.601 (SMPTE 170M) matrix, primaries and
@@ -24,7 +25,7 @@ from treadle.errors import VideoError
 #: 16..240: R = 1.164(Y-16) + 1.596(Cr-128), G = 1.164(Y-16) - 0.392(Cb-128) - 0.813(Cr-128),
 #: B = 1.164(Y-16) + 2.017(Cb-128). Other streams keep their own tags, recorded in the
 #: index; both read paths convert each window with its stream's tags
-#: (:mod:`treadle.video.colour`, which also documents the default for untagged streams).
+#: (:mod:`treadle.video.colour_tags`, which also documents the default for untagged streams).
 COLOUR_TAGS = {"colorspace": 6, "color_primaries": 6, "color_trc": 6, "color_range": 1}
 
 
@@ -54,7 +55,7 @@ class StreamIndex:
     ``decode``: the packet's position in decode order; ``crc``: ``zlib.crc32`` of the
     packet bytes, or ``None`` when not recorded (then corruption is caught only by the
     decoder). ``colorspace`` / ``color_range``: the stream's colour tags (FFmpeg
-    AVColorSpace / AVColorRange codes, see :mod:`treadle.video.colour`), ``None`` for
+    AVColorSpace / AVColorRange codes, see :mod:`treadle.video.colour_tags`), ``None`` for
     episodes written before treadle recorded them (then the window's SPS decides).
     """
 
@@ -126,7 +127,7 @@ class EncodedStream:
 
     def media_key(self, table: str) -> str:
         """Project-relative object key for this stream: ``media/<table>/<sha256>.h264``."""
-        return f"media/{table}/{self.sha256}.h264"
+        return layout.media_key(table, self.sha256)
 
     @property
     def num_frames(self) -> int:

@@ -44,7 +44,7 @@ def check_frames(frames: object) -> np.ndarray:
 
 def check_fps(fps: object) -> float:
     try:
-        f = float(fps)  # type: ignore[arg-type]
+        f = float(fps)
     except (TypeError, ValueError):
         raise VideoError(f"fps must be a number, got {fps!r}") from None
     if not math.isfinite(f) or f <= 0:

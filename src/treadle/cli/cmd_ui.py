@@ -1,0 +1,78 @@
+"""``treadle ui`` (the web viewer) and ``treadle show`` (one step of a run, as a file)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from treadle.cli.args import int_at_least
+from treadle.errors import NotFound, TreadleError
+
+
+def _client(args: argparse.Namespace):
+    from treadle.catalog import Client
+
+    return Client(args.root, getattr(args, "storage_options", None) or None)
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from treadle.ui.serve import serve
+
+    serve(_client(args), args.host, args.port, args.token, open_browser=not args.no_open)
+    return 0
+
+
+def _find_run(client, run_id: str, project: str | None):
+    from treadle.ui.runs import Runs, check_run_id
+
+    check_run_id(run_id)
+    runs = Runs(client)
+    names = [project] if project else client.projects()
+    for name in names:
+        if run_id in runs.all(name):
+            return runs.plan(name, run_id)
+    where = f"project {project!r}" if project else "any project of this store"
+    raise NotFound(f"run {run_id!r} is not in {where} (no checkpoint row or saved record)")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from treadle.ui.step import read_step, step_html, step_json
+
+    if args.step is None:
+        raise TreadleError("treadle show: give the step: --step N")
+    if bool(args.out) == bool(args.json):
+        raise TreadleError("treadle show: give exactly one of --out FILE.html and --json")
+    plan = _find_run(_client(args), args.run_id, args.project)
+    view = read_step(plan, args.step, args.rank, args.world_size)
+    if args.json:
+        json.dump(step_json(view), sys.stdout, indent=1)
+        print()
+        return 0
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(step_html(view, inline=True))
+    print(f"wrote {args.out}: run {plan.run_id} step {view.step} rank {view.rank} of "
+          f"{view.world_size}, {len(view.samples)} samples")  # fmt: skip
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ui", help="a read-only web viewer of the store (extra treadle[ui])",
+                       description="A read-only web viewer: projects, branches, tables, episodes "
+                       "(video and plots), runs and the samples of any step.")  # fmt: skip
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; "
+                   "any other needs --token, or one is generated and printed)")  # fmt: skip
+    p.add_argument("--port", type=int_at_least(0), default=8765, help="port (default 8765)")
+    p.add_argument("--token", default=None, help="every request must carry this token")
+    p.add_argument("--no-open", action="store_true", help="do not open a browser")
+    p.set_defaults(func=_cmd_ui)
+    s = sub.add_parser("show", help="the exact samples of one step of a run (HTML or JSON)",
+                       description="The samples of step N of a run, as a self-contained HTML "
+                       "file (frames inlined) or as JSON.")  # fmt: skip
+    s.add_argument("run_id", help="the run id (16 hex digits)")
+    s.add_argument("--step", type=int_at_least(0), default=None, help="the step (required)")
+    s.add_argument("--rank", type=int_at_least(0), default=0, help="rank (default 0)")
+    s.add_argument("--world-size", type=int_at_least(1), default=1, help="ranks (default 1)")
+    s.add_argument("--project", default=None, help="the run's project (default: search all)")
+    s.add_argument("--out", default=None, help="write the step page to this .html file")
+    s.set_defaults(func=_cmd_show)

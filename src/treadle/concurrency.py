@@ -1,0 +1,36 @@
+"""How much treadle does at once, in one place (as Grain's ``ReadOptions``).
+
+Every thread count and look-ahead a module uses when its caller does not give one is a
+field of :data:`CONCURRENCY`; a module never spells its own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """Thread counts and look-ahead (defaults: what the benchmarks settled on)."""
+
+    take_threads: int = 4
+    """Row takes in flight at once in a sample reader (this batch's and the next one's)."""
+    episode_index_threads: int = 8
+    """Stored episode-index objects fetched at once (an object store answers each in ~ms)."""
+    nvdec_streams: int = 4
+    """NVDEC sessions (worker threads, each with its CUDA stream) of a GPU video reader."""
+    max_threads: int = 8
+    """Parallel work when the caller does not say: one thread per core, at most this."""
+    max_video_threads: int = 4
+    """Decode threads of a loader without worker processes: one per core, at most this
+    (PyAV decodes without the GIL); a worker process decodes on one."""
+
+    def default_threads(self) -> int:
+        return max(1, min(self.max_threads, os.cpu_count() or 1))
+
+    def video_threads(self, workers: int) -> int:
+        return 1 if workers else min(self.max_video_threads, os.cpu_count() or 1)
+
+
+CONCURRENCY = Concurrency()

@@ -1,0 +1,310 @@
+"""The reader: the batch of the samples it is handed, one stage at a time.
+
+A :class:`SampleReader` holds no plan. It is given, per component, the pinned table and
+what the component gives (:mod:`treadle.read.columns`), and is then handed samples —
+``(component, moment)`` arrays, or objects with ``.component`` and ``.moment`` such as a
+plan's :class:`~treadle.plan.plan.Batch` — and reads exactly those:
+
+1. **Takes** (:mod:`treadle.read.takes`): per component, one Lance take per set of row
+   columns with the same offsets. :meth:`SampleReader.read_many` runs the takes of the
+   next batch it was handed ahead, on a bounded pool
+   (:func:`treadle.read.prefetch.ordered_map`), while the current one is assembled.
+2. **Video** (:mod:`treadle.read.video_requests`): a request per sample and video column, each
+   decoding into its slice of the preallocated batch buffer; a batch's requests are read
+   together by the video reader. :meth:`SampleReader.prepare` (stream indexes, buffers,
+   the windows' bytes) runs ahead with the next batch's takes, so those reads overlap
+   the current batch's decode; the decode itself runs when the batch is assembled.
+3. **Assembly**: rows written at their slots, the moment-video time axis dropped, and the
+   ids ``_component``, ``_moment``, ``_episode`` (index in its table) and ``_frame``
+   (int64 ``[b]``).
+
+The result is a dict of numpy arrays in slot order (strings and variable-length lists as
+Python lists; device tensors for video an on-device backend decoded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+import numpy as np
+
+from treadle.concurrency import CONCURRENCY
+from treadle.read.buffers import BufferPool
+from treadle.read.columns import (
+    ColumnSpec,
+    mask_columns,
+    pad_columns,
+    present_columns,
+    squeeze_moment_video,
+)
+from treadle.read.fixed import FixedReader
+from treadle.read.prefetch import ordered_map
+from treadle.read.stream_index import StreamIndexes
+from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
+from treadle.read.video_requests import video_requests
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
+    from treadle.video.protocols import FetchingVideoReader, VideoBackend, VideoWindowReader
+
+
+class Samples(Protocol):
+    """What the reader is handed: the samples of one batch, in slot order."""
+
+    component: np.ndarray
+    moment: np.ndarray
+
+
+@dataclass(frozen=True)
+class SampleArrays:
+    """A plain :class:`Samples`: component index and moment row per slot."""
+
+    component: np.ndarray
+    moment: np.ndarray
+
+
+S = TypeVar("S", bound=Samples)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """End of one batch's takes in the read-ahead stream (runs as a no-op take)."""
+
+    samples: Any
+
+
+@dataclass(frozen=True)
+class _Video:
+    """A batch's video stage in the read-ahead stream: runs :meth:`SampleReader.prepare`."""
+
+    samples: Any
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch made ready ahead of its decode: the output dict (video buffers allocated,
+    padding written), its window requests, and their fetched bytes (None when the video
+    reader cannot fetch ahead: it then reads the requests while decoding)."""
+
+    out: dict[str, Any]
+    requests: list[Any]
+    fetched: list[Any] | None
+
+
+class SampleReader:
+    """Reads the batches of the samples it is handed. Drive it from one thread at a time.
+
+    ``tables[c]`` and ``columns[c]`` are component ``c``'s pinned table and output columns
+    (:func:`~treadle.read.columns.output_columns` of a plan, or one table's
+    :func:`~treadle.read.columns.moment_columns`). ``backend`` is a
+    :mod:`treadle.gpu` backend (its video reader decodes, into device tensors when it is
+    on the device); None decodes on the CPU. ``ids=False`` gives only ``_moment``.
+    Fixed-width row columns (numbers, tensors) are read through
+    :class:`~treadle.read.fixed.FixedReader`; ``fixed_columns=False`` reads every row
+    column with a Lance take (the reference path, compared in ``bench/take_paths.py``).
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[Table],
+        columns: list[list[ColumnSpec]],
+        *,
+        video_threads: int = 1,
+        backend: VideoBackend | None = None,
+        ids: bool = True,
+        fixed_columns: bool = True,
+    ):
+        self.tables = list(tables)
+        self.columns = columns
+        self.backend = backend
+        self.ids = ids
+        project = self.tables[0].project
+        store, prefix = project.store, project.prefix
+        self._video: VideoWindowReader
+        if backend is None:
+            from treadle.video import VideoReader
+
+            self._video = VideoReader(store, prefix=prefix, threads=video_threads)
+        else:
+            self._video = backend.video_reader(store, prefix=prefix, threads=video_threads)
+        self._device = backend.device if backend is not None and backend.on_device else None
+        self._streams = StreamIndexes()
+        self._buffers = BufferPool()
+        self._fixed = FixedReader() if fixed_columns else None
+        self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
+        self._pads = pad_columns(columns)
+        self._masks = mask_columns(columns)
+        self._present = present_columns(columns)
+        self._all = [cs for specs in columns for cs in specs]
+        # the takes of one batch at most (every component's groups) and its end marker
+        self._starts: dict[int, np.ndarray] = {}  # per component: first row of each episode
+        self._has_video = any(c.video for c in self._all)
+        self._per_batch = 1 + int(self._has_video) + sum(len(take_groups(cs)) for cs in columns)
+
+    def close(self) -> None:
+        """Stop the video reader (its threads and connections); unmap the row columns."""
+        self._video.close()
+        self._buffers.clear()
+        if self._fixed is not None:
+            self._fixed.close()
+
+    def read(self, component: np.ndarray, moment: np.ndarray) -> dict[str, Any]:
+        """The batch of these (component, moment) samples, in this order."""
+        [(_, out)] = list(self.read_many([SampleArrays(component, moment)]))
+        return out
+
+    def read_many(self, samples: Iterable[S]) -> Iterator[tuple[S, dict[str, Any]]]:
+        """``(samples, batch)`` for each item of ``samples``, in order. While a batch is
+        assembled and decoded, the takes and the video stage (stream indexes, window bytes:
+        :meth:`prepare`) of the next item handed in run ahead (one batch, no more); nothing
+        is read that was not handed in."""
+
+        def stream() -> Iterator[Take | _Video | _Planned]:
+            for s in samples:
+                yield from self.takes(s.component, s.moment)
+                if self._has_video:
+                    yield _Video(s)
+                yield _Planned(s)
+
+        # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
+        # a take 0, and at most one marker beyond the one being delivered is let through).
+        # Takes that read only memory, and the markers, run on this thread (no handoff).
+        ahead = ordered_map(self._run, stream(), threads=CONCURRENCY.take_threads, ahead=2 * self._per_batch + 1,
+                            weight=_is_end, budget=1, inline=_inline)  # fmt: skip
+        taken: list[Taken] = []
+        video: Prepared | None = None
+        for r in ahead:
+            if isinstance(r, _Planned):
+                s = r.samples
+                yield s, self.assemble(s.component, s.moment, taken, video)
+                taken, video = [], None
+            elif isinstance(r, Prepared):
+                video = r
+            else:
+                taken.append(r)
+
+    def takes(self, component: np.ndarray, moment: np.ndarray) -> list[Take]:
+        """Stage 1: the row takes of these samples, per component in order."""
+        out = []
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
+            table, m = self.tables[int(c)], moment[slots]
+            out += [Take(table, g, m, slots, f) for g, f in self._groups[int(c)]]
+        return out
+
+    def prepare(self, component: np.ndarray, moment: np.ndarray) -> Prepared:
+        """Stage 2a: the batch's output dict and video requests (stream indexes looked up,
+        buffers allocated), and the windows' bytes fetched when the video reader can."""
+        b = len(moment)
+        out: dict[str, Any] = {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
+        requests: list[Any] = []
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
+            table, m = self.tables[int(c)], moment[slots]
+            for cs in self.columns[int(c)]:
+                if cs.video and not cs.absent:
+                    requests += video_requests(
+                        table, cs, m, slots, out, b, self._streams, self._device, self._buffers
+                    )
+        self._flags(component, out, b)
+        fetched = None
+        if self._video.fetches_ahead and requests:
+            fetched = cast("FetchingVideoReader", self._video).fetch(requests)
+        return Prepared(out, requests, fetched)
+
+    def assemble(
+        self,
+        component: np.ndarray,
+        moment: np.ndarray,
+        taken: list[Taken],
+        video: Prepared | None = None,
+    ) -> dict[str, Any]:
+        """Stages 2b and 3: the batch from its finished takes and :meth:`prepare` (run here
+        when not given), decoding its video windows."""
+        if video is None:
+            video = self.prepare(component, moment)
+        out = video.out
+        write_taken(taken, out, len(moment))
+        absent_zeros(self.columns, component, out, len(moment), self._device)
+        if video.fetched is not None:
+            cast("FetchingVideoReader", self._video).decode(video.fetched)
+        elif video.requests:
+            self._video.read(video.requests)
+        squeeze_moment_video(out, self._all)
+        self._write_ids(component, moment, out)
+        return out
+
+    def _flags(self, component: np.ndarray, out: dict[str, Any], b: int) -> None:
+        """``<column>_dim_mask`` and ``<column>_is_present`` of a batch (``Component(pad_to=)``,
+        optional columns): per sample, from its component."""
+        component = np.asarray(component, np.int64)
+        for key, (size, real) in self._masks.items():
+            out[key] = np.arange(size)[None, :] < np.asarray(real, np.int64)[component][:, None]
+        for key, present in self._present.items():
+            out[key] = np.asarray(present, np.bool_)[component]
+
+    def _run(self, item: Take | _Video | _Planned) -> Taken | Prepared | _Planned:
+        if isinstance(item, _Video):
+            return self.prepare(item.samples.component, item.samples.moment)
+        return item if isinstance(item, _Planned) else run_take(item)
+
+    def _write_ids(self, component: np.ndarray, moment: np.ndarray, out: dict[str, Any]) -> None:
+        moment = np.asarray(moment, np.int64)
+        if not self.ids:
+            out["_moment"] = moment
+            return
+        component = np.asarray(component, np.int64)
+        episode = np.zeros(len(moment), np.int64)
+        frame = np.zeros(len(moment), np.int64)
+        for c in np.unique(component):
+            slots = np.flatnonzero(component == c)
+            m = moment[slots]
+            starts = self._starts.get(int(c))
+            if starts is None:  # a pinned table's episodes never change: look them up once
+                starts = self._starts[int(c)] = np.asarray(
+                    self.tables[int(c)].episodes().starts, np.int64
+                )
+            e = np.searchsorted(starts, m, side="right") - 1
+            episode[slots], frame[slots] = e, m - starts[e]
+        out["_component"] = component
+        out["_moment"] = moment
+        out["_episode"] = episode
+        out["_frame"] = frame
+
+
+def absent_zeros(
+    columns: list[list[ColumnSpec]], component: np.ndarray, out: dict[str, Any], b: int,
+    device: Any = None,
+) -> None:  # fmt: skip
+    """Zeros at the slots of the samples whose table lacks an optional column (buffers are
+    reused, so every such slot is written; a column no sample has is allocated here)."""
+    for c in np.unique(component):
+        slots = np.flatnonzero(component == c)
+        for cs in columns[int(c)]:
+            if not cs.absent:
+                continue
+            dest = out.get(cs.name)
+            if dest is None and cs.video:
+                spec = cs.spec
+                h, w = spec.size
+                dest = spec.frame.allocate(len(spec.offsets), h, w, batch=b, device=device)
+            elif dest is None:
+                shape, dtype = cs.zeros
+                dest = np.empty((b, *shape), dtype)
+            out[cs.name] = dest
+            if isinstance(dest, np.ndarray):
+                dest[slots] = 0
+            else:  # a device tensor (NVDEC output)
+                import torch
+
+                dest[torch.as_tensor(slots, device=dest.device)] = 0
+
+
+def _is_end(item: Take | _Video | _Planned) -> int:
+    return int(isinstance(item, _Planned))
+
+
+def _inline(item: Take | _Video | _Planned) -> bool:
+    return isinstance(item, _Planned) or (isinstance(item, Take) and cheap(item))

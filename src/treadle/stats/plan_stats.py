@@ -1,0 +1,382 @@
+"""Statistics of what a run trains on: ``plan.stats(...)`` -> ``{column: ColumnStats}``.
+
+**The distribution** is the one the plan draws: each component by its planned share, each
+of its eligible anchors equally (after ``where=``/``episodes=``), each window as the batch
+delivers it (its offsets, ``seconds=`` converted, ``rename=`` names), with padded entries
+left out: window rows a ``pad=True`` spec clamped (``*_is_pad``), the dimensions
+``Component(pad_to=...)`` added, and optional columns a component's table lacks. A value
+at window offset ``o`` of anchor ``a`` of component ``c`` weighs ``share_c / eligible_c``.
+``per_offset=True`` keeps one statistic per window offset (fields ``[T, *D]``);
+``by_component=True`` gives each component's own (unweighted) statistics, keyed by name.
+
+**Exactness.** count, mean, population std, min and max are exact up to float64 rounding
+(~1e-12 relative). Quantiles (``quantiles=``, any tuple; ``q01``/``q99`` always) are
+numpy's weighted ``inverted_cdf`` (``np.quantile(x, q, weights=w, method="inverted_cdf")``):
+exact while no component holds more than ``2k`` rows of one multiplicity (how many windows
+take a row: a ``T``-offset window takes most rows ``T`` times) per offset group,
+``k = max(64, SKETCH_VALUES // elements)`` (``SKETCH_VALUES = 2**21``: ~600,000 rows of a
+7-D column, ~300,000 of a 14-D one); beyond, each keeps the deterministic compactor sketch
+of :mod:`treadle.stats.moments`, whose rank error, as a share of its values, bounds the
+pooled one; ``ColumnStats.rank_error`` holds it in values (0 = exact). A 7-D column of
+1e7 rows taken 10 times each: within 2e-5 of the values; 1e9 rows: 1.1e-4.
+
+**Memory** is bounded whatever the row count: each sketch holds at most ``6k`` items per
+element (``6 * 2**21`` values, 96 MiB, a column), one per offset group and row
+multiplicity (at most ``T`` of them; the multiplicities below ``T``, rows near an
+episode's ends, hold few), plus one read batch (``READ_VALUES``) and the plan's anchor and
+episode tables.
+
+**How.** Rows columns are read in one streamed scan per component (batches of at most
+``READ_VALUES`` values, never all rows resident): each row enters once, weighted by how many
+windows take it unpadded (per offset: whether ``row - offset`` is an anchor of the same
+episode), so a 10-offset window costs about one ``table.stats`` scan, not ten. Video
+columns are sampled as ``table.stats`` samples them: about ``frames`` frames (anchors drawn
+per component by share, a pure function of the plan's seed), decoded to uint8 at the
+spec's size, exact per-channel histograms. ``derive={name: fn}`` runs ``fn`` on the batches
+of every anchor in table order (the batch as delivered, zeros for absent columns); a
+derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` leaves out entries
+padded in the ``*_is_pad`` of that window length of a column ``fn`` reads, the samples
+whose table lacks a column it reads (``*_is_present``), and the dimensions the
+``*_dim_mask`` of its last size of a column it reads marks padded.
+
+**Kept** in the project (``projects/<p>/runstats/<run id>/``), keyed by the run id, each
+table version's identity and the arguments (a derive function by its code, defaults, and
+the values and globals it uses: :func:`treadle.stats.run_cache.code_key`): a second call in
+any process, at any world size or worker count, reads it back.
+A dimension whose std is 0 (or below 1e-12 of its scale, or without values) warns, naming
+the column and the dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import NotFound, PlanError
+from treadle.plan.windows import Video
+from treadle.read.columns import ColumnSpec, output_columns
+from treadle.stats.column_stats import ColumnStats
+from treadle.stats.pooled import HistPart, Part, pool, pool_hist
+from treadle.stats.run_cache import RunCache, code_key, warn_flat
+from treadle.stats.table_stats import READ_VALUES, scan_batches
+from treadle.table.tensors import to_numpy
+
+SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's elements
+DEFAULT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+_ANCHORS = 256  # anchors per read on the batch path (derive=, video)
+_FLAGS = ("_is_pad", "_dim_mask", "_is_present")  # a column's delivery flags in a batch
+_ALGO = 2  # bump when a statistic's definition changes: old kept results are ignored
+
+
+def plan_stats(
+    plan: Any, columns: Sequence[str] | str | None = None, *, per_offset: bool = False,
+    derive: Mapping[str, Callable[[dict[str, Any]], Any]] | None = None,
+    by_component: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES,
+    frames: int = 10_000,
+) -> dict[str, Any]:  # fmt: skip
+    """``Plan.stats``: the statistics of the plan's own distribution (module docstring)."""
+    if plan.record.schedule is not None and not by_component:
+        raise PlanError(
+            f"plan.stats of run {plan.run_id}: its weight schedule changes the mix with the "
+            "step, so no one pooled distribution is the run's; use by_component=True (each "
+            "component's own statistics) and pool them by the shares of the steps you train"
+        )
+    qs = _check_quantiles(quantiles)
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+        raise PlanError(f"plan.stats: frames must be an integer >= 1, got {frames!r}")
+    derived = _check_derive(derive)
+    kinds = _columns(plan, columns, derived)
+    spec = {"algo": _ALGO, "run": plan.run_id, "columns": list(kinds), "kinds": kinds,
+            "per_offset": bool(per_offset), "quantiles": list(qs), "frames": frames,
+            "derive": {n: code_key(f) for n, f in derived.items()}}  # fmt: skip
+    cache = RunCache(plan, spec)
+    got = cache.get()
+    if got is None:
+        got = _compute(plan, kinds, bool(per_offset), derived, qs, frames)
+        cache.put(got)
+    pooled, per = got
+    if by_component:
+        for name, stats in per.items():
+            warn_flat(stats, f"component {name!r}")
+        return per
+    warn_flat(pooled, "the plan")
+    return pooled
+
+
+def _check_quantiles(quantiles: Any) -> tuple[float, ...]:
+    try:
+        qs = [float(q) for q in quantiles]
+    except (TypeError, ValueError):
+        raise PlanError(f"plan.stats: quantiles must be numbers, got {quantiles!r}") from None
+    if not all(0.0 <= q <= 1.0 for q in qs):
+        raise PlanError(f"plan.stats: quantiles must be in [0, 1], got {qs}")
+    return tuple(sorted(set(qs) | {0.01, 0.99}))
+
+
+def _check_derive(derive: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    if derive is None:
+        return {}
+    if not isinstance(derive, Mapping) or not all(
+        isinstance(k, str) and callable(f) for k, f in derive.items()
+    ):
+        raise PlanError(f"plan.stats: derive must be a dict of name -> function, got {derive!r}")
+    return dict(derive)
+
+
+def _columns(plan: Any, columns: Any, derived: dict[str, Any]) -> dict[str, str]:
+    """Each asked column's kind (``rows`` or ``video``), in the order asked."""
+    layout = plan.layout
+    kinds = {}
+    for name, col in layout.items():
+        if col.shape is not None:
+            kinds[name] = "rows"
+        elif any(p.present and p.column in plan.table(c).video_columns
+                 for c, p in enumerate(col.placed)):  # fmt: skip
+            kinds[name] = "video"
+    if columns is None:
+        names = [] if derived else list(kinds)
+    else:
+        names = [columns] if isinstance(columns, str) else list(columns)
+    unknown = [n for n in names if n not in layout]
+    if unknown:
+        raise NotFound(f"plan.stats: the batch has no column(s) {unknown}; it has {list(layout)}")
+    none = [n for n in names if n not in kinds]
+    if none:
+        raise PlanError(f"plan.stats: column(s) {none} have no statistics (not numbers or video)")
+    clash = sorted(set(derived) & set(layout))
+    if clash:
+        raise PlanError(f"plan.stats: derive names {clash} are batch columns; name them apart")
+    return {n: kinds[n] for n in names}
+
+
+def _compute(
+    plan: Any, kinds: dict[str, str], per_offset: bool, derived: dict[str, Any],
+    qs: tuple[float, ...], frames: int,
+) -> tuple[dict[str, ColumnStats], dict[str, dict[str, ColumnStats]]]:  # fmt: skip
+    shares = [float(w) for w in plan.weights]
+    parts: dict[str, list[tuple[float, Any] | None]] = {}
+    for n in [*kinds, *derived]:
+        parts[n] = [None] * plan.num_components
+    for c in range(plan.num_components):
+        a = shares[c] / plan.eligible(c)
+        rows = [n for n, k in kinds.items() if k == "rows" and plan.layout[n].placed[c].present]
+        for n, part in _scan_rows(plan, c, rows, per_offset).items():
+            parts[n][c] = (a, part)
+        for n in [n for n, k in kinds.items() if k == "video"]:
+            if plan.layout[n].placed[c].present:
+                hp = _video_part(plan, c, n, max(1, round(frames * shares[c])))
+                parts[n][c] = (shares[c] / hp.anchors, hp)
+        if derived:
+            for n, part in _derive_parts(plan, c, derived, per_offset).items():
+                parts[n][c] = (a, part)
+    pooled = {n: _pool([p for p in got if p is not None], qs) for n, got in parts.items()}
+    per: dict[str, dict[str, ColumnStats]] = {}
+    for c, name in enumerate(plan.components):
+        per[name] = {}
+        for n, got in parts.items():
+            if got[c] is not None:
+                own = _own(got[c][1])
+                alone = own is got[c][1] and sum(p is not None for p in got) == 1
+                per[name][n] = pooled[n] if alone else _pool([(1.0, own)], qs)  # same values
+    return pooled, per
+
+
+def _own(part: Any) -> Any:
+    """A component's part in its own shape: its real dimensions only (before pad_to)."""
+    if not isinstance(part, Part) or not part.shape:
+        return part
+    lead = math.prod(part.shape[:-1])
+    shape = (*part.shape[:-1], len(part.index) // lead)
+    return Part(shape, np.arange(len(part.index), dtype=np.int64), part.groups)
+
+
+def _pool(parts: list[tuple[float, Any]], qs: tuple[float, ...]) -> ColumnStats:
+    return pool_hist(parts, qs) if isinstance(parts[0][1], HistPart) else pool(parts, qs)
+
+
+# -- rows: one scan per component, each row weighted by the windows that take it ------------
+def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[str, Part]:
+    if not names:
+        return {}
+    table, layout = plan.table(c), plan.layout
+    first, stop = plan.anchor_runs(c)
+    starts = np.asarray(table.episodes().starts, np.int64)
+    placed = {n: layout[n].placed[c] for n in names}
+    offsets = {n: np.asarray(p.spec.offsets if p.spec is not None else [0], np.int64)
+               for n, p in placed.items()}  # fmt: skip
+    parts = {}
+    for n, p in placed.items():
+        groups = len(offsets[n]) if per_offset and p.spec is not None else 1
+        parts[n] = Part.new(p.row or (), p.real, groups, SKETCH_VALUES)
+    cols = sorted({p.column for p in placed.values()})
+    per_row = sum(len(parts[n].index) for n in names)
+    every = np.concatenate(list(offsets.values()))
+    reach = (int(every.min()), int(every.max()))
+    base = 0
+    for batch in scan_batches(table, cols, None, max(1, READ_VALUES // max(1, per_row))):
+        taken = _Taken(base, batch.num_rows, reach, first, stop, starts)
+        base += batch.num_rows
+        for n, p in placed.items():
+            field = table.schema.field(p.column)
+            x = to_numpy(batch.column(p.column), field, f"table {table.name!r}")
+            x = x.reshape(len(x), -1)  # as read: rows are picked before the float64 pass
+            if len(parts[n].groups) > 1:
+                for g, o in enumerate(offsets[n].tolist()):
+                    parts[n].add(g, np.compress(taken.by(o), x, axis=0))
+            else:
+                parts[n].add(0, x, taken.times(offsets[n]))
+    return parts
+
+
+class _Taken:
+    """Which rows ``lo .. lo+n-1`` the window offset ``o`` of an anchor takes unpadded: the
+    row ``row - o`` is one of the component's anchors and lies in the row's episode (anchor
+    runs and episodes over the rows the offsets reach, built from the boundaries that fall
+    among them; each offset is then a slice)."""
+
+    def __init__(self, lo: int, n: int, reach: tuple[int, int], first: np.ndarray,
+                 stop: np.ndarray, starts: np.ndarray):  # fmt: skip
+        self.n, self.lo = n, lo
+        self.s0 = lo - max(reach[1], 0)  # positions s0 .. s1-1: the rows and every row - o
+        m = lo + n - min(reach[0], 0) - self.s0
+        self.ok = _inside(first, stop, self.s0, m)
+        self.episode = _segment(starts, self.s0, m)
+        self.own = self.episode[lo - self.s0 : lo - self.s0 + n]
+        self.memo: dict[int, np.ndarray] = {}
+
+    def by(self, o: int) -> np.ndarray:
+        if o not in self.memo:
+            at = self.lo - o - self.s0
+            s = slice(at, at + self.n)
+            self.memo[o] = self.ok[s] & (self.episode[s] == self.own)
+        return self.memo[o]
+
+    def times(self, offsets: np.ndarray) -> np.ndarray:
+        """How many of ``offsets`` take each row."""
+        out = np.zeros(self.n, np.int32)  # adds bools much faster than int64
+        for o in offsets.tolist():
+            out += self.by(o)
+        return out
+
+
+def _segment(starts: np.ndarray, s0: int, m: int) -> np.ndarray:
+    """The episode of each row ``s0 .. s0+m-1`` (``-1`` before the first): the index of the
+    last of the sorted ``starts`` at or before it, from the starts among those rows."""
+    e0 = int(np.searchsorted(starts, s0, side="right")) - 1
+    e1 = int(np.searchsorted(starts, s0 + m - 1, side="right"))
+    out = np.zeros(m, np.int64)
+    np.add.at(out, starts[e0 + 1 : e1] - s0, 1)
+    np.cumsum(out, out=out)
+    out += e0
+    return out
+
+
+def _inside(first: np.ndarray, stop: np.ndarray, s0: int, m: int) -> np.ndarray:
+    """Whether each row ``s0 .. s0+m-1`` lies in one of the sorted, disjoint runs
+    ``[first, stop)``, from the runs that reach those rows."""
+    r0 = max(int(np.searchsorted(first, s0, side="right")) - 1, 0)
+    r1 = int(np.searchsorted(first, s0 + m, side="left"))
+    edge = np.zeros(m + 1, np.int64)
+    np.add.at(edge, np.clip(first[r0:r1] - s0, 0, m), 1)
+    np.add.at(edge, np.clip(stop[r0:r1] - s0, 0, m), -1)
+    return np.cumsum(edge[:m]) > 0
+
+
+# -- the batch path: video samples and derived values ---------------------------------------
+def _batches(plan: Any, c: int, specs: list[ColumnSpec], moments: np.ndarray) -> Iterator[dict]:
+    from treadle.read.sample_reader import SampleReader
+
+    reader = SampleReader([plan.table(c)], [specs], ids=False)
+    try:
+        for i in range(0, len(moments), _ANCHORS):
+            chunk = moments[i : i + _ANCHORS]
+            yield reader.read(np.zeros(len(chunk), np.int64), chunk)
+    finally:
+        reader.close()
+
+
+def _video_part(plan: Any, c: int, name: str, frames: int) -> HistPart:
+    p = plan.layout[name].placed[c]
+    spec = p.spec if p.spec is not None else Video([0])
+    n = plan.eligible(c)
+    want = min(n, max(1, math.ceil(frames / len(spec.offsets))))
+    pick = np.random.default_rng([plan.seed, c]).choice(n, size=want, replace=False)
+    moments = np.sort(plan.eligible_moments(c, np.sort(pick)))
+    u8 = Video(spec.offsets, size=spec.size, pad=spec.pad)
+    hist, kept = None, 0
+    for out in _batches(plan, c, [ColumnSpec(p.column, u8, True)], moments):
+        px = np.asarray(out[p.column])  # [n, T, H, W, C]
+        if spec.pad:
+            px = px[~np.asarray(out[f"{p.column}_is_pad"])]
+        kept += len(px.reshape(-1, *px.shape[-3:]))
+        px = px.reshape(-1, px.shape[-1])
+        h = np.stack([np.bincount(px[:, ch], minlength=256) for ch in range(px.shape[1])])
+        hist = h if hist is None else hist + h
+    return HistPart(hist.astype(np.float64), kept, want)
+
+
+def _derive_parts(plan: Any, c: int, derived: dict[str, Any], per_offset: bool) -> dict[str, Part]:
+    specs = [cs for cs in output_columns(plan)[c] if not cs.video]
+    moments = plan.eligible_moments(c, np.arange(plan.eligible(c), dtype=np.int64))
+    parts: dict[str, Part] = {}
+    for batch in _batches(plan, c, specs, moments):
+        for name, fn in derived.items():
+            seen = _Seen(batch)
+            r = np.asarray(fn(seen), np.float64)
+            flags = {k: v for k, v in batch.items()
+                     for f in _FLAGS if k.endswith(f) and k[: -len(f)] in seen.read}  # fmt: skip
+            _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset)
+    return {n: p for n, p in parts.items() if any(mom.n for mom, _ in p.groups)}
+
+
+class _Seen(dict):
+    """A batch that records which columns a derive function reads: only their padding,
+    dimension masks and presence decide what enters its statistics."""
+
+    def __init__(self, batch: dict):
+        super().__init__(batch)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
+                 per_offset: bool) -> None:  # fmt: skip
+    b = len(batch["_moment"])
+    if r.ndim < 1 or r.shape[0] != b:
+        raise PlanError(f"plan.stats: derive {name!r} gave shape {r.shape}, not [{b}, ...]")
+    timed = r.ndim >= 3
+    keep = np.ones(r.shape[:2] if timed else (b,), np.bool_)
+    for k, v in batch.items():
+        v = np.asarray(v)
+        if timed and k.endswith("_is_pad") and v.shape == r.shape[:2]:
+            keep &= ~v
+        if k.endswith("_is_present"):
+            keep &= v[:, None] if timed else v
+    size = r.shape[-1] if r.ndim >= 2 else None
+    real = [int(np.asarray(v)[0].sum()) for k, v in batch.items()
+            if k.endswith("_dim_mask") and np.asarray(v).shape[-1] == size]  # fmt: skip
+    shape = r.shape[2:] if timed else r.shape[1:]
+    if name not in parts:
+        groups = r.shape[1] if timed and per_offset else 1
+        parts[name] = Part.new(shape, min(real) if real else None, groups, SKETCH_VALUES)
+    part = parts[name]
+    if part.shape != shape or (timed and per_offset and len(part.groups) != r.shape[1]):
+        raise PlanError(f"plan.stats: derive {name!r} gave {r.shape} after {part.shape}")
+    cut = lambda x: x[..., : real[0]] if real else x  # noqa: E731
+    if timed and per_offset:
+        for g in range(r.shape[1]):
+            x = cut(r[:, g][keep[:, g]])
+            part.add(g, x.reshape(len(x), math.prod(x.shape[1:])))
+    else:
+        x = cut(r[keep])
+        part.add(0, x.reshape(len(x), math.prod(x.shape[1:])))

@@ -1,0 +1,209 @@
+"""Partial statistics of one column of one plan component, and their pooling over
+components by the plan's weights (:mod:`treadle.stats.plan_stats` says what is pooled).
+
+A component's values all weigh the same (each of its anchors weighs ``share / eligible``),
+so each component keeps unweighted :class:`~treadle.stats.moments.Moments` and a
+:class:`~treadle.stats.moments.Sketch` per group (one, or one per window offset), over its
+real elements only; pooling weighs them by ``a_c = share_c / eligible_c``: means and
+population variances exactly (Chan's merge, weighted), quantiles as numpy's weighted
+``inverted_cdf`` over every item held (each item weighs ``2^level * a_c``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from treadle.stats.column_stats import ColumnStats
+from treadle.stats.moments import Moments, Sketch, histogram_moments
+
+
+class Counted:
+    """Rows that enter ``w`` times each: one unweighted :class:`Sketch` per multiplicity
+    ``w`` (a window of ``T`` offsets takes most rows ``T`` times and the rows near an
+    episode's ends fewer), so a row costs one sketch item whatever its multiplicity."""
+
+    def __init__(self, elements: int, budget: int):
+        self.elements, self.budget = elements, budget
+        self.by: dict[int, Sketch] = {}
+
+    def add(self, mom: Moments, x: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Rows ``x`` (``[rows, E]``, any numeric dtype), each ``w`` times (None: once),
+        into these sketches and ``mom``: the rows of one multiplicity ``v``, picked from
+        ``x`` as it is and then made :func:`column_major` (one pass), enter the moments as
+        one batch of ``v``-fold weight (count and M2 times ``v``: the mean and the spread
+        of ``v`` copies) and sketch ``v``."""
+        if w is None:
+            rows = column_major(x)
+            mom.add(rows)
+            self._of(1).add(rows)
+            return
+        for v in np.flatnonzero(np.bincount(w)).tolist():
+            if v > 0:
+                mask = w == v
+                rows = column_major(x if mask.all() else np.compress(mask, x, axis=0))
+                mom.add(rows, v)
+                self._of(v).add(rows)
+
+    def _of(self, w: int) -> Sketch:
+        if w not in self.by:
+            self.by[w] = Sketch(self.elements, self.budget)
+        return self.by[w]
+
+
+@dataclass
+class Part:
+    """One column of one component: a (Moments, Sketch) per group, over the component's real
+    elements, which sit at ``index`` among the column's ``size`` elements."""
+
+    shape: tuple[int, ...]  # the column's per-group shape (after pad_to)
+    index: np.ndarray  # flat element positions this component has (its real dimensions)
+    groups: list[tuple[Moments, Counted]] = field(default_factory=list)
+
+    @classmethod
+    def new(cls, shape: tuple[int, ...], real: int | None, groups: int, budget: int) -> Part:
+        full = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+        index = full[..., :real].reshape(-1) if shape and real is not None else full.reshape(-1)
+        per = max(1, budget // groups)
+        return cls(shape, index, [(Moments(), Counted(len(index), per)) for _ in range(groups)])
+
+    def add(self, g: int, x: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Values ``x`` (``[rows, real elements]``, not to be changed after: the sketches
+        may keep it) into group ``g``, each ``w`` times."""
+        mom, sk = self.groups[g]
+        sk.add(mom, x, w)
+
+
+def column_major(x: np.ndarray) -> np.ndarray:
+    """Rows ``[rows, E]`` as float64 laid out element by element (``x.T`` C-contiguous):
+    what the sketches sort and the moments reduce along; ``x`` itself when it already is,
+    else one pass over it."""
+    x = np.asarray(x)
+    if x.dtype == np.float64 and x.T.flags.c_contiguous:
+        return x
+    return x.T.astype(np.float64, order="C").T
+
+
+@dataclass
+class HistPart:
+    """A video column of one component: per-channel counts of values 0..255 (``[C, 256]``)
+    over its sampled frames."""
+
+    hist: np.ndarray
+    frames: int  # frames counted (padded ones left out)
+    anchors: int  # anchors sampled (each weighs share / anchors in the pool)
+
+
+def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
+    """Statistics of the mixture: part ``p`` weighted ``a`` per value."""
+    shape, groups = parts[0][1].shape, len(parts[0][1].groups)
+    e = math.prod(shape)
+    count = np.zeros((groups, e), np.int64)
+    wsum, msum = np.zeros((groups, e)), np.zeros((groups, e))
+    lo, hi = np.full((groups, e), np.inf), np.full((groups, e), -np.inf)
+    for a, p in parts:
+        for g, (mom, _) in enumerate(p.groups):
+            if mom.n:
+                ix = p.index
+                count[g, ix] += mom.n
+                wsum[g, ix] += a * mom.n
+                msum[g, ix] += a * mom.n * mom.mean
+                lo[g, ix] = np.minimum(lo[g, ix], mom.lo)
+                hi[g, ix] = np.maximum(hi[g, ix], mom.hi)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = msum / wsum
+        m2 = np.zeros((groups, e))
+        for a, p in parts:
+            for g, (mom, _) in enumerate(p.groups):
+                if mom.n:
+                    m2[g, p.index] += a * (mom.m2 + mom.n * (mom.mean - mean[g, p.index]) ** 2)
+        std = np.sqrt(np.maximum(m2 / wsum, 0.0))
+    empty = count == 0
+    lo[empty], hi[empty] = np.nan, np.nan
+    values, err = _quantiles(parts, qs, groups, e)
+    out_shape = (groups, *shape) if groups > 1 else shape
+    r = lambda x: np.asarray(x, np.float64).reshape(out_shape)  # noqa: E731
+    quant = {q: r(values[i]) for i, q in enumerate(qs)}
+    samples = int(count.max(initial=0))  # values per element: what LeRobot's count counts
+    return ColumnStats(count.reshape(out_shape), r(mean), r(std), r(lo), r(hi), quant[0.01],
+                       quant[0.99], rank_error=err, quantiles=quant,
+                       samples=samples)  # fmt: skip
+
+
+def _quantiles(
+    parts: list[tuple[float, Part]], qs: tuple[float, ...], groups: int, e: int
+) -> tuple[np.ndarray, int]:
+    """Weighted ``inverted_cdf`` quantiles per group and element, and their rank error
+    bound (in values: the worst part's error as a fraction of its values, of the total)."""
+    out = np.full((len(qs), groups, e), np.nan)
+    worst, total = 0.0, 0
+    for g in range(groups):
+        held = []  # per part and sketch level: items sorted per element, their weight, where
+        for a, p in parts:
+            mom, counted = p.groups[g]
+            if not mom.n:
+                continue
+            pos = np.full(e, -1, np.int64)
+            pos[p.index] = np.arange(len(p.index))
+            for times, sk in counted.by.items():
+                for h, items in sorted_levels(sk):
+                    held.append((items, a * times * 2**h, pos))
+                if sk.compacted_levels:
+                    worst = max(worst, sk.rank_error() / sk.n)
+            total = max(total, int(mom.n))
+        for j in range(e):
+            got = [(items[pos[j]], w) for items, w, pos in held if pos[j] >= 0]
+            if got:
+                out[:, g, j] = weighted_quantiles(got, qs)
+    return out, int(math.ceil(worst * total))
+
+
+def sorted_levels(sk: Sketch) -> list[tuple[int, np.ndarray]]:
+    """The sketch's non-empty levels as ``(level, items [E, m] sorted per element)``, sorted
+    once (kept on the sketch: the pooled and the per-component statistics share them)."""
+    got = getattr(sk, "_sorted", None)
+    if got is None:
+        got = sk.sorted_levels()
+        sk._sorted = got
+    return got
+
+
+def weighted_quantiles(levels: list[tuple[np.ndarray, float]], qs: tuple[float, ...]) -> np.ndarray:
+    """numpy's ``quantile(values, qs, weights=w, method="inverted_cdf")`` over sorted runs of
+    values of one weight each: the least value ``v`` whose weight share ``W(<= v) / W``
+    reaches ``q``, found by bisection in each run (no sort of all values together)."""
+    q = np.asarray(qs, np.float64)
+    total = sum(w * len(s) for s, w in levels)
+
+    def share(v: np.ndarray) -> np.ndarray:
+        return sum(w * np.searchsorted(s, v, side="right") for s, w in levels) / total
+
+    best = np.full(len(q), np.inf)
+    for s, _ in levels:
+        lo, hi = np.zeros(len(q), np.int64), np.full(len(q), len(s), np.int64)
+        while (lo < hi).any():  # least index whose share reaches q (len(s): none)
+            mid = (lo + hi) // 2
+            ok = share(s[np.minimum(mid, len(s) - 1)]) >= q
+            live = lo < hi
+            hi = np.where(live & ok, mid, hi)
+            lo = np.where(live & ~ok, mid + 1, lo)
+        found = lo < len(s)
+        best[found] = np.minimum(best[found], s[lo[found]])
+    return best
+
+
+def pool_hist(parts: list[tuple[float, HistPart]], qs: tuple[float, ...]) -> ColumnStats:
+    """Per-channel statistics of the weighted mixture of uint8 histograms."""
+    hist = sum(a * p.hist for a, p in parts)
+    count = sum(p.hist for _, p in parts).sum(axis=1)[0]
+    n, mean, std, lo, hi = histogram_moments(hist)
+    cdf = np.cumsum(hist, axis=1) / n[:, None]
+    quant = {}
+    for q in qs:
+        idx = [min(int(np.searchsorted(cdf[c], q, side="left")), 255) for c in range(len(n))]
+        quant[q] = np.asarray(idx, np.float64)
+    frames = sum(p.frames for _, p in parts)
+    return ColumnStats(np.asarray(count, np.int64), mean, std, lo, hi, quant[0.01], quant[0.99],
+                       quantiles=quant, video=True, samples=frames)  # fmt: skip

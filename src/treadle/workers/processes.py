@@ -1,0 +1,146 @@
+"""``workers=N``: the delivery loop in N worker processes, batches through shared memory.
+
+Worker ``k`` of ``n`` (:mod:`treadle.workers.worker`, no torch) rebuilds the plan from its
+run record, reads steps ``start+k, start+k+n, ...`` and writes each batch into one of its
+shared-memory slots (:mod:`treadle.workers.slots`); only ``(step, slot, layout)`` crosses its
+pipe. The loader takes the steps back in order, round-robin over the workers, copies each
+batch out of its slot and hands the slot back, so a worker never has more than its slots'
+worth of batches ahead, and a batch the caller keeps is never overwritten.
+
+Processes come from a *forkserver* that has imported treadle's read path once, without
+torch: a worker forks from it in milliseconds instead of starting Python and importing
+Lance and PyAV again, and it is never forked from the loader's own process (Lance's runtime
+threads are not fork-safe; the server opens no table). The caller's main module is not
+imported there (it is often ``import torch``), and a worker runs it only when its job needs
+an object defined in it (:mod:`treadle.workers.serverinit`). An error in a worker is raised in
+the loader at its step, with the worker's traceback as a note; a worker that dies is an
+error naming it. Closing the loader early (``break``) terminates its workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from treadle.errors import PlanError, TreadleError
+from treadle.workers.slots import Slot, SlotFd
+from treadle.workers.worker import Job, work
+
+__all__ = ["MAX_WORKER_PREFETCH", "Job", "check_workers", "context", "read_in_processes"]
+
+# A worker is handed prefetch + 1 slot descriptors and two pipe ends, and the forkserver
+# passes a new process's descriptors in one message of fewer than 256 - 4
+# (multiprocessing.forkserver.MAXFDS_TO_SEND): prefetch 248 and up was "too many fds".
+MAX_WORKER_PREFETCH = 240
+
+_PRELOAD = ["treadle.workers.serverinit"]
+
+
+def context() -> Any:
+    """The multiprocessing context workers start from (a preloaded forkserver where there is
+    one, else spawn); starts the server now so it imports while the caller gets ready."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    from multiprocessing import forkserver
+
+    ctx = multiprocessing.get_context("forkserver")
+    server = forkserver._forkserver
+    if server._forkserver_pid is None:  # first use in this process: choose what it imports
+        ctx.set_forkserver_preload(_PRELOAD)
+    server.ensure_running()
+    return ctx
+
+
+def check_workers(workers: int, prefetch: int) -> None:
+    """:class:`PlanError`, when the loader is made, for worker settings that cannot start."""
+    if not workers:
+        return
+    if prefetch > MAX_WORKER_PREFETCH:
+        raise PlanError(
+            f"prefetch={prefetch} with workers={workers}: each worker process holds prefetch + 1 "
+            f"shared-memory slots, handed over as file descriptors, at most "
+            f"{MAX_WORKER_PREFETCH} (use prefetch <= {MAX_WORKER_PREFETCH}; more workers read "
+            "further ahead)"
+        )
+    if multiprocessing.current_process().daemon:
+        raise PlanError(
+            f"workers={workers} inside a daemon process ({multiprocessing.current_process().name}"
+            "): multiprocessing does not let a daemon process start worker processes; use "
+            "workers=0 here, or start this process with daemon=False"
+        )
+
+
+class _Handle:
+    """The loader's side of one worker: its process, pipes and slots."""
+
+    def __init__(self, ctx: Any, job: Job, k: int, n: int):
+        fds = [os.memfd_create(f"treadle-worker{k}-slot{i}") for i in range(job.depth + 1)]
+        self.slots = [Slot(fd) for fd in fds]
+        self.k = k
+        self.inbox, out = ctx.Pipe(duplex=False)
+        back, self.outbox = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=work, args=(job, k, n, out, back, [SlotFd(f) for f in fds]),
+                                name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
+        try:
+            self.proc.start()
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            out.close()
+            back.close()
+
+    def take(self, step: int) -> dict[str, Any]:
+        """The batch of ``step``, copied out of its slot; the slot goes back to the worker."""
+        try:
+            kind, got, i, payload = self.inbox.recv()
+        except (EOFError, OSError):
+            self.proc.join(5)
+            raise TreadleError(
+                f"treadle worker process {self.k} exited (code {self.proc.exitcode}) before "
+                f"it delivered step {step}"
+            ) from None
+        if kind == "error":
+            raise i
+        if kind != "batch" or got != step:
+            raise TreadleError(
+                f"treadle worker process {self.k} sent {kind} {got}, not step {step}"
+            )
+        batch = self.slots[i].unpack(payload)
+        try:
+            self.outbox.send(i)
+        except OSError:  # a worker done with its steps has gone: nothing to hand back
+            pass
+        return batch
+
+    def close(self) -> None:
+        for conn in (self.inbox, self.outbox):
+            conn.close()
+        if self.proc.pid is not None:  # started
+            if self.proc.is_alive():
+                self.proc.terminate()
+            self.proc.join(10)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+        for slot in self.slots:
+            slot.close()
+
+
+def read_in_processes(job: Job, workers: int) -> Iterator[dict[str, Any]]:
+    """The batches of steps ``job.start ..`` (to ``job.stop``) from ``workers`` processes,
+    in step order."""
+    ctx = context()
+    handles: list[_Handle] = []
+    try:
+        for k in range(workers):
+            handles.append(_Handle(ctx, job, k, workers))
+        steps = itertools.count(job.start) if job.stop is None else range(job.start, job.stop)
+        for step in steps:
+            yield handles[(step - job.start) % workers].take(step)
+    finally:
+        for h in handles:
+            h.close()

@@ -1,0 +1,99 @@
+"""One ``workers=N`` worker process: rebuild the plan, read my steps, write each batch into
+a shared-memory slot (:mod:`treadle.workers.slots`), send ``(step, slot, layout)``.
+
+Worker ``k`` of ``n`` reads steps ``start+k, start+k+n, ...`` (:func:`treadle.read.steps.read_steps`,
+read ahead on one thread by :func:`treadle.read.prefetch.prefetch`). This module and what it
+imports need no torch (the batches are numpy arrays), so the process server the workers
+fork from starts without importing it; a transform (the torch layer's ``finish``) imports
+what it needs when it is unpickled. The loader's side is :mod:`treadle.workers.processes`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sys
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing import reduction
+from typing import Any
+
+from treadle.errors import TreadleError
+from treadle.read.prefetch import prefetch
+from treadle.read.steps import Finish, Sampler, host_reader, read_steps
+from treadle.workers.slots import Slot
+
+
+@dataclass
+class Job:
+    """What every worker of one loader needs to rebuild its share of the run."""
+
+    record: str
+    root: str
+    options: dict | None = field(repr=False)  # may hold credentials: never in a repr
+    sampler: Sampler
+    rank: int
+    world: int
+    start: int
+    stop: int | None
+    video_threads: int
+    finish: Finish | None
+    depth: int
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+
+
+def _portable(e: BaseException, k: int) -> BaseException:
+    """``e`` with the worker's traceback as a note, as itself if it pickles, else as a
+    TreadleError carrying its type and message."""
+    note = f"in treadle worker process {k}:\n" + "".join(traceback.format_exception(e))
+    try:
+        e.add_note(note)
+        reduction.ForkingPickler.loads(reduction.ForkingPickler.dumps(e))
+        return e
+    except Exception:
+        out = TreadleError(f"{type(e).__name__} in treadle worker process {k}: {e}")
+        out.add_note(note)
+        return out
+
+
+def work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int]) -> None:
+    """Worker ``k`` of ``n`` (the process target); ends with ``os._exit`` so no finaliser
+    runs while Lance or PyAV threads are still at work."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    os.environ.clear()
+    os.environ.update(job.env)
+    try:
+        _serve(job, k, n, out, back, [Slot(fd) for fd in fds])
+    except BaseException as e:
+        try:
+            out.send(("error", None, _portable(e, k), None))
+        except Exception:
+            pass  # the loader went away (its pipes are closed): nobody to tell
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+
+def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot]) -> None:
+    from treadle.catalog import Client
+    from treadle.plan.plan import Plan
+
+    plan = Plan.from_record(job.record, Client(job.root, job.options or None))
+    reader = host_reader(plan, job.video_threads)
+    first = job.start + k
+    mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
+    batches = read_steps(plan, job.sampler, reader, mine, job.rank, job.world, job.finish)
+    free = deque(range(len(slots)))
+    for step, batch in zip(itertools.count(first, n), prefetch(batches, job.depth,
+                                                                 close=reader.close)):  # fmt: skip
+        while not free:
+            free.append(back.recv())  # the loader hands slots back in the order it got them
+        i = free.popleft()
+        out.send(("batch", step, i, slots[i].pack(batch)))
+    out.send(("end", None, None, None))
