@@ -3,7 +3,8 @@
 The server imports what every worker needs (Lance, PyAV, treadle's read path; no torch) once,
 opens no table and starts no Lance runtime, and then forks: that is the use Lance's
 "not fork-safe" warning (raised before every fork of a process that imported Lance) asks
-for, so it is silenced here, in this process only.
+for, so it is silenced here, in this process only. It imports no pandas
+(:mod:`treadle.read.nopandas`).
 
 A process started by multiprocessing first re-runs the parent's main module (so that
 objects defined there unpickle). For a training script that is ``import torch`` and more,
