@@ -29,7 +29,14 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import CorruptData, NotFound
-from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, episode_runs
+from treadle.table.episodes import (
+    EPISODE,
+    FRAME,
+    EpisodeIndex,
+    EpisodeNames,
+    episode_runs,
+    first_repeat,
+)
 from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
@@ -47,12 +54,17 @@ class FragmentRuns:
     file: str  # the fragment's first data file: an object copied to another key fails
     rows: int
     first_frame: int
-    names: list[str]
-    lengths: list[int]
+    names: EpisodeNames  # compact (a list is converted): all fragments' are held at once
+    lengths: np.ndarray  # int64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", EpisodeNames(self.names))
+        object.__setattr__(self, "lengths", np.asarray(self.lengths, np.int64))
 
     def encode(self) -> bytes:
-        fields = ("file", "rows", "first_frame", "names", "lengths")
-        d = {"format": FORMAT, **{k: getattr(self, k) for k in fields}}
+        d = {"format": FORMAT, "file": self.file, "rows": self.rows,
+             "first_frame": self.first_frame, "names": list(self.names),
+             "lengths": self.lengths.tolist()}  # fmt: skip
         body = json.dumps(d, separators=(",", ":")).encode()
         return b"%08x\n" % zlib.crc32(body) + body
 
@@ -67,16 +79,17 @@ class FragmentRuns:
             d = json.loads(body)
             if d.get("format") != FORMAT:
                 raise ValueError(f"format {d.get('format')!r}, this treadle reads {FORMAT}")
-            runs = cls(file, int(d["rows"]), int(d["first_frame"]), d["names"], d["lengths"])
+            names, rows, first = d["names"], int(d["rows"]), int(d["first_frame"])
             if d.get("file") != file:
                 raise ValueError(f"it describes data file {d.get('file')!r}")
-            lengths = np.asarray(runs.lengths, np.int64)
-            if not isinstance(runs.names, list) or not all(isinstance(n, str) for n in runs.names):
+            lengths = np.asarray(d["lengths"], np.int64)
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise ValueError("names are not strings")
-            if lengths.shape != (len(runs.names),):
+            if lengths.shape != (len(names),):
                 raise ValueError("names and lengths differ")
-            if (lengths < 1).any() or int(lengths.sum()) != runs.rows or runs.first_frame < 0:
+            if (lengths < 1).any() or int(lengths.sum()) != rows or first < 0:
                 raise ValueError("run lengths do not add up to its rows")
+            runs = cls(file, rows, first, EpisodeNames(names), lengths)
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptData(
                 f"{where} is damaged ({e}); delete it to have it recomputed"
@@ -109,24 +122,38 @@ def scan_fragment(fragment: Any, where: str) -> FragmentRuns:
     frames = cols.column(FRAME)
     file = _file(fragment.metadata)
     if len(frames) == 0:
-        return FragmentRuns(file, 0, 0, [], [])
+        return FragmentRuns(file, 0, 0, [], np.zeros(0, np.int64))
     first = frames[0].as_py()
     first = first if isinstance(first, int) and first > 0 else 0  # episode_runs names bad ones
     idx = episode_runs(cols.column(EPISODE), frames, where, CorruptData, first_frame=first)
-    return FragmentRuns(file, len(frames), first, idx.names, idx.lengths.tolist())
+    return FragmentRuns(file, len(frames), first, idx.names, idx.lengths)
 
 
-def fragment_runs(project: Any, name: str, fragment: Any, where: str) -> FragmentRuns:
+def _fetch(project: Any, name: str, fragment: Any) -> bytes | None:
+    """The stored runs object of one fragment, None when there is none."""
+    try:
+        return project.client.store.get(fragment_key(project.prefix, name, fragment.metadata))
+    except NotFound:
+        return None
+
+
+def fragment_runs(
+    project: Any, name: str, fragment: Any, where: str, data: Any = ...
+) -> FragmentRuns:
     """The stored runs of one fragment of table ``name`` (checked against the fragment),
     computed from the fragment alone and stored when it has none; ``where`` names the
-    table version."""
+    table version. ``data``: the stored object, fetched already (None: there is none)."""
     meta = fragment.metadata
     store = project.client.store
     key = fragment_key(project.prefix, name, meta)
     rows = meta.physical_rows - meta.num_deletions
     obj = f"{where}: episode index {key}"
     try:
-        runs = FragmentRuns.decode(store.get(key), _file(meta), obj)
+        if data is ...:
+            data = store.get(key)
+        if data is None:
+            raise NotFound(key)
+        runs = FragmentRuns.decode(data, _file(meta), obj)
     except NotFound:
         runs = scan_fragment(fragment, f"{where}, fragment {meta.id}")
         store.put(key, runs.encode())
@@ -150,40 +177,50 @@ def _all_runs(table: Table) -> list[FragmentRuns]:
     frags = fragments(table.dataset, where)
     if len(frags) <= 1:
         return [fragment_runs(table.project, table.name, f, where) for f in frags]
+    # the objects are fetched on threads, parsed here: JSON parsed on 8 threads left ~70 MB
+    # of freed memory in the threads' malloc arenas at 1M episodes (issue 33)
+    get = lambda f: _fetch(table.project, table.name, f)  # noqa: E731
     with ThreadPoolExecutor(min(_THREADS, len(frags)), thread_name_prefix="treadle-ep") as pool:
-        return list(pool.map(lambda f: fragment_runs(table.project, table.name, f, where), frags))
+        return [fragment_runs(table.project, table.name, f, where, data)
+                for f, data in zip(frags, pool.map(get, frags))]  # fmt: skip
 
 
 def join_runs(parts: list[FragmentRuns], where: str) -> EpisodeIndex:
     """One episode index from the fragments' runs, in order: a fragment's continued first
-    run joins the previous episode (same name, frames go on); names stay unique."""
-    names: list[str] = []
-    lengths: list[int] = []
+    run joins the previous episode (same name, frames go on); names stay unique. Arrow
+    and numpy arrays throughout: no Python object per episode."""
+    names: list[pa.Array] = []
+    lengths: list[np.ndarray] = []
+    last: tuple[str, int] | None = None  # the name and length so far of the last episode
     for p in parts:
         if p.rows == 0:
             continue
-        k = 0
+        ln, k = p.lengths, 0
         if p.first_frame:
-            if not names or names[-1] != p.names[0] or lengths[-1] != p.first_frame:
-                prev = repr(names[-1]) if names else "nothing"
+            if last is None or last[0] != p.names[0] or last[1] != p.first_frame:
+                prev = repr(last[0]) if last else "nothing"
                 raise CorruptData(
                     f"{where}: a fragment starts inside episode {p.names[0]!r} at frame "
                     f"{p.first_frame}, after {prev}; frames must run 0, 1, ..., len-1"
                 )
-            lengths[-1] += p.lengths[0]
+            lengths[-1] = lengths[-1].copy()
+            lengths[-1][-1] += ln[0]
             k = 1
-        names.extend(p.names[k:])
-        lengths.extend(p.lengths[k:])
-    if len(set(names)) != len(names):
-        seen: set[str] = set()
-        twice = next(n for n in names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
+        if len(ln) > k:
+            names.append(p.names.array.slice(k))
+            lengths.append(ln[k:])
+        last = (p.names[-1], int(lengths[-1][-1]))
+    joined = EpisodeNames(pa.concat_arrays(names) if names else pa.array([], pa.string()))
+    twice = first_repeat(joined)
+    if twice is not None:
         raise CorruptData(
-            f"{where}: episode {twice!r} (column {EPISODE!r}) is used for two episodes; "
-            "episode names must be unique in a table"
+            f"{where}: episode {joined[twice[1]]!r} (column {EPISODE!r}) is used for two "
+            "episodes; episode names must be unique in a table"
         )
-    ln = np.asarray(lengths, np.int64)
-    starts = np.concatenate([[0], np.cumsum(ln)[:-1]]).astype(np.int64) if len(ln) else ln
-    return EpisodeIndex(names, starts, ln)
+    ln = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    starts = np.zeros(len(ln), np.int64)
+    np.cumsum(ln[:-1], out=starts[1:])
+    return EpisodeIndex(joined, starts, ln)
 
 
 def stored_episode_index(table: Table) -> EpisodeIndex:
