@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from treadle.table.episodes import (
     FRAME,
     EpisodeIndex,
     EpisodeNames,
+    LazyEpisodeNames,
     episode_runs,
     first_repeat,
 )
@@ -172,61 +174,87 @@ def fragments(ds: Any, where: str) -> list[Any]:
         raise lance_error(e, f"listing the fragments of {where}") from None
 
 
-def _all_runs(table: Table) -> list[FragmentRuns]:
+def _all_runs(table: Table, keep: Callable[[FragmentRuns], Any] = lambda r: r) -> list[Any]:
+    """``keep(runs)`` of every fragment's runs, in order (each reduced as it is read)."""
     where = _where(table)
     frags = fragments(table.dataset, where)
     if len(frags) <= 1:
-        return [fragment_runs(table.project, table.name, f, where) for f in frags]
+        return [keep(fragment_runs(table.project, table.name, f, where)) for f in frags]
     # the objects are fetched on threads, parsed here: JSON parsed on 8 threads left ~70 MB
     # of freed memory in the threads' malloc arenas at 1M episodes (issue 33)
     get = lambda f: _fetch(table.project, table.name, f)  # noqa: E731
     with ThreadPoolExecutor(min(_THREADS, len(frags)), thread_name_prefix="treadle-ep") as pool:
-        return [fragment_runs(table.project, table.name, f, where, data)
+        return [keep(fragment_runs(table.project, table.name, f, where, data))
                 for f, data in zip(frags, pool.map(get, frags))]  # fmt: skip
 
 
-def join_runs(parts: list[FragmentRuns], where: str) -> EpisodeIndex:
-    """One episode index from the fragments' runs, in order: a fragment's continued first
-    run joins the previous episode (same name, frames go on); names stay unique. Arrow
-    and numpy arrays throughout: no Python object per episode."""
-    names: list[pa.Array] = []
+@dataclass(frozen=True)
+class _Edges:
+    """What the boundaries need of one fragment's runs: its lengths, first and last name."""
+
+    rows: int
+    first_frame: int
+    lengths: np.ndarray
+    head: str
+    tail: str
+
+    @classmethod
+    def of(cls, p: FragmentRuns) -> _Edges:
+        ends = (p.names[0], p.names[-1]) if p.rows else ("", "")
+        return cls(p.rows, p.first_frame, p.lengths, *ends)
+
+
+def join_lengths(parts: list[_Edges], where: str) -> np.ndarray:
+    """The episodes' lengths from the fragments', in order: a fragment's continued first
+    run joins the previous episode (same name, frames go on)."""
     lengths: list[np.ndarray] = []
-    last: tuple[str, int] | None = None  # the name and length so far of the last episode
+    last: tuple[str, int] | None = None
     for p in parts:
         if p.rows == 0:
             continue
         ln, k = p.lengths, 0
         if p.first_frame:
-            if last is None or last[0] != p.names[0] or last[1] != p.first_frame:
+            if last is None or last[0] != p.head or last[1] != p.first_frame:
                 prev = repr(last[0]) if last else "nothing"
                 raise CorruptData(
-                    f"{where}: a fragment starts inside episode {p.names[0]!r} at frame "
+                    f"{where}: a fragment starts inside episode {p.head!r} at frame "
                     f"{p.first_frame}, after {prev}; frames must run 0, 1, ..., len-1"
                 )
             lengths[-1] = lengths[-1].copy()
             lengths[-1][-1] += ln[0]
             k = 1
         if len(ln) > k:
-            names.append(p.names.array.slice(k))
             lengths.append(ln[k:])
-        last = (p.names[-1], int(lengths[-1][-1]))
-    joined = EpisodeNames(pa.concat_arrays(names) if names else pa.array([], pa.string()))
-    twice = first_repeat(joined)
+        last = (p.tail, int(lengths[-1][-1]))
+    return np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+
+
+def _joined_names(table: Table) -> EpisodeNames:
+    """The names of a table version's episodes, read again from the stored runs (a
+    continued first run is the previous fragment's episode); :class:`CorruptData` when a
+    name is used twice."""
+    where = _where(table)
+    parts = _all_runs(table, lambda p: (p.first_frame, p.names.array) if p.rows else None)
+    arrays = [a.slice(1 if first else 0) for first, a in filter(None, parts)]
+    names = EpisodeNames(pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()))
+    twice = first_repeat(names)
     if twice is not None:
         raise CorruptData(
-            f"{where}: episode {joined[twice[1]]!r} (column {EPISODE!r}) is used for two "
+            f"{where}: episode {names[twice[1]]!r} (column {EPISODE!r}) is used for two "
             "episodes; episode names must be unique in a table"
         )
-    ln = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    starts = np.zeros(len(ln), np.int64)
-    np.cumsum(ln[:-1], out=starts[1:])
-    return EpisodeIndex(joined, starts, ln)
+    return names
 
 
 def stored_episode_index(table: Table) -> EpisodeIndex:
     """The episode index of a time-indexed pinned table, from its stored fragments' runs
-    (the runs of a fragment without them are computed once, from it alone, and stored)."""
-    return join_runs(_all_runs(table), _where(table))
+    (the runs of a fragment without them are computed once, from it alone, and stored).
+    Its names are read when first used (:class:`LazyEpisodeNames`): a plan and its
+    readers hold 16 bytes per episode, not ~30 (issue 33)."""
+    ln = join_lengths(_all_runs(table, _Edges.of), _where(table))
+    starts = np.zeros(len(ln), np.int64)
+    np.cumsum(ln[:-1], out=starts[1:])
+    return EpisodeIndex(LazyEpisodeNames(len(ln), lambda: _joined_names(table)), starts, ln)
 
 
 def compute_episode_index(table: Table) -> EpisodeIndex:

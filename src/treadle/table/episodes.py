@@ -11,7 +11,8 @@ made-up boundaries.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -35,7 +36,7 @@ class EpisodeNames(Sequence[str]):
     by the training process and every worker). Reads like a list of ``str``: ``len``,
     ``names[e]``, ``names[a:b]`` (a list), iteration, ``in``, ``index``, ``==`` a list."""
 
-    __slots__ = ("array",)
+    __slots__ = ("_array",)
 
     def __init__(self, names: Iterable[str] | pa.Array | pa.ChunkedArray):
         if isinstance(names, EpisodeNames):
@@ -48,7 +49,12 @@ class EpisodeNames(Sequence[str]):
             arr = _string_array(names if isinstance(names, list) else list(names))
         if arr.type != pa.string():
             arr = arr.cast(pa.string())
-        self.array = arr
+        self._array = arr
+
+    @property
+    def array(self) -> pa.Array:
+        """The names as one Arrow string array."""
+        return self._array
 
     def __len__(self) -> int:
         return len(self.array)
@@ -120,6 +126,30 @@ def _string_array(names: list[str]) -> pa.Array:
     return pa.Array.from_buffers(
         pa.string(), len(names), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
     )
+
+
+class LazyEpisodeNames(EpisodeNames):
+    """Names read on first use (``len`` needs none): a plan and a reader need only where
+    episodes are, so a training process or worker holds no names unless it asks (a plan
+    with ``episodes=``, ``plan.exclude``, an error naming an episode)."""
+
+    __slots__ = ("_n", "_load", "_lock")
+
+    def __init__(self, n: int, load: Callable[[], EpisodeNames]):
+        self._array, self._n, self._load, self._lock = None, int(n), load, threading.Lock()
+
+    @property
+    def array(self) -> pa.Array:
+        with self._lock:
+            if self._array is None:
+                names = self._load().array
+                if len(names) != self._n:
+                    raise CorruptData(f"{len(names)} episode names for {self._n} episodes")
+                self._array = names
+        return self._array
+
+    def __len__(self) -> int:
+        return self._n
 
 
 @dataclass(frozen=True)
