@@ -74,21 +74,21 @@ def _ids(first: int, count: int, per: int) -> dict[str, Any]:
     }
 
 
-def write_rows(branch: Any, name: str, episodes: int) -> None:
-    """``episodes`` x 20 rows of a float32[4] action, in appends of 100k episodes."""
+def write_rows(branch: Any, name: str, episodes: int, moments: int = MOMENTS) -> None:
+    """``episodes`` x ``moments`` rows of a float32[4] action, in appends of 100k episodes."""
     import numpy as np
 
     rng = np.random.default_rng(0)
     with branch.transaction(f"write {name}") as tx:
         for first in range(0, episodes, CHUNK):
             count = min(CHUNK, episodes - first)
-            cols = _ids(first, count, MOMENTS)
-            cols["action"] = rng.random((count * MOMENTS, 4), dtype=np.float32)
+            cols = _ids(first, count, moments)
+            cols["action"] = rng.random((count * moments, 4), dtype=np.float32)
             tx.table(name).append(cols)
 
 
-def write_video(branch: Any, name: str, episodes: int) -> None:
-    """``episodes`` x 4 frames naming one 32x32 stream stored once, and the action."""
+def write_video(branch: Any, name: str, episodes: int, frames: int = FRAMES) -> None:
+    """``episodes`` x ``frames`` frames naming one 32x32 stream stored once, and the action."""
     import numpy as np
     import pyarrow as pa
 
@@ -99,7 +99,7 @@ def write_video(branch: Any, name: str, episodes: int) -> None:
 
     rng = np.random.default_rng(0)
     stream = encode_value(
-        td.VideoFrames(rng.integers(0, 255, (FRAMES, 32, 32, 3), np.uint8), fps=15)
+        td.VideoFrames(rng.integers(0, 255, (frames, 32, 32, 3), np.uint8), fps=15)
     )
     project = branch.project
     key = stream.media_key(name)
@@ -109,8 +109,8 @@ def write_video(branch: Any, name: str, episodes: int) -> None:
     with branch.transaction(f"write {name}") as tx:
         for first in range(0, episodes, CHUNK):
             count = min(CHUNK, episodes - first)
-            cols = _ids(first, count, FRAMES)
-            f, a = column_from_values("action", rng.random((count * FRAMES, 4), dtype=np.float32))
+            cols = _ids(first, count, frames)
+            f, a = column_from_values("action", rng.random((count * frames, 4), dtype=np.float32))
             schema = schema or pa.schema([
                 pa.field("episode", pa.string()), pa.field("frame", pa.int32()),
                 pa.field("cam", video_struct_type(), metadata={KIND_KEY: b"video"}), f,
