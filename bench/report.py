@@ -229,6 +229,11 @@ def _memory(results: list[Result]) -> list[dict[str, Any]]:
         span = f"{int(lo):,} -> {int(hi):,} episodes"
         out.append(time_row("memory", f"{what}: peak RSS growth {span}",
                             peaks[hi] - peaks[lo], "MiB", 64.0))  # fmt: skip
+        top = max(peaks, key=lambda k: peaks[k])
+        if top not in (lo, hi):  # e.g. a column small enough to keep resident at 100k only
+            out.append(time_row("memory", f"{what}: largest peak RSS growth over "
+                                f"{int(lo):,} episodes, at {int(top):,}",
+                                peaks[top] - peaks[lo], "MiB", 0))  # fmt: skip
         out.append(time_row("memory", f"{what}: peak RSS at {int(hi):,} episodes", peaks[hi],
                             "MiB", 0))  # fmt: skip
     return out
