@@ -24,6 +24,8 @@ import warnings
 from multiprocessing import process, spawn
 from typing import Any
 
+import numpy.ma  # noqa: F401  (np.unique imports it on first use: in every worker, at its first batch)
+
 import treadle.read.worker  # noqa: F401  (what the workers run)
 
 warnings.filterwarnings("ignore", message="lance is not fork-safe")
