@@ -176,16 +176,21 @@ def fragments(ds: Any, where: str) -> list[Any]:
 
 def _all_runs(table: Table, keep: Callable[[FragmentRuns], Any] = lambda r: r) -> list[Any]:
     """``keep(runs)`` of every fragment's runs, in order (each reduced as it is read)."""
+    project, name = table.project, table.name
+    return _each_fragment(table, lambda f, w, d: keep(fragment_runs(project, name, f, w, d)))
+
+
+def _each_fragment(table: Table, one: Callable[[Any, str, Any], Any]) -> list[Any]:
+    """``one(fragment, where, stored object or None)`` of every fragment, in order."""
     where = _where(table)
     frags = fragments(table.dataset, where)
     if len(frags) <= 1:
-        return [keep(fragment_runs(table.project, table.name, f, where)) for f in frags]
+        return [one(f, where, _fetch(table.project, table.name, f)) for f in frags]
     # the objects are fetched on threads, parsed here: JSON parsed on 8 threads left ~70 MB
     # of freed memory in the threads' malloc arenas at 1M episodes (issue 33)
     get = lambda f: _fetch(table.project, table.name, f)  # noqa: E731
     with ThreadPoolExecutor(min(_THREADS, len(frags)), thread_name_prefix="treadle-ep") as pool:
-        return [keep(fragment_runs(table.project, table.name, f, where, data))
-                for f, data in zip(frags, pool.map(get, frags))]  # fmt: skip
+        return [one(f, where, data) for f, data in zip(frags, pool.map(get, frags))]
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,67 @@ class _Edges:
     def of(cls, p: FragmentRuns) -> _Edges:
         ends = (p.names[0], p.names[-1]) if p.rows else ("", "")
         return cls(p.rows, p.first_frame, p.lengths, *ends)
+
+
+def fragment_edges(project: Any, name: str, fragment: Any, where: str, data: Any) -> _Edges:
+    """One fragment's :class:`_Edges`: from its stored object without decoding its names
+    when it is in the layout this treadle writes, else as :func:`fragment_runs` gives."""
+    edges = None if data is None else _parse_edges(data, _file(fragment.metadata))
+    if edges is None:
+        return _Edges.of(fragment_runs(project, name, fragment, where, data))
+    meta = fragment.metadata
+    rows = meta.physical_rows - meta.num_deletions
+    if edges.rows != rows:
+        key = fragment_key(project.prefix, name, meta)
+        raise CorruptData(
+            f"{where}: episode index {key} holds {edges.rows} rows, the fragment {rows}; "
+            "delete it to have it recomputed"
+        )
+    return edges
+
+
+def _parse_edges(data: bytes, file: str) -> _Edges | None:
+    """The lengths, first and last name of a stored object (checksum checked) without a
+    Python object per episode: its JSON is ``{..."names":[...],"lengths":[...]}`` as
+    :meth:`FragmentRuns.encode` writes it, and ``,"names":[`` / ``,"lengths":[`` can only be
+    its structure (a quote inside a JSON string is escaped). None when anything differs:
+    the full decode then says what is wrong. The names are checked when read."""
+    try:
+        body = data[9:]
+        if data[8:9] != b"\n" or int(data[:8], 16) != zlib.crc32(body):
+            return None
+        j, i = body.find(b',"names":['), body.rfind(b',"lengths":[')
+        if j < 0 or i < j or not body.endswith(b"]}"):
+            return None
+        head = json.loads(body[:j] + b"}")
+        if head.get("format") != FORMAT or head.get("file") != file:
+            return None
+        rows, first = int(head["rows"]), int(head["first_frame"])
+        text = body[i + 12 : -2]
+        lengths = np.fromstring(text, np.int64, sep=",") if text else np.zeros(0, np.int64)
+        if len(lengths) != (text.count(b",") + 1 if text else 0) or first < 0:
+            return None
+        if (lengths < 1).any() or int(lengths.sum()) != rows:
+            return None
+        ends = _end_names(body[j + 9 : i].decode()) if len(lengths) else ("", "")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return None if ends is None else _Edges(rows, first, lengths, *ends)
+
+
+def _end_names(names: str) -> tuple[str, str] | None:
+    """The first and last string of a JSON array of strings (its text)."""
+    dec = json.JSONDecoder()
+    head, _ = dec.raw_decode(names, 1)
+    k = names.rfind('"', 0, len(names) - 2)  # the last string's opening quote ...
+    while k > 0 and (k - len(names[:k].rstrip("\\"))) % 2:  # ... not an escaped one
+        k = names.rfind('"', 0, k)
+    tail, end = dec.raw_decode(names, k)
+    if not (isinstance(head, str) and isinstance(tail, str)) or end != len(names) - 1:
+        return None
+    if names[k - 1] not in "[,":
+        return None
+    return head, tail
 
 
 def join_lengths(parts: list[_Edges], where: str) -> np.ndarray:
@@ -251,7 +317,9 @@ def stored_episode_index(table: Table) -> EpisodeIndex:
     (the runs of a fragment without them are computed once, from it alone, and stored).
     Its names are read when first used (:class:`LazyEpisodeNames`): a plan and its
     readers hold 16 bytes per episode, not ~30 (issue 33)."""
-    ln = join_lengths(_all_runs(table, _Edges.of), _where(table))
+    project, name = table.project, table.name
+    one = lambda f, w, d: fragment_edges(project, name, f, w, d)  # noqa: E731
+    ln = join_lengths(_each_fragment(table, one), _where(table))
     starts = np.zeros(len(ln), np.int64)
     np.cumsum(ln[:-1], out=starts[1:])
     return EpisodeIndex(LazyEpisodeNames(len(ln), lambda: _joined_names(table)), starts, ln)
