@@ -100,7 +100,8 @@ class Plan:
             else StagedSeats(record.schedule.pieces(), record.batch_size)
         )
         self._build_index(anchors)
-        self._episodes, self._anchors = episodes, anchors
+        self._episodes = episodes
+        del anchors  # held as (first, cumulative end) by _build_index: no run's stop twice
         self._redraw = None if record.derived is None else self._redraws()
         self._seed = seed = record.seed
         m = len(record.components)
@@ -117,7 +118,6 @@ class Plan:
     def _build_index(self, anchors: Sequence[Runs]) -> None:
         """Concatenate every component's anchor runs; eligible index -> run -> row."""
         firsts, ends = [], []
-        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
         base = 0
         bases, elig = [], []
         for i, comp in enumerate(self._record.components):
@@ -132,16 +132,18 @@ class Plan:
                 )
             cum = np.cumsum(cnt, out=cnt)  # cnt is not needed again: no second array
             cum += base
-            self._runs.append((first, stop))
             firsts.append(first)
             ends.append(cum)
             bases.append(base)
             elig.append(total)
             base += total
-        # 16 bytes per run beside the runs themselves (issue 33): one component's firsts
-        # are its runs' own array, and a run's first eligible index is the previous end
+        # 16 bytes per run (issue 33): its first row and cumulative end; one component's
+        # firsts are its runs' own array, a run's begin is the previous end, and its stop
+        # is computed when asked (anchor_runs)
         self._first_moment = firsts[0] if len(firsts) == 1 else np.concatenate(firsts)
         self._cum_end = ends[0] if len(ends) == 1 else np.concatenate(ends)
+        at = np.cumsum([0] + [len(f) for f in firsts])  # each component's runs: views
+        self._runs = [(self._first_moment[a:b], self._cum_end[a:b]) for a, b in zip(at, at[1:])]
         self._base = np.asarray(bases, dtype=np.int64)
         self._elig = np.asarray(elig, dtype=np.int64)
 
@@ -149,8 +151,9 @@ class Plan:
         names = [t.name for t in self._record.tables]
         episode_of = dict(zip(names, self._table_episodes()))
         tables = [names[c.table] for c in self._record.components]
-        assert self._record.derived is not None and self._anchors is not None
-        return Redraw(self._record.derived, self._record.seed, tables, episode_of, self._anchors)
+        assert self._record.derived is not None
+        anchors = [self.anchor_runs(c) for c in range(len(self._record.components))]
+        return Redraw(self._record.derived, self._record.seed, tables, episode_of, anchors)
 
     def _table_episodes(self) -> Sequence[Any]:
         if self._episodes is None:
@@ -169,7 +172,8 @@ class Plan:
         names = [t.name for t in self._record.tables]
         derived = exclusion_of(self.run_id, from_step, episodes, names, self._table_episodes())
         record = replace(self._record, derived=derived)
-        return Plan(record, self._tables, episodes=self._episodes, anchors=self._anchors)
+        anchors = [self.anchor_runs(c) for c in range(len(self._record.components))]
+        return Plan(record, self._tables, episodes=self._episodes, anchors=anchors)
 
     # -- construction ---------------------------------------------------------------------
 
@@ -226,8 +230,11 @@ class Plan:
         return int(self._elig[self._component(component)])
 
     def anchor_runs(self, component: int) -> tuple[np.ndarray, np.ndarray]:
-        """A component's anchors as sorted runs ``[first, stop)`` of moment rows."""
-        return self._runs[self._component(component)]
+        """A component's anchors as sorted runs ``[first, stop)`` of moment rows (``stop``
+        computed now: a plan holds each run's first row and cumulative end only)."""
+        c = self._component(component)
+        first, cum_end = self._runs[c]
+        return first, first + np.diff(cum_end, prepend=self._base[c])
 
     def kept(self, component: int) -> tuple[int, int]:
         """(anchors kept, moments in the table) of a component: how much of its table the
