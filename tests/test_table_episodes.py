@@ -189,6 +189,8 @@ def test_stored_index_reads_lengths_without_names_and_names_on_first_use(branch,
     # issue 33: the boundaries come from the stored objects without decoding a name per
     # episode; the names (quotes, backslashes, the JSON keys' own text, non-ASCII) are
     # read when first used, and equal what a scan of the table gives
+    import pickle
+
     from treadle.table import episode_store
     from treadle.table.episodes import scan_episode_index
 
@@ -208,3 +210,4 @@ def test_stored_index_reads_lengths_without_names_and_names_on_first_use(branch,
     assert scan_episode_index(pinned).names == index.names
     assert index.names.index("plain") == 4 and "nope" not in index.names
     assert index.names[-1] == odd[-1] and index.names[1:3] == odd[1:3]
+    assert pickle.loads(pickle.dumps(index)).names == odd

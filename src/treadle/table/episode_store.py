@@ -322,7 +322,8 @@ def stored_episode_index(table: Table) -> EpisodeIndex:
     ln = join_lengths(_each_fragment(table, one), _where(table))
     starts = np.zeros(len(ln), np.int64)
     np.cumsum(ln[:-1], out=starts[1:])
-    return EpisodeIndex(LazyEpisodeNames(len(ln), lambda: _joined_names(table)), starts, ln)
+    names = LazyEpisodeNames(len(ln), lambda: _joined_names(table), _where(table))
+    return EpisodeIndex(names, starts, ln)
 
 
 def compute_episode_index(table: Table) -> EpisodeIndex:

@@ -101,6 +101,9 @@ class EpisodeNames(Sequence[str]):
 
     __hash__ = None  # type: ignore[assignment]  (a list's equality: not hashable)
 
+    def __reduce__(self) -> tuple[Any, tuple[pa.Array]]:
+        return EpisodeNames, (self.array,)  # lazy names are read to be pickled
+
     def __repr__(self) -> str:
         head = ", ".join(repr(n) for n in self[:5])
         return f"EpisodeNames([{head}{', ...' if len(self) > 5 else ''}], {len(self)} episodes)"
@@ -133,10 +136,11 @@ class LazyEpisodeNames(EpisodeNames):
     episodes are, so a training process or worker holds no names unless it asks (a plan
     with ``episodes=``, ``plan.exclude``, an error naming an episode)."""
 
-    __slots__ = ("_n", "_load", "_lock")
+    __slots__ = ("_n", "_load", "_lock", "_where")
 
-    def __init__(self, n: int, load: Callable[[], EpisodeNames]):
+    def __init__(self, n: int, load: Callable[[], EpisodeNames], where: str = "episode names"):
         self._array, self._n, self._load, self._lock = None, int(n), load, threading.Lock()
+        self._where = where
 
     @property
     def array(self) -> pa.Array:
@@ -144,7 +148,10 @@ class LazyEpisodeNames(EpisodeNames):
             if self._array is None:
                 names = self._load().array
                 if len(names) != self._n:
-                    raise CorruptData(f"{len(names)} episode names for {self._n} episodes")
+                    raise CorruptData(
+                        f"{self._where}: {len(names)} episode names for {self._n} episodes; "
+                        "delete its stored episode index to have it recomputed"
+                    )
                 self._array = names
         return self._array
 
