@@ -100,8 +100,7 @@ class Plan:
             else StagedSeats(record.schedule.pieces(), record.batch_size)
         )
         self._build_index(anchors)
-        self._episodes = episodes
-        del anchors  # held as (first, cumulative end) by _build_index: no run's stop twice
+        self._episodes = episodes  # the anchors: as (first, cumulative end), _build_index
         self._redraw = None if record.derived is None else self._redraws()
         self._seed = seed = record.seed
         m = len(record.components)
@@ -137,9 +136,7 @@ class Plan:
             bases.append(base)
             elig.append(total)
             base += total
-        # 16 bytes per run (issue 33): its first row and cumulative end; one component's
-        # firsts are its runs' own array, a run's begin is the previous end, and its stop
-        # is computed when asked (anchor_runs)
+        # 16 bytes per run (issue 33): first row, cumulative end (a begin is the previous end)
         self._first_moment = firsts[0] if len(firsts) == 1 else np.concatenate(firsts)
         self._cum_end = ends[0] if len(ends) == 1 else np.concatenate(ends)
         at = np.cumsum([0] + [len(f) for f in firsts])  # each component's runs: views
