@@ -32,7 +32,12 @@ GOALS = {
     "plan": "< 1 ms per batch at any step, < 1 s to build 16 components",
     "import_ray": "reported: Ray with 2 local workers / one process (same cores)",
     "augment": "reported: samples/s with the shipped augmentations / without",
+    "cold": "issue 33 goal 2: first batch of the first workers=2 loader in a fresh process "
+    "<= 1 s, median of 5 fresh processes, mix and video",
+    "memory": "issue 33 goal 1: peak RSS growth from 10k to 1M episodes <= 64 MiB per process "
+    "(the training process and each worker; workers 0 and 2; rows and video)",
 }
+NO_RATE = ("plan", "cold", "memory")  # judged as times or bytes: not in the rate table
 MIXING_PEERS = ("mds", "wds", "hf")
 
 
@@ -198,6 +203,42 @@ def _plan(results: list[Result]) -> list[dict[str, Any]]:
     return out
 
 
+def _cold(results: list[Result]) -> list[dict[str, Any]]:
+    out = []
+    for r in results:
+        if r.case == "cold" and r.runs:
+            n, recipe = len(r.runs), r.config.get("recipe")
+            out.append(time_row("cold", f"{recipe}: first batch of the first workers=2 loader, "
+                                f"fresh process (median of {n})", _startup(r), "s", 1.0))  # fmt: skip
+            cpu = statistics.median(x.cpu_s for x in r.runs)
+            out.append(time_row("cold", f"{recipe}: CPU of the worker server (median of {n})",
+                                cpu, "s", 0))  # fmt: skip
+    return out
+
+
+def _memory(results: list[Result]) -> list[dict[str, Any]]:
+    """One row per (data, workers, process): peak RSS growth from the fewest episodes to the
+    most (<= 64 MiB), and the peak at the most (reported)."""
+    out = []
+    for r in results:
+        if r.case != "memory" or r.status != "ok":
+            continue
+        c, peaks = r.config, r.extra["peak_mib"]  # {episodes: MiB}
+        lo, hi = min(peaks, key=int), max(peaks, key=int)
+        what = f"{c['data']}, workers={c['workers']}, {c['process']}"
+        span = f"{int(lo):,} -> {int(hi):,} episodes"
+        out.append(time_row("memory", f"{what}: peak RSS growth {span}",
+                            peaks[hi] - peaks[lo], "MiB", 64.0))  # fmt: skip
+        top = max(peaks, key=lambda k: peaks[k])
+        if top not in (lo, hi):  # e.g. a column small enough to keep resident at 100k only
+            out.append(time_row("memory", f"{what}: largest peak RSS growth over "
+                                f"{int(lo):,} episodes, at {int(top):,}",
+                                peaks[top] - peaks[lo], "MiB", 0))  # fmt: skip
+        out.append(time_row("memory", f"{what}: peak RSS at {int(hi):,} episodes", peaks[hi],
+                            "MiB", 0))  # fmt: skip
+    return out
+
+
 def summarise(results: list[Result]) -> list[dict[str, Any]]:
     """Every goal row of a run (see the module docstring), in the order of ``GOALS``."""
     by: dict[str, list[Result]] = {}
@@ -211,6 +252,8 @@ def summarise(results: list[Result]) -> list[dict[str, Any]]:
     out += _s3(s3, vid, mix)
     out += _start(mix, vid)
     out += _plan(results)
+    out += _cold(results)
+    out += _memory(results)
     if "import_ray" in by:
         imp = by["import_ray"]
         out.append(ratio_row("import_ray", "Ray x2 local workers / one process",
@@ -267,7 +310,7 @@ def print_table(results: list[Result], summary: list[dict[str, Any]]) -> None:
     head = f"{'case':<6} {'reader':<62} {'unit':<10} {'wall rate':>11} {'per CPU-s':>11} {'CPU/wall':>8} {'start s':>7}"
     print("\n" + head + "\n" + "-" * len(head))
     for r in results:
-        if r.case != "plan":
+        if r.case not in NO_RATE:
             c = cells(r)
             print(
                 f"{r.case:<6} {describe(r)[:62]:<62} {r.unit:<10} {c[0][:40]:>11} {c[1]:>11} {c[2]:>8} {c[3]:>7}"
@@ -315,7 +358,7 @@ def markdown(doc: dict[str, Any], results: list[Result], summary: list[dict[str,
         "|---|---|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        if r.case != "plan":
+        if r.case not in NO_RATE:
             lines.append(f"| {r.case} | {describe(r)} | {r.unit} | " + " | ".join(cells(r)) + " |")
     lines += ["", *_goal_table(summary)]
     if doc.get("chart"):
@@ -380,7 +423,7 @@ def chart(results: list[Result], path: Path) -> str:
         return "matplotlib is not installed: no chart (pip install matplotlib)"
     groups: dict[str, list[Result]] = {}
     for r in results:
-        if r.case != "plan" and r.rate and r.status == "ok":
+        if r.case not in NO_RATE and r.rate and r.status == "ok":
             sub = "" if r.case == "mix" else f" {r.config.get('size') or r.config.get('data')}"
             groups.setdefault(r.case + sub, []).append(r)
     if not groups:

@@ -11,6 +11,10 @@ Cases (``--cases``, default all):
   a 16-component plan (random p/q weights; six-digit decimals with a 10**6-step period);
 - ``import_ray`` (opt-in, not in the default run): WebDataset import, one process vs Ray
   with 2 local workers, and their ratio (``case_import_ray.py``);
+- ``cold``: the first batch of the first ``workers=2`` loader in a fresh process, mix and
+  video, 5 fresh processes (``case_cold.py``);
+- ``memory`` (opt-in: it writes tables of 10k to 1M episodes, minutes): peak RSS of the
+  training process and each worker, workers 0 and 2, rows and video (``case_memory.py``);
 - ``augment`` (opt-in): samples/s of the 90-frame video recipe with and without
   ``treadle.transforms`` augmentations (``case_augment.py``).
 
@@ -54,8 +58,8 @@ if str(HERE) not in sys.path:
 from benchlib import Result, Run, batch_len, measure, tree_cpu  # noqa: E402
 from report import GOALS, chart, compare, markdown, print_table, readme_block, summarise  # noqa: E402
 
-CASES = ("mix", "video", "s3", "plan")
-OPT_IN = ("import_ray", "augment")  # run only when named in --cases
+CASES = ("mix", "video", "s3", "plan", "cold")
+OPT_IN = ("import_ray", "augment", "memory")  # run only when named in --cases
 
 
 def log(msg: str) -> None:
@@ -355,6 +359,8 @@ RUNNERS: dict[str, Callable[[bool, int], list[Result]]] = {
     "plan": run_plan,
     "import_ray": run_import_ray,
     "augment": run_augment,
+    "cold": lambda tiny, runs: __import__("case_cold").results(tiny, runs),
+    "memory": lambda tiny, runs: __import__("case_memory").results(tiny, runs),
 }
 
 

@@ -33,12 +33,12 @@ def test_bench_tiny_end_to_end(tmp_path):
     assert len(files) == 1 and (out / "latest-tiny.json").is_file()
     assert (out / "latest-tiny.md").read_text().startswith("# treadle bench (tiny run")
     doc = json.loads(files[0].read_text())
-    assert doc["tiny"] is True and doc["cases"] == ["mix", "video", "s3", "plan"]
+    assert doc["tiny"] is True and doc["cases"] == ["mix", "video", "s3", "plan", "cold"]
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["versions"]["treadle"]
     by_case: dict[str, list[dict]] = {}
     for r in doc["results"]:
         by_case.setdefault(r["case"], []).append(r)
-        assert r["unit"] in ("samples/s", "frames/s", "batches/s")
+        assert r["unit"] in ("samples/s", "frames/s", "batches/s", "batch")
         assert (
             r["status"] == "ok"
             or r["status"] in ("not installed",)
@@ -48,7 +48,7 @@ def test_bench_tiny_end_to_end(tmp_path):
             assert run["wall_s"] > 0 and run["samples"] > 0 and run["cpu_s"] >= 0
         if r["status"] == "ok" and r["runs"]:
             assert math.isfinite(r["median_rate"]) and r["median_rate"] > 0
-    assert set(by_case) == {"mix", "video", "s3", "plan"}
+    assert set(by_case) == {"mix", "video", "s3", "plan", "cold"}
 
     def ok(case: str, name: str) -> list[dict]:
         return [r for r in by_case[case] if r["name"] == name and r["status"] == "ok" and r["runs"]]
@@ -73,13 +73,14 @@ def test_bench_tiny_end_to_end(tmp_path):
     assert {r["config"]["threads"] for r in ok("video", "torchcodec")} <= {1, 2}
 
     goals = {s["goal"] for s in doc["summary"]}
-    assert goals == {"video", "peers", "mix", "s3", "start", "plan"}
+    assert goals == {"video", "peers", "mix", "s3", "start", "plan", "cold"}
+    assert {r["config"]["recipe"] for r in ok("cold", "treadle")} == {"mix", "video"}
     for s in doc["summary"]:
         number = s.get("value") if "unit" in s else s.get("ratio")
         if number is not None:
             assert number > 0
             assert isinstance(s["holds"], bool) if s["need"] else s["holds"] is None
-    judged = [s for s in doc["summary"] if s["goal"] in ("video", "mix", "s3", "start")]
+    judged = [s for s in doc["summary"] if s["goal"] in ("video", "mix", "s3", "start", "cold")]
     assert all(s["ratio" if "unit" not in s else "value"] is not None for s in judged), judged
     if doc["chart"]:
         assert (out / doc["chart"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -246,3 +246,18 @@ def test_reader_video_index_cache_is_bounded(local_root):
     assert cache.resident_frames() == 80  # the two latest episodes
     again = cache.load(table, "cam", [0, 5])
     assert sorted(again) == [0, 5] and cache.resident_frames() <= 100
+
+
+def test_reader_video_index_cache_is_bounded_in_episodes_too(local_root):
+    # short episodes: ~0.7 KB of object and array headers each, whatever their frames;
+    # 2**18 frames of 4-frame episodes were ~65k episodes, ~60 MB (issue 33)
+    from treadle.read.stream_index import DEFAULT_MAX_FRAMES, StreamIndexes
+
+    assert StreamIndexes().max_episodes == DEFAULT_MAX_FRAMES // 32
+    table = _video_project(local_root, 6, 40).table("t").pin()
+    cache = StreamIndexes(max_frames=10_000, max_episodes=2)
+    for e in range(6):
+        assert len(cache.lookup(table, "cam", e)[1]) == 40
+        assert cache.resident_frames() <= 80
+    assert cache.resident_frames() == 80  # the two latest episodes, far under max_frames
+    assert sorted(k[-1] for k in cache._items) == [4, 5]  # noqa: SLF001

@@ -183,3 +183,32 @@ def test_a_table_without_stored_episode_index_still_refuses_duplicates(local_roo
         old.append_episode({"v": np.ones(3, np.float32)}, episode="a")
     old.append_episode({"v": np.ones(3, np.float32)}, episode="c")
     assert old.pin().episodes().names == ["a", "b", "c"]
+
+
+def test_stored_index_reads_lengths_without_names_and_names_on_first_use(branch, monkeypatch):
+    # issue 33: the boundaries come from the stored objects without decoding a name per
+    # episode; the names (quotes, backslashes, the JSON keys' own text, non-ASCII) are
+    # read when first used, and equal what a scan of the table gives
+    import pickle
+
+    from treadle.table import episode_store
+    from treadle.table.episodes import episode_runs
+
+    odd = ['a"b', "c\\", 'd","lengths":[1]}', 'é\\"', "plain", '"', "x" * 300]
+    t = branch.table("t")
+    for k in range(0, len(odd), 2):  # several commits: several fragments
+        names = odd[k : k + 2]
+        t.append(_rows([n for n in names for _ in range(3)], [0, 1, 2] * len(names)))
+    pinned = t.pin()
+    with monkeypatch.context() as m:  # the full decode (a name per episode) is not used
+        m.setattr(episode_store.FragmentRuns, "decode", None)
+        index = pinned.episodes()
+    assert len(index.names) == len(odd) and index.names._array is None  # noqa: SLF001
+    assert index.lengths.tolist() == [3] * len(odd)
+    assert index.starts.tolist() == list(range(0, 3 * len(odd), 3))
+    assert index.names == odd and index.names._array is not None  # noqa: SLF001
+    cols = pinned.to_arrow(["episode", "frame"])  # the reference: the rules over a full scan
+    assert episode_runs(cols["episode"], cols["frame"], "ref", CorruptData).names == index.names
+    assert index.names.index("plain") == 4 and "nope" not in index.names
+    assert index.names[-1] == odd[-1] and index.names[1:3] == odd[1:3]
+    assert pickle.loads(pickle.dumps(index)).names == odd

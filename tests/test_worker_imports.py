@@ -17,6 +17,7 @@ import pytest
 import treadle as td
 from script_helpers import run_script
 from treadle.workers import processes
+from treadle.workers.nopandas import SERVER_ENV
 
 _CHECK = """
 import importlib, sys
@@ -38,6 +39,44 @@ def test_what_the_forkserver_preloads_imports_no_torch():
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == "", f"{preload} imported {out.stdout.strip()}"
+
+
+_PANDAS = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print("pandas" in sys.modules)
+import pandas as pd
+import pyarrow as pa
+print(pa.array(pd.Series(pd.Categorical(["a", "b"]))).type)
+"""
+
+
+def test_the_worker_server_imports_no_pandas_and_pyarrow_still_knows_pandas_later():
+    # pyarrow.dataset imported pandas (0.15-0.4 s of the server's start); a worker whose
+    # transform imports pandas must still have pyarrow see pandas objects (a categorical
+    # Series became a plain string array when pyarrow was not told)
+    preload = [m for m in processes._PRELOAD if m != "__main__"]
+    env = {**os.environ, SERVER_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", _PANDAS, *preload],
+                         capture_output=True, text=True, check=True, env=env)  # fmt: skip
+    assert out.stdout.split("\n", 1) == ["False", "dictionary<values=large_string, indices=int8,"
+                                         " ordered=0>\n"], out.stdout  # fmt: skip
+    env.pop(SERVER_ENV)  # any other process imports pyarrow as it always did
+    out = subprocess.run([sys.executable, "-c", _PANDAS, *preload],
+                         capture_output=True, text=True, check=True, env=env)  # fmt: skip
+    assert out.stdout.split("\n", 1)[0] == "True", out.stdout
+
+
+def test_preload_workers_starts_the_server_once():
+    server = forkserver._forkserver
+    td.preload_workers(wait=True)
+    pid = server._forkserver_pid
+    assert pid is not None and os.path.exists(f"/proc/{pid}")
+    assert SERVER_ENV not in os.environ  # set only while the server starts
+    td.preload_workers()
+    assert server._forkserver_pid == pid
+    assert "pandas/_libs" not in open(f"/proc/{pid}/maps").read()
 
 
 def test_import_treadle_keeps_the_torch_names_lazily():

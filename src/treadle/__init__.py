@@ -9,6 +9,11 @@ import os as _os
 
 _os.environ.setdefault("LANCE_LOG", "error")  # Lance's Rust WARN lines are noise to users
 
+from treadle.workers import nopandas as _nopandas  # noqa: E402
+
+if _nopandas.in_worker_server():  # before Lance: pyarrow.dataset would import pandas (issue 33)
+    _nopandas.import_arrow_without_pandas()
+
 from treadle.catalog import Branch, Client, Commit, Project, TableRef, Transaction  # noqa: E402
 from treadle.errors import (  # noqa: E402
     AlreadyExists,
@@ -73,6 +78,10 @@ def __getattr__(name: str) -> object:
         from treadle.importers.ray_executor import RayExecutor
 
         return treadle.importers if name == "importers" else RayExecutor
+    if name == "preload_workers":  # the torch layer's (importing it imports torch)
+        from treadle.workers.processes import preload_workers
+
+        return preload_workers
     if name in _TORCH_NAMES or name == "torch":
         import treadle.torch
 
@@ -132,6 +141,7 @@ __all__ = [
     "Windows",
     "split_episodes",
     "importers",
+    "preload_workers",
     "info",
     "__version__",
 ]

@@ -103,7 +103,7 @@ class Plan:
             else StagedSeats(record.schedule.pieces(), record.batch_size)
         )
         self._build_index(anchors)
-        self._episodes, self._anchors = episodes, anchors
+        self._episodes = episodes  # the anchors: as (first, cumulative end), _build_index
         self._redraw = None if record.derived is None else self._redraws()
         self._seed = seed = record.seed
         m = len(record.components)
@@ -119,8 +119,7 @@ class Plan:
 
     def _build_index(self, anchors: Sequence[Runs]) -> None:
         """Concatenate every component's anchor runs; eligible index -> run -> row."""
-        firsts, begins, ends = [], [], []
-        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
+        firsts, ends = [], []
         base = 0
         bases, elig = [], []
         for i, comp in enumerate(self._record.components):
@@ -133,17 +132,18 @@ class Plan:
                     f"component {i} ({entry.name!r} @ version {entry.version}) has {total} "
                     f"eligible moments, but the run record says {comp.eligible}"
                 )
-            cum = np.cumsum(cnt)
-            self._runs.append((first, stop))
+            cum = np.cumsum(cnt, out=cnt)  # cnt is not needed again: no second array
+            cum += base
             firsts.append(first)
-            begins.append(base + cum - cnt)
-            ends.append(base + cum)
+            ends.append(cum)
             bases.append(base)
             elig.append(total)
             base += total
-        self._first_moment = np.concatenate(firsts)
-        self._cum_begin = np.concatenate(begins)
-        self._cum_end = np.concatenate(ends)
+        # 16 bytes per run (issue 33): first row, cumulative end (a begin is the previous end)
+        self._first_moment = firsts[0] if len(firsts) == 1 else np.concatenate(firsts)
+        self._cum_end = ends[0] if len(ends) == 1 else np.concatenate(ends)
+        at = np.cumsum([0] + [len(f) for f in firsts])  # each component's runs: views
+        self._runs = [(self._first_moment[a:b], self._cum_end[a:b]) for a, b in zip(at, at[1:])]
         self._base = np.asarray(bases, dtype=np.int64)
         self._elig = np.asarray(elig, dtype=np.int64)
 
@@ -151,8 +151,9 @@ class Plan:
         names = [t.name for t in self._record.tables]
         episode_of = dict(zip(names, self._table_episodes()))
         tables = [names[c.table] for c in self._record.components]
-        assert self._record.derived is not None and self._anchors is not None
-        return Redraw(self._record.derived, self._record.seed, tables, episode_of, self._anchors)
+        assert self._record.derived is not None
+        anchors = [self.anchor_runs(c) for c in range(len(self._record.components))]
+        return Redraw(self._record.derived, self._record.seed, tables, episode_of, anchors)
 
     def _table_episodes(self) -> Sequence[Any]:
         if self._episodes is None:
@@ -171,7 +172,8 @@ class Plan:
         names = [t.name for t in self._record.tables]
         derived = exclusion_of(self.run_id, from_step, episodes, names, self._table_episodes())
         record = replace(self._record, derived=derived)
-        return Plan(record, self._tables, episodes=self._episodes, anchors=self._anchors)
+        anchors = [self.anchor_runs(c) for c in range(len(self._record.components))]
+        return Plan(record, self._tables, episodes=self._episodes, anchors=anchors)
 
     # -- construction ---------------------------------------------------------------------
 
@@ -228,8 +230,11 @@ class Plan:
         return int(self._elig[self._component(component)])
 
     def anchor_runs(self, component: int) -> tuple[np.ndarray, np.ndarray]:
-        """A component's anchors as sorted runs ``[first, stop)`` of moment rows."""
-        return self._runs[self._component(component)]
+        """A component's anchors as sorted runs ``[first, stop)`` of moment rows (``stop``
+        computed now: a plan holds each run's first row and cumulative end only)."""
+        c = self._component(component)
+        first, cum_end = self._runs[c]
+        return first, first + np.diff(cum_end, prepend=self._base[c])
 
     def kept(self, component: int) -> tuple[int, int]:
         """(anchors kept, moments in the table) of a component: how much of its table the
@@ -359,7 +364,8 @@ class Plan:
     def _ordered(self, g: np.ndarray) -> np.ndarray:
         """Moment rows of global eligible indices (components' eligible moments, in order)."""
         ep = np.searchsorted(self._cum_end, g, side="right")
-        return self._first_moment[ep] + (g - self._cum_begin[ep])
+        begin = np.where(ep > 0, self._cum_end[np.maximum(ep - 1, 0)], 0)
+        return self._first_moment[ep] + (g - begin)
 
     def eligible_moments(self, component: int, index: np.ndarray) -> np.ndarray:
         """Moment rows of eligible indices ``0 .. eligible-1`` of a component, in table order

@@ -49,12 +49,20 @@ def episode_runs(
     """Per kept episode, the run of its eligible anchors (unpadded windows fit)."""
     lo, hi = (0, 0) if windows is None else windows.eligible_span()
     starts = np.asarray(starts, np.int64)
-    counts = np.maximum(np.asarray(lengths, np.int64) - (hi - lo), 0)
+    counts = np.asarray(lengths, np.int64) - (hi - lo)  # a new array: changed in place below
     mask = counts > 0
     if keep is not None:
         mask &= keep
-    begin = starts[mask] - lo
-    return begin, begin + counts[mask]
+    # in place where it can be: at 1M episodes every temporary array is 8 MB (issue 33)
+    if mask.all():
+        begin = starts - lo
+        counts += begin
+        return begin, counts
+    begin = starts[mask]
+    begin -= lo
+    end = counts[mask]
+    end += begin
+    return begin, end
 
 
 def episode_mask(

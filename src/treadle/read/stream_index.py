@@ -6,8 +6,9 @@ struct, ~200 bytes per frame, in every reader process and every worker). Now eac
 batch loads the episodes it needs that are not cached, with one Lance ``take`` per
 table and column, and keeps them as compact numpy arrays (:func:`treadle.video.column_layout.index_from_arrow`,
 ~25-33 bytes per frame, owning their memory: no view keeps the take's Arrow buffers
-alive). At most ``max_frames`` frames of index stay cached; the least recently used
-episodes go first, so resident video index is bounded whatever the table's size.
+alive). At most ``max_frames`` frames of index, in at most ``max_episodes`` episodes, stay
+cached; the least recently used episodes go first, so resident video index is bounded
+whatever the table's size and however short its episodes.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ def _data(a: np.ndarray) -> int:
 
 class StreamIndexes:
     """``(table, version, column, episode) -> (stream key, StreamIndex)``, bounded by the
-    frames it holds. Thread-safe."""
+    frames it holds and by episodes (default ``max_frames // 32``: 8192). Thread-safe."""
 
-    def __init__(self, max_frames: int = DEFAULT_MAX_FRAMES):
+    def __init__(self, max_frames: int = DEFAULT_MAX_FRAMES, max_episodes: int | None = None):
         self.max_frames = int(max_frames)
+        # an episode's index also costs ~0.7 KB whatever its length (its object and array
+        # headers): 2**18 frames of 4-frame episodes held ~65k of them, ~60 MB (issue 33)
+        self.max_episodes = max(1, self.max_frames // 32 if max_episodes is None else max_episodes)
         self._items: OrderedDict[tuple[str, int, str, int], tuple[str, Any]] = OrderedDict()
         self._frames = 0
         self._lock = threading.Lock()
@@ -109,7 +113,9 @@ class StreamIndexes:
             self._frames -= len(old[1])
         self._items[k] = value
         self._frames += len(value[1])
-        while self._frames > self.max_frames and len(self._items) > 1:
+        while len(self._items) > 1 and (
+            self._frames > self.max_frames or len(self._items) > self.max_episodes
+        ):
             _, (_, gone) = self._items.popitem(last=False)
             self._frames -= len(gone)
 

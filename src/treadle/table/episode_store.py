@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,15 @@ import pyarrow as pa
 from treadle import layout
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import CorruptData, NotFound
-from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex, episode_runs
+from treadle.table.episodes import (
+    EPISODE,
+    FRAME,
+    EpisodeIndex,
+    EpisodeNames,
+    LazyEpisodeNames,
+    episode_runs,
+    first_repeat,
+)
 from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
@@ -48,12 +57,17 @@ class FragmentRuns:
     file: str  # the fragment's first data file: an object copied to another key fails
     rows: int
     first_frame: int
-    names: list[str]
-    lengths: list[int]
+    names: EpisodeNames  # compact (a list is converted): all fragments' are held at once
+    lengths: np.ndarray  # int64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", EpisodeNames(self.names))
+        object.__setattr__(self, "lengths", np.asarray(self.lengths, np.int64))
 
     def encode(self) -> bytes:
-        fields = ("file", "rows", "first_frame", "names", "lengths")
-        d = {"format": FORMAT, **{k: getattr(self, k) for k in fields}}
+        d = {"format": FORMAT, "file": self.file, "rows": self.rows,
+             "first_frame": self.first_frame, "names": list(self.names),
+             "lengths": self.lengths.tolist()}  # fmt: skip
         body = json.dumps(d, separators=(",", ":")).encode()
         return b"%08x\n" % zlib.crc32(body) + body
 
@@ -68,16 +82,17 @@ class FragmentRuns:
             d = json.loads(body)
             if d.get("format") != FORMAT:
                 raise ValueError(f"format {d.get('format')!r}, this treadle reads {FORMAT}")
-            runs = cls(file, int(d["rows"]), int(d["first_frame"]), d["names"], d["lengths"])
+            names, rows, first = d["names"], int(d["rows"]), int(d["first_frame"])
             if d.get("file") != file:
                 raise ValueError(f"it describes data file {d.get('file')!r}")
-            lengths = np.asarray(runs.lengths, np.int64)
-            if not isinstance(runs.names, list) or not all(isinstance(n, str) for n in runs.names):
+            lengths = np.asarray(d["lengths"], np.int64)
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise ValueError("names are not strings")
-            if lengths.shape != (len(runs.names),):
+            if lengths.shape != (len(names),):
                 raise ValueError("names and lengths differ")
-            if (lengths < 1).any() or int(lengths.sum()) != runs.rows or runs.first_frame < 0:
+            if (lengths < 1).any() or int(lengths.sum()) != rows or first < 0:
                 raise ValueError("run lengths do not add up to its rows")
+            runs = cls(file, rows, first, EpisodeNames(names), lengths)
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptData(
                 f"{where} is damaged ({e}); delete it to have it recomputed"
@@ -110,24 +125,38 @@ def scan_fragment(fragment: Any, where: str) -> FragmentRuns:
     frames = cols.column(FRAME)
     file = _file(fragment.metadata)
     if len(frames) == 0:
-        return FragmentRuns(file, 0, 0, [], [])
+        return FragmentRuns(file, 0, 0, [], np.zeros(0, np.int64))
     first = frames[0].as_py()
     first = first if isinstance(first, int) and first > 0 else 0  # episode_runs names bad ones
     idx = episode_runs(cols.column(EPISODE), frames, where, CorruptData, first_frame=first)
-    return FragmentRuns(file, len(frames), first, idx.names, idx.lengths.tolist())
+    return FragmentRuns(file, len(frames), first, idx.names, idx.lengths)
 
 
-def fragment_runs(project: TableSource, name: str, fragment: Any, where: str) -> FragmentRuns:
+def _fetch(project: TableSource, name: str, fragment: Any) -> bytes | None:
+    """The stored runs object of one fragment, None when there is none."""
+    try:
+        return project.store.get(fragment_key(project.prefix, name, fragment.metadata))
+    except NotFound:
+        return None
+
+
+def fragment_runs(
+    project: TableSource, name: str, fragment: Any, where: str, data: Any = ...
+) -> FragmentRuns:
     """The stored runs of one fragment of table ``name`` (checked against the fragment),
     computed from the fragment alone and stored when it has none; ``where`` names the
-    table version."""
+    table version. ``data``: the stored object, fetched already (None: there is none)."""
     meta = fragment.metadata
     store = project.store
     key = fragment_key(project.prefix, name, meta)
     rows = meta.physical_rows - meta.num_deletions
     obj = f"{where}: episode index {key}"
     try:
-        runs = FragmentRuns.decode(store.get(key), _file(meta), obj)
+        if data is ...:
+            data = store.get(key)
+        if data is None:
+            raise NotFound(key)
+        runs = FragmentRuns.decode(data, _file(meta), obj)
     except NotFound:
         runs = scan_fragment(fragment, f"{where}, fragment {meta.id}")
         store.put(key, runs.encode())
@@ -146,53 +175,158 @@ def fragments(ds: Any, where: str) -> list[Any]:
         raise lance_error(e, f"listing the fragments of {where}") from None
 
 
-def _all_runs(table: Table) -> list[FragmentRuns]:
+def _all_runs(table: Table, keep: Callable[[FragmentRuns], Any] = lambda r: r) -> list[Any]:
+    """``keep(runs)`` of every fragment's runs, in order (each reduced as it is read)."""
+    project, name = table.project, table.name
+    return _each_fragment(table, lambda f, w, d: keep(fragment_runs(project, name, f, w, d)))
+
+
+def _each_fragment(table: Table, one: Callable[[Any, str, Any], Any]) -> list[Any]:
+    """``one(fragment, where, stored object or None)`` of every fragment, in order."""
     where = _where(table)
     frags = fragments(table.dataset, where)
     if len(frags) <= 1:
-        return [fragment_runs(table.project, table.name, f, where) for f in frags]
+        return [one(f, where, _fetch(table.project, table.name, f)) for f in frags]
+    # the objects are fetched on threads, parsed here: JSON parsed on 8 threads left ~70 MB
+    # of freed memory in the threads' malloc arenas at 1M episodes (issue 33)
+    get = lambda f: _fetch(table.project, table.name, f)  # noqa: E731
     with ThreadPoolExecutor(
         min(CONCURRENCY.episode_index_threads, len(frags)), thread_name_prefix="treadle-ep"
     ) as pool:
-        return list(pool.map(lambda f: fragment_runs(table.project, table.name, f, where), frags))
+        return [one(f, where, data) for f, data in zip(frags, pool.map(get, frags))]
 
 
-def join_runs(parts: list[FragmentRuns], where: str) -> EpisodeIndex:
-    """One episode index from the fragments' runs, in order: a fragment's continued first
-    run joins the previous episode (same name, frames go on); names stay unique."""
-    names: list[str] = []
-    lengths: list[int] = []
+@dataclass(frozen=True)
+class _Edges:
+    """What the boundaries need of one fragment's runs: its lengths, first and last name."""
+
+    rows: int
+    first_frame: int
+    lengths: np.ndarray
+    head: str
+    tail: str
+
+    @classmethod
+    def of(cls, p: FragmentRuns) -> _Edges:
+        ends = (p.names[0], p.names[-1]) if p.rows else ("", "")
+        return cls(p.rows, p.first_frame, p.lengths, *ends)
+
+
+def fragment_edges(project: Any, name: str, fragment: Any, where: str, data: Any) -> _Edges:
+    """One fragment's :class:`_Edges`: from its stored object without decoding its names
+    when it is in the layout this treadle writes, else as :func:`fragment_runs` gives."""
+    edges = None if data is None else _parse_edges(data, _file(fragment.metadata))
+    if edges is None:
+        return _Edges.of(fragment_runs(project, name, fragment, where, data))
+    meta = fragment.metadata
+    rows = meta.physical_rows - meta.num_deletions
+    if edges.rows != rows:
+        key = fragment_key(project.prefix, name, meta)
+        raise CorruptData(
+            f"{where}: episode index {key} holds {edges.rows} rows, the fragment {rows}; "
+            "delete it to have it recomputed"
+        )
+    return edges
+
+
+def _parse_edges(data: bytes, file: str) -> _Edges | None:
+    """The lengths, first and last name of a stored object (checksum checked) without a
+    Python object per episode: its JSON is ``{..."names":[...],"lengths":[...]}`` as
+    :meth:`FragmentRuns.encode` writes it, and ``,"names":[`` / ``,"lengths":[`` can only be
+    its structure (a quote inside a JSON string is escaped). None when anything differs:
+    the full decode then says what is wrong. The names are checked when read."""
+    try:
+        body = data[9:]
+        if data[8:9] != b"\n" or int(data[:8], 16) != zlib.crc32(body):
+            return None
+        j, i = body.find(b',"names":['), body.rfind(b',"lengths":[')
+        if j < 0 or i < j or not body.endswith(b"]}"):
+            return None
+        head = json.loads(body[:j] + b"}")
+        if head.get("format") != FORMAT or head.get("file") != file:
+            return None
+        rows, first = int(head["rows"]), int(head["first_frame"])
+        text = body[i + 12 : -2]
+        lengths = np.fromstring(text, np.int64, sep=",") if text else np.zeros(0, np.int64)
+        if len(lengths) != (text.count(b",") + 1 if text else 0) or first < 0:
+            return None
+        if (lengths < 1).any() or int(lengths.sum()) != rows:
+            return None
+        ends = _end_names(body[j + 9 : i].decode()) if len(lengths) else ("", "")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return None if ends is None else _Edges(rows, first, lengths, *ends)
+
+
+def _end_names(names: str) -> tuple[str, str] | None:
+    """The first and last string of a JSON array of strings (its text)."""
+    dec = json.JSONDecoder()
+    head, _ = dec.raw_decode(names, 1)
+    k = names.rfind('"', 0, len(names) - 2)  # the last string's opening quote ...
+    while k > 0 and (k - len(names[:k].rstrip("\\"))) % 2:  # ... not an escaped one
+        k = names.rfind('"', 0, k)
+    tail, end = dec.raw_decode(names, k)
+    if not (isinstance(head, str) and isinstance(tail, str)) or end != len(names) - 1:
+        return None
+    if names[k - 1] not in "[,":
+        return None
+    return head, tail
+
+
+def join_lengths(parts: list[_Edges], where: str) -> np.ndarray:
+    """The episodes' lengths from the fragments', in order: a fragment's continued first
+    run joins the previous episode (same name, frames go on)."""
+    lengths: list[np.ndarray] = []
+    last: tuple[str, int] | None = None
     for p in parts:
         if p.rows == 0:
             continue
-        k = 0
+        ln, k = p.lengths, 0
         if p.first_frame:
-            if not names or names[-1] != p.names[0] or lengths[-1] != p.first_frame:
-                prev = repr(names[-1]) if names else "nothing"
+            if last is None or last[0] != p.head or last[1] != p.first_frame:
+                prev = repr(last[0]) if last else "nothing"
                 raise CorruptData(
-                    f"{where}: a fragment starts inside episode {p.names[0]!r} at frame "
+                    f"{where}: a fragment starts inside episode {p.head!r} at frame "
                     f"{p.first_frame}, after {prev}; frames must run 0, 1, ..., len-1"
                 )
-            lengths[-1] += p.lengths[0]
+            lengths[-1] = lengths[-1].copy()
+            lengths[-1][-1] += ln[0]
             k = 1
-        names.extend(p.names[k:])
-        lengths.extend(p.lengths[k:])
-    if len(set(names)) != len(names):
-        seen: set[str] = set()
-        twice = next(n for n in names if n in seen or seen.add(n))
+        if len(ln) > k:
+            lengths.append(ln[k:])
+        last = (p.tail, int(lengths[-1][-1]))
+    return np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+
+
+def _joined_names(table: Table) -> EpisodeNames:
+    """The names of a table version's episodes, read again from the stored runs (a
+    continued first run is the previous fragment's episode); :class:`CorruptData` when a
+    name is used twice."""
+    where = _where(table)
+    parts = _all_runs(table, lambda p: (p.first_frame, p.names.array) if p.rows else None)
+    arrays = [a.slice(1 if first else 0) for first, a in filter(None, parts)]
+    names = EpisodeNames(pa.concat_arrays(arrays) if arrays else pa.array([], pa.string()))
+    twice = first_repeat(names)
+    if twice is not None:
         raise CorruptData(
-            f"{where}: episode {twice!r} (column {EPISODE!r}) is used for two episodes; "
-            "episode names must be unique in a table"
+            f"{where}: episode {names[twice[1]]!r} (column {EPISODE!r}) is used for two "
+            "episodes; episode names must be unique in a table"
         )
-    ln = np.asarray(lengths, np.int64)
-    starts = np.concatenate([[0], np.cumsum(ln)[:-1]]).astype(np.int64) if len(ln) else ln
-    return EpisodeIndex(names, starts, ln)
+    return names
 
 
 def stored_episode_index(table: Table) -> EpisodeIndex:
     """The episode index of a time-indexed pinned table, from its stored fragments' runs
-    (the runs of a fragment without them are computed once, from it alone, and stored)."""
-    return join_runs(_all_runs(table), _where(table))
+    (the runs of a fragment without them are computed once, from it alone, and stored).
+    Its names are read when first used (:class:`LazyEpisodeNames`): a plan and its
+    readers hold 16 bytes per episode, not ~30 (issue 33)."""
+    project, name = table.project, table.name
+    one = lambda f, w, d: fragment_edges(project, name, f, w, d)  # noqa: E731
+    ln = join_lengths(_each_fragment(table, one), _where(table))
+    starts = np.zeros(len(ln), np.int64)
+    np.cumsum(ln[:-1], out=starts[1:])
+    names = LazyEpisodeNames(len(ln), lambda: _joined_names(table), _where(table))
+    return EpisodeIndex(names, starts, ln)
 
 
 def compute_episode_index(table: Table) -> EpisodeIndex:

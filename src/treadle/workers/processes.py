@@ -22,14 +22,23 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from treadle.errors import PlanError, TreadleError
+from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
 from treadle.workers.worker import Job, work
 
-__all__ = ["MAX_WORKER_PREFETCH", "Job", "check_workers", "context", "read_in_processes"]
+__all__ = [
+    "MAX_WORKER_PREFETCH",
+    "Job",
+    "check_workers",
+    "context",
+    "preload_workers",
+    "read_in_processes",
+]
 
 # A worker is handed prefetch + 1 slot descriptors and two pipe ends, and the forkserver
 # passes a new process's descriptors in one message of fewer than 256 - 4
@@ -37,6 +46,9 @@ __all__ = ["MAX_WORKER_PREFETCH", "Job", "check_workers", "context", "read_in_pr
 MAX_WORKER_PREFETCH = 240
 
 _PRELOAD = ["treadle.workers.serverinit"]
+
+
+_starting = threading.Lock()
 
 
 def context() -> Any:
@@ -48,10 +60,33 @@ def context() -> Any:
 
     ctx = multiprocessing.get_context("forkserver")
     server = forkserver._forkserver
-    if server._forkserver_pid is None:  # first use in this process: choose what it imports
-        ctx.set_forkserver_preload(_PRELOAD)
-    server.ensure_running()
+    with _starting:
+        if server._forkserver_pid is None:  # first use in this process: choose what it imports
+            ctx.set_forkserver_preload(_PRELOAD)
+        # the server inherits this environment when it starts (and only then): it imports
+        # pyarrow without pandas (treadle.workers.nopandas); its workers restore the loader's
+        os.environ[SERVER_ENV] = "1"
+        try:
+            server.ensure_running()
+        finally:
+            os.environ.pop(SERVER_ENV, None)
     return ctx
+
+
+def preload_workers(wait: bool = False) -> None:
+    """Start the process server that ``workers=N`` loaders fork their workers from, now.
+
+    The first ``workers=N`` loader of a process otherwise starts it when it is made, and its
+    first batch waits for the server's imports (Lance, PyAV, treadle's read path: ~0.5-1 s
+    of CPU in a process of its own). A script that calls this before it loads its model pays
+    that while the model loads. Returns at once; ``wait=True`` returns once the server has
+    imported and forked a first (empty) process. Harmless to call again, and where there is
+    no forkserver (not Linux or macOS) it does nothing."""
+    ctx = context()
+    if wait and ctx.get_start_method() == "forkserver":
+        p = ctx.Process(target=os.getpid, name="treadle-preload", daemon=True)
+        p.start()
+        p.join()
 
 
 def check_workers(workers: int, prefetch: int) -> None:

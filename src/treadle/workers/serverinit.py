@@ -3,7 +3,8 @@
 The server imports what every worker needs (Lance, PyAV, treadle's read path; no torch) once,
 opens no table and starts no Lance runtime, and then forks: that is the use Lance's
 "not fork-safe" warning (raised before every fork of a process that imported Lance) asks
-for, so it is silenced here, in this process only.
+for, so it is silenced here, in this process only. It imports no pandas
+(:mod:`treadle.workers.nopandas`).
 
 A process started by multiprocessing first re-runs the parent's main module (so that
 objects defined there unpickle). For a training script that is ``import torch`` and more,
@@ -22,6 +23,8 @@ import types
 import warnings
 from multiprocessing import process, spawn
 from typing import Any
+
+import numpy.ma  # noqa: F401  (np.unique imports it on first use: in every worker, at its first batch)
 
 import treadle.workers.worker  # noqa: F401  (what the workers run)
 
