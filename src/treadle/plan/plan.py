@@ -119,9 +119,8 @@ class Plan:
 
     def _build_index(self, anchors: Sequence[Runs]) -> None:
         """Concatenate every component's anchor runs; eligible index -> run -> row."""
-        firsts, ends = [], []
+        firsts, ends, bases, elig = [], [], [], []
         base = 0
-        bases, elig = [], []
         for i, comp in enumerate(self._record.components):
             first, stop = (np.asarray(x, np.int64) for x in anchors[i])
             cnt = stop - first
@@ -152,7 +151,7 @@ class Plan:
         episode_of = dict(zip(names, self._table_episodes()))
         tables = [names[c.table] for c in self._record.components]
         assert self._record.derived is not None
-        anchors = [self.anchor_runs(c) for c in range(len(self._record.components))]
+        anchors = [self.anchor_runs(c) for c in range(len(tables))]
         return Redraw(self._record.derived, self._record.seed, tables, episode_of, anchors)
 
     def _table_episodes(self) -> Sequence[Any]:
@@ -230,15 +229,13 @@ class Plan:
         return int(self._elig[self._component(component)])
 
     def anchor_runs(self, component: int) -> tuple[np.ndarray, np.ndarray]:
-        """A component's anchors as sorted runs ``[first, stop)`` of moment rows (``stop``
-        computed now: a plan holds each run's first row and cumulative end only)."""
+        """A component's anchors as sorted runs ``[first, stop)`` of moment rows."""
         c = self._component(component)
         first, cum_end = self._runs[c]
         return first, first + np.diff(cum_end, prepend=self._base[c])
 
     def kept(self, component: int) -> tuple[int, int]:
-        """(anchors kept, moments in the table) of a component: how much of its table the
-        windows (and selection) leave as sample anchors."""
+        """(anchors kept, moments in the table) of a component (its windows and selection)."""
         c = self._component(component)
         return int(self._elig[c]), self._record.table_of(c).num_moments
 

@@ -301,7 +301,7 @@ def _take(table: Table, idx: np.ndarray, columns: list[str]) -> dict[str, np.nda
     }
 
 
-def _whole_column(table: Any, column: str, f: pa.Field) -> np.ndarray:
+def _whole_column(table: Table, column: str, f: pa.Field) -> np.ndarray:
     """``to_numpy`` of the whole column, filled batch by batch (in row order) into one
     array: the Arrow table, its combined copy and the array were ~3x the column at once,
     now one array and one batch (issue 33: a 32 MB column cost a worker 65 MB)."""

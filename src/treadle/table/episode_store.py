@@ -212,7 +212,7 @@ class _Edges:
         return cls(p.rows, p.first_frame, p.lengths, *ends)
 
 
-def fragment_edges(project: Any, name: str, fragment: Any, where: str, data: Any) -> _Edges:
+def fragment_edges(project: TableSource, name: str, fragment: Any, where: str, data: Any) -> _Edges:
     """One fragment's :class:`_Edges`: from its stored object without decoding its names
     when it is in the layout this treadle writes, else as :func:`fragment_runs` gives."""
     edges = None if data is None else _parse_edges(data, _file(fragment.metadata))
