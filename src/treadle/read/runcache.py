@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import marshal
+import pickle
+import types
 import warnings
 from typing import Any
 
@@ -19,31 +21,75 @@ Stats = tuple[dict[str, ColumnStats], dict[str, dict[str, ColumnStats]]]
 
 
 def code_key(fn: Any) -> str:
-    """A function by its code, the values it closes over, its defaults and the globals it
-    names (arrays by their bytes); ``"unkeyed"`` when that cannot be said (then not kept)."""
+    """A function by its code, the values it closes over, its defaults, the object it is
+    bound to and the globals it names (functions by their own key, arrays and tensors by
+    their bytes, other objects by their pickled state); ``"unkeyed"`` when that cannot be
+    said (then not kept)."""
+    try:
+        return _function_key(fn, set())
+    except _Unkeyed:
+        return "unkeyed"
+
+
+class _Unkeyed(Exception):
+    """A value whose key cannot be said."""
+
+
+def _names(code: Any) -> list[str]:
+    """The global names ``code`` and the code nested in it (lambdas, comprehensions) use."""
+    out = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            out += _names(const)
+    return out
+
+
+def _function_key(fn: Any, seen: set[int]) -> str:
     code = getattr(fn, "__code__", None)
     if code is None:
-        return "unkeyed"
+        raise _Unkeyed
+    if id(code) in seen:  # a recursive helper: its code is already in the key
+        return f"recursive:{code.co_name}"
+    seen.add(id(code))
     cells = [getattr(cl, "cell_contents", None) for cl in (getattr(fn, "__closure__", None) or ())]
-    names = getattr(fn, "__globals__", {})
-    named = [(n, names[n]) for n in code.co_names if n in names]
     cells += list(getattr(fn, "__defaults__", None) or ())
     cells += sorted((getattr(fn, "__kwdefaults__", None) or {}).items())
+    if hasattr(fn, "__self__"):  # a bound method: its object's state decides it too
+        cells.append(fn.__self__)
+    names = getattr(fn, "__globals__", {})
+    named = [f"{n}={_value_key(names[n], seen)}" for n in dict.fromkeys(_names(code))
+             if n in names]  # fmt: skip
     try:
-        blob = marshal.dumps(code) + "|".join(map(_value_key, cells + named)).encode()
+        blob = marshal.dumps(code)
     except ValueError:
-        return "unkeyed"
-    return hashlib.sha256(blob).hexdigest()
+        raise _Unkeyed from None
+    keys = [_value_key(v, seen) for v in cells] + named
+    return hashlib.sha256(blob + "|".join(keys).encode()).hexdigest()
 
 
-def _value_key(v: Any) -> str:
-    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
-        return f"{v[0]}={_value_key(v[1])}"
+def _value_key(v: Any, seen: set[int]) -> str:
+    if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return f"{type(v).__name__}[{','.join(_value_key(x, seen) for x in v)}]"
+    if isinstance(v, dict):
+        items = sorted((_value_key(k, seen), _value_key(x, seen)) for k, x in v.items())
+        return f"dict{items}"
+    if isinstance(v, (types.FunctionType, types.MethodType)):
+        return f"fn:{_function_key(v, seen)}"
+    if isinstance(v, (type, types.ModuleType, types.BuiltinFunctionType, np.ufunc)):
+        return f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', v.__name__)}"
+    if hasattr(v, "__array__") and not isinstance(v, np.ndarray):
+        detach = getattr(v, "detach", None)  # a torch tensor, on any device
+        v = np.asarray(detach().cpu() if callable(detach) else v)
     if isinstance(v, np.ndarray):
+        if v.dtype.hasobject:
+            raise _Unkeyed
         return f"array{v.shape}{v.dtype}:{hashlib.sha256(np.ascontiguousarray(v)).hexdigest()}"
-    if isinstance(v, type) or callable(v) or type(v).__name__ == "module":
-        return f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', repr(type(v)))}"
-    return repr(v)
+    try:  # any other object by its state (a torch module by its weights, a config by its fields)
+        return f"pickle:{hashlib.sha256(pickle.dumps(v, protocol=4)).hexdigest()}"
+    except Exception:  # noqa: BLE001 - what cannot be pickled is not kept
+        raise _Unkeyed from None
 
 
 class RunCache:

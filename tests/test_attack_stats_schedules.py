@@ -1,0 +1,75 @@
+"""Adversarial checks of issues 27 and 28 (plan.stats, schedules, plan.exclude): each test
+failed before the fix committed with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import treadle as td
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    """Tables ``a`` (3 episodes) and ``b`` (2), a 3-D ``s`` and a scalar ``sp`` each."""
+    branch = td.Client(str(tmp_path_factory.mktemp("two"))).project("p").branch()
+    rng = np.random.default_rng(0)
+    with branch.transaction("two") as tx:
+        for name, lens in (("a", [5, 9, 2]), ("b", [12, 6])):
+            for e, n in enumerate(lens):
+                cols = {
+                    "s": rng.standard_normal((n, 3)).astype(np.float32),
+                    "sp": rng.standard_normal(n).astype(np.float32),
+                }
+                tx.table(name).append_episode(cols, episode=f"{name}{e}")
+    return branch
+
+
+def _plan(branch, windows=None, batch_size=4) -> td.Plan:
+    w = windows or td.Windows({"s": td.Rows([0, 1], pad=True), "sp": td.Rows([0, 1], pad=True)})
+    comps = [td.Component(branch.table("a"), w, 1), td.Component(branch.table("b"), w, 1)]
+    return td.Recipe(seed=3, batch_size=batch_size, components=comps).plan()
+
+
+# -- a kept result is never read back for a derive function that computes something else --
+def test_a_derive_function_is_keyed_by_the_functions_it_calls(two):
+    """A notebook cell re-run after its helper was edited: same lambda code, same line, but
+    the global function it calls now computes another value."""
+    plan = _plan(two)
+    scope: dict = {}
+    outs = []
+    for factor in (2, 3):
+        exec(f"def helper(x):\n    return x * {factor}\n", scope)
+        fn = eval('lambda b: helper(b["s"])', scope)
+        outs.append(plan.stats(derive={"d": fn})["d"].mean)
+    np.testing.assert_allclose(outs[1], outs[0] * 1.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["tensor", "list", "object"])
+def test_a_derive_function_is_keyed_by_the_state_of_what_it_closes_over(two, kind):
+    """Closed-over values whose repr does not show their state (a long tensor's repr elides
+    its middle, a list of such arrays, an object with a fixed repr such as a torch module)."""
+
+    class Scale:
+        def __init__(self, k: float):
+            self.k = k
+
+        def __repr__(self) -> str:
+            return "Scale()"
+
+    plan = _plan(two)
+    outs = []
+    for shift in (0.0, 1.0):
+        if kind == "tensor":
+            t = torch.zeros(2000, dtype=torch.float64)
+            t[1000] = shift
+            fn = lambda b, o=t: b["s"] + float(o[1000])  # noqa: E731
+        elif kind == "list":
+            arrs = [np.zeros(2000)]
+            arrs[0][1000] = shift
+            fn = lambda b, o=arrs: b["s"] + o[0][1000]  # noqa: E731
+        else:
+            fn = lambda b, o=Scale(shift): b["s"] + o.k  # noqa: E731
+        outs.append(plan.stats(derive={"d": fn})["d"].mean)
+    np.testing.assert_allclose(outs[1] - outs[0], np.ones(3), rtol=1e-6)
