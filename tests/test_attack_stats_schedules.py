@@ -73,3 +73,20 @@ def test_a_derive_function_is_keyed_by_the_state_of_what_it_closes_over(two, kin
             fn = lambda b, o=Scale(shift): b["s"] + o.k  # noqa: E731
         outs.append(plan.stats(derive={"d": fn})["d"].mean)
     np.testing.assert_allclose(outs[1] - outs[0], np.ones(3), rtol=1e-6)
+
+
+# -- a kept object that cannot be what was asked is never returned -------------------------
+@pytest.mark.parametrize(
+    "data", [b"\x00garbage", b"", b'{"pooled": {}, "components": {}}', b'{"pooled": {"s": 1}}']
+)
+def test_a_corrupt_kept_result_is_computed_afresh_and_replaced(two, data):
+    plan = _plan(two, batch_size=6)
+    want = plan.stats(["s"])["s"]
+    store = two.project.client.store
+    [key] = list(store.list(f"{two.project.prefix}/runstats/{plan.run_id}/"))
+    good = store.get(key)
+    store.put(key, data)
+    with pytest.warns(UserWarning, match="kept plan.stats result .* cannot be read"):
+        got = plan.stats(["s"])
+    assert list(got) == ["s"] and got["s"].to_dict() == want.to_dict()
+    assert store.get(key) == good  # replaced by the result computed afresh

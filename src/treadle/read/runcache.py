@@ -101,17 +101,33 @@ class RunCache:
         ids = [version_identity(t) for t in plan.tables]
         self.ok = "unknown" not in ids and "unkeyed" not in spec["derive"].values()
         digest = hashlib.sha256(json.dumps({**spec, "ids": ids}, sort_keys=True).encode())
+        self.names = [*spec["columns"], *spec["derive"]]  # the pooled result's keys, in order
+        self.components = list(plan.components)
         self.path = f"{project.prefix}/runstats/{plan.run_id}/{digest.hexdigest()[:24]}.json"
 
     def get(self) -> Stats | None:
         if not self.ok:
             return None
         try:
-            d = json.loads(self.store.get(self.path))
+            data = self.store.get(self.path)
         except NotFound:
             return None
         load = lambda m: {k: ColumnStats.from_dict(v) for k, v in m.items()}  # noqa: E731
-        return load(d["pooled"]), {name: load(m) for name, m in d["components"].items()}
+        try:
+            d = json.loads(data)
+            pooled = load(d["pooled"])
+            per = {name: load(m) for name, m in d["components"].items()}
+            if list(pooled) != self.names or list(per) != self.components:
+                raise ValueError("other columns or components than asked")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            warnings.warn(
+                f"plan.stats: the kept plan.stats result {self.path} cannot be read ({e}); "
+                "computing it afresh",
+                UserWarning,
+                stacklevel=4,
+            )
+            return None
+        return pooled, per
 
     def put(self, got: Stats) -> None:
         if not self.ok:
