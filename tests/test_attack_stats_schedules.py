@@ -90,3 +90,20 @@ def test_a_corrupt_kept_result_is_computed_afresh_and_replaced(two, data):
         got = plan.stats(["s"])
     assert list(got) == ["s"] and got["s"].to_dict() == want.to_dict()
     assert store.get(key) == good  # replaced by the result computed afresh
+
+
+# -- padded entries never enter a derived value's statistics ------------------------------
+@pytest.mark.parametrize("pad", [True, False])
+def test_a_derived_value_of_a_windowed_scalar_leaves_its_padding_out(two, pad):
+    """``b["sp"]`` of ``Rows([0, 1, 2], pad=True)`` is ``[b, T]``: a derived ``[b, T]`` value
+    of it has a time axis, so its padded entries are left out as ``sp``'s own are."""
+    w = td.Windows({"sp": td.Rows([0, 1, 2], pad=pad)})
+    plan = _plan(two, w)
+    got = plan.stats(["sp"], derive={"sp2": lambda b: b["sp"] * 2})
+    sp, sp2 = got["sp"], got["sp2"]
+    assert sp2.mean.shape == sp.mean.shape == ()
+    assert int(sp2.count) == int(sp.count)
+    np.testing.assert_allclose(sp2.mean, 2 * sp.mean, rtol=1e-6)
+    np.testing.assert_allclose(sp2.quantile(0.5), 2 * sp.quantile(0.5), rtol=1e-6)
+    po = plan.stats(["sp"], derive={"sp2": lambda b: b["sp"] * 2}, per_offset=True)
+    assert po["sp2"].count.tolist() == po["sp"].count.tolist()

@@ -27,7 +27,8 @@ columns are sampled as ``table.stats`` samples them: about ``frames`` frames (an
 per component by share, a pure function of the plan's seed), decoded to uint8 at the
 spec's size, exact per-channel histograms. ``derive={name: fn}`` runs ``fn`` on the batches
 of every anchor in table order (the batch as delivered, zeros for absent columns); a
-derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` leaves out entries
+derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` (or ``[b, T]`` when a
+windowed scalar column it reads is ``[b, T]``) leaves out entries
 padded in the ``*_is_pad`` of that window length of a column ``fn`` reads, the samples
 whose table lacks a column it reads (``*_is_present``), and the dimensions the
 ``*_dim_mask`` of its last size of a column it reads marks padded.
@@ -61,7 +62,7 @@ SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's e
 DEFAULT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _ANCHORS = 256  # anchors per read on the batch path (derive=, video)
 _FLAGS = ("_is_pad", "_dim_mask", "_is_present")  # a column's delivery flags in a batch
-_ALGO = 1  # bump when a statistic's definition changes: old kept results are ignored
+_ALGO = 2  # bump when a statistic's definition changes: old kept results are ignored
 
 
 def plan_stats(
@@ -298,7 +299,8 @@ def _derive_parts(plan: Any, c: int, derived: dict[str, Any], per_offset: bool) 
             r = np.asarray(fn(seen), np.float64)
             flags = {k: v for k, v in batch.items()
                      for f in _FLAGS if k.endswith(f) and k[: -len(f)] in seen.read}  # fmt: skip
-            _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset)
+            steps = {np.shape(batch[k])[1] for k in seen.read if np.ndim(batch[k]) == 2}
+            _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset, steps)
     return {n: p for n, p in parts.items() if any(mom.n for mom, _ in p.groups)}
 
 
@@ -320,11 +322,12 @@ class _Seen(dict):
 
 
 def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
-                 per_offset: bool) -> None:  # fmt: skip
+                 per_offset: bool, steps: set[int]) -> None:  # fmt: skip
     b = len(batch["_moment"])
     if r.ndim < 1 or r.shape[0] != b:
         raise PlanError(f"plan.stats: derive {name!r} gave shape {r.shape}, not [{b}, ...]")
-    timed = r.ndim >= 3
+    # [b, T] is a time axis of scalars when a windowed scalar column it reads is [b, T]
+    timed = r.ndim >= 3 or (r.ndim == 2 and r.shape[1] in steps)
     keep = np.ones(r.shape[:2] if timed else (b,), np.bool_)
     for k, v in batch.items():
         v = np.asarray(v)
@@ -332,7 +335,7 @@ def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
             keep &= ~v
         if k.endswith("_is_present"):
             keep &= v[:, None] if timed else v
-    size = r.shape[-1] if r.ndim >= 2 else None
+    size = r.shape[-1] if r.ndim >= (3 if timed else 2) else None
     real = [int(np.asarray(v)[0].sum()) for k, v in batch.items()
             if k.endswith("_dim_mask") and np.asarray(v).shape[-1] == size]  # fmt: skip
     shape = r.shape[2:] if timed else r.shape[1:]
