@@ -107,3 +107,23 @@ def test_a_derived_value_of_a_windowed_scalar_leaves_its_padding_out(two, pad):
     np.testing.assert_allclose(sp2.quantile(0.5), 2 * sp.quantile(0.5), rtol=1e-6)
     po = plan.stats(["sp"], derive={"sp2": lambda b: b["sp"] * 2}, per_offset=True)
     assert po["sp2"].count.tolist() == po["sp"].count.tolist()
+
+
+def test_nan_in_the_data_makes_every_statistic_of_its_dimension_nan(tmp_path):
+    """As numpy's: a dimension holding a NaN has NaN quantiles, not those of the other
+    values (q01..q90 were finite and silently left the NaN out); the other dimension is
+    untouched, and a warning names the dimension."""
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    x = np.random.default_rng(1).standard_normal((40, 2)).astype(np.float32)
+    x[7, 0] = np.nan
+    branch.table("t").append_episode({"x": x}, episode="e")
+    w = td.Windows({"x": td.Rows([0])})
+    plan = td.Recipe(1, 4, [td.Component(branch.table("t"), w)]).plan()
+    with pytest.warns(UserWarning, match=r"'x' .* NaN .* dimension\(s\) \[0\]"):
+        got = plan.stats(["x"])["x"]
+    for q in (0.01, 0.1, 0.5, 0.9, 0.99):
+        assert np.isnan(got.quantile(q)[0]), q
+        assert got.quantile(q)[1] == np.quantile(
+            x[:, 1].astype(np.float64), q, method="inverted_cdf"
+        )
+    assert np.isnan([got.mean[0], got.std[0], got.min[0], got.max[0]]).all()

@@ -112,6 +112,7 @@ def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
     empty = count == 0
     lo[empty], hi[empty] = np.nan, np.nan
     values, err = _quantiles(parts, qs, groups, e)
+    values[:, np.isnan(lo)] = np.nan  # a NaN value (min is NaN): NaN quantiles, as numpy's
     out_shape = (groups, *shape) if groups > 1 else shape
     r = lambda x: np.asarray(x, np.float64).reshape(out_shape)  # noqa: E731
     quant = {q: r(values[i]) for i, q in enumerate(qs)}

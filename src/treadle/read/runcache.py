@@ -139,18 +139,29 @@ class RunCache:
 
 
 def warn_flat(stats: dict[str, ColumnStats], where: str) -> None:
-    """One warning per column whose std is 0, below 1e-12 of its scale, or has no values."""
+    """One warning per column whose std is 0, below 1e-12 of its scale, or has no values,
+    and one per column holding NaN or infinite values."""
     for name, s in stats.items():
         std = np.asarray(s.std, np.float64)
         scale = np.maximum(np.abs(np.asarray(s.min)), np.abs(np.asarray(s.max)))
-        flat = ~(std > 1e-12 * scale) | (std == 0)
-        if flat.any():
-            dims = [tuple(int(i) for i in ix) for ix in np.argwhere(flat)]
-            shown = [d[0] if len(d) == 1 else d for d in dims][:20]
-            at = f"in dimension(s) {shown}{' ...' if len(dims) > 20 else ''}" if std.ndim else ""
-            warnings.warn(
-                f"plan.stats: column {name!r} of {where} has std 0 (or below 1e-12 of its "
-                f"scale, or no values) {at}: normalising by it gives inf/NaN",
-                UserWarning,
-                stacklevel=4,
-            )
+        bad = ~np.isfinite(np.asarray(s.mean, np.float64)) & (np.asarray(s.count) > 0)
+        flat = (~(std > 1e-12 * scale) | (std == 0)) & ~bad
+        for mask, what in (
+            (flat, "has std 0 (or below 1e-12 of its scale, or no values)"),
+            (bad, "holds NaN or infinite values (its statistics there are NaN or inf)"),
+        ):
+            if mask.any():
+                warnings.warn(
+                    f"plan.stats: column {name!r} of {where} {what} {_dims(mask, std.ndim)}: "
+                    "normalising by it gives inf/NaN",
+                    UserWarning,
+                    stacklevel=4,
+                )
+
+
+def _dims(mask: np.ndarray, ndim: int) -> str:
+    if not ndim:
+        return ""
+    dims = [tuple(int(i) for i in ix) for ix in np.argwhere(mask)]
+    shown = [d[0] if len(d) == 1 else d for d in dims][:20]
+    return f"in dimension(s) {shown}{' ...' if len(dims) > 20 else ''}"
