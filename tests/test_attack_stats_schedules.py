@@ -127,3 +127,17 @@ def test_nan_in_the_data_makes_every_statistic_of_its_dimension_nan(tmp_path):
             x[:, 1].astype(np.float64), q, method="inverted_cdf"
         )
     assert np.isnan([got.mean[0], got.std[0], got.min[0], got.max[0]]).all()
+
+
+# -- plan.exclude -------------------------------------------------------------------------
+def test_an_episode_named_twice_is_excluded_once(two):
+    """``["a1", "a1"]`` is the exclusion of ``["a1"]``: same record, same run id, and the
+    card counts its 9 moments once (they were counted twice: "(18 moments)")."""
+    from treadle.plan.card import render_card
+
+    plan = _plan(two)
+    once = plan.exclude(episodes={"a": ["a1"]}, from_step=2)
+    twice = plan.exclude(episodes={"a": ["a1", "a1"]}, from_step=2)
+    assert twice.record.derived.moments == 9 == once.record.derived.moments
+    assert twice.run_id == once.run_id
+    assert "excluding 1 episodes (9 moments)" in render_card(twice.record)

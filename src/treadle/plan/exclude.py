@@ -89,7 +89,7 @@ def exclusion_of(
             raise PlanError(f"exclude: episodes of {table!r} must be a list of names")
         idx = episode_index[table_names.index(table)]
         known = {n: i for i, n in enumerate(idx.names)}
-        for n in names:
+        for n in dict.fromkeys(names):  # an episode named twice is excluded (and counted) once
             if n not in known:
                 raise PlanError(f"exclude: table {table!r} has no episode {n!r}")
             moments += int(idx.lengths[known[n]])
