@@ -141,3 +141,21 @@ def test_an_episode_named_twice_is_excluded_once(two):
     assert twice.record.derived.moments == 9 == once.record.derived.moments
     assert twice.run_id == once.run_id
     assert "excluding 1 episodes (9 moments)" in render_card(twice.record)
+
+
+# -- schedules ----------------------------------------------------------------------------
+def test_the_card_says_when_a_ramp_is_cut_short_and_what_it_reached(two):
+    """A ramp to b=1 over 40 steps from step 3, cut by a stage at step 11: 2 of its 10
+    pieces are planned and the mix reaches 4/5, 1/5 (the card said it ramps to 0, 1/1).
+    Stages name components as the rest of the card does (they named tables)."""
+    from treadle.plan.card import render_card
+
+    sched = td.Schedule([(0, [1, 0]), (3, td.Ramp([0, 1], steps=40)), (11, [0.5, 0.5])])
+    comps = [td.Component(two.table("a"), name="arm"), td.Component(two.table("b"))]
+    plan = td.Recipe(seed=1, batch_size=10, components=comps, schedule=sched).plan()
+    assert [plan.counts(s).tolist() for s in (3, 7, 10, 11)] == [[9, 1], [8, 2], [8, 2], [5, 5]]
+    card = render_card(plan.record)
+    assert (
+        "stage 1 from step 3: ramp over 40 steps, cut short at step 11 after 2 of its 10 "
+        "pieces, reaching [0] arm 4/5, [1] b 1/5 (of [0] arm 0, [1] b 1/1)"
+    ) in card, card
