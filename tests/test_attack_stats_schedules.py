@@ -159,3 +159,12 @@ def test_the_card_says_when_a_ramp_is_cut_short_and_what_it_reached(two):
         "stage 1 from step 3: ramp over 40 steps, cut short at step 11 after 2 of its 10 "
         "pieces, reaching [0] arm 4/5, [1] b 1/5 (of [0] arm 0, [1] b 1/1)"
     ) in card, card
+
+
+def test_a_derived_value_left_out_everywhere_is_a_named_error(two):
+    """Every entry padded (an offset past every episode's end): a PlanError naming the
+    derive, not an IndexError from pooling nothing."""
+    w = td.Windows({"s": td.Rows([50], pad=True)})
+    plan = _plan(two, w)
+    with pytest.raises(td.PlanError, match="derive 'far' has no values"):
+        plan.stats(derive={"far": lambda b: b["s"] * 2})

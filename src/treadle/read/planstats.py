@@ -166,6 +166,11 @@ def _compute(
         if derived:
             for n, part in _derive_parts(plan, c, derived, per_offset).items():
                 parts[n][c] = (a, part)
+    for n in derived:
+        if all(p is None for p in parts[n]):
+            raise PlanError(
+                f"plan.stats: derive {n!r} has no values: every one is padded or absent"
+            )
     pooled = {n: _pool([p for p in got if p is not None], qs) for n, got in parts.items()}
     per: dict[str, dict[str, ColumnStats]] = {}
     for c, name in enumerate(plan.components):
