@@ -18,7 +18,8 @@ itself; cameras as ``float32 [.., C, H, W]`` equal to ``uint8 / 255`` exactly.
 time axis of the features LeRobot gives without one (those without ``_is_pad``), makes
 every tensor contiguous and gives ``task`` as ``list[str]``. :func:`source_stats` is the
 dataset's own ``meta/stats.json`` (kept by the importer) under LeRobot's names, as the
-``dataset_stats`` a LeRobot policy's processors take.
+``dataset_stats`` a LeRobot policy's processors take; :func:`dataset_stats` gives
+``plan.stats(...)`` (the run's own statistics) in that form.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, default_columns
 
-__all__ = ["feature_column", "source_stats", "to_lerobot", "windows"]
+__all__ = ["dataset_stats", "feature_column", "source_stats", "to_lerobot", "windows"]
 
 IS_PAD = "_is_pad"
 #: The table columns :func:`windows` mapped, to their LeRobot feature names (this process).
@@ -160,4 +161,25 @@ def source_stats(table: Any, names: Mapping[str, str] | None = None) -> dict[str
     for col, fields in t.source_stats().items():
         stats = {k: np.asarray(v) for k, v in fields.items() if k != "source"}
         out[lookup.get(col, col)] = stats
+    return out
+
+
+def dataset_stats(
+    stats: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> dict[str, dict]:
+    """``plan.stats(...)`` or ``table.stats(...)`` (``{column: td.ColumnStats}``) as a LeRobot
+    policy's ``dataset_stats``: each ``ColumnStats.to_lerobot()``, keyed by the feature name
+    :func:`to_lerobot` gives the column in the batch (``names`` as there). A LeRobot
+    normaliser looks stats up by those names and leaves a feature it finds none for
+    unnormalised, without a word: column names (``observation_state``) never match."""
+    lookup = dict(_FEATURES)
+    lookup.update(names or {})
+    out = {}
+    for col, s in stats.items():
+        if not callable(getattr(s, "to_lerobot", None)):
+            raise PlanError(
+                f"dataset_stats takes {{column: ColumnStats}}; {col!r} holds "
+                f"{type(s).__name__} (for plan.stats(by_component=True), pass one component's)"
+            )
+        out[lookup.get(col, col)] = s.to_lerobot()
     return out
