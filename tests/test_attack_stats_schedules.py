@@ -168,3 +168,30 @@ def test_a_derived_value_left_out_everywhere_is_a_named_error(two):
     plan = _plan(two, w)
     with pytest.raises(td.PlanError, match="derive 'far' has no values"):
         plan.stats(derive={"far": lambda b: b["s"] * 2})
+
+
+def test_the_statistics_of_a_derived_run_leave_its_excluded_episodes_out(two):
+    """plan.exclude drops bad episodes: the derived run's statistics are those of what it
+    draws from ``from_step`` on, without them (they were the parent's, excluded episodes
+    and all): equal to a plan that selects the other episodes with ``episodes=``."""
+    w = td.Windows({"s": td.Rows([-1, 0, 2], pad=True), "sp": td.Rows([0, 1], pad=True)})
+    plan = _plan(two, w)
+    derived = plan.exclude(episodes={"a": ["a1"], "b": ["b0"]}, from_step=0)
+    comps = [
+        td.Component(two.table("a"), w, 1, episodes=["a0", "a2"]),
+        td.Component(two.table("b"), w, 1, episodes=["b1"]),
+    ]
+    want = td.Recipe(seed=3, batch_size=4, components=comps).plan()
+    kw = {"derive": {"r": lambda b: b["s"] - b["sp"][:, :1, None]}, "per_offset": True}
+    got, expect = derived.stats(["s", "sp"], **kw), want.stats(["s", "sp"], **kw)
+    for name in ("s", "sp", "r"):
+        assert got[name].to_dict() == expect[name].to_dict(), name
+    per = derived.stats(["s"], by_component=True)
+    assert per["b"]["s"].to_dict() == want.stats(["s"], by_component=True)["b"]["s"].to_dict()
+    assert int(plan.stats(["sp"])["sp"].count) > int(got["sp"].count.sum())
+    # what the derived run draws from step 0 on: none of the excluded episodes' anchors
+    for step in range(30):
+        b = derived.batch(step)
+        for c, lo, hi in ((0, 5, 14), (1, 0, 12)):
+            m = b.moment[b.component == c]
+            assert not ((m >= lo) & (m < hi)).any()

@@ -169,3 +169,44 @@ class Redraw:
         out = moment.copy()
         out[bad] = self._first[run] + (g - self._begin[run])
         return out
+
+
+class KeptView:
+    """A derived plan as the distribution it draws from its ``from_step`` on (what
+    ``plan.stats`` describes): each component's anchors without those of the excluded
+    episodes, every other fact the plan's. Anchor runs never cross an episode, so a run
+    is kept or dropped whole."""
+
+    def __init__(self, plan: Any):
+        assert plan.record.derived is not None
+        self._plan = plan
+        names = dict(plan.record.derived.episodes)
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
+        for c in range(plan.num_components):
+            first, stop = (np.asarray(x, np.int64) for x in plan.anchor_runs(c))
+            table = plan.record.table_of(c).name
+            if table in names:
+                eps = plan.table(c).episodes()
+                starts = np.asarray(eps.starts, np.int64)
+                pos = {n: i for i, n in enumerate(eps.names)}
+                out = np.isin(np.searchsorted(starts, first, side="right") - 1,
+                              [pos[n] for n in names[table]])  # fmt: skip
+                first, stop = first[~out], stop[~out]
+            self._runs.append((first, stop))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._plan, name)
+
+    def anchor_runs(self, component: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._runs[component]
+
+    def eligible(self, component: int) -> int:
+        first, stop = self._runs[component]
+        return int((stop - first).sum())
+
+    def eligible_moments(self, component: int, index: np.ndarray) -> np.ndarray:
+        first, stop = self._runs[component]
+        end = np.cumsum(stop - first)
+        idx = np.asarray(index, np.int64)
+        run = np.searchsorted(end, idx, side="right")
+        return first[run] + (idx - (end - (stop - first))[run])

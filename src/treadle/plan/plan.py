@@ -254,7 +254,9 @@ class Plan:
     ) -> dict[str, Any]:  # fmt: skip
         """Normalisation statistics of the samples this run draws, ``{column: ColumnStats}``
         (``by_component=True``: ``{component name: {column: ColumnStats}}``), kept in the
-        project under the run id. :mod:`treadle.read.planstats` says what and how exact."""
+        project under the run id. :mod:`treadle.read.planstats` says what and how exact. A
+        derived run's (:meth:`exclude`) are those of what it draws from its ``from_step`` on:
+        without the excluded episodes' anchors."""
         return statshook.compute()(self, columns, per_offset=per_offset, derive=derive,
                       by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
 
