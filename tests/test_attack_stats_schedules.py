@@ -195,3 +195,23 @@ def test_the_statistics_of_a_derived_run_leave_its_excluded_episodes_out(two):
         for c, lo, hi in ((0, 5, 14), (1, 0, 12)):
             m = b.moment[b.component == c]
             assert not ((m >= lo) & (m < hi)).any()
+
+
+def test_the_rank_error_bound_counts_every_component_values(tmp_path, monkeypatch):
+    """Beyond the exact size: the pooled rank error bound, in values of the pooled count,
+    is the worst part's error fraction of all values. Two identical components draw the
+    one component's distribution at twice the count, so the bound doubles with the count
+    (it stayed that of one component: half the stated error fraction)."""
+    import treadle.read.planstats as planstats
+
+    monkeypatch.setattr(planstats, "SKETCH_VALUES", 64)
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    x = np.random.default_rng(3).standard_normal(6000).astype(np.float32)
+    branch.table("t").append_episode({"x": x}, episode="e")
+    w = td.Windows({"x": td.Rows([0])})
+    one = td.Recipe(1, 4, [td.Component(branch.table("t"), w)]).plan().stats(["x"])["x"]
+    comps = [td.Component(branch.table("t"), w), td.Component(branch.table("t"), w)]
+    two = td.Recipe(1, 4, comps).plan().stats(["x"])["x"]
+    assert int(two.count) == 2 * int(one.count) and one.rank_error > 0
+    assert two.rank_error / int(two.count) >= one.rank_error / int(one.count) - 1e-9
+    assert two.quantile(0.5) == one.quantile(0.5)

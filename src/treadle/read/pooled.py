@@ -126,10 +126,12 @@ def _quantiles(
     parts: list[tuple[float, Part]], qs: tuple[float, ...], groups: int, e: int
 ) -> tuple[np.ndarray, int]:
     """Weighted ``inverted_cdf`` quantiles per group and element, and their rank error
-    bound (in values: the worst part's error as a fraction of its values, of the total)."""
+    bound (in values: the worst part's error as a fraction of its values, of all values
+    of a group, every part's)."""
     out = np.full((len(qs), groups, e), np.nan)
     worst, total = 0.0, 0
     for g in range(groups):
+        total = max(total, sum(int(p.groups[g][0].n) for _, p in parts))
         held = []  # per part and sketch level: items sorted per element, their weight, where
         for a, p in parts:
             mom, counted = p.groups[g]
@@ -143,7 +145,6 @@ def _quantiles(
                 if sk.compacted:
                     err = rank_error_bound(sk.n, sk.k, len(sk.compacted))
                     worst = max(worst, err / sk.n)
-            total = max(total, int(mom.n))
         for j in range(e):
             got = [(items[pos[j]], w) for items, w, pos in held if pos[j] >= 0]
             if got:
