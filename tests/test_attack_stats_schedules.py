@@ -215,3 +215,29 @@ def test_the_rank_error_bound_counts_every_component_values(tmp_path, monkeypatc
     assert int(two.count) == 2 * int(one.count) and one.rank_error > 0
     assert two.rank_error / int(two.count) >= one.rank_error / int(one.count) - 1e-9
     assert two.quantile(0.5) == one.quantile(0.5)
+
+
+# -- to_lerobot ---------------------------------------------------------------------------
+def test_to_lerobot_keeps_padded_zeros_zero_in_dimensions_without_values(two):
+    """Dimensions no component has (every robot padded to 5 here, pi0-style) have NaN
+    statistics; LeRobot's normaliser turned their padded zeros into NaN ((0 - NaN) / NaN)
+    and the model input with them. to_lerobot gives them statistics under which 0 maps to
+    0 in every LeRobot mode (MEAN_STD, MIN_MAX, QUANTILES, QUANTILE10)."""
+    w = td.Windows({"s": td.Rows([0, 1], pad=True)})
+    comps = [
+        td.Component(two.table(t), w, 1, pad_to={"s": 5}) for t in ("a", "b")
+    ]  # fmt: skip
+    plan = td.Recipe(seed=3, batch_size=4, components=comps).plan()
+    with pytest.warns(UserWarning, match=r"dimension\(s\) \[3, 4\]"):
+        s = plan.stats(["s"])["s"]
+    assert np.isnan(s.mean[3:]).all() and (s.count[3:] == 0).all()
+    lr = s.to_lerobot()
+    assert all(np.isfinite(v).all() for v in lr.values())
+    zero = np.zeros(2)
+    mean, std = lr["mean"][3:], lr["std"][3:]
+    assert ((zero - mean) / std == 0).all()
+    for lo, hi in (("min", "max"), ("q01", "q99"), ("q10", "q90")):
+        assert (2 * (zero - lr[lo][3:]) / (lr[hi][3:] - lr[lo][3:]) - 1 == 0).all(), lo
+    real = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "q50": s.quantile(0.5)}
+    for k, v in real.items():  # the real dimensions as computed
+        np.testing.assert_array_equal(lr[k][:3], v[:3])
