@@ -241,3 +241,36 @@ def test_to_lerobot_keeps_padded_zeros_zero_in_dimensions_without_values(two):
     real = {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max, "q50": s.quantile(0.5)}
     for k, v in real.items():  # the real dimensions as computed
         np.testing.assert_array_equal(lr[k][:3], v[:3])
+
+
+def test_to_lerobot_passes_dimension_masks_and_presence_under_feature_names(tmp_path):
+    """A cross-embodiment batch through tl.to_lerobot: ``<col>_dim_mask`` ([b, size]) and
+    ``<col>_is_present`` ([b]) are flags of their column, renamed with it and kept as they
+    are (they were taken for columns read at the moment: a PlanError, or for a mask of
+    size 1 its axis silently dropped)."""
+    from treadle import lerobot as tl
+
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    rng = np.random.default_rng(0)
+    with branch.transaction("two") as tx:
+        for name, d in (("a", 3), ("b", 6)):
+            cols = {"observation_state": rng.standard_normal((8, d)).astype(np.float32)}
+            if name == "a":
+                cols["observation_effort"] = np.ones((8, 1), np.float32)
+            tx.table(name).append_episode(cols, episode=f"{name}0")
+    w = td.Windows({
+        "observation_state": td.Rows([0]),
+        "observation_effort": td.Rows([0], optional=True),
+    })  # fmt: skip
+    comps = [
+        td.Component(branch.table("a"), w, pad_to={"observation_state": 6}),
+        td.Component(branch.table("b"), w),
+    ]
+    plan = td.Recipe(1, 4, comps).plan()
+    raw = next(iter(td.TrainLoader(plan, steps=1)))
+    names = {"observation_state": "observation.state", "observation_effort": "observation.effort"}
+    b = tl.to_lerobot(raw, names=names)
+    assert torch.equal(b["observation.state_dim_mask"], raw["observation_state_dim_mask"])
+    assert torch.equal(b["observation.effort_is_present"], raw["observation_effort_is_present"])
+    assert tuple(b["observation.state"].shape) == (4, 6)
+    assert tuple(b["observation.effort"].shape) == (4, 1)

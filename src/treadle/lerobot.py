@@ -36,6 +36,7 @@ from treadle.plan.windows import Rows, Video, Windows, default_columns
 __all__ = ["dataset_stats", "feature_column", "source_stats", "to_lerobot", "windows"]
 
 IS_PAD = "_is_pad"
+_FLAGS = (IS_PAD, "_dim_mask", "_is_present")  # a column's flags in a batch (renamed with it)
 #: The table columns :func:`windows` mapped, to their LeRobot feature names (this process).
 _FEATURES: dict[str, str] = {}
 # LeRobot's conventional dotted prefixes, for columns not named in delta_timestamps/features.
@@ -110,7 +111,9 @@ def to_lerobot(batch: Mapping[str, Any], names: Mapping[str, str] | None = None)
     """A treadle batch of :func:`windows` as LeRobot's DataLoader gives it.
 
     Keys: LeRobot's feature names (``names`` maps columns to them; by default what
-    :func:`windows` mapped in this process), ``<feature>_is_pad`` for windowed features.
+    :func:`windows` mapped in this process), ``<feature>_is_pad`` for windowed features,
+    ``<feature>_dim_mask`` / ``<feature>_is_present`` as the batch has them (``pad_to``,
+    ``optional=True``).
     A column without ``<column>_is_pad`` loses its length-1 time axis (``[b, 1, ...]`` ->
     ``[b, ...]``, a string column's ``[[s], ...]`` -> ``[s, ...]``). Tensors are contiguous.
     treadle's own keys (``_moment``, ``_valid``, ...) pass through unchanged.
@@ -122,9 +125,10 @@ def to_lerobot(batch: Mapping[str, Any], names: Mapping[str, str] | None = None)
         if key.startswith("_"):
             out[key] = value
             continue
-        if key.endswith(IS_PAD) and key[: -len(IS_PAD)] in batch:
-            base = key[: -len(IS_PAD)]
-            out[lookup.get(base, base) + IS_PAD] = _contiguous(value)
+        flag = next((f for f in _FLAGS if key.endswith(f) and key[: -len(f)] in batch), None)
+        if flag is not None:  # a column's padding, dimension mask or presence: as it is
+            base = key[: -len(flag)]
+            out[lookup.get(base, base) + flag] = _contiguous(value)
             continue
         if key + IS_PAD not in batch:
             value = _drop_time(key, value)
