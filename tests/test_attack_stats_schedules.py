@@ -274,3 +274,12 @@ def test_to_lerobot_passes_dimension_masks_and_presence_under_feature_names(tmp_
     assert torch.equal(b["observation.effort_is_present"], raw["observation_effort_is_present"])
     assert tuple(b["observation.state"].shape) == (4, 6)
     assert tuple(b["observation.effort"].shape) == (4, 1)
+
+
+def test_a_derive_function_over_a_value_that_holds_itself_is_computed_not_kept():
+    from treadle.read.runcache import code_key
+
+    loop: list = []
+    loop.append(loop)
+    assert code_key(lambda b, o=loop: b["s"]) == "unkeyed"  # a RecursionError before
+    assert code_key(lambda b, o=[1, 2]: b["s"]) != code_key(lambda b, o=[1, 3]: b["s"])

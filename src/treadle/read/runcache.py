@@ -27,7 +27,7 @@ def code_key(fn: Any) -> str:
     said (then not kept)."""
     try:
         return _function_key(fn, set())
-    except _Unkeyed:
+    except (_Unkeyed, RecursionError):  # a value that holds itself: not kept
         return "unkeyed"
 
 
