@@ -283,3 +283,22 @@ def test_a_derive_function_over_a_value_that_holds_itself_is_computed_not_kept()
     loop.append(loop)
     assert code_key(lambda b, o=loop: b["s"]) == "unkeyed"  # a RecursionError before
     assert code_key(lambda b, o=[1, 2]: b["s"]) != code_key(lambda b, o=[1, 3]: b["s"])
+
+
+def test_an_eval_pass_of_a_derived_run_leaves_its_excluded_episodes_out(two):
+    """EvalLoader over a derived run (one component): every moment it still draws exactly
+    once, none of the excluded episode's (they were all evaluated), at any rank count and
+    after a restart."""
+    comp = td.Component(two.table("b"), td.Windows({"sp": td.Rows([0])}))
+    plan = td.Recipe(seed=1, batch_size=4, components=[comp]).plan()
+    derived = plan.exclude(episodes={"b": ["b0"]}, from_step=0)  # rows 0..11
+    for world in (1, 2):
+        seen = []
+        for r in range(world):
+            for b in td.EvalLoader(derived, rank=r, world_size=world):
+                seen += np.asarray(b["_moment"])[np.asarray(b["_valid"])].tolist()
+        assert sorted(seen) == list(range(12, 18)), world
+    loader = td.EvalLoader(derived)
+    first = next(iter(loader))
+    again = td.EvalLoader.from_state(loader.state_dict(), two.project.client)
+    assert np.asarray(next(iter(again))["_moment"]).min() >= 12 <= first["_moment"].min()

@@ -210,3 +210,13 @@ class KeptView:
         idx = np.asarray(index, np.int64)
         run = np.searchsorted(end, idx, side="right")
         return first[run] + (idx - (end - (stop - first))[run])
+
+
+def drawn_from(plan: Any) -> Any:
+    """``plan`` itself, or for a derived run its :class:`KeptView` (made once per plan)."""
+    if plan.record.derived is None:
+        return plan
+    view = plan.__dict__.get("_kept_view")
+    if view is None:
+        view = plan.__dict__["_kept_view"] = KeptView(plan)
+    return view

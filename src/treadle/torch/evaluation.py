@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from treadle.errors import PlanError
+from treadle.plan.exclude import drawn_from
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
 from treadle.read.steps import EvalSamples, eval_positions, eval_samples
@@ -79,7 +80,7 @@ class EvalLoader(StepLoader):
         if plan.num_components != 1:
             raise PlanError(f"an eval plan has one component, this one has {plan.num_components}")
         self._setup(plan, device, rank, world_size, prefetch, workers, video_threads, transform)
-        self.num_moments = plan.eligible(0)
+        self.num_moments = drawn_from(plan).eligible(0)  # a derived run's: kept moments
         self.steps = eval_steps(plan.batch_size, self.rank, self.world_size, self.num_moments)
 
     def state_dict(self) -> dict[str, Any]:
