@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import NotFound, PlanError
-from treadle.plan.exclude import KeptView
+from treadle.plan.exclude import drawn_from
 from treadle.plan.windows import Video
 from treadle.read.columns import ColumnSpec, output_columns
 from treadle.read.columnstats import ColumnStats
@@ -79,8 +79,7 @@ def plan_stats(
             "step, so no one pooled distribution is the run's; use by_component=True (each "
             "component's own statistics) and pool them by the shares of the steps you train"
         )
-    if plan.record.derived is not None:  # what it draws from its from_step on
-        plan = KeptView(plan)
+    plan = drawn_from(plan)  # a derived run's: what it draws from its from_step on
     qs = _check_quantiles(quantiles)
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PlanError(f"plan.stats: frames must be an integer >= 1, got {frames!r}")
