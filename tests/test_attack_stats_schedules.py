@@ -302,3 +302,27 @@ def test_an_eval_pass_of_a_derived_run_leaves_its_excluded_episodes_out(two):
     first = next(iter(loader))
     again = td.EvalLoader.from_state(loader.state_dict(), two.project.client)
     assert np.asarray(next(iter(again))["_moment"]).min() >= 12 <= first["_moment"].min()
+
+
+def test_a_derived_value_of_two_padded_columns_keeps_the_dimensions_both_have(tmp_path):
+    """A robot whose state has 4 dimensions and action 7, both padded to 14: ``action -
+    state`` is real where both are (0..3); it was a ValueError (cut at one column's 7,
+    kept as the other's 4)."""
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    rng = np.random.default_rng(0)
+    with branch.transaction("two") as tx:
+        for name, ds, da in (("a", 4, 7), ("b", 14, 14)):
+            cols = {
+                "state": rng.standard_normal((9, ds)).astype(np.float32),
+                "action": rng.standard_normal((9, da)).astype(np.float32),
+            }
+            tx.table(name).append_episode(cols, episode=f"{name}0")
+    w = td.Windows({"action": td.Rows([0, 1], pad=True), "state": td.Rows([0])})
+    pad = {"state": 14, "action": 14}
+    comps = [td.Component(branch.table("a"), w, pad_to=pad), td.Component(branch.table("b"), w)]
+    plan = td.Recipe(1, 4, comps).plan()
+    got = plan.stats(derive={"rel": lambda b: b["action"] - b["state"]})["rel"]
+    # a: 9 anchors x 2 offsets, one padded; b: the same, over 14 dimensions
+    assert got.count.tolist() == [34] * 4 + [17] * 10
+    per = plan.stats(derive={"rel": lambda b: b["action"] - b["state"]}, by_component=True)
+    assert per["a"]["rel"].mean.shape == (4,) and per["b"]["rel"].mean.shape == (14,)
