@@ -326,3 +326,23 @@ def test_a_derived_value_of_two_padded_columns_keeps_the_dimensions_both_have(tm
     assert got.count.tolist() == [34] * 4 + [17] * 10
     per = plan.stats(derive={"rel": lambda b: b["action"] - b["state"]}, by_component=True)
     assert per["a"]["rel"].mean.shape == (4,) and per["b"]["rel"].mean.shape == (14,)
+
+
+def test_a_derived_value_of_an_unwindowed_tensor_keeps_its_dimensions(two):
+    """Without windows a tensor column is ``[b, D]``: a derived ``[b, D]`` value of it is
+    per dimension, not scalars over a window (only windowed scalars make ``[b, T]``)."""
+    plan = td.Recipe(1, 4, [td.Component(two.table("a"))]).plan()
+    got = plan.stats(["s"], derive={"s2": lambda b: b["s"] * 2})
+    assert got["s2"].mean.shape == got["s"].mean.shape == (3,)
+    np.testing.assert_allclose(got["s2"].mean, 2 * got["s"].mean, rtol=1e-6)
+
+
+def test_a_derived_value_whose_axis_could_be_time_or_dimension_is_refused(two):
+    """``s[:, 0] * sp[:, :1]`` is ``[b, 3]`` where 3 is both the window length of ``sp`` and
+    the dimension of ``s``: which entries are padded cannot be said, so it is an error."""
+    w = td.Windows({"s": td.Rows([0, 1, 2], pad=True), "sp": td.Rows([0, 1, 2], pad=True)})
+    plan = _plan(two, w)
+    with pytest.raises(td.PlanError, match=r"derive 'amb' gave \(\d+, 3\): 3 is a window length"):
+        plan.stats(derive={"amb": lambda b: b["s"][:, 0] * b["sp"][:, :1]})
+    got = plan.stats(derive={"ok": lambda b: (b["s"][:, 0] * b["sp"][:, :1])[:, None]})
+    assert got["ok"].mean.shape == (3,)

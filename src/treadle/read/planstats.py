@@ -306,9 +306,18 @@ def _derive_parts(plan: Any, c: int, derived: dict[str, Any], per_offset: bool) 
             r = np.asarray(fn(seen), np.float64)
             flags = {k: v for k, v in batch.items()
                      for f in _FLAGS if k.endswith(f) and k[: -len(f)] in seen.read}  # fmt: skip
-            steps = {np.shape(batch[k])[1] for k in seen.read if np.ndim(batch[k]) == 2}
-            _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset, steps)
+            _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset,
+                         _axes(plan, c, seen.read))  # fmt: skip
     return {n: p for n, p in parts.items() if any(mom.n for mom, _ in p.groups)}
+
+
+def _axes(plan: Any, c: int, read: set[str]) -> tuple[set[int], set[int]]:
+    """Window lengths of the windowed scalar columns read (their ``[b, T]``), and the last
+    dimensions of the tensor columns read."""
+    cols = [(plan.layout[k].placed[c].spec is not None, plan.layout[k].shape or ())
+            for k in read if k in plan.layout]  # fmt: skip
+    steps = {shape[0] for timed, shape in cols if timed and len(shape) == 1}
+    return steps, {shape[-1] for timed, shape in cols if len(shape) > timed}
 
 
 class _Seen(dict):
@@ -329,12 +338,17 @@ class _Seen(dict):
 
 
 def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
-                 per_offset: bool, steps: set[int]) -> None:  # fmt: skip
+                 per_offset: bool, axes: tuple[set[int], set[int]]) -> None:  # fmt: skip
     b = len(batch["_moment"])
     if r.ndim < 1 or r.shape[0] != b:
         raise PlanError(f"plan.stats: derive {name!r} gave shape {r.shape}, not [{b}, ...]")
     # [b, T] is a time axis of scalars when a windowed scalar column it reads is [b, T]
-    timed = r.ndim >= 3 or (r.ndim == 2 and r.shape[1] in steps)
+    timed = r.ndim >= 3 or (r.ndim == 2 and r.shape[1] in axes[0])
+    if r.ndim == 2 and r.shape[1] in axes[0] and r.shape[1] in axes[1]:
+        raise PlanError(
+            f"plan.stats: derive {name!r} gave {r.shape}: {r.shape[1]} is a window "
+            "length and a dimension of columns it reads; give [b, T, 1] or [b, 1, D]"
+        )
     keep = np.ones(r.shape[:2] if timed else (b,), np.bool_)
     for k, v in batch.items():
         v = np.asarray(v)
