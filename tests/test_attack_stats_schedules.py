@@ -346,3 +346,26 @@ def test_a_derived_value_whose_axis_could_be_time_or_dimension_is_refused(two):
         plan.stats(derive={"amb": lambda b: b["s"][:, 0] * b["sp"][:, :1]})
     got = plan.stats(derive={"ok": lambda b: (b["s"][:, 0] * b["sp"][:, :1])[:, None]})
     assert got["ok"].mean.shape == (3,)
+
+
+def test_loaders_resume_a_scheduled_derived_run_across_a_stage_boundary(two):
+    """TrainLoader.from_state at the step before a stage starts (and before the exclusion
+    starts), at world sizes 1, 2 (2 workers) and 4: each rank's batches are its slice of
+    the uninterrupted run's, values included."""
+    w = td.Windows({"s": td.Rows([0, 1], pad=True)})
+    comps = [td.Component(two.table("a"), w), td.Component(two.table("b"), w)]
+    sched = td.Schedule([(0, [1, 0]), (3, td.Ramp([0.25, 0.75], steps=3)), (6, [0.5, 0.5])])
+    plan = td.Recipe(seed=4, batch_size=8, components=comps, schedule=sched).plan()
+    derived = plan.exclude(episodes={"b": ["b0"]}, from_step=4)
+    whole = list(td.TrainLoader(derived, steps=9))
+    for stop, world, workers in ((2, 1, 0), (3, 2, 2), (5, 4, 0)):
+        first = td.TrainLoader(derived, steps=stop)
+        assert len(list(first)) == stop
+        state = first.state_dict()
+        for r in range(world):
+            again = td.TrainLoader.from_state(state, two.project.client, rank=r,
+                                              world_size=world, steps=9, workers=workers)  # fmt: skip
+            for k, b in enumerate(again):
+                for key in ("_moment", "_component", "s", "s_is_pad"):
+                    want = np.asarray(whole[stop + k][key])[r::world]
+                    assert np.array_equal(np.asarray(b[key]), want), (stop, world, r, key)
