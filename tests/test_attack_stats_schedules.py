@@ -3,6 +3,8 @@ failed before the fix committed with it."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -369,3 +371,91 @@ def test_loaders_resume_a_scheduled_derived_run_across_a_stage_boundary(two):
                 for key in ("_moment", "_component", "s", "s_is_pad"):
                     want = np.asarray(whole[stop + k][key])[r::world]
                     assert np.array_equal(np.asarray(b[key]), want), (stop, world, r, key)
+
+
+# -- held: numpy over every delivered value, on plans test_plan_stats does not build -------
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """Two tables at 10 and 15 fps, 3- and 5-D tensors, [2, D] tensors, int/bool/f16."""
+    branch = td.Client(str(tmp_path_factory.mktemp("mixed"))).project("p").branch()
+    rng = np.random.default_rng(0)
+    with branch.transaction("mixed") as tx:
+        for name, dims, fps, lens in (("a", 3, 10, [5, 9, 2]), ("c", 5, 15, [12, 6])):
+            for e, n in enumerate(lens):
+                cols = {
+                    "s": rng.standard_normal((n, dims)).astype(np.float32),
+                    "m": rng.standard_normal((n, 2, dims)).astype(np.float32),
+                    "i": rng.integers(-50, 50, n).astype(np.int32),
+                    "h": rng.standard_normal(n).astype(np.float16),
+                    "k": rng.integers(0, 2, n).astype(bool),
+                }
+                tx.table(name).append_episode(cols, episode=f"{name}{e}", fps=fps)
+    return branch
+
+
+def _numpy_stats(plan, name, per_offset):
+    """Per element: every delivered, unpadded, real value and its plan weight."""
+    from treadle.read.steps import host_reader
+
+    reader, vals = host_reader(plan), {}
+    shares = [float(w) for w in plan.weights]
+    try:
+        for c in range(plan.num_components):
+            n = plan.eligible(c)
+            b = reader.read(np.full(n, c, np.int64), plan.eligible_moments(c, np.arange(n)))
+            x = np.asarray(b[name], np.float64)
+            x = x if plan.layout[name].placed[c].spec is not None else x[:, None]
+            pad = np.asarray(b.get(f"{name}_is_pad", np.zeros(x.shape[:2], bool)))
+            mask = np.asarray(b.get(f"{name}_dim_mask", np.ones((n, *x.shape[-1:]), bool)))
+            for t in range(x.shape[1]):
+                for j in np.ndindex(*x.shape[2:]):
+                    keep = ~pad[:, t] & (mask[:, j[-1]] if j else True)
+                    key = ((t,) if per_offset else ()) + j
+                    got = vals.setdefault(key, ([], []))
+                    got[0].append(x[(slice(None), t, *j)][keep])
+                    got[1].append(np.full(int(keep.sum()), shares[c] / n))
+    finally:
+        reader.close()
+    return {k: (np.concatenate(v), np.concatenate(w)) for k, (v, w) in vals.items()}
+
+
+@pytest.mark.parametrize(
+    ("col", "spec", "pad_to", "per_offset"),
+    [
+        ("s", td.Rows(seconds=[-0.2, 0, 0.4], pad=True), None, False),  # 10 and 15 fps
+        ("s", td.Rows(seconds=[-0.2, 0, 0.4], pad=True), 5, True),
+        ("m", td.Rows([0, 1], pad=True), 5, False),  # [2, D] padded to [2, 5]
+        ("m", td.Rows([0, 1], pad=True), 5, True),
+        ("i", td.Rows([0, 1], pad=True), None, False),
+        ("h", td.Rows([-1, 0], pad=True), None, True),
+        ("k", td.Rows([0]), None, False),
+        ("i", None, None, False),  # no window: [b]
+    ],
+)
+def test_plan_stats_equal_numpy_over_every_weighted_value(mixed, col, spec, pad_to, per_offset):
+    w = td.Windows({col: spec}) if spec is not None else None
+    pads = {col: pad_to} if pad_to else None
+    if (col in ("s", "m") and not pad_to) or w is None:  # 3- and 5-D stack only padded
+        comps = [td.Component(mixed.table("a"), w, 1), td.Component(mixed.table("a"), w, 2,
+                                                                     where="frame >= 3")]  # fmt: skip
+    else:
+        comps = [td.Component(mixed.table("a"), w, 1, pad_to=pads),
+                 td.Component(mixed.table("c"), w, 2)]  # fmt: skip
+    plan = td.Recipe(seed=3, batch_size=12, components=comps).plan()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = plan.stats([col], per_offset=per_offset)[col]
+    for key, (v, wt) in _numpy_stats(plan, col, per_offset).items():
+        assert int(got.count[key]) == len(v), key
+        if not len(v):
+            continue
+        mean = np.average(v, weights=wt)
+        np.testing.assert_allclose(got.mean[key], mean, rtol=1e-10, atol=1e-12)
+        std = np.sqrt(np.average((v - mean) ** 2, weights=wt))
+        np.testing.assert_allclose(got.std[key], std, rtol=1e-8, atol=1e-12)
+        assert (got.min[key], got.max[key]) == (v.min(), v.max())
+        for q in (0.01, 0.5, 0.99):
+            g = got.quantile(q)[key]  # numpy's, or a tie numpy's float sum rounds past
+            below, upto = wt[v < g].sum() / wt.sum(), wt[v <= g].sum() / wt.sum()
+            want = np.quantile(v, q, weights=wt, method="inverted_cdf")
+            assert g == want or below - 1e-12 <= q <= upto + 1e-12, (key, q, g, want)
