@@ -100,7 +100,10 @@ class RunCache:
         self.store = project.client.store
         ids = [version_identity(t) for t in plan.tables]
         self.ok = "unknown" not in ids and "unkeyed" not in spec["derive"].values()
-        digest = hashlib.sha256(json.dumps({**spec, "ids": ids}, sort_keys=True).encode())
+        # "kept": bump when what a result holds changes (2: derived runs, derive [b, T])
+        digest = hashlib.sha256(
+            json.dumps({**spec, "ids": ids, "kept": 2}, sort_keys=True).encode()
+        )
         self.names = [*spec["columns"], *spec["derive"]]  # the pooled result's keys, in order
         self.components = list(plan.components)
         self.path = f"{project.prefix}/runstats/{plan.run_id}/{digest.hexdigest()[:24]}.json"
