@@ -145,6 +145,7 @@ def _quantiles(
                 if sk.compacted:
                     err = rank_error_bound(sk.n, sk.k, len(sk.compacted))
                     worst = max(worst, err / sk.n)
+            total = max(total, int(mom.n))
         for j in range(e):
             got = [(items[pos[j]], w) for items, w, pos in held if pos[j] >= 0]
             if got:
