@@ -459,3 +459,16 @@ def test_plan_stats_equal_numpy_over_every_weighted_value(mixed, col, spec, pad_
             below, upto = wt[v < g].sum() / wt.sum(), wt[v <= g].sum() / wt.sum()
             want = np.quantile(v, q, weights=wt, method="inverted_cdf")
             assert g == want or below - 1e-12 <= q <= upto + 1e-12, (key, q, g, want)
+
+
+def test_per_offset_keeps_the_offset_axis_of_a_one_offset_window(two):
+    """``per_offset=True`` gives fields ``[T, *D]``; with ``T = 1`` they were ``[D]``, so
+    ``mean[0]`` was dimension 0's mean where it is offset 0's vector for ``T > 1``."""
+    for offsets in ([0], [0, 1]):
+        w = td.Windows({"s": td.Rows(offsets, pad=True), "sp": td.Rows(offsets, pad=True)})
+        got = _plan(two, w).stats(["s", "sp"], derive={"d": lambda b: b["s"] * 2},
+                                  per_offset=True)  # fmt: skip
+        t = len(offsets)
+        assert got["s"].mean.shape == got["d"].mean.shape == (t, 3), offsets
+        assert got["sp"].mean.shape == got["sp"].quantile(0.5).shape == (t,), offsets
+        assert got["s"].count.shape == got["s"].q99.shape == (t, 3)

@@ -96,6 +96,7 @@ def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
     if name not in parts:
         groups = r.shape[1] if timed and per_offset else 1
         parts[name] = Part.new(shape, min(real) if real else None, groups, budget)
+        parts[name].per_offset = timed and per_offset
     part = parts[name]
     if part.shape != shape or (timed and per_offset and len(part.groups) != r.shape[1]):
         raise PlanError(f"plan.stats: derive {name!r} gave {r.shape} after {part.shape}")

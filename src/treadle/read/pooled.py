@@ -61,6 +61,7 @@ class Part:
     shape: tuple[int, ...]  # the column's per-group shape (after pad_to)
     index: np.ndarray  # flat element positions this component has (its real dimensions)
     groups: list[tuple[Moments, Counted]] = field(default_factory=list)
+    per_offset: bool = False  # one group per window offset: fields [T, *shape], T = 1 too
 
     @classmethod
     def new(cls, shape: tuple[int, ...], real: int | None, groups: int, budget: int) -> Part:
@@ -113,7 +114,7 @@ def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
     lo[empty], hi[empty] = np.nan, np.nan
     values, err = _quantiles(parts, qs, groups, e)
     values[:, np.isnan(lo)] = np.nan  # a NaN value (min is NaN): NaN quantiles, as numpy's
-    out_shape = (groups, *shape) if groups > 1 else shape
+    out_shape = (groups, *shape) if groups > 1 or parts[0][1].per_offset else shape
     r = lambda x: np.asarray(x, np.float64).reshape(out_shape)  # noqa: E731
     quant = {q: r(values[i]) for i, q in enumerate(qs)}
     samples = int(count.max(initial=0))  # values per element: what LeRobot's count counts
