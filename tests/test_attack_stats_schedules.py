@@ -472,3 +472,14 @@ def test_per_offset_keeps_the_offset_axis_of_a_one_offset_window(two):
         assert got["s"].mean.shape == got["d"].mean.shape == (t, 3), offsets
         assert got["sp"].mean.shape == got["sp"].quantile(0.5).shape == (t,), offsets
         assert got["s"].count.shape == got["s"].q99.shape == (t, 3)
+
+
+def test_a_derived_runs_view_copies(two):
+    import copy
+
+    from treadle.plan.exclude import drawn_from
+
+    derived = _plan(two).exclude(episodes={"a": ["a1"]}, from_step=0)
+    view = drawn_from(derived)
+    assert drawn_from(derived) is view and drawn_from(_plan(two)) is not view
+    assert copy.copy(view).eligible(0) == view.eligible(0) == 5 + 2  # a RecursionError

@@ -195,6 +195,8 @@ class KeptView:
             self._runs.append((first, stop))
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_plan":  # not set yet (a copy being made): no recursion through here
+            raise AttributeError(name)
         return getattr(self._plan, name)
 
     def anchor_runs(self, component: int) -> tuple[np.ndarray, np.ndarray]:
