@@ -105,3 +105,22 @@ def test_act_trains_bit_identically_on_treadle_and_lerobot():
     assert '{"steps": 20, "identical": true, "anchors": 80}' in out.stdout
     rows = [ln.split() for ln in out.stdout.splitlines() if ln.strip()[:1].isdigit()]
     assert len(rows) == 20 and all(r[1] == r[2] for r in rows)
+
+
+def test_dataset_stats_are_keyed_as_the_batch_to_lerobot_gives(table):
+    """A LeRobot normaliser looks stats up by the batch's feature names and silently leaves
+    a feature it finds none for unnormalised: plan.stats' column names
+    (``observation_state``) never matched the batch's (``observation.state``)."""
+    t, _ = table
+    windows = tl.windows(t, {"observation.state": [-0.1, 0.0], "action": [0.0, 0.1]})
+    plan = td.Recipe(seed=0, batch_size=4, components=[td.Component(t, windows)]).plan()
+    stats = plan.stats(["observation_state", "action", "observation_images_top"])
+    got = tl.dataset_stats(stats)
+    batch = tl.to_lerobot(next(iter(td.TrainLoader(plan, steps=1))))
+    assert set(got) == {"observation.state", "action", "observation.images.top"} <= set(batch)
+    for col, feature in (("observation_state", "observation.state"), ("action", "action")):
+        assert got[feature].keys() == stats[col].to_lerobot().keys()
+        np.testing.assert_array_equal(got[feature]["q99"], stats[col].q99)
+    assert got["observation.images.top"]["mean"].shape == (3, 1, 1)
+    with pytest.raises(td.PlanError, match="by_component"):
+        tl.dataset_stats(plan.stats(["action"], by_component=True))

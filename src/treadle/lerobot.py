@@ -18,7 +18,8 @@ itself; cameras as ``float32 [.., C, H, W]`` equal to ``uint8 / 255`` exactly.
 time axis of the features LeRobot gives without one (those without ``_is_pad``), makes
 every tensor contiguous and gives ``task`` as ``list[str]``. :func:`source_stats` is the
 dataset's own ``meta/stats.json`` (kept by the importer) under LeRobot's names, as the
-``dataset_stats`` a LeRobot policy's processors take.
+``dataset_stats`` a LeRobot policy's processors take; :func:`dataset_stats` gives
+``plan.stats(...)`` (the run's own statistics) in that form.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ if TYPE_CHECKING:
     from treadle.catalog.tableref import TableRef
     from treadle.table.table import Table
 
-__all__ = ["feature_column", "source_stats", "to_lerobot", "windows"]
+__all__ = ["dataset_stats", "feature_column", "source_stats", "to_lerobot", "windows"]
 
 IS_PAD = "_is_pad"
+_FLAGS = (IS_PAD, "_dim_mask", "_is_present")  # a column's flags in a batch (renamed with it)
 #: The table columns :func:`windows` mapped, to their LeRobot feature names (this process).
 _FEATURES: dict[str, str] = {}
 # LeRobot's conventional dotted prefixes, for columns not named in delta_timestamps/features.
@@ -113,7 +115,9 @@ def to_lerobot(batch: Mapping[str, Any], names: Mapping[str, str] | None = None)
     """A treadle batch of :func:`windows` as LeRobot's DataLoader gives it.
 
     Keys: LeRobot's feature names (``names`` maps columns to them; by default what
-    :func:`windows` mapped in this process), ``<feature>_is_pad`` for windowed features.
+    :func:`windows` mapped in this process), ``<feature>_is_pad`` for windowed features,
+    ``<feature>_dim_mask`` / ``<feature>_is_present`` as the batch has them (``pad_to``,
+    ``optional=True``).
     A column without ``<column>_is_pad`` loses its length-1 time axis (``[b, 1, ...]`` ->
     ``[b, ...]``, a string column's ``[[s], ...]`` -> ``[s, ...]``). Tensors are contiguous.
     treadle's own keys (``_moment``, ``_valid``, ...) pass through unchanged.
@@ -125,9 +129,10 @@ def to_lerobot(batch: Mapping[str, Any], names: Mapping[str, str] | None = None)
         if key.startswith("_"):
             out[key] = value
             continue
-        if key.endswith(IS_PAD) and key[: -len(IS_PAD)] in batch:
-            base = key[: -len(IS_PAD)]
-            out[lookup.get(base, base) + IS_PAD] = _contiguous(value)
+        flag = next((f for f in _FLAGS if key.endswith(f) and key[: -len(f)] in batch), None)
+        if flag is not None:  # a column's padding, dimension mask or presence: as it is
+            base = key[: -len(flag)]
+            out[lookup.get(base, base) + flag] = _contiguous(value)
             continue
         if key + IS_PAD not in batch:
             value = _drop_time(key, value)
@@ -166,4 +171,25 @@ def source_stats(
     for col, fields in t.source_stats().items():
         stats = {k: np.asarray(v) for k, v in fields.items() if k != "source"}
         out[lookup.get(col, col)] = stats
+    return out
+
+
+def dataset_stats(
+    stats: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> dict[str, dict]:
+    """``plan.stats(...)`` or ``table.stats(...)`` (``{column: td.ColumnStats}``) as a LeRobot
+    policy's ``dataset_stats``: each ``ColumnStats.to_lerobot()``, keyed by the feature name
+    :func:`to_lerobot` gives the column in the batch (``names`` as there). A LeRobot
+    normaliser looks stats up by those names and leaves a feature it finds none for
+    unnormalised, without a word: column names (``observation_state``) never match."""
+    lookup = dict(_FEATURES)
+    lookup.update(names or {})
+    out = {}
+    for col, s in stats.items():
+        if not callable(getattr(s, "to_lerobot", None)):
+            raise PlanError(
+                f"dataset_stats takes {{column: ColumnStats}}; {col!r} holds "
+                f"{type(s).__name__} (for plan.stats(by_component=True), pass one component's)"
+            )
+        out[lookup.get(col, col)] = s.to_lerobot()
     return out

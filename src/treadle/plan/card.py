@@ -7,6 +7,7 @@ Pure: it reads a :class:`RunRecord` (and optionally its :class:`Plan`), nothing 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 
 from treadle.plan.plan import Plan
@@ -195,15 +196,27 @@ def schedule_lines(record: RunRecord) -> list[str]:
     if record.schedule is None:
         return []
     lines = [f"   schedule: {len(record.schedule.stages)} stages (they replace the weights above)"]
-    names = [record.table_of(i).name for i in range(len(record.components))]
-    for k, (stage, shares) in enumerate(zip(record.schedule.stages, stage_shares(record.schedule))):
-        how = ""
-        if stage.ramp:
-            how = f" ramp over {stage.ramp:,} steps ({min(stage.ramp, RAMP_PIECES)} pieces) to"
-        parts = ", ".join(
+    names = component_names(record)
+    stages, pieces = record.schedule.stages, record.schedule.pieces()
+
+    def text(shares: Sequence[Fraction]) -> str:
+        return ", ".join(
             f"[{i}] {n} {_fraction_text(f)}" for i, (n, f) in enumerate(zip(names, shares))
         )
-        lines.append(f"     stage {k} from step {stage.start:,}:{how} {parts}")
+
+    for k, (stage, shares) in enumerate(zip(stages, stage_shares(record.schedule))):
+        line = f"     stage {k} from step {stage.start:,}: {text(shares)}"
+        if stage.ramp:
+            planned = min(stage.ramp, RAMP_PIECES)
+            end = stages[k + 1].start if k + 1 < len(stages) else None
+            ours = [sh for st, sh in pieces if st >= stage.start and (end is None or st < end)]
+            line = f"     stage {k} from step {stage.start:,}: ramp over {stage.ramp:,} steps"
+            if len(ours) < planned:  # the next stage starts before the ramp's last piece
+                line += (f", cut short at step {end:,} after {len(ours)} of its {planned} "
+                         f"pieces, reaching {text(ours[-1])} (of {text(shares)})")  # fmt: skip
+            else:
+                line += f" ({planned} pieces) to {text(shares)}"
+        lines.append(line)
     return lines
 
 

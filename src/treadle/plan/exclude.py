@@ -89,7 +89,7 @@ def exclusion_of(
             raise PlanError(f"exclude: episodes of {table!r} must be a list of names")
         idx = episode_index[table_names.index(table)]
         known = {n: i for i, n in enumerate(idx.names)}
-        for n in names:
+        for n in dict.fromkeys(names):  # an episode named twice is excluded (and counted) once
             if n not in known:
                 raise PlanError(f"exclude: table {table!r} has no episode {n!r}")
             moments += int(idx.lengths[known[n]])
@@ -169,3 +169,56 @@ class Redraw:
         out = moment.copy()
         out[bad] = self._first[run] + (g - self._begin[run])
         return out
+
+
+class KeptView:
+    """A derived plan as the distribution it draws from its ``from_step`` on (what
+    ``plan.stats`` describes): each component's anchors without those of the excluded
+    episodes, every other fact the plan's. Anchor runs never cross an episode, so a run
+    is kept or dropped whole."""
+
+    def __init__(self, plan: Any):
+        assert plan.record.derived is not None
+        self._plan = plan
+        names = dict(plan.record.derived.episodes)
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []
+        for c in range(plan.num_components):
+            first, stop = (np.asarray(x, np.int64) for x in plan.anchor_runs(c))
+            table = plan.record.table_of(c).name
+            if table in names:
+                eps = plan.table(c).episodes()
+                starts = np.asarray(eps.starts, np.int64)
+                pos = {n: i for i, n in enumerate(eps.names)}
+                out = np.isin(np.searchsorted(starts, first, side="right") - 1,
+                              [pos[n] for n in names[table]])  # fmt: skip
+                first, stop = first[~out], stop[~out]
+            self._runs.append((first, stop))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_plan":  # not set yet (a copy being made): no recursion through here
+            raise AttributeError(name)
+        return getattr(self._plan, name)
+
+    def anchor_runs(self, component: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._runs[component]
+
+    def eligible(self, component: int) -> int:
+        first, stop = self._runs[component]
+        return int((stop - first).sum())
+
+    def eligible_moments(self, component: int, index: np.ndarray) -> np.ndarray:
+        first, stop = self._runs[component]
+        end = np.cumsum(stop - first)
+        idx = np.asarray(index, np.int64)
+        run = np.searchsorted(end, idx, side="right")
+        return first[run] + (idx - (end - (stop - first))[run])
+
+
+def drawn_from(plan: Any) -> Any:
+    """``plan`` itself, or for a derived run its :class:`KeptView` (made once per plan)."""
+    if plan.record.derived is None:
+        return plan
+    view = plan.__dict__.get("_kept_view")
+    if view is None:
+        view = plan.__dict__["_kept_view"] = KeptView(plan)
+    return view

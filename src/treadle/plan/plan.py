@@ -259,7 +259,7 @@ class Plan:
     ) -> dict[str, Any]:  # fmt: skip
         """Normalisation statistics of the samples this run draws, ``{column: ColumnStats}``
         (``by_component=True``: ``{component name: {column: ColumnStats}}``), kept in the
-        project under the run id. :mod:`treadle.stats.plan_stats` says what and how exact."""
+        project under the run id (derived runs: what they draw); :mod:`.stats.plan_stats`."""
         return statshook.compute()(self, columns, per_offset=per_offset, derive=derive,
                       by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
 

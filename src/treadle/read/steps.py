@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treadle.plan.exclude import drawn_from
 from treadle.plan.plan import Batch, Plan
 from treadle.read.columns import output_columns
 from treadle.read.sample_reader import SampleReader
@@ -63,8 +64,9 @@ class EvalSamples:
 
 def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
     """The moments rank ``rank`` reads at eval ``step`` (padded: see :func:`eval_positions`)."""
-    pos, valid = eval_positions(step, plan.batch_size, rank, world, plan.eligible(0))
-    moments = plan.eligible_moments(0, pos)
+    kept = drawn_from(plan)  # a derived run's: without its excluded episodes
+    pos, valid = eval_positions(step, plan.batch_size, rank, world, kept.eligible(0))
+    moments = kept.eligible_moments(0, pos)
     return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos, valid)
 
 

@@ -53,7 +53,9 @@ class ColumnStats:
         """LeRobot's stats dict (``meta/stats.json``, ``dataset.meta.stats[key]``): ``mean``,
         ``std``, ``min``, ``max``, ``q01``/``q10``/``q50``/``q90``/``q99`` (those computed),
         and ``count`` as LeRobot counts it (``[samples]``: rows, or sampled frames). Video
-        is in [0, 1], shaped ``(3, 1, 1)`` per channel, as LeRobot's image stats are."""
+        is in [0, 1], shaped ``(3, 1, 1)`` per channel, as LeRobot's image stats are. An
+        element without values (a dimension only ``pad_to`` gives) gets mean 0, std 1, min
+        and low quantiles -1, max and high quantiles 1, q50 0: its padded zeros stay 0."""
         known = {0.01: self.q01, 0.99: self.q99, **self.quantiles}
         out: dict[str, np.ndarray] = {k: np.asarray(getattr(self, k), np.float64)
                                       for k in ("mean", "std", "min", "max")}  # fmt: skip
@@ -63,6 +65,8 @@ class ColumnStats:
                 out[f"q{int(pct):02d}"] = np.asarray(v, np.float64)
         if self.video:
             out = {k: (v / 255.0).reshape(-1, 1, 1) for k, v in out.items()}
+        else:
+            _identity_where_empty(out, np.asarray(self.count) == 0)
         samples = self.samples if self.samples is not None else int(np.max(self.count))
         out["count"] = np.array([samples], np.int64)
         return out
@@ -82,3 +86,18 @@ class ColumnStats:
                    source=str(d.get("source", "treadle")), quantiles=qs,
                    video=bool(d.get("video", False)),
                    samples=None if samples is None else int(samples))  # fmt: skip
+
+
+def _identity_where_empty(out: dict[str, np.ndarray], empty: np.ndarray) -> None:
+    """Elements without values (dimensions only ``pad_to`` gives): statistics under which
+    LeRobot's normalisers map 0 to 0 in every mode (mean 0, std 1; min, q < 0.5 at -1; max,
+    q > 0.5 at 1; q50 at 0), not NaN, which turns the padded zeros into NaN."""
+    if not empty.any():
+        return
+    for k, v in out.items():
+        empty_k = np.broadcast_to(empty, v.shape)
+        pct = int(k[1:]) if k.startswith("q") else None
+        fill = {"mean": 0.0, "std": 1.0, "min": -1.0, "max": 1.0}.get(k)
+        if fill is None:
+            fill = -1.0 if pct < 50 else 0.0 if pct == 50 else 1.0  # type: ignore[operator]
+        out[k] = np.where(empty_k, fill, v)

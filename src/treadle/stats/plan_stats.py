@@ -34,7 +34,8 @@ columns are sampled as ``table.stats`` samples them: about ``frames`` frames (an
 per component by share, a pure function of the plan's seed), decoded to uint8 at the
 spec's size, exact per-channel histograms. ``derive={name: fn}`` runs ``fn`` on the batches
 of every anchor in table order (the batch as delivered, zeros for absent columns); a
-derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` leaves out entries
+derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` (or ``[b, T]`` when a
+windowed scalar column it reads is ``[b, T]``) leaves out entries
 padded in the ``*_is_pad`` of that window length of a column ``fn`` reads, the samples
 whose table lacks a column it reads (``*_is_present``), and the dimensions the
 ``*_dim_mask`` of its last size of a column it reads marks padded.
@@ -56,9 +57,11 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import NotFound, PlanError
+from treadle.plan.exclude import drawn_from
 from treadle.plan.windows import Video
-from treadle.read.columns import ColumnSpec, output_columns
+from treadle.read.columns import ColumnSpec
 from treadle.stats.column_stats import ColumnStats
+from treadle.stats.derived import derive_parts
 from treadle.stats.pooled import HistPart, Part, pool, pool_hist
 from treadle.stats.run_cache import RunCache, code_key, warn_flat
 from treadle.stats.table_stats import READ_VALUES, scan_batches
@@ -67,7 +70,6 @@ from treadle.table.tensors import to_numpy
 SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's elements
 DEFAULT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _ANCHORS = 256  # anchors per read on the batch path (derive=, video)
-_FLAGS = ("_is_pad", "_dim_mask", "_is_present")  # a column's delivery flags in a batch
 _ALGO = 2  # bump when a statistic's definition changes: old kept results are ignored
 
 
@@ -84,6 +86,7 @@ def plan_stats(
             "step, so no one pooled distribution is the run's; use by_component=True (each "
             "component's own statistics) and pool them by the shares of the steps you train"
         )
+    plan = drawn_from(plan)  # a derived run's: what it draws from its from_step on
     qs = _check_quantiles(quantiles)
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PlanError(f"plan.stats: frames must be an integer >= 1, got {frames!r}")
@@ -172,6 +175,11 @@ def _compute(
         if derived:
             for n, part in _derive_parts(plan, c, derived, per_offset).items():
                 parts[n][c] = (a, part)
+    for n in derived:
+        if all(p is None for p in parts[n]):
+            raise PlanError(
+                f"plan.stats: derive {n!r} has no values: every one is padded or absent"
+            )
     pooled = {n: _pool([p for p in got if p is not None], qs) for n, got in parts.items()}
     per: dict[str, dict[str, ColumnStats]] = {}
     for c, name in enumerate(plan.components):
@@ -190,7 +198,7 @@ def _own(part: Any) -> Any:
         return part
     lead = math.prod(part.shape[:-1])
     shape = (*part.shape[:-1], len(part.index) // lead)
-    return Part(shape, np.arange(len(part.index), dtype=np.int64), part.groups)
+    return Part(shape, np.arange(len(part.index), dtype=np.int64), part.groups, part.per_offset)
 
 
 def _pool(parts: list[tuple[float, Any]], qs: tuple[float, ...]) -> ColumnStats:
@@ -211,6 +219,7 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
     for n, p in placed.items():
         groups = len(offsets[n]) if per_offset and p.spec is not None else 1
         parts[n] = Part.new(p.row or (), p.real, groups, SKETCH_VALUES)
+        parts[n].per_offset = per_offset and p.spec is not None
     cols = sorted({p.column for p in placed.values()})
     per_row = sum(len(parts[n].index) for n in names)
     every = np.concatenate(list(offsets.values()))
@@ -319,64 +328,4 @@ def _video_part(plan: Any, c: int, name: str, frames: int) -> HistPart:
 
 
 def _derive_parts(plan: Any, c: int, derived: dict[str, Any], per_offset: bool) -> dict[str, Part]:
-    specs = [cs for cs in output_columns(plan)[c] if not cs.video]
-    moments = plan.eligible_moments(c, np.arange(plan.eligible(c), dtype=np.int64))
-    parts: dict[str, Part] = {}
-    for batch in _batches(plan, c, specs, moments):
-        for name, fn in derived.items():
-            seen = _Seen(batch)
-            r = np.asarray(fn(seen), np.float64)
-            flags = {k: v for k, v in batch.items()
-                     for f in _FLAGS if k.endswith(f) and k[: -len(f)] in seen.read}  # fmt: skip
-            _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset)
-    return {n: p for n, p in parts.items() if any(mom.n for mom, _ in p.groups)}
-
-
-class _Seen(dict):
-    """A batch that records which columns a derive function reads: only their padding,
-    dimension masks and presence decide what enters its statistics."""
-
-    def __init__(self, batch: dict):
-        super().__init__(batch)
-        self.read: set[str] = set()
-
-    def __getitem__(self, key: str) -> Any:
-        self.read.add(key)
-        return super().__getitem__(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self.read.add(key)
-        return super().get(key, default)
-
-
-def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
-                 per_offset: bool) -> None:  # fmt: skip
-    b = len(batch["_moment"])
-    if r.ndim < 1 or r.shape[0] != b:
-        raise PlanError(f"plan.stats: derive {name!r} gave shape {r.shape}, not [{b}, ...]")
-    timed = r.ndim >= 3
-    keep = np.ones(r.shape[:2] if timed else (b,), np.bool_)
-    for k, v in batch.items():
-        v = np.asarray(v)
-        if timed and k.endswith("_is_pad") and v.shape == r.shape[:2]:
-            keep &= ~v
-        if k.endswith("_is_present"):
-            keep &= v[:, None] if timed else v
-    size = r.shape[-1] if r.ndim >= 2 else None
-    real = [int(np.asarray(v)[0].sum()) for k, v in batch.items()
-            if k.endswith("_dim_mask") and np.asarray(v).shape[-1] == size]  # fmt: skip
-    shape = r.shape[2:] if timed else r.shape[1:]
-    if name not in parts:
-        groups = r.shape[1] if timed and per_offset else 1
-        parts[name] = Part.new(shape, min(real) if real else None, groups, SKETCH_VALUES)
-    part = parts[name]
-    if part.shape != shape or (timed and per_offset and len(part.groups) != r.shape[1]):
-        raise PlanError(f"plan.stats: derive {name!r} gave {r.shape} after {part.shape}")
-    cut = lambda x: x[..., : real[0]] if real else x  # noqa: E731
-    if timed and per_offset:
-        for g in range(r.shape[1]):
-            x = cut(r[:, g][keep[:, g]])
-            part.add(g, x.reshape(len(x), math.prod(x.shape[1:])))
-    else:
-        x = cut(r[keep])
-        part.add(0, x.reshape(len(x), math.prod(x.shape[1:])))
+    return derive_parts(plan, c, derived, per_offset, _batches, SKETCH_VALUES)

@@ -61,6 +61,7 @@ class Part:
     shape: tuple[int, ...]  # the column's per-group shape (after pad_to)
     index: np.ndarray  # flat element positions this component has (its real dimensions)
     groups: list[tuple[Moments, Counted]] = field(default_factory=list)
+    per_offset: bool = False  # one group per window offset: fields [T, *shape], T = 1 too
 
     @classmethod
     def new(cls, shape: tuple[int, ...], real: int | None, groups: int, budget: int) -> Part:
@@ -123,7 +124,8 @@ def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
     empty = count == 0
     lo[empty], hi[empty] = np.nan, np.nan
     values, err = _quantiles(parts, qs, groups, e)
-    out_shape = (groups, *shape) if groups > 1 else shape
+    values[:, np.isnan(lo)] = np.nan  # a NaN value (min is NaN): NaN quantiles, as numpy's
+    out_shape = (groups, *shape) if groups > 1 or parts[0][1].per_offset else shape
     r = lambda x: np.asarray(x, np.float64).reshape(out_shape)  # noqa: E731
     quant = {q: r(values[i]) for i, q in enumerate(qs)}
     samples = int(count.max(initial=0))  # values per element: what LeRobot's count counts
@@ -136,10 +138,12 @@ def _quantiles(
     parts: list[tuple[float, Part]], qs: tuple[float, ...], groups: int, e: int
 ) -> tuple[np.ndarray, int]:
     """Weighted ``inverted_cdf`` quantiles per group and element, and their rank error
-    bound (in values: the worst part's error as a fraction of its values, of the total)."""
+    bound (in values: the worst part's error as a fraction of its values, of all values
+    of a group, every part's)."""
     out = np.full((len(qs), groups, e), np.nan)
     worst, total = 0.0, 0
     for g in range(groups):
+        total = max(total, sum(int(p.groups[g][0].n) for _, p in parts))
         held = []  # per part and sketch level: items sorted per element, their weight, where
         for a, p in parts:
             mom, counted = p.groups[g]

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from treadle.errors import PlanError
+from treadle.plan.exclude import drawn_from
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
 from treadle.read.steps import EvalSamples, eval_positions, eval_samples
@@ -83,7 +84,7 @@ class EvalLoader(StepLoader):
                          rank=rank, world_size=world_size, prefetch=prefetch, workers=workers,
                          video_threads=video_threads, transform=transform)  # fmt: skip
         plan = self.plan
-        self.num_moments = plan.eligible(0)
+        self.num_moments = drawn_from(plan).eligible(0)  # a derived run's: kept moments
         self.steps = eval_steps(plan.batch_size, self.rank, self.world_size, self.num_moments)
 
     def state_dict(self) -> dict[str, Any]:
