@@ -373,3 +373,21 @@ def test_rows_taken_by_each_offset_match_a_row_by_row_lookup():
                 starts, rows, "right"
             )
             np.testing.assert_array_equal(taken.by(o), is_anchor & same)
+
+
+def test_lerobot_count_is_the_number_of_samples_not_of_window_values(robots):
+    # LeRobot's count is its frames, each the anchor of one sample's window; a row that
+    # three windows take is one sample, not three (it was anchors x window length)
+    plan = _plan(robots)
+    anchors = sum(plan.eligible(c) for c in range(plan.num_components))
+    act = plan.stats(["act"])["act"]
+    assert int(act.count.max()) > anchors  # values: each row once per window taking it
+    assert act.to_lerobot()["count"].tolist() == [anchors]
+    per = plan.stats(["act", "state"], by_component=True)
+    for c, name in enumerate(per):
+        assert per[name]["act"].to_lerobot()["count"].tolist() == [plan.eligible(c)]
+        assert per[name]["state"].to_lerobot()["count"].tolist() == [plan.eligible(c)]
+    rel = plan.stats(["act"], derive={"d": lambda b: b["act"][:, :, :4] - b["state"][:, -1:, :4]})
+    assert rel["d"].to_lerobot()["count"].tolist() == [anchors]
+    po = plan.stats(["act"], per_offset=True)["act"]
+    assert po.to_lerobot()["count"].tolist() == [anchors]

@@ -101,6 +101,7 @@ def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
     if part.shape != shape or (timed and per_offset and len(part.groups) != r.shape[1]):
         raise PlanError(f"plan.stats: derive {name!r} gave {r.shape} after {part.shape}")
     cut = lambda x: x[..., : min(real)] if real else x  # noqa: E731  (real in every column)
+    part.anchors += int((keep.any(axis=1) if timed else keep).sum())
     if timed and per_offset:
         for g in range(r.shape[1]):
             x = cut(r[:, g][keep[:, g]])

@@ -198,7 +198,8 @@ def _own(part: Any) -> Any:
         return part
     lead = math.prod(part.shape[:-1])
     shape = (*part.shape[:-1], len(part.index) // lead)
-    return Part(shape, np.arange(len(part.index), dtype=np.int64), part.groups, part.per_offset)
+    index = np.arange(len(part.index), dtype=np.int64)
+    return Part(shape, index, part.groups, part.per_offset, part.anchors)
 
 
 def _pool(parts: list[tuple[float, Any]], qs: tuple[float, ...]) -> ColumnStats:
@@ -220,6 +221,7 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
         groups = len(offsets[n]) if per_offset and p.spec is not None else 1
         parts[n] = Part.new(p.row or (), p.real, groups, SKETCH_VALUES)
         parts[n].per_offset = per_offset and p.spec is not None
+        parts[n].anchors = int(stop.sum() - first.sum())  # each anchor's window has its row
     cols = sorted({p.column for p in placed.values()})
     per_row = sum(len(parts[n].index) for n in names)
     every = np.concatenate(list(offsets.values()))

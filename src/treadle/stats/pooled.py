@@ -62,6 +62,7 @@ class Part:
     index: np.ndarray  # flat element positions this component has (its real dimensions)
     groups: list[tuple[Moments, Counted]] = field(default_factory=list)
     per_offset: bool = False  # one group per window offset: fields [T, *shape], T = 1 too
+    anchors: int = 0  # samples (anchors) whose values it holds: what LeRobot's count counts
 
     @classmethod
     def new(cls, shape: tuple[int, ...], real: int | None, groups: int, budget: int) -> Part:
@@ -128,7 +129,9 @@ def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
     out_shape = (groups, *shape) if groups > 1 or parts[0][1].per_offset else shape
     r = lambda x: np.asarray(x, np.float64).reshape(out_shape)  # noqa: E731
     quant = {q: r(values[i]) for i, q in enumerate(qs)}
-    samples = int(count.max(initial=0))  # values per element: what LeRobot's count counts
+    # LeRobot counts samples (frames, each the anchor of its window), not values: a row that
+    # T windows take is one value T times
+    samples = sum(p.anchors for _, p in parts)
     return ColumnStats(count.reshape(out_shape), r(mean), r(std), r(lo), r(hi), quant[0.01],
                        quant[0.99], rank_error=err, quantiles=quant,
                        samples=samples)  # fmt: skip

@@ -101,9 +101,10 @@ class RunCache:
         self.store = project.store
         ids = [version_identity(t) for t in plan.tables]
         self.ok = "unknown" not in ids and "unkeyed" not in spec["derive"].values()
-        # "kept": bump when what a result holds changes (3: derived runs, derive [b, T], T = 1)
+        # "kept": bump when what a result holds changes (3: derived runs, derive [b, T], T = 1;
+        # 4: samples count anchors)
         digest = hashlib.sha256(
-            json.dumps({**spec, "ids": ids, "kept": 3}, sort_keys=True).encode()
+            json.dumps({**spec, "ids": ids, "kept": 4}, sort_keys=True).encode()
         )
         self.names = [*spec["columns"], *spec["derive"]]  # the pooled result's keys, in order
         self.components = list(plan.components)
