@@ -391,3 +391,32 @@ def test_lerobot_count_is_the_number_of_samples_not_of_window_values(robots):
     assert rel["d"].to_lerobot()["count"].tolist() == [anchors]
     po = plan.stats(["act"], per_offset=True)["act"]
     assert po.to_lerobot()["count"].tolist() == [anchors]
+
+
+@pytest.fixture(scope="module")
+def ramp_plan(tmp_path_factory):
+    """One 10-frame episode of x = 0..9 and windows of offsets 0, 1, 2 padded at its end."""
+    branch = td.Client(str(tmp_path_factory.mktemp("ramp"))).project("p").branch()
+    branch.table("t").append_episode({"x": np.arange(10, dtype=np.float32)}, episode="e")
+    w = td.Windows({"x": td.Rows([0, 1, 2], pad=True)})
+    return td.Recipe(3, 5, [td.Component(branch.table("t"), w, 1.0)]).plan()
+
+
+def test_a_derived_value_that_slices_the_window_leaves_its_padded_samples_out(ramp_plan):
+    # the last offset of anchors 8 and 9 is padded (it repeats 9): 2..9, not 2..9, 9, 9
+    got = ramp_plan.stats(["x"], derive={"last": lambda b: b["x"][:, -1]})["last"]
+    want = np.arange(2, 10, dtype=np.float64)
+    assert int(got.count) == 8 and got.to_lerobot()["count"].tolist() == [8]
+    assert got.mean == want.mean() and got.max == 9 and got.min == 2
+    assert got.quantile(0.99) == np.quantile(want, 0.99, method="inverted_cdf")
+    first = ramp_plan.stats(["x"], derive={"first": lambda b: b["x"][:, 0]})["first"]
+    assert int(first.count) == 10 and first.mean == 4.5  # offset 0 is never padded
+
+
+def test_a_derived_value_of_padded_values_is_left_out_and_a_mixed_sample_refused(ramp_plan):
+    # a window's sum reads its padded values: anchors 8 and 9 are left out
+    total = ramp_plan.stats(["x"], derive={"total": lambda b: b["x"].sum(axis=1)})["total"]
+    assert int(total.count) == 8 and total.max == 7 + 8 + 9 and total.min == 0 + 1 + 2
+    # [b, 2] is two dimensions of a sample: anchor 8's first is real, its second padded
+    with pytest.raises(td.PlanError, match="'two' mixes padded and real values of \\['x'\\]"):
+        ramp_plan.stats(["x"], derive={"two": lambda b: b["x"][:, 1:]})  # [b, 2]: two dims

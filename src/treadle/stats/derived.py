@@ -6,7 +6,10 @@ value whose ``N`` is also the last dimension of a tensor column it reads is refu
 entries are padded cannot be said). Left out: entries padded in the ``*_is_pad`` of that
 window length of a column ``fn`` reads, the samples whose table lacks a column it reads
 (``*_is_present``), and the dimensions the ``*_dim_mask`` of its last size of the columns it
-reads marks padded (real only where real in all of them).
+reads marks padded (real only where real in all of them). A value whose entries those
+``*_is_pad`` cannot place (it slices or drops the time axis: ``b["action"][:, -1]``) has
+``fn`` run again with the padded values NaN: entries NaN then are padded and left out; a
+sample or entry mixing padded and real values is a :class:`~treadle.errors.PlanError`.
 """
 
 from __future__ import annotations
@@ -39,9 +42,55 @@ def derive_parts(
             r = np.asarray(fn(seen), np.float64)
             flags = {k: v for k, v in batch.items()
                      for f in _FLAGS if k.endswith(f) and k[: -len(f)] in seen.read}  # fmt: skip
+            axes = _axes(plan, c, seen.read)
+            padded = _padded_entries(name, fn, batch, seen.read, r, _timed(r, axes))
             _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset,
-                         _axes(plan, c, seen.read), budget)  # fmt: skip
+                         axes, budget, padded)  # fmt: skip
     return {n: p for n, p in parts.items() if any(mom.n for mom, _ in p.groups)}
+
+
+def _timed(r: np.ndarray, axes: tuple[set[int], set[int]]) -> bool:
+    """Whether a derived value ``r`` has a time axis (its second)."""
+    return r.ndim >= 3 or (r.ndim == 2 and r.shape[1] in axes[0])
+
+
+def _padded_entries(
+    name: str, fn: Any, batch: dict, read: set[str], r: np.ndarray, timed: bool
+) -> np.ndarray | None:
+    """Which samples (``[b]``) or window entries (``[b, T]``) of ``r`` come from padded
+    values, when the ``*_is_pad`` of the columns read cannot say it (a value that slices or
+    drops the time axis: ``b["action"][:, -1]``); None when they can, or nothing read is
+    padded. Found by running ``fn`` again with the padded values NaN: an entry NaN then and
+    not before is padded. A sample or entry only partly so is a :class:`PlanError`."""
+    pads = {k: np.asarray(batch[f"{k}_is_pad"], np.bool_) for k in read
+            if f"{k}_is_pad" in batch and np.asarray(batch[f"{k}_is_pad"]).any()}  # fmt: skip
+    if not pads or (timed and all(p.shape == r.shape[:2] for p in pads.values())):
+        return None
+    poisoned = dict(batch)
+    for k, p in pads.items():
+        v = np.array(batch[k], np.float64)
+        v[p] = np.nan
+        poisoned[k] = v
+    try:
+        again = np.asarray(fn(_Seen(poisoned)), np.float64)
+    except Exception as e:  # a function that cannot take NaN: named below
+        again = e
+    if not isinstance(again, np.ndarray) or again.shape != r.shape:
+        raise PlanError(
+            f"plan.stats: derive {name!r} reads padded values of {sorted(pads)} and gives "
+            f"{r.shape}, whose padded entries cannot be told ({again!r:.80} with the padded "
+            "values NaN); return the whole window ([b, T, ...]) or read unpadded windows"
+        )
+    entry = np.isnan(again) & ~np.isnan(r)
+    unit = entry.reshape(*entry.shape[: 2 if timed else 1], -1)
+    some, every = unit.any(axis=-1), unit.all(axis=-1)
+    if (some & ~every).any():
+        raise PlanError(
+            f"plan.stats: derive {name!r} mixes padded and real values of {sorted(pads)} "
+            f"within one {'window entry' if timed else 'sample'} of its {r.shape} value; "
+            "keep them in separate entries, or read unpadded windows"
+        )
+    return every
 
 
 def _axes(plan: Any, c: int, read: set[str]) -> tuple[set[int], set[int]]:
@@ -71,21 +120,22 @@ class _Seen(dict):
 
 
 def _add_derived(parts: dict[str, Part], name: str, batch: dict, r: np.ndarray,
-                 per_offset: bool, axes: tuple[set[int], set[int]], budget: int) -> None:  # fmt: skip
+                 per_offset: bool, axes: tuple[set[int], set[int]], budget: int,
+                 padded: np.ndarray | None = None) -> None:  # fmt: skip
     b = len(batch["_moment"])
     if r.ndim < 1 or r.shape[0] != b:
         raise PlanError(f"plan.stats: derive {name!r} gave shape {r.shape}, not [{b}, ...]")
     # [b, T] is a time axis of scalars when a windowed scalar column it reads is [b, T]
-    timed = r.ndim >= 3 or (r.ndim == 2 and r.shape[1] in axes[0])
+    timed = _timed(r, axes)
     if r.ndim == 2 and r.shape[1] in axes[0] and r.shape[1] in axes[1]:
         raise PlanError(
             f"plan.stats: derive {name!r} gave {r.shape}: {r.shape[1]} is a window "
             "length and a dimension of columns it reads; give [b, T, 1] or [b, 1, D]"
         )
-    keep = np.ones(r.shape[:2] if timed else (b,), np.bool_)
+    keep = np.ones(r.shape[:2] if timed else (b,), np.bool_) if padded is None else ~padded
     for k, v in batch.items():
         v = np.asarray(v)
-        if timed and k.endswith("_is_pad") and v.shape == r.shape[:2]:
+        if padded is None and timed and k.endswith("_is_pad") and v.shape == r.shape[:2]:
             keep &= ~v
         if k.endswith("_is_present"):
             keep &= v[:, None] if timed else v
