@@ -49,12 +49,17 @@ def _recipe(client: td.Client, batch: int = 2) -> td.Recipe:
 
 @pytest.fixture(scope="module")
 def roots(s3_server, tmp_path_factory):
-    """The same project on local disk and on S3 (written once for the module)."""
-    local = td.Client(str(tmp_path_factory.mktemp("local")), create=True)
-    url = s3_server.url(f"latency-{id(tmp_path_factory)}")
-    s3 = td.Client(url, storage_options=s3_server.storage_options(), create=True)
+    """One project on local disk and its byte-for-byte copy on S3 (written once for the
+    module; two encodes of the same frames need not give the same bytes)."""
+    from treadle.storage import Store
+
+    path = tmp_path_factory.mktemp("local")
+    local = td.Client(str(path), create=True)
     _write(local)
-    _write(s3)
+    url = s3_server.url(f"latency-{id(tmp_path_factory)}")
+    store = Store.open(url, s3_server.storage_options())
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        store.put(f.relative_to(path).as_posix(), f.read_bytes())
     return local, (url, s3_server.storage_options()), s3_server
 
 
