@@ -7,6 +7,8 @@ Cases (``--cases``, default all):
   torchcodec, SPDL and LeRobotDataset (``case_video_peers.py``) and PyAV's decode limits;
 - ``s3``: ``mix`` and ``video`` with the tables on SeaweedFS S3 on 127.0.0.1 vs raw
   parallel range GETs of the same bytes with obstore (``case_s3.py``);
+- ``cloud``: ``mix`` and ``video`` on that S3 server behind a proxy that holds every request
+  30 ms (a cloud region's latency), beside the same loaders on local disk (``case_cloud.py``);
 - ``plan``: one batch at step 0 and 1e12, resume (``plan_bench.py``'s recipes), and building
   a 16-component plan (random p/q weights; six-digit decimals with a 10**6-step period);
 - ``import_ray`` (opt-in, not in the default run): WebDataset import, one process vs Ray
@@ -15,6 +17,9 @@ Cases (``--cases``, default all):
   video, 5 fresh processes (``case_cold.py``);
 - ``memory`` (opt-in: it writes tables of 10k to 1M episodes, minutes): peak RSS of the
   training process and each worker, workers 0 and 2, rows and video (``case_memory.py``);
+- ``contents`` (opt-in): 90x224x224 windows of three contents (the bench's, a panned random
+  texture, a real clip) against the decode + convert limit at 1 and 2 threads
+  (``case_contents.py``);
 - ``augment`` (opt-in): samples/s of the 90-frame video recipe with and without
   ``treadle.transforms`` augmentations (``case_augment.py``).
 
@@ -29,7 +34,7 @@ Results go to ``--out`` as ``<tiny|full>-<stamp>.json``, ``.md`` (machine and lo
 and end, every row, the goal table, the chart) and ``.png`` (when matplotlib is installed),
 each also copied to ``latest.*`` (``latest-tiny.*``). Nothing here asserts a timing.
 
-    python bench/suite.py [--tiny] [--cases mix,video,s3,plan] [--runs 3] [--out DIR]
+    python bench/suite.py [--tiny] [--cases mix,video,s3,cloud,plan] [--runs 3] [--out DIR]
     python bench/suite.py --compare A.json B.json [--out DIR]  # goal tables side by side
     python bench/suite.py --redraw RUN.json    # re-judge a run with today's goals, redraw
     python bench/suite.py --readme RUN.json    # its goal table and chart into README.md
@@ -58,8 +63,8 @@ if str(HERE) not in sys.path:
 from benchlib import Result, Run, batch_len, measure, tree_cpu  # noqa: E402
 from report import GOALS, chart, compare, markdown, print_table, readme_block, summarise  # noqa: E402
 
-CASES = ("mix", "video", "s3", "plan", "cold")
-OPT_IN = ("import_ray", "augment", "memory")  # run only when named in --cases
+CASES = ("mix", "video", "s3", "cloud", "plan", "cold")
+OPT_IN = ("import_ray", "augment", "memory", "contents")  # run only when named in --cases
 
 
 def log(msg: str) -> None:
@@ -286,6 +291,12 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
     return results
 
 
+def run_cloud(tiny: bool, runs: int) -> list[Result]:
+    import case_cloud as cc
+
+    return cc.run(tiny, runs, log)
+
+
 # -- case 4 -------------------------------------------------------------------------------
 def run_plan(tiny: bool, runs: int) -> list[Result]:
     import plan_bench as pb
@@ -352,15 +363,23 @@ def run_augment(tiny: bool, runs: int) -> list[Result]:
     return ca.run(tiny, runs, log)
 
 
+def run_contents(tiny: bool, runs: int) -> list[Result]:
+    import case_contents as cc
+
+    return cc.run(tiny, runs, log)
+
+
 RUNNERS: dict[str, Callable[[bool, int], list[Result]]] = {
     "mix": run_mix,
     "video": run_video,
     "s3": run_s3,
+    "cloud": run_cloud,
     "plan": run_plan,
     "import_ray": run_import_ray,
     "augment": run_augment,
     "cold": lambda tiny, runs: __import__("case_cold").results(tiny, runs),
     "memory": lambda tiny, runs: __import__("case_memory").results(tiny, runs),
+    "contents": run_contents,
 }
 
 

@@ -33,7 +33,7 @@ def test_bench_tiny_end_to_end(tmp_path):
     assert len(files) == 1 and (out / "latest-tiny.json").is_file()
     assert (out / "latest-tiny.md").read_text().startswith("# treadle bench (tiny run")
     doc = json.loads(files[0].read_text())
-    assert doc["tiny"] is True and doc["cases"] == ["mix", "video", "s3", "plan", "cold"]
+    assert doc["tiny"] is True and doc["cases"] == ["mix", "video", "s3", "cloud", "plan", "cold"]
     assert doc["machine"]["cpus"] >= 1 and doc["machine"]["versions"]["treadle"]
     by_case: dict[str, list[dict]] = {}
     for r in doc["results"]:
@@ -48,14 +48,22 @@ def test_bench_tiny_end_to_end(tmp_path):
             assert run["wall_s"] > 0 and run["samples"] > 0 and run["cpu_s"] >= 0
         if r["status"] == "ok" and r["runs"]:
             assert math.isfinite(r["median_rate"]) and r["median_rate"] > 0
-    assert set(by_case) == {"mix", "video", "s3", "plan", "cold"}
+    assert set(by_case) == {"mix", "video", "s3", "cloud", "plan", "cold"}
 
     def ok(case: str, name: str) -> list[dict]:
         return [r for r in by_case[case] if r["name"] == name and r["status"] == "ok" and r["runs"]]
 
     # treadle and the limit ran in every case; the peers ran or say why not
-    for case in ("mix", "video", "s3"):
+    for case in ("mix", "video", "s3", "cloud"):
         assert ok(case, "treadle") and ok(case, "limit"), case
+    # at cloud latency, each data set read both locally and on S3, the S3 rows with their
+    # requests and bytes per batch
+    cloud = ok("cloud", "treadle")
+    assert {(r["config"]["data"], r["config"]["where"]) for r in cloud} >= {
+        ("mix", "local"),
+        ("mix", "s3"),
+    }
+    assert all(r["extra"]["requests_per_batch"] > 0 for r in cloud if r["config"]["where"] == "s3")
     assert {r["config"]["cores"] for r in ok("video", "limit_rgb")} == {1}  # goal 1's limit
     assert len(doc["machine"]["load_avg"]) == len(doc["load_end"]) == 3
     assert len(ok("plan", "treadle")) == 12  # ... and the 3-stage schedule build
@@ -73,14 +81,16 @@ def test_bench_tiny_end_to_end(tmp_path):
     assert {r["config"]["threads"] for r in ok("video", "torchcodec")} <= {1, 2}
 
     goals = {s["goal"] for s in doc["summary"]}
-    assert goals == {"video", "peers", "mix", "s3", "start", "plan", "cold"}
+    assert goals == {"video", "peers", "mix", "s3", "cloud", "start", "plan", "cold"}
     assert {r["config"]["recipe"] for r in ok("cold", "treadle")} == {"mix", "video"}
     for s in doc["summary"]:
         number = s.get("value") if "unit" in s else s.get("ratio")
         if number is not None:
             assert number > 0
             assert isinstance(s["holds"], bool) if s["need"] else s["holds"] is None
-    judged = [s for s in doc["summary"] if s["goal"] in ("video", "mix", "s3", "start", "cold")]
+    judged = [
+        s for s in doc["summary"] if s["goal"] in ("video", "mix", "s3", "cloud", "start", "cold")
+    ]
     assert all(s["ratio" if "unit" not in s else "value"] is not None for s in judged), judged
     if doc["chart"]:
         assert (out / doc["chart"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

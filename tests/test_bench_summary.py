@@ -123,6 +123,41 @@ def test_s3_goals(report):
     assert got[("s3", f"video {V}: treadle on S3 / raw range GETs")]["holds"] is None
 
 
+def test_cloud_goals_compare_s3_at_latency_with_local(report):
+    """Issue 33, goal 4: best on S3 +30 ms / best local per data set (need 0.9), beside
+    the raw GETs through the proxy and each configuration (reported)."""
+    d = f"video {V}"
+    cloud = [
+        res("cloud", "treadle", 1000.0, data=d, where="local", workers=0, threads=2),
+        res("cloud", "treadle", 1200.0, data=d, where="local", workers=2, threads=1),
+        res("cloud", "treadle", 950.0, data=d, where="s3", workers=0, threads=2),
+        res("cloud", "treadle", 1000.0, data=d, where="s3", workers=2, threads=1),
+        res("cloud", "limit", 5000.0, data=d, where="s3"),
+    ]
+    got = rows(report, cloud)
+    top = got[("cloud", f"{d}: best on S3 +30 ms / best local")]
+    assert top["ratio"] == pytest.approx(1000 / 1200) and top["holds"] is False
+    assert top["need"] == 0.9
+    assert got[("cloud", f"{d}: best on S3 +30 ms / raw GETs +30 ms")]["ratio"] == 0.2
+    one = got[("cloud", f"{d}: on S3 +30 ms / local, workers=0 threads=2")]
+    assert one["ratio"] == pytest.approx(0.95) and one["holds"] is None
+
+
+def test_contents_goals_scale_the_limit_by_cores(report):
+    """Issue 33, goal 3: per content, threads=1 / limit >= 0.97 and threads=2 / (limit x 2)
+    >= 0.95."""
+    c = [
+        res("contents", "limit_rgb", 1000.0, content="texture", size=V, cores=1),
+        res("contents", "treadle", 980.0, content="texture", size=V, workers=0, threads=1),
+        res("contents", "treadle", 1880.0, content="texture", size=V, workers=0, threads=2),
+    ]
+    got = rows(report, c)
+    one = got[("contents", "texture: treadle threads=1 / decode+convert limit x1 cores")]
+    assert (one["ratio"], one["need"], one["holds"]) == (0.98, 0.97, True)
+    two = got[("contents", "texture: treadle threads=2 / decode+convert limit x2 cores")]
+    assert (two["ratio"], two["need"], two["holds"]) == (0.94, 0.95, False)
+
+
 def test_start_up_goals(report):
     got = rows(report, mix_results() + video_results(start0=0.6, start2=1.2))
     mix = got[("start", "mix: workers=2 start-up")]

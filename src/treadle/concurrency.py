@@ -18,6 +18,15 @@ class Concurrency:
     """Row takes in flight at once in a sample reader (this batch's and the next one's)."""
     episode_index_threads: int = 8
     """Stored episode-index objects fetched at once (an object store answers each in ~ms)."""
+    cloud_read_ahead: int = 8
+    """Batches a sample reader on an object store reads ahead (a local one reads one): a
+    request to a cloud store takes tens of ms however small, and one batch of small rows or
+    short windows takes a few ms to assemble, so one batch ahead left the loader waiting."""
+    read_ahead_threads: int = 32
+    """Row takes in flight at most when a reader reads many batches ahead."""
+    read_ahead_bytes: int = 256 << 20
+    """What the batches read ahead may hold at most (row values and compressed window
+    bytes, measured on the last batch): fewer batches ahead when one batch holds more."""
     nvdec_streams: int = 4
     """NVDEC sessions (worker threads, each with its CUDA stream) of a GPU video reader."""
     max_threads: int = 8

@@ -110,7 +110,7 @@ def ordered_map(
     threads: int | None = None,
     ahead: int | None = None,
     weight: Callable[[Any], int] | None = None,
-    budget: int | None = None,
+    budget: int | Callable[[], int] | None = None,
     inline: Callable[[Any], bool] | None = None,
 ) -> Iterator[T]:
     """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
@@ -118,7 +118,8 @@ def ordered_map(
     ``ahead`` defaults to ``2 * threads``; memory is bounded by ``ahead`` results. With
     ``weight`` and ``budget``, items are also held back while the weights of those in
     flight exceed ``budget`` (bytes, say: a few huge items then do not all sit in memory
-    at once); one item is always let through, whatever its weight. Items for which
+    at once); one item is always let through, whatever its weight. A callable ``budget``
+    is asked again at each item (a budget that adapts while items run). Items for which
     ``inline(item)`` is true run on the calling thread when they are reached (a failure is
     still raised at that item's place in the order).
     """
@@ -137,7 +138,7 @@ def ordered_map(
                 run = _now(fn, item) if inline is not None and inline(item) else None
                 pending.append((run or pool.submit(fn, item), w))
                 load += w
-                while pending and (len(pending) >= ahead or (budget is not None and load > budget)):
+                while pending and (len(pending) >= ahead or _over(load, budget)):
                     done, w = pending.popleft()
                     load -= w
                     yield done.result()
@@ -148,6 +149,12 @@ def ordered_map(
                 f.cancel()
             if hasattr(it, "close"):
                 it.close()
+
+
+def _over(load: int, budget: int | Callable[[], int] | None) -> bool:
+    if budget is None:
+        return False
+    return load > (budget() if callable(budget) else budget)
 
 
 def _now(fn: Callable[[Any], T], item: Any) -> Future[T]:

@@ -24,7 +24,8 @@ Python lists; device tensors for video an on-device backend decoded).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -43,7 +44,7 @@ from treadle.read.fixed import FixedReader
 from treadle.read.prefetch import ordered_map
 from treadle.read.stream_index import StreamIndexes
 from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
-from treadle.read.video_requests import video_requests
+from treadle.read.video_requests import Prepared, window_requests
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -82,17 +83,6 @@ class _Video:
     samples: Any
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A batch made ready ahead of its decode: the output dict (video buffers allocated,
-    padding written), its window requests, and their fetched bytes (None when the video
-    reader cannot fetch ahead: it then reads the requests while decoding)."""
-
-    out: dict[str, Any]
-    requests: list[Any]
-    fetched: list[Any] | None
-
-
 class SampleReader:
     """Reads the batches of the samples it is handed. Drive it from one thread at a time.
 
@@ -104,6 +94,11 @@ class SampleReader:
     Fixed-width row columns (numbers, tensors) are read through
     :class:`~treadle.read.fixed.FixedReader`; ``fixed_columns=False`` reads every row
     column with a Lance take (the reference path, compared in ``bench/take_paths.py``).
+    ``read_ahead``: the batches whose takes and window bytes are read while one is
+    assembled (None: 1 on a local store, ``CONCURRENCY.cloud_read_ahead`` on an object store),
+    fewer while a batch's row values and window bytes times that exceed
+    ``CONCURRENCY.read_ahead_bytes``. Decoded frames are never read ahead: a batch's frame
+    buffers are taken when it is assembled.
     """
 
     def __init__(
@@ -115,6 +110,7 @@ class SampleReader:
         backend: VideoBackend | None = None,
         ids: bool = True,
         fixed_columns: bool = True,
+        read_ahead: int | None = None,
     ):
         self.tables = list(tables)
         self.columns = columns
@@ -123,6 +119,12 @@ class SampleReader:
         project = self.tables[0].project
         store, prefix = project.store, project.prefix
         self._video: VideoWindowReader
+        if read_ahead is None:
+            read_ahead = 1 if store.is_local else CONCURRENCY.cloud_read_ahead
+        if int(read_ahead) < 1:
+            raise ValueError(f"read_ahead must be at least 1 batch, not {read_ahead!r}")
+        self.read_ahead = int(read_ahead)
+        self._depth = self.read_ahead  # batches ahead now (CONCURRENCY.read_ahead_bytes)
         if backend is None:
             from treadle.video import VideoReader
 
@@ -158,8 +160,8 @@ class SampleReader:
     def read_many(self, samples: Iterable[S]) -> Iterator[tuple[S, dict[str, Any]]]:
         """``(samples, batch)`` for each item of ``samples``, in order. While a batch is
         assembled and decoded, the takes and the video stage (stream indexes, window bytes:
-        :meth:`prepare`) of the next item handed in run ahead (one batch, no more); nothing
-        is read that was not handed in."""
+        :meth:`prepare`) of the next ``read_ahead`` items handed in run ahead; nothing is
+        read that was not handed in."""
 
         def stream() -> Iterator[Take | _Video | _Planned]:
             for s in samples:
@@ -168,22 +170,58 @@ class SampleReader:
                     yield _Video(s)
                 yield _Planned(s)
 
-        # In flight: this batch's takes and the next batch's, never more (a marker weighs 1,
-        # a take 0, and at most one marker beyond the one being delivered is let through).
-        # Takes that read only memory, and the markers, run on this thread (no handoff).
-        ahead = ordered_map(self._run, stream(), threads=CONCURRENCY.take_threads, ahead=2 * self._per_batch + 1,
-                            weight=_is_end, budget=1, inline=_inline)  # fmt: skip
+        # In flight: this batch's takes and the next read_ahead batches', never more (a
+        # marker weighs 1, a take 0, and at most _depth markers beyond the one being
+        # delivered are let through). Takes that read only memory, and the markers, run on
+        # this thread (no handoff).
+        depth = self.read_ahead
+        threads = CONCURRENCY.take_threads
+        if depth > 1:
+            threads = min(
+                CONCURRENCY.read_ahead_threads, max(threads, (self._per_batch - 1) * depth)
+            )
+        ahead = ordered_map(self._run, stream(), threads=threads,
+                            ahead=(depth + 1) * self._per_batch + 1, weight=_is_end,
+                            budget=lambda: self._depth, inline=_inline)  # fmt: skip
         taken: list[Taken] = []
         video: Prepared | None = None
-        for r in ahead:
-            if isinstance(r, _Planned):
-                s = r.samples
-                yield s, self.assemble(s.component, s.moment, taken, video)
-                taken, video = [], None
-            elif isinstance(r, Prepared):
-                video = r
-            else:
-                taken.append(r)
+        # a video batch's decode is started before the one before it is waited for and
+        # handed out: the decode threads go on from one batch to the next without a gap
+        last: tuple[S, Any] | None = None
+        try:
+            for r in ahead:
+                if isinstance(r, _Planned):
+                    s = r.samples
+                    self._adapt(taken, video)
+                    finish, started = self._start(s.component, s.moment, taken, video)
+                    taken, video = [], None
+                    if last is not None:
+                        yield last[0], last[1]()
+                        last = None
+                    if started:
+                        last = (s, finish)
+                    else:
+                        yield s, finish()
+                elif isinstance(r, Prepared):
+                    video = r
+                else:
+                    taken.append(r)
+            if last is not None:
+                batch, last = last, None
+                yield batch[0], batch[1]()
+        finally:
+            if last is not None:  # stopped early: let its decode end before its buffers go
+                with contextlib.suppress(Exception):
+                    last[1]()
+
+    def _adapt(self, taken: list[Taken], video: Prepared | None) -> None:
+        """Batches ahead: ``read_ahead``, fewer while that many of this one's size would
+        hold more than ``CONCURRENCY.read_ahead_bytes``."""
+        if self.read_ahead == 1:
+            return
+        nbytes = sum(getattr(a, "nbytes", 0) for t in taken for a in t.arrays)
+        nbytes += video.nbytes if video is not None else 0
+        self._depth = max(1, min(self.read_ahead, CONCURRENCY.read_ahead_bytes // max(1, nbytes)))
 
     def takes(self, component: np.ndarray, moment: np.ndarray) -> list[Take]:
         """Stage 1: the row takes of these samples, per component in order."""
@@ -195,24 +233,22 @@ class SampleReader:
         return out
 
     def prepare(self, component: np.ndarray, moment: np.ndarray) -> Prepared:
-        """Stage 2a: the batch's output dict and video requests (stream indexes looked up,
-        buffers allocated), and the windows' bytes fetched when the video reader can."""
-        b = len(moment)
-        out: dict[str, Any] = {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
+        """Stage 2a: the batch's video requests (stream indexes looked up) and, when the
+        video reader can, the windows' bytes fetched. No frame buffer is taken here."""
+        columns: list[tuple[ColumnSpec, np.ndarray, int, np.ndarray | None]] = []
         requests: list[Any] = []
         for c in np.unique(component):
             slots = np.flatnonzero(component == c)
             table, m = self.tables[int(c)], moment[slots]
             for cs in self.columns[int(c)]:
                 if cs.video and not cs.absent:
-                    requests += video_requests(
-                        table, cs, m, slots, out, b, self._streams, self._device, self._buffers
-                    )
-        self._flags(component, out, b)
+                    reqs, pad = window_requests(table, cs, m, self._streams)
+                    columns.append((cs, slots, len(reqs), pad))
+                    requests += reqs
         fetched = None
         if self._video.fetches_ahead and requests:
             fetched = cast("FetchingVideoReader", self._video).fetch(requests)
-        return Prepared(out, requests, fetched)
+        return Prepared(columns, requests, fetched)
 
     def assemble(
         self,
@@ -222,19 +258,37 @@ class SampleReader:
         video: Prepared | None = None,
     ) -> dict[str, Any]:
         """Stages 2b and 3: the batch from its finished takes and :meth:`prepare` (run here
-        when not given), decoding its video windows."""
+        when not given), decoding its video windows into the batch's buffers."""
+        return self._start(component, moment, taken, video)[0]()
+
+    def _start(
+        self, component: np.ndarray, moment: np.ndarray, taken: list[Taken],
+        video: Prepared | None,
+    ) -> tuple[Callable[[], dict[str, Any]], bool]:  # fmt: skip
+        """:meth:`assemble` with its decode started on the decode threads when the video
+        reader can submit: the call that waits for it and ends the batch, and whether the
+        decode was started (False: it is done)."""
         if video is None:
             video = self.prepare(component, moment)
-        out = video.out
-        write_taken(taken, out, len(moment))
-        absent_zeros(self.columns, component, out, len(moment), self._device)
-        if video.fetched is not None:
-            cast("FetchingVideoReader", self._video).decode(video.fetched)
-        elif video.requests:
-            self._video.read(video.requests)
-        squeeze_moment_video(out, self._all)
-        self._write_ids(component, moment, out)
-        return out
+        b = len(moment)
+        out: dict[str, Any] = {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
+        self._flags(component, out, b)
+        windows = video.bind(out, b, self._device, self._buffers)
+        write_taken(taken, out, b)
+        absent_zeros(self.columns, component, out, b, self._device)
+        wait: Callable[[], Any] = list
+        if windows and video.fetched is not None:
+            wait = cast("FetchingVideoReader", self._video).submit(windows)
+        elif windows:
+            self._video.read(windows)
+
+        def finish() -> dict[str, Any]:
+            wait()
+            squeeze_moment_video(out, self._all)
+            self._write_ids(component, moment, out)
+            return out
+
+        return finish, wait is not list
 
     def _flags(self, component: np.ndarray, out: dict[str, Any], b: int) -> None:
         """``<column>_dim_mask`` and ``<column>_is_present`` of a batch (``Component(pad_to=)``,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from treadle.errors import TreadleError, VideoError
@@ -43,8 +43,9 @@ class VideoReader:
         self.threads = threads
         self.decoder_threads = decoder_threads
         self._local = threading.local()
-        self._pool = (
-            ThreadPoolExecutor(threads, thread_name_prefix="treadle-video") if threads > 1 else None
+        # decodes of read() with one thread run on the caller's; submit() always uses the pool
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            threads, thread_name_prefix="treadle-video"
         )
 
     def close(self) -> None:
@@ -97,20 +98,35 @@ class VideoReader:
     def decode(self, windows: Sequence[FetchedWindow]) -> list[Any]:
         """The second half of :meth:`read`: verify and decode fetched windows, one output per
         window, on the decode threads; the first failing window (in order) is raised."""
-        if self._pool is None or len(windows) <= 1:
+        if self.threads == 1 or len(windows) <= 1 or self._pool is None:
             return [self._one(w) for w in windows]
+        return self.submit(windows)()
+
+    def submit(self, windows: Sequence[FetchedWindow]) -> Callable[[], list[Any]]:
+        """:meth:`decode`, started on the decode threads: returns the call that waits for
+        the outputs (raising the first failing window, in order). Windows submitted later
+        are decoded after these, so a caller that submits the next batch before waiting for
+        this one keeps every decode thread busy across batches."""
+        if self._pool is None:
+            raise VideoError("VideoReader is closed")
         # longest first (packets to decode), so no thread is left with a long window while
         # the others wait at the end of the batch; results stay in request order
         futures: list[Any] = [None] * len(windows)
         for i in sorted(range(len(windows)), key=lambda i: -windows[i].plan.num_packets):
             futures[i] = self._pool.submit(self._one, windows[i])
-        outs = []
-        first_error: BaseException | None = None
-        for f in futures:
-            try:
-                outs.append(f.result())
-            except TreadleError as e:  # report the first failing window in request order
-                first_error = first_error or e
-        if first_error is not None:
-            raise first_error
-        return outs
+        return lambda: _results(futures)
+
+
+def _results(futures: Sequence[Future[Any]]) -> list[Any]:
+    """Every future's result, in order; the first failing window (in order) raised once
+    every window ended (any other exception at once)."""
+    outs = []
+    first_error: BaseException | None = None
+    for f in futures:
+        try:
+            outs.append(f.result())
+        except TreadleError as e:  # report the first failing window in request order
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+    return outs

@@ -6,7 +6,7 @@ decode backend: the CPU's :class:`~treadle.video.cpu_reader.VideoReader` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -34,6 +34,10 @@ class FetchingVideoReader(VideoWindowReader, Protocol):
     def fetch(self, requests: Sequence[WindowRequest]) -> list[FetchedWindow]: ...
 
     def decode(self, windows: Sequence[FetchedWindow]) -> list[Any]: ...
+
+    def submit(self, windows: Sequence[FetchedWindow]) -> Callable[[], list[Any]]:
+        """:meth:`decode` started on the decode threads; the call returned waits for it."""
+        ...
 
 
 class VideoBackend(Protocol):

@@ -1,0 +1,203 @@
+"""Case ``contents``: 90x224x224 windows at the decode limit, per kind of video content.
+
+Issue 33, goal 3: treadle's rate should not depend on what the video shows. Three
+contents, each stored as treadle stores video (``td.VideoFrames``: H.264, GOP 30, CRF 23)
+in one table of a project under ``bench/data/contents/``:
+
+- ``bench``: the ``video`` case's camera-like frames (``video_windows.content``);
+- ``texture``: a random 448x448 RGB image, a 224x224 view of it panned a few pixels per
+  frame (high motion, noise-like detail: large frames, every macroblock moves);
+- ``real``: a real clip, resized to 224x224: torchcodec's ``nasa_13013.mp4`` test video
+  when an installed package ships it, else another real clip on this machine
+  (:func:`real_clip` says which; the row says "not available" when there is none).
+
+Per content, in interleaved rounds: treadle ``TrainLoader`` (workers 0, batch 8) with 1
+and 2 decode threads, and the limit: PyAV single-thread decode + a reused
+``VideoReformatter`` to rgb24 (one libswscale context) of every frame of the streams,
+scaled by useful / needed frames (what a reader that decoded exactly the frames each
+window needs, from its keyframe, would deliver), on one core. ``report.py`` judges
+treadle threads=1 / limit >= 0.97 and threads=2 / (limit x 2 cores) >= 0.95.
+
+    python bench/suite.py --cases contents [--runs 3]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchlib import Result, Run, batch_len, measure
+
+HERE = Path(__file__).resolve().parent
+H = W = 224
+WINDOW = 90
+FRAMES = 300  # per episode
+CONTENTS = ("bench", "texture", "real")
+#: real clips looked for, in order: torchcodec's test video (a source checkout or a package
+#: that ships its test resources), then any other real recording found here
+REAL_CLIPS = (
+    "torchcodec/test/resources/nasa_13013.mp4",
+    "test/resources/nasa_13013.mp4",
+    "/root/.pyenv/install_local_python.gif",
+)
+
+
+def data_dir(tiny: bool) -> Path:
+    base = Path(os.environ.get("TREADLE_BENCH_DATA") or HERE / "data")
+    return base / ("contents-tiny" if tiny else "contents")
+
+
+def texture(t: int, seed: int, step: tuple[int, int] = (3, 5)) -> np.ndarray:
+    """``t`` frames of a 224x224 view of a random 448x448 image, panned ``step`` pixels
+    (down, right) per frame, wrapping around."""
+    rng = np.random.default_rng(1000 + seed)
+    img = rng.integers(0, 256, (2 * H, 2 * W, 3), dtype=np.uint8)
+    out = np.empty((t, H, W, 3), np.uint8)
+    for i in range(t):
+        y, x = (i * step[0]) % H, (i * step[1]) % W
+        out[i] = img[y : y + H, x : x + W]
+    return out
+
+
+def real_clip() -> str | None:
+    """The path of the real clip this machine has, or None."""
+    import site
+    import sys
+
+    roots = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
+    for rel in REAL_CLIPS:
+        if os.path.isabs(rel):
+            if os.path.isfile(rel):
+                return rel
+            continue
+        for root in roots:
+            p = os.path.join(root, rel)
+            if os.path.isfile(p):
+                return p
+    return None
+
+
+def real_frames(path: str, episodes: int, t: int) -> list[np.ndarray]:
+    """The clip's first ``episodes * t`` frames (as many episodes as it has) at 224x224 RGB."""
+    import av
+
+    frames = []
+    with av.open(path) as c:
+        for f in c.decode(video=0):
+            frames.append(f.reformat(width=W, height=H, format="rgb24").to_ndarray())
+            if len(frames) == episodes * t:
+                break
+    n = len(frames) // t
+    return [np.stack(frames[e * t : (e + 1) * t]) for e in range(n)]
+
+
+def episodes_of(content: str, tiny: bool) -> list[np.ndarray] | None:
+    import video_windows as vw
+
+    n, t = (2, 60) if tiny else (4, FRAMES)
+    if content == "bench":
+        return [vw.content(t, H, W, seed=e) for e in range(n)]
+    if content == "texture":
+        return [texture(t, e) for e in range(n)]
+    path = real_clip()
+    return real_frames(path, n, t) if path else None
+
+
+def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:
+    """One table per content (once: a ``.done`` marker)."""
+    import treadle as td
+
+    root = data_dir(tiny)
+    if (root / "treadle.done").exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    branch = td.Client(str(root / "treadle"), create=True).project("bench").branch()
+    for content in CONTENTS:
+        eps = episodes_of(content, tiny)
+        if not eps:
+            log(f"  contents: no real clip here ({', '.join(REAL_CLIPS)})")
+            continue
+        log(f"  generating {len(eps)} H.264 episodes of {len(eps[0])} frames: {content}")
+        for e, frames in enumerate(eps):
+            branch.table(content).append_episode(
+                {"cam": td.VideoFrames(frames, fps=30)}, episode=f"ep{e}"
+            )
+    (root / "treadle.done").write_text((real_clip() or "none") + "\n")
+    return root
+
+
+def sizes(tiny: bool, content: str) -> dict[str, Any]:
+    """The ``case_video`` size dict of a content's table."""
+    win = 12 if tiny else WINDOW
+    return dict(name=content, h=H, w=W, window=win, windows=8 if tiny else 48)
+
+
+def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Result]:
+    import case_video as cv
+    import treadle as td
+
+    root = generate(tiny, log)
+    client = td.Client(str(root / "treadle"))
+    tables = set(client.project("bench").branch().tables())
+    warm = cv.warmup(tiny)
+    rs: list[tuple[Result, Callable[[], Run]]] = []
+    results: list[Result] = []
+    for content in CONTENTS:
+        sz = sizes(tiny, content)
+        base = {"content": content, "size": cv.label(sz)}
+        if content not in tables:
+            r = Result("contents", "limit_rgb", {**base, "label": "no real clip"}, "frames/s")
+            r.status = "not available"
+            results.append(r)
+            continue
+        paths = cv.stream_paths(root, sz)
+        plan = cv.recipe(client, sz).plan()
+        steps = sz["windows"] // cv.BATCH + 2 + warm
+        needed = statistics.mean(x[3] for x in cv.window_ranges(plan, range(steps)))
+        useful = sz["window"] / needed
+        frames = len(paths) * (60 if tiny else FRAMES)
+        lim = Result("contents", "limit_rgb", {**base, "cores": 1}, "frames/s")
+        lim.config["label"] = (
+            "limit: PyAV decode + reused VideoReformatter to rgb24, frames needed, 1 core"
+        )
+        lim.extra.update(decoded_per_window=needed, useful_share=useful, source=_source(content))
+
+        def limit(paths=paths, frames=frames, useful=useful) -> Run:
+            wall, cpu = cv.limit_runs(paths, frames, 1, rgb=True)
+            return Run(wall, cpu, frames * useful)
+
+        rs.append((lim, limit))
+        for threads in (1, 2):
+            r = Result("contents", "treadle", {**base, "workers": 0, "threads": threads},
+                       "frames/s")  # fmt: skip
+            r.config["label"] = f"treadle TrainLoader workers=0 threads={threads}"
+
+            def tr(sz=sz, threads=threads, steps=steps) -> Run:
+                n = sz["windows"]
+                run = measure(lambda: cv.treadle_iter(client, sz, 0, threads, steps), n,
+                              batch_len, warm)  # fmt: skip
+                run.samples *= sz["window"]
+                return run
+
+            rs.append((r, tr))
+    for rnd in range(runs):
+        for r, fn in rs:
+            if r.status == "ok":
+                try:
+                    r.runs.append(fn())
+                except Exception as e:  # reported, the others go on
+                    r.status = f"failed: {type(e).__name__}: {str(e)[:160]}"
+        log(f"  contents: round {rnd + 1}/{runs} done")
+    return results + [r for r, _ in rs]
+
+
+def _source(content: str) -> str:
+    if content == "real":
+        return real_clip() or ""
+    return "video_windows.content" if content == "bench" else "random 448x448 image, panned"
