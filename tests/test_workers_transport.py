@@ -163,3 +163,35 @@ def test_workers_fork_from_a_server_and_end_when_the_loader_closes(mix):
             break
         time.sleep(0.05)
     assert not any(os.path.exists(f"/proc/{p}") for p in pids)
+
+
+def test_messages_travel_the_pipe_and_a_wrong_step_is_named():
+    # the protocol of treadle.workers.messages, as a worker's pipe carries it
+    import multiprocessing as mp
+
+    from treadle.workers import messages
+    from treadle.workers.processes import _Handle
+
+    recv, send = mp.Pipe(duplex=False)
+    send.send(messages.batch(7, 1, {"x": (0, 8)}))
+    send.send(messages.error(td.PlanError("bad step")))
+    send.send(messages.end())
+    got = [recv.recv() for _ in range(3)]
+    assert got[0] == ("batch", 7, 1, {"x": (0, 8)}) and got[0].slot == 1
+    assert got[1].kind == messages.ERROR and str(got[1].payload) == "bad step"
+    assert got[2] == messages.Message("end")
+
+    class _Proc:  # a worker that already sent its messages and went
+        exitcode = 0
+
+        def join(self, timeout=None):
+            pass
+
+    w = _Handle.__new__(_Handle)  # the loader's side of one worker, without a process
+    w.k, w.proc, w.inbox, w.outbox, w.slots = 0, _Proc(), recv, send, []
+    send.send(messages.batch(8, 0, None))
+    with pytest.raises(td.TreadleError, match="worker process 0 sent batch 8, not step 7"):
+        w.take(7)
+    send.send(messages.error(td.PlanError("bad step")))
+    with pytest.raises(td.PlanError, match="bad step"):
+        w.take(7)

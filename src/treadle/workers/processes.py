@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from treadle.errors import PlanError, TreadleError
+from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
 from treadle.workers.worker import Job, work
@@ -131,22 +132,22 @@ class _Handle:
     def take(self, step: int) -> dict[str, Any]:
         """The batch of ``step``, copied out of its slot; the slot goes back to the worker."""
         try:
-            kind, got, i, payload = self.inbox.recv()
+            msg: messages.Message = self.inbox.recv()
         except (EOFError, OSError):
             self.proc.join(5)
             raise TreadleError(
                 f"treadle worker process {self.k} exited (code {self.proc.exitcode}) before "
                 f"it delivered step {step}"
             ) from None
-        if kind == "error":
-            raise i
-        if kind != "batch" or got != step:
+        if msg.kind == messages.ERROR:
+            raise msg.payload
+        if msg.kind != messages.BATCH or msg.step != step:
             raise TreadleError(
-                f"treadle worker process {self.k} sent {kind} {got}, not step {step}"
+                f"treadle worker process {self.k} sent {msg.kind} {msg.step}, not step {step}"
             )
-        batch = self.slots[i].unpack(payload)
+        batch = self.slots[msg.slot].unpack(msg.payload)
         try:
-            self.outbox.send(i)
+            self.outbox.send(msg.slot)
         except OSError:  # a worker done with its steps has gone: nothing to hand back
             pass
         return batch

@@ -1,5 +1,5 @@
 """One ``workers=N`` worker process: rebuild the plan, read my steps, write each batch into
-a shared-memory slot (:mod:`treadle.workers.slots`), send ``(step, slot, layout)``.
+a shared-memory slot (:mod:`treadle.workers.slots`), send its :mod:`~treadle.workers.messages`.
 
 Worker ``k`` of ``n`` reads steps ``start+k, start+k+n, ...`` (:func:`treadle.read.steps.read_steps`,
 read ahead on one thread by :func:`treadle.read.prefetch.prefetch`). This module and what it
@@ -23,6 +23,7 @@ from typing import Any
 from treadle.errors import TreadleError
 from treadle.read.prefetch import prefetch
 from treadle.read.steps import Finish, Sampler, host_reader, read_steps
+from treadle.workers import messages
 from treadle.workers.slots import Slot
 
 
@@ -68,7 +69,7 @@ def work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int]) -> None:
         _serve(job, k, n, out, back, [Slot(fd) for fd in fds])
     except BaseException as e:
         try:
-            out.send(("error", None, _portable(e, k), None))
+            out.send(messages.error(_portable(e, k)))
         except Exception:
             pass  # the loader went away (its pipes are closed): nobody to tell
     finally:
@@ -95,5 +96,5 @@ def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot]) -> 
         while not free:
             free.append(back.recv())  # the loader hands slots back in the order it got them
         i = free.popleft()
-        out.send(("batch", step, i, slots[i].pack(batch)))
-    out.send(("end", None, None, None))
+        out.send(messages.batch(step, i, slots[i].pack(batch)))
+    out.send(messages.end())
