@@ -19,7 +19,8 @@ from treadle.cli.args import int_at_least
 from treadle.errors import TreadleError
 
 DATA_ENV = "TREADLE_BENCH_DATA"  # bench/case_*.py generate their data under this folder
-CASES = ("mix", "video", "s3", "cloud", "plan", "cold")  # bench/suite.py's CASES and OPT_IN (a test checks)
+# bench/suite.py's CASES and OPT_IN (a test checks)
+CASES = ("mix", "video", "s3", "cloud", "plan", "cold")
 OPT_IN = ("import_ray", "augment", "memory", "contents")
 
 
