@@ -12,6 +12,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -167,3 +168,24 @@ def batch_len(batch: Any) -> int:
     else:
         v = batch
     return len(v)
+
+
+@contextmanager
+def cold_object_cache() -> Iterator[str]:
+    """A fresh, empty treadle object cache (``TREADLE_CACHE_DIR``, see
+    ``treadle.storage.filecache``) for one run on an object store, removed after it: every
+    run copies the data files it maps (in its start-up) and none finds another's copies."""
+    import shutil
+    import tempfile
+
+    old = os.environ.get("TREADLE_CACHE_DIR")
+    d = tempfile.mkdtemp(prefix="treadle-bench-cache-")
+    os.environ["TREADLE_CACHE_DIR"] = d
+    try:
+        yield d
+    finally:
+        if old is None:
+            os.environ.pop("TREADLE_CACHE_DIR", None)
+        else:
+            os.environ["TREADLE_CACHE_DIR"] = old
+        shutil.rmtree(d, ignore_errors=True)

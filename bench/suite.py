@@ -60,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from benchlib import Result, Run, batch_len, measure, tree_cpu  # noqa: E402
+from benchlib import Result, Run, batch_len, cold_object_cache, measure, tree_cpu  # noqa: E402
 from report import GOALS, chart, compare, markdown, print_table, readme_block, summarise  # noqa: E402
 
 CASES = ("mix", "video", "s3", "cloud", "plan", "cold")
@@ -223,11 +223,12 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
             r.config["label"] = f"treadle TrainLoader on S3, workers={w}"
 
             def tm(w=w) -> Run:
-                return measure(
-                    lambda: cm.treadle_iter(mix_root, w, steps, s3=s3, prefix="mix"),
-                    samples,
-                    batch_len,
-                )
+                with cold_object_cache():  # each run copies the data files (in its start-up)
+                    return measure(
+                        lambda: cm.treadle_iter(mix_root, w, steps, s3=s3, prefix="mix"),
+                        samples,
+                        batch_len,
+                    )
 
             rs.append((r, tm))
         files = c3.lance_files(mix_root / "treadle", "mix")

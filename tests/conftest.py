@@ -12,6 +12,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _object_cache(tmp_path_factory):
+    """The object cache of object-store reads (treadle.storage.filecache) in a folder of the
+    session, not the user's ~/.cache."""
+    old = os.environ.get("TREADLE_CACHE_DIR")
+    os.environ["TREADLE_CACHE_DIR"] = str(tmp_path_factory.mktemp("object-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TREADLE_CACHE_DIR", None)
+    else:
+        os.environ["TREADLE_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """A real S3 server (SeaweedFS ``weed mini``) on 127.0.0.1 for the whole session."""

@@ -137,17 +137,32 @@ def test_tables_lance_wrote(local_root, version):
     assert reader.path(table, "act") == "resident"
 
 
-def test_object_store_tables_are_not_mapped(s3_root):
+def test_object_store_tables_map_their_cached_copies(s3_root, tmp_path, monkeypatch):
+    """On an object store, wide columns are mapped from the data files' copies in the object
+    cache (treadle.storage.filecache); narrow ones stay resident (no copy is made for
+    them); with the cache off, the paths are the ones before it."""
     url, opts = s3_root
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
     ref = td.Client(url, create=True, storage_options=opts).project("p").branch().table("t")
     parts = [_columns(9, seed) for seed in (1, 2)]
     for cols in parts:
         ref.append(cols)
     truth = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
     table = ref.pin()
+    rows = np.array([17, 0, 9, 8, 9, 3], np.int64)
+    narrow = FixedReader()
+    assert narrow.path(table, "act") == "resident"
+    assert not (tmp_path / "cache").exists()  # a narrow column copies nothing
+    for budget in (1 << 20, 0):
+        reader = FixedReader(resident_bytes=budget)
+        _check(reader, table, truth, rows)
+        assert reader.path(table, "img") == reader.path(table, "wide") == "mapped"
+    files = len(table.dataset.get_fragments())
+    assert len([p for p in (tmp_path / "cache").iterdir() if "." not in p.name]) == files
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "0")
     for budget, path in ((1 << 20, "resident"), (0, "take")):
         reader = FixedReader(resident_bytes=budget)
-        _check(reader, table, truth, np.array([17, 0, 9, 8, 9, 3], np.int64))
+        _check(reader, table, truth, rows)
         assert reader.path(table, "img") == path
 
 

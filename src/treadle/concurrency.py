@@ -27,6 +27,11 @@ class Concurrency:
     read_ahead_bytes: int = 256 << 20
     """What the batches read ahead may hold at most (row values and compressed window
     bytes, measured on the last batch): fewer batches ahead when one batch holds more."""
+    cache_part_bytes: int = 8 << 20
+    """Bytes per GET when an object is copied into the local object cache
+    (:mod:`treadle.storage.filecache`)."""
+    cache_parts_in_flight: int = 8
+    """GETs in flight at once while an object is copied into the local object cache."""
     nvdec_streams: int = 4
     """NVDEC sessions (worker threads, each with its CUDA stream) of a GPU video reader."""
     max_threads: int = 8

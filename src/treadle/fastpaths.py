@@ -22,6 +22,8 @@ PATHS = {
     "direct conversion": "frames convert through PyAV's reformat and are copied (slower)",
     "fixed-width reads": "fixed-width columns are read with a Lance take per batch (slower)",
     "nvdec": "video decodes on the CPU",
+    "cached reads": "fixed-width columns on object stores are read with a Lance take per batch "
+    "(a request per row)",
 }
 """Each fast path, and what runs instead when it is off."""
 

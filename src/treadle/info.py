@@ -68,6 +68,7 @@ def info() -> Info:
         "direct conversion": _direct_conversion,
         "fixed-width reads": _fixed_width_reads,
         "nvdec": _nvdec,
+        "cached reads": _cached_reads,
     }
     found = {}
     for name, probe in probes.items():
@@ -127,6 +128,14 @@ def _fixed_width_reads() -> str | None:
     if path != "mapped":
         return fastpaths.reasons().get("fixed-width reads") or f"a probe column is read by {path}"
     return None if same else "a probe column read back other values"
+
+
+def _cached_reads() -> str | None:
+    """Whether this process's environment configures a usable object cache."""
+    from treadle.storage.filecache import file_cache
+
+    cache = file_cache()
+    return cache if isinstance(cache, str) else None
 
 
 def _nvdec() -> str | None:

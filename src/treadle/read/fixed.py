@@ -8,12 +8,15 @@ chosen once per (table version, column):
 
 - **mapped**: every page of the column, in every data file of the pinned version, is a Lance
   2.1+ ``FullZipLayout`` of flat fixed-width values (no repetition/definition levels, no
-  compression: Lance's layout for rows of 256 bytes and more, e.g. images), the fragments
-  have no deletions and the files are local. Each page is then an ``[rows, *shape]`` array
-  at a byte offset that the file's own column metadata gives; the files are memory-mapped
-  read-only. Data files are immutable and named by the pinned version's fragment list, so
-  no other version's bytes are read. Each page's first and last row are checked against a
-  Lance ``take`` once; any assumption that does not hold means the next path.
+  compression: Lance's layout for rows of 256 bytes and more, e.g. images) and the fragments
+  have no deletions. The files are a local root's, or on an object store their copies in
+  the local object cache (:mod:`treadle.storage.filecache`, bounded; when a file does not
+  fit, the ``cached reads`` fast path is off and says why). Each page is then an
+  ``[rows, *shape]`` array at a byte offset that the file's own column metadata gives; the
+  files are memory-mapped read-only. Data files are immutable and named by the pinned
+  version's fragment list, so no other version's bytes are read. Each page's first and last
+  row are checked against a Lance ``take`` once; any assumption that does not hold means
+  the next path.
 - **resident**: the whole column of the version, read once with Lance and kept as one numpy
   array while it fits the reader's byte budget (narrow columns: actions, states, scalars,
   which Lance stores in compressed mini-blocks). A column holding a null anywhere is not
@@ -36,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 
 from treadle import fastpaths
-from treadle.errors import CorruptData
+from treadle.errors import CorruptData, TreadleError
+from treadle.storage.filecache import file_cache
 from treadle.table.lanceerror import lance_error
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
@@ -180,21 +184,28 @@ class FixedReader:
     def _mapped(self, table: Table, f: pa.Field) -> _Column | None:
         """The mapped path of this column, or None when one of its assumptions fails."""
         shape = tensor_shape(f)
-        if not table.project.store.is_local or shape is None:
-            return None
-        if not pa.types.is_fixed_size_list(f.type):
+        if shape is None or not pa.types.is_fixed_size_list(f.type):
             return None
         vt = f.type.value_type
         if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)):
             return None
         dtype = np.dtype(vt.to_pandas_dtype()).newbyteorder("<")
+        wide = f.type.list_size * dtype.itemsize >= FULL_ZIP_ROW_BYTES
+        store = table.project.store
+        if not store.is_local and not wide:  # not worth a file's copy: read it as before
+            return None
         ds = table.dataset
         field_id = ds.lance_schema.field(f.name).id()
         starts, parts, at = [], [], 0
         for frag in ds.get_fragments():
-            segs = self._fragment_pages(ds, frag.metadata, field_id, dtype, f.type.list_size)
+            local = self._local_files(table, ds, frag.metadata, field_id)
+            if isinstance(local, str):
+                if local:
+                    fastpaths.off("cached reads", f"table {table.name!r}: {local}")
+                return None
+            segs = self._fragment_pages(local, frag.metadata, field_id, dtype, f.type.list_size)
             if isinstance(segs, str):
-                if segs and f.type.list_size * dtype.itemsize >= FULL_ZIP_ROW_BYTES:
+                if segs and wide:
                     fastpaths.off("fixed-width reads", f"column {f.name!r}: {segs}")
                 return None
             for seg in segs:
@@ -209,30 +220,46 @@ class FixedReader:
         fastpaths.off("fixed-width reads", f"column {f.name!r}: mapped pages differ from take")
         return None
 
-    def _fragment_pages(
-        self, ds: Any, meta: Any, field_id: int, dtype: np.dtype, size: int
-    ) -> list[np.ndarray] | str:
-        """Per page, the ``[rows, size]`` values of this field in this fragment's file; else
-        why not: ``""`` where the data is why (deletions, files of other datasets), a reason
-        where Lance's file layout is not the one this reader knows."""
-        from lance.file import LanceFileReader
-
+    def _local_files(
+        self, table: Table, ds: Any, meta: Any, field_id: int
+    ) -> tuple[Any, str] | str:
+        """The one data file of this fragment that holds the field, and its local path (on an
+        object store: its copy in the object cache, fetched now); else why not: ``""`` where
+        the data is why (deletions, files of other datasets), a reason where the cache is."""
         if meta.deletion_file is not None or getattr(meta, "num_deletions", 0):
             return ""
         files = [df for df in meta.files if field_id in list(df.fields)]
-        if len(files) != 1:
-            return ""
-        df = files[0]
-        if getattr(df, "base_id", None) is not None:  # a file of another dataset's base
-            return ""
+        if len(files) != 1 or getattr(files[0], "base_id", None) is not None:
+            return ""  # a column over several files, or a file of another dataset's base
+        df, store = files[0], table.project.store
+        if store.is_local:
+            path = os.path.join(ds.uri, "data", df.path)
+            return (df, path) if os.path.isfile(path) else ""
+        cache = file_cache()
+        if isinstance(cache, str):
+            return cache
+        key = store.relative_key(f"{table.uri}/data/{df.path}")
+        try:
+            size = int(getattr(df, "file_size_bytes", 0) or store.size(key))
+            got = cache.path(store, key, size)
+        except TreadleError as e:  # the take that runs instead raises it where it applies
+            return f"copying a data file into the object cache failed ({e})"
+        return got if isinstance(got, str) else (df, str(got))
+
+    def _fragment_pages(
+        self, local: tuple[Any, str], meta: Any, field_id: int, dtype: np.dtype, size: int
+    ) -> list[np.ndarray] | str:
+        """Per page, the ``[rows, size]`` values of this field in this fragment's local file
+        ``(data file, path)``; else why not: ``""`` where the data is why, a reason where
+        Lance's file layout is not the one this reader knows."""
+        from lance.file import LanceFileReader
+
+        df, path = local
         version = (df.file_major_version, df.file_minor_version)
         if version not in _FILE_VERSIONS:
             return f"Lance file version {version[0]}.{version[1]} is not one whose layout is known"
         where = list(df.fields).index(field_id)
         column = list(df.column_indices)[where]
-        path = os.path.join(ds.uri, "data", df.path)
-        if not os.path.isfile(path):
-            return ""
         fmeta = LanceFileReader(path).metadata()
         if fmeta.num_rows != meta.physical_rows or column >= len(fmeta.columns):
             return "a data file's metadata does not match its fragment"

@@ -132,6 +132,13 @@ class Store:
         """``storage_options`` for Lance (None for local roots)."""
         return dict(self._lance_options) or None
 
+    def relative_key(self, uri: str) -> str:
+        """The key under this root of ``uri`` (a :meth:`lance_uri` or one below it)."""
+        root = self._lance_root + "/"
+        if not uri.startswith(root):
+            raise StorageError(f"{uri!r} is not under the root {self.url!r}")
+        return uri[len(root) :]
+
     @property
     def is_local(self) -> bool:
         return isinstance(self._inner, LocalStore)
@@ -320,6 +327,30 @@ class Store:
             for i, b in zip(idx, bufs):
                 out[i] = b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
         return out
+
+    def download(self, key: str, fd: int, size: int, part: int, parallel: int) -> None:
+        """Write the ``size`` bytes of ``key`` into the open file ``fd`` (at their offsets):
+        parts of ``part`` bytes, ``parallel`` of them in flight (one GET each, retried)."""
+        self._claim("read", key)
+        limit = asyncio.Semaphore(max(1, parallel))
+
+        async def one(start: int) -> None:
+            end = min(size, start + part)
+            async with limit:
+                for attempt in range(_RETRY_ATTEMPTS):
+                    try:
+                        buf = await obstore.get_range_async(self._inner, key, start=start, end=end)
+                        break
+                    except Exception as e:
+                        if attempt == _RETRY_ATTEMPTS - 1 or not _transient(e):
+                            raise await self._short_or(key, end, e) from None
+                    await asyncio.sleep(_backoff(attempt))
+                if len(buf) != end - start:
+                    raise await self._short_or(key, end, None)
+                os.pwrite(fd, memoryview(buf), start)
+
+        if size:
+            _Loop.run(_Loop.gather([one(s) for s in range(0, size, part)]))
 
     async def _short_or(self, key: str, end: int, e: Exception | None) -> Exception:
         """:class:`ShortObject` (a ``CorruptData``) naming ``key`` when it is shorter than

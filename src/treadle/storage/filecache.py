@@ -1,0 +1,222 @@
+"""A bounded local cache of immutable objects (Lance data files) of object-store roots.
+
+A random sample of a table on an object store costs one GET per row (~30 ms each at a
+cloud region's latency, a few thousand per second per server at best); the same rows of a
+local file are a memory-mapped gather (~60k samples/s). Lance data files never change once
+written (a new version writes new files, named by a random id), so a local copy keyed by
+root and key is the object itself for as long as it exists: :class:`FileCache` keeps such
+copies, and :mod:`treadle.read.fixed` maps them as it maps the files of a local root.
+
+- **Where**: ``$TREADLE_CACHE_DIR``, else ``$XDG_CACHE_HOME/treadle/objects``, else
+  ``~/.cache/treadle/objects``. One flat folder; every process of the machine shares it.
+- **Bound**: ``$TREADLE_CACHE_BYTES`` (bytes, or with a ``K``/``M``/``G``/``T`` suffix;
+  default :data:`DEFAULT_BYTES`, ``0`` turns the cache off). The files it holds, the
+  downloads under way included, never sum to more: a download first reserves its size
+  (under a lock on the folder), evicting the least recently used files; an object that
+  does not fit is not cached, and its reader says why (``td.info()``, the ``cached reads``
+  fast path) and reads it with range requests as before.
+- **Safe**: an entry is named by a hash of (root URL, key, size); it is written to a
+  ``.part`` file under a lock of its own, flushed to disk, then renamed into place, so a
+  reader never sees a partial copy; one of the wrong size is fetched again. Readers of a
+  file that is evicted keep their mapping (the name goes; the data stays until unmapped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from treadle.concurrency import CONCURRENCY
+from treadle.fastpaths import log
+
+if TYPE_CHECKING:
+    from treadle.storage.store import Store
+
+__all__ = ["DEFAULT_BYTES", "FileCache", "file_cache"]
+
+DEFAULT_BYTES = 16 << 30
+"""The cache's bound when ``$TREADLE_CACHE_BYTES`` is not set (16 GiB)."""
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """``"1073741824"``, ``"512M"``, ``"16G"`` (binary units, an optional ``B``) -> bytes."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _SUFFIX and t[-1:] else ""
+    try:
+        value = float(t[: len(t) - len(unit)])
+    except ValueError:
+        raise ValueError(f"TREADLE_CACHE_BYTES={text!r} is not a size (e.g. 16G)") from None
+    if value < 0:
+        raise ValueError(f"TREADLE_CACHE_BYTES={text!r} is negative")
+    return int(value * _SUFFIX[unit])
+
+
+def default_dir() -> Path:
+    if d := os.environ.get("TREADLE_CACHE_DIR"):
+        return Path(d).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "treadle" / "objects"
+
+
+def file_cache() -> FileCache | str:
+    """The cache this process's environment configures, or why there is none."""
+    raw = os.environ.get("TREADLE_CACHE_BYTES")
+    limit = DEFAULT_BYTES if raw is None else parse_bytes(raw)
+    if limit <= 0:
+        return "the object cache is off (TREADLE_CACHE_BYTES=0)"
+    where = default_dir()
+    key = (str(where), limit)
+    with _LOCK:
+        hit = _CACHES.get(key)
+        if hit is None:
+            try:
+                hit = _CACHES[key] = FileCache(where, limit)
+            except OSError as e:
+                return f"the object cache folder {str(where)!r} is not usable ({e.strerror})"
+    return hit
+
+
+_CACHES: dict[tuple[str, int], FileCache] = {}
+_LOCK = threading.Lock()
+
+
+class FileCache:
+    """Local copies of immutable objects, at most ``max_bytes`` in ``directory``."""
+
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int):
+        self.directory = Path(directory)
+        self.max_bytes = int(max_bytes)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable", str(self.directory))
+        self.fetched = 0  # objects this process downloaded (tests count them)
+
+    def __repr__(self) -> str:
+        return f"FileCache({str(self.directory)!r}, max_bytes={self.max_bytes})"
+
+    def path(self, store: Store, key: str, size: int) -> Path | str:
+        """A local copy of object ``key`` of ``store`` (``size`` bytes, as its metadata
+        says), downloaded now when it is not held; or why not (it does not fit)."""
+        if size > self.max_bytes:
+            return (
+                f"an object of {size:,} bytes is larger than the object cache's bound "
+                f"({self.max_bytes:,} bytes, TREADLE_CACHE_BYTES)"
+            )
+        name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        final = self.directory / name
+        self.directory.mkdir(parents=True, exist_ok=True)  # removed since: made again
+        with _locked(self.directory / f"{name}.lock"):
+            if _size(final) == size:
+                os.utime(final)  # recently used
+                return final
+            with contextlib.suppress(FileNotFoundError):
+                final.unlink()  # a copy of another size: never used
+            part = self.directory / f"{name}.part"
+            fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                why = self._reserve(fd, size, keep={name})
+                if why is not None:
+                    part.unlink()
+                    return why
+                store.download(key, fd, size, CONCURRENCY.cache_part_bytes,
+                               CONCURRENCY.cache_parts_in_flight)  # fmt: skip
+                os.fdatasync(fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                raise
+            finally:
+                os.close(fd)
+            os.replace(part, final)
+            self.fetched += 1
+            log.info("treadle: cached %s/%s (%s bytes) in %s", store.url, key, size, final)
+            return final
+
+    def used(self) -> int:
+        """Bytes the cache's files hold now (downloads under way included)."""
+        return sum(s for _, s, _ in _entries(self.directory))
+
+    def _reserve(self, fd: int, size: int, keep: set[str]) -> str | None:
+        """Make room for ``size`` bytes and give them to the open ``.part`` file ``fd``
+        (under the folder's lock); or why there is no room."""
+        with _locked(self.directory / ".lock"):
+            entries = _entries(self.directory)
+            used = sum(s for _, s, _ in entries)
+            for path, s, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
+                if used + size <= self.max_bytes:
+                    break
+                stem = path.name.removesuffix(".part")
+                if stem in keep or not _evict(path):
+                    continue
+                used -= s
+            if used + size > self.max_bytes:
+                return (
+                    f"the object cache ({self.max_bytes:,} bytes, TREADLE_CACHE_BYTES) has no "
+                    f"room for {size:,} bytes: {used:,} are in downloads under way"
+                )
+            os.ftruncate(fd, size)  # counted from now on (its apparent size)
+        return None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return -1
+
+
+def _entries(directory: Path) -> list[tuple[Path, int, float]]:
+    """(path, apparent size, last use) of every copy and download in the folder."""
+    out = []
+    for e in os.scandir(directory):
+        if e.name.startswith(".") or e.name.endswith(".lock"):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            st = e.stat()
+            out.append((Path(e.path), st.st_size, st.st_mtime))
+    return out
+
+
+def _evict(path: Path) -> bool:
+    """Remove a copy, or a download no process holds any more (its writer died): whether
+    it went. A download under way (its lock held) stays."""
+    stem = path.name.removesuffix(".part")
+    try:
+        with _locked(path.with_name(f"{stem}.lock"), wait=False):
+            path.unlink(missing_ok=True)
+            path.with_name(f"{stem}.lock").unlink(missing_ok=True)
+        return True
+    except BlockingIOError:
+        return False
+
+
+@contextlib.contextmanager
+def _locked(path: Path, wait: bool = True) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created if missing), released on exit or when the
+    process dies. A lock file removed while waiting (by an eviction) is locked afresh."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)
