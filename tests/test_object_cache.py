@@ -169,6 +169,28 @@ def test_bound_eviction_and_wrong_sizes(s3_server, tmp_path):
     assert "larger than" in cache.path(store, "o/a", 4000)
 
 
+def test_a_held_copy_is_never_evicted(s3_server, tmp_path):
+    """A copy a reader holds (maps) stays, even when least recently used: the next one
+    evicts another, or is refused with the reason, so the disk never holds more."""
+    store = Store.open(s3_server.url(f"fh-{id(tmp_path)}"), s3_server.storage_options())
+    for k in "abc":
+        store.put(f"o/{k}", k.encode() * 1024)
+    cache = FileCache(tmp_path / "c", 2048)
+    held = cache.open(store, "o/a", 1024)
+    os.utime(held.path, (1, 1))  # least recently used, but held
+    cache.path(store, "o/b", 1024)
+    c = cache.path(store, "o/c", 1024)  # evicts b, not a
+    assert held.path.exists() and Path(c).exists() and cache.used() <= 2048
+    other = cache.open(store, "o/b", 1024)  # a and c held/just used: c goes (not held)
+    assert not Path(c).exists()
+    refused = cache.open(store, "o/c", 1024)  # a and b both held: no room
+    assert isinstance(refused, str) and "in use by readers" in refused
+    held.close()
+    assert Path(cache.path(store, "o/c", 1024)).read_bytes() == b"c" * 1024  # a went
+    assert not held.path.exists()
+    other.close()
+
+
 def test_parse_bytes():
     assert parse_bytes("1024") == 1024
     assert parse_bytes("512M") == 512 << 20

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from treadle import fastpaths
 from treadle.errors import CorruptData, TreadleError
-from treadle.storage.filecache import file_cache
+from treadle.storage.filecache import CachedFile, file_cache
 from treadle.table.lanceerror import lance_error
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
@@ -103,6 +103,7 @@ class FixedReader:
             weakref.WeakKeyDictionary()
         )
         self._maps: dict[str, mmap.mmap] = {}
+        self._copies: dict[str, CachedFile] = {}  # object-cache copies this reader holds
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -111,11 +112,14 @@ class FixedReader:
             self._tables.clear()
             self._held = 0
             maps, self._maps = self._maps, {}
+            copies, self._copies = self._copies, {}
         for m in maps.values():
             try:
                 m.close()
             except BufferError:  # an array handed out still views it: the GC unmaps it
                 pass
+        for c in copies.values():
+            c.close()
 
     def path(self, table: Table, column: str) -> str:
         """``"mapped"``, ``"resident"`` or ``"take"``: how ``column`` of ``table`` is read."""
@@ -241,10 +245,17 @@ class FixedReader:
         key = store.relative_key(f"{table.uri}/data/{df.path}")
         try:
             size = int(getattr(df, "file_size_bytes", 0) or store.size(key))
-            got = cache.path(store, key, size)
-        except TreadleError as e:  # the take that runs instead raises it where it applies
+            got = cache.open(store, key, size)
+        except (TreadleError, OSError) as e:  # the take that runs instead raises it there
             return f"copying a data file into the object cache failed ({e})"
-        return got if isinstance(got, str) else (df, str(got))
+        if isinstance(got, str):
+            return got
+        path = str(got.path)
+        if path in self._copies:
+            got.close()
+        else:  # held (never evicted) while this reader may map it: one per file
+            self._copies[path] = got
+        return df, path
 
     def _fragment_pages(
         self, local: tuple[Any, str], meta: Any, field_id: int, dtype: np.dtype, size: int
@@ -260,7 +271,10 @@ class FixedReader:
             return f"Lance file version {version[0]}.{version[1]} is not one whose layout is known"
         where = list(df.fields).index(field_id)
         column = list(df.column_indices)[where]
-        fmeta = LanceFileReader(path).metadata()
+        try:
+            fmeta = LanceFileReader(path).metadata()
+        except (OSError, ValueError, RuntimeError) as e:  # Lance's errors: IOError, ValueError
+            return f"a data file's metadata could not be read ({type(e).__name__}: {e})"
         if fmeta.num_rows != meta.physical_rows or column >= len(fmeta.columns):
             return "a data file's metadata does not match its fragment"
         buf = self._map(path)

@@ -17,8 +17,9 @@ copies, and :mod:`treadle.read.fixed` maps them as it maps the files of a local 
   fast path) and reads it with range requests as before.
 - **Safe**: an entry is named by a hash of (root URL, key, size); it is written to a
   ``.part`` file under a lock of its own, flushed to disk, then renamed into place, so a
-  reader never sees a partial copy; one of the wrong size is fetched again. Readers of a
-  file that is evicted keep their mapping (the name goes; the data stays until unmapped).
+  reader never sees a partial copy; one of the wrong size is fetched again. A copy a reader
+  maps is held (:class:`CachedFile`, a shared ``flock``) and never evicted: an unlinked
+  file that is still mapped would keep its bytes on disk beyond the bound.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from treadle.fastpaths import log
 if TYPE_CHECKING:
     from treadle.storage.store import Store
 
-__all__ = ["DEFAULT_BYTES", "FileCache", "file_cache"]
+__all__ = ["DEFAULT_BYTES", "CachedFile", "FileCache", "file_cache"]
 
 DEFAULT_BYTES = 16 << 30
 """The cache's bound when ``$TREADLE_CACHE_BYTES`` is not set (16 GiB)."""
@@ -103,8 +104,17 @@ class FileCache:
         return f"FileCache({str(self.directory)!r}, max_bytes={self.max_bytes})"
 
     def path(self, store: Store, key: str, size: int) -> Path | str:
+        """:meth:`open`, closed at once: the copy's path (which may then be evicted)."""
+        got = self.open(store, key, size)
+        if isinstance(got, str):
+            return got
+        got.close()
+        return got.path
+
+    def open(self, store: Store, key: str, size: int) -> CachedFile | str:
         """A local copy of object ``key`` of ``store`` (``size`` bytes, as its metadata
-        says), downloaded now when it is not held; or why not (it does not fit)."""
+        says), downloaded now when it is not held, and held (never evicted) until its
+        :meth:`CachedFile.close`; or why not (it does not fit)."""
         if size > self.max_bytes:
             return (
                 f"an object of {size:,} bytes is larger than the object cache's bound "
@@ -116,7 +126,7 @@ class FileCache:
         with _locked(self.directory / f"{name}.lock"):
             if _size(final) == size:
                 os.utime(final)  # recently used
-                return final
+                return CachedFile(final)
             with contextlib.suppress(FileNotFoundError):
                 final.unlink()  # a copy of another size: never used
             part = self.directory / f"{name}.part"
@@ -138,7 +148,7 @@ class FileCache:
             os.replace(part, final)
             self.fetched += 1
             log.info("treadle: cached %s/%s (%s bytes) in %s", store.url, key, size, final)
-            return final
+            return CachedFile(final)
 
     def used(self) -> int:
         """Bytes the cache's files hold now (downloads under way included)."""
@@ -160,10 +170,28 @@ class FileCache:
             if used + size > self.max_bytes:
                 return (
                     f"the object cache ({self.max_bytes:,} bytes, TREADLE_CACHE_BYTES) has no "
-                    f"room for {size:,} bytes: {used:,} are in downloads under way"
+                    f"room for {size:,} bytes: {used:,} are in use by readers or downloads"
                 )
             os.ftruncate(fd, size)  # counted from now on (its apparent size)
         return None
+
+
+class CachedFile:
+    """A copy in the cache, held: while open, no process evicts it (a shared ``flock`` on
+    the file; an eviction takes an exclusive one, without waiting)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = os.open(path, os.O_RDONLY)
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _size(path: Path) -> int:
@@ -186,16 +214,34 @@ def _entries(directory: Path) -> list[tuple[Path, int, float]]:
 
 
 def _evict(path: Path) -> bool:
-    """Remove a copy, or a download no process holds any more (its writer died): whether
-    it went. A download under way (its lock held) stays."""
+    """Remove a copy no reader holds, or a download no process holds any more (its writer
+    died): whether it went. A download under way (its lock held) or a copy held open by a
+    reader (:class:`CachedFile`) stays: its bytes would stay on disk while it is mapped."""
     stem = path.name.removesuffix(".part")
     try:
         with _locked(path.with_name(f"{stem}.lock"), wait=False):
+            if not path.name.endswith(".part") and _held(path):
+                return False
             path.unlink(missing_ok=True)
             path.with_name(f"{stem}.lock").unlink(missing_ok=True)
         return True
     except BlockingIOError:
         return False
+
+
+def _held(path: Path) -> bool:
+    """Whether a reader holds the copy at ``path`` (a shared ``flock`` on it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
