@@ -6,7 +6,7 @@ The tables of ``mix`` and ``video`` are copied into SeaweedFS on 127.0.0.1 (as i
 ``td.TrainLoader`` configurations that also read the local copy in the same interleaved
 rounds:
 
-- mix: workers 0 and 2; each S3 run starts with an empty object cache (a fresh
+- mix: workers 0 and 2, :data:`MIX_BATCHES` timed batches; each S3 run starts with an empty object cache (a fresh
   ``TREADLE_CACHE_DIR``): it copies the two tables' data files in its start-up (``start s``)
   and maps them, as a training run's first epoch does;
 - video: workers 0 with 2 reader threads, and 2 workers (1 thread each), per size.
@@ -28,6 +28,9 @@ from benchlib import Result, Run, batch_len, cold_object_cache, measure
 from delay_proxy import Counts, DelayProxy
 
 LATENCY_S = 0.030
+MIX_BATCHES = 600
+"""Timed batches of a mix row: at local disk's ~70k samples/s, case mix's 150 batches were
+0.14 s, and one scheduling hiccup of the shared machine moved a ratio by 2x."""
 
 
 class Proxied:
@@ -75,7 +78,7 @@ def timed_run(make: Callable[[], Iterator[Any]], n: int, steps: int, warm: int,
 def _mix_rows(root: Any, s3p: Proxied, proxy: DelayProxy, tiny: bool) -> list[tuple[Result, Any]]:
     import case_mix as cm
 
-    samples = (4 if tiny else 150) * cm.BATCH
+    samples = (4 if tiny else MIX_BATCHES) * cm.BATCH
     steps = samples // cm.BATCH + 2
     rs = []
     for w in (0,) if tiny else (0, 2):
