@@ -18,7 +18,7 @@ from treadle import fastpaths
 from treadle.read import fixed
 from treadle.video import ffmpeg, sws
 
-CPU_PATHS = ("native decode", "direct conversion", "fixed-width reads")
+CPU_PATHS = ("native decode", "direct conversion", "fixed-width reads", "cached reads")
 
 
 @pytest.fixture
@@ -57,6 +57,9 @@ def test_every_cpu_fast_path_is_on_with_the_pinned_versions_in_a_fresh_process()
     assert nvdec["on"] is False and "CUDA" in nvdec["reason"]  # no GPU on this machine
     assert found["versions"]["pylance"] == "14.0.2" and found["versions"]["av"] == "18.1.0"
     assert "is off" not in out.stderr  # no CPU path went off while probing
+    cache = found["object_cache"]  # the session's folder (conftest), the default bound
+    assert cache["directory"] == os.environ["TREADLE_CACHE_DIR"]
+    assert cache["max_bytes"] == 16 << 30 and cache["used_bytes"] >= 0
 
 
 def test_treadle_info_prints_each_path_and_refuses_a_root():

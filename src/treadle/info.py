@@ -38,6 +38,9 @@ class Info:
 
     versions: dict[str, str]
     paths: dict[str, FastPath] = field(default_factory=dict)
+    object_cache: dict[str, Any] = field(default_factory=dict)
+    """Where the local object cache of object-store reads lives: ``directory``,
+    ``max_bytes``, ``used_bytes`` (:mod:`treadle.storage.filecache`); empty when it is off."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (``treadle info --json``)."""
@@ -47,6 +50,7 @@ class Info:
                 n: {"on": p.on, "reason": p.reason, "instead": p.instead}
                 for n, p in self.paths.items()
             },
+            "object_cache": dict(self.object_cache),
         }
 
     def __str__(self) -> str:
@@ -56,6 +60,11 @@ class Info:
         for p in self.paths.values():
             state = "on" if p.on else f"off: {p.reason} ({p.instead})"
             lines.append(f"  {p.name:<18} {state}")
+        if c := self.object_cache:
+            lines.append(
+                f"object cache: {c['directory']} ({c['used_bytes']:,} of {c['max_bytes']:,} "
+                "bytes used; TREADLE_CACHE_DIR, TREADLE_CACHE_BYTES)"
+            )
         return "\n".join(lines)
 
 
@@ -78,7 +87,7 @@ def info() -> Info:
             why = f"its probe failed ({type(e).__name__}: {e})"
         why = why or fastpaths.reasons().get(name)
         found[name] = FastPath(name, why is None, why, fastpaths.PATHS[name])
-    return Info(_versions(), found)
+    return Info(_versions(), found, _object_cache())
 
 
 def _versions() -> dict[str, str]:
@@ -128,6 +137,16 @@ def _fixed_width_reads() -> str | None:
     if path != "mapped":
         return fastpaths.reasons().get("fixed-width reads") or f"a probe column is read by {path}"
     return None if same else "a probe column read back other values"
+
+
+def _object_cache() -> dict[str, Any]:
+    from treadle.storage.filecache import file_cache
+
+    cache = file_cache()
+    if isinstance(cache, str):
+        return {}
+    return {"directory": str(cache.directory), "max_bytes": cache.max_bytes,
+            "used_bytes": cache.used()}  # fmt: skip
 
 
 def _cached_reads() -> str | None:

@@ -95,9 +95,11 @@ class FileCache:
     def __init__(self, directory: str | os.PathLike[str], max_bytes: int):
         self.directory = Path(directory)
         self.max_bytes = int(max_bytes)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if not os.access(self.directory, os.W_OK | os.X_OK):
-            raise PermissionError(13, "not writable", str(self.directory))
+        here = self.directory  # made on the first copy: the nearest folder that exists
+        while not here.exists() and here.parent != here:
+            here = here.parent
+        if not here.is_dir() or not os.access(here, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable", str(here))
         self.fetched = 0  # objects this process downloaded (tests count them)
 
     def __repr__(self) -> str:
@@ -152,6 +154,8 @@ class FileCache:
 
     def used(self) -> int:
         """Bytes the cache's files hold now (downloads under way included)."""
+        if not self.directory.is_dir():
+            return 0
         return sum(s for _, s, _ in _entries(self.directory))
 
     def _reserve(self, fd: int, size: int, keep: set[str]) -> str | None:
