@@ -166,6 +166,34 @@ def test_object_store_tables_map_their_cached_copies(s3_root, tmp_path, monkeypa
         assert reader.path(table, "img") == path
 
 
+def test_files_that_do_not_fit_the_cache_together_are_not_copied(s3_root, tmp_path, monkeypatch):
+    """Each data file fits the object cache's bound but not all of them: none is copied (a
+    column is mapped from all of its files or none), and the fast path says why."""
+    from treadle import fastpaths
+
+    url, opts = s3_root
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    ref = td.Client(url, create=True, storage_options=opts).project("p").branch().table("t")
+    parts = [_columns(n, seed) for seed, n in enumerate([20, 5, 1])]  # nothing compacts
+    for cols in parts:
+        ref.append(cols)
+    truth = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
+    table = ref.pin()
+    sizes = [df.file_size_bytes for f in table.dataset.get_fragments() for df in f.metadata.files]
+    assert len(sizes) == 3
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", str(sum(sizes) - 1))
+    reader = FixedReader(resident_bytes=0)
+    _check(reader, table, truth, np.array([25, 0, 19, 20, 24, 3], np.int64))
+    assert reader.path(table, "img") == "take"
+    assert "larger than the object cache's bound" in fastpaths.reasons()["cached reads"]
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").iterdir())
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", str(sum(sizes)))
+    reader = FixedReader(resident_bytes=0)
+    _check(reader, table, truth, np.array([25, 0, 19, 20, 24, 3], np.int64))
+    assert reader.path(table, "img") == "mapped"
+
+
 def test_pinned_version_only(local_root):
     table, truth = _appended(local_root, [6])
     reader = FixedReader()

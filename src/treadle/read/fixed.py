@@ -200,8 +200,36 @@ class FixedReader:
             return None
         ds = table.dataset
         field_id = ds.lance_schema.field(f.name).id()
+        frags = ds.get_fragments()
+        held = set(self._copies)
+        col = None
+        if store.is_local or not self._too_big(table, frags, field_id):
+            col = self._map_fragments(table, ds, frags, f, field_id, dtype, shape)
+        for path in set(self._copies) - held if col is None else ():
+            self._copies.pop(path).close()  # copied in vain: evictable again
+        return col
+
+    def _too_big(self, table: Table, frags: list[Any], field_id: int) -> bool:
+        """Whether the column's data files would not fit the object cache together (then
+        none is copied; the fast path says why)."""
+        cache = file_cache()
+        limit = 0 if isinstance(cache, str) else cache.max_bytes
+        total = sum(int(getattr(df, "file_size_bytes", 0) or 0)
+                    for frag in frags for df in frag.metadata.files if field_id in list(df.fields))  # fmt: skip
+        if isinstance(cache, str) or total > limit:
+            why = cache if isinstance(cache, str) else (
+                f"its data files ({total:,} bytes) are larger than the object cache's bound "
+                f"({limit:,} bytes, TREADLE_CACHE_BYTES)")  # fmt: skip
+            fastpaths.off("cached reads", f"table {table.name!r}: {why}")
+            return True
+        return False
+
+    def _map_fragments(self, table: Table, ds: Any, frags: list[Any], f: pa.Field,
+                       field_id: int, dtype: np.dtype, shape: tuple[int, ...]
+                       ) -> _Column | None:  # fmt: skip
+        wide = f.type.list_size * dtype.itemsize >= FULL_ZIP_ROW_BYTES
         starts, parts, at = [], [], 0
-        for frag in ds.get_fragments():
+        for frag in frags:
             local = self._local_files(table, ds, frag.metadata, field_id)
             if isinstance(local, str):
                 if local:
