@@ -208,6 +208,23 @@ def test_a_held_copy_is_never_evicted(s3_server, tmp_path):
     other.close()
 
 
+def test_a_copy_never_fills_the_disk(s3_server, tmp_path, monkeypatch):
+    """Whatever the bound, a copy that would leave less than the free-space margin of the
+    cache's disk is refused, and says so."""
+    from treadle.storage import filecache
+
+    store = Store.open(s3_server.url(f"fd-{id(tmp_path)}"), s3_server.storage_options())
+    store.put("o/a", b"a" * 1024)
+    cache = FileCache(tmp_path / "c", 1 << 40)
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    monkeypatch.setattr(filecache, "MIN_FREE_BYTES", free + (1 << 30))
+    why = cache.open(store, "o/a", 1024)
+    assert isinstance(why, str) and "bytes free" in why, why
+    monkeypatch.setattr(filecache, "MIN_FREE_BYTES", 0)
+    monkeypatch.setattr(filecache, "MIN_FREE_SHARE", 0.0)
+    assert Path(cache.path(store, "o/a", 1024)).read_bytes() == b"a" * 1024
+
+
 def test_parse_bytes():
     assert parse_bytes("1024") == 1024
     assert parse_bytes("512M") == 512 << 20

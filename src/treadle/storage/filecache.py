@@ -12,9 +12,10 @@ copies, and :mod:`treadle.read.fixed` maps them as it maps the files of a local 
 - **Bound**: ``$TREADLE_CACHE_BYTES`` (bytes, or with a ``K``/``M``/``G``/``T`` suffix;
   default :data:`DEFAULT_BYTES`, ``0`` turns the cache off). The files it holds, the
   downloads under way included, never sum to more: a download first reserves its size
-  (under a lock on the folder), evicting the least recently used files; an object that
+  (under a lock on the folder), evicting the least recently used files, and never leaves
+  less than :data:`MIN_FREE_BYTES` / :data:`MIN_FREE_SHARE` of its disk free; an object that
   does not fit is not cached, and its reader says why (``td.info()``, the ``cached reads``
-  fast path) and reads it with range requests as before.
+  fast path) and reads it as before (a Lance take per batch).
 - **Safe**: an entry is named by a hash of (root URL, key, size); it is written to a
   ``.part`` file under a lock of its own, flushed to disk, then renamed into place, so a
   reader never sees a partial copy; one of the wrong size is fetched again. A copy a reader
@@ -25,7 +26,6 @@ copies, and :mod:`treadle.read.fixed` maps them as it maps the files of a local 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import threading
@@ -36,6 +36,11 @@ from typing import TYPE_CHECKING
 from treadle.concurrency import CONCURRENCY
 from treadle.fastpaths import log
 
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no cache, and file_cache() says why
+    fcntl = None  # type: ignore[assignment]
+
 if TYPE_CHECKING:
     from treadle.storage.store import Store
 
@@ -43,6 +48,11 @@ __all__ = ["DEFAULT_BYTES", "CachedFile", "FileCache", "file_cache"]
 
 DEFAULT_BYTES = 16 << 30
 """The cache's bound when ``$TREADLE_CACHE_BYTES`` is not set (16 GiB)."""
+
+MIN_FREE_BYTES = 1 << 30
+MIN_FREE_SHARE = 0.05
+"""A copy is not made when it would leave less than the larger of 1 GiB and 5% of the
+cache's disk free."""
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -69,6 +79,8 @@ def default_dir() -> Path:
 
 def file_cache() -> FileCache | str:
     """The cache this process's environment configures, or why there is none."""
+    if fcntl is None:
+        return "the object cache needs POSIX file locks (fcntl), which this system lacks"
     raw = os.environ.get("TREADLE_CACHE_BYTES")
     limit = DEFAULT_BYTES if raw is None else parse_bytes(raw)
     if limit <= 0:
@@ -164,17 +176,23 @@ class FileCache:
         with _locked(self.directory / ".lock"):
             entries = _entries(self.directory)
             used = sum(s for _, s, _ in entries)
+            disk = os.statvfs(self.directory)  # never fill the disk: keep MIN_FREE free
+            margin = max(MIN_FREE_BYTES, int(MIN_FREE_SHARE * disk.f_blocks * disk.f_frsize))
+            limit = min(self.max_bytes, used + disk.f_bavail * disk.f_frsize - margin)
             for path, s, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
-                if used + size <= self.max_bytes:
+                if used + size <= limit:
                     break
                 stem = path.name.removesuffix(".part")
                 if stem in keep or not _evict(path):
                     continue
                 used -= s
-            if used + size > self.max_bytes:
+            if used + size > limit:
+                held = f"{used:,} are in use by readers or downloads"
+                if limit < self.max_bytes:
+                    held += f"; the disk it is on keeps {margin:,} bytes free"
                 return (
                     f"the object cache ({self.max_bytes:,} bytes, TREADLE_CACHE_BYTES) has no "
-                    f"room for {size:,} bytes: {used:,} are in use by readers or downloads"
+                    f"room for {size:,} bytes: {held}"
                 )
             os.ftruncate(fd, size)  # counted from now on (its apparent size)
         return None
