@@ -133,6 +133,21 @@ def test_workers_share_one_copy(roots, cache_dir):
     assert not [p for p in os.listdir(cache_dir) if p.endswith(".part")]
 
 
+def test_one_step_views_copy_nothing(roots, cache_dir):
+    """``treadle show`` / the viewer read one batch: no file is copied for it (on S3 that
+    would be whole data files for a few rows); the batch is the loader's."""
+    from treadle.ui.step import read_step
+
+    local, url, server = roots
+    client = td.Client(url, storage_options=server.storage_options())
+    got = read_step(_recipe(client).plan(), 3)
+    want = read_step(_recipe(local).plan(), 3)
+    assert got.arrays.keys() == want.arrays.keys()
+    for k in got.arrays:
+        np.testing.assert_array_equal(got.arrays[k], want.arrays[k], err_msg=k)
+    assert not cache_dir.exists() and "cached reads" not in fastpaths.reasons()
+
+
 def test_a_file_over_the_bound_is_read_as_before_and_says_why(roots, cache_dir, monkeypatch):
     local, url, server = roots
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "64K")  # a data file is ~230 kB

@@ -92,11 +92,14 @@ class FixedReader:
     """Reads fixed-width columns of pinned :class:`~treadle.table.Table` s at row positions.
 
     Safe to share between threads. ``resident_bytes`` bounds what it keeps in memory
-    (mapped pages are the page cache's, not counted). :meth:`close` unmaps the files.
+    (mapped pages are the page cache's, not counted). ``copy_objects``: on an object store,
+    map wide columns from copies of their data files in the object cache (False: never
+    copy, for a reader of a few rows). :meth:`close` unmaps the files and lets the copies go.
     """
 
-    def __init__(self, resident_bytes: int = RESIDENT_BYTES):
+    def __init__(self, resident_bytes: int = RESIDENT_BYTES, *, copy_objects: bool = True):
         self.resident_bytes = int(resident_bytes)
+        self.copy_objects = copy_objects
         self._held = 0
         self._columns: dict[tuple[str, int, str], _Column] = {}
         self._tables: weakref.WeakKeyDictionary[Any, dict[str, _Column]] = (
@@ -196,7 +199,7 @@ class FixedReader:
         dtype = np.dtype(vt.to_pandas_dtype()).newbyteorder("<")
         wide = f.type.list_size * dtype.itemsize >= FULL_ZIP_ROW_BYTES
         store = table.project.store
-        if not store.is_local and not wide:  # not worth a file's copy: read it as before
+        if not store.is_local and not (wide and self.copy_objects):  # read it as before
             return None
         ds = table.dataset
         field_id = ds.lance_schema.field(f.name).id()

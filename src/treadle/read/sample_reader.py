@@ -98,7 +98,9 @@ class SampleReader:
     assembled (None: 1 on a local store, ``CONCURRENCY.cloud_read_ahead`` on an object store),
     fewer while a batch's row values and window bytes times that exceed
     ``CONCURRENCY.read_ahead_bytes``. Decoded frames are never read ahead: a batch's frame
-    buffers are taken when it is assembled.
+    buffers are taken when it is assembled. ``copy_objects``: on an object store, map wide
+    fixed-width columns from copies of their data files in the local object cache
+    (:mod:`treadle.storage.filecache`); False for a reader of a batch or two.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class SampleReader:
         ids: bool = True,
         fixed_columns: bool = True,
         read_ahead: int | None = None,
+        copy_objects: bool = True,
     ):
         self.tables = list(tables)
         self.columns = columns
@@ -134,7 +137,7 @@ class SampleReader:
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
         self._buffers = BufferPool()
-        self._fixed = FixedReader() if fixed_columns else None
+        self._fixed = FixedReader(copy_objects=copy_objects) if fixed_columns else None
         self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
         self._pads = pad_columns(columns)
         self._masks = mask_columns(columns)

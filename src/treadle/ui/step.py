@@ -36,7 +36,7 @@ class StepView:
 def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1) -> StepView:
     """Plan the batch (pure), then read it with the loader's reader (one batch)."""
     batch = plan.batch(step, rank, world_size)
-    reader = host_reader(plan)
+    reader = host_reader(plan, copy_objects=False)  # one batch: no copy of whole files
     try:
         arrays = {k: np.asarray(v) for k, v in reader.read(batch.component, batch.moment).items()}
     finally:
