@@ -116,10 +116,16 @@ def test_deletions_are_not_mapped(local_root):
         assert reader.path(pinned, "img") == path
 
 
-@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
-def test_tables_lance_wrote(local_root, version):
-    """Tables written by Lance's own writer, one file per 7 rows, in each file version."""
-    project = td.Client(local_root, create=True).project("p")
+@pytest.mark.parametrize(
+    "version, where", [("2.0", "local"), ("2.1", "local"), ("2.2", "local"), ("2.0", "s3"),
+                       ("2.2", "s3")],
+)  # fmt: skip
+def test_tables_lance_wrote(local_root, request, tmp_path, monkeypatch, version, where):
+    """Tables written by Lance's own writer, one file per 7 rows, in each file version; on
+    S3, files of a version whose layout is not known are not copied at all."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
+    url, opts = (local_root, None) if where == "local" else request.getfixturevalue("s3_root")
+    project = td.Client(url, create=True, storage_options=opts).project("p")
     project.branch().table("t").append(_columns(2, 9))  # the project exists
     data = _columns(40, 3)
     fields = {c: pa.array(data[c]) for c in ("f32", "f64", "i64", "ok")}
@@ -128,13 +134,18 @@ def test_tables_lance_wrote(local_root, version):
         fields[c] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
     data["img"] = data["img"].reshape(40, -1)  # a plain fixed-size list: a flat tensor
     lance.write_dataset(
-        pa.table(fields), project.table_uri("x"), data_storage_version=version, max_rows_per_file=7
-    )
+        pa.table(fields), project.table_uri("x"), data_storage_version=version,
+        max_rows_per_file=7, storage_options=project.store.lance_options,
+    )  # fmt: skip
     table = project.table_at("x", 1)
     reader = FixedReader()
     _check(reader, table, data, np.array([39, 0, 7, 6, 13, 14, 39, 20], np.int64))
     assert reader.path(table, "img") == ("resident" if version == "2.0" else "mapped")
     assert reader.path(table, "act") == "resident"
+    copies = list((tmp_path / "cache").glob("*")) if (tmp_path / "cache").exists() else []
+    assert len([p for p in copies if "." not in p.name]) == (
+        6 if where == "s3" and version != "2.0" else 0  # 40 rows: 6 files of 7
+    )
 
 
 def test_object_store_tables_map_their_cached_copies(s3_root, tmp_path, monkeypatch):

@@ -233,12 +233,19 @@ class FixedReader:
         wide = f.type.list_size * dtype.itemsize >= FULL_ZIP_ROW_BYTES
         starts, parts, at = [], [], 0
         for frag in frags:
-            local = self._local_files(table, ds, frag.metadata, field_id)
-            if isinstance(local, str):
-                if local:
-                    fastpaths.off("cached reads", f"table {table.name!r}: {local}")
+            df = _data_file(frag.metadata, field_id)
+            version = None if df is None else (df.file_major_version, df.file_minor_version)
+            if version is not None and version not in _FILE_VERSIONS:  # before any copy
+                if wide:
+                    fastpaths.off("fixed-width reads", f"column {f.name!r}: Lance file version "
+                                  f"{version[0]}.{version[1]} is not one whose layout is known")  # fmt: skip
                 return None
-            segs = self._fragment_pages(local, frag.metadata, field_id, dtype, f.type.list_size)
+            path, why = (None, "") if df is None else self._local_file(table, ds, df)
+            if path is None:
+                if why:
+                    fastpaths.off("cached reads", f"table {table.name!r}: {why}")
+                return None
+            segs = self._fragment_pages(df, path, frag.metadata, field_id, dtype, f.type.list_size)
             if isinstance(segs, str):
                 if segs and wide:
                     fastpaths.off("fixed-width reads", f"column {f.name!r}: {segs}")
@@ -255,51 +262,39 @@ class FixedReader:
         fastpaths.off("fixed-width reads", f"column {f.name!r}: mapped pages differ from take")
         return None
 
-    def _local_files(
-        self, table: Table, ds: Any, meta: Any, field_id: int
-    ) -> tuple[Any, str] | str:
-        """The one data file of this fragment that holds the field, and its local path (on an
-        object store: its copy in the object cache, fetched now); else why not: ``""`` where
-        the data is why (deletions, files of other datasets), a reason where the cache is."""
-        if meta.deletion_file is not None or getattr(meta, "num_deletions", 0):
-            return ""
-        files = [df for df in meta.files if field_id in list(df.fields)]
-        if len(files) != 1 or getattr(files[0], "base_id", None) is not None:
-            return ""  # a column over several files, or a file of another dataset's base
-        df, store = files[0], table.project.store
+    def _local_file(self, table: Table, ds: Any, df: Any) -> tuple[str | None, str]:
+        """``(path, "")``: the local path of data file ``df`` (on an object store: its copy
+        in the object cache, fetched now); ``(None, why)`` when there is none."""
+        store = table.project.store
         if store.is_local:
             path = os.path.join(ds.uri, "data", df.path)
-            return (df, path) if os.path.isfile(path) else ""
+            return (path, "") if os.path.isfile(path) else (None, "")
         cache = file_cache()
         if isinstance(cache, str):
-            return cache
-        key = store.relative_key(f"{table.uri}/data/{df.path}")
+            return None, cache
         try:
+            key = store.relative_key(f"{table.uri}/data/{df.path}")
             size = int(getattr(df, "file_size_bytes", 0) or store.size(key))
             got = cache.open(store, key, size)
         except (TreadleError, OSError) as e:  # the take that runs instead raises it there
-            return f"copying a data file into the object cache failed ({e})"
+            return None, f"copying a data file into the object cache failed ({e})"
         if isinstance(got, str):
-            return got
+            return None, got
         path = str(got.path)
         if path in self._copies:
             got.close()
         else:  # held (never evicted) while this reader may map it: one per file
             self._copies[path] = got
-        return df, path
+        return path, ""
 
     def _fragment_pages(
-        self, local: tuple[Any, str], meta: Any, field_id: int, dtype: np.dtype, size: int
+        self, df: Any, path: str, meta: Any, field_id: int, dtype: np.dtype, size: int
     ) -> list[np.ndarray] | str:
-        """Per page, the ``[rows, size]`` values of this field in this fragment's local file
-        ``(data file, path)``; else why not: ``""`` where the data is why, a reason where
-        Lance's file layout is not the one this reader knows."""
+        """Per page, the ``[rows, size]`` values of this field in data file ``df`` of this
+        fragment (a known Lance file version) at local ``path``; else why not: a reason
+        where Lance's file layout is not the one this reader knows."""
         from lance.file import LanceFileReader
 
-        df, path = local
-        version = (df.file_major_version, df.file_minor_version)
-        if version not in _FILE_VERSIONS:
-            return f"Lance file version {version[0]}.{version[1]} is not one whose layout is known"
         where = list(df.fields).index(field_id)
         column = list(df.column_indices)[where]
         try:
@@ -324,6 +319,17 @@ class FixedReader:
             with open(path, "rb") as fh:
                 m = self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         return m
+
+
+def _data_file(meta: Any, field_id: int) -> Any:
+    """The one data file of a fragment that holds the field, or None where this reader
+    cannot map it (deletions, a column over files, a file of another dataset's base)."""
+    if meta.deletion_file is not None or getattr(meta, "num_deletions", 0):
+        return None
+    files = [df for df in meta.files if field_id in list(df.fields)]
+    if len(files) != 1 or getattr(files[0], "base_id", None) is not None:
+        return None
+    return files[0]
 
 
 def _page_values(page: Any, buf: mmap.mmap, dtype: np.dtype, size: int) -> np.ndarray | None:
