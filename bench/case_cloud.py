@@ -28,9 +28,10 @@ from benchlib import Result, Run, batch_len, cold_object_cache, measure
 from delay_proxy import Counts, DelayProxy
 
 LATENCY_S = 0.030
-MIX_BATCHES = 600
-"""Timed batches of a mix row: at local disk's ~70k samples/s, case mix's 150 batches were
-0.14 s, and one scheduling hiccup of the shared machine moved a ratio by 2x."""
+MIX_BATCHES = 2000
+"""Timed batches of a mix row: at local disk's ~70-90k samples/s, case mix's 150 batches
+were 0.14 s and 600 were 0.5 s, and rounds of workers=2 came out bimodal (~50k or ~100k
+samples/s, local and S3 alike); over 3,000 batches both were 90-103k in every round."""
 
 
 class Proxied:
