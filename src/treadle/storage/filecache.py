@@ -213,7 +213,8 @@ class CachedFile:
             self._fd = None
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):  # at interpreter exit, os may be gone
+            self.close()
 
 
 def _size(path: Path) -> int:
