@@ -7,9 +7,12 @@ in one table of a project under ``bench/data/contents/``:
 - ``bench``: the ``video`` case's camera-like frames (``video_windows.content``);
 - ``texture``: a random 448x448 RGB image, a 224x224 view of it panned a few pixels per
   frame (high motion, noise-like detail: large frames, every macroblock moves);
-- ``real``: a real clip, resized to 224x224: torchcodec's ``nasa_13013.mp4`` test video
-  when an installed package ships it, else another real clip on this machine
-  (:func:`real_clip` says which; the row says "not available" when there is none).
+- ``real``: real recordings, resized to 224x224: every ``*.mp4`` under
+  ``<bench data>/real/`` one after another (we use SAM 2's demo clips: ``notebooks/videos/
+  bedroom.mp4`` and ``demo/data/gallery/*.mp4`` of facebookresearch/sam2, Apache-2.0, not
+  committed here), else torchcodec's ``nasa_13013.mp4`` test video when an installed package
+  ships it, else another real clip on this machine (:func:`real_clip` says which; the row
+  says "not available" when there is none).
 
 Per content, in interleaved rounds: treadle ``TrainLoader`` (workers 0, batch 8) with 1
 and 2 decode threads, and the limit: PyAV single-thread decode + a reused
@@ -65,34 +68,49 @@ def texture(t: int, seed: int, step: tuple[int, int] = (3, 5)) -> np.ndarray:
     return out
 
 
-def real_clip() -> str | None:
-    """The path of the real clip this machine has, or None."""
+def real_clips() -> list[str]:
+    """The paths of the real clips this machine has (in the order they are used), or []."""
     import site
     import sys
 
+    mine = sorted(str(p) for p in (data_dir(False).parent / "real").glob("*.mp4"))
+    if mine:
+        return mine
     roots = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
     for rel in REAL_CLIPS:
         if os.path.isabs(rel):
             if os.path.isfile(rel):
-                return rel
+                return [rel]
             continue
         for root in roots:
             p = os.path.join(root, rel)
             if os.path.isfile(p):
-                return p
-    return None
+                return [p]
+    return []
 
 
-def real_frames(path: str, episodes: int, t: int) -> list[np.ndarray]:
-    """The clip's first ``episodes * t`` frames (as many episodes as it has) at 224x224 RGB."""
+def real_clip() -> str | None:
+    """The real clips this machine has, as one line (names, or the path of the only one)."""
+    paths = real_clips()
+    if len(paths) > 1:
+        return f"{os.path.dirname(paths[0])}/{{{','.join(os.path.basename(p) for p in paths)}}}"
+    return paths[0] if paths else None
+
+
+def real_frames(paths: list[str], episodes: int, t: int) -> list[np.ndarray]:
+    """The clips' first ``episodes * t`` frames, clip after clip (as many episodes as they
+    have), at 224x224 RGB."""
     import av
 
-    frames = []
-    with av.open(path) as c:
-        for f in c.decode(video=0):
-            frames.append(f.reformat(width=W, height=H, format="rgb24").to_ndarray())
-            if len(frames) == episodes * t:
-                break
+    frames: list[np.ndarray] = []
+    for path in paths:
+        with av.open(path) as c:
+            for f in c.decode(video=0):
+                frames.append(f.reformat(width=W, height=H, format="rgb24").to_ndarray())
+                if len(frames) == episodes * t:
+                    break
+        if len(frames) == episodes * t:
+            break
     n = len(frames) // t
     return [np.stack(frames[e * t : (e + 1) * t]) for e in range(n)]
 
@@ -105,8 +123,8 @@ def episodes_of(content: str, tiny: bool) -> list[np.ndarray] | None:
         return [vw.content(t, H, W, seed=e) for e in range(n)]
     if content == "texture":
         return [texture(t, e) for e in range(n)]
-    path = real_clip()
-    return real_frames(path, n, t) if path else None
+    paths = real_clips()
+    return real_frames(paths, n, t) if paths else None
 
 
 def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:
