@@ -192,10 +192,10 @@ def test_the_import_parser_sees_every_kind_of_import(tmp_path):
 
 
 def test_no_import_cycles():
-    """No cycle among the imports that run (module- and function-level). A type-only import
-    (``TYPE_CHECKING``) still follows the layer order (below) but closes no cycle: e.g.
-    ``catalog/transaction.py`` names ``Branch`` of ``catalog/client.py``, which creates it."""
-    found = cycles(graph(runtime=True))
+    """No cycle among all imports: module- and function-level, and type-only ones
+    (``TYPE_CHECKING``) too. Where a module names a type of the module that creates it (a
+    transaction's branch, gc's project), it names a Protocol of what it uses instead."""
+    found = cycles(graph())
     assert found == [], "import cycles (each a group of modules that import each other): " + (
         "; ".join(" <-> ".join(c) for c in found)
     )

@@ -15,6 +15,7 @@ from treadle.catalog import retention
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
+from treadle.catalog.place import ProjectPlace
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
@@ -135,9 +136,10 @@ class Project:
         self.client = client
         self.name = name
         self.prefix = layout.project_prefix(name)
+        self.place = ProjectPlace(client.store, self.prefix, name)  # what gc, retention see
         self.refs = RefLog(client.store, self.prefix)
         self._commits: dict[str, Commit] = {}
-        self.lance = LanceTables(self)  # every Lance call on the project's tables
+        self.lance = LanceTables(self.place, self._absent)  # every Lance call on its tables
         self._lock = threading.Lock()
         self._exists = False
 
@@ -154,6 +156,9 @@ class Project:
         if not self._exists:
             self._exists = self.refs.head("main") is not None or bool(self.refs.branches())
         return self._exists
+
+    def _absent(self) -> NotFound | None:
+        return None if self.exists() else self.not_found()
 
     def not_found(self) -> NotFound:
         """The error for reading from this project while it does not exist."""
@@ -288,12 +293,14 @@ class Project:
         """Name ``commit`` (an id or unique prefix) ``name`` forever: gc keeps it readable
         whatever the retention. Tags never move (:class:`AlreadyExists` otherwise)."""
         c = self.commit(commit)
-        retention.tag(self, name, c.id)
+        check_name(name, "tag")
+        self.create()
+        retention.tag(self.place, name, c.id)
         return c
 
     def tags(self) -> dict[str, str]:
         """Tag name -> full commit id."""
-        return retention.tags(self)
+        return retention.tags(self.place)
 
 
 class Branch:
