@@ -251,10 +251,11 @@ def test_no_function_is_too_long():
     assert long == [], f"functions over {MAX_FUNCTION_LINES} lines: " + ", ".join(long)
 
 
-SEAM_PARAMETERS = {"table", "tables", "store", "project", "backend"}
+SEAM_PARAMETERS = {"table", "tables", "store", "project", "backend", "place", "history"}
 """Parameters that cross packages: a table (``table/``), a store (``storage/``), a project
 (``catalog/``, or the :class:`~treadle.table.table.TableSource` a table needs of it), a
-decode backend (:class:`~treadle.video.protocols.VideoBackend`)."""
+project's place or history (what gc and retention read of it: ``catalog/place.py``,
+``catalog/history.py``), a decode backend (:class:`~treadle.video.protocols.VideoBackend`)."""
 
 
 def untyped_seams(path: Path) -> list[str]:
