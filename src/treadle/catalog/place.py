@@ -1,8 +1,9 @@
 """Where a project's objects are (:class:`ProjectPlace`): its store and key prefix.
 
 gc, retention, the expiry markers and the project's Lance handle
-(:mod:`treadle.catalog.lance`) are given this value, not the :class:`~treadle.catalog.client.Project`:
-they read and write under the prefix and reach nothing of the client.
+(:mod:`treadle.catalog.lance`) are given this value, not the
+:class:`~treadle.catalog.client.Project`: they read and write under the prefix and reach
+nothing of the client.
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@
   such a commit raises :class:`ExpiredCommit` naming it. An expired commit stays expired
   (a later gc without ``--keep-days`` never expects its versions back).
 - A **pin made while gc runs** (a checkpoint row, a tag) is safe by the same order: the
-  pin is committed first, then :func:`~treadle.catalog.expiry.settle` reads the markers of the commits it names.
-  No marker: gc's second read comes later and sees the pin. A pending one: wait until gc
-  decides. A final one: gc decided before it saw the pin, and the caller says so.
+  pin is committed first, then :func:`~treadle.catalog.expiry.settle` reads the markers
+  of the commits it names. No marker: gc's second read comes later and sees the pin. A
+  pending one: wait until gc decides. A final one: gc decided before it saw the pin, and
+  the caller says so. The markers themselves are :mod:`treadle.catalog.expiry`'s.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treadle import layout
+from treadle.catalog.address import ProjectAddress
 from treadle.errors import NotFound, PlanError
 from treadle.stats.column_stats import ColumnStats
 from treadle.stats.moments import Moments as _Moments
@@ -184,11 +185,9 @@ def _accumulate(
 
 @dataclass(frozen=True)
 class _Task:
-    """One executor task: the pinned table (opened from the project's root) and fragments."""
+    """One executor task: the pinned table (its project opened from its root) and fragments."""
 
-    root: str
-    storage_options: dict[str, Any]
-    project: str
+    project: ProjectAddress
     table: str
     version: int
     commit_id: str | None
@@ -196,13 +195,9 @@ class _Task:
     where: str | None
     fragments: tuple[int, ...]
 
-    def __repr__(self) -> str:  # never show storage options
-        return f"_Task({self.project}/{self.table} v{self.version}, {list(self.fragments)})"
-
 
 def _tasks(table: Table, names: list[str], where: str | None) -> list[_Task]:
     """Consecutive fragments, about ``TASK_VALUES`` values per task (one fragment at least)."""
-    client = table.project.client
     per_row = sum(math.prod(tensor_shape(table.schema.field(c)) or ()) for c in names)
     groups: list[list[int]] = [[]]
     rows = 0
@@ -212,8 +207,8 @@ def _tasks(table: Table, names: list[str], where: str | None) -> list[_Task]:
             rows = 0
         groups[-1].append(frag.fragment_id)
         rows += frag.metadata.physical_rows - frag.metadata.num_deletions
-    spec = (client.root, client.storage_options, table.project.name, table.name, table.version,
-            table.commit_id, tuple(names), where)  # fmt: skip
+    spec = (ProjectAddress.of(table.project), table.name, table.version, table.commit_id,
+            tuple(names), where)  # fmt: skip
     return [_Task(*spec, tuple(g)) for g in groups]
 
 
@@ -223,10 +218,7 @@ def _what(task: _Task) -> str:
 
 def _accumulate_task(task: _Task) -> _State:
     """An executor task: open the pinned version from the root, accumulate its fragments."""
-    from treadle.catalog import Client
-
-    project = Client(task.root, task.storage_options).project(task.project, create=False)
-    table = project.table_at(task.table, task.version, task.commit_id)
+    table = task.project.open().table_at(task.table, task.version, task.commit_id)
     return _accumulate(table, list(task.names), task.where, task.fragments)
 
 
