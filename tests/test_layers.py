@@ -201,6 +201,35 @@ def test_no_import_cycles():
     )
 
 
+def packages(g: dict[str, list[tuple[int, str]]]) -> dict[str, list[tuple[int, str]]]:
+    """The same graph between top-level packages (``treadle.catalog``, ``treadle.errors``)."""
+
+    def top(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, list[tuple[int, str]]] = {top(m): [] for m in g}
+    for m, deps in g.items():
+        out[top(m)] += [(n, top(d)) for n, d in deps if top(d) != top(m) and d in g]
+    return out
+
+
+def test_no_package_cycles():
+    """Nor between packages (a folder, or a module at the top): no two import each other,
+    even through others in one layer (``errors`` and ``layout`` share the bottom one)."""
+    found = cycles(packages(graph()))
+    assert found == [], "package cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_package_graph_sees_a_cycle_between_two_packages():
+    g = {
+        "treadle.a.x": [(1, "treadle.b.y")],
+        "treadle.b.y": [],
+        "treadle.b.z": [(3, "treadle.a.x")],
+    }
+    assert cycles(g) == []  # no cycle between modules
+    assert cycles(packages(g)) == [["treadle.a", "treadle.b"]]
+
+
 def test_imports_follow_the_layer_order():
     bad = violations(graph())
     assert bad == [], "imports against the layer order:\n  " + "\n  ".join(bad)
