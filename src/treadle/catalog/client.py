@@ -6,7 +6,8 @@ import difflib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
 from treadle.errors import AlreadyExists, InvalidName, NotFound, StorageError
 from treadle.names import check_name
+from treadle.stats.plan_stats import plan_stats
+from treadle.stats.table_stats import table_stats
 from treadle.storage import Store, redact
 from treadle.table.table import EpisodeIndex, Table
 
@@ -277,6 +280,21 @@ class Project:
         """The episode index of a pinned table of this project (cached per version)."""
         return self.lance.episode_index(table)
 
+    # -- statistics, computed here and kept in the project -------------------------------
+    def table_stats(
+        self, table: Table, columns: Sequence[str] | str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """:meth:`Table.stats` of a pinned table of this project (``options``: its keywords);
+        an executor's tasks open the project from its :class:`ProjectAddress`."""
+        return table_stats(table, columns, address=ProjectAddress.of(self), **options)
+
+    def plan_stats(
+        self, plan: Any, columns: Sequence[str] | str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """``plan.stats`` (``options``: its keywords) of a plan whose first table is this
+        project's: its statistics are kept here."""
+        return plan_stats(plan, columns, **options)
+
     def gc(
         self, older_than: timedelta = timedelta(hours=1), *, keep_days: float | None = None
     ) -> GcReport:
@@ -301,6 +319,27 @@ class Project:
     def tags(self) -> dict[str, str]:
         """Tag name -> full commit id."""
         return retention.tags(self.place)
+
+
+@dataclass(frozen=True)
+class ProjectAddress:
+    """A project as another process opens it (the Ray tasks of an import and of
+    ``table.stats(executor=...)``): root URL, storage options (never shown), name."""
+
+    root: str
+    storage_options: dict[str, Any]
+    name: str
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectAddress:
+        return cls(project.client.root, project.client.storage_options, project.name)
+
+    def open(self) -> Project:
+        """The project, opened here (it must exist: :class:`NotFound` otherwise)."""
+        return Client(self.root, self.storage_options).project(self.name, create=False)
+
+    def __repr__(self) -> str:  # never show storage options
+        return f"ProjectAddress({self.root!r}, {self.name!r})"
 
 
 class Branch:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from treadle import layout
-from treadle.catalog.address import ProjectAddress
+from treadle.catalog.client import ProjectAddress
 from treadle.errors import SchemaMismatch, StorageError, TreadleError
 from treadle.importers.executor import Executor, WriteFn, require_ray
 from treadle.table.handoff import StagedFragments, add_staged, take_staged

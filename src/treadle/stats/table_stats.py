@@ -36,12 +36,11 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from treadle import layout
-from treadle.catalog.address import ProjectAddress
 from treadle.errors import NotFound, PlanError
 from treadle.stats.column_stats import ColumnStats
 from treadle.stats.moments import Moments as _Moments
@@ -57,6 +56,17 @@ SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of
 TASK_VALUES = 1 << 26  # values (rows x elements) an executor task reads, about
 _ALGO = 3  # bump when a statistic's definition changes: old cached results are ignored
 _QS = (0.01, 0.99)
+
+
+class TablesAt(Protocol):
+    def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table: ...
+
+
+class Address(Protocol):
+    """How an executor's task opens the table's project in its own process (picklable, its
+    repr without credentials: a :class:`treadle.catalog.client.ProjectAddress`)."""
+
+    def open(self) -> TablesAt: ...
 
 
 def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: int) -> ColumnStats:
@@ -77,9 +87,11 @@ def table_stats(
     frames: int = 10_000,
     seed: int = 0,
     executor: Any = None,
+    address: Address | None = None,
 ) -> dict[str, ColumnStats]:
     """Statistics of ``columns`` (default: every column that has them) of one pinned table;
-    numeric and tensor columns on ``executor`` (e.g. ``td.RayExecutor()``) when given."""
+    numeric and tensor columns on ``executor`` (e.g. ``td.RayExecutor()``) when given, its
+    tasks opening the table's project from ``address`` (the project passes its own)."""
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PlanError(f"stats: frames must be an integer >= 1, got {frames!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -114,7 +126,7 @@ def table_stats(
         else:
             todo.append(c)
     plain = [c for c in todo if kinds[c] != "video"]
-    computed = _compute_rows(table, plain, where, executor) if plain else {}
+    computed = _compute_rows(table, plain, where, executor, address) if plain else {}
     for c in todo:
         if kinds[c] == "video":
             computed[c] = _compute_video(table, c, where, frames, seed)
@@ -134,14 +146,17 @@ def _check_where(table: Table, names: list[str], where: str) -> None:
 
 
 def _compute_rows(
-    table: Table, names: list[str], where: str | None, executor: Any = None
+    table: Table, names: list[str], where: str | None, executor: Any, address: Address | None
 ) -> dict[str, ColumnStats]:
     """One streamed scan of ``names`` (here, or a task per group of fragments on
     ``executor``), partial states merged with the same ``merge`` as batches are."""
     if executor is None:
         state = _accumulate(table, names, where)
     else:
-        state, *rest = executor.map(_accumulate_task, _tasks(table, names, where), _what)
+        if address is None:
+            raise PlanError(f"stats of {table!r} on an executor: no address to open it from")
+        tasks = _tasks(table, names, where, address)
+        state, *rest = executor.map(_accumulate_task, tasks, _what)
         for part in rest:
             for c in names:
                 state[c][0].merge(part[c][0])
@@ -187,7 +202,7 @@ def _accumulate(
 class _Task:
     """One executor task: the pinned table (its project opened from its root) and fragments."""
 
-    project: ProjectAddress
+    project: Address
     table: str
     version: int
     commit_id: str | None
@@ -196,7 +211,7 @@ class _Task:
     fragments: tuple[int, ...]
 
 
-def _tasks(table: Table, names: list[str], where: str | None) -> list[_Task]:
+def _tasks(table: Table, names: list[str], where: str | None, address: Address) -> list[_Task]:
     """Consecutive fragments, about ``TASK_VALUES`` values per task (one fragment at least)."""
     per_row = sum(math.prod(tensor_shape(table.schema.field(c)) or ()) for c in names)
     groups: list[list[int]] = [[]]
@@ -207,8 +222,7 @@ def _tasks(table: Table, names: list[str], where: str | None) -> list[_Task]:
             rows = 0
         groups[-1].append(frag.fragment_id)
         rows += frag.metadata.physical_rows - frag.metadata.num_deletions
-    spec = (ProjectAddress.of(table.project), table.name, table.version, table.commit_id,
-            tuple(names), where)  # fmt: skip
+    spec = (address, table.name, table.version, table.commit_id, tuple(names), where)
     return [_Task(*spec, tuple(g)) for g in groups]
 
 
