@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treadle.errors import PlanError
-from treadle.plan import statshook
 from treadle.plan.batch import Batch, as_int, check_rank
 from treadle.plan.exclude import Redraw, exclusion_of
 from treadle.plan.permute import (
@@ -259,9 +258,10 @@ class Plan:
     ) -> dict[str, Any]:  # fmt: skip
         """Normalisation statistics of the samples this run draws, ``{column: ColumnStats}``
         (``by_component=True``: ``{component name: {column: ColumnStats}}``), kept in the
-        project under the run id (derived runs: what they draw); :mod:`.stats.plan_stats`."""
-        return statshook.compute()(self, columns, per_offset=per_offset, derive=derive,
-                      by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
+        project of the first table under the run id (derived runs: what they draw), which
+        computes them: :mod:`treadle.stats.plan_stats`."""
+        return self.tables[0].project.plan_stats(self, columns, per_offset=per_offset,
+            derive=derive, by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
 
     @property
     def batch_size(self) -> int:
