@@ -52,7 +52,7 @@ def test_eval_loader_read_ahead_reaches_its_reader(branch, seen):
 def test_workers_get_read_ahead_in_their_job(branch, monkeypatch):
     jobs = []
 
-    def capture(job, workers):
+    def capture(job, workers, first=None):
         jobs.append(job)
         return iter(())
 

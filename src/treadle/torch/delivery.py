@@ -25,7 +25,7 @@ from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
 from treadle.read.prefetch import prefetch
-from treadle.read.steps import read_steps
+from treadle.read.steps import host_reader, read_steps
 from treadle.torch.convert import to_torch
 from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
@@ -180,4 +180,19 @@ class StepLoader:
                   type(self).sampler, self.rank, self.world_size, start, stop,
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
                   self.prefetch, self.read_ahead)  # fmt: skip
-        return read_in_processes(job, workers)
+        # without a transform (which runs in the workers), this process reads the first step
+        # while the workers start: it does not wait for their server's imports
+        first = self._read_here if self.transform is None else None
+        return read_in_processes(job, workers, first)
+
+    def _read_here(self, step: int) -> dict[str, Any]:
+        """Step ``step``'s batch, read in this process as a worker reads it (CPU decode into
+        host memory), by a reader that keeps no column resident (Lance takes only: the same
+        values, without reading whole columns for one batch)."""
+        reader = host_reader(self.plan, self.video_threads, read_ahead=1, fixed_columns=False)
+        try:
+            [batch] = read_steps(self.plan, self.sampler, reader, [step], self.rank,
+                                 self.world_size)  # fmt: skip
+        finally:
+            reader.close()
+        return batch

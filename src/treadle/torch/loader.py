@@ -14,7 +14,8 @@ delivery loop (:mod:`treadle.torch.delivery`) hands the reader
   Lance is not fork-safe; :mod:`treadle.workers.processes`); worker ``k`` reads steps
   ``start+k, start+k+N, ...`` and hands each batch over through a reused shared-memory
   slot; the loader takes them back in step order. Use it when decode needs more than one
-  core (PyAV decode does not run in parallel across Python threads).
+  core (PyAV decode does not run in parallel across Python threads). Without a
+  ``transform``, the loader reads the first step itself while its workers start.
 
 Order is always the plan's order. ``state_dict()`` counts batches *delivered* to the
 caller, never those prefetched, so a resumed loader continues with exactly the next
