@@ -81,8 +81,9 @@ def preload_workers(wait: bool = False) -> None:
     """Start the process server that ``workers=N`` loaders fork their workers from, now.
 
     The first ``workers=N`` loader of a process otherwise starts it when it is made, and its
-    first batch waits for the server's imports (Lance, PyAV, treadle's read path: ~0.5-1 s
-    of CPU in a process of its own). A script that calls this before it loads its model pays
+    first batch from a worker waits for the server's imports (Lance, PyAV, treadle's read
+    path: ~0.4-0.5 s of CPU in a process of its own; a loader without a transform reads its
+    first step itself meanwhile). A script that calls this before it loads its model pays
     that while the model loads. Returns at once; ``wait=True`` returns once the server has
     imported and forked a first (empty) process. Harmless to call again, and where there is
     no forkserver (not Linux or macOS) it does nothing."""
