@@ -71,13 +71,15 @@ def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
 
 
 def host_reader(
-    plan: Plan, video_threads: int = 1, backend: VideoBackend | None = None
-) -> SampleReader:
+    plan: Plan, video_threads: int = 1, backend: VideoBackend | None = None,
+    read_ahead: int | None = None, fixed_columns: bool = True,
+) -> SampleReader:  # fmt: skip
     """A reader of ``plan``'s components (``backend``: a :mod:`treadle.gpu` backend, None
-    for CPU decode into host memory)."""
+    for CPU decode into host memory; ``read_ahead``, ``fixed_columns``: :class:`SampleReader`'s)."""
     tables = [plan.table(c) for c in range(plan.num_components)]
     return SampleReader(tables, output_columns(plan), video_threads=video_threads,
-                        backend=backend)  # fmt: skip
+                        backend=backend, read_ahead=read_ahead,
+                        fixed_columns=fixed_columns)  # fmt: skip
 
 
 def read_steps(

@@ -59,8 +59,9 @@ class EvalLoader(StepLoader):
 
     ``batch_size`` is the global batch (``batch_size % world_size == 0``; each rank gets
     ``batch_size / world_size`` per step, the last ones padded: ``batch["_valid"]``, bool
-    ``[b]``, is False for padding; weight a metric by it). ``transform``, ``workers``, ``prefetch`` and
-    ``video_threads`` work as in ``TrainLoader``; ``seed`` only feeds the transform's seeds.
+    ``[b]``, is False for padding; weight a metric by it). ``transform``, ``workers``, ``prefetch``,
+    ``video_threads`` and ``read_ahead`` (batches fetched ahead of the one being assembled)
+    work as in ``TrainLoader``; ``seed`` only feeds the transform's seeds.
     """
 
     sampler = staticmethod(eval_samples)
@@ -79,10 +80,12 @@ class EvalLoader(StepLoader):
         prefetch: int = 2,
         video_threads: int | None = None,
         seed: int = 0,
+        read_ahead: int | None = None,
     ):
         super().__init__(lambda: _eval_plan(component, batch_size, seed), device=device,
                          rank=rank, world_size=world_size, prefetch=prefetch, workers=workers,
-                         video_threads=video_threads, transform=transform)  # fmt: skip
+                         video_threads=video_threads, transform=transform,
+                         read_ahead=read_ahead)  # fmt: skip
         plan = self.plan
         self.num_moments = drawn_from(plan).eligible(0)  # a derived run's: kept moments
         self.steps = eval_steps(plan.batch_size, self.rank, self.world_size, self.num_moments)
