@@ -54,13 +54,16 @@ def main() -> None:
     import treadle as td
 
     quiet = lambda s: None  # noqa: E731
-    print("mix", digest(cm.treadle_iter(cm.generate(args.mix_samples, quiet), 0, n), n))
+    mix = cm.generate(args.mix_samples, quiet)
+    print("mix", digest(cm.treadle_iter(mix, 0, n), n))
+    print("mix workers 2", digest(cm.treadle_iter(mix, 2, n), n))
     client = td.Client(str(cv.generate(True, quiet) / "treadle"))
     for sz in cv.sizes(True):
         for t in (1, 2):
             print(
                 "video", cv.label(sz), "threads", t, digest(cv.treadle_iter(client, sz, 0, t, n), n)
             )
+        print("video", cv.label(sz), "workers 2", digest(cv.treadle_iter(client, sz, 2, 1, n), n))
     sz = cv.sizes(True)[0]
     for t in (1, 2):
         plan = cv.recipe(client, sz).plan()
