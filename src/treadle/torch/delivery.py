@@ -80,7 +80,8 @@ def _whole(value: Any, name: str, least: int) -> int:
 class StepLoader:
     """What ``TrainLoader`` and ``EvalLoader`` share: options, resume step, iteration.
 
-    Subclasses set :attr:`sampler` (a module-level function, so workers can rebuild it) and
+    Subclasses set :attr:`sampler` (a module-level function or a ``functools.partial`` of
+    one, so workers can rebuild it; an instance may set its own) and
     :attr:`label` (how errors name a step), and call this constructor with a function that
     makes their plan: with ``workers``, the process server starts importing first.
     """
@@ -173,7 +174,7 @@ class StepLoader:
             return iter(())
         client = self.plan.table(0).project.client
         job = Job(self.plan.record.to_json(), client.root, client.storage_options,
-                  type(self).sampler, self.rank, self.world_size, start, stop,
+                  self.sampler, self.rank, self.world_size, start, stop,
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
                   self.prefetch)  # fmt: skip
         return read_in_processes(job, workers)
