@@ -6,7 +6,8 @@ delivers it (its offsets, ``seconds=`` converted, ``rename=`` names), with padde
 left out: window rows a ``pad=True`` spec clamped (``*_is_pad``), the dimensions
 ``Component(pad_to=...)`` added, and optional columns a component's table lacks. A value
 at window offset ``o`` of anchor ``a`` of component ``c`` weighs ``share_c / eligible_c``.
-``per_offset=True`` keeps one statistic per window offset (fields ``[T, *D]``);
+``per_offset=True`` keeps one statistic per window offset (fields ``[T, *D]``; video
+``[T, channels]``, each offset's frames of the same sampled anchors);
 ``by_component=True`` gives each component's own (unweighted) statistics, keyed by name.
 
 **Exactness.** count, mean, population std, min and max are exact up to float64 rounding
@@ -95,6 +96,8 @@ def plan_stats(
     spec = {"algo": _ALGO, "run": plan.run_id, "columns": list(kinds), "kinds": kinds,
             "per_offset": bool(per_offset), "quantiles": list(qs), "frames": frames,
             "derive": {n: code_key(f) for n, f in derived.items()}}  # fmt: skip
+    if per_offset and "video" in kinds.values():
+        spec["video_per_offset"] = True  # kept results from before were pooled over offsets
     cache = RunCache(plan, spec)
     got = cache.get()
     if got is None:
@@ -170,7 +173,7 @@ def _compute(
             parts[n][c] = (a, part)
         for n in [n for n, k in kinds.items() if k == "video"]:
             if plan.layout[n].placed[c].present:
-                hp = _video_part(plan, c, n, max(1, round(frames * shares[c])))
+                hp = _video_part(plan, c, n, max(1, round(frames * shares[c])), per_offset)
                 parts[n][c] = (shares[c] / hp.anchors, hp)
         if derived:
             for n, part in _derive_parts(plan, c, derived, per_offset).items():
@@ -309,7 +312,9 @@ def _batches(plan: Any, c: int, specs: list[ColumnSpec], moments: np.ndarray) ->
         reader.close()
 
 
-def _video_part(plan: Any, c: int, name: str, frames: int) -> HistPart:
+def _video_part(plan: Any, c: int, name: str, frames: int, per_offset: bool) -> HistPart:
+    """Per-channel histograms ``[C, 256]`` (``per_offset``: ``[T, C, 256]``, one per window
+    offset) of about ``frames`` frames of ``name`` in component ``c``, padded ones left out."""
     p = plan.layout[name].placed[c]
     spec = p.spec if p.spec is not None else Video([0])
     n = plan.eligible(c)
@@ -320,13 +325,22 @@ def _video_part(plan: Any, c: int, name: str, frames: int) -> HistPart:
     hist, kept = None, 0
     for out in _batches(plan, c, [ColumnSpec(p.column, u8, True)], moments):
         px = np.asarray(out[p.column])  # [n, T, H, W, C]
+        real = np.ones(px.shape[:2], bool)
         if spec.pad:
-            px = px[~np.asarray(out[f"{p.column}_is_pad"])]
-        kept += len(px.reshape(-1, *px.shape[-3:]))
-        px = px.reshape(-1, px.shape[-1])
-        h = np.stack([np.bincount(px[:, ch], minlength=256) for ch in range(px.shape[1])])
+            real = ~np.asarray(out[f"{p.column}_is_pad"])
+        kept += int(real.sum())
+        each = range(px.shape[1]) if per_offset else [slice(None)]
+        h = np.stack([_channel_counts(px[:, t][real[:, t]]) for t in each])
         hist = h if hist is None else hist + h
-    return HistPart(hist.astype(np.float64), kept, want)
+    assert hist is not None
+    return HistPart(hist.astype(np.float64) if per_offset else hist[0].astype(np.float64),
+                    kept, want)  # fmt: skip
+
+
+def _channel_counts(px: np.ndarray) -> np.ndarray:
+    """``[C, 256]``: how many pixels of each channel hold each value 0..255."""
+    px = px.reshape(-1, px.shape[-1])
+    return np.stack([np.bincount(px[:, ch], minlength=256) for ch in range(px.shape[1])])
 
 
 def _derive_parts(plan: Any, c: int, derived: dict[str, Any], per_offset: bool) -> dict[str, Part]:
