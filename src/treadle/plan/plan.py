@@ -150,8 +150,7 @@ class Plan:
         names = [t.name for t in self._record.tables]
         episode_of = dict(zip(names, self._table_episodes()))
         tables = [names[c.table] for c in self._record.components]
-        d = self._record.derived
-        assert d is not None
+        assert (d := self._record.derived) is not None
         anchors = [self.anchor_runs(c) for c in range(len(tables))]
         return [Redraw(d, self._record.seed, tables, episode_of, anchors, stage=k)
                 for k in range(len(d.stages))]  # fmt: skip
@@ -254,13 +253,14 @@ class Plan:
         self, columns: Sequence[str] | str | None = None, *, per_offset: bool = False,
         derive: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
         by_component: bool = False, quantiles: Sequence[float] = (0.01, 0.10, 0.50, 0.90, 0.99),
-        frames: int = 10_000,
+        frames: int = 10_000, steps: int | tuple[int, int] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """Normalisation statistics of the samples this run draws, ``{column: ColumnStats}``
-        (``by_component=True``: ``{component name: {column: ColumnStats}}``), kept in the
-        project under the run id (derived runs: what they draw); :mod:`.stats.plan_stats`."""
+        """Statistics of the samples this run draws (``steps=N`` / ``(a, b)``: in those steps),
+        ``{column: ColumnStats}`` (``by_component=True``: per component name), kept under the
+        run id (derived runs: what they draw); :mod:`treadle.stats.plan_stats`."""
         return statshook.compute()(self, columns, per_offset=per_offset, derive=derive,
-                      by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
+                      by_component=by_component, quantiles=quantiles, frames=frames,
+                      steps=steps)  # fmt: skip
 
     @property
     def batch_size(self) -> int:
