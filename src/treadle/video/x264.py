@@ -12,8 +12,8 @@ of the defaults broke that:
   timing).
 - **AVX-512.** On CPUs with AVX-512, libx264 (core 165, as bundled with PyAV) now and
   then gave a different stream for the same input: measured on this project's Xeon, two
-  processes encoding a 40-frame 32x32 clip between other encodes differed in 50 of 1,200
-  encodes, and in 0 of 1,600 with AVX-512 masked. Encodes use every instruction set
+  processes encoding a 40-frame 32x32 clip between other encodes differed in 45 of 1,200
+  encodes, and in 0 of 2,400 with AVX-512 masked. Encodes use every instruction set
   libx264 detects except AVX-512 (``asm=<flags>``); the stream is then the one the
   AVX-512 path gave when it agreed with itself (the x86 kernels are bit-exact to each
   other), so nothing changes but the lottery.
