@@ -98,6 +98,17 @@ def test_one_component_of_a_mix_across_ranks_and_a_restart(plan, robots):
     np.testing.assert_array_equal(_check(rest, plan, c), whole[4:])
 
 
+def test_its_own_batch_size_at_a_world_size_the_mix_does_not_divide(plan):
+    """The mix's batch is 12; an eval pass of 16 on 8 ranks is valid (it was refused)."""
+    c = plan.components.index("so100")
+    seen = []
+    for r in range(8):
+        loader = td.EvalLoader(plan, 16, only="so100", rank=r, world_size=8)
+        assert len(loader) == -(-plan.eligible(c) // 16)
+        seen += _check(list(loader), plan, c).tolist()
+    assert sorted(seen) == plan.eligible_moments(c, np.arange(plan.eligible(c))).tolist()
+
+
 def test_one_component_of_a_mix_in_worker_processes(plan):
     here = list(td.EvalLoader(plan, 4, only="aloha"))
     there = list(td.EvalLoader(plan, 4, only="aloha", workers=2))
@@ -125,7 +136,7 @@ def test_picking_a_component_is_checked(plan, robots):
         td.EvalLoader(plan, 4, only="nope")
     with pytest.raises(PlanError, match="only=3"):
         td.EvalLoader(plan, 4, only=3)
-    with pytest.raises(PlanError, match="not divisible by world_size"):
+    with pytest.raises(PlanError, match="batch_size 6 is not divisible by world_size 4"):
         td.EvalLoader(plan, 6, only=0, rank=0, world_size=4)
     with pytest.raises(PlanError, match="give it the plan"):
         td.EvalLoader(td.Component(robots.table("arm4"), _windows()), 4, only=0)

@@ -102,8 +102,7 @@ class StepLoader:
         self.world_size = d_world if world_size is None else int(world_size)
         prefetch, workers = _whole(prefetch, "prefetch", 1), _whole(workers, "workers", 0)
         check_workers(workers, prefetch)
-        check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
-        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
+        self._check_world(plan)
         check_transform(transform, workers)
         if video_threads is None:
             video_threads = CONCURRENCY.video_threads(workers)
@@ -116,6 +115,12 @@ class StepLoader:
         self.video_threads = int(video_threads)
         self._next_step = 0
         self._iterators = 0  # how many times this loader was iterated: the newest one runs
+
+    def _check_world(self, plan: Plan) -> None:
+        """Rank, world size and ``B % W`` of the steps this loader delivers, and that one of
+        its batches fits in memory (an ``EvalLoader`` of a mix has its own batch size)."""
+        check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
+        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
 
     @property
     def step(self) -> int:

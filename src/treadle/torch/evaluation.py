@@ -28,9 +28,11 @@ import numpy as np
 import torch
 
 from treadle.errors import PlanError
+from treadle.plan.batch import check_rank
 from treadle.plan.exclude import drawn_from
 from treadle.plan.plan import Plan
 from treadle.plan.recipe import Component, Recipe
+from treadle.read.budget import check_batch_fits
 from treadle.read.steps import EvalSamples, eval_positions, eval_samples
 from treadle.torch.delivery import StepLoader
 from treadle.torch.hook import Transform
@@ -123,25 +125,25 @@ class EvalLoader(StepLoader):
         seed: int = 0,
         only: str | int | None = None,
     ):
+        self._asked = None if only is None or batch_size is None else _batch_size(batch_size)
         super().__init__(lambda: _eval_plan(component, batch_size, seed, only), device=device,
                          rank=rank, world_size=world_size, prefetch=prefetch, workers=workers,
                          video_threads=video_threads, transform=transform)  # fmt: skip
         plan = self.plan
         self.component = _pick(plan, only)
-        self.batch_size = plan.batch_size
+        self.batch_size = plan.batch_size if self._asked is None else self._asked
         self._mix = only is not None
         if self._mix:  # one component of a mix, with the mix's reader
-            if batch_size is not None:
-                self.batch_size = _batch_size(batch_size)
-            if self.batch_size % self.world_size:
-                raise PlanError(
-                    f"EvalLoader batch_size {self.batch_size} is not divisible by world_size "
-                    f"{self.world_size}"
-                )
             self.sampler = partial(eval_samples, component=self.component,
                                    batch_size=self.batch_size)  # fmt: skip
         self.num_moments = drawn_from(plan).eligible(self.component)  # a derived run's: kept
         self.steps = eval_steps(self.batch_size, self.rank, self.world_size, self.num_moments)
+
+    def _check_world(self, plan: Plan) -> None:
+        """As a ``TrainLoader``'s, with this pass's batch size (a mix's may be its own)."""
+        b = plan.batch_size if self._asked is None else self._asked
+        check_batch_fits(plan, b // max(1, self.world_size))
+        check_rank(self.rank, self.world_size, b)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable ``{"record", "step", "eval": 1}`` (and ``"component"``,
