@@ -51,7 +51,7 @@ def eval_positions(
 
 @dataclass(frozen=True)
 class EvalSamples:
-    """The samples of one eval step for one rank (component 0, moments in table order)."""
+    """The samples of one eval step for one rank (one component, moments in table order)."""
 
     step: int
     component: np.ndarray
@@ -62,12 +62,18 @@ class EvalSamples:
     """bool: False for the padding that gives every rank the same batches (``_valid``)."""
 
 
-def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
-    """The moments rank ``rank`` reads at eval ``step`` (padded: see :func:`eval_positions`)."""
+def eval_samples(
+    plan: Plan, step: int, rank: int, world: int, component: int = 0,
+    batch_size: int | None = None,
+) -> EvalSamples:  # fmt: skip
+    """The moments of ``component`` rank ``rank`` reads at eval ``step`` (padded: see
+    :func:`eval_positions`), ``batch_size`` a step (default the plan's). The other components
+    of ``plan`` give only the batch's layout (masks, presence flags, zeros), as in training."""
     kept = drawn_from(plan)  # a derived run's: without its excluded episodes
-    pos, valid = eval_positions(step, plan.batch_size, rank, world, kept.eligible(0))
-    moments = kept.eligible_moments(0, pos)
-    return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos, valid)
+    b = plan.batch_size if batch_size is None else batch_size
+    pos, valid = eval_positions(step, b, rank, world, kept.eligible(component))
+    moments = kept.eligible_moments(component, pos)
+    return EvalSamples(step, np.full(len(pos), component, np.int64), moments, pos, valid)
 
 
 def host_reader(

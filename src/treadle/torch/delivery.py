@@ -80,7 +80,8 @@ def _whole(value: Any, name: str, least: int) -> int:
 class StepLoader:
     """What ``TrainLoader`` and ``EvalLoader`` share: options, resume step, iteration.
 
-    Subclasses set :attr:`sampler` (a module-level function, so workers can rebuild it) and
+    Subclasses set :attr:`sampler` (a module-level function or a ``functools.partial`` of
+    one, so workers can rebuild it; an instance may set its own) and
     :attr:`label` (how errors name a step), and call this constructor with a function that
     makes their plan: with ``workers``, the process server starts importing first.
     """
@@ -102,8 +103,7 @@ class StepLoader:
         self.world_size = d_world if world_size is None else int(world_size)
         prefetch, workers = _whole(prefetch, "prefetch", 1), _whole(workers, "workers", 0)
         check_workers(workers, prefetch)
-        check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
-        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
+        self._check_world(plan)
         check_transform(transform, workers)
         if video_threads is None:
             video_threads = CONCURRENCY.video_threads(workers)
@@ -119,6 +119,12 @@ class StepLoader:
         self.read_ahead: int | None = read_ahead
         self._next_step = 0
         self._iterators = 0  # how many times this loader was iterated: the newest one runs
+
+    def _check_world(self, plan: Plan) -> None:
+        """Rank, world size and ``B % W`` of the steps this loader delivers, and that one of
+        its batches fits in memory (an ``EvalLoader`` of a mix has its own batch size)."""
+        check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
+        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
 
     @property
     def step(self) -> int:
@@ -177,7 +183,7 @@ class StepLoader:
             return iter(())
         client = self.plan.table(0).project.client
         job = Job(self.plan.record.to_json(), client.root, client.storage_options,
-                  type(self).sampler, self.rank, self.world_size, start, stop,
+                  self.sampler, self.rank, self.world_size, start, stop,
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
                   self.prefetch, self.read_ahead)  # fmt: skip
         # without a transform (which runs in the workers), this process reads the first step
