@@ -85,8 +85,8 @@ def test_the_record_chains_resumes_and_says_so(runs):
             for r in range(w):
                 assert np.array_equal(second.batch(step, r, w).moment, whole.moment[r::w])
     card = render_card(second.record)
-    assert f"derived from {parent.run_id} at step 30, excluding 1 episodes (20 moments)" in card
-    assert f"derived from {first.run_id} at step 50, excluding 1 episodes (15 moments)" in card
+    assert f"derived from {parent.run_id} at step 30, excluding 1 episode (20 moments)" in card
+    assert f"derived from {first.run_id} at step 50, excluding 1 episode (15 moments)" in card
     # what it draws from its last step on: neither exclusion's moments
     kept = drawn_from(second)
     assert [kept.eligible(c) for c in range(3)] == [56 - 35, 38, 9]

@@ -226,6 +226,6 @@ def _derived_lines(record: RunRecord) -> list[str]:
         return []
     return [
         f"derived from {st.parent} at step {st.from_step:,}, excluding {st.num_episodes:,} "
-        f"episodes ({st.moments:,} moments)"
+        f"episode{'' if st.num_episodes == 1 else 's'} ({st.moments:,} moments)"
         for st in d.stages
     ]
