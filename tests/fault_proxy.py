@@ -81,7 +81,7 @@ class FaultProxy:
 
     def start(self) -> FaultProxy:
         handler = type("Handler", (_Handler,), {"proxy": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -140,6 +140,10 @@ class FaultProxy:
                 if attempt:
                     raise
         raise AssertionError("unreachable")
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # not 5: hundreds of concurrent GETs are what it serves
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow as pa
 
+from treadle.stats.plan_stats import plan_stats
+
 MASK64 = (1 << 64) - 1
 
 
@@ -33,7 +35,8 @@ class FakeTable:
         self.name = name
         self.version = version
         self.commit_id = commit
-        self.project = SimpleNamespace(name=project)
+        # a plan's statistics are asked of its first table's project (TableSource.plan_stats)
+        self.project = SimpleNamespace(name=project, plan_stats=plan_stats)
         self._lengths = np.asarray(lengths, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
         self.num_moments = int(self._lengths.sum())

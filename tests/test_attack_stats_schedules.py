@@ -142,7 +142,7 @@ def test_an_episode_named_twice_is_excluded_once(two):
     twice = plan.exclude(episodes={"a": ["a1", "a1"]}, from_step=2)
     assert twice.record.derived.moments == 9 == once.record.derived.moments
     assert twice.run_id == once.run_id
-    assert "excluding 1 episodes (9 moments)" in render_card(twice.record)
+    assert "excluding 1 episode (9 moments)" in render_card(twice.record)
 
 
 # -- schedules ----------------------------------------------------------------------------

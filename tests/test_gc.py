@@ -446,3 +446,28 @@ def test_gc_removes_the_stored_episode_indexes_of_compacted_fragments(tmp_path):
     eps = branch.table("t").pin().episodes()
     assert list(eps.lengths) == [5] * 40
     assert store.list("projects/p/episodes/t") == after  # read from the kept objects
+
+
+def test_gc_and_retention_need_only_the_projects_history(tmp_path):
+    """gc and retention see a project as its History (place, refs, commits, Lance handle):
+    run on exactly that, with no client to reach, they expire and remove as on the Project."""
+    from types import SimpleNamespace
+
+    from treadle.catalog.retention import tags
+
+    branch = td.Client(str(tmp_path), create=True).project("p").branch()
+    for i in range(3):
+        branch.table("t").append({"x": np.arange(4) + i}, message=f"c{i}")
+    project = branch.project
+    project.tag("first", branch.log()[-2].id)  # the first append: kept whatever the retention
+    history = SimpleNamespace(place=project.place, refs=project.refs, lance=project.lance,
+                              branches=project.branches, load_commit=project.load_commit)  # fmt: skip
+    assert tags(project.place) == project.tags()
+    report = collect_garbage(history, timedelta(0), keep_days=0,
+                             now=datetime.now(UTC) + timedelta(days=1))  # fmt: skip
+    assert report.expired_commits == [branch.log()[1].id]  # c1: neither head nor tagged
+    log = branch.log()
+    assert report.kept_versions["t"] == sorted({log[0].tables["t"], log[2].tables["t"]})
+    fresh = td.Client(str(tmp_path)).project("p").branch()  # no version opened before gc
+    with pytest.raises(td.ExpiredCommit, match="expired by retention"):
+        fresh.table("t").at(log[1].id).to_arrow()

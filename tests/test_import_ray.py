@@ -32,6 +32,7 @@ from importer_fixtures import (
 )
 from treadle import importers
 from treadle.catalog import Client
+from treadle.catalog.client import ProjectAddress
 from treadle.errors import CorruptData, SchemaMismatch, TreadleError
 from treadle.importers.executor import Executor
 from treadle.table.handoff import add_staged, take_staged
@@ -491,7 +492,7 @@ def test_stats_on_ray_equal_one_process_and_are_kept(tmp_path, ray_cluster, monk
     want_where = table.stats(["y", "action"], where="y > 1")
     ray_table, _ = _stats_table(str(tmp_path / "ray"))
     monkeypatch.setattr(st, "TASK_VALUES", 1)  # one task per fragment
-    tasks = st._tasks(ray_table, ["y"], None)
+    tasks = st._tasks(ray_table, ["y"], None, ProjectAddress.of(ray_table.project))
     assert [t.fragments for t in tasks] == [(0,), (1,), (2,), (3,)]
     ex = td.RayExecutor()
     _assert_stats_equal(ray_table.stats(executor=ex), want)

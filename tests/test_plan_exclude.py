@@ -96,6 +96,7 @@ def test_bad_exclusions(runs, episodes, match):
         runs[0].exclude(episodes=episodes, from_step=3)
 
 
-def test_a_derived_run_is_not_derived_again(runs):
-    with pytest.raises(PlanError, match="already derived"):
-        runs[1].exclude(episodes={"pushes": ["ep0"]}, from_step=40)
+def test_a_derived_run_derives_again(runs):
+    """Composes (tests/test_plan_exclude_again.py has the rest): it was refused."""
+    again = runs[1].exclude(episodes={"pushes": ["ep0"]}, from_step=40)
+    assert again.record.derived.parent == runs[1].run_id

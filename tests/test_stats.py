@@ -270,3 +270,23 @@ def test_merged_partial_states_equal_one_scan():
             for e in range(3):  # the merged sketch's rank error stays within its bound
                 rank = (x[:, e] < got[e]).sum()
                 assert abs(rank - q * (len(x) - 1)) <= err + 1
+
+
+def test_statistics_are_asked_of_the_project_that_keeps_them(tmp_path):
+    """No hook: ``Table.stats`` calls its project's ``table_stats`` and ``Plan.stats`` the
+    ``plan_stats`` of its first table's project (the TableSource a table holds)."""
+    branch = td.Client(str(tmp_path), create=True).project("p").branch()
+    branch.table("t").append({"x": np.arange(10, dtype=np.float64)})
+    project, asked = branch.project, []
+    for name in ("table_stats", "plan_stats"):
+        real = getattr(project, name)
+
+        def spy(what, *a, real=real, name=name, **k):
+            asked.append((name, type(what).__name__))
+            return real(what, *a, **k)
+
+        setattr(project, name, spy)
+    assert branch.table("t").pin().stats(["x"])["x"].max == 9
+    plan = td.Recipe(0, 2, [td.Component(branch.table("t"), td.Windows({"x": td.Rows([0])}))])
+    assert plan.plan().stats(["x"])["x"].min == 0
+    assert asked == [("table_stats", "Table"), ("plan_stats", "Plan")]

@@ -195,3 +195,53 @@ def test_messages_travel_the_pipe_and_a_wrong_step_is_named():
     send.send(messages.error(td.PlanError("bad step")))
     with pytest.raises(td.PlanError, match="bad step"):
         w.take(7)
+
+
+def test_without_a_transform_the_loader_reads_its_first_step_while_the_workers_start(
+    video, monkeypatch
+):
+    # issue 33 (cold start): the first batch waited for the worker server's imports
+    # (~0.5 s of CPU); now this process reads it, and the workers start meanwhile
+    import threading
+
+    import treadle.read.steps as steps_mod
+    from treadle.workers import processes
+
+    starting, here = threading.Event(), []
+    start = processes._Handle.__init__
+
+    def starts(self, *a, **k):
+        starting.set()
+        start(self, *a, **k)
+
+    class Spy(steps_mod.SampleReader):
+        def read_many(self, samples):
+            samples = list(samples)
+            here.append(([s.step for s in samples], starting.wait(120), self._fixed is None))
+            return super().read_many(samples)
+
+    _, branch = video
+    plan = recipe(branch).plan()
+    want = list(td.TrainLoader(plan, steps=5))
+    monkeypatch.setattr(processes._Handle, "__init__", starts)
+    monkeypatch.setattr(steps_mod, "SampleReader", Spy)
+    loader = td.TrainLoader(plan, steps=5, workers=2)
+    loader.load_state_dict({"record": plan.record.to_dict(), "step": 1})
+    _same(list(loader), want[1:])
+    # step 1 only, read here (Lance takes, no resident columns) while a worker started
+    assert here == [([1], True, True)]
+    here.clear()
+    got = list(td.TrainLoader(plan, steps=3, workers=2, transform=with_pids))
+    assert len(got) == 3 and os.getpid() not in {int(b["pid"][0]) for b in got}
+    assert here == []  # with a transform every batch comes from a worker (it runs there)
+
+
+def test_a_one_step_workers_loader_starts_no_worker(video, monkeypatch):
+    from treadle.workers import processes
+
+    started = []
+    monkeypatch.setattr(processes._Handle, "__init__", lambda self, *a: started.append(a))
+    _, branch = video
+    plan = recipe(branch).plan()
+    _same(list(td.TrainLoader(plan, steps=1, workers=2)), list(td.TrainLoader(plan, steps=1)))
+    assert started == []

@@ -39,17 +39,11 @@ from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
 from treadle.plan.stages import Ramp, Schedule  # noqa: E402
-from treadle.plan.statshook import compute_stats_with as plan_stats_with  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
-from treadle.stats.plan_stats import plan_stats  # noqa: E402
-from treadle.stats.table_stats import ColumnStats, table_stats  # noqa: E402
+from treadle.stats.column_stats import ColumnStats  # noqa: E402
 from treadle.table import EpisodeIndex, ScanRequest, Table  # noqa: E402
 from treadle.table.splits import split_episodes  # noqa: E402
-from treadle.table.table import compute_stats_with  # noqa: E402
 from treadle.video import VideoFile, VideoFrames  # noqa: E402
-
-compute_stats_with(table_stats)  # Table.stats decodes video through the read layer
-plan_stats_with(plan_stats)  # Plan.stats reads tables: the read layer, wired the same way
 
 #: The torch adapters, imported (with torch) on first use: ``import treadle`` in a worker
 #: process or a data-only script does not pay for torch.

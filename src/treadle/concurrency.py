@@ -36,6 +36,10 @@ class Concurrency:
     """NVDEC sessions (worker threads, each with its CUDA stream) of a GPU video reader."""
     max_threads: int = 8
     """Parallel work when the caller does not say: one thread per core, at most this."""
+    encode_threads: int = 4
+    """Slice threads of an H.264 encode (``td.VideoFrames``, a re-encoded ``td.VideoFile``):
+    a fixed number, never the core count, since it is the number of slices per frame and
+    so part of the bytes (``video/x264.py``); frames too short for it get fewer."""
     max_video_threads: int = 4
     """Decode threads of a loader without worker processes: one per core, at most this
     (PyAV decodes without the GIL); a worker process decodes on one."""

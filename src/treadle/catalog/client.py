@@ -6,7 +6,8 @@ import difflib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +16,14 @@ from treadle.catalog import retention
 from treadle.catalog.commit import Commit
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
+from treadle.catalog.place import ProjectPlace
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
 from treadle.errors import AlreadyExists, InvalidName, NotFound, StorageError
 from treadle.names import check_name
+from treadle.stats.plan_stats import plan_stats
+from treadle.stats.table_stats import table_stats
 from treadle.storage import Store, redact
 from treadle.table.table import EpisodeIndex, Table
 
@@ -135,9 +139,10 @@ class Project:
         self.client = client
         self.name = name
         self.prefix = layout.project_prefix(name)
+        self.place = ProjectPlace(client.store, self.prefix, name)  # what gc, retention see
         self.refs = RefLog(client.store, self.prefix)
         self._commits: dict[str, Commit] = {}
-        self.lance = LanceTables(self)  # every Lance call on the project's tables
+        self.lance = LanceTables(self.place, self._absent)  # every Lance call on its tables
         self._lock = threading.Lock()
         self._exists = False
 
@@ -154,6 +159,9 @@ class Project:
         if not self._exists:
             self._exists = self.refs.head("main") is not None or bool(self.refs.branches())
         return self._exists
+
+    def _absent(self) -> NotFound | None:
+        return None if self.exists() else self.not_found()
 
     def not_found(self) -> NotFound:
         """The error for reading from this project while it does not exist."""
@@ -272,6 +280,21 @@ class Project:
         """The episode index of a pinned table of this project (cached per version)."""
         return self.lance.episode_index(table)
 
+    # -- statistics, computed here and kept in the project -------------------------------
+    def table_stats(
+        self, table: Table, columns: Sequence[str] | str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """:meth:`Table.stats` of a pinned table of this project (``options``: its keywords);
+        an executor's tasks open the project from its :class:`ProjectAddress`."""
+        return table_stats(table, columns, address=ProjectAddress.of(self), **options)
+
+    def plan_stats(
+        self, plan: Any, columns: Sequence[str] | str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """``plan.stats`` (``options``: its keywords) of a plan whose first table is this
+        project's: its statistics are kept here."""
+        return plan_stats(plan, columns, **options)
+
     def gc(
         self, older_than: timedelta = timedelta(hours=1), *, keep_days: float | None = None
     ) -> GcReport:
@@ -288,12 +311,35 @@ class Project:
         """Name ``commit`` (an id or unique prefix) ``name`` forever: gc keeps it readable
         whatever the retention. Tags never move (:class:`AlreadyExists` otherwise)."""
         c = self.commit(commit)
-        retention.tag(self, name, c.id)
+        check_name(name, "tag")
+        self.create()
+        retention.tag(self.place, name, c.id)
         return c
 
     def tags(self) -> dict[str, str]:
         """Tag name -> full commit id."""
-        return retention.tags(self)
+        return retention.tags(self.place)
+
+
+@dataclass(frozen=True)
+class ProjectAddress:
+    """A project as another process opens it (the Ray tasks of an import and of
+    ``table.stats(executor=...)``): root URL, storage options (never shown), name."""
+
+    root: str
+    storage_options: dict[str, Any]
+    name: str
+
+    @classmethod
+    def of(cls, project: Project) -> ProjectAddress:
+        return cls(project.client.root, project.client.storage_options, project.name)
+
+    def open(self) -> Project:
+        """The project, opened here (it must exist: :class:`NotFound` otherwise)."""
+        return Client(self.root, self.storage_options).project(self.name, create=False)
+
+    def __repr__(self) -> str:  # never show storage options
+        return f"ProjectAddress({self.root!r}, {self.name!r})"
 
 
 class Branch:

@@ -21,7 +21,7 @@ disk and every object store, by the order of its steps, not by timing:
    Commits retention expires get a *pending* marker, the pins are read once more, and
    only then are the markers made final (reading such a commit raises ExpiredCommit): a
    checkpoint saved meanwhile keeps its run's commit, or learns that it came too late
-   (:func:`treadle.catalog.retention.settle`).
+   (:func:`treadle.catalog.expiry.settle`).
 4. **Delete** listed objects only (:mod:`treadle.catalog.gcdelete`): table versions no
    re-read commit names whose manifest is older than the cutoff, the files only they used,
    data files no version lists, tables no commit names, media no reachable row names
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from treadle import layout
+from treadle.catalog.expiry import drop_pending, mark_expired
 from treadle.catalog.gcdelete import (
     Listed,
     Removed,
@@ -53,7 +54,7 @@ from treadle.catalog.gcdelete import (
     list_candidates,
 )
 from treadle.catalog.leases import SWEEPS, WRITERS, Lease, alive_after, live_since, stale
-from treadle.catalog.retention import drop_pending, mark_expired, plan_retention
+from treadle.catalog.retention import plan_retention
 from treadle.errors import CorruptData, CredentialsError, NotFound, TreadleError
 from treadle.storage import ObjectInfo
 from treadle.table.tensors import is_video
@@ -61,7 +62,7 @@ from treadle.table.tensors import is_video
 if TYPE_CHECKING:
     import lance
 
-    from treadle.catalog.client import Project
+    from treadle.catalog.history import History
 
 
 @dataclass
@@ -96,13 +97,14 @@ def _at(point: str) -> None:
 
 
 def collect_garbage(
-    project: Project,
+    history: History,
     older_than: timedelta = timedelta(hours=1),
     *,
     keep_days: float | None = None,
     now: datetime | None = None,
 ) -> GcReport:
-    """Remove what no commit of ``project`` reaches and is older than ``older_than``.
+    """Remove what no commit of a project reaches and is older than ``older_than``
+    (``history``: the project, a :class:`~treadle.catalog.client.Project`).
 
     With ``keep_days``, the table versions of commits older than that which no branch
     head, tag or checkpoint run record pins are expired too (see
@@ -113,12 +115,12 @@ def collect_garbage(
     stores that cannot back-date them). Raises :class:`CorruptData` naming the table
     and file, having deleted nothing, when a reachable version cannot be fully read.
     """
-    store, prefix = project.client.store, project.prefix
+    store, prefix = history.place.store, history.place.prefix
     now = now or datetime.now(UTC)
-    first = plan_retention(project, keep_days, now)
-    surveys = {n: _survey(project, n, v) for n, v in sorted(first.versions.items())}
+    first = plan_retention(history, keep_days, now)
+    surveys = {n: _survey(history, n, v) for n, v in sorted(first.versions.items())}
     listed = list_candidates(store, prefix)
-    _check_media(project, listed, surveys)
+    _check_media(history, listed, surveys)
     sweep = Lease(store, prefix, SWEEPS)
     sweep.beat()  # before any "used" marker is read again (see leases.py)
     try:
@@ -127,14 +129,14 @@ def collect_garbage(
         alive = alive_after(now, older_than)
         cutoff = min(now - older_than, live_since(leases, alive) or now)
         leases.update(store.list_info(layout.folder(prefix, SWEEPS)))  # dead gcs' sweeps go too
-        keep, expired = _reread(project, keep_days, now, first.versions, surveys)
-        return _delete(project, listed, surveys, keep, expired, cutoff, leases, alive)
+        keep, expired = _reread(history, keep_days, now, first.versions, surveys)
+        return _delete(history, listed, surveys, keep, expired, cutoff, leases, alive)
     finally:
         sweep.release()
 
 
 def _reread(
-    project: Project,
+    history: History,
     keep_days: float | None,
     now: datetime,
     surveyed: dict[str, set[int]],
@@ -142,24 +144,24 @@ def _reread(
 ) -> tuple[dict[str, set[int]], dict[str, dict[str, int]]]:
     """Heads, tags and pins read again (after the listing): the versions to keep, and the
     commits expired (their markers final). Newly reachable versions join ``surveys``."""
-    final = plan_retention(project, keep_days, now)
+    final = plan_retention(history, keep_days, now)
     expired = final.expired
-    if expired:  # pending, pins read once more, then final: see retention.settle
-        mark_expired(project, expired, float(keep_days or 0), pending=True)
+    if expired:  # pending, pins read once more, then final: see expiry.settle
+        mark_expired(history.place, expired, float(keep_days or 0), pending=True)
         try:
             _at("pending")
-            again = plan_retention(project, keep_days, now)
+            again = plan_retention(history, keep_days, now)
             expired = {c: t for c, t in expired.items() if c in again.expired}
             _at("decided")
             for name, vs in again.versions.items():
                 final.versions.setdefault(name, set()).update(vs)
-            mark_expired(project, expired, float(keep_days or 0))
+            mark_expired(history.place, expired, float(keep_days or 0))
         finally:
-            drop_pending(project, final.expired)
+            drop_pending(history.place, final.expired)
     for name, vs in sorted(final.versions.items()):
         new = vs - surveyed.get(name, set())
         if new:
-            s = _survey(project, name, new)
+            s = _survey(history, name, new)
             old = surveys.get(name)
             if old is not None:
                 s = _Survey(
@@ -170,7 +172,7 @@ def _reread(
 
 
 def _delete(
-    project: Project,
+    history: History,
     listed: Listed,
     surveys: dict[str, _Survey],
     keep: dict[str, set[int]],
@@ -179,16 +181,16 @@ def _delete(
     leases: dict[str, ObjectInfo],
     alive: datetime,
 ) -> GcReport:
-    store, prefix = project.client.store, project.prefix
-    in_use = _check_media(project, listed, surveys)
+    store, prefix = history.place.store, history.place.prefix
+    in_use = _check_media(history, listed, surveys)
     out, report = Removed(), GcReport(expired_commits=sorted(expired))
     files = {n: s.files for n, s in surveys.items()}
     for name in sorted(keep):
         report.kept_versions[name] = sorted(keep[name])
         objs = listed.tables.get(f"{name}.lance", {})
-        latest = functools.partial(_open, project, name, None)
-        collect_table(project, name, objs, keep[name], files.get(name, set()), cutoff, latest, out)
-    collect_unreachable_tables(project, listed, keep, cutoff, out)
+        latest = functools.partial(_open, history, name, None)
+        collect_table(history, name, objs, keep[name], files.get(name, set()), cutoff, latest, out)
+    collect_unreachable_tables(history, listed, keep, cutoff, out)
     collect_media(store, prefix, listed, in_use, cutoff, out)
     collect_episode_indexes(store, prefix, listed, files, cutoff, out)
     for key in stale(leases, alive):
@@ -201,30 +203,30 @@ def _delete(
     return report
 
 
-def _check_media(project: Project, listed: Listed, surveys: dict[str, _Survey]) -> set[str]:
+def _check_media(history: History, listed: Listed, surveys: dict[str, _Survey]) -> set[str]:
     """The media the surveyed versions name (:class:`CorruptData` if one is missing)."""
     in_use = set().union(*(s.media for s in surveys.values()))
     missing = sorted(in_use - listed.media.keys())  # not listed: maybe written since
-    for key in project.client.store.missing(missing) if missing else []:
+    for key in history.place.store.missing(missing) if missing else []:
         owner = next(
             s.name for s in sorted(surveys.values(), key=lambda s: s.name) if key in s.media
         )
-        raise CorruptData(_damaged(project, owner, f"media stream {key} is missing"))
+        raise CorruptData(_damaged(history, owner, f"media stream {key} is missing"))
     return in_use
 
 
-def _damaged(project: Project, table: str, what: str) -> str:
+def _damaged(history: History, table: str, what: str) -> str:
     return (
-        f"gc of project {project.name!r} stopped before deleting anything: table {table!r}: "
+        f"gc of project {history.place.name!r} stopped before deleting anything: table {table!r}: "
         f"{what}; repair or restore it (or remove the commits that name it), then rerun gc"
     )
 
 
-def _open(project: Project, name: str, version: int | None) -> lance.LanceDataset:
+def _open(history: History, name: str, version: int | None) -> lance.LanceDataset:
     """A table version read from storage (not a cached handle); damage -> CorruptData."""
-    store = project.client.store
+    store = history.place.store
     try:
-        return project.lance.load(name, version, "its latest version" if version is None else "")
+        return history.lance.load(name, version, "its latest version" if version is None else "")
     except TreadleError as e:
         err: TreadleError = e
     if isinstance(err, CredentialsError):
@@ -232,29 +234,29 @@ def _open(project: Project, name: str, version: int | None) -> lance.LanceDatase
     if version is None:
         damaged = isinstance(err, NotFound) or "corrupt" in str(err).lower()
         kind = CorruptData if damaged else type(err)
-        raise kind(_damaged(project, name, f"cannot read {err}")) from None
+        raise kind(_damaged(history, name, f"cannot read {err}")) from None
     # Lance could not read that version's manifest: missing, unreadable or unparsable?
     manifest = f"_versions/{2**64 - 1 - version}.manifest"  # Lance's V2 manifest naming
     where = f"version {version}: manifest {manifest}"
     try:
-        store.get(f"{layout.table_key(project.prefix, name)}/{manifest}")
+        store.get(f"{layout.table_key(history.place.prefix, name)}/{manifest}")
     except NotFound:
-        raise CorruptData(_damaged(project, name, f"{where} is missing")) from None
+        raise CorruptData(_damaged(history, name, f"{where} is missing")) from None
     except TreadleError as e:  # the store failed: say so, not "corrupt"
-        raise type(e)(_damaged(project, name, f"{where} cannot be read ({e})")) from None
+        raise type(e)(_damaged(history, name, f"{where} cannot be read ({e})")) from None
     what = f"{where} is corrupt ({str(err).lstrip(': ')})"
-    raise CorruptData(_damaged(project, name, what))
+    raise CorruptData(_damaged(history, name, what))
 
 
-def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
-    store = project.client.store
-    base = f"{layout.table_key(project.prefix, name)}/data"
+def _survey(history: History, name: str, versions: set[int]) -> _Survey:
+    store = history.place.store
+    base = f"{layout.table_key(history.place.prefix, name)}/data"
     files = store.list_info(base)
     media: set[str] = set()
     listed: set[str] = set()
     scanned: set[tuple[str, ...]] = set()
     for v in sorted(versions):
-        ds = _open(project, name, v)
+        ds = _open(history, name, v)
         video = [f.name for f in ds.schema if is_video(f)]
         for frag in ds.get_fragments():
             paths = tuple(df.path for df in frag.data_files())
@@ -263,28 +265,28 @@ def _survey(project: Project, name: str, versions: set[int]) -> _Survey:
                 info = files.get(f"{base}/{df.path}")
                 if info is None:
                     what = f"version {v} lists data file data/{df.path}, which is missing"
-                    raise CorruptData(_damaged(project, name, what))
+                    raise CorruptData(_damaged(history, name, what))
                 if df.file_size_bytes and info.size != df.file_size_bytes:
                     what = (
                         f"version {v} lists data file data/{df.path} of {df.file_size_bytes} "
                         f"bytes, but it holds {info.size}"
                     )
-                    raise CorruptData(_damaged(project, name, what))
+                    raise CorruptData(_damaged(history, name, what))
             if video and paths not in scanned:
                 scanned.add(paths)
-                media |= _streams(project, name, frag, video, paths)
+                media |= _streams(history, name, frag, video, paths)
     return _Survey(name, versions, media, listed)
 
 
-def _streams(project: Project, name: str, frag: Any, columns: list[str], paths: tuple) -> set[str]:
+def _streams(history: History, name: str, frag: Any, columns: list[str], paths: tuple) -> set[str]:
     """Media keys the video ``columns`` of one fragment name."""
     try:
         t = frag.to_table(columns=columns)
     except (OSError, ValueError, RuntimeError) as e:
         what = f"data file(s) {', '.join(f'data/{p}' for p in paths)} cannot be read ({e})"
-        raise CorruptData(_damaged(project, name, what[:600])) from None
+        raise CorruptData(_damaged(history, name, what[:600])) from None
     out: set[str] = set()
     for col in columns:
         streams = pc.unique(pc.struct_field(t.column(col), "stream")).to_pylist()
-        out.update(layout.under(project.prefix, s) for s in streams if s is not None)
+        out.update(layout.under(history.place.prefix, s) for s in streams if s is not None)
     return out

@@ -33,7 +33,7 @@ from treadle.storage import ObjectInfo, Store
 if TYPE_CHECKING:
     import lance
 
-    from treadle.catalog.client import Project
+    from treadle.catalog.history import History
 
 _VERSIONS, _TAGS = "_versions/", "_refs/tags/"
 
@@ -76,7 +76,7 @@ def list_candidates(store: Store, prefix: str) -> Listed:
 
 
 def collect_table(
-    project: Project,
+    history: History,
     name: str,
     objs: dict[str, ObjectInfo],
     keep: set[int],
@@ -86,7 +86,7 @@ def collect_table(
     out: Removed,
 ) -> None:
     """Delete the listed, unreachable, old versions of table ``name`` and its unused files."""
-    base = layout.table_key(project.prefix, name) + "/"
+    base = layout.table_key(history.place.prefix, name) + "/"
     manifests: dict[int, ObjectInfo] = {}
     tags: set[str] = set()
     for key, info in objs.items():
@@ -97,38 +97,38 @@ def collect_table(
         elif rel.startswith(_TAGS) and rel.endswith(".json"):
             tags.add(rel[len(_TAGS) : -len(".json")])
     ds = latest()
-    project.lance.protect_only(name, ds, keep, untag=tags)
+    history.lance.protect_only(name, ds, keep, untag=tags)
     victims = sorted(v for v, i in manifests.items() if v not in keep and i.modified < cutoff)
-    if victims and ds.version in victims and _restore_orphan(project, name, ds, keep):
+    if victims and ds.version in victims and _restore_orphan(history, name, ds, keep):
         ds = latest()
     if victims:
-        n, size = project.lance.cleanup(ds, victims)
+        n, size = history.lance.cleanup(ds, victims)
         out.versions += n
         out.bytes += size
     data = {k: i for k, i in objs.items() if k.startswith(f"{base}data/")}
-    _sweep_data_files(project, name, data, files, cutoff, latest, out)
+    _sweep_data_files(history, name, data, files, cutoff, latest, out)
 
 
-def _restore_orphan(project: Project, name: str, ds: lance.LanceDataset, keep: set[int]) -> bool:
+def _restore_orphan(history: History, name: str, ds: lance.LanceDataset, keep: set[int]) -> bool:
     """The latest version is one gc may delete (a writer died between its Lance commit and
     its branch move) and Lance never removes the latest: make the newest kept version the
     latest again, if the orphan holds anything it lacks. True when a version was made."""
     if not keep or ds.version < max(keep):
         return False
-    kept = project.lance.open(name, max(keep))
+    kept = history.lance.open(name, max(keep))
     kept_files = {df.path for f in kept.get_fragments() for df in f.data_files()}
     latest_files = {df.path for f in ds.get_fragments() for df in f.data_files()}
     if latest_files <= kept_files and ds.schema.equals(kept.schema, check_metadata=False):
         return False  # nothing only the orphan holds
     try:
-        project.lance.restore(project.lance.load(name, max(keep), "its newest kept version"))
+        history.lance.restore(history.lance.load(name, max(keep), "its newest kept version"))
     except (TreadleError, OSError, ValueError, RuntimeError):
         return False  # a writer committed meanwhile: the orphan is not the latest any more
     return True
 
 
 def _sweep_data_files(
-    project: Project,
+    history: History,
     name: str,
     data: dict[str, ObjectInfo],
     files: set[str],
@@ -137,15 +137,15 @@ def _sweep_data_files(
     out: Removed,
 ) -> None:
     """Listed data files no version lists any more, older than ``cutoff``: dead writers'."""
-    store = project.client.store
-    base = f"{layout.table_key(project.prefix, name)}/data"
+    store = history.place.store
+    base = f"{layout.table_key(history.place.prefix, name)}/data"
     old = {k: i for k, i in data.items() if k not in files and i.modified < cutoff}
     if not old:
         return
     listed: set[str] = set()
     try:
         for info in latest().versions():
-            for frag in project.lance.open(name, int(info["version"])).get_fragments():
+            for frag in history.lance.open(name, int(info["version"])).get_fragments():
                 listed.update(f"{base}/{df.path}" for df in frag.data_files())
     except TreadleError:
         return  # a version gc cannot read: keep every file this time
@@ -157,11 +157,11 @@ def _sweep_data_files(
 
 
 def collect_unreachable_tables(
-    project: Project, listed: Listed, keep: dict[str, set[int]], cutoff: datetime, out: Removed
+    history: History, listed: Listed, keep: dict[str, set[int]], cutoff: datetime, out: Removed
 ) -> None:
     """Tables no commit names (a writer died before its first commit), all of whose listed
     objects are older than ``cutoff``."""
-    store = project.client.store
+    store = history.place.store
     for folder, objs in sorted(listed.tables.items()):
         name = folder[: -len(".lance")]
         if not folder.endswith(".lance") or name in keep:
@@ -171,7 +171,7 @@ def collect_unreachable_tables(
                 out.bytes += o.size
                 store.delete(k)
             if store.is_local:  # the folders a local store leaves behind
-                _prune_empty(Path(store.url) / project.prefix / "tables" / folder)
+                _prune_empty(Path(store.url) / history.place.prefix / "tables" / folder)
             out.tables.append(name)
 
 

@@ -1,7 +1,7 @@
 """A project's Lance handle: every Lance dataset call the catalog makes goes through it.
 
-One :class:`LanceTables` per :class:`~treadle.catalog.client.Project` (``project.lance``)
-owns:
+One :class:`LanceTables` per :class:`~treadle.catalog.client.Project` (``project.lance``),
+given the project's place (:class:`~treadle.catalog.place.ProjectPlace`), owns:
 
 - **opening versions**: a pinned version opened once and kept in a bounded cache
   (:class:`~treadle.catalog.lru.Lru`: a long-lived writer opens a version per commit, memory
@@ -31,8 +31,10 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from treadle import layout
-from treadle.catalog import retention
+from treadle.catalog.expiry import expired_error
 from treadle.catalog.lru import Lru
+from treadle.catalog.place import ProjectPlace
+from treadle.errors import TreadleError
 from treadle.table.episode_names import EpisodeNames
 from treadle.table.episode_store import compute_episode_index
 from treadle.table.episodes import EpisodeIndex
@@ -40,7 +42,6 @@ from treadle.table.lancecommit import commit_exactly
 from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
-    from treadle.catalog.client import Project
     from treadle.table.table import Table
 
 _OPEN_VERSIONS = 32  # table versions a project keeps open (and their episode indexes)
@@ -50,8 +51,10 @@ _TAG = "treadle-v"  # Lance tag of a version some commit names: cleanup keeps it
 class LanceTables:
     """The Lance datasets of one project's tables (see the module docstring)."""
 
-    def __init__(self, project: Project):
-        self.project = project
+    def __init__(self, place: ProjectPlace, absent: Callable[[], TreadleError | None]):
+        """``absent()``: the project's :class:`NotFound` while it does not exist, else None."""
+        self.place = place
+        self.absent = absent
         self._datasets: Lru[tuple[str, int], lance.LanceDataset] = Lru(_OPEN_VERSIONS)
         self._episodes: Lru[tuple[str, int], EpisodeIndex] = Lru(_OPEN_VERSIONS)
         self.episode_names = EpisodeNames()  # what commits check new episode names against
@@ -59,11 +62,11 @@ class LanceTables:
     @property
     def options(self) -> dict[str, str] | None:
         """``storage_options`` Lance opens the project's root with."""
-        return self.project.client.store.lance_options
+        return self.place.store.lance_options
 
     def uri(self, name: str) -> str:
         """Where table ``name``'s Lance dataset lives."""
-        return self.project.client.store.lance_uri(layout.table_key(self.project.prefix, name))
+        return self.place.store.lance_uri(layout.table_key(self.place.prefix, name))
 
     # -- versions ------------------------------------------------------------------------
     def open(self, name: str, version: int, commit_id: str | None = None) -> lance.LanceDataset:
@@ -77,14 +80,14 @@ class LanceTables:
                     self.uri(name), version=int(version), storage_options=self.options
                 )
             except (ValueError, OSError) as e:
-                project = self.project
-                if not project.exists():
-                    raise project.not_found() from None
-                expired = retention.expired_error(project, commit_id, name) if commit_id else None
+                absent = self.absent()
+                if absent is not None:
+                    raise absent from None
+                expired = expired_error(self.place, commit_id, name) if commit_id else None
                 if expired is not None:
                     raise expired from None
                 raise lance_error(
-                    e, f"table {name!r} version {version} of project {project.name!r}"
+                    e, f"table {name!r} version {version} of project {self.place.name!r}"
                 ) from None
             ds = self._datasets.setdefault(key, ds)
         return ds

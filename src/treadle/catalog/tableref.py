@@ -7,23 +7,45 @@ head (or a commit, or a Lance version) to a pinned :class:`~treadle.table.table.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from treadle.catalog.commit import Commit
 from treadle.errors import NotFound
-from treadle.table.table import ScanRequest, Table
+from treadle.table.table import ScanRequest, Table, TableSource
 
 if TYPE_CHECKING:
-    from treadle.catalog.client import Branch
+    from treadle.catalog.transaction import Transaction
+
+
+class TablesOf(TableSource, Protocol):
+    """What a :class:`TableRef` uses of its branch's project (a :class:`treadle.Project`)."""
+
+    def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table: ...
+
+    def commit(self, id_or_prefix: str) -> Commit: ...
+
+
+class BranchOf(Protocol):
+    """What a :class:`TableRef` uses of its branch (a :class:`treadle.Branch`, which makes
+    references: this module does not import it)."""
+
+    name: str
+
+    @property
+    def project(self) -> TablesOf: ...
+
+    def head(self) -> Commit: ...
+
+    def transaction(self, message: str = ...) -> Transaction: ...
 
 
 class TableRef:
     """A table by name on a branch; resolved to a :class:`Table` when read or planned."""
 
-    def __init__(self, branch: Branch, name: str):
+    def __init__(self, branch: BranchOf, name: str):
         self.branch = branch
         self.name = name
 

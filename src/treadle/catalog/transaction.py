@@ -21,7 +21,7 @@ import hashlib
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -40,9 +40,19 @@ from treadle.video import EncodedStream, index_to_arrow
 if TYPE_CHECKING:
     import lance
 
-    from treadle.catalog.client import Branch, Project
+    from treadle.catalog.history import Repository
 
 _MAX_ATTEMPTS = 200
+
+
+class BranchOf(Protocol):
+    """What a :class:`Transaction` uses of its branch (a :class:`treadle.Branch`, which
+    makes transactions: this module does not import it)."""
+
+    name: str
+
+    @property
+    def project(self) -> Repository: ...
 
 
 class TableWriter:
@@ -107,10 +117,10 @@ class Transaction:
     block nothing is committed. After the block, ``tx.commit`` is the new commit.
     """
 
-    def __init__(self, branch: Branch, message: str):
+    def __init__(self, branch: BranchOf, message: str):
         self.branch = branch
         self.message = str(message)
-        self.project: Project = branch.project
+        self.project: Repository = branch.project
         head = self.project.refs.head(branch.name)
         if head is None:
             raise NotFound(
@@ -120,7 +130,7 @@ class Transaction:
         self._tables: dict[str, StagedTable] = {}
         self.commit: Commit | None = None
         self._done = False
-        self._lease = Lease(self.project.client.store, self.project.prefix)  # holds off gc
+        self._lease = Lease(self.project.place.store, self.project.prefix)  # holds off gc
         self._media: dict[str, str] = {}  # media key this transaction stored -> its table
 
     def table(self, name: str) -> TableWriter:
@@ -186,7 +196,7 @@ class Transaction:
         like = schema.field(column).type if schema is not None and column in schema.names else None
         where = f"table {table!r} column {column!r}"
         arr = index_to_arrow(key, stream, like=like, where=where)  # checked before storing
-        store, prefix = self.project.client.store, self.project.prefix
+        store, prefix = self.project.place.store, self.project.prefix
         self._lease.beat()
         full = layout.under(prefix, key)
         if not store.put(full, stream.data, if_absent=True):
@@ -262,7 +272,7 @@ class Transaction:
             for frag in st.fragments:
                 for df in frag.files:
                     owner[f"{layout.table_key(prefix, name)}/data/{df.path}"] = name
-        gone = self.project.client.store.missing(list(owner))
+        gone = self.project.place.store.missing(list(owner))
         if gone:
             raise StorageError(
                 f"table {owner[gone[0]]!r} of project {self.project.name!r}: "
@@ -273,7 +283,7 @@ class Transaction:
             )
 
 
-def _check_base(project: Project, ds: Any, st: StagedTable, name: str, commit_id: str) -> None:
+def _check_base(project: Repository, ds: Any, st: StagedTable, name: str, commit_id: str) -> None:
     """The rows of ``st`` can go on top of ``ds`` (the table at the branch head): same
     schema, tensor shapes included, and none of the same episode names."""
     where = f"table {name!r} of project {project.name!r} (commit {commit_id[:8]})"
@@ -295,7 +305,7 @@ def _check_base(project: Project, ds: Any, st: StagedTable, name: str, commit_id
 
 
 def _lance_commit(
-    project: Project,
+    project: Repository,
     name: str,
     st: StagedTable,
     base: lance.LanceDataset | None,

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from treadle import layout
+from treadle.catalog.client import ProjectAddress
 from treadle.errors import SchemaMismatch, StorageError, TreadleError
 from treadle.importers.executor import Executor, WriteFn, require_ray
 from treadle.table.handoff import StagedFragments, add_staged, take_staged
@@ -61,16 +62,11 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class _Target:
-    """Where a task stages: the project's root, its options, project, branch and table."""
+    """Where a task stages: the project (opened from its root), branch and table."""
 
-    root: str
-    storage_options: dict[str, Any]
-    project: str
+    project: ProjectAddress
     branch: str
     table: str
-
-    def __repr__(self) -> str:  # never show storage options
-        return f"_Target({self.root!r}, {self.project}/{self.branch}, {self.table})"
 
 
 @dataclass(frozen=True)
@@ -137,11 +133,7 @@ class RayExecutor(Executor):
     ) -> tuple[int, int, int]:
         """Stage every source on Ray, then add them to ``tw`` in source order."""
         ray = self._connect()
-        project = tw.tx.project
-        client = project.client
-        target = _Target(
-            client.root, client.storage_options, project.name, tw.tx.branch.name, tw.name
-        )
+        target = _Target(ProjectAddress.of(tw.tx.branch.project), tw.tx.branch.name, tw.name)
         task = ray.remote(_stage_source).options(
             num_cpus=self.num_cpus, max_retries=self.max_retries, retry_exceptions=False
         )
@@ -176,7 +168,7 @@ class RayExecutor(Executor):
             run(redo, schema, False)
         for name, r in zip(sources, out):
             assert r is not None
-            if client.store.is_local:
+            if tw.tx.project.store.is_local:
                 _check_landed(tw, r.staged, name)
             add_staged(tw, r.staged)
         return (
@@ -257,11 +249,9 @@ def _stage_source(
     crash: tuple[int, str, int] | None,
 ) -> _TaskResult:
     """One Ray task: stage source ``index`` in a transaction that is never committed."""
-    from treadle.catalog import Client
     from treadle.importers.run import Progress
 
-    client = Client(target.root, target.storage_options)
-    branch = client.project(target.project, create=False).branch(target.branch)
+    branch = target.project.open().branch(target.branch)
     tx = branch.transaction(f"stage source {index} of an import (never committed)")
     tw = tx.table(target.table)
     if schema is not None:
@@ -293,7 +283,7 @@ def _maybe_crash(folder: str, attempts: int) -> None:
 def _check_landed(tw: TableWriter, staged: StagedFragments, source: str) -> None:
     """Every file a task staged exists where the driver commits (a local root is per machine)."""
     project = tw.tx.project
-    store = project.client.store
+    store = project.store
     data = f"{layout.table_key(project.prefix, tw.name)}/data"
     keys = [f"{data}/{df.path}" for f in staged.fragments for df in f.files] + staged.media
     gone = store.missing(keys)

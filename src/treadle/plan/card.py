@@ -225,6 +225,7 @@ def _derived_lines(record: RunRecord) -> list[str]:
     if d is None:
         return []
     return [
-        f"derived from {d.parent} at step {d.from_step:,}, excluding {d.num_episodes:,} "
-        f"episodes ({d.moments:,} moments)"
+        f"derived from {st.parent} at step {st.from_step:,}, excluding {st.num_episodes:,} "
+        f"episode{'' if st.num_episodes == 1 else 's'} ({st.moments:,} moments)"
+        for st in d.stages
     ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -15,8 +15,23 @@ from treadle.names import check_name
 from treadle.plan.windows import Windows
 
 if TYPE_CHECKING:
-    from treadle.catalog.tableref import TableRef
     from treadle.table.table import Table
+
+
+class _Named(Protocol):
+    name: str
+
+
+class TableRef(Protocol):
+    """A table by name on a branch (a :class:`treadle.TableRef`, of the catalog above this
+    layer): a recipe pins it when planned."""
+
+    name: str
+
+    @property
+    def branch(self) -> _Named: ...
+
+    def pin(self) -> Table: ...
 
 
 def _table_label(table: object) -> str:

@@ -7,6 +7,13 @@ from the same component, among its moments not excluded: draw ``j`` of component
 (``N'`` moments left) takes index ``perm'_{c,e}(j mod N')`` of epoch ``e = j div N'``, a
 keyed bijection of its own domain (``exclude``), so the redraw is pure and O(1) like every
 other draw. Every other slot, every share and every draw index are the parent's.
+
+A derived run may be derived again (``derived.exclude(...)``): the record keeps the earlier
+exclusions (``earlier``, oldest first) and its batches are the run's it was derived from,
+except that from the new ``from_step`` on the slots holding a newly excluded episode are
+redrawn among the moments no exclusion so far leaves out (stage ``k`` keys its redraw with
+``k``). The stages apply in order, each from its own step, so a step gets exactly the
+redraws of the exclusions that started at or before it.
 """
 
 from __future__ import annotations
@@ -31,20 +38,45 @@ class Exclusion:
     from_step: int
     episodes: tuple[tuple[str, tuple[str, ...]], ...]
     moments: int
+    earlier: tuple[Exclusion, ...] = ()
+    """The exclusions of the run this one was derived from, oldest first (their own
+    ``earlier`` empty): written only when set, so a first derivation's record is as before."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "parent": self.parent,
             "from_step": self.from_step,
             "episodes": {t: list(names) for t, names in self.episodes},
             "moments": self.moments,
         }
+        if self.earlier:
+            out["earlier"] = [e.to_json() for e in self.earlier]
+        return out
+
+    @property
+    def stages(self) -> tuple[Exclusion, ...]:
+        """Every exclusion of the run, oldest first (this one last)."""
+        return (*self.earlier, self)
+
+    def cumulative(self, upto: int | None = None) -> dict[str, tuple[str, ...]]:
+        """The episodes stages ``0 .. upto`` exclude together (all: ``upto=None``)."""
+        out: dict[str, set[str]] = {}
+        for st in self.stages[: None if upto is None else upto + 1]:
+            for t, names in st.episodes:
+                out.setdefault(t, set()).update(names)
+        return {t: tuple(sorted(v)) for t, v in sorted(out.items())}
 
     @classmethod
     def from_json(cls, value: Any) -> Exclusion:
         keys = {"parent", "from_step", "episodes", "moments"}
-        if not isinstance(value, dict) or set(value) != keys:
+        if not isinstance(value, dict) or not keys <= set(value) <= keys | {"earlier"}:
             raise PlanError(f"run record field 'derived' must have the keys {sorted(keys)}")
+        earlier = value.get("earlier", [])
+        if "earlier" in value and (not isinstance(earlier, list) or not earlier):
+            raise PlanError("run record field 'derived.earlier' must be a non-empty list")
+        stages = tuple(cls.from_json(e) for e in earlier)
+        if any(e.earlier for e in stages):
+            raise PlanError("run record field 'derived.earlier' must list stages, not chains")
         eps = value["episodes"]
         if not isinstance(eps, dict) or not all(
             isinstance(v, list) and all(isinstance(n, str) for n in v) for v in eps.values()
@@ -60,10 +92,12 @@ class Exclusion:
             value["from_step"],
             tuple(sorted((t, tuple(sorted(v))) for t, v in eps.items())),
             value["moments"],
+            stages,
         )
 
     @property
     def num_episodes(self) -> int:
+        """Episodes this exclusion adds (its earlier stages' not counted)."""
         return sum(len(names) for _, names in self.episodes)
 
 
@@ -73,8 +107,11 @@ def exclusion_of(
     episodes: Any,
     table_names: Sequence[str],
     episode_index: Sequence[Any],
+    earlier: Exclusion | None = None,
 ) -> Exclusion:
-    """Check ``episodes={table: [names]}`` against the pinned tables; count their moments."""
+    """Check ``episodes={table: [names]}`` against the pinned tables; count their moments.
+    ``earlier``: the exclusion of the run this one derives from (names it already excludes
+    are left out of the new stage; naming only those is an error)."""
     if isinstance(from_step, bool) or not isinstance(from_step, (int, np.integer)):
         raise PlanError(f"from_step must be an integer >= 0, got {from_step!r}")
     if from_step < 0:
@@ -82,6 +119,7 @@ def exclusion_of(
     if not isinstance(episodes, Mapping) or not episodes:
         raise PlanError(f"episodes must be {{table: [episode names]}}, got {episodes!r}")
     out, moments = [], 0
+    before = {} if earlier is None else earlier.cumulative()
     for table, names in episodes.items():
         if table not in table_names:
             raise PlanError(f"exclude: table {table!r} is not read by this run ({table_names})")
@@ -89,12 +127,19 @@ def exclusion_of(
             raise PlanError(f"exclude: episodes of {table!r} must be a list of names")
         idx = episode_index[table_names.index(table)]
         known = {n: i for i, n in enumerate(idx.names)}
+        new = []
         for n in dict.fromkeys(names):  # an episode named twice is excluded (and counted) once
             if n not in known:
                 raise PlanError(f"exclude: table {table!r} has no episode {n!r}")
-            moments += int(idx.lengths[known[n]])
-        out.append((table, tuple(sorted(set(names)))))
-    return Exclusion(parent, int(from_step), tuple(sorted(out)), moments)
+            if n not in before.get(table, ()):
+                moments += int(idx.lengths[known[n]])
+                new.append(n)
+        if new:
+            out.append((table, tuple(sorted(new))))
+    if not out:
+        raise PlanError(f"exclude: run {parent} already excludes every episode named")
+    stages = () if earlier is None else earlier.stages
+    return Exclusion(parent, int(from_step), tuple(sorted(out)), moments, stages)
 
 
 class Redraw:
@@ -107,24 +152,21 @@ class Redraw:
         component_tables: Sequence[str],
         episode_of: Mapping[str, Any],
         anchors: Sequence[tuple[np.ndarray, np.ndarray]],
+        stage: int = 0,
     ):
-        self.from_step = exclusion.from_step
-        names = dict(exclusion.episodes)
-        self.ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """Stage ``stage`` of ``exclusion.stages``: from its step, the slots holding its own
+        episodes are redrawn among the moments no stage up to it excludes (an earlier
+        stage's slots are the earlier stage's to redraw, from its own step)."""
+        self.from_step = exclusion.stages[stage].from_step
+        own = dict(exclusion.stages[stage].episodes)
+        self.hits = _ranges(component_tables, episode_of, own)
+        ranges = _ranges(component_tables, episode_of, exclusion.cumulative(stage))
         firsts, begins, ends, kept = [], [], [], []
         base = 0
         for c, table in enumerate(component_tables):
             first, stop = (np.asarray(x, np.int64) for x in anchors[c])
-            if table in names:
-                idx = episode_of[table]
-                pos = {n: i for i, n in enumerate(idx.names)}
-                rows = [pos[n] for n in names[table]]
-                lo = np.asarray(idx.starts, np.int64)[rows]
-                hi = lo + np.asarray(idx.lengths, np.int64)[rows]
-                order = np.argsort(lo)
-                lo, hi = lo[order], hi[order]
-                self.ranges[c] = (lo, hi)
-                keep = ~self._inside(c, first)
+            if c in ranges:
+                keep = ~_inside(ranges[c], first)
                 first, stop = first[keep], stop[keep]
             cnt = stop - first
             total = int(cnt.sum())
@@ -144,21 +186,17 @@ class Redraw:
         self._kept = np.asarray(kept, np.int64)
         self._base = np.concatenate([[0], np.cumsum(self._kept)[:-1]]).astype(np.int64)
         self._domains = Domains([Domain.of(int(n)) for n in kept])
+        extra = (stage,) if stage else ()  # stage 0: the key a first derivation always had
         self._keys = np.asarray(
-            [derive_key(EXCLUDE_DOMAIN, seed, c) for c in range(len(kept))], np.uint64
+            [derive_key(EXCLUDE_DOMAIN, seed, c, *extra) for c in range(len(kept))], np.uint64
         )
-
-    def _inside(self, c: int, moment: np.ndarray) -> np.ndarray:
-        lo, hi = self.ranges[c]
-        i = np.searchsorted(lo, moment, side="right") - 1
-        return (i >= 0) & (moment < hi[np.maximum(i, 0)])
 
     def apply(self, comp: np.ndarray, moment: np.ndarray, draw: np.ndarray) -> np.ndarray:
         """``moment`` with every excluded sample redrawn (a new array when any is)."""
         bad = np.zeros(moment.shape, bool)
-        for c in self.ranges:
+        for c, ranges in self.hits.items():
             at = comp == c
-            bad[at] = self._inside(c, moment[at])
+            bad[at] = _inside(ranges, moment[at])
         if not bad.any():
             return moment
         c, j = comp[bad], draw[bad]
@@ -171,6 +209,32 @@ class Redraw:
         return out
 
 
+Ranges = tuple[np.ndarray, np.ndarray]
+
+
+def _ranges(
+    component_tables: Sequence[str], episode_of: Mapping[str, Any], names: Mapping[str, Any]
+) -> dict[int, Ranges]:
+    """Per component reading a table of ``names``, its episodes' rows as sorted ranges."""
+    out = {}
+    for c, table in enumerate(component_tables):
+        if table in names:
+            idx = episode_of[table]
+            pos = {n: i for i, n in enumerate(idx.names)}
+            rows = [pos[n] for n in names[table]]
+            lo = np.asarray(idx.starts, np.int64)[rows]
+            hi = lo + np.asarray(idx.lengths, np.int64)[rows]
+            order = np.argsort(lo)
+            out[c] = (lo[order], hi[order])
+    return out
+
+
+def _inside(ranges: Ranges, moment: np.ndarray) -> np.ndarray:
+    lo, hi = ranges
+    i = np.searchsorted(lo, moment, side="right") - 1
+    return (i >= 0) & (moment < hi[np.maximum(i, 0)])
+
+
 class KeptView:
     """A derived plan as the distribution it draws from its ``from_step`` on (what
     ``plan.stats`` describes): each component's anchors without those of the excluded
@@ -180,7 +244,7 @@ class KeptView:
     def __init__(self, plan: Any):
         assert plan.record.derived is not None
         self._plan = plan
-        names = dict(plan.record.derived.episodes)
+        names = plan.record.derived.cumulative()  # every stage's, from the last step on
         self._runs: list[tuple[np.ndarray, np.ndarray]] = []
         for c in range(plan.num_components):
             first, stop = (np.asarray(x, np.int64) for x in plan.anchor_runs(c))

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treadle.errors import PlanError
-from treadle.plan import statshook
 from treadle.plan.batch import Batch, as_int, check_rank
 from treadle.plan.exclude import Redraw, exclusion_of
 from treadle.plan.permute import (
@@ -104,7 +103,7 @@ class Plan:
         )
         self._build_index(anchors)
         self._episodes = episodes  # the anchors: as (first, cumulative end), _build_index
-        self._redraw = None if record.derived is None else self._redraws()
+        self._redraw = [] if record.derived is None else self._redraws()
         self._seed = seed = record.seed
         m = len(record.components)
         # Domains 0..m-1: each component's eligible moments; domain m: the slots of a batch.
@@ -146,13 +145,14 @@ class Plan:
         self._base = np.asarray(bases, dtype=np.int64)
         self._elig = np.asarray(elig, dtype=np.int64)
 
-    def _redraws(self) -> Redraw:
+    def _redraws(self) -> list[Redraw]:  # one per exclusion stage, oldest first
         names = [t.name for t in self._record.tables]
         episode_of = dict(zip(names, self._table_episodes()))
         tables = [names[c.table] for c in self._record.components]
-        assert self._record.derived is not None
+        assert (d := self._record.derived) is not None
         anchors = [self.anchor_runs(c) for c in range(len(tables))]
-        return Redraw(self._record.derived, self._record.seed, tables, episode_of, anchors)
+        return [Redraw(d, self._record.seed, tables, episode_of, anchors, stage=k)
+                for k in range(len(d.stages))]  # fmt: skip
 
     def _table_episodes(self) -> Sequence[Any]:
         if self._episodes is None:
@@ -162,14 +162,11 @@ class Plan:
     def exclude(self, episodes: Mapping[str, Sequence[str]], from_step: int) -> Plan:
         """A derived run: this run's batches, except that from ``from_step`` on every slot
         holding a moment of ``episodes={table: [names]}`` is redrawn from the same component
-        among its other moments (:mod:`treadle.plan.exclude`). New run record and id."""
-        if self._record.derived is not None:
-            raise PlanError(
-                f"run {self.run_id} is already derived from {self._record.derived.parent}; "
-                f"exclude every episode at once from the parent run"
-            )
+        among its other moments (:mod:`treadle.plan.exclude`). New run record and id. On a
+        derived run it composes: that run's batches, with these slots redrawn too."""
         names = [t.name for t in self._record.tables]
-        derived = exclusion_of(self.run_id, from_step, episodes, names, self._table_episodes())
+        derived = exclusion_of(self.run_id, from_step, episodes, names, self._table_episodes(),
+                               self._record.derived)  # fmt: skip
         record = replace(self._record, derived=derived)
         anchors = [self.anchor_runs(c) for c in range(len(self._record.components))]
         return Plan(record, self._tables, episodes=self._episodes, anchors=anchors)
@@ -255,13 +252,15 @@ class Plan:
         self, columns: Sequence[str] | str | None = None, *, per_offset: bool = False,
         derive: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
         by_component: bool = False, quantiles: Sequence[float] = (0.01, 0.10, 0.50, 0.90, 0.99),
-        frames: int = 10_000,
+        frames: int = 10_000, steps: int | tuple[int, int] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """Normalisation statistics of the samples this run draws, ``{column: ColumnStats}``
-        (``by_component=True``: ``{component name: {column: ColumnStats}}``), kept in the
-        project under the run id (derived runs: what they draw); :mod:`.stats.plan_stats`."""
-        return statshook.compute()(self, columns, per_offset=per_offset, derive=derive,
-                      by_component=by_component, quantiles=quantiles, frames=frames)  # fmt: skip
+        """Statistics of the samples this run draws (``steps=N`` / ``(a, b)``: in those steps),
+        ``{column: ColumnStats}`` (``by_component=True``: per component name), kept in the
+        project of the first table under the run id (derived runs: what they draw), which
+        computes them: :mod:`treadle.stats.plan_stats`."""
+        return self.tables[0].project.plan_stats(self, columns, per_offset=per_offset,
+            derive=derive, by_component=by_component, quantiles=quantiles, frames=frames,
+            steps=steps)  # fmt: skip
 
     @property
     def batch_size(self) -> int:
@@ -347,8 +346,9 @@ class Plan:
         first = np.asarray(self._schedule.cumulative(step), dtype=np.int64)
         draw = first[comp] + (items - (ends - counts)[comp])
         moment = self._moments(comp, draw)
-        if self._redraw is not None and step >= self._redraw.from_step:
-            moment = self._redraw.apply(comp, moment, draw)
+        for redraw in self._redraw:  # each exclusion stage from its own step, oldest first
+            if step >= redraw.from_step:
+                moment = redraw.apply(comp, moment, draw)
         return comp, moment, draw
 
     def _moments(self, comp: np.ndarray, draw: np.ndarray) -> np.ndarray:

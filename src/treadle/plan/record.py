@@ -39,7 +39,8 @@ A record may also carry ``schedule`` (stages of weights by step,
 "weights": [...], "ramp": 500}]``); it replaces the components' weights and is written and
 hashed only when set, so a new schedule is a new run. A derived run
 (``plan.exclude``) carries ``derived``: ``{"parent": run_id, "from_step": S, "episodes":
-{table: [names]}, "moments": M}``, also hashed.
+{table: [names]}, "moments": M}``, also hashed; a run derived again adds ``"earlier"``, the
+exclusions before it (oldest first).
 
 ``run_id`` is the first 16 hex digits of the sha256 of the canonical JSON (sorted keys, no
 spaces) of what determines batches: algorithm, project, for each component its table name and

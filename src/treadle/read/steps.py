@@ -51,7 +51,7 @@ def eval_positions(
 
 @dataclass(frozen=True)
 class EvalSamples:
-    """The samples of one eval step for one rank (component 0, moments in table order)."""
+    """The samples of one eval step for one rank (one component, moments in table order)."""
 
     step: int
     component: np.ndarray
@@ -62,23 +62,31 @@ class EvalSamples:
     """bool: False for the padding that gives every rank the same batches (``_valid``)."""
 
 
-def eval_samples(plan: Plan, step: int, rank: int, world: int) -> EvalSamples:
-    """The moments rank ``rank`` reads at eval ``step`` (padded: see :func:`eval_positions`)."""
+def eval_samples(
+    plan: Plan, step: int, rank: int, world: int, component: int = 0,
+    batch_size: int | None = None,
+) -> EvalSamples:  # fmt: skip
+    """The moments of ``component`` rank ``rank`` reads at eval ``step`` (padded: see
+    :func:`eval_positions`), ``batch_size`` a step (default the plan's). The other components
+    of ``plan`` give only the batch's layout (masks, presence flags, zeros), as in training."""
     kept = drawn_from(plan)  # a derived run's: without its excluded episodes
-    pos, valid = eval_positions(step, plan.batch_size, rank, world, kept.eligible(0))
-    moments = kept.eligible_moments(0, pos)
-    return EvalSamples(step, np.zeros(len(pos), np.int64), moments, pos, valid)
+    b = plan.batch_size if batch_size is None else batch_size
+    pos, valid = eval_positions(step, b, rank, world, kept.eligible(component))
+    moments = kept.eligible_moments(component, pos)
+    return EvalSamples(step, np.full(len(pos), component, np.int64), moments, pos, valid)
 
 
 def host_reader(
     plan: Plan, video_threads: int = 1, backend: VideoBackend | None = None,
-    *, copy_objects: bool = True,
+    read_ahead: int | None = None, fixed_columns: bool = True, copy_objects: bool = True,
 ) -> SampleReader:  # fmt: skip
     """A reader of ``plan``'s components (``backend``: a :mod:`treadle.gpu` backend, None
-    for CPU decode into host memory; ``copy_objects``: see :class:`SampleReader`)."""
+    for CPU decode into host memory; ``read_ahead``, ``fixed_columns``, ``copy_objects``:
+    :class:`SampleReader`'s)."""
     tables = [plan.table(c) for c in range(plan.num_components)]
     return SampleReader(tables, output_columns(plan), video_threads=video_threads,
-                        backend=backend, copy_objects=copy_objects)  # fmt: skip
+                        backend=backend, read_ahead=read_ahead, fixed_columns=fixed_columns,
+                        copy_objects=copy_objects)  # fmt: skip
 
 
 def read_steps(

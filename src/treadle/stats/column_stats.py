@@ -53,7 +53,8 @@ class ColumnStats:
         """LeRobot's stats dict (``meta/stats.json``, ``dataset.meta.stats[key]``): ``mean``,
         ``std``, ``min``, ``max``, ``q01``/``q10``/``q50``/``q90``/``q99`` (those computed),
         and ``count`` as LeRobot counts it (``[samples]``: rows, or sampled frames). Video
-        is in [0, 1], shaped ``(3, 1, 1)`` per channel, as LeRobot's image stats are. An
+        is in [0, 1], shaped ``(3, 1, 1)`` per channel, as LeRobot's image stats are
+        (``(T, 3, 1, 1)`` per offset). An
         element without values (a dimension only ``pad_to`` gives) gets mean 0, std 1, min
         and low quantiles -1, max and high quantiles 1, q50 0: its padded zeros stay 0."""
         known = {0.01: self.q01, 0.99: self.q99, **self.quantiles}
@@ -64,7 +65,7 @@ class ColumnStats:
             if pct == int(pct):  # LeRobot's keys: q01, q10, q50, ...
                 out[f"q{int(pct):02d}"] = np.asarray(v, np.float64)
         if self.video:
-            out = {k: (v / 255.0).reshape(-1, 1, 1) for k, v in out.items()}
+            out = {k: (v / 255.0).reshape(*v.shape, 1, 1) for k, v in out.items()}
         else:
             _identity_where_empty(out, np.asarray(self.count) == 0)
         samples = self.samples if self.samples is not None else int(np.max(self.count))

@@ -6,8 +6,13 @@ delivers it (its offsets, ``seconds=`` converted, ``rename=`` names), with padde
 left out: window rows a ``pad=True`` spec clamped (``*_is_pad``), the dimensions
 ``Component(pad_to=...)`` added, and optional columns a component's table lacks. A value
 at window offset ``o`` of anchor ``a`` of component ``c`` weighs ``share_c / eligible_c``.
-``per_offset=True`` keeps one statistic per window offset (fields ``[T, *D]``);
+``per_offset=True`` keeps one statistic per window offset (fields ``[T, *D]``; video
+``[T, channels]``, each offset's frames of the same sampled anchors);
 ``by_component=True`` gives each component's own (unweighted) statistics, keyed by name.
+``steps=N`` (or ``(start, stop)``) weighs each component by the samples it has in those
+steps (``plan.cumulative``) instead of its share: the distribution of that part of the run,
+and the only pooled one of a run with a weight schedule (a component without samples there
+is left out).
 
 **Exactness.** count, mean, population std, min and max are exact up to float64 rounding
 (~1e-12 relative). Quantiles (``quantiles=``, any tuple; ``q01``/``q99`` always) are
@@ -77,15 +82,17 @@ def plan_stats(
     plan: Any, columns: Sequence[str] | str | None = None, *, per_offset: bool = False,
     derive: Mapping[str, Callable[[dict[str, Any]], Any]] | None = None,
     by_component: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES,
-    frames: int = 10_000,
+    frames: int = 10_000, steps: int | tuple[int, int] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``Plan.stats``: the statistics of the plan's own distribution (module docstring)."""
-    if plan.record.schedule is not None and not by_component:
+    if plan.record.schedule is not None and not by_component and steps is None:
         raise PlanError(
             f"plan.stats of run {plan.run_id}: its weight schedule changes the mix with the "
-            "step, so no one pooled distribution is the run's; use by_component=True (each "
-            "component's own statistics) and pool them by the shares of the steps you train"
+            "step, so no one pooled distribution is the run's; name the steps to pool over, "
+            "plan.stats(..., steps=N) or steps=(start, stop) (each component weighed by its "
+            "samples there), or use by_component=True (each component's own statistics)"
         )
+    shares = _shares(plan, steps)
     plan = drawn_from(plan)  # a derived run's: what it draws from its from_step on
     qs = _check_quantiles(quantiles)
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
@@ -95,18 +102,42 @@ def plan_stats(
     spec = {"algo": _ALGO, "run": plan.run_id, "columns": list(kinds), "kinds": kinds,
             "per_offset": bool(per_offset), "quantiles": list(qs), "frames": frames,
             "derive": {n: code_key(f) for n, f in derived.items()}}  # fmt: skip
+    if steps is not None:
+        spec["steps"] = [float(x) for x in shares]
+    if per_offset and "video" in kinds.values():
+        spec["video_per_offset"] = True  # kept results from before were pooled over offsets
     cache = RunCache(plan, spec)
     got = cache.get()
     if got is None:
-        got = _compute(plan, kinds, bool(per_offset), derived, qs, frames)
+        got = _compute(plan, kinds, bool(per_offset), derived, qs, frames, shares)
         cache.put(got)
     pooled, per = got
+    missing = [n for n in [*kinds, *derived] if n not in pooled]
+    if missing and not by_component:
+        raise PlanError(f"plan.stats: no component with samples in steps={steps!r} gives {missing}")
     if by_component:
         for name, stats in per.items():
             warn_flat(stats, f"component {name!r}")
         return per
     warn_flat(pooled, "the plan")
     return pooled
+
+
+def _shares(plan: Any, steps: Any) -> list[float]:
+    """Each component's weight: its planned share, or its part of the samples of ``steps``."""
+    if steps is None:
+        return [float(w) for w in plan.weights]
+    pair = (0, steps) if isinstance(steps, (int, np.integer)) else steps
+    ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+    if not ok or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                         for x in pair) or not 0 <= pair[0] < pair[1]:  # fmt: skip
+        raise PlanError(
+            f"plan.stats: steps must be N >= 1 or (start, stop) with 0 <= start < stop, "
+            f"got {steps!r}"
+        )
+    got = np.asarray(plan.cumulative(int(pair[1])), np.int64)
+    got = got - np.asarray(plan.cumulative(int(pair[0])), np.int64)
+    return [float(x) for x in got / got.sum()]
 
 
 def _check_quantiles(quantiles: Any) -> tuple[float, ...]:
@@ -157,9 +188,8 @@ def _columns(plan: Any, columns: Any, derived: dict[str, Any]) -> dict[str, str]
 
 def _compute(
     plan: Any, kinds: dict[str, str], per_offset: bool, derived: dict[str, Any],
-    qs: tuple[float, ...], frames: int,
+    qs: tuple[float, ...], frames: int, shares: list[float],
 ) -> tuple[dict[str, ColumnStats], dict[str, dict[str, ColumnStats]]]:  # fmt: skip
-    shares = [float(w) for w in plan.weights]
     parts: dict[str, list[tuple[float, Any] | None]] = {}
     for n in [*kinds, *derived]:
         parts[n] = [None] * plan.num_components
@@ -169,8 +199,9 @@ def _compute(
         for n, part in _scan_rows(plan, c, rows, per_offset).items():
             parts[n][c] = (a, part)
         for n in [n for n, k in kinds.items() if k == "video"]:
-            if plan.layout[n].placed[c].present:
-                hp = _video_part(plan, c, n, max(1, round(frames * shares[c])))
+            if plan.layout[n].placed[c].present:  # (share 0 in steps=: sampled for by_component)
+                take = max(1, round(frames * (shares[c] or float(plan.weights[c]))))
+                hp = _video_part(plan, c, n, take, per_offset)
                 parts[n][c] = (shares[c] / hp.anchors, hp)
         if derived:
             for n, part in _derive_parts(plan, c, derived, per_offset).items():
@@ -180,14 +211,15 @@ def _compute(
             raise PlanError(
                 f"plan.stats: derive {n!r} has no values: every one is padded or absent"
             )
-    pooled = {n: _pool([p for p in got if p is not None], qs) for n, got in parts.items()}
+    live = {n: [p for p in got if p is not None and p[0] > 0] for n, got in parts.items()}
+    pooled = {n: _pool(ps, qs) for n, ps in live.items() if ps}  # none: no samples in steps=
     per: dict[str, dict[str, ColumnStats]] = {}
     for c, name in enumerate(plan.components):
         per[name] = {}
         for n, got in parts.items():
             if got[c] is not None:
                 own = _own(got[c][1])
-                alone = own is got[c][1] and sum(p is not None for p in got) == 1
+                alone = own is got[c][1] and len(live[n]) == 1 and live[n][0] is got[c]
                 per[name][n] = pooled[n] if alone else _pool([(1.0, own)], qs)  # same values
     return pooled, per
 
@@ -309,7 +341,9 @@ def _batches(plan: Any, c: int, specs: list[ColumnSpec], moments: np.ndarray) ->
         reader.close()
 
 
-def _video_part(plan: Any, c: int, name: str, frames: int) -> HistPart:
+def _video_part(plan: Any, c: int, name: str, frames: int, per_offset: bool) -> HistPart:
+    """Per-channel histograms ``[C, 256]`` (``per_offset``: ``[T, C, 256]``, one per window
+    offset) of about ``frames`` frames of ``name`` in component ``c``, padded ones left out."""
     p = plan.layout[name].placed[c]
     spec = p.spec if p.spec is not None else Video([0])
     n = plan.eligible(c)
@@ -320,13 +354,22 @@ def _video_part(plan: Any, c: int, name: str, frames: int) -> HistPart:
     hist, kept = None, 0
     for out in _batches(plan, c, [ColumnSpec(p.column, u8, True)], moments):
         px = np.asarray(out[p.column])  # [n, T, H, W, C]
+        real = np.ones(px.shape[:2], bool)
         if spec.pad:
-            px = px[~np.asarray(out[f"{p.column}_is_pad"])]
-        kept += len(px.reshape(-1, *px.shape[-3:]))
-        px = px.reshape(-1, px.shape[-1])
-        h = np.stack([np.bincount(px[:, ch], minlength=256) for ch in range(px.shape[1])])
+            real = ~np.asarray(out[f"{p.column}_is_pad"])
+        kept += int(real.sum())
+        each = range(px.shape[1]) if per_offset else [slice(None)]
+        h = np.stack([_channel_counts(px[:, t][real[:, t]]) for t in each])
         hist = h if hist is None else hist + h
-    return HistPart(hist.astype(np.float64), kept, want)
+    assert hist is not None
+    return HistPart(hist.astype(np.float64) if per_offset else hist[0].astype(np.float64),
+                    kept, want)  # fmt: skip
+
+
+def _channel_counts(px: np.ndarray) -> np.ndarray:
+    """``[C, 256]``: how many pixels of each channel hold each value 0..255."""
+    px = px.reshape(-1, px.shape[-1])
+    return np.stack([np.bincount(px[:, ch], minlength=256) for ch in range(px.shape[1])])
 
 
 def _derive_parts(plan: Any, c: int, derived: dict[str, Any], per_offset: bool) -> dict[str, Part]:

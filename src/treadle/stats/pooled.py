@@ -90,8 +90,8 @@ def column_major(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class HistPart:
-    """A video column of one component: per-channel counts of values 0..255 (``[C, 256]``)
-    over its sampled frames."""
+    """A video column of one component: per-channel counts of values 0..255 (``[C, 256]``,
+    or ``[T, C, 256]`` per window offset) over its sampled frames."""
 
     hist: np.ndarray
     frames: int  # frames counted (padded ones left out)
@@ -202,15 +202,19 @@ def weighted_quantiles(levels: list[tuple[np.ndarray, float]], qs: tuple[float, 
 
 
 def pool_hist(parts: list[tuple[float, HistPart]], qs: tuple[float, ...]) -> ColumnStats:
-    """Per-channel statistics of the weighted mixture of uint8 histograms."""
+    """Per-channel statistics of the weighted mixture of uint8 histograms (``[C, 256]``, or
+    ``[T, C, 256]`` per window offset: fields ``[T, C]``)."""
     hist = sum(a * p.hist for a, p in parts)
-    count = sum(p.hist for _, p in parts).sum(axis=1)[0]
-    n, mean, std, lo, hi = histogram_moments(hist)
-    cdf = np.cumsum(hist, axis=1) / n[:, None]
+    count = sum(p.hist for _, p in parts).sum(axis=-1)  # pixels per (offset and) channel
+    count = count[0] if count.ndim == 1 else count  # pooled over offsets: one number, as ever
+    flat = hist.reshape(-1, hist.shape[-1])  # every (offset, channel)
+    n, mean, std, lo, hi = histogram_moments(flat)
+    cdf = np.cumsum(flat, axis=1) / n[:, None]
     quant = {}
     for q in qs:
         idx = [min(int(np.searchsorted(cdf[c], q, side="left")), 255) for c in range(len(n))]
-        quant[q] = np.asarray(idx, np.float64)
+        quant[q] = np.asarray(idx, np.float64).reshape(hist.shape[:-1])
+    mean, std, lo, hi = (v.reshape(hist.shape[:-1]) for v in (mean, std, lo, hi))
     frames = sum(p.frames for _, p in parts)
     return ColumnStats(np.asarray(count, np.int64), mean, std, lo, hi, quant[0.01], quant[0.99],
                        quantiles=quant, video=True, samples=frames)  # fmt: skip

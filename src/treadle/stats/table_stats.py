@@ -36,7 +36,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -58,6 +58,17 @@ _ALGO = 3  # bump when a statistic's definition changes: old cached results are 
 _QS = (0.01, 0.99)
 
 
+class TablesAt(Protocol):
+    def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table: ...
+
+
+class Address(Protocol):
+    """How an executor's task opens the table's project in its own process (picklable, its
+    repr without credentials: a :class:`treadle.catalog.client.ProjectAddress`)."""
+
+    def open(self) -> TablesAt: ...
+
+
 def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: int) -> ColumnStats:
     def r(a: np.ndarray) -> np.ndarray:
         return np.asarray(a, np.float64).reshape(shape)
@@ -76,9 +87,11 @@ def table_stats(
     frames: int = 10_000,
     seed: int = 0,
     executor: Any = None,
+    address: Address | None = None,
 ) -> dict[str, ColumnStats]:
     """Statistics of ``columns`` (default: every column that has them) of one pinned table;
-    numeric and tensor columns on ``executor`` (e.g. ``td.RayExecutor()``) when given."""
+    numeric and tensor columns on ``executor`` (e.g. ``td.RayExecutor()``) when given, its
+    tasks opening the table's project from ``address`` (the project passes its own)."""
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PlanError(f"stats: frames must be an integer >= 1, got {frames!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -113,7 +126,7 @@ def table_stats(
         else:
             todo.append(c)
     plain = [c for c in todo if kinds[c] != "video"]
-    computed = _compute_rows(table, plain, where, executor) if plain else {}
+    computed = _compute_rows(table, plain, where, executor, address) if plain else {}
     for c in todo:
         if kinds[c] == "video":
             computed[c] = _compute_video(table, c, where, frames, seed)
@@ -133,14 +146,17 @@ def _check_where(table: Table, names: list[str], where: str) -> None:
 
 
 def _compute_rows(
-    table: Table, names: list[str], where: str | None, executor: Any = None
+    table: Table, names: list[str], where: str | None, executor: Any, address: Address | None
 ) -> dict[str, ColumnStats]:
     """One streamed scan of ``names`` (here, or a task per group of fragments on
     ``executor``), partial states merged with the same ``merge`` as batches are."""
     if executor is None:
         state = _accumulate(table, names, where)
     else:
-        state, *rest = executor.map(_accumulate_task, _tasks(table, names, where), _what)
+        if address is None:
+            raise PlanError(f"stats of {table!r} on an executor: no address to open it from")
+        tasks = _tasks(table, names, where, address)
+        state, *rest = executor.map(_accumulate_task, tasks, _what)
         for part in rest:
             for c in names:
                 state[c][0].merge(part[c][0])
@@ -184,11 +200,9 @@ def _accumulate(
 
 @dataclass(frozen=True)
 class _Task:
-    """One executor task: the pinned table (opened from the project's root) and fragments."""
+    """One executor task: the pinned table (its project opened from its root) and fragments."""
 
-    root: str
-    storage_options: dict[str, Any]
-    project: str
+    project: Address
     table: str
     version: int
     commit_id: str | None
@@ -196,13 +210,9 @@ class _Task:
     where: str | None
     fragments: tuple[int, ...]
 
-    def __repr__(self) -> str:  # never show storage options
-        return f"_Task({self.project}/{self.table} v{self.version}, {list(self.fragments)})"
 
-
-def _tasks(table: Table, names: list[str], where: str | None) -> list[_Task]:
+def _tasks(table: Table, names: list[str], where: str | None, address: Address) -> list[_Task]:
     """Consecutive fragments, about ``TASK_VALUES`` values per task (one fragment at least)."""
-    client = table.project.client
     per_row = sum(math.prod(tensor_shape(table.schema.field(c)) or ()) for c in names)
     groups: list[list[int]] = [[]]
     rows = 0
@@ -212,8 +222,7 @@ def _tasks(table: Table, names: list[str], where: str | None) -> list[_Task]:
             rows = 0
         groups[-1].append(frag.fragment_id)
         rows += frag.metadata.physical_rows - frag.metadata.num_deletions
-    spec = (client.root, client.storage_options, table.project.name, table.name, table.version,
-            table.commit_id, tuple(names), where)  # fmt: skip
+    spec = (address, table.name, table.version, table.commit_id, tuple(names), where)
     return [_Task(*spec, tuple(g)) for g in groups]
 
 
@@ -223,10 +232,7 @@ def _what(task: _Task) -> str:
 
 def _accumulate_task(task: _Task) -> _State:
     """An executor task: open the pinned version from the root, accumulate its fragments."""
-    from treadle.catalog import Client
-
-    project = Client(task.root, task.storage_options).project(task.project, create=False)
-    table = project.table_at(task.table, task.version, task.commit_id)
+    table = task.project.open().table_at(task.table, task.version, task.commit_id)
     return _accumulate(table, list(task.names), task.where, task.fragments)
 
 

@@ -6,19 +6,26 @@ import asyncio
 import atexit
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from contextlib import suppress
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class _Loop:
     """One long-lived event loop thread shared by every store (obstore's async API).
 
-    Nothing is left running on it when a call returns or the interpreter exits: a
-    request still in flight in obstore's Rust runtime while Python finalises calls back
-    into a dying interpreter (SIGABRT/SIGSEGV at exit). :meth:`gather` cancels and awaits
-    the siblings of a failed request; an ``atexit`` hook cancels and awaits whatever is
-    still running (another thread's read), then stops the loop.
+    Nothing may call into Python once the interpreter finalises: a request still in
+    flight in obstore's Rust runtime takes the GIL when it ends, and a thread that takes
+    it during finalisation kills the process (SIGABRT/SIGSEGV at exit). Cancelling the
+    request does not help: its Rust task still takes the GIL to learn it was cancelled,
+    possibly after the caller has seen the cancellation. So every obstore call goes
+    through :func:`request`, which never cancels the call and remembers it until Rust has
+    delivered its result; :meth:`gather` cancels the Python side of the siblings of a
+    failed request (the error is raised at once), and an ``atexit`` hook cancels every
+    task, waits for every request still in flight, then stops the loop.
     """
 
     _lock = threading.Lock()
@@ -26,12 +33,14 @@ class _Loop:
     _thread: threading.Thread | None = None
     _pid: int | None = None
     _SHUTDOWN_WAIT_S = 10.0
+    _CALLS_WAIT_S = 5.0
 
     @classmethod
     def get(cls) -> asyncio.AbstractEventLoop:
         with cls._lock:
             if cls._loop is None or cls._pid != os.getpid():
                 loop = asyncio.new_event_loop()
+                _IN_FLIGHT.clear()  # a forked child's copy of its parent's calls
                 t = threading.Thread(target=loop.run_forever, name="treadle-io", daemon=True)
                 t.start()
                 if cls._pid is None:
@@ -45,7 +54,8 @@ class _Loop:
 
     @staticmethod
     async def gather(coros: Sequence[Any]) -> list[Any]:
-        """``asyncio.gather``, but the first failure cancels the others and waits for them."""
+        """``asyncio.gather``, but the first failure cancels the others and waits for them
+        (their obstore calls run on to their end: see :func:`request`)."""
         tasks = [asyncio.ensure_future(c) for c in coros]
         try:
             return await asyncio.gather(*tasks)
@@ -55,7 +65,8 @@ class _Loop:
 
     @classmethod
     def shutdown(cls) -> None:
-        """Cancel and await every task on the loop, then stop it (run at interpreter exit)."""
+        """Cancel and await every task on the loop, wait for every obstore call still in
+        flight (at most ``_CALLS_WAIT_S``), then stop the loop (run at interpreter exit)."""
         with cls._lock:
             loop, thread, pid = cls._loop, cls._thread, cls._pid
             cls._loop = cls._thread = None
@@ -65,6 +76,10 @@ class _Loop:
         async def drain() -> None:
             me = asyncio.current_task()
             await _cancel_and_wait([t for t in asyncio.all_tasks() if t is not me])
+            if _IN_FLIGHT:  # then the calls: their callers are gone, the calls are not
+                _, late = await asyncio.wait(list(_IN_FLIGHT), timeout=cls._CALLS_WAIT_S)
+                for f in late:  # a stuck call: cancel it, and hope Rust is quick to see it
+                    f.cancel()
 
         with suppress(Exception):
             asyncio.run_coroutine_threadsafe(drain(), loop).result(cls._SHUTDOWN_WAIT_S)
@@ -72,6 +87,36 @@ class _Loop:
         thread.join(cls._SHUTDOWN_WAIT_S)
         if not thread.is_alive():
             loop.close()
+        # A Rust thread that delivered the last result may still be giving the GIL back.
+        time.sleep(_GIL_HANDBACK_S)
+
+
+#: obstore calls whose Rust task has not delivered its result yet (see :func:`request`)
+_IN_FLIGHT: set[asyncio.Future[Any]] = set()
+_GIL_HANDBACK_S = 0.02
+
+
+async def request(call: Awaitable[T]) -> T:
+    """Await one obstore call without ever cancelling it.
+
+    Cancelling the caller cancels only its wait: the call runs to its end and stays in
+    ``_IN_FLIGHT`` until then, so interpreter exit can wait for it (see :class:`_Loop`).
+    """
+    fut = asyncio.ensure_future(call)
+    _IN_FLIGHT.add(fut)
+    fut.add_done_callback(_settled)
+    return await asyncio.shield(fut)
+
+
+def in_flight() -> int:
+    """How many obstore calls are still running (their callers may have given up)."""
+    return len(_IN_FLIGHT)
+
+
+def _settled(fut: asyncio.Future[Any]) -> None:
+    _IN_FLIGHT.discard(fut)
+    if not fut.cancelled():
+        fut.exception()  # retrieved: an abandoned call's error is not logged as lost
 
 
 async def _cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:

@@ -28,7 +28,7 @@ from obstore.store import LocalStore
 from treadle.errors import CredentialsError, NotFound, StorageError
 from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
 from treadle.storage.forks import claim
-from treadle.storage.loop import _Loop
+from treadle.storage.loop import _Loop, request
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,
     _RETRY_BUDGET_S,
@@ -245,7 +245,7 @@ class Store:
             async with limit:
                 for attempt in range(_RETRY_ATTEMPTS):
                     try:
-                        await obstore.head_async(self._inner, key)
+                        await request(obstore.head_async(self._inner, key))
                         return False
                     except (NotFoundError, FileNotFoundError):
                         return True
@@ -308,8 +308,8 @@ class Store:
             deadline = time.monotonic() + _RETRY_BUDGET_S
             for attempt in range(_RETRY_ATTEMPTS):
                 try:
-                    bufs = await obstore.get_ranges_async(
-                        self._inner, key, starts=starts, ends=ends
+                    bufs = await request(
+                        obstore.get_ranges_async(self._inner, key, starts=starts, ends=ends)
                     )
                     break
                 except Exception as e:
@@ -339,7 +339,9 @@ class Store:
             async with limit:
                 for attempt in range(_RETRY_ATTEMPTS):
                     try:
-                        buf = await obstore.get_range_async(self._inner, key, start=start, end=end)
+                        buf = await request(
+                            obstore.get_range_async(self._inner, key, start=start, end=end)
+                        )
                         break
                     except Exception as e:
                         if attempt == _RETRY_ATTEMPTS - 1 or not _transient(e):
@@ -359,7 +361,7 @@ class Store:
         if isinstance(err, (NotFound, CredentialsError)):  # not a range: no HEAD to ask
             return err
         try:
-            size = int((await obstore.head_async(self._inner, key))["size"])
+            size = int((await request(obstore.head_async(self._inner, key)))["size"])
         except Exception as head:
             return err if err is not None else self._error("stat", key, head)
         if size >= end:

@@ -4,7 +4,7 @@ kept as given beside the version's own statistics."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -12,20 +12,38 @@ from treadle import layout
 from treadle.errors import NotFound
 
 if TYPE_CHECKING:
-    from treadle.table.table import Table
+    from treadle.storage import Store
 
 
-def _key(table: Table) -> str:
+class _Place(Protocol):
+    prefix: str
+
+    @property
+    def store(self) -> Store: ...
+
+
+class Pinned(Protocol):
+    """What this module uses of a pinned :class:`~treadle.table.table.Table` (which reads
+    it: this module does not import it)."""
+
+    name: str
+    version: int
+
+    @property
+    def project(self) -> _Place: ...
+
+
+def _key(table: Pinned) -> str:
     return layout.source_stats_key(table.project.prefix, table.name, table.version)
 
 
-def put_source_stats(table: Table, columns: dict[str, dict[str, Any]], source: str) -> None:
+def put_source_stats(table: Pinned, columns: dict[str, dict[str, Any]], source: str) -> None:
     """Keep ``{column: {"mean": [...], ...}}`` from ``source`` beside this version's stats."""
     body = {"source": source, "columns": columns}
     table.project.store.put(_key(table), json.dumps(body, sort_keys=True).encode())
 
 
-def source_stats(table: Table) -> dict[str, dict[str, Any]]:
+def source_stats(table: Pinned) -> dict[str, dict[str, Any]]:
     """What :func:`put_source_stats` kept for this version: ``{column: {field: array}}``
     plus ``"source"`` in each entry ({} when the source had none)."""
     try:

@@ -11,7 +11,7 @@ rules and the episode index are in :mod:`treadle.table.episodes`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,25 +41,11 @@ if TYPE_CHECKING:
     from treadle.storage import Store
 
 
-StatsFunction = Callable[..., dict[str, Any]]
-_STATS: StatsFunction  # set by ``import treadle``, which runs before any ``treadle.*`` module
-
-
-def compute_stats_with(fn: StatsFunction) -> None:
-    """Set what :meth:`Table.stats` computes with (``treadle.stats.table_stats.table_stats``).
-
-    Statistics decode video, which the read layer above this one does; the package root
-    (``treadle/__init__.py``, imported before any ``treadle.*`` module) wires it, so
-    ``table/`` imports nothing above it.
-    """
-    global _STATS
-    _STATS = fn
-
-
 class TableSource(Protocol):
     """Where a :class:`Table`'s versions come from (a :class:`treadle.Project`): what a
     table and the modules reading it (its stored episode index, statistics, fixed-width
-    reads) use of its project, and nothing more."""
+    reads) use of its project, and nothing more. Statistics are asked of it: the project
+    computes them (:mod:`treadle.stats`, above this layer) and keeps them."""
 
     name: str
     prefix: str  # the project's key prefix (treadle.layout.project_prefix)
@@ -74,6 +60,22 @@ class TableSource(Protocol):
     ) -> lance.LanceDataset: ...
 
     def episode_index(self, table: Table) -> EpisodeIndex: ...
+
+    def table_stats(
+        self, table: Table, columns: Sequence[str] | str | None, *, where: str | None,
+        frames: int, seed: int, executor: Any,
+    ) -> dict[str, Any]:  # fmt: skip
+        """:meth:`Table.stats` (:func:`treadle.stats.table_stats.table_stats`)."""
+        ...
+
+    def plan_stats(
+        self, plan: Any, columns: Sequence[str] | str | None, *, per_offset: bool,
+        derive: Mapping[str, Callable[[dict[str, Any]], Any]] | None, by_component: bool,
+        quantiles: Sequence[float], frames: int,
+    ) -> dict[str, Any]:  # fmt: skip
+        """``plan.stats`` of a plan whose first table is this project's
+        (:func:`treadle.stats.plan_stats.plan_stats`; a plan is above this layer)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,9 @@ class Table:
         once and kept in the project (:mod:`treadle.stats.table_stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
         tasks, a group of fragments each, and merged here (video stays in this process)."""
-        return _STATS(self, columns, where=where, frames=frames, seed=seed, executor=executor)
+        return self.project.table_stats(
+            self, columns, where=where, frames=frames, seed=seed, executor=executor
+        )
 
     def source_stats(self) -> dict[str, dict[str, Any]]:
         """Statistics the source of an import shipped for this version (LeRobot's

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from treadle.catalog.retention import expired_key, settle
+from treadle.catalog.expiry import expired_key, settle
 from treadle.errors import CorruptData, ExpiredCommit, NotFound, PlanError
 
 _SCHEMA = pa.schema(
@@ -139,7 +139,7 @@ class Checkpoints:
         if gone:
             raise ExpiredCommit(self._expired(gone[0], "nothing was saved"))
         self.table.append(data, message=f"checkpoint run {run_id[:8]} step {row.step}")
-        late = settle(project, pins)  # a gc --keep-days that decided before it saw this row
+        late = settle(project.place, pins)  # a gc --keep-days that decided before it saw this row
         if late:
             raise ExpiredCommit(self._expired(late[0], "the row was saved but cannot resume"))
         return row

@@ -25,7 +25,7 @@ from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
 from treadle.read.prefetch import prefetch
-from treadle.read.steps import read_steps
+from treadle.read.steps import host_reader, read_steps
 from treadle.torch.convert import to_torch
 from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
@@ -80,7 +80,8 @@ def _whole(value: Any, name: str, least: int) -> int:
 class StepLoader:
     """What ``TrainLoader`` and ``EvalLoader`` share: options, resume step, iteration.
 
-    Subclasses set :attr:`sampler` (a module-level function, so workers can rebuild it) and
+    Subclasses set :attr:`sampler` (a module-level function or a ``functools.partial`` of
+    one, so workers can rebuild it; an instance may set its own) and
     :attr:`label` (how errors name a step), and call this constructor with a function that
     makes their plan: with ``workers``, the process server starts importing first.
     """
@@ -92,7 +93,8 @@ class StepLoader:
 
     def __init__(self, make_plan: Callable[[], Plan], *, device: str | torch.device,
                  rank: int | None, world_size: int | None, prefetch: int, workers: int,
-                 video_threads: int | None, transform: Transform | None) -> None:  # fmt: skip
+                 video_threads: int | None, transform: Transform | None,
+                 read_ahead: int | None = None) -> None:  # fmt: skip
         if isinstance(workers, int) and workers > 0:
             worker_context()  # the process server imports while the plan is made
         plan = make_plan()
@@ -101,20 +103,28 @@ class StepLoader:
         self.world_size = d_world if world_size is None else int(world_size)
         prefetch, workers = _whole(prefetch, "prefetch", 1), _whole(workers, "workers", 0)
         check_workers(workers, prefetch)
-        check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
-        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
+        self._check_world(plan)
         check_transform(transform, workers)
         if video_threads is None:
             video_threads = CONCURRENCY.video_threads(workers)
         video_threads = _whole(video_threads, "video_threads", 1)
+        if read_ahead is not None:
+            read_ahead = _whole(read_ahead, "read_ahead", 1)
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise PlanError("device='cuda' but CUDA is not available; use device='cpu'")
         self.plan, self.transform = plan, transform
         self.prefetch, self.workers = int(prefetch), int(workers)
         self.video_threads = int(video_threads)
+        self.read_ahead: int | None = read_ahead
         self._next_step = 0
         self._iterators = 0  # how many times this loader was iterated: the newest one runs
+
+    def _check_world(self, plan: Plan) -> None:
+        """Rank, world size and ``B % W`` of the steps this loader delivers, and that one of
+        its batches fits in memory (an ``EvalLoader`` of a mix has its own batch size)."""
+        check_batch_fits(plan, plan.batch_size // max(1, self.world_size))  # before batch(0)
+        plan.batch(0, self.rank, self.world_size)  # validates rank, world size, B % W
 
     @property
     def step(self) -> int:
@@ -160,7 +170,7 @@ class StepLoader:
         return itertools.count(start) if self.steps is None else range(start, self.steps)
 
     def _thread(self) -> Iterator[dict[str, Any]]:
-        reader = plan_reader(self.plan, self.video_threads, self.device)
+        reader = plan_reader(self.plan, self.video_threads, self.device, self.read_ahead)
         finish = finish_for(self.plan, self.transform, self.label)
         batches = read_steps(self.plan, self.sampler, reader, self._steps(), self.rank,
                              self.world_size, finish)  # fmt: skip
@@ -173,7 +183,22 @@ class StepLoader:
             return iter(())
         client = self.plan.table(0).project.client
         job = Job(self.plan.record.to_json(), client.root, client.storage_options,
-                  type(self).sampler, self.rank, self.world_size, start, stop,
+                  self.sampler, self.rank, self.world_size, start, stop,
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
-                  self.prefetch)  # fmt: skip
-        return read_in_processes(job, workers)
+                  self.prefetch, self.read_ahead)  # fmt: skip
+        # without a transform (which runs in the workers), this process reads the first step
+        # while the workers start: it does not wait for their server's imports
+        first = self._read_here if self.transform is None else None
+        return read_in_processes(job, workers, first)
+
+    def _read_here(self, step: int) -> dict[str, Any]:
+        """Step ``step``'s batch, read in this process as a worker reads it (CPU decode into
+        host memory), by a reader that keeps no column resident (Lance takes only: the same
+        values, without reading whole columns for one batch)."""
+        reader = host_reader(self.plan, self.video_threads, read_ahead=1, fixed_columns=False)
+        try:
+            [batch] = read_steps(self.plan, self.sampler, reader, [step], self.rank,
+                                 self.world_size)  # fmt: skip
+        finally:
+            reader.close()
+        return batch

@@ -14,7 +14,8 @@ delivery loop (:mod:`treadle.torch.delivery`) hands the reader
   Lance is not fork-safe; :mod:`treadle.workers.processes`); worker ``k`` reads steps
   ``start+k, start+k+N, ...`` and hands each batch over through a reused shared-memory
   slot; the loader takes them back in step order. Use it when decode needs more than one
-  core (PyAV decode does not run in parallel across Python threads).
+  core (PyAV decode does not run in parallel across Python threads). Without a
+  ``transform``, the loader reads the first step itself while its workers start.
 
 Order is always the plan's order. ``state_dict()`` counts batches *delivered* to the
 caller, never those prefetched, so a resumed loader continues with exactly the next
@@ -61,6 +62,10 @@ class TrainLoader(StepLoader):
     ``steps`` bounds the run (None: forever). ``prefetch`` is how many steps are read
     ahead; ``workers`` > 0 reads in that many worker processes; ``video_threads`` decode
     threads per reader (default: one per core, up to 4; 1 per worker process).
+    ``read_ahead``: how many batches' row takes and video bytes each reader fetches while
+    one is assembled (None: 1 on a local store, ``CONCURRENCY.cloud_read_ahead``, 8, on an
+    object store, where each request waits a round trip; fewer while that many batches'
+    bytes exceed ``CONCURRENCY.read_ahead_bytes``); decoded frames are never read ahead.
     ``transform``: ``fn(batch, seeds) -> batch`` on the reader side (:mod:`treadle.torch.hook`).
     """
 
@@ -78,10 +83,12 @@ class TrainLoader(StepLoader):
         workers: int = 0,
         video_threads: int | None = None,
         transform: Transform | None = None,
+        read_ahead: int | None = None,
     ):
         super().__init__(lambda: _train_plan(recipe_or_plan), device=device, rank=rank,
                          world_size=world_size, prefetch=prefetch, workers=workers,
-                         video_threads=video_threads, transform=transform)  # fmt: skip
+                         video_threads=video_threads, transform=transform,
+                         read_ahead=read_ahead)  # fmt: skip
         if steps is not None and (int(steps) < 0):
             raise PlanError(f"steps must be >= 0, got {steps}")
         self.steps = None if steps is None else int(steps)

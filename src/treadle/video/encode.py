@@ -21,6 +21,7 @@ import numpy as np
 from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
+from treadle.concurrency import CONCURRENCY
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
 from treadle.video.remux import TrimmedByEditList, check_decodes, container_fps, remux_h264
@@ -33,6 +34,7 @@ from treadle.video.stream import (
     index_packets,
 )
 from treadle.video.values import VideoFile, VideoFrames, check_encoder, check_fps, check_frames
+from treadle.video.x264 import x264_params
 
 
 def encode_value(value: VideoFrames | VideoFile | EncodedStream) -> EncodedStream:
@@ -100,8 +102,11 @@ def _encode_yuv(
     ctx.max_b_frames = 0
     for name, value in COLOUR_TAGS.items():
         setattr(ctx, name, value)
+    # a fixed slice-thread count and no AVX-512: the same bytes every time (video/x264.py)
+    ctx.thread_type, ctx.thread_count = "SLICE", CONCURRENCY.encode_threads
     params = (
         f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1:annexb=1"
+        + x264_params()
     )
     ctx.options = {"crf": str(crf), "preset": preset, "x264-params": params}
     packets: list[Packet] = []

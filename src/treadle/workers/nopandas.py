@@ -13,8 +13,6 @@ anything in the process imports pandas (its pandas shim re-checks on a strict us
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import sys
 from typing import Any
@@ -24,8 +22,9 @@ from typing import Any
 SERVER_ENV = "TREADLE_WORKER_SERVER"
 
 
-class _Hide(importlib.abc.MetaPathFinder):
-    """``import pandas`` fails while installed."""
+class _Hide:
+    """``import pandas`` fails while installed (a meta path finder: ``find_spec`` is all
+    the import system asks of one; ``importlib.abc`` costs ~15 ms to import)."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
         if name == "pandas":
@@ -33,7 +32,7 @@ class _Hide(importlib.abc.MetaPathFinder):
         return None
 
 
-class _Tell(importlib.abc.MetaPathFinder):
+class _Tell:
     """The first ``import pandas`` runs as usual, then tells pyarrow (and this finder goes).
     A spec that is only looked at (Lance's ``find_spec("pandas")``) imports nothing."""
 

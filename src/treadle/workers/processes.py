@@ -5,7 +5,9 @@ run record, reads steps ``start+k, start+k+n, ...`` and writes each batch into o
 shared-memory slots (:mod:`treadle.workers.slots`); only ``(step, slot, layout)`` crosses its
 pipe. The loader takes the steps back in order, round-robin over the workers, copies each
 batch out of its slot and hands the slot back, so a worker never has more than its slots'
-worth of batches ahead, and a batch the caller keeps is never overwritten.
+worth of batches ahead, and a batch the caller keeps is never overwritten. A loader without
+a transform reads its first step in its own process while the workers start (they take the
+steps after it), so its first batch does not wait for the server's imports.
 
 Processes come from a *forkserver* that has imported treadle's read path once, without
 torch: a worker forks from it in milliseconds instead of starting Python and importing
@@ -23,7 +25,8 @@ import itertools
 import multiprocessing
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from treadle.errors import PlanError, TreadleError
@@ -78,8 +81,9 @@ def preload_workers(wait: bool = False) -> None:
     """Start the process server that ``workers=N`` loaders fork their workers from, now.
 
     The first ``workers=N`` loader of a process otherwise starts it when it is made, and its
-    first batch waits for the server's imports (Lance, PyAV, treadle's read path: ~0.5-1 s
-    of CPU in a process of its own). A script that calls this before it loads its model pays
+    first batch from a worker waits for the server's imports (Lance, PyAV, treadle's read
+    path: ~0.4-0.5 s of CPU in a process of its own; a loader without a transform reads its
+    first step itself meanwhile). A script that calls this before it loads its model pays
     that while the model loads. Returns at once; ``wait=True`` returns once the server has
     imported and forked a first (empty) process. Harmless to call again, and where there is
     no forkserver (not Linux or macOS) it does nothing."""
@@ -166,17 +170,47 @@ class _Handle:
             slot.close()
 
 
-def read_in_processes(job: Job, workers: int) -> Iterator[dict[str, Any]]:
+def read_in_processes(
+    job: Job, workers: int, first: Callable[[int], dict[str, Any]] | None = None
+) -> Iterator[dict[str, Any]]:
     """The batches of steps ``job.start ..`` (to ``job.stop``) from ``workers`` processes,
-    in step order."""
+    in step order.
+
+    ``first``: reads step ``job.start`` in this process (``first(step) -> batch``); the
+    workers then take the steps after it and are started on a thread while ``first`` runs,
+    so the first batch does not wait for the server's imports (issue 33: the cold start)."""
     ctx = context()
+    if first is not None:
+        job = replace(job, start=job.start + 1)
+        if job.stop is not None:
+            workers = min(workers, job.stop - job.start)
     handles: list[_Handle] = []
+    failed: list[BaseException] = []
+    starter = threading.Thread(target=_start, args=(ctx, job, workers, handles, failed),
+                               name="treadle-worker-start", daemon=True)  # fmt: skip
     try:
-        for k in range(workers):
-            handles.append(_Handle(ctx, job, k, workers))
+        starter.start()
+        if first is not None:
+            yield first(job.start - 1)
+        starter.join()
+        if failed:
+            raise failed[0]
         steps = itertools.count(job.start) if job.stop is None else range(job.start, job.stop)
         for step in steps:
             yield handles[(step - job.start) % workers].take(step)
     finally:
+        if starter.ident is not None:
+            starter.join()
         for h in handles:
             h.close()
+
+
+def _start(ctx: Any, job: Job, workers: int, handles: list[_Handle],
+           failed: list[BaseException]) -> None:  # fmt: skip
+    """Start ``workers`` processes into ``handles`` (on a thread: each start waits for the
+    server's imports); the first error goes into ``failed``."""
+    try:
+        for k in range(workers):
+            handles.append(_Handle(ctx, job, k, workers))
+    except BaseException as e:
+        failed.append(e)

@@ -42,6 +42,7 @@ class Job:
     video_threads: int
     finish: Finish | None
     depth: int
+    read_ahead: int | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
 
 
@@ -86,7 +87,7 @@ def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot]) -> 
     from treadle.plan.plan import Plan
 
     plan = Plan.from_record(job.record, Client(job.root, job.options or None))
-    reader = host_reader(plan, job.video_threads)
+    reader = host_reader(plan, job.video_threads, read_ahead=job.read_ahead)
     first = job.start + k
     mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
     batches = read_steps(plan, job.sampler, reader, mine, job.rank, job.world, job.finish)
