@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -305,19 +305,10 @@ class Store:
         async def one(key: str, idx: list[int]) -> tuple[list[int], list[Any]]:
             starts = [requests[i].start for i in idx]
             ends = [requests[i].end for i in idx]
-            deadline = time.monotonic() + _RETRY_BUDGET_S
-            for attempt in range(_RETRY_ATTEMPTS):
-                try:
-                    bufs = await request(
-                        obstore.get_ranges_async(self._inner, key, starts=starts, ends=ends)
-                    )
-                    break
-                except Exception as e:
-                    last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
-                    if last or not _transient(e):
-                        # a range past the end: InvalidRange, a Rust panic when coalesced
-                        raise await self._short_or(key, max(ends), e) from None
-                await asyncio.sleep(_backoff(attempt))
+            bufs = await self._read(
+                key, max(ends), lambda: obstore.get_ranges_async(
+                    self._inner, key, starts=starts, ends=ends)
+            )  # fmt: skip
             if any(len(b) != e - s for b, s, e in zip(bufs, starts, ends)):  # cut short
                 raise await self._short_or(key, max(ends), None)
             return idx, bufs
@@ -337,22 +328,31 @@ class Store:
         async def one(start: int) -> None:
             end = min(size, start + part)
             async with limit:
-                for attempt in range(_RETRY_ATTEMPTS):
-                    try:
-                        buf = await request(
-                            obstore.get_range_async(self._inner, key, start=start, end=end)
-                        )
-                        break
-                    except Exception as e:
-                        if attempt == _RETRY_ATTEMPTS - 1 or not _transient(e):
-                            raise await self._short_or(key, end, e) from None
-                    await asyncio.sleep(_backoff(attempt))
+                buf = await self._read(
+                    key, end, lambda: obstore.get_range_async(
+                        self._inner, key, start=start, end=end)
+                )  # fmt: skip
                 if len(buf) != end - start:
                     raise await self._short_or(key, end, None)
                 os.pwrite(fd, memoryview(buf), start)
 
         if size:
             _Loop.run(_Loop.gather([one(s) for s in range(0, size, part)]))
+
+    async def _read(self, key: str, end: int, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``await call()``, one obstore read of ``key`` up to ``end``, retried while the
+        error is transient (within the retry budget); else :meth:`_short_or`'s error."""
+        deadline = time.monotonic() + _RETRY_BUDGET_S
+        for attempt in range(_RETRY_ATTEMPTS):
+            try:
+                return await request(call())
+            except Exception as e:
+                last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
+                if last or not _transient(e):
+                    # a range past the end: InvalidRange, a Rust panic when coalesced
+                    raise await self._short_or(key, end, e) from None
+            await asyncio.sleep(_backoff(attempt))
+        raise AssertionError("unreachable: the last attempt raises")
 
     async def _short_or(self, key: str, end: int, e: Exception | None) -> Exception:
         """:class:`ShortObject` (a ``CorruptData``) naming ``key`` when it is shorter than
