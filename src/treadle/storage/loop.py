@@ -50,7 +50,15 @@ class _Loop:
 
     @classmethod
     def run(cls, coro):
-        return asyncio.run_coroutine_threadsafe(coro, cls.get()).result()
+        fut = asyncio.run_coroutine_threadsafe(coro, cls.get())
+        try:
+            return fut.result()
+        except BaseException:
+            # The caller gave up (Ctrl-C, a signal handler's exception): stop the task too,
+            # else it retries on for minutes against a hung server, holding what it read.
+            # Its obstore calls still run to their end (request() never cancels them).
+            fut.cancel()
+            raise
 
     @staticmethod
     async def gather(coros: Sequence[Any]) -> list[Any]:
