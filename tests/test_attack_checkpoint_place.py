@@ -43,3 +43,28 @@ def test_a_checkpoint_outside_the_runs_project_is_refused(tmp_path, where):
     assert project.gc(timedelta(0), keep_days=0).expired_commits == []
     again = td.TrainLoader.from_state(row.loader_state, td.Client(str(tmp_path / "a")))
     assert next(iter(again))["x"].shape == (4,)
+
+
+def test_gc_still_runs_after_a_checkpoint_came_too_late(local_root, monkeypatch):
+    """A checkpoint row that landed after gc decided to expire its run's commit (its save
+    raised ExpiredCommit, "cannot resume") stays in the checkpoint table. Every later
+    gc --keep-days read that row's pins and raised CorruptData ("version ... manifest is
+    missing"): gc was blocked for good. A pin of an expired commit now pins nothing (the
+    save said so); the head stays whole."""
+    from test_retention import _run_on_c2, _save_in_thread
+
+    project, c2, loader, _ = _run_on_c2(local_root, None)
+    threads, errors = _save_in_thread(project, loader, "decided", monkeypatch)
+    assert c2.id in project.gc(older_than=timedelta(0), keep_days=0).expired_commits
+    threads[0].join()
+    monkeypatch.undo()
+    assert len(errors) == 1 and "cannot resume" in str(errors[0])
+    project.branch().table("t").append({"x": np.arange(3, dtype=np.int64)})
+    again = td.Client(local_root).project("p")
+    report = again.gc(older_than=timedelta(0), keep_days=0)  # before: CorruptData
+    assert c2.id not in report.kept_versions and report.kept_versions["t"]
+    head = again.branch().head()
+    assert again.table_at("t", head.tables["t"]).to_arrow(["x"]).num_rows > 0
+    assert (
+        again.table_at("checkpoints", head.tables["checkpoints"]).to_arrow(["step"]).num_rows == 1
+    )
