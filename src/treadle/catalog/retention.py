@@ -7,8 +7,8 @@
   or a commit (or a table version) named by a run record in a checkpoint row (a table
   with ``run_id``/``record``/``digests`` columns, see :mod:`treadle.torch.checkpoints`)
   of a head or tagged commit. Every other commit reachable from a head or tag is
-  *expired*, in two phases: gc writes a *pending* marker
-  ``<project>/retention/pending/<commit>.json``, reads the heads, tags and pins again,
+  *expired*, in two phases: gc writes a *pending* marker of its own
+  ``<project>/retention/pending/<commit>/<gc>.json``, reads the heads, tags and pins again,
   writes the final marker ``<project>/retention/expired/<commit>.json`` for the commits
   still unpinned, and only then may delete the versions no kept commit names. Reading
   such a commit raises :class:`ExpiredCommit` naming it. An expired commit stays expired
@@ -16,7 +16,7 @@
 - A **pin made while gc runs** (a checkpoint row, a tag) is safe by the same order: the
   pin is committed first, then :func:`~treadle.catalog.expiry.settle` reads the markers
   of the commits it names. No marker: gc's second read comes later and sees the pin. A
-  pending one: wait until gc decides. A final one: gc decided before it saw the pin, and
+  pending one (any gc's): wait until every gc deciding has decided. A final one: gc decided before it saw the pin, and
   the caller says so. The markers themselves are :mod:`treadle.catalog.expiry`'s.
 """
 
