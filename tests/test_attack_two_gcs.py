@@ -74,3 +74,28 @@ def test_a_checkpoint_between_two_gcs_is_kept_or_refused(local_root, monkeypatch
         assert "cannot resume" in str(saved[0])
     else:  # the save returned: the checkpoint resumes
         _resumes(local_root, None, first)
+
+
+def test_a_dead_gcs_pending_marker_is_not_waited_for_again(local_root, monkeypatch):
+    """A gc that died between its pending and final markers leaves its pending marker, and
+    no later gc drops another's: a save pinning that commit must not wait out the settle
+    time (5 minutes) every time once the marker is older than that."""
+    import os
+    import time
+
+    import treadle.catalog.expiry as expiry
+    from treadle import layout
+
+    project, c2, loader, first = _run_on_c2(local_root, None)
+    key = layout.pending_key(project.prefix, c2.id, "dead-gc")
+    project.client.store.put(key, b"{}")
+    old = time.time() - 2 * expiry._SETTLE_S
+    os.utime(os.path.join(local_root, key), (old, old))
+
+    def no_wait(s: float) -> None:
+        raise AssertionError("settle waited on a dead gc's pending marker")
+
+    monkeypatch.setattr(expiry.time, "sleep", no_wait)
+    td.Checkpoints(project.branch()).save(1, {"w": torch.zeros(2)}, loader)
+    monkeypatch.undo()
+    _resumes(local_root, None, first)

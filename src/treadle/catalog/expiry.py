@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from treadle import layout
 from treadle.catalog.place import ProjectPlace
@@ -42,7 +42,11 @@ def _pending(place: ProjectPlace, cid: str) -> bool:
     store, prefix = place.store, place.prefix
     if store.exists(expired_key(prefix, cid, pending=True)):  # an older treadle's gc
         return True
-    return bool(store.list(layout.pending_folder(prefix, cid)))
+    # a marker older than the wait is a dead gc's: waiting it out again would make every
+    # save pinning this commit take _SETTLE_S (no later gc drops another gc's marker)
+    since = datetime.now(UTC) - timedelta(seconds=_SETTLE_S)
+    infos = store.list_info(layout.pending_folder(prefix, cid)).values()
+    return any(i.modified > since for i in infos)
 
 
 def expired_error(place: ProjectPlace, commit_id: str, table: str | None) -> ExpiredCommit | None:
