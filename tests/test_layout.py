@@ -58,7 +58,7 @@ def test_every_key_function_builds_a_key_of_the_layout():
         layout.folder(p, layout.GC_WRITERS) + "/id/beat": "gc/writers/<id>/",
         layout.folder(p, layout.GC_USED) + "/media/t/x.h264": "gc/used/<object key>",
         layout.folder(p, layout.GC_SWEEPS) + "/id/start": "gc/sweeps/<id>/",
-        layout.retention_key(p, "c1", pending=True): "retention/pending/<commit>.json",
+        layout.pending_key(p, "c1", "g1"): "retention/pending/<commit>/<gc>.json",
         layout.retention_key(p, "c1"): "retention/expired/<commit>.json",
     }
     for key, want in keys.items():

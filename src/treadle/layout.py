@@ -39,7 +39,7 @@ LAYOUT: tuple[tuple[str, str], ...] = (
     ("projects/<project>/gc/writers/<id>/", "leases of running writers (gc keeps what they stage)"),
     ("projects/<project>/gc/used/<object key>", "when a writer last reused an object"),
     ("projects/<project>/gc/sweeps/<id>/", "gc's own lease while it deletes"),
-    ("projects/<project>/retention/pending/<commit>.json", "commits a gc is expiring"),
+    ("projects/<project>/retention/pending/<commit>/<gc>.json", "commits a gc is expiring"),
     ("projects/<project>/retention/expired/<commit>.json", "commits retention expired"),
 )  # fmt: skip
 """``(key pattern, what it holds)`` for every kind of object, as the docs show them."""
@@ -104,4 +104,16 @@ def runstats_key(prefix: str, run_id: str, key: str) -> str:
 
 
 def retention_key(prefix: str, commit_id: str, pending: bool = False) -> str:
+    """The expired marker of ``commit_id`` (``pending``: the one pending marker of an older
+    treadle, which one gc could drop while another was still deciding: still read)."""
     return f"{prefix}/{PENDING if pending else EXPIRED}/{commit_id}.json"
+
+
+def pending_folder(prefix: str, commit_id: str) -> str:
+    """Where every gc deciding whether to expire ``commit_id`` keeps its pending marker."""
+    return f"{prefix}/{PENDING}/{commit_id}"
+
+
+def pending_key(prefix: str, commit_id: str, gc_id: str) -> str:
+    """One gc's pending marker of ``commit_id`` (each gc its own: see catalog/expiry.py)."""
+    return f"{pending_folder(prefix, commit_id)}/{gc_id}.json"

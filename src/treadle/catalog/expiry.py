@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from treadle import layout
 from treadle.catalog.place import ProjectPlace
@@ -22,18 +22,31 @@ def expired_key(prefix: str, commit_id: str, pending: bool = False) -> str:
 
 def settle(place: ProjectPlace, commit_ids: list[str]) -> list[str]:
     """Those of ``commit_ids`` a gc expired, read *after* the caller committed a pin of
-    them: a pending marker is waited for until that gc makes it final or drops it."""
+    them: every pending marker (each gc deciding writes its own) is waited for until its
+    gc makes it final or drops it."""
     store, prefix, out = place.store, place.prefix, []
     for cid in sorted(set(commit_ids)):
         deadline = time.monotonic() + _SETTLE_S
         # pending first: gc writes the final marker before it drops the pending one
-        while store.exists(expired_key(prefix, cid, pending=True)):
+        while _pending(place, cid):
             if time.monotonic() > deadline:
                 break  # a gc that died while deciding: it deleted nothing of this commit
             time.sleep(0.02)
         if store.exists(expired_key(prefix, cid)):
             out.append(cid)
     return out
+
+
+def _pending(place: ProjectPlace, cid: str) -> bool:
+    """Whether some gc is still deciding whether to expire ``cid``."""
+    store, prefix = place.store, place.prefix
+    if store.exists(expired_key(prefix, cid, pending=True)):  # an older treadle's gc
+        return True
+    # a marker older than the wait is a dead gc's: waiting it out again would make every
+    # save pinning this commit take _SETTLE_S (no later gc drops another gc's marker)
+    since = datetime.now(UTC) - timedelta(seconds=_SETTLE_S)
+    infos = store.list_info(layout.pending_folder(prefix, cid)).values()
+    return any(i.modified > since for i in infos)
 
 
 def expired_error(place: ProjectPlace, commit_id: str, table: str | None) -> ExpiredCommit | None:
@@ -65,17 +78,26 @@ def expired_message(
 
 
 def mark_expired(
-    place: ProjectPlace, expired: dict[str, dict[str, int]], keep_days: float, pending: bool = False
+    place: ProjectPlace,
+    expired: dict[str, dict[str, int]],
+    keep_days: float,
+    pending: str | None = None,
 ) -> None:
-    """Write the marker (``pending``: the first phase's) of every commit expired this run,
-    before anything is deleted."""
+    """Write the marker of every commit expired this run, before anything is deleted
+    (``pending``: the first phase's, of the gc with that id: two gcs deciding at once
+    each hold their own, so one dropping its marker never ends another's wait)."""
     when = datetime.now(UTC).isoformat()
     for cid, tables in sorted(expired.items()):
         body = {"commit": cid, "tables": tables, "keep_days": keep_days, "expired_at": when}
-        place.store.put(expired_key(place.prefix, cid, pending), json.dumps(body).encode())
+        key = (
+            expired_key(place.prefix, cid)
+            if pending is None
+            else layout.pending_key(place.prefix, cid, pending)
+        )
+        place.store.put(key, json.dumps(body).encode())
 
 
-def drop_pending(place: ProjectPlace, commits: dict[str, dict[str, int]]) -> None:
-    """Delete the pending markers of ``commits`` (after their final markers, if any)."""
+def drop_pending(place: ProjectPlace, commits: dict[str, dict[str, int]], gc_id: str) -> None:
+    """Delete gc ``gc_id``'s pending markers of ``commits`` (after their final markers)."""
     for cid in sorted(commits):
-        place.store.delete(expired_key(place.prefix, cid, pending=True))
+        place.store.delete(layout.pending_key(place.prefix, cid, gc_id))

@@ -35,6 +35,7 @@ Lance exactly which versions to remove.
 from __future__ import annotations
 
 import functools
+import uuid
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -147,7 +148,8 @@ def _reread(
     final = plan_retention(history, keep_days, now)
     expired = final.expired
     if expired:  # pending, pins read once more, then final: see expiry.settle
-        mark_expired(history.place, expired, float(keep_days or 0), pending=True)
+        me = uuid.uuid4().hex  # this gc's pending markers: another gc never drops them
+        mark_expired(history.place, expired, float(keep_days or 0), pending=me)
         try:
             _at("pending")
             again = plan_retention(history, keep_days, now)
@@ -157,7 +159,7 @@ def _reread(
                 final.versions.setdefault(name, set()).update(vs)
             mark_expired(history.place, expired, float(keep_days or 0))
         finally:
-            drop_pending(history.place, final.expired)
+            drop_pending(history.place, final.expired, me)
     for name, vs in sorted(final.versions.items()):
         new = vs - surveyed.get(name, set())
         if new:

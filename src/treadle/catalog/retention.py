@@ -7,8 +7,8 @@
   or a commit (or a table version) named by a run record in a checkpoint row (a table
   with ``run_id``/``record``/``digests`` columns, see :mod:`treadle.torch.checkpoints`)
   of a head or tagged commit. Every other commit reachable from a head or tag is
-  *expired*, in two phases: gc writes a *pending* marker
-  ``<project>/retention/pending/<commit>.json``, reads the heads, tags and pins again,
+  *expired*, in two phases: gc writes a *pending* marker of its own
+  ``<project>/retention/pending/<commit>/<gc>.json``, reads the heads, tags and pins again,
   writes the final marker ``<project>/retention/expired/<commit>.json`` for the commits
   still unpinned, and only then may delete the versions no kept commit names. Reading
   such a commit raises :class:`ExpiredCommit` naming it. An expired commit stays expired
@@ -16,7 +16,7 @@
 - A **pin made while gc runs** (a checkpoint row, a tag) is safe by the same order: the
   pin is committed first, then :func:`~treadle.catalog.expiry.settle` reads the markers
   of the commits it names. No marker: gc's second read comes later and sees the pin. A
-  pending one: wait until gc decides. A final one: gc decided before it saw the pin, and
+  pending one (any gc's): wait until every gc deciding has decided. A final one: gc decided before it saw the pin, and
   the caller says so. The markers themselves are :mod:`treadle.catalog.expiry`'s.
 """
 
@@ -99,7 +99,7 @@ def plan_retention(history: History, keep_days: float | None, now: datetime) -> 
     pinned, pinned_versions = set(roots), set()
     if keep_days is not None:
         for cid in roots - gone:
-            c, v = _run_record_pins(history, history.load_commit(cid))
+            c, v = _run_record_pins(history, history.load_commit(cid), gone)
             pinned |= c
             pinned_versions |= v
     horizon = now.timestamp() - (keep_days or 0) * 86400.0
@@ -137,9 +137,15 @@ def plan_retention(history: History, keep_days: float | None, now: datetime) -> 
     return out
 
 
-def _run_record_pins(history: History, commit: Commit) -> tuple[set[str], set[tuple[str, int]]]:
+def _run_record_pins(
+    history: History, commit: Commit, gone: set[str]
+) -> tuple[set[str], set[tuple[str, int]]]:
     """Commits and (table, version) pairs named by run records in the checkpoint tables of
-    ``commit``; a record gc cannot parse stops gc (it never guesses what a run needs)."""
+    ``commit``; a record gc cannot parse stops gc (it never guesses what a run needs).
+
+    A table entry whose commit was expired (in ``gone``) pins no version: its row came too
+    late (its save raised ExpiredCommit, "cannot resume") and its versions may be gone
+    already, so keeping them would stop every later gc on a missing manifest."""
     commits: set[str] = set()
     versions: set[tuple[str, int]] = set()
     for name, v in sorted(commit.tables.items()):
@@ -152,6 +158,8 @@ def _run_record_pins(history: History, commit: Commit) -> tuple[set[str], set[tu
                 if record.get("project") not in (None, history.place.name):
                     continue
                 for t in record["tables"]:
+                    if t.get("commit") and str(t["commit"]) in gone:
+                        continue
                     versions.add((str(t["name"]), int(t["version"])))
                     if t.get("commit"):
                         commits.add(str(t["commit"]))

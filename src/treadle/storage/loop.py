@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
+from treadle.errors import StorageError
+
 T = TypeVar("T")
 
 
@@ -32,12 +34,20 @@ class _Loop:
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _pid: int | None = None
+    _closed: int | None = None  # the pid whose exit hook stopped the loop: no new one there
     _SHUTDOWN_WAIT_S = 10.0
     _CALLS_WAIT_S = 5.0
 
     @classmethod
     def get(cls) -> asyncio.AbstractEventLoop:
         with cls._lock:
+            if cls._closed == os.getpid():
+                # a new loop now would run requests nobody waits for while the interpreter
+                # finalises (a daemon reader retrying after the hook cancelled its read)
+                raise StorageError(
+                    "object-store read after interpreter exit began: treadle's I/O loop "
+                    "has shut down (read before exit, or from a non-daemon thread)"
+                )
             if cls._loop is None or cls._pid != os.getpid():
                 loop = asyncio.new_event_loop()
                 _IN_FLIGHT.clear()  # a forked child's copy of its parent's calls
@@ -50,7 +60,15 @@ class _Loop:
 
     @classmethod
     def run(cls, coro):
-        return asyncio.run_coroutine_threadsafe(coro, cls.get()).result()
+        fut = asyncio.run_coroutine_threadsafe(coro, cls.get())
+        try:
+            return fut.result()
+        except BaseException:
+            # The caller gave up (Ctrl-C, a signal handler's exception): stop the task too,
+            # else it retries on for minutes against a hung server, holding what it read.
+            # Its obstore calls still run to their end (request() never cancels them).
+            fut.cancel()
+            raise
 
     @staticmethod
     async def gather(coros: Sequence[Any]) -> list[Any]:
@@ -70,6 +88,7 @@ class _Loop:
         with cls._lock:
             loop, thread, pid = cls._loop, cls._thread, cls._pid
             cls._loop = cls._thread = None
+            cls._closed = os.getpid()
         if loop is None or thread is None or pid != os.getpid() or not loop.is_running():
             return
 

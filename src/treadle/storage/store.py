@@ -258,6 +258,8 @@ class Store:
         async def all_() -> list[bool]:
             return await asyncio.gather(*(gone(k) for k in keys))
 
+        _Loop.get()  # a StorageError after the exit hook, before any coroutine exists
+
         return [k for k, g in zip(keys, _Loop.run(all_()) if keys else []) if g]
 
     def list_dirs(self, prefix: str) -> list[str]:
@@ -298,6 +300,7 @@ class Store:
         self._claim("read", requests[0].key if requests else "")
         if not requests:
             return []
+        _Loop.get()  # a StorageError after the exit hook, before any coroutine exists
         by_key: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             by_key.setdefault(r.key, []).append(i)

@@ -133,6 +133,7 @@ class Checkpoints:
             },
             schema=_SCHEMA,
         )
+        self._check_place(loader, row.record)
         pins = self._pins(row.record)
         project, prefix = self.branch.project, self.branch.project.prefix
         gone = [c for c in pins if project.client.store.exists(expired_key(prefix, c))]
@@ -143,6 +144,25 @@ class Checkpoints:
         if late:
             raise ExpiredCommit(self._expired(late[0], "the row was saved but cannot resume"))
         return row
+
+    def _check_place(self, loader: Any, record: dict[str, Any]) -> None:
+        """Refuse a row outside the run's project (another project or another root): gc
+        --keep-days reads the pins of the project it collects, so the row would pin nothing
+        and the run's commits could be expired under it."""
+        ours = self.branch.project
+        tables = getattr(getattr(loader, "plan", None), "tables", None) or ()
+        theirs = getattr(tables[0], "project", None) if tables else None
+        root = getattr(getattr(theirs, "client", None), "root", None)
+        name = record.get("project")
+        if (name is None or name == ours.name) and (root is None or root == ours.client.root):
+            return
+        shown = f"project {name!r}" + (f" under {root!r}" if root != ours.client.root else "")
+        raise PlanError(
+            f"{self._where} (under {ours.client.root!r}): run {str(record.get('run_id', ''))[:8]}"
+            f" reads {shown}, so a checkpoint row here pins nothing (gc --keep-days could "
+            "expire the commits the run resumes from); save its checkpoints in a branch of "
+            "the run's own project"
+        )
 
     def _pins(self, record: dict[str, Any]) -> list[str]:
         """The commits of this project the run record names (what its checkpoint pins)."""
