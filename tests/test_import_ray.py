@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -286,6 +287,39 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
     monkeypatch.undo()
     assert removed == [0] and res.rows == 30
     _assert_same(client)
+
+
+@pytest.mark.slow
+def test_a_task_cancelled_mid_transaction_leaves_nothing_for_gc_to_keep(
+    tmp_path, client, ray_cluster, monkeypatch
+):
+    """Ctrl-C while a task has staged its file, its transaction still open: the forced
+    cancel kills its worker there. It used to leave its own gc lease, which kept its file
+    from gc(older_than=0) for 5 minutes (the flaky test below, about 1 run in 30)."""
+    pattern = make_wds(tmp_path / "wds", n=30, per_shard=10)
+    client.project("p").create()
+    marker = tmp_path / "hang"
+    marker.mkdir()
+    ex = td.RayExecutor()
+    ex._crash = (1, str(marker), -1)  # source 1 stages, then waits there to be cancelled
+
+    def interrupt(self, n):  # Ctrl-C as source 0 completes, once source 1 has staged
+        for _ in range(1200):
+            if (marker / "staged").exists():
+                break
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importers.run.Progress, "update", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        importers.webdataset(pattern, client.project("p"), "t", executor=ex)
+    monkeypatch.undo()
+    assert (marker / "staged").exists()
+    assert nothing_committed(client.project("p"))
+    assert _data_files(client.root, "p")  # source 1's file, staged before the cancel
+    assert _leases(client.root, "p") == []
+    client.project("p").gc(older_than=timedelta(0))
+    assert not _data_files(client.root, "p")
 
 
 @pytest.mark.slow

@@ -44,6 +44,7 @@ node of the cluster.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ class RayExecutor(Executor):
         self.max_retries = max_retries
         self.max_in_flight = max_in_flight
         # test-only: (source index, marker folder, attempts) makes the first `attempts`
-        # attempts of that source's task kill their worker after staging, its transaction open
+        # attempts of that source's task kill their worker after staging, its transaction
+        # open; attempts -1: it marks "staged" and sleeps there instead (to be cancelled)
         self._crash: tuple[int, str, int] | None = None
 
     def __repr__(self) -> str:
@@ -284,6 +286,11 @@ def _stage_source(
 
 
 def _maybe_crash(folder: str, attempts: int) -> None:
+    if attempts < 0:  # staged, its transaction open: wait there to be cancelled
+        with open(os.path.join(folder, "staged"), "w"):
+            pass
+        time.sleep(60)
+        return
     for k in range(attempts):
         try:
             fd = os.open(os.path.join(folder, f"attempt-{k}"), os.O_CREAT | os.O_EXCL)
