@@ -160,7 +160,7 @@ class Transaction:
         checks that lease is still held, raising :class:`TreadleError` once it is gone (the
         holder ended), so nothing is written after. Call it before staging anything.
         """
-        if self._lease.held:
+        if isinstance(self._lease, Lease) and self._lease.held:
             raise TreadleError("stage_under: this transaction already holds its own gc lease")
         self._lease = Borrowed(self.project.place.store, lease_key)
 
