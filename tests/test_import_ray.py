@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -70,6 +71,12 @@ def _assert_same(client, table="t", a="one", b="ray"):
 def _data_files(root: str, project: str, table: str = "t") -> set[str]:
     folder = Path(root) / "projects" / project / "tables" / f"{table}.lance" / "data"
     return {p.name for p in folder.glob("*.lance")} if folder.exists() else set()
+
+
+def _leases(root: str, project: str) -> list[str]:
+    """The ids of the gc leases held in ``project`` (writers' markers under gc/writers)."""
+    folder = Path(root) / "projects" / project / "gc" / "writers"
+    return sorted({p.parent.name for p in folder.glob("*/*")})
 
 
 def _referenced(client, project: str, table: str = "t") -> set[str]:
@@ -184,7 +191,9 @@ def test_killed_task_is_retried_and_the_result_is_equal(tmp_path, client, ray_cl
     marker = tmp_path / "crash"
     marker.mkdir()
     ex = td.RayExecutor(max_retries=2)
-    ex._crash = (0, str(marker), 1)  # shard 0 dies after staging: its retry ends last
+    # shard 0 dies after staging, its transaction still open (as a force-cancelled task
+    # does): its retry ends last, and it leaves no lease that would keep its files from gc
+    ex._crash = (0, str(marker), 1)
     res = importers.webdataset(pattern, client.project("ray"), "t", executor=ex, progress=False)
     assert (marker / "attempt-0").exists()  # the first attempt did die
     assert res.rows == 60
@@ -214,7 +223,8 @@ def test_failed_import_commits_nothing_and_gc_removes_what_it_staged(tmp_path, c
     head = client.project("p").branch("main").commit_id
     committed = _referenced(client, "p")
     second = make_wds(tmp_path / "b", n=30, per_shard=10, seed=1)
-    # every attempt of shard 0 dies after staging: Ray gives up after max_retries
+    # every attempt of shard 0 dies after staging (its transaction open): Ray gives up
+    # after max_retries
     marker = tmp_path / "crash"
     marker.mkdir()
     ex = td.RayExecutor(max_retries=1)
@@ -280,6 +290,39 @@ def test_gc_during_the_import_keeps_what_tasks_staged(tmp_path, client, ray_clus
 
 
 @pytest.mark.slow
+def test_a_task_cancelled_mid_transaction_leaves_nothing_for_gc_to_keep(
+    tmp_path, client, ray_cluster, monkeypatch
+):
+    """Ctrl-C while a task has staged its file, its transaction still open: the forced
+    cancel kills its worker there. It used to leave its own gc lease, which kept its file
+    from gc(older_than=0) for 5 minutes (the flaky test below, about 1 run in 30)."""
+    pattern = make_wds(tmp_path / "wds", n=30, per_shard=10)
+    client.project("p").create()
+    marker = tmp_path / "hang"
+    marker.mkdir()
+    ex = td.RayExecutor()
+    ex._crash = (1, str(marker), -1)  # source 1 stages, then waits there to be cancelled
+
+    def interrupt(self, n):  # Ctrl-C as source 0 completes, once source 1 has staged
+        for _ in range(1200):
+            if (marker / "staged").exists():
+                break
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importers.run.Progress, "update", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        importers.webdataset(pattern, client.project("p"), "t", executor=ex)
+    monkeypatch.undo()
+    assert (marker / "staged").exists()
+    assert nothing_committed(client.project("p"))
+    assert _data_files(client.root, "p")  # source 1's file, staged before the cancel
+    assert _leases(client.root, "p") == []
+    client.project("p").gc(older_than=timedelta(0))
+    assert not _data_files(client.root, "p")
+
+
+@pytest.mark.slow
 def test_cancelled_import_commits_nothing(tmp_path, client, ray_cluster, monkeypatch):
     pattern = make_wds(tmp_path / "wds", n=30, per_shard=10)
     client.project("p").create()
@@ -294,6 +337,9 @@ def test_cancelled_import_commits_nothing(tmp_path, client, ray_cluster, monkeyp
     monkeypatch.undo()
     assert client.project("p").branch("main").commit_id == head
     assert nothing_committed(client.project("p"))
+    # no lease is left: a task killed mid-write by the cancel used to leave its own, which
+    # kept what it staged from gc (for 5 minutes), so a file outlived the gc below
+    assert _leases(client.root, "p") == []
     client.project("p").gc(older_than=timedelta(0))
     assert not _data_files(client.root, "p")  # the staged table's files are gone
 
@@ -416,6 +462,39 @@ def test_executor_protocol_commits_once_in_source_order(tmp_path, client):
     importers.mds(folder, client.project("one"), "m", progress=False)
     importers.mds(folder, client.project("ray"), "m", executor=_Backwards())
     _assert_same(client, "m")
+
+
+def test_a_task_stages_under_the_drivers_lease_and_stops_once_it_is_gone(client):
+    """No Ray needed: a task's transaction takes no gc lease of its own (killed mid-write,
+    it leaves none that keeps its files from gc), and writes nothing once the driver's
+    lease is gone (the import ended)."""
+    client.project("p").create()
+    branch = client.project("p").branch("main")
+    driver = branch.transaction("import")
+    driver.hold()
+    task = branch.transaction("stage (never committed)")
+    task.stage_under(driver.lease_key)
+    tw = task.table("t")
+    tw.append({"x": pa.array([1, 2])})
+    assert take_staged(tw).rows == 2  # written, under the driver's lease
+    assert _data_files(client.root, "p")
+    assert _leases(client.root, "p") == [driver.lease_key.rpartition("/")[2]]
+    driver.close()  # the task "was killed": never closed; the import ends
+    assert _leases(client.root, "p") == []
+    client.project("p").gc(older_than=timedelta(0))
+    assert not _data_files(client.root, "p")  # nothing keeps the task's files from gc
+    late = branch.transaction("stage (never committed)")
+    late.stage_under(driver.lease_key)  # a task still running, or rerun, after the end
+    tw = late.table("t")
+    tw.append({"x": pa.array([3])})
+    with pytest.raises(TreadleError, match="lease .* is gone"):
+        take_staged(tw)
+    assert not _data_files(client.root, "p") and _leases(client.root, "p") == []
+    held = branch.transaction("x")
+    held.hold()
+    with pytest.raises(TreadleError, match="already holds"):
+        held.stage_under(driver.lease_key)
+    held.close()
 
 
 def test_add_staged_refuses_another_tensor_shape(client):

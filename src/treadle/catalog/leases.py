@@ -36,6 +36,7 @@ from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
 from treadle import layout
+from treadle.errors import TreadleError
 from treadle.storage import ObjectInfo, Store
 
 WRITERS = layout.GC_WRITERS
@@ -108,6 +109,39 @@ class Lease:
         """The background beat (a held lease only)."""
         with suppress(Exception):  # a failed beat is retried; a dead store fails the write
             self._beat(take=False)
+
+
+class Borrowed:
+    """Another process's lease, staged under (a Ray task of an import, under its driver's).
+
+    It takes no lease of its own, so a writer killed mid-write (a force-cancelled task)
+    leaves no live lease behind to keep its orphans from gc for :data:`LEASE_TTL`. Before
+    each write, :meth:`beat` checks that the holder's lease is still there, and raises
+    :class:`~treadle.errors.TreadleError` once it is gone (the holder ended: a failed,
+    cancelled or interrupted import writes nothing more). :meth:`release` does nothing:
+    the holder releases its own lease.
+    """
+
+    def __init__(self, store: Store, base: str):
+        self.store = store
+        self.base = base  # the holder's lease: <project>/gc/writers/<id>
+        self.id = uuid.uuid4().hex  # this writer's own id (a media copy's key suffix)
+
+    def beat(self) -> None:
+        """Raise unless the holder's lease is still held (one small request)."""
+        if self.store.missing([f"{self.base}/start"]):
+            raise TreadleError(
+                f"the gc lease {self.base.rpartition('/')[2]} this writer stages under is "
+                "gone (the import it works for ended: failed, cancelled or interrupted); "
+                "nothing more is written"
+            )
+
+    @property
+    def held(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing: the holder releases its lease."""
 
 
 class _Beater:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from treadle import layout
 from treadle.catalog.commit import Commit
-from treadle.catalog.leases import Lease, mark_used, sweeping
+from treadle.catalog.leases import Borrowed, Lease, mark_used, sweeping
 from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError, TreadleError
 from treadle.names import check_name
 from treadle.table.episode_store import store_episode_index
@@ -130,7 +130,7 @@ class Transaction:
         self._tables: dict[str, StagedTable] = {}
         self.commit: Commit | None = None
         self._done = False
-        self._lease = Lease(self.project.place.store, self.project.prefix)  # holds off gc
+        self._lease: Lease | Borrowed = Lease(self.project.place.store, self.project.prefix)
         self._media: dict[str, str] = {}  # media key this transaction stored -> its table
 
     def table(self, name: str) -> TableWriter:
@@ -145,6 +145,24 @@ class Transaction:
         it ends.
         """
         self._lease.beat()
+
+    @property
+    def lease_key(self) -> str:
+        """Where this transaction's gc lease lives (for :meth:`stage_under`)."""
+        return self._lease.base
+
+    def stage_under(self, lease_key: str) -> None:
+        """Stage under another transaction's gc lease (``lease_key``), taking none of its own.
+
+        For writes staged on behalf of a transaction that is held (:meth:`hold`) in another
+        process, which adds them (a Ray task of an import, for its driver): a writer killed
+        mid-write leaves no lease that would keep its orphans from gc, and each write first
+        checks that lease is still held, raising :class:`TreadleError` once it is gone (the
+        holder ended), so nothing is written after. Call it before staging anything.
+        """
+        if isinstance(self._lease, Lease) and self._lease.held:
+            raise TreadleError("stage_under: this transaction already holds its own gc lease")
+        self._lease = Borrowed(self.project.place.store, lease_key)
 
     def close(self) -> None:
         """End without committing: drop the gc lease; what was staged is left to gc (or to

@@ -25,7 +25,11 @@ Failure and restart:
 - a failed, cancelled (Ctrl-C) or interrupted import commits nothing; what its tasks
   staged is referenced by no version and removed by ``treadle gc`` (after its grace period;
   while the import runs, the driver's gc lease, taken before the first task starts, keeps
-  every task's files, however long the import takes);
+  every task's files, however long the import takes). Tasks stage under that lease and
+  take none of their own (:meth:`Transaction.stage_under`): a task killed mid-write (the
+  cancel is forced) leaves no lease that would keep its files from gc, and a task still
+  running (or rerun) after the driver has given up finds its lease gone at its next write
+  and raises instead of writing;
 - re-running the same import starts over cleanly: it stages everything again (nothing of
   the first attempt is reused) and, if the first attempt had in fact committed, it is
   skipped by its import id.
@@ -40,6 +44,7 @@ node of the cluster.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -62,11 +67,13 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class _Target:
-    """Where a task stages: the project (opened from its root), branch and table."""
+    """Where a task stages: the project (opened from its root), branch and table, and the
+    driver's gc lease it stages under."""
 
     project: ProjectAddress
     branch: str
     table: str
+    lease: str
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,8 @@ class RayExecutor(Executor):
         self.max_retries = max_retries
         self.max_in_flight = max_in_flight
         # test-only: (source index, marker folder, attempts) makes the first `attempts`
-        # attempts of that source's task kill their worker after staging
+        # attempts of that source's task kill their worker after staging, its transaction
+        # open; attempts -1: it marks "staged" and sleeps there instead (to be cancelled)
         self._crash: tuple[int, str, int] | None = None
 
     def __repr__(self) -> str:
@@ -133,12 +141,13 @@ class RayExecutor(Executor):
     ) -> tuple[int, int, int]:
         """Stage every source on Ray, then add them to ``tw`` in source order."""
         ray = self._connect()
-        target = _Target(ProjectAddress.of(tw.tx.branch.project), tw.tx.branch.name, tw.name)
+        project = ProjectAddress.of(tw.tx.branch.project)
+        target = _Target(project, tw.tx.branch.name, tw.name, tw.tx.lease_key)
         task = ray.remote(_stage_source).options(
             num_cpus=self.num_cpus, max_retries=self.max_retries, retry_exceptions=False
         )
         write_ref = ray.put(write)
-        tw.tx.hold()  # gc keeps whatever the tasks stage from now until the commit
+        tw.tx.hold()  # gc keeps whatever the tasks stage from now until the commit (or the end)
         out: list[_TaskResult | None] = [None] * len(sources)
 
         def run(indices: Sequence[int], schema: pa.Schema | None, count: bool) -> None:
@@ -224,6 +233,8 @@ class RayExecutor(Executor):
                     ray.cancel(ref, force=True)
             with suppress(Exception):  # and let them end, so none writes after we return
                 ray.wait(list(pending), num_returns=len(pending), timeout=30)
+            # one still running (or rerun) then meets the driver's lease gone at its next
+            # write and stops: tasks stage under that lease only (see _stage_source)
             raise
 
     def _result(self, ray: Any, ref: Any, what: str, after: str) -> Any:
@@ -253,24 +264,33 @@ def _stage_source(
 
     branch = target.project.open().branch(target.branch)
     tx = branch.transaction(f"stage source {index} of an import (never committed)")
+    # no lease of its own: one a force-cancelled task (killed mid-write) left behind would
+    # keep its orphans from gc for the lease TTL; and once the driver's lease is gone (the
+    # import ended), every write raises instead
+    tx.stage_under(target.lease)
     tw = tx.table(target.table)
     if schema is not None:
         tw.use_schema(schema)
     try:
         rows, episodes, nbytes = write(tw, Progress(None, "", "source", False), [index])
         staged = take_staged(tw)
+        if crash is not None and crash[0] == index:  # its transaction open, as when cancelled
+            _maybe_crash(crash[1], crash[2])
     except SchemaMismatch as e:
         if source in str(e):
             raise
         raise SchemaMismatch(f"{source}: {e}") from None  # rows conformed to another source's
     finally:
-        tx.close()  # the driver's lease keeps the staged files from here on
-    if crash is not None and crash[0] == index:
-        _maybe_crash(crash[1], crash[2])
+        tx.close()
     return _TaskResult(staged, rows, episodes, nbytes)
 
 
 def _maybe_crash(folder: str, attempts: int) -> None:
+    if attempts < 0:  # staged, its transaction open: wait there to be cancelled
+        with open(os.path.join(folder, "staged"), "w"):
+            pass
+        time.sleep(60)
+        return
     for k in range(attempts):
         try:
             fd = os.open(os.path.join(folder, f"attempt-{k}"), os.O_CREAT | os.O_EXCL)
