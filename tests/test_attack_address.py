@@ -20,7 +20,12 @@ def test_project_address_never_shows_its_credentials(s3_root):
     client.project("p").branch().table("t").append({"a": [1, 2]})
     secret = opts["aws_secret_access_key"]
     addr = ProjectAddress.of(client.project("p"))
-    shown = [repr(addr), str(addr), f"{addr}", repr(_Target(addr, "main", "t"))]
+    shown = [
+        repr(addr),
+        str(addr),
+        f"{addr}",
+        repr(_Target(addr, "main", "t", "gc/writers/x/start")),
+    ]
     assert all(secret not in s for s in shown), shown
     again = pickle.loads(pickle.dumps(addr))  # what a Ray task receives
     assert again.open().branch().table("t").pin().num_moments == 2
