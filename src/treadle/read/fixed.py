@@ -207,7 +207,7 @@ class FixedReader:
         held = set(self._copies)
         col = None
         if store.is_local or not self._too_big(table, frags, field_id):
-            col = self._map_fragments(table, ds, frags, f, field_id, dtype, shape)
+            col = self._map_fragments(table, ds, frags, f, field_id, dtype, shape, wide)
         for path in set(self._copies) - held if col is None else ():
             self._copies.pop(path).close()  # copied in vain: evictable again
         return col
@@ -228,9 +228,8 @@ class FixedReader:
         return False
 
     def _map_fragments(self, table: Table, ds: Any, frags: list[Any], f: pa.Field,
-                       field_id: int, dtype: np.dtype, shape: tuple[int, ...]
+                       field_id: int, dtype: np.dtype, shape: tuple[int, ...], wide: bool
                        ) -> _Column | None:  # fmt: skip
-        wide = f.type.list_size * dtype.itemsize >= FULL_ZIP_ROW_BYTES
         starts, parts, at = [], [], 0
         for frag in frags:
             df = _data_file(frag.metadata, field_id)
