@@ -101,6 +101,9 @@ class SampleReader:
     buffers are taken when it is assembled. ``copy_objects``: on an object store, map wide
     fixed-width columns from copies of their data files in the local object cache
     (:mod:`treadle.storage.filecache`); False for a reader of a batch or two.
+    ``resident_bytes``: how much of narrow fixed-width columns it may read whole into
+    memory (None: :data:`~treadle.read.fixed.RESIDENT_BYTES`; 0: every one read by Lance
+    takes, for a reader of one batch).
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class SampleReader:
         fixed_columns: bool = True,
         read_ahead: int | None = None,
         copy_objects: bool = True,
+        resident_bytes: int | None = None,
     ):
         self.tables = list(tables)
         self.columns = columns
@@ -137,7 +141,8 @@ class SampleReader:
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
         self._buffers = BufferPool()
-        self._fixed = FixedReader(copy_objects=copy_objects) if fixed_columns else None
+        keep = {} if resident_bytes is None else {"resident_bytes": resident_bytes}
+        self._fixed = FixedReader(copy_objects=copy_objects, **keep) if fixed_columns else None
         self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
         self._pads = pad_columns(columns)
         self._masks = mask_columns(columns)

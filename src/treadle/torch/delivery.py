@@ -193,9 +193,14 @@ class StepLoader:
 
     def _read_here(self, step: int) -> dict[str, Any]:
         """Step ``step``'s batch, read in this process as a worker reads it (CPU decode into
-        host memory), by a reader that keeps no column resident (Lance takes only: the same
-        values, without reading whole columns for one batch)."""
-        reader = host_reader(self.plan, self.video_threads, read_ahead=1, fixed_columns=False)
+        host memory), by a reader that keeps no column resident (Lance takes: the same
+        values, without reading whole columns for one batch). On an object store it maps
+        the wide columns from the object cache, as a ``workers=0`` loader's first batch
+        does: the copies are made before the first batch, and the workers map them, rather
+        than each waiting for them in its first batches."""
+        remote = not self.plan.table(0).project.store.is_local
+        reader = host_reader(self.plan, self.video_threads, read_ahead=1,
+                             fixed_columns=remote, resident_bytes=0)  # fmt: skip
         try:
             [batch] = read_steps(self.plan, self.sampler, reader, [step], self.rank,
                                  self.world_size)  # fmt: skip
