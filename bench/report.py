@@ -207,6 +207,14 @@ def _contents(res: list[Result]) -> list[dict[str, Any]]:
             den = lim and (f"{_label(lim)} x{threads}", lim.rate * threads, lim.cpu_rate)
             what = f"{content}: treadle threads={threads} / decode+convert limit x{threads} cores"
             out.append(ratio_row("contents", what, t, den, need))
+        par = best(res, name="limit_rgb_procs", content=content)
+        if par is not None:  # how far the limit itself scales to 2 cores (reported)
+            den = lim and (f"{_label(lim)} x2", lim.rate * 2, lim.cpu_rate)
+            what = f"{content}: limit in 2 processes at once / limit x2 cores"
+            out.append(ratio_row("contents", what, par, den, 0))
+            t = best(res, name="treadle", content=content, threads=2)
+            what = f"{content}: treadle threads=2 / limit in 2 processes at once"
+            out.append(ratio_row("contents", what, t, par, 0))
     return out
 
 

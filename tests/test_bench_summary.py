@@ -156,6 +156,22 @@ def test_contents_goals_scale_the_limit_by_cores(report):
     assert (one["ratio"], one["need"], one["holds"]) == (0.98, 0.97, True)
     two = got[("contents", "texture: treadle threads=2 / decode+convert limit x2 cores")]
     assert (two["ratio"], two["need"], two["holds"]) == (0.94, 0.95, False)
+    assert ("contents", "texture: limit in 2 processes at once / limit x2 cores") not in got
+
+
+def test_contents_report_how_far_the_limit_itself_scales(report):
+    """With the limit measured in 2 processes at once, the report shows it against the
+    limit x 2 and treadle's threads=2 against it (reported, not judged)."""
+    c = [
+        res("contents", "limit_rgb", 1000.0, content="real", size=V, cores=1),
+        res("contents", "limit_rgb_procs", 1860.0, content="real", size=V, cores=2),
+        res("contents", "treadle", 1767.0, content="real", size=V, workers=0, threads=2),
+    ]
+    got = rows(report, c)
+    par = got[("contents", "real: limit in 2 processes at once / limit x2 cores")]
+    assert (par["ratio"], par["need"], par["holds"]) == (0.93, 0, None)
+    two = got[("contents", "real: treadle threads=2 / limit in 2 processes at once")]
+    assert (two["ratio"], two["holds"]) == (0.95, None)
 
 
 def test_start_up_goals(report):
