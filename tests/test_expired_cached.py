@@ -18,6 +18,7 @@ import pytest
 
 import treadle as td
 from treadle.read.fixed import FixedReader
+from treadle.read.stream_index import StreamIndexes
 
 WIDE = 128  # float32 values a row: 512 bytes, over FULL_ZIP_ROW_BYTES (a mapped column)
 
@@ -116,3 +117,28 @@ def test_loader_and_resume_through_the_same_client_of_an_expired_commit(local_ro
     again = td.TrainLoader.from_state({**state, "step": 1}, client, steps=N - 1)
     with pytest.raises(td.ExpiredCommit, match=_expired(c1)):
         next(iter(again))
+
+
+def test_video_of_an_expired_commit_reads_its_index_named_and_keeps_its_media(local_root):
+    """Video: the stream index of an episode not read before gc is a take (ExpiredCommit);
+    the media objects stay, because every kept head's version still names them (tables
+    only grow, compaction rewrites rows, not streams), so a window fetch never meets a
+    missing stream of an expired commit."""
+    from treadle.video._testing import synthetic_frames
+
+    project = td.Client(local_root, create=True).project("p")
+    v = project.branch().table("v")
+    c1 = v.append_episode({"cam": td.VideoFrames(synthetic_frames(6, 32, 32, seed=0), fps=10)},
+                          episode="e0")  # fmt: skip
+    old = v.at(c1.id)
+    assert old.num_moments == 6 and old.num_episodes == 1  # its episode index cached
+    store = project.client.store
+    media = store.list(f"{project.prefix}/media")
+    assert len(media) == 1
+    v.append_episode({"cam": td.VideoFrames(synthetic_frames(6, 32, 32, seed=1), fps=10)},
+                     episode="e1")  # fmt: skip
+    assert len(v.pin().dataset.get_fragments()) == 1
+    assert c1.id in project.gc(older_than=timedelta(0), keep_days=0).expired_commits
+    assert set(media) <= set(store.list(f"{project.prefix}/media"))  # e0's stream kept
+    with pytest.raises(td.ExpiredCommit, match=rf"table 'v' at commit {c1.id[:8]}"):
+        StreamIndexes().load(old, "cam", [0])  # a take of the stream index rows
