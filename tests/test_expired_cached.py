@@ -68,6 +68,8 @@ def test_take_through_a_cached_handle_of_an_expired_commit(any_root):
     with pytest.raises(td.ExpiredCommit, match=_expired(c1)):
         project.branch().table("t").at(c1.id).select_runs("x > 1")
     with pytest.raises(td.ExpiredCommit, match=_expired(c1)):
+        old.matching_rows("x > 1")  # a ScanDataset's filter (before: raw ArrowInvalid)
+    with pytest.raises(td.ExpiredCommit, match=_expired(c1)):
         old.stats(["x"])  # the statistics scan (before: Lance's raw ArrowInvalid)
 
 

@@ -221,10 +221,13 @@ class Table:
             return np.arange(self.num_moments, dtype=np.int64)
         ds = self.dataset
         starts, pos = {}, 0
-        for frag in ds.get_fragments():
-            starts[frag.fragment_id] = pos
-            pos += frag.count_rows()
-        got = ds.to_table(columns=[], filter=filter, with_row_address=True)
+        try:
+            for frag in ds.get_fragments():
+                starts[frag.fragment_id] = pos
+                pos += frag.count_rows()
+            got = ds.to_table(columns=[], filter=filter, with_row_address=True)
+        except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
+            raise self.read_error(e, f"filtering {self!r} by {filter!r}") from None
         addr = got.column("_rowaddr").to_numpy().astype(np.uint64)
         frag_ids = (addr >> np.uint64(32)).astype(np.int64)
         offsets = (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
