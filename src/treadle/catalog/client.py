@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from treadle import layout
 from treadle.catalog import retention
 from treadle.catalog.commit import Commit
+from treadle.catalog.expiry import expired_error
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
 from treadle.catalog.place import ProjectPlace
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
-from treadle.errors import AlreadyExists, InvalidName, NotFound, StorageError
+from treadle.errors import AlreadyExists, ExpiredCommit, InvalidName, NotFound, StorageError
 from treadle.names import check_name
 from treadle.stats.plan_stats import plan_stats
 from treadle.stats.table_stats import table_stats
@@ -110,9 +111,8 @@ class Client:
         if not self.store.exists(MARKER):
             foreign = self.foreign_entries()
             if foreign:
-                shown = ", ".join(repr(n) for n in foreign[:5]) + (
-                    ", ..." if len(foreign) > 5 else ""
-                )
+                more = ", ..." if len(foreign) > 5 else ""
+                shown = ", ".join(repr(n) for n in foreign[:5]) + more
                 raise StorageError(
                     f"root {self.root!r} is not a treadle store: it holds {shown} and no "
                     f"{MARKER}; use an empty folder (or a new prefix) or an existing treadle root"
@@ -270,6 +270,10 @@ class Project:
         read through, names it in the :class:`ExpiredCommit` raised if retention took it."""
         return self.lance.open(name, version, commit_id)
 
+    def expired(self, name: str, commit_id: str) -> ExpiredCommit | None:
+        """:class:`ExpiredCommit` of table ``name`` at ``commit_id`` if retention took it."""
+        return expired_error(self.place, commit_id, name)
+
     def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table:
         """Table ``name`` pinned at Lance ``version`` (what a run record names)."""
         check_name(name, "table")
@@ -381,10 +385,8 @@ class Branch:
         return TableRef(self, name)
 
     def transaction(self, message: str = "transaction") -> Transaction:
-        """Several writes as one commit: ``with branch.transaction("msg") as tx: ...``.
-
-        The first write to a project not yet created creates it (and marks the root).
-        """
+        """Several writes as one commit: ``with branch.transaction("msg") as tx: ...``
+        (the first write to a project not yet created creates it and marks the root)."""
         self.project.create()
         return Transaction(self, message)
 

@@ -16,7 +16,9 @@ given the project's place (:class:`~treadle.catalog.place.ProjectPlace`), owns:
   cleanup, the cleanup itself and restoring an older version as the latest;
 - **error mapping**: a failure to open a version is an :class:`ExpiredCommit` when
   retention took it, the project's :class:`NotFound` when there is no project, else
-  :func:`~treadle.table.lanceerror.lance_error` naming the table and version.
+  :func:`~treadle.table.lanceerror.lance_error` naming the table and version. A read
+  through a handle opened before gc expired its commit is mapped where it fails
+  (:meth:`~treadle.table.table.Table.read_error`, asking ``Project.expired``).
 """
 
 from __future__ import annotations

@@ -41,7 +41,6 @@ import pyarrow as pa
 from treadle import fastpaths
 from treadle.errors import CorruptData, TreadleError
 from treadle.storage.filecache import CachedFile, file_cache
-from treadle.table.lanceerror import lance_error
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
 if TYPE_CHECKING:
@@ -392,7 +391,7 @@ def _whole_column(table: Table, column: str, f: pa.Field) -> np.ndarray:
             out[at : at + len(part)] = part
             at += len(part)
     except (OSError, pa.ArrowException) as e:
-        raise lance_error(e, f"reading column {column!r} of {table!r}") from None
+        raise table.read_error(e, f"reading column {column!r} of {table!r}") from None
     if out is None or at != len(out):
         return to_numpy(table.to_arrow([column]).column(column), f)  # as before
     return out

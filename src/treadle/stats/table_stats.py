@@ -247,8 +247,6 @@ def scan_batches(
 ) -> Any:
     """The table's rows (of the fragments with ids ``fragments``, default all) as Arrow
     record batches of at most ``rows`` rows."""
-    from treadle.table.lanceerror import lance_error
-
     ds = table.dataset
     frags = None if fragments is None else [ds.get_fragment(i) for i in fragments]
     try:
@@ -260,7 +258,12 @@ def scan_batches(
             for off in range(0, b.num_rows, rows):  # Lance may hand back larger batches
                 yield b.slice(off, rows)
     except OSError as e:
-        raise lance_error(e, f"reading {table!r}") from None
+        raise table.read_error(e, f"reading {table!r}") from None
+    except ValueError as e:  # Lance's ArrowInvalid: a missing data file is one too
+        gone = table.read_error(e, f"reading {table!r}")
+        if not isinstance(gone, NotFound):
+            raise
+        raise gone from None
 
 
 def _compute_video(

@@ -182,7 +182,15 @@ def _all_runs(table: Table, keep: Callable[[FragmentRuns], Any] = lambda r: r) -
 
 
 def _each_fragment(table: Table, one: Callable[[Any, str, Any], Any]) -> list[Any]:
-    """``one(fragment, where, stored object or None)`` of every fragment, in order."""
+    """``one(fragment, where, stored object or None)`` of every fragment, in order; a
+    fragment's missing data file is the table's ExpiredCommit where retention took it."""
+    try:
+        return _fragments_in_order(table, one)
+    except NotFound as e:
+        raise table.expired_instead(e) from None
+
+
+def _fragments_in_order(table: Table, one: Callable[[Any, str, Any], Any]) -> list[Any]:
     where = _where(table)
     frags = fragments(table.dataset, where)
     if len(frags) <= 1:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import NotFound
+from treadle.errors import ExpiredCommit, NotFound, TreadleError
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
 from treadle.table.lanceerror import lance_error
@@ -60,6 +60,11 @@ class TableSource(Protocol):
     ) -> lance.LanceDataset: ...
 
     def episode_index(self, table: Table) -> EpisodeIndex: ...
+
+    def expired(self, name: str, commit_id: str) -> TreadleError | None:
+        """The error of reading table ``name`` at commit ``commit_id`` if retention
+        expired that commit (:class:`~treadle.errors.ExpiredCommit`), else None."""
+        ...
 
     def table_stats(
         self, table: Table, columns: Sequence[str] | str | None, *, where: str | None,
@@ -107,6 +112,20 @@ class Table:
     @property
     def dataset(self) -> lance.LanceDataset:
         return self.project.open_dataset(self.name, self.version, self.commit_id)
+
+    def read_error(self, e: BaseException, where: str) -> TreadleError:
+        """A failed read of this version as a treadle error naming ``where``
+        (:func:`lance_error`). A missing file is asked of the project only then: the
+        handle was opened before gc expired this commit, and the error says so
+        (:class:`~treadle.errors.ExpiredCommit`, naming the table and the commit)."""
+        return self.expired_instead(lance_error(e, where))
+
+    def expired_instead(self, err: TreadleError) -> TreadleError:
+        """``err``, or the project's :class:`~treadle.errors.ExpiredCommit` where ``err``
+        is a missing file of this version and retention expired its commit."""
+        if isinstance(err, NotFound) and self.commit_id is not None:
+            return self.project.expired(self.name, self.commit_id) or err
+        return err
 
     @property
     def schema(self) -> pa.Schema:
@@ -156,7 +175,7 @@ class Table:
         try:
             return self.dataset.to_table(columns=cols, filter=filter)
         except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
-            raise lance_error(e, f"reading {self!r}") from None
+            raise self.read_error(e, f"reading {self!r}") from None
 
     def take(
         self, rows: Sequence[int] | np.ndarray, columns: Sequence[str] | None = None
@@ -171,7 +190,7 @@ class Table:
         try:
             return self.dataset.take(idx, columns=cols)
         except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
-            raise lance_error(e, f"reading rows of {self!r}") from None
+            raise self.read_error(e, f"reading rows of {self!r}") from None
 
     def stats(
         self,
@@ -202,10 +221,13 @@ class Table:
             return np.arange(self.num_moments, dtype=np.int64)
         ds = self.dataset
         starts, pos = {}, 0
-        for frag in ds.get_fragments():
-            starts[frag.fragment_id] = pos
-            pos += frag.count_rows()
-        got = ds.to_table(columns=[], filter=filter, with_row_address=True)
+        try:
+            for frag in ds.get_fragments():
+                starts[frag.fragment_id] = pos
+                pos += frag.count_rows()
+            got = ds.to_table(columns=[], filter=filter, with_row_address=True)
+        except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
+            raise self.read_error(e, f"filtering {self!r} by {filter!r}") from None
         addr = got.column("_rowaddr").to_numpy().astype(np.uint64)
         frag_ids = (addr >> np.uint64(32)).astype(np.int64)
         offsets = (addr & np.uint64(0xFFFFFFFF)).astype(np.int64)
@@ -242,10 +264,13 @@ class Table:
         except PlanError:
             raise
         except ValueError as e:  # Lance: unknown column, a predicate that does not parse
+            gone = self.read_error(e, f"evaluating where={where!r} on {self!r}")
+            if isinstance(gone, ExpiredCommit):  # not the predicate: a data file gc took
+                raise gone from None
             first = str(e).split(", /")[0]
             raise PlanError(f"where={where!r} on table {self.name!r}: {first}") from None
         except (OSError, pa.ArrowException) as e:
-            raise lance_error(e, f"evaluating where={where!r} on {self!r}") from None
+            raise self.read_error(e, f"evaluating where={where!r} on {self!r}") from None
         begin = np.concatenate(begins).astype(np.int64)
         end = np.concatenate(ends).astype(np.int64)
         if begin.size < 2:
