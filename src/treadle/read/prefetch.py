@@ -13,6 +13,7 @@ started and closes the iterator of items.
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
 from collections import deque
@@ -30,6 +31,13 @@ _END = object()
 # inside C++ code (torch, Lance) when Python finalises is killed on its way back to the GIL,
 # and the process aborts ("terminate called without an active exception").
 _LIVE: dict[threading.Thread, threading.Event] = {}
+
+
+def _forget_in_child() -> None:
+    _LIVE.clear()  # the parent's producer threads do not exist in a forked child
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @atexit.register
