@@ -16,9 +16,10 @@ import atexit
 import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from treadle.concurrency import CONCURRENCY
@@ -34,18 +35,26 @@ _LIVE: dict[threading.Thread, threading.Event] = {}
 
 
 def _forget_in_child() -> None:
-    _LIVE.clear()  # the parent's producer threads do not exist in a forked child
+    _LIVE.clear()  # the parent's threads do not exist in a forked child
+    _WORKERS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
+
+
+# ordered_map's daemon threads, and the queue each takes its items from
+_WORKERS: dict[threading.Thread, queue.SimpleQueue[Any]] = {}
 
 
 @atexit.register
 def _stop_live_producers(timeout_s: float = 10.0) -> None:
     for stop in list(_LIVE.values()):
         stop.set()
-    for t in list(_LIVE):
-        t.join(timeout_s)
+    for jobs in list(_WORKERS.values()):
+        jobs.put(None)  # an idle worker of a map nobody closed ends now
+    deadline = time.monotonic() + timeout_s  # one bound for them all: a hung read may stay
+    for t in list(_LIVE) + list(_WORKERS):
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def default_threads() -> int:
@@ -137,26 +146,80 @@ def ordered_map(
         yield from map(fn, items)
         return
     it = iter(items)
-    with ThreadPoolExecutor(threads, thread_name_prefix="treadle-map") as pool:
-        pending: deque[tuple[Any, int]] = deque()
-        load = 0
+    pool = _DaemonPool(threads, "treadle-map")
+    pending: deque[tuple[Future[T], int]] = deque()
+    load, wait = 0, True
+    try:
+        for item in it:
+            w = weight(item) if weight is not None else 0
+            run = _now(fn, item) if inline is not None and inline(item) else None
+            pending.append((run or pool.submit(fn, item), w))
+            load += w
+            while pending and (len(pending) >= ahead or _over(load, budget)):
+                done, w = pending.popleft()
+                load -= w
+                yield done.result()
+        while pending:
+            yield pending.popleft()[0].result()
+    except GeneratorExit:  # closed early by its consumer: items running end first
+        raise
+    except BaseException:
+        # A failure or an interrupt (Ctrl-C): items still running are left to end on
+        # their daemon threads, so a read hung on a dead server holds neither the caller
+        # nor the interpreter's exit (a ThreadPoolExecutor waited for them, minutes).
+        wait = False
+        raise
+    finally:  # stopped early (closed, or a failure): items not started never run
+        for f, _ in pending:
+            f.cancel()
+        pool.shutdown(wait)
+        if hasattr(it, "close"):
+            it.close()
+
+
+class _DaemonPool:
+    """``ThreadPoolExecutor.submit`` on daemon threads (at most ``threads``), which
+    interpreter exit does not wait for beyond :func:`_stop_live_producers`'s bound."""
+
+    def __init__(self, threads: int, name: str):
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[Any], Any], Any] | None]
+        self._jobs = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._max, self._name = threads, name
+
+    def submit(self, fn: Callable[[Any], T], item: Any) -> Future[T]:
+        fut: Future[T] = Future()
+        self._jobs.put((fut, fn, item))
+        if len(self._threads) < self._max:
+            t = threading.Thread(
+                target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
+            )
+            _WORKERS[t] = self._jobs
+            self._threads.append(t)
+            t.start()
+        return fut
+
+    def shutdown(self, wait: bool) -> None:
+        """Stop every thread once its current item ends; ``wait``: wait for that."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()
+
+    def _work(self) -> None:
         try:
-            for item in it:
-                w = weight(item) if weight is not None else 0
-                run = _now(fn, item) if inline is not None and inline(item) else None
-                pending.append((run or pool.submit(fn, item), w))
-                load += w
-                while pending and (len(pending) >= ahead or _over(load, budget)):
-                    done, w = pending.popleft()
-                    load -= w
-                    yield done.result()
-            while pending:
-                yield pending.popleft()[0].result()
-        finally:  # stopped early (closed, or a failure): items not started never run
-            for f, _ in pending:
-                f.cancel()
-            if hasattr(it, "close"):
-                it.close()
+            while (job := self._jobs.get()) is not None:
+                fut, fn, item = job
+                if not fut.set_running_or_notify_cancel():
+                    continue
+                try:
+                    fut.set_result(fn(item))
+                except BaseException as e:  # raised where the consumer reaches this item
+                    fut.set_exception(e)
+                del job, fut, fn, item  # a finished item's result is not held here
+        finally:
+            _WORKERS.pop(threading.current_thread(), None)
 
 
 def _over(load: int, budget: int | Callable[[], int] | None) -> bool:
