@@ -9,18 +9,20 @@ times its retries: minutes). The import runs in a subprocess; joins are hang gua
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fault_proxy import FaultProxy
-from importer_fixtures import make_mds
+from importer_fixtures import make_mds, make_wds
 from test_import_s3 import _upload
 from treadle.catalog import Client
 
@@ -30,11 +32,12 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys
     from treadle.catalog import Client
-    from treadle.importers import mds as import_mds
+    from treadle.importers import mds, webdataset
 
-    root, src, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    root, src, opts, fmt = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
     project = Client(root).project("p")
-    import_mds(src, project, "t", source_options=opts, progress=False)
+    fn = mds if fmt == "mds" else webdataset
+    fn(src, project, "t", source_options=opts, progress=False)
     """
 )
 
@@ -48,12 +51,20 @@ def _wait_for(cond, timeout_s: float = 60.0) -> bool:
     return True
 
 
-def test_ctrl_c_during_a_hung_source_read_exits_and_commits_nothing(tmp_path, s3_server):
-    import json
+# what the proxy holds: MDS shard HEADs run on ordered_map's pool; WebDataset tar GETs
+# run in the producer thread of append_tables' prefetch (the consumer waited on it)
+HUNG = {"mds": (("HEAD",), "shard."), "webdataset": (("GET",), ".tar")}
 
+
+@pytest.mark.parametrize("fmt", ["mds", "webdataset"])
+def test_ctrl_c_during_a_hung_source_read_exits_and_commits_nothing(tmp_path, s3_server, fmt):
     opts = s3_server.storage_options()
-    src = s3_server.url(f"src-hung-{os.getpid()}-{tmp_path.name}")
-    make_mds(tmp_path / "src", n=30, compression="zstd", size_limit=1 << 12)
+    src = s3_server.url(f"src-hung-{fmt}-{os.getpid()}-{tmp_path.name}")
+    if fmt == "mds":
+        make_mds(tmp_path / "src", n=30, compression="zstd", size_limit=1 << 12)
+        arg = src
+    else:
+        arg = src + "/" + Path(make_wds(tmp_path / "src", n=30, per_shard=10)).name
     _upload(tmp_path / "src", src, opts)
     root = str(tmp_path / "root")
     branch = Client(root, create=True).project("p").branch("main")
@@ -68,11 +79,11 @@ def test_ctrl_c_during_a_hung_source_read_exits_and_commits_nothing(tmp_path, s3
         rate=1.0,
         kinds=("delay",),
         delay_s=3600,
-        methods=("HEAD",),
-        paths="shard.",
+        methods=HUNG[fmt][0],
+        paths=HUNG[fmt][1],
     ) as proxy:
         proc = subprocess.Popen(
-            [sys.executable, str(script), root, src, json.dumps(proxy.options(opts))],
+            [sys.executable, str(script), root, arg, json.dumps(proxy.options(opts)), fmt],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

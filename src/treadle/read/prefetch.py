@@ -57,6 +57,12 @@ def _stop_live_producers(timeout_s: float = 10.0) -> None:
         t.join(max(0.0, deadline - time.monotonic()))
 
 
+#: How long a consumer stopped by a failure or an interrupt waits for its producer to
+#: finish the item it is on; a producer still in it (a read hung on a dead server, which
+#: obstore gives up on only after minutes) is left to end on its daemon thread.
+GIVE_UP_S = 5.0
+
+
 def default_threads() -> int:
     """Threads used for parallel work when the caller does not say (cores, at most
     :attr:`~treadle.concurrency.Concurrency.max_threads`)."""
@@ -74,7 +80,8 @@ def prefetch(
 
     Exceptions raised while producing are re-raised here; when the consumer stops (the end,
     an error, or closing this generator) the producer is stopped, waited for, and then
-    ``close()`` runs.
+    ``close()`` runs; stopped by an error or an interrupt, it waits at most
+    :data:`GIVE_UP_S`, and a producer still running then is left (without ``close()``).
     """
     q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -105,6 +112,7 @@ def prefetch(
     live = _LIVE  # still bound if this generator is finalised in interpreter teardown
     live[t] = stop
     t.start()
+    wait: float | None = None
     try:
         while True:
             ok, item = q.get()
@@ -113,9 +121,25 @@ def prefetch(
             if item is _END:
                 return
             yield item
+    except GeneratorExit:
+        raise
+    except BaseException:  # a failure or an interrupt: a producer hung in a read is left
+        wait = GIVE_UP_S
+        raise
     finally:
-        stop.set()
-        t.join()
+        _stop(t, stop, wait, live, close)
+
+
+def _stop(
+    t: threading.Thread,
+    stop: threading.Event,
+    wait: float | None,
+    live: dict[threading.Thread, threading.Event],
+    close: Callable[[], None] | None,
+) -> None:
+    stop.set()
+    t.join(wait)
+    if not t.is_alive():  # else it still uses what close() closes: exit joins it
         live.pop(t, None)
         if close is not None:
             close()
