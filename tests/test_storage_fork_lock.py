@@ -21,6 +21,11 @@ SCRIPT = """
     from treadle.storage import filecache
     from treadle.storage.loop import _Loop
     from treadle.storage.store import Store
+    from treadle.workers import processes
+
+    def locks():
+        return [_Loop._lock, filecache._LOCK, fastpaths._LOCK, fallback._warned_lock,
+                processes._starting]
 
     root = sys.argv[1]
 
@@ -30,10 +35,12 @@ SCRIPT = """
         fastpaths.reasons()
         fallback.warn_once("fork-test", "a warning")
         assert isinstance(filecache.file_cache(), filecache.FileCache)
+        for lock in locks():  # every module lock a child may take is free in it
+            assert lock.acquire(timeout=10), lock
 
     # no store call in the parent: a child forked after one gets a ForkError (test_forks)
     open(f"{root}/here", "wb").write(b"1")
-    held = [_Loop._lock, filecache._LOCK, fastpaths._LOCK, fallback._warned_lock]
+    held = locks()
     for lock in held:  # as if other threads were inside them when the process forked
         lock.acquire()
     p = multiprocessing.get_context("fork").Process(target=child)
