@@ -153,6 +153,7 @@ def ordered_map(
     weight: Callable[[Any], int] | None = None,
     budget: int | Callable[[], int] | None = None,
     inline: Callable[[Any], bool] | None = None,
+    leave_running: bool = False,
 ) -> Iterator[T]:
     """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
 
@@ -162,7 +163,10 @@ def ordered_map(
     at once); one item is always let through, whatever its weight. A callable ``budget``
     is asked again at each item (a budget that adapts while items run). Items for which
     ``inline(item)`` is true run on the calling thread when they are reached (a failure is
-    still raised at that item's place in the order).
+    still raised at that item's place in the order). Items run on daemon threads; with
+    ``leave_running``, a failure or an interrupt (not closing) does not wait for the items
+    still running (a read hung on a dead server would hold the caller for minutes): for
+    items that use nothing the caller closes once it has the error (the importers').
     """
     threads = threads or default_threads()
     ahead = max(1, ahead or 2 * threads)
@@ -188,10 +192,10 @@ def ordered_map(
     except GeneratorExit:  # closed early by its consumer: items running end first
         raise
     except BaseException:
-        # A failure or an interrupt (Ctrl-C): items still running are left to end on
+        # A failure or an interrupt (Ctrl-C): items still running may be left to end on
         # their daemon threads, so a read hung on a dead server holds neither the caller
         # nor the interpreter's exit (a ThreadPoolExecutor waited for them, minutes).
-        wait = False
+        wait = not leave_running
         raise
     finally:  # stopped early (closed, or a failure): items not started never run
         for f, _ in pending:
