@@ -7,6 +7,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 import treadle
 from script_helpers import run_script
 from treadle.read.prefetch import ordered_map, prefetch
@@ -94,3 +96,30 @@ def test_a_process_exiting_mid_prefetch_ends_cleanly(tmp_path):
         r = run_script(tmp_path, text, name="leave.py", env=env, timeout=120)
         assert r.stdout.strip() == "True", r.stderr[-2000:]
         assert "terminate called" not in r.stderr
+
+
+@pytest.mark.parametrize("leave", [False, True])
+def test_ordered_map_waits_for_running_items_on_a_failure_unless_told(leave):
+    """A failure is raised after the items still running ended, or at once with
+    ``leave_running`` (an importer's read hung on a dead server must not hold it)."""
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def fn(i: int) -> int:
+        if i == 0:
+            assert started.wait(30)
+            raise ValueError("item 0")
+        started.set()
+        release.wait(30)
+        ended.set()
+        return i
+
+    timer = threading.Timer(0.5, release.set)  # unblocks the case that waits for item 1
+    if not leave:
+        timer.start()
+    try:
+        with pytest.raises(ValueError, match="item 0"):
+            next(ordered_map(fn, range(2), threads=2, leave_running=leave))
+        assert ended.is_set() is not leave
+    finally:
+        release.set()
+        timer.cancel()

@@ -10,6 +10,7 @@ says so. :func:`treadle.info` reports every path, on or off with its reason.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 __all__ = ["PATHS", "log", "off", "reasons"]
@@ -29,6 +30,14 @@ PATHS = {
 
 _OFF: dict[str, str] = {}
 _LOCK = threading.Lock()
+
+
+def _reset_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()  # the parent's may be held by a thread the child lacks
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def off(path: str, reason: str) -> None:

@@ -6,6 +6,7 @@ Used by :mod:`treadle.gpu.backend` (no GPU, no NVDEC, no Triton) and
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 
@@ -16,6 +17,14 @@ class GpuFallbackWarning(UserWarning):
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
+
+
+def _reset_in_child() -> None:
+    global _warned_lock
+    _warned_lock = threading.Lock()  # the parent's may be held by a thread the child lacks
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def warn_once(key: str, message: str) -> bool:

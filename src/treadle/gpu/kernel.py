@@ -177,6 +177,14 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _interpreter_lock = threading.Lock()
 
 
+def _reset_in_child() -> None:
+    global _interpreter_lock
+    _interpreter_lock = threading.Lock()  # the parent's may be held by a thread the child lacks
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+
+
 def _block() -> int:
     # The interpreter runs each program as numpy ops: big blocks mean few programs.
     return 4096 if _INTERPRET else 256

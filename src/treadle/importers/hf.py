@@ -280,7 +280,9 @@ def iter_batches(
         b, features, where = item
         return convert_batch(b, features, images, where, opts.rename), where
 
-    for table, where in ordered_map(conv, batches(), threads if images == "decoded" else 1):
+    for table, where in ordered_map(
+        conv, batches(), threads if images == "decoded" else 1, leave_running=True
+    ):
         if state["schema"] is None:
             state["schema"] = table.schema
         elif not table.schema.equals(state["schema"]):

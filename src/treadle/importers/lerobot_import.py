@@ -176,7 +176,7 @@ def iter_episodes(
 
     # An episode's decoded frames can be large (T x H x W x 3): at most `threads` in flight.
     threads = threads or min(2, default_threads())
-    yield from ordered_map(build, loaded(), threads, ahead=threads)
+    yield from ordered_map(build, loaded(), threads, ahead=threads, leave_running=True)
 
 
 def _episode(

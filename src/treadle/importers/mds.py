@@ -218,7 +218,9 @@ def iter_batches(
         for c, e in zip(first.columns, first.encodings)
         if e == "json" and opts.json_as == "typed"
     }
-    for wheres, rows in ordered_map(run, _with_data(tasks, source, max_shard_bytes), threads):
+    for wheres, rows in ordered_map(
+        run, _with_data(tasks, source, max_shard_bytes), threads, leave_running=True
+    ):
         if not rows:
             continue
         t = rows_to_table(rows, list(names), lambda i, w=wheres: w[i], schema, hints)
@@ -277,7 +279,9 @@ def _import(
     shards = read_index(source, opts.allow_pickle)
     check_rename(opts.rename, (c for s in shards for c in s.columns), f"MDS dataset {source.root}")
     br = opts.open_branch(project)
-    files = list(ordered_map(lambda s: shard_file(source, s), shards, threads=16))
+    files = list(
+        ordered_map(lambda s: shard_file(source, s), shards, threads=16, leave_running=True)
+    )
     names = ["index.json"] + [name for name, _ in files]
     iid = import_id(
         "mds",

@@ -219,7 +219,9 @@ class _RangeReader(io.RawIOBase):
 
 def identities(files: Sequence[SourceFile]) -> list[tuple[int, str] | None]:
     """:meth:`Source.identity` of each file (``None`` for a missing one), looked up in parallel."""
-    return list(ordered_map(lambda f: f.source.identity(f.name), files, threads=16))
+    return list(
+        ordered_map(lambda f: f.source.identity(f.name), files, threads=16, leave_running=True)
+    )
 
 
 def parse_manifest(parse: Callable[[], _T], where: str, what: str) -> _T:

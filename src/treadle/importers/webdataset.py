@@ -187,7 +187,9 @@ def iter_batches(
 
     schema: pa.Schema | None = None
     hints: dict[str, str] = {}
-    chunks = ordered_map(decode_chunk, raw, threads, weight=_bytes_of, budget=IN_FLIGHT_BYTES)
+    chunks = ordered_map(
+        decode_chunk, raw, threads, weight=_bytes_of, budget=IN_FLIGHT_BYTES, leave_running=True
+    )
     for wheres, rows in chunks:
         columns = [KEY_COLUMN] + [c for c in rows[0] if c != KEY_COLUMN]
         if schema is None and opts.json_as == "typed":

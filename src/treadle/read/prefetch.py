@@ -13,11 +13,13 @@ started and closes the iterator of items.
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from treadle.concurrency import CONCURRENCY
@@ -32,12 +34,33 @@ _END = object()
 _LIVE: dict[threading.Thread, threading.Event] = {}
 
 
+def _forget_in_child() -> None:
+    _LIVE.clear()  # the parent's threads do not exist in a forked child
+    _WORKERS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+# ordered_map's daemon threads, and the queue each takes its items from
+_WORKERS: dict[threading.Thread, queue.SimpleQueue[Any]] = {}
+
+
 @atexit.register
 def _stop_live_producers(timeout_s: float = 10.0) -> None:
     for stop in list(_LIVE.values()):
         stop.set()
-    for t in list(_LIVE):
-        t.join(timeout_s)
+    for jobs in list(_WORKERS.values()):
+        jobs.put(None)  # an idle worker of a map nobody closed ends now
+    deadline = time.monotonic() + timeout_s  # one bound for them all: a hung read may stay
+    for t in list(_LIVE) + list(_WORKERS):
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+#: How long a consumer stopped by a failure or an interrupt waits for its producer to
+#: finish the item it is on; a producer still in it (a read hung on a dead server, which
+#: obstore gives up on only after minutes) is left to end on its daemon thread.
+GIVE_UP_S = 5.0
 
 
 def default_threads() -> int:
@@ -57,7 +80,8 @@ def prefetch(
 
     Exceptions raised while producing are re-raised here; when the consumer stops (the end,
     an error, or closing this generator) the producer is stopped, waited for, and then
-    ``close()`` runs.
+    ``close()`` runs; stopped by an error or an interrupt, it waits at most
+    :data:`GIVE_UP_S`, and a producer still running then is left (without ``close()``).
     """
     q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -88,6 +112,7 @@ def prefetch(
     live = _LIVE  # still bound if this generator is finalised in interpreter teardown
     live[t] = stop
     t.start()
+    wait: float | None = None
     try:
         while True:
             ok, item = q.get()
@@ -96,9 +121,25 @@ def prefetch(
             if item is _END:
                 return
             yield item
+    except GeneratorExit:
+        raise
+    except BaseException:  # a failure or an interrupt: a producer hung in a read is left
+        wait = GIVE_UP_S
+        raise
     finally:
-        stop.set()
-        t.join()
+        _stop(t, stop, wait, live, close)
+
+
+def _stop(
+    t: threading.Thread,
+    stop: threading.Event,
+    wait: float | None,
+    live: dict[threading.Thread, threading.Event],
+    close: Callable[[], None] | None,
+) -> None:
+    stop.set()
+    t.join(wait)
+    if not t.is_alive():  # else it still uses what close() closes: exit joins it
         live.pop(t, None)
         if close is not None:
             close()
@@ -112,6 +153,7 @@ def ordered_map(
     weight: Callable[[Any], int] | None = None,
     budget: int | Callable[[], int] | None = None,
     inline: Callable[[Any], bool] | None = None,
+    leave_running: bool = False,
 ) -> Iterator[T]:
     """``map(fn, items)`` on a thread pool, in order, with at most ``ahead`` in flight.
 
@@ -121,7 +163,10 @@ def ordered_map(
     at once); one item is always let through, whatever its weight. A callable ``budget``
     is asked again at each item (a budget that adapts while items run). Items for which
     ``inline(item)`` is true run on the calling thread when they are reached (a failure is
-    still raised at that item's place in the order).
+    still raised at that item's place in the order). Items run on daemon threads; with
+    ``leave_running``, a failure or an interrupt (not closing) does not wait for the items
+    still running (a read hung on a dead server would hold the caller for minutes): for
+    items that use nothing the caller closes once it has the error (the importers').
     """
     threads = threads or default_threads()
     ahead = max(1, ahead or 2 * threads)
@@ -129,26 +174,80 @@ def ordered_map(
         yield from map(fn, items)
         return
     it = iter(items)
-    with ThreadPoolExecutor(threads, thread_name_prefix="treadle-map") as pool:
-        pending: deque[tuple[Any, int]] = deque()
-        load = 0
+    pool = _DaemonPool(threads, "treadle-map")
+    pending: deque[tuple[Future[T], int]] = deque()
+    load, wait = 0, True
+    try:
+        for item in it:
+            w = weight(item) if weight is not None else 0
+            run = _now(fn, item) if inline is not None and inline(item) else None
+            pending.append((run or pool.submit(fn, item), w))
+            load += w
+            while pending and (len(pending) >= ahead or _over(load, budget)):
+                done, w = pending.popleft()
+                load -= w
+                yield done.result()
+        while pending:
+            yield pending.popleft()[0].result()
+    except GeneratorExit:  # closed early by its consumer: items running end first
+        raise
+    except BaseException:
+        # A failure or an interrupt (Ctrl-C): items still running may be left to end on
+        # their daemon threads, so a read hung on a dead server holds neither the caller
+        # nor the interpreter's exit (a ThreadPoolExecutor waited for them, minutes).
+        wait = not leave_running
+        raise
+    finally:  # stopped early (closed, or a failure): items not started never run
+        for f, _ in pending:
+            f.cancel()
+        pool.shutdown(wait)
+        if hasattr(it, "close"):
+            it.close()
+
+
+class _DaemonPool:
+    """``ThreadPoolExecutor.submit`` on daemon threads (at most ``threads``), which
+    interpreter exit does not wait for beyond :func:`_stop_live_producers`'s bound."""
+
+    def __init__(self, threads: int, name: str):
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[Any], Any], Any] | None]
+        self._jobs = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._max, self._name = threads, name
+
+    def submit(self, fn: Callable[[Any], T], item: Any) -> Future[T]:
+        fut: Future[T] = Future()
+        self._jobs.put((fut, fn, item))
+        if len(self._threads) < self._max:
+            t = threading.Thread(
+                target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
+            )
+            _WORKERS[t] = self._jobs
+            self._threads.append(t)
+            t.start()
+        return fut
+
+    def shutdown(self, wait: bool) -> None:
+        """Stop every thread once its current item ends; ``wait``: wait for that."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()
+
+    def _work(self) -> None:
         try:
-            for item in it:
-                w = weight(item) if weight is not None else 0
-                run = _now(fn, item) if inline is not None and inline(item) else None
-                pending.append((run or pool.submit(fn, item), w))
-                load += w
-                while pending and (len(pending) >= ahead or _over(load, budget)):
-                    done, w = pending.popleft()
-                    load -= w
-                    yield done.result()
-            while pending:
-                yield pending.popleft()[0].result()
-        finally:  # stopped early (closed, or a failure): items not started never run
-            for f, _ in pending:
-                f.cancel()
-            if hasattr(it, "close"):
-                it.close()
+            while (job := self._jobs.get()) is not None:
+                fut, fn, item = job
+                if not fut.set_running_or_notify_cancel():
+                    continue
+                try:
+                    fut.set_result(fn(item))
+                except BaseException as e:  # raised where the consumer reaches this item
+                    fut.set_exception(e)
+                del job, fut, fn, item  # a finished item's result is not held here
+        finally:
+            _WORKERS.pop(threading.current_thread(), None)
 
 
 def _over(load: int, budget: int | Callable[[], int] | None) -> bool:

@@ -101,6 +101,14 @@ _CACHES: dict[tuple[str, int], FileCache] = {}
 _LOCK = threading.Lock()
 
 
+def _reset_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()  # the parent's may be held by a thread the child lacks
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+
+
 class FileCache:
     """Local copies of immutable objects, at most ``max_bytes`` in ``directory``."""
 

@@ -55,6 +55,14 @@ _PRELOAD = ["treadle.workers.serverinit"]
 _starting = threading.Lock()
 
 
+def _reset_in_child() -> None:
+    global _starting
+    _starting = threading.Lock()  # the parent's may be held by a thread the child lacks
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
+
+
 def context() -> Any:
     """The multiprocessing context workers start from (a preloaded forkserver where there is
     one, else spawn); starts the server now so it imports while the caller gets ready."""
