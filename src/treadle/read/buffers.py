@@ -16,6 +16,8 @@ allocated as before).
 
 from __future__ import annotations
 
+import math
+import mmap
 import sys
 import threading
 from typing import Any
@@ -25,6 +27,25 @@ import numpy as np
 #: Buffers a pool keeps at most: a loader's batches in flight (prefetched, being read,
 #: held by the training step) and one more.
 DEFAULT_BUFFERS = 6
+
+#: Buffers of this size and more are private anonymous maps of ordinary pages, not numpy's
+#: allocations: numpy asks the kernel for huge pages (``madvise``) on arrays of 4 MiB and
+#: more, and on the 2-core development VM faulting a loader's fresh huge pages in halved
+#: the rate of 1 run in 5 (the host took CPU meanwhile: steal time; none in 24 runs without
+#: them; issue 33's closing note). A batch buffer is written front to back once per batch:
+#: huge pages save little there.
+MAP_BYTES = 4 << 20
+
+
+def _fresh(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array, of ordinary pages when it is large."""
+    n = math.prod(shape) * dtype.itemsize
+    if n < MAP_BYTES or not hasattr(mmap, "MAP_ANONYMOUS"):
+        return np.empty(shape, dtype)
+    # private: a forked child gets copy-on-write pages, as with malloc; the array's base is
+    # the map itself, so every view of it counts in the array's references (see the pool)
+    buf = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.ndarray(shape, dtype, buffer=buf)
 
 
 class BufferPool:
@@ -61,7 +82,7 @@ class BufferPool:
                 return items[i]
             if spare < 0:
                 spare = i
-        out = np.empty(shape, dtype)
+        out = _fresh(shape, dtype)
         if len(items) < self.max_buffers:
             items.append(out)
         elif spare >= 0:
