@@ -10,8 +10,10 @@ says so. :func:`treadle.info` reports every path, on or off with its reason.
 from __future__ import annotations
 
 import logging
-import os
+import sys
 import threading
+
+from treadle.forks import renew_lock_in_child
 
 __all__ = ["PATHS", "log", "off", "reasons"]
 
@@ -32,12 +34,7 @@ _OFF: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
-def _reset_in_child() -> None:
-    global _LOCK
-    _LOCK = threading.Lock()  # the parent's may be held by a thread the child lacks
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
+renew_lock_in_child(sys.modules[__name__], "_LOCK")
 
 
 def off(path: str, reason: str) -> None:

@@ -6,9 +6,11 @@ Used by :mod:`treadle.gpu.backend` (no GPU, no NVDEC, no Triton) and
 
 from __future__ import annotations
 
-import os
+import sys
 import threading
 import warnings
+
+from treadle.forks import renew_lock_in_child
 
 
 class GpuFallbackWarning(UserWarning):
@@ -19,12 +21,7 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def _reset_in_child() -> None:
-    global _warned_lock
-    _warned_lock = threading.Lock()  # the parent's may be held by a thread the child lacks
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
+renew_lock_in_child(sys.modules[__name__], "_warned_lock")
 
 
 def warn_once(key: str, message: str) -> bool:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 
 import torch
 import triton
 import triton.language as tl
 
+from treadle.forks import renew_lock_in_child
 from treadle.gpu.yuv_colour import Colour
 
 
@@ -177,12 +179,7 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _interpreter_lock = threading.Lock()
 
 
-def _reset_in_child() -> None:
-    global _interpreter_lock
-    _interpreter_lock = threading.Lock()  # the parent's may be held by a thread the child lacks
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
+renew_lock_in_child(sys.modules[__name__], "_interpreter_lock")
 
 
 def _block() -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from treadle.concurrency import CONCURRENCY
 from treadle.fastpaths import log
+from treadle.forks import renew_lock_in_child
 
 try:
     import fcntl
@@ -101,12 +103,7 @@ _CACHES: dict[tuple[str, int], FileCache] = {}
 _LOCK = threading.Lock()
 
 
-def _reset_in_child() -> None:
-    global _LOCK
-    _LOCK = threading.Lock()  # the parent's may be held by a thread the child lacks
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
+renew_lock_in_child(sys.modules[__name__], "_LOCK")
 
 
 class FileCache:

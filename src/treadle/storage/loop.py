@@ -12,6 +12,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from treadle.errors import StorageError
+from treadle.forks import renew_lock_in_child
 
 T = TypeVar("T")
 
@@ -138,13 +139,7 @@ def _settled(fut: asyncio.Future[Any]) -> None:
         fut.exception()  # retrieved: an abandoned call's error is not logged as lost
 
 
-def _reset_in_child() -> None:
-    """A forked child's lock is new: the parent's may have been held by a thread that the
-    child does not have (its first :meth:`_Loop.get` would wait forever)."""
-    _Loop._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
+renew_lock_in_child(_Loop, "_lock")  # else a forked child's first get() may wait forever
 
 
 async def _cancel_and_wait(tasks: Sequence[asyncio.Future[Any]]) -> None:

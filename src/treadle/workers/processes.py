@@ -24,12 +24,14 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 from treadle.errors import PlanError, TreadleError
+from treadle.forks import renew_lock_in_child
 from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
@@ -55,12 +57,7 @@ _PRELOAD = ["treadle.workers.serverinit"]
 _starting = threading.Lock()
 
 
-def _reset_in_child() -> None:
-    global _starting
-    _starting = threading.Lock()  # the parent's may be held by a thread the child lacks
-
-
-os.register_at_fork(after_in_child=_reset_in_child)
+renew_lock_in_child(sys.modules[__name__], "_starting")
 
 
 def context() -> Any:
