@@ -6,7 +6,8 @@
 #   bash scripts/setup.sh [full]    everything the tests need: requirements/dev.txt, the
 #                                   peers of requirements/peers.txt (scripts/test.sh, CI)
 #
-# A stamp (.venv/.treadle-installed: a hash of pyproject.toml and requirements/*.txt, and
+# A stamp (.venv/.treadle-installed: a hash of pyproject.toml, setup.py, the C window loop and
+# requirements/*.txt, and
 # the set) skips the install when nothing changed; a full install also satisfies runtime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 stamp=.venv/.treadle-installed
-want=$(cat pyproject.toml requirements/*.txt | sha256sum | cut -c1-16)
+want=$(cat pyproject.toml setup.py src/treadle/video/_window_loop.c requirements/*.txt | sha256sum | cut -c1-16)
 have=$(cat "$stamp" 2>/dev/null || true)
 if [ "$have" = "$want full" ] || [ "$have" = "$want $mode" ]; then
   exit 0

@@ -93,3 +93,33 @@ def az_server():
 def az_root(az_server, request):
     """A fresh ``az://`` root (a new container) per test, with its storage options."""
     return az_server.url(az_server.new_container(request.node.name)), az_server.storage_options()
+
+
+@pytest.fixture(params=["compiled", "python"])
+def native_loop(request, monkeypatch):
+    """Run the test with the native loop's FFmpeg calls made by the compiled window loop
+    (:mod:`treadle.video.window_loop`, the default), then made from Python (where the
+    extension is not built); at the end, checks that the other one never ran."""
+    from treadle.video import native, window_loop
+
+    if request.param == "python":
+        monkeypatch.setattr(window_loop, "_LOOP", False)
+    else:
+        assert window_loop.load() is not None, window_loop.unavailable()
+    ran = {"compiled": 0, "python": 0}
+
+    def counted(kind, real):
+        def call(*a, **k):
+            ran[kind] += 1
+            return real(*a, **k)
+
+        return call
+
+    monkeypatch.setattr(
+        native.NativeLoop, "_run_compiled", counted("compiled", native.NativeLoop._run_compiled)
+    )
+    monkeypatch.setattr(
+        native.NativeLoop, "_receive", counted("python", native.NativeLoop._receive)
+    )
+    yield request.param
+    assert ran["python" if request.param == "compiled" else "compiled"] == 0, ran

@@ -18,7 +18,13 @@ from treadle import fastpaths
 from treadle.read import fixed
 from treadle.video import ffmpeg, sws
 
-CPU_PATHS = ("native decode", "direct conversion", "fixed-width reads", "cached reads")
+CPU_PATHS = (
+    "native decode",
+    "compiled window loop",
+    "direct conversion",
+    "fixed-width reads",
+    "cached reads",
+)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from treadle.video import ffmpeg, native
 from treadle.video._testing import make_mp4, reference_decode, synthetic_frames
 
 WHERE = ("grasps", "ep-1", "cam")
+pytestmark = pytest.mark.usefixtures("native_loop")  # each test with both window loops
 
 
 @pytest.fixture

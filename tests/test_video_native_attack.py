@@ -125,7 +125,9 @@ def test_packet_reaching_past_the_fetched_bytes_is_corrupt_not_a_crash(tmp_path)
 
 @pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("case", ["overlong", "empty"])
-def test_packet_index_outside_the_window_names_the_frame(store, monkeypatch, native, case):
+def test_packet_index_outside_the_window_names_the_frame(
+    store, monkeypatch, native, case, native_loop
+):
     s = tv.encode_frames(synthetic_frames(30, 64, 96, seed=3), gop=10, preset="ultrafast")
     key, idx = _put(store, s)
     dod = idx.display_of_decode
@@ -250,7 +252,7 @@ OTHER_TOOLS = {
 
 @pytest.mark.parametrize("name", sorted(OTHER_TOOLS))
 @pytest.mark.parametrize("size", [None, (32, 48)])
-def test_other_tools_files_native_equals_pyav(store, monkeypatch, name, size):
+def test_other_tools_files_native_equals_pyav(store, monkeypatch, name, size, native_loop):
     codec, pix_fmt, params, tags = OTHER_TOOLS[name]
     frames = synthetic_frames(24, 64, 96, seed=len(name))
     pts = np.cumsum(np.random.default_rng(1).integers(1, 7, 24)).tolist() if "vfr" in name else None
@@ -328,7 +330,7 @@ def _concat(a: tv.EncodedStream, b: tv.EncodedStream) -> tuple[bytes, tv.StreamI
     return a.data + b.data, index
 
 
-def test_a_frame_of_another_size_than_the_index_says_is_corrupt(store, monkeypatch):
+def test_a_frame_of_another_size_than_the_index_says_is_corrupt(store, monkeypatch, native_loop):
     # both paths resized it silently to the index's size (a 128x192 frame came out 64x96)
     first = tv.encode_frames(synthetic_frames(20, 64, 96, seed=1), gop=10, preset="ultrafast")
     other = tv.encode_frames(synthetic_frames(20, 128, 192, seed=2), gop=10, preset="ultrafast")
@@ -350,7 +352,9 @@ def test_a_frame_of_another_size_than_the_index_says_is_corrupt(store, monkeypat
 
 
 @pytest.mark.parametrize("second", ["yuv444p", "interlaced"])
-def test_stream_changing_format_mid_window_stays_in_the_batch(store, monkeypatch, second):
+def test_stream_changing_format_mid_window_stays_in_the_batch(
+    store, monkeypatch, second, native_loop
+):
     # the second stream's frames meet configurations the first window did not check: the
     # native loop falls back before writing one, PyAV's path converts them; nothing is
     # written outside the window's slots

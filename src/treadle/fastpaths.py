@@ -22,6 +22,8 @@ log = logging.getLogger("treadle")
 
 PATHS = {
     "native decode": "video windows decode through PyAV's objects (~20% slower)",
+    "compiled window loop": "video windows decode with FFmpeg calls made from Python, the "
+    "GIL taken back after each (5-10% slower with 2 decode threads)",
     "direct conversion": "frames convert through PyAV's reformat and are copied (slower)",
     "fixed-width reads": "fixed-width columns are read with a Lance take per batch (slower)",
     "nvdec": "video decodes on the CPU",

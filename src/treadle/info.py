@@ -59,7 +59,7 @@ class Info:
         lines.append("fast paths:")
         for p in self.paths.values():
             state = "on" if p.on else f"off: {p.reason} ({p.instead})"
-            lines.append(f"  {p.name:<18} {state}")
+            lines.append(f"  {p.name:<20} {state}")
         if c := self.object_cache:
             lines.append(
                 f"object cache: {c['directory']} ({c['used_bytes']:,} of {c['max_bytes']:,} "
@@ -69,11 +69,12 @@ class Info:
 
 
 def info() -> Info:
-    """Versions and the state of every fast path (native decode, direct conversion,
-    fixed-width reads, NVDEC), each probed now; a path that went off earlier in this process
+    """Versions and the state of every fast path (native decode, the compiled window loop,
+    direct conversion, fixed-width reads, NVDEC), each probed now; a path that went off earlier in this process
     (one configuration refused, say) is reported off with that reason."""
     probes = {
         "native decode": _native_decode,
+        "compiled window loop": _compiled_window_loop,
         "direct conversion": _direct_conversion,
         "fixed-width reads": _fixed_width_reads,
         "nvdec": _nvdec,
@@ -109,6 +110,12 @@ def _native_decode() -> str | None:
     from treadle.video import ffmpeg
 
     return ffmpeg.unavailable()
+
+
+def _compiled_window_loop() -> str | None:
+    from treadle.video import window_loop
+
+    return window_loop.unavailable()
 
 
 def _direct_conversion() -> str | None:

@@ -22,7 +22,7 @@ from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoRef
 
 from treadle.errors import CorruptData, VideoError
 from treadle.fastpaths import reasons as fast_path_reasons
-from treadle.video import ffmpeg
+from treadle.video import ffmpeg, window_loop
 from treadle.video.colour_tags import Tags, sws_color_range, sws_colorspace, window_tags
 from treadle.video.encode import probe_stream
 from treadle.video.fetch import FetchedWindow
@@ -62,7 +62,11 @@ class Decoder:
         self.reformatter = VideoReformatter()
         self.direct = DirectScaler()
         self._api = ffmpeg.api()
-        self.native = NativeLoop(self._api) if self._api and self.direct.available else None
+        self.native = (
+            NativeLoop(self._api, window_loop.load())
+            if self._api and self.direct.available
+            else None
+        )
         self.pointer = 0  # the context's AVCodecContext (for the native loop)
 
     def context(self, stream: object = None, tags: Tags | None = None) -> Any:

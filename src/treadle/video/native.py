@@ -15,11 +15,12 @@ through PyAV, which checks the new configuration on its first frame.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
 
-from treadle.video import ffmpeg
+from treadle.video import ffmpeg, window_loop
 from treadle.video.outputs import WindowOutputs
 from treadle.video.sws import DirectScaler
 from treadle.video.window_plan import WindowPlan
@@ -40,10 +41,15 @@ class NativeError(Exception):
 
 
 class NativeLoop:
-    """One ``AVPacket`` and one ``AVFrame``, reused window after window (one per thread)."""
+    """One ``AVPacket`` and one ``AVFrame``, reused window after window (one per thread).
 
-    def __init__(self, api: ffmpeg.Api):
+    ``compiled``: the C loop making the same calls (:mod:`treadle.video.window_loop`),
+    ``None`` to make them from Python (where the extension was not built)."""
+
+    def __init__(self, api: ffmpeg.Api, compiled: window_loop.CompiledLoop | None = None):
         self.api = api
+        self.compiled = compiled
+        self._window = window_loop.WindowStruct()
         self._pkt = api.codec.av_packet_alloc()
         self._frame = api.util.av_frame_alloc()
         if not self._pkt or not self._frame:
@@ -69,6 +75,9 @@ class NativeLoop:
         Raises :class:`Fallback` or :class:`NativeError`; the context is then mid-window
         (the caller flushes or drops it)."""
         src = np.frombuffer(data, np.uint8)  # any buffer; held while FFmpeg reads it
+        if self.compiled is not None:
+            self._run_compiled(self.compiled, ctx, src, plan, outputs, out, scaler, direct)
+            return
         base, pv = src.ctypes.data, self._pv
         send = self.api.send_packet
         step = out[0].nbytes if len(out) else 0
@@ -87,6 +96,53 @@ class NativeLoop:
             raise NativeError(self._text(r, "avcodec_send_packet"), -1)
         self._receive(ctx, target, -1)
         self.api.flush_buffers(ctx)
+
+    def _run_compiled(
+        self,
+        loop: window_loop.CompiledLoop,
+        ctx: int,
+        src: np.ndarray,
+        plan: WindowPlan,
+        outputs: WindowOutputs,
+        out: np.ndarray,
+        scaler: dict[str, Any],
+        direct: DirectScaler,
+    ) -> None:
+        """:meth:`run` in one C call (no GIL held while it decodes)."""
+        w = self._window
+        tables = direct.c_tables(scaler, outputs.size_ok)
+        if tables is None:
+            raise Fallback("swscale flags not set")
+        configs, src_range, src_space = tables
+        if not configs:
+            raise Fallback("no configuration checked yet")
+        packets = [np.ascontiguousarray(a, np.int64) for a in (
+            plan.rel_offset, plan.size, plan.pts, plan.frames)]  # fmt: skip
+        uniq, slot = window_loop.wanted_tables(plan.wanted_pts)
+        taken = np.zeros(len(uniq), np.uint8)
+        w.ctx, w.pkt, w.frame = ctx, self._pkt, self._frame
+        w.dst, w.sws = direct.c_objects()
+        w.base, w.n_packets = src.ctypes.data, len(packets[0])
+        w.offset, w.size, w.pts, w.display = (a.ctypes.data for a in packets)
+        w.n_wanted, w.wanted_pts, w.wanted_slot = len(uniq), uniq.ctypes.data, slot.ctypes.data
+        w.taken, w.out = taken.ctypes.data, out.ctypes.data
+        w.step = out[0].nbytes if len(out) else 0
+        w.out_width, w.out_height, w.rgb24 = scaler["width"], scaler["height"], direct.rgb24
+        w.src_color_range, w.src_colorspace = src_range, src_space
+        w.n_configs = len(configs)
+        for i, (key, mask) in enumerate(configs):
+            w.configs[i] = window_loop.ConfigStruct(*key, 0, mask)
+        w.own_colorspace[:] = direct.own_colorspace_table()
+        r = loop.run(loop.api_ref, ctypes.byref(w))
+        if r == window_loop.FALLBACK:
+            raise Fallback("frame configuration not covered")
+        if r != window_loop.OK:
+            call = window_loop.CALLS[w.error_call]
+            raise NativeError(self._text(w.error, call), w.error_frame)
+        for p in uniq[taken.astype(bool)].tolist():
+            js = outputs.take(p)
+            if js is not None:
+                outputs.copy_repeats(out, js)
 
     def _receive(self, ctx: int, target: tuple[Any, ...], current: int) -> None:
         out, dst0, step, outputs, scaler, direct = target

@@ -19,6 +19,7 @@ bytes are the same and nothing was written past the frame, it stays on ``reforma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -164,6 +165,45 @@ class DirectScaler:
             )
         return same
 
+    @property
+    def rgb24(self) -> int:
+        return self._rgb24
+
+    def c_objects(self) -> tuple[int, int]:
+        """The destination ``AVFrame`` and the ``SwsContext`` (for the compiled loop)."""
+        return self._dst, self._sws
+
+    def c_tables(
+        self, scaler: dict[str, Any], size_ok: Callable[[int, int], bool]
+    ) -> tuple[list[tuple[Key, int]], int, int] | None:
+        """What :meth:`scale` decides per frame, as tables for the compiled loop: the checked
+        source configurations (format, width, height, colorspace, color_range) converting
+        to ``scaler``'s output whose size passes ``size_ok``, each with a bit mask of the
+        destination addresses mod 64 it was checked at; the range and colorspace set on a
+        source frame (0 / -1: left as they are). ``None`` when swscale's flags do not set."""
+        out = self._output(scaler)
+        masks: dict[Key, int] = {}
+        for key, ok in self._ok.items():
+            if ok and key[5:10] == out and size_ok(key[1], key[2]):
+                masks[key[:5]] = masks.get(key[:5], 0) | (1 << key[10])
+        if not self._set_flags(scaler["interpolation"]):
+            return None
+        space = _SWS_TO_AVCOL.get(scaler["src_colorspace"], -1)
+        return list(masks.items())[:8], scaler["src_color_range"], space
+
+    @staticmethod
+    def own_colorspace_table() -> list[int]:
+        """A frame's colorspace -> the destination's (``-1``: left as copied)."""
+        return [_SWS_TO_AVCOL.get(c, -1) for c in range(32)]
+
+    def _set_flags(self, interpolation: int) -> bool:
+        if interpolation != self._flags:
+            assert self.api is not None
+            if self.api.util.av_opt_set_int(self._sws, b"sws_flags", interpolation, 0) < 0:
+                return False
+            self._flags = interpolation
+        return True
+
     def scale(self, src: int, view: Any, dst: int, scaler: dict[str, Any]) -> int:
         """``sws_scale_frame`` of the ``AVFrame`` at ``src`` (``view`` over it) into rgb24
         rows at ``dst``, frame properties set as ``reformat`` sets them (the source's
@@ -185,8 +225,6 @@ class DirectScaler:
         d.color_trc = d.color_primaries = _UNSPECIFIED
         if own is not None:
             d.colorspace = own
-        if scaler["interpolation"] != self._flags:
-            if api.util.av_opt_set_int(self._sws, b"sws_flags", scaler["interpolation"], 0) < 0:
-                return -1
-            self._flags = scaler["interpolation"]
+        if not self._set_flags(scaler["interpolation"]):
+            return -1
         return api.scale_frame(self._sws, self._dst, src)
