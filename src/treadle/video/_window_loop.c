@@ -31,10 +31,12 @@ typedef int (*scale_fn)(void *, void *, const void *);
 #define TL_INVALIDDATA (-0x41444E49)
 #define TL_MAX_CONFIGS 8
 
-/* Functions and checked field offsets (treadle.video.ffmpeg.Layout). Keep in step with
- * window_loop.py's ctypes mirror: the version field is checked there. */
+/* The structs below are mirrored by window_loop.py's ctypes structures: change both, and
+ * TL_ABI, which window_loop.py checks when it loads this library. */
+#define TL_ABI 1
+
+/* Functions and checked field offsets (treadle.video.ffmpeg.Layout). */
 typedef struct {
-    int64_t version;
     send_fn send_packet;
     recv_fn receive_frame;
     void_fn flush_buffers;
@@ -196,11 +198,13 @@ int treadle_window_run(const tl_api *a, tl_window *w) {
     return TL_OK;
 }
 
-int64_t treadle_window_abi(void) { return 1; }
+int64_t treadle_window_abi(void) { return TL_ABI; }
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_window_loop",
-    "treadle's compiled window loop (called through ctypes: see window_loop.py)", -1, NULL,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_window_loop",
+    .m_doc = "treadle's compiled window loop (called through ctypes: see window_loop.py)",
+    .m_size = -1,
 };
 
 PyMODINIT_FUNC PyInit__window_loop(void) { return PyModule_Create(&module); }

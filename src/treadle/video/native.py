@@ -11,6 +11,10 @@ that packet's frames; any other error is raised), and converts with the
 ``reformat`` on PyAV frames. A frame of any other configuration raises :class:`Fallback`
 before anything of it is written: the caller flushes the context and decodes the window
 through PyAV, which checks the new configuration on its first frame.
+
+Where the extension is built, the calls for a whole window are made by one C function
+(:mod:`treadle.video.window_loop`), without the GIL; the Python loop below makes the same
+calls one ctypes call at a time (where it is not built), and both give the same bytes.
 """
 
 from __future__ import annotations
@@ -110,7 +114,7 @@ class NativeLoop:
     ) -> None:
         """:meth:`run` in one C call (no GIL held while it decodes)."""
         w = self._window
-        tables = direct.c_tables(scaler, outputs.size_ok)
+        tables = direct.c_tables(scaler, outputs.size_ok, window_loop.MAX_CONFIGS)
         if tables is None:
             raise Fallback("swscale flags not set")
         configs, src_range, src_space = tables

@@ -174,12 +174,13 @@ class DirectScaler:
         return self._dst, self._sws
 
     def c_tables(
-        self, scaler: dict[str, Any], size_ok: Callable[[int, int], bool]
+        self, scaler: dict[str, Any], size_ok: Callable[[int, int], bool], most: int
     ) -> tuple[list[tuple[Key, int]], int, int] | None:
         """What :meth:`scale` decides per frame, as tables for the compiled loop: the checked
         source configurations (format, width, height, colorspace, color_range) converting
         to ``scaler``'s output whose size passes ``size_ok``, each with a bit mask of the
-        destination addresses mod 64 it was checked at; the range and colorspace set on a
+        destination addresses mod 64 it was checked at (the first ``most``: a frame of any
+        other falls back to PyAV's path, which is exact); the range and colorspace set on a
         source frame (0 / -1: left as they are). ``None`` when swscale's flags do not set."""
         out = self._output(scaler)
         masks: dict[Key, int] = {}
@@ -189,7 +190,7 @@ class DirectScaler:
         if not self._set_flags(scaler["interpolation"]):
             return None
         space = _SWS_TO_AVCOL.get(scaler["src_colorspace"], -1)
-        return list(masks.items())[:8], scaler["src_color_range"], space
+        return list(masks.items())[:most], scaler["src_color_range"], space
 
     @staticmethod
     def own_colorspace_table() -> list[int]:

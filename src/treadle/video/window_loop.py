@@ -28,6 +28,7 @@ from treadle import fastpaths
 from treadle.video import ffmpeg
 
 _P, _I32, _I64, _U64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64
+#: ``TL_ABI`` of the C file: the layout of the structures below (change both together)
 ABI = 1
 MAX_CONFIGS = 8
 OK, FALLBACK, ERROR = 0, 1, 2
@@ -38,7 +39,6 @@ class ApiStruct(ctypes.Structure):
     """``tl_api``: FFmpeg's functions and the checked field offsets."""
 
     _fields_ = [
-        ("version", _I64),
         ("send_packet", _P),
         ("receive_frame", _P),
         ("flush_buffers", _P),
@@ -121,7 +121,6 @@ class CompiledLoop:
             return ctypes.cast(f, _P).value or 0
 
         self.api = ApiStruct(
-            ABI,
             addr(a.send_packet),
             addr(a.receive_frame),
             addr(a.flush_buffers),
