@@ -61,6 +61,11 @@ WINDOW = 90
 FRAMES = 300  # per episode
 CONTENTS = ("bench", "texture", "real")
 PARALLEL_REPS = 3
+WINDOWS = 160
+"""Windows each treadle run times (20 batches of 8: 2.5-3 s at 1 thread at 224x224). At 48
+(6 batches, 0.35 s at 2 threads) one batch was a sixth of the time, and batches of real clips
+differ by up to 30% in decode cost: the ratio moved by several percent with which batches
+the timing caught."""
 """Times each process of ``limit_rgb_procs`` decodes the streams (~0.7-1.5 s per process)."""
 #: real clips looked for, in order: torchcodec's test video (a source checkout or a package
 #: that ships its test resources), then any other real recording found here
@@ -173,7 +178,7 @@ def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:
 def sizes(tiny: bool, content: str) -> dict[str, Any]:
     """The ``case_video`` size dict of a content's table."""
     win = 12 if tiny else WINDOW
-    return dict(name=content, h=H, w=W, window=win, windows=8 if tiny else 48)
+    return dict(name=content, h=H, w=W, window=win, windows=8 if tiny else WINDOWS)
 
 
 def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Result]:
@@ -197,7 +202,9 @@ def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Resul
         paths = cv.stream_paths(root, sz)
         plan = cv.recipe(client, sz).plan()
         steps = sz["windows"] // cv.BATCH + 2 + warm
-        needed = statistics.mean(x[3] for x in cv.window_ranges(plan, range(steps)))
+        # the batches measure() times: after the first and `warm` more
+        measured = range(warm + 1, warm + 1 + sz["windows"] // cv.BATCH)
+        needed = statistics.mean(x[3] for x in cv.window_ranges(plan, measured))
         useful = sz["window"] / needed
         frames = len(paths) * (60 if tiny else FRAMES)
         lim = Result("contents", "limit_rgb", {**base, "cores": 1}, "frames/s")
@@ -222,7 +229,6 @@ def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Resul
             return Run(wall, cpu, 2 * PARALLEL_REPS * frames * useful)
 
         rs.append((par, limit_par))
-        measured = range(warm, warm + sz["windows"] // cv.BATCH)  # the windows treadle times
         exact = Result("contents", "limit_windows", {**base, "cores": 1}, "frames/s")
         exact.config["label"] = (
             "exact windows limit: PyAV decode of exactly the windows' packets + reused "
