@@ -107,8 +107,7 @@ def _video_rows(client: Any, s3c: Any, proxy: DelayProxy, tiny: bool) -> list[tu
 
     rs = []
     for sz in cv.sizes(tiny):
-        lab, nw, warm = cv.label(sz), sz["windows"], cv.warmup(tiny)
-        steps = nw // cv.BATCH + 2 + warm
+        lab, nw = cv.label(sz), sz["windows"]
         for workers, threads in ((0, 2),) if tiny else ((0, 2), (2, 1)):
             for where, c in (("local", client), ("s3", s3c)):
                 cfg = {"data": f"video {lab}", "where": where, "workers": workers,
@@ -119,8 +118,10 @@ def _video_rows(client: Any, s3c: Any, proxy: DelayProxy, tiny: bool) -> list[tu
                     f"workers={workers} threads={threads}"
                 )
 
-                def fn(sz=sz, c=c, workers=workers, threads=threads, nw=nw, steps=steps,
-                       warm=warm, r=r, p=proxy if where == "s3" else None) -> Run:  # fmt: skip
+                def fn(sz=sz, c=c, workers=workers, threads=threads, nw=nw, r=r,
+                       p=proxy if where == "s3" else None) -> Run:  # fmt: skip
+                    warm = cv.warmup(tiny, workers)
+                    steps = nw // cv.BATCH + 2 + warm
                     make = lambda: cv.treadle_iter(c, sz, workers, threads, steps)  # noqa: E731
                     run = timed_run(make, nw, steps, warm, p, r)
                     run.samples *= sz["window"]

@@ -28,7 +28,7 @@ bench`` sets it to its ``--dir``) in each library's own format. Every
 configuration of a case runs once per round, ``--runs`` rounds, interleaved, so a noisy shared
 machine hits them alike; the table shows medians. Wall rate excludes start-up (time to the
 first batch, shown separately) and, for video, the warm-up batches after it
-(``case_video.warmup``, the same for every reader); CPU rate counts the whole process tree
+(``case_video.warmup``, the same for every reader, more for workers' read-ahead); CPU rate counts the whole process tree
 (spawned workers and, for ``s3``, the S3 server too). ``report.py`` judges issue 17's goals (``report.GOALS``).
 Results go to ``--out`` as ``<tiny|full>-<stamp>.json``, ``.md`` (machine and load at start
 and end, every row, the goal table, the chart) and ``.png`` (when matplotlib is installed),
@@ -177,7 +177,9 @@ def run_video(tiny: bool, runs: int) -> list[Result]:
             )
             r.config["label"] = f"treadle TrainLoader workers={workers} threads={threads}"
 
-            def tr(sz=sz, workers=workers, threads=threads, n=n, steps=steps, warm=warm) -> Run:
+            def tr(sz=sz, workers=workers, threads=threads, n=n) -> Run:
+                warm = cv.warmup(tiny, workers)
+                steps = n // cv.BATCH + 2 + warm
                 run = measure(
                     lambda: cv.treadle_iter(client, sz, workers, threads, steps), n, batch_len, warm
                 )
@@ -248,8 +250,6 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
         for sz in cv.sizes(tiny):
             lab = cv.label(sz)
             nw = sz["windows"]
-            warm = cv.warmup(tiny)
-            vsteps = nw // cv.BATCH + 2 + warm
             for workers, threads in ((0, 2),) if tiny else ((0, 2), (2, 1)):
                 r = Result(
                     "s3",
@@ -259,8 +259,9 @@ def run_s3(tiny: bool, runs: int) -> list[Result]:
                 )
                 r.config["label"] = f"treadle on S3 workers={workers} threads={threads}"
 
-                def tv_(sz=sz, workers=workers, threads=threads, nw=nw, vsteps=vsteps,
-                        warm=warm) -> Run:  # fmt: skip
+                def tv_(sz=sz, workers=workers, threads=threads, nw=nw) -> Run:
+                    warm = cv.warmup(tiny, workers)
+                    vsteps = nw // cv.BATCH + 2 + warm
                     run = measure(
                         lambda: cv.treadle_iter(client, sz, workers, threads, vsteps),
                         nw,
