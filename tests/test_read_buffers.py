@@ -102,9 +102,11 @@ def test_large_batch_buffers_are_not_madvised_for_huge_pages():
     big = pool.empty((8, 24, 128, 128, 3), np.uint8)  # 9.4 MB
     big[...] = 1  # fault it in
     assert _thp_eligible(big) == "0"
-    plain = np.empty(big.shape, np.uint8)
+    # what numpy's allocation gets here; 64 MiB, above glibc's largest mmap threshold, so it
+    # is a fresh map numpy madvises (a smaller one may come from a heap chunk: '0' in a CI run)
+    plain = np.empty(64 << 20, np.uint8)
     plain[...] = 1
-    assert _thp_eligible(plain) == "1"  # what numpy's allocation gets here
+    assert _thp_eligible(plain) == "1"
     small = pool.empty((4, 16), np.float32)
     assert small.base is None
     shape, addr = big.shape, big.ctypes.data
