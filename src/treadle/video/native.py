@@ -54,6 +54,7 @@ class NativeLoop:
         self.api = api
         self.compiled = compiled
         self._window = window_loop.WindowStruct()
+        self._window.own_colorspace[:] = DirectScaler.own_colorspace_table()  # a constant
         self._pkt = api.codec.av_packet_alloc()
         self._frame = api.util.av_frame_alloc()
         if not self._pkt or not self._frame:
@@ -136,7 +137,6 @@ class NativeLoop:
         w.n_configs = len(configs)
         for i, (key, mask) in enumerate(configs):
             w.configs[i] = window_loop.ConfigStruct(*key, 0, mask)
-        w.own_colorspace[:] = direct.own_colorspace_table()
         r = loop.run(loop.api_ref, ctypes.byref(w))
         if r == window_loop.FALLBACK:
             raise Fallback("frame configuration not covered")
