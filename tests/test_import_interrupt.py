@@ -30,7 +30,8 @@ pytestmark = pytest.mark.s3
 
 SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import faulthandler, json, signal, sys
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
     from treadle.catalog import Client
     from treadle.importers import mds, webdataset
 
@@ -40,6 +41,16 @@ SCRIPT = textwrap.dedent(
     fn(src, project, "t", source_options=opts, progress=False)
     """
 )
+
+
+MASKS = ("SigBlk", "SigIgn")
+
+
+def _sigint_state(pid: int) -> str:
+    """SIGINT's bit in the process's blocked and ignored masks (``/proc``), for messages."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    masks = {k: int(v, 16) for k, v in (ln.split(":\t", 1) for ln in lines) if k in MASKS}
+    return ", ".join(f"{k} {bool(m >> (signal.SIGINT - 1) & 1)}" for k, m in masks.items())
 
 
 def _wait_for(cond, timeout_s: float = 60.0) -> bool:
@@ -93,12 +104,17 @@ def test_ctrl_c_during_a_hung_source_read_exits_and_commits_nothing(tmp_path, s3
             assert _wait_for(lambda: proxy.counts["delay"] >= 1), "no read reached the proxy"
             time.sleep(0.5)  # the pool's threads are all inside their held HEADs
             assert proc.poll() is None, proc.communicate()
+            state = _sigint_state(proc.pid)
             proc.send_signal(signal.SIGINT)
             t0 = time.monotonic()
             try:
                 _, err = proc.communicate(timeout=60)  # a hang guard, not a speed limit
             except subprocess.TimeoutExpired:
-                pytest.fail("the interrupted import did not exit within 60 s")
+                proc.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack
+                time.sleep(1)
+                proc.kill()
+                _, err = proc.communicate()
+                pytest.fail(f"the interrupted import did not exit within 60 s ({state}):\n{err}")
         finally:
             if proc.poll() is None:
                 proc.kill()
