@@ -100,10 +100,13 @@ def native_loop(request, monkeypatch):
     """Run the test with the native loop's FFmpeg calls made by the compiled window loop
     (:mod:`treadle.video.window_loop`, the default), then made from Python (where the
     extension is not built); at the end, checks that the other one never ran."""
+    from treadle import fastpaths
     from treadle.video import native, window_loop
 
     if request.param == "python":
-        monkeypatch.setattr(window_loop, "_LOOP", False)
+        monkeypatch.setattr(
+            window_loop, "CHECKED", fastpaths.Checked.fixed("compiled window loop", None)
+        )
     else:
         assert window_loop.load() is not None, window_loop.unavailable()
     ran = {"compiled": 0, "python": 0}

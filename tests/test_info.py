@@ -16,7 +16,7 @@ import pytest
 import treadle as td
 from treadle import fastpaths
 from treadle.read import fixed
-from treadle.video import ffmpeg, sws
+from treadle.video import ffmpeg, sws, window_loop
 
 CPU_PATHS = (
     "native decode",
@@ -74,9 +74,26 @@ def test_treadle_info_prints_each_path_and_refuses_a_root():
     assert main(["info", "--root", "/tmp/x"]) == 2  # info reads no store
 
 
+def test_a_checked_fast_path_loads_once_logs_once_and_says_why(fresh):
+    calls = []
+    off = fastpaths.Checked("nvdec", lambda: calls.append(1) or "no NVIDIA GPU here")
+    assert off.get() is None and off.get() is None and off.why() == "no NVIDIA GPU here"
+    assert calls == [1]
+    (rec,) = _offs(fresh, "nvdec")
+    assert "no NVIDIA GPU here" in rec.message
+    on = fastpaths.Checked("nvdec", lambda: calls.append(2) or ("a decoder",))
+    assert on.get() == ("a decoder",) and on.why() is None and calls == [1, 2]
+    assert fastpaths.Checked.fixed("nvdec", None, "set by a test").why() == "set by a test"
+    assert len(_offs(fresh, "nvdec")) == 1  # fixed ones log nothing
+    with pytest.raises(KeyError, match="no fast path 'gpu'"):
+        fastpaths.Checked("gpu", lambda: "x")
+
+
 def test_native_decode_off_logs_one_warning_with_its_reason(fresh, monkeypatch):
-    monkeypatch.setattr(ffmpeg, "_API", None)
-    monkeypatch.setattr(ffmpeg, "_WHY", None)
+    monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked("native decode", ffmpeg._load))
+    # the compiled loop rests on the API: a fresh check here, undone after (it would stay off)
+    fresh_loop = fastpaths.Checked("compiled window loop", window_loop._load)
+    monkeypatch.setattr(window_loop, "CHECKED", fresh_loop)
     monkeypatch.setattr(ffmpeg, "_PYAV_MAJORS", set())  # the layout check now fails
     assert ffmpeg.api() is None and ffmpeg.api() is None
     why = ffmpeg.unavailable()
@@ -90,6 +107,7 @@ def test_native_decode_off_logs_one_warning_with_its_reason(fresh, monkeypatch):
     found = td.info().paths
     assert not found["native decode"].on and found["native decode"].reason == why
     assert not found["direct conversion"].on
+    assert not found["compiled window loop"].on and why in found["compiled window loop"].reason
 
 
 def test_a_conversion_check_that_fails_turns_direct_conversion_off_once(fresh, monkeypatch):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import treadle.video as tv
+from treadle import fastpaths
 from treadle.errors import CorruptData
 from treadle.plan.windows import Video
 from treadle.storage import Store
@@ -104,7 +105,7 @@ def test_native_windows_equal_pyav_and_sequential_decode(store, runs, monkeypatc
     else:  # rows the direct path cannot write: PyAV throughout
         assert runs == {"done": 0, "fallback": 0, "error": 0}
     # the same through PyAV alone
-    monkeypatch.setattr(ffmpeg, "_API", False)
+    monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
     for w, out in zip(wins, _read(store, key, idx, wins)):
         np.testing.assert_array_equal(out, ref[w])
 
@@ -139,7 +140,7 @@ def test_refused_configuration_stays_on_pyav(store, runs, monkeypatch):
 
 
 def test_without_the_checked_api_everything_decodes_through_pyav(store, runs, monkeypatch):
-    monkeypatch.setattr(ffmpeg, "_API", None)
+    monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked("native decode", ffmpeg._load))
     monkeypatch.setattr(ffmpeg, "_PYAV_MAJORS", set())  # the layout check now fails
     assert ffmpeg.api() is None
     dec = decode.Decoder()

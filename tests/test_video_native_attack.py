@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import treadle.video as tv
+from treadle import fastpaths
 from treadle.errors import CorruptData, VideoError
 from treadle.plan.windows import Video
 from treadle.storage import Store
@@ -136,7 +137,7 @@ def test_packet_index_outside_the_window_names_the_frame(
     else:  # decode position 4 is empty
         bad, frame = _moved(idx, {4: -int(idx.size[dod[4]])}), int(dod[4])
     if not native:
-        monkeypatch.setattr(ffmpeg, "_API", False)
+        monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
     body, raw = _guarded(8, 64, 96)
     with tv.VideoReader(store, prefix="projects/p") as r:
         r.read([tv.WindowRequest(key, idx, range(10, 18), Video(range(8)), WHERE, out=body)])
@@ -153,7 +154,7 @@ def test_read_only_out_is_refused_and_never_written(store, monkeypatch, native):
     s = tv.encode_frames(synthetic_frames(20, 64, 96, seed=5), gop=10, preset="ultrafast")
     key, idx = _put(store, s)
     if not native:
-        monkeypatch.setattr(ffmpeg, "_API", False)
+        monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
     blob = bytes(8 * 64 * 96 * 3)
     ro = np.frombuffer(blob, np.uint8).reshape(8, 64, 96, 3)
     good = np.empty_like(ro)
@@ -194,7 +195,7 @@ def test_decode_window_refuses_an_output_of_another_shape(monkeypatch, native):
     from treadle.video.window_plan import plan_window
 
     if not native:
-        monkeypatch.setattr(ffmpeg, "_API", False)
+        monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
     s = tv.encode_frames(synthetic_frames(20, 64, 96, seed=7), gop=10, preset="ultrafast")
     idx = s.index
     dec = decode.Decoder()
@@ -269,7 +270,7 @@ def test_other_tools_files_native_equals_pyav(store, monkeypatch, name, size, na
 
     got = read()
     assert len(done) >= 3  # the native loop ran (windows of configurations checked)
-    monkeypatch.setattr(ffmpeg, "_API", False)
+    monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
     for a, b in zip(got, read()):
         np.testing.assert_array_equal(a, b)
 
@@ -338,7 +339,7 @@ def test_a_frame_of_another_size_than_the_index_says_is_corrupt(store, monkeypat
     store.put("projects/p/cat.h264", data)
     for api in (None, False):
         if api is False:
-            monkeypatch.setattr(ffmpeg, "_API", False)
+            monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
         body, raw = _guarded(14, 64, 96)
         with tv.VideoReader(store, prefix="projects/p") as r:
             r.read([tv.WindowRequest("cat.h264", idx, range(0, 14), Video(range(14)), WHERE,
@@ -367,7 +368,7 @@ def test_stream_changing_format_mid_window_stays_in_the_batch(
     got = []
     for api in (None, False):
         if api is False:
-            monkeypatch.setattr(ffmpeg, "_API", False)
+            monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
         body, raw = _guarded(14, 64, 96)
         with tv.VideoReader(store, prefix="projects/p") as r:
             r.read([tv.WindowRequest("cat.h264", idx, range(0, 14), Video(range(14)), WHERE,

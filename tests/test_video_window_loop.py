@@ -45,8 +45,9 @@ def stream(tmp_path_factory):
 @pytest.fixture
 def fresh(monkeypatch, caplog):
     """The window loop not loaded yet in this process, no fast path recorded off."""
-    monkeypatch.setattr(window_loop, "_LOOP", None)
-    monkeypatch.setattr(window_loop, "_WHY", None)
+    monkeypatch.setattr(
+        window_loop, "CHECKED", fastpaths.Checked("compiled window loop", window_loop._load)
+    )
     monkeypatch.setattr(fastpaths, "_OFF", {})
     caplog.set_level(logging.WARNING, logger="treadle")
     return caplog

@@ -12,10 +12,14 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from treadle.forks import renew_lock_in_child
 
-__all__ = ["PATHS", "log", "off", "reasons"]
+__all__ = ["PATHS", "Checked", "log", "off", "reasons"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("treadle")
 """treadle's logger: every message treadle logs goes through it (``logging.getLogger("treadle")``)."""
@@ -56,3 +60,45 @@ def reasons() -> dict[str, str]:
     """``{path: reason}`` of every fast path that went off in this process so far."""
     with _LOCK:
         return dict(_OFF)
+
+
+class Checked(Generic[T]):
+    """A fast path's object, loaded and checked once per process.
+
+    ``load`` returns the object, or a string saying why the path is off. :meth:`get` is the
+    object, or ``None`` where the check failed (recorded with :func:`off`, which logs it
+    once); :meth:`why` is the reason (``None`` when loaded). Tests swap a module's instance
+    for a fresh one (load again) or for :meth:`fixed` (``Checked.fixed(path, None)``: off).
+    """
+
+    def __init__(self, path: str, load: Callable[[], T | str]) -> None:
+        if path not in PATHS:
+            raise KeyError(f"no fast path {path!r} (known: {', '.join(PATHS)})")
+        self.path = path
+        self._load = load
+        self._done = False
+        self._value: T | None = None
+        self._why: str | None = None
+
+    @classmethod
+    def fixed(cls, path: str, value: T | None, why: str | None = None) -> Checked[T]:
+        """One already decided: ``value``, or off (``None``) for ``why``, logged nowhere."""
+        got = cls(path, lambda: "never loaded")
+        got._done, got._value = True, value
+        got._why = why if value is None else None
+        return got
+
+    def get(self) -> T | None:
+        if not self._done:  # two threads may both load: each gets an equal object
+            got = self._load()
+            if isinstance(got, str):
+                self._why = got
+                off(self.path, got)
+            else:
+                self._value = got
+            self._done = True
+        return self._value
+
+    def why(self) -> str | None:
+        self.get()
+        return self._why

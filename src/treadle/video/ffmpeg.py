@@ -217,28 +217,15 @@ def _probe(util: Any) -> Layout | str:
     return Layout(obj, w, h, fmt, pts, spc, rng, trc, pri, 8, 24, 32)
 
 
-_API: Any = None
-_WHY: str | None = None
-
-
 def api() -> Api | None:
     """The checked API (loaded once per process), or ``None`` where a check failed
     (:func:`unavailable` says which; the first such call logs it once)."""
-    global _API, _WHY
-    if _API is None:
-        got = _load()
-        if isinstance(got, str):
-            _API, _WHY = False, got
-            fastpaths.off("native decode", got)
-        else:
-            _API = got
-    return _API or None
+    return CHECKED.get()
 
 
 def unavailable() -> str | None:
     """Why :func:`api` is ``None`` (None when it is loaded)."""
-    api()
-    return _WHY
+    return CHECKED.why()
 
 
 def _load() -> Api | str:
@@ -257,6 +244,10 @@ def _load() -> Api | str:
     if not _context_checks(out):
         return "a PyAV CodecContext's pointer is not an AVCodecContext"
     return out
+
+
+CHECKED: fastpaths.Checked[Api] = fastpaths.Checked("native decode", _load)
+"""The check (:func:`api` and :func:`unavailable` read it)."""
 
 
 def _context_checks(a: Api) -> bool:

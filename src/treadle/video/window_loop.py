@@ -142,27 +142,14 @@ class CompiledLoop:
         self.api_ref = ctypes.byref(self.api)
 
 
-_LOOP: Any = None
-_WHY: str | None = None
-
-
 def load() -> CompiledLoop | None:
     """The compiled loop (loaded once per process), or ``None`` (:func:`unavailable`)."""
-    global _LOOP, _WHY
-    if _LOOP is None:
-        got = _load()
-        if isinstance(got, str):
-            _LOOP, _WHY = False, got
-            fastpaths.off("compiled window loop", got)
-        else:
-            _LOOP = got
-    return _LOOP or None
+    return CHECKED.get()
 
 
 def unavailable() -> str | None:
     """Why :func:`load` is ``None`` (``None`` when it is loaded)."""
-    load()
-    return _WHY
+    return CHECKED.why()
 
 
 def _load() -> CompiledLoop | str:
@@ -182,6 +169,10 @@ def _load() -> CompiledLoop | str:
     if abi() != ABI:
         return f"the extension is of another version ({abi()}, this treadle wants {ABI})"
     return CompiledLoop(lib, a)
+
+
+CHECKED: fastpaths.Checked[CompiledLoop] = fastpaths.Checked("compiled window loop", _load)
+"""The check (:func:`load` and :func:`unavailable` read it)."""
 
 
 def wanted_tables(wanted_pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
