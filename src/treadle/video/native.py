@@ -20,7 +20,7 @@ calls one ctypes call at a time (where it is not built), and both give the same 
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,18 @@ class NativeError(Exception):
     def __init__(self, text: str, frame: int):
         super().__init__(text)
         self.frame = frame
+
+
+class _Target(NamedTuple):
+    """Where a window's frames go: the output array (its address, bytes per position), the
+    position of each frame, and the conversion into it."""
+
+    out: np.ndarray
+    dst0: int
+    step: int
+    outputs: WindowOutputs
+    scaler: dict[str, Any]
+    direct: DirectScaler
 
 
 class NativeLoop:
@@ -80,13 +92,13 @@ class NativeLoop:
         Raises :class:`Fallback` or :class:`NativeError`; the context is then mid-window
         (the caller flushes or drops it)."""
         src = np.frombuffer(data, np.uint8)  # any buffer; held while FFmpeg reads it
+        step = out[0].nbytes if len(out) else 0
+        target = _Target(out, out.ctypes.data, step, outputs, scaler, direct)
         if self.compiled is not None:
-            self._run_compiled(self.compiled, ctx, src, plan, outputs, out, scaler, direct)
+            self._run_compiled(self.compiled, ctx, src, plan, target)
             return
         base, pv = src.ctypes.data, self._pv
         send = self.api.send_packet
-        step = out[0].nbytes if len(out) else 0
-        target = (out, out.ctypes.data, step, outputs, scaler, direct)
         current = -1
         for k, o, s, p in zip(plan.frames.tolist(), plan.rel_offset.tolist(),
                               plan.size.tolist(), plan.pts.tolist()):  # fmt: skip
@@ -108,12 +120,10 @@ class NativeLoop:
         ctx: int,
         src: np.ndarray,
         plan: WindowPlan,
-        outputs: WindowOutputs,
-        out: np.ndarray,
-        scaler: dict[str, Any],
-        direct: DirectScaler,
+        target: _Target,
     ) -> None:
         """:meth:`run` in one C call (no GIL held while it decodes)."""
+        out, _, step, outputs, scaler, direct = target
         w = self._window
         tables = direct.c_tables(scaler, outputs.size_ok, window_loop.MAX_CONFIGS)
         if tables is None:
@@ -130,8 +140,7 @@ class NativeLoop:
         w.base, w.n_packets = src.ctypes.data, len(packets[0])
         w.offset, w.size, w.pts, w.display = (a.ctypes.data for a in packets)
         w.n_wanted, w.wanted_pts, w.wanted_slot = len(uniq), uniq.ctypes.data, slot.ctypes.data
-        w.taken, w.out = taken.ctypes.data, out.ctypes.data
-        w.step = out[0].nbytes if len(out) else 0
+        w.taken, w.out, w.step = taken.ctypes.data, target.dst0, step
         w.out_width, w.out_height, w.rgb24 = scaler["width"], scaler["height"], direct.rgb24
         w.src_color_range, w.src_colorspace = src_range, src_space
         w.n_configs = len(configs)
@@ -148,7 +157,7 @@ class NativeLoop:
             if js is not None:
                 outputs.copy_repeats(out, js)
 
-    def _receive(self, ctx: int, target: tuple[Any, ...], current: int) -> None:
+    def _receive(self, ctx: int, target: _Target, current: int) -> None:
         out, dst0, step, outputs, scaler, direct = target
         api, frame, fv = self.api, self._frame, self._fv
         recv, unref = api.receive_frame, api.frame_unref
