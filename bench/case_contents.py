@@ -37,6 +37,18 @@ counts; ``report.py`` shows it against the limit x 2 and treadle's threads=2 aga
 (not judged). On this 2-vCPU machine two processes reached 0.91-1.00x of the limit x 2
 (measured apart, issue 33's closing note).
 
+The limits convert each frame into one reused, cache-hot frame; a loader writes every frame
+into its batch (108 MB for 8 windows of 90x224x224: cold memory). Measured on the 2-vCPU VM
+(a C loop writing 224x224x3 bytes per frame, 2026-12-04): 1.3 us into a hot buffer, 7 us
+into rotating batch-sized buffers, 9-12 us each with two such writers at once (non-temporal
+stores from a hot copy: no better). At 2 threads that is 5-6% of a real clip's frame (~165
+us to decode and convert), 3% of the texture's (~360 us): the part of the 2-thread bar no
+loader that hands out the batch can meet. ``perf`` over a 2-thread run (decode threads,
+warm-up included): libavcodec 77% / 89% / 79% (real / texture / bench), libswscale 9 / 4 /
+8%, the kernel 7 / 3 / 6% (first-touch faults of the first batches' buffers: ~200 minor
+faults in the 14,400 timed frames), Python 3 / 1.5 / 3%; every other thread 1-2% of the
+process's CPU.
+
     python bench/suite.py --cases contents [--runs 3]
 """
 
