@@ -89,6 +89,7 @@ class Checked(Generic[T]):
         return got
 
     def get(self) -> T | None:
+        """The object, loaded on the first call; ``None`` where the path is off."""
         if not self._done:  # two threads may both load: each gets an equal object
             got = self._load()
             if isinstance(got, str):
@@ -100,5 +101,6 @@ class Checked(Generic[T]):
         return self._value
 
     def why(self) -> str | None:
+        """Why the path is off (loading it first), ``None`` when it is on."""
         self.get()
         return self._why
