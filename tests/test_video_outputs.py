@@ -88,9 +88,8 @@ def test_native_and_pyav_loops_agree_on_repeats_and_warm_up(tmp_path, stream, mo
     with tv.VideoReader(store, prefix="projects/p") as reader:
         native_runs = [read(reader) for _ in range(4)]
     assert runs["done"] >= 1 and runs["done"] + runs["fallback"] == 4 * len(wins), runs
-    monkeypatch.setattr(
-        ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None)
-    )  # PyAV's loop only
+    # PyAV's loop only
+    monkeypatch.setattr(ffmpeg, "CHECKED", fastpaths.Checked.fixed("native decode", None))
     with tv.VideoReader(store, prefix="projects/p") as reader:
         pyav = read(reader)
     for got in [*native_runs, pyav]:
