@@ -35,6 +35,7 @@ LAYOUT: tuple[tuple[str, str], ...] = (
     ("projects/<project>/episodes/<table>/<data file>.json", "episode runs of one Lance fragment"),
     ("projects/<project>/stats/<table>/v<version>/<key>.json", "a column's statistics at a version"),
     ("projects/<project>/stats/<table>/v<version>/source.json", "statistics an import shipped"),
+    ("projects/<project>/stats/<table>/v<version>/meta.json", "metadata and episode sets an import shipped"),
     ("projects/<project>/runstats/<run id>/<key>.json", "a run's statistics (Plan.stats)"),
     ("projects/<project>/gc/writers/<id>/", "leases of running writers (gc keeps what they stage)"),
     ("projects/<project>/gc/used/<object key>", "when a writer last reused an object"),
@@ -97,6 +98,10 @@ def stats_folder(prefix: str, table: str, version: int) -> str:
 
 def source_stats_key(prefix: str, table: str, version: int) -> str:
     return f"{stats_folder(prefix, table, version)}/source.json"
+
+
+def source_meta_key(prefix: str, table: str, version: int) -> str:
+    return f"{stats_folder(prefix, table, version)}/meta.json"
 
 
 def runstats_key(prefix: str, run_id: str, key: str) -> str:

@@ -108,6 +108,15 @@ class TableRef:
     def fps(self) -> float | None:
         return self.pin().fps
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """:attr:`Table.metadata` at the branch head (what an import's source said)."""
+        return self.pin().metadata
+
+    def episode_sets(self) -> dict[str, list[str]]:
+        """:meth:`Table.episode_sets` at the branch head (robomimic's filter keys)."""
+        return self.pin().episode_sets()
+
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         return self.pin().to_arrow(columns, filter)
 

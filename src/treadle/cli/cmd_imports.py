@@ -1,4 +1,4 @@
-"""``treadle import {webdataset,mds,lerobot,hf} SRC... --project P --table T``.
+"""``treadle import {webdataset,mds,lerobot,hf,hdf5} SRC... --project P --table T``.
 
 Each sub-command sets ``args.func`` to :func:`run`, which takes ``args`` and returns an exit
 code; the importers themselves load when the command runs.
@@ -30,6 +30,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "mds": "MosaicML Streaming folder or URL with index.json",
         "lerobot": "LeRobot dataset root (v3.0 or v2.1)",
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
+        "hdf5": "robomimic/LIBERO/ALOHA HDF5 file, or a folder of them",
     }
     for fmt, h in helps.items():
         _add_format(sub, fmt, h)
@@ -51,11 +52,15 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
         help="unpickle .pyd/.pickle/.pth members and MDS pkl columns (runs code from the "
         "data: only for data you trust)",
     )
+    robot = fmt in ROBOT_FORMATS  # cameras of raw frames: H.264 video by default
     sp.add_argument(
         "--images",
-        choices=["encoded", "decoded"],
-        default="encoded",
-        help="keep images encoded (bytes) or store uint8 [H,W,3] tensors",
+        choices=["video", "encoded", "decoded"] if robot else ["encoded", "decoded"],
+        default="video" if robot else "encoded",
+        help="store cameras as H.264 video (PSNR reported), encoded images, or uint8 "
+        "[H,W,3] tensors"
+        if robot
+        else "keep images encoded (bytes) or store uint8 [H,W,3] tensors",
     )
     sp.add_argument(
         "--rename",
@@ -87,8 +92,16 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
     sp.set_defaults(func=run)
 
 
+#: formats whose cameras may be stored as video (``--images video``, the default)
+ROBOT_FORMATS = ("hdf5",)
+
+
 def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     """The options only some formats take."""
+    if fmt == "hdf5":
+        sp.add_argument("--fps", type=float_at_least(0), default=None,
+                        help="the demos' rate (default: env_args control_freq)")  # fmt: skip
+        sp.add_argument("--next-obs", action="store_true", help="also import next_obs/*")
     if fmt == "hf":
         sp.add_argument("--split", default=None, help="split of a DatasetDict")
     if fmt == "lerobot":
@@ -160,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
-    if args.format in ("mds", "lerobot") and len(args.src) != 1:
+    if args.format in ("mds", "lerobot", *ROBOT_FORMATS) and len(args.src) != 1:
         print(f"treadle import {args.format}: error: give exactly one SRC", file=sys.stderr)
         return 2
     try:
@@ -182,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if res.videos is not None:  # LeRobot: per episode and camera, copied or re-encoded (why)
         summary["videos"] = res.videos
+    if res.psnr:  # robot formats: per camera stored as video, its PSNR in dB
+        summary["psnr"] = res.psnr
     print(json.dumps(summary))
     return 0
 
@@ -199,6 +214,9 @@ def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         return importers.hf(args.src, args.project, args.table, split=args.split, **common)
     if args.format == "mds":
         return importers.mds(args.src[0], args.project, args.table, **common)
+    if args.format == "hdf5":
+        return importers.hdf5(args.src[0], args.project, args.table, fps=args.fps,
+                              next_obs=args.next_obs, **common)  # fmt: skip
     return importers.lerobot(
         args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
     )

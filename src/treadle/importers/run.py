@@ -105,6 +105,9 @@ class ImportResult:
     ``videos`` (LeRobot imports): per episode and video column, ``{"episode", "column",
     "video": "copied" | "re-encoded", "why"}``, in import order; None where the importer
     does not report it (other formats, an executor's remote tasks, a skipped re-run).
+    The robot-data importers (HDF5, Zarr, ROS 2) add a row per episode and camera stored
+    as video, with its ``psnr_db``; ``psnr``: per such camera column, the PSNR (dB) of all
+    its frames against the source's.
     """
 
     commit: Any
@@ -115,7 +118,8 @@ class ImportResult:
     seconds: float
     import_id: str
     skipped: bool = False
-    videos: list[dict[str, str]] | None = None
+    videos: list[dict[str, Any]] | None = None
+    psnr: dict[str, float] | None = None
 
 
 def import_id(

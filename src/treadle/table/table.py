@@ -23,6 +23,7 @@ from treadle.errors import ExpiredCommit, NotFound, TreadleError
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
 from treadle.table.lanceerror import lance_error
+from treadle.table.source_meta import source_meta
 from treadle.table.source_stats import source_stats
 from treadle.table.tensors import is_video
 
@@ -213,6 +214,19 @@ class Table:
         """Statistics the source of an import shipped for this version (LeRobot's
         ``meta/stats.json``), as given: ``{column: {"mean": array, ..., "source": str}}``."""
         return source_stats(self)
+
+    @cached_property
+    def metadata(self) -> dict[str, Any]:
+        """What the source of an import said of the whole dataset (an HDF5 file's ``data``
+        attributes: robomimic's ``env_args``, LIBERO's ``problem_info``); {} when none."""
+        return dict(source_meta(self).get("metadata") or {})
+
+    def episode_sets(self) -> dict[str, list[str]]:
+        """Named sets of episodes an import's source defined (robomimic's filter keys
+        ``mask/<key>``): ``{name: [episode, ...]}``, only episodes this version has."""
+        sets = source_meta(self).get("episode_sets") or {}
+        have = set(self.episodes().names)
+        return {k: [e for e in v if e in have] for k, v in sets.items()}
 
     def matching_rows(self, filter: str | None) -> np.ndarray:
         """Row positions (moment ids) of the rows a Lance SQL ``filter`` keeps, sorted;

@@ -1,0 +1,245 @@
+"""``td.importers.hdf5``: robomimic, LIBERO, MimicGen, RoboCasa and ALOHA HDF5 files -> a table.
+
+One file (``.hdf5``, ``.h5``) or a folder of them, local or on an object store; each demo is
+one episode (:mod:`~treadle.importers.hdf5.hdf5_layouts` says which layouts, and how a demo's
+datasets become columns). Episodes of one file are ``demo_<n>`` in numeric order; from a
+folder, ``<file stem>__demo_<n>`` (every LIBERO file has its own ``demo_0``), files in name
+order; an ALOHA file is one episode named by its stem. Cameras (``uint8 [N, H, W, 3]``)
+follow ``images`` (:mod:`treadle.importers.cameras`); every other dataset is stored exactly.
+h5py is an optional extra: ``pip install 'treadle[hdf5]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from treadle.errors import CorruptData, MissingDependency, SchemaMismatch
+from treadle.importers.arrow import check_rename, column_name
+from treadle.importers.cameras import CameraReport, camera_value, check_camera_mode
+from treadle.importers.episodic import (
+    Episode,
+    LocalCopies,
+    SourceMeta,
+    import_episodes,
+    source_files,
+)
+from treadle.importers.hdf5.hdf5_layouts import (
+    Hdf5File,
+    attrs,
+    control_freq,
+    datasets,
+    demo_columns,
+    demo_length,
+    iter_demo_groups,
+    open_h5,
+    read_layout,
+    task_of,
+)
+from treadle.importers.run import ImportOptions, ImportResult
+from treadle.importers.sources import Source
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
+    from treadle.importers.executor import Executor
+
+SUFFIXES = (".hdf5", ".h5", ".he5", ".hdf")
+INSTALL = "pip install 'treadle[hdf5]'"
+#: the most bytes one demo's datasets may hold (each demo is read whole)
+MAX_EPISODE_BYTES = 4 << 30
+
+
+def require_h5py() -> None:
+    try:
+        import h5py  # noqa: F401
+    except ImportError as e:
+        raise MissingDependency(
+            f"HDF5 imports need h5py ({e}); install it with: {INSTALL}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What reading a demo needs (shipped to Ray tasks with the source)."""
+
+    images: str
+    fps: float | None
+    next_obs: bool
+    folder: bool
+    max_episode_bytes: int
+    rename: dict[str, str] | None
+
+
+def import_hdf5(
+    src: str,
+    project: Project,
+    table: str,
+    *,
+    images: str = "video",
+    fps: float | None = None,
+    next_obs: bool = False,
+    max_episode_bytes: int = MAX_EPISODE_BYTES,
+    branch: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
+    client: Any = None,
+    root: str | None = None,
+    progress: bool | None = None,
+    rename: dict[str, str] | None = None,
+    executor: Executor | None = None,
+    allow_pickle: bool = False,
+) -> ImportResult:
+    """Import robomimic/LIBERO/ALOHA HDF5 demonstrations into ``table``; one commit.
+
+    ``images``: ``"video"`` (H.264, PSNR in the result), ``"encoded"`` (lossless PNG per
+    moment) or ``"decoded"`` (``uint8`` arrays). ``fps``: the demos' rate; by default
+    robomimic's ``env_args`` ``control_freq``, and required for ``images="video"`` when the
+    file has none. ``next_obs``: also import ``next_obs/*``. The ``data`` group's attributes
+    become ``table.metadata`` (per file stem for a folder), ``mask/<key>`` filter keys
+    ``table.episode_sets()``. ``executor=td.RayExecutor()`` reads each file in a Ray task.
+    ``allow_pickle`` is accepted for a uniform CLI; nothing is unpickled.
+    """
+    check_camera_mode(images)
+    require_h5py()
+    # images="video" is not one of ImportOptions' modes: it is this importer's own option
+    opts = ImportOptions.of({k: v for k, v in locals().items() if k != "images"})
+    source, names, folder = source_files(src, opts.source_options, SUFFIXES, "HDF5")
+    copies = LocalCopies(source)
+    try:
+        meta, fps, seen = _survey(source, names, folder, copies, fps, opts.rename)
+        check_rename(opts.rename, seen, f"HDF5 source {source.describe()}")
+        if images == "video" and fps is None:
+            raise SchemaMismatch(
+                f"{source.describe()}: images='video' needs fps= (the files name no "
+                "env_args control_freq)"
+            )
+        settings = _Settings(images, fps, next_obs, folder, int(max_episode_bytes), opts.rename)
+        options = opts.id_options("rename", images=images, fps=fps, next_obs=next_obs)
+        return import_episodes(
+            opts,
+            project,
+            table,
+            fmt="hdf5",
+            source=source,
+            names=names,
+            episodes=partial(_episodes, source, names, settings),
+            options=options,
+            fps=fps,
+            meta=meta,
+            copies=copies,
+        )
+    finally:
+        copies.close()
+
+
+def _stem(name: str) -> str:
+    return PurePosixPath(name).stem
+
+
+def _episode_name(name: str, demo: str, info: Hdf5File, folder: bool) -> str:
+    if info.layout == "aloha":
+        return _stem(name)
+    return f"{_stem(name)}__{demo}" if folder else demo
+
+
+def _survey(
+    source: Source,
+    names: Sequence[str],
+    folder: bool,
+    copies: LocalCopies,
+    fps: float | None,
+    rename: dict[str, str] | None,
+) -> tuple[SourceMeta, float | None, set[str]]:
+    """Every file's layout, metadata and filter keys; the demos' rate; the column names."""
+    metadata: dict[str, Any] = {}
+    sets: dict[str, list[str]] = {}
+    episodes: dict[str, str] = {}
+    seen: set[str] = set()
+    for name in names:
+        where = source.describe(name)
+        with open_h5(copies.path(name), where) as f:
+            info = read_layout(f, where)
+            if folder:
+                metadata[_stem(name)] = info.metadata
+            else:
+                metadata = info.metadata
+            fps = fps if fps is not None else control_freq(info.metadata)
+            demos = {
+                demo: _episode_name(name, demo, info, folder)
+                for demo, _ in iter_demo_groups(f, info)
+            }
+            for ep in demos.values():
+                if ep in episodes:
+                    raise CorruptData(f"{where}: episode {ep!r} is also in {episodes[ep]}")
+                episodes[ep] = where
+            first = f[info.demos[0]]
+            seen.update(p.replace("/", "_").replace(".", "_") for p, _ in datasets(first, True))
+            for key, members in info.masks.items():
+                missing = [m for m in members if m not in demos]
+                if missing:
+                    raise CorruptData(
+                        f"{where}: filter key mask/{key} names {missing[0]!r}, not a demo"
+                    )
+                sets.setdefault(key, []).extend(demos[m] for m in members)
+    return SourceMeta(metadata, sets, "hdf5"), fps, seen
+
+
+def _episodes(
+    source: Source,
+    names: Sequence[str],
+    settings: _Settings,
+    files: Sequence[int],
+    copies: LocalCopies,
+    report: CameraReport | None,
+) -> Iterator[Episode]:
+    """The episodes of ``files``, one demo at a time."""
+    require_h5py()
+    for i in files:
+        where = source.describe(names[i])
+        with open_h5(copies.path(names[i]), where) as f:
+            info = read_layout(f, where)
+            task = task_of(info.metadata)
+            for demo, group in iter_demo_groups(f, info):
+                episode = _episode_name(names[i], demo, info, settings.folder)
+                at = f"{where}, {demo}" if demo else where
+                yield _demo(group, info, episode, at, task, settings, report)
+
+
+def _demo(
+    group: Any,
+    info: Hdf5File,
+    episode: str,
+    where: str,
+    task: str | None,
+    settings: _Settings,
+    report: CameraReport | None,
+) -> Episode:
+    """One demo as ``(episode, columns, rows, bytes)``."""
+    n = demo_length(group, info.layout, where)
+    if n < 1:
+        raise CorruptData(f"{where} has no moments")
+    columns = demo_columns(group, n, settings.next_obs, where, settings.max_episode_bytes)
+    cols: dict[str, Any] = {}
+    nbytes = 0
+    for c in columns:
+        name = column_name(c.path.replace("/", "_"), where, settings.rename)
+        if name in cols:
+            raise SchemaMismatch(
+                f"{where}: datasets {c.path!r} and another both become column {name!r}"
+            )
+        values = c.dataset[()]
+        nbytes += c.nbytes
+        if c.camera:
+            values = camera_value(
+                values, settings.images, settings.fps or 30.0, episode, name, report
+            )
+        cols[name] = values
+    ep_meta = attrs(group).get("ep_meta")
+    if isinstance(ep_meta, str) and "ep_meta" not in cols:
+        cols["ep_meta"] = ep_meta
+    if task is not None and "task" not in cols:
+        cols["task"] = task
+    return episode, cols, n, nbytes

@@ -1,0 +1,195 @@
+"""Reading one HDF5 file of robot demonstrations (h5py): robomimic/LIBERO or ALOHA layout.
+
+- **robomimic** (and LIBERO, MimicGen, RoboCasa, Isaac Lab Mimic): ``data/demo_<n>`` groups,
+  taken in numeric order (h5py lists them lexically: ``demo_10`` before ``demo_2``). A
+  demo's length is ``len(actions)``, or its ``num_samples`` attribute when it has no
+  ``actions``. Every dataset under the demo is a column named by its path with ``/`` ->
+  ``_``; ``next_obs/*`` only when asked. ``data``'s attributes are the file's metadata,
+  ``mask/<key>`` (byte strings of demo names) its filter keys. A demo's ``ep_meta``
+  attribute (RoboCasa) becomes a string column; LIBERO's ``problem_info`` JSON attribute
+  gives a ``task`` column (its ``language_instruction``).
+- **ALOHA**: one file per episode, ``/action`` and ``/observations/{qpos, qvel, effort,
+  images/<cam>}``; the episode's length is ``len(action)``; the root's attributes are the
+  file's metadata.
+
+Every dataset's size is known before it is read: a demo larger than ``max_episode_bytes``
+is refused before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import CorruptData, SchemaMismatch
+
+_DEMO = re.compile(r"demo_(\d+)")
+
+
+@dataclass
+class Hdf5File:
+    """What one file holds: its layout, its episodes (group paths, in order) and metadata."""
+
+    layout: str  # "robomimic" or "aloha"
+    demos: list[str]  # group paths: "data/demo_0", ... or "/" for ALOHA
+    metadata: dict[str, Any]
+    masks: dict[str, list[str]] = field(default_factory=dict)
+
+
+def open_h5(path: str, where: str) -> Any:
+    """``h5py.File(path, "r")``; a file that is not HDF5 is :class:`CorruptData`."""
+    import h5py
+
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise CorruptData(f"{where} is not a readable HDF5 file: {e}") from None
+
+
+def read_layout(f: Any, where: str) -> Hdf5File:
+    """The layout of the open file ``f`` (``where`` names it in errors)."""
+    import h5py
+
+    data = f.get("data")
+    if isinstance(data, h5py.Group):
+        demos = [k for k in data.keys() if _DEMO.fullmatch(k)]
+        if not demos:
+            raise CorruptData(f"{where}: group 'data' has no demo_<n> groups")
+        demos.sort(key=lambda k: int(k[5:]))
+        return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data), _masks(f, where))
+    if isinstance(f.get("observations"), h5py.Group) and isinstance(f.get("action"), h5py.Dataset):
+        if f.attrs.get("compress"):
+            raise SchemaMismatch(
+                f"{where}: ALOHA images compressed in the file (attribute 'compress') are not "
+                "supported; convert the file with uncompressed images"
+            )
+        return Hdf5File("aloha", ["/"], attrs(f))
+    raise CorruptData(
+        f"{where}: no 'data' group of demo_<n> groups (robomimic, LIBERO) and no "
+        "'/observations' group with an '/action' dataset (ALOHA)"
+    )
+
+
+def _value(v: Any) -> Any:
+    """An HDF5 attribute as a JSON value (bytes as text, numpy as Python)."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.ndarray):
+        return [_value(x) for x in v.tolist()] if v.dtype.kind in "OSU" else v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def attrs(obj: Any) -> dict[str, Any]:
+    """An HDF5 object's attributes as JSON values."""
+    return {str(k): _value(v) for k, v in obj.attrs.items()}
+
+
+def _masks(f: Any, where: str) -> dict[str, list[str]]:
+    """robomimic's filter keys: ``mask/<key>`` -> demo names (stored as byte strings)."""
+    import h5py
+
+    mask = f.get("mask")
+    if not isinstance(mask, h5py.Group):
+        return {}
+    out = {}
+    for key, ds in mask.items():
+        if not isinstance(ds, h5py.Dataset) or ds.dtype.kind not in "SOU" or ds.ndim != 1:
+            raise CorruptData(f"{where}: filter key mask/{key} is not a list of demo names")
+        out[key] = [_value(x) if isinstance(x, bytes) else str(x) for x in ds[()]]
+    return out
+
+
+def datasets(group: Any, next_obs: bool) -> list[tuple[str, Any]]:
+    """``(path under group, dataset)`` of every dataset under ``group``, in h5py's order."""
+    import h5py
+
+    found: list[tuple[str, Any]] = []
+
+    def visit(path: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset) and (next_obs or not path.startswith("next_obs/")):
+            found.append((path, obj))
+
+    group.visititems(visit)
+    return found
+
+
+def demo_length(group: Any, layout: str, where: str) -> int:
+    """A demo's number of moments (see the module doc)."""
+    key = "action" if layout == "aloha" else "actions"
+    ds = group.get(key)
+    declared = group.attrs.get("num_samples")
+    if ds is not None and getattr(ds, "ndim", 0) >= 1:
+        n = int(ds.shape[0])
+        if declared is not None and int(declared) != n:
+            raise CorruptData(f"{where}: attribute num_samples is {int(declared)}, {key} has {n}")
+        return n
+    if declared is None:
+        raise CorruptData(f"{where}: no '{key}' dataset and no num_samples attribute")
+    return int(declared)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One dataset of a demo, checked: its column name, the dataset and its bytes."""
+
+    path: str
+    dataset: Any
+    nbytes: int
+    camera: bool
+
+
+def demo_columns(group: Any, n: int, next_obs: bool, where: str, limit: int) -> list[Column]:
+    """The checked datasets of one demo of ``n`` moments (at most ``limit`` bytes in all)."""
+    from treadle.importers.cameras import is_camera
+
+    out, total = [], 0
+    for path, ds in datasets(group, next_obs):
+        at = f"{where}, dataset {path!r}"
+        if ds.dtype.kind not in "biuf":
+            raise SchemaMismatch(f"{at}: {ds.dtype} is not numeric (numbers or bools only)")
+        if ds.ndim == 0 or ds.shape[0] != n:
+            first = "a scalar" if ds.ndim == 0 else f"{ds.shape[0]} rows"
+            raise CorruptData(f"{at} has {first}, the demo has {n} moments")
+        nbytes = int(np.prod(ds.shape, dtype=np.float64) * ds.dtype.itemsize)
+        total += nbytes
+        if total > limit:
+            raise CorruptData(
+                f"{where}: its datasets hold over {limit} bytes (max_episode_bytes); "
+                f"{path!r} alone is {ds.shape} {ds.dtype}"
+            )
+        out.append(Column(path, ds, nbytes, is_camera(ds.shape, ds.dtype)))
+    return out
+
+
+def task_of(metadata: dict[str, Any]) -> str | None:
+    """LIBERO's ``language_instruction`` (in the ``problem_info`` JSON attribute)."""
+    info = metadata.get("problem_info")
+    if not isinstance(info, str):
+        return None
+    try:
+        task = json.loads(info).get("language_instruction")
+    except (ValueError, AttributeError):
+        return None
+    return task if isinstance(task, str) else None
+
+
+def control_freq(metadata: dict[str, Any]) -> float | None:
+    """robomimic's ``env_args`` JSON ``env_kwargs.control_freq`` (the demos' rate)."""
+    try:
+        hz = json.loads(metadata["env_args"])["env_kwargs"]["control_freq"]
+        return float(hz) if float(hz) > 0 else None
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def iter_demo_groups(f: Any, info: Hdf5File) -> Iterator[tuple[str, Any]]:
+    """``(demo name, group)`` per episode of the file, in order."""
+    for path in info.demos:
+        yield (path.rsplit("/", 1)[-1] if path != "/" else ""), f[path]

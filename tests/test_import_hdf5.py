@@ -1,0 +1,232 @@
+"""HDF5 import (robomimic, LIBERO, ALOHA): files written by h5py, values read back by h5py."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from importer_fixtures import nothing_committed
+from robot_fixtures import make_aloha, make_libero, make_robomimic
+from treadle.catalog import Client
+from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.importers import hdf5 as import_hdf5
+from treadle.table.tensors import to_numpy
+
+h5py = pytest.importorskip("h5py")
+
+
+@pytest.fixture(scope="module")
+def robomimic(tmp_path_factory):
+    return make_robomimic(tmp_path_factory.mktemp("rm") / "lift_ph.hdf5")
+
+
+@pytest.fixture(scope="module")
+def libero(tmp_path_factory):
+    return make_libero(tmp_path_factory.mktemp("libero") / "suite")
+
+
+def _column(t, name):
+    return to_numpy(t.to_arrow([name]).column(name), t.schema.field(name))
+
+
+def _episode_rows(t, episode):
+    eps = t.episodes()
+    i = list(eps.names).index(episode)
+    return int(eps.starts[i]), int(eps.starts[i] + eps.lengths[i])
+
+
+@pytest.fixture(scope="module")
+def decoded(robomimic, tmp_path_factory):
+    client = Client(str(tmp_path_factory.mktemp("store")))
+    res = import_hdf5(str(robomimic), client.project("p"), "t", images="decoded", progress=False)
+    return client, res, client.project("p").branch("main").table("t").pin()
+
+
+def test_robomimic_demos_in_numeric_order_with_every_value(robomimic, decoded):
+    _, res, t = decoded
+    assert list(t.episodes().names) == [
+        f"demo_{i}" for i in range(12)
+    ]  # not demo_0, demo_1, demo_10
+    assert res.episodes == 12 and res.rows == t.num_moments and res.psnr == {}
+    assert "next_obs_agentview_image" not in t.schema.names
+    with h5py.File(robomimic, "r") as f:
+        assert res.rows == f["data"].attrs["total"]
+        for col, path in [
+            ("actions", "actions"),
+            ("rewards", "rewards"),
+            ("dones", "dones"),
+            ("states", "states"),
+            ("obs_robot0_eef_pos", "obs/robot0_eef_pos"),
+            ("obs_object", "obs/object"),
+            ("obs_agentview_image", "obs/agentview_image"),
+        ]:
+            got = _column(t, col)
+            for i in (0, 2, 10, 11):
+                a, b = _episode_rows(t, f"demo_{i}")
+                want = f[f"data/demo_{i}/{path}"][()]
+                assert got.dtype == want.dtype, col
+                np.testing.assert_array_equal(got[a:b], want, err_msg=col)
+
+
+def test_robomimic_metadata_and_filter_keys(robomimic, decoded):
+    _, _, t = decoded
+    assert json.loads(t.metadata["env_args"])["env_kwargs"]["control_freq"] == 20
+    assert t.metadata["total"] == t.num_moments
+    sets = t.episode_sets()
+    with h5py.File(robomimic, "r") as f:
+        assert sets["train"] == [b.decode() for b in f["mask/train"][()]]
+        assert sets["valid"] == ["demo_10", "demo_11"]
+    assert t.fps == 20  # env_args control_freq
+
+
+def test_rerun_is_a_no_op(robomimic, decoded):
+    client, res, _ = decoded
+    again = import_hdf5(str(robomimic), client.project("p"), "t", images="decoded", progress=False)
+    assert again.skipped and again.commit.id == res.commit.id
+
+
+def test_next_obs_when_asked(tmp_path):
+    src = make_robomimic(tmp_path / "a.hdf5", [3, 4], images=False)
+    client = Client(str(tmp_path / "store"), create=True)
+    import_hdf5(str(src), client.project("p"), "t", next_obs=True, progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    with h5py.File(src, "r") as f:
+        want = np.concatenate([f[f"data/demo_{i}/next_obs/object"][()] for i in range(2)])
+    np.testing.assert_array_equal(_column(t, "next_obs_object"), want)
+
+
+def test_cameras_encoded_as_lossless_png(robomimic, tmp_path):
+    from PIL import Image
+
+    client = Client(str(tmp_path / "store"), create=True)
+    import_hdf5(str(robomimic), client.project("p"), "t", images="encoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    pngs = t.to_arrow(["obs_agentview_image"]).column(0).to_pylist()
+    a, b = _episode_rows(t, "demo_3")
+    with h5py.File(robomimic, "r") as f:
+        want = f["data/demo_3/obs/agentview_image"][()]
+    got = np.stack([np.asarray(Image.open(io.BytesIO(p))) for p in pngs[a:b]])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_libero_folder_video_with_psnr_tasks_and_metadata(libero, tmp_path):
+    client = Client(str(tmp_path / "store"), create=True)
+    res = import_hdf5(str(libero), client.project("p"), "t", fps=20, progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    stems = ["open_the_drawer_demo", "pick_up_the_bowl_demo"]  # files in name order
+    assert list(t.episodes().names) == [f"{s}__demo_{d}" for s in stems for d in (0, 1)]
+    assert t.video_columns == ["obs_agentview_rgb"]
+    assert set(res.psnr) == {"obs_agentview_rgb"} and 25 < res.psnr["obs_agentview_rgb"] < 99
+    assert len(res.videos) == 4 and all(r["psnr_db"] > 20 for r in res.videos)
+    tasks = t.to_arrow(["task"]).column(0).to_pylist()
+    a, b = _episode_rows(t, "pick_up_the_bowl_demo__demo_1")
+    assert set(tasks[a:b]) == {"pick up the bowl"}
+    info = json.loads(t.metadata["open_the_drawer_demo"]["problem_info"])
+    assert info["language_instruction"] == "open the drawer"
+    with h5py.File(libero / "open_the_drawer_demo.hdf5", "r") as f:
+        want = f["data/demo_1/obs/joint_states"][()]
+    a, b = _episode_rows(t, "open_the_drawer_demo__demo_1")
+    np.testing.assert_array_equal(_column(t, "obs_joint_states")[a:b], want)
+
+
+def test_aloha_files_are_episodes(tmp_path):
+    src = make_aloha(tmp_path / "aloha")
+    client = Client(str(tmp_path / "store"), create=True)
+    import_hdf5(str(src), client.project("p"), "t", images="decoded", fps=50, progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    assert list(t.episodes().names) == ["episode_0", "episode_1"]
+    assert t.metadata["episode_1"] == {"sim": True}
+    with h5py.File(src / "episode_1.hdf5", "r") as f:
+        a, b = _episode_rows(t, "episode_1")
+        np.testing.assert_array_equal(
+            _column(t, "observations_qpos")[a:b], f["observations/qpos"][()]
+        )
+        np.testing.assert_array_equal(_column(t, "action")[a:b], f["action"][()])
+        np.testing.assert_array_equal(
+            _column(t, "observations_images_top")[a:b], f["observations/images/top"][()]
+        )
+
+
+def _bad(tmp_path, edit):
+    path = make_robomimic(tmp_path / "bad.hdf5", [3, 4], images=False)
+    with h5py.File(path, "a") as f:
+        edit(f)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "match"),
+    [
+        (lambda f: f.move("data", "other"), CorruptData, "no 'data' group"),
+        (lambda f: f.create_dataset("data/demo_1/extra", data=np.zeros(9)), CorruptData,
+         r"demo_1, dataset 'extra' has 9 rows, the demo has 4"),
+        (lambda f: f["data/demo_0"].attrs.__setitem__("num_samples", 7), CorruptData,
+         "demo_0: attribute num_samples is 7, actions has 3"),
+        (lambda f: f.create_dataset("data/demo_0/obs/name", data=np.array([b"a"] * 3)),
+         SchemaMismatch, r"demo_0, dataset 'obs/name': \|S1 is not numeric"),
+        (lambda f: f.create_dataset("data/demo_1/obs/huge", shape=(4, 1 << 20, 1 << 10),
+                                    dtype=np.float32, chunks=(1, 1, 1 << 10)), CorruptData,
+         "over 4294967296 bytes"),
+        (lambda f: f["mask"].create_dataset("odd", data=np.array([b"demo_9"])), CorruptData,
+         "mask/odd names 'demo_9'"),
+    ],
+)  # fmt: skip
+def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
+    path = _bad(tmp_path, edit)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(error, match=match):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_not_hdf5_and_no_files(tmp_path):
+    (tmp_path / "fake.hdf5").write_bytes(b"not an hdf5 file at all")
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match="fake.hdf5 is not a readable HDF5 file"):
+        import_hdf5(str(tmp_path / "fake.hdf5"), client.project("p"), "t", progress=False)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotFound, match="no HDF5 files"):
+        import_hdf5(str(tmp_path / "empty"), client.project("p"), "t", progress=False)
+    with pytest.raises(ValueError, match="images must be one of"):
+        import_hdf5(str(tmp_path / "fake.hdf5"), client.project("p"), "t", images="jpeg")
+    assert nothing_committed(client.project("p"))
+
+
+def test_video_needs_a_rate(tmp_path):
+    path = make_aloha(tmp_path / "aloha", episodes=1)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(SchemaMismatch, match="needs fps="):
+        import_hdf5(str(path), client.project("p"), "t", progress=False)
+
+
+@pytest.mark.s3
+def test_from_and_into_s3(robomimic, s3_server, s3_root):
+    from treadle.storage import Store
+
+    opts = s3_server.storage_options()
+    url = s3_server.url(f"src-hdf5-{id(robomimic)}")
+    Store.open(url, opts).put("lift_ph.hdf5", robomimic.read_bytes())
+    root, root_opts = s3_root
+    client = Client(root, root_opts)
+    res = import_hdf5(f"{url}/lift_ph.hdf5", client.project("p"), "t", images="decoded",
+                      source_options=opts, progress=False)  # fmt: skip
+    t = client.project("p").branch("main").table("t").pin()
+    assert res.episodes == 12 and t.episode_sets()["valid"] == ["demo_10", "demo_11"]
+    with h5py.File(robomimic, "r") as f:
+        a, b = _episode_rows(t, "demo_10")
+        np.testing.assert_array_equal(_column(t, "actions")[a:b], f["data/demo_10/actions"][()])
+
+
+def test_cli_import_hdf5(libero, tmp_path, capsys):
+    from treadle.cli import main
+
+    root = str(tmp_path / "store")
+    argv = ["--root", root, "import", "hdf5", str(libero), "--project", "p", "--table", "t"]
+    assert main([*argv, "--fps", "20", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["episodes"] == 4 and set(out["psnr"]) == {"obs_agentview_rgb"}
+    assert main([*argv, "--images", "decoded"]) == 1  # the table holds video now
+    assert "error" in capsys.readouterr().err
