@@ -99,3 +99,27 @@ def make_aloha(folder: Path, episodes: int = 2) -> Path:
             obs.create_dataset("qvel", data=rng.standard_normal((n, 14)))
             obs.create_group("images").create_dataset("top", data=frames(n, seed=e))
     return folder
+
+
+def make_replay_buffer(
+    path: Path, lengths=(5, 3, 7), *, zarr_format: int = 2, zip: bool = False
+) -> Path:
+    """Diffusion Policy's ReplayBuffer, as its ``ReplayBuffer.create_empty_zarr`` +
+    ``add_episode`` leave it: data/{img, state, action} chunked along time, meta/episode_ends."""
+    import zarr
+
+    n = int(sum(lengths))
+    rng = np.random.default_rng(4)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store = zarr.storage.ZipStore(path, mode="w") if zip else str(path)
+    root = zarr.create_group(store, zarr_format=zarr_format, attributes={"source": "pusht"})
+    data = root.create_group("data")
+    data.create_array("img", data=frames(n, 24, 24), chunks=(4, 24, 24, 3))
+    data.create_array("state", data=rng.standard_normal((n, 5)).astype(np.float32), chunks=(4, 5))
+    data.create_array("action", data=rng.standard_normal((n, 2)).astype(np.float32), chunks=(4, 2))
+    data.create_array("n_contacts", data=rng.integers(0, 4, (n, 1)).astype(np.float32))
+    meta = root.create_group("meta")
+    meta.create_array("episode_ends", data=np.cumsum(lengths).astype(np.int64))
+    if zip:
+        store.close()
+    return path

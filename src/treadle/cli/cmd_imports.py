@@ -1,4 +1,4 @@
-"""``treadle import {webdataset,mds,lerobot,hf,hdf5} SRC... --project P --table T``.
+"""``treadle import {webdataset,mds,lerobot,hf,hdf5,zarr} SRC... --project P --table T``.
 
 Each sub-command sets ``args.func`` to :func:`run`, which takes ``args`` and returns an exit
 code; the importers themselves load when the command runs.
@@ -31,6 +31,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "lerobot": "LeRobot dataset root (v3.0 or v2.1)",
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
         "hdf5": "robomimic/LIBERO/ALOHA HDF5 file, or a folder of them",
+        "zarr": "Diffusion Policy / UMI ReplayBuffer: a Zarr folder or .zip",
     }
     for fmt, h in helps.items():
         _add_format(sub, fmt, h)
@@ -93,14 +94,16 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
 
 
 #: formats whose cameras may be stored as video (``--images video``, the default)
-ROBOT_FORMATS = ("hdf5",)
+ROBOT_FORMATS = ("hdf5", "zarr")
 
 
 def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     """The options only some formats take."""
-    if fmt == "hdf5":
+    if fmt in ROBOT_FORMATS:
+        default = "env_args control_freq" if fmt == "hdf5" else "none; needed for video"
         sp.add_argument("--fps", type=float_at_least(0), default=None,
-                        help="the demos' rate (default: env_args control_freq)")  # fmt: skip
+                        help=f"the episodes' rate (default: {default})")  # fmt: skip
+    if fmt == "hdf5":
         sp.add_argument("--next-obs", action="store_true", help="also import next_obs/*")
     if fmt == "hf":
         sp.add_argument("--split", default=None, help="split of a DatasetDict")
@@ -217,6 +220,8 @@ def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
     if args.format == "hdf5":
         return importers.hdf5(args.src[0], args.project, args.table, fps=args.fps,
                               next_obs=args.next_obs, **common)  # fmt: skip
+    if args.format == "zarr":
+        return importers.zarr(args.src[0], args.project, args.table, fps=args.fps, **common)
     return importers.lerobot(
         args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
     )

@@ -3,7 +3,7 @@
 Each importer is a thin mapping of a foreign format onto ``append`` / ``append_episode``
 inside one ``branch.transaction(...)``: one commit, the branch moves once, and nothing
 is unpickled unless ``allow_pickle=True``. Use ``td.importers.webdataset(...)``,
-``.mds(...)``, ``.lerobot(...)``, ``.hf(...)``; robot data: ``.hdf5(...)``.
+``.mds(...)``, ``.lerobot(...)``, ``.hf(...)``; robot data: ``.hdf5(...)``, ``.zarr(...)``.
 
 The package by concern: :mod:`~treadle.importers.sources` (where files are read from,
 checked paths, file identity), :mod:`~treadle.importers.arrow` and
@@ -19,6 +19,7 @@ from treadle.importers.lerobot_import import import_lerobot as lerobot
 from treadle.importers.mds import import_mds as mds
 from treadle.importers.run import ImportResult
 from treadle.importers.webdataset import import_webdataset as webdataset
+from treadle.importers.zarr import import_zarr as zarr
 
 __all__ = [
     "ImportResult",
@@ -29,4 +30,5 @@ __all__ = [
     "lerobot",
     "mds",
     "webdataset",
+    "zarr",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from treadle.errors import NotFound
+from treadle.errors import InvalidName, NotFound
 from treadle.importers.cameras import CameraReport
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities, split_url
@@ -35,7 +35,8 @@ log = logging.getLogger("treadle")
 
 #: (episode name, columns for append_episode, rows, bytes read)
 Episode = tuple[str, dict[str, Any], int, int]
-#: episodes(file indices, local copies, camera report) -> episodes in order
+#: episodes(unit indices, local copies, camera report) -> episodes in order; a unit is a
+#: file (HDF5, ROS 2) or an episode (Zarr)
 EpisodesFn = Callable[[Sequence[int], "LocalCopies", CameraReport | None], Iterator[Episode]]
 
 
@@ -79,6 +80,27 @@ class LocalCopies:
             self._copies[name] = str(dst)
         return self._copies[name]
 
+    def tree(self, names: Sequence[str]) -> str:
+        """A local folder holding ``names`` (a Zarr store's files) at their relative paths:
+        the source's own folder on local disk, else a temporary copy of each."""
+        if not self.source.url:
+            root = self.source.root
+            return str(
+                Path(root[7:] if root.startswith("file://") else root).expanduser().resolve()
+            )
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="treadle-import-")
+        base = Path(self._dir) / "tree"
+        for name in names:
+            if name.startswith("/") or ".." in name.split("/"):
+                raise InvalidName(f"path {name!r} escapes the source root {self.source.root!r}")
+            dst = base / name
+            if not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with self.source.open(name) as r, open(dst, "wb") as w:
+                    shutil.copyfileobj(r, w, 8 << 20)
+        return str(base)
+
     def close(self) -> None:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -113,8 +135,12 @@ def import_episodes(
     fps: float | None,
     meta: SourceMeta | None = None,
     copies: LocalCopies | None = None,
+    units: Sequence[str] | None = None,
 ) -> ImportResult:
-    """Import every episode ``episodes`` yields for ``names`` as one commit (see module doc)."""
+    """Import every episode ``episodes`` yields as one commit (see module doc). ``names``
+    are the source's files (the import id covers their content); ``units`` name what
+    ``episodes`` takes by index (default: the files), one executor task each."""
+    sources = [source.describe(n) for n in names] if units is None else list(units)
     ids = identities([SourceFile(source, n) for n in names])
     for n, i in zip(names, ids):
         if i is None:
@@ -127,7 +153,7 @@ def import_episodes(
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
-        files = range(len(names)) if only is None else only
+        files = range(len(sources)) if only is None else only
         local = copies if only is None else LocalCopies(source)
         try:
             for name, cols, n, read in episodes(files, local, report):
@@ -150,7 +176,7 @@ def import_episodes(
             write=write,
             total=total,
             unit="B",
-            sources=[source.describe(n) for n in names],
+            sources=sources,
         )
     finally:
         if own:

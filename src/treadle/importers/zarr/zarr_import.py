@@ -1,0 +1,278 @@
+"""``td.importers.zarr``: a Diffusion Policy / UMI ``ReplayBuffer`` (Zarr) -> a table.
+
+A ReplayBuffer is one Zarr group: ``data/<key>`` arrays of shape ``(N, ...)`` hold every
+moment of every episode one after the other, and ``meta/episode_ends`` (``N_episodes``
+increasing integers, the last one ``N``) splits them: episode ``i`` is rows
+``episode_ends[i-1] .. episode_ends[i]`` and is named ``episode_{i:06d}``. Every key is a
+column, stored exactly; ``uint8 [N, H, W, 3]`` arrays are cameras (``images``, see
+:mod:`treadle.importers.cameras`). Zarr format 2 (what Diffusion Policy and UMI write) and
+3 are read by ``zarr`` (an optional extra: ``pip install 'treadle[zarr]'``), from a
+directory store or a ``.zip`` store, local or on an object store (copied to a temporary
+folder first). Each episode is read alone (a slice of each array): memory stays bounded by
+``max_episode_bytes``. A codec that is not installed (UMI's JPEG XL frames need
+``imagecodecs``) is a named error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from treadle.errors import CorruptData, MissingDependency, SchemaMismatch
+from treadle.importers.arrow import check_rename, column_name
+from treadle.importers.cameras import CameraReport, camera_value, check_camera_mode, is_camera
+from treadle.importers.episodic import Episode, LocalCopies, SourceMeta, import_episodes
+from treadle.importers.run import ImportOptions, ImportResult
+from treadle.importers.sources import Source, split_url
+
+if TYPE_CHECKING:
+    from treadle.catalog.client import Project
+    from treadle.importers.executor import Executor
+
+INSTALL = "pip install 'treadle[zarr]'"
+MAX_EPISODE_BYTES = 4 << 30
+#: the most episodes ``meta/episode_ends`` may list (it is read whole)
+MAX_EPISODES = 10_000_000
+
+
+def _zarr() -> Any:
+    try:
+        import zarr
+    except ImportError as e:
+        raise MissingDependency(
+            f"Zarr imports need zarr ({e}); install it with: {INSTALL}"
+        ) from None
+    try:  # UMI's JPEG XL chunks: imagecodecs' codecs, when it is installed
+        from imagecodecs.numcodecs import register_codecs
+
+        register_codecs()
+    except ImportError:
+        pass
+    return zarr
+
+
+@dataclass(frozen=True)
+class _Settings:
+    images: str
+    fps: float | None
+    max_episode_bytes: int
+    rename: dict[str, str] | None
+    zip_name: str | None  # the .zip file of a zip store, else None (a directory store)
+
+
+def import_zarr(
+    src: str,
+    project: Project,
+    table: str,
+    *,
+    images: str = "video",
+    fps: float | None = None,
+    max_episode_bytes: int = MAX_EPISODE_BYTES,
+    branch: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
+    client: Any = None,
+    root: str | None = None,
+    progress: bool | None = None,
+    rename: dict[str, str] | None = None,
+    executor: Executor | None = None,
+    allow_pickle: bool = False,
+) -> ImportResult:
+    """Import a ReplayBuffer (``data/*`` + ``meta/episode_ends``) into ``table``; one commit.
+
+    ``src``: a Zarr directory store or a ``.zip`` store (local or URL). ``images``:
+    ``"video"`` (H.264, needs ``fps``; PSNR in the result), ``"encoded"`` (lossless PNG per
+    moment) or ``"decoded"``. ``executor=td.RayExecutor()`` reads each episode in a Ray
+    task. The group's attributes become ``table.metadata``. ``allow_pickle`` is accepted
+    for a uniform CLI: an object-dtype array is refused, never unpickled.
+    """
+    check_camera_mode(images)
+    _zarr()
+    opts = ImportOptions.of({k: v for k, v in locals().items() if k != "images"})
+    if images == "video" and fps is None:
+        raise SchemaMismatch(f"{src}: images='video' needs fps= (a ReplayBuffer names no rate)")
+    source, names, zip_name = _files(src, opts.source_options)
+    settings = _Settings(images, fps, int(max_episode_bytes), opts.rename, zip_name)
+    copies = LocalCopies(source)
+    try:
+        with _open(source, names, settings, copies) as group:
+            data, ends, attrs = _layout(group, source.describe(zip_name or ""))
+            check_rename(opts.rename, list(data), f"Zarr store {source.describe()}")
+        episodes = [f"episode_{i:06d}" for i in range(len(ends))]
+        return import_episodes(
+            opts,
+            project,
+            table,
+            fmt="zarr",
+            source=source,
+            names=names,
+            episodes=partial(_episodes, source, names, settings, episodes),
+            options=opts.id_options("rename", images=images, fps=fps),
+            fps=fps,
+            meta=SourceMeta(attrs, {}, "zarr"),
+            copies=copies,
+            units=[f"{source.describe(zip_name or '')} {e}" for e in episodes],
+        )
+    finally:
+        copies.close()
+
+
+def _files(src: str, options: dict[str, Any] | None) -> tuple[Source, list[str], str | None]:
+    """``(source, its files, the .zip's name or None)`` of a directory or zip store."""
+    src = str(src).rstrip("/")
+    if src.lower().endswith(".zip"):
+        root_dir, zip_name = split_url(src)
+        return Source(root_dir, options), [zip_name], zip_name
+    source = Source(src, options)
+    names = source.list()
+    if not names:
+        raise CorruptData(f"{source.describe()}: no Zarr store there (no files)")
+    return source, names, None
+
+
+class _open:
+    """The store's root group, opened read-only (a context manager: closes a zip store)."""
+
+    def __init__(
+        self, source: Source, names: Sequence[str], settings: _Settings, copies: LocalCopies
+    ):
+        zarr = _zarr()
+        where = source.describe(settings.zip_name or "")
+        self._zip = None
+        try:
+            if settings.zip_name is not None:
+                self._zip = zarr.storage.ZipStore(copies.path(settings.zip_name), mode="r")
+                self.group = zarr.open_group(self._zip, mode="r")
+            else:
+                self.group = zarr.open_group(copies.tree(names), mode="r")
+        except (FileNotFoundError, ValueError, OSError, KeyError) as e:
+            self.close()
+            raise CorruptData(
+                f"{where} is not a readable Zarr group: {type(e).__name__}: {e}"
+            ) from None
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+
+    def __enter__(self) -> Any:
+        return self.group
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _array(group: Any, path: str, where: str) -> Any:
+    """``group[path]``; a codec that is not installed is :class:`MissingDependency`."""
+    try:
+        return group[path]
+    except KeyError:
+        raise CorruptData(f"{where}: no {path!r} in the store") from None
+    except ValueError as e:
+        raise _codec_error(e, f"{where}: array {path!r}") from None
+
+
+def _codec_error(e: ValueError, where: str) -> Exception:
+    """numcodecs' ``UnknownCodecError`` (a ``ValueError``) as :class:`MissingDependency`."""
+    if "codec" in str(e).lower():
+        return MissingDependency(
+            f"{where} needs a codec that is not installed ({e}); JPEG XL (UMI) needs: "
+            "pip install imagecodecs"
+        )
+    return CorruptData(f"{where} cannot be opened: {e}")
+
+
+def _layout(group: Any, where: str) -> tuple[dict[str, Any], np.ndarray, dict[str, Any]]:
+    """The ``data`` arrays (checked), ``episode_ends`` (checked) and the group's attributes."""
+    import zarr
+
+    data = _array(group, "data", where)
+    if not isinstance(data, zarr.Group):
+        raise CorruptData(f"{where}: 'data' is not a group")
+    try:
+        keys = sorted(data.array_keys())  # opens each array's metadata
+    except ValueError as e:
+        raise _codec_error(e, f"{where}: an array of 'data'") from None
+    arrays = {k: _array(data, k, where) for k in keys}
+    if not arrays:
+        raise CorruptData(f"{where}: group 'data' holds no arrays")
+    lengths = {k: (a.shape[0] if a.ndim else None) for k, a in arrays.items()}
+    n = lengths[next(iter(arrays))]
+    for k, a in arrays.items():
+        if a.dtype.kind not in "biuf":
+            raise SchemaMismatch(f"{where}: array data/{k} is {a.dtype}, not numeric")
+        if lengths[k] != n:
+            raise CorruptData(f"{where}: arrays of different lengths: {lengths}")
+    ends_arr = _array(group, "meta/episode_ends", where)
+    if ends_arr.ndim != 1 or ends_arr.dtype.kind not in "iu" or ends_arr.shape[0] > MAX_EPISODES:
+        raise CorruptData(
+            f"{where}: meta/episode_ends is {ends_arr.shape} {ends_arr.dtype}, not a list of "
+            f"at most {MAX_EPISODES} integers"
+        )
+    ends = np.asarray(ends_arr[:], dtype=np.int64)
+    if ends.size == 0 or ends[0] <= 0 or np.any(np.diff(ends) <= 0):
+        raise CorruptData(
+            f"{where}: meta/episode_ends is not strictly increasing from > 0: {ends[:8]}"
+        )
+    if ends[-1] != n:
+        raise CorruptData(
+            f"{where}: meta/episode_ends ends at {int(ends[-1])}, the data has {n} rows"
+        )
+    return arrays, ends, _attrs(group)
+
+
+def _attrs(group: Any) -> dict[str, Any]:
+    return {str(k): v for k, v in dict(group.attrs).items()}
+
+
+def _episodes(
+    source: Source,
+    names: Sequence[str],
+    settings: _Settings,
+    episodes: Sequence[str],
+    units: Sequence[int],
+    copies: LocalCopies,
+    report: CameraReport | None,
+) -> Iterator[Episode]:
+    """Episodes ``units`` (indices into ``episodes``), one slice of every array each."""
+    with _open(source, names, settings, copies) as group:
+        where = source.describe(settings.zip_name or "")
+        arrays, ends, _ = _layout(group, where)
+        starts = np.concatenate([[0], ends[:-1]])
+        for i in units:
+            yield _episode(
+                arrays, int(starts[i]), int(ends[i]), episodes[i], where, settings, report
+            )
+
+
+def _episode(
+    arrays: dict[str, Any],
+    start: int,
+    end: int,
+    episode: str,
+    where: str,
+    settings: _Settings,
+    report: CameraReport | None,
+) -> Episode:
+    at = f"{where}, {episode} (rows {start}..{end - 1})"
+    per_row = sum(
+        int(np.prod(a.shape[1:], dtype=np.float64)) * a.dtype.itemsize for a in arrays.values()
+    )
+    if per_row * (end - start) > settings.max_episode_bytes:
+        raise CorruptData(
+            f"{at}: {per_row * (end - start)} bytes, over max_episode_bytes ({settings.max_episode_bytes})"
+        )
+    cols: dict[str, Any] = {}
+    for key, arr in arrays.items():
+        name = column_name(key, at, settings.rename)
+        values = arr[start:end]
+        if is_camera(arr.shape, arr.dtype):
+            values = camera_value(
+                values, settings.images, settings.fps or 30.0, episode, name, report
+            )
+        cols[name] = values
+    return episode, cols, end - start, per_row * (end - start)

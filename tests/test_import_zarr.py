@@ -1,0 +1,160 @@
+"""Zarr import (Diffusion Policy ReplayBuffer): stores written by zarr, read back by zarr."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from importer_fixtures import nothing_committed
+from robot_fixtures import make_replay_buffer
+from treadle.catalog import Client
+from treadle.errors import CorruptData, MissingDependency
+from treadle.importers import zarr as import_zarr
+from treadle.table.tensors import to_numpy
+
+zarr = pytest.importorskip("zarr")
+
+
+def _column(t, name):
+    return to_numpy(t.to_arrow([name]).column(name), t.schema.field(name))
+
+
+@pytest.fixture(scope="module")
+def pusht(tmp_path_factory):
+    return make_replay_buffer(tmp_path_factory.mktemp("dp") / "pusht.zarr")
+
+
+def _check_equal(t, path, lengths):
+    g = zarr.open_group(str(path), mode="r") if not str(path).endswith(".zip") else None
+    if g is None:
+        store = zarr.storage.ZipStore(path, mode="r")
+        g = zarr.open_group(store, mode="r")
+    assert list(t.episodes().names) == [f"episode_{i:06d}" for i in range(len(lengths))]
+    assert list(t.episodes().lengths) == list(lengths)
+    for key in ("state", "action", "n_contacts"):
+        got, want = _column(t, key), g[f"data/{key}"][:]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    return g
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_replay_buffer_episodes_and_values(tmp_path, zarr_format):
+    path = make_replay_buffer(tmp_path / "b.zarr", zarr_format=zarr_format)
+    client = Client(str(tmp_path / "store"), create=True)
+    res = import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    g = _check_equal(t, path, (5, 3, 7))
+    np.testing.assert_array_equal(_column(t, "img"), g["data/img"][:])
+    assert res.episodes == 3 and res.rows == 15
+    assert t.metadata == {"source": "pusht"}
+
+
+def test_zip_store_as_video_with_psnr(tmp_path):
+    path = make_replay_buffer(tmp_path / "b.zarr.zip", zip=True)
+    client = Client(str(tmp_path / "store"), create=True)
+    res = import_zarr(str(path), client.project("p"), "t", fps=10, progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    _check_equal(t, path, (5, 3, 7))
+    assert t.video_columns == ["img"] and t.fps == 10
+    assert 20 < res.psnr["img"] < 99 and [r["episode"] for r in res.videos] == [
+        "episode_000000", "episode_000001", "episode_000002"]  # fmt: skip
+
+
+def test_encoded_is_lossless_png(pusht, tmp_path):
+    import io
+
+    from PIL import Image
+
+    client = Client(str(tmp_path / "store"), create=True)
+    import_zarr(str(pusht), client.project("p"), "t", images="encoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    pngs = t.to_arrow(["img"]).column(0).to_pylist()
+    got = np.stack([np.asarray(Image.open(io.BytesIO(b))) for b in pngs])
+    np.testing.assert_array_equal(got, zarr.open_group(str(pusht), mode="r")["data/img"][:])
+
+
+def _edit_array(path, key, edit):
+    meta = path / key / ".zarray"
+    z = json.loads(meta.read_text())
+    edit(z)
+    meta.write_text(json.dumps(z))
+
+
+def _rewrite_ends(path, ends):
+    g = zarr.open_group(str(path), mode="a")
+    del g["meta/episode_ends"]
+    g["meta"].create_array("episode_ends", data=np.asarray(ends, np.int64))
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "match"),
+    [
+        (lambda p: _rewrite_ends(p, [5, 3, 15]), CorruptData, "not strictly increasing"),
+        (lambda p: _rewrite_ends(p, [5, 8, 14]), CorruptData, "ends at 14, the data has 15"),
+        (lambda p: zarr.open_group(str(p), mode="a")["data"].create_array(
+            "short", data=np.zeros(4)), CorruptData, "arrays of different lengths"),
+        (lambda p: _edit_array(p, "data/state", lambda z: z.update(
+            compressor={"id": "imagecodecs_jpegxl"})), MissingDependency,
+         "needs a codec that is not installed.*imagecodecs_jpegxl"),
+        (lambda p: _edit_array(p, "data/state", lambda z: z.update(shape=[1 << 40, 5])),
+         CorruptData, "arrays of different lengths"),
+        (lambda p: (p / "data").rename(p / "other"), CorruptData, "no 'data' in the store"),
+    ],
+)  # fmt: skip
+def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
+    path = make_replay_buffer(tmp_path / "bad.zarr")
+    edit(path)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(error, match=match):
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_hostile_episode_size_is_refused_before_reading(tmp_path):
+    path = make_replay_buffer(tmp_path / "big.zarr", lengths=(2,))
+    for key in ("img", "state", "action", "n_contacts"):
+        _edit_array(path, f"data/{key}", lambda z: z.update(shape=[1 << 30, *z["shape"][1:]]))
+    _rewrite_ends(path, [1 << 30])
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match="over max_episode_bytes"):
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_video_needs_fps(pusht, tmp_path):
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(ValueError, match="needs fps="):
+        import_zarr(str(pusht), client.project("p"), "t", progress=False)
+
+
+@pytest.mark.s3
+def test_from_and_into_s3(pusht, s3_server, s3_root):
+    from treadle.storage import Store
+
+    opts = s3_server.storage_options()
+    url = s3_server.url(f"src-zarr-{id(pusht)}")
+    store = Store.open(url, opts)
+    for p in sorted(pusht.rglob("*")):
+        if p.is_file():
+            store.put(f"pusht.zarr/{p.relative_to(pusht)}", p.read_bytes())
+    root, root_opts = s3_root
+    client = Client(root, root_opts)
+    res = import_zarr(f"{url}/pusht.zarr", client.project("p"), "t", images="decoded",
+                      source_options=opts, progress=False)  # fmt: skip
+    assert res.rows == 15
+    _check_equal(client.project("p").branch("main").table("t").pin(), pusht, (5, 3, 7))
+
+
+def test_cli_import_zarr(pusht, tmp_path, capsys):
+    from treadle.cli import main
+
+    root = str(tmp_path / "store")
+    argv = ["--root", root, "import", "zarr", str(pusht), "--project", "p", "--table", "t"]
+    assert main([*argv, "--fps", "10", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["episodes"] == 3 and out["rows"] == 15 and set(out["psnr"]) == {"img"}
+    assert main([*argv, "--images", "encoded"]) == 1  # the table holds video now
+    assert "SchemaMismatch" in capsys.readouterr().err
