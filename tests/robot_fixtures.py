@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -122,4 +123,146 @@ def make_replay_buffer(
     meta.create_array("episode_ends", data=np.cumsum(lengths).astype(np.int64))
     if zip:
         store.close()
+    return path
+
+
+# -- ROS bags -------------------------------------------------------------------------------
+
+T0 = 1_700_000_000 * 10**9  # a bag's first header stamp (ns)
+
+
+def _stamp(ts, t):
+    Time = ts.types["builtin_interfaces/msg/Time"]
+    return Time(sec=int(t // 10**9), nanosec=int(t % 10**9))
+
+
+def _header(ts, t, ros1=False):
+    Header = ts.types["std_msgs/msg/Header"]
+    if ros1:
+        return Header(seq=0, stamp=_stamp(ts, t), frame_id="")
+    return Header(stamp=_stamp(ts, t), frame_id="")
+
+
+def ros_messages(seed: int = 0, seconds: float = 0.5):
+    """``(topic, msgtype, header stamp ns, builder(ts, ros1) -> message)`` in log order, with
+    jittered stamps: joints at 100 Hz, a raw camera at 30 Hz, a JPEG camera at 15 Hz, 16-bit
+    depth at 10 Hz, a gripper command at 10 Hz, a pose at 20 Hz, an IMU at 50 Hz, a task once."""
+    rng = np.random.default_rng(seed)
+    out = []
+
+    def every(topic, msgtype, hz, build, start=0):
+        n = int(seconds * hz) + 1
+        for i in range(n):
+            t = T0 + start + int(i * 1e9 / hz) + int(rng.integers(0, 2_000_000))
+            out.append((topic, msgtype, t, partial_build(build, i, t)))
+
+    def partial_build(build, i, t):
+        return lambda ts, ros1=False: build(ts, i, t, ros1)
+
+    def joints(ts, i, t, ros1):
+        names = ["j0", "j1", "j2"] if i % 7 != 3 else ["j2", "j0", "j1"]  # order varies
+        pos = {"j0": i * 0.01, "j1": np.sin(i / 10), "j2": -i * 0.02}
+        return ts.types["sensor_msgs/msg/JointState"](
+            header=_header(ts, t, ros1), name=names,
+            position=np.array([pos[n] for n in names]),
+            velocity=np.array([pos[n] * 2 for n in names]), effort=np.zeros(0),
+        )  # fmt: skip
+
+    def raw(ts, i, t, ros1):
+        f = frames(1, 16, 16, seed=i)[0]
+        return ts.types["sensor_msgs/msg/Image"](
+            header=_header(ts, t, ros1), height=16, width=16, encoding="rgb8", is_bigendian=0,
+            step=48, data=f.reshape(-1),
+        )  # fmt: skip
+
+    def jpeg(ts, i, t, ros1):
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.fromarray(frames(1, 16, 16, seed=100 + i)[0]).save(buf, format="JPEG", quality=95)
+        return ts.types["sensor_msgs/msg/CompressedImage"](
+            header=_header(ts, t, ros1), format="rgb8; jpeg compressed bgr8",
+            data=np.frombuffer(buf.getvalue(), np.uint8),
+        )  # fmt: skip
+
+    def depth(ts, i, t, ros1):
+        d = (np.arange(8 * 8, dtype=np.uint16).reshape(8, 8) * 1000 + i).astype("<u2")
+        return ts.types["sensor_msgs/msg/Image"](
+            header=_header(ts, t, ros1), height=8, width=8, encoding="16UC1", is_bigendian=0,
+            step=16, data=d.view(np.uint8).reshape(-1),
+        )  # fmt: skip
+
+    def gripper(ts, i, t, ros1):
+        return ts.types["std_msgs/msg/Float64"](data=float(i % 2) + i * 0.1)
+
+    def pose(ts, i, t, ros1):
+        g = ts.types
+        p = g["geometry_msgs/msg/Pose"](
+            position=g["geometry_msgs/msg/Point"](x=i * 1.0, y=2.0, z=3.0),
+            orientation=g["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
+        )
+        return g["geometry_msgs/msg/PoseStamped"](header=_header(ts, t, ros1), pose=p)
+
+    def imu(ts, i, t, ros1):
+        g = ts.types
+        v3 = g["geometry_msgs/msg/Vector3"]
+        zeros = np.zeros(9)
+        kw = dict(header=_header(ts, t, ros1),
+                  orientation=g["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
+                  orientation_covariance=zeros, angular_velocity=v3(x=0.0, y=0.0, z=i * 1.0),
+                  angular_velocity_covariance=zeros,
+                  linear_acceleration=v3(x=i * 0.5, y=0.0, z=9.8),
+                  linear_acceleration_covariance=zeros)  # fmt: skip
+        return g["sensor_msgs/msg/Imu"](**kw)
+
+    def task(ts, i, t, ros1):
+        return ts.types["std_msgs/msg/String"](data="stack the cups")
+
+    every("/joint_states", "sensor_msgs/msg/JointState", 100, joints)
+    every("/camera/image_raw", "sensor_msgs/msg/Image", 30, raw, start=3_000_000)
+    every("/camera/compressed", "sensor_msgs/msg/CompressedImage", 15, jpeg, start=5_000_000)
+    every("/depth", "sensor_msgs/msg/Image", 10, depth, start=1_000_000)
+    every("/gripper", "std_msgs/msg/Float64", 10, gripper, start=7_000_000)
+    every("/pose", "geometry_msgs/msg/PoseStamped", 20, pose)
+    every("/imu", "sensor_msgs/msg/Imu", 50, imu)
+    out.append(("/task", "std_msgs/msg/String", T0 + 150_000_000, partial_build(task, 0, 0)))
+    # log times a few ms after the stamps; written in log order
+    logged = [(m[2] + 3_000_000 + int(rng.integers(0, 3_000_000)), k, m) for k, m in enumerate(out)]
+    logged.sort()
+    return [(m[0], m[1], m[2], log, m[3]) for log, _, m in logged]
+
+
+def make_rosbag2(path: Path, storage: str = "mcap", seed: int = 0) -> Path:
+    """A rosbag2 folder written by rosbags' Writer (MCAP or SQLite storage)."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with Writer(path, version=9, storage_plugin=plugin) as w:
+        conns = {}
+        for topic, msgtype, _, log, build in ros_messages(seed):
+            if topic not in conns:
+                conns[topic] = w.add_connection(topic, msgtype, typestore=ts)
+            w.write(conns[topic], log, ts.serialize_cdr(build(ts), msgtype))
+    return path
+
+
+def make_rosbag1(path: Path, seed: int = 0) -> Path:
+    """A ROS 1 .bag written by rosbags' rosbag1 Writer (joints, gripper and task only)."""
+    from rosbags.rosbag1 import Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    ts = get_typestore(Stores.ROS1_NOETIC)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keep = ("/joint_states", "/gripper", "/task")
+    with Writer(path) as w:
+        conns = {}
+        for topic, msgtype, _, log, build in ros_messages(seed):
+            if topic not in keep:
+                continue
+            if topic not in conns:
+                conns[topic] = w.add_connection(topic, msgtype, typestore=ts)
+            w.write(conns[topic], log, ts.serialize_ros1(build(ts, True), msgtype))
     return path

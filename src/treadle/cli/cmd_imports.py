@@ -1,4 +1,4 @@
-"""``treadle import {webdataset,mds,lerobot,hf,hdf5,zarr} SRC... --project P --table T``.
+"""``treadle import {webdataset,mds,lerobot,hf,hdf5,zarr,ros2} SRC... --project P --table T``.
 
 Each sub-command sets ``args.func`` to :func:`run`, which takes ``args`` and returns an exit
 code; the importers themselves load when the command runs.
@@ -32,6 +32,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
         "hdf5": "robomimic/LIBERO/ALOHA HDF5 file, or a folder of them",
         "zarr": "Diffusion Policy / UMI ReplayBuffer: a Zarr folder or .zip",
+        "ros2": "ROS 2 bag folder, .mcap or ROS 1 .bag file, or a folder of bags",
     }
     for fmt, h in helps.items():
         _add_format(sub, fmt, h)
@@ -94,12 +95,14 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
 
 
 #: formats whose cameras may be stored as video (``--images video``, the default)
-ROBOT_FORMATS = ("hdf5", "zarr")
+ROBOT_FORMATS = ("hdf5", "zarr", "ros2")
 
 
 def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     """The options only some formats take."""
-    if fmt in ROBOT_FORMATS:
+    if fmt == "ros2":
+        _add_ros2_options(sp)
+    elif fmt in ROBOT_FORMATS:
         default = "env_args control_freq" if fmt == "hdf5" else "none; needed for video"
         sp.add_argument("--fps", type=float_at_least(0), default=None,
                         help=f"the episodes' rate (default: {default})")  # fmt: skip
@@ -136,6 +139,44 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
             default=None,
             help="the largest tar member read; each is held in memory (default 1G)",
         )
+
+
+def _add_ros2_options(sp: argparse.ArgumentParser) -> None:
+    """``treadle import ros2``: topics, the clock, alignment and stamps."""
+    sp.add_argument("--topic", action="append", required=True, metavar="TOPIC[:FIELD]=COLUMN",
+                    help="a topic (or a field of it) and its column (repeatable)")  # fmt: skip
+    sp.add_argument("--fps", required=True, help="the clock's rate: 30, or 30000/1001")
+    sp.add_argument("--align", action="append", default=[], metavar="COLUMN=linear|next",
+                    help="interpolate, or take the next message, for COLUMN (default: hold)")  # fmt: skip
+    sp.add_argument("--stamp", action="append", default=[], metavar="header|log|TOPIC=log",
+                    help="message times: header stamps (default) or log times, for all "
+                    "topics or one (repeatable)")  # fmt: skip
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.rpartition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"{option} takes KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _ros2(args: argparse.Namespace, common: dict[str, Any]) -> Any:
+    from treadle import importers
+
+    everywhere = [s for s in args.stamp if "=" not in s]
+    stamp: Any = _pairs([s for s in args.stamp if "=" in s], "--stamp")
+    if everywhere and stamp:
+        raise ValueError("--stamp: give header|log for every topic, or TOPIC=log, not both")
+    if everywhere:
+        stamp = everywhere[-1]
+    common = {k: v for k, v in common.items() if k != "rename"}
+    return importers.ros2(
+        args.src[0], args.project, args.table, topics=_pairs(args.topic, "--topic"),
+        fps=args.fps, align=_pairs(args.align, "--align"), stamp=stamp or "header", **common,
+    )  # fmt: skip
 
 
 def byte_count(text: str) -> int:
@@ -183,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         # an import is a write: like the demo, it makes a root folder that is not there yet
         common["client"] = Client(args.root, args.storage_options or None, create=True)
         res = _import(args, common)
-    except TreadleError as e:  # one line, like argparse's errors, with the kind of error
+    except (TreadleError, ValueError) as e:  # one line, like argparse's errors, with its kind
         first = (str(e).strip().splitlines() or [""])[0]
         print(f"treadle import {args.format}: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
@@ -200,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
         summary["videos"] = res.videos
     if res.psnr:  # robot formats: per camera stored as video, its PSNR in dB
         summary["psnr"] = res.psnr
+    if res.topics:  # ROS bags: per bag and topic, messages, rate, gaps, messages used
+        summary["topics"] = res.topics
     print(json.dumps(summary))
     return 0
 
@@ -220,6 +263,8 @@ def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
     if args.format == "hdf5":
         return importers.hdf5(args.src[0], args.project, args.table, fps=args.fps,
                               next_obs=args.next_obs, **common)  # fmt: skip
+    if args.format == "ros2":
+        return _ros2(args, common)
     if args.format == "zarr":
         return importers.zarr(args.src[0], args.project, args.table, fps=args.fps, **common)
     return importers.lerobot(

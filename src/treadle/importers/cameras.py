@@ -46,11 +46,13 @@ def is_camera(shape: Sequence[int], dtype: Any) -> bool:
 
 @dataclass
 class CameraReport:
-    """Squared error and pixel count per ``images="video"`` column, summed over episodes."""
+    """Squared error and pixel count per ``images="video"`` column, summed over episodes;
+    ``topics``: what a ROS import reports of each bag's topics."""
 
     squared_error: dict[str, float] = field(default_factory=dict)
     values: dict[str, int] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
+    topics: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, episode: str, column: str, source: np.ndarray, decoded: np.ndarray) -> None:
         err = float(np.square(source.astype(np.float64) - decoded.astype(np.float64)).sum())

@@ -201,5 +201,7 @@ def _finish(
     if report is not None and not result.skipped:
         for column, db in report.psnr().items():
             log.info("import %s: camera %r stored as H.264 video, PSNR %.2f dB", fmt, column, db)
-        result = replace(result, videos=report.rows, psnr=report.psnr())
+        result = replace(
+            result, videos=report.rows, psnr=report.psnr(), topics=report.topics or None
+        )
     return result

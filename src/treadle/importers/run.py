@@ -107,7 +107,8 @@ class ImportResult:
     does not report it (other formats, an executor's remote tasks, a skipped re-run).
     The robot-data importers (HDF5, Zarr, ROS 2) add a row per episode and camera stored
     as video, with its ``psnr_db``; ``psnr``: per such camera column, the PSNR (dB) of all
-    its frames against the source's.
+    its frames against the source's. ``topics`` (ROS imports): per bag and topic, its
+    messages, mean rate, largest gap and how many messages were used once, more, never.
     """
 
     commit: Any
@@ -120,6 +121,7 @@ class ImportResult:
     skipped: bool = False
     videos: list[dict[str, Any]] | None = None
     psnr: dict[str, float] | None = None
+    topics: list[dict[str, Any]] | None = None
 
 
 def import_id(

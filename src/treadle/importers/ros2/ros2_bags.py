@@ -1,0 +1,173 @@
+"""Finding the bags of a ROS source and reading the selected topics of one (rosbags).
+
+A source is a rosbag2 folder (``metadata.yaml`` beside ``.mcap`` or ``.db3`` files), a single
+``.mcap`` file, a ROS 1 ``.bag``, or a folder of those: each bag is one episode, named by its
+folder or file stem, in name order. ``rosbags``' ``AnyReader`` reads all of them without a
+ROS install (an optional extra: ``pip install 'treadle[ros2]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from treadle.errors import CorruptData, MissingDependency, NotFound
+from treadle.importers.ros2.ros2_messages import Converter, converter, header_stamp
+from treadle.importers.sources import Source, split_url
+
+INSTALL = "pip install 'treadle[ros2]'"
+FILE_BAGS = (".mcap", ".bag")
+#: a header stamp further than this from its log time is an error (an unset stamp, another clock)
+MAX_STAMP_SKEW_NS = 10 * 10**9
+
+
+@dataclass(frozen=True)
+class Bag:
+    """One bag of a source: its episode name, its files, and the path AnyReader opens."""
+
+    episode: str
+    files: tuple[str, ...]
+    path: str  # relative to the source: the bag folder, or the file
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One selected topic: ``/topic`` or ``/topic:field.path``, its column, alignment, stamp."""
+
+    topic: str
+    field: str | None
+    column: str
+    align: str
+    stamp: str
+
+
+@dataclass
+class TopicData:
+    """What one bag gave of one :class:`TopicSpec`: message times (ns, log order), values."""
+
+    spec: TopicSpec
+    msgtype: str = ""
+    times: list[int] = field(default_factory=list)
+    values: list[dict[str, Any]] = field(default_factory=list)
+    conv: Converter | None = None
+
+
+def require_rosbags() -> Any:
+    try:
+        from rosbags.highlevel import AnyReader
+    except ImportError as e:
+        raise MissingDependency(
+            f"ROS bag imports need rosbags ({e}); install it with: {INSTALL}"
+        ) from None
+    return AnyReader
+
+
+def find_bags(src: str, options: dict[str, Any] | None) -> tuple[Source, list[Bag]]:
+    """The bags of ``src`` in episode-name order (see the module doc)."""
+    src = str(src).rstrip("/")
+    if src.lower().endswith(FILE_BAGS):
+        root, name = split_url(src)
+        source = Source(root, options)
+        if not source.exists(name):
+            raise NotFound(f"no bag file {source.describe(name)}")
+        return source, [Bag(PurePosixPath(name).stem, (name,), name)]
+    source = Source(src, options)
+    files = source.list()
+    if "metadata.yaml" in files:
+        return source, [Bag(PurePosixPath(src).name, tuple(files), "")]
+    folders = sorted(
+        {str(PurePosixPath(f).parent) for f in files if PurePosixPath(f).name == "metadata.yaml"}
+    )
+    bags = [
+        Bag(PurePosixPath(d).name, tuple(f for f in files if f.startswith(d + "/")), d)
+        for d in folders
+    ]
+    inside = {f for b in bags for f in b.files}
+    bags += [
+        Bag(PurePosixPath(f).stem, (f,), f)
+        for f in files
+        if f.lower().endswith(FILE_BAGS) and f not in inside
+    ]
+    if not bags:
+        raise NotFound(
+            f"no ROS bags (metadata.yaml folders, .mcap or .bag files) in {source.describe()}"
+        )
+    bags.sort(key=lambda b: b.episode)
+    for a, b in zip(bags, bags[1:]):
+        if a.episode == b.episode:
+            raise CorruptData(
+                f"{source.describe()}: two bags are both named {a.episode!r} ({a.path}, {b.path})"
+            )
+    return source, bags
+
+
+def read_bag(local: str, specs: Sequence[TopicSpec], where: str, limit: int) -> list[TopicData]:
+    """Every message of the selected topics of the bag at ``local``, converted."""
+    from rosbags.typesys import Stores, get_typestore
+
+    reader_cls = require_rosbags()
+    data = [TopicData(s) for s in specs]
+    try:
+        with reader_cls(
+            [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
+        ) as reader:
+            by_topic = _connections(reader, specs, where)
+            total = 0
+            for conn, logtime, raw in reader.messages(
+                connections=[c for cs in by_topic.values() for c in cs]
+            ):
+                msg = reader.deserialize(raw, conn.msgtype)
+                total += len(raw)
+                if total > limit:
+                    raise CorruptData(
+                        f"{where}: the selected topics hold over {limit} bytes (max_episode_bytes)"
+                    )
+                for d in data:
+                    if d.spec.topic == conn.topic:
+                        _add(d, conn.msgtype, msg, int(logtime), where)
+    except (CorruptData, NotFound, MissingDependency):
+        raise
+    except Exception as e:  # rosbags' reader errors are many types: name the bag
+        if type(e).__module__.startswith("treadle"):
+            raise
+        raise CorruptData(f"{where} cannot be read as a ROS bag: {type(e).__name__}: {e}") from None
+    for d in data:
+        if not d.times:
+            raise CorruptData(
+                f"{where}: topic {d.spec.topic} ({d.msgtype or 'no type'}) has no message"
+            )
+    return data
+
+
+def _connections(reader: Any, specs: Sequence[TopicSpec], where: str) -> dict[str, list[Any]]:
+    by_topic: dict[str, list[Any]] = {}
+    for c in reader.connections:
+        by_topic.setdefault(c.topic, []).append(c)
+    missing = sorted({s.topic for s in specs} - by_topic.keys())
+    if missing:
+        raise NotFound(f"{where}: no topic {missing[0]!r} in the bag (it has {sorted(by_topic)})")
+    return {s.topic: by_topic[s.topic] for s in specs}
+
+
+def _add(d: TopicData, msgtype: str, msg: Any, logtime: int, where: str) -> None:
+    at = f"{where}, topic {d.spec.topic} ({msgtype})"
+    if d.conv is None:
+        d.msgtype = msgtype
+        d.conv = converter(msgtype, d.spec.field, msg, at)
+    stamp = header_stamp(msg) if d.spec.stamp == "header" else None
+    if stamp is not None and abs(stamp - logtime) > MAX_STAMP_SKEW_NS:
+        raise CorruptData(
+            f"{at}: header stamp {stamp / 1e9:.3f} s is {abs(stamp - logtime) / 1e9:.1f} s from "
+            f"its log time {logtime / 1e9:.3f} s (an unset stamp, or another clock); import "
+            f"with stamp={{{d.spec.topic!r}: 'log'}} to use log times for this topic"
+        )
+    d.times.append(stamp if stamp is not None else logtime)
+    d.values.append(d.conv.value(msg))
+
+
+def times_array(d: TopicData) -> np.ndarray:
+    return np.asarray(d.times, np.int64)

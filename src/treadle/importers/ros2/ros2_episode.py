@@ -1,0 +1,162 @@
+"""One bag's topics (read by :mod:`~treadle.importers.ros2.ros2_bags`) -> one episode's columns.
+
+The clock and the picks are :mod:`~treadle.importers.ros2.ros2_align`'s; this module turns
+the picked messages into columns (cameras through :mod:`treadle.importers.cameras`, depth
+as exact ``uint16`` / ``float32`` Rows), adds ``timestamp`` and ``<col>_age_s``, and reports
+per topic its messages, mean rate, largest gap and how often each message was used.
+"""
+
+from __future__ import annotations
+
+import logging
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import CorruptData, SchemaMismatch
+from treadle.importers.cameras import CameraReport, camera_value, encoded_image
+from treadle.importers.ros2.ros2_align import NS, Picks, clock, order, pick, usage
+from treadle.importers.ros2.ros2_bags import TopicData
+
+log = logging.getLogger("treadle")
+
+#: a message more than this much earlier than one logged before it is an error
+REORDER_WINDOW_NS = NS
+#: a topic whose largest gap is over this many clock periods is named in a warning
+GAP_WARNING_PERIODS = 5
+
+
+def episode_columns(
+    data: list[TopicData],
+    fps: Fraction,
+    images: str,
+    episode: str,
+    where: str,
+    report: CameraReport | None,
+) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+    """``(columns, moments, per-topic report rows)`` of one bag."""
+    sorted_data = []
+    for d in data:
+        pos = order(
+            np.asarray(d.times, np.int64), REORDER_WINDOW_NS, f"{where}, topic {d.spec.topic}"
+        )
+        sorted_data.append((d, np.asarray(d.times, np.int64)[pos], [d.values[i] for i in pos]))
+    clocked = [(d, t) for d, t, _ in sorted_data if t.size > 1]
+    if not clocked:
+        raise CorruptData(f"{where}: every selected topic has one message: no clock to sample at")
+    nexts = [int(t[-1]) for d, t in clocked if d.spec.align == "next"]
+    rest = [(d, t) for d, t in clocked if d.spec.align != "next"] or clocked
+    ticks = clock([int(t[0]) for _, t in clocked], [int(t[-1]) for _, t in rest], nexts, fps)
+    if ticks.size == 0:
+        raise CorruptData(f"{where}: the topics never overlap in time: no moment at {fps} fps")
+    cols: dict[str, Any] = {"timestamp": (ticks - ticks[0]) / NS}
+    rows = []
+    period = float(NS / fps)
+    for d, times, values in sorted_data:
+        latched = times.size == 1
+        align = "hold" if latched else d.spec.align
+        _check_align(d, align, where)
+        picks = pick(times, ticks, align)
+        for suffix, column in _values(d, values, picks, images, fps, episode, report).items():
+            cols[d.spec.column + suffix] = column
+        cols[f"{d.spec.column}_age_s"] = picks.age_s
+        rows.append(_report(d, episode, times, picks, latched, period, where))
+    return cols, int(ticks.size), rows
+
+
+def _check_align(d: TopicData, align: str, where: str) -> None:
+    assert d.conv is not None
+    if align == "linear" and d.conv.kind != "float":
+        what = {"quat": "an orientation (quaternion)"}.get(d.conv.kind, f"{d.conv.kind} values")
+        raise SchemaMismatch(
+            f"{where}: column {d.spec.column!r} ({d.spec.topic}, {d.msgtype}) holds {what}: "
+            "align='linear' interpolates floats only; use 'hold' or 'next'"
+        )
+
+
+def _values(
+    d: TopicData,
+    values: list[dict[str, Any]],
+    picks: Picks,
+    images: str,
+    fps: Fraction,
+    episode: str,
+    report: CameraReport | None,
+) -> dict[str, Any]:
+    """Per column suffix, the picked values of one topic."""
+    assert d.conv is not None
+    kind, out = d.conv.kind, {}
+    for suffix in values[0]:
+        name = d.spec.column + suffix
+        at = f"episode {episode!r}, column {name!r}"
+        if kind == "image":
+            raw = [values[i][suffix] if i >= 0 else None for i in picks.index]
+            if images == "encoded":
+                out[suffix] = raw
+                continue
+            frames = np.stack([encoded_image(b, "decoded", at) for b in raw])
+            out[suffix] = camera_value(frames, images, float(fps), episode, name, report)
+        elif picks.index.min() < 0:  # a latched topic before its message: nulls
+            out[suffix] = _with_nulls([values[i][suffix] if i >= 0 else None for i in picks.index])
+        elif kind == "camera":
+            frames = np.stack([values[i][suffix] for i in picks.index])
+            out[suffix] = camera_value(frames, images, float(fps), episode, name, report)
+        elif picks.weight is not None:
+            lo = np.stack([np.asarray(values[i][suffix], np.float64) for i in picks.index])
+            hi = np.stack([np.asarray(values[i][suffix], np.float64) for i in picks.upper])
+            w = picks.weight.reshape(-1, *([1] * (lo.ndim - 1)))
+            out[suffix] = lo + w * (hi - lo)
+        elif kind in ("str",):
+            out[suffix] = [values[i][suffix] for i in picks.index]
+        else:
+            out[suffix] = np.stack([np.asarray(values[i][suffix]) for i in picks.index])
+    return out
+
+
+def _with_nulls(items: list[Any]) -> Any:
+    """Values with ``None`` before a latched topic's message, as an Arrow array."""
+    sample = next(v for v in items if v is not None)
+    if isinstance(sample, np.ndarray):
+        return pa.array([None if v is None else v.tolist() for v in items])
+    return pa.array(items)
+
+
+def _report(
+    d: TopicData,
+    episode: str,
+    times: np.ndarray,
+    picks: Picks,
+    latched: bool,
+    period: float,
+    where: str,
+) -> dict[str, Any]:
+    gaps = np.diff(times) / NS
+    rate = (
+        (times.size - 1) / ((times[-1] - times[0]) / NS)
+        if times.size > 1 and times[-1] > times[0]
+        else None
+    )
+    row = {
+        "episode": episode,
+        "topic": d.spec.topic,
+        "column": d.spec.column,
+        "type": d.msgtype,
+        "messages": int(times.size),
+        "latched": latched,
+        "mean_rate_hz": None if rate is None else float(rate),
+        "largest_gap_s": float(gaps.max()) if gaps.size else None,
+        **usage(picks.index, picks.upper, int(times.size)),
+    }
+    if d.conv is not None and d.conv.joints is not None:
+        row["joints"] = list(d.conv.joints)  # the order of the values in each JointState column
+    if gaps.size and gaps.max() * NS > GAP_WARNING_PERIODS * period:
+        log.warning(
+            "%s: topic %s has a gap of %.3f s, over %d clock periods",
+            where,
+            d.spec.topic,
+            gaps.max(),
+            GAP_WARNING_PERIODS,
+        )
+    return row

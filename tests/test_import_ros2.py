@@ -1,0 +1,376 @@
+"""ROS bag import: bags written by rosbags (rosbag2 MCAP and SQLite, ROS 1) and mcap_ros2,
+read back by rosbags' AnyReader; the alignment checked against a brute-force computation."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from importer_fixtures import nothing_committed
+from robot_fixtures import make_rosbag1, make_rosbag2
+from treadle.catalog import Client
+from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.importers import ros2 as import_ros2
+from treadle.table.tensors import to_numpy
+
+pytest.importorskip("rosbags")
+from rosbags.highlevel import AnyReader  # noqa: E402
+from rosbags.typesys import Stores, get_typestore  # noqa: E402
+
+TOPICS = {
+    "/joint_states": "joints",
+    "/camera/image_raw": "cam",
+    "/camera/compressed": "wrist",
+    "/depth": "depth",
+    "/gripper": "gripper",
+    "/pose": "pose",
+    "/imu:linear_acceleration": "acc",
+    "/task": "task",
+}
+ALIGN = {"gripper": "next", "acc": "linear"}
+
+
+@pytest.fixture(scope="module")
+def bags(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bags")
+    make_rosbag2(folder / "ep_b", "sqlite3", seed=1)
+    make_rosbag2(folder / "ep_a", "mcap", seed=0)
+    return folder
+
+
+def _column(t, name):
+    return to_numpy(t.to_arrow([name]).column(name), t.schema.field(name))
+
+
+def _import(src, tmp_path, **kw):
+    client = Client(str(tmp_path / "store"), create=True)
+    kw = {"topics": TOPICS, "fps": 30, "images": "decoded", "align": ALIGN, **kw}
+    res = import_ros2(str(src), client.project("p"), "t", progress=False, **kw)
+    return res, client.project("p").branch("main").table("t").pin()
+
+
+def _raw(bag: Path, topic: str, value, stamp="header"):
+    """(times, values) of a topic as rosbags reads it: header stamps (else log times),
+    sorted by time, of equal times the last logged."""
+    out = []
+    with AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_HUMBLE)) as r:
+        conns = [c for c in r.connections if c.topic == topic]
+        for k, (c, log, raw) in enumerate(r.messages(connections=conns)):
+            msg = r.deserialize(raw, c.msgtype)
+            h = getattr(msg, "header", None)
+            t = (
+                h.stamp.sec * 10**9 + h.stamp.nanosec
+                if h is not None and stamp == "header"
+                else log
+            )
+            out.append((t, k, value(msg)))
+    out.sort(key=lambda x: (x[0], x[1]))
+    dedup = {}
+    for t, _, v in out:
+        dedup[t] = v
+    return list(dedup), list(dedup.values())
+
+
+def _ticks(firsts, lasts, fps: Fraction):
+    t0, end, ticks = max(firsts), min(lasts), []
+    k = 0
+    while t0 + (k * 10**9 * fps.denominator) // fps.numerator <= end:
+        ticks.append(t0 + (k * 10**9 * fps.denominator) // fps.numerator)
+        k += 1
+    return ticks
+
+
+def _brute(times, values, ticks, align):
+    """Per tick, the value and age (s) by the stated rule, the slow way."""
+    out, ages = [], []
+    for t in ticks:
+        before = [i for i, x in enumerate(times) if x <= t]
+        if align == "next":
+            i = min(i for i, x in enumerate(times) if x > t)
+            out.append(values[i])
+            ages.append((t - times[i]) / 1e9)
+            continue
+        if not before:
+            out.append(None)
+            ages.append(float("nan"))
+            continue
+        i = before[-1]
+        ages.append((t - times[i]) / 1e9)
+        if align == "linear" and times[i] != t and i + 1 < len(times):
+            w = (t - times[i]) / (times[i + 1] - times[i])
+            out.append(
+                np.asarray(values[i]) + w * (np.asarray(values[i + 1]) - np.asarray(values[i]))
+            )
+        else:
+            out.append(values[i])
+    return out, ages
+
+
+def _joint_positions(msg):
+    d = dict(zip(msg.name, msg.position))
+    return np.array([d["j0"], d["j1"], d["j2"]])
+
+
+READERS = {
+    "/joint_states": ("joints_position", _joint_positions),
+    "/gripper": ("gripper", lambda m: m.data),
+    "/imu": (
+        "acc",
+        lambda m: np.array(
+            [m.linear_acceleration.x, m.linear_acceleration.y, m.linear_acceleration.z]
+        ),
+    ),  # fmt: skip
+    "/pose": (
+        "pose",
+        lambda m: np.array(
+            [m.pose.position.x, m.pose.position.y, m.pose.position.z, 0.0, 0.0, 0.0, 1.0]
+        ),
+    ),  # fmt: skip
+    "/task": ("task", lambda m: m.data),
+}
+
+
+def _check_alignment(t, bag: Path, episode: str, fps: Fraction, align: dict):
+    raw = {topic: _raw(bag, topic, fn) for topic, (_, fn) in READERS.items()}
+    raw["/camera/image_raw"] = _raw(bag, "/camera/image_raw", lambda m: 0)
+    raw["/camera/compressed"] = _raw(bag, "/camera/compressed", lambda m: 0)
+    raw["/depth"] = _raw(bag, "/depth", lambda m: 0)
+    clocked = {k: v for k, v in raw.items() if len(v[0]) > 1}
+    nexts = [
+        v[0][-1] - 1 for k, v in clocked.items() if align.get(READERS.get(k, ("",))[0]) == "next"
+    ]
+    rest = [v[0][-1] for k, v in clocked.items() if align.get(READERS.get(k, ("",))[0]) != "next"]
+    ticks = _ticks([v[0][0] for v in clocked.values()], rest + nexts, fps)
+    eps = t.episodes()
+    i = list(eps.names).index(episode)
+    a, b = int(eps.starts[i]), int(eps.starts[i] + eps.lengths[i])
+    assert b - a == len(ticks)
+    np.testing.assert_array_equal(_column(t, "timestamp")[a:b], (np.array(ticks) - ticks[0]) / 1e9)
+    for topic, (col, _) in READERS.items():
+        base = col.removesuffix("_position")
+        want, ages = _brute(*raw[topic], ticks, align.get(col, align.get(base, "hold")))
+        if col == "task":
+            got = t.to_arrow(["task"]).column(0).to_pylist()[a:b]
+            assert got == want
+        else:
+            np.testing.assert_allclose(
+                _column(t, col)[a:b], np.asarray(want, np.float64), rtol=0, atol=1e-12
+            )
+        np.testing.assert_allclose(_column(t, f"{base}_age_s")[a:b], ages, rtol=0, atol=1e-9)
+    return raw, ticks
+
+
+@pytest.mark.parametrize("fps", [30, "30000/1001", 7])
+def test_alignment_equals_brute_force(bags, tmp_path, fps):
+    res, t = _import(bags, tmp_path, fps=fps)
+    assert list(t.episodes().names) == ["ep_a", "ep_b"]  # bags in name order
+    for ep in ("ep_a", "ep_b"):
+        _check_alignment(t, bags / ep, ep, Fraction(str(fps)), ALIGN)
+    assert res.episodes == 2 and t.fps == pytest.approx(float(Fraction(str(fps))))
+
+
+def test_report_counts_messages_used(bags, tmp_path):
+    res, t = _import(bags / "ep_a", tmp_path)
+    rows = {r["topic"]: r for r in res.topics}
+    raw, ticks = _check_alignment(t, bags / "ep_a", "ep_a", Fraction(30), ALIGN)
+    times = np.array(raw["/joint_states"][0])
+    used = np.bincount(np.searchsorted(times, ticks, side="right") - 1, minlength=times.size)
+    r = rows["/joint_states"]
+    assert r["messages"] == times.size and r["used_once"] == (used == 1).sum()
+    assert r["never_used"] == (used == 0).sum() > r["used_once"]  # 100 Hz on a 30 Hz clock
+    assert rows["/depth"]["used_more"] >= 3 and rows["/task"]["latched"]  # 10 Hz held ~3 times
+    assert 95 < r["mean_rate_hz"] < 105 and 0.009 < r["largest_gap_s"] < 0.013
+    json.dumps(res.topics)  # plain values
+
+
+def test_cameras_depth_and_encoded_bytes(bags, tmp_path):
+    res, t = _import(bags / "ep_a", tmp_path, images="encoded")
+    jpegs = t.to_arrow(["wrist"]).column(0).to_pylist()
+    times, data = _raw(bags / "ep_a", "/camera/compressed", lambda m: bytes(m.data))
+    assert set(jpegs) <= set(data) and jpegs[0][:2] == b"\xff\xd8"  # the message's bytes
+    depth = _column(t, "depth")
+    assert depth.dtype == np.uint16 and depth.shape[1:] == (8, 8, 1)
+    _, raw_depth = _raw(bags / "ep_a", "/depth", lambda m: np.frombuffer(bytes(m.data), "<u2"))
+    assert all(any(np.array_equal(d.reshape(-1), r) for r in raw_depth) for d in depth)
+    assert res.psnr == {}
+
+
+def test_video_reports_psnr(bags, tmp_path):
+    res, t = _import(bags / "ep_a", tmp_path, images="video")
+    assert sorted(t.video_columns) == ["cam", "wrist"]
+    assert set(res.psnr) == {"cam", "wrist"} and all(v > 20 for v in res.psnr.values())
+    assert _column(t, "depth").dtype == np.uint16  # depth is never video
+
+
+def test_rosbag1_file(tmp_path):
+    bag = make_rosbag1(tmp_path / "run1.bag")
+    topics = {"/joint_states": "joints", "/gripper": "gripper", "/task": "task"}
+    res, t = _import(bag, tmp_path, topics=topics, align={}, stamp={"/gripper": "log"})
+    assert list(t.episodes().names) == ["run1"] and res.rows == t.num_moments > 10
+    times, values = _raw(bag, "/joint_states", _joint_positions)
+    gtimes, gvalues = _raw(bag, "/gripper", lambda m: m.data, stamp="log")
+    ticks = _ticks([times[0], gtimes[0]], [times[-1], gtimes[-1]], Fraction(30))
+    want, _ = _brute(times, values, ticks, "hold")
+    np.testing.assert_array_equal(_column(t, "joints_position"), np.asarray(want))
+    np.testing.assert_array_equal(_column(t, "gripper"), _brute(gtimes, gvalues, ticks, "hold")[0])
+
+
+def test_mcap_file_from_mcap_ros2_writer(tmp_path):
+    from mcap_ros2.writer import Writer
+
+    path = tmp_path / "cmds.mcap"
+    with open(path, "wb") as f:
+        w = Writer(f)
+        schema = w.register_msgdef("std_msgs/msg/Float64", "float64 data")
+        tschema = w.register_msgdef("std_msgs/msg/String", "string data")
+        w.write_message("/task", tschema, {"data": "wipe"}, log_time=10**9, publish_time=10**9)
+        for i in range(20):
+            t = 10**9 + i * 50_000_000
+            w.write_message("/cmd", schema, {"data": i * 0.5}, log_time=t, publish_time=t)
+        w.finish()
+    res, t = _import(path, tmp_path, topics={"/cmd": "cmd", "/task": "task"}, align={}, fps=10)
+    assert list(t.episodes().names) == ["cmds"]
+    np.testing.assert_array_equal(_column(t, "cmd"), np.arange(10) * 1.0)  # every other one
+    assert set(t.to_arrow(["task"]).column(0).to_pylist()) == {"wipe"}
+    assert res.topics[0]["never_used"] == 10
+
+
+def _bag_with(tmp_path, name, messages):
+    """A tiny rosbag2 (MCAP) from ``(topic, msgtype, log ns, builder(ts))``."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    path = tmp_path / name
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        conns = {}
+        for topic, msgtype, log, build in messages:
+            if topic not in conns:
+                conns[topic] = w.add_connection(topic, msgtype, typestore=ts)
+            if build is not None:
+                w.write(conns[topic], log, ts.serialize_cdr(build(ts), msgtype))
+    return path
+
+
+def _float(v):
+    return lambda ts: ts.types["std_msgs/msg/Float64"](data=v)
+
+
+def _compressed_depth(ts):
+    from robot_fixtures import _header
+
+    return ts.types["sensor_msgs/msg/CompressedImage"](
+        header=_header(ts, 10**9), format="16UC1; compressedDepth png", data=np.zeros(4, np.uint8)
+    )
+
+
+def _unstamped(ts):
+    from robot_fixtures import _header
+
+    g = ts.types
+    pose = g["geometry_msgs/msg/Pose"](
+        position=g["geometry_msgs/msg/Point"](x=0.0, y=0.0, z=0.0),
+        orientation=g["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
+    )
+    return g["geometry_msgs/msg/PoseStamped"](header=_header(ts, 0), pose=pose)
+
+
+def _header_only(ts):
+    from robot_fixtures import _header
+
+    return _header(ts, 10**9)
+
+
+@pytest.mark.parametrize(
+    ("topics", "extra", "kw", "error", "match"),
+    [
+        ({"/nope": "x"}, [], {}, NotFound, r"no topic '/nope' in the bag"),
+        ({"/a:nofield": "x"}, [], {}, SchemaMismatch, "has no field 'nofield'"),
+        ({"/a": "a", "/empty": "e"}, [("/empty", "std_msgs/msg/Float64", 10**9, None)], {},
+         CorruptData, "topic /empty .* has no message"),
+        ({"/a": "a", "/d": "d"}, [("/d", "sensor_msgs/msg/CompressedImage", 10**9,
+                                   _compressed_depth)], {}, SchemaMismatch, "compressedDepth"),
+        ({"/a": "a", "/p": "p"}, [(("/p", "geometry_msgs/msg/PoseStamped", 30 * 10**9 + k, _unstamped))
+                                  for k in range(2)], {}, CorruptData, r"stamp=\{'/p': 'log'\}"),
+        ({"/a": "a", "/i": "i"}, [("/i", "std_msgs/msg/Int32", 10**9 + k,
+                                   lambda ts: ts.types["std_msgs/msg/Int32"](data=1))
+                                  for k in range(2)], {"align": {"i": "linear"}}, SchemaMismatch,
+         "interpolates floats only"),
+        ({"/a": "a", "/h": "h"}, [("/h", "std_msgs/msg/Header", 10**9 + k,
+                                   _header_only) for k in range(2)],
+         {}, SchemaMismatch, "std_msgs/msg/Header is not read"),
+    ],
+)  # fmt: skip
+def test_named_errors_and_nothing_committed(tmp_path, topics, extra, kw, error, match):
+    base = [("/a", "std_msgs/msg/Float64", 10**9 + k * 10**8, _float(k)) for k in range(5)]
+    bag = _bag_with(tmp_path, "bad", base + extra)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(error, match=match):
+        import_ros2(str(bag), client.project("p"), "t", topics=topics, fps=10, images="decoded",
+                    progress=False, **kw)  # fmt: skip
+    assert nothing_committed(client.project("p"))
+
+
+def test_bad_options_and_sources(tmp_path):
+    client = Client(str(tmp_path / "store"), create=True)
+    bag = _bag_with(
+        tmp_path, "ok", [("/a", "std_msgs/msg/Float64", 10**9 + k, _float(k)) for k in range(3)]
+    )
+    for kw, match in [
+        ({"topics": {}, "fps": 10}, "at least one topic"),
+        ({"topics": {"/a": "a"}, "fps": 0}, "fps must be positive"),
+        ({"topics": {"/a": "a"}, "fps": 10, "align": {"b": "linear"}}, "no topic gives"),
+        ({"topics": {"/a": "a"}, "fps": 10, "align": {"a": "cubic"}}, "must be one of"),
+        ({"topics": {"/a": "a"}, "fps": 10, "stamp": "wall"}, "'header' or 'log'"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            import_ros2(str(bag), client.project("p"), "t", progress=False, **kw)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotFound, match="no ROS bags"):
+        import_ros2(str(tmp_path / "empty"), client.project("p"), "t", topics={"/a": "a"}, fps=1)
+    (tmp_path / "junk.mcap").write_bytes(b"not a bag")
+    with pytest.raises(CorruptData, match="cannot be read as a ROS bag"):
+        import_ros2(
+            str(tmp_path / "junk.mcap"), client.project("p"), "t", topics={"/a": "a"}, fps=1
+        )
+    assert nothing_committed(client.project("p"))
+
+
+def test_rerun_is_a_no_op_and_cli(bags, tmp_path, capsys):
+    from treadle.cli import main
+
+    root = str(tmp_path / "store")
+    argv = ["--root", root, "import", "ros2", str(bags / "ep_a"), "--project", "p", "--table", "t",
+            "--fps", "30000/1001", "--topic", "/joint_states=joints", "--topic",
+            "/imu:linear_acceleration=acc", "--align", "acc=linear", "--stamp", "/imu=log",
+            "--images", "decoded"]  # fmt: skip
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert first["episodes"] == 1 and {r["topic"] for r in first["topics"]} == {
+        "/joint_states",
+        "/imu",
+    }
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["already_imported"]
+
+
+@pytest.mark.s3
+def test_from_and_into_s3(bags, s3_server, s3_root, tmp_path):
+    from treadle.storage import Store
+
+    opts = s3_server.storage_options()
+    url = s3_server.url(f"src-ros2-{tmp_path.name}")
+    store = Store.open(url, opts)
+    for p in sorted(bags.rglob("*")):
+        if p.is_file():
+            store.put(str(p.relative_to(bags)), p.read_bytes())
+    root, root_opts = s3_root
+    client = Client(root, root_opts)
+    res = import_ros2(url, client.project("p"), "t", topics=TOPICS, fps=30, images="decoded",
+                      align=ALIGN, source_options=opts, progress=False)  # fmt: skip
+    t = client.project("p").branch("main").table("t").pin()
+    assert res.episodes == 2
+    _check_alignment(t, bags / "ep_b", "ep_b", Fraction(30), ALIGN)
