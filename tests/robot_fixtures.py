@@ -36,6 +36,7 @@ def make_robomimic(path: Path, lengths=None, *, images: bool = True) -> Path:
         for i, n in enumerate(lengths):
             g = data.create_group(f"demo_{i}")
             g.attrs["num_samples"] = n
+            g.attrs["ep_meta"] = json.dumps({"layout_id": i, "lang": f"task {i}"})  # RoboCasa
             g.create_dataset("actions", data=rng.standard_normal((n, 7)))
             g.create_dataset("rewards", data=np.arange(n, dtype=np.float64) / 10)
             g.create_dataset("dones", data=(np.arange(n) == n - 1).astype(np.int64))

@@ -73,6 +73,9 @@ def test_robomimic_demos_in_numeric_order_with_every_value(robomimic, decoded):
 
 def test_robomimic_metadata_and_filter_keys(robomimic, decoded):
     _, _, t = decoded
+    ep_meta = t.to_arrow(["ep_meta"]).column(0).to_pylist()
+    a, b = _episode_rows(t, "demo_7")
+    assert {json.loads(m)["lang"] for m in ep_meta[a:b]} == {"task 7"}  # RoboCasa's ep_meta
     assert json.loads(t.metadata["env_args"])["env_kwargs"]["control_freq"] == 20
     assert t.metadata["total"] == t.num_moments
     sets = t.episode_sets()
@@ -130,6 +133,25 @@ def test_libero_folder_video_with_psnr_tasks_and_metadata(libero, tmp_path):
         want = f["data/demo_1/obs/joint_states"][()]
     a, b = _episode_rows(t, "open_the_drawer_demo__demo_1")
     np.testing.assert_array_equal(_column(t, "obs_joint_states")[a:b], want)
+
+
+def test_folder_of_robomimic_files_remaps_filter_keys(tmp_path):
+    make_robomimic(tmp_path / "src" / "b_mh.hdf5", [2, 3, 2], images=False)
+    make_robomimic(tmp_path / "src" / "a_ph.hdf5", [2, 2, 3], images=False)
+    client = Client(str(tmp_path / "store"), create=True)
+    import_hdf5(str(tmp_path / "src"), client.project("p"), "t", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    assert list(t.episodes().names)[:4] == [
+        "a_ph__demo_0",
+        "a_ph__demo_1",
+        "a_ph__demo_2",
+        "b_mh__demo_0",
+    ]
+    assert t.episode_sets() == {
+        "train": ["a_ph__demo_0", "b_mh__demo_0"],
+        "valid": ["a_ph__demo_1", "a_ph__demo_2", "b_mh__demo_1", "b_mh__demo_2"],
+    }
+    assert set(t.metadata) == {"a_ph", "b_mh"} and t.metadata["b_mh"]["total"] == 7
 
 
 def test_aloha_files_are_episodes(tmp_path):

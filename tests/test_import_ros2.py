@@ -339,6 +339,12 @@ def test_bad_options_and_sources(tmp_path):
     assert nothing_committed(client.project("p"))
 
 
+def test_a_bag_over_max_episode_bytes_is_refused(bags, tmp_path):
+    with pytest.raises(CorruptData, match="over 20000 bytes"):
+        _import(bags / "ep_a", tmp_path, max_episode_bytes=20_000)
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
 def test_rerun_is_a_no_op_and_cli(bags, tmp_path, capsys):
     from treadle.cli import main
 

@@ -141,10 +141,7 @@ def import_episodes(
     are the source's files (the import id covers their content); ``units`` name what
     ``episodes`` takes by index (default: the files), one executor task each."""
     sources = [source.describe(n) for n in names] if units is None else list(units)
-    ids = identities([SourceFile(source, n) for n in names])
-    for n, i in zip(names, ids):
-        if i is None:
-            raise NotFound(f"{fmt} file {source.describe(n)} is gone")
+    ids = _identities(source, names, fmt)
     total = sum(i[0] for i in ids if i)
     report = CameraReport() if opts.executor is None else None
     br = opts.open_branch(project)
@@ -172,7 +169,7 @@ def import_episodes(
             table,
             fmt=fmt,
             iid=import_id(fmt, [source.describe(n) for n in names], ids, options),
-            what=f"{source.describe()} ({len(names)} file{'s' if len(names) != 1 else ''})",
+            what=_what(source, names),
             write=write,
             total=total,
             unit="B",
@@ -182,6 +179,23 @@ def import_episodes(
         if own:
             copies.close()
     return _finish(result, br, table, fmt, meta, report)
+
+
+def _identities(source: Source, names: Sequence[str], fmt: str) -> list[Any]:
+    ids = identities([SourceFile(source, n) for n in names])
+    for n, i in zip(names, ids):
+        if i is None:
+            raise NotFound(f"{fmt} file {source.describe(n)} is gone")
+    return ids
+
+
+def _what(source: Source, names: Sequence[str]) -> str:
+    """The source as the commit message names it."""
+    return (
+        source.describe(names[0])
+        if len(names) == 1
+        else f"{source.describe()} ({len(names)} files)"
+    )
 
 
 def _finish(

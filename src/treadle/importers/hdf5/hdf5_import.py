@@ -103,6 +103,7 @@ def import_hdf5(
     ``allow_pickle`` is accepted for a uniform CLI; nothing is unpickled.
     """
     check_camera_mode(images)
+    check_fps(fps)
     require_h5py()
     # images="video" is not one of ImportOptions' modes: it is this importer's own option
     opts = ImportOptions.of({k: v for k, v in locals().items() if k != "images"})
@@ -111,11 +112,7 @@ def import_hdf5(
     try:
         meta, fps, seen = _survey(source, names, folder, copies, fps, opts.rename)
         check_rename(opts.rename, seen, f"HDF5 source {source.describe()}")
-        if images == "video" and fps is None:
-            raise SchemaMismatch(
-                f"{source.describe()}: images='video' needs fps= (the files name no "
-                "env_args control_freq)"
-            )
+        check_fps(fps, images, f"{source.describe()}: the files name no env_args control_freq")
         settings = _Settings(images, fps, next_obs, folder, int(max_episode_bytes), opts.rename)
         options = opts.id_options("rename", images=images, fps=fps, next_obs=next_obs)
         return import_episodes(
@@ -133,6 +130,14 @@ def import_hdf5(
         )
     finally:
         copies.close()
+
+
+def check_fps(fps: float | None, images: str = "", why: str = "") -> None:
+    """A positive ``fps`` or None; ``images="video"`` needs one (``why`` says why none)."""
+    if fps is not None and not float(fps) > 0:
+        raise ValueError(f"fps must be a positive number, got {fps!r}")
+    if images == "video" and fps is None:
+        raise SchemaMismatch(f"images='video' needs fps= ({why})")
 
 
 def _stem(name: str) -> str:

@@ -91,6 +91,8 @@ def import_zarr(
     for a uniform CLI: an object-dtype array is refused, never unpickled.
     """
     check_camera_mode(images)
+    if fps is not None and not float(fps) > 0:
+        raise ValueError(f"fps must be a positive number, got {fps!r}")
     _zarr()
     opts = ImportOptions.of({k: v for k, v in locals().items() if k != "images"})
     if images == "video" and fps is None:
