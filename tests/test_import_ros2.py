@@ -339,9 +339,28 @@ def test_bad_options_and_sources(tmp_path):
     assert nothing_committed(client.project("p"))
 
 
+def test_only_the_images_the_clock_uses_are_converted(bags, tmp_path, monkeypatch):
+    from treadle.importers.ros2 import ros2_messages
+
+    calls = []
+    real = ros2_messages.image_pixels
+    monkeypatch.setattr(ros2_messages, "image_pixels", lambda m, w: calls.append(w) or real(m, w))
+    res, t = _import(
+        bags / "ep_a",
+        tmp_path,
+        fps=4,
+        topics={"/joint_states": "j", "/camera/image_raw": "cam"},
+        align={},
+    )
+    cam = next(r for r in res.topics if r["topic"] == "/camera/image_raw")
+    used = cam["messages"] - cam["never_used"]
+    assert t.num_moments == 2 and used == 2 and cam["messages"] == 16
+    assert len(calls) == used + 1  # + the first message, which names the encoding
+
+
 def test_a_bag_over_max_episode_bytes_is_refused(bags, tmp_path):
-    with pytest.raises(CorruptData, match="over 20000 bytes"):
-        _import(bags / "ep_a", tmp_path, max_episode_bytes=20_000)
+    with pytest.raises(CorruptData, match="over 3000 bytes"):
+        _import(bags / "ep_a", tmp_path, max_episode_bytes=3000)
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
 
 

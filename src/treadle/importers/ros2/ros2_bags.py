@@ -3,7 +3,9 @@
 A source is a rosbag2 folder (``metadata.yaml`` beside ``.mcap`` or ``.db3`` files), a single
 ``.mcap`` file, a ROS 1 ``.bag``, or a folder of those: each bag is one episode, named by its
 folder or file stem, in name order. ``rosbags``' ``AnyReader`` reads all of them without a
-ROS install (an optional extra: ``pip install 'treadle[ros2]'``).
+ROS install (an optional extra: ``pip install 'treadle[ros2]'``). A bag is read twice:
+:func:`read_bag` keeps every message's time and its value unless it is an image;
+:func:`load_values` then converts only the images the clock uses.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import numpy as np
-
 from treadle.errors import CorruptData, MissingDependency, NotFound
 from treadle.importers.ros2.ros2_messages import Converter, converter, header_stamp
 from treadle.importers.sources import Source, split_url
 
 INSTALL = "pip install 'treadle[ros2]'"
 FILE_BAGS = (".mcap", ".bag")
+#: kinds whose values are read in a second pass, only for the messages the clock uses
+HEAVY = ("camera", "image", "depth")
+_IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 #: a header stamp further than this from its log time is an error (an unset stamp, another clock)
 MAX_STAMP_SKEW_NS = 10 * 10**9
 
@@ -121,7 +124,7 @@ def read_bag(local: str, specs: Sequence[TopicSpec], where: str, limit: int) -> 
                 connections=[c for cs in by_topic.values() for c in cs]
             ):
                 msg = reader.deserialize(raw, conn.msgtype)
-                total += len(raw)
+                total += len(raw) if conn.msgtype not in _IMAGE_TYPES else 0
                 if total > limit:
                     raise CorruptData(
                         f"{where}: the selected topics hold over {limit} bytes (max_episode_bytes)"
@@ -166,8 +169,39 @@ def _add(d: TopicData, msgtype: str, msg: Any, logtime: int, where: str) -> None
             f"with stamp={{{d.spec.topic!r}: 'log'}} to use log times for this topic"
         )
     d.times.append(stamp if stamp is not None else logtime)
-    d.values.append(d.conv.value(msg))
+    d.values.append(None if d.conv.kind in HEAVY else d.conv.value(msg))
 
 
-def times_array(d: TopicData) -> np.ndarray:
-    return np.asarray(d.times, np.int64)
+def load_values(
+    local: str, data: list[TopicData], needed: list[set[int]], where: str, limit: int
+) -> None:
+    """Second pass over the bag: the values of the image topics' messages at the log
+    positions ``needed[j]`` of ``data[j]`` (at most ``limit`` bytes of them)."""
+    from rosbags.typesys import Stores, get_typestore
+
+    heavy = {
+        j for j, d in enumerate(data) if d.conv is not None and d.conv.kind in HEAVY and needed[j]
+    }
+    if not heavy:
+        return
+    topics = {data[j].spec.topic for j in heavy}
+    seen = dict.fromkeys(topics, -1)
+    total = 0
+    with require_rosbags()(
+        [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
+    ) as reader:
+        conns = [c for c in reader.connections if c.topic in topics]
+        for conn, _, raw in reader.messages(connections=conns):
+            seen[conn.topic] += 1
+            k = seen[conn.topic]
+            want = [j for j in heavy if data[j].spec.topic == conn.topic and k in needed[j]]
+            if not want:
+                continue
+            msg = reader.deserialize(raw, conn.msgtype)
+            total += len(raw)
+            if total > limit:
+                raise CorruptData(
+                    f"{where}: the moments' images hold over {limit} bytes (max_episode_bytes)"
+                )
+            for j in want:
+                data[j].values[k] = data[j].conv.value(msg)  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ per topic its messages, mean rate, largest gap and how often each message was us
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -35,15 +36,41 @@ def episode_columns(
     episode: str,
     where: str,
     report: CameraReport | None,
+    load: Callable[[list[set[int]]], None] | None = None,
 ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
-    """``(columns, moments, per-topic report rows)`` of one bag."""
-    sorted_data = []
+    """``(columns, moments, per-topic report rows)`` of one bag. ``load(needed)`` fills in
+    the values of the image topics' messages at the log positions ``needed[j]`` of
+    ``data[j]`` (read only for the messages the clock uses: bounded memory)."""
+    ordered = []
     for d in data:
-        pos = order(
-            np.asarray(d.times, np.int64), REORDER_WINDOW_NS, f"{where}, topic {d.spec.topic}"
-        )
-        sorted_data.append((d, np.asarray(d.times, np.int64)[pos], [d.values[i] for i in pos]))
-    clocked = [(d, t) for d, t, _ in sorted_data if t.size > 1]
+        times = np.asarray(d.times, np.int64)
+        pos = order(times, REORDER_WINDOW_NS, f"{where}, topic {d.spec.topic}")
+        ordered.append((d, times[pos], pos))
+    ticks = _ticks(ordered, fps, where)
+    picked = []
+    for d, times, _ in ordered:
+        align = "hold" if times.size == 1 else d.spec.align
+        _check_align(d, align, where)
+        picked.append(pick(times, ticks, align))
+    if load is not None:
+        load([_needed(p, pos) for p, (_, _, pos) in zip(picked, ordered)])
+    cols: dict[str, Any] = {"timestamp": (ticks - ticks[0]) / NS}
+    rows = []
+    period = float(NS / fps)
+    for (d, times, pos), picks in zip(ordered, picked):
+        values = [d.values[i] for i in pos]
+        for suffix, column in _values(d, values, picks, images, fps, episode, report).items():
+            cols[d.spec.column + suffix] = column
+        cols[f"{d.spec.column}_age_s"] = picks.age_s
+        rows.append(_report(d, episode, times, picks, times.size == 1, period, where))
+    return cols, int(ticks.size), rows
+
+
+def _ticks(
+    ordered: list[tuple[TopicData, np.ndarray, np.ndarray]], fps: Fraction, where: str
+) -> np.ndarray:
+    """The bag's clock (:func:`~treadle.importers.ros2.ros2_align.clock`)."""
+    clocked = [(d, t) for d, t, _ in ordered if t.size > 1]
     if not clocked:
         raise CorruptData(f"{where}: every selected topic has one message: no clock to sample at")
     nexts = [int(t[-1]) for d, t in clocked if d.spec.align == "next"]
@@ -51,19 +78,15 @@ def episode_columns(
     ticks = clock([int(t[0]) for _, t in clocked], [int(t[-1]) for _, t in rest], nexts, fps)
     if ticks.size == 0:
         raise CorruptData(f"{where}: the topics never overlap in time: no moment at {fps} fps")
-    cols: dict[str, Any] = {"timestamp": (ticks - ticks[0]) / NS}
-    rows = []
-    period = float(NS / fps)
-    for d, times, values in sorted_data:
-        latched = times.size == 1
-        align = "hold" if latched else d.spec.align
-        _check_align(d, align, where)
-        picks = pick(times, ticks, align)
-        for suffix, column in _values(d, values, picks, images, fps, episode, report).items():
-            cols[d.spec.column + suffix] = column
-        cols[f"{d.spec.column}_age_s"] = picks.age_s
-        rows.append(_report(d, episode, times, picks, latched, period, where))
-    return cols, int(ticks.size), rows
+    return ticks
+
+
+def _needed(picks: Picks, pos: np.ndarray) -> set[int]:
+    """The log positions of the messages ``picks`` uses."""
+    used = picks.index[picks.index >= 0]
+    if picks.upper is not None:
+        used = np.concatenate([used, picks.upper[picks.upper >= 0]])
+    return {int(i) for i in pos[np.unique(used)]}
 
 
 def _check_align(d: TopicData, align: str, where: str) -> None:
@@ -88,7 +111,7 @@ def _values(
     """Per column suffix, the picked values of one topic."""
     assert d.conv is not None
     kind, out = d.conv.kind, {}
-    for suffix in values[0]:
+    for suffix in next(v for v in values if v is not None):
         name = d.spec.column + suffix
         at = f"episode {episode!r}, column {name!r}"
         if kind == "image":

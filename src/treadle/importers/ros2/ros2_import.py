@@ -19,7 +19,14 @@ from treadle.importers.arrow import column_name
 from treadle.importers.cameras import CameraReport, check_camera_mode
 from treadle.importers.episodic import Episode, LocalCopies, import_episodes
 from treadle.importers.ros2.ros2_align import ALIGNS, as_fraction
-from treadle.importers.ros2.ros2_bags import Bag, TopicSpec, find_bags, read_bag, require_rosbags
+from treadle.importers.ros2.ros2_bags import (
+    Bag,
+    TopicSpec,
+    find_bags,
+    load_values,
+    read_bag,
+    require_rosbags,
+)
 from treadle.importers.ros2.ros2_episode import episode_columns
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source
@@ -153,10 +160,16 @@ def _episodes(
         else:
             base = copies.tree(bag.files)
             local = f"{base}/{bag.path}" if bag.path else base
-        data = read_bag(local, settings.specs, where, settings.max_episode_bytes)
+        limit = settings.max_episode_bytes
+        data = read_bag(local, settings.specs, where, limit)
+        load = partial(_load, local, data, where=where, limit=limit)
         cols, n, rows = episode_columns(
-            data, settings.fps, settings.images, bag.episode, where, report
+            data, settings.fps, settings.images, bag.episode, where, report, load
         )
         if report is not None:
             report.topics.extend(rows)
         yield bag.episode, cols, n, sum(source.size(f) for f in bag.files)
+
+
+def _load(local: str, data: list[Any], needed: list[set[int]], *, where: str, limit: int) -> None:
+    load_values(local, data, needed, where, limit)
