@@ -32,6 +32,7 @@ TOPICS = {
     "/task": "task",
 }
 ALIGN = {"gripper": "next", "acc": "linear"}
+MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
@@ -312,6 +313,18 @@ def test_named_errors_and_nothing_committed(tmp_path, topics, extra, kw, error, 
         import_ros2(str(bag), client.project("p"), "t", topics=topics, fps=10, images="decoded",
                     progress=False, **kw)  # fmt: skip
     assert nothing_committed(client.project("p"))
+
+
+def test_a_gap_over_five_periods_is_named(tmp_path, caplog):
+    times = [0, 10, 20, 30, 200, 210]  # ms: a 170 ms gap on a 50 Hz clock
+    msgs = [("/a", "std_msgs/msg/Float64", 10**9 + t * MS, _float(t)) for t in times]
+    bag = _bag_with(tmp_path, "gappy", msgs)
+    client = Client(str(tmp_path / "store"), create=True)
+    with caplog.at_level("WARNING", logger="treadle"):
+        res = import_ros2(str(bag), client.project("p"), "t", topics={"/a": "a"}, fps=50,
+                          progress=False)  # fmt: skip
+    assert "topic /a has a gap of 0.170 s" in caplog.text
+    assert res.topics[0]["largest_gap_s"] == pytest.approx(0.17) and res.rows == 11
 
 
 def test_bad_options_and_sources(tmp_path):
