@@ -1,4 +1,4 @@
-"""HDF5, Zarr and ROS bag imports on Ray (one task per file, episode or bag) equal the
+"""HDF5, Zarr and ROS bag imports on Ray (one task per file, 16 episodes or bag) equal the
 single-process import, row for row, with the same commit message (import id included)."""
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def test_on_ray_equals_one_process(tmp_path, local_root, ray_cluster, fmt):
     if fmt == "hdf5":
         src, fn, kw = make_libero(tmp_path / "libero"), importers.hdf5, {"images": "decoded"}
     elif fmt == "zarr":
-        src, fn, kw = make_replay_buffer(tmp_path / "b.zarr"), importers.zarr, {"images": "decoded"}
+        src, fn, kw = (
+            make_replay_buffer(tmp_path / "b.zarr", [2] * 20),
+            importers.zarr,
+            {"images": "decoded"},
+        )
     else:
         make_rosbag2(tmp_path / "bags" / "a", "mcap", seed=0)
         make_rosbag2(tmp_path / "bags" / "b", "sqlite3", seed=1)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 INSTALL = "pip install 'treadle[zarr]'"
 MAX_EPISODE_BYTES = 4 << 30
+#: episodes per executor task (each task opens the store once: on an object store, a copy)
+EPISODES_PER_TASK = 16
 #: the most episodes ``meta/episode_ends`` may list (it is read whole)
 MAX_EPISODES = 10_000_000
 
@@ -86,7 +88,7 @@ def import_zarr(
 
     ``src``: a Zarr directory store or a ``.zip`` store (local or URL). ``images``:
     ``"video"`` (H.264, needs ``fps``; PSNR in the result), ``"encoded"`` (lossless PNG per
-    moment) or ``"decoded"``. ``executor=td.RayExecutor()`` reads each episode in a Ray
+    moment) or ``"decoded"``. ``executor=td.RayExecutor()`` reads each run of 16 episodes in a Ray
     task. The group's attributes become ``table.metadata``. ``allow_pickle`` is accepted
     for a uniform CLI: an object-dtype array is refused, never unpickled.
     """
@@ -117,7 +119,7 @@ def import_zarr(
             fps=fps,
             meta=SourceMeta(attrs, {}, "zarr"),
             copies=copies,
-            units=[f"{source.describe(zip_name or '')} {e}" for e in episodes],
+            units=[f"{source.describe(zip_name or '')} {r[0]}..{r[-1]}" for r in _ranges(episodes)],
         )
     finally:
         copies.close()
@@ -134,6 +136,17 @@ def _files(src: str, options: dict[str, Any] | None) -> tuple[Source, list[str],
     if not names:
         raise CorruptData(f"{source.describe()}: no Zarr store there (no files)")
     return source, names, None
+
+
+def _ranges(episodes: Sequence[str]) -> list[Sequence[str]]:
+    """``episodes`` in runs of :data:`EPISODES_PER_TASK`: one executor task each."""
+    return [episodes[i : i + EPISODES_PER_TASK] for i in range(0, len(episodes), EPISODES_PER_TASK)]
+
+
+def _in_units(units: Sequence[int], count: int) -> Iterator[int]:
+    """The episode indices of ``units`` (see :func:`_ranges`), in order."""
+    for u in units:
+        yield from range(u * EPISODES_PER_TASK, min(count, (u + 1) * EPISODES_PER_TASK))
 
 
 class _open:
@@ -240,12 +253,13 @@ def _episodes(
     copies: LocalCopies,
     report: CameraReport | None,
 ) -> Iterator[Episode]:
-    """Episodes ``units`` (indices into ``episodes``), one slice of every array each."""
+    """The episodes of ``units`` (ranges of :data:`EPISODES_PER_TASK` episodes), one slice
+    of every array each."""
     with _open(source, names, settings, copies) as group:
         where = source.describe(settings.zip_name or "")
         arrays, ends, _ = _layout(group, where)
         starts = np.concatenate([[0], ends[:-1]])
-        for i in units:
+        for i in _in_units(units, len(episodes)):
             yield _episode(
                 arrays, int(starts[i]), int(ends[i]), episodes[i], where, settings, report
             )
