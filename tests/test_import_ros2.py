@@ -315,6 +315,34 @@ def test_named_errors_and_nothing_committed(tmp_path, topics, extra, kw, error, 
     assert nothing_committed(client.project("p"))
 
 
+def _joint_state(names, values):
+    def build(ts):
+        from robot_fixtures import _header
+
+        return ts.types["sensor_msgs/msg/JointState"](
+            header=_header(ts, 10**9), name=names, position=np.array(values, np.float64),
+            velocity=np.zeros(0), effort=np.zeros(0))  # fmt: skip
+
+    return build
+
+
+def test_joint_order_is_the_first_bags_in_every_bag(tmp_path):
+    folder = tmp_path / "bags"
+    folder.mkdir()
+    for name, names in (("a", ["x", "y"]), ("b", ["y", "x"])):
+        msgs = [("/j", "sensor_msgs/msg/JointState", 10**9 + k * 100 * MS,
+                 _joint_state(names, [k if n == "x" else -k for n in names])) for k in range(4)]  # fmt: skip
+        _bag_with(folder, name, msgs)
+    client = Client(str(tmp_path / "store"), create=True)
+    import_ros2(str(folder), client.project("p"), "t", topics={"/j": "j"}, fps=10, stamp="log",
+                progress=False)  # fmt: skip
+    t = client.project("p").branch("main").table("t").pin()
+    pos = _column(t, "j_position")
+    np.testing.assert_array_equal(pos[:, 0], -pos[:, 1])  # x then y in both bags
+    assert pos[:, 0].tolist() == [0, 1, 2, 3] * 2
+    assert t.metadata == {"joint_names": {"j": ["x", "y"]}}
+
+
 def test_a_gap_over_five_periods_is_named(tmp_path, caplog):
     times = [0, 10, 20, 30, 200, 210]  # ms: a 170 ms gap on a 50 Hz clock
     msgs = [("/a", "std_msgs/msg/Float64", 10**9 + t * MS, _float(t)) for t in times]

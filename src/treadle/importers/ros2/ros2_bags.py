@@ -10,7 +10,7 @@ ROS install (an optional extra: ``pip install 'treadle[ros2]'``). A bag is read 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,6 +23,7 @@ INSTALL = "pip install 'treadle[ros2]'"
 FILE_BAGS = (".mcap", ".bag")
 #: kinds whose values are read in a second pass, only for the messages the clock uses
 HEAVY = ("camera", "image", "depth")
+JOINT_STATE = "sensor_msgs/msg/JointState"
 _IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 #: a header stamp further than this from its log time is an error (an unset stamp, another clock)
 MAX_STAMP_SKEW_NS = 10 * 10**9
@@ -108,8 +109,15 @@ def find_bags(src: str, options: dict[str, Any] | None) -> tuple[Source, list[Ba
     return source, bags
 
 
-def read_bag(local: str, specs: Sequence[TopicSpec], where: str, limit: int) -> list[TopicData]:
-    """Every message of the selected topics of the bag at ``local``, converted."""
+def read_bag(
+    local: str,
+    specs: Sequence[TopicSpec],
+    where: str,
+    limit: int,
+    joints: Mapping[str, list[str]] | None = None,
+) -> list[TopicData]:
+    """Every message of the selected topics of the bag at ``local``, converted (JointState
+    values in the order ``joints[topic]``)."""
     from rosbags.typesys import Stores, get_typestore
 
     reader_cls = require_rosbags()
@@ -131,7 +139,14 @@ def read_bag(local: str, specs: Sequence[TopicSpec], where: str, limit: int) -> 
                     )
                 for d in data:
                     if d.spec.topic == conn.topic:
-                        _add(d, conn.msgtype, msg, int(logtime), where)
+                        _add(
+                            d,
+                            conn.msgtype,
+                            msg,
+                            int(logtime),
+                            where,
+                            (joints or {}).get(conn.topic),
+                        )
     except (CorruptData, NotFound, MissingDependency):
         raise
     except Exception as e:  # rosbags' reader errors are many types: name the bag
@@ -156,11 +171,13 @@ def _connections(reader: Any, specs: Sequence[TopicSpec], where: str) -> dict[st
     return {s.topic: by_topic[s.topic] for s in specs}
 
 
-def _add(d: TopicData, msgtype: str, msg: Any, logtime: int, where: str) -> None:
+def _add(
+    d: TopicData, msgtype: str, msg: Any, logtime: int, where: str, joints: list[str] | None
+) -> None:
     at = f"{where}, topic {d.spec.topic} ({msgtype})"
     if d.conv is None:
         d.msgtype = msgtype
-        d.conv = converter(msgtype, d.spec.field, msg, at)
+        d.conv = converter(msgtype, d.spec.field, msg, at, joints)
     stamp = header_stamp(msg) if d.spec.stamp == "header" else None
     if stamp is not None and abs(stamp - logtime) > MAX_STAMP_SKEW_NS:
         raise CorruptData(
@@ -170,6 +187,33 @@ def _add(d: TopicData, msgtype: str, msg: Any, logtime: int, where: str) -> None
         )
     d.times.append(stamp if stamp is not None else logtime)
     d.values.append(None if d.conv.kind in HEAVY else d.conv.value(msg))
+
+
+def first_joint_names(local: str, specs: Sequence[TopicSpec], where: str) -> dict[str, list[str]]:
+    """Per selected JointState topic, the joint names of its first message in this bag:
+    the order of the values in every bag of the import."""
+    from rosbags.typesys import Stores, get_typestore
+
+    topics = {s.topic for s in specs if s.field is None}
+    out: dict[str, list[str]] = {}
+    try:
+        with require_rosbags()(
+            [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
+        ) as reader:
+            conns = [
+                c for c in reader.connections if c.topic in topics and c.msgtype == JOINT_STATE
+            ]
+            wanted = {c.topic for c in conns}
+            if not conns:  # (no connections means every connection to rosbags)
+                return out
+            for conn, _, raw in reader.messages(connections=conns):
+                if conn.topic not in out:
+                    out[conn.topic] = [str(n) for n in reader.deserialize(raw, conn.msgtype).name]
+                if out.keys() >= wanted:
+                    break
+    except Exception as e:  # rosbags' errors are many types: name the bag
+        raise CorruptData(f"{where} cannot be read as a ROS bag: {type(e).__name__}: {e}") from None
+    return out
 
 
 def load_values(

@@ -10,19 +10,20 @@ each moment, and :mod:`~treadle.importers.ros2.ros2_episode` builds the columns.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from treadle.importers.arrow import column_name
 from treadle.importers.cameras import CameraReport, check_camera_mode
-from treadle.importers.episodic import Episode, LocalCopies, import_episodes
+from treadle.importers.episodic import Episode, LocalCopies, SourceMeta, import_episodes
 from treadle.importers.ros2.ros2_align import ALIGNS, as_fraction
 from treadle.importers.ros2.ros2_bags import (
     Bag,
     TopicSpec,
     find_bags,
+    first_joint_names,
     load_values,
     read_bag,
     require_rosbags,
@@ -44,6 +45,7 @@ class _Settings:
     fps: Fraction
     images: str
     max_episode_bytes: int
+    joints: dict[str, list[str]] = field(default_factory=dict)  # topic -> joint order
 
 
 def topic_specs(
@@ -113,7 +115,7 @@ def import_ros2(
     (default sample-and-hold). ``images``: ``"video"`` (PSNR in the result), ``"encoded"``
     (a ``CompressedImage``'s bytes as they are; raw images as PNG) or ``"decoded"``. The
     result's ``topics`` reports each bag's topics. See docs/api.md for the exact rules.
-    ``rename`` and ``allow_pickle`` are accepted for a uniform CLI (``topics`` names columns).
+    ``rename``, ``allow_pickle``: accepted for a uniform CLI (``topics`` names columns).
     """
     check_camera_mode(images)
     require_rosbags()
@@ -123,24 +125,45 @@ def import_ros2(
     opts = ImportOptions.of({k: v for k, v in locals().items() if k not in ("images", "rename")})
     source, bags = find_bags(src, opts.source_options)
     names = [f for b in bags for f in b.files]
-    options = opts.id_options(
-        images=images,
-        fps=str(settings.fps),
-        topics=[(s.topic, s.field, s.column, s.align, s.stamp) for s in settings.specs],
-    )
-    result = import_episodes(
-        opts,
-        project,
-        table,
-        fmt="ros2",
-        source=source,
-        names=names,
-        episodes=partial(_episodes, source, tuple(bags), settings),
-        options=options,
-        fps=float(settings.fps),
-        units=[source.describe(b.path) for b in bags],
-    )
+    copies = LocalCopies(source)
+    try:
+        settings, meta = _joint_order(source, bags[0], settings, copies)
+        result = import_episodes(
+            opts,
+            project,
+            table,
+            fmt="ros2",
+            source=source,
+            names=names,
+            episodes=partial(_episodes, source, tuple(bags), settings),
+            options=_id_options(opts, settings),
+            fps=float(settings.fps),
+            meta=meta,
+            copies=copies,
+            units=[source.describe(b.path) for b in bags],
+        )
+    finally:
+        copies.close()
     return replace(result, topics=None) if opts.executor is not None else result
+
+
+def _id_options(opts: ImportOptions, settings: _Settings) -> dict[str, Any]:
+    """The options the import id records."""
+    topics = [(s.topic, s.field, s.column, s.align, s.stamp) for s in settings.specs]
+    return opts.id_options(images=settings.images, fps=str(settings.fps), topics=topics)
+
+
+def _joint_order(
+    source: Source, first: Bag, settings: _Settings, copies: LocalCopies
+) -> tuple[_Settings, SourceMeta]:
+    """The JointState order of every bag (the first bag's first message's) in the settings
+    and in the table's metadata (``joint_names``: ``{column: [joint, ...]}``)."""
+    where = f"bag {source.describe(first.path)}"
+    joints = first_joint_names(_local(copies, first), settings.specs, where)
+    columns = {s.topic: s.column for s in settings.specs if s.field is None}
+    names = {columns[t]: n for t, n in joints.items()}
+    meta = SourceMeta({"joint_names": names} if names else {}, {}, "ros2")
+    return replace(settings, joints=joints), meta
 
 
 def _episodes(
@@ -155,13 +178,9 @@ def _episodes(
     for i in units:
         bag = bags[i]
         where = f"bag {source.describe(bag.path)}"
-        if len(bag.files) == 1 and bag.files[0] == bag.path:
-            local = copies.path(bag.path)
-        else:
-            base = copies.tree(bag.files)
-            local = f"{base}/{bag.path}" if bag.path else base
+        local = _local(copies, bag)
         limit = settings.max_episode_bytes
-        data = read_bag(local, settings.specs, where, limit)
+        data = read_bag(local, settings.specs, where, limit, settings.joints)
         load = partial(_load, local, data, where=where, limit=limit)
         cols, n, rows = episode_columns(
             data, settings.fps, settings.images, bag.episode, where, report, load
@@ -169,6 +188,14 @@ def _episodes(
         if report is not None:
             report.topics.extend(rows)
         yield bag.episode, cols, n, sum(source.size(f) for f in bag.files)
+
+
+def _local(copies: LocalCopies, bag: Bag) -> str:
+    """The local path AnyReader opens for ``bag``: its file, or its folder."""
+    if len(bag.files) == 1 and bag.files[0] == bag.path:
+        return copies.path(bag.path)
+    base = copies.tree(bag.files)
+    return f"{base}/{bag.path}" if bag.path else base
 
 
 def _load(local: str, data: list[Any], needed: list[set[int]], *, where: str, limit: int) -> None:

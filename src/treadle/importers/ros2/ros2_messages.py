@@ -150,13 +150,16 @@ def _plain(value: Any, where: str) -> tuple[Any, str]:
     raise SchemaMismatch(f"{where}: field of type {type(value).__name__} is not read")
 
 
-def converter(msgtype: str, field: str | None, first: Any, where: str) -> Converter:
-    """The :class:`Converter` of a topic of ``msgtype`` (``first`` is its first message)."""
+def converter(
+    msgtype: str, field: str | None, first: Any, where: str, joints: list[str] | None = None
+) -> Converter:
+    """The :class:`Converter` of a topic of ``msgtype`` (``first`` is its first message;
+    ``joints``: the JointState order of every bag, else the first message's)."""
     if field:
         kind = _plain(_field(first, field, msgtype, where), where)[1]
         return Converter(kind, lambda m: {"": _plain(_field(m, field, msgtype, where), where)[0]})
     if msgtype == "sensor_msgs/msg/JointState":
-        names = [str(n) for n in first.name]
+        names = list(joints) if joints is not None else [str(n) for n in first.name]
         return Converter("float", lambda m: _joint_value(m, names, where), names)
     if msgtype == "sensor_msgs/msg/Image":
         kind = image_pixels(first, where)[1]
