@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "treadle"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names", "fastpaths", "layout", "concurrency", "forks"),
+    ("errors", "names", "fastpaths", "layout", "concurrency", "forks", "reaper"),
     ("storage",),  # obstore only
     ("video",),  # codec, containers, pure frame specs
     ("table",),  # pinned Lance reads, fragment staging

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from treadle import reaper
 from treadle.errors import NotFound, PlanError
 from treadle.plan.exclude import drawn_from
 from treadle.plan.windows import Video
@@ -333,12 +334,10 @@ def _batches(plan: Any, c: int, specs: list[ColumnSpec], moments: np.ndarray) ->
     from treadle.read.sample_reader import SampleReader
 
     reader = SampleReader([plan.table(c)], [specs], ids=False)
-    try:
+    with reaper.closing(reader.close):  # closed early: on the reaper (maybe a finalizer)
         for i in range(0, len(moments), _ANCHORS):
             chunk = moments[i : i + _ANCHORS]
             yield reader.read(np.zeros(len(chunk), np.int64), chunk)
-    finally:
-        reader.close()
 
 
 def _video_part(plan: Any, c: int, name: str, frames: int, per_offset: bool) -> HistPart:
