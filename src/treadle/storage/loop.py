@@ -12,7 +12,7 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from treadle.errors import StorageError
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 
 T = TypeVar("T")
 
