@@ -37,7 +37,8 @@ windows take it unpadded (per offset: whether ``row - offset`` is an anchor of t
 episode), so a 10-offset window costs about one ``table.stats`` scan, not ten. Video
 columns are sampled as ``table.stats`` samples them: about ``frames`` frames (anchors drawn
 per component by share, a pure function of the plan's seed), decoded to uint8 at the
-spec's size, exact per-channel histograms. ``derive={name: fn}`` runs ``fn`` on the batches
+spec's size, exact per-channel histograms: video statistics are in pixel units (0..255,
+before the spec's ``dtype``, ``/ 255`` and ``mean``/``std``, whose input they are). ``derive={name: fn}`` runs ``fn`` on the batches
 of every anchor in table order (the batch as delivered, zeros for absent columns); a
 derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` (or ``[b, T]`` when a
 windowed scalar column it reads is ``[b, T]``) leaves out entries

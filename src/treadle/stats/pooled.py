@@ -212,7 +212,7 @@ def weighted_quantiles(levels: list[tuple[np.ndarray, int]], qs: tuple[float, ..
     all values together), with the shares summed exactly."""
     q = np.asarray(qs, np.float64)
     total = sum(w * len(s) for s, w in levels)
-    big = total >= 2**53  # sums beyond int64's safe range: Python integers
+    big = total >= 2**62  # sums int64 cannot hold: Python integers
 
     def reach(v: np.ndarray) -> np.ndarray:
         num = sum(np.searchsorted(s, v, side="right").astype(object if big else np.int64) * w
