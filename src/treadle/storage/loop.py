@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from treadle import reaper
 from treadle.errors import StorageError
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 
 T = TypeVar("T")
 

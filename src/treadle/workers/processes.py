@@ -32,7 +32,7 @@ from typing import Any
 
 from treadle import reaper
 from treadle.errors import PlanError, TreadleError
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
