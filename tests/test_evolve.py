@@ -262,3 +262,39 @@ def test_branches_append_after_a_drop_keep_their_columns(tmp_path):
     }
     assert t.to_arrow(["z"]).column(0).to_pylist() == [2.0] * 3 + [5.0] * 2
     check_rows(s.pin())
+
+
+def test_computed_column_in_batches_and_on_an_executor(project):
+    branch, *_ = project
+    t = branch.table("nominal")
+    table = t.pin()
+
+    def mean_pixel(batch):
+        return batch["cam"].reshape(len(batch["cam"]), -1).mean(axis=1).astype(np.float32)
+
+    t.add_column("brightness", fn=mean_pixel, columns=["cam"], batch_rows=5, progress=False)
+    got = t.to_arrow(["brightness"]).column(0).to_numpy()
+    first = next(iter(td.TrainLoader(recipe_one(t, table), steps=1)))
+    assert got.shape == (table.num_moments,)
+    want = first["cam"][:, 0].reshape(len(first["cam"]), -1).float().mean(axis=1).numpy()
+    np.testing.assert_allclose(got[first["_moment"].numpy()], want, rtol=1e-5)
+
+    class Inline:  # an executor: the Executor.map contract, run in this process
+        def map(self, fn, items, what):
+            return [fn(item) for item in items]
+
+    t.add_column("double", fn=lambda b: b["action"][:, 0] * 2, columns=["action"],
+                 executor=Inline(), batch_rows=7)  # fmt: skip
+    arr = t.to_arrow(["action", "double"])
+    np.testing.assert_array_equal(
+        np.asarray(arr.column("double").to_pylist()),
+        np.asarray(arr.column("action").to_pylist())[:, 0] * 2,
+    )
+    with pytest.raises(SchemaMismatch, match="values"):
+        t.add_column("bad", fn=lambda b: [1, 2], columns=["action"], batch_rows=4)
+    check_rows(t.pin())
+
+
+def recipe_one(t, table):
+    w = td.Windows({"cam": td.Video(range(1))})
+    return td.Recipe(seed=3, batch_size=6, components=[td.Component(table, w, weight=1.0)]).plan()

@@ -181,7 +181,6 @@ class Project:
         self.refs.try_advance("main", 0, root.id)  # a racing creator may win: fine
         self._exists = True
 
-    # -- branches ----------------------------------------------------------------------
     def branch(self, name: str = "main") -> Branch:
         """An existing branch (:class:`NotFound` otherwise; ``main`` of a project not yet
         created is a handle whose first write creates the project)."""
@@ -310,7 +309,9 @@ class Project:
         """
         return collect_garbage(self, older_than, keep_days=keep_days)
 
-    # -- tags --------------------------------------------------------------------------
+    def address(self) -> ProjectAddress:  # how another process (a Ray task) opens it
+        return ProjectAddress.of(self)
+
     def tag(self, name: str, commit: str) -> Commit:
         """Name ``commit`` (an id or unique prefix) ``name`` forever: gc keeps it readable
         whatever the retention. Tags never move (:class:`AlreadyExists` otherwise)."""

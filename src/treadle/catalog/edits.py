@@ -46,6 +46,8 @@ class EditsOf(Protocol):
 
     def _apply_edit(self, name: str, kind: str, change: Change) -> bool: ...
 
+    def _address(self) -> Any: ...
+
 
 class TableEdits:
     """Column and episode changes of one table in a transaction (mixed into its writer)."""
@@ -96,7 +98,15 @@ class TableEdits:
             from treadle.catalog.computed import computed_column
 
             field, arr = computed_column(
-                table, column, fn, columns, executor, batch_rows, progress, where
+                table,
+                column,
+                fn,
+                columns,
+                executor,
+                batch_rows,
+                progress,
+                self.tx._address(),
+                where,
             )
         elif isinstance(values, Mapping):
             field, arr = per_episode(column, table.episodes(), values, default, where)

@@ -4,7 +4,7 @@ satisfies, so that neither module imports the client (which creates them)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from treadle.table.table import TableSource
 
@@ -36,3 +36,7 @@ class Repository(History, TableSource, Protocol):
     versions are read (a :class:`~treadle.table.table.TableSource`)."""
 
     def save_commit(self, commit: Commit) -> None: ...
+
+    def address(self) -> Any:
+        """How another process opens the project (a ``ProjectAddress``)."""
+        ...

@@ -227,6 +227,10 @@ class Transaction:
             )
         return Table(self.project, name, version, None)
 
+    def _address(self) -> Any:
+        """How another process opens this project (an executor's task)."""
+        return self.project.address()
+
     def _apply_edit(self, name: str, kind: str, change: Change) -> bool:
         """Commit the Lance version ``change`` makes of the table as changed so far (no
         branch moves until the transaction commits); False when it changed nothing."""
