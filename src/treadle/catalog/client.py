@@ -17,6 +17,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.expiry import expired_error
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
+from treadle.catalog.merge import MergesAndDiffs
 from treadle.catalog.place import ProjectPlace
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
@@ -132,8 +133,8 @@ class Client:
         return "; the root has no projects"
 
 
-class Project:
-    """A namespace of tables with git-like history."""
+class Project(MergesAndDiffs):
+    """A namespace of tables with git-like history (merges and diffs: :mod:`.merge`)."""
 
     def __init__(self, client: Client, name: str):
         self.client = client
@@ -257,9 +258,7 @@ class Project:
             yield c
             cid = c.parents[0] if c.parents else None
 
-    # -- tables ----------------------------------------------------------------------
-    def table_uri(self, name: str) -> str:
-        """Where table ``name``'s Lance dataset lives."""
+    def table_uri(self, name: str) -> str:  # where table ``name``'s Lance dataset lives
         return self.lance.uri(name)
 
     def open_dataset(

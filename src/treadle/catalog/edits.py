@@ -46,7 +46,8 @@ class EditsOf(Protocol):
 
     def _apply_edit(self, name: str, kind: str, change: Change) -> bool: ...
 
-    def _address(self) -> Any: ...
+    @property
+    def project(self) -> Any: ...
 
 
 class TableEdits:
@@ -105,7 +106,7 @@ class TableEdits:
                 executor,
                 batch_rows,
                 progress,
-                self.tx._address(),
+                self.tx.project.address(),
                 where,
             )
         elif isinstance(values, Mapping):
@@ -120,7 +121,7 @@ class TableEdits:
         if pa.types.is_null(arr.type):
             raise SchemaMismatch(f"{where}: every value is None: the column's type is unknown")
         field = added_field(field, default)
-        self.tx._apply_edit(self.name, f"add column {column}", lambda ds, _: evolve.add_column(
+        self.tx._apply_edit(self.name, f"add_column {column}", lambda ds, _: evolve.add_column(
             ds, field, arr))  # fmt: skip
 
     def annotate(
@@ -182,8 +183,9 @@ class TableEdits:
             self._new_column(table, new)
         if len(set(names.values())) != len(names):
             raise SchemaMismatch(f"{self._where()}: two columns renamed to one name")
-        self.tx._apply_edit(self.name, "rename columns", lambda ds, _: evolve.rename_columns(
-            ds, dict(names)))  # fmt: skip
+        kind = "rename_columns " + ",".join(f"{a}->{b}" for a, b in names.items())
+        renamed = dict(names)
+        self.tx._apply_edit(self.name, kind, lambda ds, _: evolve.rename_columns(ds, renamed))
 
     def drop_columns(self, names: Sequence[str]) -> None:
         """Drop columns from this version on (older versions keep them)."""
@@ -194,8 +196,9 @@ class TableEdits:
                 raise SchemaMismatch(f"{self._where()}: column {col!r} cannot be dropped")
         if set(names) >= set(table.schema.names):
             raise SchemaMismatch(f"{self._where()}: cannot drop every column")
-        self.tx._apply_edit(self.name, "drop columns", lambda ds, _: evolve.drop_columns(
-            ds, list(names)))  # fmt: skip
+        dropped = list(names)
+        kind = "drop_columns " + ",".join(dropped)
+        self.tx._apply_edit(self.name, kind, lambda ds, _: evolve.drop_columns(ds, dropped))
 
     def delete_episodes(self, episodes: Sequence[str]) -> None:
         """Remove episodes from this version on. Their media stay while a retained commit
@@ -214,7 +217,7 @@ class TableEdits:
         for ep in episodes:
             s = int(index.starts[at[ep]])
             drop[s : s + int(index.lengths[at[ep]])] = True
-        self.tx._apply_edit(self.name, "delete episodes", _delete(drop))
+        self.tx._apply_edit(self.name, f"delete_episodes {len(episodes)}", _delete(drop))
 
     def compact(self) -> bool:
         """Write each fragment spread over several data files after edits again as one

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from treadle.catalog.lance import LanceTables
     from treadle.catalog.place import ProjectPlace
     from treadle.catalog.refs import RefLog
+    from treadle.table.table import Table
 
 
 class History(Protocol):
@@ -40,3 +41,16 @@ class Repository(History, TableSource, Protocol):
     def address(self) -> Any:
         """How another process opens the project (a ``ProjectAddress``)."""
         ...
+
+
+class Merging(Repository, Protocol):
+    """A :class:`Repository` whose branches merge and whose commits are compared
+    (:mod:`treadle.catalog.merge`, :mod:`treadle.catalog.diff`)."""
+
+    name: str
+
+    def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table: ...
+
+    def commit(self, id_or_prefix: str) -> Commit: ...
+
+    def tags(self) -> dict[str, str]: ...

@@ -227,10 +227,6 @@ class Transaction:
             )
         return Table(self.project, name, version, None)
 
-    def _address(self) -> Any:
-        """How another process opens this project (an executor's task)."""
-        return self.project.address()
-
     def _apply_edit(self, name: str, kind: str, change: Change) -> bool:
         """Commit the Lance version ``change`` makes of the table as changed so far (no
         branch moves until the transaction commits); False when it changed nothing."""
@@ -305,7 +301,9 @@ class Transaction:
             self._check_edited(head_commit, versions)
             tables = dict(head_commit.tables)
             tables.update(versions)
-            commit = Commit.create([head.commit_id], self.message, tables)
+            changes = {n: ["append"] for n in touched}
+            changes.update({n: kinds for n, (_, kinds) in self._edited.items()})
+            commit = Commit.create([head.commit_id], self.message, tables, changes)
             self._check_staged(touched)
             project.save_commit(commit)
             if refs.try_advance(self.branch.name, head.seq + 1, commit.id):
