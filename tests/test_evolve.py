@@ -38,17 +38,35 @@ def batches(plan: td.Plan, steps: int = 3) -> list[str]:
     return [batch_hash(b) for b in td.TrainLoader(plan, steps=steps)]
 
 
+def pinned_reads(branch: td.Branch, plan: td.Plan, pinned: td.Table) -> dict:
+    """What a pinned run reads: its batches, the rest of them resumed from a state after
+    one step, an EvalLoader pass over a pinned table, and the run's statistics."""
+    loader = td.TrainLoader(plan, steps=3)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    client = branch.project.client
+    comp = td.Component(pinned, td.Windows({"action": td.Rows(range(2))}), weight=1.0)
+    return {
+        "batches": batches(td.Plan.from_record(plan.record, client)),
+        "resumed": [batch_hash(b) for b in td.TrainLoader.from_state(state, client, steps=3)],
+        "eval": [batch_hash(b) for b in td.EvalLoader(comp, 8)],
+        "stats": plan.stats(["action"])["action"].mean.tolist(),
+    }
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("evolve") / "store"
     root.mkdir()
     branch = make_project(str(root), episodes=3, frames=12)
     plan = recipe(branch).plan()
-    return branch, plan, batches(plan), media(branch)
+    pinned = branch.table("failed").pin()
+    return branch, plan, pinned, pinned_reads(branch, plan, pinned), media(branch)
 
 
 def test_every_change_keeps_rows_media_and_pinned_runs(project):
-    branch, plan, before, stored = project
+    branch, plan, pinned, before, stored = project
     t = branch.table("failed")
     n = t.num_moments
     edits = [
@@ -65,8 +83,7 @@ def test_every_change_keeps_rows_media_and_pinned_runs(project):
         edit()
         check_rows(t.pin())
         assert media(branch) == stored
-    assert batches(td.Plan.from_record(plan.record, branch.project.client)) == before
-    assert batches(plan) == before
+    assert pinned_reads(branch, plan, pinned) == before
     got = t.to_arrow(["episode", "success", "subtask"]).to_pydict()
     assert got["episode"] == ["failed-0"] * 12 + ["failed-2"] * 12
     assert got["success"] == [True] * 12 + [False] * 12
@@ -298,3 +315,30 @@ def test_computed_column_in_batches_and_on_an_executor(project):
 def recipe_one(t, table):
     w = td.Windows({"cam": td.Video(range(1))})
     return td.Recipe(seed=3, batch_size=6, components=[td.Component(table, w, weight=1.0)]).plan()
+
+
+def test_gc_keeps_deleted_episodes_media_while_a_tag_reaches_them(tmp_path):
+    from datetime import timedelta
+
+    def video(seed):
+        frames = np.random.default_rng(seed).integers(0, 255, (4, 16, 16, 3), dtype=np.uint8)
+        return td.VideoFrames(frames, fps=10)
+
+    client = td.Client(str(tmp_path))
+    for name, tagged in (("tagged", True), ("untagged", False)):
+        p = client.project(name)
+        t = p.branch().table("t")
+        t.append_episode({"cam": video(0)}, episode="a")
+        t.append_episode({"cam": video(1)}, episode="b")
+        if tagged:
+            p.tag("before", p.branch().commit_id)
+        stored = media(p.branch())
+        t.delete_episodes(["a"])
+        p.gc(older_than=timedelta(0), keep_days=0)
+        left = media(p.branch())
+        if tagged:
+            assert left == stored
+            assert p.branch().table("t").at(p.tags()["before"]).num_episodes == 2
+        else:
+            assert len(left) == 1 and set(left) < set(stored)
+        assert t.pin().to_arrow(["episode"]).column(0).to_pylist() == ["b"] * 4
