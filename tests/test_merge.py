@@ -113,6 +113,8 @@ def test_diff_and_cli(tmp_path, capsys):
     assert cli_main(["diff", "p", "v1", "main", "--root", root]) == 0
     assert "+columns ok" in capsys.readouterr().out
     assert p.diff("main", "main").tables == {}
+    assert cli_main(["log", "p", "--root", root]) == 0
+    assert "t: add_column ok" in capsys.readouterr().out
     kinds = [c.changes.get("t") for c in p.branch().log()[:3]]
     assert [k[0].split()[0] for k in kinds] == ["delete_episodes", "append", "add_column"]
 
