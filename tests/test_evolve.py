@@ -123,6 +123,8 @@ def test_update_writes_only_the_changed_column(tmp_path):
         assert t.update({"task": "c"}, where="episode = 'nope'") is None
     assert any("matches no row" in str(w.message) for w in caught)
     assert t.pin().version == after.version
+    t.update({"task": None}, where="frame = 0")
+    assert t.to_arrow(["task"]).column(0).to_pylist()[::5] == [None, None, None]
 
 
 def test_stats_recomputed_after_change(tmp_path):
@@ -172,6 +174,7 @@ BAD = [
     (NotFound, lambda t: t.update({"nope": 1})),
     (SchemaMismatch, lambda t: t.update({"frame": 1})),
     (NotFound, lambda t: t.delete_episodes(["zz"])),
+    (SchemaMismatch, lambda t: t.update({"x": "text"})),
     (NotFound, lambda t: t.drop_columns(["nope"])),
     (SchemaMismatch, lambda t: t.drop_columns(["episode"])),
     (InvalidName, lambda t: t.rename_columns({"x": "_x"})),

@@ -161,8 +161,7 @@ class TableEdits:
                           stacklevel=3)  # fmt: skip
             return 0
         for col, value in values.items():
-            typ = table.schema.field(col).type
-            new = exact_cast(pa.array([value]), typ, f"{here}: column {col!r}", "")
+            new = _one_value(value, table.schema.field(col).type, f"{here}: column {col!r}")
             self.tx._apply_edit(self.name, f"update {col}", _replace(col, new, rows))
         return len(rows)
 
@@ -224,6 +223,18 @@ class TableEdits:
         (same rows, order and values); False when there was nothing to do."""
         self._table()
         return self.tx._apply_edit(self.name, "compact", lambda ds, w: evolve.compact(ds, w))
+
+
+def _one_value(value: Any, typ: pa.DataType, where: str) -> pa.Array:
+    """``value`` as a one-element array of ``typ`` (None: null), never a changed value."""
+    if value is None:
+        return pa.nulls(1, typ)
+    try:
+        return exact_cast(pa.array([value]), typ, where, "")
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        if isinstance(e, SchemaMismatch):
+            raise
+        raise SchemaMismatch(f"{where}: {value!r} is not a value of type {typ} ({e})") from None
 
 
 def _by_fragment(ds: lance.LanceDataset, rows: np.ndarray) -> dict[int, np.ndarray]:
