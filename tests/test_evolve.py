@@ -345,3 +345,21 @@ def test_gc_keeps_deleted_episodes_media_while_a_tag_reaches_them(tmp_path):
         else:
             assert len(left) == 1 and set(left) < set(stored)
         assert t.pin().to_arrow(["episode"]).column(0).to_pylist() == ["b"] * 4
+
+
+def test_viewer_shows_added_columns_with_nulls(tmp_path):
+    from treadle.ui.episode import episode_data
+
+    client = td.Client(str(tmp_path))
+    t = client.project("p").branch().table("t")
+    t.append_episode({"x": np.arange(4.0)}, episode="a", fps=10)
+    t.add_column("ok", {"a": True})
+    t.add_column("emb", np.ones((4, 2), np.float32))
+    t.annotate("phase", {"a": [(0.0, 0.2, "reach")]})
+    t.append_episode({"x": np.arange(3.0)}, episode="b")  # the added columns are null here
+    v = t.pin().version
+    a = episode_data(client, "p", "t", v, "a")
+    assert a["series"]["ok"] == [[1.0] * 4] and a["tasks"]["phase"] == ["reach"]
+    b = episode_data(client, "p", "t", v, "b")
+    assert b["series"]["ok"] == [[None] * 3]
+    assert b["series"]["emb"] == [[None] * 3, [None] * 3]
