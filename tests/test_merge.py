@@ -184,3 +184,18 @@ def test_columns_beside_concurrent_appends_lose_nothing(any_root):
     # a column holds a value (its default or the update) for every episode that existed
     # when it was written, and its default for episodes appended later
     assert all(v is not None for c in cols.values() for v in c)
+
+
+def test_criss_cross_merge_names_its_common_ancestors(tmp_path):
+    p = project_with_table(str(tmp_path))
+    x = p.create_branch("x", from_="main")
+    y = p.create_branch("y", from_="main")
+    x.table("u").append_episode({"y": np.arange(2.0)}, episode="u0")
+    y.table("v").append_episode({"y": np.arange(2.0)}, episode="v0")
+    x1, y1 = x.commit_id, y.commit_id
+    p.merge(x1, into="y")
+    p.merge(y1, into="x")
+    before = refs(p)
+    with pytest.raises(td.MergeConflict, match=f"{x1[:8]}|{y1[:8]}"):
+        p.merge("y", into="x")
+    assert refs(p) == before
