@@ -239,8 +239,11 @@ def test_on_object_stores(any_root):
     t.add_column("success", {"failed-0": True}, default=False)
     t.update({"success": True}, where="episode = 'failed-1' AND frame < 2")
     t.delete_episodes(["failed-0"])
+    t.rename_columns({"action": "act"})
+    t.drop_columns(["act"])
     t.compact()
     check_rows(t.pin())
+    assert t.schema.names == ["episode", "frame", "cam", "success"]
     assert media(branch) == stored
     assert batches(td.Plan.from_record(plan.record, branch.project.client), 2) == before
     got = t.to_arrow(["success"]).column(0).to_pylist()

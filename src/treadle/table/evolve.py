@@ -37,6 +37,8 @@ import numpy as np
 import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
+from treadle.errors import TreadleError
+
 _BATCH_ROWS = 65536  # rows per record batch handed to Lance
 _TOMBSTONE = -2  # Lance's field id of a column a data file still holds but no longer serves
 _SCRATCH = "__treadle_new_values"
@@ -183,6 +185,7 @@ def compact(ds: lance.LanceDataset, before_write: Callable[[], None]) -> Edited 
 def _no_deletions(frags: list[Any]) -> None:
     for f in frags:
         if f.metadata.deletion_file is not None:
-            raise ValueError(
-                f"fragment {f.fragment_id} carries a Lance deletion file; compact() the table"
+            raise TreadleError(
+                f"fragment {f.fragment_id} carries a Lance deletion file (written outside "
+                "treadle); compact() the table first; nothing was written"
             )
