@@ -167,6 +167,8 @@ BAD = [
     (InvalidName, lambda t: t.add_column("_c", np.zeros(15))),
     (SchemaMismatch, lambda t: t.add_column("c_is_pad", np.zeros(15))),
     (AlreadyExists, lambda t: t.add_column("x", np.zeros(15))),
+    (SchemaMismatch, lambda t: t.add_column("c")),
+    (SchemaMismatch, lambda t: t.add_column("c", np.zeros(15), fn=len, columns=["x"])),
     (SchemaMismatch, lambda t: t.annotate("c", {"a": [(0, 0.5, 1), (0.4, 0.6, 2)]})),
     (SchemaMismatch, lambda t: t.annotate("c", {"a": [(0, 0.6, 1)]})),
     (SchemaMismatch, lambda t: t.annotate("c", {"a": [(-0.1, 0.2, 1)]})),

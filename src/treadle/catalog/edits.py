@@ -95,6 +95,8 @@ class TableEdits:
         table = self._table()
         self._new_column(table, column)
         where = f"{self._where()}, column {column!r}"
+        if (fn is None) == (values is None):
+            raise SchemaMismatch(f"{where}: give values (per moment or per episode) or fn=")
         if fn is not None:
             from treadle.catalog.computed import computed_column
 
@@ -111,8 +113,6 @@ class TableEdits:
             )
         elif isinstance(values, Mapping):
             field, arr = per_episode(column, table.episodes(), values, default, where)
-        elif values is None:
-            raise SchemaMismatch(f"{where}: give values (per moment or per episode) or fn=")
         else:
             field, arr = per_moment(column, values, table.num_moments, where)
         self._add(column, field, arr, default, where)
