@@ -78,11 +78,23 @@ def episode_page(client: Any, name: str, tname: str, version: int, episode: str,
 def _as_series(column: pa.ChunkedArray) -> list[list[float | None]]:
     """Per dimension, the values over time (a scalar column is one dimension)."""
     arr = column.combine_chunks()
+    valid = None if not arr.null_count else arr.is_valid().to_numpy(zero_copy_only=False)
     if pa.types.is_fixed_size_list(arr.type):
         n = arr.type.list_size
-        flat = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, n)
-        return [flat[:, d].tolist() for d in range(min(n, MAX_DIMS))]
-    return [arr.to_numpy(zero_copy_only=False).astype(np.float64).tolist()]
+        flat = np.full((len(arr), n), np.nan)  # an added column is null where never set
+        flat[slice(None) if valid is None else valid] = (
+            arr.drop_null()
+            .flatten()
+            .to_numpy(zero_copy_only=False)
+            .astype(np.float64)
+            .reshape(-1, n)
+        )
+        dims = [flat[:, d] for d in range(min(n, MAX_DIMS))]
+    else:
+        dims = [arr.cast(pa.float64(), safe=False).fill_null(0.0).to_numpy(zero_copy_only=False)]
+    if valid is None:
+        return [d.tolist() for d in dims]
+    return [[float(x) if ok else None for x, ok in zip(d, valid, strict=True)] for d in dims]
 
 
 def episode_data(client: Any, name: str, tname: str, version: int, episode: str) -> dict:
