@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from treadle.cli.args import int_at_least
@@ -46,6 +47,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         raise TreadleError("treadle show: give the step: --step N")
     if bool(args.out) == bool(args.json):
         raise TreadleError("treadle show: give exactly one of --out FILE.html and --json")
+    folder = os.path.dirname(os.path.abspath(args.out)) if args.out else None
+    if folder and not os.path.isdir(folder):
+        raise TreadleError(f"treadle show: cannot write {args.out}: folder {folder} does not exist")
     plan = _find_run(_client(args), args.run_id, args.project)
     view = read_step(plan, args.step, args.rank, args.world_size, anchors=not args.json)
     if args.json:
