@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,8 @@ def _reader(plan: Plan, anchors: bool) -> SampleReader:
     if anchors:
         columns = [[_anchor(cs) for cs in specs] for specs in columns]
     tables = [plan.table(c) for c in range(plan.num_components)]
-    return SampleReader(tables, columns, copy_objects=False)  # one batch: no whole files
+    threads = min(4, os.cpu_count() or 1)  # one batch, waited for: decode it in parallel
+    return SampleReader(tables, columns, video_threads=threads, copy_objects=False)
 
 
 def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1, *,
