@@ -119,6 +119,10 @@ def test_episode_video_plays_at_the_stored_size_and_frame(servers, proj, page):
     assert size[:2] == [64, 64] and abs(size[2] - 72 / 30) < 0.05
     page.click("#play")
     page.wait_for_function("document.querySelector('video').currentTime > 0.3", timeout=15000)
+    page.wait_for_function(  # the decoded frame follows playback, not only a pause
+        "!document.querySelector('video').paused && "
+        "/\\/([1-9][0-9]*)\\.png$/.test(document.querySelector('img.under').src)"
+    )
     page.click("#play")  # pause
     assert int(page.locator("#cursor-frame").inner_text()) > 0
     got = np.array(page.evaluate(_DRAW_AT, (40 + 0.5) / 30), np.float64).reshape(64, 64, 4)[..., :3]

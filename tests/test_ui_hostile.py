@@ -201,6 +201,25 @@ def test_every_episode_name_opens(store, viewer):
     assert status == 404 and b"nope here" in body
 
 
+def test_the_episode_list_filters_by_name(viewer):
+    page = json.loads(ask(viewer, T + "/episodes.json?filter=UP%200")[2])
+    assert page["total"] == 1 and [e["name"] for e in page["episodes"]] == ["pick up 01"]
+    page = json.loads(ask(viewer, T + "/episodes.json?offset=3&limit=1")[2])
+    assert page["total"] == 5 and [e["name"] for e in page["episodes"]] == ["run/7"]
+
+
+def test_the_commit_log_has_a_pager(store):
+    from treadle.ui.browse import project_page
+    from treadle.ui.readonly import ViewerClient
+
+    log = store.client.project("odd").branch().log()
+    html = project_page(ViewerClient(store.client), "odd", limit=3, offset=3)
+    rows = html.split('id="log"', 1)[1]
+    assert [c.short_id for c in log[3:6]] == re.findall(r"/c/[0-9a-f]+\">([0-9a-f]+)<", rows)
+    pager = html.split('id="log-pager"', 1)[1].split("</p>", 1)[0]
+    assert "commits 4–6" in pager and "newer" in pager and "offset=6" in pager
+
+
 def test_frame_numbers_out_of_range_are_clamped(viewer):
     for asked, shown in (("99999", "7"), ("-5", "0")):
         body = ask(viewer, T + f"/e/plain?frame={asked}")[2]
@@ -235,6 +254,13 @@ def page(browser):
 def test_in_the_browser_names_gaps_stats_and_bounded_steps(store, viewer, page):
     page.goto(viewer + T)
     page.wait_for_selector("#episode-list")
+    page.fill("#episode-filter", "caf")
+    page.dispatch_event("#episode-filter", "change")
+    page.wait_for_function("document.querySelectorAll('#episode-list tbody tr').length === 1")
+    assert page.inner_text("#episode-list tbody").split("\t")[1] == "café"
+    page.fill("#episode-filter", "")
+    page.dispatch_event("#episode-filter", "change")
+    page.wait_for_function("document.querySelectorAll('#episode-list tbody tr').length === 5")
     page.click("#episode-list a:text('run/7')")  # a name with '/' opens (as ?name=)
     page.wait_for_selector("canvas.plot[data-column='x']")
     assert page.locator("#episode").get_attribute("data-frames") == "8"
