@@ -208,6 +208,19 @@ def test_the_episode_list_filters_by_name(viewer):
     assert page["total"] == 5 and [e["name"] for e in page["episodes"]] == ["run/7"]
 
 
+def test_named_versions_read_commits_only_until_found(store):
+    from treadle.errors import NotFound
+    from treadle.ui.readonly import NamedVersions
+
+    named = NamedVersions(store.client)
+    named.check("odd", "cams", 7)  # the head names it: one commit read
+    assert len(named._walked["odd"]) == 1
+    named.check("odd", "cams", 1)
+    with pytest.raises(NotFound, match="v2: no commit of project 'odd' names this version"):
+        named.check("odd", "cams", 2)
+    assert len(named._walked["odd"]) == len(store.client.project("odd").branch().log())
+
+
 def test_the_commit_log_has_a_pager(store):
     from treadle.ui.browse import project_page
     from treadle.ui.readonly import ViewerClient

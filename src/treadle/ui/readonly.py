@@ -59,13 +59,16 @@ class ViewerClient(Client):
 
 class NamedVersions:
     """The ``(table, version)`` pairs the commits of a project name: every commit
-    reachable (through all parents) from a branch head or a tag. Walked once per new head
-    and kept; a version not found after walking what the heads reach is NotFound."""
+    reachable (through all parents) from a branch head or a tag. Commits are read newest
+    first and only until the version asked for is found (a head's version costs one
+    commit read, not the history); what was read is kept. A version still not found when
+    every reachable commit has been read is NotFound."""
 
     def __init__(self, client: Client):
         self.client = client
         self._lock = threading.Lock()
         self._walked: dict[str, set[str]] = {}
+        self._todo: dict[str, list[str]] = {}
         self._named: dict[str, set[tuple[str, int]]] = {}
 
     def check(self, project: str, table: str, version: int) -> None:
@@ -73,10 +76,9 @@ class NamedVersions:
         with self._lock:
             if (table, version) in self._named.get(project, ()):
                 return
-        self._walk(project)
+        if self._walk(project, (table, version)):
+            return
         with self._lock:
-            if (table, version) in self._named[project]:
-                return
             versions = sorted(v for t, v in self._named[project] if t == table)
         if not versions:
             raise NotFound(f"no commit of project {project!r} names a table {table!r}")
@@ -85,22 +87,23 @@ class NamedVersions:
             f"(the versions commits name: {', '.join(map(str, versions[-10:]))})"
         )
 
-    def _walk(self, name: str) -> None:
+    def _walk(self, name: str, want: tuple[str, int]) -> bool:
+        """Read commits of project ``name`` not read yet (the heads' first) until one
+        names ``want``; whether one does."""
         project = self.client.project(name, create=False)
         starts = [project.branch(b).commit_id for b in project.branches()]
         starts += list(project.tags().values())
-        with self._lock:
-            walked = set(self._walked.get(name, ()))
-        named: set[tuple[str, int]] = set()
-        todo = [c for c in starts if c not in walked]
-        while todo:
-            cid = todo.pop()
-            if cid in walked:
-                continue
-            walked.add(cid)
-            commit = project.load_commit(cid)
-            named.update((t, int(v)) for t, v in commit.tables.items())
-            todo.extend(p for p in commit.parents if p not in walked)
-        with self._lock:
-            self._walked.setdefault(name, set()).update(walked)
-            self._named.setdefault(name, set()).update(named)
+        with self._lock:  # one walker per viewer at a time: the walk state is shared
+            walked = self._walked.setdefault(name, set())
+            named = self._named.setdefault(name, set())
+            todo = self._todo.setdefault(name, [])
+            todo.extend(c for c in reversed(starts) if c not in walked)
+            while todo and want not in named:
+                cid = todo.pop()
+                if cid in walked:
+                    continue
+                walked.add(cid)
+                commit = project.load_commit(cid)
+                named.update((t, int(v)) for t, v in commit.tables.items())
+                todo.extend(p for p in reversed(commit.parents) if p not in walked)
+            return want in named
