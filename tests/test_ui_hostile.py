@@ -274,6 +274,10 @@ def test_in_the_browser_names_gaps_stats_and_bounded_steps(store, viewer, page):
     page.fill("#episode-filter", "")
     page.dispatch_event("#episode-filter", "change")
     page.wait_for_function("document.querySelectorAll('#episode-list tbody tr').length === 5")
+    page.fill("#episode-jump", "4")  # go to the 4th episode: the page starts there
+    page.dispatch_event("#episode-jump", "change")
+    page.wait_for_function("document.querySelectorAll('#episode-list tbody tr').length === 2")
+    assert "episodes 4–5 of 5" in page.inner_text("#episode-pager")
     page.click("#episode-list a:text('run/7')")  # a name with '/' opens (as ?name=)
     page.wait_for_selector("canvas.plot[data-column='x']")
     assert page.locator("#episode").get_attribute("data-frames") == "8"
