@@ -128,7 +128,9 @@ def thumbnail(frame: np.ndarray) -> bytes:
     from PIL import Image
 
     img = Image.fromarray(np.ascontiguousarray(frame))
-    img.thumbnail((THUMB, THUMB), Image.Resampling.BILINEAR)
+    factor = -(-max(img.size) // THUMB)  # a whole factor: a box filter, ~10x a resize's speed
+    if factor > 1:
+        img = img.reduce(factor)
     out = io.BytesIO()
     img.save(out, format="JPEG", quality=80)
     return out.getvalue()
