@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import av
@@ -337,3 +338,28 @@ def test_shard_with_fewer_records_than_declared(tmp_path):
     shard = _shard(folder)
     shard.write_bytes(frame_record(_records(shard)[0]))
     _refused(tmp_path, folder, CorruptData, "holds 1 records; dataset_info.json says 3")
+
+
+def test_length_checksum_mismatch(tmp_path):
+    folder = _copy(tmp_path)
+    shard = _shard(folder, 0)
+    raw = bytearray(shard.read_bytes())
+    raw[9] ^= 0x01  # the length's own checksum
+    shard.write_bytes(bytes(raw))
+    _refused(tmp_path, folder, CorruptData, r"record 0 at byte 0: the length's checksum")
+
+
+def test_without_the_extra_it_says_how_to_install(tmp_path, monkeypatch):
+    from treadle.errors import MissingDependency
+    from treadle.importers.rlds import example_proto
+
+    monkeypatch.setitem(sys.modules, "google_crc32c", None)
+    _refused(tmp_path, BRIDGE, MissingDependency, r"google-crc32c.*pip install 'treadle\[rlds\]'")
+    monkeypatch.undo()
+    example_proto.example_class.cache_clear()
+    monkeypatch.setitem(sys.modules, "google.protobuf", None)
+    try:
+        _refused(tmp_path, BRIDGE, MissingDependency, r"'protobuf'.*treadle\[rlds\]")
+    finally:
+        monkeypatch.undo()
+        example_proto.example_class.cache_clear()
