@@ -363,3 +363,43 @@ def test_without_the_extra_it_says_how_to_install(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         example_proto.example_class.cache_clear()
+
+
+def test_shard_template_cannot_leave_the_folder(tmp_path):
+    from treadle.errors import InvalidName
+
+    folder = _copy(tmp_path)
+    info = json.loads((folder / "dataset_info.json").read_text())
+    info["splits"][0]["filepathTemplate"] = "../../{SPLIT}-{SHARD_X_OF_Y}"
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    _refused(tmp_path, folder, InvalidName, "escapes the source root")
+
+
+def _as_16_bit(tmp_path) -> Path:
+    """The bridge fixture, its main camera declared 16-bit (as a depth camera would be)."""
+    folder = _copy(tmp_path)
+    doc = json.loads((folder / "features.json").read_text())
+    steps = doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]
+    steps["features"]["observation"]["featuresDict"]["features"]["image"]["image"]["dtype"] = (
+        "uint16"
+    )
+    (folder / "features.json").write_text(json.dumps(doc))
+    return folder
+
+
+def test_decoded_refuses_16_bit_images(tmp_path):
+    folder = _as_16_bit(tmp_path)
+    _refused(tmp_path, folder, UnsupportedFormat, "is uint16; images='decoded'", images="decoded")
+
+
+def test_video_keeps_other_than_8_bit_colour_encoded_and_says_why(tmp_path, local_root):
+    client = Client(local_root)
+    res = importers.rlds(_as_16_bit(tmp_path), client.project("p"), "t", fps=5, progress=False)
+    kept, video = res.cameras
+    assert kept["column"] == "observation_image" and kept["stored_as"] == "encoded"
+    assert "kept as encoded images" in kept["why"] and kept["psnr_mean_db"] is None
+    assert kept["stored_bytes"] == kept["source_bytes"]
+    assert video["stored_as"] == "video"
+    t = _table(client, "t")
+    assert t.video_columns == ["observation_wrist_image"]
+    assert pa.types.is_large_binary(t.schema.field("observation_image").type)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, SchemaMismatch
+from treadle.errors import CorruptData, SchemaMismatch, UnsupportedFormat
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.camera_video import encode_camera
 from treadle.importers.images import decode_image
@@ -80,6 +80,14 @@ class StepsMapping:
             for key, leaf in self.leaf.items()
             if leaf.kind == "image" and key.startswith("steps/")
         }
+        for key, leaf in self.leaf.items():
+            if leaf.kind == "image" and key not in self.cameras:
+                raise UnsupportedFormat(f"{where}: image feature {key!r} outside 'steps'")
+            if key in self.cameras and images == "decoded" and leaf.dtype != "uint8":
+                raise UnsupportedFormat(
+                    f"{where}: image feature {key!r} is {leaf.dtype}; images='decoded' stores "
+                    "8-bit pixels only: use images='encoded' to keep its bytes exact"
+                )
 
     def why_kept(self, key: str) -> str:
         """Why an image feature is not stored as video (empty when it is)."""
@@ -144,7 +152,10 @@ class StepsMapping:
         ext = leaf.encoding or ""
         if self.images == "decoded":
             frames = [decode_image(b, ext, f"{at}, step {j}") for j, b in enumerate(values)]
-            return _stack(frames, at), (nbytes, None, None)
+            pixels = _stack(frames, at)
+            if pixels.ndim == 3:  # grey: [H, W, 1] as TFDS gives it
+                pixels = pixels[..., None]
+            return pixels, (nbytes, None, None)
         if not self.cameras[key].video:
             return pa.array(values, pa.large_binary()), (nbytes, None, None)
         frames = [decode_image(b, ext, f"{at}, step {j}") for j, b in enumerate(values)]
