@@ -172,7 +172,9 @@ def _treadle_once(folder: Path, images: str, root: Path, k: int) -> tuple[int, f
     res = td.importers.rlds(
         folder, client.project(f"p{k}"), "t", images=images, fps=10, progress=False
     )
-    return res.episodes, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    assert not res.skipped and res.episodes > 0, res
+    return res.episodes, seconds
 
 
 def _row(name: str, episodes: int, seconds: list[float], nbytes: int) -> dict:

@@ -403,3 +403,22 @@ def test_video_keeps_other_than_8_bit_colour_encoded_and_says_why(tmp_path, loca
     t = _table(client, "t")
     assert t.video_columns == ["observation_wrist_image"]
     assert pa.types.is_large_binary(t.schema.field("observation_image").type)
+
+
+def test_an_episode_without_steps_is_skipped_and_named(tmp_path, local_root):
+    folder = _copy(tmp_path)
+
+    def empty_first(ex, seen=[]):  # noqa: B006 - counts the records of this one shard
+        seen.append(1)
+        if len(seen) == 1:
+            for key, feature in ex.features.feature.items():
+                if key.startswith("steps/"):
+                    kind = feature.WhichOneof("kind")
+                    del getattr(feature, kind).value[:]
+
+    _rewrite(_shard(folder, 0), empty_first)
+    client = Client(local_root)
+    with pytest.warns(UserWarning, match="episode_000000 has no steps; skipped"):
+        res = importers.rlds(folder, client.project("p"), "t", images="encoded", progress=False)
+    assert res.episodes == 6
+    assert _table(client, "t").episodes().names[0] == "episode_000001"

@@ -55,12 +55,12 @@ def iter_episodes(
     *,
     max_record_bytes: int = MAX_RECORD_BYTES,
     threads: int | None = None,
-) -> Iterator[tuple[str | None, dict[str, Any], dict[str, Any], int, int]]:
+) -> Iterator[tuple[str, dict[str, Any], dict[str, Any], int, int]]:
     """``(episode name, columns, cameras, steps, record bytes)`` per record of ``shards``, in
     order.
 
-    The name is None for an episode with no steps (nothing to append). Decoding (and video
-    encoding) of the next episodes runs on a thread pool while earlier ones are written.
+    An episode with no steps has no columns (a table has no moment to hold it). Decoding (and
+    video encoding) of the next episodes runs on a thread pool while earlier ones are written.
     """
 
     def records() -> Iterator[tuple[int, str, bytes]]:
@@ -74,11 +74,11 @@ def iter_episodes(
                     f"{where} holds {n} records; dataset_info.json says {shard.episodes}"
                 )
 
-    def build(item: tuple[int, str, bytes]) -> tuple[str | None, dict, dict, int, int]:
+    def build(item: tuple[int, str, bytes]) -> tuple[str, dict, dict, int, int]:
         i, where, data = item
         at = f"{where} (episode {i}, {episode_name(i)})"
         cols, cams, steps = mapping.episode(parse_example(data, at), at, fps)
-        return (episode_name(i) if steps else None), cols, cams, steps, len(data) + 16
+        return episode_name(i), cols, cams, steps, len(data) + 16
 
     threads = threads or min(2, default_threads())
     yield from ordered_map(build, records(), threads, ahead=threads, leave_running=True)
@@ -159,10 +159,13 @@ def _import(
         raise NotFound(f"RLDS shard {source.describe(missing[0])} is missing")
     sizes = [i[0] for i in ids[2:] if i is not None]
     reports = {
-        k: CameraReport(c.column, why=mapping.why_kept(k)) for k, c in mapping.cameras.items()
+        k: CameraReport(
+            c.column,
+            stored_as="video" if c.video else ("decoded" if images == "decoded" else "encoded"),
+            why=mapping.why_kept(k),
+        )
+        for k, c in mapping.cameras.items()
     }
-    for k, r in reports.items():
-        r.stored_as = "video" if mapping.cameras[k].video else images.replace("video", "encoded")
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
@@ -173,10 +176,8 @@ def _import(
         for name, cols, cams, steps, n in prefetch(episodes, depth=1):
             nbytes += n
             bar.update(n)
-            if name is None:
-                warnings.warn(
-                    f"RLDS {folder.name}: an episode with no steps is skipped", stacklevel=2
-                )
+            if steps == 0:
+                warnings.warn(f"RLDS {folder.name}: {name} has no steps; skipped", stacklevel=2)
                 continue
             for key, (source_bytes, stream, frame_psnr) in cams.items():
                 reports[key].add(source_bytes, stream, frame_psnr)
