@@ -231,6 +231,9 @@ def test_cli(local_root, capsys):
     rc = cli_main(["import", "rlds", str(BRIDGE), "--project", "p", "--table", "t2",
                    "--root", local_root, "--no-progress"])  # fmt: skip
     assert rc == 2 and "needs --fps" in capsys.readouterr().err
+    rc = cli_main(["import", "rlds", str(BRIDGE), "--project", "p", "--table", "t3", "--images",
+                   "encoded", "--pixels", "tfds", "--root", local_root])  # fmt: skip
+    assert rc == 2 and "--pixels tfds decodes for" in capsys.readouterr().err
 
 
 # -- bad input: each a named error, nothing committed -----------------------------------------
@@ -422,3 +425,18 @@ def test_an_episode_without_steps_is_skipped_and_named(tmp_path, local_root):
         res = importers.rlds(folder, client.project("p"), "t", images="encoded", progress=False)
     assert res.episodes == 6
     assert _table(client, "t").episodes().names[0] == "episode_000001"
+
+
+def test_pixels_tfds_equal_tfds_own_decode(local_root):
+    """pixels="tfds": every decoded pixel equals TF's default (fast IDCT) decode, as TFDS's."""
+    client = Client(local_root)
+    want = expected("fractal_like", "train")
+    importers.rlds(FRACTAL, client.project("p"), "t", images="decoded", pixels="tfds",
+                   progress=False)  # fmt: skip
+    got = _column(_table(client, "t"), "observation_image")
+    fast = np.concatenate([want[f"{e}/steps/observation/image.tf_default"] for e in range(5)])
+    accurate = np.concatenate([want[f"{e}/steps/observation/image.pixels"] for e in range(5)])
+    assert not np.array_equal(fast, accurate)  # so the test can tell the two apart
+    np.testing.assert_array_equal(got, fast)
+    with pytest.raises(ValueError, match="pixels must be"):
+        importers.rlds(FRACTAL, client.project("p"), "t2", images="encoded", pixels="tfds")

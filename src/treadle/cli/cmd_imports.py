@@ -102,6 +102,13 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
             default=None,
             help="the table's frame rate (RLDS stores none); needed with --images video",
         )
+        sp.add_argument(
+            "--pixels",
+            choices=["pillow", "tfds"],
+            default="pillow",
+            help="decode JPEGs (--images video/decoded) as Pillow does (accurate IDCT) or as "
+            "TFDS does (TF's default fast IDCT, the pixels tf.data pipelines trained on)",
+        )
     if fmt == "lerobot":
         sp.add_argument(
             "--tolerance-s",
@@ -174,6 +181,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format in ("mds", "lerobot", "rlds") and len(args.src) != 1:
         print(f"treadle import {args.format}: error: give exactly one SRC", file=sys.stderr)
         return 2
+    if args.format == "rlds" and args.pixels == "tfds" and args.images == "encoded":
+        print("treadle import rlds: error: --pixels tfds decodes for --images video or "
+              "decoded; encoded images are decoded by the loader", file=sys.stderr)  # fmt: skip
+        return 2
     if args.format == "rlds" and args.images == "video" and args.fps is None:
         print("treadle import rlds: error: --images video (the default) needs --fps "
               "(RLDS stores no frame rate), or use --images encoded", file=sys.stderr)  # fmt: skip
@@ -218,7 +229,13 @@ def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         return importers.mds(args.src[0], args.project, args.table, **common)
     if args.format == "rlds":
         return importers.rlds(
-            args.src[0], args.project, args.table, split=args.split, fps=args.fps, **common
+            args.src[0],
+            args.project,
+            args.table,
+            split=args.split,
+            fps=args.fps,
+            pixels=args.pixels,
+            **common,
         )
     return importers.lerobot(
         args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common

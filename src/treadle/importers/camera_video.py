@@ -40,8 +40,8 @@ def decode_stream(stream: EncodedStream) -> np.ndarray:
 
 def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per-frame PSNR (dB) of ``b`` against ``a`` (both ``uint8 [T, ...]``)."""
-    diff = a.astype(np.float64) - b.astype(np.float64)
-    mse = (diff * diff).reshape(len(a), -1).mean(axis=1)
+    diff = a.astype(np.int64) - b  # exact squares, no overflow at any frame size
+    mse = np.einsum("ij,ij->i", diff.reshape(len(a), -1), diff.reshape(len(a), -1)) / (diff[0].size)
     with np.errstate(divide="ignore"):
         db = 10 * np.log10(255.0**2 / mse)
     return np.minimum(db, PSNR_IDENTICAL)

@@ -102,6 +102,7 @@ def import_rlds(
     split: str = "train",
     images: str = "video",
     fps: float | None = None,
+    pixels: str = "pillow",
     branch: str | None = None,
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
@@ -124,6 +125,10 @@ def import_rlds(
             ``cameras`` reports bytes and PSNR), ``"encoded"`` (the source JPEG/PNG bytes,
             unchanged) or ``"decoded"`` (``uint8 [H, W, 3]``, Pillow's decode).
         fps: the table's frame rate; required with ``images="video"``.
+        pixels: whose JPEG decode the ``decoded`` / ``video`` frames are: ``"pillow"``
+            (accurate IDCT, as ``tf.io.decode_jpeg(dct_method="INTEGER_ACCURATE")``) or
+            ``"tfds"`` (TF's default fast IDCT: the pixels TFDS and ``tf.data`` pipelines
+            give; :mod:`~treadle.importers.rlds.tf_pixels`).
         rename: column (``observation_image``, or its path ``observation/image``) -> column.
         max_record_bytes: the largest record (one episode) read; each is held whole.
         executor: ``td.RayExecutor()`` runs one Ray task per shard and commits once here.
@@ -138,27 +143,19 @@ def import_rlds(
             "images='video' needs fps= (RLDS stores no frame rate, and a video needs one); "
             "pass the dataset's control rate, or images='encoded'"
         )
+    if pixels not in ("pillow", "tfds") or (pixels == "tfds" and images == "encoded"):
+        raise ValueError(
+            f"pixels must be 'pillow' or 'tfds' (with images 'decoded' or 'video': encoded "
+            f"images are decoded by the loader, with Pillow), got {pixels!r} with {images!r}"
+        )
     fps = None if fps is None else check_fps(fps)
     opts = ImportOptions.of({**locals(), "images": "encoded"})  # the shared check knows 2
-    return _import(src, project, table, opts, (split, images, fps, max_record_bytes))
+    return _import(src, project, table, opts, (split, images, fps, max_record_bytes, pixels))
 
 
-def _import(
-    src: str, project: Project, table: str, opts: ImportOptions, own: tuple[str, str, Any, int]
-) -> ImportResult:
-    split, images, fps, max_record_bytes = own
-    example_class()  # protobuf is there (MissingDependency says how to install it)
-    source = Source(str(src).rstrip("/"), opts.source_options)
-    folder = read_folder(source, split)
-    mapping = StepsMapping(folder, images, opts.rename)
-    br = opts.open_branch(project)
-    names = ["dataset_info.json", "features.json"] + [s.name for s in folder.shards]
-    ids = identities([SourceFile(source, n) for n in names])
-    missing = [n for n, i in zip(names, ids) if i is None]
-    if missing:
-        raise NotFound(f"RLDS shard {source.describe(missing[0])} is missing")
-    sizes = [i[0] for i in ids[2:] if i is not None]
-    reports = {
+def _camera_reports(mapping: StepsMapping, images: str) -> dict[str, CameraReport]:
+    """An empty :class:`CameraReport` per camera feature, saying what it is stored as."""
+    return {
         k: CameraReport(
             c.column,
             stored_as="video" if c.video else ("decoded" if images == "decoded" else "encoded"),
@@ -166,6 +163,24 @@ def _import(
         )
         for k, c in mapping.cameras.items()
     }
+
+
+def _import(
+    src: str, project: Project, table: str, opts: ImportOptions, own: tuple[Any, ...]
+) -> ImportResult:
+    split, images, fps, max_record_bytes, pixels = own
+    example_class()  # protobuf is there (MissingDependency says how to install it)
+    source = Source(str(src).rstrip("/"), opts.source_options)
+    folder = read_folder(source, split)
+    mapping = StepsMapping(folder, images, opts.rename, pixels)
+    br = opts.open_branch(project)
+    names = ["dataset_info.json", "features.json"] + [s.name for s in folder.shards]
+    ids = identities([SourceFile(source, n) for n in names])
+    missing = [n for n, i in zip(names, ids) if i is None]
+    if missing:
+        raise NotFound(f"RLDS shard {source.describe(missing[0])} is missing")
+    sizes = [i[0] for i in ids[2:] if i is not None]
+    reports = _camera_reports(mapping, images)
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
@@ -187,6 +202,8 @@ def _import(
         return rows, eps, nbytes
 
     options = opts.id_options("rename", images=images, split=split, fps=fps)
+    if pixels != "pillow":  # absent by default: ids of imports made before it are unchanged
+        options["pixels"] = pixels
     result = run_import(
         opts,
         br,

@@ -10,7 +10,8 @@ bytes. Each episode-level feature ``episode_metadata/<k>`` becomes a column
 ``episode_metadata_<k>`` holding the episode's one value on each of its steps.
 
 Images (``Image`` features, one encoded image per step), by ``images=``: ``"encoded"``
-keeps the bytes as they are; ``"decoded"`` stores Pillow's decode (``uint8 [H, W, 3]``);
+keeps the bytes as they are; ``"decoded"`` stores the pixels (``uint8 [H, W, 3]``): Pillow's
+decode, or with ``pixels="tfds"`` TFDS's own (:mod:`~treadle.importers.rlds.tf_pixels`);
 ``"video"`` encodes the decoded frames of an 8-bit colour camera to one H.264 stream
 (:mod:`treadle.importers.camera_video`), while other images (16-bit or 1-channel depth)
 are kept encoded and the report says why.
@@ -32,6 +33,7 @@ from treadle.errors import CorruptData, SchemaMismatch, UnsupportedFormat
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.camera_video import encode_camera
 from treadle.importers.images import decode_image
+from treadle.importers.rlds.tf_pixels import decode_like_tfds
 from treadle.importers.rlds.tfds_folder import Leaf, RldsFolder
 
 _KIND_OF = {"text": "bytes", "bytes": "bytes", "image": "bytes"}
@@ -55,8 +57,14 @@ class Camera:
 class StepsMapping:
     """How the features of one RLDS folder map to columns (built once per import)."""
 
-    def __init__(self, folder: RldsFolder, images: str, rename: dict[str, str] | None):
-        self.folder, self.images = folder, images
+    def __init__(
+        self,
+        folder: RldsFolder,
+        images: str,
+        rename: dict[str, str] | None,
+        pixels: str = "pillow",
+    ):
+        self.folder, self.images, self.pixels = folder, images, pixels
         where = f"RLDS dataset {folder.name!r}"
         rename = {k.replace("/", "_"): v for k, v in (rename or {}).items()}
         keys = [f"steps/{leaf.path}" for leaf in folder.steps] + [
@@ -149,19 +157,24 @@ class StepsMapping:
 
     def _camera(self, key: str, leaf: Leaf, values: list[bytes], fps: float | None, at: str):
         nbytes = sum(len(b) for b in values)
-        ext = leaf.encoding or ""
-        if self.images == "decoded":
-            frames = [decode_image(b, ext, f"{at}, step {j}") for j, b in enumerate(values)]
-            pixels = _stack(frames, at)
-            if pixels.ndim == 3:  # grey: [H, W, 1] as TFDS gives it
-                pixels = pixels[..., None]
-            return pixels, (nbytes, None, None)
-        if not self.cameras[key].video:
+        if self.images == "encoded" or not self.cameras[key].video and self.images == "video":
             return pa.array(values, pa.large_binary()), (nbytes, None, None)
-        frames = [decode_image(b, ext, f"{at}, step {j}") for j, b in enumerate(values)]
+        pixels = _stack(
+            [self._decode(leaf, b, f"{at}, step {j}") for j, b in enumerate(values)], at
+        )
+        if self.images == "decoded":
+            return pixels, (nbytes, None, None)
         assert fps is not None  # checked before the import starts
-        stream, frame_psnr = encode_camera(_stack(frames, at), fps, at)
+        stream, frame_psnr = encode_camera(pixels, fps, at)
         return stream, (nbytes, stream, frame_psnr)
+
+    def _decode(self, leaf: Leaf, data: bytes, where: str) -> np.ndarray:
+        """One image's pixels, ``[H, W, C]`` as TFDS gives them (grey keeps its ``1``)."""
+        channels = leaf.image_shape[-1] if len(leaf.image_shape) == 3 else 3
+        if self.pixels == "tfds":
+            return decode_like_tfds(data, channels, where)
+        pixels = decode_image(data, leaf.encoding or "", where)
+        return pixels[..., None] if pixels.ndim == 2 else pixels
 
 
 def _is_colour(leaf: Leaf) -> bool:
