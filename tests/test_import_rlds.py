@@ -221,6 +221,11 @@ def test_rename_and_rerun(local_root):
                        rename={"observation_state": "proprio"})  # fmt: skip
 
 
+def test_two_features_onto_one_column_are_refused(tmp_path):
+    _refused(tmp_path, BRIDGE, SchemaMismatch, "'steps/discount' and 'steps/reward' would both",
+             rename={"reward": "discount"})  # fmt: skip
+
+
 def test_cli(local_root, capsys):
     rc = cli_main(["import", "rlds", str(BRIDGE), "--project", "p", "--table", "t", "--split",
                    "val", "--fps", "15", "--root", local_root, "--no-progress"])  # fmt: skip

@@ -191,7 +191,12 @@ class Progress:
         from tqdm import tqdm
 
         self._bar = tqdm(
-            total=total, desc=desc, unit=unit, disable=(enabled is False) or None, leave=False
+            total=total,
+            desc=desc,
+            unit=unit,
+            unit_scale=unit == "B",  # bytes as kB/MB/GB
+            disable=(enabled is False) or None,
+            leave=False,
         )
         self._lock = threading.Lock()
 
