@@ -94,9 +94,13 @@ def check_table(t, want: dict, images: str) -> None:
             key = f"{e}/{path}"
             if key + ".pixels" in want:
                 _check_image(got, want, key, images)
-            elif key + ".data" in want:  # Text: UTF-8 exact, non-ASCII included
-                texts = [b.decode("utf-8") for b in _items(want, key)]
-                assert list(got) == texts * (len(got) if kind != "steps" else 1)
+            elif key + ".data" in want:  # Text (str, UTF-8 exact) or a string Tensor (bytes)
+                items = _items(want, key)
+                if t.schema.field(col).type == pa.string():
+                    items = [b.decode("utf-8") for b in items]
+                else:
+                    assert t.schema.field(col).type == pa.large_binary()
+                assert list(got) == items * (len(got) if kind != "steps" else 1)
             else:
                 value = want[key]
                 if kind != "steps":  # one value per episode, on each of its steps
