@@ -449,3 +449,13 @@ def test_pixels_tfds_equal_tfds_own_decode(local_root):
     np.testing.assert_array_equal(got, fast)
     with pytest.raises(ValueError, match="pixels must be"):
         importers.rlds(FRACTAL, client.project("p"), "t2", images="encoded", pixels="tfds")
+
+
+def test_episode_metadata_with_two_values_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+
+    def two_paths(ex):
+        ex.features.feature["episode_metadata/file_path"].bytes_list.value.append(b"/other")
+
+    _rewrite(_shard(folder, 2), two_paths)
+    _refused(tmp_path, folder, CorruptData, r"'episode_metadata/file_path': 2 values, expected 1")

@@ -191,6 +191,8 @@ def _stack(frames: list[np.ndarray], where: str) -> np.ndarray:
 
 def _values(leaf: Leaf, values: Any, steps: int, where: str) -> Any:
     """One feature's flat list as ``steps`` entries, typed as TFDS returns them."""
+    if len(values) != steps * leaf.size:
+        raise CorruptData(f"{where}: {len(values)} values, expected {steps * leaf.size}")
     if leaf.kind == "text":
         try:
             return [b.decode("utf-8") for b in values]
@@ -202,8 +204,6 @@ def _values(leaf: Leaf, values: Any, steps: int, where: str) -> Any:
                 f"{where}: string tensors of shape {list(leaf.shape)} are not read"
             )
         return pa.array(values, pa.large_binary())
-    if len(values) != steps * leaf.size:
-        raise CorruptData(f"{where}: {len(values)} values, expected {steps * leaf.size}")
     arr = np.asarray(values)
     if leaf.dtype == "bool":
         arr = arr != 0
