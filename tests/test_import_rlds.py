@@ -14,6 +14,7 @@ import json
 import shutil
 import struct
 import sys
+import zlib
 from pathlib import Path
 
 import av
@@ -459,3 +460,21 @@ def test_episode_metadata_with_two_values_is_refused(tmp_path):
 
     _rewrite(_shard(folder, 2), two_paths)
     _refused(tmp_path, folder, CorruptData, r"'episode_metadata/file_path': 2 values, expected 1")
+
+
+@pytest.mark.parametrize(
+    "entry,match",
+    [
+        (b"not zlib", "not zlib data"),
+        (zlib.compress(bytes(10**7)), "81 bytes, 80 expected"),
+    ],
+)
+def test_zlib_tensor_entries_are_checked_and_bounded(tmp_path, entry, match):
+    """encoding='zlib': an entry is inflated no further than its shape needs (4x5 float32)."""
+    folder = _copy(tmp_path, FRACTAL)
+
+    def bad_depth(ex):
+        ex.features.feature["steps/observation/depth"].bytes_list.value[0] = entry
+
+    _rewrite(folder / "fractal_like-train.tfrecord-00000-of-00002", bad_depth)
+    _refused(tmp_path, folder, CorruptData, rf"'steps/observation/depth', entry 0: {match}")

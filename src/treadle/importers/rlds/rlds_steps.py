@@ -23,6 +23,7 @@ lists of different lengths.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +42,8 @@ _KEEP_ENCODED = "not 8-bit colour (H, W, 3): kept as encoded images"
 
 
 def _list_kind(leaf: Leaf) -> str:
-    if leaf.kind in _KIND_OF:
-        return _KIND_OF[leaf.kind]
+    if leaf.kind in _KIND_OF or leaf.encoding in ("bytes", "zlib"):
+        return "bytes"
     return "float" if leaf.dtype.startswith(("float", "bfloat")) else "int64"
 
 
@@ -141,12 +142,13 @@ class StepsMapping:
         for key, leaf in self.leaf.items():
             if key.startswith("steps/"):
                 n = len(example[key][1])
-                if n % leaf.size:
+                size = 1 if leaf.encoding in ("bytes", "zlib") else leaf.size  # one per step
+                if n % size:
                     raise CorruptData(
                         f"{where}: feature {key!r} has {n} values, not a whole number of "
                         f"steps of shape {list(leaf.shape)}"
                     )
-                counts[key] = n // leaf.size
+                counts[key] = n // size
         if len(set(counts.values())) > 1:
             lo, hi = min(counts, key=counts.get), max(counts, key=counts.get)
             raise CorruptData(
@@ -191,6 +193,8 @@ def _stack(frames: list[np.ndarray], where: str) -> np.ndarray:
 
 def _values(leaf: Leaf, values: Any, steps: int, where: str) -> Any:
     """One feature's flat list as ``steps`` entries, typed as TFDS returns them."""
+    if leaf.encoding in ("bytes", "zlib"):
+        return unpack_tensors(leaf, values, steps, where)
     if len(values) != steps * leaf.size:
         raise CorruptData(f"{where}: {len(values)} values, expected {steps * leaf.size}")
     if leaf.kind == "text":
@@ -223,3 +227,27 @@ def _repeat(one: Any, steps: int) -> Any:
     if isinstance(one, pa.Array):
         return pa.array(one.to_pylist() * steps, one.type)
     return np.ascontiguousarray(np.broadcast_to(one[0], (steps, *one.shape[1:])))
+
+
+def unpack_tensors(leaf: Leaf, values: list[bytes], steps: int, where: str) -> np.ndarray:
+    """A ``bytes``/``zlib``-encoded tensor feature: one entry's raw array bytes per step
+    (compressed with zlib), each inflated no further than the bytes its shape needs."""
+    if len(values) != steps:
+        raise CorruptData(f"{where}: {len(values)} entries, expected {steps}")
+    dtype = np.dtype(leaf.dtype)
+    want = leaf.size * dtype.itemsize
+    raw = []
+    for j, data in enumerate(values):
+        if leaf.encoding == "zlib":
+            inflate = zlib.decompressobj()
+            try:
+                data = inflate.decompress(data, want + 1)
+            except zlib.error as e:
+                raise CorruptData(f"{where}, entry {j}: not zlib data ({e})") from None
+        if len(data) != want:
+            raise CorruptData(
+                f"{where}, entry {j}: {len(data)} bytes, {want} expected for "
+                f"{dtype} {list(leaf.shape)}"
+            )
+        raw.append(data)
+    return np.frombuffer(b"".join(raw), dtype).reshape((steps, *leaf.shape))

@@ -9,9 +9,10 @@ record count is checked against it when read.
 ``features.json`` is TFDS's ``FeaturesDict`` as JSON. RLDS's top level holds ``steps``
 (a ``Dataset``: each feature a list with one entry per step) and episode-level features
 (``episode_metadata``). The leaves read: ``Tensor`` and ``Scalar`` (any numeric or bool
-dtype, fixed shape, ``encoding: none``), ``Text``, ``ClassLabel`` (an ``int64``), and
-``Image`` (encoded bytes, one per step). Anything else (``Video``, ``Audio``, nested
-sequences, ``bytes``/``zlib``-encoded tensors, dynamic shapes) is
+dtype, fixed shape; ``encoding`` ``none``, or ``bytes``/``zlib``: each entry's raw array
+bytes, compressed for ``zlib``), ``Text``, ``ClassLabel`` (an ``int64``), and ``Image``
+(encoded bytes, one per step). Anything else (``Video``, ``Audio``, nested sequences,
+dynamic shapes) is
 :class:`~treadle.errors.UnsupportedFormat` naming the feature.
 """
 
@@ -40,7 +41,8 @@ class Leaf:
     """One feature: its path under ``steps/`` (or from the top), what it is, dtype, shape.
 
     ``kind``: ``"tensor"`` (numbers or bool), ``"bytes"`` (a ``string`` tensor), ``"text"``,
-    ``"image"``. ``encoding`` is an image's (``"jpeg"``, ``"png"``) or None, and
+    ``"image"``. ``encoding`` is an image's (``"jpeg"``, ``"png"``), a tensor's stored as
+    raw bytes per entry (``"bytes"``, ``"zlib"``: compressed), or None, and
     ``image_shape`` its ``(H, W, C)`` as declared (-1 where it varies).
     """
 
@@ -172,14 +174,21 @@ def _leaves(node: dict[str, Any], prefix: str, where: str) -> list[Leaf]:
         return out
     if "tensor" in node:
         t = node["tensor"]
-        dtype, encoding = str(t["dtype"]), t.get("encoding", "none")
-        if encoding != "none" or dtype not in _DTYPES:
+        dtype, encoding = str(t["dtype"]), str(t.get("encoding", "none"))
+        packed = encoding in ("bytes", "zlib")
+        if (
+            encoding not in ("none", "bytes", "zlib")
+            or dtype not in _DTYPES
+            or (packed and dtype in ("string", "bfloat16"))
+        ):
             raise UnsupportedFormat(
                 f"{where}: feature {path!r} is a {dtype} tensor with encoding {encoding!r}; "
-                "only numeric, bool and string tensors with encoding 'none' are read"
+                "numeric, bool and string tensors are read (encoding 'none'; numbers and "
+                "bool also 'bytes' or 'zlib')"
             )
         shape = _shape(t.get("shape", {}), path, where)
-        return [Leaf(path, "bytes" if dtype == "string" else "tensor", dtype, shape)]
+        kind = "bytes" if dtype == "string" else "tensor"
+        return [Leaf(path, kind, dtype, shape, encoding if packed else None)]
     if "text" in node:
         return [Leaf(path, "text", "string", ())]
     if "classLabel" in node:
