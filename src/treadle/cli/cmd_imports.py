@@ -1,4 +1,4 @@
-"""``treadle import {webdataset,mds,lerobot,hf} SRC... --project P --table T``.
+"""``treadle import {webdataset,mds,lerobot,hf,rlds} SRC... --project P --table T``.
 
 Each sub-command sets ``args.func`` to :func:`run`, which takes ``args`` and returns an exit
 code; the importers themselves load when the command runs.
@@ -30,6 +30,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "mds": "MosaicML Streaming folder or URL with index.json",
         "lerobot": "LeRobot dataset root (v3.0 or v2.1)",
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
+        "rlds": "RLDS / TFDS dataset version folder or URL (e.g. .../bridge/1.0.0)",
     }
     for fmt, h in helps.items():
         _add_format(sub, fmt, h)
@@ -51,11 +52,13 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
         help="unpickle .pyd/.pickle/.pth members and MDS pkl columns (runs code from the "
         "data: only for data you trust)",
     )
+    video = ["video"] if fmt == "rlds" else []  # cameras as H.264 (RLDS: the default)
     sp.add_argument(
         "--images",
-        choices=["encoded", "decoded"],
-        default="encoded",
-        help="keep images encoded (bytes) or store uint8 [H,W,3] tensors",
+        choices=[*video, "encoded", "decoded"],
+        default="video" if video else "encoded",
+        help="keep images encoded (bytes) or store uint8 [H,W,3] tensors"
+        + (" or H.264 video per episode and camera (needs --fps)" if video else ""),
     )
     sp.add_argument(
         "--rename",
@@ -91,6 +94,21 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     """The options only some formats take."""
     if fmt == "hf":
         sp.add_argument("--split", default=None, help="split of a DatasetDict")
+    if fmt == "rlds":
+        sp.add_argument("--split", default="train", help="the split (default train)")
+        sp.add_argument(
+            "--fps",
+            type=float_at_least(0),
+            default=None,
+            help="the table's frame rate (RLDS stores none); needed with --images video",
+        )
+        sp.add_argument(
+            "--pixels",
+            choices=["pillow", "tfds"],
+            default="pillow",
+            help="decode JPEGs (--images video/decoded) as Pillow does (accurate IDCT) or as "
+            "TFDS does (TF's default fast IDCT, the pixels tf.data pipelines trained on)",
+        )
     if fmt == "lerobot":
         sp.add_argument(
             "--tolerance-s",
@@ -160,8 +178,16 @@ def run(args: argparse.Namespace) -> int:
     for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
-    if args.format in ("mds", "lerobot") and len(args.src) != 1:
+    if args.format in ("mds", "lerobot", "rlds") and len(args.src) != 1:
         print(f"treadle import {args.format}: error: give exactly one SRC", file=sys.stderr)
+        return 2
+    if args.format == "rlds" and args.pixels == "tfds" and args.images == "encoded":
+        print("treadle import rlds: error: --pixels tfds decodes for --images video or "
+              "decoded; encoded images are decoded by the loader", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.format == "rlds" and args.images == "video" and args.fps is None:
+        print("treadle import rlds: error: --images video (the default) needs --fps "
+              "(RLDS stores no frame rate), or use --images encoded", file=sys.stderr)  # fmt: skip
         return 2
     try:
         # an import is a write: like the demo, it makes a root folder that is not there yet
@@ -182,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if res.videos is not None:  # LeRobot: per episode and camera, copied or re-encoded (why)
         summary["videos"] = res.videos
+    if getattr(res, "cameras", None) is not None:  # RLDS: per camera, bytes and PSNR
+        summary["cameras"] = res.cameras
     print(json.dumps(summary))
     return 0
 
@@ -199,6 +227,16 @@ def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         return importers.hf(args.src, args.project, args.table, split=args.split, **common)
     if args.format == "mds":
         return importers.mds(args.src[0], args.project, args.table, **common)
+    if args.format == "rlds":
+        return importers.rlds(
+            args.src[0],
+            args.project,
+            args.table,
+            split=args.split,
+            fps=args.fps,
+            pixels=args.pixels,
+            **common,
+        )
     return importers.lerobot(
         args.src[0], args.project, args.table, tolerance_s=args.tolerance_s, **common
     )

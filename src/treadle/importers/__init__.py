@@ -3,7 +3,7 @@
 Each importer is a thin mapping of a foreign format onto ``append`` / ``append_episode``
 inside one ``branch.transaction(...)``: one commit, the branch moves once, and nothing
 is unpickled unless ``allow_pickle=True``. Use ``td.importers.webdataset(...)``,
-``.mds(...)``, ``.lerobot(...)``, ``.hf(...)``.
+``.mds(...)``, ``.lerobot(...)``, ``.hf(...)``, ``.rlds(...)``.
 
 The package by concern: :mod:`~treadle.importers.sources` (where files are read from,
 checked paths, file identity), :mod:`~treadle.importers.arrow` and
@@ -16,7 +16,17 @@ from treadle.errors import UnsafeInput, UnsupportedFormat
 from treadle.importers.hf import import_hf as hf
 from treadle.importers.lerobot_import import import_lerobot as lerobot
 from treadle.importers.mds import import_mds as mds
+from treadle.importers.rlds import import_rlds as rlds
 from treadle.importers.run import ImportResult
 from treadle.importers.webdataset import import_webdataset as webdataset
 
-__all__ = ["ImportResult", "UnsafeInput", "UnsupportedFormat", "hf", "lerobot", "mds", "webdataset"]
+__all__ = [
+    "ImportResult",
+    "UnsafeInput",
+    "UnsupportedFormat",
+    "hf",
+    "lerobot",
+    "mds",
+    "rlds",
+    "webdataset",
+]

@@ -105,6 +105,9 @@ class ImportResult:
     ``videos`` (LeRobot imports): per episode and video column, ``{"episode", "column",
     "video": "copied" | "re-encoded", "why"}``, in import order; None where the importer
     does not report it (other formats, an executor's remote tasks, a skipped re-run).
+    ``cameras`` (RLDS imports): per camera column, what it was stored as, its bytes before
+    and after, and with ``images="video"`` the PSNR (mean and minimum over frames) of the
+    stored video against the source images' decode (:mod:`treadle.importers.camera_video`).
     """
 
     commit: Any
@@ -116,6 +119,7 @@ class ImportResult:
     import_id: str
     skipped: bool = False
     videos: list[dict[str, str]] | None = None
+    cameras: list[dict[str, Any]] | None = None
 
 
 def import_id(
@@ -187,7 +191,12 @@ class Progress:
         from tqdm import tqdm
 
         self._bar = tqdm(
-            total=total, desc=desc, unit=unit, disable=(enabled is False) or None, leave=False
+            total=total,
+            desc=desc,
+            unit=unit,
+            unit_scale=unit == "B",  # bytes as kB/MB/GB
+            disable=(enabled is False) or None,
+            leave=False,
         )
         self._lock = threading.Lock()
 
