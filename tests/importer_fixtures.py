@@ -59,6 +59,20 @@ def define_torchvision_ops() -> None:
         _TV_DONE = True
 
 
+TORCHVISION_PAGES = {"from-lerobot.md", "training-lightning.md"}
+"""Guide pages whose examples import torchvision (LeRobot's processors, Lightning)."""
+
+
+def set_up_page(page: str) -> None:
+    """What the examples of a docs page need on CPU torch, for every test module that runs
+    them (each sets up its own: a module run alone must pass): ``import streaming`` for
+    ``from-mosaicml.md``, torchvision's op schemas for :data:`TORCHVISION_PAGES`."""
+    if page == "from-mosaicml.md":
+        import_streaming()
+    elif page in TORCHVISION_PAGES:
+        define_torchvision_ops()
+
+
 def png_bytes(a: np.ndarray) -> bytes:
     from PIL import Image
 

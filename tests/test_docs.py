@@ -114,14 +114,9 @@ SLOW_PAGES = {
     ],
 )
 def test_page_examples_run(page, tmp_path, monkeypatch):
-    if page == "from-mosaicml.md":
-        from importer_fixtures import import_streaming
+    from importer_fixtures import set_up_page
 
-        import_streaming()  # CPU torch beside PyPI's CUDA torchvision: see importer_fixtures
-    if page in ("from-lerobot.md", "training-lightning.md"):
-        from importer_fixtures import define_torchvision_ops
-
-        define_torchvision_ops()  # they import torchvision: the same workaround
+    set_up_page(page)  # CPU torch beside PyPI's CUDA torchvision: see importer_fixtures
     scope = run_page(DOCS / page, tmp_path, monkeypatch)
     assert scope["__blocks_run__"] >= 1
     check = PAGE_CHECKS.get(page)

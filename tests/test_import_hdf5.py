@@ -50,7 +50,10 @@ def test_robomimic_demos_in_numeric_order_with_every_value(robomimic, decoded):
     assert list(t.episodes().names) == [
         f"demo_{i}" for i in range(12)
     ]  # not demo_0, demo_1, demo_10
-    assert res.episodes == 12 and res.rows == t.num_moments and res.psnr == {}
+    assert res.episodes == 12 and res.rows == t.num_moments and res.cameras == [
+        {"column": "obs_agentview_image", "stored_as": "decoded", "episodes": 12,
+         "source_bytes": 72 * 32 * 32 * 3, "stored_bytes": 72 * 32 * 32 * 3,
+         "psnr_mean_db": None, "psnr_min_db": None}]  # fmt: skip
     assert "next_obs_agentview_image" not in t.schema.names
     with h5py.File(robomimic, "r") as f:
         assert res.rows == f["data"].attrs["total"]
@@ -122,8 +125,10 @@ def test_libero_folder_video_with_psnr_tasks_and_metadata(libero, tmp_path):
     stems = ["open_the_drawer_demo", "pick_up_the_bowl_demo"]  # files in name order
     assert list(t.episodes().names) == [f"{s}__demo_{d}" for s in stems for d in (0, 1)]
     assert t.video_columns == ["obs_agentview_rgb"]
-    assert set(res.psnr) == {"obs_agentview_rgb"} and 25 < res.psnr["obs_agentview_rgb"] < 99
-    assert len(res.videos) == 4 and all(r["psnr_db"] > 20 for r in res.videos)
+    (cam,) = res.cameras
+    assert cam["column"] == "obs_agentview_rgb" and cam["stored_as"] == "video"
+    assert cam["episodes"] == 4 and 25 < cam["psnr_mean_db"] < 99 and cam["psnr_min_db"] > 20
+    assert 0 < cam["stored_bytes"] < cam["source_bytes"]  # raw frames in, H.264 out
     tasks = t.to_arrow(["task"]).column(0).to_pylist()
     a, b = _episode_rows(t, "pick_up_the_bowl_demo__demo_1")
     assert set(tasks[a:b]) == {"pick up the bowl"}
@@ -249,6 +254,6 @@ def test_cli_import_hdf5(libero, tmp_path, capsys):
     argv = ["--root", root, "import", "hdf5", str(libero), "--project", "p", "--table", "t"]
     assert main([*argv, "--fps", "20", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["episodes"] == 4 and set(out["psnr"]) == {"obs_agentview_rgb"}
+    assert out["episodes"] == 4 and [c["column"] for c in out["cameras"]] == ["obs_agentview_rgb"]
     assert main([*argv, "--images", "decoded"]) == 1  # the table holds video now
     assert "error" in capsys.readouterr().err

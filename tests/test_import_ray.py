@@ -167,6 +167,24 @@ def test_lerobot_on_ray_equals_one_process(tmp_path, client, ray_cluster, versio
 
 
 @pytest.mark.slow
+def test_rlds_on_ray_equals_one_process(client, ray_cluster):
+    """One task per TFRecord shard: episodes named from dataset_info.json's shard lengths."""
+    src = ROOT / "tests" / "fixtures" / "rlds" / "bridge_like" / "1.0.0"  # 3 shards
+    one = importers.rlds(src, client.project("one"), "t", fps=10, progress=False)
+    res = importers.rlds(src, client.project("ray"), "t", fps=10, executor=td.RayExecutor())
+    assert (res.rows, res.episodes, res.bytes_read) == (one.rows, one.episodes, one.bytes_read)
+    assert res.commit.message == one.commit.message
+    ta, tb = _assert_same(client)
+    assert tb.episodes().names == [f"episode_{i:06d}" for i in range(7)]
+    for col in tb.video_columns:  # every episode's stream, byte for byte
+        keys = {r["stream"] for r in tb.to_arrow([col]).column(col).to_pylist()}
+        assert len(keys) == 7
+        for key in keys:
+            got = client.store.get(f"{tb.project.prefix}/{key}")
+            assert got == client.store.get(f"{ta.project.prefix}/{key}") and got
+
+
+@pytest.mark.slow
 @pytest.mark.s3
 def test_lerobot_on_ray_into_s3(tmp_path, s3_root, ray_cluster):
     url, opts = s3_root  # tasks open the S3 root themselves: fragments and media land there

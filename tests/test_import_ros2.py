@@ -197,13 +197,15 @@ def test_cameras_depth_and_encoded_bytes(bags, tmp_path):
     assert depth.dtype == np.uint16 and depth.shape[1:] == (8, 8, 1)
     _, raw_depth = _raw(bags / "ep_a", "/depth", lambda m: np.frombuffer(bytes(m.data), "<u2"))
     assert all(any(np.array_equal(d.reshape(-1), r) for r in raw_depth) for d in depth)
-    assert res.psnr == {}
+    wrist = next(c for c in res.cameras if c["column"] == "wrist")
+    assert wrist["stored_as"] == "encoded" and wrist["stored_bytes"] == sum(map(len, jpegs))
 
 
 def test_video_reports_psnr(bags, tmp_path):
     res, t = _import(bags / "ep_a", tmp_path, images="video")
     assert sorted(t.video_columns) == ["cam", "wrist"]
-    assert set(res.psnr) == {"cam", "wrist"} and all(v > 20 for v in res.psnr.values())
+    assert {c["column"] for c in res.cameras} == {"cam", "wrist"}
+    assert all(c["psnr_min_db"] > 20 and c["stored_as"] == "video" for c in res.cameras)
     assert _column(t, "depth").dtype == np.uint16  # depth is never video
 
 

@@ -59,8 +59,8 @@ def test_zip_store_as_video_with_psnr(tmp_path):
     t = client.project("p").branch("main").table("t").pin()
     _check_equal(t, path, (5, 3, 7))
     assert t.video_columns == ["img"] and t.fps == 10
-    assert 20 < res.psnr["img"] < 99 and [r["episode"] for r in res.videos] == [
-        "episode_000000", "episode_000001", "episode_000002"]  # fmt: skip
+    (cam,) = res.cameras
+    assert cam["column"] == "img" and cam["episodes"] == 3 and 20 < cam["psnr_mean_db"] < 99
 
 
 def test_encoded_is_lossless_png(pusht, tmp_path):
@@ -155,6 +155,6 @@ def test_cli_import_zarr(pusht, tmp_path, capsys):
     argv = ["--root", root, "import", "zarr", str(pusht), "--project", "p", "--table", "t"]
     assert main([*argv, "--fps", "10", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["episodes"] == 3 and out["rows"] == 15 and set(out["psnr"]) == {"img"}
+    assert out["episodes"] == 3 and out["rows"] == 15 and out["cameras"][0]["column"] == "img"
     assert main([*argv, "--images", "encoded"]) == 1  # the table holds video now
     assert "SchemaMismatch" in capsys.readouterr().err

@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "treadle"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "names", "fastpaths", "layout", "concurrency", "forks"),
+    ("errors", "names", "fastpaths", "layout", "concurrency", "fork_locks", "reaper"),
     ("storage",),  # obstore only
     ("video",),  # codec, containers, pure frame specs
     ("table",),  # pinned Lance reads, fragment staging
@@ -236,6 +236,31 @@ def test_the_package_graph_sees_a_cycle_between_two_packages():
 def test_imports_follow_the_layer_order():
     bad = violations(graph())
     assert bad == [], "imports against the layer order:\n  " + "\n  ".join(bad)
+
+
+def same_file_names(src: Path = SRC) -> dict[str, list[str]]:
+    """File names (not ``__init__.py``/``__main__.py``) that more than one module has."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(src.rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(src)))
+    return {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_no_two_modules_share_a_file_name():
+    """One concept per module, named for it: two ``forks.py`` (locks renewed in a forked
+    child; obstore guarded after a fork) were two concepts under one name."""
+    assert same_file_names() == {}
+
+
+def test_the_file_name_check_sees_a_shared_name(tmp_path):
+    for path in ("treadle/forks.py", "treadle/storage/forks.py", "treadle/cli/__init__.py",
+                 "treadle/__init__.py", "treadle/a/__main__.py", "treadle/__main__.py"):  # fmt: skip
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    assert same_file_names(tmp_path) == {
+        "forks.py": ["treadle/forks.py", "treadle/storage/forks.py"]
+    }
 
 
 def test_no_module_is_too_long():

@@ -11,6 +11,7 @@ import pytest
 
 import treadle
 from script_helpers import run_script
+from treadle import reaper
 from treadle.read.prefetch import ordered_map, prefetch
 
 
@@ -33,7 +34,8 @@ def test_ordered_map_closed_early_starts_no_more_items():
 
     gen = ordered_map(fn, items(), threads=2, ahead=8)
     assert next(gen) == 0
-    gen.close()
+    gen.close()  # hands the stop to the reaper (a close may be a finalizer: it never waits)
+    assert reaper.drain(30)
     # 1 and 2 may have started (two threads); 3.. were queued behind them: cancelled
     assert 0 in ran and set(ran) <= {0, 1, 2}
 
@@ -51,7 +53,8 @@ def test_prefetch_closed_early_closes_its_source_first():
 
     gen = prefetch(items(), 2, close=lambda: events.append("close"))
     assert next(gen) == 0
-    gen.close()
+    gen.close()  # hands the stop to the reaper (a close may be a finalizer: it never waits)
+    assert reaper.drain(30)
     assert events == ["source closed on treadle-prefetch", "close"]
 
 

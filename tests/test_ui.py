@@ -28,6 +28,7 @@ from ui_helpers import BFRAMES, decode_png, make_project  # noqa: E402
 
 T = "/p/robotics/t/nominal_grasps/v/1"
 E = T + "/e/nominal_grasps-0003"
+LOCAL = "http://127.0.0.1"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def proj(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def http(proj):
-    return TestClient(create_app(proj.client))
+    return TestClient(create_app(proj.client), base_url=LOCAL)
 
 
 def test_every_page_kind_answers_with_its_content(proj, http):
@@ -149,7 +150,8 @@ def test_step_page_lists_plan_batch(proj, http):
     body = page.split('id="samples"', 1)[1].split("<tbody>", 1)[1]
     rows = re.findall(r"<tr><td>(\d+)</td><td>(\d+)</td>.*?</td><td>(\d+)</td><td>(\d+)</td>", body)
     assert [(int(c), int(m)) for _, c, _, m in rows] == list(zip(batch.component, batch.moment))
-    assert page.count('data-column="wrist_camera"') == 4 * len(batch)
+    assert page.count('class="anchor" ') == len(batch)  # the first screen: one frame each
+    assert page.count('class="more"') == len(batch)  # the rest on demand
 
 
 def test_a_bad_step_query_is_answered_before_any_read(proj, http):
@@ -160,14 +162,14 @@ def test_a_bad_step_query_is_answered_before_any_read(proj, http):
 
 
 def test_a_token_gates_every_request(proj):
-    gated = TestClient(create_app(proj.client, token="s3cret-token"))
+    gated = TestClient(create_app(proj.client, token="s3cret-token"), base_url=LOCAL)
     for path in ["/", "/static/viewer.js", T, E + "/video/wrist_camera.mp4"]:
         assert gated.get(path).status_code == 401, path
         assert gated.get(path, params={"token": "wrong"}).status_code == 401
     first = gated.get("/", params={"token": "s3cret-token"})
     assert first.status_code == 200 and "treadle_token" in first.headers["set-cookie"]
     assert gated.get(T).status_code == 200  # the cookie carries it from here on
-    bearer = TestClient(create_app(proj.client, token="s3cret-token"))
+    bearer = TestClient(create_app(proj.client, token="s3cret-token"), base_url=LOCAL)
     assert bearer.get(T, headers={"Authorization": "Bearer s3cret-token"}).status_code == 200
 
 
@@ -195,26 +197,42 @@ def test_browsing_writes_nothing(proj, http):
     assert sorted(store.list("")) == before
 
 
-def _strip_pixels(html: str, slot_count: int) -> np.ndarray:
+def _strip_pixels(html: str) -> np.ndarray:
     imgs = re.findall(r'data-slot="(\d+)" data-column="wrist_camera" data-t="(\d+)"[^>]*'
                       r'src="data:image/png;base64,([^"]+)"', html)  # fmt: skip
-    frames = {(int(k), int(t)): decode_png(base64.b64decode(b)) for k, t, b in imgs}
-    t = 1 + max(t for _, t in frames)
-    return np.stack([np.stack([frames[(k, i)] for i in range(t)]) for k in range(slot_count)])
+    frames = {int(t): decode_png(base64.b64decode(b)) for _, t, b in imgs}
+    return np.stack([frames[t] for t in range(len(frames))])
 
 
-def test_show_html_holds_the_loaders_pixels_and_json_the_batch(proj, tmp_path, capsys):
+def _anchors(html: str) -> list[np.ndarray]:
+    from PIL import Image
+
+    found = re.findall(r'class="anchor" data-slot="\d+" data-column="wrist_camera"[^>]*'
+                       r'src="data:image/jpeg;base64,([^"]+)"', html)  # fmt: skip
+    return [np.asarray(Image.open(io.BytesIO(base64.b64decode(b))).convert("RGB")) for b in found]
+
+
+def test_show_html_is_bounded_and_each_sample_holds_the_loaders_pixels(proj, http, tmp_path,
+                                                                       capsys):  # fmt: skip
     root, run, step = proj.client.root, proj.plan.run_id, 5
     out = tmp_path / "step.html"
     args = ["show", run, "--step", str(step), "--rank", "1", "--world-size", "2", "--root", root]
     assert main([*args, "--out", str(out)]) == 0
     html = out.read_text()
     assert "/static/" not in html and "<style>" in html  # opens with no server
+    assert 'href="/' not in html  # no link a file cannot follow
     loader = td.TrainLoader.from_state({"record": proj.plan.record.to_dict(), "step": step},
                                        proj.client, rank=1, world_size=2, steps=step + 1)  # fmt: skip
     (want,) = list(loader)  # step 5 only: the loader resumes there and stops after it
-    got = _strip_pixels(html, len(want["_moment"]))
-    assert np.array_equal(got, want["wrist_camera"].numpy())
+    frames = want["wrist_camera"].numpy()
+    anchors = _anchors(html)
+    assert len(anchors) == len(frames) and "image/png" not in html
+    for got, w in zip(anchors, frames):  # the window's first frame (offset 0), as a JPEG
+        assert got.shape == (64, 64, 3) and np.abs(got - w[0].astype(float)).mean() < 4
+    for k in (0, len(frames) - 1):  # "all frames": the loader's pixels, lossless
+        at = f"/p/robotics/runs/{run}/steps/{step}/samples/{k}"
+        page = http.get(at, params={"rank": 1, "world_size": 2})
+        assert np.array_equal(_strip_pixels(page.text), frames[k])
     capsys.readouterr()
     assert main([*args, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
@@ -249,7 +267,7 @@ def test_pages_on_every_root_kind_show_no_credentials(any_root):
     branch.table("cam").append_episode(
         {"cam": td.VideoFrames(frames, fps=10), "x": np.arange(6, dtype=np.float32)}, episode="e0"
     )
-    http = TestClient(create_app(td.Client(root, options)))
+    http = TestClient(create_app(td.Client(root, options)), base_url=LOCAL)
     pages = [http.get(p) for p in ["/", "/p/tiny", "/p/tiny/t/cam/v/1", "/p/tiny/t/cam/v/1/e/e0",
                                    "/p/tiny/t/cam/v/1/e/e0/video/cam.mp4"]]  # fmt: skip
     assert [p.status_code for p in pages] == [200] * 5
@@ -272,7 +290,7 @@ def test_a_100k_episode_table_is_served_in_pages(tmp_path):
     client.project("big").branch().table("eps").append(
         pa.table({"episode": names, "frame": frames})
     )
-    http = TestClient(create_app(td.Client(str(tmp_path / "big"))))
+    http = TestClient(create_app(td.Client(str(tmp_path / "big"))), base_url=LOCAL)
     assert "100,000" in http.get("/p/big/t/eps/v/1").text
     page = http.get("/p/big/t/eps/v/1/episodes.json", params={"offset": 99_950, "limit": 10**6})
     eps = page.json()["episodes"]

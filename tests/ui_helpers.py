@@ -82,3 +82,46 @@ def decode_png(data: bytes) -> np.ndarray:
     raw = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + 3 * w)
     assert (raw[:, 0] == 0).all(), "unfiltered rows"
     return raw[:, 1:].reshape(h, w, 3).copy()
+
+
+ODD_NAMES = ["pick up 01", "2026-12-01T10:00:00", "café", "run/7", "plain"]
+"""Episode names the write API accepts that no path segment check would."""
+
+
+@dataclass
+class HostileStore:
+    client: td.Client
+    plan: td.Plan
+    nan_episode: str
+
+
+def make_hostile_store(root: str) -> HostileStore:
+    """Project ``odd``: table ``cams`` (a video column and a float column, one episode
+    with NaN and inf) whose episodes have :data:`ODD_NAMES`, written so that a Lance
+    version no commit names exists (one ``append_episode`` goes v1 -> v3); a run of it
+    saved as a record row; a table that only looks like run records (a text ``step``).
+    Project ``big``: a table of a deeply nested ``record``."""
+    client = td.Client(root, create=True)
+    branch = client.project("odd").branch()
+    frames = np.zeros((8, 32, 32, 3), np.uint8)
+    for i, name in enumerate(ODD_NAMES):
+        frames[:] = 40 * i
+        frames[:, 8:16, 8:16] = 250
+        x = np.arange(8, dtype=np.float32) + 10 * i
+        if name == "plain":
+            x[2], x[5] = np.nan, np.inf
+        branch.table("cams").append_episode(
+            {"cam": td.VideoFrames(frames.copy(), fps=10), "x": x}, episode=name
+        )
+    windows = td.Windows({"cam": td.Video(range(0, 4)), "x": td.Rows(range(3), pad=True)})
+    recipe = td.Recipe(seed=3, batch_size=8,
+                       components=[td.Component(branch.table("cams"), windows)])  # fmt: skip
+    plan = recipe.plan()
+    row = pa.table({"run_id": [plan.run_id], "record": [plan.record.to_json()]})
+    branch.table("saved_runs").append(row, message="save a run record")
+    fake = pa.table({"run_id": [plan.run_id], "record": [plan.record.to_json()],
+                     "step": ["three"]})  # fmt: skip
+    branch.table("looks_like_runs").append(fake, message="not checkpoint rows")
+    deep = pa.table({"run_id": ["00000000000000aa"], "record": ["[" * 100_000 + "]" * 100_000]})
+    client.project("big").branch().table("deep").append(deep, message="a deep record")
+    return HostileStore(client, plan, "plain")

@@ -15,6 +15,7 @@ if _nopandas.in_worker_server():  # before Lance: pyarrow.dataset would import p
     _nopandas.import_arrow_without_pandas()
 
 from treadle.catalog import Branch, Client, Commit, Project, TableRef, Transaction  # noqa: E402
+from treadle.catalog.diff import Diff, TableDiff  # noqa: E402
 from treadle.errors import (  # noqa: E402
     AlreadyExists,
     CommitConflict,
@@ -23,6 +24,7 @@ from treadle.errors import (  # noqa: E402
     ExpiredCommit,
     ForkError,
     InvalidName,
+    MergeConflict,
     MissingDependency,
     NotFound,
     PlanError,
@@ -120,7 +122,10 @@ __all__ = [
     "ExpiredCommit",
     "ForkError",
     "InvalidName",
+    "MergeConflict",
     "MissingDependency",
+    "Diff",
+    "TableDiff",
     "NotFound",
     "PlanError",
     "PlanWarning",

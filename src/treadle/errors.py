@@ -30,6 +30,11 @@ class CommitConflict(TreadleError):
     """A commit lost a race against another writer that changed the same table."""
 
 
+class MergeConflict(TreadleError):
+    """A merge whose sides changed the same table in ways that do not combine (it names
+    the table and what each side did), or with several most recent common ancestors."""
+
+
 class SchemaMismatch(TreadleError, ValueError):
     """Appended rows whose columns or types do not match the table."""
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 
 __all__ = ["PATHS", "Checked", "log", "off", "reasons"]
 

@@ -17,6 +17,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.expiry import expired_error
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
+from treadle.catalog.merge import MergesAndDiffs
 from treadle.catalog.place import ProjectPlace
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
@@ -132,8 +133,8 @@ class Client:
         return "; the root has no projects"
 
 
-class Project:
-    """A namespace of tables with git-like history."""
+class Project(MergesAndDiffs):
+    """A namespace of tables with git-like history (merges and diffs: :mod:`.merge`)."""
 
     def __init__(self, client: Client, name: str):
         self.client = client
@@ -181,7 +182,6 @@ class Project:
         self.refs.try_advance("main", 0, root.id)  # a racing creator may win: fine
         self._exists = True
 
-    # -- branches ----------------------------------------------------------------------
     def branch(self, name: str = "main") -> Branch:
         """An existing branch (:class:`NotFound` otherwise; ``main`` of a project not yet
         created is a handle whose first write creates the project)."""
@@ -258,9 +258,7 @@ class Project:
             yield c
             cid = c.parents[0] if c.parents else None
 
-    # -- tables ----------------------------------------------------------------------
-    def table_uri(self, name: str) -> str:
-        """Where table ``name``'s Lance dataset lives."""
+    def table_uri(self, name: str) -> str:  # where table ``name``'s Lance dataset lives
         return self.lance.uri(name)
 
     def open_dataset(
@@ -310,7 +308,9 @@ class Project:
         """
         return collect_garbage(self, older_than, keep_days=keep_days)
 
-    # -- tags --------------------------------------------------------------------------
+    def address(self) -> ProjectAddress:  # how another process (a Ray task) opens it
+        return ProjectAddress.of(self)
+
     def tag(self, name: str, commit: str) -> Commit:
         """Name ``commit`` (an id or unique prefix) ``name`` forever: gc keeps it readable
         whatever the retention. Tags never move (:class:`AlreadyExists` otherwise)."""

@@ -30,23 +30,45 @@ class Commit:
     time: float
     tables: dict[str, int] = field(default_factory=dict)
     id: str = ""
+    #: what this commit did to each table it wrote: operation kinds in order ("append",
+    #: "add_column", "update", "rename_columns", "drop_columns", "delete_episodes",
+    #: "compact", "merge"), each optionally followed by " <detail>"; merges read them
+    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, parents: list[str], message: str, tables: dict[str, int]) -> Commit:
-        c = cls(tuple(parents), str(message), round(time.time(), 6), dict(sorted(tables.items())))
+    def create(
+        cls,
+        parents: list[str],
+        message: str,
+        tables: dict[str, int],
+        changes: dict[str, list[str]] | None = None,
+    ) -> Commit:
+        done = {k: tuple(v) for k, v in sorted((changes or {}).items()) if v}
+        c = cls(tuple(parents), str(message), round(time.time(), 6),
+                dict(sorted(tables.items())), "", done)  # fmt: skip
         return c._with_id()
 
     def _body(self) -> dict[str, Any]:
+        def entry(name: str, version: int) -> dict[str, Any]:
+            e: dict[str, Any] = {"version": int(version)}
+            if self.changes.get(name):  # absent when none: older commits keep their ids
+                e["changes"] = list(self.changes[name])
+            return e
+
         return {
             "parents": list(self.parents),
             "message": self.message,
             "time": self.time,
-            "tables": {k: {"version": int(v)} for k, v in sorted(self.tables.items())},
+            "tables": {k: entry(k, v) for k, v in sorted(self.tables.items())},
         }
 
     def _with_id(self) -> Commit:
         cid = hashlib.sha256(canonical_json(self._body())).hexdigest()
-        return Commit(self.parents, self.message, self.time, self.tables, cid)
+        return Commit(self.parents, self.message, self.time, self.tables, cid, self.changes)
+
+    def kinds(self, table: str) -> list[str]:
+        """The operation kinds this commit applied to ``table`` (no details)."""
+        return [c.split(" ", 1)[0] for c in self.changes.get(table, ())]
 
     @property
     def short_id(self) -> str:
@@ -70,6 +92,12 @@ class Commit:
                 str(body["message"]),
                 float(body["time"]),
                 {str(k): int(v["version"]) for k, v in body["tables"].items()},
+                "",
+                {
+                    str(k): tuple(str(c) for c in v["changes"])
+                    for k, v in body["tables"].items()
+                    if v.get("changes")
+                },  # fmt: skip
             )._with_id()
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptData(

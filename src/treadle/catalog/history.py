@@ -4,7 +4,7 @@ satisfies, so that neither module imports the client (which creates them)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from treadle.table.table import TableSource
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from treadle.catalog.lance import LanceTables
     from treadle.catalog.place import ProjectPlace
     from treadle.catalog.refs import RefLog
+    from treadle.table.table import Table
 
 
 class History(Protocol):
@@ -36,3 +37,20 @@ class Repository(History, TableSource, Protocol):
     versions are read (a :class:`~treadle.table.table.TableSource`)."""
 
     def save_commit(self, commit: Commit) -> None: ...
+
+    def address(self) -> Any:
+        """How another process opens the project (a ``ProjectAddress``)."""
+        ...
+
+
+class Merging(Repository, Protocol):
+    """A :class:`Repository` whose branches merge and whose commits are compared
+    (:mod:`treadle.catalog.merge`, :mod:`treadle.catalog.diff`)."""
+
+    name: str
+
+    def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table: ...
+
+    def commit(self, id_or_prefix: str) -> Commit: ...
+
+    def tags(self) -> dict[str, str]: ...

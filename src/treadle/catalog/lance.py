@@ -40,7 +40,7 @@ from treadle.errors import TreadleError
 from treadle.table.episode_names import EpisodeNames
 from treadle.table.episode_store import compute_episode_index
 from treadle.table.episodes import EpisodeIndex
-from treadle.table.lancecommit import commit_exactly
+from treadle.table.lancecommit import commit_edit, commit_exactly
 from treadle.table.lanceerror import lance_error
 
 if TYPE_CHECKING:
@@ -124,6 +124,11 @@ class LanceTables:
         return commit_exactly(
             self.uri(name), schema, base, fragments, self.options, before_write
         ).version
+
+    def commit_edit(self, name: str, schema: object, fragments: list[FragmentMetadata]) -> int:
+        """A new version of table ``name`` listing exactly ``fragments`` under the Lance
+        ``schema`` of a changed table (:mod:`treadle.table.evolve`)."""
+        return commit_edit(self.uri(name), schema, fragments, self.options)
 
     # -- protection and cleanup ------------------------------------------------------------
     def protect(self, name: str, version: int) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.catalog.commit import Commit
+from treadle.catalog.ref_edits import EditsInOneCommit
 from treadle.errors import NotFound
 from treadle.table.table import ScanRequest, Table, TableSource
 
@@ -42,7 +43,7 @@ class BranchOf(Protocol):
     def transaction(self, message: str = ...) -> Transaction: ...
 
 
-class TableRef:
+class TableRef(EditsInOneCommit):
     """A table by name on a branch; resolved to a :class:`Table` when read or planned."""
 
     def __init__(self, branch: BranchOf, name: str):

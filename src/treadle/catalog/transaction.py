@@ -27,12 +27,14 @@ import pyarrow as pa
 
 from treadle import layout
 from treadle.catalog.commit import Commit
+from treadle.catalog.edits import Change, TableEdits
 from treadle.catalog.leases import Borrowed, Lease, mark_used, sweeping
 from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError, TreadleError
 from treadle.names import check_name
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.lanceerror import lance_error
+from treadle.table.table import Table
 from treadle.table.tensors import KIND_KEY, schema_difference
 from treadle.table.write import StagedTable, episode_rows, rows_to_arrow
 from treadle.video import EncodedStream, index_to_arrow
@@ -55,8 +57,9 @@ class BranchOf(Protocol):
     def project(self) -> Repository: ...
 
 
-class TableWriter:
-    """Stages rows for one table inside a :class:`Transaction`."""
+class TableWriter(TableEdits):
+    """Stages rows, or column and episode changes (:class:`TableEdits`), for one table
+    inside a :class:`Transaction`."""
 
     def __init__(self, tx: Transaction, name: str):
         self.tx = tx
@@ -132,6 +135,7 @@ class Transaction:
         self._done = False
         self._lease: Lease | Borrowed = Lease(self.project.place.store, self.project.prefix)
         self._media: dict[str, str] = {}  # media key this transaction stored -> its table
+        self._edited: dict[str, tuple[int, list[str]]] = {}  # table -> (version, changes)
 
     def table(self, name: str) -> TableWriter:
         check_name(name, "table")
@@ -188,6 +192,11 @@ class Transaction:
     def _staged(self, name: str) -> StagedTable:
         if self._done:
             raise TreadleError("transaction is finished")
+        if name in self._edited:
+            raise TreadleError(
+                f"{self._where(name)}: rows appended after its columns or "
+                "episodes changed in one transaction; commit them separately"
+            )
         st = self._tables.get(name)
         if st is None:
             base_v = self._base_commit.tables.get(name)
@@ -199,6 +208,43 @@ class Transaction:
         st = self._staged(name)
         if st.add(table, episodes, self._where(name)):
             self._flush(name, st)
+
+    def _edit_base(self, name: str) -> Table:
+        """Table ``name`` as this transaction has changed it so far (no rows staged)."""
+        if self._done:
+            raise TreadleError("transaction is finished")
+        st = self._tables.get(name)
+        if st is not None and (st.rows or st.fragments):
+            raise TreadleError(
+                f"{self._where(name)}: columns or episodes changed after rows "
+                "were appended in one transaction; commit them separately"
+            )
+        version = self._edited.get(name, (self._base_commit.tables.get(name), []))[0]
+        if version is None:
+            raise NotFound(
+                f"{self._where(name)} does not exist at commit "
+                f"{self._base_commit.short_id} (branch {self.branch.name!r})"
+            )
+        return Table(self.project, name, version, None)
+
+    def _apply_edit(self, name: str, kind: str, change: Change) -> bool:
+        """Commit the Lance version ``change`` makes of the table as changed so far (no
+        branch moves until the transaction commits); False when it changed nothing."""
+        table = self._edit_base(name)
+        lance = self.project.lance
+        self._lease.beat()
+        edited = change(lance.open(name, table.version), self._lease.beat)
+        if edited is None:
+            return False
+        try:
+            version = lance.commit_edit(name, edited.schema, edited.fragments)
+        except OSError as e:
+            raise lance_error(
+                e, f"committing {self._where(name)} (nothing was committed)"
+            ) from None
+        kinds = self._edited.get(name, (0, []))[1]
+        self._edited[name] = (version, [*kinds, kind])
+        return True
 
     def _flush(self, name: str, st: StagedTable) -> None:
         lance, base = self.project.lance, st.base_version
@@ -236,7 +282,7 @@ class Transaction:
         for name, st in self._tables.items():
             self._flush(name, st)
         touched = {n: st for n, st in self._tables.items() if st.fragments}
-        if not touched:
+        if not touched and not self._edited:
             return None
         project, refs = self.project, self.project.refs
         versions: dict[str, int] = {}
@@ -252,9 +298,12 @@ class Transaction:
                     bases[name] = now
                     stored = store_episode_index(project, name, versions[name], now)
                     project.lance.episode_names.remember(name, stored)
+            self._check_edited(head_commit, versions)
             tables = dict(head_commit.tables)
             tables.update(versions)
-            commit = Commit.create([head.commit_id], self.message, tables)
+            changes = {n: ["append"] for n in touched}
+            changes.update({n: kinds for n, (_, kinds) in self._edited.items()})
+            commit = Commit.create([head.commit_id], self.message, tables, changes)
             self._check_staged(touched)
             project.save_commit(commit)
             if refs.try_advance(self.branch.name, head.seq + 1, commit.id):
@@ -266,6 +315,21 @@ class Transaction:
             f"could not move branch {self.branch.name!r} of project {project.name!r} after "
             f"{_MAX_ATTEMPTS} attempts (too many concurrent writers); nothing was committed"
         )
+
+    def _check_edited(self, head: Commit, versions: dict[str, int]) -> None:
+        """Changed tables go in as changed, unless another commit changed them since."""
+        for name, (version, kinds) in self._edited.items():
+            if head.tables.get(name) != self._base_commit.tables.get(name):
+                raise CommitConflict(
+                    f"{self._where(name)} was changed by commit {head.short_id} while this "
+                    f"transaction made its changes ({', '.join(kinds)}); nothing was "
+                    "committed: retry them on the new head"
+                )
+            if name not in versions:
+                base = self._base_commit.tables.get(name)
+                stored = store_episode_index(self.project, name, version, base)
+                self.project.lance.episode_names.remember(name, stored)
+            versions[name] = version
 
     def _version(self, name: str, st: StagedTable, now: int | None, head_id: str) -> int:
         """The Lance version of table ``name`` holding version ``now`` + ``st``'s rows."""

@@ -1,4 +1,4 @@
-"""``treadle import {webdataset,mds,lerobot,hf,hdf5,zarr,ros2} SRC... --project P --table T``.
+"""``treadle import {webdataset,mds,lerobot,hf,rlds,hdf5,zarr,ros2} SRC... --project P --table T``.
 
 Each sub-command sets ``args.func`` to :func:`run`, which takes ``args`` and returns an exit
 code; the importers themselves load when the command runs.
@@ -30,6 +30,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "mds": "MosaicML Streaming folder or URL with index.json",
         "lerobot": "LeRobot dataset root (v3.0 or v2.1)",
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
+        "rlds": "RLDS / TFDS dataset version folder or URL (e.g. .../bridge/1.0.0)",
         "hdf5": "robomimic/LIBERO/ALOHA HDF5 file, or a folder of them",
         "zarr": "Diffusion Policy / UMI ReplayBuffer: a Zarr folder or .zip",
         "ros2": "ROS 2 bag folder, .mcap or ROS 1 .bag file, or a folder of bags",
@@ -54,14 +55,14 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
         help="unpickle .pyd/.pickle/.pth members and MDS pkl columns (runs code from the "
         "data: only for data you trust)",
     )
-    robot = fmt in ROBOT_FORMATS  # cameras of raw frames: H.264 video by default
+    video = fmt in ("rlds", *ROBOT_FORMATS)  # cameras as H.264 by default
     sp.add_argument(
         "--images",
-        choices=["video", "encoded", "decoded"] if robot else ["encoded", "decoded"],
-        default="video" if robot else "encoded",
-        help="store cameras as H.264 video (PSNR reported), encoded images, or uint8 "
-        "[H,W,3] tensors"
-        if robot
+        choices=["video", "encoded", "decoded"] if video else ["encoded", "decoded"],
+        default="video" if video else "encoded",
+        help="store cameras as H.264 video per episode and camera (PSNR reported; needs a "
+        "frame rate), encoded images, or uint8 [H,W,3] tensors"
+        if video
         else "keep images encoded (bytes) or store uint8 [H,W,3] tensors",
     )
     sp.add_argument(
@@ -110,6 +111,21 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
         sp.add_argument("--next-obs", action="store_true", help="also import next_obs/*")
     if fmt == "hf":
         sp.add_argument("--split", default=None, help="split of a DatasetDict")
+    if fmt == "rlds":
+        sp.add_argument("--split", default="train", help="the split (default train)")
+        sp.add_argument(
+            "--fps",
+            type=float_at_least(0),
+            default=None,
+            help="the table's frame rate (RLDS stores none); needed with --images video",
+        )
+        sp.add_argument(
+            "--pixels",
+            choices=["pillow", "tfds"],
+            default="pillow",
+            help="decode JPEGs (--images video/decoded) as Pillow does (accurate IDCT) or as "
+            "TFDS does (TF's default fast IDCT, the pixels tf.data pipelines trained on)",
+        )
     if fmt == "lerobot":
         sp.add_argument(
             "--tolerance-s",
@@ -217,8 +233,16 @@ def run(args: argparse.Namespace) -> int:
     for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
-    if args.format in ("mds", "lerobot", *ROBOT_FORMATS) and len(args.src) != 1:
+    if args.format in ("mds", "lerobot", "rlds", *ROBOT_FORMATS) and len(args.src) != 1:
         print(f"treadle import {args.format}: error: give exactly one SRC", file=sys.stderr)
+        return 2
+    if args.format == "rlds" and args.pixels == "tfds" and args.images == "encoded":
+        print("treadle import rlds: error: --pixels tfds decodes for --images video or "
+              "decoded; encoded images are decoded by the loader", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.format == "rlds" and args.images == "video" and args.fps is None:
+        print("treadle import rlds: error: --images video (the default) needs --fps "
+              "(RLDS stores no frame rate), or use --images encoded", file=sys.stderr)  # fmt: skip
         return 2
     try:
         # an import is a write: like the demo, it makes a root folder that is not there yet
@@ -239,8 +263,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if res.videos is not None:  # LeRobot: per episode and camera, copied or re-encoded (why)
         summary["videos"] = res.videos
-    if res.psnr:  # robot formats: per camera stored as video, its PSNR in dB
-        summary["psnr"] = res.psnr
+    if res.cameras is not None:  # RLDS and robot formats: per camera, bytes and PSNR
+        summary["cameras"] = res.cameras
     if res.topics:  # ROS bags: per bag and topic, messages, rate, gaps, messages used
         summary["topics"] = res.topics
     print(json.dumps(summary))
@@ -260,6 +284,16 @@ def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         return importers.hf(args.src, args.project, args.table, split=args.split, **common)
     if args.format == "mds":
         return importers.mds(args.src[0], args.project, args.table, **common)
+    if args.format == "rlds":
+        return importers.rlds(
+            args.src[0],
+            args.project,
+            args.table,
+            split=args.split,
+            fps=args.fps,
+            pixels=args.pixels,
+            **common,
+        )
     if args.format == "hdf5":
         return importers.hdf5(args.src[0], args.project, args.table, fps=args.fps,
                               next_obs=args.next_obs, **common)  # fmt: skip

@@ -53,7 +53,8 @@ def _cmd_log(args: argparse.Namespace) -> int:
         _print_json(
             [
                 {"id": c.id, "time": c.datetime.isoformat(), "message": c.message,
-                 "parents": list(c.parents), "tables": dict(sorted(c.tables.items()))}
+                 "parents": list(c.parents), "tables": dict(sorted(c.tables.items())),
+                 "changes": {k: list(v) for k, v in sorted(c.changes.items())}}
                 for c in commits
             ]
         )  # fmt: skip
@@ -61,7 +62,11 @@ def _cmd_log(args: argparse.Namespace) -> int:
     for c in commits:
         when = c.datetime.strftime("%Y-%m-%d %H:%M:%S")
         tables = ", ".join(f"{k}@v{v}" for k, v in sorted(c.tables.items())) or "-"
-        print(f"{c.short_id}  {when}  {c.message}\n          {tables}")
+        did = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(c.changes.items()))
+        print(
+            f"{c.short_id}  {when}  {c.message}\n          {tables}"
+            + (f"\n          {did}" if did else "")
+        )
     return 0
 
 

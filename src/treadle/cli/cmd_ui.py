@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from treadle.cli.args import int_at_least
@@ -19,19 +20,22 @@ def _client(args: argparse.Namespace):
 def _cmd_ui(args: argparse.Namespace) -> int:
     from treadle.ui.serve import serve
 
-    serve(_client(args), args.host, args.port, args.token, open_browser=not args.no_open)
+    serve(_client(args), args.host, args.port, args.token, open_browser=not args.no_open,
+          allow_hosts=tuple(args.allow_host or ()))  # fmt: skip
     return 0
 
 
 def _find_run(client, run_id: str, project: str | None):
+    from treadle.plan.plan import Plan
     from treadle.ui.runs import Runs, check_run_id
 
     check_run_id(run_id)
     runs = Runs(client)
     names = [project] if project else client.projects()
     for name in names:
-        if run_id in runs.all(name):
-            return runs.plan(name, run_id)
+        found = runs.runs(name)  # tables that only look like run records are skipped
+        if run_id in found:
+            return Plan.from_record(found[run_id]["record"], client)
     where = f"project {project!r}" if project else "any project of this store"
     raise NotFound(f"run {run_id!r} is not in {where} (no checkpoint row or saved record)")
 
@@ -43,14 +47,20 @@ def _cmd_show(args: argparse.Namespace) -> int:
         raise TreadleError("treadle show: give the step: --step N")
     if bool(args.out) == bool(args.json):
         raise TreadleError("treadle show: give exactly one of --out FILE.html and --json")
+    folder = os.path.dirname(os.path.abspath(args.out)) if args.out else None
+    if folder and not os.path.isdir(folder):
+        raise TreadleError(f"treadle show: cannot write {args.out}: folder {folder} does not exist")
     plan = _find_run(_client(args), args.run_id, args.project)
-    view = read_step(plan, args.step, args.rank, args.world_size)
+    view = read_step(plan, args.step, args.rank, args.world_size, anchors=not args.json)
     if args.json:
         json.dump(step_json(view), sys.stdout, indent=1)
         print()
         return 0
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write(step_html(view, inline=True))
+    try:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(step_html(view, inline=True))
+    except OSError as e:
+        raise TreadleError(f"treadle show: cannot write {args.out}: {e.strerror or e}") from None
     print(f"wrote {args.out}: run {plan.run_id} step {view.step} rank {view.rank} of "
           f"{view.world_size}, {len(view.samples)} samples")  # fmt: skip
     return 0
@@ -62,8 +72,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "(video and plots), runs and the samples of any step.")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; "
                    "any other needs --token, or one is generated and printed)")  # fmt: skip
-    p.add_argument("--port", type=int_at_least(0), default=8765, help="port (default 8765)")
+    p.add_argument("--port", type=int_at_least(0), default=8765,
+                   help="port (default 8765; 0: a free one, printed)")  # fmt: skip
     p.add_argument("--token", default=None, help="every request must carry this token")
+    p.add_argument("--allow-host", action="append", metavar="NAME", help="also answer "
+                   "requests for this Host name (repeatable; without a token only 127.0.0.1, "
+                   "localhost and [::1] are answered, on any port)")  # fmt: skip
     p.add_argument("--no-open", action="store_true", help="do not open a browser")
     p.set_defaults(func=_cmd_ui)
     s = sub.add_parser("show", help="the exact samples of one step of a run (HTML or JSON)",

@@ -10,7 +10,7 @@ import sys
 import threading
 import warnings
 
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 
 
 class GpuFallbackWarning(UserWarning):

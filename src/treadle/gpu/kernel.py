@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 from treadle.gpu.yuv_colour import Colour
 
 

@@ -4,7 +4,7 @@ A format's importer finds its source files (:func:`source_files`), reads what it
 table metadata, and gives :func:`import_episodes` a function that yields one episode at a
 time (``name, columns, rows, bytes read``) for the files it is asked for. This module
 turns that into one import (:func:`~treadle.importers.run.run_import`): one commit, the
-import id, progress in bytes, the cameras' PSNR report (:mod:`treadle.importers.cameras`),
+import id, progress in bytes, the cameras' report (``ImportResult.cameras``: bytes and PSNR),
 one Ray task per file with an executor, and the source's metadata and episode sets kept
 beside the committed version (``table.metadata``, ``table.episode_sets()``).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treadle.errors import InvalidName, NotFound
-from treadle.importers.cameras import CameraReport
+from treadle.importers.cameras import Reports
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities, split_url
 
@@ -37,7 +37,7 @@ log = logging.getLogger("treadle")
 Episode = tuple[str, dict[str, Any], int, int]
 #: episodes(unit indices, local copies, camera report) -> episodes in order; a unit is a
 #: file (HDF5, ROS 2) or an episode (Zarr)
-EpisodesFn = Callable[[Sequence[int], "LocalCopies", CameraReport | None], Iterator[Episode]]
+EpisodesFn = Callable[[Sequence[int], "LocalCopies", Reports | None], Iterator[Episode]]
 
 
 def source_files(
@@ -133,6 +133,7 @@ def import_episodes(
     episodes: EpisodesFn,
     options: dict[str, Any],
     fps: float | None,
+    images: str,
     meta: SourceMeta | None = None,
     copies: LocalCopies | None = None,
     units: Sequence[str] | None = None,
@@ -143,7 +144,7 @@ def import_episodes(
     sources = [source.describe(n) for n in names] if units is None else list(units)
     ids = _identities(source, names, fmt)
     total = sum(i[0] for i in ids if i)
-    report = CameraReport() if opts.executor is None else None
+    report = Reports(images) if opts.executor is None else None
     br = opts.open_branch(project)
     own = copies is None
     copies = copies or LocalCopies(source)
@@ -204,7 +205,7 @@ def _finish(
     table: str,
     fmt: str,
     meta: SourceMeta | None,
-    report: CameraReport | None,
+    report: Reports | None,
 ) -> ImportResult:
     """Keep the source's metadata beside the commit; add the cameras' report."""
     if meta and (meta.metadata or meta.episode_sets) and result.commit is not None:
@@ -213,9 +214,9 @@ def _finish(
         pinned = br.table(table).at(result.commit.id)
         put_source_meta(pinned, meta.metadata, meta.episode_sets, meta.fmt)
     if report is not None and not result.skipped:
-        for column, db in report.psnr().items():
-            log.info("import %s: camera %r stored as H.264 video, PSNR %.2f dB", fmt, column, db)
-        result = replace(
-            result, videos=report.rows, psnr=report.psnr(), topics=report.topics or None
-        )
+        for row in report.rows():
+            if row["psnr_mean_db"] is not None:
+                log.info("import %s: camera %r as H.264, PSNR mean %.2f dB, min %.2f dB",
+                         fmt, row["column"], row["psnr_mean_db"], row["psnr_min_db"])  # fmt: skip
+        result = replace(result, cameras=report.rows() or None, topics=report.topics or None)
     return result

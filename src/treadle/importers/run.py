@@ -105,10 +105,11 @@ class ImportResult:
     ``videos`` (LeRobot imports): per episode and video column, ``{"episode", "column",
     "video": "copied" | "re-encoded", "why"}``, in import order; None where the importer
     does not report it (other formats, an executor's remote tasks, a skipped re-run).
-    The robot-data importers (HDF5, Zarr, ROS 2) add a row per episode and camera stored
-    as video, with its ``psnr_db``; ``psnr``: per such camera column, the PSNR (dB) of all
-    its frames against the source's. ``topics`` (ROS imports): per bag and topic, its
-    messages, mean rate, largest gap and how many messages were used once, more, never.
+    ``cameras`` (RLDS, HDF5, Zarr, ROS imports): per camera column, what it was stored as, its bytes before
+    and after, and with ``images="video"`` the PSNR (mean and minimum over frames) of the
+    stored video against the source images' decode (:mod:`treadle.importers.camera_video`).
+    ``topics`` (ROS imports): per bag and topic, its messages, mean rate, largest gap and
+    how many messages the clock used once, more than once, never.
     """
 
     commit: Any
@@ -119,8 +120,8 @@ class ImportResult:
     seconds: float
     import_id: str
     skipped: bool = False
-    videos: list[dict[str, Any]] | None = None
-    psnr: dict[str, float] | None = None
+    videos: list[dict[str, str]] | None = None
+    cameras: list[dict[str, Any]] | None = None
     topics: list[dict[str, Any]] | None = None
 
 
@@ -193,7 +194,12 @@ class Progress:
         from tqdm import tqdm
 
         self._bar = tqdm(
-            total=total, desc=desc, unit=unit, disable=(enabled is False) or None, leave=False
+            total=total,
+            desc=desc,
+            unit=unit,
+            unit_scale=unit == "B",  # bytes as kB/MB/GB
+            disable=(enabled is False) or None,
+            leave=False,
         )
         self._lock = threading.Lock()
 

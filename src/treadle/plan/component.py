@@ -12,6 +12,7 @@ import numpy as np
 
 from treadle.errors import PlanError
 from treadle.names import check_name
+from treadle.plan.shares import printed_float
 from treadle.plan.windows import Windows
 
 if TYPE_CHECKING:
@@ -40,10 +41,11 @@ def _table_label(table: object) -> str:
 
 
 def check_weight(weight: Any, what: str = "weight") -> float:
-    """A positive, finite real number (not a bool, not a string) as a float."""
+    """A positive, finite real number (not a bool, not a string) as a float (a numpy
+    float32/float16 as the decimal it prints as: :func:`~treadle.plan.shares.printed_float`)."""
     if isinstance(weight, (bool, np.bool_)) or not isinstance(weight, numbers.Real):
         raise PlanError(f"{what} must be a positive number, got {weight!r}")
-    value = float(weight)
+    value = printed_float(weight)
     if not math.isfinite(value) or value <= 0:
         raise PlanError(f"{what} must be positive and finite, got {weight!r}")
     return value

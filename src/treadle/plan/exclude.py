@@ -1,7 +1,8 @@
 """Derived runs: a plan with some episodes excluded from a step on (``plan.exclude``).
 
 A derived run's record names its parent run, the step ``from_step`` and the excluded
-episodes per table (and how many moments they hold). Its batches are the parent's, except
+episodes per table (and how many eligible anchors of the run they hold: ``moments``; an
+episode holding none is refused, as the run never draws it). Its batches are the parent's, except
 that from ``from_step`` on a slot whose sample is a moment of an excluded episode is redrawn
 from the same component, among its moments not excluded: draw ``j`` of component ``c``
 (``N'`` moments left) takes index ``perm'_{c,e}(j mod N')`` of epoch ``e = j div N'``, a
@@ -108,10 +109,15 @@ def exclusion_of(
     table_names: Sequence[str],
     episode_index: Sequence[Any],
     earlier: Exclusion | None = None,
+    plan: Any = None,
 ) -> Exclusion:
-    """Check ``episodes={table: [names]}`` against the pinned tables; count their moments.
-    ``earlier``: the exclusion of the run this one derives from (names it already excludes
-    are left out of the new stage; naming only those is an error)."""
+    """Check ``episodes={table: [names]}`` against the pinned tables; count the anchors they
+    remove (:func:`anchors_in`: the eligible anchors of ``plan``, the run derived from, in
+    each episode; no ``plan``: every row is one). An episode the
+    run never draws (outside ``episodes=``, no row matching ``where=``, shorter than the
+    windows) is an error, as one already excluded is. ``earlier``: the exclusion of the run
+    this one derives from (names it already excludes are left out of the new stage; naming
+    only those is an error)."""
     if isinstance(from_step, bool) or not isinstance(from_step, (int, np.integer)):
         raise PlanError(f"from_step must be an integer >= 0, got {from_step!r}")
     if from_step < 0:
@@ -132,7 +138,16 @@ def exclusion_of(
             if n not in known:
                 raise PlanError(f"exclude: table {table!r} has no episode {n!r}")
             if n not in before.get(table, ()):
-                moments += int(idx.lengths[known[n]])
+                lo = int(idx.starts[known[n]])
+                hi = lo + int(idx.lengths[known[n]])
+                drawn = hi - lo if plan is None else anchors_in(plan, table, lo, hi)
+                if not drawn:
+                    raise PlanError(
+                        f"exclude: episode {n!r} of table {table!r}: run {parent} never draws "
+                        "it (outside its episodes=, no row matching its where=, or shorter "
+                        "than its windows), so excluding it would change nothing"
+                    )
+                moments += drawn
                 new.append(n)
         if new:
             out.append((table, tuple(sorted(new))))
@@ -140,6 +155,24 @@ def exclusion_of(
         raise PlanError(f"exclude: run {parent} already excludes every episode named")
     stages = () if earlier is None else earlier.stages
     return Exclusion(parent, int(from_step), tuple(sorted(out)), moments, stages)
+
+
+def anchors_in(plan: Any, table: str, lo: int, hi: int) -> int:
+    """Moments among rows ``lo .. hi-1`` of ``table`` that are an eligible anchor of some
+    component of ``plan`` reading it (each counted once): what excluding them removes."""
+    firsts, stops = [], []
+    for c, comp in enumerate(plan.record.components):
+        if plan.record.tables[comp.table].name == table:
+            first, stop = plan.anchor_runs(c)
+            i0 = max(int(np.searchsorted(first, lo, side="right")) - 1, 0)
+            i1 = int(np.searchsorted(first, hi, side="left"))
+            firsts.append(np.maximum(first[i0:i1], lo))
+            stops.append(np.minimum(stop[i0:i1], hi))
+    first, stop = np.concatenate(firsts), np.concatenate(stops)
+    order = np.argsort(first, kind="stable")
+    first, stop = first[order], stop[order]
+    before = np.maximum.accumulate(np.concatenate([[lo], stop[:-1]]))  # covered up to here
+    return int(np.clip(stop - np.maximum(first, before), 0, None).sum())
 
 
 class Redraw:

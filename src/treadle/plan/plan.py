@@ -166,7 +166,7 @@ class Plan:
         derived run it composes: that run's batches, with these slots redrawn too."""
         names = [t.name for t in self._record.tables]
         derived = exclusion_of(self.run_id, from_step, episodes, names, self._table_episodes(),
-                               self._record.derived)  # fmt: skip
+                               self._record.derived, self)  # fmt: skip
         record = replace(self._record, derived=derived)
         anchors = [self.anchor_runs(c) for c in range(len(self._record.components))]
         return Plan(record, self._tables, episodes=self._episodes, anchors=anchors)
@@ -253,14 +253,14 @@ class Plan:
         derive: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
         by_component: bool = False, quantiles: Sequence[float] = (0.01, 0.10, 0.50, 0.90, 0.99),
         frames: int = 10_000, steps: int | tuple[int, int] | None = None,
+        derive_version: str | int | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """Statistics of the samples this run draws (``steps=N`` / ``(a, b)``: in those steps),
-        ``{column: ColumnStats}`` (``by_component=True``: per component name), kept in the
-        project of the first table under the run id (derived runs: what they draw), which
-        computes them: :mod:`treadle.stats.plan_stats`."""
+        """``{column: ColumnStats}`` of the samples this run draws (derived runs: what they
+        draw), kept under the run id in its first table's project (a derive only with
+        ``derive_version=``): :mod:`treadle.stats.plan_stats` says what and how."""
         return self.tables[0].project.plan_stats(self, columns, per_offset=per_offset,
             derive=derive, by_component=by_component, quantiles=quantiles, frames=frames,
-            steps=steps)  # fmt: skip
+            steps=steps, derive_version=derive_version)  # fmt: skip
 
     @property
     def batch_size(self) -> int:

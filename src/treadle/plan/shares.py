@@ -33,6 +33,9 @@ import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from math import ceil, floor, gcd, lcm
+from typing import Any
+
+import numpy as np
 
 from treadle.errors import PlanError, PlanWarning
 
@@ -43,6 +46,15 @@ SHARE_TOLERANCE = Fraction(1, 10**6)
 MAX_COMPONENTS = 1000
 MAX_RELATIVE_MOVE = Fraction(1, 100)
 """A plan whose share would move by more than this part of itself is refused."""
+
+
+def printed_float(weight: Any) -> float:
+    """A real weight as the float of the decimal it prints as: a numpy float of less than
+    double precision (``np.float32(0.3)`` prints as 0.3 but holds 0.30000001192...) is read
+    from its shortest repr, so it plans as that decimal (3/10), not as its binary value."""
+    if isinstance(weight, np.floating) and weight.dtype.itemsize < 8:
+        return float(str(weight))
+    return float(weight)
 
 
 def decimal_weight(weight: float) -> Fraction:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from treadle.errors import PlanError
+from treadle.errors import PlanError, PlanWarning
 from treadle.plan.schedule import MAX_SCHEDULE_WORDS
 from treadle.plan.schedule import Schedule as Seats
-from treadle.plan.shares import check_planned, decimal_weight, realise_shares
+from treadle.plan.shares import check_planned, decimal_weight, printed_float, realise_shares
 
 RAMP_PIECES = 10
 """A ramp is planned as at most this many constant pieces (k/10 keeps decimals decimal)."""
@@ -53,7 +54,7 @@ def _weights(weights: Any, what: str) -> tuple[float, ...]:
     for w in weights:
         if isinstance(w, (bool, np.bool_)) or not isinstance(w, numbers.Real):
             raise PlanError(f"{what}: weights must be numbers >= 0, got {w!r}")
-        v = float(w)
+        v = printed_float(w)
         if not math.isfinite(v) or v < 0:
             raise PlanError(f"{what}: weights must be finite and >= 0, got {w!r}")
         out.append(v)
@@ -246,11 +247,21 @@ class StagedSeats:
 def check_schedule(schedule: Schedule, batch_size: int, labels: Sequence[str]) -> StagedSeats:
     """The schedule's seats at ``batch_size``; each piece's shares checked as a recipe's are
     (:func:`~treadle.plan.shares.check_planned`: refused when moved more than 1%, else a
-    warning when moved at all). ``labels`` name the components."""
+    warning when moved at all). ``labels`` name the components. A component at weight 0 in
+    every stage is kept but warned of (:class:`~treadle.errors.PlanWarning`): never drawn."""
     if schedule.num_components != len(labels):
         raise PlanError(
             f"schedule gives {schedule.num_components} weights per stage for "
             f"{len(labels)} components"
+        )
+    never = [x for c, x in enumerate(labels) if not any(s.weights[c] for s in schedule.stages)]
+    if never:  # kept (its layout, EvalLoader(only=), by_component stats) but said
+        warnings.warn(
+            f"{'; '.join(never)}: weight 0 in every stage of the schedule, so never drawn "
+            "(it still shapes the batch's columns and can be evaluated with "
+            "EvalLoader(plan, only=...)); remove it from the recipe if that is not meant",
+            PlanWarning,
+            stacklevel=3,
         )
     seats = StagedSeats(schedule.pieces(), batch_size)
     for start, asked, planned in zip(seats.starts, seats.shares, seats.planned, strict=True):

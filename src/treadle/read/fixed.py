@@ -15,8 +15,7 @@ chosen once per (table version, column):
   ``[rows, *shape]`` array at a byte offset that the file's own column metadata gives; the
   files are memory-mapped read-only. Data files are immutable and named by the pinned
   version's fragment list, so no other version's bytes are read. Each page's first and last
-  row are checked against a Lance ``take`` once; any assumption that does not hold means
-  the next path.
+  row are checked against a Lance ``take`` once; else the next path (deletions: compact()).
 - **resident**: the whole column of the version, read once with Lance and kept as one numpy
   array while it fits the reader's byte budget (narrow columns: actions, states, scalars,
   which Lance stores in compressed mini-blocks). A column holding a null anywhere is not
@@ -238,6 +237,10 @@ class FixedReader:
                     fastpaths.off("fixed-width reads", f"column {f.name!r}: Lance file version "
                                   f"{version[0]}.{version[1]} is not one whose layout is known")  # fmt: skip
                 return None
+            if df is None and wide:
+                fastpaths.off("fixed-width reads", f"table {table.name!r} column {f.name!r}: a "
+                              "fragment has deleted rows or the column over several files; "
+                              "table.compact() rewrites them")  # fmt: skip
             path, why = (None, "") if df is None else self._local_file(table, ds, df)
             if path is None:
                 if why:

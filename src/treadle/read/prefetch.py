@@ -7,7 +7,8 @@ item it is working on (and closes the iterator it was given). :func:`ordered_map
 ``fn`` over items on a thread pool with a bounded number in flight (and optionally a
 bounded total weight), in order, running the items its ``inline`` test picks on the
 calling thread (work too small for a thread handoff); closing it cancels the items not yet
-started and closes the iterator of items.
+started and closes the iterator of items. Neither ever waits for a thread when it is closed
+(a finalizer may close it, on any thread): the waiting is handed to :mod:`treadle.reaper`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from treadle import reaper
 from treadle.concurrency import CONCURRENCY
 
 T = TypeVar("T")
@@ -78,13 +80,47 @@ def prefetch(
 ) -> Iterator[T]:
     """Iterate ``items`` on a background thread, up to ``depth`` items ahead, in order.
 
-    Exceptions raised while producing are re-raised here; when the consumer stops (the end,
-    an error, or closing this generator) the producer is stopped, waited for, and then
-    ``close()`` runs; stopped by an error or an interrupt, it waits at most
-    :data:`GIVE_UP_S`, and a producer still running then is left (without ``close()``).
+    Exceptions raised while producing are re-raised here. At the end, the producer is
+    waited for and ``close()`` runs here. Stopped early (closing this generator, which the
+    garbage collector may do on any thread, or an error or an interrupt) nothing waits here:
+    the reaper (:mod:`treadle.reaper`) stops the producer after the item it is on, waits for
+    it (stopped by an error or an interrupt, at most :data:`GIVE_UP_S`: a producer still
+    running then is left, without ``close()``) and then runs ``close()``.
     """
     q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
+    t = threading.Thread(target=_produce, args=(items, q, stop), name=name, daemon=True)
+    live = _LIVE  # still bound if this generator is finalised in interpreter teardown
+    live[t] = stop
+    reaper.start()
+    t.start()
+    try:
+        while True:
+            ok, item = q.get()
+            if not ok:
+                raise item
+            if item is _END:
+                break
+            yield item
+    except GeneratorExit:  # maybe a finalizer, on any thread: never wait here
+        stop.set()
+        reaper.reap(_stop, t, stop, None, live, close)
+        raise
+    except BaseException:  # a failure or an interrupt: a producer hung in a read is left
+        stop.set()
+        reaper.reap(_stop, t, stop, GIVE_UP_S, live, close)
+        raise
+    stop.set()
+    t.join()  # it has handed over its end: it is on its way out
+    live.pop(t, None)
+    if close is not None:
+        close()
+
+
+def _produce(items: Iterable[Any], q: queue.Queue[tuple[bool, Any]],
+             stop: threading.Event) -> None:  # fmt: skip
+    """The producer of :func:`prefetch`: ``(True, item)``, then ``(True, _END)`` or
+    ``(False, error)`` into ``q``, until ``stop`` is set."""
 
     def put(entry: tuple[bool, Any]) -> bool:
         while not stop.is_set():
@@ -95,39 +131,17 @@ def prefetch(
                 continue
         return False
 
-    def run() -> None:
-        it = iter(items)
-        try:
-            for item in it:
-                if not put((True, item)):
-                    return
-            put((True, _END))
-        except BaseException as e:  # every failure is handed to the consumer
-            put((False, e))
-        finally:  # a generator stopped early stops its own work here, on its own thread
-            if hasattr(it, "close"):
-                it.close()
-
-    t = threading.Thread(target=run, name=name, daemon=True)
-    live = _LIVE  # still bound if this generator is finalised in interpreter teardown
-    live[t] = stop
-    t.start()
-    wait: float | None = None
+    it = iter(items)
     try:
-        while True:
-            ok, item = q.get()
-            if not ok:
-                raise item
-            if item is _END:
+        for item in it:
+            if not put((True, item)):
                 return
-            yield item
-    except GeneratorExit:
-        raise
-    except BaseException:  # a failure or an interrupt: a producer hung in a read is left
-        wait = GIVE_UP_S
-        raise
-    finally:
-        _stop(t, stop, wait, live, close)
+        put((True, _END))
+    except BaseException as e:  # every failure is handed to the consumer
+        put((False, e))
+    finally:  # a generator stopped early stops its own work here, on its own thread
+        if hasattr(it, "close"):
+            it.close()
 
 
 def _stop(
@@ -137,12 +151,14 @@ def _stop(
     live: dict[threading.Thread, threading.Event],
     close: Callable[[], None] | None,
 ) -> None:
+    """On the reaper: wait for the producer (at most ``wait``), then hand ``close`` in after
+    the cleanups the producer handed in while it stopped (its iterator's)."""
     stop.set()
     t.join(wait)
     if not t.is_alive():  # else it still uses what close() closes: exit joins it
         live.pop(t, None)
         if close is not None:
-            close()
+            reaper.reap(close)
 
 
 def ordered_map(
@@ -176,7 +192,8 @@ def ordered_map(
     it = iter(items)
     pool = _DaemonPool(threads, "treadle-map")
     pending: deque[tuple[Future[T], int]] = deque()
-    load, wait = 0, True
+    load = 0
+    reaper.start()
     try:
         for item in it:
             w = weight(item) if weight is not None else 0
@@ -189,20 +206,28 @@ def ordered_map(
                 yield done.result()
         while pending:
             yield pending.popleft()[0].result()
-    except GeneratorExit:  # closed early by its consumer: items running end first
+    except GeneratorExit:  # closed early, maybe a finalizer on any thread: never wait here
+        reaper.reap(_shut, pending, pool, it, True)
         raise
     except BaseException:
         # A failure or an interrupt (Ctrl-C): items still running may be left to end on
         # their daemon threads, so a read hung on a dead server holds neither the caller
         # nor the interpreter's exit (a ThreadPoolExecutor waited for them, minutes).
-        wait = not leave_running
+        _shut(pending, pool, it, not leave_running)
         raise
-    finally:  # stopped early (closed, or a failure): items not started never run
-        for f, _ in pending:
-            f.cancel()
-        pool.shutdown(wait)
-        if hasattr(it, "close"):
-            it.close()
+    pool.shutdown(False)  # every item has ended: the threads just go
+    if hasattr(it, "close"):
+        it.close()
+
+
+def _shut(pending: deque[tuple[Future[Any], int]], pool: _DaemonPool, it: Iterator[Any],
+          wait: bool) -> None:  # fmt: skip
+    """Stop a map early: items not started never run; ``wait``: for those running."""
+    for f, _ in pending:
+        f.cancel()
+    pool.shutdown(wait)
+    if hasattr(it, "close"):
+        it.close()
 
 
 class _DaemonPool:
@@ -232,6 +257,11 @@ class _DaemonPool:
         for _ in self._threads:
             self._jobs.put(None)
         if wait:
+            if not reaper.may_wait() or threading.current_thread() in self._threads:
+                raise RuntimeError(  # it would wait for itself: a bug, never a hang
+                    f"{self._name}: a pool shut down from {threading.current_thread().name}"
+                    " cannot wait for its threads there"
+                )
             for t in self._threads:
                 t.join()
 

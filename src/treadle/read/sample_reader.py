@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
 
+from treadle import reaper
 from treadle.concurrency import CONCURRENCY
 from treadle.read.buffers import BufferPool
 from treadle.read.columns import (
@@ -217,10 +218,14 @@ class SampleReader:
             if last is not None:
                 batch, last = last, None
                 yield batch[0], batch[1]()
-        finally:
-            if last is not None:  # stopped early: let its decode end before its buffers go
-                with contextlib.suppress(Exception):
-                    last[1]()
+        except GeneratorExit:  # maybe a finalizer, on any thread: the reaper waits
+            if last is not None:
+                reaper.reap(_quietly, last[1])
+            raise
+        except BaseException:  # stopped by a failure: its decode ends before its buffers go
+            if last is not None:
+                _quietly(last[1])
+            raise
 
     def _adapt(self, taken: list[Taken], video: Prepared | None) -> None:
         """Batches ahead: ``read_ahead``, fewer while that many of this one's size would
@@ -370,3 +375,9 @@ def _is_end(item: Take | _Video | _Planned) -> int:
 
 def _inline(item: Take | _Video | _Planned) -> bool:
     return isinstance(item, _Planned) or (isinstance(item, Take) and cheap(item))
+
+
+def _quietly(finish: Callable[[], Any]) -> None:
+    """Wait for a batch nobody will take (its decode ends before its buffers go)."""
+    with contextlib.suppress(Exception):
+        finish()

@@ -21,7 +21,8 @@ class ColumnStats:
     for video). ``rank_error``: bound on the rank error of the quantiles, in values (0 =
     exact). ``source``: ``"treadle"`` (computed) or where imported values came from (e.g.
     ``"lerobot meta/stats.json"``). ``quantiles``: every quantile computed, ``{q: array}``
-    (``q01``/``q99`` always). ``video``: pixel values 0..255 per channel. ``samples``: the
+    (``q01``/``q99`` always). ``video``: pixel units, values 0..255 per channel before the
+    spec's dtype, ``/ 255`` or ``mean``/``std`` (the repr says so). ``samples``: the
     rows or frames the statistics are over (``count`` counts values per element: pixels
     per channel for video)."""
 
@@ -37,6 +38,15 @@ class ColumnStats:
     quantiles: dict[float, np.ndarray] = field(default_factory=dict, compare=False)
     video: bool = False
     samples: int | None = None
+
+    def __repr__(self) -> str:
+        """The fields, and for video the units: pixel values as stored, before the spec's
+        dtype, ``/ 255`` and ``mean``/``std`` (normalise a float video with them once)."""
+        units = "units='pixel values 0..255 per channel', " if self.video else ""
+        shown = ", ".join(f"{k}={np.asarray(getattr(self, k))!r}" for k in FIELDS)
+        extra = {q: v for q, v in self.quantiles.items() if q not in (0.01, 0.99)}
+        return (f"ColumnStats({units}{shown}, quantiles={extra!r}, rank_error={self.rank_error}, "
+                f"source={self.source!r}, samples={self.samples})")  # fmt: skip
 
     def quantile(self, q: float) -> np.ndarray:
         """The ``q`` quantile (one of those computed: ``plan.stats(quantiles=...)``)."""

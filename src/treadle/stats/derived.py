@@ -39,7 +39,7 @@ def derive_parts(
     for batch in batches(plan, c, specs, moments):
         for name, fn in derived.items():
             seen = _Seen(batch)
-            r = np.asarray(fn(seen), np.float64)
+            r = _numbers(name, fn(seen))
             flags = {k: v for k, v in batch.items()
                      for f in _FLAGS if k.endswith(f) and k[: -len(f)] in seen.read}  # fmt: skip
             axes = _axes(plan, c, seen.read)
@@ -47,6 +47,28 @@ def derive_parts(
             _add_derived(parts, name, {"_moment": batch["_moment"], **flags}, r, per_offset,
                          axes, budget, padded)  # fmt: skip
     return {n: p for n, p in parts.items() if any(mom.n for mom, _ in p.groups)}
+
+
+def _numbers(name: str, value: Any) -> np.ndarray:
+    """A derived value as float64: real numbers or booleans only (text is never parsed, and
+    a complex value is refused rather than losing its imaginary part)."""
+    r = np.asarray(value)
+    if r.dtype.kind == "c":
+        raise PlanError(
+            f"plan.stats: derive {name!r} gave complex values ({r.dtype}); statistics are of "
+            "real numbers: return .real, .imag or abs() of them"
+        )
+    if r.dtype.kind in "biuf":
+        return r.astype(np.float64, copy=False)
+    try:
+        if r.dtype.kind != "O":
+            raise TypeError(r.dtype)
+        return r.astype(np.float64)  # Python numbers in an object array
+    except (TypeError, ValueError):
+        raise PlanError(
+            f"plan.stats: derive {name!r} gave {r.dtype} values, not numbers (an array of "
+            f"real numbers [b, ...] is needed), e.g. {r.ravel()[:3].tolist()!r:.80}"
+        ) from None
 
 
 def _timed(r: np.ndarray, axes: tuple[set[int], set[int]]) -> bool:

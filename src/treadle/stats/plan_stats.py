@@ -37,7 +37,8 @@ windows take it unpadded (per offset: whether ``row - offset`` is an anchor of t
 episode), so a 10-offset window costs about one ``table.stats`` scan, not ten. Video
 columns are sampled as ``table.stats`` samples them: about ``frames`` frames (anchors drawn
 per component by share, a pure function of the plan's seed), decoded to uint8 at the
-spec's size, exact per-channel histograms. ``derive={name: fn}`` runs ``fn`` on the batches
+spec's size, exact per-channel histograms: video statistics are in pixel units (0..255,
+before the spec's ``dtype``, ``/ 255`` and ``mean``/``std``, whose input they are). ``derive={name: fn}`` runs ``fn`` on the batches
 of every anchor in table order (the batch as delivered, zeros for absent columns); a
 derived value ``[b, D...]`` or, with a time axis, ``[b, T, D...]`` (or ``[b, T]`` when a
 windowed scalar column it reads is ``[b, T]``) leaves out entries
@@ -46,9 +47,12 @@ whose table lacks a column it reads (``*_is_present``), and the dimensions the
 ``*_dim_mask`` of its last size of a column it reads marks padded.
 
 **Kept** in the project (``projects/<p>/runstats/<run id>/``), keyed by the run id, each
-table version's identity and the arguments (a derive function by its code, defaults, and
-the values and globals it uses: :func:`treadle.stats.run_cache.code_key`): a second call in
-any process, at any world size or worker count, reads it back.
+table version's identity and the arguments: a second call in any process, at any world size
+or worker count, reads it back. With ``derive=``, only when ``derive_version=`` is given
+(keyed by it and by what :func:`treadle.stats.run_cache.code_key` can see of each function);
+without one a derive is computed on every call, since what a function reaches (a module's
+functions and attributes, files, C code) cannot all be hashed, and a result computed by
+other code is never served.
 A dimension whose std is 0 (or below 1e-12 of its scale, or without values) warns, naming
 the column and the dimensions.
 """
@@ -57,10 +61,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from treadle import reaper
 from treadle.errors import NotFound, PlanError
 from treadle.plan.exclude import drawn_from
 from treadle.plan.windows import Video
@@ -68,7 +74,7 @@ from treadle.read.columns import ColumnSpec
 from treadle.stats.column_stats import ColumnStats
 from treadle.stats.derived import derive_parts
 from treadle.stats.pooled import HistPart, Part, pool, pool_hist
-from treadle.stats.run_cache import RunCache, code_key, warn_flat
+from treadle.stats.run_cache import RunCache, derive_keys, warn_flat
 from treadle.stats.table_stats import READ_VALUES, scan_batches
 from treadle.table.tensors import to_numpy
 
@@ -83,8 +89,12 @@ def plan_stats(
     derive: Mapping[str, Callable[[dict[str, Any]], Any]] | None = None,
     by_component: bool = False, quantiles: Sequence[float] = DEFAULT_QUANTILES,
     frames: int = 10_000, steps: int | tuple[int, int] | None = None,
+    derive_version: str | int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``Plan.stats``: the statistics of the plan's own distribution (module docstring)."""
+    for flag, value in (("per_offset", per_offset), ("by_component", by_component)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise PlanError(f"plan.stats: {flag} must be True or False, got {value!r}")
     if plan.record.schedule is not None and not by_component and steps is None:
         raise PlanError(
             f"plan.stats of run {plan.run_id}: its weight schedule changes the mix with the "
@@ -97,11 +107,11 @@ def plan_stats(
     qs = _check_quantiles(quantiles)
     if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
         raise PlanError(f"plan.stats: frames must be an integer >= 1, got {frames!r}")
-    derived = _check_derive(derive)
+    derived = _check_derive(derive, derive_version)
     kinds = _columns(plan, columns, derived)
     spec = {"algo": _ALGO, "run": plan.run_id, "columns": list(kinds), "kinds": kinds,
             "per_offset": bool(per_offset), "quantiles": list(qs), "frames": frames,
-            "derive": {n: code_key(f) for n, f in derived.items()}}  # fmt: skip
+            "derive": derive_keys(derived, derive_version)}  # fmt: skip
     if steps is not None:
         spec["steps"] = [float(x) for x in shares]
     if per_offset and "video" in kinds.values():
@@ -123,10 +133,11 @@ def plan_stats(
     return pooled
 
 
-def _shares(plan: Any, steps: Any) -> list[float]:
-    """Each component's weight: its planned share, or its part of the samples of ``steps``."""
+def _shares(plan: Any, steps: Any) -> list[Fraction]:
+    """Each component's weight, exactly: its planned share, or its part of the samples of
+    ``steps`` (exact, so quantiles at ties of the pooled weights are numpy's)."""
     if steps is None:
-        return [float(w) for w in plan.weights]
+        return [Fraction(w) for w in plan.weights]
     pair = (0, steps) if isinstance(steps, (int, np.integer)) else steps
     ok = isinstance(pair, (tuple, list)) and len(pair) == 2
     if not ok or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
@@ -137,7 +148,7 @@ def _shares(plan: Any, steps: Any) -> list[float]:
         )
     got = np.asarray(plan.cumulative(int(pair[1])), np.int64)
     got = got - np.asarray(plan.cumulative(int(pair[0])), np.int64)
-    return [float(x) for x in got / got.sum()]
+    return [Fraction(int(x), int(got.sum())) for x in got]
 
 
 def _check_quantiles(quantiles: Any) -> tuple[float, ...]:
@@ -150,8 +161,16 @@ def _check_quantiles(quantiles: Any) -> tuple[float, ...]:
     return tuple(sorted(set(qs) | {0.01, 0.99}))
 
 
-def _check_derive(derive: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
+def _check_derive(derive: Any, version: Any) -> dict[str, Callable[[dict[str, Any]], Any]]:
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, (str, int)) or version == ""
+    ):
+        raise PlanError(
+            f"plan.stats: derive_version must be a non-empty string or an integer, got {version!r}"
+        )
     if derive is None:
+        if version is not None:
+            raise PlanError("plan.stats: derive_version versions derive=; no derive was given")
         return {}
     if not isinstance(derive, Mapping) or not all(
         isinstance(k, str) and callable(f) for k, f in derive.items()
@@ -172,8 +191,13 @@ def _columns(plan: Any, columns: Any, derived: dict[str, Any]) -> dict[str, str]
             kinds[name] = "video"
     if columns is None:
         names = [] if derived else list(kinds)
+    elif isinstance(columns, str):
+        names = [columns]
+    elif isinstance(columns, Sequence) and all(isinstance(n, str) for n in columns):
+        names = list(columns)
     else:
-        names = [columns] if isinstance(columns, str) else list(columns)
+        raise PlanError(f"plan.stats: columns must be a column name or a list of names, "
+                        f"got {columns!r}")  # fmt: skip
     unknown = [n for n in names if n not in layout]
     if unknown:
         raise NotFound(f"plan.stats: the batch has no column(s) {unknown}; it has {list(layout)}")
@@ -188,19 +212,19 @@ def _columns(plan: Any, columns: Any, derived: dict[str, Any]) -> dict[str, str]
 
 def _compute(
     plan: Any, kinds: dict[str, str], per_offset: bool, derived: dict[str, Any],
-    qs: tuple[float, ...], frames: int, shares: list[float],
+    qs: tuple[float, ...], frames: int, shares: list[Fraction],
 ) -> tuple[dict[str, ColumnStats], dict[str, dict[str, ColumnStats]]]:  # fmt: skip
-    parts: dict[str, list[tuple[float, Any] | None]] = {}
+    parts: dict[str, list[tuple[Fraction, Any] | None]] = {}
     for n in [*kinds, *derived]:
         parts[n] = [None] * plan.num_components
     for c in range(plan.num_components):
-        a = shares[c] / plan.eligible(c)
+        a = shares[c] / plan.eligible(c)  # a Fraction: each value's exact weight
         rows = [n for n, k in kinds.items() if k == "rows" and plan.layout[n].placed[c].present]
         for n, part in _scan_rows(plan, c, rows, per_offset).items():
             parts[n][c] = (a, part)
         for n in [n for n, k in kinds.items() if k == "video"]:
             if plan.layout[n].placed[c].present:  # (share 0 in steps=: sampled for by_component)
-                take = max(1, round(frames * (shares[c] or float(plan.weights[c]))))
+                take = max(1, round(frames * float(shares[c] or plan.weights[c])))
                 hp = _video_part(plan, c, n, take, per_offset)
                 parts[n][c] = (shares[c] / hp.anchors, hp)
         if derived:
@@ -220,7 +244,7 @@ def _compute(
             if got[c] is not None:
                 own = _own(got[c][1])
                 alone = own is got[c][1] and len(live[n]) == 1 and live[n][0] is got[c]
-                per[name][n] = pooled[n] if alone else _pool([(1.0, own)], qs)  # same values
+                per[name][n] = pooled[n] if alone else _pool([(Fraction(1), own)], qs)
     return pooled, per
 
 
@@ -234,7 +258,7 @@ def _own(part: Any) -> Any:
     return Part(shape, index, part.groups, part.per_offset, part.anchors)
 
 
-def _pool(parts: list[tuple[float, Any]], qs: tuple[float, ...]) -> ColumnStats:
+def _pool(parts: list[tuple[Fraction, Any]], qs: tuple[float, ...]) -> ColumnStats:
     return pool_hist(parts, qs) if isinstance(parts[0][1], HistPart) else pool(parts, qs)
 
 
@@ -333,12 +357,10 @@ def _batches(plan: Any, c: int, specs: list[ColumnSpec], moments: np.ndarray) ->
     from treadle.read.sample_reader import SampleReader
 
     reader = SampleReader([plan.table(c)], [specs], ids=False)
-    try:
+    with reaper.closing(reader.close):  # closed early: on the reaper (maybe a finalizer)
         for i in range(0, len(moments), _ANCHORS):
             chunk = moments[i : i + _ANCHORS]
             yield reader.read(np.zeros(len(chunk), np.int64), chunk)
-    finally:
-        reader.close()
 
 
 def _video_part(plan: Any, c: int, name: str, frames: int, per_offset: bool) -> HistPart:

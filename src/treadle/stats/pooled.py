@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
+from math import gcd, lcm
 
 import numpy as np
 
 from treadle.stats.column_stats import ColumnStats
 from treadle.stats.moments import Moments, Sketch, histogram_moments
+
+Weight = Fraction | float  # a value's weight in the pool: share / eligible, exactly
 
 
 class Counted:
@@ -98,14 +102,15 @@ class HistPart:
     anchors: int  # anchors sampled (each weighs share / anchors in the pool)
 
 
-def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
-    """Statistics of the mixture: part ``p`` weighted ``a`` per value."""
+def pool(parts: list[tuple[Weight, Part]], qs: tuple[float, ...]) -> ColumnStats:
+    """Statistics of the mixture: part ``p`` weighted ``a`` per value (a ``Fraction``: the
+    quantiles weigh exactly; moments in float64)."""
     shape, groups = parts[0][1].shape, len(parts[0][1].groups)
     e = math.prod(shape)
     count = np.zeros((groups, e), np.int64)
     wsum, msum = np.zeros((groups, e)), np.zeros((groups, e))
     lo, hi = np.full((groups, e), np.inf), np.full((groups, e), -np.inf)
-    for a, p in parts:
+    for a, p in ((float(a), p) for a, p in parts):
         for g, (mom, _) in enumerate(p.groups):
             if mom.n:
                 ix = p.index
@@ -117,7 +122,7 @@ def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = msum / wsum
         m2 = np.zeros((groups, e))
-        for a, p in parts:
+        for a, p in ((float(a), p) for a, p in parts):
             for g, (mom, _) in enumerate(p.groups):
                 if mom.n:
                     m2[g, p.index] += a * (mom.m2 + mom.n * (mom.mean - mean[g, p.index]) ** 2)
@@ -138,7 +143,7 @@ def pool(parts: list[tuple[float, Part]], qs: tuple[float, ...]) -> ColumnStats:
 
 
 def _quantiles(
-    parts: list[tuple[float, Part]], qs: tuple[float, ...], groups: int, e: int
+    parts: list[tuple[Weight, Part]], qs: tuple[float, ...], groups: int, e: int
 ) -> tuple[np.ndarray, int]:
     """Weighted ``inverted_cdf`` quantiles per group and element, and their rank error
     bound (in values: the worst part's error as a fraction of its values, of all values
@@ -156,10 +161,12 @@ def _quantiles(
             pos[p.index] = np.arange(len(p.index))
             for times, sk in counted.by.items():
                 for h, items in sorted_levels(sk):
-                    held.append((items, a * times * 2**h, pos))
+                    held.append((items, Fraction(a) * times * 2**h, pos))
                 if sk.compacted_levels:
                     worst = max(worst, sk.rank_error() / sk.n)
             total = max(total, int(mom.n))
+        held = [(items, w, pos) for (items, _, pos), w in
+                zip(held, integer_weights([w for _, w, _ in held]))]  # fmt: skip
         for j in range(e):
             got = [(items[pos[j]], w) for items, w, pos in held if pos[j] >= 0]
             if got:
@@ -177,22 +184,47 @@ def sorted_levels(sk: Sketch) -> list[tuple[int, np.ndarray]]:
     return got
 
 
-def weighted_quantiles(levels: list[tuple[np.ndarray, float]], qs: tuple[float, ...]) -> np.ndarray:
+def integer_weights(weights: list[Fraction]) -> list[int]:
+    """Exact weights as the least integers in the same ratios (over their common
+    denominator): sums of them tie exactly where the weights do."""
+    if not weights:
+        return []
+    den = lcm(*(w.denominator for w in weights))
+    ints = [int(w * den) for w in weights]
+    g = gcd(*ints) or 1
+    return [w // g for w in ints]
+
+
+def shares_reach(num: np.ndarray, total: int, q: np.ndarray) -> np.ndarray:
+    """Whether each weight share ``num / total`` (exact integers) reaches ``q``, the share
+    rounded once to float64 as numpy's weighted ``inverted_cdf`` rounds ``cumsum / sum``
+    of integer weights (exactly: float64 holds integers below 2**53, and one division
+    rounds correctly; beyond, Python's integer division does)."""
+    if total < 2**53:
+        return np.asarray(num, np.int64) / total >= q
+    return np.asarray([int(x) / total for x in num], np.float64) >= q
+
+
+def weighted_quantiles(levels: list[tuple[np.ndarray, int]], qs: tuple[float, ...]) -> np.ndarray:
     """numpy's ``quantile(values, qs, weights=w, method="inverted_cdf")`` over sorted runs of
-    values of one weight each: the least value ``v`` whose weight share ``W(<= v) / W``
-    reaches ``q``, found by bisection in each run (no sort of all values together)."""
+    values of one integer weight each (:func:`integer_weights`): the least value ``v`` whose
+    weight share ``W(<= v) / W`` reaches ``q``, found by bisection in each run (no sort of
+    all values together), with the shares summed exactly."""
     q = np.asarray(qs, np.float64)
     total = sum(w * len(s) for s, w in levels)
+    big = total >= 2**62  # sums int64 cannot hold: Python integers
 
-    def share(v: np.ndarray) -> np.ndarray:
-        return sum(w * np.searchsorted(s, v, side="right") for s, w in levels) / total
+    def reach(v: np.ndarray) -> np.ndarray:
+        num = sum(np.searchsorted(s, v, side="right").astype(object if big else np.int64) * w
+                  for s, w in levels)  # fmt: skip
+        return shares_reach(num, total, q)
 
     best = np.full(len(q), np.inf)
     for s, _ in levels:
         lo, hi = np.zeros(len(q), np.int64), np.full(len(q), len(s), np.int64)
         while (lo < hi).any():  # least index whose share reaches q (len(s): none)
             mid = (lo + hi) // 2
-            ok = share(s[np.minimum(mid, len(s) - 1)]) >= q
+            ok = reach(s[np.minimum(mid, len(s) - 1)])
             live = lo < hi
             hi = np.where(live & ok, mid, hi)
             lo = np.where(live & ~ok, mid + 1, lo)
@@ -201,18 +233,22 @@ def weighted_quantiles(levels: list[tuple[np.ndarray, float]], qs: tuple[float, 
     return best
 
 
-def pool_hist(parts: list[tuple[float, HistPart]], qs: tuple[float, ...]) -> ColumnStats:
+def pool_hist(parts: list[tuple[Weight, HistPart]], qs: tuple[float, ...]) -> ColumnStats:
     """Per-channel statistics of the weighted mixture of uint8 histograms (``[C, 256]``, or
-    ``[T, C, 256]`` per window offset: fields ``[T, C]``)."""
-    hist = sum(a * p.hist for a, p in parts)
+    ``[T, C, 256]`` per window offset: fields ``[T, C]``); quantiles from exact integer
+    weights, as :func:`pool`'s."""
+    hist = sum(float(a) * p.hist for a, p in parts)
     count = sum(p.hist for _, p in parts).sum(axis=-1)  # pixels per (offset and) channel
     count = count[0] if count.ndim == 1 else count  # pooled over offsets: one number, as ever
     flat = hist.reshape(-1, hist.shape[-1])  # every (offset, channel)
     n, mean, std, lo, hi = histogram_moments(flat)
-    cdf = np.cumsum(flat, axis=1) / n[:, None]
+    ints = integer_weights([Fraction(a) for a, _ in parts])
+    exact = sum(p.hist.astype(np.int64).astype(object) * w for (_, p), w in zip(parts, ints))
+    cum = np.cumsum(exact.reshape(-1, hist.shape[-1]), axis=1)  # Python integers: no overflow
     quant = {}
     for q in qs:
-        idx = [min(int(np.searchsorted(cdf[c], q, side="left")), 255) for c in range(len(n))]
+        idx = [min(int(np.argmax(shares_reach(cum[c], int(cum[c, -1]), np.float64(q)))), 255)
+               if cum[c, -1] else 0 for c in range(len(cum))]  # fmt: skip
         quant[q] = np.asarray(idx, np.float64).reshape(hist.shape[:-1])
     mean, std, lo, hi = (v.reshape(hist.shape[:-1]) for v in (mean, std, lo, hi))
     frames = sum(p.frames for _, p in parts)

@@ -32,6 +32,18 @@ def code_key(fn: Any) -> str:
         return "unkeyed"
 
 
+def derive_keys(derived: dict[str, Any], version: str | int | None) -> dict[str, str]:
+    """What keys each derive function's kept result: the caller's ``version`` (its word for
+    what no key can see: the modules, files and C code a function reaches) and its
+    :func:`code_key` when that can be said (else the version alone); ``"unkeyed"`` (computed
+    every call, never kept) without a version."""
+    if version is None:
+        return {n: "unkeyed" for n in derived}
+    keys = {n: code_key(f) for n, f in derived.items()}
+    return {n: f"{type(version).__name__}:{version}" + ("" if k == "unkeyed" else f"|{k}")
+            for n, k in keys.items()}  # fmt: skip
+
+
 class _Unkeyed(Exception):
     """A value whose key cannot be said."""
 

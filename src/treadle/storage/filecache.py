@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from treadle.concurrency import CONCURRENCY
 from treadle.fastpaths import log
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 
 try:
     import fcntl

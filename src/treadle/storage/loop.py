@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
+from treadle import reaper
 from treadle.errors import StorageError
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 
 T = TypeVar("T")
 
@@ -54,6 +55,7 @@ class _Loop:
                 _IN_FLIGHT.clear()  # a forked child's copy of its parent's calls
                 t = threading.Thread(target=loop.run_forever, name="treadle-io", daemon=True)
                 t.start()
+                reaper.forbid_waits(t)  # nothing may block the thread every read needs
                 if cls._pid is None:
                     atexit.register(cls.shutdown)
                 cls._loop, cls._thread, cls._pid = loop, t, os.getpid()
@@ -61,7 +63,17 @@ class _Loop:
 
     @classmethod
     def run(cls, coro):
-        fut = asyncio.run_coroutine_threadsafe(coro, cls.get())
+        loop = cls.get()
+        if threading.current_thread() is cls._thread:
+            coro.close()
+            # it would wait for the thread it blocks: a hang, which a finalizer run by the
+            # garbage collector on this thread would otherwise turn into
+            raise StorageError(
+                "an object-store call was made from treadle's I/O loop thread (treadle-io), "
+                "which would wait for itself forever: a finalizer or callback running there "
+                "must hand its work to another thread (treadle.reaper.reap)"
+            )
+        fut = asyncio.run_coroutine_threadsafe(coro, loop)
         try:
             return fut.result()
         except BaseException:
@@ -85,7 +97,10 @@ class _Loop:
     @classmethod
     def shutdown(cls) -> None:
         """Cancel and await every task on the loop, wait for every obstore call still in
-        flight (at most ``_CALLS_WAIT_S``), then stop the loop (run at interpreter exit)."""
+        flight (at most ``_CALLS_WAIT_S``), then stop the loop (run at interpreter exit).
+        Cleanups still with the reaper (readers stopped early) run first, while the loop
+        still serves them (at most ``reaper.EXIT_WAIT_S``)."""
+        reaper.drain(reaper.EXIT_WAIT_S)
         with cls._lock:
             loop, thread, pid = cls._loop, cls._thread, cls._pid
             cls._loop = cls._thread = None

@@ -26,8 +26,8 @@ from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionEr
 from obstore.store import LocalStore
 
 from treadle.errors import CredentialsError, NotFound, StorageError
+from treadle.storage.after_fork import claim
 from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
-from treadle.storage.forks import claim
 from treadle.storage.loop import _Loop, request
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -54,8 +55,52 @@ def commit_exactly(
     ds = _append(base, new, options) if same else None
     if ds is None:
         listed = [f.metadata for f in base.get_fragments()] if base is not None else []
-        ds = _overwrite(uri, schema, listed + new, options)
+        ds = _overwrite(uri, _ids_of(base, schema), listed + new, options)
     return _compact_tail(uri, schema, ds, options, before_write)
+
+
+def commit_edit(
+    uri: str, schema: Any, fragments: list[FragmentMetadata], options: dict | None
+) -> int:
+    """A new version listing exactly ``fragments`` under the Lance ``schema`` (its field
+    ids kept) of a changed table (:mod:`treadle.table.evolve`): no compaction."""
+    return _overwrite(uri, schema, fragments, options).version
+
+
+def _ids_of(base: lance.LanceDataset | None, schema: pa.Schema) -> Any:
+    """The schema an explicit listing of ``base``'s fragments commits under: the base's
+    own Lance schema (its field ids are the ones its data files name; after a column was
+    dropped they are no longer 0..n-1, which an Arrow schema would assign)."""
+    if base is None:
+        return schema
+    if base.schema.equals(schema, check_metadata=True):
+        return base.lance_schema
+    if dense_ids(base):
+        return schema  # only the metadata changed (a first fps), ids as an Arrow schema's
+    raise CommitConflict(
+        f"{uri_name(base)}: a write that changes the schema's metadata (a first fps) of a "
+        "table whose columns were dropped; compact() the table first; nothing was committed"
+    )
+
+
+def dense_ids(ds: lance.LanceDataset) -> bool:
+    """Whether ``ds``'s field ids are the ones an Arrow schema of it would be given."""
+    from lance.schema import LanceSchema
+
+    def ids(s: Any) -> list[int]:
+        out: list[int] = []
+        stack = list(reversed(s.fields()))
+        while stack:
+            f = stack.pop()
+            out.append(f.id())
+            stack.extend(reversed(f.children()))
+        return out
+
+    return ids(ds.lance_schema) == ids(LanceSchema.from_pyarrow(ds.schema))
+
+
+def uri_name(ds: lance.LanceDataset) -> str:
+    return f"table {str(ds.uri).rstrip('/').rsplit('/', 1)[-1].removesuffix('.lance')!r}"
 
 
 def overwrite(
@@ -66,7 +111,7 @@ def overwrite(
 
 
 def _overwrite(
-    uri: str, schema: pa.Schema, fragments: list[FragmentMetadata], options: dict | None
+    uri: str, schema: Any, fragments: list[FragmentMetadata], options: dict | None
 ) -> lance.LanceDataset:
     last: Exception | None = None
     for _ in range(100):
@@ -172,4 +217,5 @@ def _compact_tail(
     except Exception as e:
         if "onflict" not in str(e) and "already exists" not in str(e):
             raise
-    return _overwrite(uri, schema, metas[:j] + merged, options)  # raced: list it explicitly
+    # raced: list it explicitly, under the version's own field ids
+    return _overwrite(uri, ds.lance_schema, metas[:j] + merged, options)

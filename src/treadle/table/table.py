@@ -77,7 +77,7 @@ class TableSource(Protocol):
     def plan_stats(
         self, plan: Any, columns: Sequence[str] | str | None, *, per_offset: bool,
         derive: Mapping[str, Callable[[dict[str, Any]], Any]] | None, by_component: bool,
-        quantiles: Sequence[float], frames: int,
+        quantiles: Sequence[float], frames: int, steps: Any, derive_version: str | int | None,
     ) -> dict[str, Any]:  # fmt: skip
         """``plan.stats`` of a plan whose first table is this project's
         (:func:`treadle.stats.plan_stats.plan_stats`; a plan is above this layer)."""

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.table.casts import exact_cast
+from treadle.table.defaults import fill_added
 
 SHAPE_KEY = b"treadle:shape"
 KIND_KEY = b"treadle:kind"
@@ -261,6 +262,7 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
     values, :func:`treadle.table.casts.exact_cast`); tensors must match dtype and shape
     exactly.
     """
+    table = fill_added(table, schema)
     have, want = set(table.column_names), set(schema.names)
     if have != want:
         missing, extra = sorted(want - have), sorted(have - want)

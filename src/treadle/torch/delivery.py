@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treadle import reaper
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
@@ -66,6 +67,7 @@ def _close_open() -> None:
     for it in list(_OPEN):
         with suppress(ValueError):  # one running on another thread ends with its thread
             it.close()
+    reaper.drain(reaper.EXIT_WAIT_S)  # their threads, workers and slots end before exit
 
 
 def _whole(value: Any, name: str, least: int) -> int:

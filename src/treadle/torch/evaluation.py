@@ -105,7 +105,8 @@ class EvalLoader(StepLoader):
 
     ``component`` may be a plan: one of one component, or of several with ``only=`` naming
     the one to evaluate (a name in ``plan.components`` or an index; ``batch_size`` defaults
-    to the plan's): batches then have the plan's keys and masks, as training does.
+    to the plan's, and a given one is this pass's at any world size dividing it): batches
+    then have the plan's keys and masks, as training does.
     """
 
     sampler = staticmethod(eval_samples)
@@ -127,7 +128,9 @@ class EvalLoader(StepLoader):
         read_ahead: int | None = None,
         only: str | int | None = None,
     ):
-        self._asked = None if only is None or batch_size is None else _batch_size(batch_size)
+        # a plan's own batch size unless one is asked (a Component's plan is built with it)
+        asked = batch_size is not None and isinstance(component, Plan)
+        self._asked = _batch_size(batch_size) if asked else None
         super().__init__(lambda: _eval_plan(component, batch_size, seed, only), device=device,
                          rank=rank, world_size=world_size, prefetch=prefetch, workers=workers,
                          video_threads=video_threads, transform=transform,
@@ -135,8 +138,8 @@ class EvalLoader(StepLoader):
         plan = self.plan
         self.component = _pick(plan, only)
         self.batch_size = plan.batch_size if self._asked is None else self._asked
-        self._mix = only is not None
-        if self._mix:  # one component of a mix, with the mix's reader
+        self._mix = only is not None or self._asked is not None
+        if self._mix:  # one component (of a mix), the plan's reader, this pass's batch size
             self.sampler = partial(eval_samples, component=self.component,
                                    batch_size=self.batch_size)  # fmt: skip
         self.num_moments = drawn_from(plan).eligible(self.component)  # a derived run's: kept

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treadle import reaper
 from treadle.errors import PlanError
 from treadle.plan.permute import Domain, Domains, derive_key, permute
 from treadle.read.columns import moment_columns
@@ -138,12 +139,12 @@ class ScanDataset(torch.utils.data.IterableDataset):
         mine = range(me, len(self), readers)[self._skip :]  # the batches this copy delivers
         reader = SampleReader([table], [moment_columns(table, self._columns)], ids=False)
         samples = (self._samples(order, i) for i in mine)
-        try:
-            for k, (_, out) in enumerate(reader.read_many(samples), start=self._skip):
+        batches = reader.read_many(samples)
+        # closed early (maybe by a finalizer, on any thread) the reaper closes the reader
+        with reaper.closing(reader.close, inner=batches):
+            for k, (_, out) in enumerate(batches, start=self._skip):
                 self._yielded = k + 1
                 yield to_torch(out)
-        finally:
-            reader.close()
         self._skip = 0
 
     def _samples(self, order: np.ndarray, i: int) -> SampleArrays:

@@ -1,37 +1,42 @@
-"""The viewer's web app: routes, the token check, errors as pages, bounded caches.
+"""The viewer's web app: routes, its gates, errors as pages, bounded caches.
 
-Every route is a GET that reads the store through one :class:`~treadle.catalog.Client`;
-no route writes to it (``stats.json`` keeps what it computes, as ``td.Table.stats``
-does). Path names go through :func:`treadle.names.check_name`: a bad or unknown name is a
-404 page that names it. With a token, a request must carry it (``?token=``, which also sets
-a cookie for the links that follow, the cookie, or ``Authorization: Bearer``); else 401.
+Every GET reads the store through a :class:`~treadle.ui.readonly.ViewerClient` (a store
+that writes nothing, and only table versions a commit names): no GET writes. The one
+route that writes is ``POST .../stats`` (``table.stats``, kept as the API keeps it),
+refused for a foreign ``Origin`` or a cross-site ``Sec-Fetch-Site``. Names in paths are
+checked by :func:`treadle.names.check_name` (episodes: any name the write API accepts);
+a bad or unknown name, or a number no table or step has, is a 404 page naming it. The
+gates (:mod:`treadle.ui.gates`): a loopback ``Host`` unless a token or ``allow_hosts``;
+with a token, a request must carry it.
 """
 
 from __future__ import annotations
 
-import hmac
+import json
+import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from http.cookies import SimpleCookie
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from treadle.errors import InvalidName, NotFound, PlanError, TreadleError
 from treadle.names import check_name
-from treadle.ui import browse, episode, media, runs, step
+from treadle.ui import browse, media, runs, step
+from treadle.ui import episode as ep
+from treadle.ui.gates import LOOPBACK, HostGate, TokenGate, same_origin
 from treadle.ui.html import STATIC, error_page
+from treadle.ui.readonly import ViewerClient
 
-_KINDS = {"project": "project", "branch": "branch", "table": "table", "episode": "episode",
-          "column": "column"}  # fmt: skip
-COOKIE = "treadle_token"
+_KINDS = {"project": "project", "branch": "branch", "table": "table", "column": "column"}
+MAX_INT = 2**63 - 1
+"""The largest step, version, frame or query number a request may give (larger: 404/400)."""
 
 
 class ByteLRU:
@@ -61,16 +66,50 @@ def _query_int(request: Request, name: str, default: int) -> int:
     value = request.query_params.get(name)
     if value is None or value == "":
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise PlanError(f"query parameter {name}={value!r} must be an integer") from None
+    number = _number(value)
+    if number is None:
+        raise PlanError(f"query parameter {name}={value[:40]!r} must be an integer of at most "
+                        "19 digits")  # fmt: skip
+    return number
+
+
+def _number(text: str) -> int | None:
+    """``text`` as an int in -MAX_INT..MAX_INT (no more than 20 characters), else None."""
+    t = text.strip()
+    if not t or len(t) > 20 or not t.lstrip("+-").isdigit():
+        return None
+    n = int(t)
+    return n if -MAX_INT <= n <= MAX_INT else None
+
+
+def _path_int(text: str, what: str) -> int:
+    """A path's number (a version, step, frame): 0..MAX_INT, else a 404 naming it."""
+    n = _number(text) if text.isdigit() else None
+    if n is None:
+        raise NotFound(f"{what} {text[:40]!r} is not a number of at most 19 digits")
+    return n
 
 
 def _status(e: Exception) -> int:
     if isinstance(e, InvalidName | NotFound):
         return 404
     return 400 if isinstance(e, PlanError) else 500
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float as None (strict JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    body = json.dumps(finite(value), allow_nan=False, separators=(",", ":"))
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def endpoint(fn: Callable[..., Any], kind: str = "html") -> Callable[[Request], Any]:
@@ -83,24 +122,36 @@ def endpoint(fn: Callable[..., Any], kind: str = "html") -> Callable[[Request], 
             for key, value in params.items():
                 if key in _KINDS:
                     check_name(value, _KINDS[key])
+                elif key in ("version", "n", "frame"):
+                    params[key] = _path_int(value, {"n": "step"}.get(key, key))
             out = await run_in_threadpool(fn, request, **params)
         except TreadleError as e:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if wants_json:
-                return JSONResponse({"error": msg}, status_code=_status(e))
+                return json_response({"error": msg}, _status(e))
             return HTMLResponse(error_page(_status(e), msg), status_code=_status(e))
         if isinstance(out, Response):
             return out
-        return JSONResponse(out) if wants_json else HTMLResponse(out)
+        return json_response(out) if wants_json else HTMLResponse(out)
 
     return route
+
+
+def _episode_name(request: Request, episode_: str | None) -> str:
+    """The episode of a request: its path segment, or ``?name=`` (a name with a ``/``)."""
+    if episode_ is not None:
+        return episode_
+    name = request.query_params.get("name")
+    if name is None:
+        raise NotFound("give the episode as .../e/NAME or .../episode?name=NAME")
+    return name
 
 
 def _video(app_state: Any, request: Request, project: str, table: str, version: int,
            episode_: str, column: str) -> Response:  # fmt: skip
     client = app_state.client
-    tab = client.project(project, create=False).table_at(table, version)
-    _, start, length = episode.find_episode(tab, episode_)
+    tab = client.table(project, table, version)
+    _, start, length = ep.find_episode(tab, episode_)
 
     def make() -> bytes:
         return media.to_mp4(client.store, media.episode_video(tab, column, start, length))
@@ -121,39 +172,90 @@ def _video(app_state: Any, request: Request, project: str, table: str, version: 
 
 def _frame_png(client: Any, project: str, table: str, version: int, episode_: str,
                column: str, frame: int) -> Response:  # fmt: skip
-    tab = client.project(project, create=False).table_at(table, version)
-    _, start, length = episode.find_episode(tab, episode_)
-    pixels = episode.decode_frame(client, tab, column, start, length, frame)
+    tab = client.table(project, table, version)
+    _, start, length = ep.find_episode(tab, episode_)
+    pixels = ep.decode_frame(client, tab, column, start, length, frame)
     return Response(media.png(pixels), media_type="image/png")
+
+
+def _stats(state: Any, request: Request, project: str, table: str, version: int) -> Any:
+    """``POST .../stats``: table.stats of a version a commit names, computed and kept."""
+    refused = same_origin(request.headers)
+    if refused:
+        return json_response({"error": refused}, 403)
+    state.client.versions.check(project, table, version)
+    tab = state.writer.project(project, create=False).table_at(table, version)
+    return json_response(browse.stats_json(tab))
+
+
+def _episode_routes(state: Any, t: str) -> list[Route]:
+    """An episode's page and resources, under ``.../e/NAME`` and ``.../episode?name=``."""
+    c, q = state.client, _query_int
+
+    def page(
+        req: Request, project: str, table: str, version: int, episode: str | None = None
+    ) -> str:
+        return ep.episode_page(c, project, table, version, _episode_name(req, episode),
+                                    q(req, "frame", 0))  # fmt: skip
+
+    def data(
+        req: Request, project: str, table: str, version: int, episode: str | None = None
+    ) -> dict:
+        return ep.episode_data(c, project, table, version, _episode_name(req, episode))
+
+    def video(
+        req: Request,
+        project: str,
+        table: str,
+        version: int,
+        column: str,
+        episode: str | None = None,
+    ) -> Response:
+        return _video(state, req, project, table, version, _episode_name(req, episode), column)
+
+    def frame(
+        req: Request,
+        project: str,
+        table: str,
+        version: int,
+        column: str,
+        frame: int,
+        episode: str | None = None,
+    ) -> Response:
+        name = _episode_name(req, episode)
+        return _frame_png(c, project, table, version, name, column, frame)
+
+    out = []
+    for base in (t + "/e/{episode}", t + "/episode"):
+        out += [Route(base, endpoint(page)), Route(base + "/data.json", endpoint(data, "json")),
+                Route(base + "/video/{column}.mp4", endpoint(video)),
+                Route(base + "/frame/{column}/{frame}.png", endpoint(frame))]  # fmt: skip
+    return out
 
 
 def _routes(state: Any) -> list[Any]:
     c, r = state.client, state.runs
-    t = "/p/{project}/t/{table}/v/{version:int}"
-    e = t + "/e/{episode}"
+    t = "/p/{project}/t/{table}/v/{version}"
+    s = "/p/{project}/runs/{run_id}/steps/{n}"
     q = _query_int
     return [
         Route("/", endpoint(lambda req: browse.projects_page(c))),
+        Route("/favicon.ico", lambda req: Response((STATIC / "favicon.svg").read_bytes(),
+                                                   media_type="image/svg+xml")),
         Route("/p/{project}", endpoint(lambda req, project: browse.project_page(
-            c, project, check_name(req.query_params.get("branch", "main"), "branch")))),
+            c, project, check_name(req.query_params.get("branch", "main"), "branch"),
+            offset=q(req, "offset", 0)))),
         Route("/p/{project}/c/{commit}", endpoint(
             lambda req, project, commit: browse.commit_page(c, project, commit))),
         Route(t, endpoint(lambda req, project, table, version: browse.table_page(
             c, project, table, version))),
         Route(t + "/episodes.json", endpoint(lambda req, project, table, version: browse
               .episodes_json(c, project, table, version, q(req, "offset", 0),
-                             q(req, "limit", browse.PAGE)), "json")),
-        Route(t + "/stats.json", endpoint(lambda req, project, table, version: browse
-              .stats_json(c, project, table, version), "json")),
-        Route(e, endpoint(lambda req, project, table, version, episode: episode_mod
-              .episode_page(c, project, table, version, episode, q(req, "frame", 0)))),
-        Route(e + "/data.json", endpoint(lambda req, project, table, version, episode:
-              episode_mod.episode_data(c, project, table, version, episode), "json")),
-        Route(e + "/video/{column}.mp4", endpoint(lambda req, project, table, version, episode,
-              column: _video(state, req, project, table, version, episode, column))),
-        Route(e + "/frame/{column}/{frame:int}.png", endpoint(lambda req, project, table,
-              version, episode, column, frame: _frame_png(c, project, table, version, episode,
-                                                          column, frame))),
+                             q(req, "limit", browse.PAGE), req.query_params.get("filter")),
+              "json")),
+        Route(t + "/stats", endpoint(lambda req, project, table, version: _stats(
+            state, req, project, table, version), "json"), methods=["POST"]),
+        *_episode_routes(state, t),
         Route("/p/{project}/runs", endpoint(lambda req, project: runs.runs_page(r, project))),
         Route("/p/{project}/runs/{run_id}", endpoint(lambda req, project, run_id: runs.run_page(
             r, project, run_id, q(req, "world_size", 1)))),
@@ -161,17 +263,16 @@ def _routes(state: Any) -> list[Any]:
             lambda req, project, run_id: runs.composition(r.plan(project, run_id),
                                                           q(req, "start", 0), q(req, "count", 200)),
             "json")),
-        Route("/p/{project}/runs/{run_id}/steps/{n:int}", endpoint(
-            lambda req, project, run_id, n: step.step_shell(
-                r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1)))),
-        Route("/p/{project}/runs/{run_id}/steps/{n:int}/samples", endpoint(
-            lambda req, project, run_id, n: step.samples_table(step.read_step(
-                r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1))))),
+        Route(s, endpoint(lambda req, project, run_id, n: step.step_shell(
+            r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1)))),
+        Route(s + "/samples", endpoint(lambda req, project, run_id, n: step.samples_table(
+            step.read_step(r.plan(project, run_id), n, q(req, "rank", 0),
+                           q(req, "world_size", 1), anchors=True)))),
+        Route(s + "/samples/{k}", endpoint(lambda req, project, run_id, n, k: step.sample_html(
+            step.read_step(r.plan(project, run_id), n, q(req, "rank", 0),
+                           q(req, "world_size", 1), sample=_path_int(k, "sample"))))),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]  # fmt: skip
-
-
-episode_mod = episode
 
 
 async def _no_page(request: Request, exc: Exception) -> Response:
@@ -181,59 +282,18 @@ async def _no_page(request: Request, exc: Exception) -> Response:
 
 class _State:
     def __init__(self, client: Any, video_cache_bytes: int):
-        self.client = client
-        self.runs = runs.Runs(client)
+        self.writer = client  # POST .../stats only
+        self.client = ViewerClient(client)  # every GET: writes nothing
+        self.runs = runs.Runs(self.client)
         self.videos = ByteLRU(video_cache_bytes)
 
 
-def create_app(client: Any, token: str | None = None, *,
+def create_app(client: Any, token: str | None = None, *, allow_hosts: Iterable[str] = (),
                video_cache_bytes: int = 256 << 20) -> Any:  # fmt: skip
-    """The viewer as an ASGI app over ``client``; with ``token``, every request needs it."""
+    """The viewer as an ASGI app over ``client``. With ``token``, every request needs it
+    (and any ``Host`` is answered); without, only loopback hosts and ``allow_hosts``."""
     app = Starlette(routes=_routes(_State(client, video_cache_bytes)),
                     exception_handlers={404: _no_page})  # fmt: skip
-    return TokenGate(app, token) if token else app
-
-
-class TokenGate:
-    """ASGI middleware: 401 for any request without the token (compared in constant time)."""
-
-    def __init__(self, app: Any, token: str):
-        self.app, self.token = app, token
-
-    def _given(self, scope: dict[str, Any]) -> tuple[str | None, bool]:
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        if "token" in query:
-            return query["token"][0], True
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        auth = headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            return auth[7:].strip(), False
-        jar = SimpleCookie(headers.get("cookie", ""))
-        return (jar[COOKIE].value if COOKIE in jar else None), False
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        given, from_query = self._given(scope)
-        if given is None or not hmac.compare_digest(given.encode(), self.token.encode()):
-            body = error_page(401, "this viewer needs its token: open the URL it printed").encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"text/html; charset=utf-8"),
-                        (b"www-authenticate", b"Bearer"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return None
-
-        async def send_with_cookie(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start" and from_query:
-                cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
-                message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode())]
-            await send(message)
-
-        return await self.app(scope, receive, send_with_cookie)
+    if token:
+        return TokenGate(app, token)
+    return HostGate(app, [*LOOPBACK, *allow_hosts])

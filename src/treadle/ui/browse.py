@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.ui.html import crumbs, esc, link, page, safe_root, table, url, when
+from treadle.ui.html import crumbs, episode_url, esc, link, page, safe_root, table, url, when
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
@@ -47,9 +47,11 @@ def _changed(project: Project, commit: Any) -> str:
     return ", ".join(out) or "-"
 
 
-def project_page(client: Any, name: str, branch: str = "main", limit: int = 50) -> str:
+def project_page(client: Any, name: str, branch: str = "main", limit: int = 50,
+                 offset: int = 0) -> str:  # fmt: skip
     project = client.project(name, create=False)
     b = project.branch(branch)
+    offset = max(0, offset)
     heads = [[link(url("p", name, branch=n), n), link(url("p", name, "c", project.branch(n)
              .commit_id), project.branch(n).commit_id[:8])] for n in project.branches()]  # fmt: skip
     tags = [
@@ -58,13 +60,22 @@ def project_page(client: Any, name: str, branch: str = "main", limit: int = 50) 
     log = [
         [link(url("p", name, "c", c.id), c.short_id), esc(when(c.time)), esc(c.message),
          esc(_changed(project, c))]
-        for c in b.log(limit=limit)
+        for c in b.log(limit=offset + limit + 1)[offset:]
     ]  # fmt: skip
+    more = len(log) > limit
+    log = log[:limit]
+    pager = " · ".join(
+        link(url("p", name, branch=branch, offset=o or None), text)
+        for o, text, show in ((max(0, offset - limit), "← newer", offset > 0),
+                              (offset + limit, "older →", more)) if show
+    )  # fmt: skip
     body = "<h2>branches</h2>" + table(["branch", "head"], heads, raw=True, id_="branches")
     body += "<h2>tags</h2>" + (table(["tag", "commit"], tags, raw=True, id_="tags") if tags
                                else '<p class="muted">no tags</p>')  # fmt: skip
     body += f"<p>{link(url('p', name, 'runs'), 'runs of this project')}</p>"
     body += f"<h2>log of {esc(branch)}</h2>"
+    span = f"commits {offset + 1}–{offset + len(log)}" if log else "no commits here"
+    body += f'<p class="pager" id="log-pager">{span}{" · " + pager if pager else ""}</p>'
     body += table(["commit", "time", "message", "tables changed"], log, raw=True, id_="log")
     return page(f"project {name}", body, nav=crumbs(name))
 
@@ -94,7 +105,7 @@ def _schema_rows(tab: Any) -> list[list[str]]:
 
 
 def table_page(client: Any, name: str, tname: str, version: int) -> str:
-    tab = client.project(name, create=False).table_at(tname, version)
+    tab = client.table(name, tname, version)
     fps = tab.fps
     facts = [["moments", f"{tab.num_moments:,}"],
              ["episodes", f"{tab.num_episodes:,}" if tab.is_time_indexed else "- (no time axis)"],
@@ -106,9 +117,10 @@ def table_page(client: Any, name: str, tname: str, version: int) -> str:
     body += (
         f'<h2>episodes</h2><div id="episodes" data-src="{esc(base)}/episodes.json" '
         f'data-total="{tab.num_episodes}"><p class="muted">loading…</p></div>'
-        f'<h2>statistics</h2><div id="stats" data-src="{esc(base)}/stats.json">'
+        f'<h2>statistics</h2><div id="stats" data-src="{esc(base)}/stats">'
         '<button type="button" id="compute-stats">compute table.stats</button> '
-        '<span class="muted">(computed once per version and kept, as td.Table.stats)</span></div>'
+        '<span class="muted">(a POST: computed once per version and kept, as '
+        "td.Table.stats)</span></div>"
         "<h2>source statistics</h2>"
         + (f'<pre id="source-stats">{esc(_jsonable_text(src))}</pre>' if src
            else '<p class="muted" id="source-stats">none shipped with this table</p>')
@@ -118,18 +130,22 @@ def table_page(client: Any, name: str, tname: str, version: int) -> str:
 
 
 def episodes_json(client: Any, name: str, tname: str, version: int, offset: int,
-                  limit: int) -> dict[str, Any]:  # fmt: skip
-    """One page of a table's episodes: name, first moment, length, the episode page link."""
-    tab = client.project(name, create=False).table_at(tname, version)
+                  limit: int, filter_: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """One page of a table's episodes: name, first moment, length, the episode page link
+    (``filter_``: only names that hold it, case-insensitive; ``total`` counts those)."""
+    tab = client.table(name, tname, version)
     index = tab.episodes()
-    total = len(index.names)
+    chosen: Any = range(len(index.names))
+    if filter_:
+        needle = filter_.lower()
+        chosen = [i for i, n in enumerate(index.names) if needle in n.lower()]
+    total = len(chosen)
     offset, limit = max(0, offset), max(1, min(PAGE, limit))
-    end = min(total, offset + limit)
     rows = [
         {"index": i, "name": index.names[i], "start": int(index.starts[i]),
          "length": int(index.lengths[i]),
-         "href": url("p", name, "t", tname, "v", version, "e", index.names[i])}
-        for i in range(offset, end)
+         "href": episode_url(name, tname, version, index.names[i])}
+        for i in chosen[offset : offset + limit]
     ]  # fmt: skip
     return {"total": total, "offset": offset, "episodes": rows}
 
@@ -152,9 +168,9 @@ def _jsonable_text(value: Any) -> str:
     return json.dumps(_jsonable(value), indent=1, default=str)
 
 
-def stats_json(client: Any, name: str, tname: str, version: int) -> dict[str, Any]:
-    """``table.stats()`` of the version (computed on first ask and kept, as the API does)."""
-    tab = client.project(name, create=False).table_at(tname, version)
+def stats_json(tab: Any) -> dict[str, Any]:
+    """``table.stats()`` of a pinned table (computed on first ask and kept, as the API
+    does: the viewer's one write, asked for by a POST)."""
     stats = tab.stats()
     return {col: _jsonable(s) for col, s in stats.items()}
 

@@ -14,9 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import NotFound
-from treadle.names import check_name
 from treadle.ui.browse import numeric_columns
-from treadle.ui.html import crumbs, esc, link, page, url
+from treadle.ui.html import crumbs, episode_url, esc, link, page, url
 from treadle.video.column_layout import index_from_arrow
 from treadle.video.cpu_reader import VideoReader
 
@@ -29,9 +28,18 @@ MAX_TEXTS, MAX_TEXT = 20, 200
 """Distinct values shown per text column, and characters shown of each."""
 
 
+def check_episode_name(episode: str) -> str:
+    """``episode`` if the write API could have written it (non-empty, printable), else
+    NotFound naming it: the viewer opens every name a table can hold, and no other."""
+    if not episode or any(ord(c) < 32 for c in episode):
+        raise NotFound(f"invalid episode name {episode[:200]!r}: episode names are non-empty "
+                       "printable strings")  # fmt: skip
+    return episode
+
+
 def find_episode(tab: Any, episode: str) -> tuple[int, int, int]:
     """``(index, first row, length)`` of ``episode`` in ``tab``; NotFound naming it."""
-    check_name(episode, "episode")
+    check_episode_name(episode)
     index = tab.episodes()
     try:
         i = index.names.index(episode)
@@ -42,29 +50,33 @@ def find_episode(tab: Any, episode: str) -> tuple[int, int, int]:
 
 def episode_page(client: Any, name: str, tname: str, version: int, episode: str,
                  frame: int = 0) -> str:  # fmt: skip
-    tab = client.project(name, create=False).table_at(tname, version)
+    tab = client.table(name, tname, version)
     i, start, length = find_episode(tab, episode)
-    base = url("p", name, "t", tname, "v", version, "e", episode)
+    frame = min(max(0, int(frame)), max(0, length - 1))  # ?frame= out of range: the nearest
+    base, _, query = episode_url(name, tname, version, episode).partition("?")
+    query = f"?{query}" if query else ""
     videos = "".join(
         f'<figure><video muted playsinline preload="auto" data-column="{esc(c)}" '
-        f'src="{esc(base)}/video/{esc(c)}.mp4"></video><figcaption>{esc(c)} · '
+        f'src="{esc(base)}/video/{esc(c)}.mp4{esc(query)}"></video><figcaption>{esc(c)} · '
         "treadle's decode of the frame under the cursor: "
         f'<img class="under" data-column="{esc(c)}" alt="frame {esc(c)}"></figcaption></figure>'
         for c in tab.video_columns
     )
     index = tab.episodes()
     prev_next = [
-        link(url("p", name, "t", tname, "v", version, "e", index.names[j]), label)
+        link(episode_url(name, tname, version, index.names[j]), label)
         for j, label in ((i - 1, "← previous"), (i + 1, "next →"))
         if 0 <= j < len(index.names)
     ]
+    play = ('<button type="button" id="play">play</button> ' if tab.video_columns
+            else '<span class="muted">no video column: </span>')  # fmt: skip
     body = (
         f'<p id="facts">episode {i:,} of {len(index.names):,} · {length:,} frames · '
         f"moments {start:,}..{start + length - 1:,} · {' · '.join(prev_next)}</p>"
-        f'<div id="episode" data-src="{esc(base)}/data.json" data-frames="{length}" '
-        f'data-fps="{tab.fps or 30}" data-frame="{int(frame)}" data-base="{esc(base)}">'
-        '<p><button type="button" id="play">play</button> '
-        f'<input type="range" id="scrub" min="0" max="{max(0, length - 1)}" value="{int(frame)}">'
+        f'<div id="episode" data-src="{esc(base)}/data.json{esc(query)}" '
+        f'data-frames="{length}" data-fps="{tab.fps or 30}" data-frame="{frame}" '
+        f'data-base="{esc(base)}" data-query="{esc(query)}"><p>{play}'
+        f'<input type="range" id="scrub" min="0" max="{max(0, length - 1)}" value="{frame}">'
         ' <span class="cursor">frame <b id="cursor-frame">0</b></span></p>'
         f'<div class="videos">{videos}</div><div id="tasks"></div><div id="values"></div>'
         '<div id="plots"><p class="muted">loading…</p></div></div>'
@@ -75,19 +87,30 @@ def episode_page(client: Any, name: str, tname: str, version: int, episode: str,
                            episode))  # fmt: skip
 
 
-def _as_series(column: pa.ChunkedArray) -> list[list[float | None]]:
-    """Per dimension, the values over time (a scalar column is one dimension)."""
+def _as_series(column: pa.ChunkedArray) -> tuple[list[list[float | None]], int]:
+    """Per dimension, the values over time (a scalar column is one dimension; a null, NaN
+    or infinite value is None: strict JSON, a gap in the plot), and how many were NaN or
+    infinite."""
     arr = column.combine_chunks()
-    if pa.types.is_fixed_size_list(arr.type):
-        n = arr.type.list_size
-        flat = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, n)
-        return [flat[:, d].tolist() for d in range(min(n, MAX_DIMS))]
-    return [arr.to_numpy(zero_copy_only=False).astype(np.float64).tolist()]
+    is_list = pa.types.is_fixed_size_list(arr.type)
+    n = arr.type.list_size if is_list else 1
+    nulls = arr.is_null().to_numpy(zero_copy_only=False)
+    flat = np.full((len(arr), n), np.nan)  # an added column is null where never set
+    values = arr.drop_null().flatten() if is_list else arr.drop_null()
+    flat[~nulls] = (
+        values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False).reshape(-1, n)
+    )
+    flat = flat[:, :MAX_DIMS]
+    bad = ~np.isfinite(flat)
+    nonfinite = int(bad[~nulls].sum())
+    series = flat.astype(object)
+    series[bad | nulls[:, None]] = None
+    return [series[:, d].tolist() for d in range(series.shape[1])], nonfinite
 
 
 def episode_data(client: Any, name: str, tname: str, version: int, episode: str) -> dict:
     """The numbers and strings of one episode (one take of its rows)."""
-    tab = client.project(name, create=False).table_at(tname, version)
+    tab = client.table(name, tname, version)
     _, start, length = find_episode(tab, episode)
     nums = numeric_columns(tab)
     texts = [f.name for f in tab.schema
@@ -95,7 +118,9 @@ def episode_data(client: Any, name: str, tname: str, version: int, episode: str)
                                          or pa.types.is_large_string(f.type))]  # fmt: skip
     shown = min(length, MAX_ROWS)
     rows = tab.take(np.arange(start, start + shown, dtype=np.int64), nums + texts)
-    series = {c: _as_series(rows.column(c)) for c in nums}
+    got = {c: _as_series(rows.column(c)) for c in nums}
+    series = {c: s for c, (s, _) in got.items()}
+    nonfinite = {c: n for c, (_, n) in got.items() if n}
     dims = {c: (rows.schema.field(c).type.list_size
                 if pa.types.is_fixed_size_list(rows.schema.field(c).type) else 1)
             for c in nums}  # fmt: skip
@@ -104,7 +129,8 @@ def episode_data(client: Any, name: str, tname: str, version: int, episode: str)
         values = rows.column(c).unique().drop_null().to_pylist()
         tasks[c] = sorted(v[:MAX_TEXT] for v in values[:MAX_TEXTS])
     return {"frames": length, "shown": shown, "fps": tab.fps or 30.0, "series": series,
-            "dims": dims, "tasks": tasks, "videos": list(tab.video_columns)}  # fmt: skip
+            "dims": dims, "nonfinite": nonfinite, "tasks": tasks,
+            "videos": list(tab.video_columns)}  # fmt: skip
 
 
 def decode_frame(client: Any, tab: Any, column: str, start: int, length: int,

@@ -25,7 +25,24 @@ def esc(value: Any) -> str:
 
 def url(*parts: Any, **query: Any) -> str:
     """``/a/b?k=v`` from path segments (each percent-quoted) and query values (None left out)."""
-    path = "/" + "/".join(quote(str(p), safe="") for p in parts)
+    return url_with("/" + "/".join(quote(str(p), safe="") for p in parts), **query)
+
+
+def episode_url(project: str, table: str, version: int, episode: str, suffix: str = "",
+                **query: Any) -> str:  # fmt: skip
+    """The URL of an episode's page (``suffix``: one of its resources, ``/data.json``...).
+
+    Any name the write API accepts works: percent-quoted in the path (``.../e/pick%20up``),
+    or, when a path cannot carry it (a ``/`` in it, or a name that is only dots), as the
+    ``name`` query parameter of ``.../episode``."""
+    base = url("p", project, "t", table, "v", version)
+    if "/" in episode or not episode.strip("."):
+        return url_with(f"{base}/episode{suffix}", name=episode, **query)
+    return url_with(f"{base}/e/{quote(episode, safe='')}{suffix}", **query)
+
+
+def url_with(path: str, **query: Any) -> str:
+    """``path`` with query values (each percent-quoted; None left out)."""
     q = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in query.items() if v is not None)
     return path + (f"?{q}" if q else "")
 
@@ -73,7 +90,10 @@ def page(title: str, body: str, *, nav: str = "", scripts: Sequence[str] = (),
         css = f"<style>{(STATIC / 'viewer.css').read_text()}</style>"
         js = "".join(f"<script>{(STATIC / s).read_text()}</script>" for s in scripts)
     else:
-        css = '<link rel="stylesheet" href="/static/viewer.css">'
+        css = (
+            '<link rel="stylesheet" href="/static/viewer.css">'
+            '<link rel="icon" href="/favicon.ico" type="image/svg+xml">'
+        )
         js = "".join(f'<script src="/static/{esc(s)}"></script>' for s in scripts)
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8">'

@@ -47,28 +47,59 @@ def _record_tables(project: Project, commit: Any) -> list[Any]:
 def _record(text: str | None) -> RunRecord | None:
     try:
         return RunRecord.from_json(text or "")
-    except (TreadleError, ValueError, TypeError, KeyError):
+    except (TreadleError, ValueError, TypeError, KeyError, RecursionError):
         return None
 
 
+def _step(value: Any) -> int | None:
+    """A checkpoint row's step: an integer (a bool, text or fraction is no step)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"its step column holds {type(value).__name__} {value!r}, not an integer")
+    return value
+
+
+def _table_runs(tab: Any, branch: str, runs: dict[str, dict[str, Any]]) -> int:
+    """Add the run records of one table to ``runs``; how many rows hold none. ValueError
+    (or what reading it raises) when the table only looks like run records."""
+    cols = ["run_id", "record"] + (["step"] if "step" in tab.schema.names else [])
+    found: dict[str, dict[str, Any]] = {}
+    bad = 0
+    for row in tab.to_arrow(cols).to_pylist():
+        run = found.get(row["run_id"]) or runs.get(row["run_id"])
+        if run is None:
+            record = _record(row["record"])
+            if record is None or record.run_id != row["run_id"]:
+                bad += 1
+                continue
+            run = found[record.run_id] = {"record": record, "where": set(), "steps": set()}
+        step = _step(row.get("step"))
+        run["where"].add(f"{tab.name} @ {branch}")
+        if step is not None:
+            run["steps"].add(step)
+    runs.update(found)
+    return bad
+
+
 def find_runs(project: Project) -> dict[str, dict[str, Any]]:
-    """``{run_id: {"record": RunRecord, "where": [...], "steps": [...]}}`` of every branch."""
+    """``{run_id: {"record": RunRecord, "where": [...], "steps": [...]}}`` of every branch,
+    and under ``""`` the tables that only look like run records (``{"skipped": {where:
+    why}}``): they are named on the runs page, never a failure of it."""
     runs: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
     for branch in project.branches():
         commit = project.branch(branch).head()
         for tab in _record_tables(project, commit):
-            cols = ["run_id", "record"] + (["step"] if "step" in tab.schema.names else [])
-            for row in tab.to_arrow(cols).to_pylist():
-                run = runs.get(row["run_id"])
-                if run is None:
-                    record = _record(row["record"])
-                    if record is None:  # not a run record: a table that only looks like one
-                        continue
-                    run = runs[record.run_id] = {"record": record, "where": set(), "steps": set()}
-                run["where"].add(f"{tab.name} @ {branch}")
-                if row.get("step") is not None:
-                    run["steps"].add(int(row["step"]))
-    return runs
+            try:
+                bad = _table_runs(tab, branch, runs)
+                if bad:
+                    skipped[f"{tab.name} @ {branch}"] = f"{bad} rows hold no run record"
+            except (TreadleError, ValueError, TypeError, KeyError, RecursionError,
+                    pa.ArrowException) as e:  # fmt: skip
+                why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+                skipped[f"{tab.name} @ {branch}"] = why
+    return {**runs, "": {"skipped": skipped}} if skipped else runs
 
 
 class Runs:
@@ -79,7 +110,8 @@ class Runs:
         self._lock = threading.Lock()
         self._found: dict[str, tuple[tuple[str, ...], dict[str, dict[str, Any]]]] = {}
         """Per project: the branch heads the runs were found at, and the runs (the newest)."""
-        self._plans: OrderedDict[str, Plan] = OrderedDict()
+        self._plans: OrderedDict[tuple[str, str], Plan] = OrderedDict()
+        """Plans by (project, run id): a run opens only under its own project."""
         self._max = plans
 
     def all(self, name: str) -> dict[str, dict[str, Any]]:
@@ -93,18 +125,29 @@ class Runs:
                 self._found[name] = (heads, found)
         return found
 
+    def runs(self, name: str) -> dict[str, dict[str, Any]]:
+        """The runs of project ``name`` (what :meth:`all` found, less the skipped tables)."""
+        return {k: v for k, v in self.all(name).items() if k}
+
+    def skipped(self, name: str) -> dict[str, str]:
+        """Tables of project ``name`` that only look like run records, and why."""
+        return self.all(name).get("", {}).get("skipped", {})
+
     def plan(self, name: str, run_id: str) -> Plan:
+        """The plan of run ``run_id`` of project ``name``: found in one of its tables, and
+        pinning its tables (a record of another project's run is NotFound here)."""
         check_run_id(run_id)
+        key = (name, run_id)
         with self._lock:
-            if run_id in self._plans:
-                self._plans.move_to_end(run_id)
-                return self._plans[run_id]
-        runs = self.all(name)
-        if run_id not in runs:
+            if key in self._plans:
+                self._plans.move_to_end(key)
+                return self._plans[key]
+        runs = self.runs(name)
+        if run_id not in runs or runs[run_id]["record"].project != name:
             raise NotFound(f"project {name!r} knows no run {run_id!r} (see its runs page)")
         plan = Plan.from_record(runs[run_id]["record"], self.client)
         with self._lock:
-            self._plans[run_id] = plan
+            self._plans[key] = plan
             while len(self._plans) > self._max:
                 self._plans.popitem(last=False)
         return plan
@@ -112,7 +155,7 @@ class Runs:
 
 def runs_page(runs: Runs, name: str) -> str:
     rows = []
-    for run_id, run in sorted(runs.all(name).items()):
+    for run_id, run in sorted(runs.runs(name).items()):
         r = run["record"]
         steps = sorted(run["steps"])
         rows.append([link(url("p", name, "runs", run_id), run_id),
@@ -123,11 +166,17 @@ def runs_page(runs: Runs, name: str) -> str:
                  raw=True, id_="runs")  # fmt: skip
     if not rows:
         body += '<p class="muted">no run records (checkpoint rows or saved records)</p>'
+    skipped = runs.skipped(name)
+    if skipped:
+        body += "<h2>skipped tables</h2><p>These tables have string <code>run_id</code> and "
+        body += "<code>record</code> columns but hold no run records treadle can read:</p>"
+        body += table(["table", "why"], sorted(skipped.items()), id_="skipped")
     return page(f"runs of {name}", body, nav=crumbs((url("p", name), name), "runs"))
 
 
 def run_page(runs: Runs, name: str, run_id: str, world_size: int = 1) -> str:
     plan = runs.plan(name, run_id)
+    plan.batch(0, 0, world_size)  # the step page's check: a bad world size is a 400 here too
     r = plan.record
     tabs = [[link(url("p", r.project, "t", t.name, "v", t.version), t.name), t.version,
              esc(t.branch or "-"), esc((t.commit or "-")[:8]), f"{t.num_moments:,}",

@@ -1,17 +1,21 @@
 """Run the viewer: bind 127.0.0.1 unless told otherwise, and then only with a token.
 
 The URL printed (and opened, unless ``open_browser=False``) carries the token when there
-is one; uvicorn's access log is off (a logged URL would show the token) and the viewer
-logs nothing of the store's options.
+is one (percent-encoded), and the port bound (``--port 0``: the one the system chose); a
+port in use is one line and exit 1. uvicorn's access log is off (a logged URL would show
+the token) and the viewer logs nothing of the store's options.
 """
 
 from __future__ import annotations
 
+import errno
 import secrets
+import socket
 import sys
 import threading
 import webbrowser
 from typing import Any
+from urllib.parse import quote
 
 from treadle.errors import TreadleError
 
@@ -32,24 +36,40 @@ def check_host(host: str, token: str | None) -> str | None:
 
 def viewer_url(host: str, port: int, token: str | None) -> str:
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    return f"http://{shown}:{port}/" + (f"?token={quote(token, safe='')}" if token else "")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (0: a free port); TreadleError in one line when
+    the port is taken or the address cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=128)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise TreadleError(f"port {port} on {host} is in use: give another --port "
+                               "(0 picks a free one)") from None  # fmt: skip
+        raise TreadleError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 def serve(client: Any, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          open_browser: bool = True) -> None:  # fmt: skip
-    """Serve the viewer over ``client`` until interrupted."""
+          open_browser: bool = True, allow_hosts: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Serve the viewer over ``client`` until interrupted (``allow_hosts``: ``Host`` names
+    answered besides the loopback ones, when there is no token)."""
     import uvicorn
 
     from treadle.ui.app import create_app
 
     given = token
     token = check_host(host, token)
+    sock = bind(host, port)
     if token and given is None:
         print(f"treadle ui: {host} is not local, so every request needs a token; generated: "
               f"{token}", file=sys.stderr)  # fmt: skip
-    app = create_app(client, token)
-    link = viewer_url(host, port, token)
+    app = create_app(client, token, allow_hosts=allow_hosts)
+    link = viewer_url(host, sock.getsockname()[1], token)
     print(f"treadle ui: serving {link} (read-only; Ctrl-C stops)", flush=True)
     if open_browser:
         threading.Timer(1.0, lambda: webbrowser.open(link)).start()
-    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+    config = uvicorn.Config(app, access_log=False, log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,29 +1,43 @@
 """One step of a run: the exact samples of ``plan.batch(step, rank, world_size)``, read as
-the loader reads them (``treadle.read.steps.host_reader``: the same reader, the same
-decode), with each window's frames as a strip of lossless PNGs (inlined as data URIs, so
-the same HTML serves the viewer and ``treadle show --out``) and each numeric window plotted
-as an inline SVG. ``plan.batch`` is O(1): step 10^12 costs what step 0 costs.
+the loader reads them (``treadle.read``: the same reader, the same decode).
+
+The page is bounded whatever the batch: its first screen shows, per sample and video
+column, one anchor frame (the moment's own frame, at the window's size, as a JPEG of at
+most :data:`THUMB` px), each numeric window as an inline SVG, and a button that loads
+that sample's whole windows (lossless PNG strips: the loader's pixels) on demand. A
+256-sample batch of two 16-frame 224x224 cameras is ~2 MB, not ~1 GB of PNG. ``plan.batch``
+is O(1): step 10^12 costs what step 0 costs. ``treadle show --out`` writes the same first
+screen with no links (a file has no server behind it).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import io
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from treadle.errors import NotFound
 from treadle.plan.plan import Plan
-from treadle.read.steps import host_reader
-from treadle.ui.html import crumbs, esc, link, page, table, url
+from treadle.plan.windows import Video
+from treadle.read.columns import ColumnSpec, output_columns
+from treadle.read.sample_reader import SampleReader
+from treadle.ui.html import crumbs, episode_url, esc, link, page, table, url
 from treadle.ui.media import png
 
 _IDS = ("_component", "_moment", "_episode", "_frame")
+THUMB = 128
+"""The longest side, in pixels, of an anchor frame on a step page's first screen."""
 
 
 @dataclass(frozen=True)
 class StepView:
-    """The samples of one step for one rank and the arrays the reader gave for them."""
+    """Samples of one step for one rank and the arrays the reader gave for them.
+    ``anchors``: video columns hold the anchor frame only (the first screen)."""
 
     plan: Plan
     step: int
@@ -31,36 +45,61 @@ class StepView:
     world_size: int
     samples: list[dict[str, Any]]
     arrays: dict[str, np.ndarray]
+    anchors: bool = False
 
 
-def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1) -> StepView:
-    """Plan the batch (pure), then read it with the loader's reader (one batch)."""
+def _anchor(cs: ColumnSpec) -> ColumnSpec:
+    """``cs`` reading the moment's own frame of a video window (at the window's size)."""
+    if not cs.video or cs.absent or not isinstance(cs.spec, Video):
+        return cs
+    return dataclasses.replace(cs, spec=Video([0], size=cs.spec.size))
+
+
+def _reader(plan: Plan, anchors: bool) -> SampleReader:
+    columns = output_columns(plan)
+    if anchors:
+        columns = [[_anchor(cs) for cs in specs] for specs in columns]
+    tables = [plan.table(c) for c in range(plan.num_components)]
+    threads = min(4, os.cpu_count() or 1)  # one batch, waited for: decode it in parallel
+    return SampleReader(tables, columns, video_threads=threads, copy_objects=False)
+
+
+def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1, *,
+              anchors: bool = False, sample: int | None = None) -> StepView:  # fmt: skip
+    """Plan the batch (pure), then read it with the loader's reader: every sample, or
+    the one at index ``sample``; ``anchors``: one frame per video window (first screen)."""
     batch = plan.batch(step, rank, world_size)
-    reader = host_reader(plan, copy_objects=False)  # one batch: no copy of whole files
+    ks = np.arange(len(batch)) if sample is None else np.array([sample])
+    if sample is not None and not 0 <= sample < len(batch):
+        raise NotFound(f"step {batch.step} has samples 0..{len(batch) - 1} on rank "
+                             f"{rank}, not sample {sample}")  # fmt: skip
+    reader = _reader(plan, anchors)
     try:
-        arrays = {k: np.asarray(v) for k, v in reader.read(batch.component, batch.moment).items()}
+        got = reader.read(batch.component[ks], batch.moment[ks])
+        arrays = {k: np.asarray(v) for k, v in got.items()}
     finally:
         reader.close()
     pads = sorted(k for k in arrays if k.endswith("_is_pad"))
     samples = []
-    for k in range(len(batch)):
+    for i, k in enumerate(ks.tolist()):
         c = int(batch.component[k])
         tab = plan.table(c)
-        e = int(arrays["_episode"][k])
+        e = int(arrays["_episode"][i])
         samples.append({
-            "slot": batch.rank + k * batch.world_size, "position": int(batch.position[k]),
-            "component": c, "table": tab.name, "version": int(tab.version),
-            "episode": tab.episodes().names[e], "episode_index": e,
-            "frame": int(arrays["_frame"][k]), "moment": int(batch.moment[k]),
-            "pad": {p[: -len("_is_pad")]: arrays[p][k].astype(bool).tolist() for p in pads},
+            "slot": batch.rank + k * batch.world_size, "index": k,
+            "position": int(batch.position[k]), "component": c, "table": tab.name,
+            "version": int(tab.version), "episode": tab.episodes().names[e], "episode_index": e,
+            "frame": int(arrays["_frame"][i]), "moment": int(batch.moment[k]),
+            "pad": {p[: -len("_is_pad")]: arrays[p][i].astype(bool).tolist() for p in pads},
         })  # fmt: skip
-    return StepView(plan, batch.step, rank, world_size, samples, arrays)
+    return StepView(plan, batch.step, rank, world_size, samples, arrays, anchors)
 
 
 def step_json(view: StepView) -> dict[str, Any]:
     """The sample list (``treadle show --json``)."""
+    samples = [{k: v for k, v in s.items() if k != "index"} for s in view.samples]
     return {"run_id": view.plan.run_id, "step": view.step, "rank": view.rank,
-            "world_size": view.world_size, "samples": view.samples}  # fmt: skip
+            "world_size": view.world_size, "samples": samples}  # fmt: skip
 
 
 def _frames(arr: np.ndarray) -> np.ndarray | None:
@@ -84,6 +123,25 @@ def _strip(frames: np.ndarray, pad: list[bool], column: str, slot: int) -> str:
     return '<div class="strip">' + "".join(imgs) + "</div>"
 
 
+def thumbnail(frame: np.ndarray) -> bytes:
+    """A JPEG of ``frame`` ``[H, W, 3]`` uint8, its longest side at most :data:`THUMB`."""
+    from PIL import Image
+
+    img = Image.fromarray(np.ascontiguousarray(frame))
+    factor = -(-max(img.size) // THUMB)  # a whole factor: a box filter, ~10x a resize's speed
+    if factor > 1:
+        img = img.reduce(factor)
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=80)
+    return out.getvalue()
+
+
+def _anchor_img(frame: np.ndarray, column: str, slot: int) -> str:
+    data = base64.b64encode(thumbnail(frame)).decode()
+    return (f'<img class="anchor" data-slot="{slot}" data-column="{esc(column)}" '
+            f'alt="{esc(column)} anchor" src="data:image/jpeg;base64,{data}">')  # fmt: skip
+
+
 def _svg(values: np.ndarray, width: int = 220, height: int = 70) -> str:
     """An inline SVG of ``values`` ``[T]`` or ``[T, D]`` (one polyline per dimension)."""
     v = values.reshape(values.shape[0], -1).astype(np.float64)
@@ -99,17 +157,22 @@ def _svg(values: np.ndarray, width: int = 220, height: int = 70) -> str:
             f"{''.join(lines)}</svg>")  # fmt: skip
 
 
-def _windows(view: StepView, k: int) -> str:
-    s = view.samples[k]
+def _windows(view: StepView, i: int) -> str:
+    """The windows of sample ``i`` of the view: an anchor frame (first screen) or a PNG
+    strip (the whole window) per video column, an SVG per numeric window."""
+    s = view.samples[i]
     video = set()
     for c in range(view.plan.num_components):
         video |= set(view.plan.table(c).video_columns)
     parts = []
     for col in sorted(c for c in view.arrays if c not in _IDS and not c.endswith("_is_pad")):
-        a = view.arrays[col][k]
+        a = view.arrays[col][i]
         frames = _frames(a) if col in video else None
-        if frames is not None:
-            strip = _strip(frames, s["pad"].get(col, []), col, k)
+        if frames is not None and view.anchors:
+            parts.append(f'<div class="win"><b>{esc(col)}</b>'
+                         f"{_anchor_img(frames[0], col, s['slot'])}</div>")  # fmt: skip
+        elif frames is not None:
+            strip = _strip(frames, s["pad"].get(col, []), col, s["slot"])
             parts.append(f'<div class="win"><b>{esc(col)}</b>{strip}</div>')
         elif np.issubdtype(a.dtype, np.number) and a.size:
             parts.append(f'<div class="win"><b>{esc(col)}</b> <small>{esc(list(a.shape))}</small>'
@@ -117,48 +180,68 @@ def _windows(view: StepView, k: int) -> str:
     return "".join(parts)
 
 
-def samples_table(view: StepView) -> str:
-    """The samples of the step with their windows, as one HTML table."""
+def _sample_src(view: StepView, k: int) -> str:
+    r = view.plan.record
+    return url("p", r.project, "runs", r.run_id, "steps", view.step, "samples", k,
+               rank=view.rank, world_size=view.world_size)  # fmt: skip
+
+
+def samples_table(view: StepView, *, links: bool = True) -> str:
+    """The samples of the step with their windows, as one HTML table (``links``: episode
+    links and the buttons that load a sample's whole windows; none in a file)."""
     r = view.plan.record
     rows = []
-    for k, s in enumerate(view.samples):
-        ep = url("p", r.project, "t", s["table"], "v", s["version"], "e", s["episode"],
-                 frame=s["frame"])  # fmt: skip
+    for i, s in enumerate(view.samples):
+        ep = esc(s["episode"])
+        if links:
+            ep = link(episode_url(r.project, s["table"], s["version"], s["episode"],
+                                  frame=s["frame"]), s["episode"])  # fmt: skip
         pads = "; ".join(f"{c}: {sum(v)}/{len(v)}" for c, v in s["pad"].items()) or "-"
-        rows.append([s["slot"], s["component"], esc(s["table"]), link(ep, s["episode"]),
-                     s["frame"], s["moment"], esc(pads), _windows(view, k)])  # fmt: skip
+        windows = _windows(view, i)
+        if links and view.anchors:
+            windows += (f'<button type="button" class="more" data-src="'
+                        f'{esc(_sample_src(view, s["index"]))}">all frames</button>')  # fmt: skip
+        rows.append([s["slot"], s["component"], esc(s["table"]), ep, s["frame"], s["moment"],
+                     esc(pads), windows])  # fmt: skip
     head = ["slot", "component", "table", "episode", "frame", "moment", "padded", "windows"]
     return table(head, rows, raw=True, id_="samples")
 
 
+def sample_html(view: StepView) -> str:
+    """One sample's whole windows (the loader's pixels, lossless): what "all frames" loads."""
+    return f'<div class="sample" data-slot="{view.samples[0]["slot"]}">{_windows(view, 0)}</div>'
+
+
 def _frame(plan: Plan, step: int, rank: int, world_size: int, body: str, inline: bool) -> str:
-    """The page around ``body``: facts, links to the steps before and after, breadcrumbs."""
+    """The page around ``body``: facts, links to the steps before and after, breadcrumbs
+    (``inline``: a file with no server: no links, CSS embedded)."""
     r = plan.record
     nav_steps = " · ".join(
         link(url("p", r.project, "runs", r.run_id, "steps", n, rank=rank,
                  world_size=world_size), label)
         for n, label in ((step - 1, "← previous step"), (step + 1, "next step →"))
-        if n >= 0
+        if n >= 0 and not inline
     )  # fmt: skip
     facts = (
-        f'<p id="facts">run <code>{esc(r.run_id)}</code> · step {step:,} · rank {rank} of '
-        f"{world_size} · {plan.batch_size // world_size} samples · {nav_steps}</p>"
+        f'<p id="facts">run <code>{esc(r.run_id)}</code> · project {esc(r.project)} · '
+        f"step {step:,} · rank {rank} of {world_size} · {plan.batch_size // world_size} "
+        f"samples{' · ' + nav_steps if nav_steps else ''}</p>"
     )
-    nav = crumbs(
+    nav = "" if inline else crumbs(
         (url("p", r.project), r.project),
         (url("p", r.project, "runs"), "runs"),
         (url("p", r.project, "runs", r.run_id), r.run_id),
         f"step {step}",
-    )
+    )  # fmt: skip
     scripts = [] if inline else ["viewer.js"]
     return page(f"run {r.run_id} step {step}", facts + body, nav=nav, inline=inline,
                 scripts=scripts)  # fmt: skip
 
 
 def step_html(view: StepView, *, inline: bool = False) -> str:
-    """The whole step page, samples read (``inline``: CSS inlined, for a file that opens
-    with no server: ``treadle show --out``)."""
-    body = samples_table(view)
+    """The whole step page, samples read (``inline``: CSS inlined and no links, for a
+    file that opens with no server: ``treadle show --out``)."""
+    body = samples_table(view, links=not inline)
     return _frame(view.plan, view.step, view.rank, view.world_size, body, inline)
 
 

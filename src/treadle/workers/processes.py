@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from treadle import reaper
 from treadle.errors import PlanError, TreadleError
-from treadle.forks import renew_lock_in_child
+from treadle.fork_locks import renew_lock_in_child
 from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
@@ -193,7 +194,8 @@ def read_in_processes(
     failed: list[BaseException] = []
     starter = threading.Thread(target=_start, args=(ctx, job, workers, handles, failed),
                                name="treadle-worker-start", daemon=True)  # fmt: skip
-    try:
+    # stopped early (maybe by a finalizer, on any thread) the reaper ends the workers
+    with reaper.closing(_end, starter, handles):
         starter.start()
         if first is not None:
             yield first(job.start - 1)
@@ -203,11 +205,14 @@ def read_in_processes(
         steps = itertools.count(job.start) if job.stop is None else range(job.start, job.stop)
         for step in steps:
             yield handles[(step - job.start) % workers].take(step)
-    finally:
-        if starter.ident is not None:
-            starter.join()
-        for h in handles:
-            h.close()
+
+
+def _end(starter: threading.Thread, handles: list[_Handle]) -> None:
+    """Wait for the starter thread, then end every worker and free its slots."""
+    if starter.ident is not None:
+        starter.join()
+    for h in handles:
+        h.close()
 
 
 def _start(ctx: Any, job: Job, workers: int, handles: list[_Handle],

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from treadle.errors import CorruptData, MissingDependency, SchemaMismatch
 from treadle.importers.arrow import check_rename, column_name
-from treadle.importers.cameras import CameraReport, camera_value, check_camera_mode
+from treadle.importers.cameras import Reports, camera_value, check_camera_mode
 from treadle.importers.episodic import (
     Episode,
     LocalCopies,
@@ -125,6 +125,7 @@ def import_hdf5(
             episodes=partial(_episodes, source, names, settings),
             options=options,
             fps=fps,
+            images=images,
             meta=meta,
             copies=copies,
         )
@@ -198,7 +199,7 @@ def _episodes(
     settings: _Settings,
     files: Sequence[int],
     copies: LocalCopies,
-    report: CameraReport | None,
+    report: Reports | None,
 ) -> Iterator[Episode]:
     """The episodes of ``files``, one demo at a time."""
     require_h5py()
@@ -220,7 +221,7 @@ def _demo(
     where: str,
     task: str | None,
     settings: _Settings,
-    report: CameraReport | None,
+    report: Reports | None,
 ) -> Episode:
     """One demo as ``(episode, columns, rows, bytes)``."""
     n = demo_length(group, info.layout, where)

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import CorruptData, SchemaMismatch
-from treadle.importers.cameras import CameraReport, camera_value, encoded_image
+from treadle.importers.cameras import Reports, camera_value, encoded_image
 from treadle.importers.ros2.ros2_align import NS, Picks, clock, order, pick, usage
 from treadle.importers.ros2.ros2_bags import TopicData
 
@@ -35,7 +35,7 @@ def episode_columns(
     images: str,
     episode: str,
     where: str,
-    report: CameraReport | None,
+    report: Reports | None,
     load: Callable[[list[set[int]]], None] | None = None,
 ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
     """``(columns, moments, per-topic report rows)`` of one bag. ``load(needed)`` fills in
@@ -106,7 +106,7 @@ def _values(
     images: str,
     fps: Fraction,
     episode: str,
-    report: CameraReport | None,
+    report: Reports | None,
 ) -> dict[str, Any]:
     """Per column suffix, the picked values of one topic."""
     assert d.conv is not None
@@ -116,11 +116,14 @@ def _values(
         at = f"episode {episode!r}, column {name!r}"
         if kind == "image":
             raw = [values[i][suffix] if i >= 0 else None for i in picks.index]
+            nbytes = sum(len(b) for b in raw if b is not None)
             if images == "encoded":
                 out[suffix] = raw
+                if report is not None:
+                    report.camera(name).add(nbytes, None, None)
                 continue
             frames = np.stack([encoded_image(b, "decoded", at) for b in raw])
-            out[suffix] = camera_value(frames, images, float(fps), episode, name, report)
+            out[suffix] = camera_value(frames, images, float(fps), episode, name, report, nbytes)
         elif picks.index.min() < 0:  # a latched topic before its message: nulls
             out[suffix] = _with_nulls([values[i][suffix] if i >= 0 else None for i in picks.index])
         elif kind == "camera":

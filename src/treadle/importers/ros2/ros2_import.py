@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from treadle.importers.arrow import column_name
-from treadle.importers.cameras import CameraReport, check_camera_mode
+from treadle.importers.cameras import Reports, check_camera_mode
 from treadle.importers.episodic import Episode, LocalCopies, SourceMeta, import_episodes
 from treadle.importers.ros2.ros2_align import ALIGNS, as_fraction
 from treadle.importers.ros2.ros2_bags import (
@@ -138,6 +138,7 @@ def import_ros2(
             episodes=partial(_episodes, source, tuple(bags), settings),
             options=_id_options(opts, settings),
             fps=float(settings.fps),
+            images=settings.images,
             meta=meta,
             copies=copies,
             units=[source.describe(b.path) for b in bags],
@@ -172,7 +173,7 @@ def _episodes(
     settings: _Settings,
     units: Sequence[int],
     copies: LocalCopies,
-    report: CameraReport | None,
+    report: Reports | None,
 ) -> Iterator[Episode]:
     """One episode per bag in ``units``."""
     for i in units:

@@ -24,7 +24,7 @@ import numpy as np
 
 from treadle.errors import CorruptData, MissingDependency, SchemaMismatch
 from treadle.importers.arrow import check_rename, column_name
-from treadle.importers.cameras import CameraReport, camera_value, check_camera_mode, is_camera
+from treadle.importers.cameras import Reports, camera_value, check_camera_mode, is_camera
 from treadle.importers.episodic import Episode, LocalCopies, SourceMeta, import_episodes
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source, split_url
@@ -117,6 +117,7 @@ def import_zarr(
             episodes=partial(_episodes, source, names, settings, episodes),
             options=opts.id_options("rename", images=images, fps=fps),
             fps=fps,
+            images=images,
             meta=SourceMeta(attrs, {}, "zarr"),
             copies=copies,
             units=[f"{source.describe(zip_name or '')} {r[0]}..{r[-1]}" for r in _ranges(episodes)],
@@ -251,7 +252,7 @@ def _episodes(
     episodes: Sequence[str],
     units: Sequence[int],
     copies: LocalCopies,
-    report: CameraReport | None,
+    report: Reports | None,
 ) -> Iterator[Episode]:
     """The episodes of ``units`` (ranges of :data:`EPISODES_PER_TASK` episodes), one slice
     of every array each."""
@@ -272,7 +273,7 @@ def _episode(
     episode: str,
     where: str,
     settings: _Settings,
-    report: CameraReport | None,
+    report: Reports | None,
 ) -> Episode:
     at = f"{where}, {episode} (rows {start}..{end - 1})"
     per_row = sum(

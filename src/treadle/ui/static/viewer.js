@@ -9,18 +9,19 @@ function el(tag, attrs, text) {
   if (text !== undefined) e.textContent = text;
   return e;
 }
-async function getJSON(src) {
-  const r = await fetch(src, { credentials: "same-origin" });
+async function getJSON(src, method) {
+  const r = await fetch(src, { credentials: "same-origin", method: method || "GET" });
   const body = await r.json();
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
 }
 function showError(box, err) { box.replaceChildren(el("p", { class: "error" }, String(err.message || err))); }
 
-async function episodeList(box, offset) {
+async function episodeList(box, offset, filter) {
+  filter = filter || "";
   box.replaceChildren(el("p", { class: "muted" }, "loading…"));
   try {
-    const page = await getJSON(`${box.dataset.src}?offset=${offset}&limit=100`);
+    const page = await getJSON(`${box.dataset.src}?offset=${offset}&limit=100&filter=${encodeURIComponent(filter)}`);
     const t = el("table", { id: "episode-list" });
     t.append(el("thead")); t.tHead.append(el("tr"));
     for (const h of ["#", "episode", "first moment", "frames"]) t.tHead.rows[0].append(el("th", {}, h));
@@ -34,18 +35,40 @@ async function episodeList(box, offset) {
     const info = el("p", { class: "pager", id: "episode-pager" });
     const prev = el("button", { type: "button" }, "← previous"), next = el("button", { type: "button" }, "next →");
     prev.disabled = page.offset === 0; next.disabled = last >= page.total;
-    prev.onclick = () => episodeList(box, Math.max(0, page.offset - 100));
-    next.onclick = () => episodeList(box, page.offset + 100);
-    info.append(prev, next, `episodes ${page.offset + 1}–${last} of ${page.total}`);
+    prev.onclick = () => episodeList(box, Math.max(0, page.offset - 100), filter);
+    next.onclick = () => episodeList(box, page.offset + 100, filter);
+    const jump = el("input", { type: "number", id: "episode-jump", min: "1", max: String(Math.max(1, page.total)), placeholder: "go to #" });
+    jump.onchange = () => episodeList(box, Math.max(0, Math.min(page.total - 1, (parseInt(jump.value) || 1) - 1)), filter);
+    const find = el("input", { type: "search", id: "episode-filter", placeholder: "filter names" });
+    find.value = filter;
+    find.onchange = () => episodeList(box, 0, find.value);
+    const span = page.total ? `episodes ${page.offset + 1}–${last} of ${page.total}` : "no episodes";
+    info.append(prev, next, span + (filter ? ` matching “${filter}”` : ""), " ", jump, " ", find);
     box.replaceChildren(info, t);
   } catch (err) { showError(box, err); }
 }
 
+function fmt(v) {
+  if (v === null) return "–";
+  if (Array.isArray(v)) return v.length > 8 ? `[${v.slice(0, 8).map(fmt).join(", ")}, … ${v.length} values]` : `[${v.map(fmt).join(", ")}]`;
+  return typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(4)) : String(v);
+}
 async function computeStats(box) {
   box.replaceChildren(el("p", { class: "muted" }, "computing table.stats…"));
   try {
-    const stats = await getJSON(box.dataset.src);
-    box.replaceChildren(el("pre", { id: "stats-result" }, JSON.stringify(stats, null, 1)));
+    const stats = await getJSON(box.dataset.src, "POST");
+    const fields = [];
+    for (const s of Object.values(stats)) for (const k of Object.keys(s || {})) if (!fields.includes(k)) fields.push(k);
+    const t = el("table", { id: "stats-result" }), head = el("tr");
+    for (const h of ["column", ...fields]) head.append(el("th", {}, h));
+    t.append(el("thead")); t.tHead.append(head);
+    const body = el("tbody"); t.append(body);
+    for (const [name, s] of Object.entries(stats)) {
+      const tr = el("tr"); tr.append(el("td", {}, name));
+      for (const k of fields) tr.append(el("td", { class: "num" }, fmt((s || {})[k] ?? null)));
+      body.append(tr);
+    }
+    box.replaceChildren(t);
   } catch (err) { showError(box, err); }
 }
 
@@ -63,8 +86,12 @@ async function episodePlayer(box) {
     const rows = Object.entries(data.series).map(([name, s]) => `${name}: [${s.map((d) => d[f] === null ? "null" : d[f].toPrecision(4)).join(", ")}]`);
     values.textContent = rows.join("  ·  ");
   }
+  const query = box.dataset.query || "";
+  let shown = -1;
   function under(f) {
-    box.querySelectorAll("img.under").forEach((img) => { img.src = `${box.dataset.base}/frame/${img.dataset.column}/${f}.png`; });
+    if (f === shown) return;
+    shown = f;
+    box.querySelectorAll("img.under").forEach((img) => { img.src = `${box.dataset.base}/frame/${img.dataset.column}/${f}.png${query}`; });
   }
   function seek(f) {
     for (const v of videos) v.currentTime = (f + 0.5) / fps;
@@ -73,12 +100,13 @@ async function episodePlayer(box) {
   const lead = videos[0];
   if (lead) {
     lead.addEventListener("timeupdate", () => {
-      const f = frameAt(lead.currentTime); draw(f);
+      const f = frameAt(lead.currentTime); draw(f); under(f);
       for (const v of videos.slice(1)) if (Math.abs(v.currentTime - lead.currentTime) > 0.5 / fps) v.currentTime = lead.currentTime;
     });
     lead.addEventListener("pause", () => under(frameAt(lead.currentTime)));
   }
-  document.getElementById("play").onclick = () => {
+  const play = document.getElementById("play");
+  if (play) play.onclick = () => {
     if (!lead) return;
     if (lead.paused) videos.forEach((v) => v.play()); else videos.forEach((v) => v.pause());
   };
@@ -88,7 +116,9 @@ async function episodePlayer(box) {
     plots.replaceChildren();
     for (const [name, series] of Object.entries(data.series)) {
       const fig = el("figure"), c = el("canvas", { class: "plot", width: "640", height: "120", "data-column": name });
-      fig.append(el("figcaption", {}, `${name} (${data.dims[name]} dims)`), c); plots.append(fig);
+      const bad = (data.nonfinite || {})[name];
+      const note = bad ? ` · ${bad} NaN or infinite values, drawn as gaps` : "";
+      fig.append(el("figcaption", { class: bad ? "nonfinite" : "" }, `${name} (${data.dims[name]} dims)${note}`), c); plots.append(fig);
       canvases.push([c, name]);
     }
     const tasks = document.getElementById("tasks");
@@ -119,7 +149,19 @@ async function stepSamples(box) {
       throw new Error(msg ? msg.textContent : r.statusText);
     }
     box.innerHTML = text;  // the server's own HTML: every name in it is escaped there
+    box.querySelectorAll("button.more").forEach((b) => { b.onclick = () => moreFrames(b); });
   } catch (err) { showError(box, err); }
+}
+
+async function moreFrames(button) {
+  button.disabled = true; button.textContent = "loading…";
+  try {
+    const r = await fetch(button.dataset.src, { credentials: "same-origin" });
+    const text = await r.text();
+    if (!r.ok) throw new Error(r.statusText);
+    const div = el("div", { class: "all-frames" }); div.innerHTML = text;  // escaped by the server
+    button.replaceWith(div);
+  } catch (err) { button.textContent = String(err.message || err); }
 }
 
 document.addEventListener("DOMContentLoaded", () => {

@@ -1,0 +1,151 @@
+"""Merging one branch into another, and diffs (``project.merge``, ``project.diff``).
+
+A **fast-forward** is used where the target's head is an ancestor of the source's: the
+target then points at the source's head. Otherwise the merge is **three-way by table**,
+against the most recent common ancestor of the two heads (several of them, as after
+criss-cross merges: :class:`MergeConflict` naming them). What each side did to a table
+is read from the operation kinds its commits recorded (``Commit.changes``: append,
+add_column, update, ...), never guessed from fragments (tail compaction rewrites them):
+
+- a table changed on one side only takes that side's version;
+- both sides only appended episodes (distinct names): the base's rows, then ours, then
+  theirs (:mod:`treadle.catalog.merge_tables`);
+- one side only added columns, the other only appended: both; the appended episodes take
+  each column's default or null, and the commit message says so;
+- anything else changed on both sides is a :class:`MergeConflict` naming the table and
+  what each side did. Nothing is written and no branch moves.
+
+The merge commit has two parents (target head, source head) and moves the target with
+one compare-and-swap; a target that moved meanwhile is merged again (a few times).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from treadle.catalog.commit import Commit
+from treadle.catalog.diff import Diff, diff, resolve
+from treadle.catalog.history import Merging
+from treadle.catalog.merge_tables import merged_version, plan_table
+from treadle.errors import CommitConflict, MergeConflict, NotFound
+from treadle.names import check_name
+
+_ATTEMPTS = 5
+
+
+def ancestors(project: Merging, commit_id: str) -> dict[str, int]:
+    """Every commit reachable from ``commit_id`` (itself included), with its distance."""
+    seen = {commit_id: 0}
+    todo = deque([commit_id])
+    while todo:
+        cid = todo.popleft()
+        for p in project.load_commit(cid).parents:
+            if p not in seen:
+                seen[p] = seen[cid] + 1
+                todo.append(p)
+    return seen
+
+
+def merge_base(project: Merging, ours: str, theirs: str) -> str:
+    """The most recent common ancestor of two commits (:class:`MergeConflict` when
+    there are several)."""
+    a, b = ancestors(project, ours), ancestors(project, theirs)
+    common = set(a) & set(b)
+    if not common:
+        raise MergeConflict(f"commits {ours[:8]} and {theirs[:8]} have no common ancestor")
+    below = set()
+    for c in common:
+        below.update(x for x in ancestors(project, c) if x != c)
+    best = sorted(common - below)
+    if len(best) > 1:
+        raise MergeConflict(
+            f"commits {ours[:8]} and {theirs[:8]} have {len(best)} most recent common "
+            f"ancestors ({', '.join(c[:8] for c in best)}); merge one into the other first"
+        )
+    return best[0]
+
+
+def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
+    """Per table, the operation kinds the commits after ``base`` up to ``head`` applied
+    (``"unknown"`` for a commit that changed a table and recorded nothing)."""
+    before = ancestors(project, base)
+    kinds: dict[str, list[str]] = {}
+    for cid in ancestors(project, head):
+        if cid in before:
+            continue
+        c = project.load_commit(cid)
+        parents = [project.load_commit(p) for p in c.parents]
+        for name, v in c.tables.items():
+            if parents and all(p.tables.get(name) == v for p in parents):
+                continue
+            got = c.kinds(name) or ["unknown"]
+            kinds.setdefault(name, [])
+            kinds[name].extend(k for k in got if k not in kinds[name])
+    return kinds
+
+
+class MergesAndDiffs:
+    """``project.merge`` and ``project.diff`` (mixed into :class:`treadle.Project`)."""
+
+    name: str
+    refs: Any
+
+    def diff(self, a: str, b: str) -> Diff:
+        """What changed from ``a`` to ``b`` (commit ids or prefixes, branch names, tags),
+        per table: episodes, columns, moments (:class:`treadle.Diff`)."""
+        return diff(self, a, b)  # type: ignore[arg-type]
+
+    def merge(self, branch: str, into: str = "main", message: str | None = None) -> Commit:
+        """Merge branch (or tag, or commit) ``branch`` into branch ``into``: a fast-forward
+        where possible, else a three-way merge by table (see :mod:`treadle.catalog.merge`).
+        Returns the new head of ``into``; :class:`MergeConflict` writes nothing."""
+        check_name(into, "branch")
+        for _ in range(_ATTEMPTS):
+            head = self.refs.head(into)
+            if head is None:
+                raise NotFound(f"branch {into!r} not found in project {self.name!r}")
+            theirs = resolve(self, branch)
+            done = self._merge_once(head, theirs, branch, into, message)
+            if done is not None:
+                return done
+        raise CommitConflict(
+            f"branch {into!r} of project {self.name!r} kept moving while merging {branch!r}; "
+            "nothing was committed"
+        )
+
+    def _merge_once(
+        self, head: Any, theirs: Commit, branch: str, into: str, message: str | None
+    ) -> Commit | None:
+        project: Any = self
+        ours = project.load_commit(head.commit_id)
+        base = merge_base(project, ours.id, theirs.id)
+        if base == theirs.id:
+            return ours  # already merged
+        if base == ours.id:  # fast-forward
+            return theirs if self.refs.try_advance(into, head.seq + 1, theirs.id) else None
+        base_c = project.load_commit(base)
+        our_kinds, their_kinds = (
+            side_kinds(project, ours.id, base),
+            side_kinds(project, theirs.id, base),
+        )
+        plans = []
+        for name in sorted(set(ours.tables) | set(theirs.tables)):
+            plans.append(plan_table(project, name, base_c, ours, theirs, our_kinds, their_kinds))
+        tables, changes, notes = dict(ours.tables), {}, []
+        for plan in plans:  # every table checked above: only now is anything written
+            if plan.take is None:
+                continue
+            version, note = merged_version(project, plan)
+            tables[plan.name] = version
+            changes[plan.name] = plan.kinds
+            notes.extend([note] if note else [])
+        text = message or f"merge {branch} into {into}"
+        commit = Commit.create([ours.id, theirs.id], "; ".join([text, *notes]), tables, changes)
+        project.save_commit(commit)
+        if not self.refs.try_advance(into, head.seq + 1, commit.id):
+            return None
+        for name, v in tables.items():
+            if ours.tables.get(name) != v:
+                project.lance.protect(name, v)
+        return commit

@@ -1,0 +1,55 @@
+"""Columns added after a table was written: nullable, or with a stored default.
+
+A column :meth:`TableRef.add_column <treadle.TableRef.add_column>` adds carries field
+metadata ``treadle:added`` (and ``treadle:default``, the JSON of its default when one was
+given), so a writer that keeps appending rows without it goes on working: its rows get
+the default, or null.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from treadle.errors import SchemaMismatch
+
+ADDED_KEY = b"treadle:added"
+DEFAULT_KEY = b"treadle:default"
+NO_DEFAULT = object()
+
+
+def added_field(field: pa.Field, default: Any = NO_DEFAULT) -> pa.Field:
+    """``field`` marked as added (nullable), with ``default`` stored when given."""
+    meta = dict(field.metadata or {})
+    meta[ADDED_KEY] = b"1"
+    if default is not NO_DEFAULT:
+        try:
+            meta[DEFAULT_KEY] = json.dumps(default).encode()
+        except (TypeError, ValueError):
+            raise SchemaMismatch(
+                f"column {field.name!r}: default {default!r} is not a plain value (a number, "
+                "string, bool or None) that can be stored with the table"
+            ) from None
+    return field.with_nullable(True).with_metadata(meta)
+
+
+def default_of(field: pa.Field) -> Any:
+    """The stored default of an added column (None: null)."""
+    raw = (field.metadata or {}).get(DEFAULT_KEY)
+    return None if raw is None else json.loads(raw)
+
+
+def fill_added(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with every added column of ``schema`` it lacks filled with its default."""
+    for field in schema:
+        if field.name in table.column_names or ADDED_KEY not in (field.metadata or {}):
+            continue
+        value = default_of(field)
+        if value is None:
+            col = pa.nulls(table.num_rows, field.type)
+        else:
+            col = pa.array([value] * table.num_rows, field.type)
+        table = table.append_column(pa.field(field.name, field.type), col)
+    return table

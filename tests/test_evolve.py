@@ -1,0 +1,385 @@
+"""Tables that change (issue 47): add_column, annotate, update, rename, drop, delete
+episodes, compact. Rows never move, no media object is written, pinned runs read what
+they read before, new runs see the change; every bad input is a named error with
+nothing written."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import treadle as td
+from loader_helpers import batch_hash, make_project, recipe
+from treadle.errors import AlreadyExists, InvalidName, NotFound, SchemaMismatch
+
+
+def media(branch: td.Branch) -> dict[str, int]:
+    store = branch.project.client.store
+    return {k: v.size for k, v in store.list_info(f"projects/{branch.project.name}/media").items()}
+
+
+def check_rows(table: td.Table) -> None:
+    """Every episode's moments contiguous and in frame order, as the index says."""
+    got = table.to_arrow(["episode", "frame"])
+    names = got.column("episode").to_pylist()
+    frames = np.asarray(got.column("frame").to_numpy())
+    idx = table.episodes()
+    assert sum(idx.lengths) == len(names)
+    for name, start, n in zip(idx.names, idx.starts, idx.lengths, strict=True):
+        assert names[start : start + n] == [name] * n
+        assert frames[start : start + n].tolist() == list(range(n))
+    assert len(set(idx.names)) == len(idx.names)
+
+
+def batches(plan: td.Plan, steps: int = 3) -> list[str]:
+    return [batch_hash(b) for b in td.TrainLoader(plan, steps=steps)]
+
+
+def pinned_reads(branch: td.Branch, plan: td.Plan, pinned: td.Table) -> dict:
+    """What a pinned run reads: its batches, the rest of them resumed from a state after
+    one step, an EvalLoader pass over a pinned table, and the run's statistics."""
+    loader = td.TrainLoader(plan, steps=3)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    client = branch.project.client
+    comp = td.Component(pinned, td.Windows({"action": td.Rows(range(2))}), weight=1.0)
+    return {
+        "batches": batches(td.Plan.from_record(plan.record, client)),
+        "resumed": [batch_hash(b) for b in td.TrainLoader.from_state(state, client, steps=3)],
+        "eval": [batch_hash(b) for b in td.EvalLoader(comp, 8)],
+        "stats": plan.stats(["action"])["action"].mean.tolist(),
+    }
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evolve") / "store"
+    root.mkdir()
+    branch = make_project(str(root), episodes=3, frames=12)
+    plan = recipe(branch).plan()
+    pinned = branch.table("failed").pin()
+    return branch, plan, pinned, pinned_reads(branch, plan, pinned), media(branch)
+
+
+def test_every_change_keeps_rows_media_and_pinned_runs(project):
+    branch, plan, pinned, before, stored = project
+    t = branch.table("failed")
+    n = t.num_moments
+    edits = [
+        lambda: t.add_column("success", {"failed-0": True, "failed-1": False}, default=True),
+        lambda: t.add_column("progress", np.linspace(0, 1, n, dtype=np.float32)),
+        lambda: t.annotate("subtask", {"failed-0": [(0.0, 0.1, "reach"), (0.1, 0.4, "grasp")]}),
+        lambda: t.update({"success": False}, where="episode = 'failed-2'"),
+        lambda: t.rename_columns({"progress": "phase"}),
+        lambda: t.drop_columns(["phase"]),
+        lambda: t.delete_episodes(["failed-1"]),
+        lambda: t.compact(),
+    ]
+    for edit in edits:
+        edit()
+        check_rows(t.pin())
+        assert media(branch) == stored
+    assert pinned_reads(branch, plan, pinned) == before
+    got = t.to_arrow(["episode", "success", "subtask"]).to_pydict()
+    assert got["episode"] == ["failed-0"] * 12 + ["failed-2"] * 12
+    assert got["success"] == [True] * 12 + [False] * 12
+    assert got["subtask"] == ["reach"] * 3 + ["grasp"] * 9 + [None] * 12
+    assert "phase" not in t.schema.names and "progress" not in t.schema.names
+
+
+def test_new_plan_selects_on_new_column(project):
+    branch, *_ = project
+    t = branch.table("nominal")
+    t.add_column("ok", {"nominal-0": False}, default=True)
+    w = td.Windows({"action": td.Rows(range(2))})
+    comp = td.Component(t, w, weight=1.0, where="ok = false")
+    plan = td.Recipe(seed=1, batch_size=4, components=[comp]).plan()
+    eps = {int(e) for s in range(4) for e in plan.batch(s).moment // 12}
+    assert eps == {0}
+    check_rows(t.pin())
+
+
+def test_update_writes_only_the_changed_column(tmp_path):
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    for e in range(3):
+        t.append_episode({"x": np.arange(5.0) + e, "task": ["a"] * 5}, episode=f"e{e}")
+    before = t.pin()
+    files = {f.path for fr in before.dataset.get_fragments() for f in fr.metadata.files}
+    t.update({"task": "b"}, where="episode = 'e1' AND frame >= 2")
+    after = t.pin()
+    task_id = after.dataset.lance_schema.field("task").id()
+    new = [f for fr in after.dataset.get_fragments() for f in fr.metadata.files
+           if f.path not in files]  # fmt: skip
+    assert new and all(list(f.fields) == [task_id] for f in new)
+    assert after.to_arrow(["task"]).column(0).to_pylist() == ["a"] * 7 + ["b"] * 3 + ["a"] * 5
+    assert after.to_arrow(["x"]) == before.to_arrow(["x"])
+    check_rows(after)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert t.update({"task": "c"}, where="episode = 'nope'") is None
+    assert any("matches no row" in str(w.message) for w in caught)
+    assert t.pin().version == after.version
+    t.update({"task": None}, where="frame = 0")
+    assert t.to_arrow(["task"]).column(0).to_pylist()[::5] == [None, None, None]
+
+
+def test_stats_recomputed_after_change(tmp_path):
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(4, dtype=np.float32)}, episode="a")
+    t.add_column("y", np.ones(4, np.float32))
+    assert float(t.stats(["y"])["y"].mean) == 1.0
+    t.update({"y": 3.0})
+    assert float(t.stats(["y"])["y"].mean) == 3.0
+
+
+def test_later_appends_get_default_or_null_and_names_come_back(tmp_path):
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a")
+    t.add_column("label", {"a": "good"}, default="unknown")
+    t.add_column("score", np.ones(3))
+    t.append_episode({"x": np.arange(2.0)}, episode="b")
+    got = t.to_arrow(["label", "score"]).to_pydict()
+    assert got == {"label": ["good"] * 3 + ["unknown"] * 2, "score": [1.0] * 3 + [None] * 2}
+    t.delete_episodes(["a"])
+    t.append_episode({"x": np.arange(4.0), "label": ["new"] * 4, "score": np.zeros(4)}, episode="a")
+    assert t.pin().episodes().names == ["b", "a"]
+    check_rows(t.pin())
+
+
+def test_spans_are_exact_and_frames_work(tmp_path):
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(10.0)}, episode="a", fps=10)
+    # 0.3 s * 10 fps is exactly frame 3 (as a float, 0.3 * 10 = 3.0000000000000004)
+    t.annotate("s", {"a": [(0.0, 0.3, "p"), (0.3, 1.0, "q")]})
+    assert t.to_arrow(["s"]).column(0).to_pylist() == ["p"] * 3 + ["q"] * 7
+    t.annotate("f", {"a": [(2, 4, 7)]}, frames=True)
+    assert t.to_arrow(["f"]).column(0).to_pylist() == [None] * 2 + [7] * 2 + [None] * 6
+
+
+BAD = [
+    (NotFound, lambda t: t.add_column("c", {"zz": 1}, default=0)),
+    (SchemaMismatch, lambda t: t.add_column("c", np.zeros(3))),
+    (SchemaMismatch, lambda t: t.add_column("c", {"a": 1})),
+    (InvalidName, lambda t: t.add_column("_c", np.zeros(15))),
+    (SchemaMismatch, lambda t: t.add_column("c_is_pad", np.zeros(15))),
+    (AlreadyExists, lambda t: t.add_column("x", np.zeros(15))),
+    (SchemaMismatch, lambda t: t.add_column("c")),
+    (SchemaMismatch, lambda t: t.add_column("c", np.zeros(15), fn=len, columns=["x"])),
+    (SchemaMismatch, lambda t: t.annotate("c", {"a": [(0, 0.5, 1), (0.4, 0.6, 2)]})),
+    (SchemaMismatch, lambda t: t.annotate("c", {"a": [(0, 0.6, 1)]})),
+    (SchemaMismatch, lambda t: t.annotate("c", {"a": [(-0.1, 0.2, 1)]})),
+    (NotFound, lambda t: t.annotate("c", {"zz": [(0, 0.1, 1)]})),
+    (NotFound, lambda t: t.update({"nope": 1})),
+    (SchemaMismatch, lambda t: t.update({"frame": 1})),
+    (NotFound, lambda t: t.delete_episodes(["zz"])),
+    (SchemaMismatch, lambda t: t.update({"x": "text"})),
+    (NotFound, lambda t: t.drop_columns(["nope"])),
+    (SchemaMismatch, lambda t: t.drop_columns(["episode"])),
+    (InvalidName, lambda t: t.rename_columns({"x": "_x"})),
+    (SchemaMismatch, lambda t: t.rename_columns({"x": "x_dim_mask"})),
+    (AlreadyExists, lambda t: t.rename_columns({"x": "y"})),
+]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    t = td.Client(str(root)).project("p").branch().table("t")
+    for e in "abc":
+        t.append_episode({"x": np.arange(5.0), "y": np.zeros(5)}, episode=e, fps=10)
+    nofps = td.Client(str(root)).project("p").branch().table("nofps")
+    nofps.append_episode({"x": np.arange(5.0)}, episode="a")
+    return t, nofps
+
+
+@pytest.mark.parametrize("error,edit", BAD)
+def test_bad_input_is_a_named_error_with_nothing_written(small, error, edit):
+    t, _ = small
+    head = t.branch.commit_id
+    with pytest.raises(error):
+        edit(t)
+    assert t.branch.commit_id == head
+
+
+def test_seconds_on_a_table_without_fps(small):
+    _, t = small
+    head = t.branch.commit_id
+    with pytest.raises(SchemaMismatch, match="frames=True"):
+        t.annotate("c", {"a": [(0.0, 0.1, 1)]})
+    assert t.branch.commit_id == head
+
+
+def test_several_changes_in_one_transaction(tmp_path):
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    for name in ("t", "u"):
+        branch.table(name).append_episode({"x": np.arange(3.0)}, episode="a")
+    head = branch.commit_id
+    with branch.transaction("label both") as tx:
+        tx.table("t").add_column("ok", {"a": True})
+        tx.table("t").update({"ok": False}, where="frame = 1")
+        tx.table("u").rename_columns({"x": "state"})
+    assert branch.head().parents == (head,)
+    assert branch.table("t").to_arrow(["ok"]).column(0).to_pylist() == [True, False, True]
+    assert branch.table("u").schema.names == ["episode", "frame", "state"]
+    with pytest.raises(td.TreadleError, match="separately"):
+        with branch.transaction("mixed") as tx:
+            tx.table("t").append_episode({"x": np.arange(2.0), "ok": [True] * 2}, episode="b")
+            tx.table("t").add_column("z", np.zeros(5))
+    assert branch.table("t").num_moments == 3
+
+
+def test_on_object_stores(any_root):
+    root, options = any_root
+    branch = make_project(root, episodes=2, frames=8, storage_options=options)
+    plan = recipe(branch, batch_size=4).plan()
+    before, stored = batches(plan, 2), media(branch)
+    t = branch.table("failed")
+    t.add_column("success", {"failed-0": True}, default=False)
+    t.update({"success": True}, where="episode = 'failed-1' AND frame < 2")
+    t.delete_episodes(["failed-0"])
+    t.rename_columns({"action": "act"})
+    t.drop_columns(["act"])
+    t.compact()
+    check_rows(t.pin())
+    assert t.schema.names == ["episode", "frame", "cam", "success"]
+    assert media(branch) == stored
+    assert batches(td.Plan.from_record(plan.record, branch.project.client), 2) == before
+    got = t.to_arrow(["success"]).column(0).to_pylist()
+    assert got == [True] * 2 + [False] * 6
+    assert pa.types.is_boolean(t.schema.field("success").type)
+
+
+def test_mapped_reads_survive_edits_and_name_compact_after_deletions(tmp_path, monkeypatch):
+    from treadle import fastpaths
+    from treadle.read.fixed import FixedReader
+
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    img = np.arange(6 * 16 * 16 * 3, dtype=np.uint8).reshape(6, 16, 16, 3)
+    t.append_episode({"img": img}, episode="a")
+    t.add_column("ok", np.ones(6, bool))
+    t.update({"ok": False}, where="frame = 2")
+    assert FixedReader().path(t.pin(), "img") == "mapped"
+    pinned = t.pin()
+    pinned.dataset.delete("frame = 5")  # a Lance deletion file, from outside treadle
+    deleted = pinned.project.table_at("t", pinned.dataset.latest_version)
+    assert FixedReader().path(deleted, "img") != "mapped"
+    assert "compact()" in fastpaths.reasons()["fixed-width reads"]
+
+
+def test_branches_append_after_a_drop_keep_their_columns(tmp_path):
+    project = td.Client(str(tmp_path)).project("p")
+    main = project.branch()
+    t = main.table("t")
+    t.append_episode({"x": np.arange(3.0), "y": np.ones(3), "z": np.full(3, 2.0)}, episode="a")
+    t.drop_columns(["y"])  # field ids are no longer 0..n-1
+    side = project.create_branch("side", from_="main")
+    t.append_episode({"x": np.arange(2.0), "z": np.full(2, 5.0)}, episode="b")
+    s = side.table("t")  # the dataset's latest version is main's: an explicit listing
+    s.append_episode({"x": np.arange(4.0), "z": np.full(4, 7.0)}, episode="c")
+    assert s.to_arrow(["episode", "z"]).to_pydict() == {
+        "episode": ["a"] * 3 + ["c"] * 4,
+        "z": [2.0] * 3 + [7.0] * 4,
+    }
+    assert t.to_arrow(["z"]).column(0).to_pylist() == [2.0] * 3 + [5.0] * 2
+    check_rows(s.pin())
+
+
+def test_computed_column_in_batches_and_on_an_executor(project):
+    branch, *_ = project
+    t = branch.table("nominal")
+    table = t.pin()
+
+    def mean_pixel(batch):
+        return batch["cam"].reshape(len(batch["cam"]), -1).mean(axis=1).astype(np.float32)
+
+    t.add_column("brightness", fn=mean_pixel, columns=["cam"], batch_rows=5, progress=False)
+    got = t.to_arrow(["brightness"]).column(0).to_numpy()
+    first = next(iter(td.TrainLoader(recipe_one(t, table), steps=1)))
+    assert got.shape == (table.num_moments,)
+    want = first["cam"][:, 0].reshape(len(first["cam"]), -1).float().mean(axis=1).numpy()
+    np.testing.assert_allclose(got[first["_moment"].numpy()], want, rtol=1e-5)
+
+    class Inline:  # an executor: the Executor.map contract, run in this process
+        def map(self, fn, items, what):
+            return [fn(item) for item in items]
+
+    t.add_column("double", fn=lambda b: b["action"][:, 0] * 2, columns=["action"],
+                 executor=Inline(), batch_rows=7)  # fmt: skip
+    arr = t.to_arrow(["action", "double"])
+    np.testing.assert_array_equal(
+        np.asarray(arr.column("double").to_pylist()),
+        np.asarray(arr.column("action").to_pylist())[:, 0] * 2,
+    )
+    with pytest.raises(SchemaMismatch, match="values"):
+        t.add_column("bad", fn=lambda b: [1, 2], columns=["action"], batch_rows=4)
+    check_rows(t.pin())
+
+
+def recipe_one(t, table):
+    w = td.Windows({"cam": td.Video(range(1))})
+    return td.Recipe(seed=3, batch_size=6, components=[td.Component(table, w, weight=1.0)]).plan()
+
+
+def test_gc_keeps_deleted_episodes_media_while_a_tag_reaches_them(tmp_path):
+    from datetime import timedelta
+
+    def video(seed):
+        frames = np.random.default_rng(seed).integers(0, 255, (4, 16, 16, 3), dtype=np.uint8)
+        return td.VideoFrames(frames, fps=10)
+
+    client = td.Client(str(tmp_path))
+    for name, tagged in (("tagged", True), ("untagged", False)):
+        p = client.project(name)
+        t = p.branch().table("t")
+        t.append_episode({"cam": video(0)}, episode="a")
+        t.append_episode({"cam": video(1)}, episode="b")
+        if tagged:
+            p.tag("before", p.branch().commit_id)
+        stored = media(p.branch())
+        t.delete_episodes(["a"])
+        p.gc(older_than=timedelta(0), keep_days=0)
+        left = media(p.branch())
+        if tagged:
+            assert left == stored
+            assert p.branch().table("t").at(p.tags()["before"]).num_episodes == 2
+        else:
+            assert len(left) == 1 and set(left) < set(stored)
+        assert t.pin().to_arrow(["episode"]).column(0).to_pylist() == ["b"] * 4
+
+
+def test_viewer_shows_added_columns_with_nulls(tmp_path):
+    from treadle.ui.episode import episode_data
+    from treadle.ui.readonly import ViewerClient
+
+    client = td.Client(str(tmp_path))
+    t = client.project("p").branch().table("t")
+    t.append_episode({"x": np.arange(4.0)}, episode="a", fps=10)
+    t.add_column("ok", {"a": True})
+    t.add_column("emb", np.ones((4, 2), np.float32))
+    t.annotate("phase", {"a": [(0.0, 0.2, "reach")]})
+    t.append_episode({"x": np.arange(3.0)}, episode="b")  # the added columns are null here
+    v = t.pin().version
+    viewer = ViewerClient(client)  # what the viewer's GETs read through
+    a = episode_data(viewer, "p", "t", v, "a")
+    assert a["series"]["ok"] == [[1.0] * 4] and a["tasks"]["phase"] == ["reach"]
+    b = episode_data(viewer, "p", "t", v, "b")
+    assert b["series"]["ok"] == [[None] * 3]
+    assert b["series"]["emb"] == [[None] * 3, [None] * 3]
+
+
+def test_values_written_against_an_older_table_are_a_conflict(tmp_path):
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    t = branch.table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a")
+    with pytest.raises(td.CommitConflict, match="retry"):
+        with branch.transaction("label") as tx:
+            tx.table("t").add_column("p", np.zeros(3, np.float32))
+            t.append_episode({"x": np.arange(2.0)}, episode="b")  # another writer, meanwhile
+    assert t.schema.names == ["episode", "frame", "x"] and t.num_moments == 5
+    t.add_column("p", np.zeros(5, np.float32))  # retried on the new head, it lands
+    check_rows(t.pin())

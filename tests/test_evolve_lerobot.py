@@ -1,0 +1,38 @@
+"""A LeRobot-imported table gets a ``success`` column (issue 47): tl.to_lerobot of a new
+run's batch equals, key by key, the one before the change (which tests/test_lerobot.py
+checks against LeRobot's own keys and values), and the new run can select on it."""
+
+from __future__ import annotations
+
+import torch
+
+import treadle as td
+from importer_fixtures import make_lerobot_v3
+from treadle import lerobot as tl
+
+
+def test_lerobot_table_takes_a_success_column(tmp_path):
+    make_lerobot_v3(tmp_path / "ds", lengths=(12, 9, 15))
+    client = td.Client(str(tmp_path / "store"), create=True)
+    td.importers.lerobot(str(tmp_path / "ds"), client.project("p"), "robot", progress=False)
+    t = client.project("p").branch().table("robot")
+    dt = {"observation.state": [-0.1, 0.0], "action": [0.0, 0.1],
+          "observation.images.top": [0.0]}  # fmt: skip
+
+    def first_batch(**kw):
+        comp = td.Component(t, tl.windows(t, dt), **kw)
+        plan = td.Recipe(seed=0, batch_size=4, components=[comp]).plan()
+        return tl.to_lerobot(next(iter(td.TrainLoader(plan, steps=1))))
+
+    before = first_batch()
+    names = list(t.pin().episodes().names)
+    t.add_column("success", {names[0]: True, names[1]: False, names[2]: True})
+    after = first_batch()
+    assert set(after) - set(before) == {"success"}  # the new feature, beside the others
+    for k, v in before.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(v, after[k]), k
+        else:
+            assert v == after[k], k
+    picked = first_batch(where="success = false")
+    assert set(picked["episode_index"].tolist()) == {1}
