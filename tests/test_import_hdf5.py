@@ -88,6 +88,16 @@ def test_robomimic_metadata_and_filter_keys(robomimic, decoded):
     assert t.fps == 20  # env_args control_freq
 
 
+def test_metadata_outlives_later_commits_and_sets_drop_deleted_episodes(tmp_path):
+    src = make_robomimic(tmp_path / "a.hdf5", [3, 4, 2], images=False)
+    client = Client(str(tmp_path / "store"), create=True)
+    import_hdf5(str(src), client.project("p"), "t", progress=False)
+    tref = client.project("p").branch("main").table("t")
+    tref.delete_episodes(["demo_0"])
+    assert tref.episode_sets() == {"train": [], "valid": ["demo_1", "demo_2"]}
+    assert json.loads(tref.metadata["env_args"])["env_name"] == "Lift"
+
+
 def test_rerun_is_a_no_op(robomimic, decoded):
     client, res, _ = decoded
     again = import_hdf5(str(robomimic), client.project("p"), "t", images="decoded", progress=False)
