@@ -300,3 +300,19 @@ class Azurite(_Server):
             return True
         except (OSError, RuntimeError):
             return False
+
+
+def rlds_example() -> Any:
+    """A new, empty ``tf.train.Example`` message, from the protobuf runtime of the
+    ``treadle[rlds]`` extra: to write small RLDS folders in tests and examples without
+    TensorFlow (``td.importers.rlds`` reads them)."""
+    from treadle.importers.rlds.example_proto import example_class
+
+    return example_class()()
+
+
+def tfrecord(payload: bytes) -> bytes:
+    """``payload`` framed as one TFRecord record (length, data and their masked CRC-32Cs)."""
+    from treadle.importers.rlds.tfrecord import frame_record
+
+    return frame_record(payload)
