@@ -149,7 +149,14 @@ def test_oxe_sized_mix_counts_eligible_moments_not_transitions(oxe_plan):
     for c, (_, n) in enumerate(OXE):
         episodes = -(-n // 500)
         assert plan.eligible(c) == n - 7 * episodes  # 7 moments per episode lack a chunk
-    assert_within_one_sample(plan, steps=30, world_size=4)
+    for world in (1, 2, 4):
+        assert_within_one_sample(plan, steps=30, world_size=world)
+    whole = plan.batch(12, 0, 1)
+    for world in (2, 4):  # the ranks' slots r, r+W, ... make up the global batch
+        for r in range(world):
+            part = plan.batch(12, r, world)
+            assert part.component.tolist() == whole.component[r::world].tolist()
+            assert part.moment.tolist() == whole.moment[r::world].tolist()
 
 
 @pytest.mark.filterwarnings("ignore::treadle.errors.PlanWarning")
