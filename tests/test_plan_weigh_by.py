@@ -198,11 +198,30 @@ def test_bad_weigh_by_is_a_plan_error_naming_the_option(bad):
         Recipe(0, 4, [Component(t)], weigh_by=bad)
 
 
-def test_weigh_by_with_a_schedule_is_refused():
-    t = FakeTable("t", [5])
-    schedule = td.Schedule([(0, [1.0, 1.0])])
-    with pytest.raises(PlanError, match="weigh_by='moments' does not apply to a td.Schedule"):
-        Recipe(0, 4, [Component(t), Component(t)], schedule=schedule, weigh_by="moments")
+def test_schedule_stages_are_weighed_by_moments_too():
+    a, b = FakeTable("a", [10] * 30), FakeTable("b", [7] * 10)  # 270 and 60 eligible
+    windows = Windows({"action": Rows(range(2))})
+    schedule = td.Schedule([(0, [1.0, 1.0]), (10, [1.0, 0.0]), (20, td.Ramp([1.0, 2.0], steps=4))])
+    comps = [Component(FakeRef(a), windows), Component(FakeRef(b), windows)]
+    plan = Recipe(5, 8, comps, schedule=schedule, weigh_by="moments").plan()
+    seats = plan.schedule
+    assert seats.shares[0] == (Fraction(270, 330), Fraction(60, 330))
+    assert seats.shares[1] == (1, 0)
+    ramp_end = (Fraction(270, 390), Fraction(120, 390))  # 1.0 x 270 : 2.0 x 60
+    assert seats.shares[-1] == ramp_end and len(seats.shares) == 2 + 4
+    cum = np.zeros(2, dtype=np.int64)
+    for step in range(40):
+        counts = plan.counts(step)
+        shares = seats.planned[seats.piece(step)]
+        for c in range(2):
+            assert floor(shares[c] * 8) <= counts[c] <= ceil(shares[c] * 8)
+        assert plan.cumulative(step) == cum.tolist()  # draws go on across stages
+        cum += counts
+    again = RunRecord.from_json(plan.record.to_json())
+    assert again == plan.record and again.weigh_by == "moments"
+    rebuilt = Plan.from_record(again, FakeClient([a, b]))
+    assert rebuilt.batch(23).moment.tolist() == plan.batch(23).moment.tolist()
+    assert "stage 0 from step 0: [0] a 9/11, [1] b 2/11" in render_card(plan.record)
 
 
 def test_refusal_names_the_factor_that_fixes_it():

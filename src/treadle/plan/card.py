@@ -207,14 +207,14 @@ def schedule_lines(record: RunRecord) -> list[str]:
         return []
     lines = [f"   schedule: {len(record.schedule.stages)} stages (they replace the weights above)"]
     names = component_names(record)
-    stages, pieces = record.schedule.stages, record.schedule.pieces()
+    stages, pieces = record.schedule.stages, record.schedule.pieces(sizes=record.sizes)
 
     def text(shares: Sequence[Fraction]) -> str:
         return ", ".join(
             f"[{i}] {n} {_fraction_text(f)}" for i, (n, f) in enumerate(zip(names, shares))
         )
 
-    for k, (stage, shares) in enumerate(zip(stages, stage_shares(record.schedule))):
+    for k, (stage, shares) in enumerate(zip(stages, stage_shares(record.schedule, record.sizes))):
         line = f"     stage {k} from step {stage.start:,}: {text(shares)}"
         if stage.ramp:
             planned = min(stage.ramp, RAMP_PIECES)

@@ -143,7 +143,7 @@ class Recipe:
                 f"{len(self.components)} components"
             )
         self.schedule = schedule
-        self.weigh_by = _check_weigh_by(weigh_by, schedule)
+        self.weigh_by = _check_weigh_by(weigh_by)
 
     def plan(self) -> Plan:
         """Pin every table now and return the pure plan."""
@@ -166,7 +166,7 @@ class Recipe:
             planned = [Fraction(n, denominator) for n in numerators]
             check_planned(asked_shares(weights, sizes), planned, self.batch_size, labels)
         else:
-            check_schedule(self.schedule, self.batch_size, labels)
+            check_schedule(self.schedule, self.batch_size, labels, sizes)
         comps = [replace(c, weight_quantised=n) for c, n in zip(comps, numerators, strict=True)]
         record = RunRecord(
             project=projects[0],
@@ -204,20 +204,14 @@ class Recipe:
         )
 
 
-def _check_weigh_by(weigh_by: Any, schedule: Schedule | None) -> str | None:
-    """``None`` or ``"moments"``; a schedule's stages are not weighed."""
+def _check_weigh_by(weigh_by: Any) -> str | None:
+    """``None`` or ``"moments"`` (a schedule's stage weights are weighed too)."""
     if weigh_by is None:
         return None
     if not isinstance(weigh_by, str) or weigh_by not in WEIGH_BY:
         raise PlanError(
             f"weigh_by must be None or 'moments' (share ∝ weight × eligible moments), "
             f"got {weigh_by!r}"
-        )
-    if schedule is not None:
-        raise PlanError(
-            "weigh_by='moments' does not apply to a td.Schedule: its stages give the shares "
-            "themselves; multiply each stage's weights by the components' eligible moments "
-            "(plan.eligible(c) of a plan without the schedule) instead"
         )
     return weigh_by
 

@@ -302,10 +302,8 @@ def _validate_weigh_by(r: RunRecord) -> None:
         raise PlanError(
             f"run record field 'weigh_by' must be 'moments' or absent, got {r.weigh_by!r}"
         )
-    if r.schedule is not None or r.algorithm != ALGORITHM:
-        raise PlanError(
-            f"run record field 'weigh_by' needs algorithm {ALGORITHM!r} and no 'schedule'"
-        )
+    if r.algorithm != ALGORITHM:
+        raise PlanError(f"run record field 'weigh_by' needs algorithm {ALGORITHM!r}")
 
 
 def _validate_entries(r: RunRecord) -> None:
