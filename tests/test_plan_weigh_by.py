@@ -259,3 +259,28 @@ def test_a_share_of_at_least_1e_4_always_plans(sizes, batch_size):
         warnings.simplefilter("ignore", PlanWarning)
         check_planned([shares[i] for i in kept], [planned[i] for i in kept], batch_size,
                       [labels[i] for i in kept])  # fmt: skip
+
+
+# A run record written before weigh_by existed (by main at 42b4419): it loads and plans as then.
+OLD_RECORD = (
+    '{"algorithm":"treadle.plan/2","batch_size":8,"components":[{"eligible":12,"table":0,'
+    '"weight":0.3,"weight_quantised":3,"windows":{"action":{"kind":"rows","offsets":{"range":'
+    '[0,3]}}}},{"eligible":9,"table":1,"weight":0.7,"weight_quantised":7,"windows":{"action":'
+    '{"kind":"rows","offsets":{"range":[0,3]}}}}],"project":"robotics","run_id":'
+    '"e977a17d0f6474a2","seed":3,"tables":[{"branch":"main","commit":"c0ffee' + "0" * 58 + '",'
+    '"name":"a","num_episodes":3,"num_moments":18,"version":1},{"branch":"main","commit":'
+    '"c0ffee' + "0" * 58 + '","name":"b","num_episodes":2,"num_moments":13,"version":1}],'
+    '"weight_denominator":10}'
+)
+
+
+def test_a_record_from_before_weigh_by_keeps_its_run_id():
+    a, b = FakeTable("a", [5, 6, 7]), FakeTable("b", [9, 4])
+    w = Windows({"action": Rows(range(3))})
+    comps = [Component(FakeRef(a), w, weight=0.3), Component(FakeRef(b), w, weight=0.7)]
+    plan = Recipe(3, 8, comps).plan()
+    old = RunRecord.from_json(OLD_RECORD)
+    assert old.weigh_by is None and old == plan.record
+    assert plan.run_id == old.run_id == "e977a17d0f6474a2"
+    assert plan.record.to_json() == OLD_RECORD
+    assert Recipe(3, 8, comps, weigh_by="moments").plan().run_id != old.run_id
