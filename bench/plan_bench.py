@@ -103,6 +103,63 @@ def build_ms(
     return (time.perf_counter() - t) * 1e3, plan
 
 
+OXE_MIX = [  # (dataset, OpenVLA oxe_magic_soup-style weight, transitions; approximate sizes)
+    ("fractal20220817_data", 0.54087122203, 3_786_400), ("kuka", 0.8341046294, 2_455_879),
+    ("bridge_oxe", 1.0, 2_135_463), ("taco_play", 2.0, 237_798), ("jaco_play", 1.0, 77_965),
+    ("berkeley_cable_routing", 1.0, 42_328), ("roboturk", 2.0, 187_507), ("viola", 2.0, 76_324),
+    ("berkeley_autolab_ur5", 2.0, 97_939), ("toto", 1.0, 325_699),
+    ("language_table", 0.1, 7_045_476), ("stanford_hydra", 2.0, 358_234),
+    ("austin_buds", 1.0, 34_112), ("nyu_franka_play", 3.0, 44_875),
+    ("furniture_bench", 0.1, 3_948_057), ("ucsd_kitchen", 2.0, 3_970),
+    ("austin_sailor", 1.0, 353_094), ("austin_sirius", 1.0, 279_939),
+    ("dlr_edan_shared_control", 1.0, 8_928), ("iamlab_cmu_pickup_insert", 1.0, 146_241),
+    ("utaustin_mutex", 1.0, 361_883), ("berkeley_fanuc", 2.0, 62_613),
+    ("cmu_stretch", 1.0, 25_016), ("bc_z", 0.2, 5_471_693), ("fmb", 1.0, 1_137_459),
+    ("droid", 0.06, 27_044_326),
+]  # fmt: skip
+"""26 components, 3,970 to 27 million moments: the `weigh_by="moments"` build row."""
+
+
+class _SizedTable(_Table):
+    """A table of exactly ``moments`` moments in episodes of ``episode_length`` (the last
+    shorter): counts only, no rows."""
+
+    def __init__(self, name: str, moments: int, episode_length: int = 200):
+        self.name, self.version, self.commit_id = name, 1, "0" * 64
+        self.project = SimpleNamespace(name="bench")
+        full, rest = divmod(moments, episode_length)
+        self._lengths = np.full(full + (rest > 0), episode_length, dtype=np.int64)
+        if rest:
+            self._lengths[-1] = rest
+        self._starts = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
+        self.num_moments = moments
+        self.schema = pa.schema(
+            [("episode", pa.int64()), ("frame", pa.int64()), ("action", pa.float32())]
+        )
+        self.video_columns: list[str] = []
+
+
+def oxe_build_ms(batch_size: int, chunk: int) -> tuple[float, Plan, list[str]]:
+    """Wall ms to plan the 26-table :data:`OXE_MIX` with ``weigh_by="moments"`` and an
+    unpadded action chunk of ``chunk`` steps (schedule memo cleared), the plan and the
+    PlanWarnings' texts."""
+    import warnings
+
+    from treadle.plan.schedule import pd2_masks
+
+    tables = [_SizedTable(name, n) for name, _, n in OXE_MIX]
+    windows = Windows({"action": Rows(range(chunk))})
+    comps = [Component(t, windows, w) for t, (_, w, _) in zip(tables, OXE_MIX)]
+    recipe = Recipe(7, batch_size, comps, weigh_by="moments")
+    pd2_masks.cache_clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = time.perf_counter()
+        plan = recipe.plan()
+        ms = (time.perf_counter() - t) * 1e3
+    return ms, plan, [str(w.message) for w in caught]
+
+
 def _median_us(fn, repeat: int) -> float:
     fn()
     times = []
@@ -174,6 +231,23 @@ def main() -> None:
     ms, plan = build_ms(16, 63, "1e6", stages=3)
     far = _median_us(lambda p=plan: p.batch(10**12), args.repeat)
     print(f"{'1e6 x3':>8} {63:>4} {'3 stages':>12} {'':>9} {ms:>9.0f} {far:>8.1f}")
+    _oxe_rows(args.repeat)
+
+
+def _oxe_rows(repeat: int) -> None:
+    print('\nbuilding a plan: 26 OXE-sized tables (3,970 to 27M moments), weigh_by="moments"')
+    head = f"{'chunk':>5} {'B':>5} {'denominator':>12} {'period':>9} {'build ms':>9} {'1e12 us':>8}"
+    print(head + "  warning")
+    print("-" * len(head))
+    for chunk, batch_size in [(1, 256), (8, 256), (8, 64), (8, 1024)]:
+        ms, plan, caught = oxe_build_ms(batch_size, chunk)
+        far = _median_us(lambda p=plan: p.batch(10**12), repeat)
+        sched = plan.schedule
+        line = f"{chunk:>5} {batch_size:>5} {sched.denominator:>12,} {sched.period:>9,} "
+        print(
+            line
+            + f"{ms:>9.0f} {far:>8.1f}  {len(caught)} x {max(map(len, caught), default=0)} chars"
+        )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ Cases (``--cases``, default all):
 - ``cloud``: ``mix`` and ``video`` on that S3 server behind a proxy that holds every request
   30 ms (a cloud region's latency), beside the same loaders on local disk (``case_cloud.py``);
 - ``plan``: one batch at step 0 and 1e12, resume (``plan_bench.py``'s recipes), and building
-  a 16-component plan (random p/q weights; six-digit decimals with a 10**6-step period);
+  a 16-component plan (random p/q weights; six-digit decimals with a 10**6-step period) and
+  a 26-table OXE-sized ``weigh_by="moments"`` mix;
 - ``import_ray`` (opt-in, not in the default run): WebDataset import, one process vs Ray
   with 2 local workers, and their ratio (``case_import_ray.py``);
 - ``cold``: the first batch of the first ``workers=2`` loader in a fresh process, mix and
@@ -349,7 +350,25 @@ def run_plan(tiny: bool, runs: int) -> list[Result]:
             r.runs.append(Run(ms / 1e3, time.process_time() - c0, 1))
             r.extra["period"] = getattr(plan.schedule, "period", None)
         results.append(r)
+    results.append(_oxe_build(runs))
     return results
+
+
+def _oxe_build(runs: int) -> Result:
+    """Building a 26-table OXE-sized mix (3,970 to 27M moments, counts only) with
+    ``weigh_by="moments"`` and an unpadded 8-step action chunk, B=256 (issue 45: < 1 s)."""
+    import plan_bench as pb
+
+    what = "build oxe26 weigh_by=moments"
+    config = {"components": 26, "batch": 256, "world": 1, "what": what, "label": what}
+    r = Result("plan", "treadle", config, "batches/s")
+    for _ in range(runs):
+        c0 = time.process_time()
+        ms, plan, caught = pb.oxe_build_ms(256, 8)
+        r.runs.append(Run(ms / 1e3, time.process_time() - c0, 1))
+        r.extra["period"] = getattr(plan.schedule, "period", None)
+        r.extra["warning_chars"] = [len(w) for w in caught]
+    return r
 
 
 # -- case 5 -------------------------------------------------------------------------------

@@ -170,7 +170,7 @@ def test_card_from_a_record_alone():
 
 def test_card_shows_asked_and_planned_shares():
     t = FakeTable("t", [5, 5])
-    with pytest.warns(PlanWarning, match="share asked 0.249925022, planned 9997/40000"):
+    with pytest.warns(PlanWarning, match="share asked 0.000299910027, planned 3/10000"):
         plan = Recipe(
             1, 8, [Component(FakeRef(t), weight=w) for w in (1 / 3, 0.0004, 1.0)]
         ).plan()  # 1/3 prints as 0.3333333333333333: a denominator of 10**16, within 1e-6
@@ -222,3 +222,21 @@ action = {{ kind = "rows", range = [0, 4], pad = true }}
     out = capsys.readouterr().out
     assert "10 of 24 moments kept (42%)" in out and "where: frame >= 2" in out
     assert "warning" in out and "selection" in out
+
+
+def test_toml_recipe_weighs_by_moments(root, tmp_path, capsys):
+    path, _ = root
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        TOML.format(root=path).replace("batch_size = 64", 'batch_size = 64\nweigh_by = "moments"')
+    )
+    assert plan_command(parse(["plan", str(recipe)])) == 0
+    out = capsys.readouterr().out
+    # 0.3 x 6 eligible moments (two 12-moment episodes, 10-moment windows) and 0.7 x 40
+    assert "weight 0.3 × 6 moments → share 9/149 = 0.0604026846, exact" in out
+    assert "weight 0.7 × 40 moments → share 140/149" in out
+    recipe.write_text(
+        TOML.format(root=path).replace("batch_size = 64", 'batch_size = 64\nweigh_by = "rows"')
+    )
+    assert plan_command(parse(["plan", str(recipe)])) == 1
+    assert "weigh_by must be None or 'moments'" in capsys.readouterr().err

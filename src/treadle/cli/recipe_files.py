@@ -7,6 +7,7 @@ A TOML recipe::
     root = "s3://bucket/prefix"  # optional; else --root, else $TREADLE_ROOT or ~/.treadle
     seed = 2048
     batch_size = 64
+    # weigh_by = "moments"       # optional: share ∝ weight × eligible moments
 
     [[components]]
     table = "failed_grasps"
@@ -49,7 +50,7 @@ from treadle.plan.windows import Spec, Windows, spec_from_json
 if TYPE_CHECKING:
     from treadle.table.table import Table
 
-_TOP = {"project", "branch", "root", "seed", "batch_size", "components"}
+_TOP = {"project", "branch", "root", "seed", "batch_size", "components", "weigh_by"}
 _COMP = {"table", "weight", "branch", "version", "commit", "windows", "where", "episodes", "rename"}
 _SPEC = {
     "kind",
@@ -141,7 +142,7 @@ def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
                 rename=c.get("rename"),
             )
         )
-    return Recipe(data["seed"], data["batch_size"], comps)
+    return Recipe(data["seed"], data["batch_size"], comps, weigh_by=data.get("weigh_by"))
 
 
 def load_recipe(

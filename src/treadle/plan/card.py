@@ -92,7 +92,7 @@ def render_card(
         "01 Pin each table to a version.",
         *_table_lines(record, width),
         "",
-        f"02 Plan weighted draws. Each batch of {b} holds, per component:",
+        f"02 Plan weighted draws{_weigh_by_text(record)}. Each batch of {b} holds, per component:",
     ]
     for i in range(len(record.components)):
         lines += _component_lines(record, i, width)
@@ -133,7 +133,10 @@ def _component_lines(record: RunRecord, i: int, width: int) -> list[str]:
     n = c.weight_quantised
     lo, hi = n * b // d, -(-n * b // d)
     per_batch = f"{lo}" if lo == hi else f"{lo} or {hi}"
-    mix = f"weight {_weight_text(c.weight)} → {share_text(record.asked_weights[i], Fraction(n, d))}"
+    weight = _weight_text(c.weight) + (
+        "" if record.weigh_by is None else f" × {c.eligible:,} moments"
+    )
+    mix = f"weight {weight} → {share_text(record.asked_weights[i], Fraction(n, d))}"
     mix += f"  ·  {per_batch} per batch"
     if record.schedule is not None:
         mix = "share by stage (schedule below)"
@@ -161,6 +164,13 @@ def _component_lines(record: RunRecord, i: int, width: int) -> list[str]:
             f"table {t.name!r}'s moments as anchors; {why}"
         )
     return lines
+
+
+def _weigh_by_text(record: RunRecord) -> str:
+    """`` by size (weigh_by="moments": share ∝ weight × eligible moments)``, or nothing."""
+    if record.weigh_by is None:
+        return ""
+    return f' by size (weigh_by="{record.weigh_by}": share ∝ weight × eligible moments)'
 
 
 def _rank_lines(record: RunRecord, world_size: int, plan: Plan | None, slots: int) -> list[str]:
@@ -197,14 +207,14 @@ def schedule_lines(record: RunRecord) -> list[str]:
         return []
     lines = [f"   schedule: {len(record.schedule.stages)} stages (they replace the weights above)"]
     names = component_names(record)
-    stages, pieces = record.schedule.stages, record.schedule.pieces()
+    stages, pieces = record.schedule.stages, record.schedule.pieces(sizes=record.sizes)
 
     def text(shares: Sequence[Fraction]) -> str:
         return ", ".join(
             f"[{i}] {n} {_fraction_text(f)}" for i, (n, f) in enumerate(zip(names, shares))
         )
 
-    for k, (stage, shares) in enumerate(zip(stages, stage_shares(record.schedule))):
+    for k, (stage, shares) in enumerate(zip(stages, stage_shares(record.schedule, record.sizes))):
         line = f"     stage {k} from step {stage.start:,}: {text(shares)}"
         if stage.ramp:
             planned = min(stage.ramp, RAMP_PIECES)

@@ -99,7 +99,7 @@ class Plan:
                 record.batch_size,
             )
             if record.schedule is None
-            else StagedSeats(record.schedule.pieces(), record.batch_size)
+            else StagedSeats(record.schedule.pieces(sizes=record.sizes), record.batch_size)
         )
         self._build_index(anchors)
         self._episodes = episodes  # the anchors: as (first, cumulative end), _build_index

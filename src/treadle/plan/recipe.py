@@ -10,6 +10,7 @@ windows against each table, counts eligible moments, realises the weights (exact
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ import numpy as np
 from treadle.errors import PlanError
 from treadle.plan.component import Component
 from treadle.plan.plan import Plan
-from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
+from treadle.plan.record import WEIGH_BY, ComponentEntry, RunRecord, TableEntry
 from treadle.plan.reserved import check_batch_keys
 from treadle.plan.select import component_runs
 from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, realise_weights
@@ -97,7 +98,12 @@ def _batch_kind(table: Table, col: str, where: str) -> str:
 
 
 class Recipe:
-    """Components, a seed (0..2**64-1) and a global batch size: everything a run is made of."""
+    """Components, a seed (0..2**64-1) and a global batch size: everything a run is made of.
+
+    ``weigh_by="moments"`` makes each component's share proportional to its weight times its
+    eligible moments (after its windows, ``where=`` and ``episodes=``), as OpenVLA's and
+    Octo's ``balance_weights``; ``None`` (default): proportional to the weights alone.
+    """
 
     def __init__(
         self,
@@ -105,6 +111,7 @@ class Recipe:
         batch_size: int,
         components: Sequence[Component],
         schedule: Schedule | None = None,
+        weigh_by: str | None = None,
     ):
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
             raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
@@ -136,6 +143,7 @@ class Recipe:
                 f"{len(self.components)} components"
             )
         self.schedule = schedule
+        self.weigh_by = _check_weigh_by(weigh_by)
 
     def plan(self) -> Plan:
         """Pin every table now and return the pure plan."""
@@ -144,19 +152,22 @@ class Recipe:
         if len(projects) != 1:
             raise PlanError(f"components come from projects {projects}; a run reads one project")
         tables, entries, episodes, table_of = _table_entries(per_component)
+        comps, anchors = [], []
+        for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
+            entry, runs = _component_entry(comp, i, t, tables[t], episodes[t])
+            comps.append(entry)
+            anchors.append(runs)
         weights = [c.weight for c in self.components]
-        numerators, denominator = realise_weights(weights, self.batch_size)
+        # weigh_by="moments": each weight times its eligible moments, as exact rationals
+        sizes = None if self.weigh_by is None else [c.eligible for c in comps]
+        numerators, denominator = realise_weights(weights, self.batch_size, sizes)
         labels = [f"component {i} (table {tables[t].name!r})" for i, t in enumerate(table_of)]
         if self.schedule is None:
             planned = [Fraction(n, denominator) for n in numerators]
-            check_planned(asked_shares(weights), planned, self.batch_size, labels)
+            check_planned(asked_shares(weights, sizes), planned, self.batch_size, labels)
         else:
-            check_schedule(self.schedule, self.batch_size, labels)
-        comps, anchors = [], []
-        for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
-            entry, runs = _component_entry(comp, i, t, tables[t], episodes[t], numerators[i])
-            comps.append(entry)
-            anchors.append(runs)
+            check_schedule(self.schedule, self.batch_size, labels, sizes)
+        comps = [replace(c, weight_quantised=n) for c, n in zip(comps, numerators, strict=True)]
         record = RunRecord(
             project=projects[0],
             seed=self.seed,
@@ -165,6 +176,7 @@ class Recipe:
             tables=tuple(entries),
             components=tuple(comps),
             schedule=self.schedule,
+            weigh_by=self.weigh_by,
         )
         return Plan(record, tables, episodes=episodes, anchors=anchors)
 
@@ -186,8 +198,22 @@ class Recipe:
     def __repr__(self) -> str:
         return (
             f"Recipe(seed={self.seed}, batch_size={self.batch_size}, "
-            f"components={list(self.components)!r})"
+            f"components={list(self.components)!r}"
+            + ("" if self.weigh_by is None else f", weigh_by={self.weigh_by!r}")
+            + ")"
         )
+
+
+def _check_weigh_by(weigh_by: Any) -> str | None:
+    """``None`` or ``"moments"`` (a schedule's stage weights are weighed too)."""
+    if weigh_by is None:
+        return None
+    if not isinstance(weigh_by, str) or weigh_by not in WEIGH_BY:
+        raise PlanError(
+            f"weigh_by must be None or 'moments' (share ∝ weight × eligible moments), "
+            f"got {weigh_by!r}"
+        )
+    return weigh_by
 
 
 def _short(names: tuple[str, ...] | None) -> str:
@@ -238,9 +264,10 @@ def _table_entries(
 
 
 def _component_entry(
-    comp: Component, i: int, t: int, table: Table, episodes: Any, weight_quantised: int
+    comp: Component, i: int, t: int, table: Table, episodes: Any
 ) -> tuple[ComponentEntry, Any]:
-    """Component ``i``'s record entry and anchor runs, its windows and selection checked."""
+    """Component ``i``'s record entry (its ``weight_quantised`` 0 until the shares are
+    realised) and anchor runs, its windows and selection checked."""
     where = f"component {i} (table {table.name!r})"
     # seconds -> this table's frame offsets; the record keeps both
     windows = (
@@ -269,7 +296,7 @@ def _component_entry(
         table=t,
         windows=windows,
         weight=comp.weight,
-        weight_quantised=weight_quantised,
+        weight_quantised=0,
         eligible=eligible,
         where=comp.where,
         episodes=comp.episodes,

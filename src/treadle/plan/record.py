@@ -37,7 +37,9 @@ by Lance version alone.
 A record may also carry ``schedule`` (stages of weights by step,
 :class:`~treadle.plan.stages.Schedule`: ``[{"start": 0, "weights": [...]}, {"start": 1000,
 "weights": [...], "ramp": 500}]``); it replaces the components' weights and is written and
-hashed only when set, so a new schedule is a new run. A derived run
+hashed only when set, so a new schedule is a new run. ``weigh_by: "moments"`` (also written
+and hashed only when set; a record without it plans as before) makes each asked share
+``weight x eligible`` over their sum, the realised numerators re-derived from those. A derived run
 (``plan.exclude``) carries ``derived``: ``{"parent": run_id, "from_step": S, "episodes":
 {table: [names]}, "moments": M}``, also hashed; a run derived again adds ``"earlier"``, the
 exclusions before it (oldest first).
@@ -81,7 +83,10 @@ _TOP_KEYS = {
     "run_id",
     "schedule",
     "derived",
+    "weigh_by",
 }
+WEIGH_BY = ("moments",)
+"""``weigh_by`` values: ``"moments"``, each share ∝ weight × the component's eligible moments."""
 
 
 def canonical_json(value: Any) -> str:
@@ -103,6 +108,9 @@ class RunRecord:
     schedule: Schedule | None = None
     derived: Exclusion | None = None
     """Parent run, step and excluded episodes of a derived run (``plan.exclude``)."""
+    weigh_by: str | None = None
+    """``"moments"``: each asked share ∝ weight × eligible moments. Written and hashed only
+    when set."""
     """Stages of weights by step (:mod:`treadle.plan.stages`); they replace the components'
     weights. Written and hashed only when set."""
 
@@ -123,6 +131,8 @@ class RunRecord:
 
     def _extra(self) -> dict[str, Any]:
         out = {} if self.schedule is None else {"schedule": self.schedule.to_json()}
+        if self.weigh_by is not None:
+            out["weigh_by"] = self.weigh_by
         return out if self.derived is None else {**out, "derived": self.derived.to_json()}
 
     def identity(self) -> dict[str, Any]:
@@ -161,8 +171,14 @@ class RunRecord:
 
     @property
     def asked_weights(self) -> tuple[Fraction, ...]:
-        """Shares asked for, exact: each decimal ``weight`` over their sum."""
-        return asked_shares([c.weight for c in self.components])
+        """Shares asked for, exact: each decimal ``weight`` over their sum (``weigh_by``:
+        each weight times its eligible moments)."""
+        return asked_shares([c.weight for c in self.components], self.sizes)
+
+    @property
+    def sizes(self) -> tuple[int, ...] | None:
+        """What each weight is multiplied by (``weigh_by="moments"``: eligible moments)."""
+        return None if self.weigh_by is None else tuple(c.eligible for c in self.components)
 
     def table_of(self, component: int) -> TableEntry:
         """The pinned table a component reads."""
@@ -199,7 +215,8 @@ class RunRecord:
                 raise PlanError(f"run record is not valid JSON: {e}") from None
         if not isinstance(value, dict):
             raise PlanError(f"run record must be a JSON object, got {type(value).__name__}")
-        check_keys(value, _TOP_KEYS - {"run_id", "schedule", "derived"}, _TOP_KEYS, "run record")
+        optional = {"run_id", "schedule", "derived", "weigh_by"}
+        check_keys(value, _TOP_KEYS - optional, _TOP_KEYS, "run record")
         algorithm = str_field(value, "algorithm", "run record")
         if algorithm not in _ALGORITHMS:
             raise PlanError(
@@ -229,6 +246,7 @@ class RunRecord:
             algorithm=algorithm,
             schedule=Schedule.from_json(value["schedule"]) if "schedule" in value else None,
             derived=Exclusion.from_json(value["derived"]) if "derived" in value else None,
+            weigh_by=value.get("weigh_by"),
         )
         if "run_id" in value and value["run_id"] != record.run_id:
             raise PlanError(
@@ -263,6 +281,8 @@ def _validate(r: RunRecord) -> None:
         raise PlanError("run record field 'tables' is empty")
     if not r.components:
         raise PlanError("run record field 'components' is empty")
+    if r.weigh_by is not None:
+        _validate_weigh_by(r)
     _validate_entries(r)
     _validate_weights(r)
     if r.schedule is not None:
@@ -275,6 +295,15 @@ def _validate(r: RunRecord) -> None:
                 f"run record field 'schedule' gives {r.schedule.num_components} weights per "
                 f"stage for {len(r.components)} components"
             )
+
+
+def _validate_weigh_by(r: RunRecord) -> None:
+    if r.weigh_by not in WEIGH_BY:
+        raise PlanError(
+            f"run record field 'weigh_by' must be 'moments' or absent, got {r.weigh_by!r}"
+        )
+    if r.algorithm != ALGORITHM:
+        raise PlanError(f"run record field 'weigh_by' needs algorithm {ALGORITHM!r}")
 
 
 def _validate_entries(r: RunRecord) -> None:
@@ -315,7 +344,7 @@ def _validate_weights(r: RunRecord) -> None:
                 f"be {_LEGACY_DENOMINATOR}, got {r.weight_denominator}"
             )
         return
-    nums, den = realise_weights([c.weight for c in r.components], r.batch_size)
+    nums, den = realise_weights([c.weight for c in r.components], r.batch_size, r.sizes)
     got = tuple(c.weight_quantised for c in r.components)
     if (got, r.weight_denominator) != (nums, den):
         raise PlanError(

@@ -20,15 +20,19 @@ Both are pure functions of (weights, batch size): a run record re-derives and ch
 **Never moved silently.** :func:`check_planned` (called by ``Recipe.plan()``) refuses a plan
 in which a share would move by more than :data:`MAX_RELATIVE_MOVE` (1%) of itself, naming
 the asked and the planned share (tiny weights: ``[1e-12, 1]`` would plan the small share at
-about ``1e-6``, a million times what was asked), and warns (:class:`~treadle.errors.PlanWarning`)
-with both shares, and how many steps the running count takes to drift one more sample
-from the asked share's, for any smaller move. A run record of an approximated plan is still parsed
-and resumed as it was planned.
+about ``1e-6``, a million times what was asked) and the fix (a share of at least
+:data:`ALWAYS_PLANNED`, ``1e-4``, always plans at any batch size: the factor the weight needs),
+and for any smaller move warns (:class:`~treadle.errors.PlanWarning`) in one line: how many
+shares moved, the largest relative move with its component's asked and planned share and how
+many steps its running count takes to drift one more sample from the asked share's, and the
+component that drifts first. A run record of an approximated plan is still parsed and resumed
+as it was planned.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import warnings
 from collections.abc import Sequence
 from fractions import Fraction
@@ -46,6 +50,10 @@ SHARE_TOLERANCE = Fraction(1, 10**6)
 MAX_COMPONENTS = 1000
 MAX_RELATIVE_MOVE = Fraction(1, 100)
 """A plan whose share would move by more than this part of itself is refused."""
+ALWAYS_PLANNED = SHARE_TOLERANCE / MAX_RELATIVE_MOVE
+"""1e-4: a share of at least this always plans, at any batch size (moved by at most 1e-6,
+at most 1% of itself); a smaller one plans when the shares are exact or it happens to
+move by at most 1% of itself."""
 
 
 def printed_float(weight: Any) -> float:
@@ -65,17 +73,28 @@ def decimal_weight(weight: float) -> Fraction:
     return value
 
 
-def asked_shares(weights: Sequence[float]) -> tuple[Fraction, ...]:
-    """Normalised shares exactly as asked: each decimal weight over their sum."""
+def asked_shares(
+    weights: Sequence[float], sizes: Sequence[int] | None = None
+) -> tuple[Fraction, ...]:
+    """Normalised shares exactly as asked: each decimal weight over their sum; with ``sizes``
+    (``weigh_by="moments"``: each component's eligible moments) each weight times its size,
+    an exact rational (never a float product)."""
     if len(weights) == 0:
         raise PlanError("no weights to plan")
     exact = [decimal_weight(w) for w in weights]
+    if sizes is not None:
+        if len(sizes) != len(exact) or any(int(n) < 1 for n in sizes):
+            raise PlanError(f"sizes {list(sizes)} must be one positive count per weight")
+        exact = [w * int(n) for w, n in zip(exact, sizes, strict=True)]
     total = sum(exact)
     return tuple(w / total for w in exact)
 
 
-def realise_weights(weights: Sequence[float], batch_size: int) -> tuple[tuple[int, ...], int]:
-    """``(numerators, denominator)`` of the shares planned for ``weights`` at ``batch_size``.
+def realise_weights(
+    weights: Sequence[float], batch_size: int, sizes: Sequence[int] | None = None
+) -> tuple[tuple[int, ...], int]:
+    """``(numerators, denominator)`` of the shares planned for ``weights`` at ``batch_size``
+    (with ``sizes``: for each weight times its size, :func:`asked_shares`).
 
     Exact when the asked shares have a common denominator <= ``MAX_DENOMINATOR``; else within
     ``SHARE_TOLERANCE`` of each (see the module docstring). Numerators are >= 1 and sum to the
@@ -85,7 +104,7 @@ def realise_weights(weights: Sequence[float], batch_size: int) -> tuple[tuple[in
         raise PlanError(f"{len(weights)} components; at most {MAX_COMPONENTS} are supported")
     if batch_size < 1:
         raise PlanError(f"batch_size must be >= 1, got {batch_size}")
-    return realise_shares(asked_shares(weights), batch_size)
+    return realise_shares(asked_shares(weights, sizes), batch_size)
 
 
 def realise_shares(shares: Sequence[Fraction], batch_size: int) -> tuple[tuple[int, ...], int]:
@@ -181,22 +200,41 @@ def check_planned(
             f"{labels[i]}: share asked {float(a):.6g} cannot be planned exactly at batch size "
             f"{batch_size} (the shares have no common denominator up to {MAX_DENOMINATOR}); "
             f"it would be planned at {float(p):.6g}, {float(p / a):.4g} times what was "
-            f"asked. Give weights whose shares have a common denominator up to "
-            f"{MAX_DENOMINATOR} (integer counts summing to at most {MAX_DENOMINATOR}, or "
-            f"decimals with at most 6 digits), or drop the component"
+            f"asked. A share of at least {float(ALWAYS_PLANNED):g} always plans: multiply this "
+            f"component's weight by at least {_round_up(_factor_to_plan(a)):g}, drop it, or "
+            f"give weights whose shares have a common denominator up to {MAX_DENOMINATOR} "
+            f"(integer counts summing to at most {MAX_DENOMINATOR}, or decimals with at most "
+            f"6 digits)"
         )
-    parts = [
-        f"{labels[i]}: share asked {float(a):.9g}, planned {p.numerator}/{p.denominator} = "
-        f"{float(p):.9g} (its running count may drift from the asked one by one more "
-        f"sample every {_departure(a, p, batch_size):,} steps)"
-        for i, a, p in moved
-    ]
+    fastest = min(moved, key=lambda m: _departure(m[1], m[2], batch_size))
+    first = "" if fastest[0] == i else (
+        f"; the first to drift one sample is {labels[fastest[0]]}, every "
+        f"{_departure(fastest[1], fastest[2], batch_size):,} steps"
+    )  # fmt: skip
     warnings.warn(
         "shares planned within 1e-6 of the asked ones, not exactly (no common denominator up "
-        f"to {MAX_DENOMINATOR}): " + "; ".join(parts),
+        f"to {MAX_DENOMINATOR}; {len(moved)} of {len(asked)} moved). Largest relative move "
+        f"{float(abs(p - a) / a):.2g}, {labels[i]}: share asked {float(a):.9g}, planned "
+        f"{p.numerator}/{p.denominator} = {float(p):.9g} (its running count may drift from "
+        f"the asked one by one more sample every {_departure(a, p, batch_size):,} steps)" + first,
         PlanWarning,
         stacklevel=3,
     )
+
+
+def _factor_to_plan(asked: Fraction) -> float:
+    """What a component's weight must be multiplied by for its share to reach
+    :data:`ALWAYS_PLANNED` (the other weights unchanged)."""
+    floor_share = ALWAYS_PLANNED
+    return float(floor_share * (1 - asked) / ((1 - floor_share) * asked))
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to two significant digits."""
+    if x <= 0:
+        return x
+    scale = 10.0 ** (floor(math.log10(x)) - 1)
+    return ceil(x / scale) * scale
 
 
 def _departure(asked: Fraction, planned: Fraction, batch_size: int) -> int:

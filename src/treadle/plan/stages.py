@@ -63,8 +63,12 @@ def _weights(weights: Any, what: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _shares(weights: Sequence[float]) -> tuple[Fraction, ...]:
+def _shares(weights: Sequence[float], sizes: Sequence[int] | None = None) -> tuple[Fraction, ...]:
+    """Exact shares of a stage's weights (``sizes``: each times its component's size,
+    ``weigh_by="moments"``)."""
     exact = [decimal_weight(w) if w else Fraction(0) for w in weights]
+    if sizes is not None:
+        exact = [w * n for w, n in zip(exact, sizes, strict=True)]
     total = sum(exact)
     return tuple(w / total for w in exact)
 
@@ -165,15 +169,18 @@ class Schedule:
             stages.append((s["start"], Ramp(w, s["ramp"]) if "ramp" in s else w))
         return cls(stages)
 
-    def pieces(self, last: int | None = None) -> list[tuple[int, tuple[Fraction, ...]]]:
-        """(start step, exact shares) of every constant piece, in order (see the module)."""
+    def pieces(
+        self, last: int | None = None, sizes: Sequence[int] | None = None
+    ) -> list[tuple[int, tuple[Fraction, ...]]]:
+        """(start step, exact shares) of every constant piece, in order (see the module);
+        ``sizes``: each weight times its component's eligible moments (``weigh_by``)."""
         out: list[tuple[int, tuple[Fraction, ...]]] = []
         for i, s in enumerate(self.stages):
-            b = _shares(s.weights)
+            b = _shares(s.weights, sizes)
             if not s.ramp:
                 out.append((s.start, b))
                 continue
-            a = _shares(self.stages[i - 1].weights)
+            a = _shares(self.stages[i - 1].weights, sizes)
             nxt = self.stages[i + 1].start if i + 1 < len(self.stages) else None
             k_all = min(s.ramp, RAMP_PIECES)
             for k in range(1, k_all + 1):
@@ -192,9 +199,11 @@ def _period(nums: Sequence[int], den: int, batch_size: int) -> int:
     return den // math.gcd(den, *(n * batch_size % den for n in nums))
 
 
-def stage_shares(schedule: Schedule) -> list[tuple[Fraction, ...]]:
-    """Each stage's asked shares (a ramp's: those it reaches)."""
-    return [_shares(s.weights) for s in schedule.stages]
+def stage_shares(
+    schedule: Schedule, sizes: Sequence[int] | None = None
+) -> list[tuple[Fraction, ...]]:
+    """Each stage's asked shares (a ramp's: those it reaches); ``sizes`` as in ``pieces``."""
+    return [_shares(s.weights, sizes) for s in schedule.stages]
 
 
 class StagedSeats:
@@ -244,7 +253,9 @@ class StagedSeats:
         return [x + y for x, y in zip(self.before[k], got, strict=True)]
 
 
-def check_schedule(schedule: Schedule, batch_size: int, labels: Sequence[str]) -> StagedSeats:
+def check_schedule(
+    schedule: Schedule, batch_size: int, labels: Sequence[str], sizes: Sequence[int] | None = None
+) -> StagedSeats:
     """The schedule's seats at ``batch_size``; each piece's shares checked as a recipe's are
     (:func:`~treadle.plan.shares.check_planned`: refused when moved more than 1%, else a
     warning when moved at all). ``labels`` name the components. A component at weight 0 in
@@ -263,7 +274,7 @@ def check_schedule(schedule: Schedule, batch_size: int, labels: Sequence[str]) -
             PlanWarning,
             stacklevel=3,
         )
-    seats = StagedSeats(schedule.pieces(), batch_size)
+    seats = StagedSeats(schedule.pieces(sizes=sizes), batch_size)
     for start, asked, planned in zip(seats.starts, seats.shares, seats.planned, strict=True):
         check_planned(asked, planned, batch_size, [f"from step {start:,}, {x}" for x in labels])
     return seats
