@@ -22,6 +22,7 @@ from treadle.plan.record import ComponentEntry, RunRecord, TableEntry
 from treadle.plan.reserved import check_batch_keys
 from treadle.plan.select import component_runs
 from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, realise_weights
+from treadle.plan.shuffle import BlockShuffle, resolve
 from treadle.plan.stages import Schedule, check_schedule
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
@@ -97,7 +98,10 @@ def _batch_kind(table: Table, col: str, where: str) -> str:
 
 
 class Recipe:
-    """Components, a seed (0..2**64-1) and a global batch size: everything a run is made of."""
+    """Components, a seed (0..2**64-1) and a global batch size: everything a run is made of.
+
+    ``shuffle=td.BlockShuffle(...)`` orders each component's draws block by block
+    (:mod:`treadle.plan.shuffle`); None (the default) is the full permutation."""
 
     def __init__(
         self,
@@ -105,6 +109,7 @@ class Recipe:
         batch_size: int,
         components: Sequence[Component],
         schedule: Schedule | None = None,
+        shuffle: BlockShuffle | None = None,
     ):
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
             raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
@@ -136,6 +141,9 @@ class Recipe:
                 f"{len(self.components)} components"
             )
         self.schedule = schedule
+        if shuffle is not None and not isinstance(shuffle, BlockShuffle):
+            raise PlanError(f"shuffle must be a td.BlockShuffle or None, got {shuffle!r}")
+        self.shuffle = shuffle
 
     def plan(self) -> Plan:
         """Pin every table now and return the pure plan."""
@@ -165,6 +173,9 @@ class Recipe:
             tables=tuple(entries),
             components=tuple(comps),
             schedule=self.schedule,
+            shuffle=resolve(
+                self.shuffle, [tables[t] for t in table_of], [c.eligible for c in comps]
+            ),  # fmt: skip
         )
         return Plan(record, tables, episodes=episodes, anchors=anchors)
 
