@@ -16,7 +16,8 @@ on node ``r div ranks_per_node``; a node's ranks share one cache of ``cache_byte
 alike in distribution, so a sample of them (``sample_nodes``, spread evenly) is replayed.
 
 **Requests.** Per step, a node fetches its missed chunks; consecutive chunks of one object are
-one ranged GET. Each table adds its manifest and each object its footer once, at the start.
+one ranged GET. Each table adds its manifest once (step 0) and each object its footer once
+(the step that first reads it).
 
 **Time.** A step's fetches take ``max(bytes / bandwidth, GETs * latency / in_flight)``; the
 samples/s the link allows a node is its samples over the sum of those times. Time to the first
@@ -163,15 +164,16 @@ def replay_node(node: int, chunks: list[np.ndarray], delivered: int, samples: in
     objects: set[int] = set()
     for miss in best.misses:
         rep.fetched.append(int(miss.size) * setup.chunk_bytes)
-        rep.gets.append(requests(miss, CHUNK_BITS))
-        objects.update(np.unique(miss >> CHUNK_BITS).tolist())
+        touched = set(np.unique(miss >> CHUNK_BITS).tolist())
+        rep.gets.append(requests(miss, CHUNK_BITS) + len(touched - objects))  # + new footers
+        objects |= touched
         m = np.sort(miss)
         run = np.concatenate([[m.size > 0], (np.diff(m) != 1) | (np.diff(m >> CHUNK_BITS) != 0)])
         which = np.searchsorted(bounds, m[run[: m.size]] >> CHUNK_BITS, side="right") - 1
         for t, k in zip(*np.unique(which, return_counts=True)):  # each GET to its table
             name = layout[int(t)].name
             rep.table_gets[name] = rep.table_gets.get(name, 0) + int(k)
-    rep.gets[0] += len(layout) + len(objects)  # manifests and footers, once
+    rep.gets[0] += len(layout)  # the manifests
     times = [max(b / link.bandwidth, g * link.latency / link.in_flight)
              for b, g in zip(rep.fetched, rep.gets)]  # fmt: skip
     rep.link_s = float(sum(times))
