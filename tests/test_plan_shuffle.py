@@ -219,3 +219,17 @@ def test_default_blocks_fit_half_the_cache(tmp_path, monkeypatch):
     again = Plan.from_record(plan.record.to_json(), client)  # the sizes are the record's now
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1G")
     assert np.array_equal(again.batch(3).moment, plan.batch(3).moment)
+
+
+def test_runs_without_a_shuffle_keep_their_ids_and_batches():
+    """Pinned from main before block shuffles (2a2d64a): the same run ids and moments."""
+    a, b = FakeTable("grasps", [120, 200, 90]), FakeTable("pushes", [300, 41])
+    comps = [td.Component(FakeRef(a), weight=0.55), td.Component(FakeRef(b), weight=0.45)]
+    plan = td.Recipe(7, 24, comps).plan()
+    derived = plan.exclude(episodes={"grasps": ["ep1"]}, from_step=3)
+    assert (plan.run_id, derived.run_id) == ("938019357c9c8284", "f03eb5f59422357f")
+    assert plan.batch(12345, 1, 4).moment.tolist() == [149, 84, 98, 184, 155, 265]
+    assert derived.batch(20).moment.tolist() == [
+        120, 82, 85, 63, 52, 105, 336, 75, 3, 111, 125, 66,
+        352, 145, 18, 330, 284, 349, 399, 99, 346, 54, 355, 92,
+    ]  # fmt: skip

@@ -132,3 +132,27 @@ def test_brute_force_reference_is_itself_right():
     assert _brute_force_hits([1, 2, 1, 3, 1, 2], 2) == 3  # keep 1 and 2, stream 3 through
     assert _brute_force_hits([1, 2, 3, 1, 2, 3], 3) == 3
     assert _brute_force_hits([2, 4, 0, 1, 0, 1], 1) == 1  # 1 kept past the second 0
+
+
+def test_a_toml_recipe_names_its_shuffle_and_simulates(tmp_path, capsys):
+    client = td.Client(str(tmp_path / "root"), create=True)
+    arm = client.project("robotics").branch("main").table("arm")
+    for i in range(4):
+        arm.append_episode({"action": np.zeros((30, 7), np.float32)}, episode=f"e{i}")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        'project = "robotics"\nseed = 1\nbatch_size = 8\n[[components]]\ntable = "arm"\n'
+        "[shuffle]\nblock_rows = 16\npartitions = 4\n"
+    )
+    root = ["--root", str(tmp_path / "root")]
+    assert main(["plan", str(recipe), *root]) == 0
+    assert "treadle.block/1, blocks of 16 rows, 4 open per component, 4 partitions" in (
+        capsys.readouterr().out
+    )
+    argv = ["simulate", str(recipe), *root, "--nodes", "2", "--ranks-per-node", "2",
+            "--cache-bytes", "1M", "--bandwidth", "1G", "--latency", "1ms", "--steps", "20"]  # fmt: skip
+    assert main(argv) == 0
+    assert "partitions=4" in capsys.readouterr().out
+    recipe.write_text(recipe.read_text().replace("partitions", "parts"))
+    assert main(["plan", str(recipe), *root]) == 1
+    assert "'shuffle' must be a table of" in capsys.readouterr().err
