@@ -139,9 +139,11 @@ def test_record_names_the_shuffle_and_old_records_are_the_full_permutation(plans
     assert "treadle.block/1" in render_card(block.record)
     assert "full permutation" in render_card(full.record)
     bad = block.record.to_dict()
-    bad["shuffle"] = {**sh, "block_rows": [16]}
-    with pytest.raises(PlanError, match="shuffle.block_rows"):
-        RunRecord.from_json(bad)
+    for wrong in ({"block_rows": [16]}, {"block_rows": [16, None]}, {"partitions": 0},
+                  {"row_bytes": [1, "x"]}, {"algorithm": "treadle.block/9"}, {"extra": 1}):  # fmt: skip
+        bad["shuffle"] = {**sh, **wrong}
+        with pytest.raises(PlanError, match="shuffle"):
+            RunRecord.from_json(bad)
 
 
 def test_partitions_keep_slots_on_their_class(plans):

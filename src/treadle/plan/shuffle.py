@@ -51,6 +51,13 @@ def _count(value: Any, what: str, low: int, high: int) -> int | None:
     return int(value)
 
 
+def _field(value: Any, what: str, high: int) -> int:
+    """A run record's ``shuffle.<what>``: an integer in ``1..high`` (never None)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise PlanError(f"run record field 'shuffle.{what}' must hold integers in 1..{high}")
+    return value
+
+
 @dataclass(frozen=True)
 class BlockShuffle:
     """A block-local shuffle: draws read ``window_blocks`` blocks of ``block_rows``
@@ -114,10 +121,10 @@ class BlockPlan:
         ):
             raise PlanError(f"run record field 'shuffle.row_bytes' must list {components} sizes")
         return cls(
-            tuple(_count(r, "block_rows", 1, 2**62) or 1 for r in rows),
-            _count(value["window_blocks"], "window_blocks", 1, MAX_WINDOW_BLOCKS) or 1,
-            _count(value["partitions"], "partitions", 1, MAX_PARTITIONS) or 1,
-            None if row_bytes is None else tuple(int(b) for b in row_bytes),
+            tuple(_field(r, "block_rows", 2**62) for r in rows),
+            _field(value["window_blocks"], "window_blocks", MAX_WINDOW_BLOCKS),
+            _field(value["partitions"], "partitions", MAX_PARTITIONS),
+            None if row_bytes is None else tuple(_field(b, "row_bytes", 2**62) for b in row_bytes),
         )
 
     def block_bytes(self) -> list[int] | None:
