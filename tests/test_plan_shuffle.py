@@ -183,10 +183,11 @@ def test_exclude_redraws_within_the_segment(tables):
         bad = (p.component == 0) & (p.moment >= 120) & (p.moment < 320)
         assert np.array_equal(p.moment[~bad], d.moment[~bad])
         assert not ((d.component == 0) & (d.moment >= 120) & (d.moment < 320)).any()
-        for j, m in zip(p.draw[bad], d.moment[bad]):
+        js = p.draw[bad]
+        args = [np.zeros(js.size, np.int64), js // n, js % n]
+        every_try = np.stack([order.eligible(*args, attempt=a) for a in range(32)], axis=1)
+        for j, m, tries in zip(js, d.moment[bad], every_try.tolist()):
             changed += 1
-            one = [np.zeros(1, np.int64), np.asarray([j // n]), np.asarray([j % n])]
-            tries = [int(order.eligible(*one, attempt=a)[0]) for a in range(32)]
             near = every[max(j - 32, (j // n) * n) : min(j + 32, (j // n + 1) * n)] // 16
             assert {t // 16 for t in tries} <= set(near.tolist())  # the segment's open blocks
             kept = [t for t in tries if not 120 <= t < 320]
