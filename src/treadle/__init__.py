@@ -40,6 +40,7 @@ from treadle.info import info  # noqa: E402
 from treadle.plan.plan import Batch, Plan  # noqa: E402
 from treadle.plan.recipe import Component, Recipe  # noqa: E402
 from treadle.plan.record import RunRecord  # noqa: E402
+from treadle.plan.shuffle import BlockShuffle  # noqa: E402
 from treadle.plan.stages import Ramp, Schedule  # noqa: E402
 from treadle.plan.windows import Rows, Video, Windows  # noqa: E402
 from treadle.stats.column_stats import ColumnStats  # noqa: E402
@@ -92,6 +93,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AlreadyExists",
     "Batch",
+    "BlockShuffle",
     "CheckpointRow",
     "Checkpoints",
     "ColumnStats",

@@ -15,11 +15,12 @@ from treadle.cli import cmd_history as history
 from treadle.cli import cmd_imports as imports
 from treadle.cli import cmd_info as info
 from treadle.cli import cmd_plan as plan
+from treadle.cli import cmd_simulate as simulate
 from treadle.cli import cmd_store as store
 from treadle.cli import cmd_ui as ui
 from treadle.errors import MissingDependency, TreadleError
 
-COMMANDS = (store, history, plan, imports, demo, bench, ui, info)
+COMMANDS = (store, history, plan, simulate, imports, demo, bench, ui, info)
 """Modules with a ``register(subparsers)``, in the order of ``treadle --help``. Each imports
 what its command needs when the command runs, so a missing optional dependency names that
 command (:class:`MissingDependency`) and hides nothing."""

@@ -25,6 +25,9 @@ A TOML recipe::
     # episodes = ["ep-0001"]     # optional: anchors from these episodes only
     # rename = { cam = "wrist_camera" }   # optional: table column -> batch name
 
+    [shuffle]                    # optional: td.BlockShuffle (absent: the full permutation)
+    partitions = 64              # block_rows, window_blocks: default sized from the cache
+
 A window is ``kind`` (``"video"`` or ``"rows"``) with ``range = [start, stop)``, ``offsets``
 or ``seconds`` (with ``tolerance_s``), and ``pad = true`` for edge padding;
 video windows also take ``size``, ``layout``, ``dtype``, ``mean``, ``std`` (see ``td.Video``).
@@ -45,12 +48,14 @@ from typing import TYPE_CHECKING, Any
 from treadle.catalog import Client
 from treadle.errors import PlanError, TreadleError
 from treadle.plan.recipe import Component, Recipe
+from treadle.plan.shuffle import BlockShuffle
 from treadle.plan.windows import Spec, Windows, spec_from_json
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
 
-_TOP = {"project", "branch", "root", "seed", "batch_size", "components", "weigh_by"}
+_TOP = {"project", "branch", "root", "seed", "batch_size", "components", "weigh_by", "shuffle"}
+_SHUFFLE = {"block_rows", "window_blocks", "partitions"}
 _COMP = {"table", "weight", "branch", "version", "commit", "windows", "where", "episodes", "rename"}
 _SPEC = {
     "kind",
@@ -142,7 +147,17 @@ def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
                 rename=c.get("rename"),
             )
         )
-    return Recipe(data["seed"], data["batch_size"], comps, weigh_by=data.get("weigh_by"))
+    return Recipe(data["seed"], data["batch_size"], comps, weigh_by=data.get("weigh_by"),
+                  shuffle=_shuffle(data.get("shuffle")))  # fmt: skip
+
+
+def _shuffle(value: Any) -> BlockShuffle | None:
+    """``[shuffle]`` with any of block_rows, window_blocks, partitions: a td.BlockShuffle."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - _SHUFFLE:
+        raise PlanError(f"recipe 'shuffle' must be a table of {sorted(_SHUFFLE)} (td.BlockShuffle)")
+    return BlockShuffle(**value)
 
 
 def load_recipe(

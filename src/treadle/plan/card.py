@@ -98,6 +98,7 @@ def render_card(
         lines += _component_lines(record, i, width)
     lines += schedule_lines(record)
     lines.append(f"   seed = {record.seed}")
+    lines += shuffle_lines(record)
     lines += [
         "",
         f"03 Divide the work among ranks ({world_size} rank"
@@ -239,3 +240,31 @@ def _derived_lines(record: RunRecord) -> list[str]:
         f"episode{'' if st.num_episodes == 1 else 's'} ({st.moments:,} moments)"
         for st in d.stages
     ]
+
+
+def _bytes_text(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def shuffle_lines(record: RunRecord) -> list[str]:
+    """The shuffle the draws walk, and for a block shuffle the cache its open blocks need."""
+    sh = record.shuffle
+    if sh is None:
+        return ["   shuffle: full permutation of each component's eligible moments, per epoch"]
+    rows = sorted(set(sh.block_rows))
+    rows_text = f"{rows[0]:,}" if len(rows) == 1 else "/".join(f"{r:,}" for r in sh.block_rows)
+    parts = f"{sh.partitions} partition{'s' if sh.partitions != 1 else ''}"
+    lines = [
+        f"   shuffle: {sh.identity()['algorithm']}, blocks of {rows_text} rows, "
+        f"{sh.window_blocks} open per component, {parts}"
+    ]
+    need = sh.cache_needed()
+    if need is not None:
+        lines.append(
+            f"   cache needed: {_bytes_text(need)} for the open blocks (sum over components of "
+            f"(window_blocks + 1) x block bytes), per partition a node reads"
+        )
+    return lines

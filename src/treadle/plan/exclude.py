@@ -9,6 +9,12 @@ from the same component, among its moments not excluded: draw ``j`` of component
 keyed bijection of its own domain (``exclude``), so the redraw is pure and O(1) like every
 other draw. Every other slot, every share and every draw index are the parent's.
 
+Under ``td.BlockShuffle`` the redraw stays **within the segment**: an excluded draw first takes
+the moment at another position of its own segment (the blocks open at that point,
+:mod:`treadle.plan.order_block`), the first of :data:`NEAR_TRIES` keyed positions whose moment
+no exclusion (up to this stage) leaves out; only when all of them are excluded does it fall
+back to the run-wide redraw above. Either way it is a pure function of the draw.
+
 A derived run may be derived again (``derived.exclude(...)``): the record keeps the earlier
 exclusions (``earlier``, oldest first) and its batches are the run's it was derived from,
 except that from the new ``from_step`` on the slots holding a newly excluded episode are
@@ -19,7 +25,7 @@ redraws of the exclusions that started at or before it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +35,8 @@ from treadle.errors import PlanError
 from treadle.plan.permute import Domain, Domains, derive_key, epoch_keys, permute
 
 EXCLUDE_DOMAIN = 0x6578636C  # "excl"
+NEAR_TRIES = 32
+"""Positions of its own segment an excluded draw tries under a block shuffle."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +194,7 @@ class Redraw:
         episode_of: Mapping[str, Any],
         anchors: Sequence[tuple[np.ndarray, np.ndarray]],
         stage: int = 0,
+        near: Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None = None,
     ):
         """Stage ``stage`` of ``exclusion.stages``: from its step, the slots holding its own
         episodes are redrawn among the moments no stage up to it excludes (an earlier
@@ -194,6 +203,7 @@ class Redraw:
         own = dict(exclusion.stages[stage].episodes)
         self.hits = _ranges(component_tables, episode_of, own)
         ranges = _ranges(component_tables, episode_of, exclusion.cumulative(stage))
+        self._out, self._near = ranges, near  # near(comp, draw, attempt): a block shuffle's
         firsts, begins, ends, kept = [], [], [], []
         base = 0
         for c, table in enumerate(component_tables):
@@ -232,13 +242,32 @@ class Redraw:
             bad[at] = _inside(ranges, moment[at])
         if not bad.any():
             return moment
+        out = moment.copy()
+        if self._near is not None:
+            todo = np.flatnonzero(bad)
+            for attempt in range(NEAR_TRIES):
+                got = self._near(comp[todo], draw[todo], attempt)
+                ok = ~self._excluded(comp[todo], got)
+                out[todo[ok]] = got[ok]
+                todo = todo[~ok]
+                if not todo.size:
+                    return out
+            bad = np.zeros(moment.shape, bool)
+            bad[todo] = True
         c, j = comp[bad], draw[bad]
         epoch, idx = np.divmod(j, self._kept[c])
         e = permute(idx.astype(np.uint64), c, self._domains, epoch_keys(self._keys[c], epoch))
         g = self._base[c] + e.astype(np.int64)
         run = np.searchsorted(self._end, g, side="right")
-        out = moment.copy()
         out[bad] = self._first[run] + (g - self._begin[run])
+        return out
+
+    def _excluded(self, comp: np.ndarray, moment: np.ndarray) -> np.ndarray:
+        """Whether each moment is in an episode some stage up to this one excludes."""
+        out = np.zeros(moment.shape, bool)
+        for c, ranges in self._out.items():
+            at = comp == c
+            out[at] = _inside(ranges, moment[at])
         return out
 
 

@@ -168,3 +168,19 @@ def _walk_int(y: int, key: int, n: int, left: int, right: int) -> int:
             hi, lo = lo, hi ^ (t >> (64 - (left if i % 2 == 0 else right)))
         y = (hi << right) | lo
     return y
+
+
+def domains_of_sizes(n: np.ndarray) -> Domains:
+    """:class:`Domains` of one Feistel layout per element of ``n`` (each ``>= 1``), built
+    vectorised (a block shuffle's segments each have their own size)."""
+    n = np.asarray(n, dtype=np.int64)
+    # frexp's exponent of (n - 1) is its bit length (exact below 2**53), 0 for 0
+    bits = np.maximum(np.frexp((n - 1).astype(np.float64))[1], 2).astype(np.uint64)
+    out = Domains.__new__(Domains)
+    out.n = n.astype(np.uint64)
+    out.left = bits // np.uint64(2)
+    out.right = bits - out.left
+    out.shift_left = np.uint64(64) - out.left
+    out.shift_right = np.uint64(64) - out.right
+    out.mask_right = (np.uint64(1) << out.right) - np.uint64(1)
+    return out

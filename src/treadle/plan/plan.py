@@ -7,11 +7,13 @@ Pure after pinning. For the batch of step ``s`` (batch size ``B``, components ``
 2. **Canonical order.** The batch's samples, before shuffling, are component 0's draws
    ``N_0(s) .. N_0(s)+k_0-1``, then component 1's, and so on (``B`` items).
 3. **Slots.** Slot ``t`` holds item ``pi_s(t)``, where ``pi_s`` is a keyed Feistel bijection
-   of ``[0, B)`` keyed by (seed, step). Rank ``r`` of ``W`` takes slots ``r, r+W, ...``;
+   of ``[0, B)`` keyed by (seed, step) (with ``BlockShuffle(partitions=P > 1)``: by
+   partition, :mod:`treadle.plan.arrange`). Rank ``r`` of ``W`` takes slots ``r, r+W, ...``;
    global position ``= s*B + t``.
 4. **Draws.** Draw ``j`` of component ``c`` (``N`` eligible moments) is eligible index
-   ``perm_{c,e}(j mod N)`` of epoch ``e = j div N``, ``perm`` a Feistel bijection of ``[0, N)``
-   keyed by (seed, component, epoch) — a fresh order each epoch, never materialised.
+   ``order_{c,e}(j mod N)`` of epoch ``e = j div N``: a bijection of ``[0, N)`` keyed by
+   (seed, component, epoch), never materialised — the full permutation
+   (:mod:`treadle.plan.order_full`) or a block shuffle (:mod:`treadle.plan.order_block`).
 5. **Moments.** Eligible index -> anchor run (per episode the moments its unpadded windows
    fit, cut to the component's ``episodes``/``where`` selection) via the runs' prefix sums,
    -> moment row = run start + offset in the run. Memory is proportional to the runs.
@@ -29,22 +31,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treadle.errors import PlanError
+from treadle.plan.arrange import arrange
 from treadle.plan.batch import Batch, as_int, check_rank
 from treadle.plan.exclude import Redraw, exclusion_of
-from treadle.plan.permute import (
-    DRAW_DOMAIN,
-    SLOT_DOMAIN,
-    Domain,
-    Domains,
-    derive_key,
-    epoch_key_int,
-    epoch_keys,
-    permute,
-)
+from treadle.plan.permute import SLOT_DOMAIN, Domain, Domains, derive_key, epoch_key_int, permute
 from treadle.plan.record import RunRecord
 from treadle.plan.reserved import check_batch_keys
 from treadle.plan.schedule import Schedule
 from treadle.plan.select import Runs, component_runs
+from treadle.plan.shuffle import order_of
 from treadle.plan.stack import StackedColumn, component_names, stack_layout
 from treadle.plan.stages import StagedSeats
 from treadle.plan.windows import Windows
@@ -103,18 +98,12 @@ class Plan:
         )
         self._build_index(anchors)
         self._episodes = episodes  # the anchors: as (first, cumulative end), _build_index
-        self._redraw = [] if record.derived is None else self._redraws()
         self._seed = seed = record.seed
-        m = len(record.components)
-        # Domains 0..m-1: each component's eligible moments; domain m: the slots of a batch.
-        self._domains = Domains(
-            [Domain.of(int(n)) for n in self._elig] + [Domain.of(record.batch_size)]
-        )
-        self._slot_domain = m
+        # each component's draws -> eligible indices: the full permutation or a block shuffle
+        self._order = order_of(record.shuffle, seed, self._elig.tolist())
+        self._redraw = [] if record.derived is None else self._redraws()
+        self._slots = Domains([Domain.of(record.batch_size)])  # the slots of a batch
         self._slot_base = derive_key(SLOT_DOMAIN, seed)
-        self._draw_base = np.asarray(
-            [derive_key(DRAW_DOMAIN, seed, c) for c in range(m)], dtype=np.uint64
-        )
 
     def _build_index(self, anchors: Sequence[Runs]) -> None:
         """Concatenate every component's anchor runs; eligible index -> run -> row."""
@@ -151,8 +140,15 @@ class Plan:
         tables = [names[c.table] for c in self._record.components]
         assert (d := self._record.derived) is not None
         anchors = [self.anchor_runs(c) for c in range(len(tables))]
-        return [Redraw(d, self._record.seed, tables, episode_of, anchors, stage=k)
+        near = None if self._record.shuffle is None else self._near  # within the segment
+        return [Redraw(d, self._record.seed, tables, episode_of, anchors, stage=k, near=near)
                 for k in range(len(d.stages))]  # fmt: skip
+
+    def _near(self, comp: np.ndarray, draw: np.ndarray, attempt: int) -> np.ndarray:
+        """Moment rows of an exclusion's ``attempt``-th redraw of draws within their segment."""
+        epoch, idx = np.divmod(draw, self._elig[comp])
+        e = self._order.eligible(comp, epoch, idx, attempt)
+        return self._ordered(self._base[comp] + e)
 
     def _table_episodes(self) -> Sequence[Any]:
         if self._episodes is None:
@@ -337,13 +333,20 @@ class Plan:
         return self._moments(np.full(draws.shape, c, dtype=np.int64), draws)
 
     def _samples(self, step: int, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        key = np.uint64(epoch_key_int(self._slot_base, step))
-        items = permute(slots.astype(np.uint64), self._slot_domain, self._domains, key)
-        items = items.astype(np.int64)
+        key = epoch_key_int(self._slot_base, step)
         counts = self._schedule.counts(step)
         ends = np.cumsum(counts)
-        comp = np.searchsorted(ends, items, side="right")
         first = np.asarray(self._schedule.cumulative(step), dtype=np.int64)
+        if self._order.partitions > 1:  # slot t reads partition t mod P where it can
+            every = np.arange(self.batch_size, dtype=np.int64)
+            c_all = np.searchsorted(ends, every, side="right")
+            d_all = first[c_all] + (every - (ends - counts)[c_all])
+            part = self._order.partition(c_all, d_all % self._elig[c_all])
+            items = arrange(part, self._order.partitions, key)[slots]
+        else:
+            items = permute(slots.astype(np.uint64), 0, self._slots, np.uint64(key))
+            items = items.astype(np.int64)
+        comp = np.searchsorted(ends, items, side="right")
         draw = first[comp] + (items - (ends - counts)[comp])
         moment = self._moments(comp, draw)
         for redraw in self._redraw:  # each exclusion stage from its own step, oldest first
@@ -352,11 +355,8 @@ class Plan:
         return comp, moment, draw
 
     def _moments(self, comp: np.ndarray, draw: np.ndarray) -> np.ndarray:
-        n = self._elig[comp]
-        epoch, idx = np.divmod(draw, n)
-        key = epoch_keys(self._draw_base[comp], epoch)
-        e = permute(idx.astype(np.uint64), comp, self._domains, key)
-        return self._ordered(self._base[comp] + e.astype(np.int64))
+        epoch, idx = np.divmod(draw, self._elig[comp])
+        return self._ordered(self._base[comp] + self._order.eligible(comp, epoch, idx))
 
     def _ordered(self, g: np.ndarray) -> np.ndarray:
         """Moment rows of global eligible indices (components' eligible moments, in order)."""

@@ -23,6 +23,7 @@ from treadle.plan.record import WEIGH_BY, ComponentEntry, RunRecord, TableEntry
 from treadle.plan.reserved import check_batch_keys
 from treadle.plan.select import component_runs
 from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, realise_weights
+from treadle.plan.shuffle import BlockShuffle, resolve
 from treadle.plan.stages import Schedule, check_schedule
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 
@@ -103,7 +104,8 @@ class Recipe:
     ``weigh_by="moments"`` makes each component's share proportional to its weight times its
     eligible moments (after its windows, ``where=`` and ``episodes=``), as OpenVLA's and
     Octo's ``balance_weights``; ``None`` (default): proportional to the weights alone.
-    """
+    ``shuffle=td.BlockShuffle(...)`` orders each component's draws block by block
+    (:mod:`treadle.plan.shuffle`); None (the default) is the full permutation."""
 
     def __init__(
         self,
@@ -112,6 +114,7 @@ class Recipe:
         components: Sequence[Component],
         schedule: Schedule | None = None,
         weigh_by: str | None = None,
+        shuffle: BlockShuffle | None = None,
     ):
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
             raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
@@ -144,6 +147,9 @@ class Recipe:
             )
         self.schedule = schedule
         self.weigh_by = _check_weigh_by(weigh_by)
+        if shuffle is not None and not isinstance(shuffle, BlockShuffle):
+            raise PlanError(f"shuffle must be a td.BlockShuffle or None, got {shuffle!r}")
+        self.shuffle = shuffle
 
     def plan(self) -> Plan:
         """Pin every table now and return the pure plan."""
@@ -177,6 +183,9 @@ class Recipe:
             components=tuple(comps),
             schedule=self.schedule,
             weigh_by=self.weigh_by,
+            shuffle=resolve(
+                self.shuffle, [tables[t] for t in table_of], [c.eligible for c in comps]
+            ),  # fmt: skip
         )
         return Plan(record, tables, episodes=episodes, anchors=anchors)
 

@@ -42,7 +42,9 @@ and hashed only when set; a record without it plans as before) makes each asked 
 ``weight x eligible`` over their sum, the realised numerators re-derived from those. A derived run
 (``plan.exclude``) carries ``derived``: ``{"parent": run_id, "from_step": S, "episodes":
 {table: [names]}, "moments": M}``, also hashed; a run derived again adds ``"earlier"``, the
-exclusions before it (oldest first).
+exclusions before it (oldest first). A block-shuffled run carries ``shuffle``
+(:mod:`treadle.plan.shuffle`), hashed but for its ``row_bytes``; without it a run walks the
+full permutation, as every record before it did.
 
 ``run_id`` is the first 16 hex digits of the sha256 of the canonical JSON (sorted keys, no
 spaces) of what determines batches: algorithm, project, for each component its table name and
@@ -64,6 +66,7 @@ from treadle.errors import PlanError
 from treadle.plan.entries import ComponentEntry, TableEntry, check_keys, int_field, str_field
 from treadle.plan.exclude import Exclusion
 from treadle.plan.shares import asked_shares, realise_weights
+from treadle.plan.shuffle import BlockPlan
 from treadle.plan.stages import Schedule
 
 ALGORITHM = "treadle.plan/2"
@@ -84,6 +87,7 @@ _TOP_KEYS = {
     "schedule",
     "derived",
     "weigh_by",
+    "shuffle",
 }
 WEIGH_BY = ("moments",)
 """``weigh_by`` values: ``"moments"``, each share ∝ weight × the component's eligible moments."""
@@ -111,6 +115,9 @@ class RunRecord:
     weigh_by: str | None = None
     """``"moments"``: each asked share ∝ weight × eligible moments. Written and hashed only
     when set."""
+    shuffle: BlockPlan | None = None
+    """A block shuffle (:mod:`treadle.plan.shuffle`); None: the full permutation. Written
+    and hashed only when set, so older records keep their run ids."""
     """Stages of weights by step (:mod:`treadle.plan.stages`); they replace the components'
     weights. Written and hashed only when set."""
 
@@ -129,17 +136,19 @@ class RunRecord:
             "weight_denominator": self.weight_denominator,
         }
 
-    def _extra(self) -> dict[str, Any]:
+    def _extra(self, hashed: bool = False) -> dict[str, Any]:
         out = {} if self.schedule is None else {"schedule": self.schedule.to_json()}
         if self.weigh_by is not None:
             out["weigh_by"] = self.weigh_by
+        if self.shuffle is not None:
+            out["shuffle"] = self.shuffle.identity() if hashed else self.shuffle.to_json()
         return out if self.derived is None else {**out, "derived": self.derived.to_json()}
 
     def identity(self) -> dict[str, Any]:
         """The part of the record that determines batches (hashed into ``run_id``)."""
         return {
             **self._head(),
-            **self._extra(),
+            **self._extra(hashed=True),
             "components": [
                 {
                     "table": self.tables[c.table].name,
@@ -215,7 +224,7 @@ class RunRecord:
                 raise PlanError(f"run record is not valid JSON: {e}") from None
         if not isinstance(value, dict):
             raise PlanError(f"run record must be a JSON object, got {type(value).__name__}")
-        optional = {"run_id", "schedule", "derived", "weigh_by"}
+        optional = {"run_id", "schedule", "derived", "weigh_by", "shuffle"}
         check_keys(value, _TOP_KEYS - optional, _TOP_KEYS, "run record")
         algorithm = str_field(value, "algorithm", "run record")
         if algorithm not in _ALGORITHMS:
@@ -247,6 +256,9 @@ class RunRecord:
             schedule=Schedule.from_json(value["schedule"]) if "schedule" in value else None,
             derived=Exclusion.from_json(value["derived"]) if "derived" in value else None,
             weigh_by=value.get("weigh_by"),
+            shuffle=(
+                BlockPlan.from_json(value["shuffle"], len(comps)) if "shuffle" in value else None
+            ),  # fmt: skip
         )
         if "run_id" in value and value["run_id"] != record.run_id:
             raise PlanError(
@@ -285,6 +297,11 @@ def _validate(r: RunRecord) -> None:
         _validate_weigh_by(r)
     _validate_entries(r)
     _validate_weights(r)
+    if r.shuffle is not None and len(r.shuffle.block_rows) != len(r.components):
+        raise PlanError(
+            f"run record field 'shuffle.block_rows' lists {len(r.shuffle.block_rows)} sizes "
+            f"for {len(r.components)} components"
+        )
     if r.schedule is not None:
         if not isinstance(r.schedule, Schedule):
             raise PlanError(

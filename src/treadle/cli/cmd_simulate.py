@@ -1,0 +1,147 @@
+"""``treadle simulate RECIPE --nodes N --ranks-per-node R --cache-bytes C --bandwidth B
+--latency L``: walk a run's plan exactly and report, per node, what it asks of the object store
+(:mod:`treadle.plan.simulate`). ``RECIPE`` is a recipe file (as ``treadle plan`` reads) or
+``synthetic:oxe``, a 26-table mix the size of Open X-Embodiment (:mod:`treadle.plan.synthetic`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+from treadle.cli.args import int_at_least
+from treadle.errors import PlanError, TreadleError
+
+_REQUIRED = ("nodes", "ranks-per-node", "cache-bytes", "bandwidth", "latency")
+_LATENCY = re.compile(r"^\s*([0-9.]+)\s*(ms|s)?\s*$")
+
+
+def _size(text: str) -> int:
+    from treadle.storage.filecache import parse_bytes
+
+    try:
+        value = parse_bytes(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 64G, 4M)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
+    return value
+
+
+def _latency(text: str) -> float:
+    m = _LATENCY.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a latency (e.g. 30ms, 0.03)")
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
+_OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
+    ("--nodes", int_at_least(1), None, "nodes (required)"),
+    ("--ranks-per-node", int_at_least(1), None, "ranks (GPUs) per node (required)"),
+    ("--cache-bytes", _size, None, "cache per node, e.g. 2T (required)"),
+    ("--bandwidth", _size, None, "bytes/s per node, e.g. 2G (required)"),
+    ("--latency", _latency, None, "per request, e.g. 30ms (required)"),
+    ("--steps", int_at_least(1), 200, "steps per window (default 200)"),
+    ("--windows", int_at_least(1), 1, "contiguous windows of --steps spread over --run-steps"),
+    ("--run-steps", int_at_least(1), None, "the run's length, for --windows"),
+    ("--chunk-bytes", _size, 4 << 20, "cache chunk size (default 4M)"),
+    ("--lookahead", int_at_least(0), 2, "steps fetched ahead (default 2)"),
+    ("--in-flight", int_at_least(1), 64, "requests in flight per node (default 64)"),
+    ("--sample-nodes", int_at_least(1), 4, "nodes replayed, spread evenly (default 4)"),
+    ("--rank-rate", float, None, "samples/s a rank consumes (default: what the link allows)"),
+    ("--batch-per-rank", int_at_least(1), None, "batch size = this x the rank count"),
+    ("--block-rows", int_at_least(1), None, "BlockShuffle block_rows (default: from the cache)"),
+    ("--window-blocks", int_at_least(1), None, "BlockShuffle window_blocks (default 4)"),
+    ("--partitions", int_at_least(1), 1, "BlockShuffle partitions (default 1)"),
+)
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``treadle simulate`` to the top parser's sub-commands."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="walk a run's plan and report each node's downloads, hit rate and GET/s",
+        description=__doc__,
+    )
+    p.add_argument("recipe", help="a .toml or .py recipe, or synthetic:oxe")
+    p.add_argument("--root", default=None, help="store root (overrides the TOML file's root)")
+    for flag, kind, default, text in _OPTIONS:
+        p.add_argument(flag, type=kind, default=default, help=text)
+    p.add_argument(
+        "--shuffle",
+        choices=["recipe", "full", "block"],
+        default="recipe",
+        help="the recipe's, the full permutation, or td.BlockShuffle (options above)",
+    )
+    p.set_defaults(func=simulate_command)
+    return p
+
+
+def _recipe(args: argparse.Namespace) -> Any:
+    """The recipe to walk, with the command's overrides; synthetic tables when asked."""
+    import treadle as td
+    from treadle.plan.synthetic import oxe_tables
+
+    if args.recipe == "synthetic:oxe":
+        tables = oxe_tables()
+        comps = [td.Component(t, weight=max(1, round(t.num_moments / 1000))) for t in tables]
+        recipe = td.Recipe(0, 64, comps)
+    elif args.recipe.startswith("synthetic:"):
+        raise PlanError(f"unknown synthetic recipe {args.recipe!r} (there is synthetic:oxe)")
+    else:
+        from treadle.cli.recipe_files import load_recipe
+
+        options = getattr(args, "storage_options", None) or None
+        recipe = load_recipe(args.recipe, args.root, options)
+    world = args.nodes * args.ranks_per_node
+    batch = recipe.batch_size if args.batch_per_rank is None else args.batch_per_rank * world
+    shuffle = recipe.shuffle
+    if args.shuffle == "full":
+        shuffle = None
+    elif args.shuffle == "block":
+        shuffle = td.BlockShuffle(args.block_rows, args.window_blocks, args.partitions)
+    return td.Recipe(recipe.seed, batch, recipe.components, recipe.schedule, shuffle)
+
+
+def _steps(args: argparse.Namespace) -> tuple[list[list[int]], str]:
+    run = args.run_steps or args.steps * args.windows
+    starts = [i * max(run - args.steps, 0) // max(args.windows - 1, 1) for i in range(args.windows)]
+    windows = [list(range(s, s + args.steps)) for s in starts]
+    where = ", ".join(f"{w[0]}..{w[-1]}" for w in windows[:6])
+    return windows, f"{args.steps * len(windows)} steps in {len(windows)} windows ({where})"
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    """``treadle simulate``: one report; 1 with a clear message on bad input."""
+    from treadle.plan.simreport import render
+    from treadle.plan.simulate import Link, Setup, simulate
+
+    try:
+        for name in _REQUIRED:  # required, checked here (argparse would parse them first)
+            if getattr(args, name.replace("-", "_"), None) is None:
+                raise PlanError(f"--{name} is required")
+        recipe = _recipe(args)
+        saved = os.environ.get("TREADLE_CACHE_BYTES")
+        os.environ["TREADLE_CACHE_BYTES"] = str(args.cache_bytes)  # BlockShuffle()'s sizing
+        try:
+            plan = recipe.plan()
+        finally:
+            if saved is None:
+                del os.environ["TREADLE_CACHE_BYTES"]
+            else:
+                os.environ["TREADLE_CACHE_BYTES"] = saved
+        setup = Setup(args.nodes, args.ranks_per_node, args.cache_bytes, args.chunk_bytes,
+                      args.lookahead, args.sample_nodes)  # fmt: skip
+        link = Link(float(args.bandwidth), args.latency, args.in_flight)
+        windows, walked = _steps(args)
+        reports = []
+        for steps in windows:  # each window from a cold cache
+            reports += simulate(plan, plan.tables, setup, link, steps)
+        sys.stdout.write(render(reports, plan, setup, link, walked, args.rank_rate))
+        return 0
+    except (TreadleError, ValueError) as e:
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        print(f"treadle simulate: error: {lines[0]}", file=sys.stderr)
+        return 1

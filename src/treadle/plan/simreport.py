@@ -1,0 +1,110 @@
+"""The text ``treadle simulate`` prints: per node (the sampled nodes' mean, min and max) and
+for the cluster, with a warning for every table prefix past about 5,500 GET/s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from treadle.plan.simulate import PREFIX_GETS, Link, NodeReport, Setup
+
+
+def size_text(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _stat(values: Sequence[float], fmt: Any) -> str:
+    v = np.asarray(values, np.float64)
+    return f"{fmt(v.mean())}  ({fmt(v.min())} .. {fmt(v.max())})"
+
+
+def _rate(rep: NodeReport, setup: Setup, rank_rate: float | None) -> tuple[float, float]:
+    """(samples/s the node runs at, seconds the walked steps take at it)."""
+    link_rate = rep.samples / rep.link_s if rep.link_s > 0 else float("inf")
+    rate = link_rate if rank_rate is None else min(link_rate, rank_rate * setup.ranks_per_node)
+    return rate, rep.samples / rate if rate and rate != float("inf") else 0.0
+
+
+def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
+           walked: str, rank_rate: float | None = None) -> str:  # fmt: skip
+    """The report of one configuration (every sampled node over the walked steps)."""
+    world = setup.nodes * setup.ranks_per_node
+    sh = plan.record.shuffle
+    shuffle = "full permutation" if sh is None else (
+        f"BlockShuffle(block_rows={'/'.join(str(b) for b in sorted(set(sh.block_rows)))}, "
+        f"window_blocks={sh.window_blocks}, partitions={sh.partitions})")  # fmt: skip
+    rates = [_rate(r, setup, rank_rate) for r in reports]
+    gets_s = [sum(r.gets) / t if t else 0.0 for r, (_, t) in zip(reports, rates)]
+    lines = [
+        f"run {plan.run_id} · {plan.num_components} components · {shuffle}",
+        f"{setup.nodes} nodes x {setup.ranks_per_node} ranks = {world} ranks · batch "
+        f"{plan.batch_size} ({plan.batch_size // world} per rank)",
+        f"cache {size_text(setup.cache_bytes)} per node in {size_text(setup.chunk_bytes)} chunks"
+        f" · lookahead {setup.lookahead} steps · link {size_text(link.bandwidth)}/s, "
+        f"{link.latency * 1e3:g} ms, {link.in_flight} requests in flight per node",
+        f"walked {walked}; nodes sampled {[r.node for r in reports]}",
+        "per node: mean (min .. max) of the sampled nodes",
+        "  downloaded per step       "
+        + _stat([np.mean(r.fetched) for r in reports], size_text),  # fmt: skip
+        "  fetched / delivered bytes "
+        + _stat([sum(r.fetched) / max(r.delivered, 1) for r in reports], lambda x: f"{x:.2f}x"),
+        "  hit rate, Belady optimum  " + _stat([r.optimum for r in reports], lambda x: f"{x:.1%}"),
+        "  hit rate, LRU             " + _stat([r.lru for r in reports], lambda x: f"{x:.1%}"),
+        "  GETs per sample           "
+        + _stat([sum(r.gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
+        "  GET/s                     " + _stat(gets_s, lambda x: f"{x:,.0f}"),
+        "  peak in-flight bytes      " + _stat([r.peak_in_flight for r in reports], size_text),
+        "  time to first batch       "
+        + _stat([r.first_batch_s for r in reports], lambda x: f"{x:.2f} s"),
+        "  samples/s                 "
+        + _stat([x for x, _ in rates], lambda x: f"{x:,.0f}")
+        + ("" if rank_rate is None else f"  (ranks asking {rank_rate:,.0f}/s each)"),
+    ]
+    lines += _lifetime_lines(plan)
+    over = sum(r.over for r in reports)
+    if over:
+        lines.append(f"  warning: {over} steps need more chunks than the cache holds")
+    cluster = float(np.mean([x for x, _ in rates])) * setup.nodes
+    lines.append(f"cluster: {cluster:,.0f} samples/s, {np.mean(gets_s) * setup.nodes:,.0f} GET/s")
+    lines += _prefix_lines(reports, rates, setup)
+    return "\n".join(lines) + "\n"
+
+
+def _prefix_lines(reports: Sequence[NodeReport], rates: Sequence[tuple[float, float]],
+                  setup: Setup) -> list[str]:  # fmt: skip
+    """Cluster GET/s per table (one prefix each), busiest first; a warning past the limit."""
+    per: dict[str, float] = {}
+    for r, (_, t) in zip(reports, rates):
+        for name, gets in r.table_gets.items():
+            per[name] = per.get(name, 0.0) + (gets / t if t else 0.0) * setup.nodes / len(reports)
+    busiest = sorted(per.items(), key=lambda kv: -kv[1])
+    out = ["  busiest prefixes: " + ", ".join(f"{n} {g:,.0f} GET/s" for n, g in busiest[:3])]
+    for name, gets in busiest:
+        if gets > PREFIX_GETS:
+            out.append(
+                f"  warning: table {name!r} takes {gets:,.0f} GET/s, past the ~{PREFIX_GETS:,} "
+                f"GET/s an S3 prefix serves before 503 SlowDown"
+            )
+    return out
+
+
+def _lifetime_lines(plan: Any) -> list[str]:
+    """How many steps a block stays open: ``w * block_rows * P / (share * B)`` per component
+    (a walk shorter than that sees mostly first fetches, and overstates bytes per sample)."""
+    sh = plan.record.shuffle
+    if sh is None:
+        return []
+    life = [
+        sh.window_blocks * rows * sh.partitions / (float(share) * plan.batch_size)
+        for rows, share in zip(sh.block_rows, plan.weights)
+    ]
+    big = int(np.argmax([float(w) for w in plan.weights]))
+    return [
+        f"  a block stays open ~{life[big]:,.0f} steps (largest component), "
+        f"{min(life):,.0f} .. {max(life):,.0f} over all: walk longer windows than that"
+    ]

@@ -1,0 +1,158 @@
+"""treadle simulate: chunk caches replayed over a plan (Belady's optimum, LRU), requests, CLI."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import treadle as td
+from treadle.cli import main
+from treadle.plan.simcache import belady, lru, requests
+from treadle.plan.simulate import CHUNK_BITS, Link, Setup, simulate
+from treadle.plan.synthetic import StandInTable
+
+
+def _brute_force_hits(seq: list[int], capacity: int) -> int:
+    """The most hits any eviction policy gets (every choice tried), one chunk per step; a
+    step's chunk must be fetched, then any chunk (it too) may be evicted."""
+    best = 0
+
+    def go(i: int, cache: frozenset[int], hits: int) -> None:
+        nonlocal best
+        if i == len(seq):
+            best = max(best, hits)
+            return
+        c = seq[i]
+        if c in cache:
+            go(i + 1, cache, hits + 1)
+            return
+        new = cache | {c}
+        if len(new) <= capacity:
+            go(i + 1, new, hits)
+            return
+        for out in new:  # the new chunk too: it was used by its step and may go at once
+            go(i + 1, new - {out}, hits)
+
+    go(0, frozenset(), 0)
+    return best
+
+
+def test_belady_is_the_optimum_and_never_below_lru():
+    rng = random.Random(5)
+    for _ in range(120):
+        seq = [rng.randrange(5) for _ in range(rng.randrange(4, 11))]
+        cap = rng.randrange(1, 4)
+        steps = [np.asarray([c], np.int64) for c in seq]
+        best = belady(steps, cap)
+        assert best.hits == _brute_force_hits(seq, cap)
+        assert best.hits >= lru(steps, cap).hits
+        assert sum(m.size for m in best.misses) == len(seq) - best.hits
+
+
+def test_belady_with_sets_per_step_keeps_what_comes_back():
+    steps = [np.asarray(s, np.int64) for s in ([1, 2], [3, 4], [1, 2], [3, 4], [1, 2])]
+    assert belady(steps, 4).hits == 6  # everything fits
+    # LRU thrashes; the optimum keeps {1, 2} and streams {3, 4} through
+    assert belady(steps, 2).hits == 4 and lru(steps, 2).hits == 0
+
+
+def test_requests_merge_consecutive_chunks_of_one_object():
+    o0, o1 = 0 << CHUNK_BITS, 1 << CHUNK_BITS
+    ids = np.asarray([o0 + 1, o0 + 2, o0 + 3, o0 + 5, o1 + 0, o1 + 1], np.int64)
+    assert requests(ids, CHUNK_BITS) == 3
+    assert requests(np.asarray([o0 + (1 << CHUNK_BITS) - 1, o1], np.int64), CHUNK_BITS) == 2
+    assert requests(np.empty(0, np.int64), CHUNK_BITS) == 0
+
+
+@pytest.fixture(scope="module")
+def small():
+    a = StandInTable("a", np.full(20, 50), bytes_per_row=100, rows_per_object=400)
+    b = StandInTable("b", np.full(10, 30), bytes_per_row=1000, rows_per_object=100)
+    comps = [td.Component(a, weight=0.75), td.Component(b, weight=0.25)]
+    return td.Recipe(3, 16, comps).plan()
+
+
+def test_a_walk_counts_what_the_plan_reads(small):
+    """One node, one row per chunk, a cache that holds everything: fetched = distinct rows,
+    delivered = samples; GETs = first-step manifests and footers + runs of rows per step."""
+    setup = Setup(1, 4, cache_bytes=1 << 30, chunk_bytes=100, sample_nodes=1)
+    link = Link(bandwidth=1e9, latency=0.01, in_flight=8)
+    steps = list(range(30))
+    (rep,) = simulate(small, small.tables, setup, link, steps)
+    rows = {(int(c), int(m)) for s in steps for c, m in zip(small.batch(s).component,
+                                                            small.batch(s).moment)}  # fmt: skip
+    want = sum(100 if c == 0 else 1000 for c, _ in rows)  # table b's rows are 10 chunks each
+    assert sum(rep.fetched) == want
+    assert rep.delivered == sum(
+        100 * int((small.batch(s).component == 0).sum()) + 1000 * int((small.batch(s).component == 1).sum())
+        for s in steps
+    )  # fmt: skip
+    per_step = [{(int(c), int(m)) for c, m in zip(small.batch(s).component,
+                                                  small.batch(s).moment)} for s in steps]  # fmt: skip
+    accesses = sum(1 if c == 0 else 10 for step in per_step for c, _ in step)
+    assert rep.optimum == pytest.approx(1 - want / 100 / accesses)
+    assert rep.samples == 16 * 30 and rep.gets[0] >= 2  # manifests of two tables, at least
+
+
+def test_more_nodes_fetch_more_for_the_same_batches(small):
+    link = Link(bandwidth=1e9, latency=0.01)
+    one = simulate(small, small.tables, Setup(1, 4, 1 << 30, 400, sample_nodes=1), link, range(40))
+    four = simulate(small, small.tables, Setup(4, 1, 1 << 30, 400), link, range(40))
+    assert sum(sum(r.fetched) for r in four) > sum(one[0].fetched)
+    assert sum(r.delivered for r in four) == one[0].delivered
+
+
+def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
+    argv = ["simulate", "synthetic:oxe", "--nodes", "2", "--ranks-per-node", "2",
+            "--cache-bytes", "64G", "--bandwidth", "1G", "--latency", "30ms", "--steps", "3",
+            "--batch-per-rank", "4", "--shuffle", "block", "--partitions", "4"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for line in ("hit rate, Belady optimum", "GET/s", "time to first batch", "samples/s",
+                 "partitions=4", "a block stays open"):  # fmt: skip
+        assert line in out
+    bad = [a if a != "--batch-per-rank" else "--block-rows" for a in argv]  # batch 64
+    bad[bad.index("--nodes") + 1] = "3"
+    assert main(bad) == 1
+    assert "batch size 64 is not divisible by 3 nodes x 2 ranks" in capsys.readouterr().err
+
+
+def test_prefix_warning_past_the_s3_limit(capsys):
+    argv = ["simulate", "synthetic:oxe", "--nodes", "64", "--ranks-per-node", "1",
+            "--cache-bytes", "1G", "--bandwidth", "100G", "--latency", "1ms", "--steps", "2",
+            "--batch-per-rank", "8", "--shuffle", "full", "--chunk-bytes", "128K",
+            "--sample-nodes", "1"]  # fmt: skip
+    assert main(argv) == 0
+    assert "past the ~5,500 GET/s an S3 prefix serves" in capsys.readouterr().out
+
+
+def test_brute_force_reference_is_itself_right():
+    assert _brute_force_hits([1, 2, 1, 3, 1, 2], 2) == 3  # keep 1 and 2, stream 3 through
+    assert _brute_force_hits([1, 2, 3, 1, 2, 3], 3) == 3
+    assert _brute_force_hits([2, 4, 0, 1, 0, 1], 1) == 1  # 1 kept past the second 0
+
+
+def test_a_toml_recipe_names_its_shuffle_and_simulates(tmp_path, capsys):
+    client = td.Client(str(tmp_path / "root"), create=True)
+    arm = client.project("robotics").branch("main").table("arm")
+    for i in range(4):
+        arm.append_episode({"action": np.zeros((30, 7), np.float32)}, episode=f"e{i}")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        'project = "robotics"\nseed = 1\nbatch_size = 8\n[[components]]\ntable = "arm"\n'
+        "[shuffle]\nblock_rows = 16\npartitions = 4\n"
+    )
+    root = ["--root", str(tmp_path / "root")]
+    assert main(["plan", str(recipe), *root]) == 0
+    assert "treadle.block/1, blocks of 16 rows, 4 open per component, 4 partitions" in (
+        capsys.readouterr().out
+    )
+    argv = ["simulate", str(recipe), *root, "--nodes", "2", "--ranks-per-node", "2",
+            "--cache-bytes", "1M", "--bandwidth", "1G", "--latency", "1ms", "--steps", "20"]  # fmt: skip
+    assert main(argv) == 0
+    assert "partitions=4" in capsys.readouterr().out
+    recipe.write_text(recipe.read_text().replace("partitions", "parts"))
+    assert main(["plan", str(recipe), *root]) == 1
+    assert "'shuffle' must be a table of" in capsys.readouterr().err
