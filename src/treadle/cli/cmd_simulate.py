@@ -102,7 +102,8 @@ def _recipe(args: argparse.Namespace) -> Any:
         shuffle = None
     elif args.shuffle == "block":
         shuffle = td.BlockShuffle(args.block_rows, args.window_blocks, args.partitions)
-    return td.Recipe(recipe.seed, batch, recipe.components, recipe.schedule, shuffle)
+    return td.Recipe(recipe.seed, batch, recipe.components, recipe.schedule,
+                     weigh_by=recipe.weigh_by, shuffle=shuffle)  # fmt: skip
 
 
 def _steps(args: argparse.Namespace) -> tuple[list[list[int]], str]:

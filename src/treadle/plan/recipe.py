@@ -113,6 +113,7 @@ class Recipe:
         batch_size: int,
         components: Sequence[Component],
         schedule: Schedule | None = None,
+        *,
         weigh_by: str | None = None,
         shuffle: BlockShuffle | None = None,
     ):
