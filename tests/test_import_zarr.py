@@ -10,7 +10,7 @@ import pytest
 from importer_fixtures import nothing_committed
 from robot_fixtures import make_replay_buffer
 from treadle.catalog import Client
-from treadle.errors import CorruptData, MissingDependency
+from treadle.errors import CorruptData, MissingDependency, UnsupportedFormat
 from treadle.importers import zarr as import_zarr
 from treadle.table.tensors import to_numpy
 
@@ -63,17 +63,13 @@ def test_zip_store_as_video_with_psnr(tmp_path):
     assert cam["column"] == "img" and cam["episodes"] == 3 and 20 < cam["psnr_mean_db"] < 99
 
 
-def test_encoded_is_lossless_png(pusht, tmp_path):
-    import io
-
-    from PIL import Image
-
+def test_encoded_is_refused_and_nothing_is_written(pusht, tmp_path):
+    """Zarr chunks are codec-compressed arrays, not image files: there are no source image
+    bytes to keep (the issue: "encoded" is refused with a clear error)."""
     client = Client(str(tmp_path / "store"), create=True)
-    import_zarr(str(pusht), client.project("p"), "t", images="encoded", progress=False)
-    t = client.project("p").branch("main").table("t").pin()
-    pngs = t.to_arrow(["img"]).column(0).to_pylist()
-    got = np.stack([np.asarray(Image.open(io.BytesIO(b))) for b in pngs])
-    np.testing.assert_array_equal(got, zarr.open_group(str(pusht), mode="r")["data/img"][:])
+    with pytest.raises(UnsupportedFormat, match="images='encoded'.*images='video'"):
+        import_zarr(str(pusht), client.project("p"), "t", images="encoded", progress=False)
+    assert client.projects() == []
 
 
 def _edit_array(path, key, edit):
@@ -156,5 +152,7 @@ def test_cli_import_zarr(pusht, tmp_path, capsys):
     assert main([*argv, "--fps", "10", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["episodes"] == 3 and out["rows"] == 15 and out["cameras"][0]["column"] == "img"
-    assert main([*argv, "--images", "encoded"]) == 1  # the table holds video now
+    assert main([*argv, "--images", "decoded"]) == 1  # the table holds video now
     assert "SchemaMismatch" in capsys.readouterr().err
+    assert main([*argv, "--images", "encoded"]) == 1
+    assert "images='encoded'" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from treadle.errors import CorruptData, MissingDependency, SchemaMismatch
+from treadle.errors import CorruptData, MissingDependency, SchemaMismatch, UnsupportedFormat
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.cameras import Reports, camera_value, check_camera_mode, is_camera
 from treadle.importers.episodic import Episode, LocalCopies, SourceMeta, import_episodes
@@ -87,12 +87,18 @@ def import_zarr(
     """Import a ReplayBuffer (``data/*`` + ``meta/episode_ends``) into ``table``; one commit.
 
     ``src``: a Zarr directory store or a ``.zip`` store (local or URL). ``images``:
-    ``"video"`` (H.264, needs ``fps``; PSNR in the result), ``"encoded"`` (lossless PNG per
-    moment) or ``"decoded"``. ``executor=td.RayExecutor()`` reads each run of 16 episodes in a Ray
+    ``"video"`` (H.264, needs ``fps``; PSNR in the result) or ``"decoded"``; ``"encoded"`` is
+    refused: Zarr chunks are codec-compressed arrays, not image files to keep. ``executor=td.RayExecutor()`` reads each run of 16 episodes in a Ray
     task. The group's attributes become ``table.metadata``. ``allow_pickle`` is accepted
     for a uniform CLI: an object-dtype array is refused, never unpickled.
     """
     check_camera_mode(images)
+    if images == "encoded":
+        raise UnsupportedFormat(
+            f"{src}: images='encoded' keeps a source's own image files, and a Zarr "
+            "ReplayBuffer holds codec-compressed arrays, not image files: use images='video' "
+            "(H.264, with fps=) or images='decoded'; nothing was written"
+        )
     if fps is not None and not float(fps) > 0:
         raise ValueError(f"fps must be a positive number, got {fps!r}")
     _zarr()
