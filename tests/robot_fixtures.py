@@ -127,6 +127,28 @@ def make_replay_buffer(
     return path
 
 
+def make_umi_zip(path: Path, lengths=(2, 4)) -> Path:
+    """A UMI-style ``.zarr.zip``: zarr format 2 in a zip store, camera frames one per chunk
+    compressed with JPEG XL (imagecodecs' numcodecs codec, as UMI's ``Jpegxl``)."""
+    import zarr
+    from imagecodecs.numcodecs import Jpegxl
+
+    n = int(sum(lengths))
+    rng = np.random.default_rng(7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store = zarr.storage.ZipStore(path, mode="w")
+    root = zarr.create_group(store, zarr_format=2)
+    data = root.create_group("data")
+    data.create_array("camera0_rgb", data=frames(n, 16, 24), chunks=(1, 16, 24, 3),
+                      compressors=Jpegxl(level=80))  # fmt: skip
+    pos = rng.standard_normal((n, 3)).astype(np.float32)
+    data.create_array("robot0_eef_pos", data=pos, chunks=(n, 3))
+    meta = root.create_group("meta")
+    meta.create_array("episode_ends", data=np.cumsum(lengths).astype(np.int64))
+    store.close()
+    return path
+
+
 # -- ROS bags -------------------------------------------------------------------------------
 
 T0 = 1_700_000_000 * 10**9  # a bag's first header stamp (ns)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from importer_fixtures import nothing_committed
-from robot_fixtures import make_replay_buffer
+from robot_fixtures import make_replay_buffer, make_umi_zip
 from treadle.catalog import Client
 from treadle.errors import CorruptData, MissingDependency, UnsupportedFormat
 from treadle.importers import zarr as import_zarr
@@ -72,6 +72,21 @@ def test_encoded_is_refused_and_nothing_is_written(pusht, tmp_path):
     assert client.projects() == []
 
 
+def test_umi_zip_with_jpeg_xl_frames_equals_zarrs_own_read(tmp_path):
+    """UMI's ``.zarr.zip`` keeps camera frames as JPEG XL chunks: imagecodecs decodes them at
+    import (the ``zarr`` extra), and every pixel and value equals zarr's own read."""
+    path = make_umi_zip(tmp_path / "umi.zarr.zip")
+    client = Client(str(tmp_path / "store"), create=True)
+    import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    g = zarr.open_group(zarr.storage.ZipStore(path, mode="r"), mode="r")
+    assert list(t.episodes().lengths) == [2, 4]
+    for key in ("camera0_rgb", "robot0_eef_pos"):
+        got, want = _column(t, key), g[f"data/{key}"][:]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
 def _edit_array(path, key, edit):
     meta = path / key / ".zarray"
     z = json.loads(meta.read_text())
@@ -93,8 +108,8 @@ def _rewrite_ends(path, ends):
         (lambda p: zarr.open_group(str(p), mode="a")["data"].create_array(
             "short", data=np.zeros(4)), CorruptData, "arrays of different lengths"),
         (lambda p: _edit_array(p, "data/state", lambda z: z.update(
-            compressor={"id": "imagecodecs_jpegxl"})), MissingDependency,
-         "needs a codec that is not installed.*imagecodecs_jpegxl"),
+            compressor={"id": "imagecodecs_notacodec"})), MissingDependency,
+         "needs a codec that is not installed.*imagecodecs_notacodec"),
         (lambda p: _edit_array(p, "data/state", lambda z: z.update(shape=[1 << 40, 5])),
          CorruptData, "arrays of different lengths"),
         (lambda p: (p / "data").rename(p / "other"), CorruptData, "no 'data' in the store"),
