@@ -134,7 +134,7 @@ def write_frame(pixels: np.ndarray, spec: FrameSpec, out: Any) -> None:
     import torch  # float (and bfloat16) frames only: workers of uint8 frames need none
 
     dst = out if isinstance(out, torch.Tensor) else torch.from_numpy(out)
-    src = torch.from_numpy(np.ascontiguousarray(pixels))
+    src = torch.from_numpy(np.array(pixels))  # a writable copy (Pillow's is read-only)
     if pixels.dtype == np.uint16:
         dst.copy_(src.to(torch.int32))  # raw depth values, no division
         return
