@@ -336,3 +336,15 @@ def test_imported_webdataset_and_hf_images_train(tmp_path_factory, workers):
     seen = _train_frames(main.table("hf"), "image", workers)
     for m, frame in seen.items():
         np.testing.assert_array_equal(frame, np.asarray(hf[m]["image"].convert("RGB")))
+
+
+def test_image_column_on_s3_and_info_names_the_decoder(s3_root):
+    root, opts = s3_root
+    branch = td.Client(root, storage_options=opts, create=True).project("p").branch("main")
+    rng = np.random.default_rng(4)
+    frames = [_pil(_picture(rng), "JPEG", quality=90) for _ in range(T)]
+    branch.table("cams").append_episode({"cam": frames}, episode="e0")
+    got, moments = _every_moment(branch, "cams", td.Video([0, 1], size=(32, 40)))
+    for i, m in enumerate(moments):
+        np.testing.assert_array_equal(got["cam"][i, 1], _rgb(frames[m + 1], (32, 40)))
+    assert td.info().versions["images"].startswith(f"Pillow {Image.__version__} (libjpeg")

@@ -35,6 +35,18 @@ FORMATS = ("JPEG", "PNG", "WEBP")
 _DEPTH16 = ("I;16", "I;16B", "I;16L", "I")
 
 
+def decoder_name() -> str:
+    """The image decoder and its libraries' versions (``td.info()``)."""
+    import PIL
+    from PIL import features
+
+    turbo = features.check_feature("libjpeg_turbo")
+    jpeg = ("libjpeg_turbo", "libjpeg-turbo") if turbo else ("jpg", "libjpeg")
+    libs = [f"{name} {features.version(key)}" for key, name in (jpeg, ("zlib", "zlib"),
+            ("webp", "libwebp")) if features.version(key)]  # fmt: skip
+    return f"Pillow {PIL.__version__} ({', '.join(libs)})"
+
+
 def signature(data: bytes) -> str | None:
     """The image format the first bytes announce (``"JPEG"``, ``"PNG"``, ``"WEBP"``), or None."""
     head = bytes(data[:12])
