@@ -348,3 +348,16 @@ def test_image_column_on_s3_and_info_names_the_decoder(s3_root):
     for i, m in enumerate(moments):
         np.testing.assert_array_equal(got["cam"][i, 1], _rgb(frames[m + 1], (32, 40)))
     assert td.info().versions["images"].startswith(f"Pillow {Image.__version__} (libjpeg")
+
+
+def test_table_and_plan_stats_treat_image_columns_as_cameras(store):
+    values = _values(store, "png_rgba")
+    px = np.stack([_rgb(v) for v in values]).reshape(-1, 3).astype(np.float64)
+    stats = store.table("png_rgba").pin().stats(frames=1000)
+    assert set(stats) == {"cam", "x"}  # the image column, found from what its writes recorded
+    np.testing.assert_allclose(stats["cam"].mean, px.mean(0), rtol=1e-12)
+    np.testing.assert_array_equal(stats["cam"].max, px.max(0))
+    comp = td.Component(store.table("png_rgba"), td.Windows({"cam": td.Video([0])}))
+    plan = td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+    got = plan.stats(["cam"], frames=1000)["cam"]
+    np.testing.assert_allclose(got.mean, px.mean(0), rtol=1e-12)

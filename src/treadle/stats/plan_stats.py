@@ -63,6 +63,7 @@ import numpy as np
 
 from treadle.errors import NotFound, PlanError
 from treadle.plan.exclude import drawn_from
+from treadle.plan.image_columns import image_column
 from treadle.plan.windows import Video
 from treadle.read.columns import ColumnSpec
 from treadle.stats.column_stats import ColumnStats
@@ -167,7 +168,7 @@ def _columns(plan: Any, columns: Any, derived: dict[str, Any]) -> dict[str, str]
     for name, col in layout.items():
         if col.shape is not None:
             kinds[name] = "rows"
-        elif any(p.present and p.column in plan.table(c).video_columns
+        elif any(p.present and isinstance(p.spec, Video)  # video, or image columns (cameras)
                  for c, p in enumerate(col.placed)):  # fmt: skip
             kinds[name] = "video"
     if columns is None:
@@ -351,8 +352,13 @@ def _video_part(plan: Any, c: int, name: str, frames: int, per_offset: bool) -> 
     pick = np.random.default_rng([plan.seed, c]).choice(n, size=want, replace=False)
     moments = np.sort(plan.eligible_moments(c, np.sort(pick)))
     u8 = Video(spec.offsets, size=spec.size, pad=spec.pad)
+    table = plan.table(c)
+    image = None
+    if p.column not in table.video_columns:  # a binary column of images: Pillow's RGB frames
+        image = image_column(table, p.column, u8, f"plan.stats, column {name!r}")
+    cs = ColumnSpec(p.column, u8, True, image=image)
     hist, kept = None, 0
-    for out in _batches(plan, c, [ColumnSpec(p.column, u8, True)], moments):
+    for out in _batches(plan, c, [cs], moments):
         px = np.asarray(out[p.column])  # [n, T, H, W, C]
         real = np.ones(px.shape[:2], bool)
         if spec.pad:
