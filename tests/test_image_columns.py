@@ -17,7 +17,7 @@ from PIL import Image
 
 import treadle as td
 from treadle.errors import CorruptData, PlanError
-from treadle.table.image_sizes import IMAGES_KEY
+from treadle.table.image_sizes import IMAGES_KEY, recorded_images
 
 H, W, T = 48, 64, 6  # frames per episode
 
@@ -333,6 +333,9 @@ def test_imported_webdataset_and_hf_images_train(tmp_path_factory, workers):
     for m, frame in seen.items():
         np.testing.assert_array_equal(frame, theirs[m])
     hf = datasets.load_from_disk(str(tmp / "hf"))
+    for table, col, fmt in (("wds", "jpg", "JPEG"), ("hf", "image", "PNG")):
+        recorded = recorded_images(main.table(table).pin().schema)[col]  # cameras, by import
+        assert recorded["format"] == fmt and recorded["sizes"][0][:2] == [W, H]
     seen = _train_frames(main.table("hf"), "image", workers)
     for m, frame in seen.items():
         np.testing.assert_array_equal(frame, np.asarray(hf[m]["image"].convert("RGB")))
@@ -361,3 +364,11 @@ def test_table_and_plan_stats_treat_image_columns_as_cameras(store):
     plan = td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
     got = plan.stats(["cam"], frames=1000)["cam"]
     np.testing.assert_allclose(got.mean, px.mean(0), rtol=1e-12)
+
+
+def test_treadle_tables_shows_image_columns_as_cameras(store, capsys):
+    from treadle.cli import main
+
+    assert main(["--root", store.project.client.root, "tables", "p"]) == 0
+    out = capsys.readouterr().out
+    assert "cam [jpeg 64x48]" in out and "cam [png 64x48]" in out and "cam [webp 64x48]" in out
