@@ -58,8 +58,8 @@ def first_header(table: Table, column: str) -> ImageHeader:
         raise PlanError(f"{where}: the table is empty, there is no first image to read")
     value = table.take([0], [column]).column(column)[0]
     data = value.as_buffer() if value.is_valid else None
-    if data is None or signature(data.to_pybytes()[:12]) is None:
-        what = "null" if data is None else repr(data.to_pybytes()[:8])
+    if data is None or signature(data) is None:
+        what = "null" if data is None else repr(bytes(data[:8]))
         raise PlanError(
             f"td.Video over {where}: its first value ({what}...) is not a JPEG, PNG or WebP "
             "image; td.Video reads video columns and binary columns of encoded images"

@@ -67,7 +67,7 @@ def _starts_with_image(col: pa.ChunkedArray) -> bool:
     for chunk in col.chunks:
         for v in chunk:
             if v.is_valid:
-                return signature(v.as_buffer().to_pybytes()[:12]) is not None
+                return signature(v.as_buffer()) is not None
     return False
 
 
@@ -84,7 +84,7 @@ def _merged(
         for v in chunk:
             if v.is_valid:
                 data = v.as_buffer()
-                if signature(data.to_pybytes()[:12]) is None:
+                if signature(data) is None:
                     row += 1
                     continue  # not an image: a td.Video over it says so when it reads it
                 head = image_header(data, f"{where}, row {row} of the write")
