@@ -372,3 +372,26 @@ def test_treadle_tables_shows_image_columns_as_cameras(store, capsys):
     assert main(["--root", store.project.client.root, "tables", "p"]) == 0
     out = capsys.readouterr().out
     assert "cam [jpeg 64x48]" in out and "cam [png 64x48]" in out and "cam [webp 64x48]" in out
+
+
+def test_sizes_staged_in_other_processes_and_by_other_writers_are_all_kept(tmp_path):
+    """Rows staged apart (a distributed import's tasks) and a writer that lost a race each
+    recorded other sizes: the commit keeps them all, so the plan still sees both."""
+    from treadle.table.handoff import add_staged, take_staged
+
+    branch = td.Client(str(tmp_path), create=True).project("p").branch("main")
+    rng = np.random.default_rng(2)
+    staged = []
+    for e, (h, w) in enumerate([(H, W), (64, 80)]):
+        other = branch.transaction("never committed").table("t")
+        other.append_episode({"cam": [_pil(_picture(rng, h, w), "PNG")] * 2}, episode=f"e{e}")
+        staged.append(take_staged(other))
+        other.tx.close()
+    with branch.transaction("import") as tx:
+        for s in staged:
+            add_staged(tx.table("t"), s)
+    sizes = recorded_images(branch.table("t").pin().schema)["cam"]["sizes"]
+    assert sizes == [[W, H, "e0"], [80, 64, "e1"]]
+    with pytest.raises(PlanError, match=r"64x48 \(episode 'e0'\) and 80x64 \(episode 'e1'\)"):
+        td.Recipe(seed=0, batch_size=2, components=[
+            td.Component(branch.table("t"), td.Windows({"cam": td.Video([0])}))]).plan()  # fmt: skip

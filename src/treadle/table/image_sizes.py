@@ -98,3 +98,34 @@ def _merged(
             row += 1
     entry["sizes"] = [list(s) for s in sizes]
     return entry if (len(sizes), entry.get("format"), entry["more"]) != before else None
+
+
+def without_images(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with no recorded image sizes (to compare schemas staged apart)."""
+    meta = dict(schema.metadata or {})
+    if meta.pop(IMAGES_KEY, None) is None:
+        return schema
+    return schema.with_metadata(meta) if meta else schema.remove_metadata()
+
+
+def merge_images(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
+    """``schema`` recording the image sizes of both (rows staged in another process: each
+    column's first format and sizes first, then the other's sizes it lacks)."""
+    mine, theirs = recorded_images(schema), recorded_images(other)
+    if not theirs:
+        return schema
+    for col, rec in theirs.items():
+        entry = mine.setdefault(col, {"format": rec.get("format"), "sizes": [], "more": False})
+        seen = {(w, h) for w, h, _ in entry["sizes"]}
+        for w, h, e in rec.get("sizes") or []:
+            if (w, h) in seen:
+                continue
+            if len(entry["sizes"]) < MAX_SIZES:
+                entry["sizes"].append([w, h, e])
+                seen.add((w, h))
+            else:
+                entry["more"] = True
+        entry["more"] = bool(entry["more"] or rec.get("more"))
+    meta = dict(schema.metadata or {})
+    meta[IMAGES_KEY] = json.dumps(mine, sort_keys=True, separators=(",", ":")).encode()
+    return schema.with_metadata(meta)
