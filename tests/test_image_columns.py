@@ -395,3 +395,16 @@ def test_sizes_staged_in_other_processes_and_by_other_writers_are_all_kept(tmp_p
     with pytest.raises(PlanError, match=r"64x48 \(episode 'e0'\) and 80x64 \(episode 'e1'\)"):
         td.Recipe(seed=0, batch_size=2, components=[
             td.Component(branch.table("t"), td.Windows({"cam": td.Video([0])}))]).plan()  # fmt: skip
+
+
+def test_lerobot_windows_read_image_features_as_cameras(store):
+    import treadle.lerobot as tl
+
+    windows = tl.windows(store.table("png_rgb"), {"cam": [-0.1, 0.0]})
+    spec = windows["cam"]
+    assert isinstance(spec, td.Video) and (spec.layout, spec.dtype) == ("TCHW", "float32")
+    got, moments = _every_moment(store, "png_rgb", spec)
+    values = _values(store, "png_rgb")
+    m = moments[3]
+    want = torch.from_numpy(_rgb(values[m]).copy()).permute(2, 0, 1).float() / 255
+    np.testing.assert_array_equal(got["cam"][3, 1], want.numpy())
