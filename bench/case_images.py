@@ -18,8 +18,10 @@ interleaved rounds:
   thread each).
 
 ``report.py``-style ratios are printed by :func:`ratios`: threads=1 against the limit, 2
-threads and 2 workers against the limit x 2 (the goals: >= 0.95 and >= 0.9). The peers
-(WebDataset with PIL, HF ``Image()``, MDS ``jpeg``) are not measured here yet.
+threads and 2 workers against the limit x 2 (the goals: >= 0.95 and >= 0.9). One peer, for
+single frames: WebDataset (shards of the same bytes, ``RandomMix`` at the same weights, PIL
+decode and the same resize in a ``map``, a ``DataLoader`` of batch 64, workers 0 and 2).
+HF ``Image()`` with ``interleave_datasets`` and MDS ``jpeg`` are not measured here yet.
 
     python bench/suite.py --cases images [--runs 3]
 """
@@ -81,6 +83,47 @@ def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:
             )
     (root / "treadle.done").write_text("ok\n")
     return root
+
+
+def write_shards(root: Path, client: Any) -> Path:
+    """The tables' images as WebDataset shards, one folder per table (once)."""
+    import webdataset as wds
+
+    out = root / "wds"
+    if (out / "done").exists():
+        return out
+    branch = client.project("bench").branch()
+    for name in WEIGHTS:
+        (out / name).mkdir(parents=True, exist_ok=True)
+        ext = "png" if name == "png" else "jpg"
+        values = branch.table(name).pin().to_arrow(["cam"]).column("cam").to_pylist()
+        with wds.TarWriter(str(out / name / "000000.tar")) as w:
+            for i, v in enumerate(values):
+                w.write({"__key__": f"{i:06d}", ext: v})
+    (out / "done").write_text("ok\n")
+    return out
+
+
+def _pil_sample(sample: dict) -> np.ndarray:
+    from PIL import Image
+
+    data = sample.get("jpg") or sample["png"]
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    if "png" in sample:
+        img = img.resize((SIZE[1], SIZE[0]), Image.BILINEAR)
+    return np.asarray(img)
+
+
+def wds_iter(shards: Path, workers: int) -> Any:
+    import torch
+    import webdataset as wds
+
+    sets = [wds.WebDataset(str(shards / n / "000000.tar"), shardshuffle=False, empty_check=False)
+            .repeat().map(_pil_sample) for n in WEIGHTS]  # fmt: skip
+    mix = wds.RandomMix(sets, probs=list(WEIGHTS.values()))
+    dl = torch.utils.data.DataLoader(mix, batch_size=BATCH, num_workers=workers,
+                                     multiprocessing_context="spawn" if workers else None)  # fmt: skip
+    return iter(dl)
 
 
 def recipe(client: Any, window: int) -> Any:
@@ -157,6 +200,7 @@ def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Resul
                 return run
 
             rs.append((r, tr))
+    rs += _peers(root, client, timed_batches)
     for rnd in range(runs):
         for r, fn in rs:
             if r.status == "ok":
@@ -171,6 +215,28 @@ def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Resul
     return out
 
 
+def _peers(root: Path, client: Any, timed_batches: int) -> list[tuple[Result, Callable[[], Run]]]:
+    try:
+        import webdataset  # noqa: F401
+    except ImportError:
+        return []
+    shards = write_shards(root, client)
+    out = []
+    for workers in (0, 2):
+        r = Result("images", "wds", {"window": "single", "batch": BATCH, "workers": workers,
+                                     "threads": 1}, "frames/s")  # fmt: skip
+        r.config["label"] = f"WebDataset RandomMix + PIL, DataLoader workers={workers}"
+        out.append(
+            (
+                r,
+                lambda w=workers: measure(
+                    lambda: wds_iter(shards, w), timed_batches * BATCH, batch_len, WARM
+                ),
+            )
+        )
+    return out
+
+
 def ratios(results: list[Result]) -> list[str]:
     """treadle against the limit (x cores used), per window kind."""
     lines = []
@@ -178,10 +244,10 @@ def ratios(results: list[Result]) -> list[str]:
         lim = next((r.rate for r in results if r.name == "limit" and r.config["window"] == kind),
                    None)  # fmt: skip
         for r in results:
-            if r.name != "treadle" or r.config["window"] != kind or not lim or not r.rate:
+            if r.name == "limit" or r.config["window"] != kind or not lim or not r.rate:
                 continue
             cores = max(r.config["workers"], r.config["threads"])
-            lines.append(f"images {kind} workers={r.config['workers']} threads="
+            lines.append(f"images {r.name} {kind} workers={r.config['workers']} threads="
                          f"{r.config['threads']}: {r.rate:,.0f} frames/s = "
                          f"{r.rate / (lim * cores):.3f} x limit x {cores} ({lim:,.0f}/core)")  # fmt: skip
     return lines
