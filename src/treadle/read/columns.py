@@ -138,6 +138,13 @@ def moment_columns(table: Table, columns: list[str] | None = None) -> list[Colum
     return out
 
 
+def camera_column(table: Table, column: str, spec: Video, where: str) -> ColumnSpec:
+    """The column decoding ``column`` with ``spec``: a video column, or a binary column of
+    images (:func:`~treadle.plan.image_columns.image_column`, errors naming ``where``)."""
+    image = None if column in table.video_columns else image_column(table, column, spec, where)
+    return ColumnSpec(column, spec, True, image=image)
+
+
 def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:
     """``"<column>_is_pad"`` -> window length, for every column some component pads."""
     return {

@@ -63,9 +63,8 @@ import numpy as np
 
 from treadle.errors import NotFound, PlanError
 from treadle.plan.exclude import drawn_from
-from treadle.plan.image_columns import image_column
 from treadle.plan.windows import Video
-from treadle.read.columns import ColumnSpec
+from treadle.read.columns import ColumnSpec, camera_column
 from treadle.stats.column_stats import ColumnStats
 from treadle.stats.derived import derive_parts
 from treadle.stats.pooled import HistPart, Part, pool, pool_hist
@@ -352,12 +351,8 @@ def _video_part(plan: Any, c: int, name: str, frames: int, per_offset: bool) -> 
     pick = np.random.default_rng([plan.seed, c]).choice(n, size=want, replace=False)
     moments = np.sort(plan.eligible_moments(c, np.sort(pick)))
     u8 = Video(spec.offsets, size=spec.size, pad=spec.pad)
-    table = plan.table(c)
-    image = None
-    if p.column not in table.video_columns:  # a binary column of images: Pillow's RGB frames
-        image = image_column(table, p.column, u8, f"plan.stats, column {name!r}")
-    cs = ColumnSpec(p.column, u8, True, image=image)
     hist, kept = None, 0
+    cs = camera_column(plan.table(c), p.column, u8, "plan.stats")  # video, or images
     for out in _batches(plan, c, [cs], moments):
         px = np.asarray(out[p.column])  # [n, T, H, W, C]
         real = np.ones(px.shape[:2], bool)
