@@ -21,6 +21,9 @@ Cases (``--cases``, default all):
 - ``contents`` (opt-in): 90x224x224 windows of three contents (the bench's, a panned random
   texture, a real clip) against the decode + convert limit at 1 and 2 threads
   (``case_contents.py``);
+- ``images`` (opt-in): JPEG/PNG image columns (224x224 JPEG q90 x2, 640x480 PNG; 0.3/0.5/0.2,
+  batch 64, single frames and 4-frame windows) against Pillow's decode limit
+  (``case_images.py``);
 - ``augment`` (opt-in): samples/s of the 90-frame video recipe with and without
   ``treadle.transforms`` augmentations (``case_augment.py``).
 
@@ -65,7 +68,7 @@ from benchlib import Result, Run, batch_len, cold_object_cache, measure, tree_cp
 from report import GOALS, chart, compare, markdown, print_table, readme_block, summarise  # noqa: E402
 
 CASES = ("mix", "video", "s3", "cloud", "plan", "cold")
-OPT_IN = ("import_ray", "augment", "memory", "contents")  # run only when named in --cases
+OPT_IN = ("import_ray", "augment", "memory", "contents", "images")  # run only when named in --cases
 
 
 def log(msg: str) -> None:
@@ -401,6 +404,7 @@ RUNNERS: dict[str, Callable[[bool, int], list[Result]]] = {
     "cold": lambda tiny, runs: __import__("case_cold").results(tiny, runs),
     "memory": lambda tiny, runs: __import__("case_memory").results(tiny, runs),
     "contents": run_contents,
+    "images": lambda tiny, runs: __import__("case_images").run(tiny, runs, log),
 }
 
 

@@ -19,7 +19,8 @@ from treadle import fastpaths
 
 __all__ = ["FastPath", "Info", "info"]
 
-_PACKAGES = ("treadle", "torch", "pylance", "av", "obstore", "pyarrow", "numpy", "triton")
+_PACKAGES = ("treadle", "torch", "pylance", "av", "obstore", "pyarrow", "numpy", "pillow",
+             "triton")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ def _versions() -> dict[str, str]:
     import av
 
     out["ffmpeg"] = ".".join(map(str, av.library_versions.get("libavcodec", ()))) + " (avcodec)"
+    from treadle.video.image_decode import decoder_name
+
+    out["images"] = decoder_name()  # what decodes td.Video over JPEG/PNG/WebP columns
     return out
 
 

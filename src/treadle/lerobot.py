@@ -32,6 +32,7 @@ import torch
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Rows, Video, Windows, default_columns
+from treadle.table.image_sizes import recorded_images
 
 if TYPE_CHECKING:
     from treadle.catalog.tableref import TableRef
@@ -84,7 +85,7 @@ def windows(
     """
     t = _table(table)
     columns = default_columns(t)
-    video = set(t.video_columns)
+    video = set(t.video_columns) | set(recorded_images(t.schema))  # image features: cameras
     names = {c: _guess_feature(c) for c in columns}
     for f in list(features or ()) + list(delta_timestamps or {}):
         if feature_column(f) in names:

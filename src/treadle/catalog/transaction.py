@@ -33,6 +33,7 @@ from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError
 from treadle.names import check_name
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE, FRAME
+from treadle.table.image_sizes import merge_images
 from treadle.table.lanceerror import lance_error
 from treadle.table.table import Table
 from treadle.table.tensors import KIND_KEY, schema_difference
@@ -375,6 +376,7 @@ def _check_base(project: Repository, ds: Any, st: StagedTable, name: str, commit
             f"{where} was written by another writer with a different schema: {diff}; "
             "nothing was committed"
         )
+    st.schema = merge_images(st.schema, ds.schema)  # sizes another writer recorded, kept
     if st.episodes and EPISODE in ds.schema.names and FRAME in ds.schema.names:
         # the names each fragment's stored episode index holds, not the rows: O(fragments)
         version = f"table {name!r} of project {project.name!r} (v{ds.version})"

@@ -85,6 +85,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
                 "episodes": t.num_episodes if t.is_time_indexed else None,
                 "columns": [f.name for f in t.schema if f.name not in ("episode", "frame")],
                 "video_columns": list(t.video_columns),
+                "image_columns": _image_columns(t.schema),
             }
         )
     if args.json:
@@ -96,13 +97,28 @@ def _cmd_tables(args: argparse.Namespace) -> int:
         print("  no tables")
     for r in rows:
         kind = "rows" if r["episodes"] is None else "episodes"
-        cols = ", ".join(c + (" [video]" if c in r["video_columns"] else "") for c in r["columns"])
+        cols = ", ".join(c + (" [video]" if c in r["video_columns"] else "")
+                         + (f" [{r['image_columns'][c]}]" if c in r["image_columns"] else "")
+                         for c in r["columns"])  # fmt: skip
         extra = "" if r["episodes"] is None else f", {r['episodes']} episodes"
         print(
             f"  {r['name']:<24} v{r['version']:<5} {r['moments']:>10,} moments{extra} ({kind})"
             f"  {cols}"
         )
     return 0
+
+
+def _image_columns(schema: Any) -> dict[str, str]:
+    """``{column: "jpeg 224x224"}`` of the binary columns of images a table's writes recorded
+    (cameras that ``td.Video`` decodes; "several sizes" when they differ)."""
+    from treadle.table.image_sizes import recorded_images
+
+    out = {}
+    for col, rec in recorded_images(schema).items():
+        sizes = rec.get("sizes") or []
+        size = f"{sizes[0][0]}x{sizes[0][1]}" if len(sizes) == 1 else "several sizes"
+        out[col] = f"{str(rec.get('format', 'image')).lower()} {size}"
+    return out
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:

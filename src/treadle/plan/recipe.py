@@ -18,6 +18,7 @@ import numpy as np
 
 from treadle.errors import PlanError
 from treadle.plan.component import Component
+from treadle.plan.image_columns import check_video_column
 from treadle.plan.plan import Plan
 from treadle.plan.record import WEIGH_BY, ComponentEntry, RunRecord, TableEntry
 from treadle.plan.reserved import check_batch_keys
@@ -34,7 +35,8 @@ _MAX_SEED = 2**64 - 1
 
 
 def check_windows(windows: Windows | None, table: Table, where: str) -> None:
-    """Every window column exists; ``Video`` only on video columns, ``Rows`` only on columns a
+    """Every window column exists; ``Video`` only on video columns and binary columns of
+    images (:mod:`treadle.plan.image_columns`), ``Rows`` only on columns a
     batch can hold; without windows, every column but ``episode``/``frame`` must be one a
     batch can hold (none is left out silently)."""
     if windows is None or not windows.specs:
@@ -56,11 +58,8 @@ def check_windows(windows: Windows | None, table: Table, where: str) -> None:
                 f"{where}: window column {col!r} is not a column of table {table.name!r} "
                 f"(columns: {sorted(names)})"
             )
-        if isinstance(spec, Video) and col not in video:
-            raise PlanError(
-                f"{where}: td.Video window on column {col!r}, which is not a video column of "
-                f"table {table.name!r} (video columns: {sorted(video)}); use td.Rows"
-            )
+        if isinstance(spec, Video):
+            check_video_column(table, col, spec, where)
         if isinstance(spec, Rows) and col in video:
             raise PlanError(
                 f"{where}: td.Rows window on video column {col!r} of table {table.name!r}; "

@@ -11,19 +11,16 @@ import copy
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from treadle.errors import PlanError, TreadleError, VideoError
+from treadle.errors import PlanError, VideoError
 from treadle.names import check_name
-from treadle.table.episodes import EPISODE, FRAME
-from treadle.table.tensors import batch_kind
-from treadle.video.frame_spec import FrameSpec
+from treadle.plan.column_kinds import batch_column_kind, default_columns
+from treadle.video.frame_spec import DTYPES, FrameSpec
 
-if TYPE_CHECKING:
-    from treadle.table.table import Table
+__all__ = ["Rows", "Video", "Windows", "batch_column_kind", "default_columns", "spec_from_json"]
 
 DEFAULT_TOLERANCE_S = 1e-4
 _MAX_OFFSET = 2**31 - 1  # frame offsets are int32 in the table; keeps every sum in int64
@@ -201,6 +198,12 @@ class Video(_Timed):
     per channel when ``mean``/``std`` are given. ``seconds``, ``tolerance_s`` and ``pad``
     as for :class:`Rows` (padding repeats the decoded edge frame; nothing more is decoded).
     ``optional=True`` as for :class:`Rows`; where the table lacks the column, ``size=``.
+
+    Over a binary column of encoded images (JPEG, PNG, WebP; one per moment) each frame is
+    Pillow's decode converted to RGB, and ``size=`` is Pillow's bilinear resize.
+    ``channels=1`` takes one channel: Pillow's grey (``convert("L")``), or a 16-bit PNG's
+    own values (``uint16`` with the default dtype, the raw values as floats with a float
+    dtype). Video columns are always ``channels=3``.
     """
 
     offsets: tuple[int, ...]
@@ -213,6 +216,7 @@ class Video(_Timed):
     seconds: tuple[float, ...] | None = None
     tolerance_s: float = DEFAULT_TOLERANCE_S
     optional: bool = False
+    channels: int = 3
 
     def __init__(
         self,
@@ -227,6 +231,7 @@ class Video(_Timed):
         seconds: Iterable[float] | None = None,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
         optional: bool = False,
+        channels: int = 3,
     ):
         self._init_time(offsets, seconds, pad, tolerance_s, "Video", optional)
         if size is not None:
@@ -237,11 +242,13 @@ class Video(_Timed):
             if h <= 0 or w <= 0 or h % 2 or w % 2:
                 raise PlanError(f"Video size must be positive and even, got {size!r}")
             size = (h, w)
+        if dtype not in DTYPES:  # uint16 is a 16-bit image column's own type, not asked for
+            raise PlanError(f"Video dtype must be one of {DTYPES}, got {dtype!r}")
         try:
-            frame = FrameSpec(size, layout, dtype, mean, std)
+            frame = FrameSpec(size, layout, dtype, mean, std, channels)
         except VideoError as e:
             raise PlanError(f"Video {e}") from None
-        for name in ("size", "layout", "dtype", "mean", "std"):
+        for name in ("size", "layout", "dtype", "mean", "std", "channels"):
             object.__setattr__(self, name, getattr(frame, name))
         object.__setattr__(self, "_frame", frame)  # not a field: eq, hash and repr as before
 
@@ -259,6 +266,7 @@ class Video(_Timed):
             "dtype": self.dtype,
             "mean": list(self.mean) if self.mean else None,
             "std": list(self.std) if self.std else None,
+            **({"channels": self.channels} if self.channels != 3 else {}),  # run ids as before
         }
 
 
@@ -292,6 +300,7 @@ def spec_from_json(value: Mapping[str, Any]) -> Spec:
                 dtype=value.get("dtype", "uint8"),
                 mean=value.get("mean"),
                 std=value.get("std"),
+                channels=value.get("channels", 3),
                 **time,
             )
         if seconds is not None and offsets is not None:  # converted at plan time
@@ -360,36 +369,3 @@ class Windows:
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> Windows:
         return cls({col: spec_from_json(v) for col, v in value.items()})
-
-
-def default_columns(table: Table) -> list[str]:
-    """The columns a component without windows reads: all but ``episode`` and ``frame``."""
-    return [n for n in table.schema.names if n not in (EPISODE, FRAME)]
-
-
-def _is_listed(t: pa.DataType) -> bool:
-    """Strings and variable-length lists: a batch holds them as Python lists."""
-    kinds = (pa.types.is_string, pa.types.is_large_string, pa.types.is_list, pa.types.is_large_list)
-    return any(is_kind(t) for is_kind in kinds)
-
-
-def batch_column_kind(table: Table, field: pa.Field) -> str:
-    """How a batch holds a column it must hold (:func:`~treadle.table.tensors.batch_kind`,
-    or ``"list"``: strings and variable-length lists, as Python lists of length ``b``);
-    a :class:`PlanError` naming the table and the column when it cannot."""
-    if field.name in table.video_columns:
-        return "video"
-    try:
-        kind = batch_kind(field)
-    except TreadleError as e:  # e.g. tensor shape metadata that does not fit the type
-        raise PlanError(f"table {table.name!r}: {e}") from None
-    if kind is None and _is_listed(field.type):
-        return "list"
-    if kind is None:
-        raise PlanError(
-            f"column {field.name!r} of table {table.name!r} is {field.type}, which a batch "
-            "cannot hold (batches hold numbers, fixed-size tensors, video, and strings and "
-            "lists as Python lists); name the columns to read with td.Windows (TrainLoader) "
-            "or scan_request(columns)"
-        )
-    return kind

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from treadle.table.table import Table
 
 _IDS = 4 * 8  # _component, _moment, _episode, _frame: int64 each
-_ITEMSIZE = {"uint8": 1, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_ITEMSIZE = {"uint8": 1, "uint16": 2, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 def physical_memory() -> int | None:
@@ -39,8 +39,10 @@ def _column_floor(cs: ColumnSpec, table: Table) -> int:
     t = 1 if cs.spec is None or cs.at_moment else len(cs.spec.offsets)
     if cs.video:
         frame = FrameSpec.of(cs.spec) if cs.spec is not None else FrameSpec()
-        h, w = frame.size or (1, 1)
-        return t * h * w * 3 * _ITEMSIZE.get(frame.dtype, 1)
+        frame = cs.image.frame if cs.image is not None else frame  # uint16 for 16-bit images
+        image = cs.image.first.size if cs.image is not None else None
+        h, w = frame.size or image or (1, 1)
+        return t * h * w * frame.channels * _ITEMSIZE.get(frame.dtype, 1)
     if cs.listed:
         return 0
     if cs.absent:  # an optional column this table lacks: not in its schema (0: a bound)

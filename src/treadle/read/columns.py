@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from treadle.errors import PlanError
+from treadle.plan.image_columns import ImageColumn, image_column
 from treadle.plan.stack import DIM_MASK, IS_PRESENT
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 from treadle.read.rows import IS_PAD
@@ -36,6 +37,7 @@ class ColumnSpec:
     pad_to: int | None = None  # numeric rows: the last dimension zero-padded to this size
     real: int | None = None  # numeric tensors: the real size of the last dimension
     zeros: tuple[tuple[int, ...], str] | None = None  # absent rows: per-sample shape, dtype
+    image: ImageColumn | None = None  # a td.Video over a binary column of encoded images
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -59,7 +61,12 @@ def output_columns(plan: Any) -> list[list[ColumnSpec]]:
                     specs.append(ColumnSpec(col, spec, isinstance(spec, Video), absent=True))
                     continue
                 kind = batch_column_kind(table, schema.field(col))
-                specs.append(ColumnSpec(col, spec, kind == "video", listed=kind == "list"))
+                image = None
+                if isinstance(spec, Video) and kind != "video":  # a binary column of images
+                    image = image_column(table, col, spec, f"component {c}")
+                video = kind == "video" or image is not None
+                specs.append(ColumnSpec(col, spec, video, listed=kind == "list" and not video,
+                                        image=image))  # fmt: skip
         rename = dict(plan.record.components[c].rename or ())
         if rename:
             specs = [dataclasses.replace(cs, name=rename.get(cs.column, cs.column)) for cs in specs]
@@ -129,6 +136,13 @@ def moment_columns(table: Table, columns: list[str] | None = None) -> list[Colum
         else:
             out.append(ColumnSpec(f.name, None, False, listed=kind == "list"))
     return out
+
+
+def camera_column(table: Table, column: str, spec: Video, where: str) -> ColumnSpec:
+    """The column decoding ``column`` with ``spec``: a video column, or a binary column of
+    images (:func:`~treadle.plan.image_columns.image_column`, errors naming ``where``)."""
+    image = None if column in table.video_columns else image_column(table, column, spec, where)
+    return ColumnSpec(column, spec, True, image=image)
 
 
 def pad_columns(per: list[list[ColumnSpec]]) -> dict[str, int]:

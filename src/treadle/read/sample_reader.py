@@ -42,6 +42,7 @@ from treadle.read.columns import (
     squeeze_moment_video,
 )
 from treadle.read.fixed import FixedReader
+from treadle.read.image_requests import ImageDecoder, bind_images, image_windows
 from treadle.read.prefetch import ordered_map
 from treadle.read.stream_index import StreamIndexes
 from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
@@ -152,11 +153,13 @@ class SampleReader:
         # the takes of one batch at most (every component's groups) and its end marker
         self._starts: dict[int, np.ndarray] = {}  # per component: first row of each episode
         self._has_video = any(c.video for c in self._all)
+        self._images = ImageDecoder(video_threads)  # threads start with the first batch
         self._per_batch = 1 + int(self._has_video) + sum(len(take_groups(cs)) for cs in columns)
 
     def close(self) -> None:
         """Stop the video reader (its threads and connections); unmap the row columns."""
         self._video.close()
+        self._images.close()
         self._buffers.clear()
         if self._fixed is not None:
             self._fixed.close()
@@ -250,18 +253,21 @@ class SampleReader:
         video reader can, the windows' bytes fetched. No frame buffer is taken here."""
         columns: list[tuple[ColumnSpec, np.ndarray, int, np.ndarray | None]] = []
         requests: list[Any] = []
+        images: list[Any] = []
         for c in np.unique(component):
             slots = np.flatnonzero(component == c)
             table, m = self.tables[int(c)], moment[slots]
             for cs in self.columns[int(c)]:
-                if cs.video and not cs.absent:
+                if cs.image is not None and not cs.absent:
+                    images.append((cs, slots, *image_windows(table, cs, m)))
+                elif cs.video and not cs.absent:
                     reqs, pad = window_requests(table, cs, m, self._streams)
                     columns.append((cs, slots, len(reqs), pad))
                     requests += reqs
         fetched = None
         if self._video.fetches_ahead and requests:
             fetched = cast("FetchingVideoReader", self._video).fetch(requests)
-        return Prepared(columns, requests, fetched)
+        return Prepared(columns, requests, fetched, images)
 
     def assemble(
         self,
@@ -287,6 +293,7 @@ class SampleReader:
         out: dict[str, Any] = {k: np.zeros((b, t), np.bool_) for k, t in self._pads.items()}
         self._flags(component, out, b)
         windows = video.bind(out, b, self._device, self._buffers)
+        images = bind_images(video.images, out, b, self._buffers)
         write_taken(taken, out, b)
         absent_zeros(self.columns, component, out, b, self._device)
         wait: Callable[[], Any] = list
@@ -294,14 +301,16 @@ class SampleReader:
             wait = cast("FetchingVideoReader", self._video).submit(windows)
         elif windows:
             self._video.read(windows)
+        wait_images = self._images.submit(images) if images else list
 
         def finish() -> dict[str, Any]:
             wait()
+            wait_images()
             squeeze_moment_video(out, self._all)
             self._write_ids(component, moment, out)
             return out
 
-        return finish, wait is not list
+        return finish, wait is not list or wait_images is not list
 
     def _flags(self, component: np.ndarray, out: dict[str, Any], b: int) -> None:
         """``<column>_dim_mask`` and ``<column>_is_present`` of a batch (``Component(pad_to=)``,

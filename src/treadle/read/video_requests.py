@@ -37,16 +37,19 @@ class Prepared:
     samples' slots, how many of the requests are its and the padding flags (None unless
     padded); the window requests (no output yet: the batch's buffers are bound when it is
     assembled), and their fetched bytes (None when the video reader cannot fetch ahead:
-    it then reads the requests while decoding)."""
+    it then reads the requests while decoding); image columns' windows, bytes read."""
 
     columns: list[tuple[ColumnSpec, np.ndarray, int, np.ndarray | None]]
     requests: list[Any]
     fetched: list[Any] | None
+    # image columns (read/image_requests.py): column, slots, windows (bytes read), padding
+    images: list[tuple[ColumnSpec, np.ndarray, list[Any], np.ndarray | None]] = ()  # type: ignore[assignment]
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the fetched windows."""
-        return sum(len(w.data) for w in self.fetched or ())
+        """Bytes of the fetched windows (images: their encoded bytes)."""
+        images = sum(w.nbytes for _, _, ws, _ in self.images for w in ws)
+        return images + sum(len(w.data) for w in self.fetched or ())
 
     def bind(
         self, out: dict[str, Any], b: int, device: Any = None, buffers: BufferPool | None = None

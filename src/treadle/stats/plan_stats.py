@@ -70,7 +70,7 @@ from treadle import reaper
 from treadle.errors import NotFound, PlanError
 from treadle.plan.exclude import drawn_from
 from treadle.plan.windows import Video
-from treadle.read.columns import ColumnSpec
+from treadle.read.columns import ColumnSpec, camera_column
 from treadle.stats.column_stats import ColumnStats
 from treadle.stats.derived import derive_parts
 from treadle.stats.pooled import HistPart, Part, pool, pool_hist
@@ -186,7 +186,7 @@ def _columns(plan: Any, columns: Any, derived: dict[str, Any]) -> dict[str, str]
     for name, col in layout.items():
         if col.shape is not None:
             kinds[name] = "rows"
-        elif any(p.present and p.column in plan.table(c).video_columns
+        elif any(p.present and isinstance(p.spec, Video)  # video, or image columns (cameras)
                  for c, p in enumerate(col.placed)):  # fmt: skip
             kinds[name] = "video"
     if columns is None:
@@ -374,7 +374,8 @@ def _video_part(plan: Any, c: int, name: str, frames: int, per_offset: bool) -> 
     moments = np.sort(plan.eligible_moments(c, np.sort(pick)))
     u8 = Video(spec.offsets, size=spec.size, pad=spec.pad)
     hist, kept = None, 0
-    for out in _batches(plan, c, [ColumnSpec(p.column, u8, True)], moments):
+    cs = camera_column(plan.table(c), p.column, u8, "plan.stats")  # video, or images
+    for out in _batches(plan, c, [cs], moments):
         px = np.asarray(out[p.column])  # [n, T, H, W, C]
         real = np.ones(px.shape[:2], bool)
         if spec.pad:

@@ -43,9 +43,11 @@ import numpy as np
 from treadle import layout
 from treadle.errors import NotFound, PlanError
 from treadle.stats.column_stats import ColumnStats
+from treadle.stats.image_stats import first_is_image, image_histogram
 from treadle.stats.moments import Moments as _Moments
 from treadle.stats.moments import Sketch as _Sketch
 from treadle.stats.moments import histogram_moments, rank_error_bound
+from treadle.table.image_sizes import is_binary, recorded_images
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
 if TYPE_CHECKING:
@@ -98,6 +100,11 @@ def table_stats(
         raise PlanError(f"stats: seed must be an integer, got {seed!r}")
     schema = table.schema
     kinds = {f.name: batch_kind(f) for f in schema}
+    for name in recorded_images(schema):  # binary columns of images: cameras, pixel units
+        kinds[name] = "video" if kinds.get(name) is None else kinds[name]
+    for name in [columns] if isinstance(columns, str) else columns or ():
+        if name in kinds and kinds[name] is None and is_binary(schema.field(name).type):
+            kinds[name] = "video" if first_is_image(table, name) else None
     if columns is None:
         names = [n for n, k in kinds.items() if k is not None and n not in ("episode", "frame")]
     else:
@@ -282,6 +289,8 @@ def _compute_video(
         raise PlanError(f"table {table.name!r}: no rows to sample column {column!r} from")
     rng = np.random.default_rng(seed)
     pick = np.sort(rng.choice(candidates, size=min(frames, len(candidates)), replace=False))
+    if column not in table.video_columns:
+        return _from_histogram(image_histogram(table, column, pick), len(pick))
     eps = table.episodes()
     episode = np.searchsorted(eps.starts, pick, side="right") - 1
     hist: np.ndarray | None = None

@@ -16,6 +16,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from treadle.errors import SchemaMismatch
+from treadle.table.image_sizes import merge_images, without_images
 from treadle.table.write import StagedTable
 
 
@@ -74,10 +75,12 @@ def add_staged(tw: Stager, staged: StagedFragments) -> None:
     where = tw._where()
     if st.schema is None:
         st.schema = staged.schema
-    elif not st.schema.equals(staged.schema, check_metadata=True):
+    elif not without_images(st.schema).equals(without_images(staged.schema), check_metadata=True):
         raise SchemaMismatch(
             f"{where}: rows staged elsewhere have schema {staged.schema}, the table has {st.schema}"
         )
+    else:  # the image sizes each process saw (table/image_sizes.py): both kept
+        st.schema = merge_images(st.schema, staged.schema)
     st.check_new_episodes(staged.episodes, where)
     tw._flush()
     st.fragments.extend(staged.fragments)

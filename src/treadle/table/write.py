@@ -26,6 +26,7 @@ from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, VideoE
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.fps import episode_fps, schema_fps, with_fps
+from treadle.table.image_sizes import with_image_sizes
 from treadle.table.lanceerror import lance_error
 from treadle.table.tensors import column_from_values, conform, normalise_column
 from treadle.video.encode import encode_value
@@ -62,6 +63,7 @@ class StagedTable:
             if fps is not None:  # the first write naming an fps sets it; another is refused
                 self.schema = with_fps(self.schema, fps, where)
             table = conform(table, self.schema, where)
+        self.schema = with_image_sizes(self.schema, table, where)
         self.check_new_episodes(episodes, where)
         self.episodes.update(episodes)
         self.pending.append(table)

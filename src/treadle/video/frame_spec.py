@@ -23,7 +23,11 @@ LAYOUTS = ("THWC", "TCHW")
 #: Output dtypes by name: torch's and numpy's dtypes of the same name (numpy lacks
 #: ``bfloat16``: those outputs are torch tensors).
 DTYPES = ("uint8", "float32", "float16", "bfloat16")
-_NUMPY_DTYPES = {n: np.dtype(n) for n in DTYPES if n != "bfloat16"}  # derived, not a second map
+#: A 16-bit image column's own type (depth maps): what ``dtype="uint8"`` delivers for it.
+#: Not a ``td.Video`` dtype; the reader puts it in the column's frame spec.
+RAW16 = "uint16"
+CHANNELS = (1, 3)
+_NUMPY_DTYPES = {n: np.dtype(n) for n in (*DTYPES, RAW16) if n != "bfloat16"}
 
 
 def _norm(name: str, value: Any) -> tuple[float, float, float] | None:
@@ -44,8 +48,10 @@ class FrameSpec:
 
     ``size=(H, W)`` resizes (None: the stream's own size); ``layout`` is ``"THWC"`` or
     ``"TCHW"``; ``dtype`` is ``"uint8"`` or a float type (then pixels are ``x / 255``, and
-    ``(x / 255 - mean) / std`` per channel when ``mean``/``std`` are given). Invalid values
-    raise :class:`~treadle.errors.VideoError`.
+    ``(x / 255 - mean) / std`` per channel when ``mean``/``std`` are given). ``channels``
+    is 3 (RGB) or 1 (an image column's grey or 16-bit depth; no ``mean``/``std``), and
+    ``dtype="uint16"`` is a 16-bit image column's raw values. Invalid values raise
+    :class:`~treadle.errors.VideoError`.
     """
 
     size: tuple[int, int] | None = None
@@ -53,6 +59,7 @@ class FrameSpec:
     dtype: str = "uint8"
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
+    channels: int = 3
 
     def __post_init__(self) -> None:
         size = self.size
@@ -66,12 +73,16 @@ class FrameSpec:
             object.__setattr__(self, "size", (h, w))
         if self.layout not in LAYOUTS:
             raise VideoError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.dtype not in DTYPES:
+        if self.dtype not in (*DTYPES, RAW16):
             raise VideoError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if isinstance(self.channels, bool) or self.channels not in CHANNELS:
+            raise VideoError(f"channels must be 3 (RGB) or 1 (grey, depth), got {self.channels!r}")
         for name in ("mean", "std"):
             value = getattr(self, name)
-            if value is not None and self.dtype == "uint8":
+            if value is not None and self.dtype in ("uint8", RAW16):
                 raise VideoError(f"{name} needs a float dtype")
+            if value is not None and self.channels != 3:
+                raise VideoError(f"{name} needs channels=3")
             object.__setattr__(self, name, _norm(name, value))
 
     @staticmethod
@@ -98,7 +109,8 @@ class FrameSpec:
     def shape(self, t: int, height: int, width: int) -> tuple[int, int, int, int]:
         """Shape of a window of ``t`` frames from a ``height x width`` stream."""
         h, w = self.size_for(height, width)
-        return (t, h, w, 3) if self.layout == "THWC" else (t, 3, h, w)
+        c = self.channels
+        return (t, h, w, c) if self.layout == "THWC" else (t, c, h, w)
 
     def allocate(
         self, t: int, height: int, width: int, *, batch: int | None = None, device: Any = None

@@ -1,0 +1,164 @@
+"""Image columns of a batch: each sample's encoded frames read with the batch's takes, and
+decoded by Pillow on the reader's decode threads straight into the batch's buffer.
+
+:func:`image_windows` (run ahead, like a video column's window fetch) takes the rows of a
+sample's window from the binary column, one Lance take per column and batch;
+:func:`bind_images` allocates the column's ``[b, ...]`` buffer and points each window at its
+slot; :class:`ImageDecoder` decodes the windows on its threads
+(:func:`~treadle.video.image_decode.decode_frame`, then the frame spec's layout and dtype),
+never on the thread that delivers the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from treadle.errors import CorruptData, PlanError, TreadleError
+from treadle.read.buffers import BufferPool
+from treadle.read.columns import ColumnSpec
+from treadle.read.rows import IS_PAD, padded_rows
+from treadle.video.image_decode import decode_frame, write_frame
+
+if TYPE_CHECKING:
+    from treadle.plan.image_columns import ImageColumn
+    from treadle.table.table import Table
+
+
+@dataclass(frozen=True)
+class ImageWindow:
+    """One sample's frames of one image column: the encoded values (None for a null), the
+    row of each (a padded window repeats its edge rows), and where its output goes."""
+
+    values: list[Any]
+    rows: np.ndarray
+    first_row: int  # the episode's first row: a frame is ``row - first_row``
+    where: tuple[str, str, str]  # table, episode, column
+    image: ImageColumn
+    out: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(v) for v in self.values if v is not None)
+
+
+def image_windows(
+    table: Table, cs: ColumnSpec, moments: np.ndarray
+) -> tuple[list[ImageWindow], np.ndarray | None]:
+    """The windows of image column ``cs`` for the samples ``moments`` (their bytes read:
+    one take), and the padding flags of a padded ``Video`` (None otherwise)."""
+    spec = cs.spec
+    offsets = np.asarray(spec.offsets, np.int64)
+    moments = np.asarray(moments, np.int64)
+    pad = None
+    if spec.pad:
+        rows, pad = padded_rows(table, moments, offsets)
+    else:
+        rows = moments[:, None] + offsets[None, :]
+    uniq, inverse = np.unique(rows.reshape(-1), return_inverse=True)
+    values = table.take(uniq, [cs.column]).column(cs.column).to_pylist()
+    inverse = inverse.reshape(rows.shape)
+    episodes = table.episodes()
+    e = np.searchsorted(episodes.starts, moments, side="right") - 1
+    out = []
+    for i in range(len(moments)):
+        where = (table.name, episodes.names[int(e[i])], cs.column)
+        out.append(ImageWindow([values[k] for k in inverse[i].tolist()], rows[i],
+                               int(episodes.starts[int(e[i])]), where, cs.image))  # fmt: skip
+    return out, pad
+
+
+def bind_images(
+    items: list[tuple[ColumnSpec, np.ndarray, list[ImageWindow], np.ndarray | None]],
+    out: dict[str, Any],
+    b: int,
+    buffers: BufferPool | None = None,
+) -> list[ImageWindow]:
+    """Every window of ``items`` (column, slots, windows, padding) pointed at its slot of
+    ``out[column]`` (host memory; made on its first window), padding flags written."""
+    bound = []
+    for cs, slots, windows, pad in items:
+        if pad is not None:
+            out[f"{cs.name}{IS_PAD}"][slots] = pad
+        for slot, w in zip(slots.tolist(), windows):
+            frame, first = w.image.frame, w.image.first
+            t = len(w.values)
+            h, wd = frame.size_for(first.height, first.width)
+            dest = out.get(cs.name)
+            if dest is None:
+                if buffers is not None:
+                    dest = buffers.allocate(frame, t, h, wd, batch=b)
+                else:
+                    dest = frame.allocate(t, h, wd, batch=b)
+                out[cs.name] = dest
+            target = dest[slot]
+            if tuple(target.shape) != frame.shape(t, h, wd):
+                raise PlanError(
+                    f"column {cs.column!r}: images of table {w.where[0]!r} decode to "
+                    f"{frame.shape(t, h, wd)}, the batch holds {tuple(target.shape)}; give "
+                    "the td.Video specs one size=(H, W) to stack tables of different sizes"
+                )
+            if str(getattr(target, "dtype", "")).split(".")[-1] != frame.dtype:
+                raise PlanError(
+                    f"column {cs.column!r}: table {w.where[0]!r} gives {frame.dtype} frames, "
+                    f"the batch holds {target.dtype} (16-bit and 8-bit images do not stack)"
+                )
+            bound.append(dataclasses.replace(w, out=target))
+    return bound
+
+
+def decode_window(w: ImageWindow) -> Any:
+    """Decode one window's frames into ``w.out`` (a frame repeated by padding is copied)."""
+    frame, first = w.image.frame, w.image.first
+    table, episode, column = w.where
+    for j, data in enumerate(w.values):
+        if j and w.rows[j] == w.rows[j - 1]:
+            w.out[j] = w.out[j - 1]
+            continue
+        where = (f"table {table!r}, episode {episode!r}, column {column!r}, frame "
+                 f"{int(w.rows[j]) - w.first_row}")  # fmt: skip
+        if data is None:
+            raise CorruptData(f"{where}: null image")
+        write_frame(decode_frame(data, frame, first, where), frame, w.out[j])
+    return w.out
+
+
+class ImageDecoder:
+    """Decodes image windows on ``threads`` threads (Pillow releases the GIL while it
+    decodes and resizes, so threads run in parallel on free cores)."""
+
+    def __init__(self, threads: int = 1):
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max(1, int(threads)), thread_name_prefix="treadle-image"
+        )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def submit(self, windows: Sequence[ImageWindow]) -> Callable[[], list[Any]]:
+        """Start decoding ``windows``; the call returned waits for them (raising the first
+        failing window, in order, once every window ended)."""
+        if self._pool is None:
+            raise TreadleError("the image decoder is closed")
+        futures = [self._pool.submit(decode_window, w) for w in windows]
+        return lambda: _results(futures)
+
+
+def _results(futures: Sequence[Future[Any]]) -> list[Any]:
+    outs: list[Any] = []
+    first: BaseException | None = None
+    for f in futures:
+        try:
+            outs.append(f.result())
+        except TreadleError as e:
+            first = first or e
+    if first is not None:
+        raise first
+    return outs

@@ -1,0 +1,131 @@
+"""The encoding and sizes of a binary column of images, recorded when it is written.
+
+Every write (``append``, ``append_episode``, the importers through them) reads the header
+of each value of a binary column whose first value is a JPEG, PNG or WebP, and keeps in
+the table's schema metadata (``treadle:images``, so it travels with every Lance version)
+per column: the format of its first image and each distinct size with the first episode
+that has it (at most :data:`MAX_SIZES` sizes; ``more`` says others were seen). A plan then
+knows, before step 0, that a column holds more than one size (see
+:mod:`treadle.plan.image_columns`), without reading a frame.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from treadle.table.episodes import EPISODE
+from treadle.video.image_decode import image_header, signature
+
+IMAGES_KEY = b"treadle:images"
+MAX_SIZES = 16
+
+
+def is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def recorded_images(schema: pa.Schema | None) -> dict[str, dict[str, Any]]:
+    """``{column: {"format", "sizes": [[width, height, episode], ...], "more"}}`` as recorded."""
+    raw = (schema.metadata or {}).get(IMAGES_KEY) if schema is not None else None
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}  # not trusted: read-time checks still hold every frame to the first's size
+    return value if isinstance(value, dict) else {}
+
+
+def with_image_sizes(schema: pa.Schema, rows: pa.Table, where: str) -> pa.Schema:
+    """``schema`` with the image sizes of ``rows`` merged into what it records (a column
+    whose first value written is not an image is left out; a damaged value is a
+    :class:`~treadle.errors.CorruptData` naming it, as it would be when read)."""
+    have = recorded_images(schema)
+    changed = False
+    for f in rows.schema:
+        if not is_binary(f.type) or f.name not in schema.names:
+            continue
+        col = rows.column(f.name)
+        entry = have.get(f.name)
+        if entry is None and not _starts_with_image(col):
+            continue
+        episodes = rows.column(EPISODE) if EPISODE in rows.column_names else None
+        entry = _merged(entry, col, episodes, f"{where}, column {f.name!r}")
+        if entry is not None:
+            have[f.name], changed = entry, True
+    if not changed:
+        return schema
+    meta = dict(schema.metadata or {})
+    meta[IMAGES_KEY] = json.dumps(have, sort_keys=True, separators=(",", ":")).encode()
+    return schema.with_metadata(meta)
+
+
+def _starts_with_image(col: pa.ChunkedArray) -> bool:
+    for chunk in col.chunks:
+        for v in chunk:
+            if v.is_valid:
+                return signature(v.as_buffer()) is not None
+    return False
+
+
+def _merged(
+    entry: dict[str, Any] | None, col: pa.ChunkedArray, episodes: Any, where: str
+) -> dict[str, Any] | None:
+    entry = dict(entry or {"sizes": [], "more": False})
+    sizes = [tuple(s) for s in entry["sizes"]]
+    seen = {(w, h) for w, h, _ in sizes}
+    before = (len(sizes), entry.get("format"), entry["more"])
+    names = episodes.to_pylist() if episodes is not None else None
+    row = 0
+    for chunk in col.chunks:
+        for v in chunk:
+            if v.is_valid:
+                data = v.as_buffer()
+                if signature(data) is None:
+                    row += 1
+                    continue  # not an image: a td.Video over it says so when it reads it
+                head = image_header(data, f"{where}, row {row} of the write")
+                entry.setdefault("format", head.format)
+                if (head.width, head.height) not in seen:
+                    if len(sizes) < MAX_SIZES:
+                        sizes.append((head.width, head.height, names[row] if names else None))
+                        seen.add((head.width, head.height))
+                    else:
+                        entry["more"] = True
+            row += 1
+    entry["sizes"] = [list(s) for s in sizes]
+    return entry if (len(sizes), entry.get("format"), entry["more"]) != before else None
+
+
+def without_images(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with no recorded image sizes (to compare schemas staged apart)."""
+    meta = dict(schema.metadata or {})
+    if meta.pop(IMAGES_KEY, None) is None:
+        return schema
+    return schema.with_metadata(meta) if meta else schema.remove_metadata()
+
+
+def merge_images(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
+    """``schema`` recording the image sizes of both (rows staged in another process: each
+    column's first format and sizes first, then the other's sizes it lacks)."""
+    mine, theirs = recorded_images(schema), recorded_images(other)
+    if not theirs:
+        return schema
+    for col, rec in theirs.items():
+        entry = mine.setdefault(col, {"format": rec.get("format"), "sizes": [], "more": False})
+        seen = {(w, h) for w, h, _ in entry["sizes"]}
+        for w, h, e in rec.get("sizes") or []:
+            if (w, h) in seen:
+                continue
+            if len(entry["sizes"]) < MAX_SIZES:
+                entry["sizes"].append([w, h, e])
+                seen.add((w, h))
+            else:
+                entry["more"] = True
+        entry["more"] = bool(entry["more"] or rec.get("more"))
+    meta = dict(schema.metadata or {})
+    meta[IMAGES_KEY] = json.dumps(mine, sort_keys=True, separators=(",", ":")).encode()
+    return schema.with_metadata(meta)
