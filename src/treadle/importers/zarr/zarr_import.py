@@ -92,15 +92,7 @@ def import_zarr(
     task. The group's attributes become ``table.metadata``. ``allow_pickle`` is accepted
     for a uniform CLI: an object-dtype array is refused, never unpickled.
     """
-    check_camera_mode(images)
-    if images == "encoded":
-        raise UnsupportedFormat(
-            f"{src}: images='encoded' keeps a source's own image files, and a Zarr "
-            "ReplayBuffer holds codec-compressed arrays, not image files: use images='video' "
-            "(H.264, with fps=) or images='decoded'; nothing was written"
-        )
-    if fps is not None and not float(fps) > 0:
-        raise ValueError(f"fps must be a positive number, got {fps!r}")
+    _check_options(src, images, fps)
     _zarr()
     opts = ImportOptions.of({k: v for k, v in locals().items() if k != "images"})
     if images == "video" and fps is None:
@@ -130,6 +122,18 @@ def import_zarr(
         )
     finally:
         copies.close()
+
+
+def _check_options(src: str, images: str, fps: float | None) -> None:
+    check_camera_mode(images)
+    if images == "encoded":
+        raise UnsupportedFormat(
+            f"{src}: images='encoded' keeps a source's own image files, and a Zarr "
+            "ReplayBuffer holds codec-compressed arrays, not image files: use images='video' "
+            "(H.264, with fps=) or images='decoded'; nothing was written"
+        )
+    if fps is not None and not float(fps) > 0:
+        raise ValueError(f"fps must be a positive number, got {fps!r}")
 
 
 def _files(src: str, options: dict[str, Any] | None) -> tuple[Source, list[str], str | None]:
