@@ -478,3 +478,27 @@ def test_zlib_tensor_entries_are_checked_and_bounded(tmp_path, entry, match):
 
     _rewrite(folder / "fractal_like-train.tfrecord-00000-of-00002", bad_depth)
     _refused(tmp_path, folder, CorruptData, rf"'steps/observation/depth', entry 0: {match}")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_encoded_cameras_train_through_the_loader(store, workers):
+    """`images="encoded"` keeps TFDS's JPEGs and the loader decodes them (`td.Video` over an
+    image column): every moment's frames, from an EvalLoader pass, equal TF's accurate decode
+    of the source (which is Pillow's)."""
+    import treadle as td
+
+    want = expected("bridge_like", "train")
+    t = _table(store, "bridge_like_train_encoded")
+    cams = {"observation_image": "steps/observation/image",
+            "observation_wrist_image": "steps/observation/wrist_image"}  # fmt: skip
+    windows = td.Windows({c: td.Video([0]) for c in cams})
+    loader = td.EvalLoader(td.Component(t, windows), 8, workers=workers)
+    seen = 0
+    for batch in loader:
+        for i in np.flatnonzero(batch["_valid"].numpy()):
+            e, f = int(batch["_episode"][i]), int(batch["_frame"][i])
+            for col, path in cams.items():
+                pixels = want[f"{e}/{path}.pixels"][f]
+                np.testing.assert_array_equal(batch[col][i, 0].numpy(), pixels)
+            seen += 1
+    assert seen == t.num_moments
