@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import lance
 import pyarrow as pa
-from lance.fragment import FragmentMetadata
+from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle import layout
 from treadle.catalog.expiry import expired_error
@@ -124,6 +124,10 @@ class LanceTables:
         return commit_exactly(
             self.uri(name), schema, base, fragments, self.options, before_write
         ).version
+
+    def write_fragments(self, rows: object, ds: lance.LanceDataset) -> list[FragmentMetadata]:
+        """Uncommitted fragments of ``rows`` (a ``pyarrow.Table``) under ``ds``'s schema."""
+        return write_fragments(rows, ds, schema=ds.schema, storage_options=self.options)
 
     def commit_edit(self, name: str, schema: object, fragments: list[FragmentMetadata]) -> int:
         """A new version of table ``name`` listing exactly ``fragments`` under the Lance

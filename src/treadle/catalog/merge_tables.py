@@ -11,10 +11,9 @@ with each added column's default (or null).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.catalog.commit import Commit
 from treadle.catalog.history import Merging
@@ -22,6 +21,9 @@ from treadle.errors import MergeConflict
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE
 from treadle.table.tensors import conform, schema_difference
+
+if TYPE_CHECKING:
+    from lance.fragment import FragmentMetadata
 
 APPEND = "append"
 ADD_COLUMN = "add_column"
@@ -141,8 +143,7 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
         if added:
             note = (f"table {plan.name}: {rows.num_rows} appended moments take the default "
                     f"or null of {', '.join(added)}")  # fmt: skip
-        tail = (write_fragments(rows, ds, schema=ds.schema, storage_options=lance.options)
-                if rows.num_rows else [])  # fmt: skip
+        tail = lance.write_fragments(rows, ds) if rows.num_rows else []
     version = lance.commit(plan.name, ds.schema, ds, tail, lambda: None)
     stored = store_episode_index(project, plan.name, version, target)
     lance.episode_names.remember(plan.name, stored)
