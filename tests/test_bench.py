@@ -66,7 +66,10 @@ def test_bench_tiny_end_to_end(tmp_path):
     assert all(r["extra"]["requests_per_batch"] > 0 for r in cloud if r["config"]["where"] == "s3")
     assert {r["config"]["cores"] for r in ok("video", "limit_rgb")} == {1}  # goal 1's limit
     assert len(doc["machine"]["load_avg"]) == len(doc["load_end"]) == 3
-    assert len(ok("plan", "treadle")) == 12  # ... and the 3-stage schedule build
+    plans = ok("plan", "treadle")
+    assert len(plans) == 13  # ... the 3-stage schedule build and the OXE-sized weigh_by build
+    oxe = [r for r in plans if r["config"].get("what") == "build oxe26 weigh_by=moments"]
+    assert len(oxe) == 1 and max(oxe[0]["extra"]["warning_chars"], default=0) < 1000
     for peer in ("mds", "wds", "hf", "lance"):
         rs = [r for r in by_case["mix"] if r["name"] == peer]
         assert rs and all(r["status"] in ("ok", "not installed") for r in rs), rs
