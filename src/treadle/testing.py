@@ -316,3 +316,12 @@ def tfrecord(payload: bytes) -> bytes:
     from treadle.importers.rlds.tfrecord import frame_record
 
     return frame_record(payload)
+
+
+def oxe_tables(scale: float = 1.0, seed: int = 0) -> list[Any]:
+    """26 stand-in tables the size of Open X-Embodiment (``scale`` multiplies their moments):
+    pinned-table look-alikes a recipe plans over without reading anything, for simulations,
+    benchmarks and the examples of docs/scale.md (``treadle simulate synthetic:oxe``)."""
+    from treadle.plan.synthetic import oxe_tables as stand_ins
+
+    return list(stand_ins(scale, seed))
