@@ -64,7 +64,9 @@ class ChunkStats:
     misses: int = 0
     fetched_bytes: int = 0
     requests: int = 0
-    bypassed: int = 0  # chunks fetched but not kept (no room for them)
+    bypassed: int = 0  # chunks not kept (no room for them: not fetched)
+    rows_read: int = 0  # rows readers read from present chunks
+    rows_taken: int = 0  # rows readers took another way (their chunks were not present)
 
     @property
     def hit_rate(self) -> float:
@@ -336,8 +338,8 @@ def _punch(fd: int, offset: int, length: int) -> None:
 
 def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> ChunkStore | str:
     """The node's chunk store: ``<object cache folder>/chunks``, bounded by ``max_bytes``
-    (default ``$TREADLE_CHUNK_CACHE_BYTES``, else the object cache's bound); or why there is
-    none."""
+    (default ``$TREADLE_CHUNK_CACHE_BYTES``, else the object cache's bound), of chunks of
+    ``$TREADLE_CHUNK_BYTES`` (default ``chunk_bytes``); or why there is none."""
     from treadle.storage.filecache import default_dir, file_cache, parse_bytes
 
     if max_bytes is None:
@@ -351,6 +353,8 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
             max_bytes = parse_bytes(raw)
     if max_bytes <= 0:
         return "the chunk cache is off (TREADLE_CHUNK_CACHE_BYTES=0)"
+    if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
+        chunk_bytes = parse_bytes(raw)
     try:
         return ChunkStore(default_dir() / "chunks", max_bytes, chunk_bytes)
     except OSError as e:

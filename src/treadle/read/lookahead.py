@@ -1,0 +1,194 @@
+"""The plan drives the chunk cache: a loader's ``lookahead`` stage.
+
+The plan knows every future sample, so a loader at step ``s`` knows which rows steps
+``s .. s+L`` will read. :class:`Lookahead` runs one thread that walks those steps (only the
+loader's position and the plan decide what it fetches: a restart fetches exactly what its own
+steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_rows`) to the
+chunks of their data files, and has the node's chunk store (:mod:`treadle.storage.chunkstore`)
+fetch the missing ones, in coalesced range requests, before the reader gets there. Each chunk
+is held for the step that reads it, then takes its next use in the window (none: it goes
+first), so eviction follows the plan (Belady's policy, over the steps it can see).
+
+It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
+batches are the same with or without it (and when a fetch fails: it is logged once, and the
+reads that need those bytes raise the error, as before). Its thread never blocks a finalizer:
+:meth:`Lookahead.close` only flags it to stop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from treadle.fastpaths import log
+from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
+
+if TYPE_CHECKING:
+    from treadle.read.sample_reader import SampleReader
+
+__all__ = ["Lookahead"]
+
+LAST: dict[str, float] = {}
+"""The last lookahead's :meth:`Lookahead.report` in this process (``td.info()``)."""
+
+Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) of one step
+
+
+class Lookahead:
+    """Fetches the chunks of steps ``[now, now + lookahead]`` of ``samples(step)`` (a
+    batch with ``component`` and ``moment``) read by ``reader``, into ``chunks``."""
+
+    def __init__(self, reader: SampleReader, samples: Callable[[int], Any], steps: Iterable[int],
+                 lookahead: int, chunks: ChunkStore) -> None:  # fmt: skip
+        self.reader, self.samples, self.chunks = reader, samples, chunks
+        # the reader's takes run read_ahead steps ahead: the window covers them at least
+        self.lookahead = max(int(lookahead), int(getattr(reader, "read_ahead", 0)))
+        self._steps = iter(steps)
+        self._now: int | None = None  # the first step not yet read
+        self._fetched = -1  # the last step whose fetches ended
+        self._stop = False
+        self._failed = False
+        self._reported = False
+        self._cond = threading.Condition()
+        self._needs: dict[int, Need] = {}
+        self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
+        self.samples_seen = 0
+        self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
+        self._thread.start()
+
+    def done(self, step: int, samples: int) -> None:
+        """The reader has read ``step`` (``samples`` samples): its chunks take their next
+        use in the window, and the window moves on."""
+        with self._cond:
+            need = self._needs.pop(step, [])
+            nexts = []
+            for _, obj, ids in need:
+                n = []
+                for c in ids.tolist():
+                    q = self._uses.get((obj.name, c))
+                    if q and q[0] == step:
+                        q.popleft()
+                    n.append(q[0] if q else NEVER)
+                    if q is not None and not q:
+                        del self._uses[(obj.name, c)]
+                nexts.append(n)
+            self._now = step + 1
+            self.samples_seen += samples
+            self._cond.notify_all()
+        for (_, obj, ids), n in zip(need, nexts):
+            self.chunks.release(obj, ids.tolist(), step, n)
+
+    def close(self) -> None:
+        """Stop the thread (it ends after the fetch under way); never waits."""
+        with self._cond:
+            self._stop = True
+            reported, self._reported = self._reported, True
+            self._cond.notify_all()
+        if not reported and self.samples_seen:
+            LAST.clear()
+            LAST.update(self.report())
+            log.info("treadle: lookahead %s", LAST)
+
+    def report(self) -> dict[str, float]:
+        """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
+        fetched and requests sent per sample, over the samples read so far."""
+        st, n = self.chunks.stats, max(1, self.samples_seen)
+        rows = max(1, st.rows_read + st.rows_taken)
+        return {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
+                "rows_from_chunks": round(st.rows_read / rows, 4),
+                "bytes_per_sample": round(st.fetched_bytes / n, 1),
+                "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
+
+    def _run(self) -> None:
+        for step in self._steps:
+            with self._cond:
+                if self._now is None:
+                    self._now = step
+                while not self._stop and step > self._now + self.lookahead:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                now = self._now
+            try:
+                need = self._need(step)
+                with self._cond:
+                    self._needs[step] = need
+                    for _, obj, ids in need:
+                        for c in ids.tolist():
+                            self._uses.setdefault((obj.name, c), deque()).append(step)
+                for store, obj, ids in need:
+                    self.chunks.fetch(store, obj, ids.tolist(), [step] * len(ids), now, at=step)
+            except Exception as e:  # the reads that need these bytes take them (and raise)
+                if not self._failed:
+                    self._failed = True
+                    log.warning("treadle: lookahead could not fetch step %s's chunks: %s", step, e)
+            with self._cond:
+                self._fetched = step
+                self._cond.notify_all()
+        with self._cond:
+            self._stop = True  # no more steps: nobody waits for one
+            self._cond.notify_all()
+
+    def gate(self, steps: Iterable[int]) -> Iterator[int]:
+        """``steps``, each once its fetches ended: the reader never passes the fetches,
+        except for a step beyond the window (read ahead further than ``lookahead``), which
+        it reads at once (its rows taken where their chunks are not present)."""
+        for step in steps:
+            with self._cond:
+                while (
+                    not self._stop
+                    and self._fetched < step
+                    and (self._now is None or step <= self._now + self.lookahead)
+                ):
+                    self._cond.wait()
+            yield step
+
+    def _need(self, step: int) -> Need:
+        """The chunks step ``step``'s rows of chunked columns need, per data file."""
+        batch = self.samples(step)
+        fixed = self.reader.fixed
+        by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
+        for take in self.reader.takes(batch.component, batch.moment):
+            if take.fixed is None:
+                continue
+            spec = take.group[0].spec
+            offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
+            rows = (take.moments[:, None] + offsets[None, :]).reshape(-1)
+            rows = np.clip(rows, 0, take.table.num_moments - 1)
+            for cs in take.group:
+                col = fixed.chunked(take.table, cs.column) if fixed is not None else None
+                if col is None:
+                    continue
+                for p, ids in col.chunk_ids(rows).items():
+                    obj = col.objects[p]
+                    by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
+        return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
+
+
+def tracked(batches: Iterator[dict[str, Any]], steps: Iterable[int],
+            stage: Lookahead) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """``batches`` (one per step of ``steps``), telling ``stage`` as each is read; it stops
+    the stage when it ends or is closed (without waiting)."""
+    try:
+        for step, batch in zip(steps, batches):
+            stage.done(step, len(batch.get("_moment", ())))
+            yield batch
+    finally:
+        stage.close()
+
+
+def lookahead_store() -> ChunkStore | None:
+    """The node's chunk store for a loader's lookahead, or None (the ``chunk cache`` fast
+    path is off and says why)."""
+    from treadle import fastpaths
+    from treadle.storage.chunkstore import chunk_store
+
+    got = chunk_store()
+    if isinstance(got, str):
+        fastpaths.off("chunk cache", got)
+        return None
+    return got
