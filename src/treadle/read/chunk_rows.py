@@ -130,10 +130,14 @@ def chunked_column(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int,
 
 
 def chunked_path(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int, ...],
-                 chunks: ChunkStore, layout: tuple[Callable[..., Any], ...]
+                 chunks: ChunkStore, layout: tuple[Callable[..., Any], ...], room: int
                  ) -> ChunkedColumn | None:  # fmt: skip
     """The column of :class:`~treadle.read.fixed.FixedReader`'s ``"chunked"`` path, or
-    None (the ``chunk cache`` fast path is off and says why)."""
+    None: the column fits the reader's ``room`` for resident columns (it is read whole,
+    once), or its rows cannot be read from chunks (the ``chunk cache`` fast path is off and
+    says why)."""
+    if table.num_moments * math.prod(shape) * dtype.itemsize <= room:
+        return None
     got = chunked_column(table, f, dtype, shape, chunks, layout)
     if isinstance(got, str):
         fastpaths.off("chunk cache", f"table {table.name!r} column {f.name!r}: {got}")

@@ -24,6 +24,7 @@ chosen once per (table version, column) (and **chunked**, :mod:`treadle.read.chu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
@@ -120,10 +121,8 @@ class FixedReader:
             maps, self._maps = self._maps, {}
             copies, self._copies = self._copies, {}
         for m in maps.values():
-            try:
-                m.close()
-            except BufferError:  # an array handed out still views it: the GC unmaps it
-                pass
+            with contextlib.suppress(BufferError):  # an array handed out still views it:
+                m.close()  # the GC unmaps it
         for c in copies.values():
             c.close()
 
@@ -217,7 +216,8 @@ class FixedReader:
         if store.is_local or not self._too_big(table, frags, field_id):
             col = self._map_fragments(table, ds, frags, f, field_id, dtype, shape, wide)
         elif self.chunks is not None:
-            got = chunked_path(table, f, dtype, shape, self.chunks, (_data_file, page_span))
+            room = self.resident_bytes - self._held  # a column that fits is kept resident
+            got = chunked_path(table, f, dtype, shape, self.chunks, (_data_file, page_span), room)
             return None if got is None else _Column("chunked", chunked=got)
         for path in set(self._copies) - held if col is None else ():
             self._copies.pop(path).close()  # copied in vain: evictable again
