@@ -106,6 +106,9 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     assert report["rows_from_chunks"] == 1.0
     found = td.info()
     assert found.paths["chunk cache"].on and found.object_cache["lookahead"] == report
+    comp = td.Component(s3.project("p").branch().table("b"), None)
+    want_eval = [dict(b) for b in td.EvalLoader(comp, 16)]
+    _same([dict(b) for b in td.EvalLoader(comp, 16, lookahead=2)], want_eval)
     assert "chunk cache" not in fastpaths.reasons()
 
 
