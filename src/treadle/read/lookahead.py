@@ -35,6 +35,9 @@ __all__ = ["Lookahead"]
 LAST: dict[str, float] = {}
 """The last lookahead's :meth:`Lookahead.report` in this process (``td.info()``)."""
 
+GROUP_STEPS = 8
+"""At most this many steps' chunks are fetched in one round of requests."""
+
 Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) of one step
 
 
@@ -104,16 +107,40 @@ class Lookahead:
                 "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
 
     def _run(self) -> None:
-        for step in self._steps:
+        steps = iter(self._steps)
+        pending = next(steps, None)
+        while pending is not None:
             with self._cond:
                 if self._now is None:
-                    self._now = step
-                while not self._stop and step > self._now + self.lookahead:
+                    self._now = pending
+                while not self._stop and pending > self._now + self.lookahead:
                     self._cond.wait()
                 if self._stop:
                     return
-                now = self._now
+                now, last = self._now, self._now + self.lookahead
+            group = []  # the steps in the window now: their chunks fetched together
+            while pending is not None and pending <= last and len(group) < GROUP_STEPS:
+                group.append(pending)
+                pending = next(steps, None)
             try:
+                self._fetch(group, now)
+            except Exception as e:  # the reads that need these bytes take them (and raise)
+                if not self._failed:
+                    self._failed = True
+                    log.warning("treadle: lookahead could not fetch steps %s: %s", group, e)
+            with self._cond:
+                self._fetched = group[-1]
+                self._cond.notify_all()
+        with self._cond:
+            self._stop = True  # no more steps: nobody waits for one
+            self._cond.notify_all()
+
+    def _fetch(self, steps: list[int], now: int) -> None:
+        """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
+        one round of range requests per store."""
+        reserved: dict[int, tuple[Any, list[tuple[ObjectChunks, list[int]]]]] = {}
+        try:
+            for step in steps:
                 need = self._need(step)
                 with self._cond:
                     self._needs[step] = need
@@ -121,17 +148,15 @@ class Lookahead:
                         for c in ids.tolist():
                             self._uses.setdefault((obj.name, c), deque()).append(step)
                 for store, obj, ids in need:
-                    self.chunks.fetch(store, obj, ids.tolist(), [step] * len(ids), now, at=step)
-            except Exception as e:  # the reads that need these bytes take them (and raise)
-                if not self._failed:
-                    self._failed = True
-                    log.warning("treadle: lookahead could not fetch step %s's chunks: %s", step, e)
-            with self._cond:
-                self._fetched = step
-                self._cond.notify_all()
-        with self._cond:
-            self._stop = True  # no more steps: nobody waits for one
-            self._cond.notify_all()
+                    got, _ = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
+                                                 now, at=step)  # fmt: skip
+                    reserved.setdefault(id(store), (store, []))[1].append((obj, got[0]))
+        except BaseException:
+            for _, items in reserved.values():
+                self.chunks.abandon(items)
+            raise
+        for store, items in reserved.values():
+            self.chunks.download(store, items)
 
     def gate(self, steps: Iterable[int]) -> Iterator[int]:
         """``steps``, each once its fetches ended: the reader never passes the fetches,

@@ -152,13 +152,18 @@ class ChunkStore:
         ``at=None``: the chunks are used as they are fetched (Belady's model, the
         simulator's): each takes its next use at once. ``at=step``: they are read at that
         step (lookahead): held until :meth:`release` (``at``), then their next use counts."""
+        reserved, skipped = self.reserve(wanted, now, at)
+        self.download(store, [(obj, got) for (obj, _, _), got in zip(wanted, reserved)])
+        return skipped
+
+    def reserve(self, wanted: Sequence[tuple[ObjectChunks, Sequence[int], Sequence[int]]],
+                now: int, at: int | None = None) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
+        """:meth:`fetch_many`'s bookkeeping without the download: per object, the chunks
+        reserved (now being fetched: :meth:`download` them) and those not kept."""
         with _locked(self.directory / ".lock"):
             reserved, skipped = self._reserve(wanted, now, at)
         self.stats.bypassed += sum(map(len, skipped))
-        for (obj, _, _), got in zip(wanted, reserved):
-            if got:
-                self._download(store, obj, sorted(got))
-        return [sorted(k) for k in skipped]
+        return [sorted(r) for r in reserved], [sorted(k) for k in skipped]
 
     def _reserve(self, wanted: Sequence[tuple[ObjectChunks, Sequence[int], Sequence[int]]],
                  now: int, at: int | None) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
@@ -208,27 +213,41 @@ class ChunkStore:
             return None  # evicted (and maybe fetched again) while copied: not trusted
         return data
 
-    def _download(self, store: Store, obj: ObjectChunks, chunks: list[int]) -> None:
-        """Fetch the reserved chunks (runs of consecutive ones: one range each), write and
-        flush them, then mark them present; on failure, give their room back."""
-        runs: list[tuple[int, int]] = []
-        for c in chunks:
-            if runs and runs[-1][1] == c:
-                runs[-1] = (runs[-1][0], c + 1)
-            else:
-                runs.append((c, c + 1))
-        reqs = [RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)) for a, b in runs]
+    def download(self, store: Store, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
+        """Fetch reserved chunks of objects of ``store``, all at once (runs of consecutive
+        ones: one range each), write and flush them, then mark them present; on failure,
+        give their room back."""
+        reqs: list[RangeRequest] = []
+        where: list[ObjectChunks] = []
+        for obj, chunks in reserved:
+            runs: list[tuple[int, int]] = []
+            for c in sorted(chunks):
+                if runs and runs[-1][1] == c:
+                    runs[-1] = (runs[-1][0], c + 1)
+                else:
+                    runs.append((c, c + 1))
+            for a, b in runs:
+                reqs.append(RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)))
+                where.append(obj)
+        if not reqs:
+            return
         try:
-            bufs = store.get_ranges(reqs)
-            for r, buf in zip(reqs, bufs):
+            for obj, r, buf in zip(where, reqs, store.get_ranges(reqs)):
                 os.pwrite(obj.fd, buf, r.start)
-            os.fdatasync(obj.fd)
+            for obj, _ in reserved:
+                os.fdatasync(obj.fd)
         except BaseException:
-            self._set(obj, chunks, ABSENT)
+            self.abandon(reserved)
             raise
         self.stats.requests += len(reqs)
         self.stats.fetched_bytes += sum(r.end - r.start for r in reqs)
-        self._set(obj, chunks, PRESENT)
+        for obj, chunks in reserved:
+            self._set(obj, chunks, PRESENT)
+
+    def abandon(self, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
+        """Give back the room of reserved chunks that will not be downloaded."""
+        for obj, chunks in reserved:
+            self._set(obj, chunks, ABSENT)
 
     def _set(self, obj: ObjectChunks, chunks: list[int], state: int) -> None:
         with _locked(self.directory / ".lock"):
