@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import treadle as td
-from treadle import fastpaths
+from treadle import fastpaths, reaper
 from treadle.errors import PlanError
 from treadle.read import lookahead as lookahead_mod
 from treadle.read.fixed import FixedReader
@@ -99,6 +99,7 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     _same(got, want)
     cs = loader.lookahead_stage.chunks
     assert cs.used() <= cs.max_bytes and cs.stats.bypassed == 0
+    assert reaper.drain(30)  # the stage's thread joined, its report made
     report = lookahead_mod.LAST
     assert report["samples"] == 12 * BATCH and report["requests_per_sample"] > 0
     # every row was read from a chunk fetched before its step was read: none was taken

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treadle import reaper
 from treadle.fastpaths import log
 from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
@@ -61,6 +62,7 @@ class Lookahead:
         self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
         self.samples_seen = 0
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
+        reaper.start()  # close() hands the join to it
         self._thread.start()
 
     def done(self, step: int, samples: int) -> None:
@@ -86,12 +88,19 @@ class Lookahead:
             self.chunks.release(obj, ids.tolist(), step, n)
 
     def close(self) -> None:
-        """Stop the thread (it ends after the fetch under way); never waits."""
+        """Stop the thread (it ends after the fetch under way); never waits here: the
+        reaper joins it (``reaper.drain`` waits for that)."""
         with self._cond:
             self._stop = True
             reported, self._reported = self._reported, True
             self._cond.notify_all()
-        if not reported and self.samples_seen:
+        if not reported:
+            reaper.reap(self._finish)
+
+    def _finish(self) -> None:
+        """On the reaper thread: wait for the thread, then report the run (one log line)."""
+        self._thread.join(60)
+        if self.samples_seen:
             LAST.clear()
             LAST.update(self.report())
             log.info("treadle: lookahead %s", LAST)
