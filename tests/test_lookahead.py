@@ -114,6 +114,19 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
 
 
 @pytest.mark.s3
+def test_a_window_that_does_not_fit_turns_the_stage_off(roots, small_caches, monkeypatch):
+    """A full shuffle over a cache of 2 chunks: most chunks find no room, so the stage stops
+    and says why (the ``chunk cache`` fast path); batches stay the same."""
+    local, s3 = roots
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(2 * CHUNK))
+    monkeypatch.setattr(lookahead_mod, "MIN_ASKED", 16)
+    _, want = _run(local, 8)
+    _, got = _run(s3, 8, lookahead=3)
+    _same(got, want)
+    assert "do not fit the chunk cache" in fastpaths.reasons()["chunk cache"]
+
+
+@pytest.mark.s3
 def test_restart_fetches_only_its_steps(roots, small_caches, monkeypatch):
     """A loader resumed at step 8 of 12 (a fresh cache that holds every chunk) fetches each
     chunk its steps 8..11 need exactly once, and nothing else."""

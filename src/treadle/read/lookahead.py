@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from treadle import reaper
+from treadle import fastpaths, reaper
 from treadle.fastpaths import log
 from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
@@ -38,6 +38,8 @@ LAST: dict[str, float] = {}
 
 GROUP_STEPS = 8
 """At most this many steps' chunks are fetched in one round of requests."""
+MIN_ASKED = 256
+"""Chunks asked for before the stage may decide that most find no room (and stop)."""
 
 Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) of one step
 
@@ -61,6 +63,7 @@ class Lookahead:
         self._needs: dict[int, Need] = {}
         self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
         self.samples_seen = 0
+        self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
         reaper.start()  # close() hands the join to it
         self._thread.start()
@@ -157,15 +160,33 @@ class Lookahead:
                         for c in ids.tolist():
                             self._uses.setdefault((obj.name, c), deque()).append(step)
                 for store, obj, ids in need:
-                    got, _ = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
-                                                 now, at=step)  # fmt: skip
+                    got, skip = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
+                                                    now, at=step)  # fmt: skip
                     reserved.setdefault(id(store), (store, []))[1].append((obj, got[0]))
+                    self._asked, self._skipped = (
+                        self._asked + len(ids),
+                        self._skipped + len(skip[0]),
+                    )
         except BaseException:
             for _, items in reserved.values():
                 self.chunks.abandon(items)
             raise
         for store, items in reserved.values():
             self.chunks.download(store, items)
+        if self._asked >= MIN_ASKED and self._skipped > self._asked // 2:
+            self._give_up()
+
+    def _give_up(self) -> None:
+        """Most chunks the window needs find no room: stop fetching (rows are taken as
+        without ``lookahead``), and say why."""
+        fastpaths.off("chunk cache", (
+            f"the chunks {self.lookahead + 1} steps need do not fit the chunk cache "
+            f"({self.chunks.max_bytes:,} bytes, TREADLE_CHUNK_CACHE_BYTES): {self._skipped:,} of "
+            f"{self._asked:,} found no room (a full shuffle beyond the cache: use "
+            "td.BlockShuffle, or a smaller lookahead)"))  # fmt: skip
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
 
     def gate(self, steps: Iterable[int]) -> Iterator[int]:
         """``steps``, each once its fetches ended: the reader never passes the fetches,
@@ -218,7 +239,6 @@ def tracked(batches: Iterator[dict[str, Any]], steps: Iterable[int],
 def lookahead_store() -> ChunkStore | None:
     """The node's chunk store for a loader's lookahead, or None (the ``chunk cache`` fast
     path is off and says why)."""
-    from treadle import fastpaths
     from treadle.storage.chunkstore import chunk_store
 
     got = chunk_store()
