@@ -73,7 +73,10 @@ def main() -> None:
                     wall, n = run(root, s3p, a.steps, shuffle, look)
                     got = proxy.counts() - c0
                 total = n + cm.BATCH
+                from treadle import reaper
                 from treadle.read.lookahead import LAST
+
+                reaper.drain(30)  # the stage's report is made on the reaper thread
 
                 extra = f"  lookahead {dict(LAST)}" if look is not None else ""
                 print(f"round {r} {name:<16} {n / wall:8,.0f} samples/s  "

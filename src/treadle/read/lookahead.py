@@ -38,7 +38,7 @@ LAST: dict[str, float] = {}
 
 GROUP_STEPS = 8
 """At most this many steps' chunks are fetched in one round of requests."""
-MIN_ASKED = 256
+MIN_ASKED = 64
 """Chunks asked for before the stage may decide that most find no room (and stop)."""
 
 Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) of one step
@@ -171,10 +171,13 @@ class Lookahead:
             for _, items in reserved.values():
                 self.chunks.abandon(items)
             raise
+        if self._asked >= MIN_ASKED and self._skipped > self._asked // 2:
+            for _, items in reserved.values():  # before fetching chunks that would not last
+                self.chunks.abandon(items)
+            self._give_up()
+            return
         for store, items in reserved.values():
             self.chunks.download(store, items)
-        if self._asked >= MIN_ASKED and self._skipped > self._asked // 2:
-            self._give_up()
 
     def _give_up(self) -> None:
         """Most chunks the window needs find no room: stop fetching (rows are taken as
