@@ -11,7 +11,7 @@ import pytest
 
 from treadle.plan.simcache import _next_uses, belady, lru
 from treadle.storage import Store
-from treadle.storage.chunkstore import FETCHING, ChunkStore, chunk_store
+from treadle.storage.chunkstore import FETCHING, NEVER, ChunkStore, chunk_store
 
 CHUNK = 1024
 OBJECTS = 4
@@ -136,9 +136,15 @@ def test_two_processes_share_one_folder(source, tmp_path):
         assert p.exitcode == 0
     assert results == [0, 0]
     cs = ChunkStore(folder, 8 * CHUNK, CHUNK)
+    assert cs.used() <= cs.max_bytes  # maps the other processes' objects first (no key)
     objs = _objects(cs, Store.open(root), blobs)
-    assert cs.used() <= cs.max_bytes
     assert _check_bytes(cs, objs, blobs) > 0
+    obj = objs[0]
+    for c in range(obj.count):  # and fetches through them
+        cs.fetch(Store.open(root), obj, [c], [0], now=0, at=0)
+        a, b = c * CHUNK, (c + 1) * CHUNK
+        assert cs.read(obj, a, b) == blobs[obj.key][a:b]
+        cs.release(obj, [c], 0, [NEVER])  # read: evictable again
 
 
 class _Failing:

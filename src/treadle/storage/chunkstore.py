@@ -127,6 +127,7 @@ class ChunkStore:
                     hit = self._objects[name] = ObjectChunks(
                         self.directory, name, key, size, self.chunk_bytes
                     )
+            hit.key = key  # one first seen in the folder (another process's) has none yet
         return hit
 
     def used(self) -> int:
