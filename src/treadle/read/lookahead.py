@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +64,7 @@ class Lookahead:
         self._needs: dict[int, Need] = {}
         self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
         self.samples_seen = 0
+        self._base = replace(chunks.stats)  # the store is the process's: count from here
         self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
         reaper.start()  # close() hands the join to it
@@ -111,7 +113,7 @@ class Lookahead:
     def report(self) -> dict[str, float]:
         """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
         fetched and requests sent per sample, over the samples read so far."""
-        st, n = self.chunks.stats, max(1, self.samples_seen)
+        st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
         rows = max(1, st.rows_read + st.rows_taken)
         return {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
                 "rows_from_chunks": round(st.rows_read / rows, 4),

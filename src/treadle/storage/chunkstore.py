@@ -31,14 +31,16 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
+import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from treadle.fork_locks import renew_lock_in_child
 from treadle.storage.filecache import _locked
 from treadle.storage.store import RangeRequest
 
@@ -72,6 +74,10 @@ class ChunkStats:
     def hit_rate(self) -> float:
         total = self.hits + self.misses
         return self.hits / total if total else 1.0
+
+    def since(self, before: ChunkStats) -> ChunkStats:
+        """What was counted after ``before`` (a copy taken earlier)."""
+        return ChunkStats(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
 
 
 class ObjectChunks:
@@ -375,7 +381,16 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
         return "the chunk cache is off (TREADLE_CHUNK_CACHE_BYTES=0)"
     if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
         chunk_bytes = parse_bytes(raw)
-    try:
-        return ChunkStore(default_dir() / "chunks", max_bytes, chunk_bytes)
-    except OSError as e:
-        return f"the chunk cache folder is not usable ({e.strerror})"
+    key = (str(default_dir() / "chunks"), max_bytes, chunk_bytes)
+    with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
+        try:
+            if key not in _STORES:
+                _STORES[key] = ChunkStore(key[0], max_bytes, chunk_bytes)
+        except OSError as e:
+            return f"the chunk cache folder is not usable ({e.strerror})"
+        return _STORES[key]
+
+
+_STORES: dict[tuple[str, int, int], ChunkStore] = {}
+_STORES_LOCK = threading.Lock()
+renew_lock_in_child(sys.modules[__name__], "_STORES_LOCK")
