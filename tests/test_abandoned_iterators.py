@@ -56,6 +56,8 @@ SCRIPT = textwrap.dedent(
         recipe = td.Recipe(seed=1, batch_size=4, components=[td.Component(table, windows)])
         if path == "rows":
             it = iter(td.TrainLoader(recipe, steps=1000, transform=needs_io))
+        elif path == "rows-lookahead":
+            it = iter(td.TrainLoader(recipe, steps=1000, transform=needs_io, lookahead=4))
         elif path == "video":
             it = iter(td.TrainLoader(recipe, steps=1000, transform=needs_io, video_threads=2))
         elif path == "video-workers":
@@ -119,7 +121,9 @@ def store(tmp_path_factory) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["rows", "video", "video-workers", "eval", "scan", "import-map"])
+@pytest.mark.parametrize(
+    "path", ["rows", "rows-lookahead", "video", "video-workers", "eval", "scan", "import-map"]
+)
 def test_an_abandoned_iterator_collected_on_the_io_thread_does_not_hang(store, tmp_path, path):
     proc = run_script(tmp_path, SCRIPT, store, path, name="abandon.py", timeout=150)
     assert proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr[-3000:]

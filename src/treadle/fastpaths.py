@@ -33,6 +33,8 @@ PATHS = {
     "nvdec": "video decodes on the CPU",
     "cached reads": "fixed-width columns on object stores are read with a Lance take per batch "
     "(a request per row)",
+    "chunk cache": "with lookahead, rows of tables past the object cache are read with a "
+    "Lance take per batch (a request per row)",
 }
 """Each fast path, and what runs instead when it is off."""
 

@@ -66,6 +66,8 @@ class Info:
                 f"object cache: {c['directory']} ({c['used_bytes']:,} of {c['max_bytes']:,} "
                 "bytes used; TREADLE_CACHE_DIR, TREADLE_CACHE_BYTES)"
             )
+            if look := c.get("lookahead"):
+                lines.append(f"last lookahead: {look}")
         return "\n".join(lines)
 
 
@@ -80,6 +82,7 @@ def info() -> Info:
         "fixed-width reads": _fixed_width_reads,
         "nvdec": _nvdec,
         "cached reads": _cached_reads,
+        "chunk cache": _chunk_cache,
     }
     found = {}
     for name, probe in probes.items():
@@ -156,8 +159,21 @@ def _object_cache() -> dict[str, Any]:
     cache = file_cache()
     if isinstance(cache, str):
         return {}
-    return {"directory": str(cache.directory), "max_bytes": cache.max_bytes,
-            "used_bytes": cache.used()}  # fmt: skip
+    from treadle.read.lookahead import LAST
+
+    out = {"directory": str(cache.directory), "max_bytes": cache.max_bytes,
+           "used_bytes": cache.used()}  # fmt: skip
+    if LAST:  # the last loader with lookahead: hit rate, bytes and requests per sample
+        out["lookahead"] = dict(LAST)
+    return out
+
+
+def _chunk_cache() -> str | None:
+    """Whether this process's environment configures a usable chunk cache (lookahead)."""
+    from treadle.storage.chunkstore import chunk_store
+
+    got = chunk_store()
+    return got if isinstance(got, str) else None
 
 
 def _cached_reads() -> str | None:

@@ -3,8 +3,8 @@
 A Lance ``take`` of 64 random rows costs 1-4 ms (``bench/take_paths.py``), a numpy gather of
 the same bytes from the page cache ~0.1 ms. :class:`FixedReader` gives the values
 :meth:`Table.take <treadle.table.Table.take>` + :func:`~treadle.table.tensors.to_numpy` give
-(same dtype, shape and values, rows in any order, duplicates allowed) by one of three paths,
-chosen once per (table version, column):
+(same dtype, shape and values, rows in any order, duplicates allowed) by one of these paths,
+chosen once per (table version, column) (and **chunked**, :mod:`treadle.read.chunk_rows`):
 
 - **mapped**: every page of the column, in every data file of the pinned version, is a Lance
   2.1+ ``FullZipLayout`` of flat fixed-width values (no repetition/definition levels, no
@@ -20,11 +20,11 @@ chosen once per (table version, column):
   array while it fits the reader's byte budget (narrow columns: actions, states, scalars,
   which Lance stores in compressed mini-blocks). A column holding a null anywhere is not
   kept (so the error stays the current one: raised when a batch reads a null row).
-- **take**: ``Table.take`` + ``to_numpy``, the current reader's path.
-"""
+- **take**: ``Table.take`` + ``to_numpy``, the current reader's path."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
@@ -39,10 +39,13 @@ import pyarrow as pa
 
 from treadle import fastpaths
 from treadle.errors import CorruptData, TreadleError
+from treadle.read.chunk_rows import chunked_path
+from treadle.read.resident import whole_column
 from treadle.storage.filecache import CachedFile, file_cache
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
 if TYPE_CHECKING:
+    from treadle.storage.chunkstore import ChunkStore
     from treadle.table.table import Table
 
 __all__ = ["RESIDENT_BYTES", "FixedReader", "fixed_width"]
@@ -81,9 +84,10 @@ def fixed_width(f: pa.Field) -> bool:
 class _Column:
     """How one column of one table version is read."""
 
-    path: str  # "mapped", "resident" or "take"
+    path: str  # "mapped", "resident", "chunked" or "take"
     starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     parts: list[np.ndarray] = field(default_factory=list)  # [rows, *shape] per segment
+    chunked: Any = None  # "chunked": a ChunkedColumn (rows from the chunk store)
 
 
 class FixedReader:
@@ -95,8 +99,10 @@ class FixedReader:
     copy, for a reader of a few rows). :meth:`close` unmaps the files and lets the copies go.
     """
 
-    def __init__(self, resident_bytes: int = RESIDENT_BYTES, *, copy_objects: bool = True):
+    def __init__(self, resident_bytes: int = RESIDENT_BYTES, *, copy_objects: bool = True,
+                 chunks: ChunkStore | None = None):  # fmt: skip
         self.resident_bytes = int(resident_bytes)
+        self.chunks = chunks  # files past the object cache: rows from its chunks (lookahead)
         self.copy_objects = copy_objects
         self._held = 0
         self._columns: dict[tuple[str, int, str], _Column] = {}
@@ -115,12 +121,13 @@ class FixedReader:
             maps, self._maps = self._maps, {}
             copies, self._copies = self._copies, {}
         for m in maps.values():
-            try:
-                m.close()
-            except BufferError:  # an array handed out still views it: the GC unmaps it
-                pass
+            with contextlib.suppress(BufferError):  # an array handed out still views it:
+                m.close()  # the GC unmaps it
         for c in copies.values():
             c.close()
+
+    def chunked(self, table: Table, column: str) -> Any:
+        return self._column(table, column).chunked  # its ChunkedColumn (read.chunk_rows)
 
     def path(self, table: Table, column: str) -> str:
         """``"mapped"``, ``"resident"`` or ``"take"``: how ``column`` of ``table`` is read."""
@@ -144,6 +151,8 @@ class FixedReader:
             col = self._column(table, c)
             if col.path == "take":
                 slow.append(c)
+            elif col.chunked is not None:
+                out[c] = col.chunked.read_or_take(idx, lambda r, c=c: _take(table, r, [c])[c])
             else:
                 out[c] = _gather(col, idx)
         if slow:
@@ -180,7 +189,7 @@ class FixedReader:
         if self._held + nbytes > self.resident_bytes:
             return _Column("take")
         try:
-            values = _whole_column(table, column, f)
+            values = whole_column(table, column, f)
         except CorruptData:  # a null somewhere: only a batch that reads it may fail
             return _Column("take")
         self._held += values.nbytes
@@ -206,6 +215,10 @@ class FixedReader:
         col = None
         if store.is_local or not self._too_big(table, frags, field_id):
             col = self._map_fragments(table, ds, frags, f, field_id, dtype, shape, wide)
+        elif self.chunks is not None:
+            room = self.resident_bytes - self._held  # a column that fits is kept resident
+            got = chunked_path(table, f, dtype, shape, self.chunks, (_data_file, page_span), room)
+            return None if got is None else _Column("chunked", chunked=got)
         for path in set(self._copies) - held if col is None else ():
             self._copies.pop(path).close()  # copied in vain: evictable again
         return col
@@ -335,6 +348,16 @@ def _data_file(meta: Any, field_id: int) -> Any:
 
 def _page_values(page: Any, buf: mmap.mmap, dtype: np.dtype, size: int) -> np.ndarray | None:
     """A page's ``[rows, size]`` values viewed in the mapped file, if it is plain full-zip."""
+    span = page_span(page, dtype, size)
+    if span is None or span[0] + span[1] * size * dtype.itemsize > len(buf):
+        return None
+    flat = np.frombuffer(buf, dtype=dtype, count=span[1] * size, offset=span[0])
+    return flat.reshape(span[1], size)
+
+
+def page_span(page: Any, dtype: np.dtype, size: int) -> tuple[int, int] | None:
+    """``(byte position, rows)`` of a page of ``size`` values per row in its data file, if
+    it is plain full-zip (else None)."""
     m = _FULL_ZIP.fullmatch(" ".join(page.encoding.split()))
     if m is None or len(page.buffers) != 1:
         return None
@@ -343,10 +366,7 @@ def _page_values(page: Any, buf: mmap.mmap, dtype: np.dtype, size: int) -> np.nd
     if items != visible or per != size or bits != 8 * dtype.itemsize or row_bits != 8 * row_bytes:
         return None
     b = page.buffers[0]
-    if b.size != items * row_bytes or b.position + b.size > len(buf):
-        return None
-    flat = np.frombuffer(buf, dtype=dtype, count=items * size, offset=b.position)
-    return flat.reshape(items, size)
+    return (int(b.position), items) if b.size == items * row_bytes else None
 
 
 def _agrees(table: Table, f: pa.Field, col: _Column) -> bool:
@@ -378,23 +398,3 @@ def _take(table: Table, idx: np.ndarray, columns: list[str]) -> dict[str, np.nda
     return {
         c: to_numpy(got.column(c), got.schema.field(c), where)[inverse.reshape(-1)] for c in columns
     }
-
-
-def _whole_column(table: Table, column: str, f: pa.Field) -> np.ndarray:
-    """``to_numpy`` of the whole column, filled batch by batch (in row order) into one
-    array: the Arrow table, its combined copy and the array were ~3x the column at once,
-    now one array and one batch (issue 33: a 32 MB column cost a worker 65 MB)."""
-    out: np.ndarray | None = None
-    at = 0
-    try:
-        for batch in table.dataset.to_batches(columns=[column], scan_in_order=True):
-            part = to_numpy(batch.column(0), f)
-            if out is None:
-                out = np.empty((table.num_moments, *part.shape[1:]), part.dtype)
-            out[at : at + len(part)] = part
-            at += len(part)
-    except (OSError, pa.ArrowException) as e:
-        raise table.read_error(e, f"reading column {column!r} of {table!r}") from None
-    if out is None or at != len(out):
-        return to_numpy(table.to_arrow([column]).column(column), f)  # as before
-    return out

@@ -49,6 +49,7 @@ from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_
 from treadle.read.video_requests import Prepared, window_requests
 
 if TYPE_CHECKING:
+    from treadle.storage.chunkstore import ChunkStore
     from treadle.table.table import Table
     from treadle.video.protocols import FetchingVideoReader, VideoBackend, VideoWindowReader
 
@@ -103,7 +104,8 @@ class SampleReader:
     buffers are taken when it is assembled. ``copy_objects``: on an object store, map wide
     fixed-width columns from copies of their data files in the local object cache
     (:mod:`treadle.storage.filecache`); False for a reader of a batch or two.
-    ``resident_bytes``: how much of narrow fixed-width columns it may read whole into
+    ``chunks``: a chunk store whose chunks rows past the object cache are read from
+    (a loader's ``lookahead``). ``resident_bytes``: how much of narrow fixed-width columns it may read whole into
     memory (None: :data:`~treadle.read.fixed.RESIDENT_BYTES`; 0: every one read by Lance
     takes, for a reader of one batch).
     """
@@ -120,6 +122,7 @@ class SampleReader:
         read_ahead: int | None = None,
         copy_objects: bool = True,
         resident_bytes: int | None = None,
+        chunks: ChunkStore | None = None,
     ):
         self.tables = list(tables)
         self.columns = columns
@@ -143,8 +146,11 @@ class SampleReader:
         self._device = backend.device if backend is not None and backend.on_device else None
         self._streams = StreamIndexes()
         self._buffers = BufferPool()
-        keep = {} if resident_bytes is None else {"resident_bytes": resident_bytes}
+        keep: dict[str, Any] = {} if resident_bytes is None else {"resident_bytes": resident_bytes}
+        if chunks is not None:  # lookahead: rows of files past the object cache from chunks
+            keep["chunks"] = chunks
         self._fixed = FixedReader(copy_objects=copy_objects, **keep) if fixed_columns else None
+        self.fixed = self._fixed
         self._groups = [fixed_groups(t, cs, self._fixed) for t, cs in zip(self.tables, columns)]
         self._pads = pad_columns(columns)
         self._masks = mask_columns(columns)

@@ -79,7 +79,7 @@ def eval_samples(
 def host_reader(
     plan: Plan, video_threads: int = 1, backend: VideoBackend | None = None,
     read_ahead: int | None = None, fixed_columns: bool = True, copy_objects: bool = True,
-    resident_bytes: int | None = None,
+    resident_bytes: int | None = None, chunks: Any = None,
 ) -> SampleReader:  # fmt: skip
     """A reader of ``plan``'s components (``backend``: a :mod:`treadle.gpu` backend, None
     for CPU decode into host memory; ``read_ahead``, ``fixed_columns``, ``copy_objects``,
@@ -87,7 +87,8 @@ def host_reader(
     tables = [plan.table(c) for c in range(plan.num_components)]
     return SampleReader(tables, output_columns(plan), video_threads=video_threads,
                         backend=backend, read_ahead=read_ahead, fixed_columns=fixed_columns,
-                        copy_objects=copy_objects, resident_bytes=resident_bytes)  # fmt: skip
+                        copy_objects=copy_objects, resident_bytes=resident_bytes,
+                        chunks=chunks)  # fmt: skip
 
 
 def read_steps(

@@ -70,10 +70,13 @@ def fixed_groups(
 
 def cheap(take: Take) -> bool:
     """Whether ``take`` reads only memory (mapped pages, resident columns): less work than
-    handing it to another thread."""
+    handing it to another thread. Chunked columns are not: rows whose chunks are not
+    present are taken with Lance (a round trip)."""
     if take.fixed is None:
         return False
-    return all(take.fixed.path(take.table, cs.column) != "take" for cs in take.group)
+    return all(
+        take.fixed.path(take.table, cs.column) in ("mapped", "resident") for cs in take.group
+    )
 
 
 def run_take(take: Take) -> Taken:

@@ -233,8 +233,8 @@ def _entries(directory: Path) -> list[tuple[Path, int, float]]:
     """(path, apparent size, last use) of every copy and download in the folder."""
     out = []
     for e in os.scandir(directory):
-        if e.name.startswith(".") or e.name.endswith(".lock"):
-            continue
+        if e.name.startswith(".") or e.name.endswith(".lock") or e.is_dir():
+            continue  # a folder: the chunk store's (treadle.storage.chunkstore)
         with contextlib.suppress(FileNotFoundError):
             st = e.stat()
             out.append((Path(e.path), st.st_size, st.st_mtime))

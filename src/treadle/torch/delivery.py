@@ -25,6 +25,7 @@ from treadle.concurrency import CONCURRENCY
 from treadle.errors import PlanError
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
+from treadle.read.lookahead import Lookahead, lookahead_store, tracked
 from treadle.read.prefetch import prefetch
 from treadle.read.steps import host_reader, read_steps
 from treadle.torch.convert import to_torch
@@ -96,7 +97,7 @@ class StepLoader:
     def __init__(self, make_plan: Callable[[], Plan], *, device: str | torch.device,
                  rank: int | None, world_size: int | None, prefetch: int, workers: int,
                  video_threads: int | None, transform: Transform | None,
-                 read_ahead: int | None = None) -> None:  # fmt: skip
+                 read_ahead: int | None = None, lookahead: int | None = None) -> None:  # fmt: skip
         if isinstance(workers, int) and workers > 0:
             worker_context()  # the process server imports while the plan is made
         plan = make_plan()
@@ -112,6 +113,11 @@ class StepLoader:
         video_threads = _whole(video_threads, "video_threads", 1)
         if read_ahead is not None:
             read_ahead = _whole(read_ahead, "read_ahead", 1)
+        if lookahead is not None:
+            lookahead = _whole(lookahead, "lookahead", 0)
+            if workers:
+                raise PlanError("lookahead= needs workers=0 (worker processes do not read "
+                                "from the chunk cache yet)")  # fmt: skip
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise PlanError("device='cuda' but CUDA is not available; use device='cpu'")
@@ -119,6 +125,7 @@ class StepLoader:
         self.prefetch, self.workers = int(prefetch), int(workers)
         self.video_threads = int(video_threads)
         self.read_ahead: int | None = read_ahead
+        self.lookahead: int | None = lookahead
         self._next_step = 0
         self._iterators = 0  # how many times this loader was iterated: the newest one runs
 
@@ -172,11 +179,25 @@ class StepLoader:
         return itertools.count(start) if self.steps is None else range(start, self.steps)
 
     def _thread(self) -> Iterator[dict[str, Any]]:
-        reader = plan_reader(self.plan, self.video_threads, self.device, self.read_ahead)
+        chunks = None if self.lookahead is None else lookahead_store()
+        reader = plan_reader(self.plan, self.video_threads, self.device, self.read_ahead, chunks)
         finish = finish_for(self.plan, self.transform, self.label)
-        batches = read_steps(self.plan, self.sampler, reader, self._steps(), self.rank,
+        stage = None
+        if chunks is not None and self.lookahead is not None:
+            stage = self._lookahead(reader, chunks, self.lookahead)
+        steps = self._steps() if stage is None else stage.gate(self._steps())
+        batches = read_steps(self.plan, self.sampler, reader, steps, self.rank,
                              self.world_size, finish)  # fmt: skip
+        if stage is not None:
+            batches = tracked(batches, self._steps(), stage)
         return prefetch(batches, self.prefetch, close=reader.close)
+
+    def _lookahead(self, reader: Any, chunks: Any, lookahead: int) -> Lookahead:
+        def samples(step: int) -> Any:
+            return self.sampler(self.plan, step, self.rank, self.world_size)
+
+        self.lookahead_stage = Lookahead(reader, samples, self._steps(), lookahead, chunks)
+        return self.lookahead_stage
 
     def _processes(self) -> Iterator[dict[str, Any]]:
         start, stop = self._next_step, self.steps

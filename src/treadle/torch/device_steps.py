@@ -16,13 +16,17 @@ __all__ = ["Sampler", "finish_for", "plan_reader"]
 
 
 def plan_reader(
-    plan: Plan, video_threads: int = 1, device: Any = None, read_ahead: int | None = None
+    plan: Plan,
+    video_threads: int = 1,
+    device: Any = None,
+    read_ahead: int | None = None,
+    chunks: Any = None,
 ) -> SampleReader:
     """A reader of ``plan``'s components. CUDA devices decode with NVDEC straight into
     device tensors when the hardware can (else a one-time warning and the CPU path)."""
     from treadle.gpu import select_backend
 
-    return host_reader(plan, video_threads, select_backend(device), read_ahead)
+    return host_reader(plan, video_threads, select_backend(device), read_ahead, chunks=chunks)
 
 
 def finish_for(plan: Plan, transform: Transform | None, label: str) -> Finish | None:

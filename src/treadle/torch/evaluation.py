@@ -100,7 +100,7 @@ class EvalLoader(StepLoader):
     ``batch_size`` is the global batch (``batch_size % world_size == 0``; each rank gets
     ``batch_size / world_size`` per step, the last ones padded: ``batch["_valid"]``, bool
     ``[b]``, is False for padding; weight a metric by it). ``transform``, ``workers``, ``prefetch``,
-    ``video_threads`` and ``read_ahead`` (batches fetched ahead of the one being assembled)
+    ``video_threads``, ``lookahead`` and ``read_ahead`` (batches fetched ahead of the one being assembled)
     work as in ``TrainLoader``; ``seed`` only feeds the transform's seeds.
 
     ``component`` may be a plan: one of one component, or of several with ``only=`` naming
@@ -127,6 +127,7 @@ class EvalLoader(StepLoader):
         seed: int = 0,
         read_ahead: int | None = None,
         only: str | int | None = None,
+        lookahead: int | None = None,
     ):
         # a plan's own batch size unless one is asked (a Component's plan is built with it)
         asked = batch_size is not None and isinstance(component, Plan)
@@ -134,7 +135,7 @@ class EvalLoader(StepLoader):
         super().__init__(lambda: _eval_plan(component, batch_size, seed, only), device=device,
                          rank=rank, world_size=world_size, prefetch=prefetch, workers=workers,
                          video_threads=video_threads, transform=transform,
-                         read_ahead=read_ahead)  # fmt: skip
+                         read_ahead=read_ahead, lookahead=lookahead)  # fmt: skip
         plan = self.plan
         self.component = _pick(plan, only)
         self.batch_size = plan.batch_size if self._asked is None else self._asked

@@ -66,6 +66,9 @@ class TrainLoader(StepLoader):
     one is assembled (None: 1 on a local store, ``CONCURRENCY.cloud_read_ahead``, 8, on an
     object store, where each request waits a round trip; fewer while that many batches'
     bytes exceed ``CONCURRENCY.read_ahead_bytes``); decoded frames are never read ahead.
+    ``lookahead``: on an object store, fetch the chunks that the next ``lookahead`` steps'
+    rows need into the node's chunk cache (:mod:`treadle.read.lookahead`; None: off;
+    ``workers=0`` only); rows of tables past the object cache are then read from it.
     ``transform``: ``fn(batch, seeds) -> batch`` on the reader side (:mod:`treadle.torch.hook`).
     """
 
@@ -84,11 +87,12 @@ class TrainLoader(StepLoader):
         video_threads: int | None = None,
         transform: Transform | None = None,
         read_ahead: int | None = None,
+        lookahead: int | None = None,
     ):
         super().__init__(lambda: _train_plan(recipe_or_plan), device=device, rank=rank,
                          world_size=world_size, prefetch=prefetch, workers=workers,
                          video_threads=video_threads, transform=transform,
-                         read_ahead=read_ahead)  # fmt: skip
+                         read_ahead=read_ahead, lookahead=lookahead)  # fmt: skip
         if steps is not None and (int(steps) < 0):
             raise PlanError(f"steps must be >= 0, got {steps}")
         self.steps = None if steps is None else int(steps)

@@ -1,0 +1,253 @@
+"""The plan drives the chunk cache: a loader's ``lookahead`` stage.
+
+The plan knows every future sample, so a loader at step ``s`` knows which rows steps
+``s .. s+L`` will read. :class:`Lookahead` runs one thread that walks those steps (only the
+loader's position and the plan decide what it fetches: a restart fetches exactly what its own
+steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_rows`) to the
+chunks of their data files, and has the node's chunk store (:mod:`treadle.storage.chunkstore`)
+fetch the missing ones, in coalesced range requests, before the reader gets there. Each chunk
+is held for the step that reads it, then takes its next use in the window (none: it goes
+first), so eviction follows the plan (Belady's policy, over the steps it can see).
+
+It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
+batches are the same with or without it (and when a fetch fails: it is logged once, and the
+reads that need those bytes raise the error, as before). Its thread never blocks a finalizer:
+:meth:`Lookahead.close` only flags it to stop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from treadle import fastpaths, reaper
+from treadle.fastpaths import log
+from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
+
+if TYPE_CHECKING:
+    from treadle.read.sample_reader import SampleReader
+
+__all__ = ["Lookahead"]
+
+LAST: dict[str, float] = {}
+"""The last lookahead's :meth:`Lookahead.report` in this process (``td.info()``)."""
+
+GROUP_STEPS = 8
+"""At most this many steps' chunks are fetched in one round of requests."""
+MIN_ASKED = 64
+"""Chunks asked for before the stage may decide that most find no room (and stop)."""
+
+Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) of one step
+
+
+class Lookahead:
+    """Fetches the chunks of steps ``[now, now + lookahead]`` of ``samples(step)`` (a
+    batch with ``component`` and ``moment``) read by ``reader``, into ``chunks``."""
+
+    def __init__(self, reader: SampleReader, samples: Callable[[int], Any], steps: Iterable[int],
+                 lookahead: int, chunks: ChunkStore) -> None:  # fmt: skip
+        self.reader, self.samples, self.chunks = reader, samples, chunks
+        # the reader's takes run read_ahead steps ahead: the window covers them at least
+        self.lookahead = max(int(lookahead), int(getattr(reader, "read_ahead", 0)))
+        self._steps = iter(steps)
+        self._now: int | None = None  # the first step not yet read
+        self._fetched = -1  # the last step whose fetches ended
+        self._stop = False
+        self._failed = False
+        self._reported = False
+        self._cond = threading.Condition()
+        self._needs: dict[int, Need] = {}
+        self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
+        self.samples_seen = 0
+        self._base = replace(chunks.stats)  # the store is the process's: count from here
+        self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
+        self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
+        reaper.start()  # close() hands the join to it
+        self._thread.start()
+
+    def done(self, step: int, samples: int) -> None:
+        """The reader has read ``step`` (``samples`` samples): its chunks take their next
+        use in the window, and the window moves on."""
+        with self._cond:
+            need = self._needs.pop(step, [])
+            nexts = []
+            for _, obj, ids in need:
+                n = []
+                for c in ids.tolist():
+                    q = self._uses.get((obj.name, c))
+                    if q and q[0] == step:
+                        q.popleft()
+                    n.append(q[0] if q else NEVER)
+                    if q is not None and not q:
+                        del self._uses[(obj.name, c)]
+                nexts.append(n)
+            self._now = step + 1
+            self.samples_seen += samples
+            self._cond.notify_all()
+        for (_, obj, ids), n in zip(need, nexts):
+            self.chunks.release(obj, ids.tolist(), step, n)
+
+    def close(self) -> None:
+        """Stop the thread (it ends after the fetch under way); never waits here: the
+        reaper joins it (``reaper.drain`` waits for that)."""
+        with self._cond:
+            self._stop = True
+            reported, self._reported = self._reported, True
+            self._cond.notify_all()
+        if not reported:
+            reaper.reap(self._finish)
+
+    def _finish(self) -> None:
+        """On the reaper thread: wait for the thread, then report the run (one log line)."""
+        self._thread.join(60)
+        if self.samples_seen:
+            LAST.clear()
+            LAST.update(self.report())
+            log.info("treadle: lookahead %s", LAST)
+
+    def report(self) -> dict[str, float]:
+        """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
+        fetched and requests sent per sample, over the samples read so far."""
+        st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
+        rows = max(1, st.rows_read + st.rows_taken)
+        return {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
+                "rows_from_chunks": round(st.rows_read / rows, 4),
+                "bytes_per_sample": round(st.fetched_bytes / n, 1),
+                "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
+
+    def _run(self) -> None:
+        steps = iter(self._steps)
+        pending = next(steps, None)
+        while pending is not None:
+            with self._cond:
+                if self._now is None:
+                    self._now = pending
+                while not self._stop and pending > self._now + self.lookahead:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                now, last = self._now, self._now + self.lookahead
+            group = []  # the steps in the window now: their chunks fetched together
+            while pending is not None and pending <= last and len(group) < GROUP_STEPS:
+                group.append(pending)
+                pending = next(steps, None)
+            try:
+                self._fetch(group, now)
+            except Exception as e:  # the reads that need these bytes take them (and raise)
+                if not self._failed:
+                    self._failed = True
+                    log.warning("treadle: lookahead could not fetch steps %s: %s", group, e)
+            with self._cond:
+                self._fetched = group[-1]
+                self._cond.notify_all()
+        with self._cond:
+            self._stop = True  # no more steps: nobody waits for one
+            self._cond.notify_all()
+
+    def _fetch(self, steps: list[int], now: int) -> None:
+        """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
+        one round of range requests per store."""
+        reserved: dict[int, tuple[Any, list[tuple[ObjectChunks, list[int]]]]] = {}
+        try:
+            for step in steps:
+                need = self._need(step)
+                with self._cond:
+                    self._needs[step] = need
+                    for _, obj, ids in need:
+                        for c in ids.tolist():
+                            self._uses.setdefault((obj.name, c), deque()).append(step)
+                for store, obj, ids in need:
+                    got, skip = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
+                                                    now, at=step)  # fmt: skip
+                    reserved.setdefault(id(store), (store, []))[1].append((obj, got[0]))
+                    self._asked, self._skipped = (
+                        self._asked + len(ids),
+                        self._skipped + len(skip[0]),
+                    )
+        except BaseException:
+            for _, items in reserved.values():
+                self.chunks.abandon(items)
+            raise
+        if self._asked >= MIN_ASKED and self._skipped > self._asked // 2:
+            for _, items in reserved.values():  # before fetching chunks that would not last
+                self.chunks.abandon(items)
+            self._give_up()
+            return
+        for store, items in reserved.values():
+            self.chunks.download(store, items)
+
+    def _give_up(self) -> None:
+        """Most chunks the window needs find no room: stop fetching (rows are taken as
+        without ``lookahead``), and say why."""
+        fastpaths.off("chunk cache", (
+            f"the chunks {self.lookahead + 1} steps need do not fit the chunk cache "
+            f"({self.chunks.max_bytes:,} bytes, TREADLE_CHUNK_CACHE_BYTES): {self._skipped:,} of "
+            f"{self._asked:,} found no room (a full shuffle beyond the cache: use "
+            "td.BlockShuffle, or a smaller lookahead)"))  # fmt: skip
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+
+    def gate(self, steps: Iterable[int]) -> Iterator[int]:
+        """``steps``, each once its fetches ended: the reader never passes the fetches,
+        except for a step beyond the window (read ahead further than ``lookahead``), which
+        it reads at once (its rows taken where their chunks are not present)."""
+        for step in steps:
+            with self._cond:
+                while (
+                    not self._stop
+                    and self._fetched < step
+                    and (self._now is None or step <= self._now + self.lookahead)
+                ):
+                    self._cond.wait()
+            yield step
+
+    def _need(self, step: int) -> Need:
+        """The chunks step ``step``'s rows of chunked columns need, per data file."""
+        batch = self.samples(step)
+        fixed = self.reader.fixed
+        by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
+        for take in self.reader.takes(batch.component, batch.moment):
+            if take.fixed is None:
+                continue
+            spec = take.group[0].spec
+            offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
+            rows = (take.moments[:, None] + offsets[None, :]).reshape(-1)
+            rows = np.clip(rows, 0, take.table.num_moments - 1)
+            for cs in take.group:
+                col = fixed.chunked(take.table, cs.column) if fixed is not None else None
+                if col is None:
+                    continue
+                for p, ids in col.chunk_ids(rows).items():
+                    obj = col.objects[p]
+                    by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
+        return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
+
+
+def tracked(batches: Iterator[dict[str, Any]], steps: Iterable[int],
+            stage: Lookahead) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """``batches`` (one per step of ``steps``), telling ``stage`` as each is read; it stops
+    the stage when it ends or is closed (without waiting)."""
+    try:
+        for step, batch in zip(steps, batches):
+            stage.done(step, len(batch.get("_moment", ())))
+            yield batch
+    finally:
+        stage.close()
+
+
+def lookahead_store() -> ChunkStore | None:
+    """The node's chunk store for a loader's lookahead, or None (the ``chunk cache`` fast
+    path is off and says why)."""
+    from treadle.storage.chunkstore import chunk_store
+
+    got = chunk_store()
+    if isinstance(got, str):
+        fastpaths.off("chunk cache", got)
+        return None
+    return got

@@ -1,0 +1,396 @@
+"""A node-shared cache of fixed-size chunks of immutable objects, evicted by next use.
+
+The object cache (:mod:`treadle.storage.filecache`) copies whole data files: past its bound a
+table is read with a GET per row. This cache holds **chunks** of objects instead (``chunk_bytes``,
+4 MiB by default), so what is kept can follow the plan: every chunk carries the step that
+next needs it, and room is made by evicting the chunk needed farthest in the future (never
+again: first). Over chunks of one size that is Belady's optimal policy
+(:func:`treadle.plan.simcache.belady` computes the same optimum for ``treadle simulate``).
+
+- **Where**: ``<object cache folder>/chunks``. Per object (named by a hash of root URL, key and
+  size): ``<name>.data``, a sparse file of the object's size, and ``<name>.state``, per chunk a
+  state word (absent, fetching or present, and a generation that counts evictions), the step
+  that next needs it and the id of the process fetching it. Every process of the node maps the
+  same files, so ranks of one node never fetch a chunk twice.
+- **Bound**: present and fetching chunks never sum to more than ``max_bytes``. Room is made
+  under the folder's ``flock`` before a fetch; a chunk is cached only when a cached one is
+  needed later than it (else it is fetched for this read and not kept). A chunk whose next use
+  is before the store's ``now`` is known to nobody: it goes first.
+- **Safe**: a chunk's bytes are written and flushed before its state says present, so a reader
+  never sees a partial chunk. An eviction first marks the chunk absent with a new generation,
+  then frees its bytes (a hole punched in the file); a reader checks the state words before and
+  after it copies bytes out, and uses them only when nothing changed. A chunk needed by a step
+  in the window is never evicted for one needed later. A fetch of a process that died is
+  reclaimed by the next one that makes room.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import hashlib
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from treadle.fork_locks import renew_lock_in_child
+from treadle.storage.filecache import _locked
+from treadle.storage.store import RangeRequest
+
+if TYPE_CHECKING:
+    from treadle.storage.store import Store
+
+__all__ = ["CHUNK_BYTES", "ChunkStore", "ChunkStats", "ObjectChunks"]
+
+CHUNK_BYTES = 4 << 20
+ABSENT, FETCHING, PRESENT = 0, 1, 2
+_STATE_MASK = 3
+NEVER = 1 << 62
+"""The next use of a chunk no known step needs."""
+
+_FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (Linux)
+
+
+@dataclass
+class ChunkStats:
+    """What this process asked of the store: chunk hits and misses, bytes and GETs fetched."""
+
+    hits: int = 0
+    misses: int = 0
+    fetched_bytes: int = 0
+    requests: int = 0
+    bypassed: int = 0  # chunks not kept (no room for them: not fetched)
+    rows_read: int = 0  # rows readers read from present chunks
+    rows_taken: int = 0  # rows readers took another way (their chunks were not present)
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 1.0
+
+    def since(self, before: ChunkStats) -> ChunkStats:
+        """What was counted after ``before`` (a copy taken earlier)."""
+        return ChunkStats(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
+
+
+class ObjectChunks:
+    """One object's files in the store: its sparse data file and mapped state words."""
+
+    def __init__(self, directory: Path, name: str, key: str, size: int, chunk: int):
+        self.name, self.key, self.size, self.chunk = name, key, size, chunk
+        self.count = max(1, -(-size // chunk))
+        state = directory / f"{name}.state"
+        data = directory / f"{name}.data"
+        want = self.count * 3 * 8
+        fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != want:
+                os.ftruncate(fd, want)  # zeros: every chunk absent
+        finally:
+            os.close(fd)
+        self.words = np.memmap(state, dtype=np.int64, mode="r+", shape=(self.count, 3))
+        self.fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size != size:
+            os.ftruncate(self.fd, size)  # sparse: holds no bytes until chunks are written
+
+    def chunk_size(self, index: int) -> int:
+        return min(self.chunk, self.size - index * self.chunk)
+
+    def present(self, index: int) -> bool:
+        return int(self.words[index, 0]) & _STATE_MASK == PRESENT
+
+
+class ChunkStore:
+    """Chunks of immutable objects in ``directory``, at most ``max_bytes`` of them."""
+
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int,
+                 chunk_bytes: int = CHUNK_BYTES):  # fmt: skip
+        self.directory = Path(directory)
+        self.max_bytes = int(max_bytes)
+        self.chunk_bytes = int(chunk_bytes)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.stats = ChunkStats()
+        self._objects: dict[str, ObjectChunks] = {}  # by name: this process's mappings
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ChunkStore({str(self.directory)!r}, max_bytes={self.max_bytes})"
+
+    def object(self, store: Store, key: str, size: int) -> ObjectChunks:
+        """The chunks of object ``key`` of ``store`` (``size`` bytes: data files never change)."""
+        name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        with self._lock:
+            hit = self._objects.get(name)
+            if hit is None:
+                with _locked(self.directory / ".lock"):
+                    hit = self._objects[name] = ObjectChunks(
+                        self.directory, name, key, size, self.chunk_bytes
+                    )
+            hit.key = key  # one first seen in the folder (another process's) has none yet
+        return hit
+
+    def used(self) -> int:
+        """Bytes of present and fetching chunks of every object in the folder (all processes)."""
+        with _locked(self.directory / ".lock"):
+            return sum(int(sizes.sum()) for _, _, sizes in self._scan())
+
+    def fetch(self, store: Store, obj: ObjectChunks, chunks: Sequence[int],
+              next_uses: Sequence[int], now: int, at: int | None = None) -> list[int]:  # fmt: skip
+        """:meth:`fetch_many` of one object: the chunks not kept."""
+        return self.fetch_many(store, [(obj, chunks, next_uses)], now, at)[0]
+
+    def fetch_many(self, store: Store, wanted: Sequence[tuple[ObjectChunks, Sequence[int],
+                   Sequence[int]]], now: int, at: int | None = None) -> list[list[int]]:  # fmt: skip
+        """Make the chunks of each ``(object, chunks, next_uses)`` present. ``now`` is the
+        earliest step not yet read; ``next_uses[i]`` is the step that needs chunk ``i``
+        after this use (:data:`NEVER`: none known). Missing chunks are fetched, one coalesced
+        range request per run of consecutive chunks, where room can be made by evicting
+        chunks needed later than they are (farthest first). Returns, per object, the chunks
+        not kept: no cached chunk is needed later than they are, so they are not fetched (a
+        reader reads them another way).
+
+        ``at=None``: the chunks are used as they are fetched (Belady's model, the
+        simulator's): each takes its next use at once. ``at=step``: they are read at that
+        step (lookahead): held until :meth:`release` (``at``), then their next use counts."""
+        reserved, skipped = self.reserve(wanted, now, at)
+        self.download(store, [(obj, got) for (obj, _, _), got in zip(wanted, reserved)])
+        return skipped
+
+    def reserve(self, wanted: Sequence[tuple[ObjectChunks, Sequence[int], Sequence[int]]],
+                now: int, at: int | None = None) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
+        """:meth:`fetch_many`'s bookkeeping without the download: per object, the chunks
+        reserved (now being fetched: :meth:`download` them) and those not kept."""
+        with _locked(self.directory / ".lock"):
+            reserved, skipped = self._reserve(wanted, now, at)
+        self.stats.bypassed += sum(map(len, skipped))
+        return [sorted(r) for r in reserved], [sorted(k) for k in skipped]
+
+    def _reserve(self, wanted: Sequence[tuple[ObjectChunks, Sequence[int], Sequence[int]]],
+                 now: int, at: int | None) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
+        """Under the folder's lock: count hits and record their next use, then reserve room
+        for the misses, nearest next use first; per object, (reserved, not kept)."""
+        misses: list[tuple[int, int, int]] = []
+        for i, (obj, chunks, nexts) in enumerate(wanted):
+            for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
+                w = obj.words[c]
+                if int(w[0]) & _STATE_MASK == ABSENT:
+                    misses.append((n, i, c))
+                    continue
+                self.stats.hits += 1
+                _need(w, now, n if at is None else at, now if at is None else at)
+        self.stats.misses += len(misses)
+        reserved: list[list[int]] = [[] for _ in wanted]
+        skipped: list[list[int]] = [[] for _ in wanted]
+        for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
+            obj = wanted[i][0]
+            if self._make_room(obj.chunk_size(c), n, now):
+                w = obj.words[c]
+                w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, os.getpid()
+                w[1] = n if at is None else at
+                reserved[i].append(c)
+            else:
+                skipped[i].append(c)
+        return reserved, skipped
+
+    def release(self, obj: ObjectChunks, chunks: Sequence[int], at: int,
+                next_uses: Sequence[int]) -> None:  # fmt: skip
+        """Step ``at`` has read ``chunks``: each is next needed at ``next_uses[i]``."""
+        with _locked(self.directory / ".lock"):
+            for c, n in zip(map(int, chunks), np.asarray(next_uses, np.int64).tolist()):
+                w = obj.words[c]
+                if int(w[0]) & _STATE_MASK != ABSENT:
+                    _need(w, at, n, at)
+
+    def read(self, obj: ObjectChunks, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of the object when every chunk they touch is present (and
+        stays so while they are copied), else None."""
+        first, last = start // obj.chunk, max(start, end - 1) // obj.chunk
+        before = np.array(obj.words[first : last + 1, 0])
+        if np.any(before & _STATE_MASK != PRESENT):
+            return None
+        data = os.pread(obj.fd, end - start, start)
+        if len(data) != end - start or not np.array_equal(before, obj.words[first : last + 1, 0]):
+            return None  # evicted (and maybe fetched again) while copied: not trusted
+        return data
+
+    def download(self, store: Store, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
+        """Fetch reserved chunks of objects of ``store``, all at once (runs of consecutive
+        ones: one range each), write and flush them, then mark them present; on failure,
+        give their room back."""
+        reqs: list[RangeRequest] = []
+        where: list[ObjectChunks] = []
+        for obj, chunks in reserved:
+            runs: list[tuple[int, int]] = []
+            for c in sorted(chunks):
+                if runs and runs[-1][1] == c:
+                    runs[-1] = (runs[-1][0], c + 1)
+                else:
+                    runs.append((c, c + 1))
+            for a, b in runs:
+                reqs.append(RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)))
+                where.append(obj)
+        if not reqs:
+            return
+        try:
+            for obj, r, buf in zip(where, reqs, store.get_ranges(reqs)):
+                os.pwrite(obj.fd, buf, r.start)
+            for obj, _ in reserved:
+                os.fdatasync(obj.fd)
+        except BaseException:
+            self.abandon(reserved)
+            raise
+        self.stats.requests += len(reqs)
+        self.stats.fetched_bytes += sum(r.end - r.start for r in reqs)
+        for obj, chunks in reserved:
+            self._set(obj, chunks, PRESENT)
+
+    def abandon(self, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
+        """Give back the room of reserved chunks that will not be downloaded."""
+        for obj, chunks in reserved:
+            self._set(obj, chunks, ABSENT)
+
+    def _set(self, obj: ObjectChunks, chunks: list[int], state: int) -> None:
+        with _locked(self.directory / ".lock"):
+            for c in chunks:
+                obj.words[c, 0] = (int(obj.words[c, 0]) & ~_STATE_MASK) | state
+                obj.words[c, 2] = 0
+
+    def _scan(self) -> list[tuple[ObjectChunks, np.ndarray, np.ndarray]]:
+        """Every object of the folder (mapped on first sight): (object, states, bytes held)."""
+        out = []
+        for e in os.scandir(self.directory):
+            if not e.name.endswith(".state"):
+                continue
+            name = e.name.removesuffix(".state")
+            obj = self._objects.get(name)
+            if obj is None:
+                obj = self._attach(name, e.stat().st_size // 24)
+                if obj is None:
+                    continue
+            states = np.asarray(obj.words[:, 0]) & _STATE_MASK
+            sizes = np.full(obj.count, obj.chunk, np.int64)
+            sizes[-1] = obj.size - (obj.count - 1) * obj.chunk
+            out.append((obj, states, np.where(states != ABSENT, sizes, 0)))
+        return out
+
+    def _attach(self, name: str, count: int) -> ObjectChunks | None:
+        """Map another process's object (its size is its data file's)."""
+        try:
+            size = os.stat(self.directory / f"{name}.data").st_size
+        except FileNotFoundError:
+            return None
+        if count != max(1, -(-size // self.chunk_bytes)):
+            return None  # another chunk size: not this store's
+        obj = self._objects[name] = ObjectChunks(self.directory, name, "", size, self.chunk_bytes)
+        return obj
+
+    def _make_room(self, size: int, next_use: int, now: int) -> bool:
+        """Under the folder's lock: evict chunks needed later than ``next_use`` (farthest
+        first; stale next uses, before ``now``, count as never) until ``size`` bytes fit."""
+        scan = self._scan()
+        used = sum(int(s.sum()) for _, _, s in scan)
+        if used + size <= self.max_bytes:
+            return True
+        cands = []
+        for obj, states, sizes in scan:
+            nu = np.asarray(obj.words[:, 1])
+            nu = np.where(nu < now, NEVER, nu)
+            dead = (states == FETCHING) & ~_alive(np.asarray(obj.words[:, 2]))
+            ok = ((states == PRESENT) & (nu > next_use)) | dead
+            for c in np.flatnonzero(ok).tolist():
+                cands.append((int(NEVER if dead[c] else nu[c]), obj, c, int(sizes[c])))
+        cands.sort(key=lambda t: -t[0])
+        for _, obj, c, s in cands:
+            if used + size <= self.max_bytes:
+                break
+            _evict(obj, c)
+            used -= s
+        return used + size <= self.max_bytes
+
+
+def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
+    """Record that a chunk is needed at ``step``: its next use becomes ``step`` where the one
+    it holds is stale (before ``now``) or the use at ``done`` (this one), else the nearer."""
+    held = int(w[1])
+    w[1] = step if held < now or held == done else min(held, step)
+
+
+def _alive(pids: np.ndarray) -> np.ndarray:
+    """Whether each process id (0: none) is a live process."""
+    out = np.zeros(pids.shape, bool)
+    for i, p in enumerate(pids.tolist()):
+        if p:
+            try:
+                os.kill(int(p), 0)
+                out[i] = True
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                out[i] = True
+    return out
+
+
+def _evict(obj: ObjectChunks, c: int) -> None:
+    """Mark chunk ``c`` absent with a new generation (readers that copied it in between see
+    the change), then free its bytes."""
+    gen = (int(obj.words[c, 0]) >> 2) + 1
+    obj.words[c, 0] = gen << 2 | ABSENT
+    obj.words[c, 2] = 0
+    _punch(obj.fd, c * obj.chunk, obj.chunk_size(c))
+
+
+_LIBC = None
+
+
+def _punch(fd: int, offset: int, length: int) -> None:
+    """Free bytes of a file without changing its size (a hole), or zero them where the file
+    system cannot punch holes (then the disk space is freed only when the object goes)."""
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        _LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    with contextlib.suppress(AttributeError):
+        if _LIBC.fallocate(fd, _FALLOC_PUNCH, offset, length) == 0:
+            return
+    os.pwrite(fd, bytes(length), offset)
+
+
+def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> ChunkStore | str:
+    """The node's chunk store: ``<object cache folder>/chunks``, bounded by ``max_bytes``
+    (default ``$TREADLE_CHUNK_CACHE_BYTES``, else the object cache's bound), of chunks of
+    ``$TREADLE_CHUNK_BYTES`` (default ``chunk_bytes``); or why there is none."""
+    from treadle.storage.filecache import default_dir, file_cache, parse_bytes
+
+    if max_bytes is None:
+        raw = os.environ.get("TREADLE_CHUNK_CACHE_BYTES")
+        if raw is None:
+            cache = file_cache()
+            if isinstance(cache, str):
+                return cache
+            max_bytes = cache.max_bytes
+        else:
+            max_bytes = parse_bytes(raw)
+    if max_bytes <= 0:
+        return "the chunk cache is off (TREADLE_CHUNK_CACHE_BYTES=0)"
+    if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
+        chunk_bytes = parse_bytes(raw)
+    key = (str(default_dir() / "chunks"), max_bytes, chunk_bytes)
+    with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
+        try:
+            if key not in _STORES:
+                _STORES[key] = ChunkStore(key[0], max_bytes, chunk_bytes)
+        except OSError as e:
+            return f"the chunk cache folder is not usable ({e.strerror})"
+        return _STORES[key]
+
+
+_STORES: dict[tuple[str, int, int], ChunkStore] = {}
+_STORES_LOCK = threading.Lock()
+renew_lock_in_child(sys.modules[__name__], "_STORES_LOCK")

@@ -1,0 +1,185 @@
+"""The chunk store (treadle.storage.chunkstore): fixed-size chunks of immutable objects, shared
+by the processes of a node, bounded, evicted by next use (Belady's optimum)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import numpy as np
+import pytest
+
+from treadle.plan.simcache import _next_uses, belady, lru
+from treadle.storage import Store
+from treadle.storage.chunkstore import FETCHING, NEVER, ChunkStore, chunk_store
+
+CHUNK = 1024
+OBJECTS = 4
+CHUNKS_PER_OBJECT = 12
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A local root with OBJECTS objects of random bytes (the last one not a whole chunk)."""
+    root = tmp_path_factory.mktemp("src")
+    store = Store.open(str(root), create=True)
+    rng = np.random.default_rng(0)
+    blobs = {}
+    for i in range(OBJECTS):
+        size = CHUNKS_PER_OBJECT * CHUNK - (300 if i == OBJECTS - 1 else 0)
+        blobs[f"data/o{i}.lance"] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        store.put(f"data/o{i}.lance", blobs[f"data/o{i}.lance"])
+    return str(root), blobs
+
+
+def _objects(cs: ChunkStore, store: Store, blobs: dict[str, bytes]):
+    return [cs.object(store, k, len(v)) for k, v in sorted(blobs.items())]
+
+
+def _check_bytes(cs: ChunkStore, objs, blobs) -> int:
+    """Every present chunk reads back as the object's bytes; returns how many were present."""
+    seen = 0
+    for obj in objs:
+        want = blobs[obj.key]
+        for c in range(obj.count):
+            a, b = c * CHUNK, min(obj.size, (c + 1) * CHUNK)
+            got = cs.read(obj, a, b)
+            if got is not None:
+                assert got == want[a:b], (obj.key, c)
+                seen += 1
+    return seen
+
+
+def test_bound_and_bytes(source, tmp_path):
+    root, blobs = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 10 * CHUNK, CHUNK)
+    objs = _objects(cs, store, blobs)
+    rng = np.random.default_rng(1)
+    for step in range(40):
+        obj = objs[int(rng.integers(OBJECTS))]
+        want = sorted(set(rng.integers(0, obj.count, 4).tolist()))
+        nexts = (step + 1 + rng.integers(0, 30, len(want))).tolist()
+        skipped = cs.fetch(store, obj, want, nexts, now=step, at=step)
+        assert cs.used() <= cs.max_bytes
+        kept = [c for c in want if c not in skipped]
+        for c in kept:  # fetched now and kept: readable, the object's own bytes
+            a, b = c * CHUNK, min(obj.size, (c + 1) * CHUNK)
+            assert cs.read(obj, a, b) == blobs[obj.key][a:b]
+    assert 0 < _check_bytes(cs, objs, blobs) <= 10
+    # a range over two chunks: only when both are present
+    obj = objs[0]
+    cs.fetch(store, obj, [0, 1], [40, 40], now=40)  # needed now: made room for
+    assert cs.read(obj, CHUNK - 10, CHUNK + 10) == blobs[obj.key][CHUNK - 10 : CHUNK + 10]
+    assert cs.stats.requests <= cs.stats.misses  # consecutive chunks: one range request
+
+
+def test_eviction_is_beladys_optimum(source, tmp_path):
+    """Driven step by step with the plan's next uses, the store hits exactly as often as
+    simcache.belady (the simulator's optimum) and more often than LRU."""
+    root, blobs = source
+    store = Store.open(root)
+    full = [k for k, v in sorted(blobs.items()) if len(v) % CHUNK == 0]  # equal-size chunks
+    cap = 9
+    cs = ChunkStore(tmp_path / "chunks", cap * CHUNK, CHUNK)
+    objs = [cs.object(store, k, len(blobs[k])) for k in full]
+    rng = np.random.default_rng(7)
+    steps = []
+    for _ in range(60):  # a skewed reuse pattern: eviction choices matter
+        o = rng.integers(0, len(objs), 3)
+        c = np.minimum(rng.geometric(0.25, 3) - 1, CHUNKS_PER_OBJECT - 1)
+        steps.append(np.unique(o.astype(np.int64) << 8 | c))
+    nxt = _next_uses(steps)
+    for s, ids in enumerate(steps):
+        groups = []
+        for o in np.unique(ids >> 8).tolist():
+            sel = (ids >> 8) == o
+            groups.append((objs[o], (ids[sel] & 255).tolist(), nxt[s][sel].tolist()))
+        cs.fetch_many(store, groups, now=s)
+        assert cs.used() <= cs.max_bytes
+    best = belady(steps, cap)
+    assert cs.stats.hits == best.hits
+    assert cs.stats.hits + cs.stats.misses == best.accesses
+    assert best.hits > lru(steps, cap).hits  # the case tells the policies apart
+    _check_bytes(cs, objs, blobs)
+
+
+def _worker(root: str, folder: str, seed: int, blobs: dict[str, bytes], q) -> None:
+    store = Store.open(root)
+    cs = ChunkStore(folder, 8 * CHUNK, CHUNK)
+    objs = _objects(cs, store, blobs)
+    rng = np.random.default_rng(seed)
+    bad = 0
+    for step in range(60):
+        obj = objs[int(rng.integers(OBJECTS))]
+        want = sorted(set(rng.integers(0, obj.count, 3).tolist()))
+        cs.fetch(store, obj, want, [step + 5] * len(want), now=step)
+        for c in want:
+            a, b = c * CHUNK, min(obj.size, (c + 1) * CHUNK)
+            got = cs.read(obj, a, b)
+            bad += got is not None and got != blobs[obj.key][a:b]
+        bad += cs.used() > cs.max_bytes
+    q.put(bad)
+
+
+def test_two_processes_share_one_folder(source, tmp_path):
+    root, blobs = source
+    folder = str(tmp_path / "chunks")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(root, folder, s, blobs, q)) for s in (1, 2)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert results == [0, 0]
+    cs = ChunkStore(folder, 8 * CHUNK, CHUNK)
+    assert cs.used() <= cs.max_bytes  # maps the other processes' objects first (no key)
+    objs = _objects(cs, Store.open(root), blobs)
+    assert _check_bytes(cs, objs, blobs) > 0
+    obj = objs[0]
+    for c in range(obj.count):  # and fetches through them
+        cs.fetch(Store.open(root), obj, [c], [0], now=0, at=0)
+        a, b = c * CHUNK, (c + 1) * CHUNK
+        assert cs.read(obj, a, b) == blobs[obj.key][a:b]
+        cs.release(obj, [c], 0, [NEVER])  # read: evictable again
+
+
+class _Failing:
+    url = "failing://"
+
+    def get_ranges(self, reqs):
+        raise OSError("link down")
+
+
+def test_failed_fetch_leaves_nothing_and_dead_fetch_is_reclaimed(source, tmp_path):
+    root, blobs = source
+    cs = ChunkStore(tmp_path / "chunks", 2 * CHUNK, CHUNK)
+    key = sorted(blobs)[0]
+    obj = cs.object(Store.open(root), key, len(blobs[key]))
+    with pytest.raises(OSError, match="link down"):
+        cs.fetch(_Failing(), obj, [0, 1], [1, 1], now=0)
+    assert cs.read(obj, 0, CHUNK) is None  # never a partial chunk
+    assert cs.used() == 0
+    # a fetch whose process died holds room until someone needs it
+    dead = mp.get_context("spawn").Process(target=os.getpid)
+    dead.start()
+    dead.join()
+    obj.words[0] = [FETCHING, 5, dead.pid]
+    obj.words[1] = [FETCHING, 5, dead.pid]
+    assert cs.used() == 2 * CHUNK
+    assert cs.fetch(Store.open(root), obj, [2], [3], now=0) == []
+    assert cs.read(obj, 2 * CHUNK, 3 * CHUNK) == blobs[key][2 * CHUNK : 3 * CHUNK]
+    assert cs.used() <= cs.max_bytes
+
+
+def test_chunk_store_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "0")
+    assert "off" in chunk_store()
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "64M")
+    cs = chunk_store()
+    assert isinstance(cs, ChunkStore)
+    assert cs.max_bytes == 64 << 20 and cs.directory == tmp_path / "objects" / "chunks"

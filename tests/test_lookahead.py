@@ -1,0 +1,180 @@
+"""A loader's ``lookahead`` (treadle.read.lookahead): the plan drives the chunk cache. Tables
+past the object cache's bound are read from chunks fetched ahead; batches are the same as
+without it, the bound holds, and an abandoned loader ends without a deadlock."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
+import pytest
+
+import treadle as td
+from treadle import fastpaths, reaper
+from treadle.errors import PlanError
+from treadle.read import lookahead as lookahead_mod
+from treadle.read.fixed import FixedReader
+from treadle.storage import Store
+from treadle.storage.chunkstore import ChunkStore
+
+ROWS, BATCH, CHUNK = 300, 16, 16 << 10
+
+
+def _write(client: td.Client) -> None:
+    rng = np.random.default_rng(5)
+    branch = client.project("p").branch()
+    for t, n in (("a", ROWS), ("b", ROWS // 2)):
+        image = rng.integers(0, 256, (n, 16, 16, 3), dtype=np.uint8)  # 768 B rows: full-zip
+        action = rng.standard_normal((n, 7), dtype=np.float32)
+        branch.table(t).append({"image": image, "action": action}, message=t)
+
+
+@pytest.fixture(scope="module")
+def roots(s3_server, tmp_path_factory):
+    """A two-table mix on local disk and its byte-for-byte copy on S3."""
+    path = tmp_path_factory.mktemp("local")
+    local = td.Client(str(path), create=True)
+    _write(local)
+    url = s3_server.url(f"look-{id(tmp_path_factory)}")
+    store = Store.open(url, s3_server.storage_options())
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        store.put(f.relative_to(path).as_posix(), f.read_bytes())
+    return local, td.Client(url, storage_options=s3_server.storage_options())
+
+
+@pytest.fixture
+def small_caches(tmp_path, monkeypatch):
+    """An object cache too small for any data file, a chunk cache of 6 chunks of 16 KiB
+    (under a tenth of the image columns), readers that keep no image column in memory."""
+    from treadle.read import sample_reader
+
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(6 * CHUNK))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(CHUNK))
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    monkeypatch.setattr(sample_reader, "FixedReader", partial(FixedReader, resident_bytes=64 << 10))
+    return tmp_path / "cache" / "chunks"
+
+
+def _recipe(client: td.Client) -> td.Recipe:
+    branch = client.project("p").branch()
+    comps = [td.Component(branch.table(t), None, weight=w) for t, w in (("a", 0.3), ("b", 0.7))]
+    return td.Recipe(seed=3, batch_size=BATCH, components=comps)
+
+
+def _same(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
+
+
+def _run(client, steps, **kw):
+    loader = td.TrainLoader(_recipe(client), steps=steps, **kw)
+    return loader, [dict(b) for b in loader]
+
+
+@pytest.mark.s3
+def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
+    local, s3 = roots
+    with pytest.raises(PlanError, match="lookahead"):
+        td.TrainLoader(_recipe(local), lookahead=-1)
+    with pytest.raises(PlanError, match="lookahead= needs workers=0"):
+        td.TrainLoader(_recipe(local), lookahead=2, workers=1)
+    _, want = _run(local, 12)
+    _, same_local = _run(local, 12, lookahead=3)  # a local root: nothing to fetch
+    _same(same_local, want)
+    loader, got = _run(s3, 12, lookahead=3)  # a chunk cache under a fifth of the tables
+    _same(got, want)
+    cs = loader.lookahead_stage.chunks
+    assert cs.chunk_bytes == CHUNK and cs.used() <= cs.max_bytes == 6 * CHUNK
+    assert cs.stats.bypassed > cs.stats.misses // 2  # the full shuffle's window does not fit
+    assert "do not fit the chunk cache" in fastpaths.reasons()["chunk cache"]
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))  # the whole window fits
+    loader, got = _run(s3, 12, lookahead=3)
+    _same(got, want)
+    cs = loader.lookahead_stage.chunks
+    assert cs.used() <= cs.max_bytes and cs.stats.bypassed == 0
+    assert cs.stats.requests > 0 and cs.stats.fetched_bytes > 0
+    assert reaper.drain(30)  # the stage's thread joined, its report made
+    report = lookahead_mod.LAST
+    assert report["samples"] == 12 * BATCH and report["requests_per_sample"] > 0
+    # every row was read from a chunk fetched before its step was read: none was taken
+    assert cs.stats.rows_taken == 0 and cs.stats.rows_read > 0, report
+    assert report["rows_from_chunks"] == 1.0
+    found = td.info()
+    assert found.paths["chunk cache"].on and found.object_cache["lookahead"] == report
+    comp = td.Component(s3.project("p").branch().table("b"), None)
+    want_eval = [dict(b) for b in td.EvalLoader(comp, 16)]
+    _same([dict(b) for b in td.EvalLoader(comp, 16, lookahead=2)], want_eval)
+    assert "chunk cache" not in fastpaths.reasons()
+
+
+@pytest.mark.s3
+def test_a_window_that_does_not_fit_turns_the_stage_off(roots, small_caches, monkeypatch):
+    """A full shuffle over a cache of 2 chunks: most chunks find no room, so the stage stops
+    and says why (the ``chunk cache`` fast path); batches stay the same."""
+    local, s3 = roots
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(2 * CHUNK))
+    monkeypatch.setattr(lookahead_mod, "MIN_ASKED", 16)
+    _, want = _run(local, 8)
+    _, got = _run(s3, 8, lookahead=3)
+    _same(got, want)
+    assert "do not fit the chunk cache" in fastpaths.reasons()["chunk cache"]
+
+
+@pytest.mark.s3
+def test_restart_fetches_only_its_steps(roots, small_caches, monkeypatch):
+    """A loader resumed at step 8 of 12 (a fresh cache that holds every chunk) fetches each
+    chunk its steps 8..11 need exactly once, and nothing else."""
+    _, s3 = roots
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))
+    plan = td.TrainLoader(_recipe(s3), steps=12).plan
+    state = {"record": plan.record.to_json(), "step": 8}
+    resumed = td.TrainLoader.from_state(state, s3, steps=12, lookahead=2)
+    assert len([dict(b) for b in resumed]) == 4
+    stage = resumed.lookahead_stage
+    need = {(obj.name, c) for step in range(8, 12) for _, obj, ids in stage._need(step)
+            for c in ids.tolist()}  # fmt: skip
+    st = replace(stage.chunks.stats)
+    assert st.misses == len(need) and st.rows_taken == 0
+    whole = td.TrainLoader(_recipe(s3), steps=12, lookahead=2)
+    [dict(b) for b in whole]
+    more = whole.lookahead_stage.chunks.stats.since(st)
+    assert more.hits + more.misses > st.hits + st.misses  # 12 steps ask for more than 4
+
+
+@pytest.mark.s3
+def test_abandoned_loader_with_lookahead_ends(roots, small_caches):
+    """A loader left after two batches (its iterator dropped, then collected) stops its
+    lookahead thread without waiting on it, and no thread is left behind."""
+    _, s3 = roots
+    before = {t.ident for t in threading.enumerate()}
+    loader = td.TrainLoader(_recipe(s3), steps=50, lookahead=4)
+    it = iter(loader)
+    next(it)
+    next(it)
+    stage = loader.lookahead_stage
+    del it
+    gc.collect()
+    stage._thread.join(30)
+    assert not stage._thread.is_alive()
+    left = [t for t in threading.enumerate() if t.ident not in before and t.name.startswith(
+        "treadle-lookahead")]  # fmt: skip
+    assert left == []
+
+
+def test_chunk_store_is_shared_with_the_object_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    cs = ChunkStore(tmp_path / "objects" / "chunks", 1 << 20)
+    from treadle.storage.filecache import FileCache
+
+    assert FileCache(tmp_path / "objects", 1 << 20).used() == 0  # its folder is not an entry
+    assert os.path.isdir(cs.directory)
