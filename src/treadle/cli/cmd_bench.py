@@ -21,7 +21,7 @@ from treadle.errors import TreadleError
 DATA_ENV = "TREADLE_BENCH_DATA"  # bench/case_*.py generate their data under this folder
 # bench/suite.py's CASES and OPT_IN (a test checks)
 CASES = ("mix", "video", "s3", "cloud", "plan", "cold")
-OPT_IN = ("import_ray", "augment", "memory", "contents")
+OPT_IN = ("import_ray", "augment", "memory", "contents", "images")
 
 
 def case_list(text: str) -> str:
