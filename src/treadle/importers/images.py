@@ -12,6 +12,7 @@ import io
 import numpy as np
 
 from treadle.errors import CorruptData, SchemaMismatch
+from treadle.video.image_decode import signature
 
 
 def check_images(images: str) -> None:
@@ -62,11 +63,8 @@ def decode_image(data: bytes, ext: str, where: str) -> np.ndarray:
 
 
 def _sniff(data: bytes) -> str | None:
-    head = bytes(data[:12])
-    if head.startswith(b"\xff\xd8"):
-        return "mjpeg"
-    if head.startswith(b"\x89PNG"):
-        return "png"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    return None
+    """FFmpeg's decoder for the format the first bytes announce (the loader's signature)."""
+    return _BY_SIGNATURE.get(signature(data) or "")
+
+
+_BY_SIGNATURE = {"JPEG": "mjpeg", "PNG": "png", "WEBP": "webp"}
