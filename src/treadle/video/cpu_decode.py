@@ -283,15 +283,7 @@ def finish_window(frames_u8: np.ndarray, spec: Any, out: np.ndarray | torch.Tens
     dst = out if isinstance(out, torch.Tensor) else torch.from_numpy(out)
     if spec.layout == "TCHW":
         src = src.permute(0, 3, 1, 2)
-    if spec.dtype == "uint8":
-        dst.copy_(src)
-        return
-    channel = 1 if spec.layout == "TCHW" else 3
-    if dst.dtype == torch.float32:
-        dst.copy_(src)
-        spec.normalise_(dst, channel)
-    else:
-        dst.copy_(spec.normalise_(src.to(torch.float32), channel))
+    spec.store_(src, dst, 1 if spec.layout == "TCHW" else 3)
 
 
 def decode_fetched(decoder: Decoder, window: FetchedWindow, out: Any) -> Any:

@@ -191,6 +191,19 @@ class FrameSpec:
             x.sub_(mean.view(shape)).div_(std.view(shape))
         return x
 
+    def store_(self, src: torch.Tensor, dst: torch.Tensor, channel_dim: int) -> None:
+        """Write uint8 frames ``src`` into ``dst`` as this spec's dtype says: copied for
+        uint8, else as :meth:`normalise_` floats (in ``dst`` itself when it is float32)."""
+        import torch
+
+        if self.dtype == "uint8":
+            dst.copy_(src)
+        elif dst.dtype == torch.float32:
+            dst.copy_(src)
+            self.normalise_(dst, channel_dim)
+        else:
+            dst.copy_(self.normalise_(src.to(torch.float32), channel_dim))
+
     def levels(self) -> torch.Tensor:
         """float32 ``[3, 256]``: the float output of each uint8 level per channel
         (:meth:`normalise_` of ``0..255``, computed on the CPU)."""

@@ -150,12 +150,4 @@ def write_frame(pixels: np.ndarray, spec: FrameSpec, out: Any) -> None:
     if pixels.dtype == np.uint16:
         dst.copy_(src.to(torch.int32))  # raw depth values, no division
         return
-    if spec.dtype == "uint8":
-        dst.copy_(src)
-        return
-    channel = 0 if spec.layout == "TCHW" else 2
-    if dst.dtype == torch.float32:
-        dst.copy_(src)
-        spec.normalise_(dst, channel)
-    else:
-        dst.copy_(spec.normalise_(src.to(torch.float32), channel))
+    spec.store_(src, dst, 0 if spec.layout == "TCHW" else 2)
