@@ -219,3 +219,43 @@ def test_a_summary_counts_repeats_and_bounds_the_tables():
     assert said == "t: update task ×2, rename a->b, c->d, drop x, y"
     many = change_summary({f"t{i:02d}": ("append",) for i in range(11)})
     assert many.startswith("t00: append; t01: append") and many.endswith("; and 3 more tables")
+
+
+@pytest.mark.slow
+def test_in_a_browser_the_cameras_step_and_play_frame_by_frame(store):
+    """Chromium: both cameras load, "▶" steps one frame, play runs to the last frame and
+    stops, and the pixels the browser shows are Pillow's decode of the stored JPEG."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from test_ui_browser import ARGS, CHROMIUM, Server
+
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+    server = Server(create_app(store[0]))
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+            page = browser.new_page()
+            page.goto(server.url + _at(store))
+            page.wait_for_function("[...document.querySelectorAll('img.camera')].length === 2 &&"
+                                   " [...document.querySelectorAll('img.camera')]"
+                                   ".every((i) => i.complete && i.naturalWidth === 32)")  # fmt: skip
+            page.wait_for_selector("canvas.plot[data-column='x']")
+            page.click("#next-frame")
+            jpg = "document.querySelector('img.camera[data-column=jpg]')"
+            page.wait_for_function(f"{jpg}.src.endsWith('/frame/jpg/1.png') && {jpg}.complete")
+            assert page.inner_text("#cursor-frame") == "1"
+            page.click("#play")
+            page.wait_for_function("document.getElementById('cursor-frame').textContent === '5'"
+                                   " && document.getElementById('play').textContent === 'play'",
+                                   timeout=30_000)  # fmt: skip
+            page.wait_for_function(f"{jpg}.src.endsWith('/frame/jpg/5.png') && {jpg}.complete")
+            rgba = page.evaluate(f"""(() => {{ const img = {jpg}, c = document.createElement('canvas');
+                c.width = img.naturalWidth; c.height = img.naturalHeight;
+                const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+                return Array.from(g.getImageData(0, 0, c.width, c.height).data); }})()""")
+            browser.close()
+    finally:
+        server.stop()
+    shown = np.array(rgba, np.uint8).reshape(24, 32, 4)[..., :3]
+    want = np.asarray(Image.open(io.BytesIO(_stored(store, "jpg", 11))).convert("RGB"))
+    assert np.array_equal(shown, want)
