@@ -194,7 +194,19 @@ def test_tables_lists_the_image_columns_as_cameras(store, capsys):
     capsys.readouterr()
     assert main(["tables", "cams", "--root", store[0].root, "--at", store[1].log()[3].id]) == 0
     out = capsys.readouterr().out
-    assert "jpg [jpeg 32x24]" in out and "depth [png 32x24]" in out
+    assert "jpg [jpeg 32x24]" in out and "depth [png 32x24 16-bit]" in out
+
+
+def test_columns_whose_writes_recorded_no_sizes_are_cameras_by_their_first_image(
+    store, monkeypatch
+):
+    from treadle.ui import image_frames
+
+    tab = store[0].project("cams").table_at("grasps", store[3])
+    recorded = image_frames.image_cameras(tab)
+    monkeypatch.setattr(image_frames, "recorded_images", lambda schema: {})
+    assert image_frames.image_cameras(tab) == recorded  # the same, read from row 0
+    assert [c.label for c in recorded.values()] == ["jpeg 32x24", "png 32x24 16-bit"]
 
 
 def test_the_log_says_what_each_commit_changed_in_one_line(store):
@@ -209,6 +221,16 @@ def test_the_log_says_what_each_commit_changed_in_one_line(store):
     assert "label grasps" in rows[1] and "grasps: add_column success, delete 1 episode" in rows[1]
     assert "drop ep-1" in rows[0] and "grasps: delete 1 episode" in rows[0]
     assert "<th>changes</th>" in page
+
+
+def test_treadle_log_prints_the_same_line(store, capsys):
+    capsys.readouterr()
+    assert main(["log", "cams", "--root", store[0].root, "--limit", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [x.strip() for x in lines[2::3]] == [
+        "grasps: delete 1 episode",
+        "grasps: add_column success, delete 1 episode",
+    ]
 
 
 def test_a_summary_counts_repeats_and_bounds_the_tables():
