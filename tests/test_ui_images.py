@@ -205,7 +205,7 @@ def test_columns_whose_writes_recorded_no_sizes_are_cameras_by_their_first_image
     tab = store[0].project("cams").table_at("grasps", store[3])
     recorded = image_frames.image_cameras(tab)
     monkeypatch.setattr(image_frames, "recorded_images", lambda schema: {})
-    assert image_frames.image_cameras(tab) == recorded  # the same, read from row 0
+    assert image_frames._find_cameras(tab) == recorded  # the same, read from row 0
     assert [c.label for c in recorded.values()] == ["jpeg 32x24", "png 32x24 16-bit"]
 
 

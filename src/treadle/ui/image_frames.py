@@ -12,6 +12,7 @@ PNG (depth), each at its own size. One frame reads one row; an image over
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +45,26 @@ class ImageCamera:
         return f"{self.format.lower()} {self.size}" + (" 16-bit" if self.depth16 else "")
 
 
+_found: dict[tuple[str, int], dict[str, ImageCamera]] = {}  # (table uri, version)
+_lock = threading.Lock()
+
+
 def image_cameras(tab: Any) -> dict[str, ImageCamera]:
-    """The table's binary columns of images, in schema order (reads row 0 of a column
-    whose writes recorded nothing, once per table version)."""
+    """The table's binary columns of images, in schema order (reads row 0 of a binary
+    column whose writes recorded nothing; kept per table version, a version never changes)."""
+    key = (tab.uri, int(tab.version))
+    with _lock:
+        hit = _found.get(key)
+    if hit is None:
+        hit = _find_cameras(tab)
+        with _lock:
+            if len(_found) >= 256:
+                _found.clear()
+            _found[key] = hit
+    return dict(hit)
+
+
+def _find_cameras(tab: Any) -> dict[str, ImageCamera]:
     recorded = recorded_images(tab.schema)
     out = {}
     for f in tab.schema:
