@@ -71,6 +71,13 @@ class Commit:
         return [c.split(" ", 1)[0] for c in self.changes.get(table, ())]
 
     @property
+    def summary(self) -> str:
+        """What this commit changed, in one line (``"grasps: add_column success, delete
+        2 episodes; arm: append"``); "" for a commit that recorded nothing (the project's
+        first, or one written before commits recorded their changes)."""
+        return change_summary(self.changes)
+
+    @property
     def short_id(self) -> str:
         return self.id[:8]
 
@@ -108,4 +115,37 @@ class Commit:
         return c
 
     def __repr__(self) -> str:
-        return f"Commit({self.short_id} {self.message!r}, tables={self.tables})"
+        did = f", changes={self.summary!r}" if self.changes else ""
+        return f"Commit({self.short_id} {self.message!r}, tables={self.tables}{did})"
+
+
+MAX_SUMMARY_TABLES = 8
+"""Tables a one-line summary names (the rest are counted)."""
+
+
+def _said(change: str) -> str:
+    """One recorded change as a person reads it (``delete_episodes 2`` -> ``delete 2
+    episodes``; lists of columns spaced)."""
+    kind, _, detail = change.partition(" ")
+    if kind == "delete_episodes" and detail.isdigit():
+        return f"delete {detail} episode{'' if detail == '1' else 's'}"
+    if kind in ("rename_columns", "drop_columns") and detail:
+        return f"{kind.split('_')[0]} {', '.join(detail.split(','))}"
+    return change
+
+
+def change_summary(changes: dict[str, tuple[str, ...]]) -> str:
+    """``changes`` (a commit's) in one line: per table its changes in order, repeats
+    counted (``update task ×3``), at most :data:`MAX_SUMMARY_TABLES` tables named."""
+    parts = []
+    for table, done in sorted(changes.items())[:MAX_SUMMARY_TABLES]:
+        said: list[list[Any]] = []
+        for c in done:
+            if said and said[-1][0] == c:
+                said[-1][1] += 1
+            else:
+                said.append([c, 1])
+        ops = ", ".join(_said(c) + (f" ×{n}" if n > 1 else "") for c, n in said)
+        parts.append(f"{table}: {ops}")
+    more = len(changes) - MAX_SUMMARY_TABLES
+    return "; ".join(parts) + (f"; and {more} more tables" if more > 0 else "")

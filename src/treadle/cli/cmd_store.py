@@ -62,7 +62,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
     for c in commits:
         when = c.datetime.strftime("%Y-%m-%d %H:%M:%S")
         tables = ", ".join(f"{k}@v{v}" for k, v in sorted(c.tables.items())) or "-"
-        did = "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(c.changes.items()))
+        did = c.summary  # one line, as branch.log() and the viewer say it
         print(
             f"{c.short_id}  {when}  {c.message}\n          {tables}"
             + (f"\n          {did}" if did else "")
@@ -85,7 +85,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
                 "episodes": t.num_episodes if t.is_time_indexed else None,
                 "columns": [f.name for f in t.schema if f.name not in ("episode", "frame")],
                 "video_columns": list(t.video_columns),
-                "image_columns": _image_columns(t.schema),
+                "image_columns": _image_columns(t),
             }
         )
     if args.json:
@@ -108,17 +108,13 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
-def _image_columns(schema: Any) -> dict[str, str]:
-    """``{column: "jpeg 224x224"}`` of the binary columns of images a table's writes recorded
-    (cameras that ``td.Video`` decodes; "several sizes" when they differ)."""
-    from treadle.table.image_sizes import recorded_images
+def _image_columns(tab: Any) -> dict[str, str]:
+    """``{column: "jpeg 224x224"}`` of a table's binary columns of images (cameras that
+    ``td.Video`` decodes; "several sizes" when they differ, "16-bit" for depth), as the
+    viewer lists them: recorded by their writes, or found from the first value."""
+    from treadle.ui.image_frames import image_cameras
 
-    out = {}
-    for col, rec in recorded_images(schema).items():
-        sizes = rec.get("sizes") or []
-        size = f"{sizes[0][0]}x{sizes[0][1]}" if len(sizes) == 1 else "several sizes"
-        out[col] = f"{str(rec.get('format', 'image')).lower()} {size}"
-    return out
+    return {col: cam.label for col, cam in image_cameras(tab).items()}
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:

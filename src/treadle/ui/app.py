@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 
 from treadle.errors import InvalidName, NotFound, PlanError, TreadleError
 from treadle.names import check_name
-from treadle.ui import browse, media, runs, step
+from treadle.ui import browse, image_frames, media, runs, step
 from treadle.ui import episode as ep
 from treadle.ui.gates import LOOPBACK, HostGate, TokenGate, same_origin
 from treadle.ui.html import STATIC, error_page
@@ -171,10 +171,16 @@ def _video(app_state: Any, request: Request, project: str, table: str, version: 
 
 
 def _frame_png(client: Any, project: str, table: str, version: int, episode_: str,
-               column: str, frame: int) -> Response:  # fmt: skip
+               column: str, frame: int, stretch: bool = False) -> Response:  # fmt: skip
+    """Frame ``frame`` of a video column (treadle's decode) or of an image column (the
+    stored image's decode; ``stretch``: a 16-bit one as 8-bit grey, for the eye)."""
     tab = client.table(project, table, version)
     _, start, length = ep.find_episode(tab, episode_)
-    pixels = ep.decode_frame(client, tab, column, start, length, frame)
+    if column in tab.video_columns:
+        pixels = ep.decode_frame(client, tab, column, start, length, frame)
+    else:
+        pixels = image_frames.image_frame(tab, column, start, length, frame)
+        pixels = image_frames.stretched(pixels) if stretch else pixels
     return Response(media.png(pixels), media_type="image/png")
 
 
@@ -223,7 +229,8 @@ def _episode_routes(state: Any, t: str) -> list[Route]:
         episode: str | None = None,
     ) -> Response:
         name = _episode_name(req, episode)
-        return _frame_png(c, project, table, version, name, column, frame)
+        stretch = _query_int(req, "stretch", 0) != 0
+        return _frame_png(c, project, table, version, name, column, frame, stretch)
 
     out = []
     for base in (t + "/e/{episode}", t + "/episode"):

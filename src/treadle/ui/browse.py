@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.ui.html import crumbs, episode_url, esc, link, page, safe_root, table, url, when
+from treadle.ui.image_frames import image_cameras
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
@@ -59,7 +60,7 @@ def project_page(client: Any, name: str, branch: str = "main", limit: int = 50,
     ]
     log = [
         [link(url("p", name, "c", c.id), c.short_id), esc(when(c.time)), esc(c.message),
-         esc(_changed(project, c))]
+         esc(c.summary or "-"), esc(_changed(project, c))]
         for c in b.log(limit=offset + limit + 1)[offset:]
     ]  # fmt: skip
     more = len(log) > limit
@@ -76,7 +77,8 @@ def project_page(client: Any, name: str, branch: str = "main", limit: int = 50,
     body += f"<h2>log of {esc(branch)}</h2>"
     span = f"commits {offset + 1}–{offset + len(log)}" if log else "no commits here"
     body += f'<p class="pager" id="log-pager">{span}{" · " + pager if pager else ""}</p>'
-    body += table(["commit", "time", "message", "tables changed"], log, raw=True, id_="log")
+    body += table(["commit", "time", "message", "changes", "tables changed"], log, raw=True,
+                  id_="log")  # fmt: skip
     return page(f"project {name}", body, nav=crumbs(name))
 
 
@@ -88,17 +90,20 @@ def commit_page(client: Any, name: str, commit_id: str) -> str:
         tab = project.table_at(t, v, c.id)
         rows.append([link(url("p", name, "t", t, "v", v), t), v, f"{tab.num_moments:,}",
                      f"{tab.num_episodes:,}" if tab.is_time_indexed else "-",
-                     esc(", ".join(tab.video_columns) or "-")])  # fmt: skip
+                     esc(", ".join([*tab.video_columns, *image_cameras(tab)]) or "-")])  # fmt: skip
     body = f"<p>{esc(c.message)} · {esc(when(c.time))} · <code>{esc(c.id)}</code></p>"
-    body += table(["table", "version", "moments", "episodes", "video"], rows, raw=True,
+    body += table(["table", "version", "moments", "episodes", "cameras"], rows, raw=True,
                   id_="tables")  # fmt: skip
     return page(f"commit {c.short_id}", body, nav=crumbs((url("p", name), name), c.short_id))
 
 
 def _schema_rows(tab: Any) -> list[list[str]]:
     rows = []
+    images = image_cameras(tab)
     for f in tab.schema:
         kind = "video" if f.name in tab.video_columns else str(f.type)
+        if f.name in images:
+            kind = f"images ({images[f.name].label})"
         shape = (f.metadata or {}).get(b"treadle:shape", b"").decode()
         rows.append([f.name, kind if not shape else f"{kind} shape {shape}"])
     return rows

@@ -1,9 +1,11 @@
-"""The episode page: every video column playing in sync, numeric columns plotted over
-time with a cursor that follows the video, task strings, the frame under the cursor.
+"""The episode page: every video column playing in sync, every image column (a camera
+stored as one JPEG/PNG/WebP per moment) as the frame under the cursor, numeric columns
+plotted over time with a cursor that follows the video, task strings.
 
 The page is HTML with ``data-`` attributes; ``static/viewer.js`` fetches the episode's
 numbers (``data.json``) and draws the plots. Videos are the stored H.264 remuxed to MP4
-(:mod:`treadle.ui.media`); the frame under the cursor is treadle's own decode (PNG).
+(:mod:`treadle.ui.media`); the frame under the cursor is treadle's own decode (PNG), of
+a video or of an image column's stored bytes (:mod:`treadle.ui.image_frames`), fetched per frame.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pyarrow as pa
 from treadle.errors import NotFound
 from treadle.ui.browse import numeric_columns
 from treadle.ui.html import crumbs, episode_url, esc, link, page, url
+from treadle.ui.image_frames import image_cameras
 from treadle.video.column_layout import index_from_arrow
 from treadle.video.cpu_reader import VideoReader
 
@@ -62,14 +65,17 @@ def episode_page(client: Any, name: str, tname: str, version: int, episode: str,
         f'<img class="under" data-column="{esc(c)}" alt="frame {esc(c)}"></figcaption></figure>'
         for c in tab.video_columns
     )
+    videos += _image_figures(tab, base, query, frame)
     index = tab.episodes()
     prev_next = [
         link(episode_url(name, tname, version, index.names[j]), label)
         for j, label in ((i - 1, "← previous"), (i + 1, "next →"))
         if 0 <= j < len(index.names)
     ]
-    play = ('<button type="button" id="play">play</button> ' if tab.video_columns
-            else '<span class="muted">no video column: </span>')  # fmt: skip
+    step = ('<button type="button" id="prev-frame" title="previous frame">◀</button>'
+            '<button type="button" id="next-frame" title="next frame">▶</button> ')  # fmt: skip
+    play = (f'<button type="button" id="play">play</button> {step}' if videos
+            else '<span class="muted">no video or image column: </span>')  # fmt: skip
     body = (
         f'<p id="facts">episode {i:,} of {len(index.names):,} · {length:,} frames · '
         f"moments {start:,}..{start + length - 1:,} · {' · '.join(prev_next)}</p>"
@@ -85,6 +91,23 @@ def episode_page(client: Any, name: str, tname: str, version: int, episode: str,
                 nav=crumbs((url("p", name), name),
                            (url("p", name, "t", tname, "v", version), f"{tname} v{version}"),
                            episode))  # fmt: skip
+
+
+def _image_figures(tab: Any, base: str, query: str, frame: int) -> str:
+    """A figure per image column: the frame under the cursor (a 16-bit column stretched to
+    its frame's min..max for the eye, ``?stretch=1``; the PNG without it holds the values)."""
+    out = []
+    for c, cam in image_cameras(tab).items():
+        q = (query + ("&" if query else "?") + "stretch=1") if cam.depth16 else query
+        note = " · shown stretched to the frame's min..max" if cam.depth16 else ""
+        out.append(
+            f'<figure class="camera"><img class="under camera" data-column="{esc(c)}" '
+            f'data-stretch="{int(cam.depth16)}" alt="frame {esc(c)}" '
+            f'src="{esc(base)}/frame/{esc(c)}/{frame}.png{esc(q)}"><figcaption>{esc(c)} · '
+            f"{esc(cam.label)} · the stored image under the cursor, decoded{note}</figcaption>"
+            "</figure>"
+        )
+    return "".join(out)
 
 
 def _as_series(column: pa.ChunkedArray) -> tuple[list[list[float | None]], int]:
@@ -130,7 +153,8 @@ def episode_data(client: Any, name: str, tname: str, version: int, episode: str)
         tasks[c] = sorted(v[:MAX_TEXT] for v in values[:MAX_TEXTS])
     return {"frames": length, "shown": shown, "fps": tab.fps or 30.0, "series": series,
             "dims": dims, "nonfinite": nonfinite, "tasks": tasks,
-            "videos": list(tab.video_columns)}  # fmt: skip
+            "videos": list(tab.video_columns),
+            "images": {c: cam.label for c, cam in image_cameras(tab).items()}}  # fmt: skip
 
 
 def decode_frame(client: Any, tab: Any, column: str, start: int, length: int,

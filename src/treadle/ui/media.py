@@ -6,7 +6,7 @@ muxer (FFmpeg's ``mp4`` through PyAV) turns them into length-prefixed samples wi
 the episode's fps (frame ``i`` shows at ``i / fps``, B-frames or not), decode time the
 decode position less the reordering delay (negative at the start, which MP4 allows);
 ``faststart`` puts the index first so a browser plays while it loads. Also: one decoded
-frame as PNG (the frame under the cursor) and HTTP byte ranges over the bytes.
+frame as PNG (the frame under the cursor: RGB, grey, or 16-bit grey) and HTTP byte ranges over the bytes.
 """
 
 from __future__ import annotations
@@ -146,14 +146,21 @@ def byte_range(header: str | None, total: int) -> tuple[int, int] | None:
 
 
 def png(frame: np.ndarray) -> bytes:
-    """A lossless PNG of an ``[H, W, 3]`` uint8 frame (zlib, no image library)."""
-    h, w, _ = frame.shape
-    raw = b"".join(b"\x00" + frame[y].tobytes() for y in range(h))
+    """A lossless PNG (zlib, no image library) of a frame: ``[H, W, 3]`` uint8 (RGB),
+    ``[H, W, 1]`` uint8 (grey) or ``[H, W, 1]`` uint16 (16-bit grey: depth)."""
+    h, w, c = frame.shape
+    if c not in (1, 3) or frame.dtype not in (np.uint8, np.uint16):
+        raise ValueError(f"png: a [H, W, 1 or 3] uint8 or uint16 frame, got {frame.shape} "
+                         f"{frame.dtype}")  # fmt: skip
+    bits = 16 if frame.dtype == np.uint16 else 8
+    rows = np.ascontiguousarray(frame, ">u2" if bits == 16 else np.uint8).reshape(h, -1)
+    raw = np.concatenate([np.zeros((h, 1), np.uint8), rows.view(np.uint8)], axis=1).tobytes()
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         body = kind + data
         return len(data).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
 
-    head = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    colour = 2 if c == 3 else 0  # truecolour, greyscale
+    head = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([bits, colour, 0, 0, 0])
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", zlib.compress(raw, 6))
             + chunk(b"IEND", b""))  # fmt: skip

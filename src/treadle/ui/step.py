@@ -1,10 +1,12 @@
 """One step of a run: the exact samples of ``plan.batch(step, rank, world_size)``, read as
 the loader reads them (``treadle.read``: the same reader, the same decode).
 
-The page is bounded whatever the batch: its first screen shows, per sample and video
-column, one anchor frame (the moment's own frame, at the window's size, as a JPEG of at
-most :data:`THUMB` px), each numeric window as an inline SVG, and a button that loads
-that sample's whole windows (lossless PNG strips: the loader's pixels) on demand. A
+The page is bounded whatever the batch: its first screen shows, per sample and camera
+(a video column, or a ``td.Video`` over an image column), one anchor frame (the moment's
+own frame, at the window's size, as a JPEG of at most :data:`THUMB` px; 16-bit depth
+stretched to its min..max), each numeric window as an inline SVG, and a button that
+loads that sample's whole windows (lossless PNG strips: the loader's pixels, 16-bit PNG
+for depth) on demand. A
 256-sample batch of two 16-frame 224x224 cameras is ~2 MB, not ~1 GB of PNG. ``plan.batch``
 is O(1): step 10^12 costs what step 0 costs. ``treadle show --out`` writes the same first
 screen with no links (a file has no server behind it).
@@ -27,7 +29,9 @@ from treadle.plan.windows import Video
 from treadle.read.columns import ColumnSpec, output_columns
 from treadle.read.sample_reader import SampleReader
 from treadle.ui.html import crumbs, episode_url, esc, link, page, table, url
+from treadle.ui.image_frames import stretched
 from treadle.ui.media import png
+from treadle.video.frame_spec import RAW16
 
 _IDS = ("_component", "_moment", "_episode", "_frame")
 THUMB = 128
@@ -37,7 +41,7 @@ THUMB = 128
 @dataclass(frozen=True)
 class StepView:
     """Samples of one step for one rank and the arrays the reader gave for them.
-    ``anchors``: video columns hold the anchor frame only (the first screen)."""
+    ``anchors``: cameras hold the anchor frame only (the first screen)."""
 
     plan: Plan
     step: int
@@ -46,22 +50,33 @@ class StepView:
     samples: list[dict[str, Any]]
     arrays: dict[str, np.ndarray]
     anchors: bool = False
+    cameras: frozenset[str] = frozenset()  # batch columns of decoded frames (video, images)
 
 
 def _anchor(cs: ColumnSpec) -> ColumnSpec:
-    """``cs`` reading the moment's own frame of a video window (at the window's size)."""
+    """``cs`` reading the moment's own frame of a video window (at the window's size; an
+    image column's channels kept, and its 16-bit values)."""
     if not cs.video or cs.absent or not isinstance(cs.spec, Video):
         return cs
-    return dataclasses.replace(cs, spec=Video([0], size=cs.spec.size))
+    spec = Video([0], size=cs.spec.size, channels=cs.spec.channels)
+    image = cs.image
+    if image is not None:
+        frame = spec.frame
+        if image.first.depth16:
+            frame = dataclasses.replace(frame, dtype=RAW16)
+        image = dataclasses.replace(image, frame=frame)
+    return dataclasses.replace(cs, spec=spec, image=image)
 
 
-def _reader(plan: Plan, anchors: bool) -> SampleReader:
+def _reader(plan: Plan, anchors: bool) -> tuple[SampleReader, frozenset[str]]:
+    """The loader's reader of the plan's columns, and the names of its cameras."""
     columns = output_columns(plan)
     if anchors:
         columns = [[_anchor(cs) for cs in specs] for specs in columns]
     tables = [plan.table(c) for c in range(plan.num_components)]
     threads = min(4, os.cpu_count() or 1)  # one batch, waited for: decode it in parallel
-    return SampleReader(tables, columns, video_threads=threads, copy_objects=False)
+    cameras = frozenset(cs.name for specs in columns for cs in specs if cs.video)
+    return SampleReader(tables, columns, video_threads=threads, copy_objects=False), cameras
 
 
 def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1, *,
@@ -73,7 +88,7 @@ def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1, *,
     if sample is not None and not 0 <= sample < len(batch):
         raise NotFound(f"step {batch.step} has samples 0..{len(batch) - 1} on rank "
                              f"{rank}, not sample {sample}")  # fmt: skip
-    reader = _reader(plan, anchors)
+    reader, cameras = _reader(plan, anchors)
     try:
         got = reader.read(batch.component[ks], batch.moment[ks])
         arrays = {k: np.asarray(v) for k, v in got.items()}
@@ -92,7 +107,7 @@ def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1, *,
             "frame": int(arrays["_frame"][i]), "moment": int(batch.moment[k]),
             "pad": {p[: -len("_is_pad")]: arrays[p][i].astype(bool).tolist() for p in pads},
         })  # fmt: skip
-    return StepView(plan, batch.step, rank, world_size, samples, arrays, anchors)
+    return StepView(plan, batch.step, rank, world_size, samples, arrays, anchors, cameras)
 
 
 def step_json(view: StepView) -> dict[str, Any]:
@@ -103,12 +118,13 @@ def step_json(view: StepView) -> dict[str, Any]:
 
 
 def _frames(arr: np.ndarray) -> np.ndarray | None:
-    """``[T, H, W, 3]`` uint8 frames of one sample's video window, None if not uint8 RGB."""
-    if arr.dtype != np.uint8 or arr.ndim != 4:
+    """``[T, H, W, C]`` frames of one sample's camera window: uint8 RGB (C 3) or grey
+    (C 1), or an image column's 16-bit values; None for float frames."""
+    if arr.dtype not in (np.uint8, np.uint16) or arr.ndim != 4:
         return None
-    if arr.shape[-1] == 3:
+    if arr.shape[-1] in (1, 3):
         return arr
-    if arr.shape[1] == 3:  # TCHW
+    if arr.shape[1] in (1, 3):  # TCHW
         return np.ascontiguousarray(arr.transpose(0, 2, 3, 1))
     return None
 
@@ -124,10 +140,12 @@ def _strip(frames: np.ndarray, pad: list[bool], column: str, slot: int) -> str:
 
 
 def thumbnail(frame: np.ndarray) -> bytes:
-    """A JPEG of ``frame`` ``[H, W, 3]`` uint8, its longest side at most :data:`THUMB`."""
+    """A JPEG of ``frame`` ``[H, W, 3]`` or ``[H, W, 1]`` (grey; 16-bit values stretched
+    to their min..max), its longest side at most :data:`THUMB`."""
     from PIL import Image
 
-    img = Image.fromarray(np.ascontiguousarray(frame))
+    frame = stretched(frame)
+    img = Image.fromarray(np.ascontiguousarray(frame if frame.shape[-1] == 3 else frame[..., 0]))
     factor = -(-max(img.size) // THUMB)  # a whole factor: a box filter, ~10x a resize's speed
     if factor > 1:
         img = img.reduce(factor)
@@ -159,15 +177,12 @@ def _svg(values: np.ndarray, width: int = 220, height: int = 70) -> str:
 
 def _windows(view: StepView, i: int) -> str:
     """The windows of sample ``i`` of the view: an anchor frame (first screen) or a PNG
-    strip (the whole window) per video column, an SVG per numeric window."""
+    strip (the whole window) per camera, an SVG per numeric window."""
     s = view.samples[i]
-    video = set()
-    for c in range(view.plan.num_components):
-        video |= set(view.plan.table(c).video_columns)
     parts = []
     for col in sorted(c for c in view.arrays if c not in _IDS and not c.endswith("_is_pad")):
         a = view.arrays[col][i]
-        frames = _frames(a) if col in video else None
+        frames = _frames(a) if col in view.cameras else None
         if frames is not None and view.anchors:
             parts.append(f'<div class="win"><b>{esc(col)}</b>'
                          f"{_anchor_img(frames[0], col, s['slot'])}</div>")  # fmt: skip

@@ -1,6 +1,7 @@
 // treadle viewer: the parts of pages that load after the HTML (so a slow store shows
 // "loading…", never a blank page): the paged episode list, table.stats on demand, the
-// episode player (videos in sync, plots with a cursor, values and frame under the cursor),
+// episode player (videos in sync, image columns frame by frame, plots with a cursor, values
+// and frame under the cursor),
 // and a run's composition plot.
 "use strict";
 function el(tag, attrs, text) {
@@ -87,13 +88,19 @@ async function episodePlayer(box) {
     values.textContent = rows.join("  ·  ");
   }
   const query = box.dataset.query || "";
-  let shown = -1;
+  const cameras = Array.from(box.querySelectorAll("img.camera"));
+  let shown = -1, timer = null;
+  function frameSrc(img, f) {
+    const q = img.dataset.stretch === "1" ? `${query}${query ? "&" : "?"}stretch=1` : query;
+    return `${box.dataset.base}/frame/${img.dataset.column}/${f}.png${q}`;
+  }
   function under(f) {
     if (f === shown) return;
     shown = f;
-    box.querySelectorAll("img.under").forEach((img) => { img.src = `${box.dataset.base}/frame/${img.dataset.column}/${f}.png${query}`; });
+    box.querySelectorAll("img.under").forEach((img) => { img.src = frameSrc(img, f); });
   }
   function seek(f) {
+    f = Math.min(frames - 1, Math.max(0, f));
     for (const v of videos) v.currentTime = (f + 0.5) / fps;
     draw(f); under(f);
   }
@@ -106,11 +113,31 @@ async function episodePlayer(box) {
     lead.addEventListener("pause", () => under(frameAt(lead.currentTime)));
   }
   const play = document.getElementById("play");
+  function stop() {
+    if (timer) { clearInterval(timer); timer = null; }
+    videos.forEach((v) => v.pause());
+    if (play) play.textContent = "play";
+  }
+  // No video: image columns play frame by frame, each frame shown once every camera's
+  // image of the frame before has loaded (as fast as the server decodes, at most at fps).
+  function tick() {
+    if (cameras.some((img) => !img.complete)) return;
+    const f = parseInt(scrub.value) + 1;
+    if (f >= frames) { stop(); return; }
+    draw(f); under(f);
+  }
   if (play) play.onclick = () => {
-    if (!lead) return;
-    if (lead.paused) videos.forEach((v) => v.play()); else videos.forEach((v) => v.pause());
+    if (lead) {
+      if (lead.paused) videos.forEach((v) => v.play()); else videos.forEach((v) => v.pause());
+    } else if (timer) stop();
+    else if (cameras.length) { timer = setInterval(tick, 1000 / fps); play.textContent = "pause"; }
   };
-  scrub.oninput = () => { videos.forEach((v) => v.pause()); seek(parseInt(scrub.value)); };
+  const step = (d) => () => { stop(); seek(parseInt(scrub.value) + d); };
+  for (const [id, d] of [["prev-frame", -1], ["next-frame", 1]]) {
+    const b = document.getElementById(id);
+    if (b) b.onclick = step(d);
+  }
+  scrub.oninput = () => { stop(); seek(parseInt(scrub.value)); };
   try {
     data = await getJSON(box.dataset.src);
     plots.replaceChildren();
