@@ -343,6 +343,32 @@ def test_joint_order_is_the_first_bags_in_every_bag(tmp_path):
     np.testing.assert_array_equal(pos[:, 0], -pos[:, 1])  # x then y in both bags
     assert pos[:, 0].tolist() == [0, 1, 2, 3] * 2
     assert t.metadata == {"joint_names": {"j": ["x", "y"]}}
+    assert t.column_metadata("j_position") == {"joint_names": ["x", "y"]}
+    assert "j_velocity" not in t.schema.names  # no velocities sent: no column
+    assert t.column_metadata("j_age_s") == {}
+    # a second import with the same joint order appends; another order is refused by name
+    more = _bag_with(tmp_path / "more", "c", [("/j", "sensor_msgs/msg/JointState", 10**9 + k * 100 * MS,
+                     _joint_state(["x", "y"], [k, -k])) for k in range(3)])  # fmt: skip
+    import_ros2(str(more), client.project("p"), "t", topics={"/j": "j"}, fps=10, stamp="log",
+                progress=False)  # fmt: skip
+    assert client.project("p").branch("main").table("t").num_episodes == 3
+    head = client.project("p").branch("main").commit_id
+    other = _bag_with(tmp_path / "other", "d", [("/j", "sensor_msgs/msg/JointState", 10**9 + k * 100 * MS,
+                      _joint_state(["y", "x"], [k, -k])) for k in range(3)])  # fmt: skip
+    with pytest.raises(SchemaMismatch, match=r"'j_position' has joint_names \['x', 'y'\] in the "
+                       r"table, \['y', 'x'\] in this write"):  # fmt: skip
+        import_ros2(str(other), client.project("p"), "t", topics={"/j": "j"}, fps=10, stamp="log",
+                    progress=False)  # fmt: skip
+    assert client.project("p").branch("main").commit_id == head
+
+
+def test_joint_names_are_in_every_joint_columns_metadata(bags, tmp_path):
+    _, t = _import(bags / "ep_a", tmp_path, topics={"/joint_states": "joints"}, align={})
+    for col in ("joints_position", "joints_velocity"):
+        assert t.column_metadata(col) == {"joint_names": ["j0", "j1", "j2"]}
+    meta = t.schema.field("joints_position").metadata
+    assert json.loads(meta[b"treadle:meta:joint_names"]) == ["j0", "j1", "j2"]
+    assert meta[b"treadle:shape"] == b"[3]"  # still a tensor [3]
 
 
 def test_a_gap_over_five_periods_is_named(tmp_path, caplog):
