@@ -3,6 +3,7 @@ read back by rosbags' AnyReader; the alignment checked against a brute-force com
 
 from __future__ import annotations
 
+import io
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import treadle as td
 from importer_fixtures import nothing_committed
 from robot_fixtures import make_rosbag1, make_rosbag2
 from treadle.catalog import Client
@@ -468,3 +470,81 @@ def test_from_and_into_s3(bags, s3_server, s3_root, tmp_path):
     t = client.project("p").branch("main").table("t").pin()
     assert res.episodes == 2
     _check_alignment(t, bags / "ep_b", "ep_b", Fraction(30), ALIGN)
+
+
+def _camera_message(kind, stamp):
+    """A CompressedImage (JPEG) or an rgb8 Image of frames(1, 16, 16), stamped ``stamp``."""
+
+    def build(ts):
+        from PIL import Image
+
+        from robot_fixtures import _header, frames
+
+        f = frames(1, 16, 16)[0]
+        if kind == "raw":
+            return ts.types["sensor_msgs/msg/Image"](
+                header=_header(ts, stamp), height=16, width=16, encoding="rgb8",
+                is_bigendian=0, step=48, data=f.reshape(-1))  # fmt: skip
+        buf = io.BytesIO()
+        Image.fromarray(f).save(buf, format="JPEG", quality=90)
+        return ts.types["sensor_msgs/msg/CompressedImage"](
+            header=_header(ts, stamp), format="jpeg", data=np.frombuffer(buf.getvalue(), np.uint8))  # fmt: skip
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def latched_bags(tmp_path_factory):
+    """Per camera kind, a bag whose camera publishes once 250 ms after the clock starts
+    ("late") and one whose camera publishes once before it ("early"); /a at 10 Hz."""
+    folder = tmp_path_factory.mktemp("latched")
+    base = [("/a", "std_msgs/msg/Float64", 10**9 + k * 100 * MS, _float(k)) for k in range(6)]
+    out = {}
+    for kind, typ in (
+        ("jpeg", "sensor_msgs/msg/CompressedImage"),
+        ("raw", "sensor_msgs/msg/Image"),
+    ):
+        for when, t in (("late", 10**9 + 250 * MS), ("early", 10**9 - 50 * MS)):
+            msg = [("/cam", typ, t, _camera_message(kind, t))]
+            out[kind, when] = _bag_with(
+                folder, f"{kind}_{when}", sorted(base + msg, key=lambda m: m[2])
+            )
+    return out
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "raw"])
+def test_a_latched_camera(latched_bags, tmp_path, kind):
+    from PIL import Image
+
+    from robot_fixtures import frames
+
+    topics = {"/a": "a", "/cam": "cam"}
+    late = latched_bags[kind, "late"]
+    for images in ("video", "decoded"):  # no null in a video or an array: a named error
+        client = Client(str(tmp_path / images), create=True)
+        with pytest.raises(SchemaMismatch, match=r"column 'cam': topic /cam \(sensor_msgs/msg/"
+                           r".*is latched and its one message comes after 3 of the episode's 6 "
+                           r"moments.*images='encoded'"):  # fmt: skip
+            import_ros2(str(late), client.project("p"), "t", topics=topics, fps=10, images=images,
+                        progress=False)  # fmt: skip
+        assert nothing_committed(client.project("p"))
+    _, t = _import(late, tmp_path / "enc", topics=topics, fps=10, images="encoded", align={})
+    cam = t.to_arrow(["cam"]).column(0).to_pylist()
+    assert cam[:3] == [None] * 3 and len(set(cam[3:])) == 1  # null before, then held
+    np.testing.assert_array_equal(np.isnan(_column(t, "cam_age_s")), [True] * 3 + [False] * 3)
+    pixels = np.asarray(Image.open(io.BytesIO(cam[3])).convert("RGB"))
+    if kind == "raw":  # raw pixels as lossless PNG
+        np.testing.assert_array_equal(pixels, frames(1, 16, 16)[0])
+    else:  # the message's bytes as they are
+        _, sent = _raw(late, "/cam", lambda m: bytes(m.data))
+        assert cam[3] == sent[0]
+    # td.Video reads it where it has an image (the plan finds the first one)
+    windows = td.Windows({"cam": td.Video(range(2))})
+    comp = td.Component(t, windows, where="cam IS NOT NULL")
+    batch = next(iter(td.TrainLoader(td.Recipe(seed=0, batch_size=2, components=[comp]), steps=1)))
+    assert tuple(batch["cam"].shape) == (2, 2, 16, 16, 3)
+    # published before the clock starts: held at every moment, any images= works
+    res, t = _import(latched_bags[kind, "early"], tmp_path / "early", topics=topics, fps=10,
+                     images="video", align={})  # fmt: skip
+    assert t.video_columns == ["cam"] and t.num_moments == 6
+    assert next(r for r in res.topics if r["topic"] == "/cam")["latched"]
