@@ -285,6 +285,9 @@ def _bad(tmp_path, edit):
          "over 4294967296 bytes"),
         (lambda f: f["mask"].create_dataset("odd", data=np.array([b"demo_9"])), CorruptData,
          "mask/odd names 'demo_9'"),
+        (lambda f: (f["data/demo_1"].__delitem__("actions"),
+                    f["data/demo_1"].attrs.__delitem__("num_samples")), CorruptData,
+         "demo_1: no 'actions' dataset and no num_samples attribute"),
     ],
 )  # fmt: skip
 def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
@@ -293,6 +296,18 @@ def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
     with pytest.raises(error, match=match):
         import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
+
+
+def test_demos_without_actions_are_num_samples_long(tmp_path):
+    def drop(f):
+        for demo in ("demo_0", "demo_1"):
+            del f[f"data/{demo}/actions"]
+
+    path = _bad(tmp_path, drop)
+    client = Client(str(tmp_path / "store"), create=True)
+    import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    assert list(t.episodes().lengths) == [3, 4] and "actions" not in t.schema.names
 
 
 def test_not_hdf5_and_no_files(tmp_path):
