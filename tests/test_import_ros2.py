@@ -167,7 +167,7 @@ def _check_alignment(t, bag: Path, episode: str, fps: Fraction, align: dict):
     return raw, ticks
 
 
-@pytest.mark.parametrize("fps", [30, "30000/1001", 7])
+@pytest.mark.parametrize("fps", [30, "30000/1001", 7, 200])
 def test_alignment_equals_brute_force(bags, tmp_path, fps):
     res, t = _import(bags, tmp_path, fps=fps)
     assert list(t.episodes().names) == ["ep_a", "ep_b"]  # bags in name order
@@ -188,6 +188,28 @@ def test_report_counts_messages_used(bags, tmp_path):
     assert rows["/depth"]["used_more"] >= 3 and rows["/task"]["latched"]  # 10 Hz held ~3 times
     assert 95 < r["mean_rate_hz"] < 105 and 0.009 < r["largest_gap_s"] < 0.013
     json.dumps(res.topics)  # plain values
+    cols = {"/camera/image_raw": "cam", "/camera/compressed": "wrist", "/depth": "depth"}
+    for topic, (times, _) in raw.items():  # every topic's counts, the slow way
+        align = ALIGN.get(cols.get(topic) or READERS[topic][0], "hold")
+        counts = np.zeros(len(times), int)
+        for tick in ticks:
+            before = [i for i, x in enumerate(times) if x <= tick]
+            if align == "next":
+                counts[min(i for i, x in enumerate(times) if x > tick)] += 1
+                continue
+            if before:
+                counts[before[-1]] += 1
+            if (
+                align == "linear"
+                and before
+                and times[before[-1]] != tick
+                and before[-1] + 1 < len(times)
+            ):
+                counts[before[-1] + 1] += 1
+        got = rows[topic]
+        assert got["messages"] == len(times), topic
+        want = ((counts == 1).sum(), (counts > 1).sum(), (counts == 0).sum())
+        assert (got["used_once"], got["used_more"], got["never_used"]) == want, topic
 
 
 def test_cameras_depth_and_encoded_bytes(bags, tmp_path):
