@@ -195,6 +195,7 @@ def test_aloha_files_are_episodes(tmp_path):
 
 @pytest.fixture(scope="module")
 def aloha_jpeg(tmp_path_factory):
+    pytest.importorskip("cv2")  # ALOHA's recorder encodes with OpenCV (requirements/peers.txt)
     return make_aloha_compressed(tmp_path_factory.mktemp("aloha_jpeg") / "episode_3.hdf5")
 
 
@@ -249,6 +250,7 @@ def _import_one(path, tmp_path, **kw):
 
 
 def test_aloha_compressed_without_lengths_and_with_wrong_ones(tmp_path):
+    pytest.importorskip("cv2")
     bare = make_aloha_compressed(tmp_path / "bare" / "episode_0.hdf5", lengths=False)
     _, t = _import_one(bare, tmp_path / "bare", images="encoded")
     got = t.to_arrow(["observations_images_cam_low"]).column(0).to_pylist()
