@@ -165,6 +165,20 @@ def test_messages_are_ordered_by_time_within_the_reorder_window(tmp_path):
     assert res.topics[0]["never_used"] == 2 and res.topics[0]["used_more"] == 1
 
 
+def test_of_two_messages_with_one_time_the_later_logged_wins(tmp_path):
+    wrench = {"/wrench": MESSAGES["/wrench"]}
+    stamps = lambda topic, k, log: log - (100 * MS if k == 2 else 0)  # noqa: E731 (1 and 2: 100 ms)
+    res, client = _import_bag(tmp_path, wrench, stamps)
+    t = client.project("p").branch("main").table("t").pin()
+    np.testing.assert_array_equal(_col(t, "wrench")[:, 0], [0, 2, 2, 3, 4])
+    row = res.topics[0]
+    assert row["messages"] == 5 and (row["used_once"], row["used_more"], row["never_used"]) == (
+        3,
+        1,
+        1,
+    )
+
+
 def _joints_missing(t, k):
     names = ["b", "a"] if k != 3 else ["b"]
     return G["sensor_msgs/msg/JointState"](

@@ -203,12 +203,13 @@ def _report(
         "topic": d.spec.topic,
         "column": d.spec.column,
         "type": d.msgtype,
-        "messages": int(times.size),
+        "messages": len(d.times),
         "latched": latched,
         "mean_rate_hz": None if rate is None else float(rate),
         "largest_gap_s": float(gaps.max()) if gaps.size else None,
         **usage(picks.index, picks.upper, int(times.size)),
     }
+    row["never_used"] += len(d.times) - int(times.size)  # lost to a later one of the same time
     if d.conv is not None and d.conv.joints is not None:
         row["joints"] = list(d.conv.joints)  # the order of the values in each JointState column
     if gaps.size and gaps.max() * NS > GAP_WARNING_PERIODS * period:
