@@ -50,6 +50,8 @@ def test_replay_buffer_episodes_and_values(tmp_path, zarr_format):
     np.testing.assert_array_equal(_column(t, "img"), g["data/img"][:])
     assert res.episodes == 3 and res.rows == 15
     assert t.metadata == {"source": "pusht"}
+    again = import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert again.skipped and again.commit.id == res.commit.id  # the import id: a no-op
 
 
 def test_zip_store_as_video_with_psnr(tmp_path):
