@@ -34,6 +34,8 @@ def test_kept_read_back_and_the_same_appended_again(arm):
     assert first.column_metadata("q") == NAMES  # versions keep it
     with pytest.raises(NotFound, match="no column"):
         arm.column_metadata("nope")
+    arm.rename_columns({"q": "joints"})  # column edits keep it with the column
+    assert arm.column_metadata("joints") == NAMES
 
 
 def test_other_metadata_is_refused_naming_the_column_and_both_values(arm):

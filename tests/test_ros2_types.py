@@ -213,3 +213,22 @@ def test_named_errors_at_the_edges(tmp_path, messages, times, kw, error, match):
     with pytest.raises(error, match=match):
         _import_bag(tmp_path, messages, times, **kw)
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
+def test_a_latched_depth_topic_after_the_clock_starts_is_refused(tmp_path):
+    path = tmp_path / "bag"
+    depth = ("sensor_msgs/msg/Image", "/d")
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        a = w.add_connection("/ok", "std_msgs/msg/Bool", typestore=TS)
+        d = w.add_connection("/d", depth[0], typestore=TS)
+        for k in range(5):
+            log = T0 + k * 100 * MS
+            w.write(a, log, TS.serialize_cdr(MESSAGES["/ok"][1](log, k), "std_msgs/msg/Bool"))
+            if k == 2:  # once, after the clock started
+                w.write(d, log, TS.serialize_cdr(MESSAGES["/m16"][1](log, k), depth[0]))
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(SchemaMismatch, match=r"column 'd': topic /d \(sensor_msgs/msg/Image\) is "
+                       r"latched .*after 2 of the episode's 5 moments: an exact depth column"):  # fmt: skip
+        import_ros2(str(path), client.project("p"), "t", topics={"/ok": "ok", "/d": "d"}, fps=10,
+                    images="encoded", progress=False)  # fmt: skip
+    assert nothing_committed(client.project("p"))
