@@ -103,6 +103,45 @@ def make_aloha(folder: Path, episodes: int = 2) -> Path:
     return folder
 
 
+#: ALOHA's recorder lists its cameras in this order (not h5py's, which is by name)
+ALOHA_CAMERAS = ("cam_high", "cam_low", "cam_left_wrist")
+
+
+def make_aloha_compressed(path: Path, n: int = 6, *, lengths: bool = True) -> Path:
+    """An ALOHA file as its recorder writes it with COMPRESS=True: each frame
+    ``cv2.imencode(".jpg", frame, [IMWRITE_JPEG_QUALITY, 50])``, zero-padded to the longest
+    frame of any camera, ``/observations/images/<cam>`` ``uint8 [n, padded]``, the root
+    attribute ``compress`` and ``/compress_len`` ``[cameras, n]`` (float32, h5py's default,
+    rows in the recorder's camera order)."""
+    import cv2
+    import h5py
+
+    rng = np.random.default_rng(5)
+    jpegs = {
+        cam: [cv2.imencode(".jpg", f, [int(cv2.IMWRITE_JPEG_QUALITY), 50])[1].tobytes()
+              for f in frames(n, 24, 40, seed=3 * k)]
+        for k, cam in enumerate(ALOHA_CAMERAS)
+    }  # fmt: skip
+    padded = max(len(b) for v in jpegs.values() for b in v)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f.attrs["sim"] = False
+        f.attrs["compress"] = True
+        obs = f.create_group("observations")
+        images = obs.create_group("images")
+        for cam in ALOHA_CAMERAS:
+            arr = np.zeros((n, padded), np.uint8)
+            for i, b in enumerate(jpegs[cam]):
+                arr[i, : len(b)] = np.frombuffer(b, np.uint8)
+            images.create_dataset(cam, data=arr, chunks=(1, padded))
+        obs.create_dataset("qpos", data=rng.standard_normal((n, 14)))
+        f.create_dataset("action", data=rng.standard_normal((n, 14)))
+        if lengths:
+            table = f.create_dataset("compress_len", (len(ALOHA_CAMERAS), n))
+            table[...] = [[len(b) for b in jpegs[cam]] for cam in ALOHA_CAMERAS]
+    return path
+
+
 def make_replay_buffer(
     path: Path, lengths=(5, 3, 7), *, zarr_format: int = 2, zip: bool = False
 ) -> Path:

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from importer_fixtures import nothing_committed
-from robot_fixtures import make_aloha, make_libero, make_robomimic
+from robot_fixtures import (
+    ALOHA_CAMERAS,
+    make_aloha,
+    make_aloha_compressed,
+    make_libero,
+    make_robomimic,
+)
 from treadle.catalog import Client
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers import hdf5 as import_hdf5
@@ -187,6 +193,78 @@ def test_aloha_files_are_episodes(tmp_path):
         )
 
 
+@pytest.fixture(scope="module")
+def aloha_jpeg(tmp_path_factory):
+    pytest.importorskip("cv2")  # ALOHA's recorder encodes with OpenCV (requirements/peers.txt)
+    return make_aloha_compressed(tmp_path_factory.mktemp("aloha_jpeg") / "episode_3.hdf5")
+
+
+def _recorded_jpegs(path):
+    """Per camera, the JPEG bytes as ALOHA's reader cuts them (row k of compress_len is
+    the recorder's k-th camera)."""
+    with h5py.File(path, "r") as f:
+        lengths = f["compress_len"][()].astype(int)
+        return {
+            cam: [f[f"observations/images/{cam}"][i, :n].tobytes() for i, n in enumerate(lengths[k])]
+            for k, cam in enumerate(ALOHA_CAMERAS)
+        }  # fmt: skip
+
+
+def test_aloha_compressed_jpegs_kept_as_stored(aloha_jpeg, tmp_path):
+    client = Client(str(tmp_path / "store"), create=True)
+    res = import_hdf5(str(aloha_jpeg), client.project("p"), "t", images="encoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    assert list(t.episodes().names) == ["episode_3"] and "compress_len" not in t.schema.names
+    assert t.metadata == {"sim": False, "compress": True}
+    for cam, jpegs in _recorded_jpegs(aloha_jpeg).items():
+        col = f"observations_images_{cam}"
+        assert t.to_arrow([col]).column(0).to_pylist() == jpegs  # the bytes as stored
+        row = next(r for r in res.cameras if r["column"] == col)
+        assert row["stored_bytes"] == row["source_bytes"] == sum(map(len, jpegs))
+    with h5py.File(aloha_jpeg, "r") as f:
+        np.testing.assert_array_equal(_column(t, "observations_qpos"), f["observations/qpos"][()])
+
+
+def test_aloha_compressed_decoded_as_lerobot_and_pillow_do(aloha_jpeg, tmp_path):
+    import cv2
+    from PIL import Image
+
+    _, t = _import_one(aloha_jpeg, tmp_path, images="decoded")
+    for cam, jpegs in _recorded_jpegs(aloha_jpeg).items():
+        got = _column(t, f"observations_images_{cam}")
+        assert got.shape == (6, 24, 40, 3)
+        for frame, b in zip(got, jpegs):
+            bgr = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR)
+            np.testing.assert_array_equal(frame, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+            np.testing.assert_array_equal(
+                frame, np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
+            )
+    res, t = _import_one(aloha_jpeg, tmp_path / "v", images="video", fps=50)
+    assert len(t.video_columns) == 3 and all(r["psnr_min_db"] > 25 for r in res.cameras)
+
+
+def _import_one(path, tmp_path, **kw):
+    client = Client(str(tmp_path / "store"), create=True)
+    res = import_hdf5(str(path), client.project("p"), "t", progress=False, **kw)
+    return res, client.project("p").branch("main").table("t").pin()
+
+
+def test_aloha_compressed_without_lengths_and_with_wrong_ones(tmp_path):
+    pytest.importorskip("cv2")
+    bare = make_aloha_compressed(tmp_path / "bare" / "episode_0.hdf5", lengths=False)
+    _, t = _import_one(bare, tmp_path / "bare", images="encoded")
+    got = t.to_arrow(["observations_images_cam_low"]).column(0).to_pylist()
+    assert all(b[:2] == b"\xff\xd8" and b[-2:] == b"\xff\xd9" for b in got)  # cut at the padding
+    bad = make_aloha_compressed(tmp_path / "bad" / "episode_0.hdf5")
+    with h5py.File(bad, "a") as f:
+        f["compress_len"][...] = f["compress_len"][()] - 1
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match=r"camera 'observations_images_cam_high': no row of "
+                       r"/compress_len cuts this camera's frames into whole JPEGs"):  # fmt: skip
+        import_hdf5(str(bad), client.project("p"), "t", images="encoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
 def _bad(tmp_path, edit):
     path = make_robomimic(tmp_path / "bad.hdf5", [3, 4], images=False)
     with h5py.File(path, "a") as f:
@@ -209,6 +287,9 @@ def _bad(tmp_path, edit):
          "over 4294967296 bytes"),
         (lambda f: f["mask"].create_dataset("odd", data=np.array([b"demo_9"])), CorruptData,
          "mask/odd names 'demo_9'"),
+        (lambda f: (f["data/demo_1"].__delitem__("actions"),
+                    f["data/demo_1"].attrs.__delitem__("num_samples")), CorruptData,
+         "demo_1: no 'actions' dataset and no num_samples attribute"),
     ],
 )  # fmt: skip
 def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
@@ -217,6 +298,18 @@ def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
     with pytest.raises(error, match=match):
         import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
+
+
+def test_demos_without_actions_are_num_samples_long(tmp_path):
+    def drop(f):
+        for demo in ("demo_0", "demo_1"):
+            del f[f"data/{demo}/actions"]
+
+    path = _bad(tmp_path, drop)
+    client = Client(str(tmp_path / "store"), create=True)
+    import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    assert list(t.episodes().lengths) == [3, 4] and "actions" not in t.schema.names
 
 
 def test_not_hdf5_and_no_files(tmp_path):

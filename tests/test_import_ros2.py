@@ -3,6 +3,7 @@ read back by rosbags' AnyReader; the alignment checked against a brute-force com
 
 from __future__ import annotations
 
+import io
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import treadle as td
 from importer_fixtures import nothing_committed
 from robot_fixtures import make_rosbag1, make_rosbag2
 from treadle.catalog import Client
@@ -165,7 +167,7 @@ def _check_alignment(t, bag: Path, episode: str, fps: Fraction, align: dict):
     return raw, ticks
 
 
-@pytest.mark.parametrize("fps", [30, "30000/1001", 7])
+@pytest.mark.parametrize("fps", [30, "30000/1001", 7, 200])
 def test_alignment_equals_brute_force(bags, tmp_path, fps):
     res, t = _import(bags, tmp_path, fps=fps)
     assert list(t.episodes().names) == ["ep_a", "ep_b"]  # bags in name order
@@ -186,6 +188,28 @@ def test_report_counts_messages_used(bags, tmp_path):
     assert rows["/depth"]["used_more"] >= 3 and rows["/task"]["latched"]  # 10 Hz held ~3 times
     assert 95 < r["mean_rate_hz"] < 105 and 0.009 < r["largest_gap_s"] < 0.013
     json.dumps(res.topics)  # plain values
+    cols = {"/camera/image_raw": "cam", "/camera/compressed": "wrist", "/depth": "depth"}
+    for topic, (times, _) in raw.items():  # every topic's counts, the slow way
+        align = ALIGN.get(cols.get(topic) or READERS[topic][0], "hold")
+        counts = np.zeros(len(times), int)
+        for tick in ticks:
+            before = [i for i, x in enumerate(times) if x <= tick]
+            if align == "next":
+                counts[min(i for i, x in enumerate(times) if x > tick)] += 1
+                continue
+            if before:
+                counts[before[-1]] += 1
+            if (
+                align == "linear"
+                and before
+                and times[before[-1]] != tick
+                and before[-1] + 1 < len(times)
+            ):
+                counts[before[-1] + 1] += 1
+        got = rows[topic]
+        assert got["messages"] == len(times), topic
+        want = ((counts == 1).sum(), (counts > 1).sum(), (counts == 0).sum())
+        assert (got["used_once"], got["used_more"], got["never_used"]) == want, topic
 
 
 def test_cameras_depth_and_encoded_bytes(bags, tmp_path):
@@ -343,6 +367,32 @@ def test_joint_order_is_the_first_bags_in_every_bag(tmp_path):
     np.testing.assert_array_equal(pos[:, 0], -pos[:, 1])  # x then y in both bags
     assert pos[:, 0].tolist() == [0, 1, 2, 3] * 2
     assert t.metadata == {"joint_names": {"j": ["x", "y"]}}
+    assert t.column_metadata("j_position") == {"joint_names": ["x", "y"]}
+    assert "j_velocity" not in t.schema.names  # no velocities sent: no column
+    assert t.column_metadata("j_age_s") == {}
+    # a second import with the same joint order appends; another order is refused by name
+    more = _bag_with(tmp_path / "more", "c", [("/j", "sensor_msgs/msg/JointState", 10**9 + k * 100 * MS,
+                     _joint_state(["x", "y"], [k, -k])) for k in range(3)])  # fmt: skip
+    import_ros2(str(more), client.project("p"), "t", topics={"/j": "j"}, fps=10, stamp="log",
+                progress=False)  # fmt: skip
+    assert client.project("p").branch("main").table("t").num_episodes == 3
+    head = client.project("p").branch("main").commit_id
+    other = _bag_with(tmp_path / "other", "d", [("/j", "sensor_msgs/msg/JointState", 10**9 + k * 100 * MS,
+                      _joint_state(["y", "x"], [k, -k])) for k in range(3)])  # fmt: skip
+    with pytest.raises(SchemaMismatch, match=r"'j_position' has joint_names \['x', 'y'\] in the "
+                       r"table, \['y', 'x'\] in this write"):  # fmt: skip
+        import_ros2(str(other), client.project("p"), "t", topics={"/j": "j"}, fps=10, stamp="log",
+                    progress=False)  # fmt: skip
+    assert client.project("p").branch("main").commit_id == head
+
+
+def test_joint_names_are_in_every_joint_columns_metadata(bags, tmp_path):
+    _, t = _import(bags / "ep_a", tmp_path, topics={"/joint_states": "joints"}, align={})
+    for col in ("joints_position", "joints_velocity"):
+        assert t.column_metadata(col) == {"joint_names": ["j0", "j1", "j2"]}
+    meta = t.schema.field("joints_position").metadata
+    assert json.loads(meta[b"treadle:meta:joint_names"]) == ["j0", "j1", "j2"]
+    assert meta[b"treadle:shape"] == b"[3]"  # still a tensor [3]
 
 
 def test_a_gap_over_five_periods_is_named(tmp_path, caplog):
@@ -442,3 +492,81 @@ def test_from_and_into_s3(bags, s3_server, s3_root, tmp_path):
     t = client.project("p").branch("main").table("t").pin()
     assert res.episodes == 2
     _check_alignment(t, bags / "ep_b", "ep_b", Fraction(30), ALIGN)
+
+
+def _camera_message(kind, stamp):
+    """A CompressedImage (JPEG) or an rgb8 Image of frames(1, 16, 16), stamped ``stamp``."""
+
+    def build(ts):
+        from PIL import Image
+
+        from robot_fixtures import _header, frames
+
+        f = frames(1, 16, 16)[0]
+        if kind == "raw":
+            return ts.types["sensor_msgs/msg/Image"](
+                header=_header(ts, stamp), height=16, width=16, encoding="rgb8",
+                is_bigendian=0, step=48, data=f.reshape(-1))  # fmt: skip
+        buf = io.BytesIO()
+        Image.fromarray(f).save(buf, format="JPEG", quality=90)
+        return ts.types["sensor_msgs/msg/CompressedImage"](
+            header=_header(ts, stamp), format="jpeg", data=np.frombuffer(buf.getvalue(), np.uint8))  # fmt: skip
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def latched_bags(tmp_path_factory):
+    """Per camera kind, a bag whose camera publishes once 250 ms after the clock starts
+    ("late") and one whose camera publishes once before it ("early"); /a at 10 Hz."""
+    folder = tmp_path_factory.mktemp("latched")
+    base = [("/a", "std_msgs/msg/Float64", 10**9 + k * 100 * MS, _float(k)) for k in range(6)]
+    out = {}
+    for kind, typ in (
+        ("jpeg", "sensor_msgs/msg/CompressedImage"),
+        ("raw", "sensor_msgs/msg/Image"),
+    ):
+        for when, t in (("late", 10**9 + 250 * MS), ("early", 10**9 - 50 * MS)):
+            msg = [("/cam", typ, t, _camera_message(kind, t))]
+            out[kind, when] = _bag_with(
+                folder, f"{kind}_{when}", sorted(base + msg, key=lambda m: m[2])
+            )
+    return out
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "raw"])
+def test_a_latched_camera(latched_bags, tmp_path, kind):
+    from PIL import Image
+
+    from robot_fixtures import frames
+
+    topics = {"/a": "a", "/cam": "cam"}
+    late = latched_bags[kind, "late"]
+    for images in ("video", "decoded"):  # no null in a video or an array: a named error
+        client = Client(str(tmp_path / images), create=True)
+        with pytest.raises(SchemaMismatch, match=r"column 'cam': topic /cam \(sensor_msgs/msg/"
+                           r".*is latched and its one message comes after 3 of the episode's 6 "
+                           r"moments.*images='encoded'"):  # fmt: skip
+            import_ros2(str(late), client.project("p"), "t", topics=topics, fps=10, images=images,
+                        progress=False)  # fmt: skip
+        assert nothing_committed(client.project("p"))
+    _, t = _import(late, tmp_path / "enc", topics=topics, fps=10, images="encoded", align={})
+    cam = t.to_arrow(["cam"]).column(0).to_pylist()
+    assert cam[:3] == [None] * 3 and len(set(cam[3:])) == 1  # null before, then held
+    np.testing.assert_array_equal(np.isnan(_column(t, "cam_age_s")), [True] * 3 + [False] * 3)
+    pixels = np.asarray(Image.open(io.BytesIO(cam[3])).convert("RGB"))
+    if kind == "raw":  # raw pixels as lossless PNG
+        np.testing.assert_array_equal(pixels, frames(1, 16, 16)[0])
+    else:  # the message's bytes as they are
+        _, sent = _raw(late, "/cam", lambda m: bytes(m.data))
+        assert cam[3] == sent[0]
+    # td.Video reads it where it has an image (the plan finds the first one)
+    windows = td.Windows({"cam": td.Video(range(2))})
+    comp = td.Component(t, windows, where="cam IS NOT NULL")
+    batch = next(iter(td.TrainLoader(td.Recipe(seed=0, batch_size=2, components=[comp]), steps=1)))
+    assert tuple(batch["cam"].shape) == (2, 2, 16, 16, 3)
+    # published before the clock starts: held at every moment, any images= works
+    res, t = _import(latched_bags[kind, "early"], tmp_path / "early", topics=topics, fps=10,
+                     images="video", align={})  # fmt: skip
+    assert t.video_columns == ["cam"] and t.num_moments == 6
+    assert next(r for r in res.topics if r["topic"] == "/cam")["latched"]

@@ -50,6 +50,8 @@ def test_replay_buffer_episodes_and_values(tmp_path, zarr_format):
     np.testing.assert_array_equal(_column(t, "img"), g["data/img"][:])
     assert res.episodes == 3 and res.rows == 15
     assert t.metadata == {"source": "pusht"}
+    again = import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert again.skipped and again.commit.id == res.commit.id  # the import id: a no-op
 
 
 def test_zip_store_as_video_with_psnr(tmp_path):
@@ -142,7 +144,7 @@ def test_video_needs_fps(pusht, tmp_path):
 
 
 @pytest.mark.s3
-def test_from_and_into_s3(pusht, s3_server, s3_root):
+def test_from_and_into_s3(pusht, s3_server, s3_root, tmp_path):
     from treadle.storage import Store
 
     opts = s3_server.storage_options()
@@ -157,6 +159,12 @@ def test_from_and_into_s3(pusht, s3_server, s3_root):
                       source_options=opts, progress=False)  # fmt: skip
     assert res.rows == 15
     _check_equal(client.project("p").branch("main").table("t").pin(), pusht, (5, 3, 7))
+    zipped = make_replay_buffer(tmp_path / "pusht.zarr.zip", zip=True)  # a .zarr.zip there too
+    store.put("pusht.zarr.zip", zipped.read_bytes())
+    res = import_zarr(f"{url}/pusht.zarr.zip", client.project("p"), "z", images="decoded",
+                      source_options=opts, progress=False)  # fmt: skip
+    assert res.rows == 15
+    _check_equal(client.project("p").branch("main").table("z").pin(), zipped, (5, 3, 7))
 
 
 def test_cli_import_zarr(pusht, tmp_path, capsys):

@@ -6,7 +6,7 @@ head (or a commit, or a Lance version) to a pinned :class:`~treadle.table.table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -85,11 +85,15 @@ class TableRef(EditsInOneCommit):
         episode: str | None = None,
         message: str | None = None,
         fps: float | None = None,
+        column_metadata: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Commit:
         """Append one episode (every column ``[T, ...]``, video columns as ``VideoFrames``);
-        ``fps`` sets the table's frame rate (a video column's rate does too)."""
+        ``fps`` sets the table's frame rate (a video column's rate does too);
+        ``column_metadata`` (``{column: {name: JSON value}}``): :meth:`column_metadata`."""
         with self.branch.transaction(message or f"append episode to {self.name}") as tx:
-            tx.table(self.name).append_episode(columns, episode=episode, fps=fps)
+            tx.table(self.name).append_episode(
+                columns, episode=episode, fps=fps, column_metadata=column_metadata
+            )
         return tx.commit
 
     # reads of the head
@@ -117,6 +121,10 @@ class TableRef(EditsInOneCommit):
     def episode_sets(self) -> dict[str, list[str]]:
         """:meth:`Table.episode_sets` at the branch head (robomimic's filter keys)."""
         return self.pin().episode_sets()
+
+    def column_metadata(self, column: str) -> dict[str, Any]:
+        """:meth:`Table.column_metadata` at the branch head (a column's joint names)."""
+        return self.pin().column_metadata(column)
 
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         return self.pin().to_arrow(columns, filter)

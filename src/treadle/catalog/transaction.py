@@ -20,7 +20,8 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -85,15 +86,16 @@ class TableWriter(TableEdits):
         st.schema = schema
 
     def append_episode(
-        self, columns: dict[str, Any], episode: str | None = None, fps: float | None = None
+        self,
+        columns: dict[str, Any],
+        episode: str | None = None,
+        fps: float | None = None,
+        column_metadata: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> str:
-        """Stage one episode; returns its name. Every column has one entry per frame.
-        ``fps`` (or a video column's rate) sets the table's fps (:mod:`treadle.table.fps`)."""
-
-        def store(column: str, stream: EncodedStream) -> tuple[pa.Field, pa.Array]:
-            return self.tx._store_video(self.name, column, stream)
-
-        table, name = episode_rows(self.name, columns, episode, fps, store)
+        """Stage one episode; returns its name. Every column has one entry per frame. ``fps``
+        sets the table's fps; ``column_metadata``: :mod:`treadle.table.column_meta`."""
+        store = partial(self.tx._store_video, self.name)
+        table, name = episode_rows(self.name, columns, episode, fps, store, column_metadata)
         self.tx._stage(self.name, table, [name])
         return name
 
@@ -143,12 +145,9 @@ class Transaction:
         return TableWriter(self, name)
 
     def hold(self) -> None:
-        """Take (or refresh) this transaction's gc lease now, before anything is staged.
-
-        gc then keeps every unreferenced object newer than it, so files other
-        processes stage for it (:func:`treadle.table.handoff.add_staged`) are safe until
-        it ends.
-        """
+        """Take (or refresh) this transaction's gc lease now, before anything is staged: gc
+        then keeps every unreferenced object newer than it, so files other processes stage
+        for it (:func:`treadle.table.handoff.add_staged`) are safe until it ends."""
         self._lease.beat()
 
     @property

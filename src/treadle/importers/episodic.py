@@ -137,6 +137,7 @@ def import_episodes(
     meta: SourceMeta | None = None,
     copies: LocalCopies | None = None,
     units: Sequence[str] | None = None,
+    column_metadata: dict[str, dict[str, Any]] | None = None,  # for the columns it names
 ) -> ImportResult:
     """Import every episode ``episodes`` yields as one commit (see module doc). ``names``
     are the source's files (the import id covers their content); ``units`` name what
@@ -155,7 +156,8 @@ def import_episodes(
         local = copies if only is None else LocalCopies(source)
         try:
             for name, cols, n, read in episodes(files, local, report):
-                tw.append_episode(cols, episode=name, fps=fps)
+                given = {c: m for c, m in (column_metadata or {}).items() if c in cols}
+                tw.append_episode(cols, episode=name, fps=fps, column_metadata=given)
                 rows, eps, nbytes = rows + n, eps + 1, nbytes + read
                 bar.update(read)
         finally:

@@ -1,6 +1,7 @@
 """``td.Video`` over a binary column of encoded images: what the plan checks before step 0.
 
-The plan reads the column's first value (row 0): its signature must be JPEG, PNG or WebP
+The plan reads the column's first value (row 0, or its first image when row 0 is null, as
+before a latched ROS camera's message): its signature must be JPEG, PNG or WebP
 and its header gives the size every frame has when nothing resizes (and whether the
 column is 16-bit). The sizes recorded at write time (:mod:`treadle.table.image_sizes`)
 say whether the column holds more than one: without ``size=(H, W)`` that is a
@@ -57,6 +58,10 @@ def first_header(table: Table, column: str) -> ImageHeader:
     if table.num_moments == 0:
         raise PlanError(f"{where}: the table is empty, there is no first image to read")
     value = table.take([0], [column]).column(column)[0]
+    if not value.is_valid:  # a camera that starts later (a latched ROS topic): its first image
+        query = {"columns": [column], "filter": f"{_quoted(column)} IS NOT NULL", "limit": 1}
+        found = table.dataset.scanner(**query).to_table().column(column)
+        value = found[0] if len(found) else value
     data = value.as_buffer() if value.is_valid else None
     if data is None or signature(data) is None:
         what = "null" if data is None else repr(bytes(data[:8]))
@@ -73,6 +78,10 @@ def first_header(table: Table, column: str) -> ImageHeader:
             _headers.clear()
         _headers[key] = head
     return head
+
+
+def _quoted(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
 
 
 def image_column(table: Table, column: str, spec: Video, where: str) -> ImageColumn:

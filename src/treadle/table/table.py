@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import ExpiredCommit, NotFound, TreadleError
+from treadle.table.column_meta import column_metadata
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
 from treadle.table.lanceerror import lance_error
@@ -227,6 +228,13 @@ class Table:
         sets = source_meta(self).get("episode_sets") or {}
         have = set(self.episodes().names)
         return {k: [e for e in v if e in have] for k, v in sets.items()}
+
+    def column_metadata(self, column: str) -> dict[str, Any]:
+        """What the writers of ``column`` said of it: ``{name: JSON value}`` given with
+        ``append_episode(..., column_metadata=...)`` (a ROS ``JointState`` column's
+        ``joint_names``); {} when none (:mod:`treadle.table.column_meta`)."""
+        self._check_columns([column])
+        return column_metadata(self.schema.field(column))
 
     def matching_rows(self, filter: str | None) -> np.ndarray:
         """Row positions (moment ids) of the rows a Lance SQL ``filter`` keeps, sorted;

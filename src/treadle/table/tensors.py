@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.table.casts import exact_cast
+from treadle.table.column_meta import check_same_meta, keep_meta
 from treadle.table.defaults import fill_added
 
 SHAPE_KEY = b"treadle:shape"
@@ -153,7 +154,8 @@ def normalise_column(
 ) -> tuple[pa.Field, pa.Array | pa.ChunkedArray]:
     """One column as treadle stores it: fixed-size lists of numbers (plain, nested, Arrow
     ``fixed_shape_tensor``, Hugging Face ``ArrayND``) become flat tensors with their shape
-    in the field metadata; every other column is returned unchanged."""
+    in the field metadata, keeping their ``treadle:meta:*`` column metadata; every other
+    column is returned unchanged."""
     t = field.type
     if isinstance(t, pa.FixedShapeTensorType):
         if list(t.permutation or range(len(t.shape))) != list(range(len(t.shape))):
@@ -174,7 +176,8 @@ def normalise_column(
         array = array.combine_chunks()
     if isinstance(t, pa.BaseExtensionType):
         array = array.storage
-    return flat_tensor(field.name, array, shape)
+    flat, values = flat_tensor(field.name, array, shape)
+    return keep_meta(field, flat), values
 
 
 def _hf_array_shape(t: pa.ExtensionType) -> tuple[int, ...] | None:
@@ -276,6 +279,7 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
     for field in schema:
         col = table.column(field.name)
         got = table.schema.field(field.name)
+        check_same_meta(field, got, where)
         if tensor_shape(field) != tensor_shape(got) and tensor_shape(field) is not None:
             raise SchemaMismatch(
                 f"{where}: column {field.name!r} has shape {_shape_text(tensor_shape(got))}, "

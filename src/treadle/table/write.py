@@ -13,7 +13,7 @@ commits the fragments (a Lance version, then one branch move).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, VideoError
 from treadle.names import check_name
+from treadle.table.column_meta import with_column_metadata
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.fps import episode_fps, schema_fps, with_fps
 from treadle.table.image_sizes import with_image_sizes
@@ -129,12 +130,14 @@ def episode_rows(
     episode: str | None,
     fps: float | None,
     store_video: StoreVideo,
+    column_metadata: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[pa.Table, str]:
     """One episode of table ``name`` as Arrow rows (``episode`` and ``frame`` added), and
     its name (a new one when ``episode`` is None). Every column has one entry per frame,
     or is one value repeated; video values are encoded and stored by ``store_video``.
-    ``fps`` (or a video column's rate) goes into the schema (:mod:`treadle.table.fps`)."""
-    _check_episode_columns(name, columns)
+    ``fps`` (or a video column's rate) goes into the schema (:mod:`treadle.table.fps`);
+    ``column_metadata`` into the columns' fields (:mod:`treadle.table.column_meta`)."""
+    _check_episode_columns(name, columns, column_metadata)
     if episode is None:
         episode = f"ep-{uuid.uuid4().hex[:12]}"
     if not isinstance(episode, str) or not episode or any(ord(c) < 32 for c in episode):
@@ -158,6 +161,8 @@ def episode_rows(
             f, a = column_from_values(col, [value] * n, n)
         else:
             f, a = column_from_values(col, value, n)
+        if column_metadata and col in column_metadata:
+            f = with_column_metadata(f, column_metadata[col], f"table {name!r}, column {col!r}")
         fields.append(f)
         arrays.append(a)
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
@@ -181,9 +186,15 @@ def _encode_video(name: str, episode: str, column: str, value: Any) -> EncodedSt
     return stream
 
 
-def _check_episode_columns(name: str, columns: Any) -> None:
+def _check_episode_columns(name: str, columns: Any, column_metadata: Any = None) -> None:
     if not isinstance(columns, dict) or not columns:
         raise SchemaMismatch(f"append_episode to {name!r}: give a non-empty dict of columns")
+    extra = sorted(set(column_metadata or {}) - set(columns))
+    if extra:
+        raise SchemaMismatch(
+            f"append_episode to {name!r}: column_metadata names columns the episode does not "
+            f"have: {extra}"
+        )
     for col in columns:
         check_name(col, "column")
         if col in (EPISODE, FRAME):

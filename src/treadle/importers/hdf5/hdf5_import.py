@@ -17,6 +17,8 @@ from functools import partial
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from treadle.errors import CorruptData, MissingDependency, SchemaMismatch
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.cameras import Reports, camera_value, check_camera_mode
@@ -27,6 +29,7 @@ from treadle.importers.episodic import (
     import_episodes,
     source_files,
 )
+from treadle.importers.hdf5.aloha_jpeg import LENGTHS, jpeg_frames
 from treadle.importers.hdf5.hdf5_layouts import (
     Hdf5File,
     attrs,
@@ -39,6 +42,7 @@ from treadle.importers.hdf5.hdf5_layouts import (
     read_layout,
     task_of,
 )
+from treadle.importers.images import decode_image
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source
 
@@ -227,7 +231,8 @@ def _demo(
     n = demo_length(group, info.layout, where)
     if n < 1:
         raise CorruptData(f"{where} has no moments")
-    columns = demo_columns(group, n, settings.next_obs, where, settings.max_episode_bytes)
+    limit = settings.max_episode_bytes
+    columns = demo_columns(group, n, settings.next_obs, where, limit, info.compressed)
     cols: dict[str, Any] = {}
     nbytes = 0
     for c in columns:
@@ -238,7 +243,9 @@ def _demo(
             )
         values = c.dataset[()]
         nbytes += c.nbytes
-        if c.camera:
+        if c.packed:
+            values = _jpeg_camera(group, values, settings, episode, name, report, where)
+        elif c.camera:
             values = camera_value(
                 values, settings.images, settings.fps or 30.0, episode, name, report
             )
@@ -249,3 +256,30 @@ def _demo(
     if task is not None and "task" not in cols:
         cols["task"] = task
     return episode, cols, n, nbytes
+
+
+def _jpeg_camera(
+    group: Any,
+    padded: Any,
+    settings: _Settings,
+    episode: str,
+    name: str,
+    report: Reports | None,
+    where: str,
+) -> Any:
+    """One camera of a compressed ALOHA file: its JPEG bytes as they are (``"encoded"``),
+    else decoded as any JPEG (Pillow: RGB, what LeRobot's converter gets from
+    ``cv2.imdecode`` and ``COLOR_BGR2RGB``) and stored by ``images``."""
+    lengths = group.get(LENGTHS)
+    at = f"{where}, camera {name!r}"
+    jpegs = jpeg_frames(padded, None if lengths is None else lengths[()], at)
+    nbytes = sum(len(b) for b in jpegs)
+    if settings.images == "encoded":
+        if report is not None:
+            report.camera(name).add(nbytes, None, None)
+        return jpegs
+    frames = np.stack([decode_image(b, "jpg", f"{at}, frame {i}") for i, b in enumerate(jpegs)])
+    if frames.ndim != 4:  # grey JPEGs
+        frames = np.repeat(frames[..., None], 3, axis=3)
+    fps = settings.fps or 30.0
+    return camera_value(frames, settings.images, fps, episode, name, report, nbytes)

@@ -10,7 +10,9 @@
   gives a ``task`` column (its ``language_instruction``).
 - **ALOHA**: one file per episode, ``/action`` and ``/observations/{qpos, qvel, effort,
   images/<cam>}``; the episode's length is ``len(action)``; the root's attributes are the
-  file's metadata.
+  file's metadata. A file whose root attribute ``compress`` is set holds each camera as
+  JPEG frames padded into ``uint8 [N, padded]`` and their lengths in ``/compress_len``
+  (:mod:`~treadle.importers.hdf5.aloha_jpeg`).
 
 Every dataset's size is known before it is read: a demo larger than ``max_episode_bytes``
 is refused before anything is allocated.
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import CorruptData, SchemaMismatch
+from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera
 
 _DEMO = re.compile(r"demo_(\d+)")
 
@@ -39,6 +42,7 @@ class Hdf5File:
     demos: list[str]  # group paths: "data/demo_0", ... or "/" for ALOHA
     metadata: dict[str, Any]
     masks: dict[str, list[str]] = field(default_factory=dict)
+    compressed: bool = False  # ALOHA's JPEG cameras (:mod:`.aloha_jpeg`)
 
 
 def open_h5(path: str, where: str) -> Any:
@@ -63,12 +67,7 @@ def read_layout(f: Any, where: str) -> Hdf5File:
         demos.sort(key=lambda k: int(k[5:]))
         return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data), _masks(f, where))
     if isinstance(f.get("observations"), h5py.Group) and isinstance(f.get("action"), h5py.Dataset):
-        if f.attrs.get("compress"):
-            raise SchemaMismatch(
-                f"{where}: ALOHA images compressed in the file (attribute 'compress') are not "
-                "supported; convert the file with uncompressed images"
-            )
-        return Hdf5File("aloha", ["/"], attrs(f))
+        return Hdf5File("aloha", ["/"], attrs(f), compressed=bool(f.attrs.get("compress")))
     raise CorruptData(
         f"{where}: no 'data' group of demo_<n> groups (robomimic, LIBERO) and no "
         "'/observations' group with an '/action' dataset (ALOHA)"
@@ -143,14 +142,20 @@ class Column:
     dataset: Any
     nbytes: int
     camera: bool
+    packed: bool = False  # JPEG frames padded into uint8 [N, padded] (:mod:`.aloha_jpeg`)
 
 
-def demo_columns(group: Any, n: int, next_obs: bool, where: str, limit: int) -> list[Column]:
-    """The checked datasets of one demo of ``n`` moments (at most ``limit`` bytes in all)."""
+def demo_columns(
+    group: Any, n: int, next_obs: bool, where: str, limit: int, compressed: bool = False
+) -> list[Column]:
+    """The checked datasets of one demo of ``n`` moments (at most ``limit`` bytes in all);
+    ``compressed``: an ALOHA file of JPEG cameras, whose ``compress_len`` is no column."""
     from treadle.importers.cameras import is_camera
 
     out, total = [], 0
     for path, ds in datasets(group, next_obs):
+        if compressed and path == LENGTHS:
+            continue
         at = f"{where}, dataset {path!r}"
         if ds.dtype.kind not in "biuf":
             raise SchemaMismatch(f"{at}: {ds.dtype} is not numeric (numbers or bools only)")
@@ -164,7 +169,8 @@ def demo_columns(group: Any, n: int, next_obs: bool, where: str, limit: int) -> 
                 f"{where}: its datasets hold over {limit} bytes (max_episode_bytes); "
                 f"{path!r} alone is {ds.shape} {ds.dtype}"
             )
-        out.append(Column(path, ds, nbytes, is_camera(ds.shape, ds.dtype)))
+        packed = compressed and is_packed_camera(path, ds.shape, ds.dtype)
+        out.append(Column(path, ds, nbytes, packed or is_camera(ds.shape, ds.dtype), packed))
     return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import CorruptData, SchemaMismatch
-from treadle.importers.cameras import Reports, camera_value, encoded_image
+from treadle.importers.cameras import Reports, camera_value, encoded_image, png_bytes
 from treadle.importers.ros2.ros2_align import NS, Picks, clock, order, pick, usage
 from treadle.importers.ros2.ros2_bags import TopicData
 
@@ -27,6 +27,9 @@ log = logging.getLogger("treadle")
 REORDER_WINDOW_NS = NS
 #: a topic whose largest gap is over this many clock periods is named in a warning
 GAP_WARNING_PERIODS = 5
+#: the kinds of values that are images or depth (never a null before a latched message,
+#: but under images="encoded")
+MEDIA = ("camera", "image", "depth")
 
 
 def episode_columns(
@@ -59,7 +62,8 @@ def episode_columns(
     period = float(NS / fps)
     for (d, times, pos), picks in zip(ordered, picked):
         values = [d.values[i] for i in pos]
-        for suffix, column in _values(d, values, picks, images, fps, episode, report).items():
+        got = _values(d, values, picks, images, fps, (episode, where), report)
+        for suffix, column in got.items():
             cols[d.spec.column + suffix] = column
         cols[f"{d.spec.column}_age_s"] = picks.age_s
         rows.append(_report(d, episode, times, picks, times.size == 1, period, where))
@@ -105,30 +109,19 @@ def _values(
     picks: Picks,
     images: str,
     fps: Fraction,
-    episode: str,
+    names: tuple[str, str],
     report: Reports | None,
 ) -> dict[str, Any]:
-    """Per column suffix, the picked values of one topic."""
+    """Per column suffix, the picked values of one topic (``names``: its episode, its bag)."""
     assert d.conv is not None
     kind, out = d.conv.kind, {}
     for suffix in next(v for v in values if v is not None):
         name = d.spec.column + suffix
-        at = f"episode {episode!r}, column {name!r}"
-        if kind == "image":
-            raw = [values[i][suffix] if i >= 0 else None for i in picks.index]
-            nbytes = sum(len(b) for b in raw if b is not None)
-            if images == "encoded":
-                out[suffix] = raw
-                if report is not None:
-                    report.camera(name).add(nbytes, None, None)
-                continue
-            frames = np.stack([encoded_image(b, "decoded", at) for b in raw])
-            out[suffix] = camera_value(frames, images, float(fps), episode, name, report, nbytes)
+        if kind in MEDIA:
+            picked = [values[i][suffix] if i >= 0 else None for i in picks.index]
+            out[suffix] = _media(d, picked, images, fps, names, name, report)
         elif picks.index.min() < 0:  # a latched topic before its message: nulls
             out[suffix] = _with_nulls([values[i][suffix] if i >= 0 else None for i in picks.index])
-        elif kind == "camera":
-            frames = np.stack([values[i][suffix] for i in picks.index])
-            out[suffix] = camera_value(frames, images, float(fps), episode, name, report)
         elif picks.weight is not None:
             lo = np.stack([np.asarray(values[i][suffix], np.float64) for i in picks.index])
             hi = np.stack([np.asarray(values[i][suffix], np.float64) for i in picks.upper])
@@ -139,6 +132,47 @@ def _values(
         else:
             out[suffix] = np.stack([np.asarray(values[i][suffix]) for i in picks.index])
     return out
+
+
+def _media(
+    d: TopicData,
+    picked: list[Any],
+    images: str,
+    fps: Fraction,
+    names: tuple[str, str],
+    name: str,
+    report: Reports | None,
+) -> Any:
+    """One camera (encoded bytes or pixels) or depth column of the picked messages (None
+    before a latched topic's message: only ``images="encoded"`` has a null for it)."""
+    assert d.conv is not None
+    (episode, where), kind = names, d.conv.kind
+    at = f"{where}, column {name!r}"
+    before = sum(v is None for v in picked)
+    if before and (kind == "depth" or images != "encoded"):
+        what = "an exact depth" if kind == "depth" else f"an images={images!r} camera"
+        fix = "" if kind == "depth" else "import with images='encoded' (null there), or "
+        raise SchemaMismatch(
+            f"{at}: topic {d.spec.topic} ({d.msgtype}) is latched and its one message comes "
+            f"after {before} of the episode's {len(picked)} moments: {what} column cannot hold "
+            f"nulls before it; {fix}leave the topic out, or publish it before the clock starts"
+        )
+    if kind == "depth":
+        return np.stack(picked)
+    if kind == "image":
+        nbytes = sum(len(b) for b in picked if b is not None)
+        if images == "encoded":
+            if report is not None:
+                report.camera(name).add(nbytes, None, None)
+            return picked
+        frames = np.stack([encoded_image(b, "decoded", at) for b in picked])
+        return camera_value(frames, images, float(fps), episode, name, report, nbytes)
+    if before:  # raw pixels, images="encoded": PNG, null before the message
+        have = [v for v in picked if v is not None]
+        if report is not None:
+            report.camera(name).add(sum(v.nbytes for v in have), None, None)
+        return [None if v is None else png_bytes(v) for v in picked]
+    return camera_value(np.stack(picked), images, float(fps), episode, name, report)
 
 
 def _with_nulls(items: list[Any]) -> Any:
@@ -169,12 +203,13 @@ def _report(
         "topic": d.spec.topic,
         "column": d.spec.column,
         "type": d.msgtype,
-        "messages": int(times.size),
+        "messages": len(d.times),
         "latched": latched,
         "mean_rate_hz": None if rate is None else float(rate),
         "largest_gap_s": float(gaps.max()) if gaps.size else None,
         **usage(picks.index, picks.upper, int(times.size)),
     }
+    row["never_used"] += len(d.times) - int(times.size)  # lost to a later one of the same time
     if d.conv is not None and d.conv.joints is not None:
         row["joints"] = list(d.conv.joints)  # the order of the values in each JointState column
     if gaps.size and gaps.max() * NS > GAP_WARNING_PERIODS * period:

@@ -115,8 +115,7 @@ def import_ros2(
     (default sample-and-hold). ``images``: ``"video"`` (PSNR in the result), ``"encoded"``
     (a ``CompressedImage``'s bytes as they are; raw images as PNG) or ``"decoded"``. The
     result's ``topics`` reports each bag's topics. See docs/api.md for the exact rules.
-    ``rename``, ``allow_pickle``: accepted for a uniform CLI (``topics`` names columns).
-    """
+    ``rename``, ``allow_pickle``: accepted for a uniform CLI (``topics`` names columns)."""
     check_camera_mode(images)
     require_rosbags()
     settings = _Settings(
@@ -127,7 +126,7 @@ def import_ros2(
     names = [f for b in bags for f in b.files]
     copies = LocalCopies(source)
     try:
-        settings, meta = _joint_order(source, bags[0], settings, copies)
+        settings, meta, joint_meta = _joint_order(source, bags[0], settings, copies)
         result = import_episodes(
             opts,
             project,
@@ -142,6 +141,7 @@ def import_ros2(
             meta=meta,
             copies=copies,
             units=[source.describe(b.path) for b in bags],
+            column_metadata=joint_meta,
         )
     finally:
         copies.close()
@@ -156,15 +156,21 @@ def _id_options(opts: ImportOptions, settings: _Settings) -> dict[str, Any]:
 
 def _joint_order(
     source: Source, first: Bag, settings: _Settings, copies: LocalCopies
-) -> tuple[_Settings, SourceMeta]:
-    """The JointState order of every bag (the first bag's first message's) in the settings
-    and in the table's metadata (``joint_names``: ``{column: [joint, ...]}``)."""
+) -> tuple[_Settings, SourceMeta, dict[str, dict[str, Any]]]:
+    """The JointState order of every bag (the first bag's first message's): in the
+    settings, in the table's metadata (``joint_names``: ``{column: [joint, ...]}``) and as
+    the column metadata (``joint_names``) of ``<col>_position``, ``_velocity``, ``_effort``."""
     where = f"bag {source.describe(first.path)}"
     joints = first_joint_names(_local(copies, first), settings.specs, where)
     columns = {s.topic: s.column for s in settings.specs if s.field is None}
     names = {columns[t]: n for t, n in joints.items()}
     meta = SourceMeta({"joint_names": names} if names else {}, {}, "ros2")
-    return replace(settings, joints=joints), meta
+    per_column = {
+        f"{col}{part}": {"joint_names": n}
+        for col, n in names.items()
+        for part in ("_position", "_velocity", "_effort")
+    }
+    return replace(settings, joints=joints), meta, per_column
 
 
 def _episodes(
