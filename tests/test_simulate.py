@@ -75,16 +75,18 @@ def small():
 
 
 def test_a_walk_counts_what_the_plan_reads(small):
-    """One node, one row per chunk, a cache that holds everything: fetched = distinct rows,
-    delivered = samples; GETs = first-step manifests and footers + runs of rows per step."""
-    setup = Setup(1, 4, cache_bytes=1 << 30, chunk_bytes=100, sample_nodes=1)
+    """One node, one row per chunk, a cache that holds everything, ranges never merged:
+    fetched = distinct rows + what opening the tables reads, delivered = samples."""
+    setup = Setup(1, 4, cache_bytes=1 << 30, chunk_bytes=100, sample_nodes=1, coalesce=-1)
     link = Link(bandwidth=1e9, latency=0.01, in_flight=8)
     steps = list(range(30))
     (rep,) = simulate(small, small.tables, setup, link, steps)
     rows = {(int(c), int(m)) for s in steps for c, m in zip(small.batch(s).component,
                                                             small.batch(s).moment)}  # fmt: skip
     want = sum(100 if c == 0 else 1000 for c, _ in rows)  # table b's rows are 10 chunks each
-    assert sum(rep.fetched) == want
+    assert sum(rep.fetched) - rep.open_bytes == want
+    assert rep.open_bytes == 4 * (40_000 + 40_000 + 20_000 + 3 * 65_536)  # footers, 4 ranks
+    assert rep.open_gets == 4 * (2 * 2 + 2 * 6)  # manifests, and a HEAD and a GET per footer
     assert rep.delivered == sum(
         100 * int((small.batch(s).component == 0).sum()) + 1000 * int((small.batch(s).component == 1).sum())
         for s in steps
@@ -156,3 +158,13 @@ def test_a_toml_recipe_names_its_shuffle_and_simulates(tmp_path, capsys):
     recipe.write_text(recipe.read_text().replace("partitions", "parts"))
     assert main(["plan", str(recipe), *root]) == 1
     assert "'shuffle' must be a table of" in capsys.readouterr().err
+
+
+def test_obstore_merges_ranges_closer_than_a_mebibyte():
+    from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
+
+    mib = OBSTORE_COALESCE
+    ranges = [(5 * mib, 6 * mib), (0, 10), (10 + mib, 20 + mib), (20 + 2 * mib + 1, 3 * mib)]
+    # gap of exactly 1 MiB merges; one byte more does not; order does not matter
+    assert coalesced(ranges) == [(0, 20 + mib), (20 + 2 * mib + 1, 3 * mib), (5 * mib, 6 * mib)]
+    assert coalesced([(0, 10), (5, 8), (10, 12)], gap=-1) == [(0, 10), (10, 12)]

@@ -50,7 +50,7 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         f"walked {walked}; nodes sampled {[r.node for r in reports]}",
         "per node: mean (min .. max) of the sampled nodes",
         "  downloaded per step       "
-        + _stat([np.mean(r.fetched) for r in reports], size_text),  # fmt: skip
+        + _stat([sum(r.fetched) / max(r.steps, 1) for r in reports], size_text),
         "  fetched / delivered bytes "
         + _stat([sum(r.fetched) / max(r.delivered, 1) for r in reports], lambda x: f"{x:.2f}x"),
         "  hit rate, Belady optimum  " + _stat([r.optimum for r in reports], lambda x: f"{x:.1%}"),
@@ -58,6 +58,9 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         "  GETs per sample           "
         + _stat([sum(r.gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
         "  GET/s                     " + _stat(gets_s, lambda x: f"{x:,.0f}"),
+        "  opening GETs per rank     "
+        + _stat([r.open_gets / len(r.rank_gets) for r in reports], lambda x: f"{x:,.0f}")
+        + "  (manifests, data file footers)",
         "  peak in-flight bytes      " + _stat([r.peak_in_flight for r in reports], size_text),
         "  time to first batch       "
         + _stat([r.first_batch_s for r in reports], lambda x: f"{x:.2f} s"),
