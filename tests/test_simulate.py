@@ -168,3 +168,38 @@ def test_obstore_merges_ranges_closer_than_a_mebibyte():
     # gap of exactly 1 MiB merges; one byte more does not; order does not matter
     assert coalesced(ranges) == [(0, 20 + mib), (20 + 2 * mib + 1, 3 * mib), (5 * mib, 6 * mib)]
     assert coalesced([(0, 10), (5, 8), (10, 12)], gap=-1) == [(0, 10), (10, 12)]
+
+
+def test_next_use_by_any_rank_of_the_node(small):
+    """Ranks 2 and 3 of 4 share a node (2 per node): the node's samples at a step are theirs
+    (as each rank's batch gives them), and a key's next use is the first later step at which
+    either needs it, even when the rank asking needs it only later or never."""
+    from treadle.errors import PlanError
+    from treadle.plan.nextuse import NEVER, NodeNextUse, node_batch, node_ranks
+
+    world, per_node, horizon = 4, 2, 6
+    assert node_ranks(3, world, per_node) == range(2, 4)
+    with pytest.raises(PlanError, match="divide the world size 4"):
+        node_ranks(0, world, 3)
+    comp, moment = node_batch(small, 5, 3, world, per_node)
+    mine = [small.batch(5, rank=r, world_size=world) for r in (2, 3)]
+    assert comp.tolist() == [int(c) for b in mine for c in b.component]
+    assert moment.tolist() == [int(m) for b in mine for m in b.moment]
+
+    def keys(c, m):  # a "chunk": 8 rows of one component
+        return {(int(a), int(b) // 8) for a, b in zip(c, m)}
+
+    def rank_keys(step, rank):
+        b = small.batch(step, rank=rank, world_size=world)
+        return keys(b.component, b.moment)
+
+    nxt = NodeNextUse(small, 2, world, per_node, keys, horizon)
+    crossed = 0
+    for step in range(12):
+        for key in rank_keys(step, 2) | rank_keys(step, 3):
+            later = [s for s in range(step + 1, step + 1 + horizon)
+                     if key in rank_keys(s, 2) | rank_keys(s, 3)]  # fmt: skip
+            assert nxt.next_use(key, step) == (later[0] if later else NEVER)
+            own = [s for s in range(step + 1, step + 1 + horizon) if key in rank_keys(s, 2)]
+            crossed += bool(later) and (not own or own[0] > later[0])
+    assert crossed > 0  # rank 2 alone would have placed these later (or never)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treadle.errors import PlanError
+from treadle.plan.nextuse import node_slots
 from treadle.plan.simcache import Replay, belady, lru
 from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes
 from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
@@ -94,9 +95,9 @@ class NodeReport:
 
 def rank_slots(batch: int, setup: Setup, node: int) -> list[np.ndarray]:
     """The batch slots each rank of ``node`` reads (rank ``r`` of ``W``: ``r, r+W, ...``)."""
-    world = setup.nodes * setup.ranks_per_node
     first = node * setup.ranks_per_node
-    return [np.arange(r, batch, world) for r in range(first, first + setup.ranks_per_node)]
+    world = setup.nodes * setup.ranks_per_node
+    return node_slots(batch, world, range(first, first + setup.ranks_per_node))
 
 
 def sampled_nodes(setup: Setup) -> list[int]:

@@ -25,12 +25,13 @@ if TYPE_CHECKING:
 __all__ = ["page_layout"]
 
 
-def page_layout(tables: Sequence[Table], chunks: ChunkStore,
-                resident_bytes: int = RESIDENT_BYTES) -> list[TableBytes]:  # fmt: skip
+def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int = RESIDENT_BYTES,
+                reader: FixedReader | None = None) -> list[TableBytes]:  # fmt: skip
     """Per table, the pages of its fixed-width columns that a loader's reader (keeping
     ``resident_bytes`` of narrow columns in memory) reads through ``chunks``; a table with
-    none has no columns (it is not read through the chunk cache)."""
-    reader = FixedReader(resident_bytes, chunks=chunks)
+    none has no columns (it is not read through the chunk cache). ``reader``: a loader's
+    own (``loader.lookahead_stage.reader.fixed``: its columns as it chose them)."""
+    reader = FixedReader(resident_bytes, chunks=chunks) if reader is None else reader
     out, first = [], 0
     for table in tables:
         objects: dict[str, int] = {}
