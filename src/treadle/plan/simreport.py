@@ -58,6 +58,8 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         "  GETs per sample           "
         + _stat([sum(r.gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
         "  GET/s                     " + _stat(gets_s, lambda x: f"{x:,.0f}"),
+        "  GETs per sample, steady   "
+        + _stat([(sum(r.gets) - r.open_gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
         "  opening GETs per rank     "
         + _stat([r.open_gets / len(r.rank_gets) for r in reports], lambda x: f"{x:,.0f}")
         + "  (manifests, data file footers)",
