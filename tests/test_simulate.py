@@ -115,6 +115,9 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     for line in ("hit rate, Belady optimum", "GET/s", "time to first batch", "samples/s",
                  "partitions=4", "a block stays open"):  # fmt: skip
         assert line in out
+    assert "opening GETs per rank" in out and "GETs per sample, steady" in out
+    assert main([*argv, "--pages"]) == 1  # stand-ins have no footers to read
+    assert "--pages reads Lance tables' footers" in capsys.readouterr().err
     bad = [a if a != "--batch-per-rank" else "--block-rows" for a in argv]  # batch 64
     bad[bad.index("--nodes") + 1] = "3"
     assert main(bad) == 1

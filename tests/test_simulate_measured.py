@@ -128,7 +128,7 @@ def _measure(remote, tmp_path, monkeypatch, ranks: int, shuffle: object):
             loader = td.TrainLoader(_recipe(client, shuffle), steps=STEPS, lookahead=LOOK,
                                     read_ahead=2, rank=r, world_size=ranks)  # fmt: skip
             n = sum(len(b["_moment"]) for b in loader)
-            out[r] = (n, loader.lookahead_stage.chunks.stats)
+            out[r] = (n, loader.lookahead_stage.chunks.stats, loader)
 
         threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
         for t in threads:
@@ -144,10 +144,17 @@ def _measure(remote, tmp_path, monkeypatch, ranks: int, shuffle: object):
     return [(len(s), sum(x.body for x in s)) for s in seen], out
 
 
-def _simulated(remote, tmp_path, ranks: int, shuffle: object):
+def _simulated(remote, tmp_path, ranks: int, shuffle: object, loader):
     url, options, _ = remote
     plan = _recipe(td.Client(url, storage_options=options), shuffle).plan()
     layout = page_layout(plan.tables, ChunkStore(tmp_path / "layout", 1 << 30, CHUNK), 64 << 10)
+    theirs = page_layout(plan.tables, loader.lookahead_stage.chunks,
+                         reader=loader.lookahead_stage.reader.fixed)  # fmt: skip
+    for a, b in zip(layout, theirs):  # the pages the loader chose are those read here
+        assert a.object_bytes.tolist() == b.object_bytes.tolist() and len(a.columns) == 1
+        for x, y in zip(a.columns, b.columns):
+            for k in ("starts", "objects", "positions"):
+                assert getattr(x, k).tolist() == getattr(y, k).tolist()
     setup = Setup(1, ranks, 1 << 30, CHUNK, lookahead=LOOK, sample_nodes=1)
     (rep,) = simulate(plan, plan.tables, setup, Link(1e9, 0.03), range(STEPS), layout)
     return rep
@@ -162,7 +169,7 @@ def test_simulated_requests_and_bytes_are_those_measured(remote, tmp_path, monke
                                                          ranks, shuffle):  # fmt: skip
     assert FETCH_GROUP == lookahead_mod.GROUP_STEPS
     measured, runs = _measure(remote, tmp_path, monkeypatch, ranks, shuffle)
-    rep = _simulated(remote, tmp_path, ranks, shuffle)
+    rep = _simulated(remote, tmp_path, ranks, shuffle, runs[0][2])
     for r in range(ranks):
         got, want = measured[r], (rep.rank_gets[r], rep.rank_fetched[r])
         assert got == want, (r, got, want)  # exact: the 2% of issue 48 with room to spare

@@ -9,14 +9,25 @@ maps rows to the chunks the loader fetches, and knows the sizes of data files an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
 from treadle.errors import TreadleError
 from treadle.plan.simlayout import Pages, TableBytes
-from treadle.read.fixed import RESIDENT_BYTES, FixedReader, fixed_width
+from treadle.read.chunk_rows import ChunkedColumn, chunked_path
+from treadle.read.fixed import (
+    FULL_ZIP_ROW_BYTES,
+    RESIDENT_BYTES,
+    FixedReader,
+    _data_file,
+    fixed_width,
+    page_span,
+)
+from treadle.table.tensors import tensor_shape
 
 if TYPE_CHECKING:
     from treadle.storage.chunkstore import ChunkStore
@@ -27,18 +38,21 @@ __all__ = ["page_layout"]
 
 def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int = RESIDENT_BYTES,
                 reader: FixedReader | None = None) -> list[TableBytes]:  # fmt: skip
-    """Per table, the pages of its fixed-width columns that a loader's reader (keeping
-    ``resident_bytes`` of narrow columns in memory) reads through ``chunks``; a table with
-    none has no columns (it is not read through the chunk cache). ``reader``: a loader's
-    own (``loader.lookahead_stage.reader.fixed``: its columns as it chose them)."""
-    reader = FixedReader(resident_bytes, chunks=chunks) if reader is None else reader
-    out, first = [], 0
+    """Per table, the pages of its wide fixed-width columns that a loader's reader reads
+    through ``chunks`` past the object cache (a column that fits the ``resident_bytes`` left
+    is read whole instead, as the reader does); a table with none has no columns. Nothing
+    but footers and manifest sizes is read. ``reader``: a loader's own
+    (``loader.lookahead_stage.reader.fixed``), to take its columns as it chose them."""
+    out, first, room = [], 0, resident_bytes
     for table in tables:
         objects: dict[str, int] = {}
         sizes: list[int] = []
         columns = []
         for f in table.dataset.schema:
-            col = reader.chunked(table, f.name) if fixed_width(f) else None
+            if reader is not None:
+                col = reader.chunked(table, f.name) if fixed_width(f) else None
+            else:
+                col, room = _chunked(table, f, chunks, room)
             if col is None:
                 continue
             ids = []
@@ -54,6 +68,25 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int
         out.append(layout)
         first += layout.num_objects
     return out
+
+
+def _chunked(table: Table, f: pa.Field, chunks: ChunkStore, room: int
+             ) -> tuple[ChunkedColumn | None, int]:  # fmt: skip
+    """A wide fixed-width column's pages (the reader's ``chunked`` path), or None: narrow
+    (read whole or taken), or it fits ``room`` (read whole: ``room`` shrinks by it)."""
+    shape = tensor_shape(f)
+    if shape is None or not pa.types.is_fixed_size_list(f.type):
+        return None, room
+    vt = f.type.value_type
+    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)):
+        return None, room
+    dtype = np.dtype(vt.to_pandas_dtype()).newbyteorder("<")
+    if f.type.list_size * dtype.itemsize < FULL_ZIP_ROW_BYTES:
+        return None, room
+    nbytes = table.num_moments * math.prod(shape) * dtype.itemsize
+    if nbytes <= room:
+        return None, room - nbytes
+    return chunked_path(table, f, dtype, shape, chunks, (_data_file, page_span), room), room
 
 
 def _manifest_bytes(table: Table) -> int:
