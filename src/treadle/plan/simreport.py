@@ -60,6 +60,10 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         "  GET/s                     " + _stat(gets_s, lambda x: f"{x:,.0f}"),
         "  GETs per sample, steady   "
         + _stat([(sum(r.gets) - r.open_gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
+        "  per rank: GETs            "
+        + _stat([g for r in reports for g in r.rank_gets], lambda x: f"{x:,.0f}"),
+        "  per rank: bytes fetched   "
+        + _stat([b for r in reports for b in r.rank_fetched], size_text),
         "  opening GETs per rank     "
         + _stat([r.open_gets / len(r.rank_gets) for r in reports], lambda x: f"{x:,.0f}")
         + "  (manifests, data file footers)",
