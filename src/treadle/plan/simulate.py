@@ -171,14 +171,11 @@ def _fetches(mine: np.ndarray, sizes: np.ndarray, chunk: int, gap: int
 def _opening(rep: NodeReport, tb: TableBytes, rank: int, manifest: bool) -> tuple[int, int]:
     """A rank opens a table: its manifest (``manifest``) or its data files' footers, a HEAD
     and a GET each. Returns (bytes, requests)."""
-    got = (
-        (tb.manifest_bytes, 2)
-        if manifest
-        else (
-            sum(min(FOOTER_BYTES, int(tb.object_bytes[o])) for o in tb.footers),
-            2 * len(tb.footers),
-        )
-    )
+    if manifest:
+        got = (tb.manifest_bytes, 2)
+    else:
+        footers = np.minimum(tb.object_bytes[np.asarray(tb.footers, np.int64)], FOOTER_BYTES)
+        got = (int(footers.sum()), 2 * len(tb.footers))
     rep.rank_fetched[rank] += got[0]
     rep.rank_gets[rank] += got[1]
     rep.open_bytes += got[0]
