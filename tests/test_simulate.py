@@ -9,6 +9,7 @@ import pytest
 
 import treadle as td
 from treadle.cli import main
+from treadle.plan.simcache import NEVER as NEVER_
 from treadle.plan.simcache import belady, lru, requests
 from treadle.plan.simulate import CHUNK_BITS, Link, Setup, simulate
 from treadle.plan.synthetic import StandInTable
@@ -206,3 +207,26 @@ def test_next_use_by_any_rank_of_the_node(small):
             own = [s for s in range(step + 1, step + 1 + horizon) if key in rank_keys(s, 2)]
             crossed += bool(later) and (not own or own[0] > later[0])
     assert crossed > 0  # rank 2 alone would have placed these later (or never)
+
+
+def test_next_uses_of_own_ranks_only_keep_less_than_the_nodes():
+    """Chunk 1 is read by rank 0 at step 0 and next by rank 1 at step 2: rank 0 alone calls
+    it never needed again, like chunk 3, and it goes when room is made at step 1 (ties go by
+    chunk id); the node's next uses keep it. Over random steps, own ranks' next uses never
+    beat the optimum."""
+    from treadle.plan.simcache import rank_next_uses
+
+    def a(*c):
+        return np.asarray(c, np.int64)
+
+    ranks = [[a(1), a(2)], [a(3), a()], [a(), a(1)], [a(), a(2)]]
+    union = [np.unique(np.concatenate(s)) for s in ranks]
+    assert [n.tolist() for n in rank_next_uses(ranks)][:2] == [[NEVER_, 3], [NEVER_]]
+    assert belady(union, 2).hits == 2 and belady(union, 2, rank_next_uses(ranks)).hits == 1
+    rng = random.Random(3)
+    for _ in range(60):
+        steps = [[a(*sorted(set(rng.sample(range(8), rng.randrange(0, 3))))) for _ in range(2)]
+                 for _ in range(rng.randrange(3, 9))]  # fmt: skip
+        union = [np.unique(np.concatenate(s)) for s in steps]
+        cap = rng.randrange(1, 4)
+        assert belady(union, cap, rank_next_uses(steps)).hits <= belady(union, cap).hits

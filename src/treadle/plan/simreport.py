@@ -54,6 +54,9 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         "  fetched / delivered bytes "
         + _stat([sum(r.fetched) / max(r.delivered, 1) for r in reports], lambda x: f"{x:.2f}x"),
         "  hit rate, Belady optimum  " + _stat([r.optimum for r in reports], lambda x: f"{x:.1%}"),
+        "  hit rate, own ranks' uses "
+        + _stat([r.own_ranks for r in reports], lambda x: f"{x:.1%}")
+        + "  (Belady, each rank knowing its own next uses only)",
         "  hit rate, LRU             " + _stat([r.lru for r in reports], lambda x: f"{x:.1%}"),
         "  GETs per sample           "
         + _stat([sum(r.gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),

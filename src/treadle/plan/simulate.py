@@ -35,7 +35,7 @@ import numpy as np
 
 from treadle.errors import PlanError
 from treadle.plan.nextuse import node_slots
-from treadle.plan.simcache import Replay, belady, lru
+from treadle.plan.simcache import Replay, belady, lru, rank_next_uses
 from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes
 from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
 
@@ -86,6 +86,7 @@ class NodeReport:
     open_gets: int = 0  # of the requests: manifests and footers
     open_bytes: int = 0  # of the bytes: manifests and footers
     optimum: float = 0.0
+    own_ranks: float = 0.0  # Belady with each rank's own next uses (not its node's)
     lru: float = 0.0
     over: int = 0
     first_batch_s: float = 0.0
@@ -219,6 +220,9 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     best: Replay = belady(union, capacity)
     rep = NodeReport(node, samples, len(steps), delivered)
     rep.optimum, rep.lru, rep.over = best.hit_rate, lru(union, capacity).hit_rate, best.over
+    rep.own_ranks = rep.optimum
+    if setup.ranks_per_node > 1:  # what Belady reaches with each rank's next uses only
+        rep.own_ranks = belady(union, capacity, rank_next_uses(steps)).hit_rate
     rep.rank_fetched = [0] * setup.ranks_per_node
     rep.rank_gets = [0] * setup.ranks_per_node
     sizes = np.concatenate([tb.object_bytes for tb in layout]).astype(np.int64)
