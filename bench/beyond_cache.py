@@ -1,12 +1,20 @@
-"""Issue 48's case with today's loader: the mix on S3 behind a 30 ms proxy, the object cache
-bounded to 1/8 of the tables, the full permutation against ``td.BlockShuffle``.
+"""Issue 48's case: the mix on S3 behind a 30 ms proxy, the object cache bounded to 1/8 of
+the tables, the full permutation against ``td.BlockShuffle``, each against its limit measured
+in the same run, interleaved with it.
 
 Two image tables (64x64x3 uint8 and a 7-float action, ``--rows`` rows each: ``case_mix``'s
-data) on SeaweedFS behind ``delay_proxy``; ``TREADLE_CACHE_BYTES`` = 1/8 of their data files.
-Each configuration runs ``--steps`` batches of 64 from a cold object cache; reported: samples/s,
-requests and kB per sample the proxy counted; with ``--lookahead L`` also each order with
-``TrainLoader(lookahead=L)`` (the chunk cache driven by the plan, bounded like the object
-cache: ``TREADLE_CHUNK_CACHE_BYTES`` = 1/8 of the data files) and its hit rate.
+data) on SeaweedFS behind ``delay_proxy`` (the S3 server, the proxy and the loader share the
+machine's cores); ``TREADLE_CACHE_BYTES`` = 1/8 of their data files. Each configuration runs
+``--steps`` batches of 64 from a cold object cache; reported: samples/s, its ratio to the
+limit, requests and payload kB per sample the proxy counted; with ``--lookahead L`` also each
+order with ``TrainLoader(lookahead=L)`` (the chunk cache driven by the plan, bounded like the
+object cache: ``TREADLE_CHUNK_CACHE_BYTES`` = 1/8 of the data files), its hit rate and
+Belady's optimum for that cache, chunk size and lookahead (``treadle simulate``'s replay over
+the same steps and the same pages).
+
+The limits, each round (issue 48): for ``BlockShuffle``, min(the same loader on local disk,
+the link: raw obstore 8 MiB range GETs of the data files, 8 in flight, through the proxy); for
+the full shuffle, random single-sample range GETs, 64 in flight, through the proxy.
 
     python bench/beyond_cache.py [--rows 12000] [--steps 60] [--rounds 2] [--lookahead 16]
 """
@@ -18,6 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -27,20 +36,84 @@ from benchlib import cold_object_cache  # noqa: E402
 from case_cloud import LATENCY_S, Proxied  # noqa: E402
 from delay_proxy import DelayProxy  # noqa: E402
 
+LINK_RANGE = 8 << 20
 
-def run(root: Path, s3: Proxied, steps: int, shuffle: object,
-        lookahead: int | None = None) -> tuple[float, int]:  # fmt: skip
-    """(seconds for ``steps`` batches after the first, samples)."""
+
+def run(root: Path, s3: Proxied | None, steps: int, shuffle: object,
+        lookahead: int | None = None) -> tuple[float, int, Any]:  # fmt: skip
+    """(seconds for ``steps`` batches after the first, samples, the loader)."""
     import treadle as td
 
     branch = cm.treadle_client(root, s3, "mix").project("bench").branch()
     comps = [td.Component(branch.table(t), None, weight=w) for t, w in zip(cm.TABLES, cm.WEIGHTS)]
     recipe = td.Recipe(seed=2048, batch_size=cm.BATCH, components=comps, shuffle=shuffle)
-    it = iter(td.TrainLoader(recipe, steps=steps + 1, prefetch=4, lookahead=lookahead))
+    loader = td.TrainLoader(recipe, steps=steps + 1, prefetch=4, lookahead=lookahead)
+    it = iter(loader)
     next(it)
     t0 = time.perf_counter()
     n = sum(len(b["_moment"]) for b in it)
-    return time.perf_counter() - t0, n
+    return time.perf_counter() - t0, n, loader
+
+
+def link_limit(store: Any, files: list[tuple[str, int]], per_sample: float) -> float:
+    """Samples/s of raw 8 MiB range GETs of the data files, 8 in flight."""
+    ranges = [[(k, s, min(s + LINK_RANGE, n))] for k, n in files for s in range(0, n, LINK_RANGE)]
+    wall, got = c3.raw_get(store, ranges, in_flight=8)
+    return got / wall / per_sample
+
+
+def random_limit(store: Any, files: list[tuple[str, int]], samples: int, seed: int) -> float:
+    """Samples/s of random single-sample range GETs (the mix's shares), 64 in flight."""
+    ranges = [[r] for b in c3.mix_batches(files, samples // cm.BATCH + 1, seed) for r in b]
+    wall, _ = c3.raw_get(store, ranges[:samples], in_flight=64)
+    return samples / wall
+
+
+def optimum(loader: Any, steps: int) -> float:
+    """Belady's hit rate over the loader's steps, its chunk cache, chunks and lookahead."""
+    from treadle.plan.simulate import Link, Setup, simulate
+    from treadle.read.simpages import page_layout
+
+    stage, plan = loader.lookahead_stage, loader.plan
+    layout = page_layout(plan.tables, stage.chunks, reader=stage.reader.fixed)
+    setup = Setup(1, 1, stage.chunks.max_bytes, stage.chunks.chunk_bytes, stage.lookahead, 1)
+    (rep,) = simulate(plan, plan.tables, setup, Link(1e9, LATENCY_S), range(steps), layout)
+    return rep.optimum
+
+
+def treadle_row(r: int, name: str, root: Path, s3p: Proxied, proxy: DelayProxy, steps: int,
+                shuffle: object, look: int | None, limit: float) -> None:  # fmt: skip
+    """One timed run of treadle through the proxy, printed with its ratio to ``limit``."""
+    from treadle import reaper
+    from treadle.read.lookahead import LAST
+
+    with cold_object_cache():
+        c0 = proxy.counts()
+        wall, n, loader = run(root, s3p, steps, shuffle, look)
+        got = proxy.counts() - c0
+    total = n + cm.BATCH
+    extra = ""
+    if look is not None:
+        reaper.drain(30)  # the stage's report is made on the reaper thread
+        best = optimum(loader, steps + 1)
+        extra = f"  hit rate {LAST.get('hit_rate', 0):.1%} (optimum {best:.1%})"
+    print(f"round {r} {name:<16} {n / wall:8,.0f} samples/s  {n / wall / limit:5.2f}x limit  "
+          f"{got.requests / total:.3f} requests and {got.body_out / total / 1e3:,.1f} kB "
+          f"per sample{extra}", flush=True)  # fmt: skip
+
+
+def _local(root: Path, steps: int, shuffle: object) -> float:
+    wall, n, _ = run(root, None, steps, shuffle)
+    return n / wall
+
+
+def _data(rows: int) -> Path:
+    """The case's tables in treadle's format only (``case_mix`` writes every format)."""
+    root = cm.data_dir(rows)
+    if not (root / "treadle.done").exists():
+        cm._write_treadle(root / "treadle", rows)
+        (root / "treadle.done").write_text("ok\n")
+    return root
 
 
 def main() -> None:
@@ -54,34 +127,38 @@ def main() -> None:
     import treadle as td
     from treadle.testing import SeaweedS3
 
-    root = cm.generate(a.rows)
+    root = _data(a.rows)
     data = sum(p.stat().st_size for p in (root / "treadle").rglob("*.lance") if p.is_file())
     os.environ["TREADLE_CACHE_BYTES"] = str(max(data // 8, 1))
     os.environ["TREADLE_CHUNK_CACHE_BYTES"] = str(max(data // 8, 1))
-    print(f"{data / 1e6:,.0f} MB of data files; cache bound {data // 8 / 1e6:,.0f} MB")
-    configs = {"full": (None, None),
-               f"block {a.block_rows}": (td.BlockShuffle(block_rows=a.block_rows), None)}  # fmt: skip
-    if a.lookahead is not None:
-        configs.update({f"{k} +L{a.lookahead}": (v[0], a.lookahead) for k, v in configs.items()})
+    files = c3.lance_files(root / "treadle", "mix")
+    per_sample = sum(n for _, n in files) / (a.rows * len(cm.TABLES))
+    print(f"{data / 1e6:,.0f} MB of data files; cache bound {data // 8 / 1e6:,.0f} MB; "
+          f"{per_sample / 1e3:.1f} kB of data files per sample")  # fmt: skip
+    orders = {"full": None, f"block {a.block_rows}": td.BlockShuffle(block_rows=a.block_rows)}
     with SeaweedS3(bucket="bench") as s3, DelayProxy(s3.endpoint, LATENCY_S) as proxy:
         c3.upload(s3, root / "treadle", "mix")
         s3p = Proxied(s3, proxy)
+        raw = c3.raw_store(s3p)
+        samples = (a.steps + 1) * cm.BATCH
         for r in range(a.rounds):
-            for name, (shuffle, look) in configs.items():
-                with cold_object_cache():
-                    c0 = proxy.counts()
-                    wall, n = run(root, s3p, a.steps, shuffle, look)
-                    got = proxy.counts() - c0
-                total = n + cm.BATCH
-                from treadle import reaper
-                from treadle.read.lookahead import LAST
-
-                reaper.drain(30)  # the stage's report is made on the reaper thread
-
-                extra = f"  lookahead {dict(LAST)}" if look is not None else ""
-                print(f"round {r} {name:<16} {n / wall:8,.0f} samples/s  "
-                      f"{got.requests / total:.3f} requests and "
-                      f"{got.bytes_out / total / 1e3:,.1f} kB per sample{extra}", flush=True)  # fmt: skip
+            load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"round {r}: load average {load}", flush=True)
+            for name, shuffle in orders.items():  # each order with its limit, interleaved
+                local = _local(root, a.steps, shuffle)
+                if shuffle is None:
+                    limit = random_limit(raw, files, samples, seed=r)
+                    print(f"round {r} limit {name}: random single-sample GETs x64 "
+                          f"{limit:,.0f} samples/s (local {local:,.0f})", flush=True)  # fmt: skip
+                else:
+                    link = link_limit(raw, files, per_sample)
+                    limit = min(local, link)
+                    print(f"round {r} limit {name}: min(local {local:,.0f}, 8 MiB GETs x8 "
+                          f"{link:,.0f}) samples/s", flush=True)  # fmt: skip
+                looks = [None] if a.lookahead is None else [None, a.lookahead]
+                for look in looks:
+                    label = name if look is None else f"{name} +L{look}"
+                    treadle_row(r, label, root, s3p, proxy, a.steps, shuffle, look, limit)
 
 
 if __name__ == "__main__":

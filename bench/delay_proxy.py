@@ -13,6 +13,10 @@ It also counts what goes through, for the bench rows and the tests:
   again after its server answered, the HTTP/1.1 turn taking that obstore/reqwest and
   Lance follow; nothing is pipelined);
 - ``bytes_in``/``bytes_out``: bytes client -> server and server -> client;
+  ``body_out``: the bytes of response bodies (the sum of their ``Content-Length``; none for
+  ``HEAD``), the payload the store served without HTTP headers;
+- ``log``: when set to a list, a :class:`Seen` per request (method, path, ``Range`` header,
+  status, body bytes), for tests that compare what a run asked of the store with a model;
 - ``max_waiting``: the most requests at once that were sent and not yet answered (their
   first response byte), i.e. in flight together: > 1 means the client overlapped them;
   ``max_watched`` the same of the requests whose request line holds ``watch``.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -44,13 +49,40 @@ class Counts:
     requests: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
+    body_out: int = 0
 
     def __sub__(self, other: Counts) -> Counts:
         return Counts(
             self.requests - other.requests,
             self.bytes_in - other.bytes_in,
             self.bytes_out - other.bytes_out,
+            self.body_out - other.body_out,
         )
+
+
+@dataclass
+class Seen:
+    """One request as the store saw it: ``range`` is the ``Range`` header's ``(first,
+    last)`` bytes (inclusive, as HTTP writes them) or None; ``body`` the response's
+    ``Content-Length`` (0 for ``HEAD``; -1 until answered)."""
+
+    method: str
+    path: str
+    range: tuple[int, int] | None
+    status: int = 0
+    body: int = -1
+
+
+_RANGE = re.compile(rb"\r\nrange:\s*bytes=(\d+)-(\d+)", re.IGNORECASE)
+_LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
+
+
+def _seen(data: bytes) -> Seen:
+    """The request whose first bytes are ``data`` (request line and headers)."""
+    line = data.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+    m = _RANGE.search(data.split(b"\r\n\r\n", 1)[0])
+    got = (int(m.group(1)), int(m.group(2))) if m else None
+    return Seen(line[0], line[1] if len(line) > 1 else "", got)
 
 
 class DelayProxy:
@@ -82,6 +114,8 @@ class DelayProxy:
         self.max_waiting = 0
         #: a list to record (monotonic time, request line) of each request in, or None
         self.trace: list[tuple[float, str]] | None = None
+        #: a list to record a :class:`Seen` of each request, or None
+        self.log: list[Seen] | None = None
         #: text of the request lines ``max_watched`` counts (e.g. ``"/media/"``), or None
         self.watch: str | None = None
         self.max_watched = 0
@@ -105,7 +139,8 @@ class DelayProxy:
     def counts(self) -> Counts:
         """Requests and bytes so far."""
         with self._lock:
-            return Counts(self._counts.requests, self._counts.bytes_in, self._counts.bytes_out)
+            c = self._counts
+            return Counts(c.requests, c.bytes_in, c.bytes_out, c.body_out)
 
     def reset_peak(self) -> None:
         """Start measuring ``max_waiting`` and ``max_watched`` afresh."""
@@ -189,7 +224,8 @@ class DelayProxy:
         sw: asyncio.StreamWriter,
     ) -> None:
         # answered: the next client bytes open a request; watched: it is one watch names
-        state = {"waiting": False, "answered": True, "watched": False}
+        state: dict[str, Any] = {"waiting": False, "answered": True, "watched": False,
+                                 "seen": None}  # fmt: skip
         last = [time.monotonic()]  # of the last bytes either way
         held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         room = asyncio.Semaphore(max(1, self.max_buffer // _CHUNK))
@@ -224,6 +260,8 @@ class DelayProxy:
                 last[0] = time.monotonic()
                 with self._lock:
                     self._counts.bytes_out += len(data)
+                    if not state["answered"]:
+                        self._status(state, data)
                     state["answered"] = True
                     self._answered(state)
                 cw.write(data)
@@ -249,10 +287,13 @@ class DelayProxy:
             with self._lock:
                 self._answered(state)
 
-    def _opened(self, state: dict[str, bool], data: bytes) -> None:
+    def _opened(self, state: dict[str, Any], data: bytes) -> None:
         """A request starts on a connection (``data``: its first bytes). Under the lock."""
         state["answered"], state["waiting"] = False, True
         self._counts.requests += 1
+        state["seen"] = seen = _seen(data)
+        if self.log is not None:
+            self.log.append(seen)
         line = data.split(b"\r\n", 1)[0][:200].decode("latin-1")
         if self.trace is not None:
             self.trace.append((time.monotonic(), line))
@@ -263,7 +304,19 @@ class DelayProxy:
             self._watched += 1
             self.max_watched = max(self.max_watched, self._watched)
 
-    def _answered(self, state: dict[str, bool]) -> None:
+    def _status(self, state: dict[str, Any], data: bytes) -> None:
+        """The first bytes of the answer to the request open on a connection. Under the lock."""
+        seen: Seen | None = state["seen"]
+        head = data.split(b"\r\n\r\n", 1)[0]
+        parts = head.split(b" ", 2)
+        m = _LENGTH.search(head)
+        body = int(m.group(1)) if m and seen is not None and seen.method != "HEAD" else 0
+        self._counts.body_out += body
+        if seen is not None:
+            seen.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            seen.body = body
+
+    def _answered(self, state: dict[str, Any]) -> None:
         """The request on a connection is answered (or the connection ends). Under the lock."""
         if state["waiting"]:
             state["waiting"] = False

@@ -73,6 +73,7 @@ def test_delay_proxy_forwards_counts_and_stops(s3_server):
     """Bytes pass unchanged both ways (signatures verify), each request is counted, and the
     proxy's thread ends when its block does."""
     from treadle.storage import Store
+    from treadle.storage.store import RangeRequest
 
     with DelayProxy(s3_server.endpoint, 0.01) as proxy:
         store = Store.open(
@@ -85,6 +86,13 @@ def test_delay_proxy_forwards_counts_and_stops(s3_server):
         got = proxy.counts() - c0
         assert got.requests == 2
         assert got.bytes_in > len(data) and got.bytes_out > len(data)
+        assert got.body_out == len(data)  # the GET's payload; the PUT's answer has none
+        proxy.log = []
+        (part,) = store.get_ranges([RangeRequest("a/b.bin", 100, 5000)])
+        assert part == data[100:5000]
+        (seen,) = proxy.log
+        assert (seen.method, seen.range, seen.status, seen.body) == ("GET", (100, 4999), 206, 4900)
+        assert seen.path.endswith("/a/b.bin")
         thread = proxy._thread
     assert thread is not None and not thread.is_alive()
 

@@ -9,6 +9,7 @@ import pytest
 
 import treadle as td
 from treadle.cli import main
+from treadle.plan.simcache import NEVER as NEVER_
 from treadle.plan.simcache import belady, lru, requests
 from treadle.plan.simulate import CHUNK_BITS, Link, Setup, simulate
 from treadle.plan.synthetic import StandInTable
@@ -75,16 +76,18 @@ def small():
 
 
 def test_a_walk_counts_what_the_plan_reads(small):
-    """One node, one row per chunk, a cache that holds everything: fetched = distinct rows,
-    delivered = samples; GETs = first-step manifests and footers + runs of rows per step."""
-    setup = Setup(1, 4, cache_bytes=1 << 30, chunk_bytes=100, sample_nodes=1)
+    """One node, one row per chunk, a cache that holds everything, ranges never merged:
+    fetched = distinct rows + what opening the tables reads, delivered = samples."""
+    setup = Setup(1, 4, cache_bytes=1 << 30, chunk_bytes=100, sample_nodes=1, coalesce=-1)
     link = Link(bandwidth=1e9, latency=0.01, in_flight=8)
     steps = list(range(30))
     (rep,) = simulate(small, small.tables, setup, link, steps)
     rows = {(int(c), int(m)) for s in steps for c, m in zip(small.batch(s).component,
                                                             small.batch(s).moment)}  # fmt: skip
     want = sum(100 if c == 0 else 1000 for c, _ in rows)  # table b's rows are 10 chunks each
-    assert sum(rep.fetched) == want
+    assert sum(rep.fetched) - rep.open_bytes == want
+    assert rep.open_bytes == 4 * (40_000 + 40_000 + 20_000 + 3 * 65_536)  # footers, 4 ranks
+    assert rep.open_gets == 4 * (2 * 2 + 2 * 6)  # manifests, and a HEAD and a GET per footer
     assert rep.delivered == sum(
         100 * int((small.batch(s).component == 0).sum()) + 1000 * int((small.batch(s).component == 1).sum())
         for s in steps
@@ -113,6 +116,9 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     for line in ("hit rate, Belady optimum", "GET/s", "time to first batch", "samples/s",
                  "partitions=4", "a block stays open"):  # fmt: skip
         assert line in out
+    assert "opening GETs per rank" in out and "GETs per sample, steady" in out
+    assert main([*argv, "--pages"]) == 1  # stand-ins have no footers to read
+    assert "--pages reads Lance tables' footers" in capsys.readouterr().err
     bad = [a if a != "--batch-per-rank" else "--block-rows" for a in argv]  # batch 64
     bad[bad.index("--nodes") + 1] = "3"
     assert main(bad) == 1
@@ -156,3 +162,71 @@ def test_a_toml_recipe_names_its_shuffle_and_simulates(tmp_path, capsys):
     recipe.write_text(recipe.read_text().replace("partitions", "parts"))
     assert main(["plan", str(recipe), *root]) == 1
     assert "'shuffle' must be a table of" in capsys.readouterr().err
+
+
+def test_obstore_merges_ranges_closer_than_a_mebibyte():
+    from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
+
+    mib = OBSTORE_COALESCE
+    ranges = [(5 * mib, 6 * mib), (0, 10), (10 + mib, 20 + mib), (20 + 2 * mib + 1, 3 * mib)]
+    # gap of exactly 1 MiB merges; one byte more does not; order does not matter
+    assert coalesced(ranges) == [(0, 20 + mib), (20 + 2 * mib + 1, 3 * mib), (5 * mib, 6 * mib)]
+    assert coalesced([(0, 10), (5, 8), (10, 12)], gap=-1) == [(0, 10), (10, 12)]
+
+
+def test_next_use_by_any_rank_of_the_node(small):
+    """Ranks 2 and 3 of 4 share a node (2 per node): the node's samples at a step are theirs
+    (as each rank's batch gives them), and a key's next use is the first later step at which
+    either needs it, even when the rank asking needs it only later or never."""
+    from treadle.errors import PlanError
+    from treadle.plan.nextuse import NEVER, NodeNextUse, node_batch, node_ranks
+
+    world, per_node, horizon = 4, 2, 6
+    assert node_ranks(3, world, per_node) == range(2, 4)
+    with pytest.raises(PlanError, match="divide the world size 4"):
+        node_ranks(0, world, 3)
+    comp, moment = node_batch(small, 5, 3, world, per_node)
+    mine = [small.batch(5, rank=r, world_size=world) for r in (2, 3)]
+    assert comp.tolist() == [int(c) for b in mine for c in b.component]
+    assert moment.tolist() == [int(m) for b in mine for m in b.moment]
+
+    def keys(c, m):  # a "chunk": 8 rows of one component
+        return {(int(a), int(b) // 8) for a, b in zip(c, m)}
+
+    def rank_keys(step, rank):
+        b = small.batch(step, rank=rank, world_size=world)
+        return keys(b.component, b.moment)
+
+    nxt = NodeNextUse(small, 2, world, per_node, keys, horizon)
+    crossed = 0
+    for step in range(12):
+        for key in rank_keys(step, 2) | rank_keys(step, 3):
+            later = [s for s in range(step + 1, step + 1 + horizon)
+                     if key in rank_keys(s, 2) | rank_keys(s, 3)]  # fmt: skip
+            assert nxt.next_use(key, step) == (later[0] if later else NEVER)
+            own = [s for s in range(step + 1, step + 1 + horizon) if key in rank_keys(s, 2)]
+            crossed += bool(later) and (not own or own[0] > later[0])
+    assert crossed > 0  # rank 2 alone would have placed these later (or never)
+
+
+def test_next_uses_of_own_ranks_only_keep_less_than_the_nodes():
+    """Chunk 1 is read by rank 0 at step 0 and next by rank 1 at step 2: rank 0 alone calls
+    it never needed again, like chunk 3, and it goes when room is made at step 1 (ties go by
+    chunk id); the node's next uses keep it. Over random steps, own ranks' next uses never
+    beat the optimum."""
+    from treadle.plan.simcache import rank_next_uses
+
+    def a(*c):
+        return np.asarray(c, np.int64)
+
+    ranks = [[a(1), a(2)], [a(3), a()], [a(), a(1)], [a(), a(2)]]
+    union = [np.unique(np.concatenate(s)) for s in ranks]
+    assert [n.tolist() for n in rank_next_uses(ranks)][:2] == [[NEVER_, 3], [NEVER_]]
+    assert belady(union, 2).hits == 2 and belady(union, 2, rank_next_uses(ranks)).hits == 1
+    rng = random.Random(3)
+    for _ in range(60):
+        steps = [[a(*sorted(set(rng.sample(range(8), rng.randrange(0, 3))))) for _ in range(2)]
+                 for _ in range(rng.randrange(3, 9))]  # fmt: skip
+        union = [np.unique(np.concatenate(s)) for s in steps]
+        cap = rng.randrange(1, 4)
+        assert belady(union, cap, rank_next_uses(steps)).hits <= belady(union, cap).hits

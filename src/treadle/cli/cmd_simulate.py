@@ -9,6 +9,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 from typing import Any
 
 from treadle.cli.args import int_at_least
@@ -75,6 +76,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default="recipe",
         help="the recipe's, the full permutation, or td.BlockShuffle (options above)",
     )
+    p.add_argument(
+        "--pages",
+        action="store_true",
+        help="read each data file's footer: rows at the byte offsets the loader's chunk cache "
+        "reads them from (wide columns only; default: all of a row's bytes from byte 0)",
+    )
     p.set_defaults(func=simulate_command)
     return p
 
@@ -114,6 +121,16 @@ def _steps(args: argparse.Namespace) -> tuple[list[list[int]], str]:
     return windows, f"{args.steps * len(windows)} steps in {len(windows)} windows ({where})"
 
 
+def _pages(plan: Any, setup: Any, folder: str) -> Any:
+    """The tables' true pages (:func:`treadle.read.simpages.page_layout`)."""
+    from treadle.read.simpages import page_layout
+    from treadle.storage.chunkstore import ChunkStore
+
+    if any(getattr(t, "rows_per_object", None) is not None for t in plan.tables):
+        raise PlanError("--pages reads Lance tables' footers: a synthetic recipe has none")
+    return page_layout(plan.tables, ChunkStore(folder, setup.cache_bytes, setup.chunk_bytes))
+
+
 def simulate_command(args: argparse.Namespace) -> int:
     """``treadle simulate``: one report; 1 with a clear message on bad input."""
     from treadle.plan.simreport import render
@@ -138,8 +155,10 @@ def simulate_command(args: argparse.Namespace) -> int:
         link = Link(float(args.bandwidth), args.latency, args.in_flight)
         windows, walked = _steps(args)
         reports = []
-        for steps in windows:  # each window from a cold cache
-            reports += simulate(plan, plan.tables, setup, link, steps)
+        with tempfile.TemporaryDirectory() as tmp:
+            layout = _pages(plan, setup, tmp) if getattr(args, "pages", False) else None
+            for steps in windows:  # each window from a cold cache
+                reports += simulate(plan, plan.tables, setup, link, steps, layout)
         sys.stdout.write(render(reports, plan, setup, link, walked, args.rank_rate))
         return 0
     except (TreadleError, ValueError) as e:

@@ -51,9 +51,29 @@ def _next_uses(steps: Sequence[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
-def belady(steps: Sequence[np.ndarray], capacity: int) -> Replay:
-    """Replay with eviction by farthest next use (the optimum over fixed-size chunks)."""
-    nxt = _next_uses(steps)
+def rank_next_uses(ranks: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """What each rank's own lookahead knows, on a node whose ranks share a cache: per step
+    (``ranks[s][r]``: the sorted distinct chunks rank ``r`` needs), for each chunk of the
+    union of the step's chunks (sorted), its next use by the ranks that use it at this step
+    only (another rank's nearer use unknown)."""
+    count = len(ranks[0]) if ranks else 0
+    own = [_next_uses([step[r] for step in ranks]) for r in range(count)]
+    out = []
+    for s, step in enumerate(ranks):
+        union = np.unique(np.concatenate(step))
+        best = np.full(union.size, NEVER, np.int64)
+        for r in range(count):
+            np.minimum.at(best, np.searchsorted(union, step[r]), own[r][s])
+        out.append(best)
+    return out
+
+
+def belady(steps: Sequence[np.ndarray], capacity: int,
+           nexts: Sequence[np.ndarray] | None = None) -> Replay:  # fmt: skip
+    """Replay with eviction by farthest next use (the optimum over fixed-size chunks).
+    ``nexts``: the next use of each step's chunks as known (default: the true ones; with
+    :func:`rank_next_uses`, what ranks that know only their own steps reach)."""
+    nxt = _next_uses(steps) if nexts is None else nexts
     cached: dict[int, int] = {}  # chunk -> its next use
     heap: list[tuple[int, int]] = []  # (-next use, chunk); stale entries skipped
     misses, hits, total, over = [], 0, 0, 0

@@ -50,14 +50,26 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         f"walked {walked}; nodes sampled {[r.node for r in reports]}",
         "per node: mean (min .. max) of the sampled nodes",
         "  downloaded per step       "
-        + _stat([np.mean(r.fetched) for r in reports], size_text),  # fmt: skip
+        + _stat([sum(r.fetched) / max(r.steps, 1) for r in reports], size_text),
         "  fetched / delivered bytes "
         + _stat([sum(r.fetched) / max(r.delivered, 1) for r in reports], lambda x: f"{x:.2f}x"),
         "  hit rate, Belady optimum  " + _stat([r.optimum for r in reports], lambda x: f"{x:.1%}"),
+        "  hit rate, own ranks' uses "
+        + _stat([r.own_ranks for r in reports], lambda x: f"{x:.1%}")
+        + "  (Belady, each rank knowing its own next uses only)",
         "  hit rate, LRU             " + _stat([r.lru for r in reports], lambda x: f"{x:.1%}"),
         "  GETs per sample           "
         + _stat([sum(r.gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
         "  GET/s                     " + _stat(gets_s, lambda x: f"{x:,.0f}"),
+        "  GETs per sample, steady   "
+        + _stat([(sum(r.gets) - r.open_gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
+        "  per rank: GETs            "
+        + _stat([g for r in reports for g in r.rank_gets], lambda x: f"{x:,.0f}"),
+        "  per rank: bytes fetched   "
+        + _stat([b for r in reports for b in r.rank_fetched], size_text),
+        "  opening GETs per rank     "
+        + _stat([r.open_gets / len(r.rank_gets) for r in reports], lambda x: f"{x:,.0f}")
+        + "  (manifests, data file footers)",
         "  peak in-flight bytes      " + _stat([r.peak_in_flight for r in reports], size_text),
         "  time to first batch       "
         + _stat([r.first_batch_s for r in reports], lambda x: f"{x:.2f} s"),

@@ -1,27 +1,28 @@
 """``treadle simulate``: what a run asks of the object store, node by node, walked exactly.
 
 The plan is pure, so which samples every rank reads at every step is known; this module turns
-them into the fixed-size chunks each node needs and replays a node's cache over them
-(:mod:`treadle.plan.simcache`). Nothing is read or timed: the link is a model.
-
-**Bytes.** A table's moments are stored in objects of consecutive rows (its Lance fragments,
-or a stand-in's ``rows_per_object``), ``bytes_per_row`` each (:func:`treadle.plan.shuffle.row_bytes`:
-data files plus video packets over rows). A sample reads the rows of its window's span
-(``windows.eligible_span()``) from its anchor's object; chunk ``k`` of an object is its bytes
-``[k C, (k+1) C)``. Video is counted at its mean packet bytes per frame in the row's place (a
-window's GOP lead-in is not counted).
+them into the fixed-size chunks each rank needs (:mod:`treadle.plan.simlayout`: where rows
+lie) and replays a node's cache over them (:mod:`treadle.plan.simcache`). Nothing is read or
+timed: the link is a model.
 
 **Nodes.** Rank ``r`` of ``W = nodes * ranks_per_node`` reads slots ``r, r+W, ...`` and sits
 on node ``r div ranks_per_node``; a node's ranks share one cache of ``cache_bytes``. Nodes are
 alike in distribution, so a sample of them (``sample_nodes``, spread evenly) is replayed.
 
-**Requests.** Per step, a node fetches its missed chunks; consecutive chunks of one object are
-one ranged GET. Each table adds its manifest once (step 0) and each object its footer once
-(the step that first reads it).
+**Requests**, as the loader's lookahead (:mod:`treadle.read.lookahead`) sends them. It fetches
+in **rounds**: first the steps of its window ``[s, s + lookahead]``, :data:`FETCH_GROUP` steps
+a round, then each step as the window moves on. In a round, each rank of the node (in rank
+order) fetches the missed chunks it needs that no rank before it fetched: runs of consecutive
+chunks of an object are ranges, and obstore merges ranges of one object closer than 1 MiB
+into one GET (:func:`treadle.storage.coalesce.coalesced`; the gap's bytes are fetched too).
+Each rank also opens what it reads: a ``HEAD`` and a ``GET`` of every table's manifest in its
+first round, and a ``HEAD`` and a ``GET`` of the last 64 KiB (the footer) of every data file
+of a table in the first round it reads the table. A rank's counts are these; a node's their
+sum.
 
-**Time.** A step's fetches take ``max(bytes / bandwidth, GETs * latency / in_flight)``; the
+**Time.** A round's fetches take ``max(bytes / bandwidth, GETs * latency / in_flight)``; the
 samples/s the link allows a node is its samples over the sum of those times. Time to the first
-batch is two round trips for manifests and footers plus step 0's fetches.
+batch is four round trips (manifests, footers) plus the first round's fetches.
 """
 
 from __future__ import annotations
@@ -33,14 +34,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treadle.errors import PlanError
-from treadle.plan.shuffle import row_bytes
+from treadle.plan.nextuse import node_slots
+from treadle.plan.simcache import Replay, belady, lru, rank_next_uses
+from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes
+from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
-from treadle.plan.simcache import Replay, belady, lru, requests
 
-CHUNK_BITS = 28
-"""A chunk id is ``object << CHUNK_BITS | chunk index``."""
+__all__ = ["CHUNK_BITS", "FETCH_GROUP", "Link", "NodeReport", "Setup", "TableBytes", "simulate"]
+
+FETCH_GROUP = 8
+"""Steps of a lookahead window fetched in one round (``read.lookahead.GROUP_STEPS``)."""
 PREFIX_GETS = 5500
 """GET/s an S3 prefix serves before it answers 503 SlowDown (AWS's documented figure)."""
 
@@ -62,43 +67,12 @@ class Setup:
     chunk_bytes: int = 4 << 20
     lookahead: int = 2
     sample_nodes: int = 4
-
-
-@dataclass
-class TableBytes:
-    """Objects of consecutive rows of one table: first row, rows and bytes per row."""
-
-    name: str
-    starts: np.ndarray
-    row_bytes: int
-    first_object: int
-
-    @classmethod
-    def of(cls, table: Table, first_object: int) -> TableBytes:
-        per = getattr(table, "rows_per_object", None)
-        n = int(table.num_moments)
-        if per is not None:
-            starts = np.arange(0, max(n, 1), int(per), dtype=np.int64)
-        else:
-            rows = [int(f.count_rows()) for f in table.dataset.get_fragments()]
-            starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-        return cls(table.name, starts, row_bytes(table), first_object)
-
-    def chunks(self, rows_lo: np.ndarray, rows_hi: np.ndarray, chunk: int) -> np.ndarray:
-        """Chunk ids of the byte ranges of rows ``[lo, hi]`` (each within one object)."""
-        obj = np.searchsorted(self.starts, rows_lo, side="right") - 1
-        base = self.starts[obj]
-        first = (rows_lo - base) * self.row_bytes // chunk
-        last = ((rows_hi - base + 1) * self.row_bytes - 1) // chunk
-        count = last - first + 1
-        ids = (obj + self.first_object).astype(np.int64) << CHUNK_BITS
-        start = np.repeat(ids + first, count)
-        return start + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    coalesce: int = OBSTORE_COALESCE  # ranges of one object this close are one request
 
 
 @dataclass
 class NodeReport:
-    """One sampled node over the walked steps."""
+    """One sampled node over the walked steps; ``fetched`` and ``gets`` per fetch round."""
 
     node: int
     samples: int
@@ -107,7 +81,12 @@ class NodeReport:
     fetched: list[int] = field(default_factory=list)
     gets: list[int] = field(default_factory=list)
     table_gets: dict[str, int] = field(default_factory=dict)
+    rank_fetched: list[int] = field(default_factory=list)  # bytes per rank of the node
+    rank_gets: list[int] = field(default_factory=list)  # requests per rank of the node
+    open_gets: int = 0  # of the requests: manifests and footers
+    open_bytes: int = 0  # of the bytes: manifests and footers
     optimum: float = 0.0
+    own_ranks: float = 0.0  # Belady with each rank's own next uses (not its node's)
     lru: float = 0.0
     over: int = 0
     first_batch_s: float = 0.0
@@ -115,10 +94,11 @@ class NodeReport:
     peak_in_flight: int = 0
 
 
-def _node_slots(batch: int, setup: Setup, node: int) -> np.ndarray:
+def rank_slots(batch: int, setup: Setup, node: int) -> list[np.ndarray]:
+    """The batch slots each rank of ``node`` reads (rank ``r`` of ``W``: ``r, r+W, ...``)."""
+    first = node * setup.ranks_per_node
     world = setup.nodes * setup.ranks_per_node
-    t = np.arange(batch)
-    return t[(t % world) // setup.ranks_per_node == node]
+    return node_slots(batch, world, range(first, first + setup.ranks_per_node))
 
 
 def sampled_nodes(setup: Setup) -> list[int]:
@@ -126,78 +106,179 @@ def sampled_nodes(setup: Setup) -> list[int]:
     return sorted({i * setup.nodes // k for i in range(k)})
 
 
+def fetch_rounds(steps: Sequence[int], lookahead: int) -> list[list[int]]:
+    """The steps each fetch round of a loader's lookahead covers: its first window in rounds
+    of :data:`FETCH_GROUP` steps, then one step a round."""
+    steps = list(steps)
+    first, rest = steps[: lookahead + 1], steps[lookahead + 1 :]
+    return [first[i : i + FETCH_GROUP] for i in range(0, len(first), FETCH_GROUP)] + [
+        [s] for s in rest
+    ]
+
+
+Walk = tuple[list[list[np.ndarray]], int]
+"""Per step, the sorted distinct chunks each rank of a node needs; the bytes it delivers."""
+
+
 def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Sequence[int],
-               nodes: Sequence[int]) -> dict[int, tuple[list[np.ndarray], int]]:  # fmt: skip
-    """Per node, the sorted distinct chunks of each step, and the bytes its samples read."""
+               nodes: Sequence[int]) -> dict[int, Walk]:  # fmt: skip
+    """Per node, the chunks of each step per rank, and the bytes its samples read."""
     spans = []
     for c in range(plan.num_components):
         w = plan.windows(c)
         spans.append((0, 0) if w is None else w.eligible_span())
     table_of = [plan.record.components[c].table for c in range(plan.num_components)]
-    slots = {n: _node_slots(plan.batch_size, setup, n) for n in nodes}
-    out: dict[int, tuple[list[np.ndarray], int]] = {n: ([], 0) for n in nodes}
+    slots = {n: rank_slots(plan.batch_size, setup, n) for n in nodes}
+    out: dict[int, Walk] = {n: ([], 0) for n in nodes}
     for step in steps:
         whole = plan.batch(step)
         for n in nodes:
-            comp, moment = whole.component[slots[n]], whole.moment[slots[n]]
-            parts, read = [], 0
-            for c in np.unique(comp).tolist():
-                m = moment[comp == c]
-                lo, hi = spans[c]
-                tb = layout[table_of[c]]
-                parts.append(tb.chunks(m + lo, m + hi, setup.chunk_bytes))
-                read += m.size * (hi - lo + 1) * tb.row_bytes
+            per_rank, read = [], 0
+            for mine in slots[n]:
+                comp, moment = whole.component[mine], whole.moment[mine]
+                parts = []
+                for c in np.unique(comp).tolist():
+                    m = moment[comp == c]
+                    lo, hi = spans[c]
+                    tb = layout[table_of[c]]
+                    rows = (m[:, None] + np.arange(lo, hi + 1)[None, :]).reshape(-1)
+                    parts.append(tb.chunks(rows, setup.chunk_bytes))
+                    read += m.size * (hi - lo + 1) * sum(col.row_bytes for col in tb.columns)
+                per_rank.append(
+                    np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+                )
             chunks, total = out[n]
-            chunks.append(np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64))
+            chunks.append(per_rank)
             out[n] = (chunks, total + read)
     return out
 
 
-def replay_node(node: int, chunks: list[np.ndarray], delivered: int, samples: int,
-                layout: Sequence[TableBytes], setup: Setup, link: Link) -> NodeReport:  # fmt: skip
-    """Replay one node's cache (Belady's optimum, and LRU for comparison) and time its link."""
-    capacity = max(1, setup.cache_bytes // setup.chunk_bytes)
-    best: Replay = belady(chunks, capacity)
-    rep = NodeReport(node, samples, len(chunks), delivered)
-    rep.optimum, rep.lru, rep.over = best.hit_rate, lru(chunks, capacity).hit_rate, best.over
+def _fetches(mine: np.ndarray, sizes: np.ndarray, chunk: int, gap: int
+             ) -> dict[int, list[tuple[int, int]]]:  # fmt: skip
+    """Per object, the requests that fetch the sorted chunk ids ``mine`` in one round: runs
+    of consecutive chunks are one range each (as the chunk store asks), merged by obstore."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for c in mine.tolist():
+        obj, k = c >> CHUNK_BITS, c & ((1 << CHUNK_BITS) - 1)
+        end = min(int(sizes[obj]), (k + 1) * chunk)
+        runs = out.setdefault(obj, [])
+        if runs and runs[-1][1] == k * chunk:
+            runs[-1] = (runs[-1][0], end)
+        else:
+            runs.append((k * chunk, end))
+    return {o: coalesced(r, gap) for o, r in out.items()}
+
+
+def _opening(rep: NodeReport, tb: TableBytes, rank: int, manifest: bool) -> tuple[int, int]:
+    """A rank opens a table: its manifest (``manifest``) or its data files' footers, a HEAD
+    and a GET each. Returns (bytes, requests)."""
+    if manifest:
+        got = (tb.manifest_bytes, 2)
+    else:
+        footers = np.minimum(tb.object_bytes[np.asarray(tb.footers, np.int64)], FOOTER_BYTES)
+        got = (int(footers.sum()), 2 * len(tb.footers))
+    rep.rank_fetched[rank] += got[0]
+    rep.rank_gets[rank] += got[1]
+    rep.open_bytes += got[0]
+    rep.open_gets += got[1]
+    rep.table_gets[tb.name] = rep.table_gets.get(tb.name, 0) + got[1]
+    return got
+
+
+def _round(rep: NodeReport, per_rank: list[np.ndarray], missed: np.ndarray,
+           layout: Sequence[TableBytes], sizes: np.ndarray, setup: Setup,
+           opened: list[set[int]]) -> tuple[int, int]:  # fmt: skip
+    """One fetch round: each rank in turn opens the tables it reads for the first time and
+    fetches the missed chunks it needs that no rank before it fetched; (bytes, requests)."""
     bounds = [tb.first_object for tb in layout]
-    objects: set[int] = set()
-    for miss in best.misses:
-        rep.fetched.append(int(miss.size) * setup.chunk_bytes)
-        touched = set(np.unique(miss >> CHUNK_BITS).tolist())
-        rep.gets.append(requests(miss, CHUNK_BITS) + len(touched - objects))  # + new footers
-        objects |= touched
-        m = np.sort(miss)
-        run = np.concatenate([[m.size > 0], (np.diff(m) != 1) | (np.diff(m >> CHUNK_BITS) != 0)])
-        which = np.searchsorted(bounds, m[run[: m.size]] >> CHUNK_BITS, side="right") - 1
-        for t, k in zip(*np.unique(which, return_counts=True)):  # each GET to its table
-            name = layout[int(t)].name
-            rep.table_gets[name] = rep.table_gets.get(name, 0) + int(k)
-    rep.gets[0] += len(layout)  # the manifests
-    times = [max(b / link.bandwidth, g * link.latency / link.in_flight)
-             for b, g in zip(rep.fetched, rep.gets)]  # fmt: skip
-    rep.link_s = float(sum(times))
-    rep.first_batch_s = 2 * link.latency + times[0] + link.latency
-    window = setup.lookahead + 1
-    sums = np.convolve(np.asarray(rep.fetched, np.int64), np.ones(window, np.int64), "valid")
-    rep.peak_in_flight = int(sums.max()) if sums.size else int(max(rep.fetched))
+    total = [0, 0]
+    for r, need in enumerate(per_rank):
+        tables = set((np.searchsorted(bounds, need >> CHUNK_BITS, side="right") - 1).tolist())
+        for t in sorted(tables - opened[r]):
+            for i, v in enumerate(_opening(rep, layout[t], r, False)):
+                total[i] += v
+        opened[r] |= tables
+        mine, missed = np.intersect1d(need, missed), np.setdiff1d(missed, need)
+        for obj, reqs in _fetches(mine, sizes, setup.chunk_bytes, setup.coalesce).items():
+            name = layout[int(np.searchsorted(bounds, obj, side="right") - 1)].name
+            rep.table_gets[name] = rep.table_gets.get(name, 0) + len(reqs)
+            sent = sum(b - a for a, b in reqs)
+            rep.rank_fetched[r] += sent
+            rep.rank_gets[r] += len(reqs)
+            total[0] += sent
+            total[1] += len(reqs)
+    return total[0], total[1]
+
+
+def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes],
+                setup: Setup, link: Link) -> NodeReport:  # fmt: skip
+    """Replay one node's cache (Belady's optimum, and LRU for comparison) over its steps,
+    count each rank's requests round by round, and time the node's link."""
+    steps, delivered = walk
+    union = [np.unique(np.concatenate(ranks)) for ranks in steps]
+    capacity = max(1, setup.cache_bytes // setup.chunk_bytes)
+    best: Replay = belady(union, capacity)
+    rep = NodeReport(node, samples, len(steps), delivered)
+    rep.optimum, rep.lru, rep.over = best.hit_rate, lru(union, capacity).hit_rate, best.over
+    rep.own_ranks = rep.optimum
+    if setup.ranks_per_node > 1:  # what Belady reaches with each rank's next uses only
+        rep.own_ranks = belady(union, capacity, rank_next_uses(steps)).hit_rate
+    rep.rank_fetched = [0] * setup.ranks_per_node
+    rep.rank_gets = [0] * setup.ranks_per_node
+    sizes = np.concatenate([tb.object_bytes for tb in layout]).astype(np.int64)
+    opened: list[set[int]] = [set() for _ in range(setup.ranks_per_node)]
+    for i, group in enumerate(fetch_rounds(range(len(steps)), setup.lookahead)):
+        per_rank = [np.unique(np.concatenate([steps[s][r] for s in group]))
+                    for r in range(setup.ranks_per_node)]  # fmt: skip
+        missed = np.unique(np.concatenate([best.misses[s] for s in group]))
+        got = [0, 0]
+        if i == 0:
+            for r in range(setup.ranks_per_node):
+                for tb in layout:
+                    got = [a + b for a, b in zip(got, _opening(rep, tb, r, True))]
+        got = [a + b for a, b in zip(got, _round(rep, per_rank, missed, layout, sizes, setup,
+                                                  opened))]  # fmt: skip
+        rep.fetched.append(got[0])
+        rep.gets.append(got[1])
+    _time(rep, setup, link)
     return rep
 
 
+def _time(rep: NodeReport, setup: Setup, link: Link) -> None:
+    """The link's time per round, the first batch's, and the peak of bytes in flight."""
+    times = [max(b / link.bandwidth, g * link.latency / link.in_flight)
+             for b, g in zip(rep.fetched, rep.gets)]  # fmt: skip
+    rep.link_s = float(sum(times))
+    rep.first_batch_s = 4 * link.latency + times[0]
+    window = setup.lookahead + 1
+    later = np.asarray(rep.fetched[1:], np.int64)
+    sums = np.convolve(later, np.ones(window, np.int64), "valid") if later.size >= window else later
+    rep.peak_in_flight = int(max([rep.fetched[0], *sums.tolist()]))
+
+
+def table_layout(tables: Sequence[Table]) -> list[TableBytes]:
+    """:meth:`TableBytes.of` of each table, object ids one after the other."""
+    layout, first = [], 0
+    for t in tables:
+        layout.append(TableBytes.of(t, first))
+        first += layout[-1].num_objects
+    return layout
+
+
 def simulate(plan: Any, tables: Sequence[Table], setup: Setup, link: Link,
-             steps: Sequence[int]) -> list[NodeReport]:  # fmt: skip
-    """Walk ``steps`` of ``plan`` (one contiguous window) for the sampled nodes."""
+             steps: Sequence[int], layout: Sequence[TableBytes] | None = None
+             ) -> list[NodeReport]:  # fmt: skip
+    """Walk ``steps`` of ``plan`` (one contiguous window, from a cold cache) for the sampled
+    nodes. ``layout``: where each table's rows lie (default :func:`table_layout`; a Lance
+    table's true pages: :func:`treadle.read.simpages.page_layout`)."""
     world = setup.nodes * setup.ranks_per_node
     if plan.batch_size % world:
         raise PlanError(
             f"batch size {plan.batch_size} is not divisible by {setup.nodes} nodes x "
             f"{setup.ranks_per_node} ranks = {world} ranks"
         )
-    layout, first = [], 0
-    for t in tables:
-        layout.append(TableBytes.of(t, first))
-        first += len(layout[-1].starts)
+    layout = table_layout(tables) if layout is None else layout
     nodes = sampled_nodes(setup)
     per = node_steps(plan, layout, setup, steps, nodes)
     samples = plan.batch_size // setup.nodes * len(steps)
-    return [replay_node(n, per[n][0], per[n][1], samples, layout, setup, link) for n in nodes]
+    return [replay_node(n, per[n], samples, layout, setup, link) for n in nodes]

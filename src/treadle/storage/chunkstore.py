@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from treadle.fork_locks import renew_lock_in_child
+from treadle.storage.coalesce import coalesced
 from treadle.storage.filecache import _locked
 from treadle.storage.store import RangeRequest
 
@@ -64,8 +65,8 @@ class ChunkStats:
 
     hits: int = 0
     misses: int = 0
-    fetched_bytes: int = 0
-    requests: int = 0
+    fetched_bytes: int = 0  # as the store sent them: obstore's merged ranges, gaps included
+    requests: int = 0  # HTTP requests: obstore's merged ranges
     bypassed: int = 0  # chunks not kept (no room for them: not fetched)
     rows_read: int = 0  # rows readers read from present chunks
     rows_taken: int = 0  # rows readers took another way (their chunks were not present)
@@ -246,8 +247,10 @@ class ChunkStore:
         except BaseException:
             self.abandon(reserved)
             raise
-        self.stats.requests += len(reqs)
-        self.stats.fetched_bytes += sum(r.end - r.start for r in reqs)
+        for obj in {id(o): o for o in where}.values():  # obstore merges ranges of one call
+            sent = coalesced([(r.start, r.end) for o, r in zip(where, reqs) if o is obj])
+            self.stats.requests += len(sent)
+            self.stats.fetched_bytes += sum(b - a for a, b in sent)
         for obj, chunks in reserved:
             self._set(obj, chunks, PRESENT)
 

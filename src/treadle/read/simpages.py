@@ -1,0 +1,103 @@
+"""The true layout of Lance tables for ``treadle simulate``: the pages of the columns a loader
+reads through the chunk cache, at the byte offsets their data files' footers give.
+
+:meth:`treadle.plan.simlayout.TableBytes.of` lays a table out without reading it (all of a
+row's bytes in one column from byte 0 of each data file). :func:`page_layout` reads each data
+file's footer instead, as the loader does (:mod:`treadle.read.chunk_rows`), so the simulator
+maps rows to the chunks the loader fetches, and knows the sizes of data files and manifests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import TreadleError
+from treadle.plan.simlayout import Pages, TableBytes
+from treadle.read.chunk_rows import ChunkedColumn, chunked_path
+from treadle.read.fixed import (
+    FULL_ZIP_ROW_BYTES,
+    RESIDENT_BYTES,
+    FixedReader,
+    _data_file,
+    fixed_width,
+    page_span,
+)
+from treadle.table.tensors import tensor_shape
+
+if TYPE_CHECKING:
+    from treadle.storage.chunkstore import ChunkStore
+    from treadle.table.table import Table
+
+__all__ = ["page_layout"]
+
+
+def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int = RESIDENT_BYTES,
+                reader: FixedReader | None = None) -> list[TableBytes]:  # fmt: skip
+    """Per table, the pages of its wide fixed-width columns that a loader's reader reads
+    through ``chunks`` past the object cache (a column that fits the ``resident_bytes`` left
+    is read whole instead, as the reader does); a table with none has no columns. Nothing
+    but footers and manifest sizes is read. ``reader``: a loader's own
+    (``loader.lookahead_stage.reader.fixed``), to take its columns as it chose them."""
+    out, first, room = [], 0, resident_bytes
+    for table in tables:
+        objects: dict[str, int] = {}
+        sizes: list[int] = []
+        columns = []
+        for f in table.dataset.schema:
+            if reader is not None:
+                col = reader.chunked(table, f.name) if fixed_width(f) else None
+            else:
+                col, room = _chunked(table, f, chunks, room)
+            if col is None:
+                continue
+            ids = []
+            for obj in col.objects:
+                if obj.name not in objects:
+                    objects[obj.name] = len(sizes)
+                    sizes.append(obj.size)
+                ids.append(objects[obj.name])
+            columns.append(Pages(np.asarray(col.starts, np.int64), np.asarray(ids, np.int64),
+                                 np.asarray(col.positions, np.int64), col.row_bytes))  # fmt: skip
+        layout = TableBytes(table.name, int(table.num_moments), columns,
+                            np.asarray(sizes, np.int64), first, _manifest_bytes(table))  # fmt: skip
+        out.append(layout)
+        first += layout.num_objects
+    return out
+
+
+def _chunked(table: Table, f: pa.Field, chunks: ChunkStore, room: int
+             ) -> tuple[ChunkedColumn | None, int]:  # fmt: skip
+    """A wide fixed-width column's pages (the reader's ``chunked`` path), or None: narrow
+    (read whole or taken), or it fits ``room`` (read whole: ``room`` shrinks by it)."""
+    shape = tensor_shape(f)
+    if shape is None or not pa.types.is_fixed_size_list(f.type):
+        return None, room
+    vt = f.type.value_type
+    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)):
+        return None, room
+    dtype = np.dtype(vt.to_pandas_dtype()).newbyteorder("<")
+    if f.type.list_size * dtype.itemsize < FULL_ZIP_ROW_BYTES:
+        return None, room
+    nbytes = table.num_moments * math.prod(shape) * dtype.itemsize
+    if nbytes <= room:
+        return None, room - nbytes
+    return chunked_path(table, f, dtype, shape, chunks, (_data_file, page_span), room), room
+
+
+def _manifest_bytes(table: Table) -> int:
+    """The size of the manifest of the table's pinned version (Lance's V2 names, then V1's),
+    or 0 where it cannot be found."""
+    store = table.project.store
+    version = int(table.dataset.version)
+    base = store.relative_key(f"{table.uri}/_versions")
+    for name in (f"{(1 << 64) - 1 - version}.manifest", f"{version}.manifest"):
+        try:
+            return int(store.size(f"{base}/{name}"))
+        except TreadleError:  # not this naming scheme
+            continue
+    return 0
