@@ -370,16 +370,3 @@ def test_viewer_shows_added_columns_with_nulls(tmp_path):
     b = episode_data(viewer, "p", "t", v, "b")
     assert b["series"]["ok"] == [[None] * 3]
     assert b["series"]["emb"] == [[None] * 3, [None] * 3]
-
-
-def test_values_written_against_an_older_table_are_a_conflict(tmp_path):
-    branch = td.Client(str(tmp_path)).project("p").branch()
-    t = branch.table("t")
-    t.append_episode({"x": np.arange(3.0)}, episode="a")
-    with pytest.raises(td.CommitConflict, match="retry"):
-        with branch.transaction("label") as tx:
-            tx.table("t").add_column("p", np.zeros(3, np.float32))
-            t.append_episode({"x": np.arange(2.0)}, episode="b")  # another writer, meanwhile
-    assert t.schema.names == ["episode", "frame", "x"] and t.num_moments == 5
-    t.add_column("p", np.zeros(5, np.float32))  # retried on the new head, it lands
-    check_rows(t.pin())

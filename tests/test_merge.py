@@ -135,55 +135,30 @@ def test_delete_then_appends_on_both_sides_merge(any_root):
     check_rows(t)
 
 
-def test_columns_beside_concurrent_appends_lose_nothing(any_root):
-    """Two writers on one branch: appends, and add_column/update retried on conflict."""
-    import threading
-
+def test_delete_beside_appends_is_a_conflict_and_fast_forwards_work(any_root):
+    """Deletion files never break branches (treadle writes none): a delete on main after
+    `side` branched, appends on both, is a MergeConflict naming the table and both sides
+    (only appends, or columns beside appends, merge), every ref as it was; a branch made
+    after the delete appends and fast-forwards main."""
     root, options = any_root
     p = project_with_table(root, options)
-    t = p.branch().table("t")
-    errors = []
-
-    def appender():
-        try:
-            for i in range(5):
-                for _ in range(50):  # a column added meanwhile: retry (the issue allows it)
-                    try:
-                        t.append_episode({"x": np.arange(2.0)}, episode=f"n{i}")
-                        break
-                    except td.CommitConflict:
-                        continue
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    def labeller():
-        try:
-            for i in range(5):
-                for _ in range(50):
-                    try:
-                        if i % 2:
-                            t.update({f"c{i - 1}": float(i)})
-                        else:
-                            t.add_column(f"c{i}", {}, default=float(i))
-                        break
-                    except td.CommitConflict:
-                        continue
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=f) for f in (appender, labeller)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert errors == []
-    got = t.pin()
-    check_rows(got)
-    assert list(got.episodes().names) == ["a"] + [f"n{i}" for i in range(5)]
-    cols = got.to_arrow(["c0", "c2", "c4"]).to_pydict()
-    # a column holds a value (its default or the update) for every episode that existed
-    # when it was written, and its default for episodes appended later
-    assert all(v is not None for c in cols.values() for v in c)
+    main = p.branch()
+    main.table("t").append_episode({"x": np.arange(2.0)}, episode="b")
+    side = p.create_branch("side", from_="main")
+    main.table("t").delete_episodes(["a"])
+    main.table("t").append_episode({"x": np.arange(1.0)}, episode="d")
+    side.table("t").append_episode({"x": np.arange(4.0)}, episode="c")
+    before = refs(p)
+    with pytest.raises(td.MergeConflict, match=r"table 't'.*delete_episodes.*append"):
+        p.merge("side", into="main")
+    assert refs(p) == before
+    fix = p.create_branch("fix", from_="main")
+    fix.table("t").append_episode({"x": np.arange(2.0)}, episode="e")
+    assert p.merge("fix", into="main").id == fix.commit_id == main.commit_id
+    t = main.table("t").pin()
+    assert list(t.episodes().names) == ["b", "d", "e"]
+    check_rows(t)
+    assert list(side.table("t").pin().episodes().names) == ["a", "b", "c"]
 
 
 def test_criss_cross_merge_names_its_common_ancestors(tmp_path):
