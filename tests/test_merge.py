@@ -48,8 +48,9 @@ def test_both_appended_base_then_ours_then_theirs(any_root):
     assert t.to_arrow(["x"]).column(0).to_pylist() == [0, 1, 2, 0, 1, 0, 1, 2, 3]
 
 
-def test_columns_on_one_side_appends_on_the_other(tmp_path):
-    p = project_with_table(str(tmp_path))
+def test_columns_on_one_side_appends_on_the_other(any_root):
+    root, options = any_root
+    p = project_with_table(root, options)
     labels = p.create_branch("labels", from_="main")
     labels.table("t").add_column("ok", {"a": False}, default=True)
     labels.table("t").annotate("phase", {"a": [(0.0, 0.2, "reach")]})
