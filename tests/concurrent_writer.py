@@ -6,7 +6,7 @@ episode ``n<i>`` (``x`` = i on every frame) ``ops`` times; role ``label`` adds c
 ``c<i>``, once ``i`` episodes were appended (i even: ``{episode: i}`` for every episode it sees, default -1) or updates the
 previous one (i odd: ``c<i-1>`` = i where ``frame = 0``). Each operation is retried on
 :class:`treadle.CommitConflict` until it lands. Prints one JSON line: per operation, the
-commit that landed it, what it wrote and the conflicts it met.
+commit that landed it, what it wrote, the conflicts it met and the rebases so far.
 """
 
 from __future__ import annotations
@@ -19,15 +19,28 @@ from pathlib import Path
 import numpy as np
 
 import treadle as td
+from treadle.catalog import rebase
 
 _TRIES = 500
+REBASED = [0]  # appends put on top of columns added meanwhile (rebase.defaults_for calls)
+
+
+def _counted(*args, **kwargs):
+    REBASED[0] += 1
+    return _defaults_for(*args, **kwargs)
+
+
+_defaults_for, rebase.defaults_for = rebase.defaults_for, _counted
 
 
 def one(t: td.TableRef, role: str, i: int) -> dict:
     if role == "append":
         commit = t.append_episode({"x": np.full(3, float(i))}, episode=f"n{i}")
         return {"commit": commit.id, "episode": f"n{i}"}
+    deadline = time.monotonic() + 120
     while len(names := list(t.pin().episodes().names)) < i + 1:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"label operation {i}: the appender stopped at {len(names)} episodes")
         time.sleep(0.005)  # spread over the appender's run: ``i`` of its episodes first
     if i % 2 == 0:
         commit = t.add_column(f"c{i}", dict.fromkeys(names, float(i)), default=-1.0)
@@ -56,7 +69,10 @@ def main() -> None:
         for conflicts in range(_TRIES):
             try:
                 op = one(t, args["role"], i)
-                done.append({**op, "conflicts": conflicts, "s": round(time.monotonic() - t0, 2)})
+                op.update(
+                    conflicts=conflicts, rebased=REBASED[0], s=round(time.monotonic() - t0, 2)
+                )
+                done.append(op)
                 break
             except td.CommitConflict:
                 continue

@@ -281,9 +281,12 @@ def test_on_object_stores(any_root):
         lambda: t.compact(),
     ]
     for edit in edits:
+        values = t.to_arrow()
         edit()
         check_rows(t.pin())
         assert media(branch) == stored
+    assert t.to_arrow() == values  # compact: the same rows, order and values, one file each
+    assert all(len(f.metadata.files) == 1 for f in t.pin().dataset.get_fragments())
     assert t.schema.names == ["episode", "frame", "cam", "success", "progress", "phase"]
     assert batches(td.Plan.from_record(plan.record, branch.project.client), 2) == before
     got = t.to_arrow(["success", "progress", "phase"]).to_pydict()

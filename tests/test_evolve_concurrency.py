@@ -75,7 +75,13 @@ def test_add_column_and_update_beside_an_appending_process(any_root, tmp_path):
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     writers = [_start(root, options, role, barrier) for role in ("append", "label")]
-    appended, labelled = (_finish(p) for p in writers)
+    try:
+        appended, labelled = (_finish(p) for p in writers)
+    finally:
+        for proc in writers:
+            if proc.poll() is None:  # the other one failed: do not leave this one running
+                proc.kill()
+                proc.wait()
     assert [op["episode"] for op in appended] == [f"n{i}" for i in range(OPS)]
     assert len(labelled) == OPS
     branch = t.branch
@@ -92,7 +98,8 @@ def test_add_column_and_update_beside_an_appending_process(any_root, tmp_path):
             assert [got[col][r] for r in rows] == cols[col], (ep, col)
     conflicts = sum(op["conflicts"] for op in appended + labelled)
     order = "".join("A" if c.changes["t"] == ("append",) else "L" for c in branch.log()[::-1][2:])
-    print(f"{root}: {conflicts} conflicts retried; {order}")
+    rebased = appended[-1]["rebased"]
+    print(f"{root}: {conflicts} conflicts retried, {rebased} appends rebased; {order}")
 
 
 def test_stale_values_conflict_and_appends_rebase_over_added_columns(any_root):
