@@ -119,7 +119,10 @@ def test_stale_values_conflict_and_appends_rebase_over_added_columns(any_root):
             tx.table("t").add_column("p", np.zeros(3, np.float32))
             appended = t.append_episode({"x": np.arange(2.0)}, episode="b")  # meanwhile
     assert branch.commit_id == appended.id and t.schema.names == ["episode", "frame", "x"]
-    t.add_column("p", np.ones(5, np.float32))  # retried on the new head, it lands
+    with pytest.raises(td.SchemaMismatch, match="appended since"):  # made for 3 moments
+        t.add_column("p", np.zeros(3, np.float32))
+    assert branch.commit_id == appended.id
+    t.add_column("p", np.ones(5, np.float32))  # made again for the new head, it lands
 
     with branch.transaction("collect") as tx:
         tx.table("t").append_episode({"x": np.arange(2.0)}, episode="c")
