@@ -160,6 +160,8 @@ def test_delete_beside_appends_is_a_conflict_and_fast_forwards_work(any_root):
     assert list(t.episodes().names) == ["b", "d", "e"]
     check_rows(t)
     assert list(side.table("t").pin().episodes().names) == ["a", "b", "c"]
+    d = p.diff("side", "main").tables["t"]
+    assert (d.episodes_added, d.episodes_removed) == (["d", "e"], ["a", "c"])
 
 
 def test_criss_cross_merge_names_its_common_ancestors(tmp_path):
