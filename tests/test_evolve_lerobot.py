@@ -4,6 +4,10 @@ checks against LeRobot's own keys and values), and the new run can select on it.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
+import pytest
 import torch
 
 import treadle as td
@@ -36,3 +40,31 @@ def test_lerobot_table_takes_a_success_column(tmp_path):
             assert v == after[k], k
     picked = first_batch(where="success = false")
     assert set(picked["episode_index"].tolist()) == {1}
+
+
+@pytest.mark.slow
+def test_success_column_beside_lerobots_own_batches(tmp_path):
+    """A table imported from a dataset LeRobot's own writer made gets a ``success`` column;
+    tl.to_lerobot of treadle's batches then equals LeRobotDataset's batches at the same
+    anchors on every one of LeRobot's keys (examples/lerobot_act.py's comparison)."""
+    pytest.importorskip("lerobot")
+    path = Path(__file__).resolve().parents[1] / "examples" / "lerobot_act.py"
+    spec = importlib.util.spec_from_file_location("lerobot_act_example", path)
+    assert spec is not None and spec.loader is not None
+    act = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(act)
+    act.define_torchvision_ops()
+    act.write_lerobot_dataset(tmp_path / "lerobot")
+    client = td.Client(str(tmp_path / "store"), create=True)
+    td.importers.lerobot(str(tmp_path / "lerobot"), client.project("p"), "act", progress=False)
+    t = client.project("p").branch().table("act")
+    names = list(t.pin().episodes().names)
+    t.add_column("success", {n: i != 1 for i, n in enumerate(names)})
+    ours = list(act.treadle_batches(t, 3))
+    anchors = [int(m) for b in ours for m in b["_moment"]]
+    _, theirs = act.lerobot_batches(tmp_path / "lerobot", anchors)
+    for a in ours:
+        b = next(theirs)
+        assert {k for k in a if not k.startswith("_")} - set(b) == {"success"}
+        assert [k for k in b if not act.same(a[k], b[k])] == []
+        assert a["success"].tolist() == [e != 1 for e in a["episode_index"].tolist()]

@@ -7,9 +7,10 @@ fragments" (an Append, or an Overwrite listing them; see
 :mod:`treadle.table.lancecommit`), and finally moves the branch with one
 compare-and-swap. If another writer moved the branch first and changed a table this
 transaction also appends to, the new fragments are simply re-listed on top of the
-winner's (appends commute): nothing is lost and the order is the order of commits.
-Anything else (a table created by both with different schemas) raises
-:class:`CommitConflict`.
+winner's (appends commute): nothing is lost and the order is the order of commits;
+a winner that only added columns gives the staged rows their defaults, or nulls
+(:mod:`treadle.catalog.rebase`). Anything else (a table created by both with different
+schemas, a column renamed or dropped meanwhile) raises :class:`CommitConflict`.
 
 Until the final compare-and-swap nothing is visible; a crash leaves only files no
 commit references, which ``treadle gc`` removes.
@@ -30,14 +31,13 @@ from treadle import layout
 from treadle.catalog.commit import Commit
 from treadle.catalog.edits import Change, TableEdits
 from treadle.catalog.leases import Borrowed, Lease, mark_used, sweeping
-from treadle.errors import AlreadyExists, CommitConflict, NotFound, StorageError, TreadleError
+from treadle.catalog.rebase import check_base
+from treadle.errors import CommitConflict, NotFound, StorageError, TreadleError
 from treadle.names import check_name
 from treadle.table.episode_store import store_episode_index
-from treadle.table.episodes import EPISODE, FRAME
-from treadle.table.image_sizes import merge_images
 from treadle.table.lanceerror import lance_error
 from treadle.table.table import Table
-from treadle.table.tensors import KIND_KEY, schema_difference
+from treadle.table.tensors import KIND_KEY
 from treadle.table.write import StagedTable, episode_rows, rows_to_arrow
 from treadle.video import EncodedStream, index_to_arrow
 
@@ -336,7 +336,7 @@ class Transaction:
         project = self.project
         ds = None if now is None else project.lance.open(name, now)
         if ds is not None:
-            _check_base(project, ds, st, name, head_id)
+            check_base(project, ds, st, name, head_id, self._lease.beat)
         try:
             return _lance_commit(project, name, st, ds, self._lease.beat)
         except OSError as e:
@@ -362,28 +362,6 @@ class Transaction:
                 f"before its commit ({len(gone)} object(s); gc took this writer for dead: was "
                 "its process stalled for longer than the gc lease TTL, 5 minutes?); nothing "
                 "was committed"
-            )
-
-
-def _check_base(project: Repository, ds: Any, st: StagedTable, name: str, commit_id: str) -> None:
-    """The rows of ``st`` can go on top of ``ds`` (the table at the branch head): same
-    schema, tensor shapes included, and none of the same episode names."""
-    where = f"table {name!r} of project {project.name!r} (commit {commit_id[:8]})"
-    diff = schema_difference(ds.schema, st.schema)
-    if diff is not None:
-        raise CommitConflict(
-            f"{where} was written by another writer with a different schema: {diff}; "
-            "nothing was committed"
-        )
-    st.schema = merge_images(st.schema, ds.schema)  # sizes another writer recorded, kept
-    if st.episodes and EPISODE in ds.schema.names and FRAME in ds.schema.names:
-        # the names each fragment's stored episode index holds, not the rows: O(fragments)
-        version = f"table {name!r} of project {project.name!r} (v{ds.version})"
-        hit = project.lance.episode_names.taken(project, name, ds, st.episodes, version)
-        if hit:
-            raise AlreadyExists(
-                f"{where} already has episode {hit[0]!r}; episode names must be "
-                "unique in a table; nothing was committed"
             )
 
 

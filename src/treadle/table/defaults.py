@@ -41,15 +41,24 @@ def default_of(field: pa.Field) -> Any:
     return None if raw is None else json.loads(raw)
 
 
+def is_added(field: pa.Field) -> bool:
+    """Whether ``field`` is a column added after the table was written."""
+    return ADDED_KEY in (field.metadata or {})
+
+
+def default_column(field: pa.Field, rows: int) -> pa.Array:
+    """``rows`` values of an added column: its stored default, or null."""
+    value = default_of(field)
+    if value is None:
+        return pa.nulls(rows, field.type)
+    return pa.array([value] * rows, field.type)
+
+
 def fill_added(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table`` with every added column of ``schema`` it lacks filled with its default."""
     for field in schema:
-        if field.name in table.column_names or ADDED_KEY not in (field.metadata or {}):
+        if field.name in table.column_names or not is_added(field):
             continue
-        value = default_of(field)
-        if value is None:
-            col = pa.nulls(table.num_rows, field.type)
-        else:
-            col = pa.array([value] * table.num_rows, field.type)
+        col = default_column(field, table.num_rows)
         table = table.append_column(pa.field(field.name, field.type), col)
     return table

@@ -19,6 +19,8 @@ changed version, which the caller commits exactly as it is
   (its columns, not the media objects video columns point at). Fragments never carry
   Lance deletion files: a deletion file would switch off the mapped reads and cannot be
   listed by the explicit commits other branches make.
+- **added columns for staged rows**: rows staged against a version before an
+  ``add_column`` get, per fragment, a data file of the added columns' defaults (or nulls).
 - **compact**: each fragment spread over several data files after edits is written
   again as one file, values unchanged.
 """
@@ -38,6 +40,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.errors import TreadleError
+from treadle.table.defaults import default_column
 
 _BATCH_ROWS = 65536  # rows per record batch handed to Lance
 _TOMBSTONE = -2  # Lance's field id of a column a data file still holds but no longer serves
@@ -79,6 +82,29 @@ def add_column(ds: lance.LanceDataset, field: pa.Field, values: pa.Array) -> Edi
     if schema is None or at != len(values):
         raise ValueError(f"add_column: {len(values)} values for {at} rows")
     return Edited(schema, metas)
+
+
+def defaults_for(
+    ds: lance.LanceDataset,
+    staged: list[FragmentMetadata],
+    columns: list[str],
+    before_write: Callable[[], None],
+) -> list[FragmentMetadata]:
+    """Fragments staged against an older version, given ``ds``'s added ``columns``: per
+    fragment one more data file holding only those columns, each its default or null
+    (an append rebased on a version that added columns). Bytes written: those columns'."""
+    fields = [ds.schema.field(c) for c in columns]
+    schema = pa.schema(fields)
+    out = []
+    for meta in staged:
+        n = meta.physical_rows
+        data = pa.Table.from_arrays([default_column(f, n) for f in fields], schema=schema)
+        before_write()
+        written = write_fragments(data, ds, schema=schema, max_rows_per_file=1 << 30)
+        if len(written) != 1 or written[0].physical_rows != n:
+            raise TreadleError(f"writing {columns} for a staged fragment of {n} rows failed")
+        out.append(dataclasses.replace(meta, files=[*meta.files, *written[0].files]))
+    return out
 
 
 def _field_ids(field: Any) -> list[int]:

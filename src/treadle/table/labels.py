@@ -62,9 +62,10 @@ def per_moment(name: str, values: Any, rows: int, where: str) -> tuple[pa.Field,
             f"names to values, or fn=; got {type(values).__name__}"
         ) from None
     if n != rows:
+        grew = " (if rows were appended since the values were made, make them again)"
         raise SchemaMismatch(
             f"{where}: {n} values for {rows} moments (one value per moment, in table "
-            "order); nothing was written"
+            f"order){grew if n < rows else ''}; nothing was written"
         )
     return column_from_values(name, values, rows)
 
