@@ -4,8 +4,9 @@ The plan knows every future sample, so a loader at step ``s`` knows which rows s
 ``s .. s+L`` will read. :class:`Lookahead` runs one thread that walks those steps (only the
 loader's position and the plan decide what it fetches: a restart fetches exactly what its own
 steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_rows`) to the
-chunks of their data files, and has the node's chunk store (:mod:`treadle.storage.chunkstore`)
-fetch the missing ones, in coalesced range requests, before the reader gets there. Each chunk
+chunks of their data files and its video windows to chunks of their streams
+(:mod:`treadle.read.chunk_media`), and has the node's chunk store
+(:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests, before the reader gets there. Each chunk
 is held for the step that reads it, then takes its next use in the window (none: it goes
 first), so eviction follows the plan (Belady's policy, over the steps it can see).
 
