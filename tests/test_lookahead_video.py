@@ -29,12 +29,15 @@ def _write(client: td.Client) -> None:
             cams = {f"cam{k}": td.VideoFrames(synthetic_frames(FRAMES, 32, 32, seed=2 * e + k),
                                               fps=10) for k in range(2)}  # fmt: skip
             action = np.arange(FRAMES * 3, dtype=np.float32).reshape(FRAMES, 3) + 1000 * e
-            tx.table("v").append_episode({**cams, "action": action}, episode=f"ep-{e}")
+            image = np.random.default_rng(e).integers(0, 256, (FRAMES, 16, 16, 3), np.uint8)
+            tx.table("v").append_episode({**cams, "action": action, "image": image},
+                                         episode=f"ep-{e}")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def roots(s3_server, tmp_path_factory):
-    """Six episodes of two cameras on local disk and their byte-for-byte copy on S3."""
+    """Six episodes of two cameras, an action and a wide image column (768 B rows, read
+    from chunks too) on local disk, and their byte-for-byte copy on S3."""
     path = tmp_path_factory.mktemp("local")
     local = td.Client(str(path), create=True)
     _write(local)
@@ -61,7 +64,7 @@ def caches(tmp_path, monkeypatch):
 
 def _recipe(client: td.Client, shuffle: object = None) -> td.Recipe:
     windows = td.Windows({"cam0": td.Video([0, 1]), "cam1": td.Video([0, 2]),
-                          "action": td.Rows([0])})  # fmt: skip
+                          "action": td.Rows([0]), "image": td.Rows([1])})  # fmt: skip
     comp = td.Component(client.project("p").branch().table("v"), windows)
     return td.Recipe(seed=4, batch_size=BATCH, components=[comp], shuffle=shuffle)
 
@@ -83,11 +86,12 @@ BLOCK = td.BlockShuffle(block_rows=32, window_blocks=2)
 
 
 def test_windows_read_from_chunks_fetched_once(roots, caches, monkeypatch):
-    """A chunk cache that holds every stream: each window is read from chunks (no range
-    request of its own), frames equal local disk's, and each stream chunk is fetched once
-    (bytes fetched at most the streams' bytes), with the media counters reported."""
+    """A chunk cache that holds every stream and the image column: each window and row is
+    read from chunks (no request of its own), frames equal local disk's, and each stream
+    chunk is fetched once (bytes fetched at most the streams' bytes), with the media
+    counters reported apart from the rows'."""
     local, s3, streams = roots
-    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(4 * streams))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(1 << 20))
     _, want = _run(local, BLOCK)
     _same(_run(local, BLOCK, lookahead=4)[1], want)  # a local root: nothing to fetch
     loader, got = _run(s3, BLOCK, lookahead=4)
@@ -98,6 +102,7 @@ def test_windows_read_from_chunks_fetched_once(roots, caches, monkeypatch):
             for c in ids.tolist()}  # fmt: skip
     assert st.media_misses == len(need) > 0 and st.media_hits > 0  # blocks reuse chunks
     assert st.windows_fetched == 0 and st.windows_read == 2 * STEPS * BATCH
+    assert st.rows_taken == 0 and st.rows_read > 0 and st.misses > st.media_misses
     assert 0 < st.media_fetched_bytes <= streams and st.media_requests <= len(need)
     assert reaper.drain(30)
     report = lookahead_mod.LAST
@@ -108,13 +113,14 @@ def test_windows_read_from_chunks_fetched_once(roots, caches, monkeypatch):
 
 @pytest.mark.parametrize("shuffle", [None, BLOCK], ids=["full", "block"])
 def test_a_small_cache_keeps_its_bound_and_the_frames(roots, caches, monkeypatch, shuffle):
-    """A chunk cache of 6 chunks, a fraction of the streams: the bound holds throughout,
-    frames are the same, and windows whose chunks found no room are fetched with range
-    requests (counted). The block shuffle reads windows from chunks; the full shuffle's
-    window may not fit (the stage then stops and says why)."""
+    """A chunk cache of 24 chunks, a fraction of the streams and image rows (their chunks
+    evicted by next use together): the bound holds throughout, frames are the same, and
+    windows whose chunks found no room are fetched with range requests (counted). The
+    block shuffle reads windows from chunks; the full shuffle's window may not fit (the
+    stage then stops and says why)."""
     local, s3, streams = roots
-    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(6 * CHUNK))
-    assert 6 * CHUNK < streams // 4
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(24 * CHUNK))
+    assert 24 * CHUNK < streams  # and the image column is 184 kB
     _, want = _run(local, shuffle)
     seen: list[int] = []
     from treadle.storage.chunkstore import ChunkStore
