@@ -140,3 +140,19 @@ def test_a_small_cache_keeps_its_bound_and_the_frames(roots, caches, monkeypatch
     assert st.windows_read + st.windows_fetched == 2 * STEPS * BATCH and st.media_misses > 0
     if shuffle is not None:
         assert seen and st.windows_read > 0, st
+
+
+def test_a_reader_makes_no_files_for_streams_nothing_fetched(tmp_path):
+    """``ChunkStore.existing`` (what a reader asks for each window) finds only objects some
+    process made; it makes no files for the others (a full shuffle past the cache reads
+    every stream with range requests: none of them gets files in the chunk folder)."""
+    from treadle.storage.chunkstore import ChunkStore
+
+    store = Store.open(str(tmp_path / "root"), create=True)
+    cs = ChunkStore(tmp_path / "chunks", 1 << 20, 1024)
+    assert cs.existing(store, "media/v/a.h264", 5000, media=True) is None
+    assert list((tmp_path / "chunks").iterdir()) == []
+    made = cs.object(store, "media/v/a.h264", 5000, media=True)
+    other = ChunkStore(tmp_path / "chunks", 1 << 20, 1024)  # another process's view
+    found = other.existing(store, "media/v/a.h264", 5000)
+    assert found is not None and found.name == made.name and found.count == 5

@@ -117,6 +117,15 @@ class ChunkStore:
             hit.media = hit.media or media
         return hit
 
+    def existing(self, store: Store, key: str, size: int, media: bool = False
+                 ) -> ObjectChunks | None:  # fmt: skip
+        """:meth:`object`, only where some process of the node made it (a reader asks
+        without making files for objects nothing fetches)."""
+        name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        if name not in self._objects and not (self.directory / f"{name}.state").exists():
+            return None
+        return self.object(store, key, size, media)
+
     def used(self) -> int:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""
         with _locked(self.directory / ".lock"):

@@ -177,12 +177,15 @@ class WindowFetcher:
         return [FetchedWindow(r, p, d) for r, p, d in zip(requests, plans, datas)]  # type: ignore[arg-type]
 
     def _from_chunks(self, r: WindowRequest, p: WindowPlan) -> bytes | None:
-        """The window's bytes from present chunks, or None (no chunk store, a chunk not
-        present, or the store's files not usable: then a range request reads them)."""
+        """The window's bytes from present chunks, or None (no chunk store, a stream the
+        store has no files of, a chunk not present, or files not usable: then a range
+        request reads them)."""
         if self.chunks is None or p.end > r.index.extent:
             return None
         try:
-            return self.chunks.read(self.media_object(r.key, r.index), p.start, p.end)
+            key = self.object_key(r.key)
+            obj = self.chunks.existing(self.store, key, r.index.extent, media=True)
+            return None if obj is None else self.chunks.read(obj, p.start, p.end)
         except OSError:
             return None
 
