@@ -6,9 +6,10 @@ loader's position and the plan decide what it fetches: a restart fetches exactly
 steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_rows`) to the
 chunks of their data files and its video windows to chunks of their streams
 (:mod:`treadle.read.chunk_media`), and has the node's chunk store
-(:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests, before the reader gets there. Each chunk
-is held for the step that reads it, then takes its next use in the window (none: it goes
-first), so eviction follows the plan (Belady's policy, over the steps it can see).
+(:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests,
+before the reader gets there. Each chunk is held for the step that reads it, then takes its
+next use in the window (none: it goes first), so eviction follows the plan (Belady's policy,
+over the steps it can see).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
 batches are the same with or without it (and when a fetch fails: it is logged once, and the
@@ -240,7 +241,7 @@ class Lookahead:
 def media_report(st: ChunkStats, samples: int) -> dict[str, float]:
     """The video streams' share of a :meth:`Lookahead.report` (``samples`` read): their
     chunks' hit rate, bytes and requests per sample, and the windows read from chunks
-    (the others were fetched with a range request each, counted in neither)."""
+    (the others were fetched with range requests, which these counts leave out)."""
     asked = max(1, st.media_hits + st.media_misses)
     windows = max(1, st.windows_read + st.windows_fetched)
     return {"media_hit_rate": round(st.media_hits / asked, 4),

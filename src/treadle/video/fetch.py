@@ -147,7 +147,8 @@ class WindowFetcher:
     def media_object(self, key: str, index: StreamIndex) -> ObjectChunks:
         """The chunks of the stream at ``key`` (needs :attr:`chunks`): an object of the
         index's extent (the stream is content-addressed: one key, one extent)."""
-        assert self.chunks is not None
+        if self.chunks is None:
+            raise ValueError("this WindowFetcher reads no chunks (chunks=None)")
         return self.chunks.object(self.store, self.object_key(key), index.extent, media=True)
 
     def fetch(self, requests: Sequence[WindowRequest]) -> list[FetchedWindow]:
