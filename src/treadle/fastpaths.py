@@ -34,7 +34,7 @@ PATHS = {
     "cached reads": "fixed-width columns on object stores are read with a Lance take per batch "
     "(a request per row)",
     "chunk cache": "with lookahead, rows of tables past the object cache are read with a "
-    "Lance take per batch (a request per row)",
+    "Lance take per batch (a request per row), video windows with a range request each",
 }
 """Each fast path, and what runs instead when it is off."""
 

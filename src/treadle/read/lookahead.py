@@ -4,10 +4,12 @@ The plan knows every future sample, so a loader at step ``s`` knows which rows s
 ``s .. s+L`` will read. :class:`Lookahead` runs one thread that walks those steps (only the
 loader's position and the plan decide what it fetches: a restart fetches exactly what its own
 steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_rows`) to the
-chunks of their data files, and has the node's chunk store (:mod:`treadle.storage.chunkstore`)
-fetch the missing ones, in coalesced range requests, before the reader gets there. Each chunk
-is held for the step that reads it, then takes its next use in the window (none: it goes
-first), so eviction follows the plan (Belady's policy, over the steps it can see).
+chunks of their data files and its video windows to chunks of their streams
+(:mod:`treadle.read.chunk_media`), and has the node's chunk store
+(:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests,
+before the reader gets there. Each chunk is held for the step that reads it, then takes its
+next use in the window (none: it goes first), so eviction follows the plan (Belady's policy,
+over the steps it can see).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
 batches are the same with or without it (and when a fetch fails: it is logged once, and the
@@ -27,6 +29,8 @@ import numpy as np
 
 from treadle import fastpaths, reaper
 from treadle.fastpaths import log
+from treadle.read.chunk_media import media_chunks
+from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
 if TYPE_CHECKING:
@@ -52,8 +56,9 @@ class Lookahead:
     def __init__(self, reader: SampleReader, samples: Callable[[int], Any], steps: Iterable[int],
                  lookahead: int, chunks: ChunkStore) -> None:  # fmt: skip
         self.reader, self.samples, self.chunks = reader, samples, chunks
-        # the reader's takes run read_ahead steps ahead: the window covers them at least
-        self.lookahead = max(int(lookahead), int(getattr(reader, "read_ahead", 0)))
+        # the reader's takes and windows run read_ahead steps ahead of the batch it
+        # assembles, one after the last it handed out: the window covers them at least
+        self.lookahead = max(int(lookahead), int(getattr(reader, "read_ahead", 0)) + 1)
         self._steps = iter(steps)
         self._now: int | None = None  # the first step not yet read
         self._fetched = -1  # the last step whose fetches ended
@@ -115,10 +120,11 @@ class Lookahead:
         fetched and requests sent per sample, over the samples read so far."""
         st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
         rows = max(1, st.rows_read + st.rows_taken)
-        return {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
-                "rows_from_chunks": round(st.rows_read / rows, 4),
-                "bytes_per_sample": round(st.fetched_bytes / n, 1),
-                "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
+        out = {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
+               "rows_from_chunks": round(st.rows_read / rows, 4),
+               "bytes_per_sample": round(st.fetched_bytes / n, 1),
+               "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
+        return out | media_report(st, n) if st.media_hits + st.media_misses else out
 
     def _run(self) -> None:
         steps = iter(self._steps)
@@ -208,7 +214,8 @@ class Lookahead:
             yield step
 
     def _need(self, step: int) -> Need:
-        """The chunks step ``step``'s rows of chunked columns need, per data file."""
+        """The chunks step ``step``'s rows of chunked columns need, per data file, and
+        those its video windows need, per stream (:mod:`treadle.read.chunk_media`)."""
         batch = self.samples(step)
         fixed = self.reader.fixed
         by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
@@ -226,7 +233,21 @@ class Lookahead:
                 for p, ids in col.chunk_ids(rows).items():
                     obj = col.objects[p]
                     by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
+        for store, obj, ids in media_chunks(self.reader, batch.component, batch.moment):
+            by_obj.setdefault(obj.name, (store, obj, []))[2].append(ids)
         return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
+
+
+def media_report(st: ChunkStats, samples: int) -> dict[str, float]:
+    """The video streams' share of a :meth:`Lookahead.report` (``samples`` read): their
+    chunks' hit rate, bytes and requests per sample, and the windows read from chunks
+    (the others were fetched with range requests, which these counts leave out)."""
+    asked = max(1, st.media_hits + st.media_misses)
+    windows = max(1, st.windows_read + st.windows_fetched)
+    return {"media_hit_rate": round(st.media_hits / asked, 4),
+            "windows_from_chunks": round(st.windows_read / windows, 4),
+            "media_bytes_per_sample": round(st.media_fetched_bytes / samples, 1),
+            "media_requests_per_sample": round(st.media_requests / samples, 4)}  # fmt: skip
 
 
 def tracked(batches: Iterator[dict[str, Any]], steps: Iterable[int],

@@ -47,6 +47,7 @@ from treadle.read.prefetch import ordered_map
 from treadle.read.stream_index import StreamIndexes
 from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
 from treadle.read.video_requests import Prepared, window_requests
+from treadle.video.fetch import chunked_fetcher
 
 if TYPE_CHECKING:
     from treadle.storage.chunkstore import ChunkStore
@@ -104,8 +105,8 @@ class SampleReader:
     buffers are taken when it is assembled. ``copy_objects``: on an object store, map wide
     fixed-width columns from copies of their data files in the local object cache
     (:mod:`treadle.storage.filecache`); False for a reader of a batch or two.
-    ``chunks``: a chunk store whose chunks rows past the object cache are read from
-    (a loader's ``lookahead``). ``resident_bytes``: how much of narrow fixed-width columns it may read whole into
+    ``chunks``: a chunk store whose chunks rows past the object cache, and video windows,
+    are read from (a loader's ``lookahead``). ``resident_bytes``: how much of narrow fixed-width columns it may read whole into
     memory (None: :data:`~treadle.read.fixed.RESIDENT_BYTES`; 0: every one read by Lance
     takes, for a reader of one batch).
     """
@@ -144,7 +145,8 @@ class SampleReader:
         else:
             self._video = backend.video_reader(store, prefix=prefix, threads=video_threads)
         self._device = backend.device if backend is not None and backend.on_device else None
-        self._streams = StreamIndexes()
+        self.streams = self._streams = StreamIndexes()
+        self.media = chunked_fetcher(self._video, chunks)  # lookahead: windows from chunks
         self._buffers = BufferPool()
         keep: dict[str, Any] = {} if resident_bytes is None else {"resident_bytes": resident_bytes}
         if chunks is not None:  # lookahead: rows of files past the object cache from chunks

@@ -34,13 +34,13 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from treadle.fork_locks import renew_lock_in_child
+from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
 from treadle.storage.filecache import _locked
 from treadle.storage.store import RangeRequest
@@ -59,33 +59,12 @@ NEVER = 1 << 62
 _FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (Linux)
 
 
-@dataclass
-class ChunkStats:
-    """What this process asked of the store: chunk hits and misses, bytes and GETs fetched."""
-
-    hits: int = 0
-    misses: int = 0
-    fetched_bytes: int = 0  # as the store sent them: obstore's merged ranges, gaps included
-    requests: int = 0  # HTTP requests: obstore's merged ranges
-    bypassed: int = 0  # chunks not kept (no room for them: not fetched)
-    rows_read: int = 0  # rows readers read from present chunks
-    rows_taken: int = 0  # rows readers took another way (their chunks were not present)
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 1.0
-
-    def since(self, before: ChunkStats) -> ChunkStats:
-        """What was counted after ``before`` (a copy taken earlier)."""
-        return ChunkStats(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
-
-
 class ObjectChunks:
     """One object's files in the store: its sparse data file and mapped state words."""
 
     def __init__(self, directory: Path, name: str, key: str, size: int, chunk: int):
         self.name, self.key, self.size, self.chunk = name, key, size, chunk
+        self.media = False  # a video stream (counted apart in ChunkStats' media_* fields)
         self.count = max(1, -(-size // chunk))
         state = directory / f"{name}.state"
         data = directory / f"{name}.data"
@@ -124,8 +103,9 @@ class ChunkStore:
     def __repr__(self) -> str:
         return f"ChunkStore({str(self.directory)!r}, max_bytes={self.max_bytes})"
 
-    def object(self, store: Store, key: str, size: int) -> ObjectChunks:
-        """The chunks of object ``key`` of ``store`` (``size`` bytes: data files never change)."""
+    def object(self, store: Store, key: str, size: int, media: bool = False) -> ObjectChunks:
+        """The chunks of object ``key`` of ``store`` (``size`` bytes: data files never change);
+        ``media``: a video stream, counted apart."""
         name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
         with self._lock:
             hit = self._objects.get(name)
@@ -135,7 +115,17 @@ class ChunkStore:
                         self.directory, name, key, size, self.chunk_bytes
                     )
             hit.key = key  # one first seen in the folder (another process's) has none yet
+            hit.media = hit.media or media
         return hit
+
+    def existing(self, store: Store, key: str, size: int, media: bool = False
+                 ) -> ObjectChunks | None:  # fmt: skip
+        """:meth:`object`, only where some process of the node made it (a reader asks
+        without making files for objects nothing fetches)."""
+        name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        if name not in self._objects and not (self.directory / f"{name}.state").exists():
+            return None
+        return self.object(store, key, size, media)
 
     def used(self) -> int:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""
@@ -185,8 +175,10 @@ class ChunkStore:
                     misses.append((n, i, c))
                     continue
                 self.stats.hits += 1
+                self.stats.media_hits += obj.media
                 _need(w, now, n if at is None else at, now if at is None else at)
         self.stats.misses += len(misses)
+        self.stats.media_misses += sum(wanted[i][0].media for _, i, _ in misses)
         reserved: list[list[int]] = [[] for _ in wanted]
         skipped: list[list[int]] = [[] for _ in wanted]
         for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
@@ -249,8 +241,12 @@ class ChunkStore:
             raise
         for obj in {id(o): o for o in where}.values():  # obstore merges ranges of one call
             sent = coalesced([(r.start, r.end) for o, r in zip(where, reqs) if o is obj])
+            sent_bytes = sum(b - a for a, b in sent)
             self.stats.requests += len(sent)
-            self.stats.fetched_bytes += sum(b - a for a, b in sent)
+            self.stats.fetched_bytes += sent_bytes
+            if obj.media:
+                self.stats.media_requests += len(sent)
+                self.stats.media_fetched_bytes += sent_bytes
         for obj, chunks in reserved:
             self._set(obj, chunks, PRESENT)
 

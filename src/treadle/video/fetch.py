@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from treadle.storage.store_errors import ShortObject
 from treadle.video.frame_spec import FrameSpec
 from treadle.video.stream import StreamIndex
 from treadle.video.window_plan import WindowPlan, plan_window
+
+if TYPE_CHECKING:
+    from treadle.storage.chunkstore import ChunkStore, ObjectChunks
 
 
 def where_text(where: tuple[str, str, str] | str | None) -> str:
@@ -127,17 +130,30 @@ class FetchedWindow:
 
 
 class WindowFetcher:
-    """Plans and fetches batches of windows from a :class:`~treadle.storage.Store`."""
+    """Plans and fetches batches of windows from a :class:`~treadle.storage.Store`.
 
-    def __init__(self, store: Store, prefix: str = ""):
+    ``chunks``: a chunk store (a loader's ``lookahead`` fetches the windows' stream chunks
+    into it, :mod:`treadle.read.chunk_media`): a window whose bytes are all in present
+    chunks is read from them, the others with range requests as without it."""
+
+    def __init__(self, store: Store, prefix: str = "", chunks: ChunkStore | None = None):
         self.store = store
         self.prefix = prefix.strip("/")
+        self.chunks = chunks
 
     def object_key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    def media_object(self, key: str, index: StreamIndex) -> ObjectChunks:
+        """The chunks of the stream at ``key`` (needs :attr:`chunks`): an object of the
+        index's extent (the stream is content-addressed: one key, one extent)."""
+        if self.chunks is None:
+            raise ValueError("this WindowFetcher reads no chunks (chunks=None)")
+        return self.chunks.object(self.store, self.object_key(key), index.extent, media=True)
+
     def fetch(self, requests: Sequence[WindowRequest]) -> list[FetchedWindow]:
-        """Plan every window, then read all their byte ranges in one ``get_ranges``.
+        """Plan every window, then read all their byte ranges in one ``get_ranges``
+        (those not in present chunks of :attr:`chunks`).
 
         Errors name the window: :class:`VideoError` (frames outside the episode),
         :class:`~treadle.errors.NotFound` / :class:`~treadle.errors.StorageError`.
@@ -150,18 +166,54 @@ class WindowFetcher:
                 raise VideoError(f"{where_text(r.where)}: {e}") from None
         if not requests:
             return []
+        datas: list[bytes | None] = [self._from_chunks(r, p) for r, p in zip(requests, plans)]
+        todo = [i for i, d in enumerate(datas) if d is None]
+        if self.chunks is not None:
+            self.chunks.stats.windows_read += len(datas) - len(todo)
+            self.chunks.stats.windows_fetched += len(todo)
+        if todo:
+            got = self._get([requests[i] for i in todo], [plans[i] for i in todo])
+            for i, d in zip(todo, got):
+                datas[i] = d
+        return [FetchedWindow(r, p, d) for r, p, d in zip(requests, plans, datas)]  # type: ignore[arg-type]
+
+    def _from_chunks(self, r: WindowRequest, p: WindowPlan) -> bytes | None:
+        """The window's bytes from present chunks, or None (no chunk store, a stream the
+        store has no files of, a chunk not present, or files not usable: then a range
+        request reads them)."""
+        if self.chunks is None or p.end > r.index.extent:
+            return None
+        try:
+            key = self.object_key(r.key)
+            obj = self.chunks.existing(self.store, key, r.index.extent, media=True)
+            return None if obj is None else self.chunks.read(obj, p.start, p.end)
+        except OSError:
+            return None
+
+    def _get(self, requests: Sequence[WindowRequest], plans: Sequence[WindowPlan]) -> list[Any]:
+        """The windows' byte ranges in one ``get_ranges``; errors name the window."""
         ranges = [
             RangeRequest(self.object_key(r.key), p.start, p.end) for r, p in zip(requests, plans)
         ]
         try:
-            datas = self.store.get_ranges(ranges)
+            return self.store.get_ranges(ranges)
         except ShortObject as e:
             raise _truncated(requests, plans, e, self.object_key) from None
         except (NotFound, StorageError) as e:
             msg = str(e)
             named = [where_text(r.where) for r in requests if self.object_key(r.key) in msg]
             raise type(e)(f"{(named or [where_text(requests[0].where)])[0]}: {msg}") from None
-        return [FetchedWindow(r, p, d) for r, p, d in zip(requests, plans, datas)]
+
+
+def chunked_fetcher(video_reader: Any, chunks: ChunkStore | None) -> WindowFetcher | None:
+    """Point ``video_reader``'s fetcher at ``chunks`` (windows read from present chunks);
+    the fetcher, or None where there is nothing to do (no chunk store, a local store, a
+    reader with no :class:`WindowFetcher`)."""
+    fetcher = getattr(video_reader, "fetcher", None)
+    if chunks is None or not isinstance(fetcher, WindowFetcher) or fetcher.store.is_local:
+        return None
+    fetcher.chunks = chunks
+    return fetcher
 
 
 def _truncated(

@@ -90,6 +90,13 @@ class StreamIndex:
         return len(self.offset)
 
     @cached_property
+    def extent(self) -> int:
+        """Bytes of the stream its packets span (the end of its last packet)."""
+        if len(self.offset) == 0:
+            return 0
+        return int((np.asarray(self.offset, np.int64) + np.asarray(self.size, np.int64)).max())
+
+    @cached_property
     def display_of_decode(self) -> np.ndarray:
         """``display_of_decode[d]`` = display index of the packet at decode position ``d``."""
         n = len(self)

@@ -1,0 +1,59 @@
+"""Video windows' stream bytes in the chunk store (:mod:`treadle.storage.chunkstore`).
+
+A video window reads one byte range of its episode's stream: from the keyframe its first
+frame needs to its last packet (:func:`treadle.video.window_plan.plan_window`). Which range
+is a function of the plan and the pinned table's stream index only, so a loader's
+``lookahead`` (:mod:`treadle.read.lookahead`) computes the ranges of the steps ahead with
+the reader's own :func:`~treadle.read.video_requests.window_requests`, and has the chunks
+they touch fetched with the rows' chunks (one round of coalesced range requests, evicted
+by next use together). The reader's :class:`~treadle.video.fetch.WindowFetcher` then reads a
+window from present chunks, and fetches the others with a range request, as without it.
+Each stream is one object of the chunk store (its chunks: ``chunk_bytes`` of it), so with
+``td.BlockShuffle`` an episode's stream is fetched once for all the samples its block
+draws while its chunks stay cached.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from treadle.errors import VideoError
+from treadle.read.video_requests import window_requests
+from treadle.video.window_plan import plan_window
+
+if TYPE_CHECKING:
+    from treadle.read.sample_reader import SampleReader
+    from treadle.storage.chunkstore import ObjectChunks
+
+__all__ = ["media_chunks"]
+
+
+def media_chunks(reader: SampleReader, component: np.ndarray, moment: np.ndarray
+                 ) -> list[tuple[Any, ObjectChunks, np.ndarray]]:  # fmt: skip
+    """``(store, stream object, chunk ids)`` of the video windows the reader reads for these
+    samples (none when the reader reads no window from chunks: ``reader.media`` is None).
+    A window the reader will refuse (frames outside its episode) asks for nothing: its
+    read raises, as without ``lookahead``."""
+    fetcher = getattr(reader, "media", None)
+    if fetcher is None or fetcher.chunks is None:
+        return []
+    size = fetcher.chunks.chunk_bytes
+    by_obj: dict[str, tuple[ObjectChunks, list[np.ndarray]]] = {}
+    for c in np.unique(component):
+        slots = np.flatnonzero(component == c)
+        table, m = reader.tables[int(c)], moment[slots]
+        for cs in reader.columns[int(c)]:
+            if not cs.video or cs.absent or cs.image is not None:
+                continue
+            reqs, _ = window_requests(table, cs, m, reader.streams)
+            for r in reqs:
+                try:
+                    p = plan_window(r.index, r.frames)
+                except VideoError:
+                    continue
+                obj = fetcher.media_object(r.key, r.index)
+                ids = np.arange(p.start // size, (max(p.start, p.end - 1)) // size + 1)
+                by_obj.setdefault(obj.name, (obj, []))[1].append(ids)
+    return [(fetcher.store, o, np.unique(np.concatenate(v))) for o, v in by_obj.values()]

@@ -1,0 +1,158 @@
+"""A loader's ``lookahead`` fetches the stream bytes of the video windows of the steps ahead
+into the chunk cache (treadle.read.chunk_media), and the reader reads windows from there:
+frames are the same as without it, the bound holds, and with ``td.BlockShuffle`` each
+stream chunk is fetched once for all the samples that read it."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+import treadle as td
+from treadle import fastpaths, reaper
+from treadle.read import lookahead as lookahead_mod
+from treadle.read.fixed import FixedReader
+from treadle.storage import Store
+from treadle.video._testing import synthetic_frames
+
+pytestmark = pytest.mark.s3
+
+EPISODES, FRAMES, BATCH, STEPS, CHUNK = 6, 40, 8, 12, 1 << 10
+
+
+def _write(client: td.Client) -> None:
+    branch = client.project("p").branch()
+    with branch.transaction("episodes") as tx:
+        for e in range(EPISODES):
+            cams = {f"cam{k}": td.VideoFrames(synthetic_frames(FRAMES, 32, 32, seed=2 * e + k),
+                                              fps=10) for k in range(2)}  # fmt: skip
+            action = np.arange(FRAMES * 3, dtype=np.float32).reshape(FRAMES, 3) + 1000 * e
+            image = np.random.default_rng(e).integers(0, 256, (FRAMES, 16, 16, 3), np.uint8)
+            tx.table("v").append_episode({**cams, "action": action, "image": image},
+                                         episode=f"ep-{e}")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def roots(s3_server, tmp_path_factory):
+    """Six episodes of two cameras, an action and a wide image column (768 B rows, read
+    from chunks too) on local disk, and their byte-for-byte copy on S3."""
+    path = tmp_path_factory.mktemp("local")
+    local = td.Client(str(path), create=True)
+    _write(local)
+    url = s3_server.url(f"lookvideo-{id(tmp_path_factory)}")
+    store = Store.open(url, s3_server.storage_options())
+    streams = 0
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        store.put(f.relative_to(path).as_posix(), f.read_bytes())
+        streams += f.stat().st_size if f.suffix == ".h264" else 0
+    return local, td.Client(url, storage_options=s3_server.storage_options()), streams
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    """An object cache too small for any data file, chunks of 1 KiB (a stream is several)."""
+    from treadle.read import sample_reader
+
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(CHUNK))
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    monkeypatch.setattr(sample_reader, "FixedReader", partial(FixedReader, resident_bytes=64 << 10))
+
+
+def _recipe(client: td.Client, shuffle: object = None) -> td.Recipe:
+    windows = td.Windows({"cam0": td.Video([0, 1]), "cam1": td.Video([0, 2]),
+                          "action": td.Rows([0]), "image": td.Rows([1])})  # fmt: skip
+    comp = td.Component(client.project("p").branch().table("v"), windows)
+    return td.Recipe(seed=4, batch_size=BATCH, components=[comp], shuffle=shuffle)
+
+
+def _run(client, shuffle=None, **kw):
+    loader = td.TrainLoader(_recipe(client, shuffle), steps=STEPS, **kw)
+    return loader, [dict(b) for b in loader]
+
+
+def _same(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
+
+
+BLOCK = td.BlockShuffle(block_rows=32, window_blocks=2)
+
+
+def test_windows_read_from_chunks_fetched_once(roots, caches, monkeypatch):
+    """A chunk cache that holds every stream and the image column: each window and row is
+    read from chunks (no request of its own), frames equal local disk's, and each stream
+    chunk is fetched once (bytes fetched at most the streams' bytes), with the media
+    counters reported apart from the rows'."""
+    local, s3, streams = roots
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(1 << 20))
+    _, want = _run(local, BLOCK)
+    _same(_run(local, BLOCK, lookahead=4)[1], want)  # a local root: nothing to fetch
+    loader, got = _run(s3, BLOCK, lookahead=4)
+    _same(got, want)
+    stage = loader.lookahead_stage
+    st = stage.chunks.stats.since(stage._base)
+    need = {(o.name, c) for s in range(STEPS) for _, o, ids in stage._need(s) if o.media
+            for c in ids.tolist()}  # fmt: skip
+    assert st.media_misses == len(need) > 0 and st.media_hits > 0  # blocks reuse chunks
+    assert st.windows_fetched == 0 and st.windows_read == 2 * STEPS * BATCH
+    assert st.rows_taken == 0 and st.rows_read > 0 and st.misses > st.media_misses
+    assert 0 < st.media_fetched_bytes <= streams and st.media_requests <= len(need)
+    assert reaper.drain(30)
+    report = lookahead_mod.LAST
+    assert report["windows_from_chunks"] == 1.0 and report["media_hit_rate"] > 0
+    assert report["media_requests_per_sample"] == round(st.media_requests / (STEPS * BATCH), 4)
+    assert td.info().object_cache["lookahead"] == report
+
+
+@pytest.mark.parametrize("shuffle", [None, BLOCK], ids=["full", "block"])
+def test_a_small_cache_keeps_its_bound_and_the_frames(roots, caches, monkeypatch, shuffle):
+    """A chunk cache of 24 chunks, a fraction of the streams and image rows (their chunks
+    evicted by next use together): the bound holds throughout, frames are the same, and
+    windows whose chunks found no room are fetched with range requests (counted). The
+    block shuffle reads windows from chunks; the full shuffle's window may not fit (the
+    stage then stops and says why)."""
+    local, s3, streams = roots
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(24 * CHUNK))
+    assert 24 * CHUNK < streams  # and the image column is 184 kB
+    _, want = _run(local, shuffle)
+    seen: list[int] = []
+    from treadle.storage.chunkstore import ChunkStore
+
+    real = ChunkStore.download
+
+    def watched(self, store, reserved):
+        real(self, store, reserved)
+        seen.append(self.used())
+
+    monkeypatch.setattr(ChunkStore, "download", watched)
+    loader, got = _run(s3, shuffle, lookahead=2, read_ahead=1)
+    _same(got, want)
+    cs = loader.lookahead_stage.chunks
+    assert max(seen, default=0) <= cs.max_bytes and cs.used() <= cs.max_bytes
+    st = cs.stats.since(loader.lookahead_stage._base)
+    assert st.windows_read + st.windows_fetched == 2 * STEPS * BATCH and st.media_misses > 0
+    if shuffle is not None:
+        assert seen and st.windows_read > 0, st
+
+
+def test_a_reader_makes_no_files_for_streams_nothing_fetched(tmp_path):
+    """``ChunkStore.existing`` (what a reader asks for each window) finds only objects some
+    process made; it makes no files for the others (a full shuffle past the cache reads
+    every stream with range requests: none of them gets files in the chunk folder)."""
+    from treadle.storage.chunkstore import ChunkStore
+
+    store = Store.open(str(tmp_path / "root"), create=True)
+    cs = ChunkStore(tmp_path / "chunks", 1 << 20, 1024)
+    assert cs.existing(store, "media/v/a.h264", 5000, media=True) is None
+    assert list((tmp_path / "chunks").iterdir()) == []
+    made = cs.object(store, "media/v/a.h264", 5000, media=True)
+    other = ChunkStore(tmp_path / "chunks", 1 << 20, 1024)  # another process's view
+    found = other.existing(store, "media/v/a.h264", 5000)
+    assert found is not None and found.name == made.name and found.count == 5
