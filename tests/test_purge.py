@@ -18,7 +18,7 @@ import pytest
 
 import treadle as td
 from loader_helpers import batch_hash
-from treadle.storage.filecache import default_dir
+from treadle.storage.filecache import default_dir, file_cache
 from treadle.video.encode import encode_value
 
 MARK = b"PURGE-ME-7f3a9c1e-\x00\xffbytes"
@@ -91,6 +91,11 @@ def purge_case(root: str, options: dict | None) -> dict:
         episode="e",
     )  # fmt: skip
     media_before = set(client.store.list(f"{project.prefix}/media"))
+    cache = file_cache()  # copies of the data files, as object-store reads keep them
+    assert not isinstance(cache, str), cache
+    for key, info in client.store.list_info(f"{project.prefix}/tables").items():
+        if "/data/" in key:
+            cache.path(client.store, key, info.size)
     needles = (MARK, TEXT.encode())
     found_before = holders(client, needles)
     commit = project.purge("t", ["b", "d"], reason="consent withdrawn")
@@ -109,7 +114,9 @@ def purged(tmp_path_factory):
 
 
 def test_marker_bytes_are_gone_from_the_root(purged):
-    assert purged["found_before"], "the marker must be under the root before the purge"
+    before = purged["found_before"]
+    assert any(k.startswith("projects/") for k in before), "the marker must be stored first"
+    assert any(k.startswith(str(default_dir())) for k in before), "and in the object cache"
     assert purged["found_after"] == []
 
 
@@ -252,3 +259,45 @@ def test_cli_purge(tmp_path, capsys):
     assert list(project.branch().table("t").pin().episodes().names) == ["a", "c"]
     assert cli_main(["purge", "p", "t", "zz", "--reason", "x", "--root", str(tmp_path)]) != 0
     assert "'zz'" in capsys.readouterr().err
+
+
+def test_a_branch_made_before_the_purge_writes_no_blanked_rows(tmp_path):
+    """A branch from a commit before the purge reads its other episodes; a write that
+    would list the blanked rows again is a td.Purged (nothing committed) until the purged
+    episodes are deleted on it."""
+    client = td.Client(str(tmp_path))
+    project = client.project("p")
+    fill(project.branch())
+    project.tag("old", project.branch().commit_id)
+    project.purge("t", ["b", "d"], reason="erasure request")
+    old = project.create_branch("old", from_=project.tags()["old"])
+    t = old.table("t")
+    head = old.commit_id
+    episode = {"cam": frames(5), "note": np.array(["z"] * 6, dtype=object),
+               "blob": [b"z"] * 6, "act": np.ones((6, 2), np.float32)}  # fmt: skip
+    with pytest.raises(td.Purged, match="erasure request"):
+        t.append_episode(episode, episode="z")
+    with pytest.raises(td.Purged):
+        t.add_column("ok", {}, default=True)
+    assert old.commit_id == head
+    t.delete_episodes(["b", "d"])
+    t.append_episode(episode, episode="z")
+    assert list(t.pin().episodes().names) == ["a", "c", "z"]
+    assert len(hashes(recipe(t).plan())) == 3
+
+
+def test_retention_expires_a_purged_version_like_any_other(tmp_path):
+    """gc --keep-days: a replacement goes when no retained commit names the version it
+    replaced, and reading that commit then says retention expired it."""
+    client = td.Client(str(tmp_path))
+    project = client.project("p")
+    fill(project.branch())
+    t = project.branch().table("t")
+    old = project.branch().commit_id
+    project.purge("t", ["b"], reason="r")
+    report = project.gc(older_than=timedelta(0), keep_days=0)
+    assert old in report.expired_commits and report.removed_versions > 0
+    with pytest.raises(td.ExpiredCommit):
+        t.at(old).to_arrow(filter="episode = 'a'")
+    assert list(t.pin().episodes().names) == ["a", "c", "d"]
+    assert t.pin().to_arrow(["act"]).num_rows == 18

@@ -145,6 +145,8 @@ class LanceTables:
         before_write: Callable[[], None],
     ) -> int:
         """A new version of table ``name``: ``base``'s fragments + ``fragments``."""
+        if base is not None:
+            self.check_unblanked(name, [f.metadata for f in base.get_fragments()])
         # not cached: a dataset Lance returns from a commit shares its base's session,
         # whose caches would then hold every version this writer ever committed
         return commit_exactly(
@@ -155,10 +157,32 @@ class LanceTables:
         """Uncommitted fragments of ``rows`` (a ``pyarrow.Table``) under ``ds``'s schema."""
         return write_fragments(rows, ds, schema=ds.schema, storage_options=self.options)
 
-    def commit_edit(self, name: str, schema: object, fragments: list[FragmentMetadata]) -> int:
+    def commit_edit(
+        self, name: str, schema: object, fragments: list[FragmentMetadata], purge: bool = False
+    ) -> int:
         """A new version of table ``name`` listing exactly ``fragments`` under the Lance
-        ``schema`` of a changed table (:mod:`treadle.table.evolve`)."""
+        ``schema`` of a changed table (:mod:`treadle.table.evolve`; ``purge``: a purge's
+        replacement version, which may list blanked rows)."""
+        if not purge:
+            self.check_unblanked(name, fragments)
         return commit_edit(self.uri(name), schema, fragments, self.options)
+
+    def check_unblanked(self, name: str, fragments: list[FragmentMetadata]) -> None:
+        """:class:`Purged` if a new version of table ``name`` would list rows a purge
+        blanked (a write on a branch made from a commit before the purge)."""
+        record = self.purge_map(name).blanked([df.path for f in fragments for df in f.files])
+        if record is not None:
+            err = record.error(record.episodes[0], self.place.name, -1)
+            raise Purged(
+                f"table {name!r} of project {self.place.name!r}: this write is based on a "
+                f"version that held episodes {list(record.episodes)[:5]}, purged by commit "
+                f"{record.commit[:8]} ({record.reason!r}); delete_episodes() them first, or "
+                "write on a branch made after the purge; nothing was committed",
+                episode=err.episode,
+                table=name,
+                commit=record.commit,
+                reason=record.reason,
+            )
 
     # -- protection and cleanup ------------------------------------------------------------
     def protect(self, name: str, version: int) -> None:

@@ -129,8 +129,11 @@ def purge_episodes(
     lease = Lease(project.place.store, project.place.prefix)
     try:
         lease.beat()
-        replaced, streams, old = _replace_versions(project, table, rows, lease.beat, progress)
-        record = PurgeRecord(table, commit.id, reason, tuple(sorted(wanted)), replaced, time.time())
+        replaced, streams, old, blanked = _replace_versions(
+            project, table, rows, lease.beat, progress
+        )
+        eps = tuple(sorted(wanted))
+        record = PurgeRecord(table, commit.id, reason, eps, replaced, time.time(), blanked)
         write_record(project.place, record)
         project.lance.forget(table)
         for v in sorted(set(replaced.values())):
@@ -196,9 +199,10 @@ def _empty_commit(project: PurgeOf, branch: str, message: str) -> Commit:
 
 def _replace_versions(
     project: PurgeOf, table: str, rows: _Rows, beat: Any, progress: bool | None
-) -> tuple[dict[int, int], set[str], dict[str, Any]]:
+) -> tuple[dict[int, int], set[str], dict[str, Any], tuple[str, ...]]:
     """Every version still holding a purged row, committed again with them blanked:
-    ``({old: replacement}, media keys the rows named, {data file path: old fragment})``."""
+    ``({old: replacement}, media keys the rows named, {data file path: old fragment},
+    the new data files holding the blanked rows)``."""
     from tqdm import tqdm
 
     where = f"table {table!r} of project {project.name!r}"
@@ -206,21 +210,25 @@ def _replace_versions(
     replaced: dict[int, int] = {}
     streams: set[str] = set()
     old: dict[str, Any] = {}
+    blanked: list[str] = []
+    memo: dict[Any, Any] = {}  # a fragment several versions list is written once
     versions = _versions(project, table, where)
     bar = tqdm(versions, desc=f"purge {table}", unit="version",
                disable=None if progress is None else not progress)  # fmt: skip
     for v in bar:
         ds = lance.load(table, v, f"{where} version {v}")
         video = [f.name for f in ds.schema if is_video(f)]
-        done = scrub_version(ds, rows.episodes, video, rows, beat)
+        done = scrub_version(ds, rows.episodes, video, rows, beat, memo)
         if done.edited is None:
             continue
-        replaced[v] = lance.commit_edit(table, done.edited.schema, done.edited.fragments)
+        edited = done.edited
+        replaced[v] = lance.commit_edit(table, edited.schema, edited.fragments, purge=True)
         streams |= done.streams
+        blanked.extend(done.written)
         for meta in done.replaced:
             for df in meta.files:
                 old[df.path] = meta
-    return replaced, streams, old
+    return replaced, streams, old, tuple(sorted(set(blanked)))
 
 
 __all__ = ["Purged", "Purges", "purge_episodes"]

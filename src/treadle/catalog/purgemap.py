@@ -30,6 +30,7 @@ class PurgeRecord:
     episodes: tuple[str, ...]
     versions: dict[int, int] = field(default_factory=dict)  # old version -> replacement
     time: float = 0.0
+    files: tuple[str, ...] = ()  # the data files holding the blanked rows (paths in data/)
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -39,6 +40,7 @@ class PurgeRecord:
             "episodes": list(self.episodes),
             "versions": {str(k): int(v) for k, v in sorted(self.versions.items())},
             "time": self.time,
+            "files": list(self.files),
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -53,6 +55,7 @@ class PurgeRecord:
                 tuple(str(e) for e in b["episodes"]),
                 {int(k): int(v) for k, v in b["versions"].items()},
                 float(b.get("time", 0.0)),
+                tuple(str(f) for f in b.get("files", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptData(f"purge record {key} cannot be parsed ({type(e).__name__})") from None
@@ -62,8 +65,8 @@ class PurgeRecord:
         return Purged(
             f"episode {episode!r} of table {self.table!r} (project {project!r}, version "
             f"{version}) was purged by commit {self.commit[:8]} ({self.reason!r}): its rows "
-            "are gone from every version; plan without it (episodes=, where= or "
-            "plan.exclude before it was drawn cannot bring it back)",
+            "are gone from every version; a run that drew it cannot be replayed: plan a new "
+            "run without it (episodes=)",
             episode=episode,
             table=self.table,
             commit=self.commit,
@@ -91,8 +94,10 @@ class PurgeMap:
         self.project = project
         self.records = records
         self._next: dict[int, int] = {}
+        self._blanked: dict[str, PurgeRecord] = {}  # data file -> the purge that wrote it
         for r in records:
             self._next.update(r.versions)
+            self._blanked.update(dict.fromkeys(r.files, r))
 
     def __bool__(self) -> bool:
         return bool(self.records)
@@ -117,3 +122,7 @@ class PurgeMap:
                 for ep in r.episodes:
                     out.setdefault(ep, r.error(ep, self.project, version))
         return out
+
+    def blanked(self, files: list[str]) -> PurgeRecord | None:
+        """The purge whose blanked rows one of ``files`` (data file paths) holds, if any."""
+        return next((self._blanked[f] for f in files if f in self._blanked), None)

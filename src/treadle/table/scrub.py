@@ -71,6 +71,7 @@ class Scrubbed:
     edited: Edited | None  # None: the version held no purged row
     replaced: list[FragmentMetadata] = field(default_factory=list)
     streams: set[str] = field(default_factory=set)  # media keys the purged rows named
+    written: list[str] = field(default_factory=list)  # the new data files (paths in data/)
 
 
 def purged_rows(fragment: Any, episodes: set[str]) -> np.ndarray:
@@ -85,16 +86,23 @@ def scrub_version(
     video: list[str],
     rows_of: Callable[[Any], np.ndarray],
     before_write: Callable[[], None],
+    memo: dict[Any, list[FragmentMetadata]],
 ) -> Scrubbed:
     """``ds`` with each fragment holding a row of ``episodes`` written again, those rows
     blanked (``rows_of(fragment)``: the rows to blank; ``video``: the video columns, whose
-    purged entries' media keys are collected)."""
+    purged entries' media keys are collected; ``memo``: fragments written for an earlier
+    version that lists the same one, under the same schema, are listed again)."""
     metas: list[FragmentMetadata] = []
     out = Scrubbed(None)
     for frag in ds.get_fragments():
         purge = rows_of(frag)
         if not purge.any():
             metas.append(frag.metadata)
+            continue
+        out.replaced.append(frag.metadata)
+        key = (tuple((df.path, tuple(df.fields)) for df in frag.metadata.files), str(ds.schema))
+        if key in memo:
+            metas.extend(memo[key])
             continue
         before_write()
         data = frag.to_table()
@@ -104,7 +112,8 @@ def scrub_version(
         new = scrub_rows(data, purge)
         written = write_fragments(new, ds, schema=ds.schema, max_rows_per_file=1 << 30)
         metas.extend(written)
-        out.replaced.append(frag.metadata)
+        memo[key] = written
+        out.written.extend(df.path for meta in written for df in meta.files)
     if out.replaced:
         out.edited = Edited(ds.lance_schema, metas)
     return out
