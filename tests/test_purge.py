@@ -84,6 +84,7 @@ def purge_case(root: str, options: dict | None) -> dict:
     state = loader.state_dict()
     kept_plan = recipe(t, episodes=["a", "c"]).plan()
     kept = hashes(kept_plan)
+    kept_plan.stats(["act"])  # kept under runstats/: quantiles are values of rows
     old_rows = t.at(before).to_arrow(filter="episode IN ('a', 'c')")
     t.append_episode(
         {"cam": frames(9), "note": np.array(["e"] * 6, dtype=object), "blob": [b"e"] * 6,
@@ -171,6 +172,21 @@ def test_tag_and_table_at_raise_purged(purged):
             read()
         check_purged(err, commit)
     assert recipe(tagged, episodes=["a", "c"]).plan().eligible(0) > 0
+
+
+def test_statistics_and_replacement_versions_hold_nothing_silently(purged):
+    project, client, t = purged["project"], purged["client"], purged["t"]
+    assert client.store.list(f"{project.prefix}/runstats") == []
+    old = t.at(purged["before"])
+    with pytest.raises(td.Purged):
+        old.stats(["act"])
+    record = project.lance.purge_map("t", fresh=True).records[0]
+    assert record.versions and purged["commit"].id == record.commit
+    replacement = t.at(record.versions[old.version])
+    with pytest.raises(td.Purged):
+        replacement.to_arrow(["act"])
+    stats = td.Plan.from_record(purged["kept_plan"].record, client).stats(["act"])["act"]
+    assert stats.min.tolist() == [0.0, 0.0] and stats.max.tolist() == [2.0, 2.0]
 
 
 def test_media_go_unless_a_kept_episode_shares_them(purged):

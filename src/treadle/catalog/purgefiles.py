@@ -1,7 +1,9 @@
 """What a purge deletes once its record is stored (:mod:`treadle.catalog.purge`).
 
 For each replaced version: its manifest and its ``treadle-v<N>`` tag, its statistics
-(``stats/<table>/v<N>/``); for each replaced fragment: its data files (and this machine's
+(``stats/<table>/v<N>/``); every kept ``plan.stats`` result (``runstats/``: a run's
+quantiles are values of its rows, and a run id does not say which tables it read; they
+are computed again when asked); for each replaced fragment: its data files (and this machine's
 cached copies of them) and its stored episode index; then the purged episodes' media
 streams that no row of another episode names. Media go the way gc's do: gc's sweep
 marker is up first, so a writer reusing a stream meanwhile either marked it used (it
@@ -83,6 +85,8 @@ def delete_replaced(
         _delete(store, f"{base}/_refs/tags/treadle-v{v}.json")
         for key in store.list(layout.stats_folder(prefix, table, v)):
             _delete(store, key)
+    for key in store.list(layout.folder(prefix, layout.RUNSTATS)):
+        _delete(store, key)  # run ids do not say which tables a run read: every run's go
     metas = {id(m): m for m in old.values()}
     for meta in metas.values():
         lease.beat()

@@ -115,10 +115,10 @@ class PurgeMap:
 
     def purged(self, version: int) -> dict[str, Purged]:
         """``{episode: Purged}`` of the purged episodes a read of ``version`` reaches."""
-        chain = set(self.chain(version)[:-1])
+        chain = set(self.chain(version))  # a replacement itself holds the blanked rows
         out: dict[str, Purged] = {}
         for r in self.records:
-            if chain & r.versions.keys():
+            if chain & (r.versions.keys() | set(r.versions.values())):
                 for ep in r.episodes:
                     out.setdefault(ep, r.error(ep, self.project, version))
         return out

@@ -4,7 +4,8 @@
 returns the version's fragments with every fragment that holds one of their rows written
 again as a new data file: the same rows in the same order, the purged rows' values
 blanked in every column but ``episode`` and ``frame`` (which keep the episode index, and
-so every moment id, as it was). Blank is null, and a value no byte of the old one
+so every moment id, as it was). Blank is zero for numbers and tensors (a reader of a
+whole column needs values), null for the rest, and a value no byte of the old one
 survives in: zeros and empty strings under a null struct (a video column's index entry,
 whose children may not be null), so neither the media key nor any value is left in the
 file. Other fragments are listed as they were. Nothing here commits or deletes.
@@ -25,14 +26,22 @@ from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.evolve import Edited
 
 
+def _numeric(t: pa.DataType) -> bool:
+    while pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
 def blank(f: pa.Field) -> pa.Array:
-    """One blank value of field ``f``: null where ``f`` may be null, else zeros/empty."""
+    """One blank value of field ``f``: zeros for numbers and tensors (readers of a whole
+    column, statistics among them, need values), else null where ``f`` may be null,
+    else empty."""
     t = f.type
     if pa.types.is_struct(t):
         children = [blank(t.field(i)) for i in range(t.num_fields)]
         mask = pa.array([f.nullable])
         return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
-    if f.nullable:
+    if f.nullable and not _numeric(t):
         return pa.nulls(1, t)
     if pa.types.is_fixed_size_list(t):
         return pa.FixedSizeListArray.from_arrays(

@@ -234,7 +234,10 @@ class Table:
         """Normalisation statistics ``{column: td.ColumnStats}`` of this version, computed
         once and kept in the project (:mod:`treadle.stats.table_stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
-        tasks, a group of fragments each, and merged here (video stays in this process)."""
+        tasks, a group of fragments each, and merged here (video stays in this process).
+        A version a purge reached raises :class:`~treadle.errors.Purged`."""
+        for err in self.purged(fresh=True).values():
+            raise err
         return self.project.table_stats(
             self, columns, where=where, frames=frames, seed=seed, executor=executor
         )
