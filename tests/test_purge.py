@@ -236,9 +236,12 @@ def test_purge_of_episodes_deleted_earlier_and_twice(tmp_path):
     fill(branch)
     t = branch.table("t")
     old = t.pin()
+    side = project.create_branch("side", from_="main")
     t.delete_episodes(["b"])
     first = project.purge("t", ["b"], reason="first")
     assert project.branch().head().tables == project.load_commit(first.parents[0]).tables
+    assert list(side.table("t").pin().episodes().names) == ["a", "c", "d"]  # deleted there
+    assert "first" in side.head().message
     second = project.purge("t", ["d"], reason="second")
     with pytest.raises(td.Purged) as err:
         recipe(t.at(old.version)).plan()
