@@ -320,3 +320,27 @@ def test_retention_expires_a_purged_version_like_any_other(tmp_path):
         t.at(old).to_arrow(filter="episode = 'a'")
     assert list(t.pin().episodes().names) == ["a", "c", "d"]
     assert t.pin().to_arrow(["act"]).num_rows == 18
+
+
+def test_an_interrupted_purge_finishes_when_run_again(tmp_path, monkeypatch):
+    import treadle.catalog.purge as purge_module
+
+    client = td.Client(str(tmp_path))
+    project = client.project("p")
+    fill(project.branch())
+    old = project.branch().table("t").pin()
+    real = purge_module.delete_replaced
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # the process dies once the record is stored
+
+    monkeypatch.setattr(purge_module, "delete_replaced", crash)
+    with pytest.raises(KeyboardInterrupt):
+        project.purge("t", ["b", "d"], reason="first try")
+    assert holders(client, (MARK,))  # nothing deleted yet, but reads already refuse
+    with pytest.raises(td.Purged):
+        recipe(project.branch().table("t").at(old.version)).plan()
+    monkeypatch.setattr(purge_module, "delete_replaced", real)
+    project.purge("t", ["b", "d"], reason="first try")
+    assert holders(client, (MARK, TEXT.encode())) == []
+    assert old.to_arrow(["act"], filter="episode = 'a'").num_rows == 6

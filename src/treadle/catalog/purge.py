@@ -29,16 +29,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from treadle.catalog.commit import Commit
 from treadle.catalog.history import Merging
 from treadle.catalog.leases import Lease
-from treadle.catalog.purgefiles import delete_replaced, referenced_streams
+from treadle.catalog.purgefiles import delete_replaced, finish_earlier, referenced_streams
 from treadle.catalog.purgemap import PurgeRecord, write_record
 from treadle.errors import CommitConflict, NotFound, Purged, SchemaMismatch, TreadleError
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE
-from treadle.table.scrub import purged_rows, scrub_version
+from treadle.table.scrub import scrub_version
 from treadle.table.tensors import is_video
 
 
@@ -85,14 +87,10 @@ class _Rows:
         key = tuple(sorted(df.path for df in fragment.metadata.files))
         got = self._memo.get(key)
         if got is None:
-            got = self._memo[key] = purged_rows(fragment, self.episodes)
-            if got.any():
-                names = (
-                    fragment.to_table(columns=[EPISODE])
-                    .column(EPISODE)
-                    .to_numpy(zero_copy_only=False)
-                )
-                self.found.update(str(n) for n in names[got])
+            names = fragment.to_table(columns=[EPISODE]).column(EPISODE)
+            hit = pc.is_in(names, value_set=pa.array(sorted(self.episodes))).fill_null(False)
+            got = self._memo[key] = np.asarray(hit, dtype=bool)
+            self.found.update(pc.unique(names.filter(hit)).to_pylist())
         return got
 
 
@@ -133,7 +131,8 @@ def purge_episodes(
             project, table, rows, lease.beat, progress
         )
         eps = tuple(sorted(wanted))
-        record = PurgeRecord(table, commit.id, reason, eps, replaced, time.time(), blanked)
+        removed = tuple(sorted(old))
+        record = PurgeRecord(table, commit.id, reason, eps, replaced, time.time(), blanked, removed)
         write_record(project.place, record)
         project.lance.forget(table)
         for v in sorted(set(replaced.values())):
@@ -141,6 +140,7 @@ def purge_episodes(
         left = [v for v in _versions(project, table, where) if v not in replaced]
         keep = referenced_streams(project, table, left)
         delete_replaced(project, table, replaced, old, streams - keep, lease)
+        finish_earlier(project, table)
     finally:
         lease.release()
     return commit

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from treadle import layout
 from treadle.catalog.leases import LEASE_TTL, SWEEPS, Lease, used_key
+from treadle.catalog.purgemap import read_records
 from treadle.errors import NotFound
 from treadle.storage import Store
 from treadle.storage.filecache import forget_copies
@@ -97,6 +98,20 @@ def delete_replaced(
             if df.file_size_bytes:
                 forget_copies(store, key, int(df.file_size_bytes))
     _delete_media(project, streams)
+
+
+def finish_earlier(project: History, table: str) -> None:
+    """Delete what an earlier purge of ``table`` that was interrupted after storing its
+    record left: the manifests of the versions it replaced and the data files it removes
+    (deleting what is gone already costs one request each)."""
+    store, prefix = project.place.store, project.place.prefix
+    base = layout.table_key(prefix, table)
+    for record in read_records(project.place, table):
+        for v in record.versions:
+            for key in manifest_keys(base, v):
+                _delete(store, key)
+        for path in record.removed:
+            _delete(store, f"{base}/data/{path}")
 
 
 def _delete_media(project: History, streams: set[str]) -> None:

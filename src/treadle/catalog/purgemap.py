@@ -31,6 +31,7 @@ class PurgeRecord:
     versions: dict[int, int] = field(default_factory=dict)  # old version -> replacement
     time: float = 0.0
     files: tuple[str, ...] = ()  # the data files holding the blanked rows (paths in data/)
+    removed: tuple[str, ...] = ()  # the data files it deletes (a rerun finishes the job)
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -41,6 +42,7 @@ class PurgeRecord:
             "versions": {str(k): int(v) for k, v in sorted(self.versions.items())},
             "time": self.time,
             "files": list(self.files),
+            "removed": list(self.removed),
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -56,6 +58,7 @@ class PurgeRecord:
                 {int(k): int(v) for k, v in b["versions"].items()},
                 float(b.get("time", 0.0)),
                 tuple(str(f) for f in b.get("files", ())),
+                tuple(str(f) for f in b.get("removed", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptData(f"purge record {key} cannot be parsed ({type(e).__name__})") from None

@@ -83,12 +83,6 @@ class Scrubbed:
     written: list[str] = field(default_factory=list)  # the new data files (paths in data/)
 
 
-def purged_rows(fragment: Any, episodes: set[str]) -> np.ndarray:
-    """Which rows of ``fragment`` belong to ``episodes`` (bool, one per row)."""
-    names = fragment.to_table(columns=[EPISODE]).column(EPISODE)
-    return np.asarray(pc.is_in(names, pa.array(sorted(episodes))).fill_null(False))
-
-
 def scrub_version(
     ds: Any,
     episodes: set[str],
