@@ -344,3 +344,16 @@ def test_an_interrupted_purge_finishes_when_run_again(tmp_path, monkeypatch):
     project.purge("t", ["b", "d"], reason="first try")
     assert holders(client, (MARK, TEXT.encode())) == []
     assert old.to_arrow(["act"], filter="episode = 'a'").num_rows == 6
+
+
+def test_a_process_that_opened_a_version_before_the_purge_is_told(tmp_path):
+    client = td.Client(str(tmp_path))
+    project = client.project("p")
+    fill(project.branch())
+    old = project.branch().table("t").pin()
+    old.to_arrow(["act"])  # opened (and cached) here
+    td.Client(str(tmp_path)).project("p").purge("t", ["b"], reason="elsewhere")
+    with pytest.raises(td.TreadleError, match="a new td.Client"):
+        old.to_arrow(["act", "note", "blob"])
+    fresh = td.Client(str(tmp_path)).project("p").branch().table("t").at(old.version)
+    assert fresh.to_arrow(["act"], filter="episode = 'a'").num_rows == 6

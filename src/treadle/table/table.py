@@ -129,9 +129,17 @@ class Table:
 
     def expired_instead(self, err: TreadleError) -> TreadleError:
         """``err``, or the project's :class:`~treadle.errors.ExpiredCommit` where ``err``
-        is a missing file of this version and retention expired its commit."""
+        is a missing file of this version and retention expired its commit (or an error
+        saying a purge rewrote the version after this process opened it)."""
         if isinstance(err, NotFound) and self.commit_id is not None:
-            return self.project.expired(self.name, self.commit_id) or err
+            err = self.project.expired(self.name, self.commit_id) or err
+        if isinstance(err, NotFound) and not isinstance(err, ExpiredCommit):
+            for gone in self.project.purged(self.name, self.version, True).values():
+                return TreadleError(  # a handle opened before a purge replaced the version
+                    f"{err}: a purge (commit {getattr(gone, 'commit', '')[:8]}) rewrote "
+                    f"{self!r} after this process opened it; open the project again "
+                    "(a new td.Client) to read its other episodes"
+                )
         return err
 
     @property
