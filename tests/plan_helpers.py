@@ -47,6 +47,9 @@ class FakeTable:
         self.video_columns = list(video)
         self.episode_calls = 0
 
+    def purged(self, fresh=False):
+        return {}
+
     def episodes(self):
         self.episode_calls += 1
         return SimpleNamespace(

@@ -22,6 +22,17 @@ class ExpiredCommit(NotFound):
     """Reading a commit whose table versions ``gc --keep-days`` expired (retention)."""
 
 
+class Purged(TreadleError):
+    """Reading an episode that ``project.purge`` removed from history (a pinned run
+    record, a tag or ``table.at(...)`` that reaches it). It names the episode, the
+    purge's commit and its reason: ``.episode``, ``.table``, ``.commit``, ``.reason``."""
+
+    def __init__(self, message: str, *, episode: str = "", table: str = "",
+                 commit: str = "", reason: str = ""):  # fmt: skip
+        super().__init__(message)
+        self.episode, self.table, self.commit, self.reason = episode, table, commit, reason
+
+
 class AlreadyExists(TreadleError):
     """Creating something (a branch, a project) that already exists."""
 

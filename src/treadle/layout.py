@@ -24,6 +24,7 @@ GC_USED = "gc/used"
 GC_SWEEPS = "gc/sweeps"
 EXPIRED = "retention/expired"
 PENDING = "retention/pending"
+PURGES = "purges"
 
 LAYOUT: tuple[tuple[str, str], ...] = (
     (MARKER, "marker: this folder is a treadle store"),
@@ -42,6 +43,7 @@ LAYOUT: tuple[tuple[str, str], ...] = (
     ("projects/<project>/gc/sweeps/<id>/", "gc's own lease while it deletes"),
     ("projects/<project>/retention/pending/<commit>/<gc>.json", "commits a gc is expiring"),
     ("projects/<project>/retention/expired/<commit>.json", "commits retention expired"),
+    ("projects/<project>/purges/<table>/<commit>.json", "a purge: episodes, reason, replaced versions"),
 )  # fmt: skip
 """``(key pattern, what it holds)`` for every kind of object, as the docs show them."""
 
@@ -122,3 +124,13 @@ def pending_folder(prefix: str, commit_id: str) -> str:
 def pending_key(prefix: str, commit_id: str, gc_id: str) -> str:
     """One gc's pending marker of ``commit_id`` (each gc its own: see catalog/expiry.py)."""
     return f"{pending_folder(prefix, commit_id)}/{gc_id}.json"
+
+
+def purges_folder(prefix: str, table: str) -> str:
+    """Where the records of every purge of table ``table`` live (catalog/purgemap.py)."""
+    return f"{prefix}/{PURGES}/{table}"
+
+
+def purge_key(prefix: str, table: str, commit_id: str) -> str:
+    """The record of the purge of ``table`` committed as ``commit_id``."""
+    return f"{purges_folder(prefix, table)}/{commit_id}.json"

@@ -19,6 +19,7 @@ from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
 from treadle.catalog.merge import MergesAndDiffs
 from treadle.catalog.place import ProjectPlace
+from treadle.catalog.purge import Purges
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
@@ -133,8 +134,8 @@ class Client:
         return "; the root has no projects"
 
 
-class Project(MergesAndDiffs):
-    """A namespace of tables with git-like history (merges and diffs: :mod:`.merge`)."""
+class Project(MergesAndDiffs, Purges):
+    """A namespace of tables with git-like history (:mod:`.merge`, :mod:`.purge`)."""
 
     def __init__(self, client: Client, name: str):
         self.client = client

@@ -14,6 +14,9 @@ given the project's place (:class:`~treadle.catalog.place.ProjectPlace`), owns:
   (:mod:`treadle.table.lancecommit`);
 - **protection and cleanup**: the ``treadle-v<N>`` tags that keep a version from Lance's
   cleanup, the cleanup itself and restoring an older version as the latest;
+- **purges**: every open of a version reads the version a purge replaced it with
+  (:class:`~treadle.catalog.purgemap.PurgeMap`, read again on each version not yet open),
+  and :meth:`LanceTables.purged` says which episodes a read of a version must refuse;
 - **error mapping**: a failure to open a version is an :class:`ExpiredCommit` when
   retention took it, the project's :class:`NotFound` when there is no project, else
   :func:`~treadle.table.lanceerror.lance_error` naming the table and version. A read
@@ -36,7 +39,8 @@ from treadle import layout
 from treadle.catalog.expiry import expired_error
 from treadle.catalog.lru import Lru
 from treadle.catalog.place import ProjectPlace
-from treadle.errors import TreadleError
+from treadle.catalog.purgemap import PurgeMap, read_records
+from treadle.errors import Purged, TreadleError
 from treadle.table.episode_names import EpisodeNames
 from treadle.table.episode_store import compute_episode_index
 from treadle.table.episodes import EpisodeIndex
@@ -60,6 +64,7 @@ class LanceTables:
         self._datasets: Lru[tuple[str, int], lance.LanceDataset] = Lru(_OPEN_VERSIONS)
         self._episodes: Lru[tuple[str, int], EpisodeIndex] = Lru(_OPEN_VERSIONS)
         self.episode_names = EpisodeNames()  # what commits check new episode names against
+        self._purges: dict[str, PurgeMap] = {}  # per table, read again when a version opens
 
     @property
     def options(self) -> dict[str, str] | None:
@@ -77,10 +82,9 @@ class LanceTables:
         key = (name, int(version))
         ds = self._datasets.get(key)
         if ds is None:
+            reads = self.purge_map(name, fresh=True).resolve(int(version))
             try:
-                ds = lance.dataset(
-                    self.uri(name), version=int(version), storage_options=self.options
-                )
+                ds = lance.dataset(self.uri(name), version=reads, storage_options=self.options)
             except (ValueError, OSError) as e:
                 absent = self.absent()
                 if absent is not None:
@@ -93,6 +97,28 @@ class LanceTables:
                 ) from None
             ds = self._datasets.setdefault(key, ds)
         return ds
+
+    def purge_map(self, name: str, fresh: bool = False) -> PurgeMap:
+        """The purges of table ``name`` (``fresh``: read from storage now)."""
+        got = self._purges.get(name)
+        if got is None or fresh:
+            got = self._purges[name] = PurgeMap(self.place.name, read_records(self.place, name))
+        return got
+
+    def resolve(self, name: str, version: int) -> int:
+        """The Lance version that holds ``version``'s rows now (itself unless purged)."""
+        return self.purge_map(name).resolve(version)
+
+    def purged(self, name: str, version: int, fresh: bool = False) -> dict[str, Purged]:
+        """``{episode: Purged}``: the purged episodes of table ``name`` at ``version``
+        (``fresh``: the purges read from storage now)."""
+        return self.purge_map(name, fresh).purged(version)
+
+    def forget(self, name: str) -> None:
+        """Drop every open version and episode index of table ``name`` (after a purge)."""
+        self._datasets.drop(lambda k: k[0] == name)
+        self._episodes.drop(lambda k: k[0] == name)
+        self._purges.pop(name, None)
 
     def load(self, name: str, version: int | None, where: str) -> lance.LanceDataset:
         """Table ``name`` at ``version`` (None: the latest) read from storage now, not a
@@ -119,6 +145,8 @@ class LanceTables:
         before_write: Callable[[], None],
     ) -> int:
         """A new version of table ``name``: ``base``'s fragments + ``fragments``."""
+        if base is not None:
+            self.check_unblanked(name, [f.metadata for f in base.get_fragments()])
         # not cached: a dataset Lance returns from a commit shares its base's session,
         # whose caches would then hold every version this writer ever committed
         return commit_exactly(
@@ -129,10 +157,32 @@ class LanceTables:
         """Uncommitted fragments of ``rows`` (a ``pyarrow.Table``) under ``ds``'s schema."""
         return write_fragments(rows, ds, schema=ds.schema, storage_options=self.options)
 
-    def commit_edit(self, name: str, schema: object, fragments: list[FragmentMetadata]) -> int:
+    def commit_edit(
+        self, name: str, schema: object, fragments: list[FragmentMetadata], purge: bool = False
+    ) -> int:
         """A new version of table ``name`` listing exactly ``fragments`` under the Lance
-        ``schema`` of a changed table (:mod:`treadle.table.evolve`)."""
+        ``schema`` of a changed table (:mod:`treadle.table.evolve`; ``purge``: a purge's
+        replacement version, which may list blanked rows)."""
+        if not purge:
+            self.check_unblanked(name, fragments)
         return commit_edit(self.uri(name), schema, fragments, self.options)
+
+    def check_unblanked(self, name: str, fragments: list[FragmentMetadata]) -> None:
+        """:class:`Purged` if a new version of table ``name`` would list rows a purge
+        blanked (a write on a branch made from a commit before the purge)."""
+        record = self.purge_map(name).blanked([df.path for f in fragments for df in f.files])
+        if record is not None:
+            err = record.error(record.episodes[0], self.place.name, -1)
+            raise Purged(
+                f"table {name!r} of project {self.place.name!r}: this write is based on a "
+                f"version that held episodes {list(record.episodes)[:5]}, purged by commit "
+                f"{record.commit[:8]} ({record.reason!r}); delete_episodes() them first, or "
+                "write on a branch made after the purge; nothing was committed",
+                episode=err.episode,
+                table=name,
+                commit=record.commit,
+                reason=record.reason,
+            )
 
     # -- protection and cleanup ------------------------------------------------------------
     def protect(self, name: str, version: int) -> None:

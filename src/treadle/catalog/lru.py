@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -34,6 +35,12 @@ class Lru(Generic[K, V]):
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
             return value
+
+    def drop(self, which: Callable[[K], bool]) -> None:
+        """Remove every entry whose key ``which`` selects."""
+        with self._lock:
+            for key in [k for k in self._items if which(k)]:
+                del self._items[key]
 
     def __len__(self) -> int:
         return len(self._items)

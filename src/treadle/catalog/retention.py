@@ -23,9 +23,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from treadle import layout
 from treadle.catalog.expiry import expired_key, expired_message, settle
@@ -89,8 +90,10 @@ class Retention:
 
 def plan_retention(history: History, keep_days: float | None, now: datetime) -> Retention:
     """The table versions to keep: every reachable commit's (no ``keep_days``), or only
-    those of pinned or young commits; commits expired before stay expired."""
+    those of pinned or young commits; commits expired before stay expired. A version a
+    purge replaced counts as its replacement (:mod:`treadle.catalog.purgemap`)."""
     place = history.place
+    resolve = _resolver(history)
     gone = {
         k.rsplit("/", 1)[-1][:-5] for k in place.store.list(layout.folder(place.prefix, EXPIRED))
     }
@@ -125,16 +128,29 @@ def plan_retention(history: History, keep_days: float | None, now: datetime) -> 
             continue
         if keep_days is None or cid in pinned or c.time >= horizon:
             for name, v in c.tables.items():
-                out.versions.setdefault(name, set()).add(v)
+                out.versions.setdefault(name, set()).add(resolve(name, v))
         else:
             candidates[cid] = dict(c.tables)
     for name, v in pinned_versions & named:
-        out.versions.setdefault(name, set()).add(v)
+        out.versions.setdefault(name, set()).add(resolve(name, v))
     for cid, tables in candidates.items():
-        lost = {n: v for n, v in tables.items() if v not in out.versions.get(n, set())}
+        lost = {n: v for n, v in tables.items() if resolve(n, v) not in out.versions.get(n, set())}
         if lost:
             out.expired[cid] = lost
     return out
+
+
+def _resolver(history: History) -> Callable[[str, int], int]:
+    """``(table, version) -> the version holding its rows now`` (purges read once per
+    table, from storage)."""
+    maps: dict[str, Any] = {}
+
+    def resolve(name: str, version: int) -> int:
+        if name not in maps:
+            maps[name] = history.lance.purge_map(name, fresh=True)
+        return int(maps[name].resolve(version))
+
+    return resolve
 
 
 def _run_record_pins(

@@ -1,4 +1,5 @@
-"""``treadle diff|merge``: what changed between two commits, and merging branches."""
+"""``treadle diff|merge|purge``: what changed between two commits, merging branches, and
+removing episodes from history."""
 
 from __future__ import annotations
 
@@ -29,8 +30,35 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_purge(args: argparse.Namespace) -> int:
+    project = _project(args)
+    c = project.purge(args.table, args.episodes, reason=args.reason, branch=args.branch)
+    if args.json:
+        print(json.dumps({"id": c.id, "message": c.message, "episodes": args.episodes}))
+    else:
+        print(f"purged {len(args.episodes)} episode(s) of {args.table!r}: commit {c.short_id}")
+    return 0
+
+
+def _register_purge(sub: Any) -> None:
+    p = sub.add_parser(
+        "purge",
+        help="remove episodes from a table and from every version of it (privacy, consent)",
+        description="Delete EPISODEs from TABLE on every branch, rewrite every older version "
+        "that held them with their rows blanked, and delete the old files and the media "
+        "only they used. Runs pinned to them then raise td.Purged naming the reason.",
+    )
+    p.add_argument("project", help="project name")
+    p.add_argument("table", help="table name")
+    p.add_argument("episodes", nargs="+", metavar="EPISODE", help="episode names")
+    p.add_argument("--reason", required=True, help="why (kept, and shown by td.Purged)")
+    p.add_argument("--branch", default="main", help="the branch of the purge's commit")
+    p.set_defaults(func=_cmd_purge)
+
+
 def register(sub: Any) -> None:
-    """Add ``diff`` and ``merge`` to the top parser's sub-commands."""
+    """Add ``diff``, ``merge`` and ``purge`` to the top parser's sub-commands."""
+    _register_purge(sub)
     p = sub.add_parser(
         "diff",
         help="what changed between two commits, branches or tags, per table",

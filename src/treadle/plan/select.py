@@ -99,6 +99,8 @@ def component_runs(
     streaming scan of the predicate); a bad predicate is a :class:`PlanError` naming ``label``."""
     keep = episode_mask(episodes.names, names, label)
     runs = episode_runs(episodes.starts, episodes.lengths, windows, keep)
+    # before where=: a purged row's values are gone, so whether it matched is unknown
+    check_purged(table, episodes, runs)
     if where is not None:
         try:
             selected = table.select_runs(where)
@@ -106,3 +108,19 @@ def component_runs(
             raise PlanError(f"{label}: {e}") from None
         runs = intersect_runs(runs, selected)
     return runs
+
+
+def check_purged(table: Table, episodes: Any, runs: Runs) -> None:
+    """Raise :class:`~treadle.errors.Purged` when an anchor run reaches an episode a purge
+    removed (so a pinned run fails when it is planned or resumed, not at step N)."""
+    purged = table.purged(fresh=True)
+    if not purged:
+        return
+    begin, end = (np.asarray(x, np.int64) for x in runs)
+    for name, err in purged.items():
+        if name in episodes.names:
+            i = episodes.names.index(name)
+            start = int(episodes.starts[i])
+            stop = start + int(episodes.lengths[i])
+            if np.any((begin < stop) & (end > start)):
+                raise err

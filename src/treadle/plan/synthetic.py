@@ -37,6 +37,9 @@ class StandInTable:
         self.bytes_per_row = int(bytes_per_row)
         self.rows_per_object = int(rows_per_object)
 
+    def purged(self, fresh: bool = False) -> dict[str, Exception]:
+        return {}  # a stand-in was never purged
+
     def episodes(self) -> SimpleNamespace:
         return SimpleNamespace(
             names=[f"episode_{i:06d}" for i in range(len(self._lengths))],

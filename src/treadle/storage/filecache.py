@@ -46,7 +46,7 @@ except ImportError:  # not POSIX (Windows): no cache, and file_cache() says why
 if TYPE_CHECKING:
     from treadle.storage.store import Store
 
-__all__ = ["DEFAULT_BYTES", "CachedFile", "FileCache", "file_cache"]
+__all__ = ["DEFAULT_BYTES", "CachedFile", "FileCache", "file_cache", "forget_copies"]
 
 DEFAULT_BYTES = 16 << 30
 """The cache's bound when ``$TREADLE_CACHE_BYTES`` is not set (16 GiB)."""
@@ -239,6 +239,20 @@ def _entries(directory: Path) -> list[tuple[Path, int, float]]:
             st = e.stat()
             out.append((Path(e.path), st.st_size, st.st_mtime))
     return out
+
+
+def forget_copies(store: Store, key: str, size: int) -> None:
+    """Remove this machine's copies of object ``key`` (``size`` bytes) from the object
+    cache and the chunk cache (a purge's old data files; a copy a reader holds open stays
+    until it closes it, and its name is never used again)."""
+    if fcntl is None:
+        return
+    name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+    where = default_dir()
+    if (where / name).exists():
+        _evict(where / name)
+    for suffix in (".data", ".state"):
+        (where / "chunks" / f"{name}{suffix}").unlink(missing_ok=True)
 
 
 def _evict(path: Path) -> bool:

@@ -68,6 +68,12 @@ class TableSource(Protocol):
         expired that commit (:class:`~treadle.errors.ExpiredCommit`), else None."""
         ...
 
+    def purged(self, name: str, version: int, fresh: bool = False) -> Mapping[str, TreadleError]:
+        """``{episode: error}`` of the episodes of table ``name`` at ``version`` that a
+        purge removed (:class:`~treadle.errors.Purged`; ``fresh``: the purges read from
+        storage now, not as this process last read them); reading them raises it."""
+        ...
+
     def table_stats(
         self, table: Table, columns: Sequence[str] | str | None, *, where: str | None,
         frames: int, seed: int, executor: Any,
@@ -124,9 +130,17 @@ class Table:
 
     def expired_instead(self, err: TreadleError) -> TreadleError:
         """``err``, or the project's :class:`~treadle.errors.ExpiredCommit` where ``err``
-        is a missing file of this version and retention expired its commit."""
+        is a missing file of this version and retention expired its commit (or an error
+        saying a purge rewrote the version after this process opened it)."""
         if isinstance(err, NotFound) and self.commit_id is not None:
-            return self.project.expired(self.name, self.commit_id) or err
+            err = self.project.expired(self.name, self.commit_id) or err
+        if isinstance(err, NotFound) and not isinstance(err, ExpiredCommit):
+            for gone in self.project.purged(self.name, self.version, True).values():
+                return TreadleError(  # a handle opened before a purge replaced the version
+                    f"{err}: a purge (commit {getattr(gone, 'commit', '')[:8]}) rewrote "
+                    f"{self!r} after this process opened it; open the project again "
+                    "(a new td.Client) to read its other episodes"
+                )
         return err
 
     @property
@@ -159,6 +173,26 @@ class Table:
         """Episode boundaries (cached per table version)."""
         return self.project.episode_index(self)
 
+    def purged(self, fresh: bool = False) -> Mapping[str, TreadleError]:
+        """``{episode: td.Purged}`` of this version's episodes that a purge removed: a plan
+        whose anchors reach one, and a read that returns one of their rows, raise it
+        (``fresh``: purges read from storage now, as planning does)."""
+        return self.project.purged(self.name, self.version, fresh)
+
+    def check_not_purged(self, rows: np.ndarray) -> None:
+        """Raise :class:`~treadle.errors.Purged` if any of ``rows`` (moment ids) belongs
+        to a purged episode of this version."""
+        purged = self.purged()
+        if not purged or not len(rows):
+            return
+        idx, rows = self.episodes(), np.asarray(rows, np.int64)
+        for name, err in purged.items():
+            if name in idx.names:
+                i = idx.names.index(name)
+                start, n = int(idx.starts[i]), int(idx.lengths[i])
+                if np.any((rows >= start) & (rows < start + n)):
+                    raise err
+
     def _check_columns(self, columns: Sequence[str] | None) -> list[str] | None:
         if columns is None:
             return None
@@ -174,6 +208,8 @@ class Table:
     def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
         """Every row (optionally some columns / a Lance SQL filter) as an Arrow table."""
         cols = self._check_columns(columns)
+        if self.purged():  # which rows a filter keeps: their positions say
+            self.check_not_purged(self.matching_rows(filter))
         try:
             return self.dataset.to_table(columns=cols, filter=filter)
         except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
@@ -189,6 +225,7 @@ class Table:
                 f"row ids out of range for table {self.name!r} with {self.num_moments} moments"
             )
         cols = self._check_columns(columns)
+        self.check_not_purged(idx)
         try:
             return self.dataset.take(idx, columns=cols)
         except (OSError, pa.ArrowException) as e:  # a bad filter stays a ValueError
@@ -206,7 +243,10 @@ class Table:
         """Normalisation statistics ``{column: td.ColumnStats}`` of this version, computed
         once and kept in the project (:mod:`treadle.stats.table_stats` says how, and how exact).
         ``executor`` (``td.RayExecutor()``): numeric and tensor columns are read by its
-        tasks, a group of fragments each, and merged here (video stays in this process)."""
+        tasks, a group of fragments each, and merged here (video stays in this process).
+        A version a purge reached raises :class:`~treadle.errors.Purged`."""
+        for err in self.purged(fresh=True).values():
+            raise err
         return self.project.table_stats(
             self, columns, where=where, frames=frames, seed=seed, executor=executor
         )

@@ -1,0 +1,133 @@
+"""What a purge deletes once its record is stored (:mod:`treadle.catalog.purge`).
+
+For each replaced version: its manifest and its ``treadle-v<N>`` tag, its statistics
+(``stats/<table>/v<N>/``); every kept ``plan.stats`` result (``runstats/``: a run's
+quantiles are values of its rows, and a run id does not say which tables it read; they
+are computed again when asked); for each replaced fragment: its data files (and this machine's
+cached copies of them) and its stored episode index; then the purged episodes' media
+streams that no row of another episode names. Media go the way gc's do: gc's sweep
+marker is up first, so a writer reusing a stream meanwhile either marked it used (it
+stays) or stores a copy of its own (:mod:`treadle.catalog.leases`). A stream reused in
+the last five minutes stays for gc, which removes it when no row names it.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+
+from treadle import layout
+from treadle.catalog.leases import LEASE_TTL, SWEEPS, Lease, used_key
+from treadle.catalog.purgemap import read_records
+from treadle.errors import NotFound
+from treadle.storage import Store
+from treadle.storage.filecache import forget_copies
+from treadle.table.episode_store import fragment_key
+from treadle.table.tensors import is_video
+
+if TYPE_CHECKING:
+    from treadle.catalog.history import History
+
+
+def manifest_keys(table_key: str, version: int) -> list[str]:
+    """Where Lance may keep ``version``'s manifest (its V2 naming, then V1's)."""
+    return [
+        f"{table_key}/_versions/{2**64 - 1 - version}.manifest",
+        f"{table_key}/_versions/{version}.manifest",
+    ]
+
+
+def referenced_streams(project: History, table: str, versions: list[int]) -> set[str]:
+    """Media keys (project-relative) the video columns of ``versions`` name (purged
+    rows are blank by now, so: the streams other episodes still use)."""
+    out: set[str] = set()
+    seen: set[tuple[str, ...]] = set()
+    for v in versions:
+        ds = project.lance.load(table, v, f"table {table!r} version {v}")
+        video = [f.name for f in ds.schema if is_video(f)]
+        if not video:
+            continue
+        for frag in ds.get_fragments():
+            files = tuple(sorted(df.path for df in frag.metadata.files))
+            if files in seen:
+                continue
+            seen.add(files)
+            t = frag.to_table(columns=video)
+            for col in video:
+                streams = pc.unique(pc.struct_field(t.column(col), "stream")).to_pylist()
+                out.update(s for s in streams if s)
+    return out
+
+
+def _delete(store: Store, key: str) -> None:
+    with suppress(NotFound):
+        store.delete(key)
+
+
+def delete_replaced(
+    project: History,
+    table: str,
+    replaced: dict[int, int],
+    old: dict[str, Any],
+    streams: set[str],
+    lease: Lease,
+) -> None:
+    """Delete what held the purged rows (see the module docstring); ``old``: data file
+    path -> the replaced fragment; ``streams``: the purged rows' media keys nothing else
+    names."""
+    store, prefix = project.place.store, project.place.prefix
+    base = layout.table_key(prefix, table)
+    for v in sorted(replaced):
+        for key in manifest_keys(base, v):
+            _delete(store, key)
+        _delete(store, f"{base}/_refs/tags/treadle-v{v}.json")
+        for key in store.list(layout.stats_folder(prefix, table, v)):
+            _delete(store, key)
+    for key in store.list(layout.folder(prefix, layout.RUNSTATS)):
+        _delete(store, key)  # run ids do not say which tables a run read: every run's go
+    metas = {id(m): m for m in old.values()}
+    for meta in metas.values():
+        lease.beat()
+        _delete(store, fragment_key(prefix, table, meta))
+        for df in meta.files:
+            key = f"{base}/data/{df.path}"
+            _delete(store, key)
+            if df.file_size_bytes:
+                forget_copies(store, key, int(df.file_size_bytes))
+    _delete_media(project, streams)
+
+
+def finish_earlier(project: History, table: str) -> None:
+    """Delete what an earlier purge of ``table`` that was interrupted after storing its
+    record left: the manifests of the versions it replaced and the data files it removes
+    (deleting what is gone already costs one request each)."""
+    store, prefix = project.place.store, project.place.prefix
+    base = layout.table_key(prefix, table)
+    for record in read_records(project.place, table):
+        for v in record.versions:
+            for key in manifest_keys(base, v):
+                _delete(store, key)
+        for path in record.removed:
+            _delete(store, f"{base}/data/{path}")
+
+
+def _delete_media(project: History, streams: set[str]) -> None:
+    """Delete ``streams`` under gc's sweep marker, except one a writer reused since."""
+    if not streams:
+        return
+    store, prefix = project.place.store, project.place.prefix
+    sweep = Lease(store, prefix, SWEEPS)
+    sweep.beat()  # from now on a writer reusing a stream stores a copy of its own
+    recent = datetime.now(UTC) - LEASE_TTL
+    try:
+        for key in sorted(streams):
+            full = layout.under(prefix, key)
+            with suppress(NotFound):
+                if store.modified(used_key(prefix, full)) >= recent:
+                    continue  # a writer may be storing this content again: gc decides later
+            _delete(store, full)
+    finally:
+        sweep.release()
