@@ -48,6 +48,12 @@ class SharedWindow:
             self.words[_NOW], self.words[_FETCHED] = start, start - 1
             self.words[_LOOKAHEAD] = lookahead
 
+    def close(self) -> None:
+        """Close the descriptor once no worker is started any more (the mapping stays)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
     def publish(self, now: int | None, fetched: int, stopped: bool) -> None:
         """The stage's state (its thread and the loader call this under its condition)."""
         if now is not None:

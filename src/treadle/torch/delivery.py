@@ -224,7 +224,7 @@ class StepLoader:
         if stage is None:
             return read_in_processes(job, workers, first)
         job = replace(job, chunks=(str(chunks.directory), chunks.max_bytes, chunks.chunk_bytes))
-        batches = read_in_processes(job, workers, first, stage.shared.fd)
+        batches = read_in_processes(job, workers, first, stage.shared)
         return tracked(batches, self._steps(), stage)
 
     def _worker_lookahead(self, chunks: ChunkStore, workers: int) -> Lookahead:

@@ -33,6 +33,7 @@ from typing import Any
 from treadle import reaper
 from treadle.errors import PlanError, TreadleError
 from treadle.fork_locks import renew_lock_in_child
+from treadle.read.shared_window import SharedWindow
 from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
@@ -180,11 +181,11 @@ class _Handle:
 
 def read_in_processes(
     job: Job, workers: int, first: Callable[[int], dict[str, Any]] | None = None,
-    window: int | None = None,
+    window: SharedWindow | None = None,
 ) -> Iterator[dict[str, Any]]:  # fmt: skip
     """The batches of steps ``job.start ..`` (to ``job.stop``) from ``workers`` processes,
-    in step order. ``window``: the descriptor of a lookahead's
-    :class:`~treadle.read.shared_window.SharedWindow` (each worker maps it).
+    in step order. ``window``: a lookahead's shared window (each worker maps it; its
+    descriptor is closed here when the workers end).
 
     ``first``: reads step ``job.start`` in this process (``first(step) -> batch``); the
     workers then take the steps after it and are started on a thread while ``first`` runs,
@@ -196,10 +197,11 @@ def read_in_processes(
             workers = min(workers, job.stop - job.start)
     handles: list[_Handle] = []
     failed: list[BaseException] = []
-    starter = threading.Thread(target=_start, args=(ctx, job, workers, handles, failed, window),
+    fd = None if window is None else window.fd
+    starter = threading.Thread(target=_start, args=(ctx, job, workers, handles, failed, fd),
                                name="treadle-worker-start", daemon=True)  # fmt: skip
     # stopped early (maybe by a finalizer, on any thread) the reaper ends the workers
-    with reaper.closing(_end, starter, handles):
+    with reaper.closing(_end, starter, handles, window):
         starter.start()
         if first is not None:
             yield first(job.start - 1)
@@ -211,12 +213,14 @@ def read_in_processes(
             yield handles[(step - job.start) % workers].take(step)
 
 
-def _end(starter: threading.Thread, handles: list[_Handle]) -> None:
+def _end(starter: threading.Thread, handles: list[_Handle], window: SharedWindow | None) -> None:
     """Wait for the starter thread, then end every worker and free its slots."""
     if starter.ident is not None:
         starter.join()
     for h in handles:
         h.close()
+    if window is not None:
+        window.close()
 
 
 def _start(ctx: Any, job: Job, workers: int, handles: list[_Handle],
