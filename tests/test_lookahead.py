@@ -117,7 +117,7 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
 
 
 @pytest.mark.s3
-@pytest.mark.slow  # worker processes: ~10 s
+@pytest.mark.slow  # worker processes (~5 s)
 def test_workers_read_the_chunks_this_process_fetched(roots, small_caches, monkeypatch, tmp_path):
     """workers=2 with lookahead: this process walks every step and fetches each chunk once
     (the same chunks as workers=0), the workers read every row from them, batches are the
@@ -144,6 +144,12 @@ def test_workers_read_the_chunks_this_process_fetched(roots, small_caches, monke
     _same(got, want)
     cs = loader.lookahead_stage.chunks
     assert cs.used() <= cs.max_bytes == 6 * CHUNK and cs.stats.misses > 0
+    loader = td.TrainLoader(_recipe(s3), steps=50, lookahead=2, workers=2)
+    it = iter(loader)
+    next(it), next(it)
+    it.close()  # left early: the stage, its planner and the workers end
+    assert reaper.drain(30) and not loader.lookahead_stage._thread.is_alive()
+    assert loader.lookahead_stage.shared.fd == -1  # the window's descriptor closed
 
 
 @pytest.mark.s3
