@@ -183,3 +183,29 @@ def test_chunk_store_from_environment(tmp_path, monkeypatch):
     cs = chunk_store()
     assert isinstance(cs, ChunkStore)
     assert cs.max_bytes == 64 << 20 and cs.directory == tmp_path / "objects" / "chunks"
+
+
+def test_other_processes_objects_are_not_kept_mapped(source, tmp_path, monkeypatch):
+    """A store maps the objects other processes fetched only to count and evict their
+    chunks, and keeps at most MAX_FOREIGN of them open between scans (before, every object
+    of the folder stayed mapped, two descriptors each, for the life of every process that
+    ever made room). It still evicts their chunks, and adopts one it is asked for."""
+    from treadle.storage import chunkstore
+
+    monkeypatch.setattr(chunkstore, "MAX_FOREIGN", 2)
+    root, blobs = source
+    store = Store.open(root)
+    other = ChunkStore(tmp_path / "chunks", 6 * CHUNK, CHUNK)  # stands in for another process
+    for obj in _objects(other, store, blobs):
+        other.fetch(store, obj, [0], [NEVER], now=0)
+    assert other.used() == OBJECTS * CHUNK
+    fds = len(os.listdir("/proc/self/fd"))
+    cs = ChunkStore(tmp_path / "chunks", 6 * CHUNK, CHUNK)
+    assert cs.used() == OBJECTS * CHUNK and len(cs._foreign) == 2 and not cs._objects
+    assert len(os.listdir("/proc/self/fd")) <= fds + 2 * 2
+    key = "data/o0.lance"
+    mine = cs.object(store, key, len(blobs[key]))
+    cs.fetch(store, mine, [1, 2, 3, 4], [5, 5, 5, 5], now=1)  # room made from the others'
+    assert cs.used() <= cs.max_bytes and len(cs._foreign) <= 2
+    assert _check_bytes(cs, [mine], blobs) >= 4
+    assert cs.read(mine, CHUNK, 5 * CHUNK) == blobs[key][CHUNK : 5 * CHUNK]

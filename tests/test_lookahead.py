@@ -20,6 +20,7 @@ from treadle.read import lookahead as lookahead_mod
 from treadle.read.fixed import FixedReader
 from treadle.storage import Store
 from treadle.storage.chunkstore import ChunkStore
+from treadle.torch.delivery import StepLoader
 
 ROWS, BATCH, CHUNK = 300, 16, 16 << 10
 
@@ -85,8 +86,6 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     local, s3 = roots
     with pytest.raises(PlanError, match="lookahead"):
         td.TrainLoader(_recipe(local), lookahead=-1)
-    with pytest.raises(PlanError, match="lookahead= needs workers=0"):
-        td.TrainLoader(_recipe(local), lookahead=2, workers=1)
     _, want = _run(local, 12)
     _, same_local = _run(local, 12, lookahead=3)  # a local root: nothing to fetch
     _same(same_local, want)
@@ -115,6 +114,42 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     want_eval = [dict(b) for b in td.EvalLoader(comp, 16)]
     _same([dict(b) for b in td.EvalLoader(comp, 16, lookahead=2)], want_eval)
     assert "chunk cache" not in fastpaths.reasons()
+
+
+@pytest.mark.s3
+@pytest.mark.slow  # worker processes (~5 s)
+def test_workers_read_the_chunks_this_process_fetched(roots, small_caches, monkeypatch, tmp_path):
+    """workers=2 with lookahead: this process walks every step and fetches each chunk once
+    (the same chunks as workers=0), the workers read every row from them, batches are the
+    same, and a chunk cache smaller than the tables is never exceeded."""
+    local, s3 = roots
+    monkeypatch.setattr(StepLoader, "_resident_bytes", 64 << 10)  # the workers' readers too
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))  # every chunk fits
+    _, want = _run(local, 12)
+    runs = {}
+    for workers in (0, 2):
+        monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / f"cache{workers}"))
+        loader, got = _run(s3, 12, lookahead=3, workers=workers)
+        _same(got, want)
+        assert reaper.drain(30)
+        runs[workers] = (replace(loader.lookahead_stage.chunks.stats), dict(lookahead_mod.LAST))
+    (st0, rep0), (st2, rep2) = runs[0], runs[2]
+    assert rep2["hit_rate"] == rep0["hit_rate"]
+    assert st2.misses == st0.misses > 0 and st2.fetched_bytes == st0.fetched_bytes
+    assert st0.rows_read == 12 * BATCH and st2.rows_read == BATCH  # here: only the first step
+    assert rep2["samples"] == 12 * BATCH and rep2["rows_from_chunks"] == 1.0, rep2
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "tight"))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(6 * CHUNK))  # under a fifth
+    loader, got = _run(s3, 12, lookahead=1, workers=2)
+    _same(got, want)
+    cs = loader.lookahead_stage.chunks
+    assert cs.used() <= cs.max_bytes == 6 * CHUNK and cs.stats.misses > 0
+    loader = td.TrainLoader(_recipe(s3), steps=50, lookahead=2, workers=2)
+    it = iter(loader)
+    next(it), next(it)
+    it.close()  # left early: the stage, its planner and the workers end
+    assert reaper.drain(30) and not loader.lookahead_stage._thread.is_alive()
+    assert loader.lookahead_stage.shared.fd == -1  # the window's descriptor closed
 
 
 @pytest.mark.s3

@@ -106,9 +106,8 @@ class FixedReader:
         self.copy_objects = copy_objects
         self._held = 0
         self._columns: dict[tuple[str, int, str], _Column] = {}
-        self._tables: weakref.WeakKeyDictionary[Any, dict[str, _Column]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._tables: weakref.WeakKeyDictionary[Any, dict[str, _Column]]
+        self._tables = weakref.WeakKeyDictionary()
         self._maps: dict[str, mmap.mmap] = {}
         self._copies: dict[str, CachedFile] = {}  # object-cache copies this reader holds
         self._lock = threading.Lock()
@@ -130,16 +129,13 @@ class FixedReader:
         return self._column(table, column).chunked  # its ChunkedColumn (read.chunk_rows)
 
     def path(self, table: Table, column: str) -> str:
-        """``"mapped"``, ``"resident"`` or ``"take"``: how ``column`` of ``table`` is read."""
+        """``"mapped"``, ``"resident"``, ``"chunked"`` or ``"take"``: how ``column`` is read."""
         return self._column(table, column).path
 
-    def read(
-        self, table: Table, rows: np.ndarray | list[int], columns: list[str]
-    ) -> dict[str, np.ndarray]:
+    def read(self, table: Table, rows: np.ndarray | list[int], columns: list[str]
+             ) -> dict[str, np.ndarray]:  # fmt: skip
         """``{column: values[rows]}``, as ``to_numpy(table.take(rows, [column]))`` gives them.
-
-        Every column must be :func:`fixed_width`; rows out of range are an ``IndexError``.
-        """
+        Every column must be :func:`fixed_width`; rows out of range are an ``IndexError``."""
         idx = np.asarray(rows, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= table.num_moments):
             raise IndexError(
@@ -189,11 +185,14 @@ class FixedReader:
         if self._held + nbytes > self.resident_bytes:
             return _Column("take")
         try:
-            values = whole_column(table, column, f)
+            values = self._whole(table, column, f, nbytes)
         except CorruptData:  # a null somewhere: only a batch that reads it may fail
             return _Column("take")
         self._held += values.nbytes
         return _Column("resident", np.zeros(1, np.int64), [values])
+
+    def _whole(self, table: Table, column: str, f: pa.Field, nbytes: int) -> np.ndarray:
+        return whole_column(table, column, f)  # the resident path's read (a planner's: none)
 
     def _mapped(self, table: Table, f: pa.Field) -> _Column | None:
         """The mapped path of this column, or None when one of its assumptions fails."""

@@ -35,6 +35,8 @@ from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
 if TYPE_CHECKING:
     from treadle.read.sample_reader import SampleReader
+    from treadle.read.shared_window import SharedWindow
+    from treadle.read.step_chunks import StepTakes
 
 __all__ = ["Lookahead"]
 
@@ -53,9 +55,12 @@ class Lookahead:
     """Fetches the chunks of steps ``[now, now + lookahead]`` of ``samples(step)`` (a
     batch with ``component`` and ``moment``) read by ``reader``, into ``chunks``."""
 
-    def __init__(self, reader: SampleReader, samples: Callable[[int], Any], steps: Iterable[int],
-                 lookahead: int, chunks: ChunkStore) -> None:  # fmt: skip
+    def __init__(self, reader: SampleReader | StepTakes, samples: Callable[[int], Any],
+                 steps: Iterable[int], lookahead: int, chunks: ChunkStore,
+                 shared: SharedWindow | None = None,
+                 after: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.reader, self.samples, self.chunks = reader, samples, chunks
+        self.shared, self._after = shared, after  # workers=N: they read; after the thread
         # the reader's takes and windows run read_ahead steps ahead of the batch it
         # assembles, one after the last it handed out: the window covers them at least
         self.lookahead = max(int(lookahead), int(getattr(reader, "read_ahead", 0)) + 1)
@@ -93,7 +98,7 @@ class Lookahead:
                 nexts.append(n)
             self._now = step + 1
             self.samples_seen += samples
-            self._cond.notify_all()
+            self._changed()
         for (_, obj, ids), n in zip(need, nexts):
             self.chunks.release(obj, ids.tolist(), step, n)
 
@@ -103,13 +108,15 @@ class Lookahead:
         with self._cond:
             self._stop = True
             reported, self._reported = self._reported, True
-            self._cond.notify_all()
+            self._changed()
         if not reported:
             reaper.reap(self._finish)
 
     def _finish(self) -> None:
         """On the reaper thread: wait for the thread, then report the run (one log line)."""
         self._thread.join(60)
+        if self._after is not None:
+            self._after()
         if self.samples_seen:
             LAST.clear()
             LAST.update(self.report())
@@ -119,6 +126,9 @@ class Lookahead:
         """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
         fetched and requests sent per sample, over the samples read so far."""
         st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
+        if self.shared is not None:  # rows the workers read
+            read, taken = self.shared.rows()
+            st.rows_read, st.rows_taken = st.rows_read + read, st.rows_taken + taken
         rows = max(1, st.rows_read + st.rows_taken)
         out = {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
                "rows_from_chunks": round(st.rows_read / rows, 4),
@@ -133,6 +143,7 @@ class Lookahead:
             with self._cond:
                 if self._now is None:
                     self._now = pending
+                    self._changed()
                 while not self._stop and pending > self._now + self.lookahead:
                     self._cond.wait()
                 if self._stop:
@@ -150,10 +161,10 @@ class Lookahead:
                     log.warning("treadle: lookahead could not fetch steps %s: %s", group, e)
             with self._cond:
                 self._fetched = group[-1]
-                self._cond.notify_all()
+                self._changed()
         with self._cond:
             self._stop = True  # no more steps: nobody waits for one
-            self._cond.notify_all()
+            self._changed()
 
     def _fetch(self, steps: list[int], now: int) -> None:
         """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
@@ -197,7 +208,13 @@ class Lookahead:
             "td.BlockShuffle, or a smaller lookahead)"))  # fmt: skip
         with self._cond:
             self._stop = True
-            self._cond.notify_all()
+            self._changed()
+
+    def _changed(self) -> None:
+        """Under the condition: wake the waiting reader, and tell the workers (if any)."""
+        self._cond.notify_all()
+        if self.shared is not None:
+            self.shared.publish(self._now, self._fetched, self._stop)
 
     def gate(self, steps: Iterable[int]) -> Iterator[int]:
         """``steps``, each once its fetches ended: the reader never passes the fetches,

@@ -11,7 +11,10 @@ again: first). Over chunks of one size that is Belady's optimal policy
   size): ``<name>.data``, a sparse file of the object's size, and ``<name>.state``, per chunk a
   state word (absent, fetching or present, and a generation that counts evictions), the step
   that next needs it and the id of the process fetching it. Every process of the node maps the
-  same files, so ranks of one node never fetch a chunk twice.
+  same files, so ranks of one node never fetch a chunk twice. A process keeps the objects it
+  reads mapped (one store per process, :func:`chunk_store`); other processes' objects are
+  mapped to make room (their chunks are counted and evicted too), and at most
+  :data:`MAX_FOREIGN` of those stay mapped between scans.
 - **Bound**: present and fetching chunks never sum to more than ``max_bytes``. Room is made
   under the folder's ``flock`` before a fetch; a chunk is cached only when a cached one is
   needed later than it (else it is fetched for this read and not kept). A chunk whose next use
@@ -26,13 +29,11 @@ again: first). Over chunks of one size that is Belady's optimal policy
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import hashlib
 import os
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from treadle.fork_locks import renew_lock_in_child
+from treadle.storage.chunkfiles import alive as _alive
+from treadle.storage.chunkfiles import punch as _punch
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
 from treadle.storage.filecache import _locked
@@ -55,8 +58,8 @@ ABSENT, FETCHING, PRESENT = 0, 1, 2
 _STATE_MASK = 3
 NEVER = 1 << 62
 """The next use of a chunk no known step needs."""
-
-_FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (Linux)
+MAX_FOREIGN = 128
+"""Objects of other processes a store keeps mapped between scans of the folder."""
 
 
 class ObjectChunks:
@@ -86,6 +89,11 @@ class ObjectChunks:
     def present(self, index: int) -> bool:
         return int(self.words[index, 0]) & _STATE_MASK == PRESENT
 
+    def close(self) -> None:
+        """Let the files go (an object of another process, mapped for a scan only)."""
+        self.words = None  # type: ignore[assignment]  # its mapping closes with its last view
+        os.close(self.fd)
+
 
 class ChunkStore:
     """Chunks of immutable objects in ``directory``, at most ``max_bytes`` of them."""
@@ -98,6 +106,9 @@ class ChunkStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.stats = ChunkStats()
         self._objects: dict[str, ObjectChunks] = {}  # by name: this process's mappings
+        # other processes' objects, mapped to count and evict their chunks: at most
+        # MAX_FOREIGN kept (each holds two descriptors), the least recently scanned let go
+        self._foreign: OrderedDict[str, ObjectChunks] = OrderedDict()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -110,10 +121,11 @@ class ChunkStore:
         with self._lock:
             hit = self._objects.get(name)
             if hit is None:
-                with _locked(self.directory / ".lock"):
-                    hit = self._objects[name] = ObjectChunks(
+                with _locked(self.directory / ".lock"):  # an object scanned before: adopted
+                    hit = self._foreign.pop(name, None) or ObjectChunks(
                         self.directory, name, key, size, self.chunk_bytes
                     )
+                    self._objects[name] = hit
             hit.key = key  # one first seen in the folder (another process's) has none yet
             hit.media = hit.media or media
         return hit
@@ -130,7 +142,9 @@ class ChunkStore:
     def used(self) -> int:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""
         with _locked(self.directory / ".lock"):
-            return sum(int(sizes.sum()) for _, _, sizes in self._scan())
+            used = sum(int(sizes.sum()) for _, _, sizes in self._scan())
+            self._let_go()
+            return used
 
     def fetch(self, store: Store, obj: ObjectChunks, chunks: Sequence[int],
               next_uses: Sequence[int], now: int, at: int | None = None) -> list[int]:  # fmt: skip
@@ -268,11 +282,13 @@ class ChunkStore:
             if not e.name.endswith(".state"):
                 continue
             name = e.name.removesuffix(".state")
-            obj = self._objects.get(name)
+            obj = self._objects.get(name) or self._foreign.get(name)
             if obj is None:
                 obj = self._attach(name, e.stat().st_size // 24)
                 if obj is None:
                     continue
+            if name in self._foreign:
+                self._foreign.move_to_end(name)
             states = np.asarray(obj.words[:, 0]) & _STATE_MASK
             sizes = np.full(obj.count, obj.chunk, np.int64)
             sizes[-1] = obj.size - (obj.count - 1) * obj.chunk
@@ -287,8 +303,14 @@ class ChunkStore:
             return None
         if count != max(1, -(-size // self.chunk_bytes)):
             return None  # another chunk size: not this store's
-        obj = self._objects[name] = ObjectChunks(self.directory, name, "", size, self.chunk_bytes)
+        obj = self._foreign[name] = ObjectChunks(self.directory, name, "", size, self.chunk_bytes)
         return obj
+
+    def _let_go(self) -> None:
+        """Under the folder's lock, after a scan's use: close the least recently scanned
+        objects of other processes beyond :data:`MAX_FOREIGN` (no reader holds them)."""
+        while len(self._foreign) > MAX_FOREIGN:
+            self._foreign.popitem(last=False)[1].close()
 
     def _make_room(self, size: int, next_use: int, now: int) -> bool:
         """Under the folder's lock: evict chunks needed later than ``next_use`` (farthest
@@ -296,6 +318,8 @@ class ChunkStore:
         scan = self._scan()
         used = sum(int(s.sum()) for _, _, s in scan)
         if used + size <= self.max_bytes:
+            del scan
+            self._let_go()
             return True
         cands = []
         for obj, states, sizes in scan:
@@ -311,6 +335,8 @@ class ChunkStore:
                 break
             _evict(obj, c)
             used -= s
+        del cands, scan
+        self._let_go()
         return used + size <= self.max_bytes
 
 
@@ -321,21 +347,6 @@ def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
     w[1] = step if held < now or held == done else min(held, step)
 
 
-def _alive(pids: np.ndarray) -> np.ndarray:
-    """Whether each process id (0: none) is a live process."""
-    out = np.zeros(pids.shape, bool)
-    for i, p in enumerate(pids.tolist()):
-        if p:
-            try:
-                os.kill(int(p), 0)
-                out[i] = True
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                out[i] = True
-    return out
-
-
 def _evict(obj: ObjectChunks, c: int) -> None:
     """Mark chunk ``c`` absent with a new generation (readers that copied it in between see
     the change), then free its bytes."""
@@ -343,22 +354,6 @@ def _evict(obj: ObjectChunks, c: int) -> None:
     obj.words[c, 0] = gen << 2 | ABSENT
     obj.words[c, 2] = 0
     _punch(obj.fd, c * obj.chunk, obj.chunk_size(c))
-
-
-_LIBC = None
-
-
-def _punch(fd: int, offset: int, length: int) -> None:
-    """Free bytes of a file without changing its size (a hole), or zero them where the file
-    system cannot punch holes (then the disk space is freed only when the object goes)."""
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        _LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    with contextlib.suppress(AttributeError):
-        if _LIBC.fallocate(fd, _FALLOC_PUNCH, offset, length) == 0:
-            return
-    os.pwrite(fd, bytes(length), offset)
 
 
 def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> ChunkStore | str:

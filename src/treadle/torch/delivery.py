@@ -10,12 +10,14 @@ their batches handed over through shared-memory slots and taken back in step ord
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,12 +29,17 @@ from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
 from treadle.read.lookahead import Lookahead, lookahead_store, tracked
 from treadle.read.prefetch import prefetch
+from treadle.read.shared_window import SharedWindow
+from treadle.read.step_chunks import StepTakes
 from treadle.read.steps import host_reader, read_steps
 from treadle.torch.convert import to_torch
 from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
 from treadle.workers.processes import Job, check_workers, read_in_processes
 from treadle.workers.processes import context as worker_context
+
+if TYPE_CHECKING:
+    from treadle.storage.chunkstore import ChunkStore
 
 __all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
 
@@ -91,6 +98,7 @@ class StepLoader:
 
     sampler: Sampler
     label = "step"
+    _resident_bytes: int | None = None  # worker readers' budget for resident columns (tests)
     plan: Plan
     steps: int | None
 
@@ -115,9 +123,6 @@ class StepLoader:
             read_ahead = _whole(read_ahead, "read_ahead", 1)
         if lookahead is not None:
             lookahead = _whole(lookahead, "lookahead", 0)
-            if workers:
-                raise PlanError("lookahead= needs workers=0 (worker processes do not read "
-                                "from the chunk cache yet)")  # fmt: skip
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise PlanError("device='cuda' but CUDA is not available; use device='cpu'")
@@ -208,13 +213,41 @@ class StepLoader:
         job = Job(self.plan.record.to_json(), client.root, client.storage_options,
                   self.sampler, self.rank, self.world_size, start, stop,
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
-                  self.prefetch, self.read_ahead)  # fmt: skip
+                  self.prefetch, self.read_ahead, resident_bytes=self._resident_bytes)  # fmt: skip
+        chunks = None if self.lookahead is None else lookahead_store()
+        stage = None if chunks is None else self._worker_lookahead(chunks, workers)
         # without a transform (which runs in the workers), this process reads the first step
         # while the workers start: it does not wait for their server's imports
-        first = self._read_here if self.transform is None else None
-        return read_in_processes(job, workers, first)
+        first = None
+        if self.transform is None:
+            first = functools.partial(self._read_here, chunks=chunks, stage=stage)
+        if stage is None:
+            return read_in_processes(job, workers, first)
+        job = replace(job, chunks=(str(chunks.directory), chunks.max_bytes, chunks.chunk_bytes))
+        batches = read_in_processes(job, workers, first, stage.shared)
+        return tracked(batches, self._steps(), stage)
 
-    def _read_here(self, step: int) -> dict[str, Any]:
+    def _worker_lookahead(self, chunks: ChunkStore, workers: int) -> Lookahead:
+        """The lookahead stage of a ``workers=N`` loader, in this process: it walks every
+        step and fetches their chunks; the workers read rows from the same chunk store,
+        each step once the stage fetched it (a :class:`SharedWindow`). Its window covers
+        what the workers read ahead of this loader (their reader's ``read_ahead``, their
+        prefetched batches and slots), so they do not read steps it has not fetched."""
+        remote = not self.plan.table(0).project.store.is_local
+        ahead = self.read_ahead or (CONCURRENCY.cloud_read_ahead if remote else 1)
+        window = max(int(self.lookahead or 0), workers * (ahead + 2 * self.prefetch + 3))
+        planner = StepTakes(self.plan, chunks, window, self._resident_bytes)
+
+        def samples(step: int) -> Any:
+            return self.sampler(self.plan, step, self.rank, self.world_size)
+
+        shared = SharedWindow(workers, self._next_step, window)
+        self.lookahead_stage = Lookahead(planner, samples, self._steps(), window, chunks,
+                                         shared, after=planner.close)  # fmt: skip
+        return self.lookahead_stage
+
+    def _read_here(self, step: int, chunks: ChunkStore | None = None,
+                   stage: Lookahead | None = None) -> dict[str, Any]:  # fmt: skip
         """Step ``step``'s batch, read in this process as a worker reads it (CPU decode into
         host memory), by a reader that keeps no column resident (Lance takes: the same
         values, without reading whole columns for one batch). On an object store it maps
@@ -223,9 +256,10 @@ class StepLoader:
         than each waiting for them in its first batches."""
         remote = not self.plan.table(0).project.store.is_local
         reader = host_reader(self.plan, self.video_threads, read_ahead=1,
-                             fixed_columns=remote, resident_bytes=0)  # fmt: skip
+                             fixed_columns=remote, resident_bytes=0, chunks=chunks)  # fmt: skip
+        steps = [step] if stage is None else stage.gate([step])  # after its chunks' fetch
         try:
-            [batch] = read_steps(self.plan, self.sampler, reader, [step], self.rank,
+            [batch] = read_steps(self.plan, self.sampler, reader, steps, self.rank,
                                  self.world_size)  # fmt: skip
         finally:
             reader.close()

@@ -33,6 +33,7 @@ from typing import Any
 from treadle import reaper
 from treadle.errors import PlanError, TreadleError
 from treadle.fork_locks import renew_lock_in_child
+from treadle.read.shared_window import SharedWindow
 from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
@@ -122,13 +123,15 @@ def check_workers(workers: int, prefetch: int) -> None:
 class _Handle:
     """The loader's side of one worker: its process, pipes and slots."""
 
-    def __init__(self, ctx: Any, job: Job, k: int, n: int):
+    def __init__(self, ctx: Any, job: Job, k: int, n: int, window: int | None = None):
         fds = [os.memfd_create(f"treadle-worker{k}-slot{i}") for i in range(job.depth + 1)]
         self.slots = [Slot(fd) for fd in fds]
         self.k = k
         self.inbox, out = ctx.Pipe(duplex=False)
         back, self.outbox = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=work, args=(job, k, n, out, back, [SlotFd(f) for f in fds]),
+        shared = None if window is None else SlotFd(window)  # a lookahead's SharedWindow
+        self.proc = ctx.Process(target=work, args=(job, k, n, out, back, [SlotFd(f) for f in fds],
+                                                   shared),
                                 name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
         try:
             self.proc.start()
@@ -177,10 +180,12 @@ class _Handle:
 
 
 def read_in_processes(
-    job: Job, workers: int, first: Callable[[int], dict[str, Any]] | None = None
-) -> Iterator[dict[str, Any]]:
+    job: Job, workers: int, first: Callable[[int], dict[str, Any]] | None = None,
+    window: SharedWindow | None = None,
+) -> Iterator[dict[str, Any]]:  # fmt: skip
     """The batches of steps ``job.start ..`` (to ``job.stop``) from ``workers`` processes,
-    in step order.
+    in step order. ``window``: a lookahead's shared window (each worker maps it; its
+    descriptor is closed here when the workers end).
 
     ``first``: reads step ``job.start`` in this process (``first(step) -> batch``); the
     workers then take the steps after it and are started on a thread while ``first`` runs,
@@ -192,10 +197,11 @@ def read_in_processes(
             workers = min(workers, job.stop - job.start)
     handles: list[_Handle] = []
     failed: list[BaseException] = []
-    starter = threading.Thread(target=_start, args=(ctx, job, workers, handles, failed),
+    fd = None if window is None else window.fd
+    starter = threading.Thread(target=_start, args=(ctx, job, workers, handles, failed, fd),
                                name="treadle-worker-start", daemon=True)  # fmt: skip
     # stopped early (maybe by a finalizer, on any thread) the reaper ends the workers
-    with reaper.closing(_end, starter, handles):
+    with reaper.closing(_end, starter, handles, window):
         starter.start()
         if first is not None:
             yield first(job.start - 1)
@@ -207,20 +213,22 @@ def read_in_processes(
             yield handles[(step - job.start) % workers].take(step)
 
 
-def _end(starter: threading.Thread, handles: list[_Handle]) -> None:
+def _end(starter: threading.Thread, handles: list[_Handle], window: SharedWindow | None) -> None:
     """Wait for the starter thread, then end every worker and free its slots."""
     if starter.ident is not None:
         starter.join()
     for h in handles:
         h.close()
+    if window is not None:
+        window.close()
 
 
 def _start(ctx: Any, job: Job, workers: int, handles: list[_Handle],
-           failed: list[BaseException]) -> None:  # fmt: skip
+           failed: list[BaseException], window: int | None = None) -> None:  # fmt: skip
     """Start ``workers`` processes into ``handles`` (on a thread: each start waits for the
     server's imports); the first error goes into ``failed``."""
     try:
         for k in range(workers):
-            handles.append(_Handle(ctx, job, k, workers))
+            handles.append(_Handle(ctx, job, k, workers, window))
     except BaseException as e:
         failed.append(e)

@@ -22,7 +22,9 @@ from typing import Any
 
 from treadle.errors import TreadleError
 from treadle.read.prefetch import prefetch
+from treadle.read.shared_window import SharedWindow
 from treadle.read.steps import Finish, Sampler, host_reader, read_steps
+from treadle.storage.chunkstore import ChunkStore
 from treadle.workers import messages
 from treadle.workers.slots import Slot
 
@@ -44,6 +46,8 @@ class Job:
     depth: int
     read_ahead: int | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
+    chunks: tuple[str, int, int] | None = None  # lookahead: the chunk store (folder, bytes, chunk)
+    resident_bytes: int | None = None  # the readers' budget for resident columns (None: default)
 
 
 def _portable(e: BaseException, k: int) -> BaseException:
@@ -60,14 +64,16 @@ def _portable(e: BaseException, k: int) -> BaseException:
         return out
 
 
-def work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int]) -> None:
+def work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int],
+         window: int | None = None) -> None:  # fmt: skip
     """Worker ``k`` of ``n`` (the process target); ends with ``os._exit`` so no finaliser
-    runs while Lance or PyAV threads are still at work."""
+    runs while Lance or PyAV threads are still at work. ``window``: the descriptor of the
+    loader's :class:`~treadle.read.shared_window.SharedWindow` (with ``job.chunks``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
     os.environ.clear()
     os.environ.update(job.env)
     try:
-        _serve(job, k, n, out, back, [Slot(fd) for fd in fds])
+        _serve(job, k, n, out, back, [Slot(fd) for fd in fds], window)
     except BaseException as e:
         try:
             out.send(messages.error(_portable(e, k)))
@@ -82,20 +88,28 @@ def work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int]) -> None:
         os._exit(0)
 
 
-def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot]) -> None:
+def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot],
+           window_fd: int | None) -> None:  # fmt: skip
     from treadle.catalog import Client
     from treadle.plan.plan import Plan
 
     plan = Plan.from_record(job.record, Client(job.root, job.options or None))
-    reader = host_reader(plan, job.video_threads, read_ahead=job.read_ahead)
+    chunks = window = None
+    if job.chunks is not None and window_fd is not None:  # rows from the loader's fetches
+        chunks, window = ChunkStore(*job.chunks), SharedWindow(fd=window_fd)
+    reader = host_reader(plan, job.video_threads, read_ahead=job.read_ahead,
+                         resident_bytes=job.resident_bytes, chunks=chunks)  # fmt: skip
     first = job.start + k
     mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
-    batches = read_steps(plan, job.sampler, reader, mine, job.rank, job.world, job.finish)
+    steps = mine if window is None else window.gate(mine)
+    batches = read_steps(plan, job.sampler, reader, steps, job.rank, job.world, job.finish)
     free = deque(range(len(slots)))
     for step, batch in zip(itertools.count(first, n), prefetch(batches, job.depth,
                                                                  close=reader.close)):  # fmt: skip
         while not free:
             free.append(back.recv())  # the loader hands slots back in the order it got them
         i = free.popleft()
+        if window is not None and chunks is not None:  # counted before the loader has it
+            window.count_rows(k, chunks.stats)
         out.send(messages.batch(step, i, slots[i].pack(batch)))
     out.send(messages.end())
