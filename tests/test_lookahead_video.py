@@ -156,3 +156,60 @@ def test_a_reader_makes_no_files_for_streams_nothing_fetched(tmp_path):
     other = ChunkStore(tmp_path / "chunks", 1 << 20, 1024)  # another process's view
     found = other.existing(store, "media/v/a.h264", 5000)
     assert found is not None and found.name == made.name and found.count == 5
+
+
+def test_workers_read_windows_from_the_stage_s_chunks(roots, caches, monkeypatch):
+    """workers=2: this process's stage fetches each step's window bytes (and image rows)
+    into the chunk store, each stream chunk once, and the workers read every window from
+    those chunks: frames equal local disk's, and the report counts the workers' windows."""
+    from treadle.torch.delivery import StepLoader
+
+    local, s3, streams = roots
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(1 << 20))
+    monkeypatch.setattr(StepLoader, "_resident_bytes", 64 << 10)  # the workers' readers too
+    _, want = _run(local, BLOCK)
+    loader, got = _run(s3, BLOCK, lookahead=4, workers=2)
+    _same(got, want)
+    stage = loader.lookahead_stage
+    st = stage.chunks.stats.since(stage._base)
+    need = {(o.name, c) for s in range(STEPS) for _, o, ids in stage._need(s) if o.media
+            for c in ids.tolist()}  # fmt: skip
+    assert st.media_misses == len(need) > 0 and st.media_hits > 0  # each chunk fetched once
+    assert 0 < st.media_fetched_bytes <= streams
+    counts = stage.shared.counts()
+    windows = st.windows_read + counts["windows_read"]  # the first step is read here
+    assert windows == 2 * STEPS * BATCH and st.windows_fetched + counts["windows_fetched"] == 0
+    assert counts["windows_read"] > 0 and counts["rows_read"] > 0
+    assert reaper.drain(30)
+    report = lookahead_mod.LAST
+    assert report["windows_from_chunks"] == 1.0 and report["rows_from_chunks"] == 1.0
+    assert report["media_requests_per_sample"] == round(st.media_requests / (STEPS * BATCH), 4)
+
+
+def test_workers_with_a_small_cache_keep_its_bound_and_the_frames(roots, caches, monkeypatch):
+    """workers=2 with a chunk cache of 24 chunks (a fraction of the streams): the bound
+    holds in every process (the store's folder is measured after the run and by this
+    process's fetches), frames are the same, and every window is counted once."""
+    local, s3, streams = roots
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(24 * CHUNK))
+    _, want = _run(local, BLOCK)
+    seen: list[int] = []
+    from treadle.storage.chunkstore import ChunkStore
+
+    real = ChunkStore.download
+
+    def watched(self, store, reserved):
+        real(self, store, reserved)
+        seen.append(self.used())
+
+    monkeypatch.setattr(ChunkStore, "download", watched)
+    loader, got = _run(s3, BLOCK, lookahead=2, workers=2, read_ahead=1)
+    _same(got, want)
+    stage = loader.lookahead_stage
+    cs = stage.chunks
+    assert seen and max(seen) <= cs.max_bytes and cs.used() <= cs.max_bytes
+    st, counts = cs.stats.since(stage._base), stage.shared.counts()
+    windows = st.windows_read + st.windows_fetched
+    windows += counts["windows_read"] + counts["windows_fetched"]
+    assert windows == 2 * STEPS * BATCH and st.media_misses > 0
+    assert counts["windows_read"] > 0, counts

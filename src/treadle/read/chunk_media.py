@@ -25,15 +25,18 @@ from treadle.video.window_plan import plan_window
 
 if TYPE_CHECKING:
     from treadle.read.sample_reader import SampleReader
+    from treadle.read.step_chunks import StepTakes
     from treadle.storage.chunkstore import ObjectChunks
 
 __all__ = ["media_chunks"]
 
 
-def media_chunks(reader: SampleReader, component: np.ndarray, moment: np.ndarray
+def media_chunks(reader: SampleReader | StepTakes, component: np.ndarray, moment: np.ndarray
                  ) -> list[tuple[Any, ObjectChunks, np.ndarray]]:  # fmt: skip
     """``(store, stream object, chunk ids)`` of the video windows the reader reads for these
     samples (none when the reader reads no window from chunks: ``reader.media`` is None).
+    ``reader``: a loader's reader, or with ``workers=N`` the loader's
+    :class:`~treadle.read.step_chunks.StepTakes` (its workers' readers read the windows).
     A window the reader will refuse (frames outside its episode) asks for nothing: its
     read raises, as without ``lookahead``."""
     fetcher = getattr(reader, "media", None)

@@ -126,9 +126,9 @@ class Lookahead:
         """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
         fetched and requests sent per sample, over the samples read so far."""
         st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
-        if self.shared is not None:  # rows the workers read
-            read, taken = self.shared.rows()
-            st.rows_read, st.rows_taken = st.rows_read + read, st.rows_taken + taken
+        if self.shared is not None:  # rows and windows the workers read
+            for name, count in self.shared.counts().items():
+                setattr(st, name, getattr(st, name) + count)
         rows = max(1, st.rows_read + st.rows_taken)
         out = {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
                "rows_from_chunks": round(st.rows_read / rows, 4),

@@ -8,7 +8,8 @@ store. A worker must not read a step before its fetches ended, as the reader of 
 :class:`SharedWindow` is the few numbers that takes: the stage's position, its last fetched
 step and whether it stopped, in a small anonymous shared-memory file (a ``memfd``, handed to
 each worker like its batch slots), and per worker the rows it read from chunks and took
-otherwise (the stage's report counts them). Whole aligned 8-byte words are written and read,
+otherwise, and the video windows it read from chunks and fetched with range requests (the
+stage's report counts them). Whole aligned 8-byte words are written and read,
 so a reader sees each number either before or after a change, never half of it.
 """
 
@@ -26,18 +27,19 @@ __all__ = ["SharedWindow"]
 
 _NOW, _FETCHED, _STOP, _LOOKAHEAD, _HEAD = 0, 1, 2, 3, 4
 _POLL_S = (0.0002, 0.005)  # a waiting worker's first and longest sleep
+_COUNTS = ("rows_read", "rows_taken", "windows_read", "windows_fetched")  # per worker
 
 
 class SharedWindow:
-    """``now``, ``fetched``, ``stopped`` and ``lookahead`` of a stage, and rows counted per
-    worker. Made by the loader (``fd=None``: a new memfd for ``workers`` workers, the stage
+    """``now``, ``fetched``, ``stopped`` and ``lookahead`` of a stage, and rows and windows
+    counted per worker. Made by the loader (``fd=None``: a new memfd for ``workers`` workers, the stage
     at step ``start``), mapped again in a worker from the descriptor it inherits."""
 
     def __init__(self, workers: int = 0, start: int = 0, lookahead: int = 0,
                  fd: int | None = None) -> None:  # fmt: skip
         if fd is None:
             fd = os.memfd_create("treadle-lookahead-window")
-            os.ftruncate(fd, 8 * (_HEAD + 2 * max(1, workers)))
+            os.ftruncate(fd, 8 * (_HEAD + len(_COUNTS) * max(1, workers)))
             made = True
         else:
             made = False
@@ -72,13 +74,15 @@ class SharedWindow:
                 pause = min(2 * pause, _POLL_S[1])
             yield step
 
-    def count_rows(self, worker: int, stats: Any) -> None:
-        """Worker ``worker``'s rows so far (a :class:`ChunkStats`: read from chunks, taken)."""
-        at = _HEAD + 2 * worker
-        if at + 1 < len(self.words):
-            self.words[at], self.words[at + 1] = stats.rows_read, stats.rows_taken
+    def count(self, worker: int, stats: Any) -> None:
+        """Worker ``worker``'s counts so far (a :class:`ChunkStats`: rows read from chunks
+        and taken, windows read from chunks and fetched)."""
+        at = _HEAD + len(_COUNTS) * worker
+        if at + len(_COUNTS) <= len(self.words):
+            self.words[at : at + len(_COUNTS)] = [getattr(stats, n) for n in _COUNTS]
 
-    def rows(self) -> tuple[int, int]:
-        """Rows every worker read from chunks, and took otherwise."""
-        per = self.words[_HEAD:].reshape(-1, 2)
-        return int(per[:, 0].sum()), int(per[:, 1].sum())
+    def counts(self) -> dict[str, int]:
+        """Rows every worker read from chunks and took otherwise, and windows every worker
+        read from chunks and fetched otherwise (``ChunkStats`` field names)."""
+        per = self.words[_HEAD:].reshape(-1, len(_COUNTS)).sum(axis=0)
+        return {n: int(v) for n, v in zip(_COUNTS, per)}

@@ -7,7 +7,11 @@ step and which of their columns are chunked, decided as a worker's reader decide
 object cache, chunk store and resident budget), through a :class:`PlanningReader` that
 reads nothing: a column a reader would keep resident only counts against the budget, a
 table that fits the object cache is neither copied nor mapped (the workers map it), and
-only a chunked column's page layout is read (the data files' footers).
+only a chunked column's page layout is read (the data files' footers). Its ``media`` (a
+:class:`~treadle.video.fetch.WindowFetcher` on the same chunk store, reading nothing) and
+``streams`` let :func:`~treadle.read.chunk_media.media_chunks` map the steps' video windows
+to their stream chunks, as for a ``workers=0`` reader: the workers' readers read those
+windows from the chunks.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import pyarrow as pa
 
 from treadle.read.columns import output_columns
 from treadle.read.fixed import RESIDENT_BYTES, FixedReader, _Column
+from treadle.read.stream_index import StreamIndexes
 from treadle.read.takes import Take, fixed_groups
+from treadle.video.fetch import WindowFetcher
 
 if TYPE_CHECKING:
     from treadle.plan.plan import Plan
@@ -44,7 +50,9 @@ class PlanningReader(FixedReader):
 
 class StepTakes:
     """The row takes of a plan's samples, as a worker's reader makes them (``takes``,
-    ``fixed`` and ``read_ahead``: what :class:`~treadle.read.lookahead.Lookahead` asks)."""
+    ``fixed`` and ``read_ahead``: what :class:`~treadle.read.lookahead.Lookahead` asks),
+    and what :func:`~treadle.read.chunk_media.media_chunks` asks of a reader (``tables``,
+    ``columns``, ``streams``, ``media``: None on a local store, where nothing is fetched)."""
 
     def __init__(self, plan: Plan, chunks: ChunkStore, read_ahead: int,
                  resident_bytes: int | None = None) -> None:  # fmt: skip
@@ -52,8 +60,13 @@ class StepTakes:
         budget = RESIDENT_BYTES if resident_bytes is None else resident_bytes
         self.fixed = PlanningReader(budget, chunks=chunks)
         self.read_ahead = int(read_ahead)
+        self.columns = output_columns(plan)
         self._groups = [fixed_groups(t, cs, self.fixed)
-                        for t, cs in zip(self.tables, output_columns(plan))]  # fmt: skip
+                        for t, cs in zip(self.tables, self.columns)]  # fmt: skip
+        project = self.tables[0].project
+        self.streams = StreamIndexes()
+        self.media = None if project.store.is_local else WindowFetcher(
+            project.store, project.prefix, chunks)  # fmt: skip
 
     def takes(self, component: np.ndarray, moment: np.ndarray) -> list[Take]:
         """The takes of these samples, per component in order (as SampleReader.takes)."""

@@ -110,6 +110,6 @@ def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot],
             free.append(back.recv())  # the loader hands slots back in the order it got them
         i = free.popleft()
         if window is not None and chunks is not None:  # counted before the loader has it
-            window.count_rows(k, chunks.stats)
+            window.count(k, chunks.stats)
         out.send(messages.batch(step, i, slots[i].pack(batch)))
     out.send(messages.end())
