@@ -256,9 +256,16 @@ def test_purge_of_episodes_deleted_earlier_and_twice(tmp_path):
 
 
 @pytest.mark.slow
-def test_purge_on_s3(s3_server, request):
-    root = s3_server.url(f"t-{os.getpid()}-purge")
-    got = purge_case(root, s3_server.storage_options())
+@pytest.mark.parametrize("kind", ["s3", "az"])
+def test_purge_on_object_stores(kind, request):
+    """The marker test, td.Purged from a pinned record and the kept episodes' batches, on
+    the S3 server and on Azurite."""
+    if kind == "s3":
+        s3 = request.getfixturevalue("s3_server")
+        root, options = s3.url(f"t-{os.getpid()}-purge"), s3.storage_options()
+    else:
+        root, options = request.getfixturevalue("az_root")
+    got = purge_case(root, options)
     assert got["found_before"] and got["found_after"] == []
     with pytest.raises(td.Purged):
         td.Plan.from_record(got["full"].record, got["client"])
