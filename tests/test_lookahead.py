@@ -187,6 +187,28 @@ def test_restart_fetches_only_its_steps(roots, small_caches, monkeypatch):
 
 
 @pytest.mark.s3
+def test_rows_wider_than_two_chunks_are_read_from_chunks(roots, small_caches, monkeypatch):
+    """Chunks of 256 bytes: each 768-byte image row spans 3 or 4 of them, and every one is
+    fetched (not only a row's first and last), so no row is taken with Lance."""
+    local, s3 = roots
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "256")
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(1 << 20))
+    _, want = _run(local, 6)
+    loader, got = _run(s3, 6, lookahead=2)
+    _same(got, want)
+    st = loader.lookahead_stage.chunks.stats
+    assert loader.lookahead_stage.chunks.chunk_bytes == 256
+    assert st.rows_read > 0 and st.rows_taken == 0, st
+
+
+def test_chunk_ids_are_every_chunk_a_row_spans():
+    from treadle.read.chunk_rows import chunk_span
+
+    got = chunk_span(np.asarray([0, 5, 9]), np.asarray([2, 5, 11]))
+    assert got.tolist() == [0, 1, 2, 5, 9, 10, 11]
+
+
+@pytest.mark.s3
 def test_abandoned_loader_with_lookahead_ends(roots, small_caches):
     """A loader left after two batches (its iterator dropped, then collected) stops its
     lookahead thread without waiting on it, and no thread is left behind."""

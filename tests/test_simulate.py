@@ -99,6 +99,18 @@ def test_a_walk_counts_what_the_plan_reads(small):
     assert rep.samples == 16 * 30 and rep.gets[0] >= 2  # manifests of two tables, at least
 
 
+def test_footers_are_read_as_their_data_files_are_first_needed(small):
+    """A rank reads the footer of a data file (a HEAD and a GET) in the first round it needs
+    a chunk of it, as the loader does: one step reads the files of its rows only."""
+    setup = Setup(1, 4, cache_bytes=1 << 30, chunk_bytes=100, lookahead=0, sample_nodes=1)
+    (rep,) = simulate(small, small.tables, setup, Link(1e9, 0.01), [0])
+    batch, files = small.batch(0), 0
+    for r in range(4):
+        comp, moment = batch.component[r::4], batch.moment[r::4]
+        files += len({(int(c), int(m) // (400 if c == 0 else 100)) for c, m in zip(comp, moment)})
+    assert rep.open_gets == 4 * 2 * 2 + 2 * files < 4 * (2 * 2 + 2 * 6)
+
+
 def test_more_nodes_fetch_more_for_the_same_batches(small):
     link = Link(bandwidth=1e9, latency=0.01)
     one = simulate(small, small.tables, Setup(1, 4, 1 << 30, 400, sample_nodes=1), link, range(40))

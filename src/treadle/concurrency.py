@@ -32,6 +32,9 @@ class Concurrency:
     (:mod:`treadle.storage.filecache`)."""
     cache_parts_in_flight: int = 8
     """GETs in flight at once while an object is copied into the local object cache."""
+    footers_in_flight: int = 16
+    """Lance data file footers read at once when a loader's chunk cache first needs rows of
+    several data files (:mod:`treadle.read.chunk_rows`)."""
     nvdec_streams: int = 4
     """NVDEC sessions (worker threads, each with its CUDA stream) of a GPU video reader."""
     max_threads: int = 8

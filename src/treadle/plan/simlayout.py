@@ -12,7 +12,7 @@ objects of consecutive rows (its fragments, or a stand-in's ``rows_per_object``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,11 +50,6 @@ class TableBytes:
     object_bytes: np.ndarray  # size of each object
     first_object: int
     manifest_bytes: int = 0  # its manifest's size, where known (a GET and a HEAD)
-    footers: list[int] = field(default_factory=list)  # objects whose footers a reader reads
-
-    def __post_init__(self) -> None:
-        if not self.footers:
-            self.footers = sorted({int(o) for c in self.columns for o in c.objects.tolist()})
 
     @classmethod
     def of(cls, table: Table, first_object: int) -> TableBytes:

@@ -16,9 +16,9 @@ order) fetches the missed chunks it needs that no rank before it fetched: runs o
 chunks of an object are ranges, and obstore merges ranges of one object closer than 1 MiB
 into one GET (:func:`treadle.storage.coalesce.coalesced`; the gap's bytes are fetched too).
 Each rank also opens what it reads: a ``HEAD`` and a ``GET`` of every table's manifest in its
-first round, and a ``HEAD`` and a ``GET`` of the last 64 KiB (the footer) of every data file
-of a table in the first round it reads the table. A rank's counts are these; a node's their
-sum.
+first round, and a ``HEAD`` and a ``GET`` of the last 64 KiB (the footer) of a data file in
+the first round it needs a chunk of that file (:mod:`treadle.read.chunk_rows` reads footers
+when first needed, several at once). A rank's counts are these; a node's their sum.
 
 **Time.** A round's fetches take ``max(bytes / bandwidth, GETs * latency / in_flight)``; the
 samples/s the link allows a node is its samples over the sum of those times. Time to the first
@@ -169,14 +169,16 @@ def _fetches(mine: np.ndarray, sizes: np.ndarray, chunk: int, gap: int
     return {o: coalesced(r, gap) for o, r in out.items()}
 
 
-def _opening(rep: NodeReport, tb: TableBytes, rank: int, manifest: bool) -> tuple[int, int]:
-    """A rank opens a table: its manifest (``manifest``) or its data files' footers, a HEAD
-    and a GET each. Returns (bytes, requests)."""
-    if manifest:
+def _opening(rep: NodeReport, tb: TableBytes, rank: int, objects: np.ndarray | None
+             ) -> tuple[int, int]:  # fmt: skip
+    """A rank opens a table (``objects`` None: its manifest) or data files of it
+    (``objects``: their ids in the table: their footers), a HEAD and a GET each. Returns
+    (bytes, requests)."""
+    if objects is None:
         got = (tb.manifest_bytes, 2)
     else:
-        footers = np.minimum(tb.object_bytes[np.asarray(tb.footers, np.int64)], FOOTER_BYTES)
-        got = (int(footers.sum()), 2 * len(tb.footers))
+        footers = np.minimum(tb.object_bytes[objects], FOOTER_BYTES)
+        got = (int(footers.sum()), 2 * len(objects))
     rep.rank_fetched[rank] += got[0]
     rep.rank_gets[rank] += got[1]
     rep.open_bytes += got[0]
@@ -187,17 +189,20 @@ def _opening(rep: NodeReport, tb: TableBytes, rank: int, manifest: bool) -> tupl
 
 def _round(rep: NodeReport, per_rank: list[np.ndarray], missed: np.ndarray,
            layout: Sequence[TableBytes], sizes: np.ndarray, setup: Setup,
-           opened: list[set[int]]) -> tuple[int, int]:  # fmt: skip
-    """One fetch round: each rank in turn opens the tables it reads for the first time and
-    fetches the missed chunks it needs that no rank before it fetched; (bytes, requests)."""
+           opened: list[np.ndarray]) -> tuple[int, int]:  # fmt: skip
+    """One fetch round: each rank in turn reads the footers of the data files it needs a
+    chunk of for the first time (``opened[r]``: those it read) and fetches the missed chunks
+    it needs that no rank before it fetched; (bytes, requests)."""
     bounds = [tb.first_object for tb in layout]
     total = [0, 0]
     for r, need in enumerate(per_rank):
-        tables = set((np.searchsorted(bounds, need >> CHUNK_BITS, side="right") - 1).tolist())
-        for t in sorted(tables - opened[r]):
-            for i, v in enumerate(_opening(rep, layout[t], r, False)):
+        new = np.setdiff1d(np.unique(need >> CHUNK_BITS), opened[r])
+        opened[r] = np.union1d(opened[r], new)
+        table = np.searchsorted(bounds, new, side="right") - 1
+        for t in np.unique(table).tolist():
+            objects = new[table == t] - layout[t].first_object
+            for i, v in enumerate(_opening(rep, layout[t], r, objects)):
                 total[i] += v
-        opened[r] |= tables
         mine, missed = np.intersect1d(need, missed), np.setdiff1d(missed, need)
         for obj, reqs in _fetches(mine, sizes, setup.chunk_bytes, setup.coalesce).items():
             name = layout[int(np.searchsorted(bounds, obj, side="right") - 1)].name
@@ -226,7 +231,7 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     rep.rank_fetched = [0] * setup.ranks_per_node
     rep.rank_gets = [0] * setup.ranks_per_node
     sizes = np.concatenate([tb.object_bytes for tb in layout]).astype(np.int64)
-    opened: list[set[int]] = [set() for _ in range(setup.ranks_per_node)]
+    opened = [np.empty(0, np.int64) for _ in range(setup.ranks_per_node)]
     for i, group in enumerate(fetch_rounds(range(len(steps)), setup.lookahead)):
         per_rank = [np.unique(np.concatenate([steps[s][r] for s in group]))
                     for r in range(setup.ranks_per_node)]  # fmt: skip
@@ -235,7 +240,7 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
         if i == 0:
             for r in range(setup.ranks_per_node):
                 for tb in layout:
-                    got = [a + b for a, b in zip(got, _opening(rep, tb, r, True))]
+                    got = [a + b for a, b in zip(got, _opening(rep, tb, r, None))]
         got = [a + b for a, b in zip(got, _round(rep, per_rank, missed, layout, sizes, setup,
                                                   opened))]  # fmt: skip
         rep.fetched.append(got[0])

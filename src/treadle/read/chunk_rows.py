@@ -7,12 +7,20 @@ need instead. Such a row is ``row_bytes`` at a known offset of its data file: th
 the object store without copying the file. :class:`ChunkedColumn` gives each row's byte range
 and reads rows whose chunks are present; :class:`~treadle.read.fixed.FixedReader` takes the
 others with Lance, as before.
+
+A data file's footer (a ``HEAD`` and a ``GET`` of its last 64 KiB) is read when rows of that
+file are first needed, not when the column is opened: a table of OXE's size has thousands of
+data files, of which a rank's first steps read a few. Footers needed at once are read
+concurrently (``CONCURRENCY.footers_in_flight``). ``treadle simulate`` counts them the same way
+(:mod:`treadle.plan.simulate`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,46 +28,147 @@ import numpy as np
 import pyarrow as pa
 
 from treadle import fastpaths
+from treadle.concurrency import CONCURRENCY
 from treadle.storage.chunkstore import ChunkStore, ObjectChunks
 
 if TYPE_CHECKING:
+    from treadle.storage.store import Store
     from treadle.table.table import Table
 
-__all__ = ["ChunkedColumn", "chunked_column", "chunked_path"]
+__all__ = ["ChunkedColumn", "DataFile", "chunk_span", "chunked_column", "chunked_path"]
+
+Pages = tuple[np.ndarray, np.ndarray]  # one data file's pages: (first row, byte position)
 
 
-@dataclass
+@dataclass(frozen=True)
+class DataFile:
+    """One fragment's data file holding the column: its rows and where it is."""
+
+    first_row: int  # of the table
+    rows: int
+    uri: str
+    key: str  # relative to the table's store
+    size: int  # bytes (0: not in the fragment's metadata; a HEAD when first read)
+    column: int  # the column's index among the file's columns
+
+
+def chunk_span(first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Every integer of each ``[first[i], last[i]]``, one after the other."""
+    count = last - first + 1
+    at = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(first, count) + at
+
+
 class ChunkedColumn:
-    """Where each row of one column of a pinned table lies: pages of consecutive rows."""
+    """Where each row of one column of a pinned table lies: per data file, pages of
+    consecutive rows, each file's read from its footer when its rows are first needed."""
 
-    starts: np.ndarray  # first row of each page
-    objects: list[ObjectChunks]  # the data file of each page
-    positions: np.ndarray  # byte offset of each page in its data file
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    store: Any  # the table's Store
-    chunks: ChunkStore
+    def __init__(self, where: str, files: list[DataFile], dtype: np.dtype,
+                 shape: tuple[int, ...], store: Store, chunks: ChunkStore,
+                 page_span: Callable[..., Any]) -> None:  # fmt: skip
+        self.where, self.files = where, files  # where: "table 't' column 'c'"
+        self.file_starts = np.asarray([f.first_row for f in files], np.int64)
+        self.dtype, self.shape, self.store, self.chunks = dtype, shape, store, chunks
+        self._page_span = page_span
+        self._pages: dict[int, Pages | None] = {}  # None: its rows are taken with Lance
+        self.objects: dict[int, ObjectChunks] = {}  # per data file read: its chunks
+        self._lock = threading.Lock()
 
     @property
     def row_bytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
 
-    def ranges(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: its page and the byte offset of the row in that page's data file."""
-        page = np.searchsorted(self.starts, rows, side="right") - 1
-        return page, self.positions[page] + (rows - self.starts[page]) * self.row_bytes
+    def resolve(self, files: Iterable[int]) -> None:
+        """Read the footers of data files ``files`` not read yet, several at once."""
+        want = [int(i) for i in files]
+        if all(i in self._pages for i in want):
+            return
+        with self._lock:  # one read of each footer, whichever thread asks first
+            todo = sorted({i for i in want if i not in self._pages})
+            if len(todo) == 1:
+                got = [self._read_pages(todo[0])]
+            else:
+                width = min(len(todo), CONCURRENCY.footers_in_flight)
+                with ThreadPoolExecutor(width, thread_name_prefix="treadle-footer") as pool:
+                    got = list(pool.map(self._read_pages, todo))
+            for i, pages in zip(todo, got):
+                if isinstance(pages, str):
+                    fastpaths.off("chunk cache", f"{self.where}, data file "
+                                  f"{self.files[i].key!r}: {pages} (its rows are taken)")  # fmt: skip
+                    self._pages[i] = None
+                else:
+                    self._pages[i] = pages
+
+    def _read_pages(self, i: int) -> Pages | str:
+        """Data file ``i``'s pages from its footer (its chunks' object made), or why its
+        rows cannot be read from chunks."""
+        from lance.file import LanceFileReader
+
+        df = self.files[i]
+        size = df.size or int(self.store.size(df.key))
+        try:
+            meta = LanceFileReader(df.uri, storage_options=self.store.lance_options).metadata()
+        except (OSError, ValueError, RuntimeError) as e:
+            return f"its footer could not be read ({type(e).__name__}: {e})"
+        starts, positions, at = [], [], df.first_row
+        n = math.prod(self.shape)
+        for page in meta.columns[df.column].pages:
+            span = self._page_span(page, self.dtype, n)
+            if span is None or span[0] + span[1] * n * self.dtype.itemsize > size:
+                return "a page is not in Lance's plain full-zip layout"
+            starts.append(at)
+            positions.append(span[0])
+            at += span[1]
+        if at != df.first_row + df.rows:
+            return "its pages miss rows"
+        self.objects[i] = self.chunks.object(self.store, df.key, size)
+        return np.asarray(starts, np.int64), np.asarray(positions, np.int64)
+
+    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: its data file (-1 where its rows are taken) and the row's byte offset in
+        it; the footers of the files not read yet are read first."""
+        rows = np.asarray(rows, np.int64)
+        file = np.searchsorted(self.file_starts, rows, side="right") - 1
+        offset = np.zeros(len(rows), np.int64)
+        files = np.unique(file).tolist()
+        self.resolve(files)
+        for i in files:
+            sel = file == i
+            pages = self._pages[i]
+            if pages is None:
+                file[sel] = -1
+                continue
+            starts, positions = pages
+            page = np.searchsorted(starts, rows[sel], side="right") - 1
+            offset[sel] = positions[page] + (rows[sel] - starts[page]) * self.row_bytes
+        return file, offset
 
     def chunk_ids(self, rows: np.ndarray) -> dict[int, np.ndarray]:
-        """Per page's data file (index into :attr:`objects`), the distinct chunks ``rows``
-        touch."""
-        page, start = self.ranges(np.unique(rows))
+        """Per data file (key of :attr:`objects`), the distinct chunks ``rows`` touch: every
+        chunk of each row, from its first byte's to its last's."""
+        file, start = self.locate(np.unique(rows))
         size = self.chunks.chunk_bytes
-        out: dict[int, list[np.ndarray]] = {}
-        for p in np.unique(page).tolist():
-            s = start[page == p]
-            first, last = s // size, (s + self.row_bytes - 1) // size
-            out.setdefault(p, []).append(np.concatenate([first, last]))
-        return {p: np.unique(np.concatenate(v)) for p, v in out.items()}
+        out: dict[int, np.ndarray] = {}
+        for i in np.unique(file[file >= 0]).tolist():
+            s = start[file == i]
+            out[i] = np.unique(chunk_span(s // size, (s + self.row_bytes - 1) // size))
+        return out
+
+    def pages(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every page of the column: (first row, data file, byte position); reads every
+        footer not read yet (``treadle simulate --pages``); a file whose rows are taken has
+        none."""
+        self.resolve(range(len(self.files)))
+        starts, files, positions = [], [], []
+        for i in range(len(self.files)):
+            got = self._pages[i]
+            if got is not None:
+                starts.append(got[0])
+                files.append(np.full(len(got[0]), i, np.int64))
+                positions.append(got[1])
+        if not starts:
+            return (np.empty(0, np.int64),) * 3
+        return np.concatenate(starts), np.concatenate(files), np.concatenate(positions)
 
     def read_or_take(self, rows: np.ndarray, take: Callable[[np.ndarray], np.ndarray]
                      ) -> np.ndarray:  # fmt: skip
@@ -77,10 +186,11 @@ class ChunkedColumn:
         marked found; the others are left for a Lance take."""
         out = np.empty((len(rows), *self.shape), self.dtype)
         found = np.zeros(len(rows), bool)
-        page, start = self.ranges(rows)
+        file, start = self.locate(rows)
         n = self.row_bytes
-        for i in range(len(rows)):
-            got = self.chunks.read(self.objects[page[i]], int(start[i]), int(start[i]) + n)
+        for i in np.flatnonzero(file >= 0).tolist():
+            obj = self.objects[int(file[i])]
+            got = self.chunks.read(obj, int(start[i]), int(start[i]) + n)
             if got is not None:
                 out[i] = np.frombuffer(got, self.dtype).reshape(self.shape)
                 found[i] = True
@@ -90,43 +200,29 @@ class ChunkedColumn:
 def chunked_column(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int, ...],
                    chunks: ChunkStore, layout: tuple[Callable[..., Any], ...]
                    ) -> ChunkedColumn | str:  # fmt: skip
-    """The pages of column ``f`` of ``table`` (on an object store), from each data file's
-    footer; or why its rows cannot be read from chunks. ``layout``: the fixed reader's
-    ``(data file of a fragment, span of a page)``, so both read Lance's layout alike."""
-    from lance.file import LanceFileReader
-
+    """Column ``f`` of ``table`` (on an object store) over its data files, from the
+    fragments' metadata (no footer is read yet); or why its rows cannot be read from chunks.
+    ``layout``: the fixed reader's ``(data file of a fragment, span of a page)``, so both
+    read Lance's layout alike."""
     _data_file, page_span = layout
-
     store = table.project.store
     ds = table.dataset
     field_id = ds.lance_schema.field(f.name).id()
-    starts, objects, positions, at = [], [], [], 0
-    size = math.prod(shape)
+    files, at = [], 0
     for frag in ds.get_fragments():
         df = _data_file(frag.metadata, field_id)
         if df is None:
             return "a fragment has deleted rows or the column over several files"
         uri = f"{table.uri}/data/{df.path}"
-        key = store.relative_key(uri)
-        nbytes = int(getattr(df, "file_size_bytes", 0) or store.size(key))
+        rows = int(frag.metadata.physical_rows)
         column = list(df.column_indices)[list(df.fields).index(field_id)]
-        try:
-            meta = LanceFileReader(uri, storage_options=store.lance_options).metadata()
-        except (OSError, ValueError, RuntimeError) as e:
-            return f"a data file's footer could not be read ({type(e).__name__}: {e})"
-        obj = chunks.object(store, key, nbytes)
-        for page in meta.columns[column].pages:
-            span = page_span(page, dtype, size)
-            if span is None or span[0] + span[1] * size * dtype.itemsize > nbytes:
-                return "a page is not in Lance's plain full-zip layout"
-            starts.append(at)
-            objects.append(obj)
-            positions.append(span[0])
-            at += span[1]
+        size = int(getattr(df, "file_size_bytes", 0) or 0)
+        files.append(DataFile(at, rows, uri, store.relative_key(uri), size, column))
+        at += rows
     if at != table.num_moments:
-        return "the data files' pages miss rows"
-    return ChunkedColumn(np.asarray(starts, np.int64), objects, np.asarray(positions, np.int64),
-                         dtype, shape, store, chunks)  # fmt: skip
+        return "the data files' rows are not the table's"
+    where = f"table {table.name!r} column {f.name!r}"
+    return ChunkedColumn(where, files, dtype, shape, store, chunks, page_span)
 
 
 def chunked_path(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int, ...],

@@ -41,7 +41,8 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int
     """Per table, the pages of its wide fixed-width columns that a loader's reader reads
     through ``chunks`` past the object cache (a column that fits the ``resident_bytes`` left
     is read whole instead, as the reader does); a table with none has no columns. Nothing
-    but footers and manifest sizes is read. ``reader``: a loader's own
+    but footers (all of them, where the loader reads each when first needed) and manifest
+    sizes is read. ``reader``: a loader's own
     (``loader.lookahead_stage.reader.fixed``), to take its columns as it chose them."""
     out, first, room = [], 0, resident_bytes
     for table in tables:
@@ -55,14 +56,15 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int
                 col, room = _chunked(table, f, chunks, room)
             if col is None:
                 continue
+            starts, files, positions = col.pages()  # every footer read
             ids = []
-            for obj in col.objects:
+            for i in files.tolist():
+                obj = col.objects[i]
                 if obj.name not in objects:
                     objects[obj.name] = len(sizes)
                     sizes.append(obj.size)
                 ids.append(objects[obj.name])
-            columns.append(Pages(np.asarray(col.starts, np.int64), np.asarray(ids, np.int64),
-                                 np.asarray(col.positions, np.int64), col.row_bytes))  # fmt: skip
+            columns.append(Pages(starts, np.asarray(ids, np.int64), positions, col.row_bytes))
         layout = TableBytes(table.name, int(table.num_moments), columns,
                             np.asarray(sizes, np.int64), first, _manifest_bytes(table))  # fmt: skip
         out.append(layout)
