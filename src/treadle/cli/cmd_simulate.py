@@ -49,6 +49,13 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
     ("--run-steps", int_at_least(1), None, "the run's length, for --windows"),
     ("--chunk-bytes", _size, 4 << 20, "cache chunk size (default 4M)"),
     ("--lookahead", int_at_least(0), 2, "steps fetched ahead (default 2)"),
+    (
+        "--read-ahead",
+        int_at_least(1),
+        8,
+        "batches the reader reads ahead: the lookahead "
+        "fetches at least this + 1 steps ahead (default 8, a loader's on an object store)",
+    ),
     ("--in-flight", int_at_least(1), 64, "requests in flight per node (default 64)"),
     ("--sample-nodes", int_at_least(1), 4, "nodes replayed, spread evenly (default 4)"),
     ("--rank-rate", float, None, "samples/s a rank consumes (default: what the link allows)"),
@@ -151,7 +158,7 @@ def simulate_command(args: argparse.Namespace) -> int:
             else:
                 os.environ["TREADLE_CACHE_BYTES"] = saved
         setup = Setup(args.nodes, args.ranks_per_node, args.cache_bytes, args.chunk_bytes,
-                      args.lookahead, args.sample_nodes)  # fmt: skip
+                      args.lookahead, args.sample_nodes, read_ahead=args.read_ahead)  # fmt: skip
         link = Link(float(args.bandwidth), args.latency, args.in_flight)
         windows, walked = _steps(args)
         reports = []

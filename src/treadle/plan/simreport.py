@@ -45,7 +45,7 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         f"{setup.nodes} nodes x {setup.ranks_per_node} ranks = {world} ranks · batch "
         f"{plan.batch_size} ({plan.batch_size // world} per rank)",
         f"cache {size_text(setup.cache_bytes)} per node in {size_text(setup.chunk_bytes)} chunks"
-        f" · lookahead {setup.lookahead} steps · link {size_text(link.bandwidth)}/s, "
+        f" · lookahead {setup.window} steps · link {size_text(link.bandwidth)}/s, "
         f"{link.latency * 1e3:g} ms, {link.in_flight} requests in flight per node",
         f"walked {walked}; nodes sampled {[r.node for r in reports]}",
         "per node: mean (min .. max) of the sampled nodes",

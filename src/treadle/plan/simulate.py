@@ -10,8 +10,8 @@ on node ``r div ranks_per_node``; a node's ranks share one cache of ``cache_byte
 alike in distribution, so a sample of them (``sample_nodes``, spread evenly) is replayed.
 
 **Requests**, as the loader's lookahead (:mod:`treadle.read.lookahead`) sends them. It fetches
-in **rounds**: first the steps of its window ``[s, s + lookahead]``, :data:`FETCH_GROUP` steps
-a round, then each step as the window moves on. In a round, each rank of the node (in rank
+in **rounds**: first the steps of its window ``[s, s + w]`` (``w``: :attr:`Setup.window`, the
+lookahead or the reader's ``read_ahead`` + 1, whichever is more), :data:`FETCH_GROUP` steps a round, then each step as the window moves on. In a round, each rank of the node (in rank
 order) fetches the missed chunks it needs that no rank before it fetched: runs of consecutive
 chunks of an object are ranges, and obstore merges ranges of one object closer than 1 MiB
 into one GET (:func:`treadle.storage.coalesce.coalesced`; the gap's bytes are fetched too).
@@ -27,7 +27,7 @@ batch is four round trips (manifests, footers) plus the first round's fetches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,13 @@ class Setup:
     lookahead: int = 2
     sample_nodes: int = 4
     coalesce: int = OBSTORE_COALESCE  # ranges of one object this close are one request
+    read_ahead: int = 0  # the reader's batches read ahead (8 on an object store)
+
+    @property
+    def window(self) -> int:
+        """Steps the loader's lookahead fetches ahead: ``lookahead``, at least the reader's
+        ``read_ahead`` + 1 (the steps the reader has in hand)."""
+        return max(self.lookahead, self.read_ahead + 1)
 
 
 @dataclass
@@ -119,10 +126,42 @@ def fetch_rounds(steps: Sequence[int], lookahead: int) -> list[list[int]]:
 Walk = tuple[list[list[np.ndarray]], int]
 """Per step, the sorted distinct chunks each rank of a node needs; the bytes it delivers."""
 
+MediaWindows = Callable[[np.ndarray, np.ndarray, int], Sequence[tuple[str, int, np.ndarray, int]]]
+"""The video windows of samples ``(component, moment)``, for chunks of ``chunk_bytes``: per
+window ``(stream key, stream bytes, chunk ids of its byte range, range bytes)``
+(:func:`treadle.read.simpages.media_windows`: the loader's own computation)."""
+
+
+class MediaObjects:
+    """Video streams as objects of the walk: ids after the tables' objects, as first seen;
+    a stream has no footer (its index is in the table)."""
+
+    def __init__(self, windows: MediaWindows | None, first: int) -> None:
+        self.windows, self.first = windows, first
+        self.ids: dict[str, int] = {}
+        self.sizes: list[int] = []
+
+    def chunks(self, component: np.ndarray, moment: np.ndarray, chunk: int
+               ) -> tuple[list[np.ndarray], int]:  # fmt: skip
+        """The chunk ids of the samples' windows, and the bytes of their ranges."""
+        if self.windows is None:
+            return [], 0
+        parts, nbytes = [], 0
+        for key, size, ids, n in self.windows(component, moment, chunk):
+            if key not in self.ids:
+                self.ids[key] = self.first + len(self.sizes)
+                self.sizes.append(int(size))
+            parts.append((np.int64(self.ids[key]) << CHUNK_BITS) + np.asarray(ids, np.int64))
+            nbytes += int(n)
+        return parts, nbytes
+
 
 def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Sequence[int],
-               nodes: Sequence[int]) -> dict[int, Walk]:  # fmt: skip
-    """Per node, the chunks of each step per rank, and the bytes its samples read."""
+               nodes: Sequence[int], media: MediaObjects | None = None
+               ) -> dict[int, Walk]:  # fmt: skip
+    """Per node, the chunks of each step per rank (rows', and video windows' of ``media``),
+    and the bytes its samples read."""
+    media = MediaObjects(None, 0) if media is None else media
     spans = []
     for c in range(plan.num_components):
         w = plan.windows(c)
@@ -144,6 +183,9 @@ def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Seq
                     rows = (m[:, None] + np.arange(lo, hi + 1)[None, :]).reshape(-1)
                     parts.append(tb.chunks(rows, setup.chunk_bytes))
                     read += m.size * (hi - lo + 1) * sum(col.row_bytes for col in tb.columns)
+                windows, nbytes = media.chunks(comp, moment, setup.chunk_bytes)
+                parts += windows
+                read += nbytes
                 per_rank.append(
                     np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
                 )
@@ -194,9 +236,11 @@ def _round(rep: NodeReport, per_rank: list[np.ndarray], missed: np.ndarray,
     chunk of for the first time (``opened[r]``: those it read) and fetches the missed chunks
     it needs that no rank before it fetched; (bytes, requests)."""
     bounds = [tb.first_object for tb in layout]
+    streams = layout[-1].first_object + layout[-1].num_objects if layout else 0
     total = [0, 0]
     for r, need in enumerate(per_rank):
         new = np.setdiff1d(np.unique(need >> CHUNK_BITS), opened[r])
+        new = new[new < streams]  # a stream (media) has no footer
         opened[r] = np.union1d(opened[r], new)
         table = np.searchsorted(bounds, new, side="right") - 1
         for t in np.unique(table).tolist():
@@ -205,7 +249,8 @@ def _round(rep: NodeReport, per_rank: list[np.ndarray], missed: np.ndarray,
                 total[i] += v
         mine, missed = np.intersect1d(need, missed), np.setdiff1d(missed, need)
         for obj, reqs in _fetches(mine, sizes, setup.chunk_bytes, setup.coalesce).items():
-            name = layout[int(np.searchsorted(bounds, obj, side="right") - 1)].name
+            t = int(np.searchsorted(bounds, obj, side="right") - 1)
+            name = "media" if obj >= streams else layout[t].name
             rep.table_gets[name] = rep.table_gets.get(name, 0) + len(reqs)
             sent = sum(b - a for a, b in reqs)
             rep.rank_fetched[r] += sent
@@ -216,7 +261,8 @@ def _round(rep: NodeReport, per_rank: list[np.ndarray], missed: np.ndarray,
 
 
 def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes],
-                setup: Setup, link: Link) -> NodeReport:  # fmt: skip
+                setup: Setup, link: Link, media_sizes: Sequence[int] = ()
+                ) -> NodeReport:  # fmt: skip
     """Replay one node's cache (Belady's optimum, and LRU for comparison) over its steps,
     count each rank's requests round by round, and time the node's link."""
     steps, delivered = walk
@@ -230,9 +276,9 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
         rep.own_ranks = belady(union, capacity, rank_next_uses(steps)).hit_rate
     rep.rank_fetched = [0] * setup.ranks_per_node
     rep.rank_gets = [0] * setup.ranks_per_node
-    sizes = np.concatenate([tb.object_bytes for tb in layout]).astype(np.int64)
+    sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
     opened = [np.empty(0, np.int64) for _ in range(setup.ranks_per_node)]
-    for i, group in enumerate(fetch_rounds(range(len(steps)), setup.lookahead)):
+    for i, group in enumerate(fetch_rounds(range(len(steps)), setup.window)):
         per_rank = [np.unique(np.concatenate([steps[s][r] for s in group]))
                     for r in range(setup.ranks_per_node)]  # fmt: skip
         missed = np.unique(np.concatenate([best.misses[s] for s in group]))
@@ -255,7 +301,7 @@ def _time(rep: NodeReport, setup: Setup, link: Link) -> None:
              for b, g in zip(rep.fetched, rep.gets)]  # fmt: skip
     rep.link_s = float(sum(times))
     rep.first_batch_s = 4 * link.latency + times[0]
-    window = setup.lookahead + 1
+    window = setup.window + 1
     later = np.asarray(rep.fetched[1:], np.int64)
     sums = np.convolve(later, np.ones(window, np.int64), "valid") if later.size >= window else later
     rep.peak_in_flight = int(max([rep.fetched[0], *sums.tolist()]))
@@ -271,11 +317,12 @@ def table_layout(tables: Sequence[Table]) -> list[TableBytes]:
 
 
 def simulate(plan: Any, tables: Sequence[Table], setup: Setup, link: Link,
-             steps: Sequence[int], layout: Sequence[TableBytes] | None = None
-             ) -> list[NodeReport]:  # fmt: skip
+             steps: Sequence[int], layout: Sequence[TableBytes] | None = None,
+             media: MediaWindows | None = None) -> list[NodeReport]:  # fmt: skip
     """Walk ``steps`` of ``plan`` (one contiguous window, from a cold cache) for the sampled
     nodes. ``layout``: where each table's rows lie (default :func:`table_layout`; a Lance
-    table's true pages: :func:`treadle.read.simpages.page_layout`)."""
+    table's true pages: :func:`treadle.read.simpages.page_layout`). ``media``: the video
+    windows' byte ranges (:func:`treadle.read.simpages.media_windows`; None: no video)."""
     world = setup.nodes * setup.ranks_per_node
     if plan.batch_size % world:
         raise PlanError(
@@ -284,6 +331,7 @@ def simulate(plan: Any, tables: Sequence[Table], setup: Setup, link: Link,
         )
     layout = table_layout(tables) if layout is None else layout
     nodes = sampled_nodes(setup)
-    per = node_steps(plan, layout, setup, steps, nodes)
+    streams = MediaObjects(media, sum(tb.num_objects for tb in layout))
+    per = node_steps(plan, layout, setup, steps, nodes, streams)
     samples = plan.batch_size // setup.nodes * len(steps)
-    return [replay_node(n, per[n], samples, layout, setup, link) for n in nodes]
+    return [replay_node(n, per[n], samples, layout, setup, link, streams.sizes) for n in nodes]

@@ -27,23 +27,19 @@ if TYPE_CHECKING:
     from treadle.read.sample_reader import SampleReader
     from treadle.read.step_chunks import StepTakes
     from treadle.storage.chunkstore import ObjectChunks
+    from treadle.video.stream import StreamIndex
 
-__all__ = ["media_chunks"]
+__all__ = ["media_chunks", "window_chunks"]
 
 
-def media_chunks(reader: SampleReader | StepTakes, component: np.ndarray, moment: np.ndarray
-                 ) -> list[tuple[Any, ObjectChunks, np.ndarray]]:  # fmt: skip
-    """``(store, stream object, chunk ids)`` of the video windows the reader reads for these
-    samples (none when the reader reads no window from chunks: ``reader.media`` is None).
-    ``reader``: a loader's reader, or with ``workers=N`` the loader's
-    :class:`~treadle.read.step_chunks.StepTakes` (its workers' readers read the windows).
-    A window the reader will refuse (frames outside its episode) asks for nothing: its
-    read raises, as without ``lookahead``."""
-    fetcher = getattr(reader, "media", None)
-    if fetcher is None or fetcher.chunks is None:
-        return []
-    size = fetcher.chunks.chunk_bytes
-    by_obj: dict[str, tuple[ObjectChunks, list[np.ndarray]]] = {}
+def window_chunks(reader: SampleReader | StepTakes, component: np.ndarray, moment: np.ndarray,
+                  chunk_bytes: int) -> list[tuple[str, StreamIndex, np.ndarray, int]]:  # fmt: skip
+    """Per video window the reader reads for these samples: ``(stream key, its index, the
+    chunks of ``chunk_bytes`` its byte range touches, the range's bytes)``. A window the
+    reader will refuse (frames outside its episode) asks for nothing: its read raises, as
+    without ``lookahead``. ``treadle simulate`` counts the same chunks
+    (:func:`treadle.read.simpages.media_windows`)."""
+    out = []
     for c in np.unique(component):
         slots = np.flatnonzero(component == c)
         table, m = reader.tables[int(c)], moment[slots]
@@ -56,7 +52,23 @@ def media_chunks(reader: SampleReader | StepTakes, component: np.ndarray, moment
                     p = plan_window(r.index, r.frames)
                 except VideoError:
                     continue
-                obj = fetcher.media_object(r.key, r.index)
-                ids = np.arange(p.start // size, (max(p.start, p.end - 1)) // size + 1)
-                by_obj.setdefault(obj.name, (obj, []))[1].append(ids)
+                ids = np.arange(p.start // chunk_bytes, max(p.start, p.end - 1) // chunk_bytes + 1)
+                out.append((r.key, r.index, ids, p.end - p.start))
+    return out
+
+
+def media_chunks(reader: SampleReader | StepTakes, component: np.ndarray, moment: np.ndarray
+                 ) -> list[tuple[Any, ObjectChunks, np.ndarray]]:  # fmt: skip
+    """``(store, stream object, chunk ids)`` of the video windows the reader reads for these
+    samples (:func:`window_chunks`; none when the reader reads no window from chunks:
+    ``reader.media`` is None). ``reader``: a loader's reader, or with ``workers=N`` the
+    loader's :class:`~treadle.read.step_chunks.StepTakes` (its workers' readers read the
+    windows)."""
+    fetcher = getattr(reader, "media", None)
+    if fetcher is None or fetcher.chunks is None:
+        return []
+    by_obj: dict[str, tuple[ObjectChunks, list[np.ndarray]]] = {}
+    for key, index, ids, _ in window_chunks(reader, component, moment, fetcher.chunks.chunk_bytes):
+        obj = fetcher.media_object(key, index)
+        by_obj.setdefault(obj.name, (obj, []))[1].append(ids)
     return [(fetcher.store, o, np.unique(np.concatenate(v))) for o, v in by_obj.values()]

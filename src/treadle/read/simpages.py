@@ -10,7 +10,7 @@ maps rows to the chunks the loader fetches, and knows the sizes of data files an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from treadle.errors import TreadleError
 from treadle.plan.simlayout import Pages, TableBytes
+from treadle.read.chunk_media import window_chunks
 from treadle.read.chunk_rows import ChunkedColumn, chunked_path
 from treadle.read.fixed import (
     FULL_ZIP_ROW_BYTES,
@@ -30,10 +31,11 @@ from treadle.read.fixed import (
 from treadle.table.tensors import tensor_shape
 
 if TYPE_CHECKING:
+    from treadle.read.sample_reader import SampleReader
     from treadle.storage.chunkstore import ChunkStore
     from treadle.table.table import Table
 
-__all__ = ["page_layout"]
+__all__ = ["media_windows", "page_layout"]
 
 
 def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int = RESIDENT_BYTES,
@@ -103,3 +105,17 @@ def _manifest_bytes(table: Table) -> int:
         except TreadleError:  # not this naming scheme
             continue
     return 0
+
+
+def media_windows(reader: SampleReader) -> Callable[..., list[tuple[str, int, np.ndarray, int]]]:
+    """``treadle simulate``'s ``media``: the video windows ``reader`` (of the plan's
+    components, as a loader's) reads for samples ``(component, moment)``, each as ``(stream
+    key, stream bytes, chunk ids, range bytes)``: the byte ranges the loader's lookahead
+    fetches (:func:`treadle.read.chunk_media.window_chunks`, from the pinned stream index)."""
+
+    def windows(component: np.ndarray, moment: np.ndarray, chunk_bytes: int
+                ) -> list[tuple[str, int, np.ndarray, int]]:  # fmt: skip
+        got = window_chunks(reader, component, moment, chunk_bytes)
+        return [(key, int(index.extent), ids, n) for key, index, ids, n in got]
+
+    return windows
