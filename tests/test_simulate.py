@@ -242,3 +242,28 @@ def test_next_uses_of_own_ranks_only_keep_less_than_the_nodes():
         union = [np.unique(np.concatenate(s)) for s in steps]
         cap = rng.randrange(1, 4)
         assert belady(union, cap, rank_next_uses(steps)).hits <= belady(union, cap).hits
+
+
+def test_pages_count_video_windows_stream_chunks(tmp_path):
+    """``--pages`` on a local video table: no row is read from chunks, the windows' stream
+    ranges are (a request per stream chunk run, no footer for a stream), and the delivered
+    bytes are the windows' ranges."""
+    from treadle.cli.cmd_simulate import _pages
+    from treadle.video._testing import synthetic_frames
+
+    branch = td.Client(str(tmp_path / "root"), create=True).project("p").branch()
+    with branch.transaction("e") as tx:
+        for e in range(4):
+            cams = {f"cam{k}": td.VideoFrames(synthetic_frames(20, 32, 32, seed=e + k), fps=10)
+                    for k in range(2)}  # fmt: skip
+            tx.table("v").append_episode(cams, episode=f"e{e}")
+    windows = td.Windows({"cam0": td.Video([0, 1]), "cam1": td.Video([0, 1])})
+    plan = td.Recipe(1, 8, [td.Component(branch.table("v"), windows)]).plan()
+    setup = Setup(1, 2, 1 << 30, 1024, sample_nodes=1, read_ahead=8)
+    layout, media = _pages(plan, setup, str(tmp_path / "chunks"))
+    assert [tb.columns for tb in layout] == [[]]
+    (rep,) = simulate(plan, plan.tables, setup, Link(1e9, 0.03), range(10), layout, media)
+    assert rep.table_gets["v"] == rep.open_gets == 2 * 2  # the manifest, by each rank
+    assert 0 < rep.table_gets["media"] and rep.delivered > 0
+    streams = sum(f.stat().st_size for f in (tmp_path / "root").rglob("*.h264"))
+    assert 0 < sum(rep.fetched) - rep.open_bytes <= streams  # each stream chunk at most once

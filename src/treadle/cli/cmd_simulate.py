@@ -87,7 +87,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--pages",
         action="store_true",
         help="read each data file's footer: rows at the byte offsets the loader's chunk cache "
-        "reads them from (wide columns only; default: all of a row's bytes from byte 0)",
+        "reads them from (wide columns only; default: all of a row's bytes from byte 0), and "
+        "video windows' stream ranges from the stream index",
     )
     p.set_defaults(func=simulate_command)
     return p
@@ -128,14 +129,18 @@ def _steps(args: argparse.Namespace) -> tuple[list[list[int]], str]:
     return windows, f"{args.steps * len(windows)} steps in {len(windows)} windows ({where})"
 
 
-def _pages(plan: Any, setup: Any, folder: str) -> Any:
-    """The tables' true pages (:func:`treadle.read.simpages.page_layout`)."""
-    from treadle.read.simpages import page_layout
+def _pages(plan: Any, setup: Any, folder: str) -> tuple[Any, Any]:
+    """The tables' true pages (:func:`treadle.read.simpages.page_layout`) and their video
+    windows' stream ranges (:func:`treadle.read.simpages.media_windows`)."""
+    from treadle.read.simpages import media_windows, page_layout
+    from treadle.read.steps import host_reader
     from treadle.storage.chunkstore import ChunkStore
 
     if any(getattr(t, "rows_per_object", None) is not None for t in plan.tables):
         raise PlanError("--pages reads Lance tables' footers: a synthetic recipe has none")
-    return page_layout(plan.tables, ChunkStore(folder, setup.cache_bytes, setup.chunk_bytes))
+    layout = page_layout(plan.tables, ChunkStore(folder, setup.cache_bytes, setup.chunk_bytes))
+    reader = host_reader(plan, read_ahead=1, fixed_columns=False, copy_objects=False)
+    return layout, media_windows(reader)
 
 
 def simulate_command(args: argparse.Namespace) -> int:
@@ -163,9 +168,11 @@ def simulate_command(args: argparse.Namespace) -> int:
         windows, walked = _steps(args)
         reports = []
         with tempfile.TemporaryDirectory() as tmp:
-            layout = _pages(plan, setup, tmp) if getattr(args, "pages", False) else None
+            layout, media = (
+                _pages(plan, setup, tmp) if getattr(args, "pages", False) else (None, None)
+            )
             for steps in windows:  # each window from a cold cache
-                reports += simulate(plan, plan.tables, setup, link, steps, layout)
+                reports += simulate(plan, plan.tables, setup, link, steps, layout, media)
         sys.stdout.write(render(reports, plan, setup, link, walked, args.rank_rate))
         return 0
     except (TreadleError, ValueError) as e:
