@@ -189,8 +189,8 @@ def test_simulated_requests_and_bytes_are_those_measured(remote, tmp_path, monke
 def test_an_evicting_cache_hits_at_most_the_optimum(remote, tmp_path, monkeypatch):
     """A chunk cache of 10 chunks, an eighth of the tables: the loader evicts by next use
     within its window; its hit rate cannot pass Belady's optimum over the same steps (else
-    the simulator's optimum is wrong). (Measured: 46-50% where the optimum is 72% and LRU
-    62%: the chunks of the window's 4 steps do not fit, and the step entering the window,
+    the simulator's optimum is wrong). (Measured: 47-50% where the optimum is 70% and LRU
+    60%: the chunks of the window's 4 steps do not fit, and the step entering the window,
     its farthest, may only evict chunks no step of the window needs: most misses are not
     kept.)"""
     cache, block = 10 * CHUNK, td.BlockShuffle(block_rows=64)
