@@ -235,3 +235,49 @@ def test_chunk_store_is_shared_with_the_object_cache_folder(tmp_path, monkeypatc
 
     assert FileCache(tmp_path / "objects", 1 << 20).used() == 0  # its folder is not an entry
     assert os.path.isdir(cs.directory)
+
+
+def test_footers_are_read_once_when_threads_ask_together(tmp_path):
+    """A data file's footer is read when its rows are first needed, once, whichever of the
+    threads that need it together asks first (a worker's take threads did race: the one
+    that found nothing left to read failed)."""
+    import time
+
+    from treadle.read.chunk_rows import chunked_column
+    from treadle.read.fixed import _data_file, page_span
+
+    table = td.Client(str(tmp_path / "root"), create=True).project("p").branch().table("t")
+    for part in range(3):  # data files of 10 rows (or more: appends may be merged)
+        table.append({"image": np.full((10, 16, 16, 3), part, np.uint8)})
+    table = table.pin()
+    f = table.dataset.schema.field("image")
+    col = chunked_column(table, f, np.dtype(np.uint8), (16, 16, 3),
+                         ChunkStore(tmp_path / "chunks", 1 << 20, 1024), (_data_file, page_span))  # fmt: skip
+    assert not isinstance(col, str) and len(col.files) >= 2
+    n = len(col.files)
+    read, real = [], col._read_pages
+
+    def slow(i):
+        read.append(i)
+        time.sleep(0.05)
+        return real(i)
+
+    col._read_pages = slow
+    col.resolve([n - 1])
+    assert read == [n - 1]  # only the file asked for
+    errors = []
+
+    def ask():
+        try:
+            col.resolve(range(n))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == [] and sorted(read) == list(range(n))
+    file, _ = col.locate(np.asarray([0, 29]))
+    assert file.tolist() == [0, n - 1] and col.chunk_ids(np.asarray([29])).keys() == {n - 1}

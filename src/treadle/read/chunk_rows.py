@@ -85,6 +85,8 @@ class ChunkedColumn:
             return
         with self._lock:  # one read of each footer, whichever thread asks first
             todo = sorted({i for i in want if i not in self._pages})
+            if not todo:  # another thread read them meanwhile
+                return
             if len(todo) == 1:
                 got = [self._read_pages(todo[0])]
             else:
