@@ -243,7 +243,7 @@ def test_footers_are_read_once_when_threads_ask_together(tmp_path):
     that found nothing left to read failed)."""
     import time
 
-    from treadle.read.chunk_rows import chunked_column
+    from treadle.read.chunk_rows import chunked_column, read_footers
     from treadle.read.fixed import _data_file, page_span
 
     table = td.Client(str(tmp_path / "root"), create=True).project("p").branch().table("t")
@@ -281,3 +281,11 @@ def test_footers_are_read_once_when_threads_ask_together(tmp_path):
     assert errors == [] and sorted(read) == list(range(n))
     file, _ = col.locate(np.asarray([0, 29]))
     assert file.tolist() == [0, n - 1] and col.chunk_ids(np.asarray([29])).keys() == {n - 1}
+    # the footers of several columns (a step's tables) are read together, not column by column
+    cols = [chunked_column(table, f, np.dtype(np.uint8), (16, 16, 3), col.chunks,
+                           (_data_file, page_span)) for _ in range(2)]  # fmt: skip
+    together = threading.Barrier(2 * n, timeout=30)  # broken unless all are read at once
+    for c in cols:
+        c._read_pages = lambda i, real=c._read_pages: (together.wait(), real(i))[1]
+    read_footers([(c, range(n)) for c in cols])
+    assert all(c.locate(np.asarray([29]))[0].tolist() == [n - 1] for c in cols)

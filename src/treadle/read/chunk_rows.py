@@ -10,8 +10,9 @@ others with Lance, as before.
 
 A data file's footer (a ``HEAD`` and a ``GET`` of its last 64 KiB) is read when rows of that
 file are first needed, not when the column is opened: a table of OXE's size has thousands of
-data files, of which a rank's first steps read a few. Footers needed at once are read
-concurrently (``CONCURRENCY.footers_in_flight``). ``treadle simulate`` counts them the same way
+data files, of which a rank's first steps read a few. Footers needed at once, of any
+columns, are read concurrently (:func:`read_footers`, ``CONCURRENCY.footers_in_flight``; a
+loader's lookahead asks for a round of steps' footers at once). ``treadle simulate`` counts them the same way
 (:mod:`treadle.plan.simulate`).
 """
 
@@ -35,7 +36,14 @@ if TYPE_CHECKING:
     from treadle.storage.store import Store
     from treadle.table.table import Table
 
-__all__ = ["ChunkedColumn", "DataFile", "chunk_span", "chunked_column", "chunked_path"]
+__all__ = [
+    "ChunkedColumn",
+    "DataFile",
+    "chunk_span",
+    "chunked_column",
+    "chunked_path",
+    "read_footers",
+]
 
 Pages = tuple[np.ndarray, np.ndarray]  # one data file's pages: (first row, byte position)
 
@@ -72,7 +80,6 @@ class ChunkedColumn:
         self._page_span = page_span
         self._pages: dict[int, Pages | None] = {}  # None: its rows are taken with Lance
         self.objects: dict[int, ObjectChunks] = {}  # per data file read: its chunks
-        self._lock = threading.Lock()
 
     @property
     def row_bytes(self) -> int:
@@ -80,26 +87,11 @@ class ChunkedColumn:
 
     def resolve(self, files: Iterable[int]) -> None:
         """Read the footers of data files ``files`` not read yet, several at once."""
-        want = [int(i) for i in files]
-        if all(i in self._pages for i in want):
-            return
-        with self._lock:  # one read of each footer, whichever thread asks first
-            todo = sorted({i for i in want if i not in self._pages})
-            if not todo:  # another thread read them meanwhile
-                return
-            if len(todo) == 1:
-                got = [self._read_pages(todo[0])]
-            else:
-                width = min(len(todo), CONCURRENCY.footers_in_flight)
-                with ThreadPoolExecutor(width, thread_name_prefix="treadle-footer") as pool:
-                    got = list(pool.map(self._read_pages, todo))
-            for i, pages in zip(todo, got):
-                if isinstance(pages, str):
-                    fastpaths.off("chunk cache", f"{self.where}, data file "
-                                  f"{self.files[i].key!r}: {pages} (its rows are taken)")  # fmt: skip
-                    self._pages[i] = None
-                else:
-                    self._pages[i] = pages
+        read_footers([(self, files)])
+
+    def files_of(self, rows: np.ndarray) -> np.ndarray:
+        """The data files (indices into :attr:`files`) holding ``rows``."""
+        return np.unique(np.searchsorted(self.file_starts, rows, side="right") - 1)
 
     def _read_pages(self, i: int) -> Pages | str:
         """Data file ``i``'s pages from its footer (its chunks' object made), or why its
@@ -197,6 +189,36 @@ class ChunkedColumn:
                 out[i] = np.frombuffer(got, self.dtype).reshape(self.shape)
                 found[i] = True
         return out, found
+
+
+_FOOTERS = threading.Lock()  # one read of each footer, whichever thread asks first
+
+
+def read_footers(wanted: Iterable[tuple[ChunkedColumn, Iterable[int]]]) -> None:
+    """Read the footers of the data files ``(column, file indices)`` not read yet, of every
+    column at once (``CONCURRENCY.footers_in_flight``): a step's rows of many tables wait
+    for one round trip of footers, not one per table."""
+    asked = [(col, [int(i) for i in files]) for col, files in wanted]
+    if all(i in col._pages for col, files in asked for i in files):
+        return
+    with _FOOTERS:
+        todo = sorted({(id(col), i): (col, i) for col, files in asked for i in files
+                       if i not in col._pages}.values(), key=lambda t: (id(t[0]), t[1]))  # fmt: skip
+        if not todo:  # another thread read them meanwhile
+            return
+        if len(todo) == 1:
+            got = [todo[0][0]._read_pages(todo[0][1])]
+        else:
+            width = min(len(todo), CONCURRENCY.footers_in_flight)
+            with ThreadPoolExecutor(width, thread_name_prefix="treadle-footer") as pool:
+                got = list(pool.map(lambda t: t[0]._read_pages(t[1]), todo))
+        for (col, i), pages in zip(todo, got):
+            if isinstance(pages, str):
+                fastpaths.off("chunk cache", f"{col.where}, data file {col.files[i].key!r}: "
+                              f"{pages} (its rows are taken)")  # fmt: skip
+                col._pages[i] = None
+            else:
+                col._pages[i] = pages
 
 
 def chunked_column(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int, ...],

@@ -30,6 +30,7 @@ import numpy as np
 from treadle import fastpaths, reaper
 from treadle.fastpaths import log
 from treadle.read.chunk_media import media_chunks
+from treadle.read.chunk_rows import ChunkedColumn, read_footers
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
@@ -171,6 +172,7 @@ class Lookahead:
         one round of range requests per store."""
         reserved: dict[int, tuple[Any, list[tuple[ObjectChunks, list[int]]]]] = {}
         try:
+            self._open(steps)
             for step in steps:
                 need = self._need(step)
                 with self._cond:
@@ -233,9 +235,22 @@ class Lookahead:
     def _need(self, step: int) -> Need:
         """The chunks step ``step``'s rows of chunked columns need, per data file, and
         those its video windows need, per stream (:mod:`treadle.read.chunk_media`)."""
+        batch, rows = self._chunked_rows(step)
+        read_footers((col, col.files_of(r)) for col, r in rows)  # every table's at once
+        by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
+        for col, r in rows:
+            for p, ids in col.chunk_ids(r).items():
+                obj = col.objects[p]
+                by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
+        for store, obj, ids in media_chunks(self.reader, batch.component, batch.moment):
+            by_obj.setdefault(obj.name, (store, obj, []))[2].append(ids)
+        return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
+
+    def _chunked_rows(self, step: int) -> tuple[Any, list[tuple[ChunkedColumn, np.ndarray]]]:
+        """Step ``step``'s batch, and the rows it reads of each chunked column."""
         batch = self.samples(step)
         fixed = self.reader.fixed
-        by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
+        out = []
         for take in self.reader.takes(batch.component, batch.moment):
             if take.fixed is None:
                 continue
@@ -245,14 +260,16 @@ class Lookahead:
             rows = np.clip(rows, 0, take.table.num_moments - 1)
             for cs in take.group:
                 col = fixed.chunked(take.table, cs.column) if fixed is not None else None
-                if col is None:
-                    continue
-                for p, ids in col.chunk_ids(rows).items():
-                    obj = col.objects[p]
-                    by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
-        for store, obj, ids in media_chunks(self.reader, batch.component, batch.moment):
-            by_obj.setdefault(obj.name, (store, obj, []))[2].append(ids)
-        return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
+                if col is not None:
+                    out.append((col, rows))
+        return batch, out
+
+    def _open(self, steps: list[int]) -> None:
+        """Read the footers the chunked rows of ``steps`` (a round of several) need, all at
+        once: step by step, each step's would wait for the one before."""
+        if len(steps) > 1:
+            pairs = [p for step in steps for p in self._chunked_rows(step)[1]]
+            read_footers((col, col.files_of(r)) for col, r in pairs)
 
 
 def media_report(st: ChunkStats, samples: int) -> dict[str, float]:
