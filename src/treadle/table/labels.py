@@ -55,6 +55,8 @@ def per_episode(
 def per_moment(name: str, values: Any, rows: int, where: str) -> tuple[pa.Field, pa.Array]:
     """A column of one value per moment, in table order."""
     try:
+        if isinstance(values, (str, bytes)):  # else stored one character per moment
+            raise TypeError
         n = len(values)
     except TypeError:
         raise SchemaMismatch(
