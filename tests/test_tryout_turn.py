@@ -23,3 +23,20 @@ def test_add_column_refuses_a_string_as_per_moment_values(grasps):
     with pytest.raises(td.SchemaMismatch, match=r"column 'label'.*got str"):
         grasps.add_column("label", "hello")
     assert grasps.pin().version == before
+
+
+def test_update_with_a_value_of_another_type_names_the_value_and_the_column_type(grasps):
+    # before: "column 'x' has type string: storing it as float ...", though 'x' is float
+    with pytest.raises(td.SchemaMismatch) as e:
+        grasps.update({"x": "fast"}, where="frame = 1")
+    assert "value 'fast'" in str(e.value) and "column 'x' of type float" in str(e.value)
+
+
+def test_update_with_a_where_that_does_not_parse_is_a_named_error(grasps):
+    # before: Lance's ValueError, with a path into Lance's Rust sources and no table name
+    before = grasps.pin().version
+    with pytest.raises(td.SchemaMismatch) as e:
+        grasps.update({"x": 1.0}, where="x >>> 1")
+    msg = str(e.value)
+    assert "table 'grasps'" in msg and "where='x >>> 1'" in msg and ".rs:" not in msg
+    assert grasps.pin().version == before

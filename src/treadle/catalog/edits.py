@@ -10,6 +10,7 @@ object is read or written, and added or updated columns write only their own byt
 
 from __future__ import annotations
 
+import reprlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import AlreadyExists, NotFound, SchemaMismatch
+from treadle.errors import AlreadyExists, NotFound, SchemaMismatch, TreadleError
 from treadle.names import check_name
 from treadle.plan.reserved import reserved
 from treadle.table import evolve
@@ -155,13 +156,22 @@ class TableEdits:
             self._existing(table, col, "update")
             if col in (EPISODE, FRAME) or is_video(table.schema.field(col)):
                 raise SchemaMismatch(f"{here}: column {col!r} cannot be updated")
-        rows = table.matching_rows(where)
+        try:
+            rows = table.matching_rows(where)
+        except ValueError as e:  # Lance: a where that does not parse, an unknown column
+            if isinstance(e, TreadleError):
+                raise
+            first = str(e).split(", /")[0]  # without the path into Lance's Rust sources
+            raise SchemaMismatch(f"{here}: where={where!r}: {first}; nothing was written") from None
         if not len(rows):
             warnings.warn(f"{here}: where={where!r} matches no row; nothing was written",
                           stacklevel=3)  # fmt: skip
             return 0
         for col, value in values.items():
-            new = _one_value(value, table.schema.field(col).type, f"{here}: column {col!r}")
+            typ = table.schema.field(col).type
+            new = _one_value(
+                value, typ, f"{here}: value {reprlib.repr(value)} for column {col!r} of type {typ}"
+            )
             self.tx._apply_edit(self.name, f"update {col}", _replace(col, new, rows))
         return len(rows)
 
@@ -234,7 +244,7 @@ def _one_value(value: Any, typ: pa.DataType, where: str) -> pa.Array:
     except (pa.ArrowException, TypeError, ValueError) as e:
         if isinstance(e, SchemaMismatch):
             raise
-        raise SchemaMismatch(f"{where}: {value!r} is not a value of type {typ} ({e})") from None
+        raise SchemaMismatch(f"{where}: it is not a value of that type ({e})") from None
 
 
 def _by_fragment(ds: lance.LanceDataset, rows: np.ndarray) -> dict[int, np.ndarray]:
