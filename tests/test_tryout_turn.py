@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -40,3 +42,14 @@ def test_update_with_a_where_that_does_not_parse_is_a_named_error(grasps):
     msg = str(e.value)
     assert "table 'grasps'" in msg and "where='x >>> 1'" in msg and ".rs:" not in msg
     assert grasps.pin().version == before
+
+
+def test_zarr_import_does_not_log_a_warning_per_imagecodecs_codec(caplog):
+    # before: 67 lines "numcodec imagecodecs_... already registered" on every zarr import
+    pytest.importorskip("imagecodecs")
+    from treadle.importers.zarr.zarr_import import _zarr
+
+    with caplog.at_level(logging.WARNING):
+        _zarr()
+        _zarr()
+    assert not [r for r in caplog.records if "already registered" in r.getMessage()]

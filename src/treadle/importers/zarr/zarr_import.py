@@ -51,7 +51,7 @@ def _zarr() -> Any:
     try:  # UMI's JPEG XL chunks: imagecodecs' codecs, when it is installed
         from imagecodecs.numcodecs import register_codecs
 
-        register_codecs()
+        register_codecs(verbose=False)  # zarr may have registered them: no line per codec
     except ImportError:
         pass
     return zarr
