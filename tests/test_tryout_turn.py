@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
 
 import treadle as td
+from treadle.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +55,22 @@ def test_zarr_import_does_not_log_a_warning_per_imagecodecs_codec(caplog):
         _zarr()
         _zarr()
     assert not [r for r in caplog.records if "already registered" in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    ("topics", "match"),
+    [
+        (
+            ["/joint_states:joints"],
+            r"--topic takes TOPIC\[:FIELD\]=COLUMN, got '/joint_states:joints'",
+        ),
+        (["/joint_states=a", "/joint_states=b"], r"--topic /joint_states is given twice"),
+    ],
+)
+def test_ros2_topic_option_errors(tmp_path, capsys, topics, match):
+    # before: "takes KEY=VALUE"; a topic given twice silently kept only the last column
+    argv = ["import", "ros2", str(tmp_path), "--project", "p", "--table", "t", "--fps", "30"]
+    for t in topics:
+        argv += ["--topic", t]
+    assert main([*argv, "--root", str(tmp_path / "store")]) == 1
+    assert re.search(match, capsys.readouterr().err)

@@ -169,12 +169,14 @@ def _add_ros2_options(sp: argparse.ArgumentParser) -> None:
                     "topics or one (repeatable)")  # fmt: skip
 
 
-def _pairs(items: list[str], option: str) -> dict[str, str]:
+def _pairs(items: list[str], option: str, form: str = "KEY=VALUE") -> dict[str, str]:
     out = {}
     for item in items:
         key, sep, value = item.rpartition("=")
         if not sep or not key or not value:
-            raise ValueError(f"{option} takes KEY=VALUE, got {item!r}")
+            raise ValueError(f"{option} takes {form}, got {item!r}")
+        if key in out:  # else the last one silently wins
+            raise ValueError(f"{option} {key} is given twice ({out[key]!r} and {value!r})")
         out[key] = value
     return out
 
@@ -189,9 +191,11 @@ def _ros2(args: argparse.Namespace, common: dict[str, Any]) -> Any:
     if everywhere:
         stamp = everywhere[-1]
     common = {k: v for k, v in common.items() if k != "rename"}
+    topics = _pairs(args.topic, "--topic", "TOPIC[:FIELD]=COLUMN")
+    align = _pairs(args.align, "--align", "COLUMN=linear|next")
     return importers.ros2(
-        args.src[0], args.project, args.table, topics=_pairs(args.topic, "--topic"),
-        fps=args.fps, align=_pairs(args.align, "--align"), stamp=stamp or "header", **common,
+        args.src[0], args.project, args.table, topics=topics,
+        fps=args.fps, align=align, stamp=stamp or "header", **common,
     )  # fmt: skip
 
 
