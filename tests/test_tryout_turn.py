@@ -74,3 +74,26 @@ def test_ros2_topic_option_errors(tmp_path, capsys, topics, match):
         argv += ["--topic", t]
     assert main([*argv, "--root", str(tmp_path / "store")]) == 1
     assert re.search(match, capsys.readouterr().err)
+
+
+def test_hdf5_and_zarr_of_numbers_only_need_no_fps(tmp_path):
+    # before: "images='video' needs fps=" for sources that hold no camera at all, which also
+    # hid the real error of a damaged file behind it
+    h5py, zarr = pytest.importorskip("h5py"), pytest.importorskip("zarr")
+    with h5py.File(tmp_path / "state.hdf5", "w") as f:
+        for n in range(2):
+            f[f"data/demo_{n}/actions"] = np.full((4, 2), n, np.float64)
+    buffer = zarr.create_group(str(tmp_path / "state.zarr"), zarr_format=2)
+    buffer.create_array("data/state", data=np.arange(10, dtype=np.float32).reshape(5, 2))
+    buffer.create_array("meta/episode_ends", data=np.array([2, 5]))
+    robots = td.Client(str(tmp_path / "root"), create=True).project("robotics")
+    td.importers.hdf5(str(tmp_path / "state.hdf5"), robots, "h", progress=False)
+    td.importers.zarr(str(tmp_path / "state.zarr"), robots, "z", progress=False)
+    main = robots.branch("main")
+    assert main.table("h").pin().num_moments == 8 and main.table("h").pin().fps is None
+    assert main.table("z").pin().episodes().names == ["episode_000000", "episode_000001"]
+    with h5py.File(tmp_path / "cam.hdf5", "w") as f:
+        f["data/demo_0/actions"] = np.zeros((4, 2))
+        f["data/demo_0/obs/wrist"] = np.zeros((4, 8, 8, 3), np.uint8)
+    with pytest.raises(td.SchemaMismatch, match=r"camera 'obs/wrist'.*--fps"):
+        td.importers.hdf5(str(tmp_path / "cam.hdf5"), robots, "c", progress=False)

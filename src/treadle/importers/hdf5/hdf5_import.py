@@ -21,7 +21,7 @@ import numpy as np
 
 from treadle.errors import CorruptData, MissingDependency, SchemaMismatch
 from treadle.importers.arrow import check_rename, column_name
-from treadle.importers.cameras import Reports, camera_value, check_camera_mode
+from treadle.importers.cameras import Reports, camera_value, check_camera_mode, is_camera
 from treadle.importers.episodic import (
     Episode,
     LocalCopies,
@@ -29,7 +29,7 @@ from treadle.importers.episodic import (
     import_episodes,
     source_files,
 )
-from treadle.importers.hdf5.aloha_jpeg import LENGTHS, jpeg_frames
+from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera, jpeg_frames
 from treadle.importers.hdf5.hdf5_layouts import (
     Hdf5File,
     attrs,
@@ -101,7 +101,7 @@ def import_hdf5(
     ``images``: ``"video"`` (H.264, PSNR in the result), ``"encoded"`` (lossless PNG per
     moment) or ``"decoded"`` (``uint8`` arrays). ``fps``: the demos' rate; by default
     robomimic's ``env_args`` ``control_freq``, and required for ``images="video"`` when the
-    file has none. ``next_obs``: also import ``next_obs/*``. The ``data`` group's attributes
+    files have a camera and no rate. ``next_obs``: also import ``next_obs/*``. The ``data`` group's attributes
     become ``table.metadata`` (per file stem for a folder), ``mask/<key>`` filter keys
     ``table.episode_sets()``. ``executor=td.RayExecutor()`` reads each file in a Ray task.
     ``allow_pickle`` is accepted for a uniform CLI; nothing is unpickled.
@@ -114,9 +114,11 @@ def import_hdf5(
     source, names, folder = source_files(src, opts.source_options, SUFFIXES, "HDF5")
     copies = LocalCopies(source)
     try:
-        meta, fps, seen = _survey(source, names, folder, copies, fps, opts.rename)
+        meta, fps, seen, cameras = _survey(source, names, folder, copies, fps, opts.rename)
         check_rename(opts.rename, seen, f"HDF5 source {source.describe()}")
-        check_fps(fps, images, f"{source.describe()}: the files name no env_args control_freq")
+        if cameras:  # a table of numbers needs no rate; a video does
+            why = f"camera {cameras[0]!r}, and no env_args control_freq; pass fps= (--fps)"
+            check_fps(fps, images, f"{source.describe(names[0])}: {why}")
         settings = _Settings(images, fps, next_obs, folder, int(max_episode_bytes), opts.rename)
         options = opts.id_options("rename", images=images, fps=fps, next_obs=next_obs)
         return import_episodes(
@@ -162,8 +164,10 @@ def _survey(
     copies: LocalCopies,
     fps: float | None,
     rename: dict[str, str] | None,
-) -> tuple[SourceMeta, float | None, set[str]]:
-    """Every file's layout, metadata and filter keys; the demos' rate; the column names."""
+) -> tuple[SourceMeta, float | None, set[str], list[str]]:
+    """Every file's layout, metadata and filter keys; the demos' rate; the column names;
+    the camera datasets of the first demos (a rate is needed only for them)."""
+    cameras: list[str] = []
     metadata: dict[str, Any] = {}
     sets: dict[str, list[str]] = {}
     episodes: dict[str, str] = {}
@@ -186,7 +190,11 @@ def _survey(
                     raise CorruptData(f"{where}: episode {ep!r} is also in {episodes[ep]}")
                 episodes[ep] = where
             first = f[info.demos[0]]
-            seen.update(p.replace("/", "_").replace(".", "_") for p, _ in datasets(first, True))
+            for p, ds in datasets(first, True):
+                seen.add(p.replace("/", "_").replace(".", "_"))
+                packed = info.compressed and is_packed_camera(p, ds.shape, ds.dtype)
+                if packed or is_camera(ds.shape, ds.dtype):
+                    cameras.append(p)
             for key, members in info.masks.items():
                 missing = [m for m in members if m not in demos]
                 if missing:
@@ -194,7 +202,7 @@ def _survey(
                         f"{where}: filter key mask/{key} names {missing[0]!r}, not a demo"
                     )
                 sets.setdefault(key, []).extend(demos[m] for m in members)
-    return SourceMeta(metadata, sets, "hdf5"), fps, seen
+    return SourceMeta(metadata, sets, "hdf5"), fps, seen, cameras
 
 
 def _episodes(

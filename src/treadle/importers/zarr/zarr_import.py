@@ -95,8 +95,6 @@ def import_zarr(
     _check_options(src, images, fps)
     _zarr()
     opts = ImportOptions.of({k: v for k, v in locals().items() if k != "images"})
-    if images == "video" and fps is None:
-        raise SchemaMismatch(f"{src}: images='video' needs fps= (a ReplayBuffer names no rate)")
     source, names, zip_name = _files(src, opts.source_options)
     settings = _Settings(images, fps, int(max_episode_bytes), opts.rename, zip_name)
     copies = LocalCopies(source)
@@ -104,6 +102,12 @@ def import_zarr(
         with _open(source, names, settings, copies) as group:
             data, ends, attrs = _layout(group, source.describe(zip_name or ""))
             check_rename(opts.rename, list(data), f"Zarr store {source.describe()}")
+        cameras = [k for k, a in data.items() if is_camera(a.shape, a.dtype)]
+        if images == "video" and fps is None and cameras:  # a table of numbers needs no rate
+            raise SchemaMismatch(
+                f"{src}: camera data/{cameras[0]} as video needs fps= (--fps): a ReplayBuffer "
+                "names no rate"
+            )
         episodes = [f"episode_{i:06d}" for i in range(len(ends))]
         return import_episodes(
             opts,
