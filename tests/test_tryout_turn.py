@@ -97,3 +97,16 @@ def test_hdf5_and_zarr_of_numbers_only_need_no_fps(tmp_path):
         f["data/demo_0/obs/wrist"] = np.zeros((4, 8, 8, 3), np.uint8)
     with pytest.raises(td.SchemaMismatch, match=r"camera 'obs/wrist'.*--fps"):
         td.importers.hdf5(str(tmp_path / "cam.hdf5"), robots, "c", progress=False)
+
+
+@pytest.mark.parametrize(
+    ("call", "column"),
+    [
+        (lambda t: t.add_column("mixed2", [1, "x", 2, 3, 4]), "mixed2"),
+        (lambda t: t.annotate("mixed3", {"g-0": [(0, 1, 1), (1, 2, "x")]}, frames=True), "mixed3"),
+    ],
+)
+def test_values_of_mixed_types_are_an_error_naming_the_table(grasps, call, column):
+    # before: "column 'mixed': cannot store values: ..." with no table or project
+    with pytest.raises(td.SchemaMismatch, match=rf"table 'grasps'.*column '{column}'.*str"):
+        call(grasps)

@@ -24,6 +24,15 @@ from treadle.table.episodes import EpisodeIndex
 from treadle.table.tensors import column_from_values
 
 
+def _column(name: str, values: Any, rows: int, where: str) -> tuple[pa.Field, pa.Array]:
+    """:func:`column_from_values`, its error naming the table (``where``)."""
+    try:
+        return column_from_values(name, values, rows)
+    except SchemaMismatch as e:
+        why = str(e).removeprefix(f"column {name!r}: ")
+        raise SchemaMismatch(f"{where}: {why}; nothing was written") from None
+
+
 def _positions(index: EpisodeIndex, names: Sequence[str], where: str) -> dict[str, int]:
     """Each name's episode position; :class:`NotFound` for one the table lacks."""
     at = {n: i for i, n in enumerate(index.names)}
@@ -47,7 +56,7 @@ def per_episode(
     per = [default] * len(index.names) if missing else [None] * len(index.names)
     for n, v in values.items():
         per[at[n]] = v
-    field, arr = column_from_values(name, per, len(per))
+    field, arr = _column(name, per, len(per), where)
     rows = np.repeat(np.arange(len(per), dtype=np.int64), np.asarray(index.lengths, np.int64))
     return field, arr.take(pa.array(rows))
 
@@ -69,7 +78,7 @@ def per_moment(name: str, values: Any, rows: int, where: str) -> tuple[pa.Field,
             f"{where}: {n} values for {rows} moments (one value per moment, in table "
             f"order){grew if n < rows else ''}; nothing was written"
         )
-    return column_from_values(name, values, rows)
+    return _column(name, values, rows, where)
 
 
 def exact(x: Any, what: str, where: str) -> Fraction:
@@ -142,4 +151,4 @@ def spans(
         for first, stop, s in ranges:
             base = int(starts[e])
             values[base + first : base + stop] = [s[2]] * (stop - first)
-    return column_from_values(name, values, len(values))
+    return _column(name, values, len(values), where)
