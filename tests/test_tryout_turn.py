@@ -110,3 +110,17 @@ def test_values_of_mixed_types_are_an_error_naming_the_table(grasps, call, colum
     # before: "column 'mixed': cannot store values: ..." with no table or project
     with pytest.raises(td.SchemaMismatch, match=rf"table 'grasps'.*column '{column}'.*str"):
         call(grasps)
+
+
+def test_a_default_of_another_type_is_refused_before_it_breaks_every_later_append(tmp_path):
+    # before: stored as it was; then every append_episode without the column raised
+    # pyarrow's "ArrowTypeError: Expected bytes, got a 'int' object"
+    ref = td.Client(str(tmp_path / "root"), create=True).project("p").branch("main").table("t")
+    ref.append_episode({"x": np.arange(3, dtype=np.float32)}, episode="a", fps=10)
+    before = ref.pin().version
+    with pytest.raises(td.SchemaMismatch, match=r"table 't'.*column 's'.*default 1.*string"):
+        ref.add_column("s", {"a": "hello"}, default=1)
+    assert ref.pin().version == before
+    ref.add_column("ok", {"a": np.True_}, default=np.False_)  # numpy scalars: plain values
+    ref.append_episode({"x": np.arange(2, dtype=np.float32)}, episode="b", fps=10)
+    assert ref.to_arrow(["ok"]).column(0).to_pylist() == [True] * 3 + [False] * 2

@@ -121,7 +121,11 @@ class TableEdits:
     def _add(self, column: str, field: pa.Field, arr: pa.Array, default: Any, where: str) -> None:
         if pa.types.is_null(arr.type):
             raise SchemaMismatch(f"{where}: every value is None: the column's type is unknown")
-        field = added_field(field, default)
+        try:
+            field = added_field(field, default)
+        except SchemaMismatch as e:
+            why = str(e).removeprefix(f"column {column!r}: ")
+            raise SchemaMismatch(f"{where}: {why}; nothing was written") from None
         self.tx._apply_edit(self.name, f"add_column {column}", lambda ds, _: evolve.add_column(
             ds, field, arr))  # fmt: skip
 

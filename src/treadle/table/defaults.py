@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from treadle.errors import SchemaMismatch
+from treadle.table.casts import exact_cast
 
 ADDED_KEY = b"treadle:added"
 DEFAULT_KEY = b"treadle:default"
@@ -25,6 +27,8 @@ def added_field(field: pa.Field, default: Any = NO_DEFAULT) -> pa.Field:
     meta = dict(field.metadata or {})
     meta[ADDED_KEY] = b"1"
     if default is not NO_DEFAULT:
+        if isinstance(default, np.generic):  # np.float32(0), np.False_: their plain value
+            default = default.item()
         try:
             meta[DEFAULT_KEY] = json.dumps(default).encode()
         except (TypeError, ValueError):
@@ -32,7 +36,23 @@ def added_field(field: pa.Field, default: Any = NO_DEFAULT) -> pa.Field:
                 f"column {field.name!r}: default {default!r} is not a plain value (a number, "
                 "string, bool or None) that can be stored with the table"
             ) from None
+        _check_default(field, json.loads(meta[DEFAULT_KEY]))
     return field.with_nullable(True).with_metadata(meta)
+
+
+def _check_default(field: pa.Field, value: Any) -> None:
+    """A default every later append can store: of the column's type, exactly (else each
+    append without the column would fail on it)."""
+    if value is None:
+        return
+    try:
+        exact_cast(pa.array([value]), field.type, f"column {field.name!r}: default {value!r}")
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        if isinstance(e, SchemaMismatch):
+            raise
+        raise SchemaMismatch(
+            f"column {field.name!r}: default {value!r} is not a value of its type {field.type}"
+        ) from None
 
 
 def default_of(field: pa.Field) -> Any:
