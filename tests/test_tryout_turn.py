@@ -124,3 +124,45 @@ def test_a_default_of_another_type_is_refused_before_it_breaks_every_later_appen
     ref.add_column("ok", {"a": np.True_}, default=np.False_)  # numpy scalars: plain values
     ref.append_episode({"x": np.arange(2, dtype=np.float32)}, episode="b", fps=10)
     assert ref.to_arrow(["ok"]).column(0).to_pylist() == [True] * 3 + [False] * 2
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    """A 2 s rosbag2 (MCAP) of 100 Hz joint states and one latched task string."""
+    pytest.importorskip("rosbags")
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    types = ts.types
+    joint_state, string = types["sensor_msgs/msg/JointState"], types["std_msgs/msg/String"]
+    header, time = types["std_msgs/msg/Header"], types["builtin_interfaces/msg/Time"]
+    path = tmp_path_factory.mktemp("bags") / "run_01"
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        joints = w.add_connection("/joint_states", joint_state.__msgtype__, typestore=ts)
+        task = w.add_connection("/task", string.__msgtype__, typestore=ts)
+        w.write(task, 1, ts.serialize_cdr(string(data="pick"), string.__msgtype__))
+        for i in range(201):
+            t = i * 10_000_000 + 5_000_000
+            msg = joint_state(
+                header=header(stamp=time(sec=t // 10**9, nanosec=t % 10**9), frame_id=""),
+                name=["a", "b"], position=np.array([i, -i], float), velocity=np.ones(2),
+                effort=np.zeros(0),
+            )  # fmt: skip
+            w.write(joints, t + 1_000_000, ts.serialize_cdr(msg, joint_state.__msgtype__))
+    return path
+
+
+def _ros2(bag, tmp_path, **kw):
+    robots = td.Client(str(tmp_path / "root"), create=True).project("robotics")
+    kw.setdefault("fps", 30)
+    kw.setdefault("topics", {"/joint_states": "j", "/task": "task"})
+    return td.importers.ros2(str(bag), robots, "t", progress=False, **kw), robots
+
+
+def test_ros2_a_clock_too_fast_for_memory_is_an_error_before_it_is_made(bag, tmp_path):
+    # before: fps=1e9 built 2e9 clock moments as Python ints: the process was killed (OOM)
+    with pytest.raises(td.CorruptData, match=r"bag .*run_01: a clock at 1000000000 fps gives"):
+        _ros2(bag, tmp_path, fps=1e9)  # (not run against the old code: it takes the memory)
+    with pytest.raises(td.CorruptData, match=r"gives 200001 moments over 2\.000 s"):
+        _ros2(bag, tmp_path, fps=100_000, max_episode_bytes=1_000_000)

@@ -45,17 +45,22 @@ def as_fraction(fps: object) -> Fraction:
     return f
 
 
+def clock_moments(first: list[int], last: list[int], nexts: list[int], fps: Fraction) -> int:
+    """How many moments :func:`clock` gives (computed without making them)."""
+    t0 = max(first)
+    end = min([*last, *(t - 1 for t in nexts)])
+    if end < t0:
+        return 0
+    # floor(k * NS * den / num) <= end - t0  <=>  k * NS * den < (end - t0 + 1) * num
+    return ((end - t0 + 1) * fps.numerator - 1) // (NS * fps.denominator) + 1
+
+
 def clock(first: list[int], last: list[int], nexts: list[int], fps: Fraction) -> np.ndarray:
     """The moments ``t_k`` (int64 ns) of a clock over topics whose first and last message
     times are ``first``/``last`` (and the last times ``nexts`` of topics aligned "next")."""
     t0 = max(first)
-    end = min([*last, *(t - 1 for t in nexts)])
-    if end < t0:
-        return np.zeros(0, np.int64)
     num, den = fps.numerator, fps.denominator
-    # floor(k * NS * den / num) <= end - t0  <=>  k * NS * den < (end - t0 + 1) * num
-    kmax = ((end - t0 + 1) * num - 1) // (NS * den)
-    k = np.arange(kmax + 1, dtype=object)
+    k = np.arange(clock_moments(first, last, nexts, fps), dtype=object)
     return np.asarray([t0 + (i * NS * den) // num for i in k], dtype=np.int64)
 
 

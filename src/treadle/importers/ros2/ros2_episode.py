@@ -18,7 +18,15 @@ import pyarrow as pa
 
 from treadle.errors import CorruptData, SchemaMismatch
 from treadle.importers.cameras import Reports, camera_value, encoded_image, png_bytes
-from treadle.importers.ros2.ros2_align import NS, Picks, clock, order, pick, usage
+from treadle.importers.ros2.ros2_align import (
+    NS,
+    Picks,
+    clock,
+    clock_moments,
+    order,
+    pick,
+    usage,
+)
 from treadle.importers.ros2.ros2_bags import TopicData
 
 log = logging.getLogger("treadle")
@@ -40,16 +48,19 @@ def episode_columns(
     where: str,
     report: Reports | None,
     load: Callable[[list[set[int]]], None] | None = None,
+    limit: int | None = None,
 ) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
     """``(columns, moments, per-topic report rows)`` of one bag. ``load(needed)`` fills in
     the values of the image topics' messages at the log positions ``needed[j]`` of
-    ``data[j]`` (read only for the messages the clock uses: bounded memory)."""
+    ``data[j]`` (read only for the messages the clock uses: bounded memory). ``limit``
+    (``max_episode_bytes``) bounds the clock: a rate that would make more moments than it
+    can hold is an error before they are made."""
     ordered = []
     for d in data:
         times = np.asarray(d.times, np.int64)
         pos = order(times, REORDER_WINDOW_NS, f"{where}, topic {d.spec.topic}")
         ordered.append((d, times[pos], pos))
-    ticks = _ticks(ordered, fps, where)
+    ticks = _ticks(ordered, fps, where, limit)
     picked = []
     for d, times, _ in ordered:
         align = "hold" if times.size == 1 else d.spec.align
@@ -71,15 +82,27 @@ def episode_columns(
 
 
 def _ticks(
-    ordered: list[tuple[TopicData, np.ndarray, np.ndarray]], fps: Fraction, where: str
+    ordered: list[tuple[TopicData, np.ndarray, np.ndarray]],
+    fps: Fraction,
+    where: str,
+    limit: int | None = None,
 ) -> np.ndarray:
-    """The bag's clock (:func:`~treadle.importers.ros2.ros2_align.clock`)."""
+    """The bag's clock (:func:`~treadle.importers.ros2.ros2_align.clock`), refused when its
+    moments alone would take more than ``limit`` bytes."""
     clocked = [(d, t) for d, t, _ in ordered if t.size > 1]
     if not clocked:
         raise CorruptData(f"{where}: every selected topic has one message: no clock to sample at")
     nexts = [int(t[-1]) for d, t in clocked if d.spec.align == "next"]
     rest = [(d, t) for d, t in clocked if d.spec.align != "next"] or clocked
-    ticks = clock([int(t[0]) for _, t in clocked], [int(t[-1]) for _, t in rest], nexts, fps)
+    first, last = [int(t[0]) for _, t in clocked], [int(t[-1]) for _, t in rest]
+    moments = clock_moments(first, last, nexts, fps)
+    if limit is not None and moments * 8 * (1 + 2 * len(ordered)) > limit:
+        raise CorruptData(  # each moment holds at least a time and, per topic, an index and an age
+            f"{where}: a clock at {fps} fps gives {moments} moments over "
+            f"{(min([*last, *nexts]) - max(first)) / NS:.3f} s, more than max_episode_bytes "
+            f"({limit}) can hold; check fps"
+        )
+    ticks = clock(first, last, nexts, fps)
     if ticks.size == 0:
         raise CorruptData(f"{where}: the topics never overlap in time: no moment at {fps} fps")
     return ticks

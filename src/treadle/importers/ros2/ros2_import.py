@@ -190,7 +190,7 @@ def _episodes(
         data = read_bag(local, settings.specs, where, limit, settings.joints)
         load = partial(_load, local, data, where=where, limit=limit)
         cols, n, rows = episode_columns(
-            data, settings.fps, settings.images, bag.episode, where, report, load
+            data, settings.fps, settings.images, bag.episode, where, report, load, limit
         )
         if report is not None:
             report.topics.extend(rows)
