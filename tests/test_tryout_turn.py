@@ -166,3 +166,21 @@ def test_ros2_a_clock_too_fast_for_memory_is_an_error_before_it_is_made(bag, tmp
         _ros2(bag, tmp_path, fps=1e9)  # (not run against the old code: it takes the memory)
     with pytest.raises(td.CorruptData, match=r"gives 200001 moments over 2\.000 s"):
         _ros2(bag, tmp_path, fps=100_000, max_episode_bytes=1_000_000)
+
+
+@pytest.mark.parametrize(
+    ("column", "clash"),
+    [("j_position", "topic /joint_states"), ("j_age_s", "topic /joint_states"),
+     ("timestamp", "the clock"), ("frame", "the table")],
+)  # fmt: skip
+def test_ros2_a_column_two_topics_give_is_an_error(bag, tmp_path, column, clash):
+    # before: the task string silently replaced the joint positions (or the timestamps)
+    with pytest.raises(td.SchemaMismatch, match=rf"column '{column}' .* also given by {clash}"):
+        _ros2(bag, tmp_path, topics={"/joint_states": "j", "/task": column})
+    assert not td.Client(str(tmp_path / "root")).project("robotics").branch("main").tables()
+
+
+def test_ros2_linear_on_a_latched_string_is_refused(bag, tmp_path):
+    # before: accepted, and the string held as if align were "hold"
+    with pytest.raises(td.SchemaMismatch, match=r"column 'task'.*interpolates floats only"):
+        _ros2(bag, tmp_path, align={"task": "linear"})

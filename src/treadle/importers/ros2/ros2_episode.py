@@ -63,20 +63,28 @@ def episode_columns(
     ticks = _ticks(ordered, fps, where, limit)
     picked = []
     for d, times, _ in ordered:
+        _check_align(d, d.spec.align, where)  # asked of a latched topic too: never ignored
         align = "hold" if times.size == 1 else d.spec.align
-        _check_align(d, align, where)
         picked.append(pick(times, ticks, align))
     if load is not None:
         load([_needed(p, pos) for p, (_, _, pos) in zip(picked, ordered)])
     cols: dict[str, Any] = {"timestamp": (ticks - ticks[0]) / NS}
+    owners = {"episode": "the table", "frame": "the table", "timestamp": "the clock"}
     rows = []
     period = float(NS / fps)
     for (d, times, pos), picks in zip(ordered, picked):
         values = [d.values[i] for i in pos]
         got = _values(d, values, picks, images, fps, (episode, where), report)
+        got["_age_s"] = picks.age_s
         for suffix, column in got.items():
-            cols[d.spec.column + suffix] = column
-        cols[f"{d.spec.column}_age_s"] = picks.age_s
+            name = d.spec.column + suffix
+            if name in owners:  # else one topic's values silently replace another's
+                raise SchemaMismatch(
+                    f"{where}: column {name!r} of topic {d.spec.topic} is also given by "
+                    f"{owners[name]}; name the topic's column otherwise"
+                )
+            owners[name] = f"topic {d.spec.topic}"
+            cols[name] = column
         rows.append(_report(d, episode, times, picks, times.size == 1, period, where))
     return cols, int(ticks.size), rows
 
