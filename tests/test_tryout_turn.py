@@ -184,3 +184,11 @@ def test_ros2_linear_on_a_latched_string_is_refused(bag, tmp_path):
     # before: accepted, and the string held as if align were "hold"
     with pytest.raises(td.SchemaMismatch, match=r"column 'task'.*interpolates floats only"):
         _ros2(bag, tmp_path, align={"task": "linear"})
+
+
+def test_renaming_onto_an_existing_column_does_not_suggest_update(grasps):
+    # before: "already has column 'x' (use update() to change its values)"
+    grasps.add_column("note", {"g-0": "n"})
+    with pytest.raises(td.AlreadyExists, match=r"column 'x' \(rename 'note' to a name") as e:
+        grasps.rename_columns({"note": "x"})
+    assert "update()" not in str(e.value)

@@ -63,7 +63,9 @@ class TableEdits:
     def _where(self) -> str:
         return self.tx._where(self.name)
 
-    def _new_column(self, table: Table, column: str) -> None:
+    def _new_column(
+        self, table: Table, column: str, hint: str = "use update() to change its values"
+    ) -> None:
         check_name(column, "column")
         if reserved(column) or column in (EPISODE, FRAME):
             raise SchemaMismatch(
@@ -73,8 +75,7 @@ class TableEdits:
             )
         if column in table.schema.names:
             raise AlreadyExists(
-                f"{self._where()} already has column {column!r} (use update() to change "
-                "its values); nothing was written"
+                f"{self._where()} already has column {column!r} ({hint}); nothing was written"
             )
 
     def add_column(
@@ -193,7 +194,7 @@ class TableEdits:
             self._existing(table, old, "rename")
             if old in (EPISODE, FRAME):
                 raise SchemaMismatch(f"{self._where()}: column {old!r} cannot be renamed")
-            self._new_column(table, new)
+            self._new_column(table, new, f"rename {old!r} to a name it does not have")
         if len(set(names.values())) != len(names):
             raise SchemaMismatch(f"{self._where()}: two columns renamed to one name")
         kind = "rename_columns " + ",".join(f"{a}->{b}" for a, b in names.items())
