@@ -192,3 +192,15 @@ def test_renaming_onto_an_existing_column_does_not_suggest_update(grasps):
     with pytest.raises(td.AlreadyExists, match=r"column 'x' \(rename 'note' to a name") as e:
         grasps.rename_columns({"note": "x"})
     assert "update()" not in str(e.value)
+
+
+def test_a_merge_conflict_names_the_branches(tmp_path):
+    # before: "this side did ['update'], the merged side did ['update']"
+    project = td.Client(str(tmp_path / "root"), create=True).project("p")
+    project.branch("main").table("g").append_episode({"x": np.zeros(3, np.float32)}, episode="a")
+    for name, value in (("b1", 1.0), ("b2", 2.0)):
+        project.create_branch(name, from_="main").table("g").update({"x": value})
+    with pytest.raises(td.MergeConflict) as e:
+        project.merge("b1", into="b2")
+    msg = str(e.value)
+    assert "merging 'b1' into 'b2'" in msg and "'b2' did ['update'], 'b1' did ['update']" in msg

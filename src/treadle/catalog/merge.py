@@ -131,7 +131,16 @@ class MergesAndDiffs:
         )
         plans = []
         for name in sorted(set(ours.tables) | set(theirs.tables)):
-            plans.append(plan_table(project, name, base_c, ours, theirs, our_kinds, their_kinds))
+            try:
+                plans.append(
+                    plan_table(project, name, base_c, ours, theirs, our_kinds, their_kinds)
+                )
+            except MergeConflict as e:  # name the sides (merge_tables says "this side")
+                why = str(e).replace("this side did", f"{into!r} did")
+                why = why.replace("the merged side did", f"{branch!r} did")
+                raise MergeConflict(
+                    f"merging {branch!r} into {into!r} (common ancestor {base[:8]}): {why}"
+                ) from None
         tables, changes, notes = dict(ours.tables), {}, []
         for plan in plans:  # every table checked above: only now is anything written
             if plan.take is None:
