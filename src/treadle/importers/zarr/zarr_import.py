@@ -101,7 +101,7 @@ def import_zarr(
     try:
         with _open(source, names, settings, copies) as group:
             data, ends, attrs = _layout(group, source.describe(zip_name or ""))
-            check_rename(opts.rename, list(data), f"Zarr store {source.describe()}")
+            _check_columns(list(data), opts.rename, source, zip_name)
         cameras = [k for k, a in data.items() if is_camera(a.shape, a.dtype)]
         if images == "video" and fps is None and cameras:  # a table of numbers needs no rate
             raise SchemaMismatch(
@@ -126,6 +126,24 @@ def import_zarr(
         )
     finally:
         copies.close()
+
+
+def _check_columns(
+    keys: list[str], rename: dict[str, str] | None, source: Source, zip_name: str | None
+) -> None:
+    """``rename`` names arrays there are, and each array gets its own column (else one
+    array's values would replace another's)."""
+    check_rename(rename, keys, f"Zarr store {source.describe()}")
+    where = source.describe(zip_name or "")
+    seen: dict[str, str] = {}
+    for key in keys:
+        name = column_name(key, where, rename)
+        if name in seen:
+            raise SchemaMismatch(
+                f"{where}: arrays data/{seen[name]} and data/{key} both become column "
+                f"{name!r} (rename={rename!r}); nothing was written"
+            )
+        seen[name] = key
 
 
 def _check_options(src: str, images: str, fps: float | None) -> None:
