@@ -225,3 +225,17 @@ def test_zarr_rename_onto_another_array_is_an_error(tmp_path):
         td.importers.zarr(str(tmp_path / "b.zarr"), robots, "z", rename={"state": "action"},
                           progress=False)  # fmt: skip
     assert _tables(robots) == []
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "zarr", "ros2"])
+def test_an_infinite_fps_is_a_named_error(tmp_path, fmt):
+    # before: ros2 raised OverflowError; hdf5/zarr stored fps=inf on a table with no camera
+    with pytest.raises(ValueError, match=r"fps must be"):
+        getattr(td.importers, fmt)(str(tmp_path / "nothing"), None, "t", fps=float("inf"),
+                                   **({"topics": {"/a": "a"}} if fmt == "ros2" else {}))  # fmt: skip
+
+
+def test_ros2_fps_may_be_a_numpy_float(bag, tmp_path):
+    # before: "fps must be a number or a fraction", for np.float32(30) (a table's fps, say)
+    result, _ = _ros2(bag, tmp_path, fps=np.float32(30))
+    assert result.rows == 61

@@ -141,8 +141,8 @@ def import_hdf5(
 
 def check_fps(fps: float | None, images: str = "", why: str = "") -> None:
     """A positive ``fps`` or None; ``images="video"`` needs one (``why`` says why none)."""
-    if fps is not None and not float(fps) > 0:
-        raise ValueError(f"fps must be a positive number, got {fps!r}")
+    if fps is not None and not 0 < float(fps) < float("inf"):  # inf: no video, no seconds
+        raise ValueError(f"fps must be a positive finite number, got {fps!r}")
     if images == "video" and fps is None:
         raise SchemaMismatch(f"images='video' needs fps= ({why})")
 

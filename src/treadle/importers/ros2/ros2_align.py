@@ -32,11 +32,11 @@ def as_fraction(fps: object) -> Fraction:
     """``fps`` (``30``, ``29.97``, ``"30000/1001"``, a ``Fraction``) as a positive fraction;
     a float is read as the nearest fraction with a denominator up to 1001."""
     try:
-        if isinstance(fps, float):
-            f = Fraction(fps).limit_denominator(1001)
+        if isinstance(fps, (float, np.floating)):  # np.float32(30) too
+            f = Fraction(float(fps)).limit_denominator(1001)
         else:
             f = Fraction(str(fps)) if isinstance(fps, str) else Fraction(fps)  # type: ignore[arg-type]
-    except (TypeError, ValueError, ZeroDivisionError):
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):  # inf: OverflowError
         raise ValueError(
             f"fps must be a number or a fraction such as '30000/1001', got {fps!r}"
         ) from None

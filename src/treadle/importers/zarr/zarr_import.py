@@ -154,8 +154,8 @@ def _check_options(src: str, images: str, fps: float | None) -> None:
             "ReplayBuffer holds codec-compressed arrays, not image files: use images='video' "
             "(H.264, with fps=) or images='decoded'; nothing was written"
         )
-    if fps is not None and not float(fps) > 0:
-        raise ValueError(f"fps must be a positive number, got {fps!r}")
+    if fps is not None and not 0 < float(fps) < float("inf"):  # inf: no video, no seconds
+        raise ValueError(f"fps must be a positive finite number, got {fps!r}")
 
 
 def _files(src: str, options: dict[str, Any] | None) -> tuple[Source, list[str], str | None]:
