@@ -239,3 +239,22 @@ def test_ros2_fps_may_be_a_numpy_float(bag, tmp_path):
     # before: "fps must be a number or a fraction", for np.float32(30) (a table's fps, say)
     result, _ = _ros2(bag, tmp_path, fps=np.float32(30))
     assert result.rows == 61
+
+
+def test_ros2_an_unset_stamp_names_the_cli_option_too(tmp_path):
+    # before: only the Python form stamp={'/joint_states': 'log'}, which a CLI user cannot type
+    pytest.importorskip("rosbags")
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    joint_state, header = ts.types["sensor_msgs/msg/JointState"], ts.types["std_msgs/msg/Header"]
+    unset = ts.types["builtin_interfaces/msg/Time"](sec=0, nanosec=0)
+    with Writer(tmp_path / "b", version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        joints = w.add_connection("/joint_states", joint_state.__msgtype__, typestore=ts)
+        for i in range(3):
+            msg = joint_state(header=header(stamp=unset, frame_id=""), name=["a"], position=np.zeros(1),
+                              velocity=np.zeros(0), effort=np.zeros(0))  # fmt: skip
+            w.write(joints, 10**18 + i, ts.serialize_cdr(msg, joint_state.__msgtype__))
+    with pytest.raises(td.CorruptData, match=r"\(--stamp /joint_states=log\)"):
+        _ros2(tmp_path / "b", tmp_path, topics={"/joint_states": "j"})

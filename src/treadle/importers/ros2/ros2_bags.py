@@ -183,7 +183,8 @@ def _add(
         raise CorruptData(
             f"{at}: header stamp {stamp / 1e9:.3f} s is {abs(stamp - logtime) / 1e9:.1f} s from "
             f"its log time {logtime / 1e9:.3f} s (an unset stamp, or another clock); import "
-            f"with stamp={{{d.spec.topic!r}: 'log'}} to use log times for this topic"
+            f"with stamp={{{d.spec.topic!r}: 'log'}} (--stamp {d.spec.topic}=log) to use log times "
+            "for this topic"
         )
     d.times.append(stamp if stamp is not None else logtime)
     d.values.append(None if d.conv.kind in HEAVY else d.conv.value(msg))
