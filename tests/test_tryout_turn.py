@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -258,3 +259,20 @@ def test_ros2_an_unset_stamp_names_the_cli_option_too(tmp_path):
             w.write(joints, 10**18 + i, ts.serialize_cdr(msg, joint_state.__msgtype__))
     with pytest.raises(td.CorruptData, match=r"\(--stamp /joint_states=log\)"):
         _ros2(tmp_path / "b", tmp_path, topics={"/joint_states": "j"})
+
+
+def test_hdf5_files_of_different_rates_are_an_error(tmp_path):
+    # before: the first file's control_freq (20) was the table's fps; the 10 Hz file's demos
+    # were silently labelled 20 Hz
+    h5py = pytest.importorskip("h5py")
+    (tmp_path / "src").mkdir()
+    for name, hz in (("a_task", 20), ("b_task", 10)):
+        with h5py.File(tmp_path / "src" / f"{name}.hdf5", "w") as f:
+            f["data/demo_0/actions"] = np.zeros((5, 2))
+            f["data"].attrs["env_args"] = json.dumps({"env_kwargs": {"control_freq": hz}})
+    robots = td.Client(str(tmp_path / "root"), create=True).project("robotics")
+    with pytest.raises(td.SchemaMismatch, match=r"a_task.hdf5 names control_freq 20 and .*b_task"):
+        td.importers.hdf5(str(tmp_path / "src"), robots, "h", progress=False)
+    assert _tables(robots) == []
+    td.importers.hdf5(str(tmp_path / "src"), robots, "h", fps=10, progress=False)  # said
+    assert robots.branch("main").table("h").pin().fps == 10

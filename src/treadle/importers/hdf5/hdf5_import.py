@@ -168,6 +168,7 @@ def _survey(
     """Every file's layout, metadata and filter keys; the demos' rate; the column names;
     the camera datasets of the first demos (a rate is needed only for them)."""
     cameras: list[str] = []
+    rates: dict[str, float | None] = {}
     metadata: dict[str, Any] = {}
     sets: dict[str, list[str]] = {}
     episodes: dict[str, str] = {}
@@ -180,7 +181,7 @@ def _survey(
                 metadata[_stem(name)] = info.metadata
             else:
                 metadata = info.metadata
-            fps = fps if fps is not None else control_freq(info.metadata)
+            rates[where] = control_freq(info.metadata)
             demos = {
                 demo: _episode_name(name, demo, info, folder)
                 for demo, _ in iter_demo_groups(f, info)
@@ -202,7 +203,23 @@ def _survey(
                         f"{where}: filter key mask/{key} names {missing[0]!r}, not a demo"
                     )
                 sets.setdefault(key, []).extend(demos[m] for m in members)
-    return SourceMeta(metadata, sets, "hdf5"), fps, seen, cameras
+    return SourceMeta(metadata, sets, "hdf5"), _rate(fps, rates), seen, cameras
+
+
+def _rate(fps: float | None, rates: dict[str, float | None]) -> float | None:
+    """``fps`` when given, else the one ``control_freq`` the files name (two different
+    ones are an error: one table has one rate, and the other files' would be wrong)."""
+    named = {w: r for w, r in rates.items() if r is not None}
+    if fps is not None or not named:
+        return fps
+    (w1, r1), *others = named.items()
+    for w2, r2 in others:
+        if r2 != r1:
+            raise SchemaMismatch(
+                f"{w1} names control_freq {r1:g} and {w2} {r2:g}: one table has one rate; "
+                "import them into separate tables, or give fps= (--fps) if one is wrong"
+            )
+    return r1
 
 
 def _episodes(
