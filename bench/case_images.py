@@ -8,36 +8,43 @@ frames, ``video_windows.content``), under ``bench/data/images/``:
   (Pillow's bilinear resize, the same in the limit).
 
 A recipe mixes them at weights 0.3 / 0.5 / 0.2, batch 64, as single frames
-(``td.Video([0])``) and as 4-frame windows (``td.Video(range(4))``). Per window kind, in
-interleaved rounds:
+(``td.Video([0])``) and as 4-frame windows (``td.Video(range(4))``), :data:`TIMED_FRAMES`
+frames timed per row. Per window kind, in interleaved rounds:
 
 - ``limit``: Pillow's decode of exactly the images the timed steps need
   (``Image.open(BytesIO(b)).convert("RGB")``, resized for the PNG table, copied into one
   reused array), their bytes in memory beforehand, on one core (this process, one thread);
 - treadle ``TrainLoader`` at workers 0 with 1 and 2 decode threads, and workers 2 (one decode
-  thread each).
+  thread each), on local disk (``where: local``) and, right after each, the same
+  configuration on the same tables copied into SeaweedFS behind ``delay_proxy`` (30 ms per
+  request; ``where: s3``; each run from a cold object cache, with the requests and kB per
+  batch the proxy counted in its label);
+- the peers of :mod:`images_peers` (single frames): WebDataset, HF ``datasets`` ``Image()``
+  with ``interleave_datasets``, MosaicML Streaming ``jpeg``/``png``, DataLoader workers 0
+  and 2, the same bytes, :data:`PEER_BATCHES` timed batches.
 
-``report.py``-style ratios are printed by :func:`ratios`: threads=1 against the limit, 2
-threads and 2 workers against the limit x 2 (the goals: >= 0.95 and >= 0.9). One peer, for
-single frames: WebDataset (shards of the same bytes, ``RandomMix`` at the same weights, PIL
-decode and the same resize in a ``map``, a ``DataLoader`` of batch 64, workers 0 and 2).
-HF ``Image()`` with ``interleave_datasets`` and MDS ``jpeg`` are not measured here yet.
+:func:`ratios` prints each row against the limit x the cores it used (wall; and frames per
+CPU-second against the limit's, which a loaded machine disturbs less) and each S3 row
+against its local twin. The goals: treadle >= 0.95 (1 thread), >= 0.9 (2 threads or 2
+workers), S3 >= 0.9 of local.
 
     python bench/suite.py --cases images [--runs 3]
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchlib import Result, Run, batch_len, measure, timed
+from benchlib import Result, Run, cold_object_cache, timed
 
 HERE = Path(__file__).resolve().parent
 BATCH = 64
@@ -45,6 +52,10 @@ WEIGHTS = {"jpg_a": 0.3, "jpg_b": 0.5, "png": 0.2}
 SIZE = (224, 224)
 WINDOWS = {"single": 1, "window4": 4}
 WARM = 3  # batches after the first, not timed (decode threads and buffers warm)
+TIMED_FRAMES = 2560
+"""Frames timed per treadle row (40 batches of single frames, 10 of 4-frame windows)."""
+PEER_BATCHES = 10
+"""Timed batches per peer row (their rates are 4-10x lower: a few seconds each)."""
 
 
 def data_dir(tiny: bool) -> Path:
@@ -83,47 +94,6 @@ def generate(tiny: bool, log: Callable[[str], None] = print) -> Path:
             )
     (root / "treadle.done").write_text("ok\n")
     return root
-
-
-def write_shards(root: Path, client: Any) -> Path:
-    """The tables' images as WebDataset shards, one folder per table (once)."""
-    import webdataset as wds
-
-    out = root / "wds"
-    if (out / "done").exists():
-        return out
-    branch = client.project("bench").branch()
-    for name in WEIGHTS:
-        (out / name).mkdir(parents=True, exist_ok=True)
-        ext = "png" if name == "png" else "jpg"
-        values = branch.table(name).pin().to_arrow(["cam"]).column("cam").to_pylist()
-        with wds.TarWriter(str(out / name / "000000.tar")) as w:
-            for i, v in enumerate(values):
-                w.write({"__key__": f"{i:06d}", ext: v})
-    (out / "done").write_text("ok\n")
-    return out
-
-
-def _pil_sample(sample: dict) -> np.ndarray:
-    from PIL import Image
-
-    data = sample.get("jpg") or sample["png"]
-    img = Image.open(io.BytesIO(data)).convert("RGB")
-    if "png" in sample:
-        img = img.resize((SIZE[1], SIZE[0]), Image.BILINEAR)
-    return np.asarray(img)
-
-
-def wds_iter(shards: Path, workers: int) -> Any:
-    import torch
-    import webdataset as wds
-
-    sets = [wds.WebDataset(str(shards / n / "000000.tar"), shardshuffle=False, empty_check=False)
-            .repeat().map(_pil_sample) for n in WEIGHTS]  # fmt: skip
-    mix = wds.RandomMix(sets, probs=list(WEIGHTS.values()))
-    dl = torch.utils.data.DataLoader(mix, batch_size=BATCH, num_workers=workers,
-                                     multiprocessing_context="spawn" if workers else None)  # fmt: skip
-    return iter(dl)
 
 
 def recipe(client: Any, window: int) -> Any:
@@ -168,86 +138,137 @@ def decode_limit(images: list[tuple[bytes, bool]]) -> int:
     return len(images)
 
 
-def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Result]:
+def _treadle_rows(plans: dict[str, Any], where: str, proxy: Any, batches: dict[str, int]
+                  ) -> list[tuple[Result, Callable[[], Run]]]:  # fmt: skip
+    """treadle at workers 0 (threads 1, 2) and workers 2, per window kind, on one copy of
+    the tables (``where``: local, or s3 through ``proxy``, each run from a cold object cache)."""
     import treadle as td
+    from case_cloud import timed_run
 
-    root = generate(tiny, log)
-    client = td.Client(str(root / "treadle"))
-    timed_batches = 4 if tiny else 40
-    rs: list[tuple[Result, Callable[[], Run]]] = []
+    rs = []
     for kind, window in WINDOWS.items():
-        plan = recipe(client, window).plan()
+        for workers, threads in ((0, 1), (0, 2), (2, 1)):
+            cfg = {"window": kind, "batch": BATCH, "workers": workers, "threads": threads,
+                   "where": where}  # fmt: skip
+            r = Result("images", "treadle", cfg, "frames/s")
+            r.config["base_label"] = r.config["label"] = (
+                f"treadle TrainLoader {'on S3 +30 ms' if proxy else 'local'} "
+                f"workers={workers} threads={threads}"
+            )
+
+            def fn(plan=plans[kind], workers=workers, threads=threads, window=window, r=r,
+                   n=batches[kind]) -> Run:  # fmt: skip
+                steps = 1 + WARM + n + 1
+                make = lambda: iter(td.TrainLoader(plan, steps=steps, workers=workers,  # noqa: E731
+                                                   video_threads=threads))  # fmt: skip
+                with cold_object_cache() if proxy else contextlib.nullcontext():
+                    run = timed_run(make, n * BATCH, steps, WARM, proxy, r)
+                run.samples *= window
+                return run
+
+            rs.append((r, fn))
+    return rs
+
+
+def _limit_rows(plans: dict[str, Any], batches: dict[str, int]
+                ) -> list[tuple[Result, Callable[[], Run]]]:  # fmt: skip
+    rs = []
+    for kind, window in WINDOWS.items():
         first = 1 + WARM  # measure() skips the first batch and WARM more
-        steps = range(first, first + timed_batches)
-        images = needed_images(plan, steps, window)
-        base = {"window": kind, "batch": BATCH}
-        lim = Result("images", "limit", {**base, "cores": 1}, "frames/s")
+        images = needed_images(plans[kind], range(first, first + batches[kind]), window)
+        lim = Result("images", "limit", {"window": kind, "batch": BATCH, "cores": 1}, "frames/s")
         lim.config["label"] = (
             "limit: Pillow decode of the needed images into a reused array, 1 core"
         )
         rs.append((lim, lambda images=images: timed(lambda: decode_limit(images))))
-        for workers, threads in ((0, 1), (0, 2), (2, 1)):
-            r = Result("images", "treadle", {**base, "workers": workers, "threads": threads},
-                       "frames/s")  # fmt: skip
-            r.config["label"] = f"treadle TrainLoader workers={workers} threads={threads}"
+    return rs
 
-            def tr(plan=plan, workers=workers, threads=threads, window=window) -> Run:
-                n = timed_batches * BATCH
-                run = measure(lambda: iter(td.TrainLoader(
-                    plan, steps=1 + WARM + timed_batches + 1, workers=workers,
-                    video_threads=threads)), n, batch_len, WARM)  # fmt: skip
-                run.samples *= window
-                return run
 
-            rs.append((r, tr))
-    rs += _peers(root, client, timed_batches)
-    for rnd in range(runs):
-        for r, fn in rs:
-            if r.status == "ok":
-                try:
-                    r.runs.append(fn())
-                except Exception as e:  # reported, the others go on
-                    r.status = f"failed: {type(e).__name__}: {str(e)[:160]}"
-        log(f"  images: round {rnd + 1}/{runs} done")
+def _s3(stack: contextlib.ExitStack, root: Path, log: Callable[[str], None]) -> tuple[Any, Any]:
+    """The tables on SeaweedFS behind the 30 ms proxy: (client, proxy)."""
+    import case_s3 as c3
+    import treadle as td
+    from case_cloud import LATENCY_S, Proxied
+    from delay_proxy import DelayProxy
+    from treadle.testing import SeaweedS3
+
+    s3 = stack.enter_context(SeaweedS3(bucket="bench"))
+    proxy = stack.enter_context(DelayProxy(s3.endpoint, LATENCY_S))
+    t0 = time.perf_counter()
+    nbytes = c3.upload(s3, root / "treadle", "images")
+    log(f"  uploaded {nbytes / 1e6:,.0f} MB to SeaweedFS in {time.perf_counter() - t0:.1f} s")
+    s3p = Proxied(s3, proxy)
+    return td.Client(s3p.url("images"), storage_options=s3p.storage_options()), proxy
+
+
+def run(tiny: bool, runs: int, log: Callable[[str], None] = print) -> list[Result]:
+    """Every row, ``runs`` interleaved rounds (each S3 row right after its local twin)."""
+    import images_peers
+    import treadle as td
+
+    root = generate(tiny, log)
+    client = td.Client(str(root / "treadle"))
+    batches = {k: (4 if tiny else TIMED_FRAMES // (BATCH * w)) for k, w in WINDOWS.items()}
+    with contextlib.ExitStack() as stack:
+        plans = {k: recipe(client, w).plan() for k, w in WINDOWS.items()}
+        rs = _limit_rows(plans, batches)
+        local = _treadle_rows(plans, "local", None, batches)
+        try:
+            remote, proxy = _s3(stack, root, log)
+            s3_plans = {k: recipe(remote, w).plan() for k, w in WINDOWS.items()}
+            s3_rows = _treadle_rows(s3_plans, "s3", proxy, batches)
+        except Exception as e:  # no S3 server here: the local rows still run
+            s3_rows = []
+            log(f"  images: no S3 rows: {type(e).__name__}: {str(e)[:160]}")
+        for i, row in enumerate(local):
+            rs += [row] + s3_rows[i : i + 1]
+        rs += images_peers.rows(root, client, 4 if tiny else PEER_BATCHES, WARM, log)
+        for rnd in range(runs):
+            t = time.perf_counter()
+            for r, fn in rs:
+                if r.status == "ok":
+                    try:
+                        r.runs.append(fn())
+                    except Exception as e:  # reported, the others go on
+                        r.status = f"failed: {type(e).__name__}: {str(e)[:160]}"
+                        log(f"    {r.config['label']}: {r.status}")
+            log(f"  images: round {rnd + 1}/{runs} took {time.perf_counter() - t:.0f} s, "
+                f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
     out = [r for r, _ in rs]
     for line in ratios(out):
         log("  " + line)
     return out
 
 
-def _peers(root: Path, client: Any, timed_batches: int) -> list[tuple[Result, Callable[[], Run]]]:
-    try:
-        import webdataset  # noqa: F401
-    except ImportError:
-        return []
-    shards = write_shards(root, client)
-    out = []
-    for workers in (0, 2):
-        r = Result("images", "wds", {"window": "single", "batch": BATCH, "workers": workers,
-                                     "threads": 1}, "frames/s")  # fmt: skip
-        r.config["label"] = f"WebDataset RandomMix + PIL, DataLoader workers={workers}"
-        out.append(
-            (
-                r,
-                lambda w=workers: measure(
-                    lambda: wds_iter(shards, w), timed_batches * BATCH, batch_len, WARM
-                ),
-            )
-        )
-    return out
+def _ratio(num: Result, den: Result | None, scale: int = 1) -> str:
+    if not den or not num.rate or not den.rate:
+        return "-"
+    wall = num.rate / (den.rate * scale)
+    cpu = (num.cpu_rate or 0) / (den.cpu_rate or 1)
+    return f"{wall:.3f} (CPU {cpu:.3f})"
 
 
 def ratios(results: list[Result]) -> list[str]:
-    """treadle against the limit (x cores used), per window kind."""
+    """Per window kind: each reader against the limit x the cores it used (wall rate; in
+    brackets frames per CPU-second against the limit's), and treadle on S3 against the same
+    configuration on local disk. Also kept in each row's ``extra["ratio"]``."""
     lines = []
     for kind in WINDOWS:
-        lim = next((r.rate for r in results if r.name == "limit" and r.config["window"] == kind),
-                   None)  # fmt: skip
-        for r in results:
-            if r.name == "limit" or r.config["window"] != kind or not lim or not r.rate:
+        rows = [r for r in results if r.config.get("window") == kind and r.runs]
+        lim = next((r for r in rows if r.name == "limit"), None)
+        for r in rows:
+            if r.name == "limit":
                 continue
-            cores = max(r.config["workers"], r.config["threads"])
-            lines.append(f"images {r.name} {kind} workers={r.config['workers']} threads="
-                         f"{r.config['threads']}: {r.rate:,.0f} frames/s = "
-                         f"{r.rate / (lim * cores):.3f} x limit x {cores} ({lim:,.0f}/core)")  # fmt: skip
+            c = r.config
+            cores = max(c["workers"], c["threads"])
+            text = f"{_ratio(r, lim, cores)} x limit x {cores}"
+            if c.get("where") == "s3":
+                twin = next((x for x in rows if x.name == r.name and x.config.get("where")
+                             == "local" and x.config["workers"] == c["workers"]
+                             and x.config["threads"] == c["threads"]), None)  # fmt: skip
+                text += f"; {_ratio(r, twin)} x local"
+            r.extra["ratio"] = text
+            lines.append(f"images {r.name} {kind} {c.get('where', 'local')} workers="
+                         f"{c['workers']} threads={c['threads']}: {r.rate:,.0f} frames/s = "
+                         f"{text} ({lim.rate if lim else 0:,.0f}/core)")  # fmt: skip
     return lines

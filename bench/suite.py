@@ -22,8 +22,9 @@ Cases (``--cases``, default all):
   texture, a real clip) against the decode + convert limit at 1 and 2 threads
   (``case_contents.py``);
 - ``images`` (opt-in): JPEG/PNG image columns (224x224 JPEG q90 x2, 640x480 PNG; 0.3/0.5/0.2,
-  batch 64, single frames and 4-frame windows) against Pillow's decode limit
-  (``case_images.py``);
+  batch 64, single frames and 4-frame windows) against Pillow's decode limit, local and on
+  S3 +30 ms, beside WebDataset, HF ``datasets`` and MosaicML Streaming on the same bytes
+  (``case_images.py``, ``images_peers.py``);
 - ``augment`` (opt-in): samples/s of the 90-frame video recipe with and without
   ``treadle.transforms`` augmentations (``case_augment.py``).
 

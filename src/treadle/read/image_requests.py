@@ -21,6 +21,7 @@ import numpy as np
 
 from treadle.errors import CorruptData, PlanError, TreadleError
 from treadle.read.buffers import BufferPool
+from treadle.read.cached_values import CachedValues
 from treadle.read.columns import ColumnSpec
 from treadle.read.rows import IS_PAD, padded_rows
 from treadle.video.image_decode import decode_frame, write_frame
@@ -48,10 +49,11 @@ class ImageWindow:
 
 
 def image_windows(
-    table: Table, cs: ColumnSpec, moments: np.ndarray
+    table: Table, cs: ColumnSpec, moments: np.ndarray, cached: CachedValues | None = None
 ) -> tuple[list[ImageWindow], np.ndarray | None]:
     """The windows of image column ``cs`` for the samples ``moments`` (their bytes read:
-    one take), and the padding flags of a padded ``Video`` (None otherwise)."""
+    one take, from ``cached``'s local copies where it has them), and the padding flags of a
+    padded ``Video`` (None otherwise)."""
     spec = cs.spec
     offsets = np.asarray(spec.offsets, np.int64)
     moments = np.asarray(moments, np.int64)
@@ -61,7 +63,9 @@ def image_windows(
     else:
         rows = moments[:, None] + offsets[None, :]
     uniq, inverse = np.unique(rows.reshape(-1), return_inverse=True)
-    values = table.take(uniq, [cs.column]).column(cs.column).to_pylist()
+    values = None if cached is None else cached.take(table, uniq, cs.column)
+    if values is None:
+        values = table.take(uniq, [cs.column]).column(cs.column).to_pylist()
     inverse = inverse.reshape(rows.shape)
     episodes = table.episodes()
     e = np.searchsorted(episodes.starts, moments, side="right") - 1
@@ -132,15 +136,23 @@ class ImageDecoder:
     """Decodes image windows on ``threads`` threads (Pillow releases the GIL while it
     decodes and resizes, so threads run in parallel on free cores)."""
 
-    def __init__(self, threads: int = 1):
+    def __init__(self, threads: int = 1, copy_objects: bool = True):
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max(1, int(threads)), thread_name_prefix="treadle-image"
         )
+        self.cached = CachedValues(copy_objects)  # object stores: values from local copies
+
+    def windows(
+        self, table: Table, cs: ColumnSpec, moments: np.ndarray
+    ) -> tuple[list[ImageWindow], np.ndarray | None]:
+        """:func:`image_windows`, read through this decoder's :class:`CachedValues`."""
+        return image_windows(table, cs, moments, self.cached)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self.cached.close()
 
     def submit(self, windows: Sequence[ImageWindow]) -> Callable[[], list[Any]]:
         """Start decoding ``windows``; the call returned waits for them (raising the first

@@ -42,7 +42,7 @@ from treadle.read.columns import (
     squeeze_moment_video,
 )
 from treadle.read.fixed import FixedReader
-from treadle.read.image_requests import ImageDecoder, bind_images, image_windows
+from treadle.read.image_requests import ImageDecoder, bind_images
 from treadle.read.prefetch import ordered_map
 from treadle.read.stream_index import StreamIndexes
 from treadle.read.takes import Take, Taken, cheap, fixed_groups, run_take, take_groups, write_taken
@@ -161,7 +161,7 @@ class SampleReader:
         # the takes of one batch at most (every component's groups) and its end marker
         self._starts: dict[int, np.ndarray] = {}  # per component: first row of each episode
         self._has_video = any(c.video for c in self._all)
-        self._images = ImageDecoder(video_threads)  # threads start with the first batch
+        self._images = ImageDecoder(video_threads, copy_objects)  # threads: at the first batch
         self._per_batch = 1 + int(self._has_video) + sum(len(take_groups(cs)) for cs in columns)
 
     def close(self) -> None:
@@ -267,7 +267,7 @@ class SampleReader:
             table, m = self.tables[int(c)], moment[slots]
             for cs in self.columns[int(c)]:
                 if cs.image is not None and not cs.absent:
-                    images.append((cs, slots, *image_windows(table, cs, m)))
+                    images.append((cs, slots, *self._images.windows(table, cs, m)))
                 elif cs.video and not cs.absent:
                     reqs, pad = window_requests(table, cs, m, self._streams)
                     columns.append((cs, slots, len(reqs), pad))
