@@ -276,3 +276,25 @@ def test_hdf5_files_of_different_rates_are_an_error(tmp_path):
     assert _tables(robots) == []
     td.importers.hdf5(str(tmp_path / "src"), robots, "h", fps=10, progress=False)  # said
     assert robots.branch("main").table("h").pin().fps == 10
+
+
+def test_a_reserved_column_name_is_refused_on_every_write_path(grasps, tmp_path):
+    # before: append, append_episode and every importer stored 'a_is_pad', which collides with
+    # the pad mask of a column 'a' in a batch (add_column refused it already)
+    before = grasps.pin().version
+    with pytest.raises(td.SchemaMismatch, match=r"table 'grasps'.*'x_is_pad'.*reserved"):
+        grasps.append_episode({"x": np.zeros(2, np.float32), "x_is_pad": [0, 1]}, episode="r")
+    with pytest.raises(td.SchemaMismatch, match=r"table 'grasps'.*'x_dim_mask'.*reserved"):
+        grasps.append(
+            {"episode": ["r", "r"], "frame": [0, 1], "x": [0.0, 1.0], "x_dim_mask": [1, 1]}
+        )
+    assert grasps.pin().version == before
+    pytest.importorskip("zarr")
+    from importer_fixtures import nothing_committed
+    from robot_fixtures import make_replay_buffer
+
+    path = make_replay_buffer(tmp_path / "pusht.zarr", lengths=(2, 3))
+    project = td.Client(str(tmp_path / "root"), create=True).project("p")
+    with pytest.raises(td.SchemaMismatch, match=r"table 't'.*'a_is_pad'.*pad"):
+        td.importers.zarr(str(path), project, "t", images="decoded", rename={"state": "a_is_pad"})
+    assert nothing_committed(project)
