@@ -298,3 +298,23 @@ def test_a_reserved_column_name_is_refused_on_every_write_path(grasps, tmp_path)
     with pytest.raises(td.SchemaMismatch, match=r"table 't'.*'a_is_pad'.*pad"):
         td.importers.zarr(str(path), project, "t", images="decoded", rename={"state": "a_is_pad"})
     assert nothing_committed(project)
+
+
+def test_import_progress_on_a_stderr_that_is_not_a_terminal_is_lines(tmp_path, capsys, monkeypatch):
+    # before: nothing until the final JSON line (README: "one line per phase otherwise")
+    pytest.importorskip("zarr")
+    from robot_fixtures import make_replay_buffer
+    from treadle.importers.import_progress import Progress
+
+    path = make_replay_buffer(tmp_path / "pusht.zarr", lengths=(2, 3))
+    argv = ["--root", str(tmp_path / "root"), "import", "zarr", str(path), "--project", "p"]
+    monkeypatch.setattr(Progress, "LINE_EVERY_S", 0.0)  # a line at every update
+    assert main([*argv, "--table", "t", "--images", "decoded"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert re.match(r"import zarr: started \(.* kB to read\)$", lines[0]) and "\r" not in "".join(
+        lines
+    )
+    assert len([s for s in lines if re.match(r"import zarr: \d", s)]) >= 2  # per episode
+    assert re.match(r"import zarr: done: .* in \d+\.\d s$", lines[-1])
+    assert main([*argv, "--table", "u", "--images", "decoded", "--no-progress"]) == 0
+    assert "import zarr" not in capsys.readouterr().err
