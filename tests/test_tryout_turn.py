@@ -318,3 +318,14 @@ def test_import_progress_on_a_stderr_that_is_not_a_terminal_is_lines(tmp_path, c
     assert re.match(r"import zarr: done: .* in \d+\.\d s$", lines[-1])
     assert main([*argv, "--table", "u", "--images", "decoded", "--no-progress"]) == 0
     assert "import zarr" not in capsys.readouterr().err
+
+
+def test_an_error_in_add_columns_fn_names_the_table_the_column_and_the_rows(grasps):
+    # before: the bare ZeroDivisionError, naming neither the table nor the rows
+    before = grasps.pin().version
+    with pytest.raises(td.TreadleError) as e:
+        grasps.add_column("a", fn=lambda b: 1 / 0, columns=["x"], batch_rows=2, progress=False)
+    msg = str(e.value)
+    assert "table 'grasps'" in msg and "column 'a'" in msg and "rows 0..1" in msg
+    assert "ZeroDivisionError" in msg and isinstance(e.value.__cause__, ZeroDivisionError)
+    assert grasps.pin().version == before and "a" not in grasps.pin().schema.names
