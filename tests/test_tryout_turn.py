@@ -329,3 +329,13 @@ def test_an_error_in_add_columns_fn_names_the_table_the_column_and_the_rows(gras
     assert "table 'grasps'" in msg and "column 'a'" in msg and "rows 0..1" in msg
     assert "ZeroDivisionError" in msg and isinstance(e.value.__cause__, ZeroDivisionError)
     assert grasps.pin().version == before and "a" not in grasps.pin().schema.names
+
+
+def test_dropping_every_data_column_is_refused(tmp_path):
+    # before: drop_columns(["x"]) left a table of episode and frame only
+    t = td.Client(str(tmp_path), create=True).project("p").branch("main").table("one")
+    t.append_episode({"x": np.arange(3, dtype=np.float32)}, episode="e")
+    before = t.pin().version
+    with pytest.raises(td.SchemaMismatch, match=r"table 'one'.*\['x'\].*no data column"):
+        t.drop_columns(["x"])
+    assert t.pin().version == before and "x" in t.pin().schema.names

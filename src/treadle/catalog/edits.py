@@ -208,8 +208,12 @@ class TableEdits:
             self._existing(table, col, "drop")
             if col in (EPISODE, FRAME):
                 raise SchemaMismatch(f"{self._where()}: column {col!r} cannot be dropped")
-        if set(names) >= set(table.schema.names):
-            raise SchemaMismatch(f"{self._where()}: cannot drop every column")
+        data = [c for c in table.schema.names if c not in (EPISODE, FRAME)]
+        if set(names) >= set(data):
+            raise SchemaMismatch(
+                f"{self._where()}: dropping {sorted(names)} would leave no data column (a "
+                "table keeps at least one beside episode and frame); nothing was written"
+            )
         dropped = list(names)
         kind = "drop_columns " + ",".join(dropped)
         self.tx._apply_edit(self.name, kind, lambda ds, _: evolve.drop_columns(ds, dropped))
