@@ -339,3 +339,32 @@ def test_dropping_every_data_column_is_refused(tmp_path):
     with pytest.raises(td.SchemaMismatch, match=r"table 'one'.*\['x'\].*no data column"):
         t.drop_columns(["x"])
     assert t.pin().version == before and "x" in t.pin().schema.names
+
+
+def test_ros2_a_field_of_an_unread_type_names_the_topic_the_field_and_the_type(bag, tmp_path):
+    # before: "field of type list is not read", naming no field
+    with pytest.raises(td.SchemaMismatch) as e:
+        _ros2(bag, tmp_path, topics={"/joint_states:name": "names", "/task": "task"})
+    msg = str(e.value)
+    assert "topic /joint_states (sensor_msgs/msg/JointState)" in msg
+    assert "field 'name' has type list, which is not read" in msg
+
+
+def test_annotate_without_spans_says_no_spans_were_given(grasps):
+    # before: "every value is None: the column's type is unknown"
+    before = grasps.pin().version
+    with pytest.raises(td.SchemaMismatch, match=r"column 'p': no spans were given \(\{\}\)"):
+        grasps.annotate("p", {})
+    with pytest.raises(td.SchemaMismatch, match=r"no spans were given"):
+        grasps.annotate("p", {"g-0": []})
+    assert grasps.pin().version == before
+
+
+def test_zarr_import_of_a_file_says_it_is_a_file_and_suggests_hdf5(tmp_path, capsys):
+    # before: "no Zarr store there (no files)", though the file is right there
+    pytest.importorskip("zarr")
+    (tmp_path / "lift_ph.hdf5").write_bytes(b"\x89HDF\r\n\x1a\n")
+    argv = ["--root", str(tmp_path / "root"), "import", "zarr", str(tmp_path / "lift_ph.hdf5")]
+    assert main([*argv, "--project", "p", "--table", "t"]) == 1
+    err = capsys.readouterr().err
+    assert "lift_ph.hdf5: is a file, not a Zarr store" in err and "treadle import hdf5" in err

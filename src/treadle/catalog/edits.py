@@ -147,6 +147,11 @@ class TableEdits:
         if not isinstance(labels, Mapping):
             raise SchemaMismatch(f"{where}: give spans as {{episode: [(start, end, value)]}}")
         field, arr = spans(column, table.episodes(), labels, table.fps, frames, default, where)
+        if pa.types.is_null(arr.type) and not any(len(v) for v in labels.values()):
+            raise SchemaMismatch(
+                f"{where}: no spans were given ({reprlib.repr(dict(labels))}): give "
+                "{episode: [(start, end, value), ...]}; nothing was written"
+            )
         self._add(column, field, arr, default, where)
 
     def update(self, values: Mapping[str, Any], where: str | None = None) -> int:
