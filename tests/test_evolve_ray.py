@@ -19,6 +19,10 @@ def brightness(batch):
     return cam.reshape(len(cam), -1).mean(axis=1).astype(np.float32)
 
 
+def divide_by_zero(batch):
+    return 1 / 0
+
+
 @pytest.mark.slow
 def test_computed_column_on_ray_equals_one_process(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
@@ -36,6 +40,9 @@ def test_computed_column_on_ray_equals_one_process(tmp_path, monkeypatch):
     try:
         t.add_column("ray", fn=brightness, columns=["cam"], batch_rows=4, progress=False,
                      executor=td.RayExecutor())  # fmt: skip
+        with pytest.raises(Exception, match=r"table 't'.*column 'bad'.*ZeroDivisionError.*rows"):
+            t.add_column("bad", fn=divide_by_zero, columns=["cam"], batch_rows=4, progress=False,
+                         executor=td.RayExecutor())  # fmt: skip
     finally:
         ray.shutdown()
     got = t.to_arrow(["here", "ray"])

@@ -276,3 +276,95 @@ def test_hdf5_files_of_different_rates_are_an_error(tmp_path):
     assert _tables(robots) == []
     td.importers.hdf5(str(tmp_path / "src"), robots, "h", fps=10, progress=False)  # said
     assert robots.branch("main").table("h").pin().fps == 10
+
+
+def test_a_reserved_column_name_is_refused_on_every_write_path(grasps, tmp_path):
+    # before: append, append_episode and every importer stored 'a_is_pad', which collides with
+    # the pad mask of a column 'a' in a batch (add_column refused it already)
+    before = grasps.pin().version
+    with pytest.raises(td.SchemaMismatch, match=r"table 'grasps'.*'x_is_pad'.*reserved"):
+        grasps.append_episode({"x": np.zeros(2, np.float32), "x_is_pad": [0, 1]}, episode="r")
+    with pytest.raises(td.SchemaMismatch, match=r"table 'grasps'.*'x_dim_mask'.*reserved"):
+        grasps.append(
+            {"episode": ["r", "r"], "frame": [0, 1], "x": [0.0, 1.0], "x_dim_mask": [1, 1]}
+        )
+    assert grasps.pin().version == before
+    pytest.importorskip("zarr")
+    from importer_fixtures import nothing_committed
+    from robot_fixtures import make_replay_buffer
+
+    path = make_replay_buffer(tmp_path / "pusht.zarr", lengths=(2, 3))
+    project = td.Client(str(tmp_path / "root"), create=True).project("p")
+    with pytest.raises(td.SchemaMismatch, match=r"table 't'.*'a_is_pad'.*pad"):
+        td.importers.zarr(str(path), project, "t", images="decoded", rename={"state": "a_is_pad"})
+    assert nothing_committed(project)
+
+
+def test_import_progress_on_a_stderr_that_is_not_a_terminal_is_lines(tmp_path, capsys, monkeypatch):
+    # before: nothing until the final JSON line (README: "one line per phase otherwise")
+    pytest.importorskip("zarr")
+    from robot_fixtures import make_replay_buffer
+    from treadle.importers.import_progress import Progress
+
+    path = make_replay_buffer(tmp_path / "pusht.zarr", lengths=(2, 3))
+    argv = ["--root", str(tmp_path / "root"), "import", "zarr", str(path), "--project", "p"]
+    monkeypatch.setattr(Progress, "LINE_EVERY_S", 0.0)  # a line at every update
+    assert main([*argv, "--table", "t", "--images", "decoded"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert re.match(r"import zarr: started \(.* kB to read\)$", lines[0]) and "\r" not in "".join(
+        lines
+    )
+    assert len([s for s in lines if re.match(r"import zarr: \d", s)]) >= 2  # per episode
+    assert re.match(r"import zarr: done: .* in \d+\.\d s$", lines[-1])
+    assert main([*argv, "--table", "u", "--images", "decoded", "--no-progress"]) == 0
+    assert "import zarr" not in capsys.readouterr().err
+
+
+def test_an_error_in_add_columns_fn_names_the_table_the_column_and_the_rows(grasps):
+    # before: the bare ZeroDivisionError, naming neither the table nor the rows
+    before = grasps.pin().version
+    with pytest.raises(td.TreadleError) as e:
+        grasps.add_column("a", fn=lambda b: 1 / 0, columns=["x"], batch_rows=2, progress=False)
+    msg = str(e.value)
+    assert "table 'grasps'" in msg and "column 'a'" in msg and "rows 0..1" in msg
+    assert "ZeroDivisionError" in msg and isinstance(e.value.__cause__, ZeroDivisionError)
+    assert grasps.pin().version == before and "a" not in grasps.pin().schema.names
+
+
+def test_dropping_every_data_column_is_refused(tmp_path):
+    # before: drop_columns(["x"]) left a table of episode and frame only
+    t = td.Client(str(tmp_path), create=True).project("p").branch("main").table("one")
+    t.append_episode({"x": np.arange(3, dtype=np.float32)}, episode="e")
+    before = t.pin().version
+    with pytest.raises(td.SchemaMismatch, match=r"table 'one'.*\['x'\].*no data column"):
+        t.drop_columns(["x"])
+    assert t.pin().version == before and "x" in t.pin().schema.names
+
+
+def test_ros2_a_field_of_an_unread_type_names_the_topic_the_field_and_the_type(bag, tmp_path):
+    # before: "field of type list is not read", naming no field
+    with pytest.raises(td.SchemaMismatch) as e:
+        _ros2(bag, tmp_path, topics={"/joint_states:name": "names", "/task": "task"})
+    msg = str(e.value)
+    assert "topic /joint_states (sensor_msgs/msg/JointState)" in msg
+    assert "field 'name' has type list, which is not read" in msg
+
+
+def test_annotate_without_spans_says_no_spans_were_given(grasps):
+    # before: "every value is None: the column's type is unknown"
+    before = grasps.pin().version
+    with pytest.raises(td.SchemaMismatch, match=r"column 'p': no spans were given \(\{\}\)"):
+        grasps.annotate("p", {})
+    with pytest.raises(td.SchemaMismatch, match=r"no spans were given"):
+        grasps.annotate("p", {"g-0": []})
+    assert grasps.pin().version == before
+
+
+def test_zarr_import_of_a_file_says_it_is_a_file_and_suggests_hdf5(tmp_path, capsys):
+    # before: "no Zarr store there (no files)", though the file is right there
+    pytest.importorskip("zarr")
+    (tmp_path / "lift_ph.hdf5").write_bytes(b"\x89HDF\r\n\x1a\n")
+    argv = ["--root", str(tmp_path / "root"), "import", "zarr", str(tmp_path / "lift_ph.hdf5")]
+    assert main([*argv, "--project", "p", "--table", "t"]) == 1
+    err = capsys.readouterr().err
+    assert "lift_ph.hdf5: is a file, not a Zarr store" in err and "treadle import hdf5" in err

@@ -10,6 +10,10 @@ import re
 
 from treadle.errors import InvalidName
 
+#: Endings of the per-column keys a batch generates (``<col>_is_pad`` ...): no column may
+#: have one (:mod:`treadle.plan.reserved`); a name starting with ``_`` is refused anyway.
+RESERVED_SUFFIXES = ("_is_pad", "_dim_mask", "_is_present")
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -30,3 +34,18 @@ def check_name(name: object, kind: str) -> str:
             "field); use '_' instead"
         )
     return name
+
+
+def reserved_column_reason(name: str) -> str | None:
+    """Why ``name`` may not be a column's name (a batch key treadle generates), or None."""
+    if name.startswith("_"):
+        return "names starting with '_' are reserved for the keys treadle adds to a batch"
+    for suffix in RESERVED_SUFFIXES:
+        if name.endswith(suffix):
+            base = name[: -len(suffix)]
+            return (
+                f"names ending with {suffix!r} are reserved: a batch carries "
+                f"'<column>{suffix}' beside a column, so it would collide with the flag "
+                f"of a column {base!r}"
+            )
+    return None

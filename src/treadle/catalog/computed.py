@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import NotFound, SchemaMismatch
+from treadle.errors import NotFound, SchemaMismatch, TreadleError
 from treadle.table.table import Table
 from treadle.table.tensors import column_from_values, is_video
 
@@ -35,6 +35,7 @@ class _Task:
     columns: tuple[str, ...]
     ranges: tuple[tuple[int, int], ...]
     fn: Callable[[dict[str, Any]], Any]
+    where: str  # "table 't' of project 'p', column 'c'", for fn's errors
 
 
 def _batches(table: Table, columns: Sequence[str], batch_rows: int) -> list[tuple[int, int]]:
@@ -49,9 +50,10 @@ def _batches(table: Table, columns: Sequence[str], batch_rows: int) -> list[tupl
 
 
 def _compute(
-    table: Table, columns: Sequence[str], fn: Callable, span: tuple[int, int]
+    table: Table, columns: Sequence[str], fn: Callable, span: tuple[int, int], where: str
 ) -> np.ndarray | list:
-    """``fn`` of the moments ``span`` of ``columns``, checked: one value per moment."""
+    """``fn`` of the moments ``span`` of ``columns``, checked: one value per moment; an
+    exception of ``fn`` becomes a :class:`TreadleError` naming ``where`` and the rows."""
     from treadle.read.columns import moment_columns
     from treadle.read.sample_reader import SampleReader
 
@@ -61,7 +63,13 @@ def _compute(
         batch = reader.read(np.zeros(len(rows), np.int64), rows)
     finally:
         reader.close()
-    got = fn({c: batch[c] for c in columns})
+    try:
+        got = fn({c: batch[c] for c in columns})
+    except Exception as e:
+        raise TreadleError(
+            f"{where}: fn raised {type(e).__name__}: {e} on the batch of rows "
+            f"{span[0]}..{span[1] - 1} (columns {list(columns)}); nothing was written"
+        ) from e
     try:
         n = len(got)
     except TypeError:
@@ -78,7 +86,7 @@ def _compute(
 def _run_task(task: _Task) -> list[np.ndarray | list]:
     """What one executor task returns: its batches' values, in order (runs elsewhere)."""
     table = task.address.open().table_at(task.table, task.version)
-    return [_compute(table, task.columns, task.fn, span) for span in task.ranges]
+    return [_compute(table, task.columns, task.fn, span, task.where) for span in task.ranges]
 
 
 def _bar(total: int, desc: str, progress: bool | None) -> Any:
@@ -115,7 +123,7 @@ def computed_column(
     with _bar(table.num_moments, f"add_column {name}", progress) as bar:
         if executor is None:
             for span in spans:
-                parts.append(_compute(table, columns, fn, span))
+                parts.append(_compute(table, columns, fn, span, where))
                 bar.update(span[1] - span[0])
         else:
             per = max(1, TASK_ROWS // batch_rows)
@@ -127,6 +135,7 @@ def computed_column(
                     tuple(columns),
                     tuple(spans[i : i + per]),
                     fn,
+                    where,
                 )  # fmt: skip
                 for i in range(0, len(spans), per)
             ]

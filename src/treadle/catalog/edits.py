@@ -147,6 +147,11 @@ class TableEdits:
         if not isinstance(labels, Mapping):
             raise SchemaMismatch(f"{where}: give spans as {{episode: [(start, end, value)]}}")
         field, arr = spans(column, table.episodes(), labels, table.fps, frames, default, where)
+        if pa.types.is_null(arr.type) and not any(len(v) for v in labels.values()):
+            raise SchemaMismatch(
+                f"{where}: no spans were given ({reprlib.repr(dict(labels))}): give "
+                "{episode: [(start, end, value), ...]}; nothing was written"
+            )
         self._add(column, field, arr, default, where)
 
     def update(self, values: Mapping[str, Any], where: str | None = None) -> int:
@@ -208,8 +213,12 @@ class TableEdits:
             self._existing(table, col, "drop")
             if col in (EPISODE, FRAME):
                 raise SchemaMismatch(f"{self._where()}: column {col!r} cannot be dropped")
-        if set(names) >= set(table.schema.names):
-            raise SchemaMismatch(f"{self._where()}: cannot drop every column")
+        data = [c for c in table.schema.names if c not in (EPISODE, FRAME)]
+        if set(names) >= set(data):
+            raise SchemaMismatch(
+                f"{self._where()}: dropping {sorted(names)} would leave no data column (a "
+                "table keeps at least one beside episode and frame); nothing was written"
+            )
         dropped = list(names)
         kind = "drop_columns " + ",".join(dropped)
         self.tx._apply_edit(self.name, kind, lambda ds, _: evolve.drop_columns(ds, dropped))

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -42,6 +41,7 @@ import pyarrow as pa
 from treadle.errors import NotFound, TreadleError
 from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, check_json_as
 from treadle.importers.images import check_images
+from treadle.importers.import_progress import Progress
 from treadle.names import check_name
 from treadle.read.prefetch import prefetch
 
@@ -187,30 +187,6 @@ def resolve_branch(
         return project.create_branch(name)
 
 
-class Progress:
-    """A tqdm bar (disabled when ``progress`` is False or stderr is not a terminal)."""
-
-    def __init__(self, total: int | None, desc: str, unit: str, enabled: bool | None):
-        from tqdm import tqdm
-
-        self._bar = tqdm(
-            total=total,
-            desc=desc,
-            unit=unit,
-            unit_scale=unit == "B",  # bytes as kB/MB/GB
-            disable=(enabled is False) or None,
-            leave=False,
-        )
-        self._lock = threading.Lock()
-
-    def update(self, n: int) -> None:
-        with self._lock:
-            self._bar.update(n)
-
-    def close(self) -> None:
-        self._bar.close()
-
-
 def append_tables(tw: Any, bar: Progress, tables: Iterable[pa.Table]) -> int:
     """Append ``tables`` (read ahead on a background thread) to ``tw``; the rows appended."""
     rows = 0
@@ -252,6 +228,7 @@ def run_import(
     if executor is not None:
         total, unit = len(sources), "source"
     bar = Progress(total, f"import {fmt}", unit, opts.progress)
+    ok = False
     try:
         message = f"import {fmt} {what} into {table} (import-id={iid})"
         with branch.transaction(message) as tx:
@@ -259,6 +236,7 @@ def run_import(
                 rows, episodes, nbytes = write(tx.table(table), bar)
             else:
                 rows, episodes, nbytes = executor.write(tx.table(table), write, sources, bar)
+        ok = True
     finally:
-        bar.close()
+        bar.close(ok)
     return ImportResult(tx.commit, table, rows, episodes, nbytes, time.perf_counter() - t0, iid)

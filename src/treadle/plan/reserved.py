@@ -15,13 +15,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from treadle.errors import PlanError
+from treadle.names import RESERVED_SUFFIXES
 from treadle.plan.windows import Windows, default_columns
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
 
 RESERVED_PREFIX = "_"
-RESERVED_SUFFIXES = ("_is_pad", "_dim_mask", "_is_present")
 
 
 def reserved(key: str) -> bool:

@@ -23,7 +23,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch, VideoError
-from treadle.names import check_name
+from treadle.names import check_name, reserved_column_reason
 from treadle.table.column_meta import with_column_metadata
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.fps import episode_fps, schema_fps, with_fps
@@ -118,10 +118,22 @@ def rows_to_arrow(data: Any, name: str, staged_schema: pa.Schema | None) -> tupl
     table = _to_arrow(data, name)
     for col in table.column_names:
         check_name(col, "column")
+        if col not in (EPISODE, FRAME):
+            check_not_reserved(col, f"append to table {name!r}")
     names: list[str] = []
     if EPISODE in table.column_names or (staged_schema and EPISODE in staged_schema.names):
         names = _episode_names(table, name)
     return table, names
+
+
+def check_not_reserved(column: str, where: str) -> None:
+    """:class:`SchemaMismatch` if ``column`` is a name batches reserve for their own keys."""
+    why = reserved_column_reason(column)
+    if why is not None:
+        raise SchemaMismatch(
+            f"{where}: column {column!r} has a reserved name ({why}); rename it (importers "
+            "take rename={...}); nothing was written"
+        )
 
 
 def episode_rows(
@@ -197,6 +209,7 @@ def _check_episode_columns(name: str, columns: Any, column_metadata: Any = None)
         )
     for col in columns:
         check_name(col, "column")
+        check_not_reserved(col, f"append_episode to table {name!r}")
         if col in (EPISODE, FRAME):
             raise SchemaMismatch(
                 f"append_episode to {name!r}: {col!r} is set by treadle, not by you"

@@ -131,8 +131,9 @@ def _field(msg: Any, path: str, msgtype: str, where: str) -> Any:
     return value
 
 
-def _plain(value: Any, where: str) -> tuple[Any, str]:
-    """A field's value: a number, bool, string, numeric array, or a Vector3 / Quaternion."""
+def _plain(value: Any, where: str, field: str = "data") -> tuple[Any, str]:
+    """Field ``field``'s value: a number, bool, string, numeric array, or a Vector3 /
+    Quaternion."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value), "bool"
     if isinstance(value, (int, np.integer)):
@@ -147,7 +148,10 @@ def _plain(value: Any, where: str) -> tuple[Any, str]:
         quat = hasattr(value, "w")
         vals = [value.x, value.y, value.z, *([value.w] if quat else [])]
         return np.asarray(vals, np.float64), "quat" if quat else "float"
-    raise SchemaMismatch(f"{where}: field of type {type(value).__name__} is not read")
+    raise SchemaMismatch(
+        f"{where}: field {field!r} has type {type(value).__name__}, which is not read (a "
+        "field must be a number, bool, string, numeric array, or x/y/z(/w) vector)"
+    )
 
 
 def converter(
@@ -156,8 +160,10 @@ def converter(
     """The :class:`Converter` of a topic of ``msgtype`` (``first`` is its first message;
     ``joints``: the JointState order of every bag, else the first message's)."""
     if field:
-        kind = _plain(_field(first, field, msgtype, where), where)[1]
-        return Converter(kind, lambda m: {"": _plain(_field(m, field, msgtype, where), where)[0]})
+        kind = _plain(_field(first, field, msgtype, where), where, field)[1]
+        return Converter(
+            kind, lambda m: {"": _plain(_field(m, field, msgtype, where), where, field)[0]}
+        )
     if msgtype == "sensor_msgs/msg/JointState":
         names = list(joints) if joints is not None else [str(n) for n in first.name]
         return Converter("float", lambda m: _joint_value(m, names, where), names)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -167,8 +168,18 @@ def _files(src: str, options: dict[str, Any] | None) -> tuple[Source, list[str],
     source = Source(src, options)
     names = source.list()
     if not names:
-        raise CorruptData(f"{source.describe()}: no Zarr store there (no files)")
+        raise CorruptData(f"{source.describe()}: {_not_a_store(src)}")
     return source, names, None
+
+
+def _not_a_store(src: str) -> str:
+    """Why ``src``, where no file lies under it, is no Zarr store."""
+    if not Path(src).is_file():
+        return "no Zarr store there (no files under it)"
+    why = "is a file, not a Zarr store (a directory store, or a .zarr.zip)"
+    if src.lower().endswith((".hdf5", ".h5")):
+        return f"{why}; for an HDF5 file use `treadle import hdf5` (td.importers.hdf5)"
+    return why
 
 
 def _ranges(episodes: Sequence[str]) -> list[Sequence[str]]:
