@@ -3,8 +3,12 @@ columns: each test failed before its fix."""
 
 from __future__ import annotations
 
+import logging
+
+import numpy as np
 import pytest
 
+import treadle as td
 from treadle.cli import main
 
 _SIM = ["simulate", "synthetic:oxe", "--nodes", "2", "--ranks-per-node", "2", "--cache-bytes",
@@ -30,3 +34,26 @@ def test_simulate_refuses_block_options_without_shuffle_block(flag, capsys):
 def test_simulate_refuses_a_run_shorter_than_its_windows(capsys):
     assert main([*_SIM, "--windows", "3", "--run-steps", "2"]) == 1  # walked 0..2 three times
     assert "--run-steps 2" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def arm(tmp_path_factory):
+    """A local table of 6 episodes of 20 moments (an action each)."""
+    client = td.Client(str(tmp_path_factory.mktemp("store")))
+    table = client.project("p").branch("main").table("arm")
+    rng = np.random.default_rng(0)
+    for e in range(6):
+        table.append_episode({"action": rng.random((20, 2)).astype("float32")},
+                             episode=f"ep{e}", fps=10)  # fmt: skip
+    return table
+
+
+def test_lookahead_on_a_local_root_says_it_does_nothing(arm, caplog):
+    recipe = td.Recipe(seed=1, batch_size=6, components=[td.Component(arm)],
+                       shuffle=td.BlockShuffle(block_rows=7))  # fmt: skip
+    loader = td.TrainLoader(recipe, steps=2, lookahead=4)
+    with caplog.at_level(logging.WARNING, logger="treadle"):
+        assert len(list(loader)) == 2
+    # a stage ran and td.info() reported its hit rate 1.0 over no chunks at all
+    assert getattr(loader, "lookahead_stage", None) is None
+    assert "lookahead=4 has no effect" in caplog.text
