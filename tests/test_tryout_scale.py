@@ -3,10 +3,12 @@ columns: each test failed before its fix."""
 
 from __future__ import annotations
 
+import io
 import logging
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import treadle as td
 from treadle.cli import main
@@ -57,3 +59,34 @@ def test_lookahead_on_a_local_root_says_it_does_nothing(arm, caplog):
     # a stage ran and td.info() reported its hit rate 1.0 over no chunks at all
     assert getattr(loader, "lookahead_stage", None) is None
     assert "lookahead=4 has no effect" in caplog.text
+
+
+def _jpeg(a: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(a).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def test_an_odd_size_resizes_an_image_column_and_is_refused_on_a_video_column(tmp_path):
+    """Pillow resizes to any size; only video columns (YUV 4:2:0) need even ones (td.Video
+    refused size=(15, 17) for image columns too, which docs/api.md does not say)."""
+    branch = td.Client(str(tmp_path)).project("p").branch("main")
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (25, 33, 3), np.uint8) for _ in range(4)]
+    shots = branch.table("shots")
+    shots.append_episode({"image": [_jpeg(a) for a in images]}, episode="e", fps=10)
+    spec = td.Windows({"image": td.Video([0], size=(15, 17))})
+    recipe = td.Recipe(seed=0, batch_size=2, components=[td.Component(shots, spec)])
+    batch = next(iter(td.TrainLoader(recipe, steps=1)))
+    for k, frame in enumerate(batch["_frame"].tolist()):
+        want = Image.open(io.BytesIO(_jpeg(images[frame]))).convert("RGB")
+        want = np.asarray(want.resize((17, 15), Image.BILINEAR))
+        np.testing.assert_array_equal(batch["image"][k, 0].numpy(), want)
+    with branch.transaction("write") as tx:
+        clip = rng.integers(0, 255, (4, 16, 16, 3), np.uint8)
+        tx.table("cams").append_episode({"cam": td.VideoFrames(clip, fps=10)}, episode="e")
+    spec = td.Windows({"cam": td.Video([0], size=(15, 17))})
+    with pytest.raises(td.PlanError, match=r"video column 'cam'.*even size=\(H, W\)"):
+        td.Recipe(
+            seed=0, batch_size=2, components=[td.Component(branch.table("cams"), spec)]
+        ).plan()
