@@ -38,6 +38,17 @@ def _latency(text: str) -> float:
     return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
 
 
+def _rate(text: str) -> float:
+    """A positive, finite samples/s (``-5``, ``0`` and ``nan`` printed negative or nan GET/s)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of samples/s") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of samples/s, got {text!r}")
+    return value
+
+
 _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
     ("--nodes", int_at_least(1), None, "nodes (required)"),
     ("--ranks-per-node", int_at_least(1), None, "ranks (GPUs) per node (required)"),
@@ -58,11 +69,11 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
     ),
     ("--in-flight", int_at_least(1), 64, "requests in flight per node (default 64)"),
     ("--sample-nodes", int_at_least(1), 4, "nodes replayed, spread evenly (default 4)"),
-    ("--rank-rate", float, None, "samples/s a rank consumes (default: what the link allows)"),
+    ("--rank-rate", _rate, None, "samples/s a rank consumes (default: what the link allows)"),
     ("--batch-per-rank", int_at_least(1), None, "batch size = this x the rank count"),
     ("--block-rows", int_at_least(1), None, "BlockShuffle block_rows (default: from the cache)"),
     ("--window-blocks", int_at_least(1), None, "BlockShuffle window_blocks (default 4)"),
-    ("--partitions", int_at_least(1), 1, "BlockShuffle partitions (default 1)"),
+    ("--partitions", int_at_least(1), None, "BlockShuffle partitions (default 1)"),
 )
 
 
@@ -113,16 +124,26 @@ def _recipe(args: argparse.Namespace) -> Any:
     world = args.nodes * args.ranks_per_node
     batch = recipe.batch_size if args.batch_per_rank is None else args.batch_per_rank * world
     shuffle = recipe.shuffle
+    given = [
+        f for f in ("block_rows", "window_blocks", "partitions") if getattr(args, f) is not None
+    ]
+    if given and args.shuffle != "block":
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
+        raise PlanError(f"{flags} set the BlockShuffle of --shuffle block; with --shuffle "
+                        f"{args.shuffle} they would be ignored")  # fmt: skip
     if args.shuffle == "full":
         shuffle = None
     elif args.shuffle == "block":
-        shuffle = td.BlockShuffle(args.block_rows, args.window_blocks, args.partitions)
+        shuffle = td.BlockShuffle(args.block_rows, args.window_blocks, args.partitions or 1)
     return td.Recipe(recipe.seed, batch, recipe.components, recipe.schedule,
                      weigh_by=recipe.weigh_by, shuffle=shuffle)  # fmt: skip
 
 
 def _steps(args: argparse.Namespace) -> tuple[list[list[int]], str]:
     run = args.run_steps or args.steps * args.windows
+    if run < args.steps * args.windows:  # the windows would overlap: steps counted twice
+        raise PlanError(f"--run-steps {run} is shorter than --windows {args.windows} x --steps "
+                        f"{args.steps} = {args.steps * args.windows} steps")  # fmt: skip
     starts = [i * max(run - args.steps, 0) // max(args.windows - 1, 1) for i in range(args.windows)]
     windows = [list(range(s, s + args.steps)) for s in starts]
     where = ", ".join(f"{w[0]}..{w[-1]}" for w in windows[:6])

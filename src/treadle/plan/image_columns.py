@@ -121,6 +121,11 @@ def check_video_column(table: Table, column: str, spec: Video, where: str) -> No
                 f"{where}: video column {column!r} of table {table.name!r} is RGB: "
                 "channels=1 is for image columns (grey, 16-bit depth)"
             )
+        if spec.size is not None and (spec.size[0] % 2 or spec.size[1] % 2):
+            raise PlanError(
+                f"{where}: video column {column!r} of table {table.name!r} resizes through "
+                f"YUV 4:2:0, which needs an even size=(H, W), got {spec.size}"
+            )
         return
     if not is_image_candidate(field):
         raise PlanError(

@@ -239,8 +239,8 @@ class Video(_Timed):
                 h, w = (int(v) for v in size)
             except (TypeError, ValueError):
                 raise PlanError(f"Video size must be (height, width), got {size!r}") from None
-            if h <= 0 or w <= 0 or h % 2 or w % 2:
-                raise PlanError(f"Video size must be positive and even, got {size!r}")
+            if h <= 0 or w <= 0:  # even for video columns: checked by the plan
+                raise PlanError(f"Video size must be positive, got {size!r}")
             size = (h, w)
         if dtype not in DTYPES:  # uint16 is a 16-bit image column's own type, not asked for
             raise PlanError(f"Video dtype must be one of {DTYPES}, got {dtype!r}")

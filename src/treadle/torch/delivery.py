@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
+import logging
 import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -76,6 +77,9 @@ def _close_open() -> None:
         with suppress(ValueError):  # one running on another thread ends with its thread
             it.close()
     reaper.drain(reaper.EXIT_WAIT_S)  # their threads, workers and slots end before exit
+
+
+log = logging.getLogger(__name__)
 
 
 def _whole(value: Any, name: str, least: int) -> int:
@@ -184,7 +188,7 @@ class StepLoader:
         return itertools.count(start) if self.steps is None else range(start, self.steps)
 
     def _thread(self) -> Iterator[dict[str, Any]]:
-        chunks = None if self.lookahead is None else lookahead_store()
+        chunks = self._chunk_store()
         reader = plan_reader(self.plan, self.video_threads, self.device, self.read_ahead, chunks)
         finish = finish_for(self.plan, self.transform, self.label)
         stage = None
@@ -196,6 +200,18 @@ class StepLoader:
         if stage is not None:
             batches = tracked(batches, self._steps(), stage)
         return prefetch(batches, self.prefetch, close=reader.close)
+
+    def _chunk_store(self) -> ChunkStore | None:
+        """The node's chunk store when ``lookahead`` is set and a table is on an object store:
+        on local files there is nothing to fetch, and a stage would report a hit rate of 1.0
+        over no chunks (``td.info()``'s ``last lookahead``)."""
+        if self.lookahead is None:
+            return None
+        if all(t.project.store.is_local for t in self.plan.tables):
+            log.warning("treadle: lookahead=%d has no effect: the tables are on a local store "
+                        "(it fetches from object stores)", self.lookahead)  # fmt: skip
+            return None
+        return lookahead_store()
 
     def _lookahead(self, reader: Any, chunks: Any, lookahead: int) -> Lookahead:
         def samples(step: int) -> Any:
@@ -214,7 +230,7 @@ class StepLoader:
                   self.sampler, self.rank, self.world_size, start, stop,
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
                   self.prefetch, self.read_ahead, resident_bytes=self._resident_bytes)  # fmt: skip
-        chunks = None if self.lookahead is None else lookahead_store()
+        chunks = self._chunk_store()
         stage = None if chunks is None else self._worker_lookahead(chunks, workers)
         # without a transform (which runs in the workers), this process reads the first step
         # while the workers start: it does not wait for their server's imports
