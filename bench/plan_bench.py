@@ -45,6 +45,9 @@ class _Table:
     def episodes(self) -> SimpleNamespace:
         return SimpleNamespace(names=None, starts=self._starts, lengths=self._lengths)
 
+    def purged(self, fresh: bool = False) -> dict[str, Exception]:
+        return {}  # a stand-in was never purged
+
 
 class _Client:
     def __init__(self, tables: list[_Table]):
