@@ -54,12 +54,16 @@ Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) 
 
 class Lookahead:
     """Fetches the chunks of steps ``[now, now + lookahead]`` of ``samples(step)`` (a
-    batch with ``component`` and ``moment``) read by ``reader``, into ``chunks``."""
+    batch with ``component`` and ``moment``) read by ``reader``, into ``chunks``.
+    ``node(keys, horizon)``: where ranks of the node share the folder, a
+    :class:`~treadle.plan.nextuse.NodeNextUse` (``functools.partial`` of it, given the
+    keys and horizon here): a chunk read takes its next use by any rank of the node."""
 
     def __init__(self, reader: SampleReader | StepTakes, samples: Callable[[int], Any],
                  steps: Iterable[int], lookahead: int, chunks: ChunkStore,
                  shared: SharedWindow | None = None,
-                 after: Callable[[], None] | None = None) -> None:  # fmt: skip
+                 after: Callable[[], None] | None = None,
+                 node: Callable[..., Any] | None = None) -> None:  # fmt: skip
         self.reader, self.samples, self.chunks = reader, samples, chunks
         self.shared, self._after = shared, after  # workers=N: they read; after the thread
         # the reader's takes and windows run read_ahead steps ahead of the batch it
@@ -77,6 +81,9 @@ class Lookahead:
         self.samples_seen = 0
         self._base = replace(chunks.stats)  # the store is the process's: count from here
         self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
+        # ranks of the node sharing the folder: a chunk's next use is any of theirs, in the
+        # window (the plan is pure: every rank's steps are known here)
+        self.node = None if node is None else node(self._keys, self.lookahead)
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
         reaper.start()  # close() hands the join to it
         self._thread.start()
@@ -94,14 +101,19 @@ class Lookahead:
                     if q and q[0] == step:
                         q.popleft()
                     n.append(q[0] if q else NEVER)
+                    if self.node is not None:
+                        n[-1] = self.node.next_use((obj.name, c), step)
                     if q is not None and not q:
                         del self._uses[(obj.name, c)]
                 nexts.append(n)
+        # released before the window moves on: a round for the next step then sees these
+        # chunks' next uses (not their stale ones, which count as never needed)
+        for (_, obj, ids), n in zip(need, nexts):
+            self.chunks.release(obj, ids.tolist(), step, n)
+        with self._cond:
             self._now = step + 1
             self.samples_seen += samples
             self._changed()
-        for (_, obj, ids), n in zip(need, nexts):
-            self.chunks.release(obj, ids.tolist(), step, n)
 
     def close(self) -> None:
         """Stop the thread (it ends after the fetch under way); never waits here: the
@@ -235,23 +247,38 @@ class Lookahead:
     def _need(self, step: int) -> Need:
         """The chunks step ``step``'s rows of chunked columns need, per data file, and
         those its video windows need, per stream (:mod:`treadle.read.chunk_media`)."""
-        batch, rows = self._chunked_rows(step)
+        batch = self.samples(step)
+        return self._need_of(batch.component, batch.moment)
+
+    def _keys(self, component: np.ndarray, moment: np.ndarray) -> list[tuple[str, int]]:
+        """``(object name, chunk)`` of every chunk these samples need."""
+        return [(o.name, c) for _, o, ids in self._need_of(component, moment) for c in ids.tolist()]
+
+    def _need_of(self, component: np.ndarray, moment: np.ndarray) -> Need:
+        """The chunks these samples' rows of chunked columns and video windows need."""
+        rows = self._rows_of(component, moment)
         read_footers((col, col.files_of(r)) for col, r in rows)  # every table's at once
         by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
         for col, r in rows:
             for p, ids in col.chunk_ids(r).items():
                 obj = col.objects[p]
                 by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
-        for store, obj, ids in media_chunks(self.reader, batch.component, batch.moment):
+        for store, obj, ids in media_chunks(self.reader, component, moment):
             by_obj.setdefault(obj.name, (store, obj, []))[2].append(ids)
         return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
 
-    def _chunked_rows(self, step: int) -> tuple[Any, list[tuple[ChunkedColumn, np.ndarray]]]:
-        """Step ``step``'s batch, and the rows it reads of each chunked column."""
+    def _chunked_rows(self, step: int) -> list[tuple[ChunkedColumn, np.ndarray]]:
+        """The rows step ``step`` reads of each chunked column."""
         batch = self.samples(step)
+        return self._rows_of(batch.component, batch.moment)
+
+    def _rows_of(
+        self, component: np.ndarray, moment: np.ndarray
+    ) -> list[tuple[ChunkedColumn, np.ndarray]]:
+        """The rows these samples read of each chunked column."""
         fixed = self.reader.fixed
         out = []
-        for take in self.reader.takes(batch.component, batch.moment):
+        for take in self.reader.takes(component, moment):
             if take.fixed is None:
                 continue
             spec = take.group[0].spec
@@ -262,13 +289,13 @@ class Lookahead:
                 col = fixed.chunked(take.table, cs.column) if fixed is not None else None
                 if col is not None:
                     out.append((col, rows))
-        return batch, out
+        return out
 
     def _open(self, steps: list[int]) -> None:
         """Read the footers the chunked rows of ``steps`` (a round of several) need, all at
         once: step by step, each step's would wait for the one before."""
         if len(steps) > 1:
-            pairs = [p for step in steps for p in self._chunked_rows(step)[1]]
+            pairs = [p for step in steps for p in self._chunked_rows(step)]
             read_footers((col, col.files_of(r)) for col, r in pairs)
 
 
