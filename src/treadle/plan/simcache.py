@@ -150,7 +150,8 @@ class _Stage:
 
 def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int], int],
               window: int, group: int = 8,
-              tie: Callable[[int], tuple[object, int]] | None = None) -> Replay:  # fmt: skip
+              tie: Callable[[int], tuple[object, int]] | None = None,
+              horizon: int = 64) -> Replay:  # fmt: skip
     """What a loader's ``lookahead`` stage does (:mod:`treadle.read.lookahead` over
     :class:`treadle.storage.chunkstore.ChunkStore`), one rank, rounds in turn with its steps:
     a step enters the window ``[now, now + window]`` (the first window in rounds of ``group``
@@ -158,11 +159,14 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
     present ones are hits and held for the step; each missing one is fetched where room is
     made (``max_bytes``, chunks of ``size(chunk)`` bytes) by evicting present chunks needed
     after the step (farthest first, ties by ``tie(chunk)``: the store's (key, index)), else
-    not kept. When a step is read its chunks take their next use in the window (none:
-    never). ``misses`` of a step: the chunks it did not find; ``over``: chunks not kept."""
+    not kept. After each round the uses of up to ``group`` more steps within
+    ``now + horizon`` are known; when a step is read its chunks take their next use among
+    the known steps (none: never). ``misses`` of a step: the chunks it did not find;
+    ``over``: chunks not kept."""
     st = _Stage(max_bytes, size, tie or (lambda c: (c >> 28, c & ((1 << 28) - 1))), {}, {})
     misses: list[np.ndarray] = [np.empty(0, np.int64)] * len(steps)
-    pending, now, total = 0, 0, 0
+    pending, now, total, known = 0, 0, 0, -1
+    horizon = max(horizon, window)
     for done in range(-1, len(steps)):
         if done >= 0:
             _release(st, steps[done].tolist(), done)
@@ -171,19 +175,28 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
             last = min(now + window, len(steps) - 1, pending + group - 1)
             fetching: set[int] = set()
             for step in range(pending, last + 1):
+                if step > known:
+                    known = _known(st, steps[step].tolist(), step)
                 misses[step] = _ask(st, steps[step].tolist(), step, now, fetching)
                 total += len(steps[step])
             pending = last + 1
+            for step in range(known + 1, min(known + group, now + horizon, len(steps) - 1) + 1):
+                known = _known(st, steps[step].tolist(), step)
             if st.asked >= 64 and st.skipped > st.asked // 2:  # the stage gives up
                 return Replay(misses, st.hits, total, st.skipped)
     return Replay(misses, st.hits, total, st.skipped)
 
 
+def _known(st: _Stage, chunks: list[int], step: int) -> int:
+    """The uses of ``step`` are known."""
+    for c in chunks:
+        st.uses.setdefault(c, deque()).append(step)
+    return step
+
+
 def _ask(st: _Stage, chunks: list[int], step: int, now: int, fetching: set[int]) -> np.ndarray:
     """A step enters the window: hits held for it, misses fetched where room is made."""
     missed = []
-    for c in chunks:
-        st.uses.setdefault(c, deque()).append(step)
     for obj in sorted({c >> 28 for c in chunks}):
         mine = [c for c in chunks if c >> 28 == obj]
         for c in mine:

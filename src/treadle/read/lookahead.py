@@ -8,8 +8,10 @@ chunks of their data files and its video windows to chunks of their streams
 (:mod:`treadle.read.chunk_media`), and has the node's chunk store
 (:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests,
 before the reader gets there. Each chunk is held for the step that reads it, then takes its
-next use in the window (none: it goes first), so eviction follows the plan (Belady's policy,
-over the steps it can see).
+next use among the next :data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a
+node sharing the folder, any rank's next use), so eviction follows the plan (Belady's
+policy, over the steps it can see; ``treadle simulate`` replays it:
+:func:`treadle.plan.simcache.lookahead`).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
 batches are the same with or without it (and when a fetch fails: it is logged once, and the
@@ -45,7 +47,10 @@ LAST: dict[str, float] = {}
 """The last lookahead's :meth:`Lookahead.report` in this process (``td.info()``)."""
 
 GROUP_STEPS = 8
-"""At most this many steps' chunks are fetched in one round of requests."""
+"""At most this many steps' chunks are fetched in one round of requests (and at most this
+many more steps' uses are planned after it)."""
+HORIZON_STEPS = 64
+"""Steps ahead whose uses give a chunk its next use (the window's fetches: ``lookahead``)."""
 MIN_ASKED = 64
 """Chunks asked for before the stage may decide that most find no room (and stop)."""
 
@@ -69,6 +74,9 @@ class Lookahead:
         # the reader's takes and windows run read_ahead steps ahead of the batch it
         # assembles, one after the last it handed out: the window covers them at least
         self.lookahead = max(int(lookahead), int(getattr(reader, "read_ahead", 0)) + 1)
+        self.horizon = max(self.lookahead, HORIZON_STEPS)
+        self._later: deque[int] = deque()  # steps past the next one to fetch, pulled ahead
+        self._planned: dict[int, Need] = {}  # their needs, uses registered
         self._steps = iter(steps)
         self._now: int | None = None  # the first step not yet read
         self._fetched = -1  # the last step whose fetches ended
@@ -83,7 +91,7 @@ class Lookahead:
         self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
         # ranks of the node sharing the folder: a chunk's next use is any of theirs, in the
         # window (the plan is pure: every rank's steps are known here)
-        self.node = None if node is None else node(self._keys, self.lookahead)
+        self.node = None if node is None else node(self._keys, self.horizon)
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
         reaper.start()  # close() hands the join to it
         self._thread.start()
@@ -165,9 +173,10 @@ class Lookahead:
             group = []  # the steps in the window now: their chunks fetched together
             while pending is not None and pending <= last and len(group) < GROUP_STEPS:
                 group.append(pending)
-                pending = next(steps, None)
+                pending = self._later.popleft() if self._later else next(steps, None)
             try:
                 self._fetch(group, now)
+                self._plan_ahead(steps, pending, now)
             except Exception as e:  # the reads that need these bytes take them (and raise)
                 if not self._failed:
                     self._failed = True
@@ -179,6 +188,32 @@ class Lookahead:
             self._stop = True  # no more steps: nobody waits for one
             self._changed()
 
+    def _plan_ahead(self, steps: Iterator[int], pending: int | None, now: int) -> None:
+        """Register the uses of up to :data:`GROUP_STEPS` more steps within the horizon
+        (``now + horizon``) after the one fetched next (``pending``): chunks read take their
+        next use among them. Few a round: the first batch does not wait for them."""
+        ahead = [] if pending is None else [pending, *self._later]
+        for _ in range(GROUP_STEPS):
+            todo = next((st for st in ahead if st not in self._planned), None)
+            if todo is None and pending is not None:
+                todo = next(steps, None)
+                if todo is None:
+                    return
+                self._later.append(todo)
+                ahead.append(todo)
+            if todo is None or todo > now + self.horizon:
+                return
+            self._planned[todo] = self._register(todo)
+
+    def _register(self, step: int) -> Need:
+        """The needs of ``step``, its uses registered."""
+        need = self._need(step)
+        with self._cond:
+            for _, obj, ids in need:
+                for c in ids.tolist():
+                    self._uses.setdefault((obj.name, c), deque()).append(step)
+        return need
+
     def _fetch(self, steps: list[int], now: int) -> None:
         """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
         one round of range requests per store."""
@@ -186,12 +221,11 @@ class Lookahead:
         try:
             self._open(steps)
             for step in steps:
-                need = self._need(step)
+                need = self._planned.pop(step, None)
+                if need is None:
+                    need = self._register(step)
                 with self._cond:
                     self._needs[step] = need
-                    for _, obj, ids in need:
-                        for c in ids.tolist():
-                            self._uses.setdefault((obj.name, c), deque()).append(step)
                 for store, obj, ids in need:
                     got, skip = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
                                                     now, at=step)  # fmt: skip
