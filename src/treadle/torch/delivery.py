@@ -220,8 +220,8 @@ class StepLoader:
         """Ranks of a node share its chunk cache (``LOCAL_WORLD_SIZE`` ranks a node, numbered
         node by node): their next uses, computed from the plan (training steps only)."""
         per_node = _whole_env("LOCAL_WORLD_SIZE")
-        if per_node <= 1 or self.sampler is not train_samples:
-            return None
+        if per_node <= 1 or self.world_size % per_node or self.sampler is not train_samples:
+            return None  # its own uses (a loader of its own world: world_size=1, say)
         return partial(NodeNextUse, self.plan, self.rank, self.world_size, per_node)
 
     def _processes(self) -> Iterator[dict[str, Any]]:
