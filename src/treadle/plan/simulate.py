@@ -275,13 +275,13 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     rep.optimum, rep.lru, rep.over = best.hit_rate, lru(union, capacity).hit_rate, best.over
     rep.accesses = best.accesses
     rep.own_ranks = rep.optimum
-    rep.loader = lookahead(union, setup.cache_bytes, _chunk_size(layout, setup.chunk_bytes),
-                           setup.lookahead, FETCH_GROUP, _tie(layout)).hit_rate  # fmt: skip
+    sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
+    rep.loader = lookahead(union, setup.cache_bytes, _chunk_size(sizes, setup.chunk_bytes),
+                           setup.window, FETCH_GROUP, _tie(layout)).hit_rate  # fmt: skip
     if setup.ranks_per_node > 1:  # what Belady reaches with each rank's next uses only
         rep.own_ranks = belady(union, capacity, rank_next_uses(steps)).hit_rate
     rep.rank_fetched = [0] * setup.ranks_per_node
     rep.rank_gets = [0] * setup.ranks_per_node
-    sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
     opened = [np.empty(0, np.int64) for _ in range(setup.ranks_per_node)]
     for i, group in enumerate(fetch_rounds(range(len(steps)), setup.window)):
         per_rank = [np.unique(np.concatenate([steps[s][r] for s in group]))
@@ -300,9 +300,8 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     return rep
 
 
-def _chunk_size(layout: Sequence[TableBytes], chunk: int) -> Callable[[int], int]:
-    """Bytes of a chunk id (an object's last chunk is shorter)."""
-    sizes = np.concatenate([tb.object_bytes for tb in layout]).astype(np.int64)
+def _chunk_size(sizes: np.ndarray, chunk: int) -> Callable[[int], int]:
+    """Bytes of a chunk id (``sizes``: of each object; an object's last chunk is shorter)."""
     mask = (1 << CHUNK_BITS) - 1
     return lambda c: int(min(chunk, sizes[c >> CHUNK_BITS] - (c & mask) * chunk))
 
@@ -311,7 +310,11 @@ def _tie(layout: Sequence[TableBytes]) -> Callable[[int], tuple[str, int]]:
     """How the chunk store orders chunks of equal next use: by object key, then index (keys
     unknown: by object id)."""
     keys = [k for tb in layout for k in (tb.keys or [f"{i:012d}" for i in range(tb.num_objects)])]
-    return lambda c: (keys[c >> CHUNK_BITS], c & ((1 << CHUNK_BITS) - 1))
+
+    def key(obj: int) -> str:  # a video stream's (after the tables' objects): by its id
+        return keys[obj] if obj < len(keys) else f"~{obj:012d}"
+
+    return lambda c: (key(c >> CHUNK_BITS), c & ((1 << CHUNK_BITS) - 1))
 
 
 def _time(rep: NodeReport, setup: Setup, link: Link) -> None:

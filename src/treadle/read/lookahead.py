@@ -24,12 +24,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from treadle import fastpaths, reaper
+from treadle.errors import TreadleError
 from treadle.fastpaths import log
 from treadle.read.chunk_media import media_chunks
 from treadle.read.chunk_rows import ChunkedColumn, read_footers
@@ -82,6 +84,7 @@ class Lookahead:
         self._fetched = -1  # the last step whose fetches ended
         self._stop = False
         self._failed = False
+        self._died: BaseException | None = None  # what ended the thread, if it failed
         self._reported = False
         self._cond = threading.Condition()
         self._needs: dict[int, Need] = {}
@@ -158,6 +161,20 @@ class Lookahead:
         return out | media_report(st, n) if st.media_hits + st.media_misses else out
 
     def _run(self) -> None:
+        """The thread: walk the steps; if it dies, the gate raises its error (a reader
+        waiting for a step would otherwise wait forever)."""
+        try:
+            self._walk()
+        except BaseException as e:
+            with self._cond:
+                self._died, self._stop = e, True
+                self._cond.notify_all()
+                with suppress(Exception):  # the workers' window: read at once
+                    if self.shared is not None:
+                        self.shared.publish(self._now, self._fetched, True)
+            raise
+
+    def _walk(self) -> None:
         steps = iter(self._steps)
         pending = next(steps, None)
         while pending is not None:
@@ -276,6 +293,10 @@ class Lookahead:
                     and (self._now is None or step <= self._now + self.lookahead)
                 ):
                     self._cond.wait()
+                if self._died is not None:
+                    raise TreadleError(
+                        f"treadle: the lookahead stage's thread failed before step {step}: "
+                        f"{type(self._died).__name__}: {self._died}") from self._died  # fmt: skip
             yield step
 
     def _need(self, step: int) -> Need:

@@ -213,7 +213,7 @@ class StepLoader:
             return self.sampler(self.plan, step, self.rank, self.world_size)
 
         self.lookahead_stage = Lookahead(reader, samples, self._steps(), lookahead, chunks,
-                                         self._node_uses())  # fmt: skip
+                                         node=self._node_uses())  # fmt: skip
         return self.lookahead_stage
 
     def _node_uses(self) -> Callable[..., NodeNextUse] | None:
