@@ -289,3 +289,21 @@ def test_footers_are_read_once_when_threads_ask_together(tmp_path):
         c._read_pages = lambda i, real=c._read_pages: (together.wait(), real(i))[1]
     read_footers([(c, range(n)) for c in cols])
     assert all(c.locate(np.asarray([29]))[0].tolist() == [n - 1] for c in cols)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_stage_thread_that_dies_makes_the_gate_raise(tmp_path):
+    """The stage's thread failing outside a fetch (here telling the workers' window) ends
+    with an error at the gate, naming it: readers waiting for a step never wait forever."""
+
+    class Broken:
+        def publish(self, *args: object) -> None:
+            raise RuntimeError("window gone")
+
+    chunks = ChunkStore(tmp_path / "chunks", 1 << 20, 1 << 10)
+    stage = lookahead_mod.Lookahead(object(), lambda step: None, range(4), 2, chunks,
+                                    shared=Broken())  # fmt: skip
+    stage._thread.join(30)
+    assert not stage._thread.is_alive()
+    with pytest.raises(td.TreadleError, match="lookahead stage's thread failed.*window gone"):
+        list(stage.gate(range(4)))

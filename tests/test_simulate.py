@@ -10,7 +10,7 @@ import pytest
 import treadle as td
 from treadle.cli import main
 from treadle.plan.simcache import NEVER as NEVER_
-from treadle.plan.simcache import belady, lru, requests
+from treadle.plan.simcache import belady, lookahead, lru, requests
 from treadle.plan.simulate import CHUNK_BITS, Link, Setup, simulate
 from treadle.plan.synthetic import StandInTable
 
@@ -267,3 +267,30 @@ def test_pages_count_video_windows_stream_chunks(tmp_path):
     assert 0 < rep.table_gets["media"] and rep.delivered > 0
     streams = sum(f.stat().st_size for f in (tmp_path / "root").rglob("*.h264"))
     assert 0 < sum(rep.fetched) - rep.open_bytes <= streams  # each stream chunk at most once
+
+
+def test_the_loaders_replay_holds_a_window_and_cannot_pass_the_optimum():
+    """:func:`lookahead` replays the loader's stage: with room for every chunk it misses
+    only first uses (the optimum); with room for one step's chunks, the step entering the
+    window finds none (the steps before it hold theirs) and its misses are not kept."""
+    steps = [np.asarray(s, np.int64) for s in ([1, 2], [3, 4], [1, 2], [3, 4], [1, 2])]
+    full = lookahead(steps, 4, lambda c: 1, window=1)
+    assert (full.hits, full.accesses, full.over) == (6, 10, 0)
+    assert full.hit_rate == belady(steps, 4).hit_rate
+    tight = lookahead(steps, 2, lambda c: 1, window=1)  # 3 and 4 never find room
+    assert [m.tolist() for m in tight.misses] == [[1, 2], [3, 4], [], [3, 4], []]
+    assert tight.over == 4 and tight.hit_rate <= belady(steps, 2).hit_rate
+
+
+def test_the_loader_knows_next_uses_past_its_window():
+    """After step 0, chunk 1 is needed again at step 3, past the window of steps 1..2;
+    chunk 2 never. With uses known 64 steps ahead (the stage's horizon) the stage evicts 2
+    for chunk 4 and hits 1 at step 3, as Belady does; knowing only its window, both look
+    never needed and 1 goes first (the lower key)."""
+    from treadle.read.lookahead import HORIZON_STEPS
+
+    steps = [np.asarray(s, np.int64) for s in ([1, 2], [3], [3, 4], [1, 4])]
+    window_only = lookahead(steps, 3, lambda c: 1, window=1, horizon=1)
+    ahead = lookahead(steps, 3, lambda c: 1, window=1, horizon=HORIZON_STEPS)
+    assert (window_only.hits, ahead.hits, belady(steps, 3).hits) == (2, 3, 3)
+    assert ahead.misses[3].tolist() == [] and window_only.misses[3].tolist() == [1]

@@ -8,6 +8,8 @@ a chunk in the cache is a hit, any other a miss (fetched, then cached). When the
   Over fixed-size chunks this is the optimum (Belady's MIN): no policy has fewer misses. It is
   what a cache driven by the plan can do, since the plan knows every future step.
 - :func:`lru`: the least recently used chunk (what a cache that does not know the plan does).
+- :func:`lookahead`: what the loader's ``lookahead`` stage does (it knows next uses only
+  within its window, fetches a step's chunks when the step enters it, and holds them for it).
 
 Both return a :class:`Replay`: per step, the chunks missed (in ascending order) and hits.
 """
@@ -15,8 +17,8 @@ Both return a :class:`Replay`: per step, the chunks missed (in ascending order) 
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,3 +131,115 @@ def requests(misses: np.ndarray, chunk_bits: int) -> int:
     gaps = np.diff(m) != 1
     same_obj = (m[1:] >> chunk_bits) == (m[:-1] >> chunk_bits)
     return int(1 + np.count_nonzero(gaps | ~same_obj))
+
+
+@dataclass
+class _Stage:
+    """The state :func:`lookahead` replays: the chunk store's words and the stage's uses."""
+
+    room: int
+    size: Callable[[int], int]
+    tie: Callable[[int], tuple[object, int]]
+    cached: dict[int, int]  # chunk -> its next use (present or being fetched)
+    uses: dict[int, deque[int]]  # chunk -> steps of the window that need it
+    used: int = 0
+    hits: int = 0
+    asked: int = 0
+    skipped: int = 0
+
+
+def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int], int],
+              window: int, group: int = 8,
+              tie: Callable[[int], tuple[object, int]] | None = None,
+              horizon: int = 64) -> Replay:  # fmt: skip
+    """What a loader's ``lookahead`` stage does (:mod:`treadle.read.lookahead` over
+    :class:`treadle.storage.chunkstore.ChunkStore`), one rank, rounds in turn with its steps:
+    a step enters the window ``[now, now + window]`` (the first window in rounds of ``group``
+    steps) and its chunks are asked for once, object by object (``chunk >> 28``, ascending):
+    present ones are hits and held for the step; each missing one is fetched where room is
+    made (``max_bytes``, chunks of ``size(chunk)`` bytes) by evicting present chunks needed
+    after the step (farthest first, ties by ``tie(chunk)``: the store's (key, index)), else
+    not kept. After each round the uses of up to ``group`` more steps within
+    ``now + horizon`` are known; when a step is read its chunks take their next use among
+    the known steps (none: never). ``misses`` of a step: the chunks it did not find;
+    ``over``: chunks not kept."""
+    st = _Stage(max_bytes, size, tie or (lambda c: (c >> 28, c & ((1 << 28) - 1))), {}, {})
+    misses: list[np.ndarray] = [np.empty(0, np.int64)] * len(steps)
+    pending, now, total, known = 0, 0, 0, -1
+    horizon = max(horizon, window)
+    for done in range(-1, len(steps)):
+        if done >= 0:
+            _release(st, steps[done].tolist(), done)
+            now = done + 1
+        while pending < len(steps) and pending <= now + window:
+            last = min(now + window, len(steps) - 1, pending + group - 1)
+            fetching: set[int] = set()
+            for step in range(pending, last + 1):
+                if step > known:
+                    known = _known(st, steps[step].tolist(), step)
+                misses[step] = _ask(st, steps[step].tolist(), step, now, fetching)
+                total += len(steps[step])
+            pending = last + 1
+            for step in range(known + 1, min(known + group, now + horizon, len(steps) - 1) + 1):
+                known = _known(st, steps[step].tolist(), step)
+            if st.asked >= 64 and st.skipped > st.asked // 2:  # the stage gives up
+                return Replay(misses, st.hits, total, st.skipped)
+    return Replay(misses, st.hits, total, st.skipped)
+
+
+def _known(st: _Stage, chunks: list[int], step: int) -> int:
+    """The uses of ``step`` are known."""
+    for c in chunks:
+        st.uses.setdefault(c, deque()).append(step)
+    return step
+
+
+def _ask(st: _Stage, chunks: list[int], step: int, now: int, fetching: set[int]) -> np.ndarray:
+    """A step enters the window: hits held for it, misses fetched where room is made."""
+    missed = []
+    for obj in sorted({c >> 28 for c in chunks}):
+        mine = [c for c in chunks if c >> 28 == obj]
+        for c in mine:
+            if c in st.cached:
+                st.hits += 1
+                held = st.cached[c]
+                st.cached[c] = step if held < now or held == step else min(held, step)
+        for c in (c for c in mine if c not in st.cached):
+            missed.append(c)
+            if _room(st, st.size(c), step, now, fetching):
+                st.cached[c] = step
+                st.used += st.size(c)
+                fetching.add(c)
+            else:
+                st.skipped += 1
+    st.asked += len(chunks)
+    return np.asarray(missed, np.int64)
+
+
+def _room(st: _Stage, size: int, step: int, now: int, fetching: set[int]) -> bool:
+    """Evict present chunks needed after ``step`` (stale next uses: never), farthest
+    first, until ``size`` more bytes fit."""
+    if st.used + size <= st.room:
+        return True
+    cands = [(NEVER if n < now else n, c) for c, n in st.cached.items() if c not in fetching]
+    cands = sorted((x for x in cands if x[0] > step), key=lambda x: (-x[0], st.tie(x[1])))
+    for _, c in cands:
+        if st.used + size <= st.room:
+            break
+        del st.cached[c]
+        st.used -= st.size(c)
+    return st.used + size <= st.room
+
+
+def _release(st: _Stage, chunks: list[int], step: int) -> None:
+    """Step ``step`` was read: each chunk takes its next use in the window."""
+    for c in chunks:
+        q = st.uses.get(c)
+        if q and q[0] == step:
+            q.popleft()
+        n = q[0] if q else NEVER
+        if q is not None and not q:
+            del st.uses[c]
+        if c in st.cached:
+            held = st.cached[c]
+            st.cached[c] = n if held < step or held == step else min(held, n)

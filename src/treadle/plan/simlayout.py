@@ -12,7 +12,7 @@ objects of consecutive rows (its fragments, or a stand-in's ``rows_per_object``)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,6 +50,7 @@ class TableBytes:
     object_bytes: np.ndarray  # size of each object
     first_object: int
     manifest_bytes: int = 0  # its manifest's size, where known (a GET and a HEAD)
+    keys: list[str] = field(default_factory=list)  # each object's key, where known
 
     @classmethod
     def of(cls, table: Table, first_object: int) -> TableBytes:

@@ -58,6 +58,9 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         + _stat([r.own_ranks for r in reports], lambda x: f"{x:.1%}")
         + "  (Belady, each rank knowing its own next uses only)",
         "  hit rate, LRU             " + _stat([r.lru for r in reports], lambda x: f"{x:.1%}"),
+        "  hit rate, the loader      "
+        + _stat([r.loader for r in reports], lambda x: f"{x:.1%}")
+        + "  (its lookahead stage replayed)",
         "  GETs per sample           "
         + _stat([sum(r.gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
         "  GET/s                     " + _stat(gets_s, lambda x: f"{x:,.0f}"),

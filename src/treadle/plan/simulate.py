@@ -35,7 +35,7 @@ import numpy as np
 
 from treadle.errors import PlanError
 from treadle.plan.nextuse import node_slots
-from treadle.plan.simcache import Replay, belady, lru, rank_next_uses
+from treadle.plan.simcache import Replay, belady, lookahead, lru, rank_next_uses
 from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes
 from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
 
@@ -93,6 +93,8 @@ class NodeReport:
     open_gets: int = 0  # of the requests: manifests and footers
     open_bytes: int = 0  # of the bytes: manifests and footers
     optimum: float = 0.0
+    loader: float = 0.0  # what the loader's lookahead stage does (simcache.lookahead)
+    accesses: int = 0  # chunk accesses of the node's steps (each step's chunks once)
     own_ranks: float = 0.0  # Belady with each rank's own next uses (not its node's)
     lru: float = 0.0
     over: int = 0
@@ -271,12 +273,15 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     best: Replay = belady(union, capacity)
     rep = NodeReport(node, samples, len(steps), delivered)
     rep.optimum, rep.lru, rep.over = best.hit_rate, lru(union, capacity).hit_rate, best.over
+    rep.accesses = best.accesses
     rep.own_ranks = rep.optimum
+    sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
+    rep.loader = lookahead(union, setup.cache_bytes, _chunk_size(sizes, setup.chunk_bytes),
+                           setup.window, FETCH_GROUP, _tie(layout)).hit_rate  # fmt: skip
     if setup.ranks_per_node > 1:  # what Belady reaches with each rank's next uses only
         rep.own_ranks = belady(union, capacity, rank_next_uses(steps)).hit_rate
     rep.rank_fetched = [0] * setup.ranks_per_node
     rep.rank_gets = [0] * setup.ranks_per_node
-    sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
     opened = [np.empty(0, np.int64) for _ in range(setup.ranks_per_node)]
     for i, group in enumerate(fetch_rounds(range(len(steps)), setup.window)):
         per_rank = [np.unique(np.concatenate([steps[s][r] for s in group]))
@@ -293,6 +298,23 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
         rep.gets.append(got[1])
     _time(rep, setup, link)
     return rep
+
+
+def _chunk_size(sizes: np.ndarray, chunk: int) -> Callable[[int], int]:
+    """Bytes of a chunk id (``sizes``: of each object; an object's last chunk is shorter)."""
+    mask = (1 << CHUNK_BITS) - 1
+    return lambda c: int(min(chunk, sizes[c >> CHUNK_BITS] - (c & mask) * chunk))
+
+
+def _tie(layout: Sequence[TableBytes]) -> Callable[[int], tuple[str, int]]:
+    """How the chunk store orders chunks of equal next use: by object key, then index (keys
+    unknown: by object id)."""
+    keys = [k for tb in layout for k in (tb.keys or [f"{i:012d}" for i in range(tb.num_objects)])]
+
+    def key(obj: int) -> str:  # a video stream's (after the tables' objects): by its id
+        return keys[obj] if obj < len(keys) else f"~{obj:012d}"
+
+    return lambda c: (key(c >> CHUNK_BITS), c & ((1 << CHUNK_BITS) - 1))
 
 
 def _time(rep: NodeReport, setup: Setup, link: Link) -> None:

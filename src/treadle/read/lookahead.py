@@ -8,8 +8,10 @@ chunks of their data files and its video windows to chunks of their streams
 (:mod:`treadle.read.chunk_media`), and has the node's chunk store
 (:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests,
 before the reader gets there. Each chunk is held for the step that reads it, then takes its
-next use in the window (none: it goes first), so eviction follows the plan (Belady's policy,
-over the steps it can see).
+next use among the next :data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a
+node sharing the folder, any rank's next use), so eviction follows the plan (Belady's
+policy, over the steps it can see; ``treadle simulate`` replays it:
+:func:`treadle.plan.simcache.lookahead`).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
 batches are the same with or without it (and when a fetch fails: it is logged once, and the
@@ -22,12 +24,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from treadle import fastpaths, reaper
+from treadle.errors import TreadleError
 from treadle.fastpaths import log
 from treadle.read.chunk_media import media_chunks
 from treadle.read.chunk_rows import ChunkedColumn, read_footers
@@ -45,7 +49,10 @@ LAST: dict[str, float] = {}
 """The last lookahead's :meth:`Lookahead.report` in this process (``td.info()``)."""
 
 GROUP_STEPS = 8
-"""At most this many steps' chunks are fetched in one round of requests."""
+"""At most this many steps' chunks are fetched in one round of requests (and at most this
+many more steps' uses are planned after it)."""
+HORIZON_STEPS = 64
+"""Steps ahead whose uses give a chunk its next use (the window's fetches: ``lookahead``)."""
 MIN_ASKED = 64
 """Chunks asked for before the stage may decide that most find no room (and stop)."""
 
@@ -54,22 +61,30 @@ Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) 
 
 class Lookahead:
     """Fetches the chunks of steps ``[now, now + lookahead]`` of ``samples(step)`` (a
-    batch with ``component`` and ``moment``) read by ``reader``, into ``chunks``."""
+    batch with ``component`` and ``moment``) read by ``reader``, into ``chunks``.
+    ``node(keys, horizon)``: where ranks of the node share the folder, a
+    :class:`~treadle.plan.nextuse.NodeNextUse` (``functools.partial`` of it, given the
+    keys and horizon here): a chunk read takes its next use by any rank of the node."""
 
     def __init__(self, reader: SampleReader | StepTakes, samples: Callable[[int], Any],
                  steps: Iterable[int], lookahead: int, chunks: ChunkStore,
                  shared: SharedWindow | None = None,
-                 after: Callable[[], None] | None = None) -> None:  # fmt: skip
+                 after: Callable[[], None] | None = None,
+                 node: Callable[..., Any] | None = None) -> None:  # fmt: skip
         self.reader, self.samples, self.chunks = reader, samples, chunks
         self.shared, self._after = shared, after  # workers=N: they read; after the thread
         # the reader's takes and windows run read_ahead steps ahead of the batch it
         # assembles, one after the last it handed out: the window covers them at least
         self.lookahead = max(int(lookahead), int(getattr(reader, "read_ahead", 0)) + 1)
+        self.horizon = max(self.lookahead, HORIZON_STEPS)
+        self._later: deque[int] = deque()  # steps past the next one to fetch, pulled ahead
+        self._planned: dict[int, Need] = {}  # their needs, uses registered
         self._steps = iter(steps)
         self._now: int | None = None  # the first step not yet read
         self._fetched = -1  # the last step whose fetches ended
         self._stop = False
         self._failed = False
+        self._died: BaseException | None = None  # what ended the thread, if it failed
         self._reported = False
         self._cond = threading.Condition()
         self._needs: dict[int, Need] = {}
@@ -77,6 +92,9 @@ class Lookahead:
         self.samples_seen = 0
         self._base = replace(chunks.stats)  # the store is the process's: count from here
         self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
+        # ranks of the node sharing the folder: a chunk's next use is any of theirs, in the
+        # window (the plan is pure: every rank's steps are known here)
+        self.node = None if node is None else node(self._keys, self.horizon)
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
         reaper.start()  # close() hands the join to it
         self._thread.start()
@@ -94,14 +112,19 @@ class Lookahead:
                     if q and q[0] == step:
                         q.popleft()
                     n.append(q[0] if q else NEVER)
+                    if self.node is not None:
+                        n[-1] = self.node.next_use((obj.name, c), step)
                     if q is not None and not q:
                         del self._uses[(obj.name, c)]
                 nexts.append(n)
+        # released before the window moves on: a round for the next step then sees these
+        # chunks' next uses (not their stale ones, which count as never needed)
+        for (_, obj, ids), n in zip(need, nexts):
+            self.chunks.release(obj, ids.tolist(), step, n)
+        with self._cond:
             self._now = step + 1
             self.samples_seen += samples
             self._changed()
-        for (_, obj, ids), n in zip(need, nexts):
-            self.chunks.release(obj, ids.tolist(), step, n)
 
     def close(self) -> None:
         """Stop the thread (it ends after the fetch under way); never waits here: the
@@ -138,6 +161,20 @@ class Lookahead:
         return out | media_report(st, n) if st.media_hits + st.media_misses else out
 
     def _run(self) -> None:
+        """The thread: walk the steps; if it dies, the gate raises its error (a reader
+        waiting for a step would otherwise wait forever)."""
+        try:
+            self._walk()
+        except BaseException as e:
+            with self._cond:
+                self._died, self._stop = e, True
+                self._cond.notify_all()
+                with suppress(Exception):  # the workers' window: read at once
+                    if self.shared is not None:
+                        self.shared.publish(self._now, self._fetched, True)
+            raise
+
+    def _walk(self) -> None:
         steps = iter(self._steps)
         pending = next(steps, None)
         while pending is not None:
@@ -153,9 +190,10 @@ class Lookahead:
             group = []  # the steps in the window now: their chunks fetched together
             while pending is not None and pending <= last and len(group) < GROUP_STEPS:
                 group.append(pending)
-                pending = next(steps, None)
+                pending = self._later.popleft() if self._later else next(steps, None)
             try:
                 self._fetch(group, now)
+                self._plan_ahead(steps, pending, now)
             except Exception as e:  # the reads that need these bytes take them (and raise)
                 if not self._failed:
                     self._failed = True
@@ -167,6 +205,32 @@ class Lookahead:
             self._stop = True  # no more steps: nobody waits for one
             self._changed()
 
+    def _plan_ahead(self, steps: Iterator[int], pending: int | None, now: int) -> None:
+        """Register the uses of up to :data:`GROUP_STEPS` more steps within the horizon
+        (``now + horizon``) after the one fetched next (``pending``): chunks read take their
+        next use among them. Few a round: the first batch does not wait for them."""
+        ahead = [] if pending is None else [pending, *self._later]
+        for _ in range(GROUP_STEPS):
+            todo = next((st for st in ahead if st not in self._planned), None)
+            if todo is None and pending is not None:
+                todo = next(steps, None)
+                if todo is None:
+                    return
+                self._later.append(todo)
+                ahead.append(todo)
+            if todo is None or todo > now + self.horizon:
+                return
+            self._planned[todo] = self._register(todo)
+
+    def _register(self, step: int) -> Need:
+        """The needs of ``step``, its uses registered."""
+        need = self._need(step)
+        with self._cond:
+            for _, obj, ids in need:
+                for c in ids.tolist():
+                    self._uses.setdefault((obj.name, c), deque()).append(step)
+        return need
+
     def _fetch(self, steps: list[int], now: int) -> None:
         """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
         one round of range requests per store."""
@@ -174,12 +238,11 @@ class Lookahead:
         try:
             self._open(steps)
             for step in steps:
-                need = self._need(step)
+                need = self._planned.pop(step, None)
+                if need is None:
+                    need = self._register(step)
                 with self._cond:
                     self._needs[step] = need
-                    for _, obj, ids in need:
-                        for c in ids.tolist():
-                            self._uses.setdefault((obj.name, c), deque()).append(step)
                 for store, obj, ids in need:
                     got, skip = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
                                                     now, at=step)  # fmt: skip
@@ -230,28 +293,47 @@ class Lookahead:
                     and (self._now is None or step <= self._now + self.lookahead)
                 ):
                     self._cond.wait()
+                if self._died is not None:
+                    raise TreadleError(
+                        f"treadle: the lookahead stage's thread failed before step {step}: "
+                        f"{type(self._died).__name__}: {self._died}") from self._died  # fmt: skip
             yield step
 
     def _need(self, step: int) -> Need:
         """The chunks step ``step``'s rows of chunked columns need, per data file, and
         those its video windows need, per stream (:mod:`treadle.read.chunk_media`)."""
-        batch, rows = self._chunked_rows(step)
+        batch = self.samples(step)
+        return self._need_of(batch.component, batch.moment)
+
+    def _keys(self, component: np.ndarray, moment: np.ndarray) -> list[tuple[str, int]]:
+        """``(object name, chunk)`` of every chunk these samples need."""
+        return [(o.name, c) for _, o, ids in self._need_of(component, moment) for c in ids.tolist()]
+
+    def _need_of(self, component: np.ndarray, moment: np.ndarray) -> Need:
+        """The chunks these samples' rows of chunked columns and video windows need."""
+        rows = self._rows_of(component, moment)
         read_footers((col, col.files_of(r)) for col, r in rows)  # every table's at once
         by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
         for col, r in rows:
             for p, ids in col.chunk_ids(r).items():
                 obj = col.objects[p]
                 by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
-        for store, obj, ids in media_chunks(self.reader, batch.component, batch.moment):
+        for store, obj, ids in media_chunks(self.reader, component, moment):
             by_obj.setdefault(obj.name, (store, obj, []))[2].append(ids)
         return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
 
-    def _chunked_rows(self, step: int) -> tuple[Any, list[tuple[ChunkedColumn, np.ndarray]]]:
-        """Step ``step``'s batch, and the rows it reads of each chunked column."""
+    def _chunked_rows(self, step: int) -> list[tuple[ChunkedColumn, np.ndarray]]:
+        """The rows step ``step`` reads of each chunked column."""
         batch = self.samples(step)
+        return self._rows_of(batch.component, batch.moment)
+
+    def _rows_of(
+        self, component: np.ndarray, moment: np.ndarray
+    ) -> list[tuple[ChunkedColumn, np.ndarray]]:
+        """The rows these samples read of each chunked column."""
         fixed = self.reader.fixed
         out = []
-        for take in self.reader.takes(batch.component, batch.moment):
+        for take in self.reader.takes(component, moment):
             if take.fixed is None:
                 continue
             spec = take.group[0].spec
@@ -262,13 +344,13 @@ class Lookahead:
                 col = fixed.chunked(take.table, cs.column) if fixed is not None else None
                 if col is not None:
                     out.append((col, rows))
-        return batch, out
+        return out
 
     def _open(self, steps: list[int]) -> None:
         """Read the footers the chunked rows of ``steps`` (a round of several) need, all at
         once: step by step, each step's would wait for the one before."""
         if len(steps) > 1:
-            pairs = [p for step in steps for p in self._chunked_rows(step)[1]]
+            pairs = [p for step in steps for p in self._chunked_rows(step)]
             read_footers((col, col.files_of(r)) for col, r in pairs)
 
 

@@ -50,6 +50,7 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int
     for table in tables:
         objects: dict[str, int] = {}
         sizes: list[int] = []
+        keys: list[str] = []
         columns = []
         for f in table.dataset.schema:
             if reader is not None:
@@ -65,10 +66,12 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int
                 if obj.name not in objects:
                     objects[obj.name] = len(sizes)
                     sizes.append(obj.size)
+                    keys.append(obj.key)
                 ids.append(objects[obj.name])
             columns.append(Pages(starts, np.asarray(ids, np.int64), positions, col.row_bytes))
         layout = TableBytes(table.name, int(table.num_moments), columns,
-                            np.asarray(sizes, np.int64), first, _manifest_bytes(table))  # fmt: skip
+                            np.asarray(sizes, np.int64), first, _manifest_bytes(table),
+                            keys=keys)  # fmt: skip
         out.append(layout)
         first += layout.num_objects
     return out

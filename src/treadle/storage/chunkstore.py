@@ -329,7 +329,7 @@ class ChunkStore:
             ok = ((states == PRESENT) & (nu > next_use)) | dead
             for c in np.flatnonzero(ok).tolist():
                 cands.append((int(NEVER if dead[c] else nu[c]), obj, c, int(sizes[c])))
-        cands.sort(key=lambda t: -t[0])
+        cands.sort(key=lambda t: (-t[0], t[1].key, t[2]))  # ties: by key (the simulator's too)
         for _, obj, c, s in cands:
             if used + size <= self.max_bytes:
                 break

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,13 +27,14 @@ import torch
 from treadle import reaper
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import PlanError
+from treadle.plan.nextuse import NodeNextUse
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
 from treadle.read.lookahead import Lookahead, lookahead_store, tracked
 from treadle.read.prefetch import prefetch
 from treadle.read.shared_window import SharedWindow
 from treadle.read.step_chunks import StepTakes
-from treadle.read.steps import host_reader, read_steps
+from treadle.read.steps import host_reader, read_steps, train_samples
 from treadle.torch.convert import to_torch
 from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
@@ -80,6 +82,15 @@ def _close_open() -> None:
 
 
 log = logging.getLogger(__name__)
+
+
+def _whole_env(name: str) -> int:
+    """An environment variable's integer (1 when unset)."""
+    raw = os.environ.get(name, "1")
+    try:
+        return int(raw)
+    except ValueError:
+        raise PlanError(f"{name} must be an integer, got {raw!r}") from None
 
 
 def _whole(value: Any, name: str, least: int) -> int:
@@ -217,8 +228,17 @@ class StepLoader:
         def samples(step: int) -> Any:
             return self.sampler(self.plan, step, self.rank, self.world_size)
 
-        self.lookahead_stage = Lookahead(reader, samples, self._steps(), lookahead, chunks)
+        self.lookahead_stage = Lookahead(reader, samples, self._steps(), lookahead, chunks,
+                                         node=self._node_uses())  # fmt: skip
         return self.lookahead_stage
+
+    def _node_uses(self) -> Callable[..., NodeNextUse] | None:
+        """Ranks of a node share its chunk cache (``LOCAL_WORLD_SIZE`` ranks a node, numbered
+        node by node): their next uses, computed from the plan (training steps only)."""
+        per_node = _whole_env("LOCAL_WORLD_SIZE")
+        if per_node <= 1 or self.world_size % per_node or self.sampler is not train_samples:
+            return None  # its own uses (a loader of its own world: world_size=1, say)
+        return partial(NodeNextUse, self.plan, self.rank, self.world_size, per_node)
 
     def _processes(self) -> Iterator[dict[str, Any]]:
         start, stop = self._next_step, self.steps
