@@ -96,7 +96,8 @@ def treadle_row(r: int, name: str, root: Path, s3p: Proxied, proxy: DelayProxy, 
     if look is not None:
         reaper.drain(30)  # the stage's report is made on the reaper thread
         best = optimum(loader, steps + 1)
-        extra = f"  hit rate {LAST.get('hit_rate', 0):.1%} (optimum {best:.1%})"
+        hit = LAST.get("hit_rate")  # None: no chunk asked for
+        extra = f"  hit rate {'-' if hit is None else f'{hit:.1%}'} (optimum {best:.1%})"
     print(f"round {r} {name:<16} {n / wall:8,.0f} samples/s  {n / wall / limit:5.2f}x limit  "
           f"{got.requests / total:.3f} requests and {got.body_out / total / 1e3:,.1f} kB "
           f"per sample{extra}", flush=True)  # fmt: skip

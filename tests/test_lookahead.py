@@ -82,6 +82,18 @@ def _run(client, steps, **kw):
 
 
 @pytest.mark.s3
+def test_a_stage_that_asked_for_no_chunk_reports_no_hit_rate(roots, tmp_path, monkeypatch):
+    """Tables that fit the object cache are read from whole copies: the stage asks nothing of
+    the chunk cache, and its report says so (it said hit rate 1.0 and rows from chunks 0.0)."""
+    _, s3 = roots
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
+    loader, _ = _run(s3, 4, lookahead=2)
+    report = loader.lookahead_stage.report()
+    assert report["chunks"] == 0 and report["hit_rate"] is None
+    assert report["rows_from_chunks"] is None and report["samples"] > 0
+
+
+@pytest.mark.s3
 def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     local, s3 = roots
     with pytest.raises(PlanError, match="lookahead"):

@@ -146,16 +146,18 @@ class Lookahead:
             LAST.update(self.report())
             log.info("treadle: lookahead %s", LAST)
 
-    def report(self) -> dict[str, float]:
+    def report(self) -> dict[str, float | None]:
         """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
         fetched and requests sent per sample, over the samples read so far."""
         st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
         if self.shared is not None:  # rows and windows the workers read
             for name, count in self.shared.counts().items():
                 setattr(st, name, getattr(st, name) + count)
-        rows = max(1, st.rows_read + st.rows_taken)
-        out = {"samples": self.samples_seen, "hit_rate": round(st.hit_rate, 4),
-               "rows_from_chunks": round(st.rows_read / rows, 4),
+        rows, asked = st.rows_read + st.rows_taken, st.hits + st.misses
+        # None, not 1.0 or 0.0, where nothing was asked of the chunk cache (all cached whole)
+        out = {"samples": self.samples_seen, "chunks": asked,
+               "hit_rate": round(st.hit_rate, 4) if asked else None,
+               "rows_from_chunks": round(st.rows_read / rows, 4) if rows else None,
                "bytes_per_sample": round(st.fetched_bytes / n, 1),
                "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
         return out | media_report(st, n) if st.media_hits + st.media_misses else out
