@@ -33,6 +33,7 @@ import numpy as np
 
 from treadle import reaper
 from treadle.concurrency import CONCURRENCY
+from treadle.read import takes as _takes
 from treadle.read.buffers import BufferPool
 from treadle.read.columns import (
     ColumnSpec,
@@ -249,12 +250,7 @@ class SampleReader:
 
     def takes(self, component: np.ndarray, moment: np.ndarray) -> list[Take]:
         """Stage 1: the row takes of these samples, per component in order."""
-        out = []
-        for c in np.unique(component):
-            slots = np.flatnonzero(component == c)
-            table, m = self.tables[int(c)], moment[slots]
-            out += [Take(table, g, m, slots, f) for g, f in self._groups[int(c)]]
-        return out
+        return _takes.component_takes(self.tables, self._groups, component, moment)
 
     def prepare(self, component: np.ndarray, moment: np.ndarray) -> Prepared:
         """Stage 2a: the batch's video requests (stream indexes looked up) and, when the

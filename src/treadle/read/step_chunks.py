@@ -24,7 +24,7 @@ import pyarrow as pa
 from treadle.read.columns import output_columns
 from treadle.read.fixed import RESIDENT_BYTES, FixedReader, _Column
 from treadle.read.stream_index import StreamIndexes
-from treadle.read.takes import Take, fixed_groups
+from treadle.read.takes import Take, component_takes, fixed_groups
 from treadle.video.fetch import WindowFetcher
 
 if TYPE_CHECKING:
@@ -70,12 +70,7 @@ class StepTakes:
 
     def takes(self, component: np.ndarray, moment: np.ndarray) -> list[Take]:
         """The takes of these samples, per component in order (as SampleReader.takes)."""
-        out = []
-        for c in np.unique(component):
-            slots = np.flatnonzero(component == c)
-            table, m = self.tables[int(c)], moment[slots]
-            out += [Take(table, g, m, slots, f) for g, f in self._groups[int(c)]]
-        return out
+        return component_takes(self.tables, self._groups, component, moment)
 
     def close(self) -> None:
         self.fixed.close()

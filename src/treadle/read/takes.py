@@ -68,6 +68,22 @@ def fixed_groups(
     ]
 
 
+def component_takes(
+    tables: list[Table],
+    groups: list[list[tuple[tuple[ColumnSpec, ...], FixedReader | None]]],
+    component: np.ndarray,
+    moment: np.ndarray,
+) -> list[Take]:
+    """The row takes of these samples, per component in order: one per group of
+    ``groups[c]`` (:func:`fixed_groups` of component ``c``'s table)."""
+    out = []
+    for c in np.unique(component):
+        slots = np.flatnonzero(component == c)
+        table, m = tables[int(c)], moment[slots]
+        out += [Take(table, g, m, slots, f) for g, f in groups[int(c)]]
+    return out
+
+
 def cheap(take: Take) -> bool:
     """Whether ``take`` reads only memory (mapped pages, resident columns): less work than
     handing it to another thread. Chunked columns are not: rows whose chunks are not
