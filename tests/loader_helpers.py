@@ -61,6 +61,15 @@ def recipe(branch: td.Branch, batch_size: int = 8, seed: int = 2048) -> td.Recip
     )
 
 
+def same_batches(got: list[dict], want: list[dict]) -> None:
+    """Assert two runs' batches hold the same keys and equal values, batch by batch."""
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
+
+
 def sample_hashes(batch: dict) -> list[str]:
     """One content hash per sample of a batch (every tensor's bytes of that sample)."""
     n = len(batch["_moment"])

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import treadle as td
+from loader_helpers import same_batches
 from treadle import fastpaths, reaper
 from treadle.errors import PlanError
 from treadle.read import lookahead as lookahead_mod
@@ -68,14 +69,6 @@ def _recipe(client: td.Client) -> td.Recipe:
     return td.Recipe(seed=3, batch_size=BATCH, components=comps)
 
 
-def _same(got: list[dict], want: list[dict]) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.keys() == b.keys()
-        for k in a:
-            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
-
-
 def _run(client, steps, **kw):
     loader = td.TrainLoader(_recipe(client), steps=steps, **kw)
     return loader, [dict(b) for b in loader]
@@ -100,9 +93,9 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
         td.TrainLoader(_recipe(local), lookahead=-1)
     _, want = _run(local, 12)
     _, same_local = _run(local, 12, lookahead=3)  # a local root: nothing to fetch
-    _same(same_local, want)
+    same_batches(same_local, want)
     loader, got = _run(s3, 12, lookahead=3)  # a chunk cache under a fifth of the tables
-    _same(got, want)
+    same_batches(got, want)
     cs = loader.lookahead_stage.chunks
     assert cs.chunk_bytes == CHUNK and cs.used() <= cs.max_bytes == 6 * CHUNK
     assert cs.stats.bypassed > cs.stats.misses // 2  # the full shuffle's window does not fit
@@ -110,7 +103,7 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     monkeypatch.setattr(fastpaths, "_OFF", {})
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))  # the whole window fits
     loader, got = _run(s3, 12, lookahead=3)
-    _same(got, want)
+    same_batches(got, want)
     cs = loader.lookahead_stage.chunks
     assert cs.used() <= cs.max_bytes and cs.stats.bypassed == 0
     assert cs.stats.requests > 0 and cs.stats.fetched_bytes > 0
@@ -124,7 +117,7 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     assert found.paths["chunk cache"].on and found.object_cache["lookahead"] == report
     comp = td.Component(s3.project("p").branch().table("b"), None)
     want_eval = [dict(b) for b in td.EvalLoader(comp, 16)]
-    _same([dict(b) for b in td.EvalLoader(comp, 16, lookahead=2)], want_eval)
+    same_batches([dict(b) for b in td.EvalLoader(comp, 16, lookahead=2)], want_eval)
     assert "chunk cache" not in fastpaths.reasons()
 
 
@@ -142,7 +135,7 @@ def test_workers_read_the_chunks_this_process_fetched(roots, small_caches, monke
     for workers in (0, 2):
         monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / f"cache{workers}"))
         loader, got = _run(s3, 12, lookahead=3, workers=workers)
-        _same(got, want)
+        same_batches(got, want)
         assert reaper.drain(30)
         runs[workers] = (replace(loader.lookahead_stage.chunks.stats), dict(lookahead_mod.LAST))
     (st0, rep0), (st2, rep2) = runs[0], runs[2]
@@ -153,7 +146,7 @@ def test_workers_read_the_chunks_this_process_fetched(roots, small_caches, monke
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "tight"))
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(6 * CHUNK))  # under a fifth
     loader, got = _run(s3, 12, lookahead=1, workers=2)
-    _same(got, want)
+    same_batches(got, want)
     cs = loader.lookahead_stage.chunks
     assert cs.used() <= cs.max_bytes == 6 * CHUNK and cs.stats.misses > 0
     loader = td.TrainLoader(_recipe(s3), steps=50, lookahead=2, workers=2)
@@ -173,7 +166,7 @@ def test_a_window_that_does_not_fit_turns_the_stage_off(roots, small_caches, mon
     monkeypatch.setattr(lookahead_mod, "MIN_ASKED", 16)
     _, want = _run(local, 8)
     _, got = _run(s3, 8, lookahead=3)
-    _same(got, want)
+    same_batches(got, want)
     assert "do not fit the chunk cache" in fastpaths.reasons()["chunk cache"]
 
 
@@ -207,7 +200,7 @@ def test_rows_wider_than_two_chunks_are_read_from_chunks(roots, small_caches, mo
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(1 << 20))
     _, want = _run(local, 6)
     loader, got = _run(s3, 6, lookahead=2)
-    _same(got, want)
+    same_batches(got, want)
     st = loader.lookahead_stage.chunks.stats
     assert loader.lookahead_stage.chunks.chunk_bytes == 256
     assert st.rows_read > 0 and st.rows_taken == 0, st

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import treadle as td
+from loader_helpers import same_batches
 from treadle import fastpaths, reaper
 from treadle.read import lookahead as lookahead_mod
 from treadle.read.fixed import FixedReader
@@ -74,14 +75,6 @@ def _run(client, shuffle=None, **kw):
     return loader, [dict(b) for b in loader]
 
 
-def _same(got: list[dict], want: list[dict]) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.keys() == b.keys()
-        for k in a:
-            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
-
-
 BLOCK = td.BlockShuffle(block_rows=32, window_blocks=2)
 
 
@@ -93,9 +86,9 @@ def test_windows_read_from_chunks_fetched_once(roots, caches, monkeypatch):
     local, s3, streams = roots
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(1 << 20))
     _, want = _run(local, BLOCK)
-    _same(_run(local, BLOCK, lookahead=4)[1], want)  # a local root: nothing to fetch
+    same_batches(_run(local, BLOCK, lookahead=4)[1], want)  # a local root: nothing to fetch
     loader, got = _run(s3, BLOCK, lookahead=4)
-    _same(got, want)
+    same_batches(got, want)
     stage = loader.lookahead_stage
     st = stage.chunks.stats.since(stage._base)
     need = {(o.name, c) for s in range(STEPS) for _, o, ids in stage._need(s) if o.media
@@ -133,7 +126,7 @@ def test_a_small_cache_keeps_its_bound_and_the_frames(roots, caches, monkeypatch
 
     monkeypatch.setattr(ChunkStore, "download", watched)
     loader, got = _run(s3, shuffle, lookahead=2, read_ahead=1)
-    _same(got, want)
+    same_batches(got, want)
     cs = loader.lookahead_stage.chunks
     assert max(seen, default=0) <= cs.max_bytes and cs.used() <= cs.max_bytes
     st = cs.stats.since(loader.lookahead_stage._base)
@@ -169,7 +162,7 @@ def test_workers_read_windows_from_the_stage_s_chunks(roots, caches, monkeypatch
     monkeypatch.setattr(StepLoader, "_resident_bytes", 64 << 10)  # the workers' readers too
     _, want = _run(local, BLOCK)
     loader, got = _run(s3, BLOCK, lookahead=4, workers=2)
-    _same(got, want)
+    same_batches(got, want)
     stage = loader.lookahead_stage
     st = stage.chunks.stats.since(stage._base)
     need = {(o.name, c) for s in range(STEPS) for _, o, ids in stage._need(s) if o.media
@@ -204,7 +197,7 @@ def test_workers_with_a_small_cache_keep_its_bound_and_the_frames(roots, caches,
 
     monkeypatch.setattr(ChunkStore, "download", watched)
     loader, got = _run(s3, BLOCK, lookahead=2, workers=2, read_ahead=1)
-    _same(got, want)
+    same_batches(got, want)
     stage = loader.lookahead_stage
     cs = stage.chunks
     assert seen and max(seen) <= cs.max_bytes and cs.used() <= cs.max_bytes

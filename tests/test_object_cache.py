@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import treadle as td
+from loader_helpers import same_batches
 from treadle import fastpaths
 from treadle.read.fixed import FixedReader
 from treadle.storage import Store
@@ -76,7 +77,7 @@ def _requests(proxy: DelayProxy, client: td.Client, want: list[dict]) -> list[in
         c0 = proxy.counts()
         got = _batches(client, steps)
         counts.append((proxy.counts() - c0).requests)
-        _same(got, want[:steps])
+        same_batches(got, want[:steps])
     return counts
 
 
@@ -88,14 +89,6 @@ def _recipe(client: td.Client) -> td.Recipe:
 
 def _batches(client: td.Client, steps: int, workers: int = 0) -> list[dict]:
     return [dict(b) for b in td.TrainLoader(_recipe(client), steps=steps, workers=workers)]
-
-
-def _same(got: list[dict], want: list[dict]) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.keys() == b.keys()
-        for k in a:
-            np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
 
 
 def _data_files(d: Path) -> list[str]:
@@ -110,7 +103,7 @@ def test_requests_do_not_grow_with_batches(roots, cache_dir):
     want = _batches(local, 40)
     with DelayProxy(server.endpoint, 0.0) as proxy:
         client = td.Client(url, storage_options=proxy.options(server.storage_options()))
-        _same(_batches(client, 4), want[:4])  # fills the cache
+        same_batches(_batches(client, 4), want[:4])  # fills the cache
         cache = file_cache()
         assert isinstance(cache, FileCache) and cache.fetched == 2
         counts = _requests(proxy, client, want)
@@ -128,7 +121,7 @@ def test_workers_share_one_copy(roots, cache_dir):
     its lock), no partial download is left, and the batches are local disk's."""
     local, url, server = roots
     client = td.Client(url, storage_options=server.storage_options())
-    _same(_batches(client, 6, workers=2), _batches(local, 6))
+    same_batches(_batches(client, 6, workers=2), _batches(local, 6))
     assert len(_data_files(cache_dir)) == 2
     assert not [p for p in os.listdir(cache_dir) if p.endswith(".part")]
 
@@ -146,7 +139,7 @@ def test_a_workers_loader_copies_before_its_first_batch(roots, cache_dir):
     cache = file_cache()
     assert isinstance(cache, FileCache) and cache.fetched == 2
     assert len(_data_files(cache_dir)) == 2
-    _same([first, *(dict(b) for b in it)], _batches(local, 6))
+    same_batches([first, *(dict(b) for b in it)], _batches(local, 6))
     assert cache.fetched == 2  # the workers found this process's copies
 
 
@@ -169,7 +162,7 @@ def test_a_file_over_the_bound_is_read_as_before_and_says_why(roots, cache_dir, 
     local, url, server = roots
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "64K")  # a data file is ~230 kB
     client = td.Client(url, storage_options=server.storage_options())
-    _same(_batches(client, 5), _batches(local, 5))
+    same_batches(_batches(client, 5), _batches(local, 5))
     why = fastpaths.reasons()["cached reads"]
     assert "larger than the object cache's bound" in why and "65,536" in why, why
     assert not cache_dir.exists() or not _data_files(cache_dir)
