@@ -111,9 +111,10 @@ class Lookahead:
                     q = self._uses.get((obj.name, c))
                     if q and q[0] == step:
                         q.popleft()
-                    n.append(q[0] if q else NEVER)
-                    if self.node is not None:
-                        n[-1] = self.node.next_use((obj.name, c), step)
+                    if self.node is not None:  # any rank of the node's next use
+                        n.append(self.node.next_use((obj.name, c), step))
+                    else:
+                        n.append(q[0] if q else NEVER)
                     if q is not None and not q:
                         del self._uses[(obj.name, c)]
                 nexts.append(n)
