@@ -249,7 +249,8 @@ def test_footers_are_read_once_when_threads_ask_together(tmp_path):
     import time
 
     from treadle.read.chunk_rows import chunked_column, read_footers
-    from treadle.read.fixed import _data_file, page_span
+    from treadle.read.fixed import page_span
+    from treadle.read.local_copies import data_file
 
     table = td.Client(str(tmp_path / "root"), create=True).project("p").branch().table("t")
     for part in range(3):  # data files of 10 rows (or more: appends may be merged)
@@ -257,7 +258,7 @@ def test_footers_are_read_once_when_threads_ask_together(tmp_path):
     table = table.pin()
     f = table.dataset.schema.field("image")
     col = chunked_column(table, f, np.dtype(np.uint8), (16, 16, 3),
-                         ChunkStore(tmp_path / "chunks", 1 << 20, 1024), (_data_file, page_span))  # fmt: skip
+                         ChunkStore(tmp_path / "chunks", 1 << 20, 1024), (data_file, page_span))  # fmt: skip
     assert not isinstance(col, str) and len(col.files) >= 2
     n = len(col.files)
     read, real = [], col._read_pages
@@ -288,7 +289,7 @@ def test_footers_are_read_once_when_threads_ask_together(tmp_path):
     assert file.tolist() == [0, n - 1] and col.chunk_ids(np.asarray([29])).keys() == {n - 1}
     # the footers of several columns (a step's tables) are read together, not column by column
     cols = [chunked_column(table, f, np.dtype(np.uint8), (16, 16, 3), col.chunks,
-                           (_data_file, page_span)) for _ in range(2)]  # fmt: skip
+                           (data_file, page_span)) for _ in range(2)]  # fmt: skip
     together = threading.Barrier(2 * n, timeout=30)  # broken unless all are read at once
     for c in cols:
         c._read_pages = lambda i, real=c._read_pages: (together.wait(), real(i))[1]

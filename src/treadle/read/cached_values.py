@@ -23,8 +23,7 @@ import numpy as np
 
 from treadle import fastpaths
 from treadle.errors import TreadleError
-from treadle.read.fixed import _data_file
-from treadle.storage.filecache import CachedFile, file_cache
+from treadle.read.local_copies import LocalCopies, data_file, over_cache_bound
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -59,14 +58,13 @@ class CachedValues:
     def __init__(self, copy_objects: bool = True):
         self.copy_objects = copy_objects
         self._files: dict[tuple[str, int, str], _Files | None] = {}
-        self._copies: dict[str, CachedFile] = {}
+        self._copies = LocalCopies()
         self._lock = threading.RLock()  # held while a column's files are copied
 
     def close(self) -> None:
         with self._lock:
-            copies, self._copies, self._files = self._copies, {}, {}
-        for c in copies.values():
-            c.close()
+            copies, self._copies, self._files = self._copies, LocalCopies(), {}
+        copies.close()
 
     def take(self, table: Table, rows: np.ndarray, column: str) -> list[Any] | None:
         """``column``'s values at ``rows`` (distinct, ascending) from the local copies, or
@@ -98,27 +96,21 @@ class CachedValues:
         """The column's data files copied (or found) in the object cache, or why not."""
         from lance.file import LanceFileReader
 
-        ds, store, cache = table.dataset, table.project.store, file_cache()
-        if isinstance(cache, str):
-            return cache
+        ds = table.dataset
         field_id = ds.lance_schema.field(column).id()
         frags = ds.get_fragments()
-        files = [_data_file(f.metadata, field_id) for f in frags]
+        files = [data_file(f.metadata, field_id) for f in frags]
         if any(df is None for df in files):
             return "a fragment has deleted rows or the column over several files"
-        sizes = [int(getattr(df, "file_size_bytes", 0) or 0) for df in files]
-        if sum(sizes) > cache.max_bytes:
-            return (f"its data files ({sum(sizes):,} bytes) are larger than the object "
-                    f"cache's bound ({cache.max_bytes:,} bytes, TREADLE_CACHE_BYTES)")  # fmt: skip
+        why = over_cache_bound(sum(int(getattr(df, "file_size_bytes", 0) or 0) for df in files))
+        if why:
+            return why
         readers, starts = [], [0]
-        for frag, df, size in zip(frags, files, sizes):
-            key = store.relative_key(f"{table.uri}/data/{df.path}")
-            got = cache.open(store, key, size or store.size(key))
-            if isinstance(got, str):
-                return got
-            if self._copies.setdefault(str(got.path), got) is not got:
-                got.close()  # held once (never evicted) while this reader reads it
-            readers.append(LanceFileReader(str(got.path), columns=[column]))
+        for frag, df in zip(frags, files):
+            path, why = self._copies.path(table, ds, df)
+            if path is None:
+                return why
+            readers.append(LanceFileReader(path, columns=[column]))
             starts.append(starts[-1] + int(frag.metadata.physical_rows))
         if starts[-1] != table.num_moments:
             return "the fragments' rows do not add up to the table's"

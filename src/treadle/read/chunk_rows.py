@@ -228,13 +228,13 @@ def chunked_column(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int,
     fragments' metadata (no footer is read yet); or why its rows cannot be read from chunks.
     ``layout``: the fixed reader's ``(data file of a fragment, span of a page)``, so both
     read Lance's layout alike."""
-    _data_file, page_span = layout
+    data_file, page_span = layout
     store = table.project.store
     ds = table.dataset
     field_id = ds.lance_schema.field(f.name).id()
     files, at = [], 0
     for frag in ds.get_fragments():
-        df = _data_file(frag.metadata, field_id)
+        df = data_file(frag.metadata, field_id)
         if df is None:
             return "a fragment has deleted rows or the column over several files"
         uri = f"{table.uri}/data/{df.path}"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import math
 import mmap
-import os
 import re
 import threading
 import weakref
@@ -38,10 +37,10 @@ import numpy as np
 import pyarrow as pa
 
 from treadle import fastpaths
-from treadle.errors import CorruptData, TreadleError
+from treadle.errors import CorruptData
 from treadle.read.chunk_rows import chunked_path
+from treadle.read.local_copies import LocalCopies, data_file, over_cache_bound
 from treadle.read.resident import whole_column
-from treadle.storage.filecache import CachedFile, file_cache
 from treadle.table.tensors import batch_kind, tensor_shape, to_numpy
 
 if TYPE_CHECKING:
@@ -109,7 +108,7 @@ class FixedReader:
         self._tables: weakref.WeakKeyDictionary[Any, dict[str, _Column]]
         self._tables = weakref.WeakKeyDictionary()
         self._maps: dict[str, mmap.mmap] = {}
-        self._copies: dict[str, CachedFile] = {}  # object-cache copies this reader holds
+        self._copies = LocalCopies()  # object-cache copies this reader holds
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -118,12 +117,11 @@ class FixedReader:
             self._tables.clear()
             self._held = 0
             maps, self._maps = self._maps, {}
-            copies, self._copies = self._copies, {}
+            copies, self._copies = self._copies, LocalCopies()
         for m in maps.values():
             with contextlib.suppress(BufferError):  # an array handed out still views it:
                 m.close()  # the GC unmaps it
-        for c in copies.values():
-            c.close()
+        copies.close()
 
     def chunked(self, table: Table, column: str) -> Any:
         return self._column(table, column).chunked  # its ChunkedColumn (read.chunk_rows)
@@ -210,39 +208,34 @@ class FixedReader:
         ds = table.dataset
         field_id = ds.lance_schema.field(f.name).id()
         frags = ds.get_fragments()
-        held = set(self._copies)
+        held = self._copies.held()
         col = None
         if store.is_local or not self._too_big(table, frags, field_id):
             col = self._map_fragments(table, ds, frags, f, field_id, dtype, shape, wide)
         elif self.chunks is not None:
             room = self.resident_bytes - self._held  # a column that fits is kept resident
-            got = chunked_path(table, f, dtype, shape, self.chunks, (_data_file, page_span), room)
+            got = chunked_path(table, f, dtype, shape, self.chunks, (data_file, page_span), room)
             return None if got is None else _Column("chunked", chunked=got)
-        for path in set(self._copies) - held if col is None else ():
-            self._copies.pop(path).close()  # copied in vain: evictable again
+        if col is None:
+            self._copies.release(self._copies.held() - held)  # copied in vain
         return col
 
     def _too_big(self, table: Table, frags: list[Any], field_id: int) -> bool:
         """Whether the column's data files would not fit the object cache together (then
         none is copied; the fast path says why)."""
-        cache = file_cache()
-        limit = 0 if isinstance(cache, str) else cache.max_bytes
         total = sum(int(getattr(df, "file_size_bytes", 0) or 0)
                     for frag in frags for df in frag.metadata.files if field_id in list(df.fields))  # fmt: skip
-        if isinstance(cache, str) or total > limit:
-            why = cache if isinstance(cache, str) else (
-                f"its data files ({total:,} bytes) are larger than the object cache's bound "
-                f"({limit:,} bytes, TREADLE_CACHE_BYTES)")  # fmt: skip
+        why = over_cache_bound(total)
+        if why:
             fastpaths.off("cached reads", f"table {table.name!r}: {why}")
-            return True
-        return False
+        return bool(why)
 
     def _map_fragments(self, table: Table, ds: Any, frags: list[Any], f: pa.Field,
                        field_id: int, dtype: np.dtype, shape: tuple[int, ...], wide: bool
                        ) -> _Column | None:  # fmt: skip
         starts, parts, at = [], [], 0
         for frag in frags:
-            df = _data_file(frag.metadata, field_id)
+            df = data_file(frag.metadata, field_id)
             version = None if df is None else (df.file_major_version, df.file_minor_version)
             if version is not None and version not in _FILE_VERSIONS:  # before any copy
                 if wide:
@@ -253,7 +246,7 @@ class FixedReader:
                 fastpaths.off("fixed-width reads", f"table {table.name!r} column {f.name!r}: a "
                               "fragment has deleted rows or the column over several files; "
                               "table.compact() rewrites them")  # fmt: skip
-            path, why = (None, "") if df is None else self._local_file(table, ds, df)
+            path, why = (None, "") if df is None else self._copies.path(table, ds, df)
             if path is None:
                 if why:
                     fastpaths.off("cached reads", f"table {table.name!r}: {why}")
@@ -274,31 +267,6 @@ class FixedReader:
             return col
         fastpaths.off("fixed-width reads", f"column {f.name!r}: mapped pages differ from take")
         return None
-
-    def _local_file(self, table: Table, ds: Any, df: Any) -> tuple[str | None, str]:
-        """``(path, "")``: the local path of data file ``df`` (on an object store: its copy
-        in the object cache, fetched now); ``(None, why)`` when there is none."""
-        store = table.project.store
-        if store.is_local:
-            path = os.path.join(ds.uri, "data", df.path)
-            return (path, "") if os.path.isfile(path) else (None, "")
-        cache = file_cache()
-        if isinstance(cache, str):
-            return None, cache
-        try:
-            key = store.relative_key(f"{table.uri}/data/{df.path}")
-            size = int(getattr(df, "file_size_bytes", 0) or store.size(key))
-            got = cache.open(store, key, size)
-        except (TreadleError, OSError) as e:  # the take that runs instead raises it there
-            return None, f"copying a data file into the object cache failed ({e})"
-        if isinstance(got, str):
-            return None, got
-        path = str(got.path)
-        if path in self._copies:
-            got.close()
-        else:  # held (never evicted) while this reader may map it: one per file
-            self._copies[path] = got
-        return path, ""
 
     def _fragment_pages(
         self, df: Any, path: str, meta: Any, field_id: int, dtype: np.dtype, size: int
@@ -332,17 +300,6 @@ class FixedReader:
             with open(path, "rb") as fh:
                 m = self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         return m
-
-
-def _data_file(meta: Any, field_id: int) -> Any:
-    """The one data file of a fragment that holds the field, or None where this reader
-    cannot map it (deletions, a column over files, a file of another dataset's base)."""
-    if meta.deletion_file is not None or getattr(meta, "num_deletions", 0):
-        return None
-    files = [df for df in meta.files if field_id in list(df.fields)]
-    if len(files) != 1 or getattr(files[0], "base_id", None) is not None:
-        return None
-    return files[0]
 
 
 def _page_values(page: Any, buf: mmap.mmap, dtype: np.dtype, size: int) -> np.ndarray | None:

@@ -24,10 +24,10 @@ from treadle.read.fixed import (
     FULL_ZIP_ROW_BYTES,
     RESIDENT_BYTES,
     FixedReader,
-    _data_file,
     fixed_width,
     page_span,
 )
+from treadle.read.local_copies import data_file
 from treadle.table.tensors import tensor_shape
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _chunked(table: Table, f: pa.Field, chunks: ChunkStore, room: int
     nbytes = table.num_moments * math.prod(shape) * dtype.itemsize
     if nbytes <= room:
         return None, room - nbytes
-    return chunked_path(table, f, dtype, shape, chunks, (_data_file, page_span), room), room
+    return chunked_path(table, f, dtype, shape, chunks, (data_file, page_span), room), room
 
 
 def _manifest_bytes(table: Table) -> int:
