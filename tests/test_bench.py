@@ -122,3 +122,26 @@ def test_scale_case_runs_on_tiny_sizes(tmp_path):
     measured = doc["readers"]["measured"] if "readers" in doc else doc["measured"]
     assert measured["plan_moments"] == 300 * 24
     assert measured["reader_index_bytes_per_frame"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+def test_video_beyond_cache_runs_every_part_on_tiny_sizes(tmp_path):
+    """bench/beyond_cache_video.py (issue 48's video rows) runs every part end to end: the
+    full shuffle's GET limit over its windows' byte ranges, 2- and 30-frame windows and
+    ``workers=2``, each S3 row with the same batches as its local row."""
+    cmd = [sys.executable, str(ROOT / "bench" / "beyond_cache_video.py"), "--episodes", "4",
+           "--frames", "60", "--steps", "2", "--rounds", "1", "--batch", "8",
+           "--long-frames", "30", "--long-steps", "2", "--block-rows", "60"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TREADLE_BENCH_DATA": str(tmp_path)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = proc.stdout.splitlines()
+    (limit,) = [r for r in rows if "limit: random single-range GETs x64" in r]
+    assert float(limit.split("x64")[1].split()[0].replace(",", "")) > 0
+    s3 = [r for r in rows if " S3 " in r]
+    # per order: 2-frame S3 and S3 +L4, 30-frame S3 and S3 +L4, workers=2 S3 +L4
+    assert len(s3) == 10, proc.stdout
+    assert all(r.count("same batches") == 1 for r in s3), proc.stdout
+    assert sum("x GET limit" in r for r in s3) == 2  # the full shuffle's 2-frame rows
+    assert sum(" 30f " in r for r in s3) == 4 and sum(" w2 " in r for r in s3) == 2
