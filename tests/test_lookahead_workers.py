@@ -6,6 +6,7 @@ for the workers' prefetched batches and slots did not fit the cache: rows were t
 
 from __future__ import annotations
 
+import threading
 from functools import partial
 
 import numpy as np
@@ -16,6 +17,7 @@ from loader_helpers import same_batches
 from treadle import fastpaths, reaper
 from treadle.read import lookahead as lookahead_mod
 from treadle.read.fixed import FixedReader
+from treadle.read.shared_window import ReadFrontier, SharedWindow
 from treadle.storage import Store
 from treadle.torch.delivery import StepLoader
 
@@ -77,3 +79,64 @@ def test_workers_past_the_chunk_cache_read_rows_from_chunks(roots, tmp_path, mon
     assert reports[2]["samples"] == STEPS * BATCH
     assert reports[2]["rows_from_chunks"] >= 0.95, reports
     assert reports[2]["hit_rate"] >= reports[0]["hit_rate"] - 0.05, reports
+
+
+def _batches(n: int) -> list[dict]:
+    return [{"_moment": np.zeros(BATCH, np.int64)} for _ in range(n)]
+
+
+def test_the_frontier_is_the_first_step_no_reader_has_read():
+    """This process reads step 10, worker k steps 11 + k, 13 + k, ...: the stage may pass a
+    step only once every reader has read it."""
+    w = SharedWindow(2, start=10, lookahead=4, here=True)
+    assert w.frontier() == (10, 0)
+    list(w.reading(0, 11, 2, _batches(2)))  # worker 0 read 11 and 13
+    assert w.frontier() == (10, 2 * BATCH)  # step 10 is not read yet
+    w.read_here(BATCH)
+    assert w.frontier() == (12, 3 * BATCH)  # worker 1 has not read 12
+    list(w.reading(1, 12, 2, _batches(3)))  # 12, 14, 16
+    assert w.frontier() == (15, 6 * BATCH)
+
+
+def test_only_a_worker_ahead_of_the_slowest_waits_past_the_window():
+    """Steps past the window: the slowest worker reads them at once (waiting would hold the
+    batches its reader has ready, and the window moves only as it reads); one ahead of it
+    waits for the window to reach the step."""
+    w = SharedWindow(2, start=0, lookahead=4)
+    w.publish(0, 4, False)  # at step 0, steps up to 4 fetched
+    assert next(w.gate([7], worker=0)) == 7  # worker 0 (next step 0) is the slowest
+    list(w.reading(1, 1, 2, _batches(2)))  # worker 1 read 1 and 3: ahead of the stage
+    got: list[int] = []
+    waiting = threading.Thread(target=lambda: got.extend(w.gate([7], worker=1)))
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive() and not got
+    w.publish(4, 7, False)  # the window moved on and step 7 is fetched
+    waiting.join(10)
+    assert got == [7]
+
+
+def test_the_read_frontier_tells_the_stage_each_step_read_in_order():
+    w = SharedWindow(2, start=0, lookahead=4)
+    list(w.reading(0, 0, 2, _batches(2)))  # 0 and 2
+    list(w.reading(1, 1, 2, _batches(1)))  # 1
+    told: list[tuple[int, int]] = []
+    ReadFrontier(w, 0, None, lambda s, n: told.append((s, n)), lambda: None).stop()
+    assert [s for s, _ in told] == [0, 1, 2] and sum(n for _, n in told) == 3 * BATCH
+    told.clear()
+    ReadFrontier(w, 0, 2, lambda s, n: told.append((s, n)), lambda: None).stop()
+    assert [s for s, _ in told] == [0, 1]  # none past the loader's last step
+
+
+def test_a_read_frontier_that_fails_stops_the_stage():
+    """No worker then waits for a window that no longer moves: the stage stops (and its
+    gate lets every step through)."""
+    w = SharedWindow(1, start=0, lookahead=4)
+    list(w.reading(0, 0, 1, _batches(1)))
+    stopped = threading.Event()
+
+    def done(step: int, samples: int) -> None:
+        raise OSError("chunk folder gone")
+
+    ReadFrontier(w, 0, None, done, stopped.set)
+    assert stopped.wait(10)
