@@ -52,7 +52,9 @@ class StepTakes:
     """The row takes of a plan's samples, as a worker's reader makes them (``takes``,
     ``fixed`` and ``read_ahead``: what :class:`~treadle.read.lookahead.Lookahead` asks),
     and what :func:`~treadle.read.chunk_media.media_chunks` asks of a reader (``tables``,
-    ``columns``, ``streams``, ``media``: None on a local store, where nothing is fetched)."""
+    ``columns``, ``streams``, ``media``: None on a local store, where nothing is fetched).
+    ``decodes``: the steps decode video windows or images (a reader then hands a batch out
+    once it started the next one's decode: it reads one more step ahead)."""
 
     def __init__(self, plan: Plan, chunks: ChunkStore, read_ahead: int,
                  resident_bytes: int | None = None) -> None:  # fmt: skip
@@ -61,6 +63,8 @@ class StepTakes:
         self.fixed = PlanningReader(budget, chunks=chunks)
         self.read_ahead = int(read_ahead)
         self.columns = output_columns(plan)
+        # a reader of these steps hands a batch out only once the next one's decode started
+        self.decodes = any(cs.video for specs in self.columns for cs in specs)
         self._groups = [fixed_groups(t, cs, self.fixed)
                         for t, cs in zip(self.tables, self.columns)]  # fmt: skip
         project = self.tables[0].project

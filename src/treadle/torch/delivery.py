@@ -32,7 +32,7 @@ from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
 from treadle.read.lookahead import Lookahead, lookahead_store, tracked
 from treadle.read.prefetch import prefetch
-from treadle.read.shared_window import SharedWindow
+from treadle.read.shared_window import ReadFrontier, SharedWindow
 from treadle.read.step_chunks import StepTakes
 from treadle.read.steps import host_reader, read_steps, train_samples
 from treadle.torch.convert import to_torch
@@ -251,36 +251,55 @@ class StepLoader:
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
                   self.prefetch, self.read_ahead, resident_bytes=self._resident_bytes)  # fmt: skip
         chunks = self._chunk_store()
-        stage = None if chunks is None else self._worker_lookahead(chunks, workers)
         # without a transform (which runs in the workers), this process reads the first step
         # while the workers start: it does not wait for their server's imports
+        here = self.transform is None
+        stage = None if chunks is None else self._worker_lookahead(chunks, workers, here)
         first = None
-        if self.transform is None:
+        if here:
             first = functools.partial(self._read_here, chunks=chunks, stage=stage)
         if stage is None:
             return read_in_processes(job, workers, first)
         job = replace(job, chunks=(str(chunks.directory), chunks.max_bytes, chunks.chunk_bytes))
-        batches = read_in_processes(job, workers, first, stage.shared)
-        return tracked(batches, self._steps(), stage)
+        return _closing(read_in_processes(job, workers, first, stage.shared), stage)
 
-    def _worker_lookahead(self, chunks: ChunkStore, workers: int) -> Lookahead:
+    def _worker_lookahead(self, chunks: ChunkStore, workers: int, here: bool) -> Lookahead:
         """The lookahead stage of a ``workers=N`` loader, in this process: it walks every
         step and fetches their chunks; the workers read rows from the same chunk store,
-        each step once the stage fetched it (a :class:`SharedWindow`). Its window covers
-        what the workers read ahead of this loader (their reader's ``read_ahead``, their
-        prefetched batches and slots), so they do not read steps it has not fetched."""
+        each step once the stage fetched it (a :class:`SharedWindow`; ``here``: this
+        process reads the first step). Its position is where the workers have read (a
+        :class:`ReadFrontier`), not where this loader is: the chunks of steps read but not
+        yet taken back are not held. Its window is ``lookahead`` steps, at least what the
+        slowest worker reads ahead of that position: a worker ahead of the slowest waits
+        for the window rather than read steps it has not fetched, so the window's chunks
+        are all the cache must hold."""
         remote = not self.plan.table(0).project.store.is_local
         ahead = self.read_ahead or (CONCURRENCY.cloud_read_ahead if remote else 1)
-        window = max(int(self.lookahead or 0), workers * (ahead + 2 * self.prefetch + 3))
-        planner = StepTakes(self.plan, chunks, window, self._resident_bytes)
+        planner = StepTakes(self.plan, chunks, 0, self._resident_bytes)
+        # steps past the first one not read that the slowest worker reads (its reader's
+        # read_ahead batches of its own, one more where it decodes: it hands a batch out
+        # once the next one's decode started)
+        reach = workers * (ahead + int(planner.decodes))
+        planner.read_ahead = reach - 1
+        window = max(int(self.lookahead or 0), reach)
 
         def samples(step: int) -> Any:
             return self.sampler(self.plan, step, self.rank, self.world_size)
 
-        shared = SharedWindow(workers, self._next_step, window)
-        self.lookahead_stage = Lookahead(planner, samples, self._steps(), window, chunks,
-                                         shared, after=planner.close)  # fmt: skip
-        return self.lookahead_stage
+        start = self._next_step
+        shared = SharedWindow(workers, start, window, here=here)
+        follow: list[ReadFrontier] = []
+
+        def after() -> None:  # on the reaper, once the stage's thread ended
+            for f in follow:
+                f.stop()  # the steps read since its last look count in the report
+            planner.close()
+
+        stage = Lookahead(planner, samples, self._steps(), window, chunks, shared,
+                          after=after)  # fmt: skip
+        follow.append(ReadFrontier(shared, start, self.steps, stage.done, stage.close))
+        self.lookahead_stage = stage
+        return stage
 
     def _read_here(self, step: int, chunks: ChunkStore | None = None,
                    stage: Lookahead | None = None) -> dict[str, Any]:  # fmt: skip
@@ -299,4 +318,15 @@ class StepLoader:
                                  self.world_size)  # fmt: skip
         finally:
             reader.close()
+        if stage is not None and stage.shared is not None:
+            stage.shared.read_here(len(batch.get("_moment", ())))  # the stage moves past it
         return batch
+
+
+def _closing(batches: Iterator[dict[str, Any]], stage: Lookahead) -> Iterator[dict[str, Any]]:
+    """``batches``, stopping ``stage`` when they end or are closed (without waiting): the
+    workers' reads move it on (:class:`ReadFrontier`), not this loader's."""
+    try:
+        yield from batches
+    finally:
+        stage.close()

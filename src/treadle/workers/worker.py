@@ -101,8 +101,10 @@ def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot],
                          resident_bytes=job.resident_bytes, chunks=chunks)  # fmt: skip
     first = job.start + k
     mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
-    steps = mine if window is None else window.gate(mine)
+    steps = mine if window is None else window.gate(mine, k)
     batches = read_steps(plan, job.sampler, reader, steps, job.rank, job.world, job.finish)
+    if window is not None:  # each step read moves the stage on (its chunks not held)
+        batches = window.reading(k, first, n, batches)
     free = deque(range(len(slots)))
     for step, batch in zip(itertools.count(first, n), prefetch(batches, job.depth,
                                                                  close=reader.close)):  # fmt: skip
