@@ -38,7 +38,7 @@ class Replay:
     stopped: int | None = None
     """:func:`lookahead`: the first step of the round at which the stage gave up (most of
     the chunks it asked for found no room); it fetches nothing from there on, and ``hits``
-    and ``accesses`` count the steps before. None: it never gave up."""
+    and ``accesses`` count the steps asked until then. None: it never gave up."""
 
     @property
     def hit_rate(self) -> float:

@@ -93,7 +93,7 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
 
 def _gave_up_lines(reports: Sequence[NodeReport]) -> list[str]:
     """Where the loader's lookahead stage gave up, as the loader does when most chunks its
-    window needs find no room: its hit rate counts only the steps before."""
+    window needs find no room: its hit rate counts only the steps asked until then."""
     stops = [r.loader_stopped for r in reports if r.loader_stopped is not None]
     if not stops:
         return []
@@ -103,7 +103,7 @@ def _gave_up_lines(reports: Sequence[NodeReport]) -> list[str]:
     return [
         f"  warning: the loader's lookahead stage gives up at {where} of {reports[0].steps} "
         f"({len(stops)} of {len(reports)} nodes): the chunks its window needs do not fit the "
-        "cache; its hit rate counts the steps before, then it reads rows as without "
+        "cache; its hit rate counts the steps until then, after which it reads rows as without "
         "lookahead (the GETs and bytes above are the optimum's)"
     ]
 
