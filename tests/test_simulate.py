@@ -294,3 +294,34 @@ def test_the_loader_knows_next_uses_past_its_window():
     ahead = lookahead(steps, 3, lambda c: 1, window=1, horizon=HORIZON_STEPS)
     assert (window_only.hits, ahead.hits, belady(steps, 3).hits) == (2, 3, 3)
     assert ahead.misses[3].tolist() == [] and window_only.misses[3].tolist() == [1]
+
+
+def test_a_block_read_within_a_step_is_not_said_to_stay_open_zero_steps(small):
+    """Blocks of 4 rows, w=1, in batches of 64: the larger component (3/4 of each batch)
+    uses a block in 4 / 48 of a step; the report printed "~0 steps" (512 GPUs, no partitions)."""
+    from treadle.plan.simreport import render
+
+    a, b = small.tables
+    comps = [td.Component(a, weight=0.75), td.Component(b, weight=0.25)]
+    plan = td.Recipe(3, 64, comps, shuffle=td.BlockShuffle(block_rows=4, window_blocks=1)).plan()
+    setup, link = Setup(1, 1, 1 << 30, 400, sample_nodes=1), Link(1e9, 0.01)
+    out = render(simulate(plan, plan.tables, setup, link, range(2)), plan, setup, link, "2")
+    assert "a block stays open ~0.083 steps (largest component), 0.083 .. 0.25 over all" in out
+
+
+def test_the_report_says_where_the_loaders_stage_gave_up(small, capsys):
+    """A window of 3 steps of 10 new chunks each through room for 2: the stage gives up, as
+    the loader does (more than half asked found no room, 64 asked at least); the report
+    printed the hit rate of the steps before as the walk's, and said nothing."""
+    steps = [np.arange(10, dtype=np.int64) + 10 * s for s in range(20)]
+    rep = lookahead(steps, 2, lambda c: 1, window=2)
+    assert rep.stopped == 6 and rep.accesses == 70  # rounds: steps 0..2, 3, 4, 5, 6
+    assert lookahead(steps, 40, lambda c: 1, window=2).stopped is None
+
+    from treadle.plan.simreport import render
+
+    setup, link = Setup(1, 1, 200, 100, sample_nodes=1, read_ahead=2), Link(1e9, 0.01)
+    reports = simulate(small, small.tables, setup, link, range(30))
+    assert reports[0].loader_stopped is not None
+    out = render(reports, small, setup, link, "30")
+    assert f"the loader's lookahead stage gives up at step {reports[0].loader_stopped} of 30" in out

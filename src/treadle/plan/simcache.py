@@ -35,6 +35,10 @@ class Replay:
     accesses: int
     over: int
     """Steps whose own chunks did not fit in the cache (counted as fetched, then dropped)."""
+    stopped: int | None = None
+    """:func:`lookahead`: the first step of the round at which the stage gave up (most of
+    the chunks it asked for found no room); it fetches nothing from there on, and ``hits``
+    and ``accesses`` count the steps asked until then. None: it never gave up."""
 
     @property
     def hit_rate(self) -> float:
@@ -162,7 +166,8 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
     not kept. After each round the uses of up to ``group`` more steps within
     ``now + horizon`` are known; when a step is read its chunks take their next use among
     the known steps (none: never). ``misses`` of a step: the chunks it did not find;
-    ``over``: chunks not kept."""
+    ``over``: chunks not kept; ``stopped``: where the stage gave up, as the loader's does
+    when more than half of the chunks asked for found no room."""
     st = _Stage(max_bytes, size, tie or (lambda c: (c >> 28, c & ((1 << 28) - 1))), {}, {})
     misses: list[np.ndarray] = [np.empty(0, np.int64)] * len(steps)
     pending, now, total, known = 0, 0, 0, -1
@@ -172,7 +177,7 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
             _release(st, steps[done].tolist(), done)
             now = done + 1
         while pending < len(steps) and pending <= now + window:
-            last = min(now + window, len(steps) - 1, pending + group - 1)
+            first, last = pending, min(now + window, len(steps) - 1, pending + group - 1)
             fetching: set[int] = set()
             for step in range(pending, last + 1):
                 if step > known:
@@ -183,7 +188,7 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
             for step in range(known + 1, min(known + group, now + horizon, len(steps) - 1) + 1):
                 known = _known(st, steps[step].tolist(), step)
             if st.asked >= 64 and st.skipped > st.asked // 2:  # the stage gives up
-                return Replay(misses, st.hits, total, st.skipped)
+                return Replay(misses, st.hits, total, st.skipped, stopped=first)
     return Replay(misses, st.hits, total, st.skipped)
 
 

@@ -61,6 +61,7 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
         "  hit rate, the loader      "
         + _stat([r.loader for r in reports], lambda x: f"{x:.1%}")
         + "  (its lookahead stage replayed)",
+        *_gave_up_lines(reports),
         "  GETs per sample           "
         + _stat([sum(r.gets) / r.samples for r in reports], lambda x: f"{x:.4f}"),
         "  GET/s                     " + _stat(gets_s, lambda x: f"{x:,.0f}"),
@@ -88,6 +89,23 @@ def render(reports: Sequence[NodeReport], plan: Any, setup: Setup, link: Link,
     lines.append(f"cluster: {cluster:,.0f} samples/s, {np.mean(gets_s) * setup.nodes:,.0f} GET/s")
     lines += _prefix_lines(reports, rates, setup)
     return "\n".join(lines) + "\n"
+
+
+def _gave_up_lines(reports: Sequence[NodeReport]) -> list[str]:
+    """Where the loader's lookahead stage gave up, as the loader does when most chunks its
+    window needs find no room: its hit rate counts only the steps asked until then."""
+    stops = [r.loader_stopped for r in reports if r.loader_stopped is not None]
+    if not stops:
+        return []
+    where = (
+        f"step {min(stops)}" if min(stops) == max(stops) else f"steps {min(stops)}..{max(stops)}"
+    )
+    return [
+        f"  warning: the loader's lookahead stage gives up at {where} of {reports[0].steps} "
+        f"({len(stops)} of {len(reports)} nodes): the chunks its window needs do not fit the "
+        "cache; its hit rate counts the steps until then, after which it reads rows as without "
+        "lookahead (the GETs and bytes above are the optimum's)"
+    ]
 
 
 def _prefix_lines(reports: Sequence[NodeReport], rates: Sequence[tuple[float, float]],
@@ -120,6 +138,12 @@ def _lifetime_lines(plan: Any) -> list[str]:
     ]
     big = int(np.argmax([float(w) for w in plan.weights]))
     return [
-        f"  a block stays open ~{life[big]:,.0f} steps (largest component), "
-        f"{min(life):,.0f} .. {max(life):,.0f} over all: walk longer windows than that"
+        f"  a block stays open ~{_steps(life[big])} steps (largest component), "
+        f"{_steps(min(life))} .. {_steps(max(life))} over all: walk longer windows than that"
     ]
+
+
+def _steps(n: float) -> str:
+    """A block's lifetime in steps: two significant digits under 10 (a block read within
+    one step printed "~0 steps")."""
+    return f"{n:,.0f}" if n >= 10 else f"{n:.2g}"

@@ -94,6 +94,7 @@ class NodeReport:
     open_bytes: int = 0  # of the bytes: manifests and footers
     optimum: float = 0.0
     loader: float = 0.0  # what the loader's lookahead stage does (simcache.lookahead)
+    loader_stopped: int | None = None  # the step where that stage gave up (None: never)
     accesses: int = 0  # chunk accesses of the node's steps (each step's chunks once)
     own_ranks: float = 0.0  # Belady with each rank's own next uses (not its node's)
     lru: float = 0.0
@@ -276,8 +277,9 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     rep.accesses = best.accesses
     rep.own_ranks = rep.optimum
     sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
-    rep.loader = lookahead(union, setup.cache_bytes, _chunk_size(sizes, setup.chunk_bytes),
-                           setup.window, FETCH_GROUP, _tie(layout)).hit_rate  # fmt: skip
+    stage = lookahead(union, setup.cache_bytes, _chunk_size(sizes, setup.chunk_bytes),
+                      setup.window, FETCH_GROUP, _tie(layout))  # fmt: skip
+    rep.loader, rep.loader_stopped = stage.hit_rate, stage.stopped
     if setup.ranks_per_node > 1:  # what Belady reaches with each rank's next uses only
         rep.own_ranks = belady(union, capacity, rank_next_uses(steps)).hit_rate
     rep.rank_fetched = [0] * setup.ranks_per_node
