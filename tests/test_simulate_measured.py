@@ -68,7 +68,6 @@ class Turns:
         self.ranks, self.turn, self.cond = ranks, 0, threading.Condition()
         self.rank_of: dict[int, int] = {}  # consumer thread -> rank
         self.rounds: dict[int, int] = {}  # id(stage) -> its rounds so far
-        self.round_now: dict[int, int] = {}  # id(stage) -> the window's start at its last round
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         Stage = lookahead_mod.Lookahead
@@ -92,25 +91,12 @@ class Turns:
                 with turns.cond:
                     turns.turn += 1
                     turns.cond.notify_all()
-                with self._cond:
-                    turns.round_now[id(self)] = now
-                    self._cond.notify_all()
 
         def new_done(self, step, samples):
             done(self, step, samples)
             want = min(step + 1 + self.lookahead, STEPS - 1)
             with self._cond:
                 assert self._cond.wait_for(lambda: self._stop or self._fetched >= want, 60)
-                # past the last step's round: the round for owed chunks the window moving
-                # on starts (if any step past the reader's owes some)
-                assert self._cond.wait_for(
-                    lambda: (
-                        self._stop
-                        or not self.owed.due(step + 1)
-                        or turns.round_now.get(id(self), -1) >= step + 1
-                    ),
-                    60,
-                )
 
         monkeypatch.setattr(Stage, "__init__", new_init)
         monkeypatch.setattr(Stage, "_fetch", new_fetch)

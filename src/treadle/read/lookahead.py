@@ -36,7 +36,7 @@ from treadle.errors import TreadleError
 from treadle.fastpaths import log
 from treadle.read.chunk_media import media_chunks
 from treadle.read.chunk_rows import ChunkedColumn, read_footers
-from treadle.read.owed import Owed, Reserved
+from treadle.read.owed import Owed
 from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
 if TYPE_CHECKING:
@@ -142,6 +142,7 @@ class Lookahead:
     def _finish(self) -> None:
         """On the reaper thread: wait for the thread, then report the run (one log line)."""
         self._thread.join(60)
+        self.owed.abandon()  # reserved when steps were read, after the thread's last round
         if self._after is not None:
             self._after()
         if self.samples_seen:
@@ -212,8 +213,7 @@ class Lookahead:
             self._changed()
 
     def _settle(self, seen: int | None) -> None:
-        """After the last step (its round at ``seen``): a round for owed chunks each time
-        the window moves on."""
+        """After the last step's round (at ``seen``): rounds for owed chunks as it moves."""
         while True:
             with self._cond:
                 self._cond.wait_for(lambda s=seen: self._stop or self._now != s)
@@ -254,9 +254,8 @@ class Lookahead:
     def _fetch(self, steps: list[int], now: int) -> None:
         """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
         one round of range requests per store."""
-        reserved: Reserved = {}
+        reserved = self.owed.take()  # for owed chunks: nearer steps than those entering
         try:
-            self.owed.retry(now, reserved)  # nearer steps than those entering
             self._open(steps)
             for step in steps:
                 need = self._planned.pop(step, None)
@@ -293,6 +292,7 @@ class Lookahead:
             f"({self.chunks.max_bytes:,} bytes, TREADLE_CHUNK_CACHE_BYTES): {self._skipped:,} of "
             f"{self._asked:,} found no room (a full shuffle beyond the cache: use "
             "td.BlockShuffle, or a smaller lookahead)"))  # fmt: skip
+        self.owed.abandon()
         with self._cond:
             self._stop = True
             self._changed()
