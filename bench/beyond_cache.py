@@ -17,6 +17,7 @@ the link: raw obstore 8 MiB range GETs of the data files, 8 in flight, through t
 the full shuffle, random single-sample range GETs, 64 in flight, through the proxy.
 
     python bench/beyond_cache.py [--rows 12000] [--steps 60] [--rounds 2] [--lookahead 16]
+                                 [--block-rows 512] [--cache-part 8]
 """
 
 from __future__ import annotations
@@ -69,16 +70,18 @@ def random_limit(store: Any, files: list[tuple[str, int]], samples: int, seed: i
     return samples / wall
 
 
-def optimum(loader: Any, steps: int) -> float:
-    """Belady's hit rate over the loader's steps, its chunk cache, chunks and lookahead."""
+def optimum(loader: Any, steps: int) -> tuple[float, float]:
+    """Belady's hit rate over the loader's steps, its chunk cache, chunks and lookahead, and
+    the simulator's replay of the loader's stage (its window and reader's ``read_ahead``)."""
     from treadle.plan.simulate import Link, Setup, simulate
     from treadle.read.simpages import page_layout
 
     stage, plan = loader.lookahead_stage, loader.plan
     layout = page_layout(plan.tables, stage.chunks, reader=stage.reader.fixed)
-    setup = Setup(1, 1, stage.chunks.max_bytes, stage.chunks.chunk_bytes, stage.lookahead, 1)
+    setup = Setup(1, 1, stage.chunks.max_bytes, stage.chunks.chunk_bytes, stage.lookahead, 1,
+                  read_ahead=stage.reader.read_ahead)  # fmt: skip
     (rep,) = simulate(plan, plan.tables, setup, Link(1e9, LATENCY_S), range(steps), layout)
-    return rep.optimum
+    return rep.optimum, rep.loader
 
 
 def treadle_row(r: int, name: str, root: Path, s3p: Proxied, proxy: DelayProxy, steps: int,
@@ -95,9 +98,10 @@ def treadle_row(r: int, name: str, root: Path, s3p: Proxied, proxy: DelayProxy, 
     extra = ""
     if look is not None:
         reaper.drain(30)  # the stage's report is made on the reaper thread
-        best = optimum(loader, steps + 1)
+        best, replay = optimum(loader, steps + 1)
         hit = LAST.get("hit_rate")  # None: no chunk asked for
-        extra = f"  hit rate {'-' if hit is None else f'{hit:.1%}'} (optimum {best:.1%})"
+        extra = (f"  hit rate {'-' if hit is None else f'{hit:.1%}'} (optimum {best:.1%}, "
+                 f"replay {replay:.1%})")  # fmt: skip
     print(f"round {r} {name:<16} {n / wall:8,.0f} samples/s  {n / wall / limit:5.2f}x limit  "
           f"{got.requests / total:.3f} requests and {got.body_out / total / 1e3:,.1f} kB "
           f"per sample{extra}", flush=True)  # fmt: skip
@@ -124,17 +128,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--block-rows", type=int, default=512)
     ap.add_argument("--lookahead", type=int, default=None)
+    ap.add_argument("--cache-part", type=int, default=8, help="caches of 1/N of the data")
     a = ap.parse_args()
     import treadle as td
     from treadle.testing import SeaweedS3
 
     root = _data(a.rows)
     data = sum(p.stat().st_size for p in (root / "treadle").rglob("*.lance") if p.is_file())
-    os.environ["TREADLE_CACHE_BYTES"] = str(max(data // 8, 1))
-    os.environ["TREADLE_CHUNK_CACHE_BYTES"] = str(max(data // 8, 1))
+    os.environ["TREADLE_CACHE_BYTES"] = str(max(data // a.cache_part, 1))
+    os.environ["TREADLE_CHUNK_CACHE_BYTES"] = str(max(data // a.cache_part, 1))
     files = c3.lance_files(root / "treadle", "mix")
     per_sample = sum(n for _, n in files) / (a.rows * len(cm.TABLES))
-    print(f"{data / 1e6:,.0f} MB of data files; cache bound {data // 8 / 1e6:,.0f} MB; "
+    print(f"{data / 1e6:,.0f} MB of data files; cache bound {data // a.cache_part / 1e6:,.0f} MB; "
           f"{per_sample / 1e3:.1f} kB of data files per sample")  # fmt: skip
     orders = {"full": None, f"block {a.block_rows}": td.BlockShuffle(block_rows=a.block_rows)}
     with SeaweedS3(bucket="bench") as s3, DelayProxy(s3.endpoint, LATENCY_S) as proxy:

@@ -325,3 +325,17 @@ def test_the_report_says_where_the_loaders_stage_gave_up(small, capsys):
     assert reports[0].loader_stopped is not None
     out = render(reports, small, setup, link, "30")
     assert f"the loader's lookahead stage gives up at step {reports[0].loader_stopped} of 30" in out
+
+
+def test_a_chunk_that_finds_no_room_is_owed_and_fetched_later():
+    """Step 2 enters the window (steps 0..2) while chunks 1 and 2, held for step 0, fill
+    the cache: its chunk 3 is owed, and fetched in the round after step 0 is read (chunk 1
+    goes), so step 3 finds it, as with Belady's optimum (before: not kept for step 2, and
+    missed again by step 3). Steps the reader may be reading (``read_ahead``) are not asked
+    for again: what they owe is missed."""
+    steps = [np.asarray(s, np.int64) for s in ([1, 2], [], [3], [3])]
+    got = lookahead(steps, 2, lambda c: 1, window=2)
+    assert got.hits == belady(steps, 2).hits == 1
+    assert [m.tolist() for m in got.misses] == [[1, 2], [], [3], []] and got.over == 0
+    reading = lookahead(steps, 2, lambda c: 1, window=3, read_ahead=2)
+    assert (reading.hits, reading.over) == (0, 2)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -146,16 +146,18 @@ class _Stage:
     tie: Callable[[int], tuple[object, int]]
     cached: dict[int, int]  # chunk -> its next use (present or being fetched)
     uses: dict[int, deque[int]]  # chunk -> steps of the window that need it
+    deferred: dict[int, list[int]] = field(default_factory=dict)  # step -> chunks owed
     used: int = 0
     hits: int = 0
     asked: int = 0
-    skipped: int = 0
+    skipped: int = 0  # chunks that found no room when their step entered the window
+    unserved: int = 0  # chunks still owed when their step was read
 
 
 def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int], int],
               window: int, group: int = 8,
               tie: Callable[[int], tuple[object, int]] | None = None,
-              horizon: int = 64) -> Replay:  # fmt: skip
+              horizon: int = 64, read_ahead: int = 0) -> Replay:  # fmt: skip
     """What a loader's ``lookahead`` stage does (:mod:`treadle.read.lookahead` over
     :class:`treadle.storage.chunkstore.ChunkStore`), one rank, rounds in turn with its steps:
     a step enters the window ``[now, now + window]`` (the first window in rounds of ``group``
@@ -163,22 +165,31 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
     present ones are hits and held for the step; each missing one is fetched where room is
     made (``max_bytes``, chunks of ``size(chunk)`` bytes) by evicting present chunks needed
     after the step (farthest first, ties by ``tie(chunk)``: the store's (key, index)), else
-    not kept. After each round the uses of up to ``group`` more steps within
-    ``now + horizon`` are known; when a step is read its chunks take their next use among
-    the known steps (none: never). ``misses`` of a step: the chunks it did not find;
-    ``over``: chunks not kept; ``stopped``: where the stage gave up, as the loader's does
-    when more than half of the chunks asked for found no room."""
+    it is **owed**: each later round (each time the window moves on, the steps entering it
+    after), before the steps entering, asks again for the owed chunks of steps past the
+    ``read_ahead`` steps the reader may be reading (``now + read_ahead``), nearest step
+    first: present (fetched for an earlier step), a hit; fetched, a miss; else still owed.
+    A chunk still owed when its step is read is a miss. After each round the uses of up to
+    ``group`` more steps within ``now + horizon`` are known; when a step is read its chunks
+    take their next use among the known steps (none: never). ``misses`` of a step: the
+    chunks it did not find; ``over``: chunks still owed when their step was read;
+    ``stopped``: where the stage gave up, as the loader's does when more than half of the
+    chunks asked for found no room."""
     st = _Stage(max_bytes, size, tie or (lambda c: (c >> 28, c & ((1 << 28) - 1))), {}, {})
-    misses: list[np.ndarray] = [np.empty(0, np.int64)] * len(steps)
+    misses: list[list[int]] = [[] for _ in steps]
     pending, now, total, known = 0, 0, 0, -1
     horizon = max(horizon, window)
     for done in range(-1, len(steps)):
         if done >= 0:
             _release(st, steps[done].tolist(), done)
+            st.unserved += len(st.deferred.pop(done, ()))
             now = done + 1
+        if pending >= len(steps) and done >= 0:  # no step enters: a round for what is owed
+            _retry(st, now, now + read_ahead, set(), misses)
         while pending < len(steps) and pending <= now + window:
             first, last = pending, min(now + window, len(steps) - 1, pending + group - 1)
             fetching: set[int] = set()
+            _retry(st, now, now + read_ahead, fetching, misses)
             for step in range(pending, last + 1):
                 if step > known:
                     known = _known(st, steps[step].tolist(), step)
@@ -188,8 +199,15 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
             for step in range(known + 1, min(known + group, now + horizon, len(steps) - 1) + 1):
                 known = _known(st, steps[step].tolist(), step)
             if st.asked >= 64 and st.skipped > st.asked // 2:  # the stage gives up
-                return Replay(misses, st.hits, total, st.skipped, stopped=first)
-    return Replay(misses, st.hits, total, st.skipped)
+                return _replay(misses, st, total, stopped=first)
+    return _replay(misses, st, total)
+
+
+def _replay(misses: list[list[int]], st: _Stage, total: int, stopped: int | None = None
+            ) -> Replay:  # fmt: skip
+    out = [np.asarray(sorted(m), np.int64) for m in misses]
+    over = st.unserved + sum(map(len, st.deferred.values()))
+    return Replay(out, st.hits, total, over, stopped=stopped)
 
 
 def _known(st: _Stage, chunks: list[int], step: int) -> int:
@@ -199,26 +217,49 @@ def _known(st: _Stage, chunks: list[int], step: int) -> int:
     return step
 
 
-def _ask(st: _Stage, chunks: list[int], step: int, now: int, fetching: set[int]) -> np.ndarray:
-    """A step enters the window: hits held for it, misses fetched where room is made."""
+def _ask(st: _Stage, chunks: list[int], step: int, now: int, fetching: set[int]) -> list[int]:
+    """A step enters the window: its chunks asked for, object by object; those that find
+    no room are owed."""
     missed = []
     for obj in sorted({c >> 28 for c in chunks}):
-        mine = [c for c in chunks if c >> 28 == obj]
-        for c in mine:
-            if c in st.cached:
-                st.hits += 1
-                held = st.cached[c]
-                st.cached[c] = step if held < now or held == step else min(held, step)
-        for c in (c for c in mine if c not in st.cached):
-            missed.append(c)
-            if _room(st, st.size(c), step, now, fetching):
-                st.cached[c] = step
-                st.used += st.size(c)
-                fetching.add(c)
-            else:
-                st.skipped += 1
+        missed += _object(st, [c for c in chunks if c >> 28 == obj], step, now, fetching)
     st.asked += len(chunks)
-    return np.asarray(missed, np.int64)
+    st.skipped += len(st.deferred.get(step, ()))
+    return missed
+
+
+def _retry(st: _Stage, now: int, reading: int, fetching: set[int],
+           misses: list[list[int]]) -> None:  # fmt: skip
+    """Ask again for the owed chunks of steps after ``reading`` (the last the reader may be
+    reading), nearest step first, object by object: present, a hit (no longer a miss);
+    fetched, a miss; else still owed."""
+    for step in sorted(s for s in st.deferred if s > reading):
+        owed = st.deferred.pop(step)
+        for obj in sorted({c >> 28 for c in owed}):
+            mine = [c for c in owed if c >> 28 == obj]
+            absent = _object(st, mine, step, now, fetching)
+            for c in set(mine).difference(absent):
+                misses[step].remove(c)
+
+
+def _object(st: _Stage, mine: list[int], step: int, now: int, fetching: set[int]) -> list[int]:
+    """Chunks of one object asked for ``step`` (the store's ``reserve``): present ones are
+    hits, held for it; each absent one is fetched where room is made, else owed. Returns
+    the absent ones."""
+    absent = [c for c in mine if c not in st.cached]
+    for c in mine:
+        if c in st.cached:
+            st.hits += 1
+            held = st.cached[c]
+            st.cached[c] = step if held < now or held == step else min(held, step)
+    for c in absent:
+        if _room(st, st.size(c), step, now, fetching):
+            st.cached[c] = step
+            st.used += st.size(c)
+            fetching.add(c)
+        else:
+            st.deferred.setdefault(step, []).append(c)
+    return absent
 
 
 def _room(st: _Stage, size: int, step: int, now: int, fetching: set[int]) -> bool:

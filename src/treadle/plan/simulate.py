@@ -278,7 +278,8 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     rep.own_ranks = rep.optimum
     sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
     stage = lookahead(union, setup.cache_bytes, _chunk_size(sizes, setup.chunk_bytes),
-                      setup.window, FETCH_GROUP, _tie(layout))  # fmt: skip
+                      setup.window, FETCH_GROUP, _tie(layout),
+                      read_ahead=setup.read_ahead)  # fmt: skip
     rep.loader, rep.loader_stopped = stage.hit_rate, stage.stopped
     if setup.ranks_per_node > 1:  # what Belady reaches with each rank's next uses only
         rep.own_ranks = belady(union, capacity, rank_next_uses(steps)).hit_rate

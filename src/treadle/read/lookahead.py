@@ -11,7 +11,8 @@ before the reader gets there. Each chunk is held for the step that reads it, the
 next use among the next :data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a
 node sharing the folder, any rank's next use), so eviction follows the plan (Belady's
 policy, over the steps it can see; ``treadle simulate`` replays it:
-:func:`treadle.plan.simcache.lookahead`).
+:func:`treadle.plan.simcache.lookahead`). Chunks that find no room when their step enters
+the window are asked for again as it moves on (:mod:`treadle.read.owed`).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
 batches are the same with or without it (and when a fetch fails: it is logged once, and the
@@ -35,7 +36,7 @@ from treadle.errors import TreadleError
 from treadle.fastpaths import log
 from treadle.read.chunk_media import media_chunks
 from treadle.read.chunk_rows import ChunkedColumn, read_footers
-from treadle.storage.chunkstats import ChunkStats
+from treadle.read.owed import Owed
 from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
 if TYPE_CHECKING:
@@ -82,16 +83,16 @@ class Lookahead:
         self._steps = iter(steps)
         self._now: int | None = None  # the first step not yet read
         self._fetched = -1  # the last step whose fetches ended
-        self._stop = False
-        self._failed = False
+        self._stop = self._failed = self._reported = False
         self._died: BaseException | None = None  # what ended the thread, if it failed
-        self._reported = False
         self._cond = threading.Condition()
         self._needs: dict[int, Need] = {}
         self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
         self.samples_seen = 0
         self._base = replace(chunks.stats)  # the store is the process's: count from here
         self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
+        # chunks found no room for, asked for again (workers=N read steps once fetched: not)
+        self.owed = Owed(chunks, self.lookahead if shared else getattr(reader, "read_ahead", 0))
         # ranks of the node sharing the folder: a chunk's next use is any of theirs, in the
         # window (the plan is pure: every rank's steps are known here)
         self.node = None if node is None else node(self._keys, self.horizon)
@@ -122,6 +123,7 @@ class Lookahead:
         # chunks' next uses (not their stale ones, which count as never needed)
         for (_, obj, ids), n in zip(need, nexts):
             self.chunks.release(obj, ids.tolist(), step, n)
+        self.owed.read(step)
         with self._cond:
             self._now = step + 1
             self.samples_seen += samples
@@ -140,6 +142,7 @@ class Lookahead:
     def _finish(self) -> None:
         """On the reaper thread: wait for the thread, then report the run (one log line)."""
         self._thread.join(60)
+        self.owed.abandon()  # reserved when steps were read, after the thread's last round
         if self._after is not None:
             self._after()
         if self.samples_seen:
@@ -161,7 +164,7 @@ class Lookahead:
                "rows_from_chunks": round(st.rows_read / rows, 4) if rows else None,
                "bytes_per_sample": round(st.fetched_bytes / n, 1),
                "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
-        return out | media_report(st, n) if st.media_hits + st.media_misses else out
+        return out | st.media_report(n) if st.media_hits + st.media_misses else out
 
     def _run(self) -> None:
         """The thread: walk the steps; if it dies, the gate raises its error (a reader
@@ -179,7 +182,7 @@ class Lookahead:
 
     def _walk(self) -> None:
         steps = iter(self._steps)
-        pending = next(steps, None)
+        pending, now = next(steps, None), self._now
         while pending is not None:
             with self._cond:
                 if self._now is None:
@@ -204,9 +207,23 @@ class Lookahead:
             with self._cond:
                 self._fetched = group[-1]
                 self._changed()
+        self._settle(now)
         with self._cond:
             self._stop = True  # no more steps: nobody waits for one
             self._changed()
+
+    def _settle(self, seen: int | None) -> None:
+        """After the last step's round (at ``seen``): rounds for owed chunks as it moves."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda s=seen: self._stop or self._now != s)
+                if self._stop or not self.owed.due(self._now):
+                    return
+                seen = self._now
+            try:
+                self._fetch([], seen)
+            except Exception as e:  # the reads that need these bytes take them
+                return log.warning("treadle: lookahead could not fetch owed chunks: %s", e)
 
     def _plan_ahead(self, steps: Iterator[int], pending: int | None, now: int) -> None:
         """Register the uses of up to :data:`GROUP_STEPS` more steps within the horizon
@@ -237,7 +254,7 @@ class Lookahead:
     def _fetch(self, steps: list[int], now: int) -> None:
         """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
         one round of range requests per store."""
-        reserved: dict[int, tuple[Any, list[tuple[ObjectChunks, list[int]]]]] = {}
+        reserved = self.owed.take()  # for owed chunks: nearer steps than those entering
         try:
             self._open(steps)
             for step in steps:
@@ -248,8 +265,9 @@ class Lookahead:
                     self._needs[step] = need
                 for store, obj, ids in need:
                     got, skip = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
-                                                    now, at=step)  # fmt: skip
+                                                    now, at=step, defer=True)  # fmt: skip
                     reserved.setdefault(id(store), (store, []))[1].append((obj, got[0]))
+                    self.owed.add(step, store, obj, skip[0])
                     self._asked, self._skipped = (
                         self._asked + len(ids),
                         self._skipped + len(skip[0]),
@@ -274,6 +292,7 @@ class Lookahead:
             f"({self.chunks.max_bytes:,} bytes, TREADLE_CHUNK_CACHE_BYTES): {self._skipped:,} of "
             f"{self._asked:,} found no room (a full shuffle beyond the cache: use "
             "td.BlockShuffle, or a smaller lookahead)"))  # fmt: skip
+        self.owed.abandon()
         with self._cond:
             self._stop = True
             self._changed()
@@ -355,18 +374,6 @@ class Lookahead:
         if len(steps) > 1:
             pairs = [p for step in steps for p in self._chunked_rows(step)]
             read_footers((col, col.files_of(r)) for col, r in pairs)
-
-
-def media_report(st: ChunkStats, samples: int) -> dict[str, float]:
-    """The video streams' share of a :meth:`Lookahead.report` (``samples`` read): their
-    chunks' hit rate, bytes and requests per sample, and the windows read from chunks
-    (the others were fetched with range requests, which these counts leave out)."""
-    asked = max(1, st.media_hits + st.media_misses)
-    windows = max(1, st.windows_read + st.windows_fetched)
-    return {"media_hit_rate": round(st.media_hits / asked, 4),
-            "windows_from_chunks": round(st.windows_read / windows, 4),
-            "media_bytes_per_sample": round(st.media_fetched_bytes / samples, 1),
-            "media_requests_per_sample": round(st.media_requests / samples, 4)}  # fmt: skip
 
 
 def tracked(batches: Iterator[dict[str, Any]], steps: Iterable[int],

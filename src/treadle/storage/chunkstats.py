@@ -34,3 +34,14 @@ class ChunkStats:
     def since(self, before: ChunkStats) -> ChunkStats:
         """What was counted after ``before`` (a copy taken earlier)."""
         return ChunkStats(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
+
+    def media_report(self, samples: int) -> dict[str, float]:
+        """The video streams' share of a lookahead's report (``samples`` read): their
+        chunks' hit rate, bytes and requests per sample, and the windows read from chunks
+        (the others were fetched with range requests, which these counts leave out)."""
+        asked = max(1, self.media_hits + self.media_misses)
+        windows = max(1, self.windows_read + self.windows_fetched)
+        return {"media_hit_rate": round(self.media_hits / asked, 4),
+                "windows_from_chunks": round(self.windows_read / windows, 4),
+                "media_bytes_per_sample": round(self.media_fetched_bytes / samples, 1),
+                "media_requests_per_sample": round(self.media_requests / samples, 4)}  # fmt: skip

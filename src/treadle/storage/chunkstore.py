@@ -169,16 +169,26 @@ class ChunkStore:
         return skipped
 
     def reserve(self, wanted: Sequence[tuple[ObjectChunks, Sequence[int], Sequence[int]]],
-                now: int, at: int | None = None) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
+                now: int, at: int | None = None, defer: bool = False
+                ) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
         """:meth:`fetch_many`'s bookkeeping without the download: per object, the chunks
-        reserved (now being fetched: :meth:`download` them) and those not kept."""
+        reserved (now being fetched: :meth:`download` them) and those not kept (``defer``:
+        not counted yet: asked for again later, or counted by :meth:`unserved`)."""
         with _locked(self.directory / ".lock"):
-            reserved, skipped = self._reserve(wanted, now, at)
-        self.stats.bypassed += sum(map(len, skipped))
+            reserved, skipped = self._reserve(wanted, now, at, defer)
+        if not defer:
+            self.stats.bypassed += sum(map(len, skipped))
         return [sorted(r) for r in reserved], [sorted(k) for k in skipped]
 
+    def unserved(self, obj: ObjectChunks, count: int) -> None:
+        """Count ``count`` chunks of ``obj`` that :meth:`reserve` deferred and never kept."""
+        self.stats.misses += count
+        self.stats.media_misses += count * obj.media
+        self.stats.bypassed += count
+
     def _reserve(self, wanted: Sequence[tuple[ObjectChunks, Sequence[int], Sequence[int]]],
-                 now: int, at: int | None) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
+                 now: int, at: int | None, defer: bool = False
+                 ) -> tuple[list[list[int]], list[list[int]]]:  # fmt: skip
         """Under the folder's lock: count hits and record their next use, then reserve room
         for the misses, nearest next use first; per object, (reserved, not kept)."""
         misses: list[tuple[int, int, int]] = []
@@ -191,19 +201,19 @@ class ChunkStore:
                 self.stats.hits += 1
                 self.stats.media_hits += obj.media
                 _need(w, now, n if at is None else at, now if at is None else at)
-        self.stats.misses += len(misses)
-        self.stats.media_misses += sum(wanted[i][0].media for _, i, _ in misses)
         reserved: list[list[int]] = [[] for _ in wanted]
         skipped: list[list[int]] = [[] for _ in wanted]
         for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
             obj = wanted[i][0]
-            if self._make_room(obj.chunk_size(c), n, now):
+            kept = self._make_room(obj.chunk_size(c), n, now)
+            if kept:
                 w = obj.words[c]
                 w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, os.getpid()
                 w[1] = n if at is None else at
-                reserved[i].append(c)
-            else:
-                skipped[i].append(c)
+            (reserved if kept else skipped)[i].append(c)
+            if kept or not defer:  # deferred: asked for again, or counted by unserved()
+                self.stats.misses += 1
+                self.stats.media_misses += obj.media
         return reserved, skipped
 
     def release(self, obj: ObjectChunks, chunks: Sequence[int], at: int,
