@@ -12,9 +12,16 @@ again: first). Over chunks of one size that is Belady's optimal policy
   state word (absent, fetching or present, and a generation that counts evictions), the step
   that next needs it and the id of the process fetching it. Every process of the node maps the
   same files, so ranks of one node never fetch a chunk twice. A process keeps the objects it
-  reads mapped (one store per process, :func:`chunk_store`); other processes' objects are
-  mapped to make room (their chunks are counted and evicted too), and at most
-  :data:`MAX_FOREIGN` of those stay mapped between scans.
+  reads mapped (one store per process, :func:`chunk_store`); other processes' objects are read
+  (a copy of their state words) to make room, and mapped only to evict their chunks (at most
+  :data:`MAX_FOREIGN` of those stay mapped between scans).
+- **Index**: an object's files exist only while it holds chunks (or until the next scan after
+  it was opened or emptied): a scan removes those that hold none, so it visits only objects
+  that hold bytes and the folder's files stay bounded (:mod:`~treadle.storage.chunkfolder`).
+  The invariant: every present or fetching chunk is in a file the folder lists, because a
+  removal marks the object's state words :data:`~treadle.storage.chunkfolder.REMOVED` before
+  it unlinks them (under the lock, only where no chunk is present or being fetched), and every
+  process re-opens an object so marked before it counts, reserves or reads through it.
 - **Bound**: present and fetching chunks never sum to more than ``max_bytes``. Room is made
   under the folder's ``flock`` before a fetch; a chunk is cached only when a cached one is
   needed later than it (else it is fetched for this read and not kept). A chunk whose next use
@@ -33,7 +40,6 @@ import hashlib
 import os
 import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +49,7 @@ import numpy as np
 from treadle.fork_locks import renew_lock_in_child
 from treadle.storage.chunkfiles import alive as _alive
 from treadle.storage.chunkfiles import punch as _punch
+from treadle.storage.chunkfolder import REMOVED, ChunkFolder, ObjectFiles, SeenObject
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
 from treadle.storage.filecache import _locked
@@ -62,37 +69,11 @@ MAX_FOREIGN = 128
 """Objects of other processes a store keeps mapped between scans of the folder."""
 
 
-class ObjectChunks:
+class ObjectChunks(ObjectFiles):
     """One object's files in the store: its sparse data file and mapped state words."""
-
-    def __init__(self, directory: Path, name: str, key: str, size: int, chunk: int):
-        self.name, self.key, self.size, self.chunk = name, key, size, chunk
-        self.media = False  # a video stream (counted apart in ChunkStats' media_* fields)
-        self.count = max(1, -(-size // chunk))
-        state = directory / f"{name}.state"
-        data = directory / f"{name}.data"
-        want = self.count * 3 * 8
-        fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if os.fstat(fd).st_size != want:
-                os.ftruncate(fd, want)  # zeros: every chunk absent
-        finally:
-            os.close(fd)
-        self.words = np.memmap(state, dtype=np.int64, mode="r+", shape=(self.count, 3))
-        self.fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size != size:
-            os.ftruncate(self.fd, size)  # sparse: holds no bytes until chunks are written
-
-    def chunk_size(self, index: int) -> int:
-        return min(self.chunk, self.size - index * self.chunk)
 
     def present(self, index: int) -> bool:
         return int(self.words[index, 0]) & _STATE_MASK == PRESENT
-
-    def close(self) -> None:
-        """Let the files go (an object of another process, mapped for a scan only)."""
-        self.words = None  # type: ignore[assignment]  # its mapping closes with its last view
-        os.close(self.fd)
 
 
 class ChunkStore:
@@ -105,10 +86,9 @@ class ChunkStore:
         self.chunk_bytes = int(chunk_bytes)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.stats = ChunkStats()
-        self._objects: dict[str, ObjectChunks] = {}  # by name: this process's mappings
-        # other processes' objects, mapped to count and evict their chunks: at most
-        # MAX_FOREIGN kept (each holds two descriptors), the least recently scanned let go
-        self._foreign: OrderedDict[str, ObjectChunks] = OrderedDict()
+        self._folder = ChunkFolder(self.directory, self.chunk_bytes, MAX_FOREIGN)
+        self._objects = self._folder.objects  # by name: this process's mappings
+        self._foreign = self._folder.foreign  # other processes', mapped to evict their chunks
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -121,10 +101,10 @@ class ChunkStore:
         with self._lock:
             hit = self._objects.get(name)
             if hit is None:
-                with _locked(self.directory / ".lock"):  # an object scanned before: adopted
-                    hit = self._foreign.pop(name, None) or ObjectChunks(
-                        self.directory, name, key, size, self.chunk_bytes
-                    )
+                with _locked(self.directory / ".lock"):
+                    if (seen := self._foreign.pop(name, None)) is not None:
+                        seen.close()  # mapped to evict: mapped again as this process's
+                    hit = ObjectChunks(self.directory, name, key, size, self.chunk_bytes)
                     self._objects[name] = hit
             hit.key = key  # one first seen in the folder (another process's) has none yet
             hit.media = hit.media or media
@@ -143,7 +123,7 @@ class ChunkStore:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""
         with _locked(self.directory / ".lock"):
             used = sum(int(sizes.sum()) for _, _, sizes in self._scan())
-            self._let_go()
+            self._folder.let_go()
             return used
 
     def fetch(self, store: Store, obj: ObjectChunks, chunks: Sequence[int],
@@ -193,6 +173,8 @@ class ChunkStore:
         for the misses, nearest next use first; per object, (reserved, not kept)."""
         misses: list[tuple[int, int, int]] = []
         for i, (obj, chunks, nexts) in enumerate(wanted):
+            if obj.removed():  # its files were removed (it held no chunk): made anew
+                obj.reopen()
             for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
                 w = obj.words[c]
                 if int(w[0]) & _STATE_MASK == ABSENT:
@@ -207,6 +189,8 @@ class ChunkStore:
             obj = wanted[i][0]
             kept = self._make_room(obj.chunk_size(c), n, now)
             if kept:
+                if obj.removed():  # by that scan: it held nothing yet
+                    obj.reopen()
                 w = obj.words[c]
                 w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, os.getpid()
                 w[1] = n if at is None else at
@@ -220,6 +204,8 @@ class ChunkStore:
                 next_uses: Sequence[int]) -> None:  # fmt: skip
         """Step ``at`` has read ``chunks``: each is next needed at ``next_uses[i]``."""
         with _locked(self.directory / ".lock"):
+            if obj.removed() and not obj.reopen(create=False):
+                return  # no process holds a chunk of it
             for c, n in zip(map(int, chunks), np.asarray(next_uses, np.int64).tolist()):
                 w = obj.words[c]
                 if int(w[0]) & _STATE_MASK != ABSENT:
@@ -229,13 +215,22 @@ class ChunkStore:
         """Bytes ``[start, end)`` of the object when every chunk they touch is present (and
         stays so while they are copied), else None."""
         first, last = start // obj.chunk, max(start, end - 1) // obj.chunk
-        before = np.array(obj.words[first : last + 1, 0])
+        words = obj.words  # one mapping for both checks (a re-open switches it)
+        before = np.array(words[first : last + 1, 0])
         if np.any(before & _STATE_MASK != PRESENT):
+            if before[0] & _STATE_MASK == REMOVED and self._reopened(obj):
+                return self.read(obj, start, end)
             return None
         data = os.pread(obj.fd, end - start, start)
-        if len(data) != end - start or not np.array_equal(before, obj.words[first : last + 1, 0]):
+        if len(data) != end - start or not np.array_equal(before, words[first : last + 1, 0]):
             return None  # evicted (and maybe fetched again) while copied: not trusted
         return data
+
+    def _reopened(self, obj: ObjectChunks) -> bool:
+        """A reader's object whose files were removed, mapped anew where some process of
+        the node made them again."""
+        with _locked(self.directory / ".lock"):
+            return (not obj.removed() or obj.reopen(create=False)) and not obj.removed()
 
     def download(self, store: Store, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Fetch reserved chunks of objects of ``store``, all at once (runs of consecutive
@@ -281,46 +276,25 @@ class ChunkStore:
 
     def _set(self, obj: ObjectChunks, chunks: list[int], state: int) -> None:
         with _locked(self.directory / ".lock"):
+            if obj.removed():  # never while it has chunks being fetched: nothing to set
+                return
             for c in chunks:
                 obj.words[c, 0] = (int(obj.words[c, 0]) & ~_STATE_MASK) | state
                 obj.words[c, 2] = 0
 
-    def _scan(self) -> list[tuple[ObjectChunks, np.ndarray, np.ndarray]]:
-        """Every object of the folder (mapped on first sight): (object, states, bytes held)."""
+    def _scan(self) -> list[tuple[ObjectFiles | SeenObject, np.ndarray, np.ndarray]]:
+        """Under the folder's lock: every object of the folder that holds chunks (objects
+        that hold none are removed: :mod:`~treadle.storage.chunkfolder`): (object, states,
+        bytes held). Other processes' objects come as copies of their state words."""
         out = []
-        for e in os.scandir(self.directory):
-            if not e.name.endswith(".state"):
-                continue
-            name = e.name.removesuffix(".state")
-            obj = self._objects.get(name) or self._foreign.get(name)
-            if obj is None:
-                obj = self._attach(name, e.stat().st_size // 24)
-                if obj is None:
-                    continue
-            if name in self._foreign:
-                self._foreign.move_to_end(name)
-            states = np.asarray(obj.words[:, 0]) & _STATE_MASK
+        for obj, states in self._folder.scan():
             sizes = np.full(obj.count, obj.chunk, np.int64)
             sizes[-1] = obj.size - (obj.count - 1) * obj.chunk
             out.append((obj, states, np.where(states != ABSENT, sizes, 0)))
         return out
 
-    def _attach(self, name: str, count: int) -> ObjectChunks | None:
-        """Map another process's object (its size is its data file's)."""
-        try:
-            size = os.stat(self.directory / f"{name}.data").st_size
-        except FileNotFoundError:
-            return None
-        if count != max(1, -(-size // self.chunk_bytes)):
-            return None  # another chunk size: not this store's
-        obj = self._foreign[name] = ObjectChunks(self.directory, name, "", size, self.chunk_bytes)
-        return obj
-
     def _let_go(self) -> None:
-        """Under the folder's lock, after a scan's use: close the least recently scanned
-        objects of other processes beyond :data:`MAX_FOREIGN` (no reader holds them)."""
-        while len(self._foreign) > MAX_FOREIGN:
-            self._foreign.popitem(last=False)[1].close()
+        self._folder.let_go()
 
     def _make_room(self, size: int, next_use: int, now: int) -> bool:
         """Under the folder's lock: evict chunks needed later than ``next_use`` (farthest
@@ -343,7 +317,7 @@ class ChunkStore:
         for _, obj, c, s in cands:
             if used + size <= self.max_bytes:
                 break
-            _evict(obj, c)
+            _evict(self._folder.mapped(obj), c)
             used -= s
         del cands, scan
         self._let_go()
