@@ -49,7 +49,7 @@ import numpy as np
 from treadle.fork_locks import renew_lock_in_child
 from treadle.storage.chunkfiles import alive as _alive
 from treadle.storage.chunkfiles import punch as _punch
-from treadle.storage.chunkfolder import REMOVED, ChunkFolder, ObjectFiles, SeenObject
+from treadle.storage.chunkfolder import ChunkFolder, ObjectFiles, SeenObject
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
 from treadle.storage.filecache import _locked
@@ -215,22 +215,24 @@ class ChunkStore:
         """Bytes ``[start, end)`` of the object when every chunk they touch is present (and
         stays so while they are copied), else None."""
         first, last = start // obj.chunk, max(start, end - 1) // obj.chunk
-        words = obj.words  # one mapping for both checks (a re-open switches it)
-        before = np.array(words[first : last + 1, 0])
-        if np.any(before & _STATE_MASK != PRESENT):
-            if before[0] & _STATE_MASK == REMOVED and self._reopened(obj):
-                return self.read(obj, start, end)
-            return None
-        data = os.pread(obj.fd, end - start, start)
-        if len(data) != end - start or not np.array_equal(before, words[first : last + 1, 0]):
-            return None  # evicted (and maybe fetched again) while copied: not trusted
-        return data
+        for _ in range(2):  # again once the files of a removed object were mapped anew
+            words = obj.words  # one mapping for both checks (a re-open switches it)
+            before = np.array(words[first : last + 1, 0])
+            if np.any(before & _STATE_MASK != PRESENT):
+                if obj.removed() and self._reopened(obj):
+                    continue
+                return None
+            data = os.pread(obj.fd, end - start, start)
+            if len(data) != end - start or not np.array_equal(before, words[first : last + 1, 0]):
+                return None  # evicted (and maybe fetched again) while copied: not trusted
+            return data
+        return None
 
     def _reopened(self, obj: ObjectChunks) -> bool:
-        """A reader's object whose files were removed, mapped anew where some process of
-        the node made them again."""
+        """Whether a reader's object whose files were removed is mapped anew (where some
+        process of the node made them again)."""
         with _locked(self.directory / ".lock"):
-            return (not obj.removed() or obj.reopen(create=False)) and not obj.removed()
+            return obj.removed() and obj.reopen(create=False)
 
     def download(self, store: Store, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Fetch reserved chunks of objects of ``store``, all at once (runs of consecutive
