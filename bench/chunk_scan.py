@@ -51,7 +51,10 @@ def build(folder: Path, objects: int, live: int, chunks: int) -> ChunkStore:
         obj = builder.object(store, f"data/{i:06d}.lance", chunks * CHUNK)
         if i < live:  # one round each, with room: fetched and kept
             builder.fetch(store, obj, list(range(chunks)), [1000 + i] * chunks, now=0)
-        builder._objects.pop(obj.name).close()
+        else:
+            builder._objects.pop(obj.name).close()
+    for obj in list(builder._objects.values()):
+        obj.close()
     return ChunkStore(folder, live * chunks * CHUNK, CHUNK)
 
 

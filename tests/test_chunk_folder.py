@@ -110,7 +110,7 @@ def _worker(root: str, folder: str, seed: int, blobs: dict[str, bytes], q) -> No
     objs = [cs.object(store, k, len(v)) for k, v in sorted(blobs.items())]
     rng = np.random.default_rng(seed)
     bad = stale = 0
-    for step in range(80):
+    for step in range(50):
         obj = objs[int(rng.integers(OBJECTS))]
         stale += obj.removed()
         want = sorted(set(rng.integers(0, obj.count, 2).tolist()))

@@ -164,7 +164,12 @@ class ChunkFolder:
             self.foreign.pop(name).close()
         state = self.directory / f"{name}.state"
         try:
-            words = np.fromfile(state, np.int64)
+            fd = os.open(state, os.O_RDONLY)
+            try:
+                # read-only: evictions write through a mapping (ChunkFolder.mapped)
+                words = np.frombuffer(os.pread(fd, os.fstat(fd).st_size, 0), np.int64)
+            finally:
+                os.close(fd)
             size = os.stat(self.directory / f"{name}.data").st_size
         except FileNotFoundError:
             _unlink(state)  # no data file: made or removed when a process died
