@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -102,6 +103,37 @@ def test_a_stale_mapping_is_reopened_before_it_holds_bytes(source, tmp_path):
     b.fetch(store, other, [1], [4], now=4)  # made again by b
     assert reader.read(seen, CHUNK, 2 * CHUNK) == blobs[k1][CHUNK:]  # re-opened: b's files
     assert reader.read(seen, 0, CHUNK) is None and _uncounted(b) == 0
+
+
+def test_a_reader_thread_takes_only_the_objects_bytes_while_it_is_removed(source, tmp_path):
+    """A thread reads an object over and over while another store evicts it, removes it and
+    fetches it again (room for one chunk): each read is the object's bytes or None, and reads
+    through the re-opened files succeed."""
+    root, blobs = source
+    store = Store.open(root)
+    k0, k1 = sorted(blobs)[:2]
+    a = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)
+    b = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)
+    mine = a.object(store, k0, len(blobs[k0]))
+    theirs = [b.object(store, k, len(blobs[k])) for k in (k0, k1)]
+    stop, counts = threading.Event(), {"good": 0, "bad": 0}
+
+    def reader() -> None:
+        while not stop.is_set():
+            got = a.read(mine, 0, CHUNK)
+            if got is not None:
+                counts["good" if got == blobs[k0][:CHUNK] else "bad"] += 1
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for step in range(120):  # k0 and k1 in turn: each evicts the other, then removes it
+            b.fetch(store, theirs[step % 2], [0], [step], now=step)
+            assert b.used() <= b.max_bytes
+    finally:
+        stop.set()
+        t.join()
+    assert counts["bad"] == 0 and counts["good"] > 0 and _uncounted(a) == _uncounted(b) == 0
 
 
 def _worker(root: str, folder: str, seed: int, blobs: dict[str, bytes], q) -> None:
