@@ -136,6 +136,31 @@ def test_a_reader_thread_takes_only_the_objects_bytes_while_it_is_removed(source
     assert counts["bad"] == 0 and counts["good"] > 0 and _uncounted(a) == _uncounted(b) == 0
 
 
+def test_a_removal_cut_short_is_finished(source, tmp_path):
+    """A process that died while it removed an object leaves a state file marked removed (or
+    one without its data file): the next scan removes it, and an open makes the files anew."""
+    root, blobs = source
+    store = Store.open(root)
+    k0, k1 = sorted(blobs)[:2]
+    cs = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    for k in (k0, k1):
+        cs.fetch(store, cs.object(store, k, len(blobs[k])), [0], [NEVER], now=0)
+    names = sorted(cs._objects)
+    for obj in cs._objects.values():
+        obj.words[:, 0] = REMOVED  # marked, files not yet unlinked
+    os.unlink(cs.directory / f"{names[1]}.data")  # and one cut after its data file went
+    other = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    assert other.used() == 0 and _state_files(other) == 0
+    obj = other.object(store, k0, len(blobs[k0]))
+    assert not obj.removed() and other.fetch(store, obj, [1], [1], now=0) == []
+    assert other.used() == CHUNK and other.read(obj, CHUNK, 2 * CHUNK) == blobs[k0][CHUNK:]
+    # a state file marked removed, opened before any scan: made anew
+    obj.words[:, 0] = REMOVED
+    third = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    fresh = third.object(store, k0, len(blobs[k0]))
+    assert not fresh.removed() and third.used() == 0 and obj.removed()
+
+
 def _worker(root: str, folder: str, seed: int, blobs: dict[str, bytes], q) -> None:
     store = Store.open(root)
     cs = ChunkStore(folder, 5 * CHUNK, CHUNK)
