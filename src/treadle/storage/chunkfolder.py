@@ -98,7 +98,7 @@ class ObjectFiles:
         if not create and not (self.directory / f"{self.name}.state").exists():
             return False
         words, fd = self._open()
-        os.dup2(fd, self.fd)
+        os.dup2(fd, self.fd, inheritable=False)  # as os.open makes it
         os.close(fd)
         self.words = words
         return True
