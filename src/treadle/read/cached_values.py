@@ -9,9 +9,8 @@ data files never change once written, so, as :mod:`treadle.read.fixed` does for 
 fixed-width columns, :class:`CachedValues` copies the files of a column into the object
 cache (:mod:`treadle.storage.filecache`, bounded; node-shared, so worker processes copy
 each file once) and takes rows from the local copies. Local files and copies alike are
-read by :class:`~treadle.read.mapped_values.MappedValues` (values sliced out of the mapped
-file, ~10x less CPU than Lance's take) where every page is in Lance's plain full-zip layout;
-else copies are read with Lance's file reader, and a local table with a Lance take. It
+read by :class:`~treadle.read.file_values.FileValues` (a ``pread`` per value: ~10x less CPU
+than Lance's take) where every page is in Lance's plain full-zip layout; else copies are read with Lance's file reader, and a local table with a Lance take. It
 applies when every fragment holds the column in one data file and has no deletions, the
 files fit the cache, and the first and last row of each file equal a Lance take of the
 table; else it says why (the ``image reads`` / ``cached reads`` fast paths) and the caller
@@ -29,8 +28,8 @@ import numpy as np
 
 from treadle import fastpaths
 from treadle.errors import TreadleError
+from treadle.read.file_values import FileValues, open_values
 from treadle.read.local_copies import LocalCopies, data_file, over_cache_bound
-from treadle.read.mapped_values import MappedValues, map_values
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -41,10 +40,10 @@ __all__ = ["CachedValues"]
 @dataclass(frozen=True)
 class _Files:
     """A column's data files (local, or copies): fragment ``i`` holds rows
-    ``starts[i]:starts[i + 1]``, read by its :class:`MappedValues` or Lance file reader."""
+    ``starts[i]:starts[i + 1]``, read by its :class:`FileValues` or Lance file reader."""
 
     starts: np.ndarray
-    readers: list[Any]  # MappedValues, or lance.file.LanceFileReader, of each fragment's file
+    readers: list[Any]  # FileValues, or lance.file.LanceFileReader, of each fragment's file
     locks: list[threading.Lock]  # a file reader serves one call at a time (else "borrowed")
 
     def take(self, rows: np.ndarray, column: str) -> list[Any]:
@@ -54,7 +53,7 @@ class _Files:
         for i in np.unique(frag):
             local = rows[frag == i] - self.starts[i]
             reader = self.readers[int(i)]
-            if isinstance(reader, MappedValues):
+            if isinstance(reader, FileValues):
                 out += reader.take(local)
                 continue
             with self.locks[int(i)]:
@@ -142,11 +141,11 @@ class CachedValues:
         for frag, df in zip(frags, files):
             path, why = (None, why) if why else self._copies.path(table, ds, df)
             rows = int(frag.metadata.physical_rows)
-            mapped = None if path is None else map_values(path, df, field_id, rows)
-            if path is None or (local and isinstance(mapped, str)):
+            got = None if path is None else open_values(path, df, field_id, rows)
+            if path is None or (local and isinstance(got, str)):
                 _close(readers)
-                return why or (mapped if isinstance(mapped, str) else "a data file is missing")
-            readers.append(mapped if isinstance(mapped, MappedValues)
+                return why or (got if isinstance(got, str) else "a data file is missing")
+            readers.append(got if isinstance(got, FileValues)
                            else LanceFileReader(path, columns=[column]))  # fmt: skip
             starts.append(starts[-1] + rows)
         if starts[-1] != table.num_moments:
@@ -158,7 +157,7 @@ class CachedValues:
 
 def _close(readers: list[Any]) -> None:
     for r in readers:
-        if isinstance(r, MappedValues):
+        if isinstance(r, FileValues):
             r.close()
 
 

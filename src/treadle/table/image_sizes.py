@@ -11,7 +11,7 @@ knows, before step 0, that a column holds more than one size (see
 An image column also gets Lance's ``lance-encoding:compression: none`` field hint: encoded
 images do not compress, yet Lance 2.2 zstd-compresses large binary values that compress a
 little (PNGs), which costs a take ~3x the CPU and keeps the loader from reading values
-straight from the data file (:mod:`treadle.read.mapped_values`). Lance keeps the hint of
+straight from the data file (:mod:`treadle.read.file_values`). Lance keeps the hint of
 the schema a table is created with; a table created before this keeps its encoding.
 """
 

@@ -6,17 +6,17 @@ image bench: ~4 ms of CPU for 13 PNGs of 500 kB, ~14 ms when Lance compressed th
 zstd), a copy from the page cache ~10x less. Lance 2.1+ stores values of 256 bytes and more
 in its full-zip layout: with no repetition/definition levels and no compression, a page's
 data buffer holds each value as a little-endian length then its bytes, and its repetition
-index buffer the byte position of each value (and of the end). :class:`MappedValues` maps a
-data file read-only and slices each value out of that layout; a page in any other encoding
-(nulls, zstd, another layout) does not match and the caller takes rows with Lance. Every
-value read is checked against its page's structure (its length prefix equals the span its
-repetition index gives), so a layout this reader misreads raises instead of returning bytes.
+index buffer the byte position of each value (and of the end). :class:`FileValues` reads
+each page's index once, then each value with one ``pread`` (the GIL released while the
+bytes are copied from the page cache); a page in any other encoding (nulls, zstd, another
+layout) does not match and the caller takes rows with Lance. Every value read is checked
+against its page's structure (its length prefix equals the span its repetition index
+gives), so a layout this reader misreads raises instead of returning bytes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +25,7 @@ import numpy as np
 
 from treadle.errors import CorruptData
 
-__all__ = ["MappedValues", "map_values"]
+__all__ = ["FileValues", "open_values"]
 
 # One page of variable-width values (binary, strings) in Lance's full-zip layout, all rows
 # valid, no compression (2.1, 2.2). Anything else does not match.
@@ -48,20 +48,21 @@ class _Page:
     prefix: int  # bytes of each value's length prefix
 
 
-class MappedValues:
-    """The values of one column of one data file, mapped read-only (safe to share between
-    threads; :meth:`close` unmaps it)."""
+class FileValues:
+    """The values of one column of one data file (safe to share between threads;
+    :meth:`close` closes the file)."""
 
-    def __init__(self, path: str, buf: mmap.mmap, pages: list[_Page]):
+    def __init__(self, path: str, fd: int, pages: list[_Page]):
         self.path = path
-        self._buf = buf
+        self._fd = fd
         self._pages = pages
         self._starts = np.cumsum([0] + [len(p.ends) - 1 for p in pages])
         self.num_rows = int(self._starts[-1])
 
     def close(self) -> None:
-        with contextlib.suppress(BufferError):
-            self._buf.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def take(self, rows: np.ndarray) -> list[bytes]:
         """The values at ``rows`` (row positions of this file, in range), in that order."""
@@ -71,19 +72,20 @@ class MappedValues:
             pg = self._pages[p]
             i = r - int(self._starts[p])
             a, b = pg.data + int(pg.ends[i]), pg.data + int(pg.ends[i + 1])
-            n = int.from_bytes(self._buf[a : a + pg.prefix], "little")
-            if n != b - a - pg.prefix:
+            n = int.from_bytes(os.pread(self._fd, pg.prefix, a), "little")
+            value = os.pread(self._fd, b - a - pg.prefix, a + pg.prefix)
+            if n != b - a - pg.prefix or len(value) != n:
                 raise CorruptData(
                     f"data file {self.path}: row {r}'s value says {n} bytes, its page's "
                     f"index {b - a - pg.prefix} (a Lance layout this reader does not know)"
                 )
-            out.append(self._buf[a + pg.prefix : b])
+            out.append(value)
         return out
 
 
-def map_values(path: str, df: Any, field_id: int, rows: int) -> MappedValues | str:
-    """The mapped values of field ``field_id`` in data file ``df`` (its fragment has
-    ``rows`` rows) at local ``path``, or why not (a page not in the plain layout above)."""
+def open_values(path: str, df: Any, field_id: int, rows: int) -> FileValues | str:
+    """The values of field ``field_id`` in data file ``df`` (its fragment has ``rows``
+    rows) at local ``path``, or why not (a page not in the plain layout above)."""
     from lance.file import LanceFileReader
 
     if (df.file_major_version, df.file_minor_version) not in _FILE_VERSIONS:
@@ -95,16 +97,20 @@ def map_values(path: str, df: Any, field_id: int, rows: int) -> MappedValues | s
         return f"a data file's metadata could not be read ({type(e).__name__}: {e})"
     if meta.num_rows != rows or column >= len(meta.columns):
         return "a data file's metadata does not match its fragment"
-    with open(path, "rb") as fh:
-        buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    pages = [_page(page, buf) for page in meta.columns[column].pages]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pages = [_page(page, fd, size) for page in meta.columns[column].pages]
+    except OSError:
+        os.close(fd)
+        raise
     if any(p is None for p in pages) or sum(len(p.ends) - 1 for p in pages) != rows:  # type: ignore[union-attr]
-        buf.close()
+        os.close(fd)
         return "a page is not in Lance's plain full-zip layout (compressed, or nulls)"
-    return MappedValues(path, buf, pages)  # type: ignore[arg-type]
+    return FileValues(path, fd, pages)  # type: ignore[arg-type]
 
 
-def _page(page: Any, buf: mmap.mmap) -> _Page | None:
+def _page(page: Any, fd: int, file_size: int) -> _Page | None:
     """Where a page's values are, if it is plain full-zip (its index consistent)."""
     m = _FULL_ZIP.fullmatch(" ".join(page.encoding.split()))
     if m is None or len(page.buffers) != 2:
@@ -114,9 +120,9 @@ def _page(page: Any, buf: mmap.mmap) -> _Page | None:
     if items != visible or bits != offset_bits or nbytes % (items + 1):
         return None
     width = nbytes // (items + 1)
-    if width not in (1, 2, 4, 8) or data + size > len(buf) or at + nbytes > len(buf):
+    if width not in (1, 2, 4, 8) or data + size > file_size or at + nbytes > file_size:
         return None
-    ends = np.frombuffer(buf[at : at + nbytes], f"<u{width}").astype(np.int64)
+    ends = np.frombuffer(os.pread(fd, nbytes, at), f"<u{width}").astype(np.int64)
     if ends[0] != 0 or ends[-1] != size or np.any(np.diff(ends) < bits // 8):
         return None
     return _Page(data, ends, bits // 8)

@@ -1,5 +1,5 @@
 """Image (binary) columns of local tables read straight from their Lance data files
-(``treadle.read.mapped_values`` through ``CachedValues``), equal to a Lance take; every
+(``treadle.read.file_values`` through ``CachedValues``), equal to a Lance take; every
 layout it does not know (compressed or nullable pages, deletions, small values) falls back
 to the take and says why."""
 
@@ -19,8 +19,8 @@ import treadle as td
 from treadle import fastpaths
 from treadle.errors import CorruptData, Purged
 from treadle.read.cached_values import CachedValues
+from treadle.read.file_values import FileValues, open_values
 from treadle.read.image_requests import image_windows
-from treadle.read.mapped_values import MappedValues, map_values
 from treadle.table.image_sizes import UNCOMPRESSED
 
 
@@ -62,11 +62,11 @@ def _lance_table(root: str, values: list, version: str, rows_per_file: int, name
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("mapped"))
+    return str(tmp_path_factory.mktemp("file_values"))
 
 
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
-def test_several_files_are_mapped_and_equal_the_take(root, version):
+def test_several_files_are_read_directly_and_equal_the_take(root, version):
     values = _jpegs(40, 1)
     table = _lance_table(root, values, version, 7, f"v{version.replace('.', '')}")
     assert len(table.dataset.get_fragments()) == 6
@@ -77,11 +77,11 @@ def test_several_files_are_mapped_and_equal_the_take(root, version):
     with pytest.raises(IndexError, match="out of range"):
         cached.take(table, np.array([39, 40]), "cam")
     readers = _readers(cached)
-    assert len(readers) == 6 and all(isinstance(r, MappedValues) for r in readers)
+    assert len(readers) == 6 and all(isinstance(r, FileValues) for r in readers)
     cached.close()
 
 
-def test_treadle_writes_images_uncompressed_so_they_are_mapped(root, monkeypatch):
+def test_treadle_writes_images_uncompressed_so_they_are_read_directly(root, monkeypatch):
     monkeypatch.setattr(fastpaths, "_OFF", {})
     branch = td.Client(root, create=True).project("w").branch()
     values = []
@@ -94,7 +94,7 @@ def test_treadle_writes_images_uncompressed_so_they_are_mapped(root, monkeypatch
     rows = np.arange(len(values))[::-1].copy()
     windows, _ = image_windows(table, _spec(table), rows, cached := CachedValues())
     assert [w.values[0] for w in windows] == [values[r] for r in rows]
-    assert _readers(cached) and all(isinstance(r, MappedValues) for r in _readers(cached))
+    assert _readers(cached) and all(isinstance(r, FileValues) for r in _readers(cached))
     # the same PNGs written by Lance with no hint are zstd-compressed: a Lance take instead
     plain = _lance_table(root, values, "2.2", 100, "plain")
     other = CachedValues()
@@ -130,13 +130,13 @@ def test_a_value_that_disagrees_with_its_page_index_raises(root, tmp_path):
     df = frag.metadata.files[0]
     copy = str(tmp_path / "copy.lance")
     shutil.copy(os.path.join(table.dataset.uri, "data", df.path), copy)
-    good = map_values(copy, df, 0, 5)
-    assert isinstance(good, MappedValues) and good.take(np.array([2])) == [values[2]]
+    good = open_values(copy, df, 0, 5)
+    assert isinstance(good, FileValues) and good.take(np.array([2])) == [values[2]]
     good.close()
     with open(copy, "r+b") as fh:  # row 0's length prefix is the data buffer's first bytes
         fh.write((1).to_bytes(4, "little"))
-    bad = map_values(copy, df, 0, 5)
-    assert isinstance(bad, MappedValues)
+    bad = open_values(copy, df, 0, 5)
+    assert isinstance(bad, FileValues)
     assert bad.take(np.array([1])) == [values[1]]
     with pytest.raises(CorruptData, match="row 0"):
         bad.take(np.array([0]))
