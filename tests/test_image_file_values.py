@@ -18,7 +18,7 @@ from PIL import Image
 import treadle as td
 from treadle import fastpaths
 from treadle.errors import CorruptData, Purged
-from treadle.read.cached_values import CachedValues
+from treadle.read.cached_values import _TAKE, CachedValues
 from treadle.read.file_values import FileValues, open_values
 from treadle.read.image_requests import image_windows
 from treadle.table.image_sizes import UNCOMPRESSED
@@ -71,7 +71,10 @@ def test_several_files_are_read_directly_and_equal_the_take(root, version):
     table = _lance_table(root, values, version, 7, f"v{version.replace('.', '')}")
     assert len(table.dataset.get_fragments()) == 6
     cached = CachedValues()
-    rows = np.array([0, 6, 7, 13, 14, 20, 33, 39], np.int64)
+    assert cached.take(table, np.array([1, 2]), "cam") == values[1:3]
+    opened = [r is not None for r in _readers(cached)]
+    assert opened == [True] + [False] * 5  # a fragment's file is opened when first read
+    rows = np.array([0, 6, 7, 13, 14, 20, 27, 33, 39], np.int64)
     assert cached.take(table, rows, "cam") == table.take(rows, ["cam"]).column("cam").to_pylist()
     assert cached.take(table, rows, "cam") == [values[r] for r in rows]
     with pytest.raises(IndexError, match="out of range"):
@@ -98,7 +101,8 @@ def test_treadle_writes_images_uncompressed_so_they_are_read_directly(root, monk
     # the same PNGs written by Lance with no hint are zstd-compressed: a Lance take instead
     plain = _lance_table(root, values, "2.2", 100, "plain")
     other = CachedValues()
-    assert other.take(plain, rows, "cam") is None
+    assert other.take(plain, rows, "cam") == [values[r] for r in rows]
+    assert _readers(other) == [_TAKE]
     assert "plain full-zip" in fastpaths.reasons()["image reads"]
 
 
@@ -120,7 +124,9 @@ def test_deletions_nulls_and_small_values_fall_back_to_the_take(root, monkeypatc
     assert "deleted rows" in fastpaths.reasons()["image reads"]
     for name, vals in (("nulls", [*values[:5], None, *values[5:]]), ("small", [b"x" * 9] * 20)):
         t = _lance_table(root, vals, "2.2", 100, name)
-        assert CachedValues().take(t, np.array([0, 5]), "cam") is None
+        cached = CachedValues()
+        assert cached.take(t, np.array([0, 5]), "cam") == [vals[0], vals[5]]
+        assert _readers(cached) == [_TAKE]
 
 
 def test_a_value_that_disagrees_with_its_page_index_raises(root, tmp_path):
@@ -132,7 +138,6 @@ def test_a_value_that_disagrees_with_its_page_index_raises(root, tmp_path):
     shutil.copy(os.path.join(table.dataset.uri, "data", df.path), copy)
     good = open_values(copy, df, 0, 5)
     assert isinstance(good, FileValues) and good.take(np.array([2])) == [values[2]]
-    good.close()
     with open(copy, "r+b") as fh:  # row 0's length prefix is the data buffer's first bytes
         fh.write((1).to_bytes(4, "little"))
     bad = open_values(copy, df, 0, 5)
@@ -140,7 +145,6 @@ def test_a_value_that_disagrees_with_its_page_index_raises(root, tmp_path):
     assert bad.take(np.array([1])) == [values[1]]
     with pytest.raises(CorruptData, match="row 0"):
         bad.take(np.array([0]))
-    bad.close()
 
 
 def test_rows_of_a_purged_episode_raise_purged(root):

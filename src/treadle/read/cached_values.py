@@ -21,6 +21,7 @@ as the take does.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,32 +38,49 @@ if TYPE_CHECKING:
 __all__ = ["CachedValues"]
 
 
+_TAKE = "take"  # a fragment whose rows are taken with Lance (its pages are not plain)
+
+
 @dataclass(frozen=True)
 class _Files:
     """A column's data files (local, or copies): fragment ``i`` holds rows
-    ``starts[i]:starts[i + 1]``, read by its :class:`FileValues` or Lance file reader."""
+    ``starts[i]:starts[i + 1]``, read by its :class:`FileValues`, Lance file reader, or
+    (:data:`_TAKE`) a Lance take of the table. A local table's readers are opened by
+    ``opener`` when a row of their fragment is first read (a table of many fragments opens
+    none at its first batch)."""
 
     starts: np.ndarray
-    readers: list[Any]  # FileValues, or lance.file.LanceFileReader, of each fragment's file
+    readers: list[Any]  # FileValues, lance.file.LanceFileReader, _TAKE, or None: not yet
     locks: list[threading.Lock]  # a file reader serves one call at a time (else "borrowed")
+    opener: Callable[[int], Any] | None = None  # fragment -> its reader (local tables)
+    lance_take: Callable[[np.ndarray], list[Any]] | None = None  # table rows -> values
 
     def take(self, rows: np.ndarray, column: str) -> list[Any]:
         """The values at ``rows`` (distinct, ascending), in that order."""
         frag = np.searchsorted(self.starts, rows, side="right") - 1
         out: list[Any] = []
-        for i in np.unique(frag):
-            local = rows[frag == i] - self.starts[i]
-            reader = self.readers[int(i)]
-            if isinstance(reader, FileValues):
-                out += reader.take(local)
-                continue
-            with self.locks[int(i)]:
-                got = reader.take_rows(local.tolist()).to_table()
-            out += got.column(column).to_pylist()
+        for i in np.unique(frag).tolist():
+            mine = rows[frag == i]
+            reader = self.reader(i)
+            if reader is _TAKE:
+                out += self.lance_take(mine)  # type: ignore[misc]
+            elif isinstance(reader, FileValues):
+                out += reader.take(mine - self.starts[i])
+            else:
+                with self.locks[i]:
+                    got = reader.take_rows((mine - self.starts[i]).tolist()).to_table()
+                out += got.column(column).to_pylist()
         return out
 
-    def close(self) -> None:
-        _close(self.readers)
+    def reader(self, i: int) -> Any:
+        """Fragment ``i``'s reader, opened now if it was not."""
+        got = self.readers[i]
+        if got is None and self.opener is not None:
+            with self.locks[i]:
+                if self.readers[i] is None:
+                    self.readers[i] = self.opener(i)
+                got = self.readers[i]
+        return got
 
 
 class CachedValues:
@@ -78,11 +96,8 @@ class CachedValues:
 
     def close(self) -> None:
         with self._lock:
-            files, self._files = self._files, {}
+            self._files = {}
             copies, self._copies = self._copies, LocalCopies()
-        for f in files.values():
-            if f is not None:
-                f.close()
         copies.close()
 
     def take(self, table: Table, rows: np.ndarray, column: str) -> list[Any] | None:
@@ -113,8 +128,7 @@ class CachedValues:
             files = self._read(table, column, local)
             if isinstance(files, str):
                 why, files = files, None
-            elif not _agrees(table, column, files):
-                files.close()
+            elif not local and not _agrees(table, column, files, files.starts):
                 why, files = "rows read from its files differ from a Lance take", None
         except (TreadleError, OSError, ValueError, RuntimeError) as e:
             why, files = f"{type(e).__name__}: {e}", None
@@ -124,8 +138,8 @@ class CachedValues:
         return files
 
     def _read(self, table: Table, column: str, local: bool) -> _Files | str:
-        """The column's data files (on an object store: copied, or found, in the object
-        cache) with a reader each, or why not."""
+        """The column's data files with a reader each (local: opened on first use; on an
+        object store: copied, or found, in the object cache now), or why not."""
         from lance.file import LanceFileReader
 
         ds = table.dataset
@@ -134,36 +148,58 @@ class CachedValues:
         files = [data_file(f.metadata, field_id) for f in frags]
         if any(df is None for df in files):
             return "a fragment has deleted rows or the column over several files"
-        nbytes = sum(int(getattr(df, "file_size_bytes", 0) or 0) for df in files)
-        why = "" if local else over_cache_bound(nbytes)
+        rows = [int(f.metadata.physical_rows) for f in frags]
+        starts = np.cumsum([0, *rows])
+        if starts[-1] != table.num_moments:
+            return "the fragments' rows do not add up to the table's"
+        locks = [threading.Lock() for _ in frags]
+        if local:
+
+            def opener(i: int) -> Any:
+                return _local_reader(table, column, ds, files[i], field_id, rows[i], starts[i])
+
+            def lance_take(r: np.ndarray) -> list[Any]:
+                return ds.take(r, columns=[column]).column(column).to_pylist()
+
+            return _Files(starts[:-1], [None] * len(frags), locks, opener, lance_take)
+        why = over_cache_bound(sum(int(getattr(df, "file_size_bytes", 0) or 0) for df in files))
         readers: list[Any] = []
-        starts = [0]
-        for frag, df in zip(frags, files):
+        for df, n in zip(files, rows):
             path, why = (None, why) if why else self._copies.path(table, ds, df)
-            rows = int(frag.metadata.physical_rows)
-            got = None if path is None else open_values(path, df, field_id, rows)
-            if path is None or (local and isinstance(got, str)):
-                _close(readers)
-                return why or (got if isinstance(got, str) else "a data file is missing")
+            got = None if path is None else open_values(path, df, field_id, n)
+            if path is None:
+                return why or "a data file is missing"
             readers.append(got if isinstance(got, FileValues)
                            else LanceFileReader(path, columns=[column]))  # fmt: skip
-            starts.append(starts[-1] + rows)
-        if starts[-1] != table.num_moments:
-            _close(readers)
-            return "the fragments' rows do not add up to the table's"
-        locks = [threading.Lock() for _ in readers]
-        return _Files(np.asarray(starts[:-1], np.int64), readers, locks)
+        return _Files(starts[:-1], readers, locks)
 
 
-def _close(readers: list[Any]) -> None:
-    for r in readers:
-        if isinstance(r, FileValues):
-            r.close()
+def _local_reader(table: Table, column: str, ds: Any, df: Any, field_id: int, rows: int,
+                  start: int) -> Any:  # fmt: skip
+    """A local fragment's :class:`FileValues`, or :data:`_TAKE` (its pages are not plain,
+    or its first and last row differ from a Lance take: the fast path says why)."""
+    import os
+
+    path = os.path.join(ds.uri, "data", df.path)
+    try:
+        got = open_values(path, df, field_id, rows) if os.path.isfile(path) else "no file"
+    except OSError as e:
+        got = f"{type(e).__name__}: {e}"
+    if not isinstance(got, str):
+        one = _Files(np.zeros(1, np.int64), [got], [threading.Lock()])
+        if not _agrees(table, column, one, np.array([start]), rows):
+            got = "rows read from its file differ from a Lance take"
+    if isinstance(got, str):
+        fastpaths.off("image reads", f"table {table.name!r} column {column!r}: {got}")
+        return _TAKE
+    return got
 
 
-def _agrees(table: Table, column: str, files: _Files) -> bool:
-    """Whether the first and last row of every file equal what Lance's take returns."""
-    ends = np.append(files.starts[1:], table.num_moments) - 1
-    probe = np.unique(np.concatenate([files.starts, ends]))
+def _agrees(table: Table, column: str, files: _Files, starts: np.ndarray,
+            last: int | None = None) -> bool:  # fmt: skip
+    """Whether the first and last row of every file (table rows from ``starts``; ``last``:
+    the rows of one file) equal what Lance's take returns."""
+    ends = np.append(starts[1:], table.num_moments) - 1 if last is None else starts + last - 1
+    probe = np.unique(np.concatenate([starts, ends]))
     want = table.dataset.take(probe, columns=[column]).column(column).to_pylist()
-    return files.take(probe, column) == want
+    return files.take(probe - starts[0], column) == want

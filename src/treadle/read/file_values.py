@@ -7,7 +7,7 @@ zstd), a copy from the page cache ~10x less. Lance 2.1+ stores values of 256 byt
 in its full-zip layout: with no repetition/definition levels and no compression, a page's
 data buffer holds each value as a little-endian length then its bytes, and its repetition
 index buffer the byte position of each value (and of the end). :class:`FileValues` reads
-each page's index once, then each value with one ``pread`` (the GIL released while the
+each page's index once, then each value with a ``pread`` (the GIL released while the
 bytes are copied from the page cache); a page in any other encoding (nulls, zstd, another
 layout) does not match and the caller takes rows with Lance. Every value read is checked
 against its page's structure (its length prefix equals the span its repetition index
@@ -49,38 +49,39 @@ class _Page:
 
 
 class FileValues:
-    """The values of one column of one data file (safe to share between threads;
-    :meth:`close` closes the file)."""
+    """The values of one column of one data file (safe to share between threads; the file
+    is opened per :meth:`take`, so a table of many files holds no descriptor)."""
 
-    def __init__(self, path: str, fd: int, pages: list[_Page]):
+    def __init__(self, path: str, pages: list[_Page]):
         self.path = path
-        self._fd = fd
         self._pages = pages
         self._starts = np.cumsum([0] + [len(p.ends) - 1 for p in pages])
         self.num_rows = int(self._starts[-1])
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
 
     def take(self, rows: np.ndarray) -> list[bytes]:
         """The values at ``rows`` (row positions of this file, in range), in that order."""
         page = np.searchsorted(self._starts, rows, side="right") - 1
         out = []
-        for r, p in zip(rows.tolist(), page.tolist()):
-            pg = self._pages[p]
-            i = r - int(self._starts[p])
-            a, b = pg.data + int(pg.ends[i]), pg.data + int(pg.ends[i + 1])
-            n = int.from_bytes(os.pread(self._fd, pg.prefix, a), "little")
-            value = os.pread(self._fd, b - a - pg.prefix, a + pg.prefix)
-            if n != b - a - pg.prefix or len(value) != n:
-                raise CorruptData(
-                    f"data file {self.path}: row {r}'s value says {n} bytes, its page's "
-                    f"index {b - a - pg.prefix} (a Lance layout this reader does not know)"
-                )
-            out.append(value)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for r, p in zip(rows.tolist(), page.tolist()):
+                out.append(self._value(fd, r, p))
+        finally:
+            os.close(fd)
         return out
+
+    def _value(self, fd: int, r: int, p: int) -> bytes:
+        pg = self._pages[p]
+        i = r - int(self._starts[p])
+        a, b = pg.data + int(pg.ends[i]), pg.data + int(pg.ends[i + 1])
+        n = int.from_bytes(os.pread(fd, pg.prefix, a), "little")
+        value = os.pread(fd, b - a - pg.prefix, a + pg.prefix)
+        if n != b - a - pg.prefix or len(value) != n:
+            raise CorruptData(
+                f"data file {self.path}: row {r}'s value says {n} bytes, its page's index "
+                f"{b - a - pg.prefix} (a Lance layout this reader does not know)"
+            )
+        return value
 
 
 def open_values(path: str, df: Any, field_id: int, rows: int) -> FileValues | str:
@@ -101,13 +102,11 @@ def open_values(path: str, df: Any, field_id: int, rows: int) -> FileValues | st
     try:
         size = os.fstat(fd).st_size
         pages = [_page(page, fd, size) for page in meta.columns[column].pages]
-    except OSError:
+    finally:
         os.close(fd)
-        raise
     if any(p is None for p in pages) or sum(len(p.ends) - 1 for p in pages) != rows:  # type: ignore[union-attr]
-        os.close(fd)
         return "a page is not in Lance's plain full-zip layout (compressed, or nulls)"
-    return FileValues(path, fd, pages)  # type: ignore[arg-type]
+    return FileValues(path, pages)  # type: ignore[arg-type]
 
 
 def _page(page: Any, fd: int, file_size: int) -> _Page | None:
