@@ -158,3 +158,30 @@ def test_rows_of_a_purged_episode_raise_purged(root):
     project.purge("t", ["e1"], reason="consent withdrawn")
     with pytest.raises(Purged):
         cached.take(old, np.array([4]), "cam")
+
+
+def test_decode_tasks_of_several_windows_keep_order_and_the_first_error(monkeypatch):
+    """Windows are decoded WINDOWS_PER_TASK at a time: outputs in order, every window
+    decoded even after one fails, the first failing window (in order) raised."""
+    from treadle.read import image_requests as ir
+
+    done = []
+
+    def fake(w):
+        done.append(w)
+        if w in (11, 3):
+            raise CorruptData(f"window {w}")
+        return w * 10
+
+    monkeypatch.setattr(ir, "decode_window", fake)
+    decoder = ir.ImageDecoder(threads=2)
+    try:
+        ok = [w for w in range(20) if w not in (3, 11)]
+        assert decoder.submit(ok)() == [w * 10 for w in ok]
+        done.clear()
+        wait = decoder.submit([w for w in range(20) if w != 3] + [3])
+        with pytest.raises(CorruptData, match="window 11"):
+            wait()
+        assert sorted(done) == list(range(20))
+    finally:
+        decoder.close()
