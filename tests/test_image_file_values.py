@@ -185,3 +185,15 @@ def test_decode_tasks_of_several_windows_keep_order_and_the_first_error(monkeypa
         assert sorted(done) == list(range(20))
     finally:
         decoder.close()
+
+
+def test_schemas_staged_apart_compare_without_the_image_hint():
+    """Rows staged by two writers (a Ray import's tasks) compare equal whether or not one
+    of them recorded the column as images (and so gave it Lance's compression hint)."""
+    from treadle.table.image_sizes import with_image_sizes, without_images
+
+    rows = pa.table({"cam": pa.array(_jpegs(2, 5), pa.binary())})
+    hinted = with_image_sizes(rows.schema, rows, "test")
+    assert hinted.field("cam").metadata == UNCOMPRESSED
+    plain = pa.schema([pa.field("cam", pa.binary())])
+    assert without_images(hinted).equals(without_images(plain), check_metadata=True)
