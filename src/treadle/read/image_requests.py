@@ -1,10 +1,11 @@
 """Image columns of a batch: each sample's encoded frames read with the batch's takes, and
 decoded by Pillow on the reader's decode threads straight into the batch's buffer.
 
-:func:`image_windows` (run ahead, like a video column's window fetch) takes the rows of a
-sample's window from the binary column, one Lance take per column and batch;
+:func:`image_windows` (run ahead, like a video column's window fetch) reads the rows of a
+sample's window from the binary column, once per column and batch (straight from the data
+files: :mod:`treadle.read.cached_values`; else one Lance take);
 :func:`bind_images` allocates the column's ``[b, ...]`` buffer and points each window at its
-slot; :class:`ImageDecoder` decodes the windows on its threads
+slot; :class:`ImageDecoder` decodes the windows on its threads, a few per task
 (:func:`~treadle.video.image_decode.decode_frame`, then the frame spec's layout and dtype),
 never on the thread that delivers the batch.
 """
@@ -140,7 +141,7 @@ class ImageDecoder:
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max(1, int(threads)), thread_name_prefix="treadle-image"
         )
-        self.cached = CachedValues(copy_objects)  # object stores: values from local copies
+        self.cached = CachedValues(copy_objects)  # values from data files (or their copies)
 
     def windows(
         self, table: Table, cs: ColumnSpec, moments: np.ndarray
