@@ -40,6 +40,9 @@ GOALS = {
     "augment": "reported: samples/s with the shipped augmentations / without",
     "cold": "issue 33 goal 2: first batch of the first workers=2 loader in a fresh process "
     "<= 1 s, median of 5 fresh processes, mix and video",
+    "images": "issue 44, 2: per window kind, treadle workers=0 threads=1 >= 0.95x Pillow's "
+    "decode of exactly the needed images (the limit, 1 core), threads=2 and workers=2 >= 0.9x "
+    "the limit x2 cores; on S3 +30 ms >= 0.9x local; the peers (WebDataset, HF, MDS) reported",
     "memory": "issue 33 goal 1: peak RSS growth from 10k to 1M episodes <= 64 MiB per process "
     "(the training process and each worker; workers 0 and 2; rows and video)",
 }
@@ -218,6 +221,35 @@ def _contents(res: list[Result]) -> list[dict[str, Any]]:
     return out
 
 
+def _images(res: list[Result]) -> list[dict[str, Any]]:
+    """Issue 44, 2: per window kind, treadle local against the limit x the cores it uses,
+    each S3 configuration against its local twin, the best treadle against each peer."""
+    out = []
+    for kind in sorted({r.config["window"] for r in res if "window" in r.config}):
+        lim = best(res, name="limit", window=kind)
+        for workers, threads, need in ((0, 1, 0.95), (0, 2, 0.9), (2, 1, 0.9)):
+            cores = max(workers, threads)
+            den = lim and (f"{_label(lim)} x{cores}", lim.rate * cores, lim.cpu_rate)
+            t = best(res, name="treadle", window=kind, workers=workers, threads=threads,
+                     where="local")  # fmt: skip
+            what = f"{kind}: treadle workers={workers} threads={threads} / limit x{cores} cores"
+            out.append(ratio_row("images", what, t, den, need))
+            s3 = best(res, name="treadle", window=kind, workers=workers, threads=threads,
+                      where="s3")  # fmt: skip
+            if s3 is not None:
+                what = f"{kind}: on S3 +30 ms / local, workers={workers} threads={threads}"
+                out.append(ratio_row("images", what, s3, t, 0.9))
+        peers = sorted({r.name for r in res if r.name not in ("treadle", "limit")
+                        and r.config.get("window") == kind})  # fmt: skip
+        for peer in peers:
+            for w in (0, 2):
+                tr = best(res, name="treadle", window=kind, workers=w, where="local")
+                what = f"{kind}: best treadle at workers={w} / {peer}, workers={w}"
+                out.append(ratio_row("images", what, tr,
+                                     best(res, name=peer, window=kind, workers=w), 0))  # fmt: skip
+    return out
+
+
 def _start(mix: list[Result], vid: list[Result]) -> list[dict[str, Any]]:
     out = []
     if mix:
@@ -308,6 +340,7 @@ def summarise(results: list[Result]) -> list[dict[str, Any]]:
         out.append(ratio_row("import_ray", "Ray x2 local workers / one process",
                              best(imp, name="ray"), best(imp, name="one process"), 0))  # fmt: skip
     out += _contents(by.get("contents", []))
+    out += _images(by.get("images", []))
     aug = by.get("augment", [])
     for size in sorted({r.config["size"] for r in aug if "size" in r.config}):
         out.append(ratio_row("augment", f"{size}: augmented / plain",

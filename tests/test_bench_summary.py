@@ -253,3 +253,29 @@ def test_tree_cpu_keeps_the_cpu_of_descendants_that_exited():
     c0 = tree_cpu()
     subprocess.run([sys.executable, "-c", burn], check=True)  # a grandchild burns 0.3 CPU-s
     assert tree_cpu() - c0 >= 0.3
+
+
+def test_images_goals_scale_the_limit_by_cores_and_compare_s3_with_local(report):
+    """Issue 44, 2: threads=1 >= 0.95x the limit, threads=2 and workers=2 >= 0.9x the limit
+    x 2; on S3 >= 0.9x local; peers reported."""
+    kw = {"window": "single", "batch": 64}
+    c = [
+        res("images", "limit", 200.0, cores=1, **kw),
+        res("images", "treadle", 196.0, workers=0, threads=1, where="local", **kw),
+        res("images", "treadle", 370.0, workers=0, threads=2, where="local", **kw),
+        res("images", "treadle", 354.0, workers=2, threads=1, where="local", **kw),
+        res("images", "treadle", 340.0, workers=2, threads=1, where="s3", **kw),
+        res("images", "wds", 118.0, workers=2, threads=1, where="local", **kw),
+    ]
+    got = rows(report, c)
+    one = got[("images", "single: treadle workers=0 threads=1 / limit x1 cores")]
+    assert (one["ratio"], one["need"], one["holds"]) == (0.98, 0.95, True)
+    two = got[("images", "single: treadle workers=0 threads=2 / limit x2 cores")]
+    assert (two["ratio"], two["need"], two["holds"]) == (0.925, 0.9, True)
+    w2 = got[("images", "single: treadle workers=2 threads=1 / limit x2 cores")]
+    assert (w2["ratio"], w2["holds"]) == (0.885, False)
+    s3 = got[("images", "single: on S3 +30 ms / local, workers=2 threads=1")]
+    assert s3["ratio"] == pytest.approx(340 / 354, abs=1e-3) and s3["need"] == 0.9
+    assert ("images", "single: on S3 +30 ms / local, workers=0 threads=1") not in got
+    peer = got[("images", "single: best treadle at workers=2 / wds, workers=2")]
+    assert peer["ratio"] == 3.0 and peer["holds"] is None

@@ -33,6 +33,8 @@ PATHS = {
     "nvdec": "video decodes on the CPU",
     "cached reads": "fixed-width columns on object stores are read with a Lance take per batch "
     "(a request per row)",
+    "image reads": "image columns of local tables are read with a Lance take per batch "
+    "(~10x the CPU of a copy; Lance-compressed or nullable pages, deletions: compact())",
     "chunk cache": "with lookahead, rows of tables past the object cache are read with a "
     "Lance take per batch (a request per row), video windows with a range request each",
 }

@@ -82,6 +82,7 @@ def info() -> Info:
         "fixed-width reads": _fixed_width_reads,
         "nvdec": _nvdec,
         "cached reads": _cached_reads,
+        "image reads": lambda: None,  # per table (its pages' layout): off once one is not
         "chunk cache": _chunk_cache,
     }
     found = {}

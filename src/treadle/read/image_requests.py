@@ -1,10 +1,11 @@
 """Image columns of a batch: each sample's encoded frames read with the batch's takes, and
 decoded by Pillow on the reader's decode threads straight into the batch's buffer.
 
-:func:`image_windows` (run ahead, like a video column's window fetch) takes the rows of a
-sample's window from the binary column, one Lance take per column and batch;
+:func:`image_windows` (run ahead, like a video column's window fetch) reads the rows of a
+sample's window from the binary column, once per column and batch (straight from the data
+files: :mod:`treadle.read.cached_values`; else one Lance take);
 :func:`bind_images` allocates the column's ``[b, ...]`` buffer and points each window at its
-slot; :class:`ImageDecoder` decodes the windows on its threads
+slot; :class:`ImageDecoder` decodes the windows on its threads, a few per task
 (:func:`~treadle.video.image_decode.decode_frame`, then the frame spec's layout and dtype),
 never on the thread that delivers the batch.
 """
@@ -140,7 +141,7 @@ class ImageDecoder:
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max(1, int(threads)), thread_name_prefix="treadle-image"
         )
-        self.cached = CachedValues(copy_objects)  # object stores: values from local copies
+        self.cached = CachedValues(copy_objects)  # values from data files (or their copies)
 
     def windows(
         self, table: Table, cs: ColumnSpec, moments: np.ndarray
@@ -159,8 +160,30 @@ class ImageDecoder:
         failing window, in order, once every window ended)."""
         if self._pool is None:
             raise TreadleError("the image decoder is closed")
-        futures = [self._pool.submit(decode_window, w) for w in windows]
+        groups = [
+            windows[i : i + WINDOWS_PER_TASK] for i in range(0, len(windows), WINDOWS_PER_TASK)
+        ]
+        futures = [self._pool.submit(_decode_group, g) for g in groups]
         return lambda: _results(futures)
+
+
+#: Windows one decode task decodes in turn: a future per window cost ~4% of the GIL's time
+#: (its result's lock and notify); the next batch's tasks are queued before a batch is
+#: waited for, so the threads stay busy however a batch's tasks end.
+WINDOWS_PER_TASK = 8
+
+
+def _decode_group(windows: Sequence[ImageWindow]) -> tuple[list[Any], TreadleError | None]:
+    """Each window decoded in order: their outputs, and the first error (the others are
+    still decoded, as separate tasks would be)."""
+    outs: list[Any] = []
+    first: TreadleError | None = None
+    for w in windows:
+        try:
+            outs.append(decode_window(w))
+        except TreadleError as e:
+            first = first or e
+    return outs, first
 
 
 def _results(futures: Sequence[Future[Any]]) -> list[Any]:
@@ -168,7 +191,9 @@ def _results(futures: Sequence[Future[Any]]) -> list[Any]:
     first: BaseException | None = None
     for f in futures:
         try:
-            outs.append(f.result())
+            got, err = f.result()
+            outs += got
+            first = first or err
         except TreadleError as e:
             first = first or e
     if first is not None:

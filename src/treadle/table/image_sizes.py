@@ -7,6 +7,12 @@ per column: the format of its first image and each distinct size with the first 
 that has it (at most :data:`MAX_SIZES` sizes; ``more`` says others were seen). A plan then
 knows, before step 0, that a column holds more than one size (see
 :mod:`treadle.plan.image_columns`), without reading a frame.
+
+An image column also gets Lance's ``lance-encoding:compression: none`` field hint: encoded
+images do not compress, yet Lance 2.2 zstd-compresses large binary values that compress a
+little (PNGs), which costs a take ~3x the CPU and keeps the loader from reading values
+straight from the data file (:mod:`treadle.read.file_values`). Lance keeps the hint of
+the schema a table is created with; a table created before this keeps its encoding.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from treadle.video.image_decode import image_header, signature
 
 IMAGES_KEY = b"treadle:images"
 MAX_SIZES = 16
+#: Lance's field hint an image column is written with (see above)
+UNCOMPRESSED = {b"lance-encoding:compression": b"none"}
 
 
 def is_binary(t: pa.DataType) -> bool:
@@ -60,7 +68,22 @@ def with_image_sizes(schema: pa.Schema, rows: pa.Table, where: str) -> pa.Schema
         return schema
     meta = dict(schema.metadata or {})
     meta[IMAGES_KEY] = json.dumps(have, sort_keys=True, separators=(",", ":")).encode()
-    return schema.with_metadata(meta)
+    return _with_hints(schema.with_metadata(meta), set(have), UNCOMPRESSED)
+
+
+def _with_hints(schema: pa.Schema, columns: set[str], hint: dict[bytes, bytes]) -> pa.Schema:
+    """``schema`` with ``hint`` in the field metadata of ``columns`` (binary ones only;
+    an empty ``hint``: :data:`UNCOMPRESSED` removed from every field)."""
+    for i, f in enumerate(schema):
+        meta = dict(f.metadata or {})
+        if hint and f.name in columns and is_binary(f.type):
+            meta.update(hint)
+        elif not hint:
+            for k in UNCOMPRESSED:
+                meta.pop(k, None)
+        if meta != dict(f.metadata or {}):
+            schema = schema.set(i, f.with_metadata(meta) if meta else f.remove_metadata())
+    return schema
 
 
 def _starts_with_image(col: pa.ChunkedArray) -> bool:
@@ -101,7 +124,9 @@ def _merged(
 
 
 def without_images(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with no recorded image sizes (to compare schemas staged apart)."""
+    """``schema`` with no recorded image sizes nor image fields' hints (to compare schemas
+    staged apart)."""
+    schema = _with_hints(schema, set(), {})
     meta = dict(schema.metadata or {})
     if meta.pop(IMAGES_KEY, None) is None:
         return schema
