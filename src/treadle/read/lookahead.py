@@ -370,10 +370,8 @@ class Lookahead:
 
     def _open(self, steps: list[int]) -> None:
         """Read the footers the chunked rows of ``steps`` (a round of several) need, all at
-        once: step by step, each step's would wait for the one before. Steps planned ahead
-        read theirs then (:meth:`_register`)."""
-        todo = [step for step in steps if step not in self._planned]
-        if len(todo) > 1:
+        once: step by step, each step's would wait for the one before (planned ones' are)."""
+        if len(todo := [step for step in steps if step not in self._planned]) > 1:
             pairs = [p for step in todo for p in self._chunked_rows(step)]
             read_footers((col, col.files_of(r)) for col, r in pairs)
 
