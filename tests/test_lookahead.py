@@ -171,6 +171,34 @@ def test_a_window_that_does_not_fit_turns_the_stage_off(roots, small_caches, mon
 
 
 @pytest.mark.s3
+def test_rows_no_chunk_holds_are_taken_once_for_all_their_columns(roots, small_caches,
+                                                                   monkeypatch):  # fmt: skip
+    """A chunk cache of 1 chunk (the stage stops at once), no column resident: each table's
+    rows of a batch are taken with one Lance take of both its columns (it was one take per column, one after the
+    other: twice the round trips), and batches stay the same."""
+    from treadle.read import fixed, sample_reader
+
+    local, s3 = roots
+    monkeypatch.setattr(sample_reader, "FixedReader", partial(FixedReader, resident_bytes=0))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(CHUNK))
+    monkeypatch.setattr(lookahead_mod, "MIN_ASKED", 1)
+    taken = []
+
+    def take(table, idx, columns):
+        taken.append(sorted(columns))
+        return real(table, idx, columns)
+
+    real = fixed._take
+    monkeypatch.setattr(fixed, "_take", take)
+    _, want = _run(local, 6)
+    taken.clear()
+    _, got = _run(s3, 6, lookahead=2)
+    same_batches(got, want)
+    assert "do not fit the chunk cache" in fastpaths.reasons()["chunk cache"]
+    assert taken and all(cols == ["action", "image"] for cols in taken), taken
+
+
+@pytest.mark.s3
 def test_restart_fetches_only_its_steps(roots, small_caches, monkeypatch):
     """A loader resumed at step 8 of 12 (a fresh cache that holds every chunk) fetches each
     chunk its steps 8..11 need exactly once, and nothing else."""

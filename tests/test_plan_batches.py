@@ -232,3 +232,16 @@ def test_step_cost_does_not_depend_on_step():
     assert far.position[0] == 9 * 10**15 * 64
     assert len(set(far.moment.tolist())) == 64
     assert plan.cumulative(9 * 10**15) == [9 * 10**15 * 64]
+
+
+@settings(max_examples=20, deadline=None)
+@given(recipes(), st.lists(steps, min_size=1, max_size=9), st.data())
+def test_batches_of_several_steps_are_each_step_s_batch(recipe, many, data):
+    plan = plan_of(recipe)
+    world = data.draw(st.sampled_from(divisors(plan.batch_size)))
+    rank = data.draw(st.integers(0, world - 1))
+    for step, got in zip(many, plan.batches(many, rank, world), strict=True):
+        one = plan.batch(step, rank, world)
+        assert got.step == step and (got.rank, got.world_size) == (rank, world)
+        for name in ("component", "moment", "position", "draw"):
+            assert np.array_equal(getattr(got, name), getattr(one, name)), name

@@ -236,3 +236,22 @@ def test_runs_without_a_shuffle_keep_their_ids_and_batches():
         120, 82, 85, 63, 52, 105, 336, 75, 3, 111, 125, 66,
         352, 145, 18, 330, 284, 349, 399, 99, 346, 54, 355, 92,
     ]  # fmt: skip
+
+
+def _same(a, b):
+    return all(np.array_equal(getattr(a, f), getattr(b, f))
+               for f in ("component", "moment", "position", "draw")) and a.step == b.step  # fmt: skip
+
+
+def test_batches_of_several_steps_are_each_step_s_batch(plans, tables):
+    """Plan.batches computes its steps together: the batches of Plan.batch, step by step, for
+    every shuffle and a derived run (redrawn from its own step on)."""
+    derived = plans[1].exclude(episodes={"grasps": ["ep1"], "pushes": ["ep0"]}, from_step=5)
+    for plan in (*plans, derived):
+        for steps, rank, world in (([0, 1, 2, 3, 4, 5, 6, 7, 8], 0, 1), ([9, 3, 10**9, 3], 2, 4),
+                                   ([4], 5, 6), ([], 0, 1)):  # fmt: skip
+            got = plan.batches(steps, rank, world)
+            assert [b.step for b in got] == steps
+            assert all(_same(b, plan.batch(s, rank, world)) for b, s in zip(got, steps))
+    with pytest.raises(PlanError, match="step"):
+        plans[0].batches([0, -1])

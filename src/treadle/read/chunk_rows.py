@@ -164,16 +164,14 @@ class ChunkedColumn:
             return (np.empty(0, np.int64),) * 3
         return np.concatenate(starts), np.concatenate(files), np.concatenate(positions)
 
-    def read_or_take(self, rows: np.ndarray, take: Callable[[np.ndarray], np.ndarray]
-                     ) -> np.ndarray:  # fmt: skip
-        """Values of ``rows``: from present chunks, the others by ``take`` (a Lance take)."""
+    def read_present(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, missing)``: the values of ``rows`` from present chunks, and the
+        positions in ``rows`` of the others (counted as taken: the caller takes them)."""
         out, found = self.read(rows)
-        self.chunks.stats.rows_read += int(found.sum())
-        if not found.all():
-            missing = np.flatnonzero(~found)
-            out[missing] = take(rows[missing])
-            self.chunks.stats.rows_taken += len(missing)
-        return out
+        missing = np.flatnonzero(~found)
+        self.chunks.stats.rows_read += len(rows) - len(missing)
+        self.chunks.stats.rows_taken += len(missing)
+        return out, missing
 
     def read(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(values [rows, *shape], found)``: rows whose chunks are present are filled and

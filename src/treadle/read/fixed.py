@@ -140,17 +140,27 @@ class FixedReader:
                 f"row ids out of range for table {table.name!r} with {table.num_moments} moments"
             )
         out: dict[str, np.ndarray] = {}
-        slow = []
+        takes: dict[bytes, tuple[np.ndarray, list[str]]] = {}  # positions -> their columns
         for c in columns:
             col = self._column(table, c)
             if col.path == "take":
-                slow.append(c)
-            elif col.chunked is not None:
-                out[c] = col.chunked.read_or_take(idx, lambda r, c=c: _take(table, r, [c])[c])
+                at = np.arange(idx.size)
+            elif col.chunked is not None:  # from present chunks; the others taken
+                out[c], at = col.chunked.read_present(idx)
             else:
                 out[c] = _gather(col, idx)
-        if slow:
-            out.update(_take(table, idx, slow))
+                continue
+            if at.size or c not in out:  # (a take of no rows: the column's empty values)
+                takes.setdefault(at.tobytes(), (at, []))[1].append(c)
+        # one Lance take per set of rows, of all the columns that lack them: its requests
+        # run together, rather than one take after the other per column
+        for at, cols in takes.values():
+            got = _take(table, idx[at], cols)
+            for c in cols:
+                if c in out:
+                    out[c][at] = got[c]
+                else:
+                    out[c] = got[c]
         return {c: out[c] for c in columns}
 
     # -- choosing a path ----------------------------------------------------------------

@@ -361,7 +361,7 @@ class Lookahead:
             spec = take.group[0].spec
             offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
             rows = (take.moments[:, None] + offsets[None, :]).reshape(-1)
-            rows = np.clip(rows, 0, take.table.num_moments - 1)
+            rows = np.minimum(np.maximum(rows, 0), take.table.num_moments - 1)
             for cs in take.group:
                 col = fixed.chunked(take.table, cs.column) if fixed is not None else None
                 if col is not None:
@@ -370,9 +370,9 @@ class Lookahead:
 
     def _open(self, steps: list[int]) -> None:
         """Read the footers the chunked rows of ``steps`` (a round of several) need, all at
-        once: step by step, each step's would wait for the one before."""
-        if len(steps) > 1:
-            pairs = [p for step in steps for p in self._chunked_rows(step)]
+        once: step by step, each step's would wait for the one before (planned ones' are)."""
+        if len(todo := [step for step in steps if step not in self._planned]) > 1:
+            pairs = [p for step in todo for p in self._chunked_rows(step)]
             read_footers((col, col.files_of(r)) for col, r in pairs)
 
 

@@ -10,8 +10,10 @@ those. Nothing here imports torch: worker processes run this module without it.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +34,79 @@ Finish = Callable[[dict[str, Any], Any], dict[str, Any]]
 def train_samples(plan: Plan, step: int, rank: int, world: int) -> Batch:
     """The samples of ``step`` for ``rank``: the plan's batch."""
     return plan.batch(step, rank, world)
+
+
+class StepSamples:
+    """A bounded memo of one rank's ``sampler(plan, step, rank, world)``, for a loader whose
+    lookahead stage and reader both ask for every step's samples (planning is pure, so each
+    step's are computed once rather than by each of them).
+
+    :meth:`ahead` (the stage) computes a step's samples and keeps them, their arrays read-only,
+    the oldest dropped past ``keep`` steps; with :func:`train_samples`, it computes the next
+    ``together`` steps (short of ``stop``) at once (:meth:`Plan.batches`: about the cost of
+    one). :meth:`take` (the reader, as a sampler) hands a step's out once, as writable copies
+    (they become the batch's ``_moment``, ``_component``), and forgets them. Thread-safe."""
+
+    def __init__(self, sampler: Sampler, plan: Plan, rank: int, world: int, keep: int = 256,
+                 together: int = 8, stop: int | None = None) -> None:  # fmt: skip
+        self.sampler, self.plan, self.rank, self.world = sampler, plan, rank, world
+        self.keep, self.together, self.stop = max(1, int(keep)), max(1, int(together)), stop
+        self._kept: OrderedDict[int, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def ahead(self, step: int) -> Any:
+        """The samples of ``step`` (arrays read-only), kept for :meth:`take`."""
+        with self._lock:
+            got = self._kept.get(step)
+            if got is not None:
+                return got
+            end = step + self.together
+            if self.stop is not None:
+                end = min(end, self.stop)
+            todo = [s for s in range(step + 1, end) if s not in self._kept]
+        if self.sampler is train_samples:  # the steps after it too, in one pass
+            computed = self.plan.batches([step, *todo], self.rank, self.world)
+        else:
+            todo, computed = [], [self.sampler(self.plan, step, self.rank, self.world)]
+        if not is_dataclass(computed[0]):  # arrays it cannot copy: the reader asks again
+            return computed[0]
+        computed = [_read_only(c) for c in computed]
+        with self._lock:
+            self._kept.update(zip([step, *todo], computed))
+            while len(self._kept) > self.keep:
+                self._kept.popitem(last=False)
+        return computed[0]
+
+    def take(self, plan: Plan, step: int, rank: int, world: int) -> Any:
+        """A sampler: the samples of ``step`` (kept ones forgotten: the reader asks once)."""
+        if plan is not self.plan or (rank, world) != (self.rank, self.world):
+            return self.sampler(plan, step, rank, world)
+        with self._lock:
+            got = self._kept.pop(step, None)
+        if got is None:
+            return self.sampler(plan, step, rank, world)
+        return _copied(got)
+
+
+def _arrays(samples: Any) -> dict[str, np.ndarray]:
+    return {
+        f.name: a for f in fields(samples) if isinstance(a := getattr(samples, f.name), np.ndarray)
+    }
+
+
+def _read_only(samples: Any) -> Any:
+    """``samples`` (a dataclass) with read-only views of its arrays."""
+    out = {}
+    for name, a in _arrays(samples).items():
+        view = a.view()
+        view.flags.writeable = False
+        out[name] = view
+    return replace(samples, **out)
+
+
+def _copied(samples: Any) -> Any:
+    """``samples`` with writable copies of its arrays."""
+    return replace(samples, **{name: a.copy() for name, a in _arrays(samples).items()})
 
 
 def eval_positions(

@@ -217,13 +217,13 @@ class ChunkStore:
         first, last = start // obj.chunk, max(start, end - 1) // obj.chunk
         for _ in range(2):  # again once the files of a removed object were mapped anew
             words = obj.words  # one mapping for both checks (a re-open switches it)
-            before = np.array(words[first : last + 1, 0])
-            if np.any(before & _STATE_MASK != PRESENT):
+            before = words[first : last + 1, 0].tolist()  # 1-2 words: Python is quicker
+            if any(w & _STATE_MASK != PRESENT for w in before):
                 if obj.removed() and self._reopened(obj):
                     continue
                 return None
             data = os.pread(obj.fd, end - start, start)
-            if len(data) != end - start or not np.array_equal(before, words[first : last + 1, 0]):
+            if len(data) != end - start or words[first : last + 1, 0].tolist() != before:
                 return None  # evicted (and maybe fetched again) while copied: not trusted
             return data
         return None

@@ -30,11 +30,11 @@ from treadle.errors import PlanError
 from treadle.plan.nextuse import NodeNextUse
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
-from treadle.read.lookahead import Lookahead, lookahead_store, tracked
+from treadle.read.lookahead import GROUP_STEPS, Lookahead, lookahead_store, tracked
 from treadle.read.prefetch import prefetch
 from treadle.read.shared_window import ReadFrontier, SharedWindow
 from treadle.read.step_chunks import StepTakes
-from treadle.read.steps import host_reader, read_steps, train_samples
+from treadle.read.steps import StepSamples, host_reader, read_steps, train_samples
 from treadle.torch.convert import to_torch
 from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
@@ -202,11 +202,15 @@ class StepLoader:
         chunks = self._chunk_store()
         reader = plan_reader(self.plan, self.video_threads, self.device, self.read_ahead, chunks)
         finish = finish_for(self.plan, self.transform, self.label)
-        stage = None
+        stage, sampler = None, self.sampler
         if chunks is not None and self.lookahead is not None:
-            stage = self._lookahead(reader, chunks, self.lookahead)
+            # each step's samples computed once, for the stage and then the reader
+            memo = StepSamples(self.sampler, self.plan, self.rank, self.world_size,
+                               stop=self.steps)  # fmt: skip
+            stage = self._lookahead(reader, chunks, self.lookahead, memo.ahead)
+            memo.keep, sampler = 2 * (stage.horizon + GROUP_STEPS), memo.take
         steps = self._steps() if stage is None else stage.gate(self._steps())
-        batches = read_steps(self.plan, self.sampler, reader, steps, self.rank,
+        batches = read_steps(self.plan, sampler, reader, steps, self.rank,
                              self.world_size, finish)  # fmt: skip
         if stage is not None:
             batches = tracked(batches, self._steps(), stage)
@@ -224,10 +228,8 @@ class StepLoader:
             return None
         return lookahead_store()
 
-    def _lookahead(self, reader: Any, chunks: Any, lookahead: int) -> Lookahead:
-        def samples(step: int) -> Any:
-            return self.sampler(self.plan, step, self.rank, self.world_size)
-
+    def _lookahead(self, reader: Any, chunks: Any, lookahead: int,
+                   samples: Callable[[int], Any]) -> Lookahead:  # fmt: skip
         self.lookahead_stage = Lookahead(reader, samples, self._steps(), lookahead, chunks,
                                          node=self._node_uses())  # fmt: skip
         return self.lookahead_stage
