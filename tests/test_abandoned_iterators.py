@@ -86,8 +86,11 @@ SCRIPT = textwrap.dedent(
         assert reaper.drain(40), "the reaper did not finish the abandoned iterator's cleanup"
         gc.collect()
         quiet = {"treadle-io", "treadle-reaper"}
-        left = [t.name for t in threading.enumerate()
+        left = [t for t in threading.enumerate()
                 if t.name.startswith("treadle") and t.name not in quiet]
+        for t in left:  # told to stop by the cleanup: one may still be on its way out
+            t.join(30)
+        left = [t.name for t in left if t.is_alive()]
         assert not left, f"reader threads still running: {left}"
         assert not multiprocessing.active_children(), multiprocessing.active_children()
         frames = np.zeros((8, 32, 32, 3), np.uint8)  # the store still answers
