@@ -62,7 +62,10 @@ def _recipe(client: td.Client, shuffle: object) -> td.Recipe:
 
 class Turns:
     """Each rank's lookahead rounds in the simulator's order: round k of rank r is the
-    ``k * ranks + r``-th; and a step is read only once the round it starts has ended."""
+    ``k * ranks + r``-th, its downloads ended before the next (the simulator models one
+    round at a time; the loader keeps a few downloading at once, which can change which
+    steps share a round, and so how ranges merge); and a step is read only once the round
+    it starts has ended."""
 
     def __init__(self, ranks: int):
         self.ranks, self.turn, self.cond = ranks, 0, threading.Condition()
@@ -85,8 +88,10 @@ class Turns:
                 assert turns.cond.wait_for(
                     lambda: turns.turn == k * turns.ranks + self.test_rank, 60
                 )
-            try:
-                fetch(self, steps, now)
+            try:  # the round's downloads end in its turn (the loader keeps a few under way)
+                for store, items in fetch(self, steps, now):
+                    self.chunks.download(store, items)
+                return []
             finally:
                 with turns.cond:
                     turns.turn += 1

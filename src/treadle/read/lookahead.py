@@ -7,7 +7,7 @@ steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_
 chunks of their data files and its video windows to chunks of their streams
 (:mod:`treadle.read.chunk_media`), and has the node's chunk store
 (:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests,
-before the reader gets there. Each chunk is held for the step that reads it, then takes its
+a few rounds at once (:mod:`treadle.read.downloads`), before the reader gets there. Each chunk is held for the step that reads it, then takes its
 next use among the next :data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a
 node sharing the folder, any rank's next use), so eviction follows the plan (Belady's
 policy, over the steps it can see; ``treadle simulate`` replays it:
@@ -36,6 +36,7 @@ from treadle.errors import TreadleError
 from treadle.fastpaths import log
 from treadle.read.chunk_media import media_chunks
 from treadle.read.chunk_rows import ChunkedColumn, read_footers
+from treadle.read.downloads import Downloads, Fetches
 from treadle.read.owed import Owed
 from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
 
@@ -96,6 +97,7 @@ class Lookahead:
         # ranks of the node sharing the folder: a chunk's next use is any of theirs, in the
         # window (the plan is pure: every rank's steps are known here)
         self.node = None if node is None else node(self._keys, self.horizon)
+        self._downloads = Downloads(chunks, self._round_ended)  # rounds fetched together
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
         reaper.start()  # close() hands the join to it
         self._thread.start()
@@ -142,6 +144,7 @@ class Lookahead:
     def _finish(self) -> None:
         """On the reaper thread: wait for the thread, then report the run (one log line)."""
         self._thread.join(60)
+        self._downloads.join(60)
         self.owed.abandon()  # reserved when steps were read, after the thread's last round
         if self._after is not None:
             self._after()
@@ -157,21 +160,16 @@ class Lookahead:
         if self.shared is not None:  # rows and windows the workers read
             for name, count in self.shared.counts().items():
                 setattr(st, name, getattr(st, name) + count)
-        rows, asked = st.rows_read + st.rows_taken, st.hits + st.misses
-        # None, not 1.0 or 0.0, where nothing was asked of the chunk cache (all cached whole)
-        out = {"samples": self.samples_seen, "chunks": asked,
-               "hit_rate": round(st.hit_rate, 4) if asked else None,
-               "rows_from_chunks": round(st.rows_read / rows, 4) if rows else None,
-               "bytes_per_sample": round(st.fetched_bytes / n, 1),
-               "requests_per_sample": round(st.requests / n, 4)}  # fmt: skip
-        return out | st.media_report(n) if st.media_hits + st.media_misses else out
+        return st.report(n, self.samples_seen)
 
     def _run(self) -> None:
         """The thread: walk the steps; if it dies, the gate raises its error (a reader
         waiting for a step would otherwise wait forever)."""
         try:
             self._walk()
+            self._downloads.close()
         except BaseException as e:
+            self._downloads.close()
             with self._cond:
                 self._died, self._stop = e, True
                 self._cond.notify_all()
@@ -197,16 +195,14 @@ class Lookahead:
             while pending is not None and pending <= last and len(group) < GROUP_STEPS:
                 group.append(pending)
                 pending = self._later.popleft() if self._later else next(steps, None)
+            todo: Fetches = []
             try:
-                self._fetch(group, now)
+                todo = self._fetch(group, now)
                 self._plan_ahead(steps, pending, now)
             except Exception as e:  # the reads that need these bytes take them (and raise)
-                if not self._failed:
-                    self._failed = True
-                    log.warning("treadle: lookahead could not fetch steps %s: %s", group, e)
-            with self._cond:
-                self._fetched = group[-1]
-                self._changed()
+                self._round_ended(group[-1], e)
+            self._downloads.submit(group[-1], todo)
+        self._downloads.drain()
         self._settle(now)
         with self._cond:
             self._stop = True  # no more steps: nobody waits for one
@@ -221,7 +217,7 @@ class Lookahead:
                     return
                 seen = self._now
             try:
-                self._fetch([], seen)
+                self._downloads.submit(self._fetched, self._fetch([], seen))
             except Exception as e:  # the reads that need these bytes take them
                 return log.warning("treadle: lookahead could not fetch owed chunks: %s", e)
 
@@ -251,8 +247,8 @@ class Lookahead:
                     self._uses.setdefault((obj.name, c), deque()).append(step)
         return need
 
-    def _fetch(self, steps: list[int], now: int) -> None:
-        """Reserve the chunks of ``steps`` (each held for its step), then fetch them all in
+    def _fetch(self, steps: list[int], now: int) -> Fetches:
+        """Reserve the chunks of ``steps`` (each held for its step): what to download, in
         one round of range requests per store."""
         reserved = self.owed.take()  # for owed chunks: nearer steps than those entering
         try:
@@ -268,21 +264,25 @@ class Lookahead:
                                                     now, at=step, defer=True)  # fmt: skip
                     reserved.setdefault(id(store), (store, []))[1].append((obj, got[0]))
                     self.owed.add(step, store, obj, skip[0])
-                    self._asked, self._skipped = (
-                        self._asked + len(ids),
-                        self._skipped + len(skip[0]),
-                    )
+                    self._asked += len(ids)
+                    self._skipped += len(skip[0])
         except BaseException:
-            for _, items in reserved.values():
-                self.chunks.abandon(items)
+            self._downloads.abandon(list(reserved.values()))
             raise
         if self._asked >= MIN_ASKED and self._skipped > self._asked // 2:
-            for _, items in reserved.values():  # before fetching chunks that would not last
-                self.chunks.abandon(items)
+            self._downloads.abandon(list(reserved.values()))  # chunks that would not last
             self._give_up()
-            return
-        for store, items in reserved.values():
-            self.chunks.download(store, items)
+            return []
+        return list(reserved.values())
+
+    def _round_ended(self, last: int, error: BaseException | None) -> None:
+        """The chunks of steps up to ``last`` were fetched (``error``: or could not be)."""
+        if error is not None and not self._failed:
+            self._failed = True
+            log.warning("treadle: lookahead could not fetch steps up to %d: %s", last, error)
+        with self._cond:
+            self._fetched = max(self._fetched, last)
+            self._changed()
 
     def _give_up(self) -> None:
         """Most chunks the window needs find no room: stop fetching (rows are taken as

@@ -35,6 +35,18 @@ class ChunkStats:
         """What was counted after ``before`` (a copy taken earlier)."""
         return ChunkStats(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
 
+    def report(self, samples: int, seen: int) -> dict[str, float | None]:
+        """A lookahead's report (:meth:`treadle.read.lookahead.Lookahead.report`) of these
+        counts over ``samples`` read (``seen``: the samples, for the record)."""
+        rows, asked = self.rows_read + self.rows_taken, self.hits + self.misses
+        # None, not 1.0 or 0.0, where nothing was asked of the chunk cache (all cached whole)
+        out = {"samples": seen, "chunks": asked,
+               "hit_rate": round(self.hit_rate, 4) if asked else None,
+               "rows_from_chunks": round(self.rows_read / rows, 4) if rows else None,
+               "bytes_per_sample": round(self.fetched_bytes / samples, 1),
+               "requests_per_sample": round(self.requests / samples, 4)}  # fmt: skip
+        return out | self.media_report(samples) if self.media_hits + self.media_misses else out
+
     def media_report(self, samples: int) -> dict[str, float]:
         """The video streams' share of a lookahead's report (``samples`` read): their
         chunks' hit rate, bytes and requests per sample, and the windows read from chunks

@@ -263,11 +263,12 @@ class ChunkStore:
         for obj in {id(o): o for o in where}.values():  # obstore merges ranges of one call
             sent = coalesced([(r.start, r.end) for o, r in zip(where, reqs) if o is obj])
             sent_bytes = sum(b - a for a, b in sent)
-            self.stats.requests += len(sent)
-            self.stats.fetched_bytes += sent_bytes
-            if obj.media:
-                self.stats.media_requests += len(sent)
-                self.stats.media_fetched_bytes += sent_bytes
+            with self._lock:  # rounds download on several threads
+                self.stats.requests += len(sent)
+                self.stats.fetched_bytes += sent_bytes
+                if obj.media:
+                    self.stats.media_requests += len(sent)
+                    self.stats.media_fetched_bytes += sent_bytes
         for obj, chunks in reserved:
             self._set(obj, chunks, PRESENT)
 

@@ -1,0 +1,98 @@
+"""The lookahead stage's downloads (treadle.read.downloads): rounds download together and
+end in the order they were reserved; a failure and a close give the room back."""
+
+import threading
+
+import pytest
+
+from treadle.read.downloads import Downloads
+
+
+class Store:
+    """Stands in for the chunk store: a download of store ``s`` waits for ``release[s]``."""
+
+    def __init__(self):
+        self.release: dict[str, threading.Event] = {}
+        self.started: list[str] = []
+        self.abandoned: list[list] = []
+        self.lock = threading.Lock()
+
+    def download(self, store, items):
+        with self.lock:
+            self.started.append(store)
+        if store == "broken":
+            raise OSError("the link went down")
+        assert self.release.setdefault(store, threading.Event()).wait(30)
+
+    def abandon(self, items):
+        self.abandoned.append(items)
+
+
+def ended_log():
+    got, done = [], threading.Event()
+
+    def ended(last, error):
+        got.append((last, None if error is None else str(error)))
+        done.set()
+
+    return got, done, ended
+
+
+def test_rounds_download_together_and_end_in_order():
+    store = Store()
+    got, _, ended = ended_log()
+    d = Downloads(store, ended, threads=3)
+    for name, last in (("a", 3), ("b", 7), ("c", 9)):
+        store.release[name] = threading.Event()
+        d.submit(last, [(name, [("obj", [last])])])
+    for _ in range(300):  # all three under way at once
+        if len(store.started) == 3:
+            break
+        threading.Event().wait(0.01)
+    assert sorted(store.started) == ["a", "b", "c"]
+    store.release["c"].set()
+    store.release["b"].set()
+    threading.Event().wait(0.1)
+    assert got == []  # b and c ended, a not: nothing said (a reader would pass step 3)
+    store.release["a"].set()
+    d.drain()
+    assert got == [(3, None), (7, None), (9, None)]
+    d.close()
+    d.join(10)
+
+
+def test_a_failed_round_says_why_and_gives_back_the_rest():
+    store = Store()
+    got, done, ended = ended_log()
+    d = Downloads(store, ended, threads=1)
+    d.submit(5, [("broken", [("o1", [1])]), ("later", [("o2", [2])])])
+    assert done.wait(30)
+    assert got == [(5, "the link went down")]
+    assert store.abandoned == [[("o2", [2])]] and "later" not in store.started
+    d.close()
+    d.join(10)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_close_gives_back_the_rounds_not_started(threads):
+    store = Store()
+    got, _, ended = ended_log()
+    d = Downloads(store, ended, threads=threads)
+    store.release["x"] = threading.Event()
+    for last in range(threads):  # every thread busy
+        d.submit(last, [("x", [("o", [last])])])
+    for _ in range(300):
+        if len(store.started) == threads:
+            break
+        threading.Event().wait(0.01)
+    blocked = threading.Thread(target=d.submit, args=(99, [("y", [("o", [99])])]))
+    blocked.start()  # waits: as many rounds as threads are under way
+    threading.Event().wait(0.1)
+    assert blocked.is_alive()
+    d.close()
+    blocked.join(10)
+    assert not blocked.is_alive() and store.abandoned == [[("o", [99])]]
+    store.release["x"].set()
+    d.join(10)
+    assert "y" not in store.started
+    assert [last for last, _ in got] == list(range(threads))  # those under way still end
