@@ -32,6 +32,9 @@ SCRIPT = textwrap.dedent(
     """
     import faulthandler, json, signal, sys
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
+    # Ctrl-C as a terminal's Python has it, also where this suite runs as a background job
+    # (its shell starts it with SIGINT ignored, which Python then leaves ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from treadle.catalog import Client
     from treadle.importers import mds, webdataset
 
