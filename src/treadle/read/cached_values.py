@@ -116,9 +116,7 @@ class CachedValues:
         if files is None:
             return None
         rows = np.asarray(rows, np.int64)
-        if rows.size and (rows[0] < 0 or rows[-1] >= table.num_moments):
-            raise IndexError(f"row ids out of range for table {table.name!r} with "
-                             f"{table.num_moments} moments")  # fmt: skip
+        table.check_rows(rows)  # as Table.take does
         table.check_not_purged(rows)
         return files.take(rows, column)
 

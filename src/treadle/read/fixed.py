@@ -135,10 +135,7 @@ class FixedReader:
         """``{column: values[rows]}``, as ``to_numpy(table.take(rows, [column]))`` gives them.
         Every column must be :func:`fixed_width`; rows out of range are an ``IndexError``."""
         idx = np.asarray(rows, dtype=np.int64).reshape(-1)
-        if idx.size and (idx.min() < 0 or idx.max() >= table.num_moments):
-            raise IndexError(
-                f"row ids out of range for table {table.name!r} with {table.num_moments} moments"
-            )
+        table.check_rows(idx)
         out: dict[str, np.ndarray] = {}
         takes: dict[bytes, tuple[np.ndarray, list[str]]] = {}  # positions -> their columns
         for c in columns:

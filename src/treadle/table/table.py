@@ -179,6 +179,13 @@ class Table:
         (``fresh``: purges read from storage now, as planning does)."""
         return self.project.purged(self.name, self.version, fresh)
 
+    def check_rows(self, rows: np.ndarray) -> None:
+        """Raise ``IndexError`` if any of ``rows`` (moment ids) is not a row of this version."""
+        if rows.size and (rows.min() < 0 or rows.max() >= self.num_moments):
+            raise IndexError(
+                f"row ids out of range for table {self.name!r} with {self.num_moments} moments"
+            )
+
     def check_not_purged(self, rows: np.ndarray) -> None:
         """Raise :class:`~treadle.errors.Purged` if any of ``rows`` (moment ids) belongs
         to a purged episode of this version."""
@@ -220,10 +227,7 @@ class Table:
     ) -> pa.Table:
         """Rows at these moment ids, in the order given."""
         idx = np.asarray(rows, dtype=np.int64)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.num_moments):
-            raise IndexError(
-                f"row ids out of range for table {self.name!r} with {self.num_moments} moments"
-            )
+        self.check_rows(idx)
         cols = self._check_columns(columns)
         self.check_not_purged(idx)
         try:
