@@ -7,11 +7,11 @@ steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_
 chunks of their data files and its video windows to chunks of their streams
 (:mod:`treadle.read.chunk_media`), and has the node's chunk store
 (:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests,
-a few rounds at once (:mod:`treadle.read.downloads`), before the reader gets there. Each chunk is held for the step that reads it, then takes its
-next use among the next :data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a
-node sharing the folder, any rank's next use), so eviction follows the plan (Belady's
-policy, over the steps it can see; ``treadle simulate`` replays it:
-:func:`treadle.plan.simcache.lookahead`). Chunks that find no room when their step enters
+a few rounds at once (:mod:`treadle.read.downloads`), before the reader gets there. Each
+chunk is held for the step that reads it, then takes its next use among the next
+:data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a node sharing the folder,
+any rank's next use), so eviction follows the plan (Belady's policy, over the steps it can
+see; ``treadle simulate`` replays it: :func:`treadle.plan.simcache.lookahead`). Chunks that find no room when their step enters
 the window are asked for again as it moves on (:mod:`treadle.read.owed`).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
@@ -167,9 +167,7 @@ class Lookahead:
         waiting for a step would otherwise wait forever)."""
         try:
             self._walk()
-            self._downloads.close()
         except BaseException as e:
-            self._downloads.close()
             with self._cond:
                 self._died, self._stop = e, True
                 self._cond.notify_all()
@@ -177,6 +175,8 @@ class Lookahead:
                     if self.shared is not None:
                         self.shared.publish(self._now, self._fetched, True)
             raise
+        finally:
+            self._downloads.close()  # rounds under way end; those not started give back
 
     def _walk(self) -> None:
         steps = iter(self._steps)
