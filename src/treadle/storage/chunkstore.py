@@ -296,9 +296,6 @@ class ChunkStore:
             out.append((obj, states, np.where(states != ABSENT, sizes, 0)))
         return out
 
-    def _let_go(self) -> None:
-        self._folder.let_go()
-
     def _make_room(self, size: int, next_use: int, now: int) -> bool:
         """Under the folder's lock: evict chunks needed later than ``next_use`` (farthest
         first; stale next uses, before ``now``, count as never) until ``size`` bytes fit."""
@@ -306,7 +303,7 @@ class ChunkStore:
         used = sum(int(s.sum()) for _, _, s in scan)
         if used + size <= self.max_bytes:
             del scan
-            self._let_go()
+            self._folder.let_go()
             return True
         cands = []
         for obj, states, sizes in scan:
@@ -323,7 +320,7 @@ class ChunkStore:
             _evict(self._folder.mapped(obj), c)
             used -= s
         del cands, scan
-        self._let_go()
+        self._folder.let_go()
         return used + size <= self.max_bytes
 
 
