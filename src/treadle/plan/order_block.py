@@ -43,8 +43,9 @@ key and ``a``), so the replacement comes from the same open blocks (see
 :mod:`treadle.plan.exclude`).
 
 Costs: a draw is ``O(log w)`` vectorised numpy work (the segment is found by bisection over
-closed-form segment starts, within ``w + 1`` of ``m div b``); nothing is materialised per epoch. The exact arithmetic is part of
-the shuffle ``treadle.block/1`` that a run record names.
+closed-form segment starts, within ``w + 1`` of ``m div b``); nothing is materialised per
+epoch. The exact arithmetic is part of the shuffle ``treadle.block/1`` that a run record
+names.
 """
 
 from __future__ import annotations
