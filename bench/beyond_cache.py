@@ -126,8 +126,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=12_000)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--block-rows", type=int, default=512)
+    ap.add_argument("--block-rows", type=int, default=512, help="0: td.BlockShuffle()'s")
     ap.add_argument("--lookahead", type=int, default=None)
+    ap.add_argument("--block-only", action="store_true", help="skip the full shuffle's rows")
     ap.add_argument("--cache-part", type=int, default=8, help="caches of 1/N of the data")
     a = ap.parse_args()
     import treadle as td
@@ -141,7 +142,10 @@ def main() -> None:
     per_sample = sum(n for _, n in files) / (a.rows * len(cm.TABLES))
     print(f"{data / 1e6:,.0f} MB of data files; cache bound {data // a.cache_part / 1e6:,.0f} MB; "
           f"{per_sample / 1e3:.1f} kB of data files per sample")  # fmt: skip
-    orders = {"full": None, f"block {a.block_rows}": td.BlockShuffle(block_rows=a.block_rows)}
+    rows = a.block_rows or None  # 0: sized from the cache bound (td.BlockShuffle())
+    orders = {"full": None, f"block {rows or 'auto'}": td.BlockShuffle(block_rows=rows)}
+    if a.block_only:
+        del orders["full"]
     with SeaweedS3(bucket="bench") as s3, DelayProxy(s3.endpoint, LATENCY_S) as proxy:
         c3.upload(s3, root / "treadle", "mix")
         s3p = Proxied(s3, proxy)

@@ -212,3 +212,44 @@ def test_other_processes_objects_are_not_kept_mapped(source, tmp_path, monkeypat
     assert cs.used() <= cs.max_bytes and len(cs._foreign) <= 2
     assert _check_bytes(cs, [mine], blobs) >= 4
     assert cs.read(mine, CHUNK, 5 * CHUNK) == blobs[key][CHUNK : 5 * CHUNK]
+
+
+def test_processes_with_other_chunk_sizes_keep_their_own_files(source, tmp_path):
+    """Two stores of one folder with other chunk sizes (``$TREADLE_CHUNK_BYTES`` set apart in
+    two processes of a node): each object gets files of its own per chunk size. Before, both
+    mapped one state file, the second re-sized it to its chunk count and the first read its
+    chunks' words over another layout: bytes of the wrong range, or none."""
+    root, blobs = source
+    store = Store.open(root)
+    small = ChunkStore(tmp_path / "chunks", 1 << 20, CHUNK)
+    large = ChunkStore(tmp_path / "chunks", 1 << 20, 4 * CHUNK)
+    key = "data/o0.lance"
+    a, b = small.object(store, key, len(blobs[key])), large.object(store, key, len(blobs[key]))
+    assert a.name != b.name and (a.count, b.count) == (CHUNKS_PER_OBJECT, CHUNKS_PER_OBJECT // 4)
+    small.fetch(store, a, [0, 5], [1, 1], now=0)
+    large.fetch(store, b, [1], [1], now=0)
+    assert small.read(a, 5 * CHUNK, 6 * CHUNK) == blobs[key][5 * CHUNK : 6 * CHUNK]
+    assert small.read(a, 4 * CHUNK, 5 * CHUNK) is None  # its own chunk 4 was never fetched
+    assert large.read(b, 4 * CHUNK, 8 * CHUNK) == blobs[key][4 * CHUNK : 8 * CHUNK]
+    assert large.read(b, 0, 10) is None
+    assert small.used() == large.used() == 2 * CHUNK + 4 * CHUNK  # one bound counts both
+
+
+def test_a_purge_forgets_the_chunks_of_every_chunk_size(source, tmp_path, monkeypatch):
+    """``forget_copies`` (a purge's old data files) removes an object's chunk files whatever
+    chunk size made them, and no other object's."""
+    from treadle.storage.filecache import forget_copies
+
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    root, blobs = source
+    store = Store.open(root)
+    folder = tmp_path / "objects" / "chunks"
+    for size in (CHUNK, 2 * CHUNK):
+        cs = ChunkStore(folder, 1 << 20, size)
+        for key in ("data/o0.lance", "data/o1.lance"):
+            cs.fetch(store, cs.object(store, key, len(blobs[key])), [0], [1], now=0)
+    assert len(list(folder.glob("*.data"))) == 4
+    forget_copies(store, "data/o0.lance", len(blobs["data/o0.lance"]))
+    left = ChunkStore(folder, 1 << 20, CHUNK)
+    assert len(list(folder.glob("*.data"))) == len(list(folder.glob("*.state"))) == 2
+    assert left.used() == CHUNK + 2 * CHUNK  # o1's chunk of each size

@@ -341,3 +341,27 @@ def test_a_stage_thread_that_dies_makes_the_gate_raise(tmp_path):
     assert not stage._thread.is_alive()
     with pytest.raises(td.TreadleError, match="lookahead stage's thread failed.*window gone"):
         list(stage.gate(range(4)))
+
+
+@pytest.mark.s3
+def test_a_wide_column_past_the_object_cache_is_read_from_chunks_not_held(roots, tmp_path,
+                                                                          monkeypatch):  # fmt: skip
+    """With lookahead, an image column past the object cache goes through the chunk cache
+    even where it would fit a reader's room for resident columns (256 MiB): the chunk
+    cache's bound holds what the steps read. Before, the first table's column was read
+    whole into memory (issue 48's bench held a 147 MB column of a table 8x the cache: half
+    the bytes it counted); narrow columns are still read whole."""
+    local, s3 = roots
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(CHUNK))
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    _, want = _run(local, 6)
+    loader, got = _run(s3, 6, lookahead=3)
+    same_batches(got, want)
+    fixed = loader.lookahead_stage.reader.fixed
+    for t in ("a", "b"):
+        table = loader.plan.tables[("a", "b").index(t)]
+        assert fixed.path(table, "image") == "chunked" and fixed.path(table, "action") == "resident"
+    assert reaper.drain(30) and lookahead_mod.LAST["rows_from_chunks"] == 1.0

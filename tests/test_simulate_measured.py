@@ -158,7 +158,7 @@ def _simulated(remote, tmp_path, ranks: int, shuffle: object, loader, cache: int
                look: int = LOOK):  # fmt: skip
     url, options, _ = remote
     plan = _recipe(td.Client(url, storage_options=options), shuffle).plan()
-    layout = page_layout(plan.tables, ChunkStore(tmp_path / "layout", 1 << 30, CHUNK), 64 << 10)
+    layout = page_layout(plan.tables, ChunkStore(tmp_path / "layout", 1 << 30, CHUNK))
     theirs = page_layout(plan.tables, loader.lookahead_stage.chunks,
                          reader=loader.lookahead_stage.reader.fixed)  # fmt: skip
     for a, b in zip(layout, theirs):  # the pages the loader chose are those read here

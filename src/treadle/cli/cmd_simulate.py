@@ -58,7 +58,7 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
     ("--steps", int_at_least(1), 200, "steps per window (default 200)"),
     ("--windows", int_at_least(1), 1, "contiguous windows of --steps spread over --run-steps"),
     ("--run-steps", int_at_least(1), None, "the run's length, for --windows"),
-    ("--chunk-bytes", _size, 4 << 20, "cache chunk size (default 4M)"),
+    ("--chunk-bytes", _size, 1 << 20, "cache chunk size (default 1M)"),
     ("--lookahead", int_at_least(0), 2, "steps fetched ahead (default 2)"),
     (
         "--read-ahead",

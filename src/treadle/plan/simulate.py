@@ -64,7 +64,7 @@ class Setup:
     nodes: int
     ranks_per_node: int
     cache_bytes: int
-    chunk_bytes: int = 4 << 20
+    chunk_bytes: int = 1 << 20  # the chunk store's CHUNK_BYTES
     lookahead: int = 2
     sample_nodes: int = 4
     coalesce: int = OBSTORE_COALESCE  # ranges of one object this close are one request

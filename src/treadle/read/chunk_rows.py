@@ -248,14 +248,14 @@ def chunked_column(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int,
 
 
 def chunked_path(table: Table, f: pa.Field, dtype: np.dtype, shape: tuple[int, ...],
-                 chunks: ChunkStore, layout: tuple[Callable[..., Any], ...], room: int
+                 chunks: ChunkStore, layout: tuple[Callable[..., Any], ...]
                  ) -> ChunkedColumn | None:  # fmt: skip
-    """The column of :class:`~treadle.read.fixed.FixedReader`'s ``"chunked"`` path, or
-    None: the column fits the reader's ``room`` for resident columns (it is read whole,
-    once), or its rows cannot be read from chunks (the ``chunk cache`` fast path is off and
-    says why)."""
-    if table.num_moments * math.prod(shape) * dtype.itemsize <= room:
-        return None
+    """The column of :class:`~treadle.read.fixed.FixedReader`'s ``"chunked"`` path (a wide
+    column past the object cache, read by a loader with ``lookahead``), or None: its rows
+    cannot be read from chunks (the ``chunk cache`` fast path is off and says why). A wide
+    column is never read whole into a reader's room for resident columns here, whatever its
+    size: the chunk cache's bound, not memory, then holds what the steps read (issue 48's case
+    held a 147 MB image column of a table eight times the cache in memory)."""
     got = chunked_column(table, f, dtype, shape, chunks, layout)
     if isinstance(got, str):
         fastpaths.off("chunk cache", f"table {table.name!r} column {f.name!r}: {got}")

@@ -23,7 +23,7 @@ from treadle.storage.chunkstore import ChunkStore, ObjectChunks
 
 __all__ = ["IN_FLIGHT", "Downloads"]
 
-IN_FLIGHT = 3
+IN_FLIGHT = 8
 """Rounds downloading at once (the stage's thread waits to reserve one more)."""
 
 Fetches = list[tuple[Any, list[tuple[ObjectChunks, list[int]]]]]  # (store, its chunks)

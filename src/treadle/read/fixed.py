@@ -220,8 +220,7 @@ class FixedReader:
         if store.is_local or not self._too_big(table, frags, field_id):
             col = self._map_fragments(table, ds, frags, f, field_id, dtype, shape, wide)
         elif self.chunks is not None:
-            room = self.resident_bytes - self._held  # a column that fits is kept resident
-            got = chunked_path(table, f, dtype, shape, self.chunks, (data_file, page_span), room)
+            got = chunked_path(table, f, dtype, shape, self.chunks, (data_file, page_span))
             return None if got is None else _Column("chunked", chunked=got)
         if col is None:
             self._copies.release(self._copies.held() - held)  # copied in vain

@@ -9,7 +9,6 @@ maps rows to the chunks the loader fetches, and knows the sizes of data files an
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,6 @@ from treadle.read.chunk_media import window_chunks
 from treadle.read.chunk_rows import ChunkedColumn, chunked_path
 from treadle.read.fixed import (
     FULL_ZIP_ROW_BYTES,
-    RESIDENT_BYTES,
     FixedReader,
     fixed_width,
     page_span,
@@ -38,15 +36,14 @@ if TYPE_CHECKING:
 __all__ = ["media_windows", "page_layout"]
 
 
-def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int = RESIDENT_BYTES,
+def page_layout(tables: Sequence[Table], chunks: ChunkStore,
                 reader: FixedReader | None = None) -> list[TableBytes]:  # fmt: skip
     """Per table, the pages of its wide fixed-width columns that a loader's reader reads
-    through ``chunks`` past the object cache (a column that fits the ``resident_bytes`` left
-    is read whole instead, as the reader does); a table with none has no columns. Nothing
+    through ``chunks`` past the object cache; a table with none has no columns. Nothing
     but footers (all of them, where the loader reads each when first needed) and manifest
     sizes is read. ``reader``: a loader's own
     (``loader.lookahead_stage.reader.fixed``), to take its columns as it chose them."""
-    out, first, room = [], 0, resident_bytes
+    out, first = [], 0
     for table in tables:
         objects: dict[str, int] = {}
         sizes: list[int] = []
@@ -56,7 +53,7 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int
             if reader is not None:
                 col = reader.chunked(table, f.name) if fixed_width(f) else None
             else:
-                col, room = _chunked(table, f, chunks, room)
+                col = _chunked(table, f, chunks)
             if col is None:
                 continue
             starts, files, positions = col.pages()  # every footer read
@@ -77,23 +74,19 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore, resident_bytes: int
     return out
 
 
-def _chunked(table: Table, f: pa.Field, chunks: ChunkStore, room: int
-             ) -> tuple[ChunkedColumn | None, int]:  # fmt: skip
+def _chunked(table: Table, f: pa.Field, chunks: ChunkStore) -> ChunkedColumn | None:
     """A wide fixed-width column's pages (the reader's ``chunked`` path), or None: narrow
-    (read whole or taken), or it fits ``room`` (read whole: ``room`` shrinks by it)."""
+    (read whole or taken, as the reader does)."""
     shape = tensor_shape(f)
     if shape is None or not pa.types.is_fixed_size_list(f.type):
-        return None, room
+        return None
     vt = f.type.value_type
     if not (pa.types.is_integer(vt) or pa.types.is_floating(vt)):
-        return None, room
+        return None
     dtype = np.dtype(vt.to_pandas_dtype()).newbyteorder("<")
     if f.type.list_size * dtype.itemsize < FULL_ZIP_ROW_BYTES:
-        return None, room
-    nbytes = table.num_moments * math.prod(shape) * dtype.itemsize
-    if nbytes <= room:
-        return None, room - nbytes
-    return chunked_path(table, f, dtype, shape, chunks, (data_file, page_span), room), room
+        return None
+    return chunked_path(table, f, dtype, shape, chunks, (data_file, page_span))
 
 
 def _manifest_bytes(table: Table) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject"]
+__all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of"]
 
 STATE_MASK = 3
 ABSENT = 0
@@ -42,6 +42,14 @@ def _unlink(path: Path) -> None:
 def _marked_removed(fd: int) -> bool:
     head = os.pread(fd, 8, 0)
     return len(head) == 8 and int(np.frombuffer(head, np.int64)[0]) & STATE_MASK == REMOVED
+
+
+def chunk_of(name: str) -> int | None:
+    """The chunk size an object's name ends with (``<hash>_<chunk bytes>``: processes of a
+    node with other ``$TREADLE_CHUNK_BYTES`` keep other files, and every store of the folder
+    counts them all in its bound), or None for a name made before names held it."""
+    tail = name.rpartition("_")[2]
+    return int(tail) if "_" in name and tail.isdigit() and int(tail) > 0 else None
 
 
 class ObjectFiles:
@@ -175,13 +183,14 @@ class ChunkFolder:
         except FileNotFoundError:
             _unlink(state)  # no data file: made or removed when a process died
             return None
-        if len(words) != 3 * max(1, -(-size // self.chunk)):
-            return None  # another chunk size: not this store's
+        chunk = chunk_of(name) or self.chunk
+        if len(words) != 3 * max(1, -(-size // chunk)):
+            return None  # a name of before chunk sizes were named, of another size
         words = words.reshape(-1, 3)
         if words[0, 0] & STATE_MASK == REMOVED:
-            self._remove(SeenObject(name, size, self.chunk, words))
+            self._remove(SeenObject(name, size, chunk, words))
             return None
-        return SeenObject(name, size, self.chunk, words)
+        return SeenObject(name, size, chunk, words)
 
     def _remove(self, obj: ObjectFiles | SeenObject) -> None:
         state = self.directory / f"{obj.name}.state"
@@ -201,7 +210,7 @@ class ChunkFolder:
             return obj
         hit = self.foreign.get(obj.name)
         if hit is None:
-            hit = ObjectFiles(self.directory, obj.name, "", obj.size, self.chunk)
+            hit = ObjectFiles(self.directory, obj.name, "", obj.size, obj.chunk)
             self.foreign[obj.name] = hit
         return hit
 

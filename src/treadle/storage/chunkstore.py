@@ -2,13 +2,14 @@
 
 The object cache (:mod:`treadle.storage.filecache`) copies whole data files: past its bound a
 table is read with a GET per row. This cache holds **chunks** of objects instead (``chunk_bytes``,
-4 MiB by default), so what is kept can follow the plan: every chunk carries the step that
+1 MiB by default), so what is kept can follow the plan: every chunk carries the step that
 next needs it, and room is made by evicting the chunk needed farthest in the future (never
 again: first). Over chunks of one size that is Belady's optimal policy
 (:func:`treadle.plan.simcache.belady` computes the same optimum for ``treadle simulate``).
 
 - **Where**: ``<object cache folder>/chunks``. Per object (named by a hash of root URL, key and
-  size): ``<name>.data``, a sparse file of the object's size, and ``<name>.state``, per chunk a
+  size, then the chunk size: stores of other chunk sizes share the folder and its bound):
+  ``<name>.data``, a sparse file of the object's size, and ``<name>.state``, per chunk a
   state word (absent, fetching or present, and a generation that counts evictions), the step
   that next needs it and the id of the process fetching it. Every process of the node maps the
   same files, so ranks of one node never fetch a chunk twice. A process keeps the objects it
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_BYTES", "ChunkStore", "ChunkStats", "ObjectChunks"]
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 ABSENT, FETCHING, PRESENT = 0, 1, 2
 _STATE_MASK = 3
 NEVER = 1 << 62
@@ -97,7 +98,7 @@ class ChunkStore:
     def object(self, store: Store, key: str, size: int, media: bool = False) -> ObjectChunks:
         """The chunks of object ``key`` of ``store`` (``size`` bytes: data files never change);
         ``media``: a video stream, counted apart."""
-        name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        name = self._name(store, key, size)
         with self._lock:
             hit = self._objects.get(name)
             if hit is None:
@@ -114,10 +115,17 @@ class ChunkStore:
                  ) -> ObjectChunks | None:  # fmt: skip
         """:meth:`object`, only where some process of the node made it (a reader asks
         without making files for objects nothing fetches)."""
-        name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        name = self._name(store, key, size)
         if name not in self._objects and not (self.directory / f"{name}.state").exists():
             return None
         return self.object(store, key, size, media)
+
+    def _name(self, store: Store, key: str, size: int) -> str:
+        """An object's files' name: a hash of its root URL, key and size, then this store's
+        chunk size (:func:`~treadle.storage.chunkfolder.chunk_of`): one object's state words
+        never count chunks of two sizes."""
+        digest = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        return f"{digest}_{self.chunk_bytes}"
 
     def used(self) -> int:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""

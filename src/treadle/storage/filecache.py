@@ -251,8 +251,10 @@ def forget_copies(store: Store, key: str, size: int) -> None:
     where = default_dir()
     if (where / name).exists():
         _evict(where / name)
-    for suffix in (".data", ".state"):
-        (where / "chunks" / f"{name}{suffix}").unlink(missing_ok=True)
+    chunks = where / "chunks"  # every chunk size's files (chunkfolder.chunk_of), and older names
+    for path in [*chunks.glob(f"{name}_*.*"), chunks / f"{name}.data", chunks / f"{name}.state"]:
+        if path.suffix in (".data", ".state"):
+            path.unlink(missing_ok=True)
 
 
 def _evict(path: Path) -> bool:
