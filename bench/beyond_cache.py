@@ -56,10 +56,12 @@ def run(root: Path, s3: Proxied | None, steps: int, shuffle: object,
     return time.perf_counter() - t0, n, loader
 
 
-def link_limit(store: Any, files: list[tuple[str, int]], per_sample: float) -> float:
-    """Samples/s of raw 8 MiB range GETs of the data files, 8 in flight."""
-    ranges = [[(k, s, min(s + LINK_RANGE, n))] for k, n in files for s in range(0, n, LINK_RANGE)]
-    wall, got = c3.raw_get(store, ranges, in_flight=8)
+def link_limit(store: Any, files: list[tuple[str, int]], per_sample: float,
+               size: int = LINK_RANGE, in_flight: int = 8) -> float:  # fmt: skip
+    """Samples/s of raw range GETs of the data files (``size`` bytes each, ``in_flight`` at
+    once; the issue's limit: 8 MiB, 8 in flight)."""
+    ranges = [[(k, s, min(s + size, n))] for k, n in files for s in range(0, n, size)]
+    wall, got = c3.raw_get(store, ranges, in_flight=in_flight)
     return got / wall / per_sample
 
 
@@ -165,6 +167,12 @@ def main() -> None:
                     limit = min(local, link)
                     print(f"round {r} limit {name}: min(local {local:,.0f}, 8 MiB GETs x8 "
                           f"{link:,.0f}) samples/s", flush=True)  # fmt: skip
+                    # the link with no more bytes in flight than half the cache bound (the
+                    # other half holds the open blocks): what a cache this size can draw
+                    half = max(1, data // a.cache_part // 2 // (1 << 20))
+                    held = link_limit(raw, files, per_sample, 1 << 20, half)
+                    print(f"round {r} (not the issue's limit) 1 MiB GETs x{half} (half the "
+                          f"cache in flight) {held:,.0f} samples/s", flush=True)  # fmt: skip
                 looks = [None] if a.lookahead is None else [None, a.lookahead]
                 for look in looks:
                     label = name if look is None else f"{name} +L{look}"

@@ -96,3 +96,30 @@ def test_close_gives_back_the_rounds_not_started(threads):
     d.join(10)
     assert "y" not in store.started
     assert [last for last, _ in got] == list(range(threads))  # those under way still end
+
+
+def test_rounds_with_nothing_to_fetch_hold_no_thread():
+    """Behind a slow download, rounds that had nothing to fetch (a window moving a step at a
+    time: most rounds) are taken at once and told in order once the slow one ends. Before,
+    each held a thread's slot until then, so the stage's thread stopped reserving after
+    ``threads`` rounds (issue 48's bench: the reader waited for rounds not yet reserved)."""
+    store = Store()
+    got, _, ended = ended_log()
+    d = Downloads(store, ended, threads=2)
+    store.release["slow"] = threading.Event()
+    d.submit(1, [("slow", [("obj", [1])])])
+    submitted = threading.Event()
+
+    def more():
+        for last in range(2, 12):  # ten empty rounds, past the two threads
+            d.submit(last, [("slow", [])] if last % 2 else [])
+        submitted.set()
+
+    threading.Thread(target=more, daemon=True).start()
+    assert submitted.wait(10), "an empty round waited for a thread"
+    assert got == []  # none passes the slow round's step
+    store.release["slow"].set()
+    d.drain()
+    assert got == [(last, None) for last in range(1, 12)]
+    assert store.started == ["slow"]  # nothing else was downloaded
+    d.close()

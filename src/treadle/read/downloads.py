@@ -24,7 +24,10 @@ from treadle.storage.chunkstore import ChunkStore, ObjectChunks
 __all__ = ["IN_FLIGHT", "Downloads"]
 
 IN_FLIGHT = 8
-"""Rounds downloading at once (the stage's thread waits to reserve one more)."""
+"""Rounds downloading at once (the stage's thread waits to reserve one more). Rounds that
+ended wait for the earlier ones without holding a thread: once the window moves a step at a
+time most rounds are a step with nothing to fetch, and counting them held the stage ~8 steps
+behind a slow download (issue 48's bench: the reader waited for rounds not yet reserved)."""
 
 Fetches = list[tuple[Any, list[tuple[ObjectChunks, list[int]]]]]  # (store, its chunks)
 
@@ -57,14 +60,29 @@ class Downloads:
 
     def submit(self, last: int, reserved: Fetches) -> None:
         """Download ``reserved`` (the chunks of steps up to ``last``); waits while as many
-        rounds as threads are under way. After :meth:`close` it gives their room back."""
+        rounds as threads are still to download (rounds that downloaded, or had nothing to,
+        and wait only for an earlier one to end hold no thread). After :meth:`close` it
+        gives their room back."""
         with self._cond:
-            self._cond.wait_for(lambda: self._stop or len(self._rounds) < len(self._threads))
+            self._cond.wait_for(lambda: self._stop or self._downloading() < len(self._threads))
             if not self._stop:
-                self._rounds.append(_Round(last, reserved))
+                empty = not any(items for _, items in reserved)
+                self._rounds.append(_Round(last, reserved, state=2 if empty else 0))
+                if empty:
+                    self._end_in_order()
                 self._cond.notify_all()
                 return
         self.abandon(reserved)
+
+    def _downloading(self) -> int:
+        """Under the lock: rounds queued or downloading."""
+        return sum(r.state < 2 for r in self._rounds)
+
+    def _end_in_order(self) -> None:
+        """Under the lock: tell the rounds that ended and every round before which ended."""
+        while self._rounds and self._rounds[0].state == 2:
+            r = self._rounds.popleft()
+            self._ended(r.last, r.error)
 
     def drain(self) -> None:
         """Wait until every round submitted ended (or the downloads were closed)."""
@@ -104,9 +122,7 @@ class Downloads:
                     break
             with self._cond:
                 todo.state = 2
-                while self._rounds and self._rounds[0].state == 2:  # in order, under the lock
-                    r = self._rounds.popleft()
-                    self._ended(r.last, r.error)
+                self._end_in_order()
                 self._cond.notify_all()
 
     def abandon(self, reserved: Fetches) -> None:
