@@ -253,3 +253,29 @@ def test_a_purge_forgets_the_chunks_of_every_chunk_size(source, tmp_path, monkey
     left = ChunkStore(folder, 1 << 20, CHUNK)
     assert len(list(folder.glob("*.data"))) == len(list(folder.glob("*.state"))) == 2
     assert left.used() == CHUNK + 2 * CHUNK  # o1's chunk of each size
+
+
+def test_a_reservation_scans_the_folder_once_and_evicts_farthest_first(source, tmp_path,
+                                                                       monkeypatch):  # fmt: skip
+    """Three misses that each need room: one scan of the folder serves them all (it was a
+    listing and a sort of every present chunk per missing chunk), and each evicts what a
+    fresh scan would: the chunk needed farthest from now, only if later than the miss."""
+    from treadle.storage.chunkfolder import ChunkFolder
+
+    root, blobs = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    obj = cs.object(store, "data/o0.lance", len(blobs["data/o0.lance"]))
+    cs.fetch(store, obj, [0, 1, 2, 3], [10, 20, 30, 40], now=0)  # full: next uses 10..40
+    scans = []
+    real = ChunkFolder.scan
+    monkeypatch.setattr(ChunkFolder, "scan", lambda self: scans.append(1) or real(self))
+    reserved, skipped = cs.reserve([(obj, [4, 5, 6], [5, 15, 35])], now=0)
+    assert len(scans) == 1
+    assert reserved == [[4, 5]] and skipped == [[6]]  # 6 is needed after every kept chunk
+    assert [obj.present(c) for c in range(4)] == [True, True, False, False]  # 40, 30 went
+    cs.download(store, [(obj, [4, 5])])
+    assert (
+        cs.used() == 4 * CHUNK
+        and cs.read(obj, 4 * CHUNK, 6 * CHUNK) == blobs[obj.key][4 * CHUNK : 6 * CHUNK]
+    )

@@ -29,7 +29,9 @@ import numpy as np
 __all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of"]
 
 STATE_MASK = 3
-ABSENT = 0
+ABSENT, FETCHING, PRESENT = 0, 1, 2
+NEVER = 1 << 62
+"""The next use of a chunk no known step needs."""
 REMOVED = 3
 """The state of every chunk of an object whose files were removed: re-open it."""
 

@@ -48,9 +48,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from treadle.fork_locks import renew_lock_in_child
-from treadle.storage.chunkfiles import alive as _alive
 from treadle.storage.chunkfiles import punch as _punch
-from treadle.storage.chunkfolder import ChunkFolder, ObjectFiles, SeenObject
+from treadle.storage.chunkfolder import (
+    ABSENT,
+    FETCHING,
+    NEVER,
+    PRESENT,
+    ChunkFolder,
+    ObjectFiles,
+    SeenObject,
+)
+from treadle.storage.chunkfolder import STATE_MASK as _STATE_MASK
+from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
 from treadle.storage.filecache import _locked
@@ -59,13 +68,9 @@ from treadle.storage.store import RangeRequest
 if TYPE_CHECKING:
     from treadle.storage.store import Store
 
-__all__ = ["CHUNK_BYTES", "ChunkStore", "ChunkStats", "ObjectChunks"]
+__all__ = ["CHUNK_BYTES", "NEVER", "ChunkStore", "ChunkStats", "ObjectChunks"]
 
 CHUNK_BYTES = 1 << 20
-ABSENT, FETCHING, PRESENT = 0, 1, 2
-_STATE_MASK = 3
-NEVER = 1 << 62
-"""The next use of a chunk no known step needs."""
 MAX_FOREIGN = 128
 """Objects of other processes a store keeps mapped between scans of the folder."""
 
@@ -193,9 +198,10 @@ class ChunkStore:
                 _need(w, now, n if at is None else at, now if at is None else at)
         reserved: list[list[int]] = [[] for _ in wanted]
         skipped: list[list[int]] = [[] for _ in wanted]
+        room = Room(self._scan, self.max_bytes, now, lambda o, c: _evict(self._folder.mapped(o), c))
         for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
             obj = wanted[i][0]
-            kept = self._make_room(obj.chunk_size(c), n, now)
+            kept = room.make(obj.chunk_size(c), n)
             if kept:
                 if obj.removed():  # by that scan: it held nothing yet
                     obj.reopen()
@@ -206,6 +212,8 @@ class ChunkStore:
             if kept or not defer:  # deferred: asked for again, or counted by unserved()
                 self.stats.misses += 1
                 self.stats.media_misses += obj.media
+        if room.scanned:
+            self._folder.let_go()
         return reserved, skipped
 
     def release(self, obj: ObjectChunks, chunks: Sequence[int], at: int,
@@ -303,33 +311,6 @@ class ChunkStore:
             sizes[-1] = obj.size - (obj.count - 1) * obj.chunk
             out.append((obj, states, np.where(states != ABSENT, sizes, 0)))
         return out
-
-    def _make_room(self, size: int, next_use: int, now: int) -> bool:
-        """Under the folder's lock: evict chunks needed later than ``next_use`` (farthest
-        first; stale next uses, before ``now``, count as never) until ``size`` bytes fit."""
-        scan = self._scan()
-        used = sum(int(s.sum()) for _, _, s in scan)
-        if used + size <= self.max_bytes:
-            del scan
-            self._folder.let_go()
-            return True
-        cands = []
-        for obj, states, sizes in scan:
-            nu = np.asarray(obj.words[:, 1])
-            nu = np.where(nu < now, NEVER, nu)
-            dead = (states == FETCHING) & ~_alive(np.asarray(obj.words[:, 2]))
-            ok = ((states == PRESENT) & (nu > next_use)) | dead
-            for c in np.flatnonzero(ok).tolist():
-                cands.append((int(NEVER if dead[c] else nu[c]), obj, c, int(sizes[c])))
-        cands.sort(key=lambda t: (-t[0], t[1].key, t[2]))  # ties: by key (the simulator's too)
-        for _, obj, c, s in cands:
-            if used + size <= self.max_bytes:
-                break
-            _evict(self._folder.mapped(obj), c)
-            used -= s
-        del cands, scan
-        self._folder.let_go()
-        return used + size <= self.max_bytes
 
 
 def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
