@@ -134,7 +134,9 @@ def test_workers_read_the_chunks_this_process_fetched(roots, small_caches, monke
     runs = {}
     for workers in (0, 2):
         monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / f"cache{workers}"))
-        loader, got = _run(s3, 12, lookahead=3, workers=workers)
+        # read_ahead 8: both windows cover the 12 steps in the same rounds, so the ranges
+        # obstore merges (gaps included) and the bytes are equal too
+        loader, got = _run(s3, 12, lookahead=3, workers=workers, read_ahead=8)
         same_batches(got, want)
         assert reaper.drain(30)
         runs[workers] = (replace(loader.lookahead_stage.chunks.stats), dict(lookahead_mod.LAST))
@@ -365,3 +367,22 @@ def test_a_wide_column_past_the_object_cache_is_read_from_chunks_not_held(roots,
         table = loader.plan.tables[("a", "b").index(t)]
         assert fixed.path(table, "image") == "chunked" and fixed.path(table, "action") == "resident"
     assert reaper.drain(30) and lookahead_mod.LAST["rows_from_chunks"] == 1.0
+
+
+@pytest.mark.s3
+def test_a_reader_behind_a_lookahead_reads_two_batches_ahead(roots, small_caches):
+    """The stage fetches the rows, so the reader's reads are local: it reads
+    ``CONCURRENCY.lookahead_read_ahead`` batches ahead (not an object store's 8), and the
+    stage's window starts that much nearer; a loader's own ``read_ahead`` still wins."""
+    from treadle.concurrency import CONCURRENCY
+
+    local, s3 = roots
+    assert CONCURRENCY.lookahead_read_ahead == 2 < CONCURRENCY.cloud_read_ahead
+    _, want = _run(local, 6)
+    for asked, ahead in ((None, 2), (5, 5)):
+        loader, got = _run(s3, 6, lookahead=3, read_ahead=asked)
+        same_batches(got, want)
+        stage = loader.lookahead_stage
+        assert stage.reader.read_ahead == ahead
+        assert stage.lookahead == max(3, ahead + 1)
+    assert reaper.drain(30)
