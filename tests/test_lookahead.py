@@ -370,19 +370,28 @@ def test_a_wide_column_past_the_object_cache_is_read_from_chunks_not_held(roots,
 
 
 @pytest.mark.s3
-def test_a_reader_behind_a_lookahead_reads_two_batches_ahead(roots, small_caches):
-    """The stage fetches the rows, so the reader's reads are local: it reads
-    ``CONCURRENCY.lookahead_read_ahead`` batches ahead (not an object store's 8), and the
-    stage's window starts that much nearer; a loader's own ``read_ahead`` still wins."""
+def test_a_reader_behind_a_lookahead_reads_two_batches_ahead(roots, small_caches, monkeypatch):
+    """While the stage fetches the rows (local reads by then), the reader reads
+    ``CONCURRENCY.lookahead_read_ahead`` batches ahead, not an object store's 8: each batch
+    it held ahead was a step less of the window to hide a fetch behind. When the stage stops
+    (its window does not fit) the reader's takes are remote again: 8 ahead, as without it.
+    A loader's own ``read_ahead`` is left alone."""
     from treadle.concurrency import CONCURRENCY
 
     local, s3 = roots
-    assert CONCURRENCY.lookahead_read_ahead == 2 < CONCURRENCY.cloud_read_ahead
+    assert CONCURRENCY.lookahead_read_ahead == 2 < CONCURRENCY.cloud_read_ahead == 8
     _, want = _run(local, 6)
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))  # the window fits
     for asked, ahead in ((None, 2), (5, 5)):
         loader, got = _run(s3, 6, lookahead=3, read_ahead=asked)
         same_batches(got, want)
-        stage = loader.lookahead_stage
-        assert stage.reader.read_ahead == ahead
-        assert stage.lookahead == max(3, ahead + 1)
+        reader = loader.lookahead_stage.reader
+        assert reader._hold == ahead and reader.read_ahead == (asked or 8)
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(small_caches.parent.parent / "cold"))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(2 * CHUNK))  # it does not: it stops
+    monkeypatch.setattr(lookahead_mod, "MIN_ASKED", 16)
+    loader, got = _run(s3, 8, lookahead=3)
+    same_batches(got, _run(local, 8)[1])
+    assert "do not fit the chunk cache" in fastpaths.reasons()["chunk cache"]
+    assert loader.lookahead_stage.reader._hold == 8
     assert reaper.drain(30)

@@ -23,11 +23,12 @@ class Concurrency:
     request to a cloud store takes tens of ms however small, and one batch of small rows or
     short windows takes a few ms to assemble, so one batch ahead left the loader waiting."""
     lookahead_read_ahead: int = 2
-    """Batches a sample reader reads ahead when a loader's ``lookahead`` fetches its rows and
-    windows into the chunk cache (they are local reads by then): the stage's window runs
-    ``lookahead`` steps past the batch handed out, so each batch the reader holds ahead is
-    a step less to hide a fetch behind (issue 48's bench, lookahead 16: 8 batches ahead
-    7,100-7,200 samples/s, 2 batches 8,400-8,600)."""
+    """Batches a loader's sample reader (workers=0) reads ahead while its ``lookahead`` stage
+    fetches the rows and windows into the chunk cache (local reads by then; when the stage
+    stops, ``cloud_read_ahead`` again): the stage's window runs ``lookahead`` steps past the
+    batch handed out, so each batch the reader holds ahead is a step less to hide a fetch
+    behind (issue 48's bench, lookahead 16: 8 batches ahead 7,100-7,200 samples/s, 2 batches
+    8,400-8,600)."""
     read_ahead_threads: int = 32
     """Row takes in flight at most when a reader reads many batches ahead."""
     read_ahead_bytes: int = 256 << 20

@@ -63,9 +63,9 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
     (
         "--read-ahead",
         int_at_least(1),
-        2,
-        "batches the reader reads ahead: the lookahead fetches at least this + 1 steps "
-        "ahead (default 2, a loader's with lookahead: CONCURRENCY.lookahead_read_ahead)",
+        8,
+        "batches the reader reads ahead: the lookahead "
+        "fetches at least this + 1 steps ahead (default 8, a loader's on an object store)",
     ),
     ("--in-flight", int_at_least(1), 64, "requests in flight per node (default 64)"),
     ("--sample-nodes", int_at_least(1), 4, "nodes replayed, spread evenly (default 4)"),

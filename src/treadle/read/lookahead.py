@@ -10,9 +10,9 @@ chunks of their data files and its video windows to chunks of their streams
 a few rounds at once (:mod:`treadle.read.downloads`), before the reader gets there. Each
 chunk is held for the step that reads it, then takes its next use among the next
 :data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a node sharing the folder,
-any rank's next use), so eviction follows the plan (Belady's policy, over the steps it can
-see; ``treadle simulate`` replays it: :func:`treadle.plan.simcache.lookahead`). Chunks that find no room when their step enters
-the window are asked for again as it moves on (:mod:`treadle.read.owed`).
+any rank's next use), so eviction follows the plan (Belady's policy over the steps it sees;
+``treadle simulate`` replays it: :func:`treadle.plan.simcache.lookahead`). Chunks that find
+no room when their step enters the window are asked for again (:mod:`treadle.read.owed`).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
 batches are the same with or without it (and when a fetch fails: it is logged once, and the
@@ -70,8 +70,7 @@ class Lookahead:
 
     def __init__(self, reader: SampleReader | StepTakes, samples: Callable[[int], Any],
                  steps: Iterable[int], lookahead: int, chunks: ChunkStore,
-                 shared: SharedWindow | None = None,
-                 after: Callable[[], None] | None = None,
+                 shared: SharedWindow | None = None, after: Callable[[], None] | None = None,
                  node: Callable[..., Any] | None = None) -> None:  # fmt: skip
         self.reader, self.samples, self.chunks = reader, samples, chunks
         self.shared, self._after = shared, after  # workers=N: they read; after the thread
@@ -293,6 +292,7 @@ class Lookahead:
             f"{self._asked:,} found no room (a full shuffle beyond the cache: use "
             "td.BlockShuffle, or a smaller lookahead)"))  # fmt: skip
         self.owed.abandon()
+        getattr(self.reader, "hold_ahead", lambda _: None)(None)  # takes: read ahead as before
         with self._cond:
             self._stop = True
             self._changed()

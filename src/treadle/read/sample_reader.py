@@ -107,9 +107,9 @@ class SampleReader:
     fixed-width columns from copies of their data files in the local object cache
     (:mod:`treadle.storage.filecache`); False for a reader of a batch or two.
     ``chunks``: a chunk store whose chunks rows past the object cache, and video windows,
-    are read from (a loader's ``lookahead``). ``resident_bytes``: how much of narrow fixed-width columns it may read whole into
-    memory (None: :data:`~treadle.read.fixed.RESIDENT_BYTES`; 0: every one read by Lance
-    takes, for a reader of one batch).
+    are read from (a loader's ``lookahead``). ``resident_bytes``: how much of narrow
+    fixed-width columns it may read whole into memory (None: :data:`~treadle.read.fixed.
+    RESIDENT_BYTES`; 0: every one read by Lance takes, for a reader of one batch).
     """
 
     def __init__(
@@ -137,8 +137,8 @@ class SampleReader:
             read_ahead = 1 if store.is_local else CONCURRENCY.cloud_read_ahead
         if int(read_ahead) < 1:
             raise ValueError(f"read_ahead must be at least 1 batch, not {read_ahead!r}")
-        self.read_ahead = int(read_ahead)
-        self._depth = self.read_ahead  # batches ahead now (CONCURRENCY.read_ahead_bytes)
+        # batches ahead: at most (hold_ahead), and now (CONCURRENCY.read_ahead_bytes)
+        self.read_ahead = self._hold = self._depth = int(read_ahead)
         if backend is None:
             from treadle.video import VideoReader
 
@@ -239,14 +239,18 @@ class SampleReader:
                 _quietly(last[1])
             raise
 
+    def hold_ahead(self, batches: int | None) -> None:
+        """Read at most ``batches`` ahead (None: ``read_ahead``): a lookahead stage's rows."""
+        self._hold = self._depth = min(self.read_ahead, max(1, batches or self.read_ahead))
+
     def _adapt(self, taken: list[Taken], video: Prepared | None) -> None:
-        """Batches ahead: ``read_ahead``, fewer while that many of this one's size would
-        hold more than ``CONCURRENCY.read_ahead_bytes``."""
+        """Batches ahead: ``read_ahead`` (or :meth:`hold_ahead`'s), fewer while that many
+        of this one's size would hold more than ``CONCURRENCY.read_ahead_bytes``."""
         if self.read_ahead == 1:
             return
         nbytes = sum(getattr(a, "nbytes", 0) for t in taken for a in t.arrays)
         nbytes += video.nbytes if video is not None else 0
-        self._depth = max(1, min(self.read_ahead, CONCURRENCY.read_ahead_bytes // max(1, nbytes)))
+        self._depth = max(1, min(self._hold, CONCURRENCY.read_ahead_bytes // max(1, nbytes)))
 
     def takes(self, component: np.ndarray, moment: np.ndarray) -> list[Take]:
         """Stage 1: the row takes of these samples, per component in order."""

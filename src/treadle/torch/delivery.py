@@ -200,14 +200,15 @@ class StepLoader:
 
     def _thread(self) -> Iterator[dict[str, Any]]:
         chunks = self._chunk_store()
-        reader = plan_reader(self.plan, self.video_threads, self.device,
-                             self._reader_ahead(chunks), chunks)  # fmt: skip
+        reader = plan_reader(self.plan, self.video_threads, self.device, self.read_ahead, chunks)
         finish = finish_for(self.plan, self.transform, self.label)
         stage, sampler = None, self.sampler
         if chunks is not None and self.lookahead is not None:
             # each step's samples computed once, for the stage and then the reader
             memo = StepSamples(self.sampler, self.plan, self.rank, self.world_size,
                                stop=self.steps)  # fmt: skip
+            if self.read_ahead is None:  # the stage fetches: reads are local (until it stops)
+                reader.hold_ahead(CONCURRENCY.lookahead_read_ahead)
             stage = self._lookahead(reader, chunks, self.lookahead, memo.ahead)
             memo.keep, sampler = 2 * (stage.horizon + GROUP_STEPS), memo.take
         steps = self._steps() if stage is None else stage.gate(self._steps())
@@ -216,13 +217,6 @@ class StepLoader:
         if stage is not None:
             batches = tracked(batches, self._steps(), stage)
         return prefetch(batches, self.prefetch, close=reader.close)
-
-    def _reader_ahead(self, chunks: ChunkStore | None) -> int | None:
-        """The readers' ``read_ahead``: the loader's, else with a lookahead stage (its
-        reads are local) ``CONCURRENCY.lookahead_read_ahead``, else the reader's default."""
-        if self.read_ahead is not None or chunks is None:
-            return self.read_ahead
-        return CONCURRENCY.lookahead_read_ahead
 
     def _chunk_store(self) -> ChunkStore | None:
         """The node's chunk store when ``lookahead`` is set and a table is on an object store:
@@ -256,12 +250,11 @@ class StepLoader:
         if workers < 1:
             return iter(())
         client = self.plan.table(0).project.client
-        chunks = self._chunk_store()
         job = Job(self.plan.record.to_json(), client.root, client.storage_options,
                   self.sampler, self.rank, self.world_size, start, stop,
                   self.video_threads, finish_for(self.plan, self.transform, self.label),
-                  self.prefetch, self._reader_ahead(chunks),
-                  resident_bytes=self._resident_bytes)  # fmt: skip
+                  self.prefetch, self.read_ahead, resident_bytes=self._resident_bytes)  # fmt: skip
+        chunks = self._chunk_store()
         # without a transform (which runs in the workers), this process reads the first step
         # while the workers start: it does not wait for their server's imports
         here = self.transform is None
@@ -284,7 +277,8 @@ class StepLoader:
         slowest worker reads ahead of that position: a worker ahead of the slowest waits
         for the window rather than read steps it has not fetched, so the window's chunks
         are all the cache must hold."""
-        ahead = self._reader_ahead(chunks) or CONCURRENCY.cloud_read_ahead
+        remote = not self.plan.table(0).project.store.is_local
+        ahead = self.read_ahead or (CONCURRENCY.cloud_read_ahead if remote else 1)
         planner = StepTakes(self.plan, chunks, 0, self._resident_bytes)
         # steps past the first one not read that the slowest worker reads (its reader's
         # read_ahead batches of its own, one more where it decodes: it hands a batch out
