@@ -279,3 +279,26 @@ def test_a_reservation_scans_the_folder_once_and_evicts_farthest_first(source, t
         cs.used() == 4 * CHUNK
         and cs.read(obj, 4 * CHUNK, 6 * CHUNK) == blobs[obj.key][4 * CHUNK : 6 * CHUNK]
     )
+
+
+def test_objects_named_before_the_chunk_size_are_removed(source, tmp_path):
+    """An object whose name holds no chunk size was made by an older treadle: no store reads
+    it now, so the next scan removes its files instead of leaving their bytes on disk outside
+    every bound (a 4 MiB-chunk object met by a 1 MiB store was skipped, forever)."""
+    from treadle.storage.chunkfolder import PRESENT, ObjectFiles
+
+    root, blobs = source
+    folder = tmp_path / "chunks"
+    folder.mkdir()
+    old = ObjectFiles(folder, "ab" * 20, "data/o0.lance", len(blobs["data/o0.lance"]), 4 * CHUNK)
+    old.words[0, 0] = PRESENT
+    os.pwrite(old.fd, b"x" * CHUNK, 0)
+    old.close()
+    store = Store.open(root)
+    cs = ChunkStore(folder, 8 * CHUNK, CHUNK)
+    cs.fetch(store, cs.object(store, "data/o1.lance", len(blobs["data/o1.lance"])), [0], [1], now=0)
+    assert cs.used() == CHUNK  # its own chunk only
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == sorted(
+        f"{cs.object(store, 'data/o1.lance', len(blobs['data/o1.lance'])).name}{s}"
+        for s in (".data", ".state")
+    )

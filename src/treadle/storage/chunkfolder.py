@@ -162,8 +162,8 @@ class ChunkFolder:
 
     def _view(self, name: str) -> ObjectFiles | SeenObject | None:
         """Object ``name`` as mapped here (re-opened where removed), else a copy of its
-        state words; None where it is not this store's (another chunk size) or its
-        files are left by a removal or creation cut short (then removed)."""
+        state words; None where its files are left by a removal or creation cut short, or
+        by a treadle before names held the chunk size (then removed)."""
         obj = self.objects.get(name)
         if obj is not None and (not obj.removed() or obj.reopen(create=False)):
             return obj
@@ -185,9 +185,12 @@ class ChunkFolder:
         except FileNotFoundError:
             _unlink(state)  # no data file: made or removed when a process died
             return None
-        chunk = chunk_of(name) or self.chunk
-        if len(words) != 3 * max(1, -(-size // chunk)):
-            return None  # a name of before chunk sizes were named, of another size
+        chunk = chunk_of(name)
+        if chunk is None or len(words) != 3 * max(1, -(-size // chunk)):
+            # a treadle before names held the chunk size made it (nothing reads it now), or
+            # a torn file: its bytes would stay on disk outside every bound
+            self._remove(SeenObject(name, size, self.chunk, words[: len(words) // 3 * 3]))
+            return None
         words = words.reshape(-1, 3)
         if words[0, 0] & STATE_MASK == REMOVED:
             self._remove(SeenObject(name, size, chunk, words))
@@ -196,7 +199,7 @@ class ChunkFolder:
 
     def _remove(self, obj: ObjectFiles | SeenObject) -> None:
         state = self.directory / f"{obj.name}.state"
-        marked = np.array(obj.words, np.int64)
+        marked = np.array(obj.words, np.int64).reshape(-1, 3)
         marked[:, 0] = (marked[:, 0] & ~STATE_MASK) | REMOVED
         fd = os.open(state, os.O_WRONLY)
         try:  # every mapping of the file sees it (one page cache)
