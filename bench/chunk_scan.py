@@ -1,6 +1,6 @@
 """The chunk store's make-room round with many objects in its folder, timed (issue 48).
 
-A make-room round (``ChunkStore._make_room``, under the folder's lock) counts the bytes the
+A make-room round (``ChunkStore._room``: one scan per reservation, under the folder's lock) counts the bytes the
 folder holds and, when a chunk does not fit, evicts the chunks needed farthest ahead. This
 script builds a chunk folder of ``--objects`` objects of ``--chunks`` chunks each (1 KiB
 chunks, a fake store whose bytes are a function of key and offset), of which ``--live`` hold
@@ -66,12 +66,14 @@ def timed(fn) -> float:
 
 def round_fits(cs: ChunkStore) -> None:
     with _locked(cs.directory / ".lock"):
-        cs._make_room(0, 1, 0)
+        cs._room(0).make(0, 1)
+        cs._folder.let_go()
 
 
 def round_evicts(cs: ChunkStore, step: int) -> None:
     with _locked(cs.directory / ".lock"):
-        assert cs._make_room(CHUNK, step, 0)
+        assert cs._room(0).make(CHUNK, step)
+        cs._folder.let_go()
 
 
 def main() -> None:

@@ -175,6 +175,12 @@ def test_failed_fetch_leaves_nothing_and_dead_fetch_is_reclaimed(source, tmp_pat
     assert cs.fetch(Store.open(root), obj, [2], [3], now=0) == []
     assert cs.read(obj, 2 * CHUNK, 3 * CHUNK) == blobs[key][2 * CHUNK : 3 * CHUNK]
     assert cs.used() <= cs.max_bytes
+    # a chunk no step will need again (NEVER) still reclaims a dead fetch's room (one room
+    # scan per reservation took candidates only while needed later than the miss)
+    obj.words[1] = [FETCHING, 5, dead.pid]
+    assert cs.fetch(Store.open(root), obj, [3], [NEVER], now=0) == []
+    assert cs.read(obj, 3 * CHUNK, 4 * CHUNK) == blobs[key][3 * CHUNK : 4 * CHUNK]
+    assert not obj.present(1) and cs.used() <= cs.max_bytes
 
 
 def test_chunk_store_from_environment(tmp_path, monkeypatch):
@@ -302,3 +308,26 @@ def test_objects_named_before_the_chunk_size_are_removed(source, tmp_path):
         f"{cs.object(store, 'data/o1.lance', len(blobs['data/o1.lance'])).name}{s}"
         for s in (".data", ".state")
     )
+
+
+def test_odd_names_and_torn_state_files_do_not_stop_a_scan(source, tmp_path):
+    """A stray name whose tail is a non-ASCII digit, and a state file cut mid-word (a crash
+    while it was made), are removed by the scan; before, ``int('²')`` and ``np.frombuffer``
+    of 13 bytes raised in every reservation's scan."""
+    from treadle.storage.chunkfolder import chunk_of
+
+    assert (chunk_of("ab" * 20 + "_1048576"), chunk_of("ab_²"), chunk_of("ab" * 20)) == (
+        1 << 20,
+        None,
+        None,
+    )
+    root, blobs = source
+    folder = tmp_path / "chunks"
+    folder.mkdir()
+    for name, state in (("cd_²", b"\0" * 24), (f"{'ef' * 20}_{CHUNK}", b"\0" * 13)):
+        (folder / f"{name}.state").write_bytes(state)
+        (folder / f"{name}.data").write_bytes(b"")
+    cs = ChunkStore(folder, 4 * CHUNK, CHUNK)
+    store = Store.open(root)
+    cs.fetch(store, cs.object(store, "data/o1.lance", len(blobs["data/o1.lance"])), [0], [1], now=0)
+    assert cs.used() == CHUNK and len(list(folder.glob("*.state"))) == 1

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from treadle.read.downloads import Downloads
+from treadle.read.downloads import Downloads, _Round
 
 
 class Store:
@@ -111,8 +111,8 @@ def test_rounds_with_nothing_to_fetch_hold_no_thread():
     submitted = threading.Event()
 
     def more():
-        for last in range(2, 12):  # ten empty rounds, past the two threads
-            d.submit(last, [("slow", [])] if last % 2 else [])
+        for last in range(2, 12):  # ten rounds with nothing to fetch, past the two threads
+            d.submit(last, [[("slow", [])], [], [("slow", [("obj", [])])]][last % 3])
         submitted.set()
 
     threading.Thread(target=more, daemon=True).start()
@@ -123,3 +123,26 @@ def test_rounds_with_nothing_to_fetch_hold_no_thread():
     assert got == [(last, None) for last in range(1, 12)]
     assert store.started == ["slow"]  # nothing else was downloaded
     d.close()
+
+
+def test_a_close_tells_no_round_past_one_never_fetched():
+    """Closed while a round downloads and a later one waits: the waiting round gives its
+    room back, and no round after it is told (a round told past one never fetched would let
+    a reader pass steps whose chunks never came), even one with nothing to fetch."""
+    store = Store()
+    got, _, ended = ended_log()
+    d = Downloads(store, ended, threads=1)
+    store.release["a"] = threading.Event()
+    d.submit(1, [("a", [("obj", [1])])])
+    for _ in range(300):
+        if store.started:
+            break
+        threading.Event().wait(0.01)
+    with d._cond:  # queued behind a (a round waits so only until a thread is free)
+        d._rounds.append(_Round(2, [("b", [("obj", [2])])]))
+    d.submit(3, [("b", [("obj", [])])])  # nothing to fetch: ended at once, told after 2
+    d.close()
+    store.release["a"].set()
+    d.join(10)
+    assert got == [(1, None)]
+    assert store.abandoned == [[("obj", [2])], [("obj", [])]]

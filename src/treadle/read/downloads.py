@@ -25,9 +25,9 @@ __all__ = ["IN_FLIGHT", "Downloads"]
 
 IN_FLIGHT = 8
 """Rounds downloading at once (the stage's thread waits to reserve one more). Rounds that
-ended wait for the earlier ones without holding a thread: once the window moves a step at a
-time most rounds are a step with nothing to fetch, and counting them held the stage ~8 steps
-behind a slow download (issue 48's bench: the reader waited for rounds not yet reserved)."""
+with no chunk to fetch, and rounds that ended and wait for the earlier ones, hold no thread:
+once the window moves a step at a time most rounds are a step whose chunks are all present,
+and counting them held the stage a few steps behind a slow download (issue 48's bench: the reader waited for rounds not yet reserved)."""
 
 Fetches = list[tuple[Any, list[tuple[ObjectChunks, list[int]]]]]  # (store, its chunks)
 
@@ -60,13 +60,14 @@ class Downloads:
 
     def submit(self, last: int, reserved: Fetches) -> None:
         """Download ``reserved`` (the chunks of steps up to ``last``); waits while as many
-        rounds as threads are still to download (rounds that downloaded, or had nothing to,
-        and wait only for an earlier one to end hold no thread). After :meth:`close` it
-        gives their room back."""
+        rounds as threads are still to download (a round with no chunk to fetch, or one that
+        downloaded and waits only for an earlier one to end, holds no thread). After
+        :meth:`close` it gives their room back."""
+        empty = not any(chunks for _, items in reserved for _, chunks in items)
         with self._cond:
-            self._cond.wait_for(lambda: self._stop or self._downloading() < len(self._threads))
+            if not empty:  # a round with nothing to fetch (every chunk a hit) needs no thread
+                self._cond.wait_for(lambda: self._stop or self._downloading() < len(self._threads))
             if not self._stop:
-                empty = not any(items for _, items in reserved)
                 self._rounds.append(_Round(last, reserved, state=2 if empty else 0))
                 if empty:
                     self._end_in_order()
@@ -94,11 +95,12 @@ class Downloads:
         for a download (:meth:`join` does)."""
         with self._cond:
             self._stop = True
-            queued = [r for r in self._rounds if r.state == 0]
-            for r in queued:
-                self._rounds.remove(r)
+            # from the first round not started on: none of them is told (a later round told
+            # would pass the steps of one never fetched)
+            cut = next((i for i, r in enumerate(self._rounds) if r.state == 0), len(self._rounds))
+            dropped = [self._rounds.pop() for _ in range(len(self._rounds) - cut)][::-1]
             self._cond.notify_all()
-        for r in queued:
+        for r in dropped:
             self.abandon(r.reserved)
 
     def join(self, timeout: float) -> None:

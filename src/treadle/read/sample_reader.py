@@ -137,8 +137,7 @@ class SampleReader:
             read_ahead = 1 if store.is_local else CONCURRENCY.cloud_read_ahead
         if int(read_ahead) < 1:
             raise ValueError(f"read_ahead must be at least 1 batch, not {read_ahead!r}")
-        # batches ahead: at most (hold_ahead), and now (CONCURRENCY.read_ahead_bytes)
-        self.read_ahead = self._hold = self._depth = int(read_ahead)
+        self.read_ahead = self._hold = self._depth = int(read_ahead)  # see hold_ahead, _adapt
         if backend is None:
             from treadle.video import VideoReader
 
@@ -240,8 +239,9 @@ class SampleReader:
             raise
 
     def hold_ahead(self, batches: int | None) -> None:
-        """Read at most ``batches`` ahead (None: ``read_ahead``): a lookahead stage's rows."""
-        self._hold = self._depth = min(self.read_ahead, max(1, batches or self.read_ahead))
+        """Read at most ``batches`` ahead (None: ``read_ahead``, as _adapt allows it)."""
+        self._hold = min(self.read_ahead, max(1, batches or self.read_ahead))
+        self._depth = min(self._depth, self._hold)
 
     def _adapt(self, taken: list[Taken], video: Prepared | None) -> None:
         """Batches ahead: ``read_ahead`` (or :meth:`hold_ahead`'s), fewer while that many

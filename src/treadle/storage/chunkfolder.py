@@ -51,7 +51,8 @@ def chunk_of(name: str) -> int | None:
     node with other ``$TREADLE_CHUNK_BYTES`` keep other files, and every store of the folder
     counts them all in its bound), or None for a name made before names held it."""
     tail = name.rpartition("_")[2]
-    return int(tail) if "_" in name and tail.isdigit() and int(tail) > 0 else None
+    ok = "_" in name and tail.isascii() and tail.isdigit()
+    return int(tail) if ok and int(tail) > 0 else None
 
 
 class ObjectFiles:
@@ -178,7 +179,8 @@ class ChunkFolder:
             fd = os.open(state, os.O_RDONLY)
             try:
                 # read-only: evictions write through a mapping (ChunkFolder.mapped)
-                words = np.frombuffer(os.pread(fd, os.fstat(fd).st_size, 0), np.int64)
+                raw = os.pread(fd, os.fstat(fd).st_size, 0)
+                words = np.frombuffer(raw[: len(raw) // 24 * 24], np.int64)  # torn: cut
             finally:
                 os.close(fd)
             size = os.stat(self.directory / f"{name}.data").st_size
@@ -189,7 +191,7 @@ class ChunkFolder:
         if chunk is None or len(words) != 3 * max(1, -(-size // chunk)):
             # a treadle before names held the chunk size made it (nothing reads it now), or
             # a torn file: its bytes would stay on disk outside every bound
-            self._remove(SeenObject(name, size, self.chunk, words[: len(words) // 3 * 3]))
+            self._remove(SeenObject(name, size, self.chunk, words))
             return None
         words = words.reshape(-1, 3)
         if words[0, 0] & STATE_MASK == REMOVED:

@@ -37,6 +37,7 @@ class Room:
         self.used = 0
         self._scan: Scan = []
         self._order: tuple[np.ndarray, ...] | None = None  # candidates, farthest use first
+        self._gone = np.empty(0, bool)  # candidates evicted
         self._at = 0  # candidates before this one were evicted
 
     def make(self, size: int, next_use: int) -> bool:
@@ -47,25 +48,36 @@ class Room:
             self._scan, self.scanned = self._scan_folder(), True
             self.used = sum(int(held.sum()) for _, _, held in self._scan)
         if self.used + size > self.max_bytes:
-            nus, objs, ids, sizes = self._candidates()
-            while self.used + size > self.max_bytes and self._at < len(nus):
-                if nus[self._at] <= next_use:
-                    break  # the rest are needed sooner than this chunk
-                self._evict(self._scan[objs[self._at]][0], int(ids[self._at]))
-                self.used -= int(sizes[self._at])
-                self._at += 1
+            self._evict_for(size, next_use)
         if self.used + size > self.max_bytes:
             return False
         self.used += size
         return True
 
+    def _evict_for(self, size: int, next_use: int) -> None:
+        """Evict candidates needed later than ``next_use`` (a dead process's fetch: always),
+        in order, until ``size`` more bytes fit."""
+        nus, objs, ids, sizes, dead = self._candidates()
+        i = self._at
+        while self.used + size > self.max_bytes and i < len(nus):
+            if nus[i] <= next_use and not dead[i]:
+                if nus[i] < NEVER:
+                    break  # the rest are needed sooner than this chunk (dead ones come first)
+            elif not self._gone[i]:
+                self._evict(self._scan[objs[i]][0], int(ids[i]))
+                self.used -= int(sizes[i])
+                self._gone[i] = True
+            i += 1
+        while self._at < len(nus) and self._gone[self._at]:
+            self._at += 1
+
     def _candidates(self) -> tuple[np.ndarray, ...]:
         """Present chunks and those a dead process was fetching (next use never), as
-        ``(next use, scan index, chunk, bytes)``, farthest first, ties by object key then
+        ``(next use, scan index, chunk, bytes, dead)``, farthest first, ties by object key then
         chunk (the simulator's order), then in scan order."""
         if self._order is not None:
             return self._order
-        nus, objs, ids, sizes, keys = [], [], [], [], []
+        nus, objs, ids, sizes, deads, keys = [], [], [], [], [], []
         for k, (obj, states, held) in enumerate(self._scan):
             nu = np.asarray(obj.words[:, 1])
             dead = (states == FETCHING) & ~alive(np.asarray(obj.words[:, 2]))
@@ -74,14 +86,23 @@ class Room:
             objs.append(np.full(len(at), k, np.int64))
             ids.append(at)
             sizes.append(held[at])
+            deads.append(dead[at])
             keys.append(obj.key)
         if not nus:
-            self._order = (np.empty(0, np.int64),) * 4
+            self._order = (np.empty(0, np.int64),) * 4 + (np.empty(0, bool),)
+            self._gone = np.empty(0, bool)
             return self._order
         rank = {key: r for r, key in enumerate(sorted(set(keys)))}
         nu, obj = np.concatenate(nus), np.concatenate(objs)
         chunk, size = np.concatenate(ids), np.concatenate(sizes)
         key = np.asarray([rank[keys[k]] for k in range(len(keys))], np.int64)[obj]
         order = np.lexsort((chunk, key, -nu))  # stable: equal keys keep the scan's order
-        self._order = (nu[order], obj[order], chunk[order], size[order])
+        self._order = (
+            nu[order],
+            obj[order],
+            chunk[order],
+            size[order],
+            np.concatenate(deads)[order],
+        )
+        self._gone = np.zeros(len(order), bool)
         return self._order

@@ -198,7 +198,7 @@ class ChunkStore:
                 _need(w, now, n if at is None else at, now if at is None else at)
         reserved: list[list[int]] = [[] for _ in wanted]
         skipped: list[list[int]] = [[] for _ in wanted]
-        room = Room(self._scan, self.max_bytes, now, lambda o, c: _evict(self._folder.mapped(o), c))
+        room = self._room(now)
         for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
             obj = wanted[i][0]
             kept = room.make(obj.chunk_size(c), n)
@@ -215,6 +215,10 @@ class ChunkStore:
         if room.scanned:
             self._folder.let_go()
         return reserved, skipped
+
+    def _room(self, now: int) -> Room:
+        """Under the folder's lock: room for one reservation's misses (one scan at most)."""
+        return Room(self._scan, self.max_bytes, now, lambda o, c: _evict(self._folder.mapped(o), c))
 
     def release(self, obj: ObjectChunks, chunks: Sequence[int], at: int,
                 next_uses: Sequence[int]) -> None:  # fmt: skip
