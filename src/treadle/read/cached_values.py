@@ -20,6 +20,7 @@ as the take does.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,12 +162,14 @@ class CachedValues:
 
             return _Files(starts[:-1], [None] * len(frags), locks, opener, lance_take)
         why = over_cache_bound(sum(int(getattr(df, "file_size_bytes", 0) or 0) for df in files))
+        if why:
+            return why
         readers: list[Any] = []
         for df, n in zip(files, rows):
-            path, why = (None, why) if why else self._copies.path(table, ds, df)
-            got = None if path is None else open_values(path, df, field_id, n)
+            path, why = self._copies.path(table, ds, df)
             if path is None:
                 return why or "a data file is missing"
+            got = open_values(path, df, field_id, n)
             readers.append(got if isinstance(got, FileValues)
                            else LanceFileReader(path, columns=[column]))  # fmt: skip
         return _Files(starts[:-1], readers, locks)
@@ -176,8 +179,6 @@ def _local_reader(table: Table, column: str, ds: Any, df: Any, field_id: int, ro
                   start: int) -> Any:  # fmt: skip
     """A local fragment's :class:`FileValues`, or :data:`_TAKE` (its pages are not plain,
     or its first and last row differ from a Lance take: the fast path says why)."""
-    import os
-
     path = os.path.join(ds.uri, "data", df.path)
     try:
         got = open_values(path, df, field_id, rows) if os.path.isfile(path) else "no file"
