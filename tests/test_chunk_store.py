@@ -193,6 +193,26 @@ def test_chunk_store_from_environment(tmp_path, monkeypatch):
     assert cs.max_bytes == 64 << 20 and cs.directory == tmp_path / "objects" / "chunks"
 
 
+def test_chunk_settings_that_are_not_sizes_name_themselves(tmp_path, monkeypatch):
+    """A wrong ``$TREADLE_CHUNK_BYTES`` or ``$TREADLE_CHUNK_CACHE_BYTES`` is an error naming
+    that setting (they said ``TREADLE_CACHE_BYTES``), and chunks of 0 bytes are refused
+    (they failed later with a ZeroDivisionError naming nothing)."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "lots")
+    with pytest.raises(ValueError, match="^TREADLE_CHUNK_CACHE_BYTES='lots' is not a size"):
+        chunk_store()
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "64M")
+    for raw, why in (
+        ("-1", "is negative"),
+        ("x", "is not a size"),
+        ("0", "must be at least 1 byte"),
+    ):
+        monkeypatch.setenv("TREADLE_CHUNK_BYTES", raw)
+        with pytest.raises(ValueError, match=f"^TREADLE_CHUNK_BYTES='{raw}' {why}"):
+            chunk_store()
+    assert not (tmp_path / "objects" / "chunks").exists()  # nothing made
+
+
 def test_other_processes_objects_are_not_kept_mapped(source, tmp_path, monkeypatch):
     """A store reads the objects other processes fetched to count their chunks (a copy of
     their state words), maps them only to evict chunks, and keeps at most MAX_FOREIGN of

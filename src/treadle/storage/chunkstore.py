@@ -347,11 +347,13 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
                 return cache
             max_bytes = cache.max_bytes
         else:
-            max_bytes = parse_bytes(raw)
+            max_bytes = parse_bytes(raw, "TREADLE_CHUNK_CACHE_BYTES")
     if max_bytes <= 0:
         return "the chunk cache is off (TREADLE_CHUNK_CACHE_BYTES=0)"
     if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
-        chunk_bytes = parse_bytes(raw)
+        chunk_bytes = parse_bytes(raw, "TREADLE_CHUNK_BYTES")
+        if chunk_bytes < 1:
+            raise ValueError(f"TREADLE_CHUNK_BYTES={raw!r} must be at least 1 byte")
     key = (str(default_dir() / "chunks"), max_bytes, chunk_bytes)
     with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
         try:

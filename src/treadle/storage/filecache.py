@@ -59,16 +59,17 @@ cache's disk free."""
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def parse_bytes(text: str) -> int:
-    """``"1073741824"``, ``"512M"``, ``"16G"`` (binary units, an optional ``B``) -> bytes."""
+def parse_bytes(text: str, name: str = "TREADLE_CACHE_BYTES") -> int:
+    """``"1073741824"``, ``"512M"``, ``"16G"`` (binary units, an optional ``B``) -> bytes;
+    ``name``: the setting it was given as, for the error."""
     t = text.strip().upper().removesuffix("IB").removesuffix("B")
     unit = t[-1:] if t[-1:] in _SUFFIX and t[-1:] else ""
     try:
         value = float(t[: len(t) - len(unit)])
     except ValueError:
-        raise ValueError(f"TREADLE_CACHE_BYTES={text!r} is not a size (e.g. 16G)") from None
+        raise ValueError(f"{name}={text!r} is not a size (e.g. 16G)") from None
     if value < 0:
-        raise ValueError(f"TREADLE_CACHE_BYTES={text!r} is negative")
+        raise ValueError(f"{name}={text!r} is negative")
     return int(value * _SUFFIX[unit])
 
 
