@@ -389,6 +389,12 @@ try:
     lerobot(sys.argv[1], Client(sys.argv[2]).project("p"), "t", progress=False)
 except TreadleError as e:
     print("NAMED", type(e).__name__, e)
+# the import ended under the cap; leave without the native libraries' teardown, which
+# starts threads the cap's address space may not hold ("terminate called without an
+# active exception", SIGABRT, after the line above: seen once, in CI at 0dd9674)
+sys.stdout.flush()
+import os
+os._exit(0)
 """
 
 
