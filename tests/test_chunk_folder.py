@@ -175,6 +175,11 @@ def _worker(root: str, folder: str, seed: int, blobs: dict[str, bytes], q) -> No
         for c in range(obj.count):
             got = cs.read(obj, c * CHUNK, (c + 1) * CHUNK)
             bad += got is not None and got != blobs[obj.key][c * CHUNK : (c + 1) * CHUNK]
+        starts = rng.integers(0, obj.size - 100, 16)  # rows, some over two chunks
+        out = np.zeros((16, 100), np.uint8)
+        found = obj.copy_rows(starts, out)
+        for s, row in zip(starts[found].tolist(), out[found]):
+            bad += row.tobytes() != blobs[obj.key][s : s + 100]
         bad += (cs.used() > cs.max_bytes) + _uncounted(cs)
     q.put((bad, stale))
 

@@ -104,6 +104,63 @@ def test_eviction_is_beladys_optimum(source, tmp_path):
     _check_bytes(cs, objs, blobs)
 
 
+def test_copy_rows_reads_what_read_reads_range_by_range(source, tmp_path):
+    """Rows copied in one pass (a reader's rows of a chunked column) are found exactly where
+    reading their range alone finds them, with the object's bytes: rows over two chunks,
+    rows in absent chunks, rows ending at the object's short last chunk."""
+    root, blobs = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 6 * CHUNK, CHUNK)
+    objs = _objects(cs, store, blobs)
+    rng = np.random.default_rng(7)
+    seen = set()
+    for step in range(30):
+        obj = objs[int(rng.integers(OBJECTS))]
+        want = sorted(set(rng.integers(0, obj.count, 3).tolist()))
+        cs.fetch(store, obj, want, (step + 1 + rng.integers(0, 9, len(want))).tolist(), now=step)
+        length = int(rng.choice([1, 100, CHUNK // 2, CHUNK + 7]))
+        starts = rng.integers(0, obj.size - length + 1, 40)
+        starts[0] = obj.size - length  # the last bytes of the object
+        out = np.zeros((len(starts), length), np.uint8)
+        found = obj.copy_rows(starts, out)
+        for i, s in enumerate(starts.tolist()):
+            got = cs.read(obj, s, s + length)
+            assert found[i] == (got is not None), (step, s, length)
+            if got is not None:
+                assert out[i].tobytes() == got == blobs[obj.key][s : s + length]
+                seen.add(length > CHUNK - s % CHUNK)
+    assert seen == {False, True}  # rows within a chunk and rows over two were both found
+
+
+def test_copy_rows_trusts_no_row_whose_chunk_was_evicted_while_copied(
+    source, tmp_path, monkeypatch
+):
+    """A chunk evicted (and fetched again) between the state check and the end of the copy:
+    the rows over it are not found (their bytes may be a hole's zeros); the others are."""
+    from treadle.storage import chunkobject, chunkstore
+
+    root, blobs = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
+    (obj, *_) = _objects(cs, store, blobs)
+    assert cs.fetch(store, obj, [0, 1, 2], [5, 5, 5], now=0) == []
+    real, calls = os.preadv, []
+
+    def evict_then_read(fd, buffers, offset):
+        if not calls:  # while the first row is copied
+            chunkstore._evict(obj, 1)  # as another process making room would
+            cs.fetch(store, obj, [1], [5], now=0)  # and fetched again: a new generation
+        calls.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(chunkobject.os, "preadv", evict_then_read)
+    starts = np.array([10, CHUNK + 10, CHUNK - 5, 2 * CHUNK + 10])
+    out = np.zeros((4, 20), np.uint8)
+    assert obj.copy_rows(starts, out).tolist() == [True, False, False, True]
+    for i in (0, 3):
+        assert out[i].tobytes() == blobs[obj.key][starts[i] : starts[i] + 20]
+
+
 def _worker(root: str, folder: str, seed: int, blobs: dict[str, bytes], q) -> None:
     store = Store.open(root)
     cs = ChunkStore(folder, 8 * CHUNK, CHUNK)

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import treadle as td
-from treadle.plan.simulate import FETCH_GROUP, Link, Setup, simulate
+from treadle.plan import simulate as simulate_mod
+from treadle.plan.simulate import FETCH_GROUP, FETCH_HORIZON, Link, Setup, simulate
 from treadle.read import lookahead as lookahead_mod
 from treadle.read.simpages import media_windows, page_layout
 from treadle.storage import Store
@@ -180,6 +181,7 @@ def _simulated(remote, tmp_path, ranks: int, shuffle: object, loader, cache: int
 def test_simulated_requests_and_bytes_are_those_measured(remote, tmp_path, monkeypatch,
                                                          ranks, shuffle):  # fmt: skip
     assert FETCH_GROUP == lookahead_mod.GROUP_STEPS
+    assert FETCH_HORIZON == lookahead_mod.HORIZON_STEPS
     measured, runs = _measure(remote, tmp_path, monkeypatch, ranks, shuffle)
     rep = _simulated(remote, tmp_path, ranks, shuffle, runs[0][2])
     for r in range(ranks):
@@ -214,6 +216,27 @@ def test_an_evicting_cache_hits_at_most_the_optimum(remote, tmp_path, monkeypatc
     assert measured == pytest.approx(rep.loader, abs=1e-12)  # the simulator's replay is exact
     assert 0 < measured <= rep.optimum + 1e-12
     assert rep.optimum < 1 and stats.misses > 0
+
+
+def test_a_short_horizon_plans_a_round_of_steps_at_a_time(remote, tmp_path, monkeypatch):
+    """The stage learns the uses of the steps after its window a round of
+    :data:`~treadle.read.lookahead.GROUP_STEPS` steps at a time (one vectorised pass), when
+    the first of them lies within its horizon; a chunk read takes its next use among the
+    steps known. With a horizon of 8 steps over 20, a full shuffle and room for 24 chunks,
+    what is known when a step is read shapes the evictions (a replay that planned only
+    rounds wholly within the horizon hits 21.2%, not 22.5%); the replay plans the same
+    rounds and is exact."""
+    monkeypatch.setattr(lookahead_mod, "HORIZON_STEPS", 8)
+    monkeypatch.setattr(simulate_mod, "FETCH_HORIZON", 8)
+    cache = 24 * CHUNK
+    _, runs = _measure(remote, tmp_path, monkeypatch, 1, None, cache)
+    stats = runs[0][1]
+    rep = _simulated(remote, tmp_path, 1, None, runs[0][2], cache)
+    measured = stats.hits / (stats.hits + stats.misses)
+    print(f"horizon 8: loader {measured:.4f}, replay {rep.loader:.4f}, optimum {rep.optimum:.4f}")
+    assert runs[0][2].lookahead_stage.horizon == 8
+    assert measured == pytest.approx(rep.loader, abs=1e-12)
+    assert 0 < measured < rep.optimum
 
 
 def test_owed_chunks_bring_the_loader_to_the_optimum(remote, tmp_path, monkeypatch):

@@ -169,8 +169,9 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
     after), before the steps entering, asks again for the owed chunks of steps past the
     ``read_ahead`` steps the reader may be reading (``now + read_ahead``), nearest step
     first: present (fetched for an earlier step), a hit; fetched, a miss; else still owed.
-    A chunk still owed when its step is read is a miss. After each round the uses of up to
-    ``group`` more steps within ``now + horizon`` are known; when a step is read its chunks
+    A chunk still owed when its step is read is a miss. After each round the uses of the next
+    ``group`` steps (or the rest) become known, all at once, when the first of them lies
+    within ``now + horizon``; when a step is read its chunks
     take their next use among the known steps (none: never). ``misses`` of a step: the
     chunks it did not find; ``over``: chunks still owed when their step was read;
     ``stopped``: where the stage gave up, as the loader's does when more than half of the
@@ -196,7 +197,8 @@ def lookahead(steps: Sequence[np.ndarray], max_bytes: int, size: Callable[[int],
                 misses[step] = _ask(st, steps[step].tolist(), step, now, fetching)
                 total += len(steps[step])
             pending = last + 1
-            for step in range(known + 1, min(known + group, now + horizon, len(steps) - 1) + 1):
+            upto = min(known + group, len(steps) - 1)  # a round of steps at once, in reach
+            for step in range(known + 1, upto + 1) if known < now + horizon else ():
                 known = _known(st, steps[step].tolist(), step)
             if st.asked >= 64 and st.skipped > st.asked // 2:  # the stage gives up
                 return _replay(misses, st, total, stopped=first)

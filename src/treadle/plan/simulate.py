@@ -46,6 +46,8 @@ __all__ = ["CHUNK_BITS", "FETCH_GROUP", "Link", "NodeReport", "Setup", "TableByt
 
 FETCH_GROUP = 8
 """Steps of a lookahead window fetched in one round (``read.lookahead.GROUP_STEPS``)."""
+FETCH_HORIZON = 64
+"""Steps ahead whose uses give a chunk its next use (``read.lookahead.HORIZON_STEPS``)."""
 PREFIX_GETS = 5500
 """GET/s an S3 prefix serves before it answers 503 SlowDown (AWS's documented figure)."""
 
@@ -278,7 +280,7 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     rep.own_ranks = rep.optimum
     sizes = np.concatenate([*(tb.object_bytes for tb in layout), media_sizes]).astype(np.int64)
     stage = lookahead(union, setup.cache_bytes, _chunk_size(sizes, setup.chunk_bytes),
-                      setup.window, FETCH_GROUP, _tie(layout),
+                      setup.window, FETCH_GROUP, _tie(layout), horizon=FETCH_HORIZON,
                       read_ahead=setup.read_ahead)  # fmt: skip
     rep.loader, rep.loader_stopped = stage.hit_rate, stage.stopped
     if setup.ranks_per_node > 1:  # what Belady reaches with each rank's next uses only

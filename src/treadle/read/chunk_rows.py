@@ -140,12 +140,31 @@ class ChunkedColumn:
     def chunk_ids(self, rows: np.ndarray) -> dict[int, np.ndarray]:
         """Per data file (key of :attr:`objects`), the distinct chunks ``rows`` touch: every
         chunk of each row, from its first byte's to its last's."""
-        file, start = self.locate(np.unique(rows))
+        rows = np.unique(rows)
+        return {f: ids for f, (_, ids) in self.owned_chunk_ids(rows, 0 * rows).items()}
+
+    def owned_chunk_ids(self, rows: np.ndarray, owners: np.ndarray
+                        ) -> dict[int, tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+        """:meth:`chunk_ids` of rows owned by groups (``owners[i]``, non-negative: the step
+        of row ``i``): per data file, ``(owner, chunk id)`` of each distinct pair, sorted."""
+        rows, owners = np.asarray(rows, np.int64), np.asarray(owners, np.int64)
+        file, start = self.locate(rows)
+        kept = file >= 0
+        if not kept.any():
+            return {}
+        file, start, owners = file[kept], start[kept], owners[kept]
         size = self.chunks.chunk_bytes
-        out: dict[int, np.ndarray] = {}
-        for i in np.unique(file[file >= 0]).tolist():
-            s = start[file == i]
-            out[i] = np.unique(chunk_span(s // size, (s + self.row_bytes - 1) // size))
+        first, last = start // size, (start + self.row_bytes - 1) // size
+        span = last - first + 1
+        ids = chunk_span(first, last)
+        per_file, width = int(ids.max()) + 1, len(self.files)
+        key = np.unique((np.repeat(owners, span) * width + np.repeat(file, span)) * per_file + ids)
+        who, rest = np.divmod(key, width * per_file)
+        where, ids = np.divmod(rest, per_file)
+        out = {}
+        for f in np.unique(where).tolist():
+            sel = where == f
+            out[f] = (who[sel], ids[sel])
         return out
 
     def pages(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -179,13 +198,10 @@ class ChunkedColumn:
         out = np.empty((len(rows), *self.shape), self.dtype)
         found = np.zeros(len(rows), bool)
         file, start = self.locate(rows)
-        n = self.row_bytes
-        for i in np.flatnonzero(file >= 0).tolist():
-            obj = self.objects[int(file[i])]
-            got = self.chunks.read(obj, int(start[i]), int(start[i]) + n)
-            if got is not None:
-                out[i] = np.frombuffer(got, self.dtype).reshape(self.shape)
-                found[i] = True
+        raw = out.view(np.uint8).reshape(len(rows), self.row_bytes)  # each row's bytes
+        for f in np.unique(file[file >= 0]).tolist():
+            at = np.flatnonzero(file == f)
+            found[at] = self.objects[f].copy_rows(start[at], raw, at)
         return out, found
 
 

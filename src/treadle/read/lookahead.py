@@ -34,11 +34,10 @@ import numpy as np
 from treadle import fastpaths, reaper
 from treadle.errors import TreadleError
 from treadle.fastpaths import log
-from treadle.read.chunk_media import media_chunks
-from treadle.read.chunk_rows import ChunkedColumn, read_footers
+from treadle.read.chunk_needs import Need, step_needs
 from treadle.read.downloads import Downloads, Fetches
 from treadle.read.owed import Owed
-from treadle.storage.chunkstore import NEVER, ChunkStore, ObjectChunks
+from treadle.storage.chunkstore import NEVER, ChunkStore
 
 if TYPE_CHECKING:
     from treadle.read.sample_reader import SampleReader
@@ -57,8 +56,6 @@ HORIZON_STEPS = 64
 """Steps ahead whose uses give a chunk its next use (the window's fetches: ``lookahead``)."""
 MIN_ASKED = 64
 """Chunks asked for before the stage may decide that most find no room (and stop)."""
-
-Need = list[tuple[Any, ObjectChunks, np.ndarray]]  # (store, object, chunk ids) of one step
 
 
 class Lookahead:
@@ -87,6 +84,9 @@ class Lookahead:
         self._died: BaseException | None = None  # what ended the thread, if it failed
         self._cond = threading.Condition()
         self._needs: dict[int, Need] = {}
+        self._read: deque[int] = deque()  # steps read, their chunks not yet released
+        self._inline = False  # the thread ended: done() releases them itself
+        self._releasing = threading.Lock()  # one release at a time, in step order
         self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
         self.samples_seen = 0
         self._base = replace(chunks.stats)  # the store is the process's: count from here
@@ -102,8 +102,36 @@ class Lookahead:
         self._thread.start()
 
     def done(self, step: int, samples: int) -> None:
-        """The reader has read ``step`` (``samples`` samples): its chunks take their next
-        use in the window, and the window moves on."""
+        """The reader has read ``step`` (``samples`` samples): the window moves on, and its
+        chunks take their next use in the window. The stage's thread releases them before
+        its next round (a release waits for the node's folder lock, which a round's
+        reservation may hold for a scan: the reader does not wait for it); once the thread
+        has ended, here."""
+        with self._cond:
+            inline = self._inline
+            if not inline:
+                self._read.append(step)
+            self._now = step + 1
+            self.samples_seen += samples
+            self._changed()
+        if inline:
+            with self._releasing:
+                self._release(step)
+
+    def _release_read(self) -> None:
+        """The steps read so far let their chunks go, in order (before a round: it then sees
+        these chunks' next uses, not their stale ones, which count as never needed)."""
+        with self._releasing:
+            while True:
+                with self._cond:
+                    if not self._read:
+                        return
+                    step = self._read.popleft()
+                self._release(step)
+
+    def _release(self, step: int) -> None:
+        """Step ``step`` was read: its chunks take their next use in the window (any rank's
+        of the node, where they share the folder), and its owed chunks are settled."""
         with self._cond:
             need = self._needs.pop(step, [])
             nexts = []
@@ -120,15 +148,9 @@ class Lookahead:
                     if q is not None and not q:
                         del self._uses[(obj.name, c)]
                 nexts.append(n)
-        # released before the window moves on: a round for the next step then sees these
-        # chunks' next uses (not their stale ones, which count as never needed)
         for (_, obj, ids), n in zip(need, nexts):
             self.chunks.release(obj, ids.tolist(), step, n)
         self.owed.read(step)
-        with self._cond:
-            self._now = step + 1
-            self.samples_seen += samples
-            self._changed()
 
     def close(self) -> None:
         """Stop the thread (it ends after the fetch under way); never waits here: the
@@ -175,20 +197,26 @@ class Lookahead:
                         self.shared.publish(self._now, self._fetched, True)
             raise
         finally:
+            with self._cond:
+                self._inline = True  # steps read from now on are released as they are
+            self._release_read()
             self._downloads.close()  # rounds under way end; those not started give back
 
     def _walk(self) -> None:
         steps = iter(self._steps)
         pending, now = next(steps, None), self._now
         while pending is not None:
+            self._release_read()  # the steps read since the last round let their chunks go
             with self._cond:
                 if self._now is None:
                     self._now = pending
                     self._changed()
-                while not self._stop and pending > self._now + self.lookahead:
+                while not self._stop and pending > self._now + self.lookahead and not self._read:
                     self._cond.wait()
                 if self._stop:
                     return
+                if self._read:  # released first, then the window looked at again
+                    continue
                 now, last = self._now, self._now + self.lookahead
             group = []  # the steps in the window now: their chunks fetched together
             while pending is not None and pending <= last and len(group) < GROUP_STEPS:
@@ -212,7 +240,11 @@ class Lookahead:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda s=seen: self._stop or self._now != s)
-                if self._stop or not self.owed.due(self._now):
+                if self._stop:
+                    return
+            self._release_read()
+            with self._cond:
+                if not self.owed.due(self._now):
                     return
                 seen = self._now
             try:
@@ -221,41 +253,41 @@ class Lookahead:
                 return log.warning("treadle: lookahead could not fetch owed chunks: %s", e)
 
     def _plan_ahead(self, steps: Iterator[int], pending: int | None, now: int) -> None:
-        """Register the uses of up to :data:`GROUP_STEPS` more steps within the horizon
-        (``now + horizon``) after the one fetched next (``pending``): chunks read take their
-        next use among them. Few a round: the first batch does not wait for them."""
+        """Register the uses of the next :data:`GROUP_STEPS` steps not yet planned after
+        the one fetched next (``pending``), all at once, when the first of them lies within
+        the horizon (``now + horizon``): chunks read take their next use among them. A
+        round at a time: one vectorised pass plans them, and the first batch does not wait
+        for them."""
         ahead = [] if pending is None else [pending, *self._later]
-        for _ in range(GROUP_STEPS):
-            todo = next((st for st in ahead if st not in self._planned), None)
-            if todo is None and pending is not None:
-                todo = next(steps, None)
-                if todo is None:
-                    return
-                self._later.append(todo)
-                ahead.append(todo)
-            if todo is None or todo > now + self.horizon:
-                return
-            self._planned[todo] = self._register(todo)
+        todo = [st for st in ahead if st not in self._planned][:GROUP_STEPS]
+        while pending is not None and len(todo) < GROUP_STEPS:
+            got = next(steps, None)
+            if got is None:
+                break
+            self._later.append(got)
+            todo.append(got)
+        if todo and todo[0] <= now + self.horizon:
+            self._planned.update(self._register(todo))
 
-    def _register(self, step: int) -> Need:
-        """The needs of ``step``, its uses registered."""
-        need = self._need(step)
+    def _register(self, steps: list[int]) -> dict[int, Need]:
+        """The needs of ``steps``, their uses registered (in step order)."""
+        needs = step_needs(self.reader, [(b.component, b.moment) for b in map(self.samples, steps)])
         with self._cond:
-            for _, obj, ids in need:
-                for c in ids.tolist():
-                    self._uses.setdefault((obj.name, c), deque()).append(step)
-        return need
+            for step, need in zip(steps, needs):
+                for _, obj, ids in need:
+                    for c in ids.tolist():
+                        self._uses.setdefault((obj.name, c), deque()).append(step)
+        return dict(zip(steps, needs))
 
     def _fetch(self, steps: list[int], now: int) -> Fetches:
         """Reserve the chunks of ``steps`` (each held for its step): what to download, in
         one round of range requests per store."""
         reserved = self.owed.take()  # for owed chunks: nearer steps than those entering
         try:
-            self._open(steps)
+            if unplanned := [st for st in steps if st not in self._planned]:
+                self._planned.update(self._register(unplanned))
             for step in steps:
-                need = self._planned.pop(step, None)
-                if need is None:
-                    need = self._register(step)
+                need = self._planned.pop(step)
                 with self._cond:
                     self._needs[step] = need
                 for store, obj, ids in need:
@@ -323,57 +355,14 @@ class Lookahead:
 
     def _need(self, step: int) -> Need:
         """The chunks step ``step``'s rows of chunked columns need, per data file, and
-        those its video windows need, per stream (:mod:`treadle.read.chunk_media`)."""
+        those its video windows need, per stream (:mod:`treadle.read.chunk_needs`)."""
         batch = self.samples(step)
-        return self._need_of(batch.component, batch.moment)
+        return step_needs(self.reader, [(batch.component, batch.moment)])[0]
 
     def _keys(self, component: np.ndarray, moment: np.ndarray) -> list[tuple[str, int]]:
         """``(object name, chunk)`` of every chunk these samples need."""
-        return [(o.name, c) for _, o, ids in self._need_of(component, moment) for c in ids.tolist()]
-
-    def _need_of(self, component: np.ndarray, moment: np.ndarray) -> Need:
-        """The chunks these samples' rows of chunked columns and video windows need."""
-        rows = self._rows_of(component, moment)
-        read_footers((col, col.files_of(r)) for col, r in rows)  # every table's at once
-        by_obj: dict[str, tuple[Any, ObjectChunks, list[np.ndarray]]] = {}
-        for col, r in rows:
-            for p, ids in col.chunk_ids(r).items():
-                obj = col.objects[p]
-                by_obj.setdefault(obj.name, (col.store, obj, []))[2].append(ids)
-        for store, obj, ids in media_chunks(self.reader, component, moment):
-            by_obj.setdefault(obj.name, (store, obj, []))[2].append(ids)
-        return [(s, o, np.unique(np.concatenate(v))) for s, o, v in by_obj.values()]
-
-    def _chunked_rows(self, step: int) -> list[tuple[ChunkedColumn, np.ndarray]]:
-        """The rows step ``step`` reads of each chunked column."""
-        batch = self.samples(step)
-        return self._rows_of(batch.component, batch.moment)
-
-    def _rows_of(
-        self, component: np.ndarray, moment: np.ndarray
-    ) -> list[tuple[ChunkedColumn, np.ndarray]]:
-        """The rows these samples read of each chunked column."""
-        fixed = self.reader.fixed
-        out = []
-        for take in self.reader.takes(component, moment):
-            if take.fixed is None:
-                continue
-            spec = take.group[0].spec
-            offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
-            rows = (take.moments[:, None] + offsets[None, :]).reshape(-1)
-            rows = np.minimum(np.maximum(rows, 0), take.table.num_moments - 1)
-            for cs in take.group:
-                col = fixed.chunked(take.table, cs.column) if fixed is not None else None
-                if col is not None:
-                    out.append((col, rows))
-        return out
-
-    def _open(self, steps: list[int]) -> None:
-        """Read the footers the chunked rows of ``steps`` (a round of several) need, all at
-        once: step by step, each step's would wait for the one before (planned ones' are)."""
-        if len(todo := [step for step in steps if step not in self._planned]) > 1:
-            pairs = [p for step in todo for p in self._chunked_rows(step)]
-            read_footers((col, col.files_of(r)) for col, r in pairs)
+        (need,) = step_needs(self.reader, [(component, moment)])
+        return [(o.name, c) for _, o, ids in need for c in ids.tolist()]
 
 
 def tracked(batches: Iterator[dict[str, Any]], steps: Iterable[int],

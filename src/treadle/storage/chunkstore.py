@@ -59,6 +59,7 @@ from treadle.storage.chunkfolder import (
     SeenObject,
 )
 from treadle.storage.chunkfolder import STATE_MASK as _STATE_MASK
+from treadle.storage.chunkobject import ObjectChunks
 from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
@@ -73,13 +74,6 @@ __all__ = ["CHUNK_BYTES", "NEVER", "ChunkStore", "ChunkStats", "ObjectChunks"]
 CHUNK_BYTES = 1 << 20
 MAX_FOREIGN = 128
 """Objects of other processes a store keeps mapped between scans of the folder."""
-
-
-class ObjectChunks(ObjectFiles):
-    """One object's files in the store: its sparse data file and mapped state words."""
-
-    def present(self, index: int) -> bool:
-        return int(self.words[index, 0]) & _STATE_MASK == PRESENT
 
 
 class ChunkStore:
