@@ -102,8 +102,10 @@ def treadle_row(r: int, name: str, root: Path, s3p: Proxied, proxy: DelayProxy, 
         reaper.drain(30)  # the stage's report is made on the reaper thread
         best, replay = optimum(loader, steps + 1)
         hit = LAST.get("hit_rate")  # None: no chunk asked for
+        waited = LAST.get("reader_waited")  # the reader's time at the gate, for fetches
         extra = (f"  hit rate {'-' if hit is None else f'{hit:.1%}'} (optimum {best:.1%}, "
-                 f"replay {replay:.1%})")  # fmt: skip
+                 f"replay {replay:.1%}); reader waited "
+                 f"{'-' if waited is None else f'{waited:.0%}'} for fetches")  # fmt: skip
     print(f"round {r} {name:<16} {n / wall:8,.0f} samples/s  {n / wall / limit:5.2f}x limit  "
           f"{got.requests / total:.3f} requests and {got.body_out / total / 1e3:,.1f} kB "
           f"per sample{extra}", flush=True)  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 from dataclasses import replace
 from functools import partial
 
@@ -112,7 +113,7 @@ def test_batches_equal_and_the_bound_holds(roots, small_caches, monkeypatch):
     assert report["samples"] == 12 * BATCH and report["requests_per_sample"] > 0
     # every row was read from a chunk fetched before its step was read: none was taken
     assert cs.stats.rows_taken == 0 and cs.stats.rows_read > 0, report
-    assert report["rows_from_chunks"] == 1.0
+    assert report["rows_from_chunks"] == 1.0 and 0 <= report["reader_waited"] <= 1
     found = td.info()
     assert found.paths["chunk cache"].on and found.object_cache["lookahead"] == report
     comp = td.Component(s3.project("p").branch().table("b"), None)
@@ -425,3 +426,29 @@ def test_steps_read_let_their_chunks_go_on_the_stages_thread(roots, small_caches
     loop = {name for _, name in calls} - {"treadle-lookahead"}  # the thread handing batches out
     assert on_stage and len(loop) <= 1
     assert not any(at <= max(on_stage) for at, name in calls if name in loop)  # only after
+
+
+@pytest.mark.s3
+def test_the_report_says_how_long_the_reader_waited_for_fetches(roots, small_caches,
+                                                                monkeypatch):  # fmt: skip
+    """``reader_waited``: the share of the reader's time spent at the gate, waiting for the
+    fetches of a step (a window too short for the fetches' latency shows as a share near 1).
+    Every fetch held 50 ms: the reader waits at least for its first step's."""
+    from treadle.storage import chunkstore
+
+    local, s3 = roots
+    real = chunkstore.ChunkStore.download
+
+    def slow(self, store, reserved):
+        time.sleep(0.05)
+        return real(self, store, reserved)
+
+    monkeypatch.setattr(chunkstore.ChunkStore, "download", slow)
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))
+    loader, got = _run(s3, 6, lookahead=1)
+    same_batches(got, _run(local, 6)[1])
+    assert reaper.drain(30)
+    assert 0 < lookahead_mod.LAST["reader_waited"] <= 1
+    assert lookahead_mod.LAST == loader.lookahead_stage.report() | {
+        "reader_waited": lookahead_mod.LAST["reader_waited"]
+    }  # the rest as counted

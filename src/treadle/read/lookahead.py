@@ -23,6 +23,7 @@ reads that need those bytes raise the error, as before). Its thread never blocks
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
@@ -89,6 +90,7 @@ class Lookahead:
         self._releasing = threading.Lock()  # one release at a time, in step order
         self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
         self.samples_seen = 0
+        self._began, self._waited = 0.0, 0.0  # the reader's first step; its waits at the gate
         self._base = replace(chunks.stats)  # the store is the process's: count from here
         self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
         # chunks found no room for, asked for again (workers=N read steps once fetched: not)
@@ -176,12 +178,18 @@ class Lookahead:
 
     def report(self) -> dict[str, float | None]:
         """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
-        fetched and requests sent per sample, over the samples read so far."""
+        fetched and requests sent per sample, over the samples read so far; and the share of
+        the reader's time it waited for fetches (``reader_waited``: near 1, the window of
+        ``lookahead`` steps is shorter than a fetch takes)."""
         st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
         if self.shared is not None:  # rows and windows the workers read
             for name, count in self.shared.counts().items():
                 setattr(st, name, getattr(st, name) + count)
-        return st.report(n, self.samples_seen)
+        out = st.report(n, self.samples_seen)
+        if self._began:  # this process's reader passed the gate (with workers, they read)
+            spent = max(time.perf_counter() - self._began, 1e-9)
+            out["reader_waited"] = round(min(1.0, self._waited / spent), 3)
+        return out
 
     def _run(self) -> None:
         """The thread: walk the steps; if it dies, the gate raises its error (a reader
@@ -341,12 +349,15 @@ class Lookahead:
         it reads at once (its rows taken where their chunks are not present)."""
         for step in steps:
             with self._cond:
+                began = time.perf_counter()
+                self._began = self._began or began
                 while (
                     not self._stop
                     and self._fetched < step
                     and (self._now is None or step <= self._now + self.lookahead)
                 ):
                     self._cond.wait()
+                self._waited += time.perf_counter() - began
                 if self._died is not None:
                     raise TreadleError(
                         f"treadle: the lookahead stage's thread failed before step {step}: "
