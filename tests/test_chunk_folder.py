@@ -204,3 +204,40 @@ def test_two_processes_remove_and_make_objects_again(source, tmp_path):
     cs = ChunkStore(folder, 5 * CHUNK, CHUNK)
     assert cs.used() <= cs.max_bytes
     assert _state_files(cs) == cs._folder.scanned <= 5
+
+
+def _two_objects(tmp_path):
+    """A local root with two objects of 4 chunks of random bytes."""
+    store = Store.open(str(tmp_path / "two"), create=True)
+    rng = np.random.default_rng(0)
+    blobs = {}
+    for i in range(2):
+        blobs[f"data/o{i}.lance"] = rng.integers(0, 256, 4 * CHUNK, dtype=np.uint8).tobytes()
+        store.put(f"data/o{i}.lance", blobs[f"data/o{i}.lance"])
+    return store, blobs
+
+
+def test_a_second_process_copies_rows_of_an_object_removed_and_fetched_again(tmp_path):
+    """Two stores over one folder = two processes of a node (the loader's stage and a
+    worker of workers=N, which never reserves, so never re-opens). Object X's chunk is
+    evicted, a scan removes X's files, the stage fetches X again (its reserve re-opens X:
+    new files). The worker's mapping of X is the removed one. Before 0b2e33f the worker's
+    ChunkedColumn.read went through ChunkStore.read, which re-opens and finds the row;
+    copy_rows never re-opens: every row of X is a miss (a Lance take) for the rest of the
+    run, in that process (copy_rows now re-opens it, as ChunkStore.read does)."""
+    store, blobs = _two_objects(tmp_path)
+    folder = tmp_path / "chunks"
+    stage = ChunkStore(folder, 2 * CHUNK, CHUNK)
+    worker = ChunkStore(folder, 2 * CHUNK, CHUNK)
+    x, y = (stage.object(store, k, len(v)) for k, v in sorted(blobs.items()))
+    assert stage.fetch(store, x, [0], [100], now=0) == []
+    wx = worker.object(store, x.key, x.size)
+    out = np.zeros((1, 10), np.uint8)
+    assert wx.copy_rows(np.array([5]), out).tolist() == [True]  # the worker reads X
+    assert stage.fetch(store, y, [0, 1], [1, 1], now=0) == []  # X's chunk evicted
+    stage.used()  # a scan: X holds no chunk: its files are removed
+    assert wx.removed()
+    assert stage.fetch(store, x, [0], [5], now=5) == []  # fetched again, new files
+    found = [bool(wx.copy_rows(np.array([5]), out)[0]) for _ in range(3)]
+    assert found == [True] * 3 and out[0].tobytes() == blobs[x.key][5:15]
+    assert not wx.removed() and worker.read(wx, 5, 15) == blobs[x.key][5:15]

@@ -111,14 +111,12 @@ class Lookahead:
         has ended, here."""
         with self._cond:
             inline = self._inline
-            if not inline:
-                self._read.append(step)
+            self._read.append(step)  # released in order, whoever drains the queue
             self._now = step + 1
             self.samples_seen += samples
             self._changed()
         if inline:
-            with self._releasing:
-                self._release(step)
+            self._release_read()
 
     def _release_read(self) -> None:
         """The steps read so far let their chunks go, in order (before a round: it then sees
@@ -207,8 +205,10 @@ class Lookahead:
         finally:
             with self._cond:
                 self._inline = True  # steps read from now on are released as they are
-            self._release_read()
-            self._downloads.close()  # rounds under way end; those not started give back
+            try:
+                self._release_read()
+            finally:
+                self._downloads.close()  # rounds under way end; those not started give back
 
     def _walk(self) -> None:
         steps = iter(self._steps)

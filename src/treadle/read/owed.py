@@ -8,9 +8,10 @@ be reading the others' rows already) are asked for again, nearest step first, as
 policy would fetch them when needed; the stage's thread downloads those that found room.
 A chunk counts once for its step: a hit where it is present when asked for again (fetched
 for an earlier step), a miss where it is fetched, or, when its step is read while it is
-still owed, a miss not kept (:meth:`ChunkStore.unserved`). Asking when a step is read, not
-when the stage's thread next runs, keeps the counts those of
-:func:`treadle.plan.simcache.lookahead`'s replay when the thread lags behind the reader.
+still owed, a miss not kept (:meth:`ChunkStore.unserved`). Asking again as each step read
+lets its chunks go (the stage's thread releases the steps read, in order, before its next
+round), not once per round, keeps the counts those of
+:func:`treadle.plan.simcache.lookahead`'s replay when several steps were read meanwhile.
 """
 
 from __future__ import annotations

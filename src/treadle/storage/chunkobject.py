@@ -15,6 +15,7 @@ import numpy as np
 
 from treadle.storage.chunkfolder import PRESENT, ObjectFiles
 from treadle.storage.chunkfolder import STATE_MASK as _STATE_MASK
+from treadle.storage.filecache import _locked
 
 __all__ = ["ObjectChunks"]
 
@@ -36,16 +37,24 @@ class ObjectChunks(ObjectFiles):
         length = out.shape[1]
         if length <= 0:
             return np.ones(len(starts), bool)
+        if self.removed():  # its files were removed: mapped anew where some process made them
+            with _locked(self.directory / ".lock"):
+                if self.removed():
+                    self.reopen(create=False)
+        if not len(starts):
+            return np.zeros(0, bool)
         words = self.words  # one mapping for both checks (a re-open switches it)
         first, last = starts // self.chunk, (starts + length - 1) // self.chunk
-        before = words[:, 0].copy()
+        lo, hi = int(first.min()), int(last.max()) + 1  # the state words of the chunks in reach
+        first, last = first - lo, last - lo
+        before = words[lo:hi, 0].copy()
         ok = _all_in_spans(before & _STATE_MASK == PRESENT, first, last)
         idx = np.flatnonzero(ok)
         for i, row, at in zip(idx.tolist(), into[idx].tolist(), starts[idx].tolist()):
             if os.preadv(self.fd, [out[row]], at) != length:
                 ok[i] = False
         if len(idx):  # evicted (and maybe fetched again) while copied: not trusted
-            ok[idx] &= _all_in_spans(words[:, 0] == before, first[idx], last[idx])
+            ok[idx] &= _all_in_spans(words[lo:hi, 0] == before, first[idx], last[idx])
         return ok
 
 
