@@ -12,17 +12,36 @@ import pytest
 
 import treadle as td
 
-_WRITER = textwrap.dedent(
+_WRITERS = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys, traceback
     import numpy as np
-    import treadle as td
-    root, opts, wid, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    main = td.Client(root, storage_options=opts or None).project("p").branch("main")
-    for i in range(n):
-        table = "shared" if i % 2 == 0 else f"own{wid}"
-        main.table(table).append({"writer": np.array([wid] * 3), "i": np.array([i] * 3)},
-                                 message=f"w{wid} c{i}")
+    import treadle as td  # imported once: each writer below is a forked process of its own
+    root, opts, writers, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+    def write(wid):
+        main = td.Client(root, storage_options=opts or None).project("p").branch("main")
+        for i in range(n):
+            table = "shared" if i % 2 == 0 else f"own{wid}"
+            main.table(table).append({"writer": np.array([wid] * 3), "i": np.array([i] * 3)},
+                                     message=f"w{wid} c{i}")
+
+    pids = []
+    for wid in range(writers):
+        sys.stdout.flush(); sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                write(wid)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stderr.flush()
+            os._exit(code)
+        pids.append(pid)
+    failed = [wid for wid, pid in enumerate(pids) if os.waitpid(pid, 0)[1] != 0]
+    sys.exit(f"writers {failed} failed" if failed else 0)
     """
 )
 
@@ -37,16 +56,9 @@ def test_eight_writers_lose_nothing(any_root, commits):
     project = td.Client(root, storage_options=opts).project("p")
     project.create()  # before the race
     start = len(project.branch().log())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WRITER, root, json.dumps(opts or {}), str(w), str(commits)],
-            stderr=subprocess.PIPE,
-        )
-        for w in range(writers)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err.decode()[-2000:]
+    cmd = [sys.executable, "-c", _WRITERS, root, json.dumps(opts or {}), str(writers)]
+    proc = subprocess.run(cmd + [str(commits)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
     main = td.Client(root, storage_options=opts).project("p").branch()
     log = main.log()
     assert len(log) == start + writers * commits
