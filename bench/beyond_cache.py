@@ -17,7 +17,7 @@ the link: raw obstore 8 MiB range GETs of the data files, 8 in flight, through t
 the full shuffle, random single-sample range GETs, 64 in flight, through the proxy.
 
     python bench/beyond_cache.py [--rows 12000] [--steps 60] [--rounds 2] [--lookahead 16]
-                                 [--block-rows 512] [--cache-part 8]
+                                 [--block-rows 512] [--window-blocks W] [--cache-part 8]
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--block-rows", type=int, default=512, help="0: td.BlockShuffle()'s")
+    ap.add_argument("--window-blocks", type=int, default=None, help="td.BlockShuffle()'s w")
     ap.add_argument("--lookahead", type=int, default=None)
     ap.add_argument("--block-only", action="store_true", help="skip the full shuffle's rows")
     ap.add_argument("--cache-part", type=int, default=8, help="caches of 1/N of the data")
@@ -147,7 +148,9 @@ def main() -> None:
     print(f"{data / 1e6:,.0f} MB of data files; cache bound {data // a.cache_part / 1e6:,.0f} MB; "
           f"{per_sample / 1e3:.1f} kB of data files per sample")  # fmt: skip
     rows = a.block_rows or None  # 0: sized from the cache bound (td.BlockShuffle())
-    orders = {"full": None, f"block {rows or 'auto'}": td.BlockShuffle(block_rows=rows)}
+    block = td.BlockShuffle(block_rows=rows, window_blocks=a.window_blocks)
+    w = "" if a.window_blocks is None else f" w{a.window_blocks}"
+    orders = {"full": None, f"block {rows or 'auto'}{w}": block}
     if a.block_only:
         del orders["full"]
     with SeaweedS3(bucket="bench") as s3, DelayProxy(s3.endpoint, LATENCY_S) as proxy:
