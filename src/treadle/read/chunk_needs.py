@@ -17,6 +17,7 @@ import numpy as np
 
 from treadle.read.chunk_media import media_chunks
 from treadle.read.chunk_rows import ChunkedColumn, read_footers
+from treadle.read.rows import padded_rows
 
 if TYPE_CHECKING:
     from treadle.read.sample_reader import SampleReader
@@ -57,7 +58,8 @@ def step_needs(reader: SampleReader | StepTakes, steps: list[Samples]) -> list[N
 def chunked_rows(reader: SampleReader | StepTakes, component: np.ndarray, moment: np.ndarray
                  ) -> list[tuple[ChunkedColumn, np.ndarray, np.ndarray]]:  # fmt: skip
     """The rows these samples read of each chunked column: ``(column, rows, the sample of
-    each row)``, in the reader's order of takes."""
+    each row)``, in the reader's order of takes; a padded window's rows as the reader takes
+    them (:func:`~treadle.read.rows.padded_rows`: clamped to the moment's episode)."""
     fixed = reader.fixed
     out = []
     for take in reader.takes(component, moment):
@@ -65,8 +67,11 @@ def chunked_rows(reader: SampleReader | StepTakes, component: np.ndarray, moment
             continue
         spec = take.group[0].spec
         offsets = np.asarray(spec.offsets if spec is not None else [0], np.int64)
-        rows = (take.moments[:, None] + offsets[None, :]).reshape(-1)
-        rows = np.minimum(np.maximum(rows, 0), take.table.num_moments - 1)
+        if spec is not None and spec.pad:  # past its episode: the episode's nearest row
+            rows = padded_rows(take.table, take.moments, offsets)[0].reshape(-1)
+        else:
+            rows = (take.moments[:, None] + offsets[None, :]).reshape(-1)
+            rows = np.minimum(np.maximum(rows, 0), take.table.num_moments - 1)
         slots = np.repeat(take.slots, len(offsets))
         for cs in take.group:
             col = fixed.chunked(take.table, cs.column) if fixed is not None else None
