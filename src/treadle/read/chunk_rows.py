@@ -141,7 +141,8 @@ class ChunkedColumn:
         """Per data file (key of :attr:`objects`), the distinct chunks ``rows`` touch: every
         chunk of each row, from its first byte's to its last's."""
         rows = np.unique(rows)
-        return {f: ids for f, (_, ids) in self.owned_chunk_ids(rows, 0 * rows).items()}
+        owners = np.zeros(len(rows), np.int64)  # one group
+        return {f: ids for f, (_, ids) in self.owned_chunk_ids(rows, owners).items()}
 
     def owned_chunk_ids(self, rows: np.ndarray, owners: np.ndarray
                         ) -> dict[int, tuple[np.ndarray, np.ndarray]]:  # fmt: skip

@@ -26,6 +26,12 @@ class ObjectChunks(ObjectFiles):
     def present(self, index: int) -> bool:
         return int(self.words[index, 0]) & _STATE_MASK == PRESENT
 
+    def reopen_removed(self) -> bool:
+        """Under the folder's lock: whether this object, its files removed, is mapped anew
+        (where some process of the node made them again)."""
+        with _locked(self.directory / ".lock"):
+            return self.removed() and self.reopen(create=False)
+
     def copy_rows(self, starts: np.ndarray, out: np.ndarray,
                   into: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
         """Copy bytes ``[s, s + length)`` for each ``s`` of ``starts`` into row ``into[i]``
@@ -37,10 +43,8 @@ class ObjectChunks(ObjectFiles):
         length = out.shape[1]
         if length <= 0:
             return np.ones(len(starts), bool)
-        if self.removed():  # its files were removed: mapped anew where some process made them
-            with _locked(self.directory / ".lock"):
-                if self.removed():
-                    self.reopen(create=False)
+        if self.removed():
+            self.reopen_removed()
         if not len(starts):
             return np.zeros(0, bool)
         words = self.words  # one mapping for both checks (a re-open switches it)

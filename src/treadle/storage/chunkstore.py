@@ -233,7 +233,7 @@ class ChunkStore:
             words = obj.words  # one mapping for both checks (a re-open switches it)
             before = words[first : last + 1, 0].tolist()  # 1-2 words: Python is quicker
             if any(w & _STATE_MASK != PRESENT for w in before):
-                if obj.removed() and self._reopened(obj):
+                if obj.removed() and obj.reopen_removed():
                     continue
                 return None
             data = os.pread(obj.fd, end - start, start)
@@ -241,12 +241,6 @@ class ChunkStore:
                 return None  # evicted (and maybe fetched again) while copied: not trusted
             return data
         return None
-
-    def _reopened(self, obj: ObjectChunks) -> bool:
-        """Whether a reader's object whose files were removed is mapped anew (where some
-        process of the node made them again)."""
-        with _locked(self.directory / ".lock"):
-            return obj.removed() and obj.reopen(create=False)
 
     def download(self, store: Store, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Fetch reserved chunks of objects of ``store``, all at once (runs of consecutive
