@@ -151,6 +151,8 @@ def main() -> None:
         for k in kinds:
             runs[k].append(measure(args, root, k, traced=False))
     traced = {k: None if args.no_traced else measure(args, root, k, True)["traced"] for k in kinds}
+    if args.root is None:  # a folder of this run: not left behind
+        shutil.rmtree(root, ignore_errors=True)
     best = {k: min(r["s"] for r in runs[k]) for k in kinds}
     cpu = {k: min(r["cpu_s"] for r in runs[k]) for k in kinds}
     rss = {k: max(r["rss"] for r in runs[k]) for k in kinds}

@@ -125,31 +125,32 @@ def main() -> None:
     from treadle.testing import SeaweedS3
 
     cases = a.only.split(",")
-    data = Path(tempfile.mkdtemp(prefix="treadle-workers-s3-"))
-    write_wide(data / "wide", a.wide_rows)
-    write_narrow(data / "narrow", a.narrow_rows)
-    narrow_bytes = sum(p.stat().st_size for p in (data / "narrow").rglob("*.lance"))
-    print(f"wide table {a.wide_rows / 4:,.0f} MiB, narrow tables {narrow_bytes / 2**20:,.0f} "
-          f"MiB; cores {os.cpu_count()}", flush=True)  # fmt: skip
-    with SeaweedS3(bucket="bench") as s3:
-        import treadle as td
+    with tempfile.TemporaryDirectory(prefix="treadle-workers-s3-") as tmp:
+        data = Path(tmp)
+        write_wide(data / "wide", a.wide_rows)
+        write_narrow(data / "narrow", a.narrow_rows)
+        narrow_bytes = sum(p.stat().st_size for p in (data / "narrow").rglob("*.lance"))
+        print(f"wide table {a.wide_rows / 4:,.0f} MiB, narrow tables {narrow_bytes / 2**20:,.0f} "
+              f"MiB; cores {os.cpu_count()}", flush=True)  # fmt: skip
+        with SeaweedS3(bucket="bench") as s3:
+            import treadle as td
 
-        for name in ("wide", "narrow"):
-            c3.upload(s3, data / name, name)
-        clients = {c: td.Client(s3.url("wide" if c == "wide" else "narrow"),
-                                storage_options=s3.storage_options()) for c in cases}  # fmt: skip
-        for r in range(a.rounds):
-            print(f"round {r}: load average {os.getloadavg()[0]:.2f}", flush=True)
-            for case in cases:
-                rates = {}
-                for workers in (0, 2):
-                    rates[workers] = one_row(clients[case], case, workers, a, narrow_bytes)
-                    mib, per_s, cpu_ms, wcpu_ms = rates[workers]
-                    print(f"  {case:<7} workers={workers}  {mib:8,.0f} MiB/s  {per_s:8,.0f} "
-                          f"samples/s  CPU per batch: {cpu_ms:.2f} ms here, {wcpu_ms:.2f} ms in "
-                          "workers", flush=True)  # fmt: skip
-                print(f"  {case:<7} workers=2 / workers=0 = {rates[2][0] / rates[0][0]:.2f}x  "
-                      f"(load average {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+            for name in ("wide", "narrow"):
+                c3.upload(s3, data / name, name)
+            clients = {c: td.Client(s3.url("wide" if c == "wide" else "narrow"),
+                                    storage_options=s3.storage_options()) for c in cases}  # fmt: skip
+            for r in range(a.rounds):
+                print(f"round {r}: load average {os.getloadavg()[0]:.2f}", flush=True)
+                for case in cases:
+                    rates = {}
+                    for workers in (0, 2):
+                        rates[workers] = one_row(clients[case], case, workers, a, narrow_bytes)
+                        mib, per_s, cpu_ms, wcpu_ms = rates[workers]
+                        print(f"  {case:<7} workers={workers}  {mib:8,.0f} MiB/s  {per_s:8,.0f} "
+                              f"samples/s  CPU per batch: {cpu_ms:.2f} ms here, {wcpu_ms:.2f} ms in "
+                              "workers", flush=True)  # fmt: skip
+                    print(f"  {case:<7} workers=2 / workers=0 = {rates[2][0] / rates[0][0]:.2f}x  "
+                          f"(load average {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
 
 
 def one_row(client, case: str, workers: int, a: argparse.Namespace, narrow_bytes: int

@@ -15,14 +15,19 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 @pytest.fixture(scope="session", autouse=True)
 def _object_cache(tmp_path_factory):
     """The object cache of object-store reads (treadle.storage.filecache) in a folder of the
-    session, not the user's ~/.cache."""
-    old = os.environ.get("TREADLE_CACHE_DIR")
-    os.environ["TREADLE_CACHE_DIR"] = str(tmp_path_factory.mktemp("object-cache"))
+    session, not the user's ~/.cache; it keeps 256 MiB of the disk free, not the default 5%
+    of it (the tests copy a few MiB: a large disk nearly full, as a shared CI machine's may
+    be, would otherwise turn every cached read of the suite into Lance takes)."""
+    settings = {"TREADLE_CACHE_DIR": str(tmp_path_factory.mktemp("object-cache")),
+                "TREADLE_CACHE_MIN_FREE": "256M"}  # fmt: skip
+    old = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
     yield
-    if old is None:
-        os.environ.pop("TREADLE_CACHE_DIR", None)
-    else:
-        os.environ["TREADLE_CACHE_DIR"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session")

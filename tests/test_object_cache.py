@@ -250,6 +250,33 @@ def test_a_copy_never_fills_the_disk(s3_server, tmp_path, monkeypatch):
     assert Path(cache.path(store, "o/a", 1024)).read_bytes() == b"a" * 1024
 
 
+def test_the_margin_kept_free_is_a_setting(s3_server, tmp_path, monkeypatch):
+    """``TREADLE_CACHE_MIN_FREE`` replaces the default margin (the larger of 1 GiB and 5% of
+    the disk): a large disk nearly full still takes copies with a small margin (CI's disk,
+    at 13.5 GB free of 252 GB, refused every copy of the suite), and a margin larger than the
+    free space refuses them, naming the setting."""
+    from treadle.storage import filecache
+
+    store = Store.open(s3_server.url(f"mf-{id(tmp_path)}"), s3_server.storage_options())
+    store.put("o/a", b"a" * 1024)
+    store.put("o/b", b"b" * 1024)
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setattr(filecache, "MIN_FREE_SHARE", 1.0)  # the default: keep the whole disk
+    monkeypatch.delenv("TREADLE_CACHE_MIN_FREE", raising=False)
+    assert isinstance(file_cache().open(store, "o/a", 1024), str)
+    monkeypatch.setenv("TREADLE_CACHE_MIN_FREE", "1M")
+    cache = file_cache()
+    assert isinstance(cache, FileCache) and cache.min_free == 1 << 20
+    assert Path(cache.path(store, "o/a", 1024)).read_bytes() == b"a" * 1024
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    monkeypatch.setenv("TREADLE_CACHE_MIN_FREE", str(free + (1 << 30)))
+    why = file_cache().open(store, "o/b", 1024)
+    assert isinstance(why, str) and "TREADLE_CACHE_MIN_FREE" in why, why
+    monkeypatch.setenv("TREADLE_CACHE_MIN_FREE", "lots")
+    with pytest.raises(ValueError, match="TREADLE_CACHE_MIN_FREE"):
+        file_cache()
+
+
 def test_parse_bytes():
     assert parse_bytes("1024") == 1024
     assert parse_bytes("512M") == 512 << 20

@@ -13,7 +13,8 @@ copies, and :mod:`treadle.read.fixed` maps them as it maps the files of a local 
   default :data:`DEFAULT_BYTES`, ``0`` turns the cache off). The files it holds, the
   downloads under way included, never sum to more: a download first reserves its size
   (under a lock on the folder), evicting the least recently used files, and never leaves
-  less than :data:`MIN_FREE_BYTES` / :data:`MIN_FREE_SHARE` of its disk free; an object that
+  less than :data:`MIN_FREE_BYTES` / :data:`MIN_FREE_SHARE` of its disk free
+  (``$TREADLE_CACHE_MIN_FREE``, bytes or a size, replaces both); an object that
   does not fit is not cached, and its reader says why (``td.info()``, the ``cached reads``
   fast path) and reads it as before (a Lance take per batch).
 - **Safe**: an entry is named by a hash of (root URL, key, size); it is written to a
@@ -54,7 +55,7 @@ DEFAULT_BYTES = 16 << 30
 MIN_FREE_BYTES = 1 << 30
 MIN_FREE_SHARE = 0.05
 """A copy is not made when it would leave less than the larger of 1 GiB and 5% of the
-cache's disk free."""
+cache's disk free (unless ``$TREADLE_CACHE_MIN_FREE`` says how much to keep free)."""
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -88,19 +89,21 @@ def file_cache() -> FileCache | str:
     limit = DEFAULT_BYTES if raw is None else parse_bytes(raw)
     if limit <= 0:
         return "the object cache is off (TREADLE_CACHE_BYTES=0)"
+    raw_free = os.environ.get("TREADLE_CACHE_MIN_FREE")
+    keep_free = None if raw_free is None else parse_bytes(raw_free, "TREADLE_CACHE_MIN_FREE")
     where = default_dir()
-    key = (str(where), limit)
+    key = (str(where), limit, keep_free)
     with _LOCK:
         hit = _CACHES.get(key)
         if hit is None:
             try:
-                hit = _CACHES[key] = FileCache(where, limit)
+                hit = _CACHES[key] = FileCache(where, limit, keep_free)
             except OSError as e:
                 return f"the object cache folder {str(where)!r} is not usable ({e.strerror})"
     return hit
 
 
-_CACHES: dict[tuple[str, int], FileCache] = {}
+_CACHES: dict[tuple[str, int, int | None], FileCache] = {}
 _LOCK = threading.Lock()
 
 
@@ -108,11 +111,15 @@ renew_lock_in_child(sys.modules[__name__], "_LOCK")
 
 
 class FileCache:
-    """Local copies of immutable objects, at most ``max_bytes`` in ``directory``."""
+    """Local copies of immutable objects, at most ``max_bytes`` in ``directory``, leaving
+    ``min_free`` bytes of its disk free (``None``: the larger of :data:`MIN_FREE_BYTES`
+    and :data:`MIN_FREE_SHARE` of the disk)."""
 
-    def __init__(self, directory: str | os.PathLike[str], max_bytes: int):
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int,
+                 min_free: int | None = None):  # fmt: skip
         self.directory = Path(directory)
         self.max_bytes = int(max_bytes)
+        self.min_free = min_free
         here = self.directory  # made on the first copy: the nearest folder that exists
         while not here.exists() and here.parent != here:
             here = here.parent
@@ -182,8 +189,10 @@ class FileCache:
         with _locked(self.directory / ".lock"):
             entries = _entries(self.directory)
             used = sum(s for _, s, _ in entries)
-            disk = os.statvfs(self.directory)  # never fill the disk: keep MIN_FREE free
-            margin = max(MIN_FREE_BYTES, int(MIN_FREE_SHARE * disk.f_blocks * disk.f_frsize))
+            disk = os.statvfs(self.directory)  # never fill the disk: keep a margin free
+            margin = self.min_free
+            if margin is None:
+                margin = max(MIN_FREE_BYTES, int(MIN_FREE_SHARE * disk.f_blocks * disk.f_frsize))
             limit = min(self.max_bytes, used + disk.f_bavail * disk.f_frsize - margin)
             for path, s, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
                 if used + size <= limit:
@@ -195,7 +204,8 @@ class FileCache:
             if used + size > limit:
                 held = f"{used:,} are in use by readers or downloads"
                 if limit < self.max_bytes:
-                    held += f"; the disk it is on keeps {margin:,} bytes free"
+                    held += (f"; the disk it is on keeps {margin:,} bytes free "
+                             "(TREADLE_CACHE_MIN_FREE)")  # fmt: skip
                 return (
                     f"the object cache ({self.max_bytes:,} bytes, TREADLE_CACHE_BYTES) has no "
                     f"room for {size:,} bytes: {held}"
