@@ -18,16 +18,14 @@ def _object_cache(tmp_path_factory):
     session, not the user's ~/.cache; it keeps 256 MiB of the disk free, not the default 5%
     of it (the tests copy a few MiB: a large disk nearly full, as a shared CI machine's may
     be, would otherwise turn every cached read of the suite into Lance takes)."""
-    settings = {"TREADLE_CACHE_DIR": str(tmp_path_factory.mktemp("object-cache")),
-                "TREADLE_CACHE_MIN_FREE": "256M"}  # fmt: skip
-    old = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    yield
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    from treadle.storage import filecache
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TREADLE_CACHE_DIR", str(tmp_path_factory.mktemp("object-cache")))
+        mp.setenv("TREADLE_CACHE_MIN_FREE", "256M")  # worker processes: the environment
+        mp.setattr(filecache, "MIN_FREE_BYTES", 256 << 20)  # caches a test makes itself
+        mp.setattr(filecache, "MIN_FREE_SHARE", 0.0)
+        yield
 
 
 @pytest.fixture(scope="session")
