@@ -1,6 +1,6 @@
 """File-level helpers of the chunk store (:mod:`treadle.storage.chunkstore`): freeing an
-evicted chunk's bytes (a hole in its sparse file), and telling whether a fetching process
-still lives."""
+evicted chunk's bytes (a hole in its sparse file), telling whether a fetching process
+still lives, and whether the folder's chunks were written since the machine booted."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["alive", "punch"]
+__all__ = ["alive", "punch", "same_boot"]
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+"""Linux's id of this boot of the machine (containers share their host's)."""
 
 _FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (Linux)
 
@@ -45,3 +50,31 @@ def punch(fd: int, offset: int, length: int) -> None:
         if _LIBC.fallocate(fd, _FALLOC_PUNCH, offset, length) == 0:
             return
     os.pwrite(fd, bytes(length), offset)
+
+
+def same_boot(directory: Path, forget: Callable[[], None]) -> bool:
+    """Under the folder's lock: whether the folder's chunks need no flush to disk before
+    they are marked present. They need none where the machine tells its boots apart: until
+    it stops, every process reads a chunk's bytes from the one page cache, and a stop
+    (power, a crash of the machine) is a new boot, which could leave state words on disk
+    that say present without their bytes. So the folder records its boot (a ``.boot``
+    file), and one written in another boot (or before boots were recorded) is ``forget``-ed
+    (every object's files removed) before anything reads it. False where there is no boot
+    id (not Linux): each fetch is flushed (``fdatasync``) before it is marked present."""
+    try:
+        me = BOOT_ID.read_text().strip()
+    except OSError:
+        return False
+    if not me:
+        return False
+    mark = directory / ".boot"
+    try:
+        theirs = mark.read_text().strip()
+    except FileNotFoundError:
+        theirs = None
+    if theirs != me:
+        forget()
+        part = directory / ".boot.part"
+        part.write_text(me + "\n")
+        os.replace(part, mark)
+    return True

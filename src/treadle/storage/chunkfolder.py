@@ -161,6 +161,17 @@ class ChunkFolder:
         self.scanned = len(out)
         return out
 
+    def forget(self) -> None:
+        """Under the folder's lock: remove every object's files whatever its chunks' states
+        (a folder written in another boot of the machine: ``chunkfiles.same_boot``)."""
+        for e in list(os.scandir(self.directory)):
+            if e.name.endswith(".state") and (obj := self._view(e.name[:-6])) is not None:
+                self._remove(obj)
+        self.objects.clear()
+        for obj in self.foreign.values():
+            obj.close()
+        self.foreign.clear()
+
     def _view(self, name: str) -> ObjectFiles | SeenObject | None:
         """Object ``name`` as mapped here (re-opened where removed), else a copy of its
         state words; None where its files are left by a removal or creation cut short, or

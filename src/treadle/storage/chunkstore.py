@@ -27,8 +27,9 @@ again: first). Over chunks of one size that is Belady's optimal policy
   under the folder's ``flock`` before a fetch; a chunk is cached only when a cached one is
   needed later than it (else it is fetched for this read and not kept). A chunk whose next use
   is before the store's ``now`` is known to nobody: it goes first.
-- **Safe**: a chunk's bytes are written and flushed before its state says present, so a reader
-  never sees a partial chunk. An eviction first marks the chunk absent with a new generation,
+- **Safe**: a chunk's bytes are written before its state says present, so a reader never
+  sees a partial chunk; flushed to disk first only where the machine has no boot id, as a
+  folder of another boot is emptied before use (:func:`~treadle.storage.chunkfiles.same_boot`). An eviction first marks the chunk absent with a new generation,
   then frees its bytes (a hole punched in the file); a reader checks the state words before and
   after it copies bytes out, and uses them only when nothing changed. A chunk needed by a step
   in the window is never evicted for one needed later. A fetch of a process that died is
@@ -49,6 +50,7 @@ import numpy as np
 
 from treadle.fork_locks import renew_lock_in_child
 from treadle.storage.chunkfiles import punch as _punch
+from treadle.storage.chunkfiles import same_boot
 from treadle.storage.chunkfolder import (
     ABSENT,
     FETCHING,
@@ -90,6 +92,8 @@ class ChunkStore:
         self._objects = self._folder.objects  # by name: this process's mappings
         self._foreign = self._folder.foreign  # other processes', mapped to evict their chunks
         self._lock = threading.Lock()
+        with _locked(self.directory / ".lock"):
+            self._flush = not same_boot(self.directory, self._folder.forget)
 
     def __repr__(self) -> str:
         return f"ChunkStore({str(self.directory)!r}, max_bytes={self.max_bytes})"
@@ -263,8 +267,9 @@ class ChunkStore:
         try:
             for obj, r, buf in zip(where, reqs, store.get_ranges(reqs)):
                 os.pwrite(obj.fd, buf, r.start)
-            for obj, _ in reserved:
-                os.fdatasync(obj.fd)
+            if self._flush:  # else the folder is of this boot only (chunkfiles.same_boot)
+                for obj, _ in reserved:
+                    os.fdatasync(obj.fd)
         except BaseException:
             self.abandon(reserved)
             raise
