@@ -409,13 +409,13 @@ def test_steps_read_let_their_chunks_go_on_the_stages_thread(roots, small_caches
     from treadle.storage import chunkstore
 
     local, s3 = roots
-    real, calls = chunkstore.ChunkStore.release, []
+    real, calls = chunkstore.ChunkStore.release_many, []
 
-    def release(self, obj, chunks, at, next_uses):
-        calls.append((at, threading.current_thread().name))
-        return real(self, obj, chunks, at, next_uses)
+    def release_many(self, released):
+        calls.extend((at, threading.current_thread().name) for _, _, at, _ in released)
+        return real(self, released)
 
-    monkeypatch.setattr(chunkstore.ChunkStore, "release", release)
+    monkeypatch.setattr(chunkstore.ChunkStore, "release_many", release_many)
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))
     loader, got = _run(s3, 12, lookahead=2)
     same_batches(got, _run(local, 12)[1])

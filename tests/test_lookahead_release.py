@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 from types import SimpleNamespace
+
+import numpy as np
 
 from treadle.storage.chunkstore import ChunkStore
 
@@ -33,7 +36,7 @@ def test_steps_read_as_the_stage_thread_ends_are_released_in_order(tmp_path, mon
 
     monkeypatch.setattr(la.Lookahead, "_settle", settle)
     monkeypatch.setattr(la.Lookahead, "_release_read", release_read)
-    monkeypatch.setattr(la.Lookahead, "_release", lambda self, step: order.append(step))
+    monkeypatch.setattr(la.Lookahead, "_release", lambda self, steps: order.extend(steps))
     chunks = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
     stage = la.Lookahead(SimpleNamespace(read_ahead=0), lambda s: None, [], 2, chunks)
     stage.done(0, 1)  # queued for the thread
@@ -58,7 +61,7 @@ def test_a_release_that_fails_as_the_thread_ends_still_stops_the_downloads(tmp_p
     def settle(self, seen):
         queued.wait(10)
 
-    def release(self, step):
+    def release(self, steps):
         raise OSError("the chunk folder's lock file is gone")
 
     monkeypatch.setattr(la.Lookahead, "_settle", settle)
@@ -70,3 +73,57 @@ def test_a_release_that_fails_as_the_thread_ends_still_stops_the_downloads(tmp_p
     queued.set()
     stage._thread.join(10)
     assert stage._downloads._stop, "Downloads.close() was skipped"
+
+
+def test_steps_read_while_the_thread_works_are_released_together(tmp_path, monkeypatch):
+    """The steps read while the stage's thread was busy are let go in one call (one lock of
+    the node's folder for all of them: a lock per step and object was a third of the
+    thread's work in issue 48's bench), in step order."""
+    from treadle.read import lookahead as la
+
+    queued = threading.Event()
+    calls: list[list[int]] = []
+    monkeypatch.setattr(la.Lookahead, "_settle", lambda self, seen: queued.wait(10))
+    monkeypatch.setattr(la.Lookahead, "_release", lambda self, steps: calls.append(steps))
+    chunks = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    stage = la.Lookahead(SimpleNamespace(read_ahead=0), lambda s: None, [], 2, chunks)
+    for step in range(3):
+        stage.done(step, 1)
+    queued.set()
+    stage._thread.join(10)
+    stage.close()
+    assert calls == [[0, 1, 2]], calls
+
+
+def _counted(locks: list, real, path):
+    locks.append(path)
+    return real(path)
+
+
+def test_release_many_takes_the_folder_lock_once_and_equals_releases_one_by_one(
+    tmp_path, monkeypatch
+):
+    from treadle.storage import Store, chunkstore
+
+    root = tmp_path / "src"
+    store = Store.open(str(root), create=True)
+    store.put("a", bytes(range(256)) * 16)
+    words = []
+    for name, many in (("one", False), ("many", True)):
+        cs = ChunkStore(tmp_path / name, 8 * CHUNK, CHUNK)
+        obj = cs.object(store, "a", 4096)
+        assert cs.fetch(store, obj, [0, 1, 2], [0, 0, 1], now=0) == []
+        released = [(obj, [0, 1], 0, [5, 7]), (obj, [2], 1, [9])]
+        locks = []
+        real = chunkstore._locked
+        monkeypatch.setattr(chunkstore, "_locked", partial(_counted, locks, real))
+        if many:
+            cs.release_many(released)
+        else:
+            for r in released:
+                cs.release(*r)
+        monkeypatch.setattr(chunkstore, "_locked", real)
+        assert len(locks) == (1 if many else 2)
+        words.append(np.array(obj.words[:3, :2]))
+    assert np.array_equal(words[0], words[1])
+    assert words[1][:, 1].tolist() == [5, 7, 9]

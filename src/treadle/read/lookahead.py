@@ -124,33 +124,33 @@ class Lookahead:
         with self._releasing:
             while True:
                 with self._cond:
-                    if not self._read:
-                        return
-                    step = self._read.popleft()
-                self._release(step)
+                    steps, self._read = list(self._read), deque()
+                if not steps:
+                    return
+                self._release(steps)
 
-    def _release(self, step: int) -> None:
-        """Step ``step`` was read: its chunks take their next use in the window (any rank's
-        of the node, where they share the folder), and its owed chunks are settled."""
+    def _release(self, steps: list[int]) -> None:
+        """Steps ``steps`` were read: in order, their chunks take their next use in the window
+        (any rank's of the node), under one lock of the folder; then what they owed settles."""
+        released = []
         with self._cond:
-            need = self._needs.pop(step, [])
-            nexts = []
-            for _, obj, ids in need:
-                n = []
-                for c in ids.tolist():
-                    q = self._uses.get((obj.name, c))
-                    if q and q[0] == step:
-                        q.popleft()
-                    if self.node is not None:  # any rank of the node's next use
-                        n.append(self.node.next_use((obj.name, c), step))
-                    else:
-                        n.append(q[0] if q else NEVER)
-                    if q is not None and not q:
-                        del self._uses[(obj.name, c)]
-                nexts.append(n)
-        for (_, obj, ids), n in zip(need, nexts):
-            self.chunks.release(obj, ids.tolist(), step, n)
-        self.owed.read(step)
+            for step in steps:
+                for _, obj, ids in self._needs.pop(step, []):
+                    n = []
+                    for c in ids.tolist():
+                        q = self._uses.get((obj.name, c))
+                        if q and q[0] == step:
+                            q.popleft()
+                        if self.node is not None:  # any rank of the node's next use
+                            n.append(self.node.next_use((obj.name, c), step))
+                        else:
+                            n.append(q[0] if q else NEVER)
+                        if q is not None and not q:
+                            del self._uses[(obj.name, c)]
+                    released.append((obj, ids.tolist(), step, n))
+        self.chunks.release_many(released)
+        for step in steps:
+            self.owed.read(step)
 
     def close(self) -> None:
         """Stop the thread (it ends after the fetch under way); never waits here: the

@@ -221,13 +221,22 @@ class ChunkStore:
     def release(self, obj: ObjectChunks, chunks: Sequence[int], at: int,
                 next_uses: Sequence[int]) -> None:  # fmt: skip
         """Step ``at`` has read ``chunks``: each is next needed at ``next_uses[i]``."""
+        self.release_many([(obj, chunks, at, next_uses)])
+
+    def release_many(self, released: Sequence[tuple[ObjectChunks, Sequence[int], int,
+                                                      Sequence[int]]]) -> None:  # fmt: skip
+        """:meth:`release` of each ``(object, chunks, step, next uses)``, in order, under one
+        lock of the folder (a lock costs more than the releases of a step)."""
+        if not released:
+            return
         with _locked(self.directory / ".lock"):
-            if obj.removed() and not obj.reopen(create=False):
-                return  # no process holds a chunk of it
-            for c, n in zip(map(int, chunks), np.asarray(next_uses, np.int64).tolist()):
-                w = obj.words[c]
-                if int(w[0]) & _STATE_MASK != ABSENT:
-                    _need(w, at, n, at)
+            for obj, chunks, at, next_uses in released:
+                if obj.removed() and not obj.reopen(create=False):
+                    continue  # no process holds a chunk of it
+                for c, n in zip(map(int, chunks), np.asarray(next_uses, np.int64).tolist()):
+                    w = obj.words[c]
+                    if int(w[0]) & _STATE_MASK != ABSENT:
+                        _need(w, at, n, at)
 
     def read(self, obj: ObjectChunks, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of the object when every chunk they touch is present (and
