@@ -151,3 +151,14 @@ def test_a_boot_mark_of_other_bytes_is_another_boot(source, boot, tmp_path):
     (folder / ".boot").write_bytes(b"\xff\xfe\x80boot-a")
     assert ChunkStore(folder, 4 * CHUNK, CHUNK).used() == 0
     assert (folder / ".boot").read_text().strip() == "boot-a"
+
+
+def test_a_fetch_reserved_before_forget_keeps_the_bound_in_new_files(source, boot, tmp_path):
+    """The next round maps the object anew before chunk 0's download begins: chunk 0's
+    bytes go to the new files, where no room was reserved for it: it stays absent."""
+    store, blob = source
+    cs, obj = _forgotten_while_fetching(source, tmp_path / "chunks")
+    assert cs.reserve([(obj, [1], [6])], now=0, at=1) == ([[1]], [[]])
+    cs.download(store, [(obj, [0])])
+    assert cs.used() <= cs.max_bytes
+    assert cs.read(obj, 0, CHUNK) in (None, blob[:CHUNK])
