@@ -80,3 +80,85 @@ def test_fetches_are_flushed_only_where_the_machine_has_no_boot_id(source, boot,
     obj = cs.object(store, "data/o.lance", len(blob))
     assert cs.fetch(store, obj, [0], [1], now=0) == []
     assert len(calls) == 1 and cs.read(obj, 0, CHUNK) == blob[:CHUNK]
+
+
+def _forgotten_while_fetching(source, folder):
+    """A store of this process with chunk 0 of the object being fetched when another
+    process empties the folder (its ``.boot`` gone: deleted, or the folder made by a
+    treadle before boots were recorded)."""
+    store, blob = source
+    cs = ChunkStore(folder, CHUNK, CHUNK)
+    obj = cs.object(store, "data/o.lance", len(blob))
+    assert cs.reserve([(obj, [0], [5])], now=0, at=0) == ([[0]], [[]])  # chunk 0 fetching
+    (folder / ".boot").unlink()
+    ChunkStore(folder, CHUNK, CHUNK)  # another process starts: the folder is emptied
+    return cs, obj
+
+
+def test_a_fetch_cut_by_forget_never_marks_a_hole_present(source, boot, tmp_path, monkeypatch):
+    """The fetched bytes go to the removed file; the stage's next round (another thread)
+    maps the object anew before the fetch marks chunk 0 present: the new files must not
+    say present over a hole (zeros read as the object's bytes)."""
+    store, blob = source
+    cs, obj = _forgotten_while_fetching(source, tmp_path / "chunks")
+    real, fetching = os.pwrite, [obj.fd]
+
+    def written_then_next_round(fd, data, offset):
+        n = real(fd, data, offset)
+        if fd in fetching:  # chunk 0's bytes written: the stage thread, meanwhile
+            fetching.clear()
+            cs.reserve([(obj, [1], [6])], now=0, at=1)
+        return n
+
+    monkeypatch.setattr(os, "pwrite", written_then_next_round)
+    cs.download(store, [(obj, [0])])
+    monkeypatch.setattr(os, "pwrite", real)
+    other = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)
+    for s in (cs, other):
+        assert s.read(s.object(store, "data/o.lance", len(blob)), 0, CHUNK) in (None, blob[:CHUNK])
+
+
+class _Racing:
+    """A store whose ranges arrive after ``after`` ran (another thread of the process
+    reserving the next round of the same object while the request is under way)."""
+
+    def __init__(self, store, after):
+        self.store, self.after, self.url = store, after, store.url
+
+    def get_ranges(self, reqs):
+        self.after()
+        return self.store.get_ranges(reqs)
+
+
+def test_a_fetch_cut_by_forget_keeps_the_bound(source, boot, tmp_path):
+    """The next round maps the object anew while chunk 0's request is under way: chunk 0,
+    reserved in the removed files, must not become present in the new ones beyond the
+    bound (one chunk: chunk 1 holds it)."""
+    store, _ = source
+    cs, obj = _forgotten_while_fetching(source, tmp_path / "chunks")
+    nxt = lambda: cs.reserve([(obj, [1], [6])], now=0, at=1)  # noqa: E731
+    cs.download(_Racing(store, nxt), [(obj, [0])])
+    assert cs.used() <= cs.max_bytes
+
+
+def test_a_boot_mark_of_other_bytes_is_another_boot(source, boot, tmp_path):
+    """A ``.boot`` that is not text (a disk's garbage, a user's file) is not this boot:
+    the folder is emptied, and the store is made (not a UnicodeDecodeError)."""
+    store, blob = source
+    folder = tmp_path / "chunks"
+    cs = ChunkStore(folder, 4 * CHUNK, CHUNK)
+    assert cs.fetch(store, cs.object(store, "data/o.lance", len(blob)), [0], [1], now=0) == []
+    (folder / ".boot").write_bytes(b"\xff\xfe\x80boot-a")
+    assert ChunkStore(folder, 4 * CHUNK, CHUNK).used() == 0
+    assert (folder / ".boot").read_text().strip() == "boot-a"
+
+
+def test_a_fetch_reserved_before_forget_keeps_the_bound_in_new_files(source, boot, tmp_path):
+    """The next round maps the object anew before chunk 0's download begins: chunk 0's
+    bytes go to the new files, where no room was reserved for it: it stays absent."""
+    store, blob = source
+    cs, obj = _forgotten_while_fetching(source, tmp_path / "chunks")
+    assert cs.reserve([(obj, [1], [6])], now=0, at=1) == ([[1]], [[]])
+    cs.download(store, [(obj, [0])])
+    assert cs.used() <= cs.max_bytes
+    assert cs.read(obj, 0, CHUNK) in (None, blob[:CHUNK])

@@ -70,7 +70,7 @@ def same_boot(directory: Path, forget: Callable[[], None]) -> bool:
     mark = directory / ".boot"
     try:
         theirs = mark.read_text().strip()
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeDecodeError):  # none, or not a boot id: another boot
         theirs = None
     if theirs != me:
         forget()

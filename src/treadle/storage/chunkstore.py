@@ -273,6 +273,7 @@ class ChunkStore:
                 where.append(obj)
         if not reqs:
             return
+        maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         try:
             for obj, r, buf in zip(where, reqs, store.get_ranges(reqs)):
                 os.pwrite(obj.fd, buf, r.start)
@@ -291,21 +292,24 @@ class ChunkStore:
                 if obj.media:
                     self.stats.media_requests += len(sent)
                     self.stats.media_fetched_bytes += sent_bytes
-        for obj, chunks in reserved:
-            self._set(obj, chunks, PRESENT)
+        for (obj, chunks), words in zip(reserved, maps):
+            self._set(obj, chunks, PRESENT, words)
 
     def abandon(self, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Give back the room of reserved chunks that will not be downloaded."""
         for obj, chunks in reserved:
             self._set(obj, chunks, ABSENT)
 
-    def _set(self, obj: ObjectChunks, chunks: list[int], state: int) -> None:
+    def _set(self, obj: ObjectChunks, chunks: list[int], state: int,
+             words: np.ndarray | None = None) -> None:  # fmt: skip
         with _locked(self.directory / ".lock"):
-            if obj.removed():  # never while it has chunks being fetched: nothing to set
-                return
+            if obj.removed() or (words is not None and obj.words is not words):
+                return  # its files were removed (a folder emptied: same_boot), maybe made anew
             for c in chunks:
-                obj.words[c, 0] = (int(obj.words[c, 0]) & ~_STATE_MASK) | state
-                obj.words[c, 2] = 0
+                w = int(obj.words[c, 0])
+                if w & _STATE_MASK == FETCHING:  # else reserved in files since removed
+                    obj.words[c, 0] = (w & ~_STATE_MASK) | state
+                    obj.words[c, 2] = 0
 
     def _scan(self) -> list[tuple[ObjectFiles | SeenObject, np.ndarray, np.ndarray]]:
         """Under the folder's lock: every object of the folder that holds chunks (objects
