@@ -167,6 +167,9 @@ class ChunkFolder:
         for e in list(os.scandir(self.directory)):
             if e.name.endswith(".state") and (obj := self._view(e.name[:-6])) is not None:
                 self._remove(obj)
+        for e in list(os.scandir(self.directory)):  # a data file whose state file is gone
+            if e.name.endswith(".data") and not os.path.exists(e.path[:-5] + ".state"):
+                _unlink(Path(e.path))  # (a crash between their removals): bytes nobody counts
         self.objects.clear()
         for obj in self.foreign.values():
             obj.close()
