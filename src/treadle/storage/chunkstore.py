@@ -29,9 +29,10 @@ again: first). Over chunks of one size that is Belady's optimal policy
   is before the store's ``now`` is known to nobody: it goes first.
 - **Safe**: a chunk's bytes are written before its state says present, so a reader never
   sees a partial chunk; flushed to disk first only where the machine has no boot id, as a
-  folder of another boot is emptied before use (:func:`~treadle.storage.chunkfiles.same_boot`). An eviction first marks the chunk absent with a new generation,
-  then frees its bytes (a hole punched in the file); a reader checks the state words before and
-  after it copies bytes out, and uses them only when nothing changed. A chunk needed by a step
+  folder of another boot is emptied before use (:func:`~treadle.storage.chunkfiles.same_boot`).
+  An eviction first marks the chunk absent with a new generation, then frees its bytes (a
+  hole punched in the file); a reader checks the state words before and after it copies
+  bytes out, and uses them only when nothing changed. A chunk needed by a step
   in the window is never evicted for one needed later. A fetch of a process that died is
   reclaimed by the next one that makes room.
 """
