@@ -82,6 +82,25 @@ def test_fetches_are_flushed_only_where_the_machine_has_no_boot_id(source, boot,
     assert len(calls) == 1 and cs.read(obj, 0, CHUNK) == blob[:CHUNK]
 
 
+def test_a_store_that_must_flush_says_so_once(source, tmp_path, monkeypatch, caplog):
+    """Without a boot id the ``unflushed chunks`` fast path is off: one warning per process,
+    and ``td.info()`` says why."""
+    import logging
+
+    import treadle as td
+    from treadle import fastpaths
+
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    monkeypatch.setattr(chunkfiles, "BOOT_ID", tmp_path / "no-such-file")
+    caplog.set_level(logging.WARNING, logger="treadle")
+    ChunkStore(tmp_path / "a", 4 * CHUNK, CHUNK)
+    ChunkStore(tmp_path / "b", 4 * CHUNK, CHUNK)
+    offs = [r for r in caplog.records if "unflushed chunks is off" in r.getMessage()]
+    assert len(offs) == 1 and "no boot id" in offs[0].getMessage()
+    path = td.info().paths["unflushed chunks"]
+    assert not path.on and "no boot id" in path.reason
+
+
 def _forgotten_while_fetching(source, folder):
     """A store of this process with chunk 0 of the object being fetched when another
     process empties the folder (its ``.boot`` gone: deleted, or the folder made by a

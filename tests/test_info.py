@@ -24,6 +24,7 @@ CPU_PATHS = (
     "direct conversion",
     "fixed-width reads",
     "cached reads",
+    "unflushed chunks",
 )
 
 

@@ -73,7 +73,8 @@ class Info:
 
 def info() -> Info:
     """Versions and the state of every fast path (native decode, the compiled window loop,
-    direct conversion, fixed-width reads, NVDEC), each probed now; a path that went off earlier in this process
+    direct conversion, fixed-width reads, NVDEC, cached reads, image reads, the chunk cache,
+    unflushed chunks), each probed now; a path that went off earlier in this process
     (one configuration refused, say) is reported off with that reason."""
     probes = {
         "native decode": _native_decode,
@@ -84,6 +85,7 @@ def info() -> Info:
         "cached reads": _cached_reads,
         "image reads": lambda: None,  # per table (its pages' layout): off once one is not
         "chunk cache": _chunk_cache,
+        "unflushed chunks": _unflushed_chunks,
     }
     found = {}
     for name, probe in probes.items():
@@ -175,6 +177,13 @@ def _chunk_cache() -> str | None:
 
     got = chunk_store()
     return got if isinstance(got, str) else None
+
+
+def _unflushed_chunks() -> str | None:
+    """Whether the chunk cache can skip flushing its fetches (the machine has a boot id)."""
+    from treadle.storage.chunkfiles import NO_BOOT_ID, boot_id
+
+    return None if boot_id() else NO_BOOT_ID
 
 
 def _cached_reads() -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["alive", "punch", "same_boot"]
+__all__ = ["alive", "boot_id", "punch", "same_boot"]
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 """Linux's id of this boot of the machine (containers share their host's)."""
@@ -52,6 +52,17 @@ def punch(fd: int, offset: int, length: int) -> None:
     os.pwrite(fd, bytes(length), offset)
 
 
+def boot_id() -> str | None:
+    """This boot's id, or None where the system has none (not Linux)."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
+NO_BOOT_ID = f"this system has no boot id ({BOOT_ID})"
+
+
 def same_boot(directory: Path, forget: Callable[[], None]) -> bool:
     """Under the folder's lock: whether the folder's chunks need no flush to disk before
     they are marked present. They need none where the machine tells its boots apart: until
@@ -61,11 +72,8 @@ def same_boot(directory: Path, forget: Callable[[], None]) -> bool:
     file), and one written in another boot (or before boots were recorded) is ``forget``-ed
     (every object's files removed) before anything reads it. False where there is no boot
     id (not Linux): each fetch is flushed (``fdatasync``) before it is marked present."""
-    try:
-        me = BOOT_ID.read_text().strip()
-    except OSError:
-        return False
-    if not me:
+    me = boot_id()
+    if me is None:
         return False
     mark = directory / ".boot"
     try:

@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from treadle import fastpaths
 from treadle.fork_locks import renew_lock_in_child
+from treadle.storage.chunkfiles import NO_BOOT_ID, same_boot
 from treadle.storage.chunkfiles import punch as _punch
-from treadle.storage.chunkfiles import same_boot
 from treadle.storage.chunkfolder import (
     ABSENT,
     FETCHING,
@@ -95,6 +96,8 @@ class ChunkStore:
         self._lock = threading.Lock()
         with _locked(self.directory / ".lock"):
             self._flush = not same_boot(self.directory, self._folder.forget)
+        if self._flush:
+            fastpaths.off("unflushed chunks", NO_BOOT_ID)
 
     def __repr__(self) -> str:
         return f"ChunkStore({str(self.directory)!r}, max_bytes={self.max_bytes})"
