@@ -24,4 +24,6 @@ bash tests/azurite/install.sh  # the Azure Blob emulator of the az:// tests (nod
 . .venv/bin/activate
 ruff check src tests bench
 ruff format --check src tests bench
-python -m pytest -q "$@"
+# two processes, each test file on one of them (its module fixtures made once); each starts
+# its own servers. TREADLE_TEST_PROCESSES=0 runs the suite in this process.
+python -m pytest -q -n "${TREADLE_TEST_PROCESSES:-2}" --dist loadfile "$@"

@@ -1,7 +1,8 @@
 """The viewer in a real browser: Debian's chromium driven by Playwright (its own browser
 download is not used: ``executable_path=/usr/bin/chromium``). Every page kind on the demo's
 project, an episode's video playing (size, time, a frame's pixels against treadle's decode),
-a step's samples against ``plan.batch``, the token; screenshots go to ``docs/img/``."""
+a step's samples against ``plan.batch``, the token; screenshots go to ``docs/img/`` with ``TREADLE_DOCS_IMAGES=1`` (else a
+temporary folder: a test run leaves the checkout as it was)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
-IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
+DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
 TOKEN = "browser-token-123"
 TOLERANCE = 3.0
 """Mean absolute difference (0..255 levels; 0.36 measured with chromium 156) allowed between the browser's frame and
@@ -54,6 +55,14 @@ class Server:
     def stop(self):
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def _img_dir(tmp_path: Path) -> Path:
+    """Where a test's screenshots go: ``docs/img`` when ``TREADLE_DOCS_IMAGES=1``."""
+    if os.environ.get("TREADLE_DOCS_IMAGES") == "1":
+        DOCS_IMG.mkdir(exist_ok=True)
+        return DOCS_IMG
+    return tmp_path
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +117,7 @@ def test_projects_log_commit_and_table_pages(servers, proj, page):
     assert "action" in page.locator("#stats-result tbody").inner_text()
 
 
-def test_episode_video_plays_at_the_stored_size_and_frame(servers, proj, page):
+def test_episode_video_plays_at_the_stored_size_and_frame(servers, proj, page, tmp_path):
     base, _ = servers
     ep = "nominal_grasps-0003"
     page.goto(f"{base}/p/robotics/t/nominal_grasps/v/1/e/{ep}")
@@ -136,8 +145,7 @@ def test_episode_video_plays_at_the_stored_size_and_frame(servers, proj, page):
     page.dispatch_event("#scrub", "input")
     assert page.locator("#cursor-frame").inner_text() == "40"
     page.wait_for_function("document.querySelector('img.under').naturalWidth === 64")
-    IMG.mkdir(exist_ok=True)
-    page.screenshot(path=str(IMG / "ui-episode.png"), full_page=True)
+    page.screenshot(path=str(_img_dir(tmp_path) / "ui-episode.png"), full_page=True)
 
 
 def test_a_b_frame_video_shows_each_frame_at_its_time(servers, proj, page):
@@ -172,7 +180,7 @@ _DRAW_AT = """async (t) => {
 }"""
 
 
-def test_runs_card_and_step_pages(servers, proj, page):
+def test_runs_card_and_step_pages(servers, proj, page, tmp_path):
     base, _ = servers
     run = proj.plan.run_id
     page.goto(f"{base}/p/robotics/runs")
@@ -193,7 +201,7 @@ def test_runs_card_and_step_pages(servers, proj, page):
     names = [proj.plan.table(int(c)).name for c in batch.component]
     assert cells == [[str(c), n, str(m)] for c, n, m in zip(batch.component, names, batch.moment)]
     assert page.locator("img.anchor").count() == len(batch)  # one frame each, the rest on demand
-    page.screenshot(path=str(IMG / "ui-step.png"), full_page=False)
+    page.screenshot(path=str(_img_dir(tmp_path) / "ui-step.png"), full_page=False)
     page.locator("#samples > tbody > tr").first.locator("td a").first.click()
     first = proj.plan.table(int(batch.component[0]))
     frame = int(batch.moment[0]) - int(first.episodes().starts[first.episodes().names.index(
