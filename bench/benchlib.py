@@ -51,6 +51,17 @@ def _self_cpu() -> float:
     return time.process_time() + t.children_user + t.children_system
 
 
+def thread_cpu(native_id: int) -> float:
+    """CPU seconds used so far by one thread of this process (Linux; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as f:
+            text = f.read()
+    except OSError:
+        return 0.0
+    fields = text[text.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def tree_cpu(pid: int | None = None, exclude: Iterable[int] = ()) -> float:
     """CPU seconds used so far by ``pid`` (default: this process) and its descendants, live
     ones and those that exited and were waited for."""

@@ -16,8 +16,14 @@ The limits, each round (issue 48): for ``BlockShuffle``, min(the same loader on 
 the link: raw obstore 8 MiB range GETs of the data files, 8 in flight, through the proxy); for
 the full shuffle, random single-sample range GETs, 64 in flight, through the proxy.
 
+``--cpu`` (Linux) adds, for the link and each lookahead row, the CPU each party spent per
+sample delivered (the S3 server's processes, the proxy's thread, the loader: the rest of
+this process) from the first batch on, the cores they kept busy together, and the rate the
+machine's cores would allow at that cost: ``cores / (store + proxy + loader)``.
+
     python bench/beyond_cache.py [--rows 12000] [--steps 60] [--rounds 2] [--lookahead 16]
                                  [--block-rows 512] [--window-blocks W] [--cache-part 8]
+                                 [--cpu]
 """
 
 from __future__ import annotations
@@ -33,16 +39,50 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import case_mix as cm  # noqa: E402
 import case_s3 as c3  # noqa: E402
-from benchlib import cold_object_cache  # noqa: E402
+from benchlib import cold_object_cache, thread_cpu, tree_cpu  # noqa: E402
 from case_cloud import LATENCY_S, Proxied  # noqa: E402
 from delay_proxy import DelayProxy  # noqa: E402
 
 LINK_RANGE = 8 << 20
 
 
+class CpuMeter:
+    """CPU seconds of the S3 server (``pid``), the proxy's thread and the rest of this
+    process (the loader or the raw GETs) between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, pid: int, proxy: DelayProxy) -> None:
+        self.pid, self.proxy = pid, proxy
+        self.spent = (0.0, 0.0, 0.0)
+
+    def _now(self) -> tuple[float, float, float, float]:
+        tid = self.proxy._thread.native_id if self.proxy._thread is not None else 0
+        proxy = thread_cpu(tid) if tid else 0.0
+        return tree_cpu(self.pid), proxy, tree_cpu(exclude=[self.pid]) - proxy, time.perf_counter()
+
+    def start(self) -> None:
+        self._t0 = self._now()
+
+    def stop(self) -> None:
+        now = self._now()
+        self.spent = tuple(b - a for a, b in zip(self._t0, now))  # type: ignore[assignment]
+
+    def line(self, samples: int, limit: float) -> str:
+        """Per sample: each party's CPU; the cores busy; the rate the cores allow."""
+        store, proxy, loader, wall = self.spent
+        per = (store + proxy + loader) / max(samples, 1)
+        cores = os.cpu_count() or 1
+        allow = cores / per if per > 0 else float("inf")
+        return (f"CPU per sample: store {store / samples * 1e6:.1f} us, proxy "
+                f"{proxy / samples * 1e6:.1f} us, client {loader / samples * 1e6:.1f} us; "
+                f"{(store + proxy + loader) / wall:.2f} of {cores} cores busy; at this cost "
+                f"the cores allow {allow:,.0f} samples/s ({allow / limit:.2f}x limit)")  # fmt: skip
+
+
 def run(root: Path, s3: Proxied | None, steps: int, shuffle: object,
-        lookahead: int | None = None) -> tuple[float, int, Any]:  # fmt: skip
-    """(seconds for ``steps`` batches after the first, samples, the loader)."""
+        lookahead: int | None = None, meter: CpuMeter | None = None
+        ) -> tuple[float, int, Any]:  # fmt: skip
+    """(seconds for ``steps`` batches after the first, samples, the loader); ``meter``
+    counts the CPU spent on them."""
     import treadle as td
 
     branch = cm.treadle_client(root, s3, "mix").project("bench").branch()
@@ -51,9 +91,14 @@ def run(root: Path, s3: Proxied | None, steps: int, shuffle: object,
     loader = td.TrainLoader(recipe, steps=steps + 1, prefetch=4, lookahead=lookahead)
     it = iter(loader)
     next(it)
+    if meter is not None:
+        meter.start()
     t0 = time.perf_counter()
     n = sum(len(b["_moment"]) for b in it)
-    return time.perf_counter() - t0, n, loader
+    wall = time.perf_counter() - t0
+    if meter is not None:
+        meter.stop()
+    return wall, n, loader
 
 
 def link_limit(store: Any, files: list[tuple[str, int]], per_sample: float,
@@ -87,14 +132,17 @@ def optimum(loader: Any, steps: int) -> tuple[float, float]:
 
 
 def treadle_row(r: int, name: str, root: Path, s3p: Proxied, proxy: DelayProxy, steps: int,
-                shuffle: object, look: int | None, limit: float) -> None:  # fmt: skip
-    """One timed run of treadle through the proxy, printed with its ratio to ``limit``."""
+                shuffle: object, look: int | None, limit: float,
+                meter: CpuMeter | None = None) -> None:  # fmt: skip
+    """One timed run of treadle through the proxy, printed with its ratio to ``limit``
+    (``meter``: and the CPU it cost, when it looks ahead)."""
     from treadle import reaper
     from treadle.read.lookahead import LAST
 
     with cold_object_cache():
         c0 = proxy.counts()
-        wall, n, loader = run(root, s3p, steps, shuffle, look)
+        meter = meter if look is not None else None
+        wall, n, loader = run(root, s3p, steps, shuffle, look, meter)
         got = proxy.counts() - c0
     total = n + cm.BATCH
     extra = ""
@@ -109,11 +157,14 @@ def treadle_row(r: int, name: str, root: Path, s3p: Proxied, proxy: DelayProxy, 
     print(f"round {r} {name:<16} {n / wall:8,.0f} samples/s  {n / wall / limit:5.2f}x limit  "
           f"{got.requests / total:.3f} requests and {got.body_out / total / 1e3:,.1f} kB "
           f"per sample{extra}", flush=True)  # fmt: skip
+    if meter is not None:
+        print(f"round {r} {name:<16} {meter.line(n, limit)}", flush=True)
 
 
-def _local(root: Path, steps: int, shuffle: object) -> float:
-    wall, n, _ = run(root, None, steps, shuffle)
-    return n / wall
+def _local(root: Path, steps: int, shuffle: object, meter: CpuMeter | None = None
+           ) -> tuple[float, int]:  # fmt: skip
+    wall, n, _ = run(root, None, steps, shuffle, meter=meter)
+    return n / wall, n
 
 
 def _data(rows: int) -> Path:
@@ -135,6 +186,7 @@ def main() -> None:
     ap.add_argument("--lookahead", type=int, default=None)
     ap.add_argument("--block-only", action="store_true", help="skip the full shuffle's rows")
     ap.add_argument("--cache-part", type=int, default=8, help="caches of 1/N of the data")
+    ap.add_argument("--cpu", action="store_true", help="CPU per sample of each party (Linux)")
     a = ap.parse_args()
     import treadle as td
     from treadle.testing import SeaweedS3
@@ -157,31 +209,46 @@ def main() -> None:
         c3.upload(s3, root / "treadle", "mix")
         s3p = Proxied(s3, proxy)
         raw = c3.raw_store(s3p)
+        meter = CpuMeter(s3.proc.pid, proxy) if a.cpu and s3.proc is not None else None
         samples = (a.steps + 1) * cm.BATCH
         for r in range(a.rounds):
             load = " ".join(f"{x:.1f}" for x in os.getloadavg())
             print(f"round {r}: load average {load}", flush=True)
             for name, shuffle in orders.items():  # each order with its limit, interleaved
-                local = _local(root, a.steps, shuffle)
+                local, n_local = _local(root, a.steps, shuffle, meter)
+                if meter is not None:
+                    print(f"round {r} local {name}: {meter.line(n_local, local)}", flush=True)
                 if shuffle is None:
                     limit = random_limit(raw, files, samples, seed=r)
                     print(f"round {r} limit {name}: random single-sample GETs x64 "
                           f"{limit:,.0f} samples/s (local {local:,.0f})", flush=True)  # fmt: skip
                 else:
+                    if meter is not None:
+                        meter.start()
                     link = link_limit(raw, files, per_sample)
                     limit = min(local, link)
+                    if meter is not None:
+                        meter.stop()
+                        print(f"round {r} link: {meter.line(a.rows * len(cm.TABLES), limit)}",
+                              flush=True)  # fmt: skip
                     print(f"round {r} limit {name}: min(local {local:,.0f}, 8 MiB GETs x8 "
                           f"{link:,.0f}) samples/s", flush=True)  # fmt: skip
                     # the link with no more bytes in flight than half the cache bound (the
                     # other half holds the open blocks): what a cache this size can draw
                     half = max(1, data // a.cache_part // 2 // (1 << 20))
+                    if meter is not None:
+                        meter.start()
                     held = link_limit(raw, files, per_sample, 1 << 20, half)
                     print(f"round {r} (not the issue's limit) 1 MiB GETs x{half} (half the "
                           f"cache in flight) {held:,.0f} samples/s", flush=True)  # fmt: skip
+                    if meter is not None:
+                        meter.stop()
+                        print(f"round {r} 1 MiB GETs: {meter.line(a.rows * len(cm.TABLES), limit)}",
+                              flush=True)  # fmt: skip
                 looks = [None] if a.lookahead is None else [None, a.lookahead]
                 for look in looks:
                     label = name if look is None else f"{name} +L{look}"
-                    treadle_row(r, label, root, s3p, proxy, a.steps, shuffle, look, limit)
+                    treadle_row(r, label, root, s3p, proxy, a.steps, shuffle, look, limit, meter)
 
 
 if __name__ == "__main__":
