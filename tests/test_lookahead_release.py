@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -95,15 +94,22 @@ def test_steps_read_while_the_thread_works_are_released_together(tmp_path, monke
     assert calls == [[0, 1, 2]], calls
 
 
-def _counted(locks: list, real, path):
-    locks.append(path)
-    return real(path)
+class _Counted:
+    """A chunk store's folder lock that counts its acquisitions."""
+
+    def __init__(self, real):
+        self.real, self.taken = real, 0
+
+    def __enter__(self):
+        self.taken += 1
+        return self.real.__enter__()
+
+    def __exit__(self, *exc):
+        return self.real.__exit__(*exc)
 
 
-def test_release_many_takes_the_folder_lock_once_and_equals_releases_one_by_one(
-    tmp_path, monkeypatch
-):
-    from treadle.storage import Store, chunkstore
+def test_release_many_takes_the_folder_lock_once_and_equals_releases_one_by_one(tmp_path):
+    from treadle.storage import Store
 
     root = tmp_path / "src"
     store = Store.open(str(root), create=True)
@@ -114,16 +120,14 @@ def test_release_many_takes_the_folder_lock_once_and_equals_releases_one_by_one(
         obj = cs.object(store, "a", 4096)
         assert cs.fetch(store, obj, [0, 1, 2], [0, 0, 1], now=0) == []
         released = [(obj, [0, 1], 0, [5, 7]), (obj, [2], 1, [9])]
-        locks = []
-        real = chunkstore._locked
-        monkeypatch.setattr(chunkstore, "_locked", partial(_counted, locks, real))
+        counted = cs._folder_lock = _Counted(cs._folder_lock)
         if many:
             cs.release_many(released)
         else:
             for r in released:
                 cs.release(*r)
-        monkeypatch.setattr(chunkstore, "_locked", real)
-        assert len(locks) == (1 if many else 2)
+        cs._folder_lock = counted.real
+        assert counted.taken == (1 if many else 2)
         words.append(np.array(obj.words[:3, :2]))
     assert np.array_equal(words[0], words[1])
     assert words[1][:, 1].tolist() == [5, 7, 9]

@@ -15,7 +15,7 @@ import numpy as np
 
 from treadle.storage.chunkfolder import PRESENT, ObjectFiles
 from treadle.storage.chunkfolder import STATE_MASK as _STATE_MASK
-from treadle.storage.filecache import _locked
+from treadle.storage.folderlock import folder_lock
 
 __all__ = ["ObjectChunks"]
 
@@ -29,7 +29,7 @@ class ObjectChunks(ObjectFiles):
     def reopen_removed(self) -> bool:
         """Under the folder's lock: whether this object, its files removed, is mapped anew
         (where some process of the node made them again)."""
-        with _locked(self.directory / ".lock"):
+        with folder_lock(self.directory):
             return self.removed() and self.reopen(create=False)
 
     def copy_rows(self, starts: np.ndarray, out: np.ndarray,

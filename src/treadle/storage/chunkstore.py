@@ -67,7 +67,7 @@ from treadle.storage.chunkobject import ObjectChunks
 from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
-from treadle.storage.filecache import _locked
+from treadle.storage.folderlock import folder_lock
 from treadle.storage.store import RangeRequest
 
 if TYPE_CHECKING:
@@ -94,7 +94,8 @@ class ChunkStore:
         self._objects = self._folder.objects  # by name: this process's mappings
         self._foreign = self._folder.foreign  # other processes', mapped to evict their chunks
         self._lock = threading.Lock()
-        with _locked(self.directory / ".lock"):
+        self._folder_lock = folder_lock(self.directory)  # the node's processes', held open
+        with self._folder_lock:
             self._flush = not same_boot(self.directory, self._folder.forget)
         if self._flush:
             fastpaths.off("unflushed chunks", NO_BOOT_ID)
@@ -109,7 +110,7 @@ class ChunkStore:
         with self._lock:
             hit = self._objects.get(name)
             if hit is None:
-                with _locked(self.directory / ".lock"):
+                with self._folder_lock:
                     if (seen := self._foreign.pop(name, None)) is not None:
                         seen.close()  # mapped to evict: mapped again as this process's
                     hit = ObjectChunks(self.directory, name, key, size, self.chunk_bytes)
@@ -136,7 +137,7 @@ class ChunkStore:
 
     def used(self) -> int:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""
-        with _locked(self.directory / ".lock"):
+        with self._folder_lock:
             used = sum(int(sizes.sum()) for _, _, sizes in self._scan())
             self._folder.let_go()
             return used
@@ -169,7 +170,7 @@ class ChunkStore:
         """:meth:`fetch_many`'s bookkeeping without the download: per object, the chunks
         reserved (now being fetched: :meth:`download` them) and those not kept (``defer``:
         not counted yet: asked for again later, or counted by :meth:`unserved`)."""
-        with _locked(self.directory / ".lock"):
+        with self._folder_lock:
             reserved, skipped = self._reserve(wanted, now, at, defer)
         if not defer:
             self.stats.bypassed += sum(map(len, skipped))
@@ -233,7 +234,7 @@ class ChunkStore:
         lock of the folder (a lock costs more than the releases of a step)."""
         if not released:
             return
-        with _locked(self.directory / ".lock"):
+        with self._folder_lock:
             for obj, chunks, at, next_uses in released:
                 if obj.removed() and not obj.reopen(create=False):
                     continue  # no process holds a chunk of it
@@ -306,7 +307,7 @@ class ChunkStore:
 
     def _set(self, obj: ObjectChunks, chunks: list[int], state: int,
              words: np.ndarray | None = None) -> None:  # fmt: skip
-        with _locked(self.directory / ".lock"):
+        with self._folder_lock:
             if obj.removed() or (words is not None and obj.words is not words):
                 return  # its files were removed (a folder emptied: same_boot), maybe made anew
             for c in chunks:
