@@ -4,8 +4,8 @@ processes of a node and between the threads of one.
 Every reservation, release and mark of the chunk store takes it, a few times a step. An
 ``flock`` on a file opened for each acquisition (:func:`treadle.storage.filecache._locked`)
 costs five system calls (open, lock, two stats, close), each letting the other threads of
-the loader take the GIL and the caller wait to get it back; on issue 48's case that was
-10 µs of the loader's CPU a sample (about 15%). :class:`FolderLock` keeps the file open for
+the loader take the GIL and the caller wait to get it back (issue 48's case reads 3-13%
+more samples a second without them). :class:`FolderLock` keeps the file open for
 the life of the process: a thread lock, then ``flock`` and one ``stat`` (the lock file
 must still be the folder's: one removed or made anew is opened again), then ``flock``
 to unlock.
