@@ -9,6 +9,7 @@ import socket
 import pytest
 
 from treadle import testing
+from treadle.storage import Store
 from treadle.testing import SeaweedS3, ServerExitedEarly
 
 
@@ -46,6 +47,9 @@ def test_seaweed_retries_a_taken_port(monkeypatch, busy_port):
             assert f"-{name}.port=" in args and f"-{name}.port.grpc=" in args, name
         log = open(f"{s3.dir}/server.log").read()
         assert f"port {busy_port} for S3" in log  # the first launch's failure, kept
+        store = Store.open(s3.url("after-retry"), s3.storage_options())
+        store.put("o", b"x")  # the server of the second launch serves
+        assert bytes(store.get("o")) == b"x"
 
 
 def test_seaweed_gives_up_after_the_tries(monkeypatch, busy_port):

