@@ -18,6 +18,7 @@ is expected: Ray's gain is more machines, this case measures its overhead on one
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -48,14 +49,16 @@ def sizes(tiny: bool) -> dict[str, int]:
 
 
 def generate(tiny: bool, log: Callable[[str], None] = print) -> str:
-    """Shards under ``bench/data/import-ray-<n>/`` (once); returns their brace pattern."""
+    """Shards under ``bench/data/import-ray-<n>/`` (``$TREADLE_BENCH_DATA`` if set, as the
+    other cases) once; returns their brace pattern."""
     import io
 
     import webdataset as wds
     from PIL import Image
 
     sz = sizes(tiny)
-    folder = HERE / "data" / f"import-ray-{sz['samples']}"
+    base = Path(os.environ.get("TREADLE_BENCH_DATA") or HERE / "data")
+    folder = base / f"import-ray-{sz['samples']}"
     per = -(-sz["samples"] // sz["shards"])
     pattern = str(folder / f"shard-{{000000..{sz['shards'] - 1:06d}}}.tar")
     if (folder / ".done").exists():

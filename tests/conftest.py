@@ -28,6 +28,18 @@ def _object_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _ray_token():
+    """Ray's token for the local clusters the tests start (``ray.init()``), in the
+    environment: without one, Ray writes a new one to ``~/.ray/auth_token`` and reads it
+    back, and two test processes starting Ray at once on a fresh machine race on that file."""
+    import secrets
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
+        yield
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """A real S3 server (SeaweedFS ``weed mini``) on 127.0.0.1 for the whole session."""

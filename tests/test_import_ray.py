@@ -441,7 +441,8 @@ def test_without_ray_it_says_how_to_install(tmp_path, local_root):
 
 
 @pytest.mark.slow
-def test_bench_case_tiny_smoke(ray_cluster):
+def test_bench_case_tiny_smoke(ray_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("TREADLE_BENCH_DATA", str(tmp_path))  # its shards: not in the checkout
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import case_import_ray as ci
@@ -451,6 +452,7 @@ def test_bench_case_tiny_smoke(ray_cluster):
     assert [r.name for r in results] == ["one process", "ray"]
     assert all(r.runs and r.runs[0].samples == 160 and r.rate > 0 for r in results)
     assert ci.ratio(results) > 0  # no timing asserted: only that both ran
+    assert (tmp_path / "import-ray-160" / ".done").exists()
 
 
 class _Backwards(Executor):

@@ -31,9 +31,28 @@ from typing import IO, Any, Self
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_ports(1)[0]
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (each socket held until all are chosen)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class ServerExitedEarly(RuntimeError):
+    """The server process exited before it was ready (e.g. a port taken meanwhile)."""
+
+
+START_TRIES = 3
+"""Launches per :meth:`_Server.start`: a free port can be taken by another process (another
+test process starting its own server) between choosing it and the server binding it."""
 
 
 def _wait_ready(
@@ -43,7 +62,7 @@ def _wait_ready(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited early ({proc.returncode}); see {log}")
+            raise ServerExitedEarly(f"{what} exited early ({proc.returncode}); see {log}")
         if ready():
             return
         time.sleep(0.2)
@@ -65,6 +84,13 @@ def _terminate(proc: subprocess.Popen[bytes] | None, graceful: bool = True) -> N
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=5)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def weed_binary() -> str:
@@ -94,23 +120,43 @@ class _Server:
         self, args: list[str], ready: Callable[[], bool], timeout: float, what: str, **kw: Any
     ) -> None:
         log = Path(self.dir) / "server.log"
-        self._log = open(log, "wb")
+        self._log = open(log, "ab")  # appended: a retried start keeps the failed one's lines
         self.proc = subprocess.Popen(
             args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, **kw
         )
         _wait_ready(self.proc, ready, timeout, what, str(log))
 
     def start(self, timeout: float = 60.0) -> Self:
+        """Launch on fresh free ports; again (up to :data:`START_TRIES` in all) when the
+        process exits before it is ready, as when a chosen port was taken meanwhile."""
+        for attempt in range(START_TRIES):
+            try:
+                self._launch_once(timeout)
+                return self
+            except ServerExitedEarly:
+                self._close_log()
+                if attempt == START_TRIES - 1:
+                    raise
+                if self._own_dir:  # the next launch starts from an empty folder, as the first
+                    for path in Path(self.dir).iterdir():
+                        if path.name != "server.log":
+                            _remove(path)
+        raise AssertionError("unreachable")
+
+    def _launch_once(self, timeout: float) -> None:
         raise NotImplementedError
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def stop(self) -> None:
         # a server in a folder of its own loses that folder right after: a graceful stop
         # keeps nothing, and SeaweedFS's volume server at times takes its full 10 s to stop
         _terminate(self.proc, graceful=not self._own_dir)
         self.proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._close_log()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -147,14 +193,15 @@ class SeaweedS3(_Server):
     def url(self, prefix: str = "") -> str:
         return f"s3://{self.bucket}/{prefix}".rstrip("/")
 
-    def start(self, timeout: float = 60.0) -> SeaweedS3:
-        self.port = _free_port()
-        ports = {
-            "-master.port": _free_port(),
-            "-volume.port": _free_port(),
-            "-filer.port": _free_port(),
-            "-s3.port": self.port,
-        }
+    def _launch_once(self, timeout: float) -> None:
+        # every port explicit: left out, ``weed mini`` takes fixed ones (admin 23646 and
+        # 33646) and gRPC ones at HTTP + 10000, checked before and bound seconds after, so
+        # two servers starting at once (two test processes) could both pick one of them
+        names = ("master", "volume", "filer", "s3", "admin")
+        ports = _free_ports(2 * len(names))
+        self.port = ports[names.index("s3")]
+        flags = {f"-{n}.port": p for n, p in zip(names, ports)}
+        flags |= {f"-{n}.port.grpc": p for n, p in zip(names, ports[len(names) :])}
         env = dict(
             os.environ, AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key
         )
@@ -171,9 +218,8 @@ class SeaweedS3(_Server):
             "-s3.port.lance=0",
             f"-s3.localSocket={self.dir}/s3.sock",
             f"-bucket={self.bucket}",
-        ] + [f"{k}={v}" for k, v in ports.items()]
+        ] + [f"{k}={v}" for k, v in flags.items()]
         self._launch(args, self._bucket_ready, timeout, "SeaweedFS S3", env=env)
-        return self
 
     def _bucket_ready(self) -> bool:
         import obstore
@@ -283,7 +329,7 @@ class Azurite(_Server):
             if e.code != 409:  # ContainerAlreadyExists
                 raise RuntimeError(f"Azurite: cannot create container {name!r}: {e}") from None
 
-    def start(self, timeout: float = 60.0) -> Azurite:
+    def _launch_once(self, timeout: float) -> None:
         self.port = _free_port()
         args = [
             self.binary,
@@ -295,7 +341,6 @@ class Azurite(_Server):
             "--skipApiVersionCheck",
         ]
         self._launch(args, self._ready, timeout, "Azurite")
-        return self
 
     def _ready(self) -> bool:
         try:
