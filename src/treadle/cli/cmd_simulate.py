@@ -33,9 +33,13 @@ def _size(text: str) -> int:
 
 def _latency(text: str) -> float:
     m = _LATENCY.match(text)
-    if not m:
+    try:
+        value = float(m.group(1)) if m else None
+    except ValueError:  # digits and dots that are no number: "1.2.3"
+        value = None
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a latency (e.g. 30ms, 0.03)")
-    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+    return value / (1000 if m and m.group(2) == "ms" else 1)
 
 
 def _rate(text: str) -> float:
