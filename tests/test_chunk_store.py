@@ -268,6 +268,17 @@ def test_a_chunk_cache_bound_under_one_chunk_is_off_and_names_both_settings(tmp_
     assert isinstance(chunk_store(), ChunkStore)
 
 
+def test_an_unusable_chunk_folder_is_named(tmp_path, monkeypatch):
+    """It said "the chunk cache folder is not usable (Is a directory)": neither the folder nor
+    the file in the way."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    (tmp_path / "objects" / "chunks" / ".boot").mkdir(parents=True)  # where the mark goes
+    why = chunk_store(64 << 20)
+    folder = tmp_path / "objects" / "chunks"
+    assert why.startswith(f"the chunk cache folder {str(folder)!r} is not usable (")
+    assert ".boot" in why
+
+
 def test_chunk_settings_that_are_not_sizes_name_themselves(tmp_path, monkeypatch):
     """A wrong ``$TREADLE_CHUNK_BYTES`` or ``$TREADLE_CHUNK_CACHE_BYTES`` is an error naming
     that setting (they said ``TREADLE_CACHE_BYTES``), and chunks of 0 bytes are refused

@@ -375,7 +375,7 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
             if key not in _STORES:
                 _STORES[key] = ChunkStore(key[0], max_bytes, chunk_bytes)
         except OSError as e:
-            return f"the chunk cache folder is not usable ({e.strerror})"
+            return f"the chunk cache folder {key[0]!r} is not usable ({e.strerror}: {e.filename})"
         return _STORES[key]
 
 
