@@ -153,6 +153,14 @@ def test_cli_names_a_nonsense_size_or_latency_as_a_usage_error(capsys, flag, val
     assert f"argument {flag}: {said}" in capsys.readouterr().err
 
 
+def test_cli_refuses_json_it_would_ignore(capsys):
+    """simulate prints a report, not data: ``--json`` printed the text with exit code 0."""
+    argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
+            "--cache-bytes", "64G", "--bandwidth", "1G", "--latency", "30ms", "--json"]  # fmt: skip
+    assert main(argv) == 2
+    assert "--json: simulate does not use it" in capsys.readouterr().err
+
+
 def test_prefix_warning_past_the_s3_limit(capsys):
     argv = ["simulate", "synthetic:oxe", "--nodes", "64", "--ranks-per-node", "1",
             "--cache-bytes", "1G", "--bandwidth", "100G", "--latency", "1ms", "--steps", "2",
