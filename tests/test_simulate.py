@@ -141,7 +141,8 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     ("flag", "value", "said"),
     [("--cache-bytes", "inf", "'inf' is not a size"),  # was an OverflowError traceback
      ("--bandwidth", "nan", "'nan' is not a size"),
-     ("--latency", "1.2.3", "'1.2.3' is not a latency")],  # was "invalid _latency value"
+     ("--latency", "1.2.3", "'1.2.3' is not a latency"),  # was "invalid _latency value"
+     ("--latency", "30", "'30' is 30 seconds a request: write 30ms, or 30s")],  # was 30 s
 )  # fmt: skip
 def test_cli_names_a_nonsense_size_or_latency_as_a_usage_error(capsys, flag, value, said):
     argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
