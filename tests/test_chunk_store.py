@@ -250,6 +250,35 @@ def test_chunk_store_from_environment(tmp_path, monkeypatch):
     assert cs.max_bytes == 64 << 20 and cs.directory == tmp_path / "objects" / "chunks"
 
 
+def test_a_chunk_cache_bound_under_one_chunk_is_off_and_names_both_settings(tmp_path, monkeypatch):
+    """A bound that cannot hold one chunk fetched nothing, yet the ``chunk cache`` fast path
+    said on (``TREADLE_CACHE_BYTES=1K`` with lookahead: every row a Lance take, silently)."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "10K")
+    why = chunk_store()
+    assert why == (
+        "the chunk cache's bound (10,240 bytes, TREADLE_CHUNK_CACHE_BYTES) is less than one "
+        "chunk (1,048,576 bytes, TREADLE_CHUNK_BYTES)"
+    )
+    monkeypatch.delenv("TREADLE_CHUNK_CACHE_BYTES")
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")  # the default bound: the object cache's
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "4K")
+    assert "(1,024 bytes, TREADLE_CACHE_BYTES) is less than one chunk (4,096 bytes" in chunk_store()
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "1K")  # one chunk fits: a store
+    assert isinstance(chunk_store(), ChunkStore)
+
+
+def test_an_unusable_chunk_folder_is_named(tmp_path, monkeypatch):
+    """It said "the chunk cache folder is not usable (Is a directory)": neither the folder nor
+    the file in the way."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    (tmp_path / "objects" / "chunks" / ".boot").mkdir(parents=True)  # where the mark goes
+    why = chunk_store(64 << 20)
+    folder = tmp_path / "objects" / "chunks"
+    assert why.startswith(f"the chunk cache folder {str(folder)!r} is not usable (")
+    assert ".boot" in why
+
+
 def test_chunk_settings_that_are_not_sizes_name_themselves(tmp_path, monkeypatch):
     """A wrong ``$TREADLE_CHUNK_BYTES`` or ``$TREADLE_CHUNK_CACHE_BYTES`` is an error naming
     that setting (they said ``TREADLE_CACHE_BYTES``), and chunks of 0 bytes are refused

@@ -143,3 +143,17 @@ def test_a_wide_column_that_does_not_map_logs_once_and_reads_the_same(fresh, mon
     assert not td.info().paths["fixed-width reads"].on
     reader.close()
     other.close()
+
+
+@pytest.mark.parametrize("setting", ["TREADLE_CACHE_MIN_FREE", "TREADLE_CACHE_BYTES"])
+def test_a_bad_cache_setting_is_reported_by_info_not_raised(fresh, monkeypatch, capsys, setting):
+    # "info itself never fails": a bad size turned td.info() and `treadle info` into a traceback
+    from treadle.cli import main
+
+    monkeypatch.setenv(setting, "abc")
+    found = td.info()
+    cached = found.paths["cached reads"]
+    assert not cached.on and f"{setting}='abc' is not a size" in cached.reason
+    assert found.object_cache == {}  # no cache is configured: empty, as when it is off
+    assert main(["info"]) == 0
+    assert f"{setting}='abc'" in capsys.readouterr().out

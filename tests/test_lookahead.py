@@ -273,6 +273,18 @@ def test_chunk_store_is_shared_with_the_object_cache_folder(tmp_path, monkeypatc
     assert os.path.isdir(cs.directory)
 
 
+def test_a_loader_whose_chunk_cache_is_off_leaves_no_earlier_report(tmp_path, monkeypatch):
+    """td.info()'s ``lookahead`` is the last loader's: one whose chunk cache is off has none,
+    so an earlier run's hit rate must not stand as if it were this run's."""
+    assert reaper.drain(30)  # earlier tests' stages have made their reports
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    monkeypatch.setattr(lookahead_mod, "LAST", {"hit_rate": 0.95, "samples": 64})
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "0")
+    assert lookahead_mod.lookahead_store() is None
+    assert "lookahead" not in td.info().object_cache
+
+
 def test_footers_are_read_once_when_threads_ask_together(tmp_path):
     """A data file's footer is read when its rows are first needed, once, whichever of the
     threads that need it together asks first (a worker's take threads did race: the one

@@ -284,3 +284,10 @@ def test_parse_bytes():
     assert parse_bytes("0") == 0
     with pytest.raises(ValueError, match="TREADLE_CACHE_BYTES"):
         parse_bytes("lots")
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400"])
+def test_parse_bytes_refuses_non_finite_sizes_naming_the_setting(text):
+    # float() takes these: they were a bare "cannot convert float NaN" / OverflowError
+    with pytest.raises(ValueError, match=f"TREADLE_CACHE_MIN_FREE={text!r}"):
+        parse_bytes(text, "TREADLE_CACHE_MIN_FREE")

@@ -137,6 +137,31 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     assert "batch size 64 is not divisible by 3 nodes x 2 ranks" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [("--cache-bytes", "inf", "'inf' is not a size"),  # was an OverflowError traceback
+     ("--bandwidth", "nan", "'nan' is not a size"),
+     ("--latency", "1.2.3", "'1.2.3' is not a latency"),  # was "invalid _latency value"
+     ("--latency", "30", "'30' is 30 seconds a request: write 30ms, or 30s")],  # was 30 s
+)  # fmt: skip
+def test_cli_names_a_nonsense_size_or_latency_as_a_usage_error(capsys, flag, value, said):
+    argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
+            "--cache-bytes", "64G", "--bandwidth", "1G", "--latency", "30ms"]  # fmt: skip
+    argv[argv.index(flag) + 1] = value
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert f"argument {flag}: {said}" in capsys.readouterr().err
+
+
+def test_cli_refuses_json_it_would_ignore(capsys):
+    """simulate prints a report, not data: ``--json`` printed the text with exit code 0."""
+    argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
+            "--cache-bytes", "64G", "--bandwidth", "1G", "--latency", "30ms", "--json"]  # fmt: skip
+    assert main(argv) == 2
+    assert "--json: simulate does not use it" in capsys.readouterr().err
+
+
 def test_prefix_warning_past_the_s3_limit(capsys):
     argv = ["simulate", "synthetic:oxe", "--nodes", "64", "--ranks-per-node", "1",
             "--cache-bytes", "1G", "--bandwidth", "100G", "--latency", "1ms", "--steps", "2",

@@ -159,7 +159,10 @@ def _fixed_width_reads() -> str | None:
 def _object_cache() -> dict[str, Any]:
     from treadle.storage.filecache import file_cache
 
-    cache = file_cache()
+    try:
+        cache = file_cache()
+    except ValueError:  # a bad TREADLE_CACHE_* setting: the `cached reads` path says which
+        return {}
     if isinstance(cache, str):
         return {}
     from treadle.read.lookahead import LAST

@@ -64,10 +64,11 @@ UNUSED = {
     "bench": ("json", "root", "storage_option"),
     "ui": ("json",),
     "info": ("root", "storage_option"),
+    "simulate": ("json",),
 }
 """Global options a command has no use for: given there, they are a usage error rather
-than silently ignored (demo and bench print reports, not data; bench makes its own stores
-under ``--dir``)."""
+than silently ignored (demo, bench and simulate print reports, not data; bench makes its own
+stores under ``--dir``)."""
 
 
 def unused_option(ns: argparse.Namespace) -> str | None:

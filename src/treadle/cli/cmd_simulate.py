@@ -33,9 +33,17 @@ def _size(text: str) -> int:
 
 def _latency(text: str) -> float:
     m = _LATENCY.match(text)
-    if not m:
+    try:
+        value = float(m.group(1)) if m else None
+    except ValueError:  # digits and dots that are no number: "1.2.3"
+        value = None
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a latency (e.g. 30ms, 0.03)")
-    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+    if m and m.group(2) is None and value >= 1:  # "30" meant as ms modelled 30 s, silently
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {value:g} seconds a request: write {text.strip()}ms, or {text.strip()}s"
+        )
+    return value / (1000 if m and m.group(2) == "ms" else 1)
 
 
 def _rate(text: str) -> float:
@@ -54,7 +62,7 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
     ("--ranks-per-node", int_at_least(1), None, "ranks (GPUs) per node (required)"),
     ("--cache-bytes", _size, None, "cache per node, e.g. 2T (required)"),
     ("--bandwidth", _size, None, "bytes/s per node, e.g. 2G (required)"),
-    ("--latency", _latency, None, "per request, e.g. 30ms (required)"),
+    ("--latency", _latency, None, "per request, e.g. 30ms, 0.03 or 2s (required)"),
     ("--steps", int_at_least(1), 200, "steps per window (default 200)"),
     ("--windows", int_at_least(1), 1, "contiguous windows of --steps spread over --run-steps"),
     ("--run-steps", int_at_least(1), None, "the run's length, for --windows"),

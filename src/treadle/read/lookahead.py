@@ -390,11 +390,11 @@ def tracked(batches: Iterator[dict[str, Any]], steps: Iterable[int],
 
 def lookahead_store() -> ChunkStore | None:
     """The node's chunk store for a loader's lookahead, or None (the ``chunk cache`` fast
-    path is off and says why)."""
+    path is off and says why; an earlier loader's report is not this one's)."""
     from treadle.storage.chunkstore import chunk_store
 
     got = chunk_store()
     if isinstance(got, str):
         fastpaths.off("chunk cache", got)
-        return None
-    return got
+        LAST.clear()
+    return None if isinstance(got, str) else got

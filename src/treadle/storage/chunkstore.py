@@ -350,13 +350,15 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
     ``$TREADLE_CHUNK_BYTES`` (default ``chunk_bytes``); or why there is none."""
     from treadle.storage.filecache import default_dir, file_cache, parse_bytes
 
+    bound_from = "max_bytes"
     if max_bytes is None:
+        bound_from = "TREADLE_CHUNK_CACHE_BYTES"
         raw = os.environ.get("TREADLE_CHUNK_CACHE_BYTES")
         if raw is None:
             cache = file_cache()
             if isinstance(cache, str):
                 return cache
-            max_bytes = cache.max_bytes
+            max_bytes, bound_from = cache.max_bytes, "TREADLE_CACHE_BYTES"
         else:
             max_bytes = parse_bytes(raw, "TREADLE_CHUNK_CACHE_BYTES")
     if max_bytes <= 0:
@@ -365,13 +367,16 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
         chunk_bytes = parse_bytes(raw, "TREADLE_CHUNK_BYTES")
         if chunk_bytes < 1:
             raise ValueError(f"TREADLE_CHUNK_BYTES={raw!r} must be at least 1 byte")
+    if max_bytes < chunk_bytes:  # it would fetch nothing, every row a Lance take, silently
+        return (f"the chunk cache's bound ({max_bytes:,} bytes, {bound_from}) is less than one "
+                f"chunk ({chunk_bytes:,} bytes, TREADLE_CHUNK_BYTES)")  # fmt: skip
     key = (str(default_dir() / "chunks"), max_bytes, chunk_bytes)
     with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
         try:
             if key not in _STORES:
                 _STORES[key] = ChunkStore(key[0], max_bytes, chunk_bytes)
         except OSError as e:
-            return f"the chunk cache folder is not usable ({e.strerror})"
+            return f"the chunk cache folder {key[0]!r} is not usable ({e.strerror}: {e.filename})"
         return _STORES[key]
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import sys
 import threading
@@ -71,6 +72,8 @@ def parse_bytes(text: str, name: str = "TREADLE_CACHE_BYTES") -> int:
         raise ValueError(f"{name}={text!r} is not a size (e.g. 16G)") from None
     if value < 0:
         raise ValueError(f"{name}={text!r} is negative")
+    if not math.isfinite(value * _SUFFIX[unit]):  # float() takes "nan", "inf", "1e400"
+        raise ValueError(f"{name}={text!r} is not a finite size (e.g. 16G)")
     return int(value * _SUFFIX[unit])
 
 
