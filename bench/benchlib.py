@@ -34,16 +34,22 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _proc_cpu(pid: int) -> float:
+def _stat_cpu(path: str, fields_used: slice) -> float:
+    """CPU seconds of a ``/proc`` ``stat`` file: the sum of the clock-tick fields
+    ``fields_used`` (counted after the command name); 0.0 where it cannot be read."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             text = f.read()
     except OSError:
         return 0.0
     fields = text[text.rfind(")") + 2 :].split()
+    return sum(int(x) for x in fields[fields_used]) / _TICK
+
+
+def _proc_cpu(pid: int) -> float:
     # utime + stime + cutime + cstime: a descendant that exited and was reaped (a worker
     # forked from the forkserver) keeps counting, in its parent
-    return sum(int(x) for x in fields[11:15]) / _TICK
+    return _stat_cpu(f"/proc/{pid}/stat", slice(11, 15))
 
 
 def _self_cpu() -> float:
@@ -53,13 +59,7 @@ def _self_cpu() -> float:
 
 def thread_cpu(native_id: int) -> float:
     """CPU seconds used so far by one thread of this process (Linux; 0.0 elsewhere)."""
-    try:
-        with open(f"/proc/self/task/{native_id}/stat") as f:
-            text = f.read()
-    except OSError:
-        return 0.0
-    fields = text[text.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return _stat_cpu(f"/proc/self/task/{native_id}/stat", slice(11, 13))  # utime + stime
 
 
 def tree_cpu(pid: int | None = None, exclude: Iterable[int] = ()) -> float:

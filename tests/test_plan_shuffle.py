@@ -222,6 +222,9 @@ def test_default_blocks_fit_half_the_cache(tmp_path, monkeypatch):
     again = Plan.from_record(plan.record.to_json(), client)  # the sizes are the record's now
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1G")
     assert np.array_equal(again.batch(3).moment, plan.batch(3).moment)
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", " ")  # the cache refuses it: so does the sizing
+    with pytest.raises(PlanError, match="TREADLE_CACHE_BYTES=' ' is not a size"):
+        td.Recipe(3, 8, comps, shuffle=td.BlockShuffle()).plan()
 
 
 def test_runs_without_a_shuffle_keep_their_ids_and_batches():

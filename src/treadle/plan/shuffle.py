@@ -143,7 +143,10 @@ class BlockPlan:
 def cache_bound() -> int:
     """The cache bound the default block size is sized from (``$TREADLE_CACHE_BYTES``)."""
     raw = os.environ.get("TREADLE_CACHE_BYTES")
-    bound = DEFAULT_BYTES if raw is None or not raw.strip() else parse_bytes(raw)
+    try:  # read as the cache reads it (a blank value is an error there too)
+        bound = DEFAULT_BYTES if raw is None else parse_bytes(raw)
+    except ValueError as e:
+        raise PlanError(f"BlockShuffle() sizes blocks from the cache bound: {e}") from None
     if bound <= 0:
         raise PlanError(
             "BlockShuffle() sizes blocks from the cache bound, but TREADLE_CACHE_BYTES is 0: "

@@ -90,7 +90,7 @@ class Lookahead:
         self._releasing = threading.Lock()  # one release at a time, in step order
         self._uses: dict[tuple[str, int], deque[int]] = {}  # steps in the window per chunk
         self.samples_seen = 0
-        self._began, self._waited = 0.0, 0.0  # the reader's first step; its waits at the gate
+        self._began, self._waited = 0.0, 0.0  # its first step passed the gate; waits after
         self._base = replace(chunks.stats)  # the store is the process's: count from here
         self._asked = self._skipped = 0  # chunks the steps needed; those that found no room
         # chunks found no room for, asked for again (workers=N read steps once fetched: not)
@@ -177,8 +177,8 @@ class Lookahead:
     def report(self) -> dict[str, float | None]:
         """The chunk cache's hit rate (chunks the steps needed that were present), and bytes
         fetched and requests sent per sample, over the samples read so far; and the share of
-        the reader's time it waited for fetches (``reader_waited``: near 1, the window of
-        ``lookahead`` steps is shorter than a fetch takes)."""
+        the reader's time it waited for fetches after its first step (``reader_waited``: near
+        1, the window of ``lookahead`` steps is shorter than a fetch takes)."""
         st, n = self.chunks.stats.since(self._base), max(1, self.samples_seen)
         if self.shared is not None:  # rows and windows the workers read
             for name, count in self.shared.counts().items():
@@ -350,14 +350,16 @@ class Lookahead:
         for step in steps:
             with self._cond:
                 began = time.perf_counter()
-                self._began = self._began or began
                 while (
                     not self._stop
                     and self._fetched < step
                     and (self._now is None or step <= self._now + self.lookahead)
                 ):
                     self._cond.wait()
-                self._waited += time.perf_counter() - began
+                if self._began:  # the clock starts after the first round (its footers, copies)
+                    self._waited += time.perf_counter() - began
+                else:
+                    self._began = time.perf_counter()
                 if self._died is not None:
                     raise TreadleError(
                         f"treadle: the lookahead stage's thread failed before step {step}: "
@@ -365,8 +367,7 @@ class Lookahead:
             yield step
 
     def _need(self, step: int) -> Need:
-        """The chunks step ``step``'s rows of chunked columns need, per data file, and
-        those its video windows need, per stream (:mod:`treadle.read.chunk_needs`)."""
+        """Step ``step``'s chunks, per data file and stream (:mod:`~treadle.read.chunk_needs`)."""
         batch = self.samples(step)
         return step_needs(self.reader, [(batch.component, batch.moment)])[0]
 
@@ -393,8 +394,7 @@ def lookahead_store() -> ChunkStore | None:
     path is off and says why; an earlier loader's report is not this one's)."""
     from treadle.storage.chunkstore import chunk_store
 
-    got = chunk_store()
-    if isinstance(got, str):
+    if isinstance(got := chunk_store(), str):
         fastpaths.off("chunk cache", got)
         LAST.clear()
     return None if isinstance(got, str) else got
