@@ -77,6 +77,7 @@ def test_an_error_while_locking_leaves_it_free_for_other_threads(tmp_path):
         assert not _free_elsewhere(tmp_path / "missing" / ".lock")
 
 
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # the child touches no table
 def test_a_forked_child_waits_for_its_parents_hold(tmp_path):
     """An flock belongs to the open file, which a fork shares: a child locking the parent's
     copy would get it at once, while the parent holds it."""
