@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import threading
 from pathlib import Path
+
+from treadle.fork_locks import renew_lock_in_child
 
 __all__ = ["FolderLock", "folder_lock"]
 
@@ -88,11 +91,10 @@ def folder_lock(directory: Path) -> FolderLock:
     return got
 
 
-def _after_fork_in_child() -> None:
-    global _REGISTRY
-    _REGISTRY = threading.Lock()
+def _files_after_fork_in_child() -> None:
     for lock in _LOCKS.values():
         lock._after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+renew_lock_in_child(sys.modules[__name__], "_REGISTRY")
+os.register_at_fork(after_in_child=_files_after_fork_in_child)
