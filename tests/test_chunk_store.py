@@ -299,6 +299,25 @@ def test_chunk_settings_that_are_not_sizes_name_themselves(tmp_path, monkeypatch
     assert not (tmp_path / "objects" / "chunks").exists()  # nothing made
 
 
+def test_a_chunk_size_without_a_unit_under_4k_is_refused(tmp_path, monkeypatch):
+    """``TREADLE_CHUNK_BYTES=4`` (meant as ``4M``) made 4-byte chunks, 24 bytes of state each,
+    silently: a bare number under 4096 is refused naming the setting and the least; a small
+    chunk written with its unit (``256B``, ``1K``) and a bare 4096 are taken."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "64M")
+    for raw in ("4", " 16 ", "4095", "1.5"):
+        monkeypatch.setenv("TREADLE_CHUNK_BYTES", raw)
+        with pytest.raises(ValueError, match=f"^TREADLE_CHUNK_BYTES='{raw}' is .* at least 4096"):
+            chunk_store()
+    assert not (tmp_path / "objects" / "chunks").exists()  # nothing made
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "4")
+    with pytest.raises(ValueError, match="write 4M for MiB, or 4B if 4-byte chunks are meant"):
+        chunk_store()
+    for raw, want in (("256B", 256), ("1K", 1024), ("4096", 4096), ("4M", 4 << 20)):
+        monkeypatch.setenv("TREADLE_CHUNK_BYTES", raw)
+        assert chunk_store().chunk_bytes == want
+
+
 def test_other_processes_objects_are_not_kept_mapped(source, tmp_path, monkeypatch):
     """A store reads the objects other processes fetched to count their chunks (a copy of
     their state words), maps them only to evict chunks, and keeps at most MAX_FOREIGN of

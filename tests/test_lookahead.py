@@ -58,7 +58,7 @@ def small_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(6 * CHUNK))
-    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(CHUNK))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", f"{CHUNK}B")
     monkeypatch.setattr(fastpaths, "_OFF", {})
     monkeypatch.setattr(sample_reader, "FixedReader", partial(FixedReader, resident_bytes=64 << 10))
     return tmp_path / "cache" / "chunks"
@@ -227,7 +227,7 @@ def test_rows_wider_than_two_chunks_are_read_from_chunks(roots, small_caches, mo
     """Chunks of 256 bytes: each 768-byte image row spans 3 or 4 of them, and every one is
     fetched (not only a row's first and last), so no row is taken with Lance."""
     local, s3 = roots
-    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "256")
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "256B")
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(1 << 20))
     _, want = _run(local, 6)
     loader, got = _run(s3, 6, lookahead=2)
@@ -370,7 +370,7 @@ def test_a_wide_column_past_the_object_cache_is_read_from_chunks_not_held(roots,
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))
-    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(CHUNK))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", f"{CHUNK}B")
     monkeypatch.setattr(fastpaths, "_OFF", {})
     _, want = _run(local, 6)
     loader, got = _run(s3, 6, lookahead=3)

@@ -58,7 +58,7 @@ def caches(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")
-    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(CHUNK))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", f"{CHUNK}B")
     monkeypatch.setattr(fastpaths, "_OFF", {})
     monkeypatch.setattr(sample_reader, "FixedReader", partial(FixedReader, resident_bytes=64 << 10))
 

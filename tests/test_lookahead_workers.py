@@ -57,7 +57,7 @@ def test_workers_past_the_chunk_cache_read_rows_from_chunks(roots, tmp_path, mon
     local, s3 = roots
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")  # no data file fits the object cache
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(8 * CHUNK))  # a sixth of the table
-    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(CHUNK))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", f"{CHUNK}B")
     monkeypatch.setattr(fastpaths, "_OFF", {})
     keep = partial(FixedReader, resident_bytes=0)  # every reader reads rows from chunks
     from treadle.read import sample_reader

@@ -122,7 +122,7 @@ def _measure(remote, tmp_path, monkeypatch, ranks: int, shuffle: object, cache: 
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "cache"))  # one folder: one node
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")  # no data file copied whole
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(cache))
-    monkeypatch.setenv("TREADLE_CHUNK_BYTES", str(chunk))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", f"{chunk}B")
     monkeypatch.setattr(fastpaths, "_OFF", {})
     monkeypatch.setattr(sample_reader, "FixedReader", partial(FixedReader, resident_bytes=64 << 10))
     turns = Turns(ranks)

@@ -1,6 +1,7 @@
 """File-level helpers of the chunk store (:mod:`treadle.storage.chunkstore`): freeing an
 evicted chunk's bytes (a hole in its sparse file), telling whether a fetching process
-still lives, and whether the folder's chunks were written since the machine booted."""
+still lives, whether the folder's chunks were written since the machine booted, and what
+``$TREADLE_CHUNK_BYTES`` says."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["alive", "boot_id", "punch", "same_boot"]
+from treadle.storage.filecache import parse_bytes
+
+__all__ = ["alive", "boot_id", "chunk_bytes_setting", "punch", "same_boot"]
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 """Linux's id of this boot of the machine (containers share their host's)."""
@@ -86,3 +89,24 @@ def same_boot(directory: Path, forget: Callable[[], None]) -> bool:
         part.write_text(me + "\n")
         os.replace(part, mark)
     return True
+
+
+MIN_BARE_CHUNK_BYTES = 4096
+"""The least ``$TREADLE_CHUNK_BYTES`` written without a unit: ``4`` (meant as ``4M``) made
+4-byte chunks, 24 bytes of state each, silently. A smaller chunk needs its unit (``256B``)."""
+
+
+def chunk_bytes_setting(raw: str) -> int:
+    """``$TREADLE_CHUNK_BYTES`` in bytes; a bare number under :data:`MIN_BARE_CHUNK_BYTES`
+    is refused naming the setting (a unit forgotten, most likely)."""
+    value = parse_bytes(raw, "TREADLE_CHUNK_BYTES")
+    if value < 1:
+        raise ValueError(f"TREADLE_CHUNK_BYTES={raw!r} must be at least 1 byte")
+    bare = raw.strip().upper()[-1:] not in ("K", "M", "G", "T", "B")
+    if bare and value < MIN_BARE_CHUNK_BYTES:
+        raise ValueError(
+            f"TREADLE_CHUNK_BYTES={raw!r} is {value:,} bytes: without a unit it must be at "
+            f"least {MIN_BARE_CHUNK_BYTES} (4K); write {raw.strip()}M for MiB, or "
+            f"{raw.strip()}B if {value:,}-byte chunks are meant"
+        )
+    return value

@@ -51,7 +51,7 @@ import numpy as np
 
 from treadle import fastpaths
 from treadle.fork_locks import renew_lock_in_child
-from treadle.storage.chunkfiles import NO_BOOT_ID, same_boot
+from treadle.storage.chunkfiles import NO_BOOT_ID, chunk_bytes_setting, same_boot
 from treadle.storage.chunkfiles import punch as _punch
 from treadle.storage.chunkfolder import (
     ABSENT,
@@ -364,9 +364,7 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
     if max_bytes <= 0:
         return "the chunk cache is off (TREADLE_CHUNK_CACHE_BYTES=0)"
     if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
-        chunk_bytes = parse_bytes(raw, "TREADLE_CHUNK_BYTES")
-        if chunk_bytes < 1:
-            raise ValueError(f"TREADLE_CHUNK_BYTES={raw!r} must be at least 1 byte")
+        chunk_bytes = chunk_bytes_setting(raw)
     if max_bytes < chunk_bytes:  # it would fetch nothing, every row a Lance take, silently
         return (f"the chunk cache's bound ({max_bytes:,} bytes, {bound_from}) is less than one "
                 f"chunk ({chunk_bytes:,} bytes, TREADLE_CHUNK_BYTES)")  # fmt: skip
