@@ -227,6 +227,30 @@ def test_default_blocks_fit_half_the_cache(tmp_path, monkeypatch):
         td.Recipe(3, 8, comps, shuffle=td.BlockShuffle()).plan()
 
 
+def test_the_card_counts_the_open_blocks_as_its_cache_figure_does(tmp_path, monkeypatch):
+    """The card said "4 open per component" beside a cache figure of 5 blocks a component:
+    at most ``w`` are read at once, and the cache holds ``w + 1`` (the next one, fetched
+    ahead); both lines say which."""
+    from treadle.plan.card import _bytes_text
+
+    client = td.Client(str(tmp_path), create=True)
+    acts = client.project("robotics").branch("main").table("acts")
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        acts.append_episode({"action": rng.random((60, 7), np.float32)}, episode=f"a{i}")
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "8K")
+    plan = td.Recipe(3, 8, [td.Component(acts)], shuffle=td.BlockShuffle()).plan()
+    sh = plan.record.shuffle
+    assert sh.block_rows[0] < 180 // 5  # several blocks: w of them open at once
+    assert sh.cache_needed() == 5 * sh.block_rows[0] * sh.row_bytes[0]
+    card = render_card(plan.record)
+    assert f"blocks of {sh.block_rows[0]} rows, at most 4 open at once per component, " in card
+    assert (
+        f"cache needed: {_bytes_text(sh.cache_needed())} for 5 blocks per component (4 open "
+        "and the next, fetched ahead: sum over components of (window_blocks + 1) x block bytes)"
+    ) in card
+
+
 def test_runs_without_a_shuffle_keep_their_ids_and_batches():
     """Pinned from main before block shuffles (2a2d64a): the same run ids and moments."""
     a, b = FakeTable("grasps", [120, 200, 90]), FakeTable("pushes", [300, 41])

@@ -257,14 +257,16 @@ def shuffle_lines(record: RunRecord) -> list[str]:
     rows = sorted(set(sh.block_rows))
     rows_text = f"{rows[0]:,}" if len(rows) == 1 else "/".join(f"{r:,}" for r in sh.block_rows)
     parts = f"{sh.partitions} partition{'s' if sh.partitions != 1 else ''}"
+    w = sh.window_blocks
     lines = [
         f"   shuffle: {sh.identity()['algorithm']}, blocks of {rows_text} rows, "
-        f"{sh.window_blocks} open per component, {parts}"
+        f"at most {w} open at once per component, {parts}"
     ]
     need = sh.cache_needed()
-    if need is not None:
+    if need is not None:  # w blocks are read at once; the lookahead reaches into the next
         lines.append(
-            f"   cache needed: {_bytes_text(need)} for the open blocks (sum over components of "
-            f"(window_blocks + 1) x block bytes), per partition a node reads"
+            f"   cache needed: {_bytes_text(need)} for {w + 1} blocks per component ({w} open "
+            f"and the next, fetched ahead: sum over components of (window_blocks + 1) x block "
+            f"bytes), per partition a node reads"
         )
     return lines
