@@ -246,9 +246,46 @@ def test_the_card_counts_the_open_blocks_as_its_cache_figure_does(tmp_path, monk
     card = render_card(plan.record)
     assert f"blocks of {sh.block_rows[0]} rows, at most 4 open at once per component, " in card
     assert (
-        f"cache needed: {_bytes_text(sh.cache_needed())} for 5 blocks per component (4 open "
-        "and the next, fetched ahead: sum over components of (window_blocks + 1) x block bytes)"
+        f"cache needed: {_bytes_text(sh.cache_needed())} for up to 5 blocks per component "
+        "(4 open and the next, fetched ahead), per partition a node reads"
     ) in card
+
+
+def test_a_block_past_the_component_is_recorded_as_it_and_the_card_says_so(tmp_path, monkeypatch):
+    """``BlockShuffle(block_rows=10**9)`` records the partition's size: the same draws as the
+    ask, and the same run as asking for that size; the card said "4 open per component" of a
+    component that is one block, read in 4 parts in table order, and counted 5 of its blocks
+    in the cache it needs."""
+    from treadle.plan.card import _bytes_text
+
+    client = td.Client(str(tmp_path), create=True)
+    acts = client.project("robotics").branch("main").table("acts")
+    for i in range(3):
+        acts.append_episode({"action": np.zeros((60, 7), np.float32)}, episode=f"e{i}")
+    comps = [td.Component(acts)]
+    for parts, size in ((1, 180), (4, 45)):
+        big = td.Recipe(3, 8, comps, shuffle=td.BlockShuffle(10**9, partitions=parts)).plan()
+        same = td.Recipe(3, 8, comps, shuffle=td.BlockShuffle(size, partitions=parts)).plan()
+        assert big.record.shuffle.block_rows == (size,)
+        assert big.record.run_id == same.record.run_id
+        card = render_card(big.record)
+        assert f"blocks of {size} rows, at most 4 open at once per component" in card
+        assert (
+            "component 0: one block a partition (block_rows is capped at a partition's moments: "
+            "a larger one draws the same); an epoch reads it in 4 parts in table order, "
+            "shuffled within each"
+        ) in card
+    one = td.Recipe(3, 8, comps, shuffle=td.BlockShuffle(10**9, window_blocks=1)).plan()
+    assert "an epoch shuffles it whole\n" in render_card(one.record)
+    several = td.Recipe(3, 8, comps, shuffle=td.BlockShuffle(100)).plan()
+    assert "one block a partition" not in render_card(several.record)  # 2 blocks
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "1G")  # default sizing: the cap again
+    plan = td.Recipe(3, 8, comps, shuffle=td.BlockShuffle()).plan()
+    sh = plan.record.shuffle
+    assert sh.block_rows == (180,) and sh.cache_needed([180]) == 180 * sh.row_bytes[0]
+    assert f"cache needed: {_bytes_text(180 * sh.row_bytes[0])} for up to 5 blocks" in (
+        render_card(plan.record)
+    )
 
 
 def test_runs_without_a_shuffle_keep_their_ids_and_batches():

@@ -262,11 +262,20 @@ def shuffle_lines(record: RunRecord) -> list[str]:
         f"   shuffle: {sh.identity()['algorithm']}, blocks of {rows_text} rows, "
         f"at most {w} open at once per component, {parts}"
     ]
-    need = sh.cache_needed()
+    eligible = [c.eligible for c in record.components]
+    whole = [i for i, k in enumerate(sh.blocks(eligible)) if k == 1]
+    if whole:  # block_rows past a partition is capped (the same draws): say what it reads
+        who = ", ".join(str(i) for i in whole[:6]) + (", …" if len(whole) > 6 else "")
+        reads = "shuffles it whole" if w == 1 else f"reads it in {w} parts in table order"
+        lines.append(
+            f"   component{'s' if len(whole) > 1 else ''} {who}: one block a partition "
+            f"(block_rows is capped at a partition's moments: a larger one draws the same); "
+            f"an epoch {reads}" + ("" if w == 1 else ", shuffled within each")
+        )
+    need = sh.cache_needed(eligible)
     if need is not None:  # w blocks are read at once; the lookahead reaches into the next
         lines.append(
-            f"   cache needed: {_bytes_text(need)} for {w + 1} blocks per component ({w} open "
-            f"and the next, fetched ahead: sum over components of (window_blocks + 1) x block "
-            f"bytes), per partition a node reads"
+            f"   cache needed: {_bytes_text(need)} for up to {w + 1} blocks per component "
+            f"({w} open and the next, fetched ahead), per partition a node reads"
         )
     return lines

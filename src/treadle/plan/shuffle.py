@@ -16,7 +16,9 @@ their run ids and batches.
 (``$TREADLE_CACHE_BYTES``, else the object cache's default) so that the blocks in use,
 ``sum over components of (w + 1) * block_rows_c * row_bytes_c``, stay within half of it; a
 component's row bytes are its table's Lance data files plus its video columns' packet bytes,
-over its moments. ``window_blocks=None`` is :data:`DEFAULT_WINDOW_BLOCKS`.
+over its moments. ``window_blocks=None`` is :data:`DEFAULT_WINDOW_BLOCKS`. A block is at most
+a component's (largest) partition: a larger ``block_rows`` is recorded as that, the same draws
+(one block, read in ``w`` parts in table order), so the record states what the plan reads.
 """
 
 from __future__ import annotations
@@ -133,11 +135,22 @@ class BlockPlan:
             return None
         return [r * b for r, b in zip(self.block_rows, self.row_bytes)]
 
-    def cache_needed(self) -> int | None:
-        """Bytes of the blocks open at once for one partition of every component:
-        ``sum (w + 1) * block_bytes``; a node reading ``k`` partitions needs ``k`` times it."""
+    def blocks(self, eligible: Sequence[int]) -> list[int]:
+        """Blocks in the largest partition of each component (``eligible[i]``: its moments)."""
+        largest = [-(-int(n) // self.partitions) for n in eligible]
+        return [-(-n // b) for n, b in zip(largest, self.block_rows)]
+
+    def cache_needed(self, eligible: Sequence[int] | None = None) -> int | None:
+        """Bytes of the blocks in use at once for one partition of every component:
+        ``sum (w + 1) * block_bytes`` (``w`` open, and the next one read ahead), or with the
+        components' ``eligible`` moments, no more blocks than a partition has; a node reading
+        ``k`` partitions needs ``k`` times it."""
         sizes = self.block_bytes()
-        return None if sizes is None else sum((self.window_blocks + 1) * s for s in sizes)
+        if sizes is None:
+            return None
+        w = self.window_blocks + 1
+        counts = [w] * len(sizes) if eligible is None else self.blocks(eligible)
+        return sum(min(w, k) * s for k, s in zip(counts, sizes))
 
 
 def cache_bound() -> int:
