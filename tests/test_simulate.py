@@ -142,7 +142,11 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     [("--cache-bytes", "inf", "'inf' is not a size"),  # was an OverflowError traceback
      ("--bandwidth", "nan", "'nan' is not a size"),
      ("--latency", "1.2.3", "'1.2.3' is not a latency"),  # was "invalid _latency value"
-     ("--latency", "30", "'30' is 30 seconds a request: write 30ms, or 30s")],  # was 30 s
+     ("--latency", "30", "'30' is 30 seconds a request: write 30ms, or 30s"),  # was 30 s
+     # was "expected one argument" (argparse took -5G for an option)
+     ("--cache-bytes", "-5G", "'-5G' is negative: give a size of at least 1 byte"),
+     ("--bandwidth", "-1.5M", "'-1.5M' is negative: give a size of at least 1 byte"),
+     ("--cache-bytes", "-5", "'-5' is negative: give a size of at least 1 byte")],  # "not a size"
 )  # fmt: skip
 def test_cli_names_a_nonsense_size_or_latency_as_a_usage_error(capsys, flag, value, said):
     argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
@@ -152,6 +156,23 @@ def test_cli_names_a_nonsense_size_or_latency_as_a_usage_error(capsys, flag, val
         main(argv)
     assert exited.value.code == 2
     assert f"argument {flag}: {said}" in capsys.readouterr().err
+
+
+def test_the_report_prints_sizes_in_the_binary_units_its_flags_take(capsys):
+    """``--cache-bytes 2T --bandwidth 3G --chunk-bytes 4M`` (binary: 3G is 3 x 2**30) printed
+    "cache 2.2 TB per node in 4.19 MB chunks · link 3.22 GB/s"."""
+    from treadle.plan.simreport import size_text
+
+    argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
+            "--cache-bytes", "2T", "--bandwidth", "3G", "--chunk-bytes", "4M",
+            "--latency", "30ms", "--steps", "2"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "cache 2 TiB per node in 4 MiB chunks · lookahead 9 steps · link 3 GiB/s, 30 ms" in out
+    assert " GB" not in out and " MB" not in out
+    assert [size_text(n) for n in (512, 1536, 3 << 20, 1.5 * (1 << 30))] == [
+        "512 B", "1.5 KiB", "3 MiB", "1.5 GiB",
+    ]  # fmt: skip
 
 
 def test_cli_refuses_json_it_would_ignore(capsys):

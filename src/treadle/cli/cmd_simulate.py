@@ -19,9 +19,16 @@ _REQUIRED = ("nodes", "ranks-per-node", "cache-bytes", "bandwidth", "latency")
 _LATENCY = re.compile(r"^\s*([0-9.]+)\s*(ms|s)?\s*$")
 
 
+_NEGATIVE = re.compile(r"^-[0-9.]+[A-Za-z]*$")
+"""Values argparse must take as values, not options: ``--cache-bytes -5G`` said only
+"expected one argument" (it reads ``-5G`` as an option; ``-5`` it knows as a number)."""
+
+
 def _size(text: str) -> int:
     from treadle.storage.filecache import parse_bytes
 
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"{text!r} is negative: give a size of at least 1 byte")
     try:
         value = parse_bytes(text)
     except ValueError:
@@ -109,6 +116,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "reads them from (wide columns only; default: all of a row's bytes from byte 0), and "
         "video windows' stream ranges from the stream index",
     )
+    p._negative_number_matcher = _NEGATIVE  # argparse's own (private): no flag starts "-<digit>"
     p.set_defaults(func=simulate_command)
     return p
 

@@ -12,7 +12,8 @@ from treadle.plan.simulate import PREFIX_GETS, Link, NodeReport, Setup
 
 
 def size_text(n: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    """Bytes in binary units, as the flags read them (``--bandwidth 1G`` is ``1 GiB/s``)."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
