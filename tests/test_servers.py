@@ -4,7 +4,9 @@ is ready (a chosen port taken meanwhile) is retried on fresh ports."""
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,18 @@ def test_seaweed_gives_up_after_the_tries(monkeypatch, busy_port):
         server.start()
     server.stop()
     assert given == [busy_port] * testing.START_TRIES
+
+
+def test_a_stopped_seaweed_leaves_no_sockets_in_tmp():
+    """``weed mini`` makes its services' sockets at fixed paths in /tmp
+    (``seaweedfs-<service>-grpc-<port>.sock``, ``seaweedfs-filer-<port>.sock``), which a
+    SIGKILL leaves: every start of the suite's servers left about 6 there."""
+    with SeaweedS3(bucket="sockets") as s3:
+        ports = {a.split("=")[1] for a in s3.proc.args if re.match(r"-\w+\.port(\.grpc)?=", a)}
+        assert len(ports) == 10
+        made = [p for p in s3.sockets if p.exists()]
+        assert len(made) >= 4 and all(p.is_socket() for p in made)  # the names are weed's
+        assert (Path(s3.dir) / "filer.sock").is_socket()  # moved into its folder
+        folder = Path(s3.dir)
+    left = [p for p in Path("/tmp").glob("seaweedfs-*.sock") if p.stem.rsplit("-", 1)[1] in ports]
+    assert left == [] and not folder.exists()

