@@ -4,6 +4,7 @@ Azure Blob emulator per session."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,16 @@ def any_root(request, tmp_path):
     server = request.getfixturevalue("s3_server")
     name = request.node.name.replace("[", "-").replace("]", "")[:50]
     return server.url(f"t-{os.getpid()}-{name}-{id(request)}"), server.storage_options()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _streaming_leftovers():
+    """After each module, the shared memory and /tmp file locks of the MosaicML
+    ``StreamingDataset`` objects it made (each left ``/tmp/<prefix>_cache_filelock``)."""
+    yield
+    fixtures = sys.modules.get("importer_fixtures")
+    if fixtures is not None and fixtures.STREAMING_PREFIXES:
+        fixtures.clean_streaming()
 
 
 def pytest_configure(config):

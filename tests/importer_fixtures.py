@@ -38,7 +38,51 @@ def import_streaming() -> Any:
     define_torchvision_ops()
     import streaming
 
+    cls = streaming.StreamingDataset
+    if not getattr(cls.__init__, "_counted", False):  # note each dataset's prefix: cleaned
+        init = cls.__init__
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            STREAMING_PREFIXES.append(self._shm_prefix_int)
+
+        counted._counted = True  # type: ignore[attr-defined]
+        cls.__init__ = counted
     return streaming
+
+
+STREAMING_PREFIXES: list[int] = []
+"""The shared-memory prefixes of the ``StreamingDataset`` objects this process made."""
+
+
+def clean_streaming() -> list[str]:
+    """Remove what this process's ``StreamingDataset`` objects leave on the machine: their
+    shared memory (``/dev/shm/<prefix>_<name>``) and file locks (``/tmp/<prefix>_*_filelock``),
+    by their prefixes only (``streaming``'s ``clean_stale_shared_memory`` removes every
+    prefix's, other live processes' too). Returns what it removed."""
+    import tempfile
+    from multiprocessing.shared_memory import SharedMemory
+
+    from streaming.base.constant import BARRIER_FILELOCK, CACHE_FILELOCK, SHM_TO_CLEAN
+    from streaming.base.shared.prefix import _get_path
+
+    removed = []
+    for prefix in sorted(set(STREAMING_PREFIXES)):
+        for name in (_get_path(prefix, n) for n in SHM_TO_CLEAN):
+            try:
+                shm = SharedMemory(name)
+            except FileNotFoundError:
+                continue
+            shm.close()
+            shm.unlink()  # its creator's atexit unlink then finds none: streaming ignores that
+            removed.append(f"/dev/shm/{name}")
+        for lock in (BARRIER_FILELOCK, CACHE_FILELOCK):
+            path = Path(tempfile.gettempdir(), _get_path(prefix, lock))
+            if path.exists():
+                path.unlink()
+                removed.append(str(path))
+    STREAMING_PREFIXES.clear()
+    return removed
 
 
 def define_torchvision_ops() -> None:

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from importer_fixtures import (
+    STREAMING_PREFIXES,
+    clean_streaming,
     import_streaming,
     make_mds,
     make_mds_json_drift,
@@ -253,3 +255,26 @@ def test_gz_shard_bomb_stops_under_a_memory_cap(tmp_path, local_root):
     folder = mds_gz_bomb(tmp_path / "small", 64 << 20)
     with pytest.raises(UnsafeInput, match=r"shard\.00000\.mds\.gz.*max_shard_bytes"):
         import_mds(folder, Client(local_root).project("p"), "t", max_shard_bytes=32 << 20)
+
+
+def test_a_streaming_datasets_leftovers_are_removed(tmp_path):
+    """A ``StreamingDataset`` leaves ``/tmp/<prefix>_cache_filelock`` (and the barrier's) and,
+    where its process ends unclean, its shared memory in /dev/shm: every module's teardown
+    (conftest) removes those of the prefixes this process made, and nobody else's."""
+    import tempfile
+
+    folder = make_mds(tmp_path / "mds", n=6, size_limit=1 << 13)
+    ds = streaming.StreamingDataset(local=folder, shuffle=False, batch_size=1)
+    assert len(list(ds)) == 6
+    prefix = f"{ds._shm_prefix_int:06}_"
+    assert ds._shm_prefix_int in STREAMING_PREFIXES
+
+    def left() -> list[Path]:
+        places = (Path("/dev/shm"), Path(tempfile.gettempdir()))
+        return sorted(p for d in places for p in d.glob(prefix + "*"))
+
+    made = left()
+    assert Path(tempfile.gettempdir(), prefix + "cache_filelock") in made
+    assert Path("/dev/shm", prefix + "locals") in made  # its shared memory, while it lives
+    assert set(made) <= set(map(Path, clean_streaming()))  # with the module's earlier ones
+    assert left() == [] and STREAMING_PREFIXES == []
