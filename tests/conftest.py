@@ -4,13 +4,21 @@ Azure Blob emulator per session."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Hugging Face's caches in a folder of the session, set before anything imports datasets or
+# lerobot (they read these at import): LeRobotDataset wrote ~/.cache/huggingface/datasets
+HF_HOME = tempfile.mkdtemp(prefix="treadle-tests-hf-")
+os.environ["HF_HOME"] = HF_HOME
+os.environ["HF_DATASETS_CACHE"] = os.path.join(HF_HOME, "datasets")
+os.environ["HF_LEROBOT_HOME"] = os.path.join(HF_HOME, "lerobot")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -91,6 +99,10 @@ def _streaming_leftovers():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "azure: talks to the Azurite Azure Blob emulator")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(HF_HOME, ignore_errors=True)
 
 
 _AZURITE = Path(__file__).parent / "azurite" / "node_modules" / ".bin" / "azurite-blob"
