@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 import treadle as td
 from loader_helpers import batch_hash, make_project, recipe
@@ -176,6 +177,42 @@ def test_later_appends_get_default_or_null_and_names_come_back(tmp_path):
     check_rows(t.pin())
 
 
+def test_nulls_a_window_reads_are_a_plan_error_not_an_error_at_step_n(tmp_path):
+    """A label added without default= is null on episodes appended after it: training
+    over it used to fail at whatever step first drew such a moment (step 19 here), with
+    an error that named no episode; the plan now refuses it, naming the episode."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    with t.branch.transaction("episodes") as tx:
+        for e in range(50):
+            x = np.full((10, 2), e, np.float32)
+            tx.table("t").append_episode({"x": x}, episode=f"e{e}", fps=10)
+    t.add_column("score", {f"e{e}": float(e) for e in range(50)})
+    t.add_column("vec", np.ones((500, 3), np.float32))
+    t.append_episode({"x": np.full((10, 2), 99, np.float32)}, episode="late", fps=10)
+
+    def plan(windows, **kw):
+        comp = td.Component(t, td.Windows(windows), **kw)
+        return td.Recipe(seed=0, batch_size=4, components=[comp]).plan()
+
+    for col in ("score", "vec"):
+        with pytest.raises(td.PlanError, match=f"'{col}' is null at episode 'late', frame 0"):
+            plan({col: td.Rows([0]), "x": td.Rows([0])})
+    whole_row = td.Component(t, where="episode = 'late'")  # no windows: the anchor's row
+    with pytest.raises(td.PlanError, match="'score' is null at episode 'late', frame 0"):
+        td.Recipe(seed=0, batch_size=4, components=[whole_row]).plan()
+    # a padded window before a labelled episode's end, or one that reaches the late
+    # episode's frame 0 only from inside it
+    t.update({"score": None}, where="episode = 'e3' AND frame = 9")
+    with pytest.raises(td.PlanError, match="episode 'e3', frame 9"):
+        plan({"score": td.Rows([0, 3], pad=True)}, episodes=["e3"], where="frame = 8")
+    # the rows no window reads may be null: the plan is made and every batch reads
+    assert plan({"score": td.Rows([0])}, episodes=["e3"], where="frame < 9").eligible(0) == 9
+    ok = plan({"score": td.Rows([-1, 0])}, where="score IS NOT NULL AND frame < 9")
+    for b in td.TrainLoader(ok, steps=30):
+        assert not torch.isnan(b["score"]).any()
+    assert plan({"x": td.Rows([0])}).eligible(0) == 510  # no number column with nulls
+
+
 def test_spans_are_exact_and_frames_work(tmp_path):
     t = td.Client(str(tmp_path)).project("p").branch().table("t")
     t.append_episode({"x": np.arange(10.0)}, episode="a", fps=10)
@@ -203,6 +240,7 @@ BAD = [
     (SchemaMismatch, lambda t: t.update({"frame": 1})),
     (NotFound, lambda t: t.delete_episodes(["zz"])),
     (SchemaMismatch, lambda t: t.update({"x": "text"})),
+    (SchemaMismatch, lambda t: t.update({"v": None}, where="frame = 0")),  # a tensor: no nulls
     (NotFound, lambda t: t.drop_columns(["nope"])),
     (SchemaMismatch, lambda t: t.drop_columns(["episode"])),
     (InvalidName, lambda t: t.rename_columns({"x": "_x"})),
@@ -216,7 +254,9 @@ def small(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad")
     t = td.Client(str(root)).project("p").branch().table("t")
     for e in "abc":
-        t.append_episode({"x": np.arange(5.0), "y": np.zeros(5)}, episode=e, fps=10)
+        t.append_episode(
+            {"x": np.arange(5.0), "y": np.zeros(5), "v": np.zeros((5, 2))}, episode=e, fps=10
+        )
     nofps = td.Client(str(root)).project("p").branch().table("nofps")
     nofps.append_episode({"x": np.arange(5.0)}, episode="a")
     return t, nofps

@@ -23,10 +23,10 @@ from treadle.names import check_name
 from treadle.plan.reserved import reserved
 from treadle.table import evolve
 from treadle.table.casts import exact_cast
-from treadle.table.defaults import NO_DEFAULT, added_field
+from treadle.table.defaults import NO_DEFAULT, added_field, is_added
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.labels import per_episode, per_moment, spans
-from treadle.table.tensors import is_video
+from treadle.table.tensors import is_video, tensor_shape
 
 if TYPE_CHECKING:
     import lance
@@ -164,8 +164,14 @@ class TableEdits:
             raise SchemaMismatch(f"{here}: update takes {{column: value}}")
         for col in values:
             self._existing(table, col, "update")
-            if col in (EPISODE, FRAME) or is_video(table.schema.field(col)):
+            field = table.schema.field(col)
+            if col in (EPISODE, FRAME) or is_video(field):
                 raise SchemaMismatch(f"{here}: column {col!r} cannot be updated")
+            if values[col] is None and tensor_shape(field) and not is_added(field):
+                raise SchemaMismatch(  # as an append refuses them: nothing reads them back
+                    f"{here}: column {col!r} is a tensor, which holds no null values; "
+                    "nothing was written"
+                )
         try:
             rows = table.matching_rows(where)
         except ValueError as e:  # Lance: a where that does not parse, an unknown column

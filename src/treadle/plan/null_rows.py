@@ -1,0 +1,140 @@
+"""Null values a component's windows would read: a :class:`PlanError` before step 0.
+
+A batch holds number and tensor columns as tensors, which have no null. Such a column
+holds nulls where an added column without a ``default=`` meets episodes appended after it
+(or merged in), where ``update({col: None})`` set them, or where an import kept a latched
+topic's rows before its first message. Found only when a batch reads such a row, that is
+an error at whatever step draws it; the plan finds it first instead, naming the table, the
+column, an episode and a frame, and the ways out.
+
+Number columns are read whole (8 bytes a row, or less); tensor columns only when added
+(``add_column``, the only writes that leave nulls in a tensor column). A table version is
+immutable: what a version holds is kept per process, keyed by its URI, version and column.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from treadle.errors import PlanError, TreadleError
+from treadle.plan.column_kinds import batch_column_kind, default_columns
+from treadle.plan.windows import Rows, Windows
+from treadle.table.defaults import ADDED_KEY
+
+if TYPE_CHECKING:
+    from treadle.table.table import Table
+
+Runs = tuple[np.ndarray, np.ndarray]
+
+_MAX_KEPT = 256
+_kept: OrderedDict[tuple[str, int, str], Runs] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _reads(table: Table, windows: Windows | None) -> list[tuple[str, tuple[int, ...], bool]]:
+    """``(column, offsets, pad)`` of every number or tensor column the component reads
+    that may hold nulls."""
+    if windows is None or not windows.specs:
+        specs = [(c, (0,), False) for c in default_columns(table)]
+    else:
+        specs = [
+            (c, s.offsets, s.pad)
+            for c, s in windows.items()
+            if isinstance(s, Rows) and s.offsets is not None and c in table.schema.names
+        ]
+    out = []
+    for col, offsets, pad in specs:
+        field = table.schema.field(col)
+        try:
+            kind = batch_column_kind(table, field)
+        except TreadleError:
+            continue  # check_windows says so, naming the component
+        added = ADDED_KEY in (field.metadata or {})
+        if kind == "scalar" or (kind == "tensor" and added):
+            out.append((col, tuple(offsets), bool(pad)))
+    return out
+
+
+def null_runs(table: Table, column: str) -> Runs:
+    """The rows of ``column`` that are null, as sorted runs ``(begin, end)``."""
+    key = (str(table.uri), int(table.version), column)
+    with _lock:
+        hit = _kept.get(key)
+    if hit is not None:
+        return hit
+    begins, ends, base = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+    try:
+        for batch in table.dataset.to_batches(columns=[column]):
+            null = batch.column(0).is_null().to_numpy(zero_copy_only=False).astype(np.int8)
+            edges = np.diff(np.concatenate([[0], null, [0]]))
+            begins.append(np.flatnonzero(edges == 1) + base)
+            ends.append(np.flatnonzero(edges == -1) + base)
+            base += len(null)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        if isinstance(e, TreadleError):
+            raise
+        raise table.read_error(e, f"reading column {column!r} of {table!r}") from None
+    runs = (np.concatenate(begins), np.concatenate(ends))
+    with _lock:
+        _kept[key] = runs
+        while len(_kept) > _MAX_KEPT:
+            _kept.popitem(last=False)
+    return runs
+
+
+def _first_read(
+    anchors: Runs, offset: int, pad: bool, starts: np.ndarray, lengths: np.ndarray, nulls: Runs
+) -> int | None:
+    """The first null row the anchors read at ``offset`` (each anchor run lies in one
+    episode; ``pad``: offsets outside it take its nearest row), or None."""
+    begin, end = (np.asarray(x, np.int64) for x in anchors)
+    lo, hi = begin + offset, end + offset
+    if pad:
+        ep = np.searchsorted(starts, begin, side="right") - 1
+        s, e = starts[ep], starts[ep] + lengths[ep]
+        rb, re = np.clip(lo, s, e), np.clip(hi, s, e)
+        re = np.where(lo < s, np.maximum(re, s + 1), re)
+        rb = np.where(hi > e, np.minimum(rb, e - 1), rb)
+        lo, hi = rb, re
+    nb, ne = nulls
+    j = np.searchsorted(ne, lo, side="right")
+    inside = j < len(nb)
+    hit = inside & (nb[np.minimum(j, len(nb) - 1)] < hi)
+    if not hit.any():
+        return None
+    return int(np.maximum(lo[hit], nb[j[hit]]).min())
+
+
+def check_null_rows(
+    table: Table, episodes: Any, windows: Windows | None, anchors: Runs, label: str
+) -> None:
+    """:class:`PlanError` when a window of one of ``anchors`` reads a null value of a
+    number or tensor column (which a batch cannot hold), naming the episode and frame."""
+    if not len(anchors[0]) or not hasattr(type(table), "dataset"):
+        return  # a stand-in with no rows (simulate's tables, the planner's tests)
+    starts = np.asarray(episodes.starts, np.int64)
+    lengths = np.asarray(episodes.lengths, np.int64)
+    for col, offsets, pad in _reads(table, windows):
+        nulls = null_runs(table, col)
+        if not len(nulls[0]):
+            continue
+        rows = [_first_read(anchors, o, pad, starts, lengths, nulls) for o in offsets]
+        found = [r for r in rows if r is not None]
+        if not found:
+            continue
+        row = min(found)
+        i = int(np.searchsorted(starts, row, side="right")) - 1
+        total = int((nulls[1] - nulls[0]).sum())
+        raise PlanError(
+            f"{label}: column {col!r} is null at episode {episodes.names[i]!r}, frame "
+            f"{row - int(starts[i])} ({total} null rows in version {table.version}), which "
+            "its windows read and a batch cannot hold (a column added without default= is "
+            "null on episodes appended after it): fill them (table.update({"
+            f'{col!r}: value}}, where="{col} IS NULL")), or leave those moments out '
+            "(where=, episodes=)"
+        )
