@@ -213,6 +213,20 @@ def test_nulls_a_window_reads_are_a_plan_error_not_an_error_at_step_n(tmp_path):
     assert plan({"x": td.Rows([0])}).eligible(0) == 510  # no number column with nulls
 
 
+def test_delete_counts_each_episode_once_and_nothing_is_no_commit(tmp_path):
+    """A name given twice was one episode deleted and a commit saying 'delete 2
+    episodes'; an empty list made an empty commit."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    for e in "abc":
+        t.append_episode({"x": np.arange(3.0)}, episode=e)
+    t.delete_episodes(["a", "a"])
+    assert t.branch.head().summary == "t: delete 1 episode"
+    head = t.branch.commit_id
+    with pytest.warns(UserWarning, match="no episodes to delete"):
+        assert t.delete_episodes([]) is None
+    assert t.branch.commit_id == head
+
+
 def test_spans_are_exact_and_frames_work(tmp_path):
     t = td.Client(str(tmp_path)).project("p").branch().table("t")
     t.append_episode({"x": np.arange(10.0)}, episode="a", fps=10)

@@ -235,6 +235,11 @@ class TableEdits:
         table = self._table()
         if isinstance(episodes, str):
             episodes = [episodes]
+        episodes = list(dict.fromkeys(episodes))  # a name given twice is one episode
+        if not episodes:
+            warnings.warn(f"{self._where()}: no episodes to delete; nothing was written",
+                          stacklevel=3)  # fmt: skip
+            return
         if not table.is_time_indexed:
             raise SchemaMismatch(f"{self._where()} has no episodes (no episode/frame columns)")
         index = table.episodes()
