@@ -195,10 +195,14 @@ def test_nulls_a_window_reads_are_a_plan_error_not_an_error_at_step_n(tmp_path):
         return td.Recipe(seed=0, batch_size=4, components=[comp]).plan()
 
     for col in ("score", "vec"):
-        with pytest.raises(td.PlanError, match=f"'{col}' is null at episode 'late', frame 0"):
+        with pytest.raises(
+            td.PlanError, match=f"'{col}' of table 't' is null at episode 'late', frame 0"
+        ):
             plan({col: td.Rows([0]), "x": td.Rows([0])})
     whole_row = td.Component(t, where="episode = 'late'")  # no windows: the anchor's row
-    with pytest.raises(td.PlanError, match="'score' is null at episode 'late', frame 0"):
+    with pytest.raises(
+        td.PlanError, match="'score' of table 't' is null at episode 'late', frame 0"
+    ):
         td.Recipe(seed=0, batch_size=4, components=[whole_row]).plan()
     # a padded window before a labelled episode's end, or one that reaches the late
     # episode's frame 0 only from inside it

@@ -8,8 +8,11 @@ an error at whatever step draws it; the plan finds it first instead, naming the 
 column, an episode and a frame, and the ways out.
 
 Number columns are read whole (8 bytes a row, or less); tensor columns only when added
-(``add_column``, the only writes that leave nulls in a tensor column). A table version is
-immutable: what a version holds is kept per process, keyed by its URI, version and column.
+(``add_column``, the only writes that leave nulls in a tensor column); image columns read by
+``td.Video`` only when their writes recorded a null (:mod:`treadle.table.image_sizes`),
+which also records the first value that is not an image, or not of the first one's bit
+depth: a window that reads it is refused too. A table version is immutable: what a version
+holds is kept per process, keyed by its URI, version and column.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import pyarrow as pa
 
 from treadle.errors import PlanError, TreadleError
 from treadle.plan.column_kinds import batch_column_kind, default_columns
-from treadle.plan.windows import Rows, Windows
+from treadle.plan.windows import Rows, Video, Windows
 from treadle.table.defaults import ADDED_KEY
+from treadle.table.image_sizes import recorded_images
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -48,6 +52,13 @@ def _reads(table: Table, windows: Windows | None) -> list[tuple[str, tuple[int, 
             if isinstance(s, Rows) and s.offsets is not None and c in table.schema.names
         ]
     out = []
+    images = recorded_images(table.schema)
+    if windows is not None:  # image columns that a write recorded a null in
+        out = [
+            (c, tuple(s.offsets), bool(s.pad))
+            for c, s in windows.items()
+            if isinstance(s, Video) and s.offsets is not None and images.get(c, {}).get("nulls")
+        ]
     for col, offsets, pad in specs:
         field = table.schema.field(col)
         try:
@@ -119,6 +130,7 @@ def check_null_rows(
         return  # a stand-in with no rows (simulate's tables, the planner's tests)
     starts = np.asarray(episodes.starts, np.int64)
     lengths = np.asarray(episodes.lengths, np.int64)
+    _check_odd_images(table, episodes, windows, anchors, label, starts, lengths)
     for col, offsets, pad in _reads(table, windows):
         nulls = null_runs(table, col)
         if not len(nulls[0]):
@@ -130,11 +142,43 @@ def check_null_rows(
         row = min(found)
         i = int(np.searchsorted(starts, row, side="right")) - 1
         total = int((nulls[1] - nulls[0]).sum())
+        added = ADDED_KEY in (table.schema.field(col).metadata or {})
+        why = " (it was added without default=, then episodes were appended)" if added else ""
         raise PlanError(
-            f"{label}: column {col!r} is null at episode {episodes.names[i]!r}, frame "
-            f"{row - int(starts[i])} ({total} null rows in version {table.version}), which "
-            "its windows read and a batch cannot hold (a column added without default= is "
-            "null on episodes appended after it): fill them (table.update({"
-            f'{col!r}: value}}, where="{col} IS NULL")), or leave those moments out '
-            "(where=, episodes=)"
+            f"{label}: column {col!r} of table {table.name!r} is null at episode "
+            f"{episodes.names[i]!r}, frame {row - int(starts[i])} (null rows in version "
+            f"{table.version}: {total}){why}, and a window reads it, which a batch cannot "
+            f'hold: fill them (table.update({{{col!r}: value}}, where="{col} IS NULL")), '
+            "or leave those moments out (where=, episodes=)"
         )
+
+
+def _check_odd_images(
+    table: Table,
+    episodes: Any,
+    windows: Windows | None,
+    anchors: Runs,
+    label: str,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+) -> None:
+    """:class:`PlanError` when a ``td.Video`` window reads the value its image column's
+    writes recorded as one it cannot decode beside the others (``odd``)."""
+    images = recorded_images(table.schema)
+    for col, spec in () if windows is None else windows.items():
+        odd = images.get(col, {}).get("odd") if isinstance(spec, Video) else None
+        if not odd or odd[0] is None or odd[1] is None or odd[0] not in episodes.names:
+            continue  # not recorded, or its episode is gone: each frame is checked as read
+        episode, frame, what = odd
+        i = episodes.names.index(episode)
+        if not 0 <= int(frame) < int(lengths[i]):
+            continue
+        row = int(starts[i]) + int(frame)
+        one = (np.array([row], np.int64), np.array([row + 1], np.int64))
+        if any(_first_read(anchors, o, spec.pad, starts, lengths, one) is not None
+               for o in spec.offsets or ()):  # fmt: skip
+            raise PlanError(
+                f"{label}: column {col!r} of table {table.name!r} holds, at episode "
+                f"{episode!r}, frame {frame}, {what}, which its td.Video window reads; leave "
+                "those moments out (where=, episodes=) or write the episode again"
+            )
