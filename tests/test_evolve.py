@@ -163,6 +163,22 @@ def test_stats_recomputed_after_change(tmp_path):
     assert float(pinned.stats(["y"])["y"].mean) == 1.5
 
 
+def test_stats_of_a_column_with_nulls_are_of_its_values(tmp_path):
+    """An added column is null on episodes appended after it: table.stats raised that a
+    batch cannot hold nulls; it is the statistics of the values there are."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a")
+    t.add_column("score", np.array([1.0, 2.0, 6.0]))
+    t.add_column("v", np.arange(6, dtype=np.float32).reshape(3, 2))
+    t.append_episode({"x": np.arange(2.0)}, episode="b")
+    s = t.stats(["score", "v", "x"])
+    assert (int(s["score"].count), float(s["score"].mean), float(s["score"].max)) == (3, 3.0, 6.0)
+    assert s["v"].mean.tolist() == [2.0, 3.0] and int(s["x"].count.max()) == 5
+    t.update({"score": None})
+    with pytest.raises(td.PlanError, match="no rows to compute statistics of column 'score'"):
+        t.stats(["score"])
+
+
 def test_later_appends_get_default_or_null_and_names_come_back(tmp_path):
     t = td.Client(str(tmp_path)).project("p").branch().table("t")
     t.append_episode({"x": np.arange(3.0)}, episode="a")
