@@ -247,6 +247,33 @@ def test_delete_counts_each_episode_once_and_nothing_is_no_commit(tmp_path):
     assert t.branch.commit_id == head
 
 
+def test_update_of_an_image_column_takes_only_images_td_video_reads(tmp_path):
+    """update() stored a null, junk bytes, a 16-bit PNG among 8-bit ones or an image of
+    another size in a camera column: each stopped training at the step that drew it."""
+    import io
+
+    from PIL import Image
+
+    def png(a):
+        out = io.BytesIO()
+        Image.fromarray(a).save(out, "PNG")
+        return out.getvalue()
+
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"cam": [png(np.full((8, 8, 3), i, np.uint8)) for i in range(4)]},
+                     episode="a", fps=10)  # fmt: skip
+    head = t.branch.commit_id
+    bad = [None, b"junk", png(np.zeros((8, 8), np.uint16)), png(np.zeros((16, 8, 3), np.uint8))]
+    for value in bad:
+        with pytest.raises((SchemaMismatch, td.CorruptData), match="column 'cam'"):
+            t.update({"cam": value}, where="frame = 2")
+    assert t.branch.commit_id == head
+    t.update({"cam": png(np.full((8, 8, 3), 200, np.uint8))}, where="frame = 2")
+    comp = td.Component(t, td.Windows({"cam": td.Video([0])}))
+    got = next(iter(td.EvalLoader(comp, 4)))["cam"]
+    assert got[:, 0, 0, 0, 0].tolist() == [0, 1, 200, 3]
+
+
 def test_spans_are_exact_and_frames_work(tmp_path):
     t = td.Client(str(tmp_path)).project("p").branch().table("t")
     t.append_episode({"x": np.arange(10.0)}, episode="a", fps=10)

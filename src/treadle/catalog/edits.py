@@ -25,8 +25,10 @@ from treadle.table import evolve
 from treadle.table.casts import exact_cast
 from treadle.table.defaults import NO_DEFAULT, added_field, is_added
 from treadle.table.episodes import EPISODE, FRAME
+from treadle.table.image_sizes import recorded_images
 from treadle.table.labels import per_episode, per_moment, spans
 from treadle.table.tensors import is_video, tensor_shape
+from treadle.video.image_decode import image_header
 
 if TYPE_CHECKING:
     import lance
@@ -167,6 +169,7 @@ class TableEdits:
             field = table.schema.field(col)
             if col in (EPISODE, FRAME) or is_video(field):
                 raise SchemaMismatch(f"{here}: column {col!r} cannot be updated")
+            _check_image_value(table, col, values[col], f"{here}: column {col!r}")
             if values[col] is None and tensor_shape(field) and not is_added(field):
                 raise SchemaMismatch(  # as an append refuses them: nothing reads them back
                     f"{here}: column {col!r} is a tensor, which holds no null values; "
@@ -258,6 +261,33 @@ class TableEdits:
         (same rows, order and values); False when there was nothing to do."""
         self._table()
         return self.tx._apply_edit(self.name, "compact", lambda ds, w: evolve.compact(ds, w))
+
+
+def _check_image_value(table: Table, col: str, value: Any, where: str) -> None:
+    """A column of images (as its writes recorded) takes only an image td.Video reads
+    beside the others: a null or other bytes would stop a run at the step that draws it."""
+    recorded = recorded_images(table.schema).get(col)
+    if recorded is None:
+        return
+    if value is None or not isinstance(value, (bytes, bytearray, memoryview)):
+        raise SchemaMismatch(
+            f"{where} holds images that td.Video reads: {reprlib.repr(value)} is not one "
+            "(delete the episode, or leave its moments out of a plan with where=); "
+            "nothing was written"
+        )
+    head = image_header(value, f"{where}, the new value")  # CorruptData: not an image
+    depth16 = recorded.get("depth16")
+    if depth16 is not None and head.depth16 != depth16:
+        bits = "16-bit" if depth16 else "8-bit"
+        raise SchemaMismatch(f"{where} holds {bits} images; the new value is not one; "
+                             "nothing was written")  # fmt: skip
+    sizes = {(w, h) for w, h, _ in recorded.get("sizes") or []}
+    if not recorded.get("more") and (head.width, head.height) not in sizes:
+        have = ", ".join(f"{w}x{h}" for w, h in sorted(sizes))
+        raise SchemaMismatch(
+            f"{where} holds images of {have}; the new value is {head.width}x{head.height} "
+            "(resize it to one of them); nothing was written"
+        )
 
 
 def _one_value(value: Any, typ: pa.DataType, where: str) -> pa.Array:
