@@ -274,6 +274,19 @@ def test_update_of_an_image_column_takes_only_images_td_video_reads(tmp_path):
     assert got[:, 0, 0, 0, 0].tolist() == [0, 1, 200, 3]
 
 
+def test_a_pinned_version_says_where_changes_go(tmp_path):
+    """t.pin().update(...) (a pinned run's table) was a bare AttributeError."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a")
+    pinned = t.pin()
+    for name in ("update", "add_column", "delete_episodes", "append_episode"):
+        with pytest.raises(AttributeError, match=rf"never changes.*branch.table\('t'\).{name}"):
+            getattr(pinned, name)
+    with pytest.raises(AttributeError, match="'Table' object has no attribute 'nope'"):
+        pinned.nope  # noqa: B018
+    assert not hasattr(pinned, "update") and hasattr(pinned, "to_arrow")
+
+
 def test_spans_are_exact_and_frames_work(tmp_path):
     t = td.Client(str(tmp_path)).project("p").branch().table("t")
     t.append_episode({"x": np.arange(10.0)}, episode="a", fps=10)
