@@ -233,6 +233,37 @@ def test_nulls_a_window_reads_are_a_plan_error_not_an_error_at_step_n(tmp_path):
     assert plan({"x": td.Rows([0])}).eligible(0) == 510  # no number column with nulls
 
 
+def test_only_columns_that_may_hold_nulls_are_read_when_planned(tmp_path, monkeypatch):
+    """The plan looks for nulls only in columns that may hold one: added without a value
+    for later episodes, or recorded by a write whose rows held one (Arrow's null counts).
+    It read every number column whole on every plan (8 bytes a row, on every rank)."""
+    from treadle.plan import null_rows
+
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    for e in range(3):
+        t.append_episode({"x": np.arange(4.0), "y": np.arange(4.0)}, episode=f"e{e}", fps=10)
+    read = []
+    real = null_rows.null_runs
+    monkeypatch.setattr(null_rows, "null_runs", lambda tb, c: read.append(c) or real(tb, c))
+    comp = td.Component(t, td.Windows({"x": td.Rows([0]), "y": td.Rows([0])}))
+    assert td.Recipe(seed=0, batch_size=2, components=[comp]).plan().eligible(0) == 12
+    assert read == []  # no write held a null: nothing read
+    # a write whose rows hold a null records it; the plan then finds it, naming it
+    t.append_episode({"x": np.arange(4.0), "y": [0.0, None, 2.0, 3.0]}, episode="late", fps=10)
+    comp = td.Component(t, td.Windows({"x": td.Rows([0]), "y": td.Rows([0])}))
+    with pytest.raises(td.PlanError, match="'y' of table 't' is null at episode 'late', frame 1"):
+        td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+    assert read == ["y"]
+    # update() may not put a null where no plan looks for one ...
+    with pytest.raises(td.SchemaMismatch, match="column 'x' holds no null values"):
+        t.update({"x": None}, where="episode = 'e0'")
+    # ... and may where one does: the recorded column
+    t.update({"y": None}, where="episode = 'e0' AND frame = 2")
+    comp = td.Component(t, td.Windows({"y": td.Rows([0])}), where="episode != 'late'")
+    with pytest.raises(td.PlanError, match="episode 'e0', frame 2"):
+        td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+
+
 def test_delete_counts_each_episode_once_and_nothing_is_no_commit(tmp_path):
     """A name given twice was one episode deleted and a commit saying 'delete 2
     episodes'; an empty list made an empty commit."""

@@ -27,6 +27,7 @@ from treadle.table.defaults import NO_DEFAULT, added_field, is_added
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.image_sizes import recorded_images
 from treadle.table.labels import per_episode, per_moment, spans
+from treadle.table.null_columns import recorded_nulls
 from treadle.table.tensors import is_video, tensor_shape
 from treadle.video.image_decode import image_header
 
@@ -170,10 +171,10 @@ class TableEdits:
             if col in (EPISODE, FRAME) or is_video(field):
                 raise SchemaMismatch(f"{here}: column {col!r} cannot be updated")
             _check_image_value(table, col, values[col], f"{here}: column {col!r}")
-            if values[col] is None and tensor_shape(field) and not is_added(field):
-                raise SchemaMismatch(  # as an append refuses them: nothing reads them back
-                    f"{here}: column {col!r} is a tensor, which holds no null values; "
-                    "nothing was written"
+            if values[col] is None and not _may_hold_null(table, field):
+                raise SchemaMismatch(  # a batch cannot hold it, and no plan would look for it
+                    f"{here}: column {col!r} holds no null values (a batch cannot hold one): "
+                    "set a value, or delete those rows; nothing was written"
                 )
         try:
             rows = table.matching_rows(where)
@@ -337,3 +338,13 @@ def _delete(drop: np.ndarray) -> Change:
         return evolve.delete_rows(ds, parts, before_write)
 
     return change
+
+
+def _may_hold_null(table: Table, field: pa.Field) -> bool:
+    """Whether ``update`` may set ``field`` to null: a plan looks for nulls there (an added
+    column, or one a write recorded a null in), or a batch holds it as a list (text, bytes),
+    not as a tensor."""
+    if is_added(field) or field.name in recorded_nulls(table.schema):
+        return True
+    return not (tensor_shape(field) or pa.types.is_integer(field.type)
+                or pa.types.is_floating(field.type) or pa.types.is_boolean(field.type))  # fmt: skip

@@ -7,8 +7,10 @@ topic's rows before its first message. Found only when a batch reads such a row,
 an error at whatever step draws it; the plan finds it first instead, naming the table, the
 column, an episode and a frame, and the ways out.
 
-Number columns are read whole (8 bytes a row, or less); tensor columns only when added
-(``add_column``, the only writes that leave nulls in a tensor column); image columns read by
+Number and tensor columns are read (the column whole: 8 bytes a row for a number) only
+where they may hold a null: added without a value for later episodes (``add_column``), or
+recorded by a write that held one (:mod:`treadle.table.null_columns`: Arrow's null counts,
+no row read), so a plan over columns that never held one reads nothing; image columns read by
 ``td.Video`` only when their writes recorded a null (:mod:`treadle.table.image_sizes`),
 which also records the first value that is not an image, or not of the first one's bit
 depth: a window that reads it is refused too. A table version is immutable: what a version
@@ -29,6 +31,7 @@ from treadle.plan.column_kinds import batch_column_kind, default_columns
 from treadle.plan.windows import Rows, Video, Windows
 from treadle.table.defaults import ADDED_KEY
 from treadle.table.image_sizes import recorded_images
+from treadle.table.null_columns import recorded_nulls
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -52,7 +55,7 @@ def _reads(table: Table, windows: Windows | None) -> list[tuple[str, tuple[int, 
             if isinstance(s, Rows) and s.offsets is not None and c in table.schema.names
         ]
     out = []
-    images = recorded_images(table.schema)
+    images, written = recorded_images(table.schema), recorded_nulls(table.schema)
     if windows is not None:  # image columns that a write recorded a null in
         out = [
             (c, tuple(s.offsets), bool(s.pad))
@@ -65,8 +68,8 @@ def _reads(table: Table, windows: Windows | None) -> list[tuple[str, tuple[int, 
             kind = batch_column_kind(table, field)
         except TreadleError:
             continue  # check_windows says so, naming the component
-        added = ADDED_KEY in (field.metadata or {})
-        if kind == "scalar" or (kind == "tensor" and added):
+        maybe = ADDED_KEY in (field.metadata or {}) or col in written
+        if kind in ("scalar", "tensor") and maybe:
             out.append((col, tuple(offsets), bool(pad)))
     return out
 
