@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 import treadle as td
 from loader_helpers import batch_hash, make_project, recipe
@@ -162,6 +163,22 @@ def test_stats_recomputed_after_change(tmp_path):
     assert float(pinned.stats(["y"])["y"].mean) == 1.5
 
 
+def test_stats_of_a_column_with_nulls_are_of_its_values(tmp_path):
+    """An added column is null on episodes appended after it: table.stats raised that a
+    batch cannot hold nulls; it is the statistics of the values there are."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a")
+    t.add_column("score", np.array([1.0, 2.0, 6.0]))
+    t.add_column("v", np.arange(6, dtype=np.float32).reshape(3, 2))
+    t.append_episode({"x": np.arange(2.0)}, episode="b")
+    s = t.stats(["score", "v", "x"])
+    assert (int(s["score"].count), float(s["score"].mean), float(s["score"].max)) == (3, 3.0, 6.0)
+    assert s["v"].mean.tolist() == [2.0, 3.0] and int(s["x"].count.max()) == 5
+    t.update({"score": None})
+    with pytest.raises(td.PlanError, match="no rows to compute statistics of column 'score'"):
+        t.stats(["score"])
+
+
 def test_later_appends_get_default_or_null_and_names_come_back(tmp_path):
     t = td.Client(str(tmp_path)).project("p").branch().table("t")
     t.append_episode({"x": np.arange(3.0)}, episode="a")
@@ -174,6 +191,131 @@ def test_later_appends_get_default_or_null_and_names_come_back(tmp_path):
     t.append_episode({"x": np.arange(4.0), "label": ["new"] * 4, "score": np.zeros(4)}, episode="a")
     assert t.pin().episodes().names == ["b", "a"]
     check_rows(t.pin())
+
+
+def test_nulls_a_window_reads_are_a_plan_error_not_an_error_at_step_n(tmp_path):
+    """A label added without default= is null on episodes appended after it: training
+    over it used to fail at whatever step first drew such a moment (step 19 here), with
+    an error that named no episode; the plan now refuses it, naming the episode."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    with t.branch.transaction("episodes") as tx:
+        for e in range(50):
+            x = np.full((10, 2), e, np.float32)
+            tx.table("t").append_episode({"x": x}, episode=f"e{e}", fps=10)
+    t.add_column("score", {f"e{e}": float(e) for e in range(50)})
+    t.add_column("vec", np.ones((500, 3), np.float32))
+    t.append_episode({"x": np.full((10, 2), 99, np.float32)}, episode="late", fps=10)
+
+    def plan(windows, **kw):
+        comp = td.Component(t, td.Windows(windows), **kw)
+        return td.Recipe(seed=0, batch_size=4, components=[comp]).plan()
+
+    for col in ("score", "vec"):
+        with pytest.raises(
+            td.PlanError, match=f"'{col}' of table 't' is null at episode 'late', frame 0"
+        ):
+            plan({col: td.Rows([0]), "x": td.Rows([0])})
+    whole_row = td.Component(t, where="episode = 'late'")  # no windows: the anchor's row
+    with pytest.raises(
+        td.PlanError, match="'score' of table 't' is null at episode 'late', frame 0"
+    ):
+        td.Recipe(seed=0, batch_size=4, components=[whole_row]).plan()
+    # a padded window before a labelled episode's end, or one that reaches the late
+    # episode's frame 0 only from inside it
+    t.update({"score": None}, where="episode = 'e3' AND frame = 9")
+    with pytest.raises(td.PlanError, match="episode 'e3', frame 9"):
+        plan({"score": td.Rows([0, 3], pad=True)}, episodes=["e3"], where="frame = 8")
+    # the rows no window reads may be null: the plan is made and every batch reads
+    assert plan({"score": td.Rows([0])}, episodes=["e3"], where="frame < 9").eligible(0) == 9
+    ok = plan({"score": td.Rows([-1, 0])}, where="score IS NOT NULL AND frame < 9")
+    for b in td.TrainLoader(ok, steps=30):
+        assert not torch.isnan(b["score"]).any()
+    assert plan({"x": td.Rows([0])}).eligible(0) == 510  # no number column with nulls
+
+
+def test_only_columns_that_may_hold_nulls_are_read_when_planned(tmp_path, monkeypatch):
+    """The plan looks for nulls only in columns that may hold one: added without a value
+    for later episodes, or recorded by a write whose rows held one (Arrow's null counts).
+    It read every number column whole on every plan (8 bytes a row, on every rank)."""
+    from treadle.plan import null_rows
+
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    for e in range(3):
+        t.append_episode({"x": np.arange(4.0), "y": np.arange(4.0)}, episode=f"e{e}", fps=10)
+    read = []
+    real = null_rows.null_runs
+    monkeypatch.setattr(null_rows, "null_runs", lambda tb, c: read.append(c) or real(tb, c))
+    comp = td.Component(t, td.Windows({"x": td.Rows([0]), "y": td.Rows([0])}))
+    assert td.Recipe(seed=0, batch_size=2, components=[comp]).plan().eligible(0) == 12
+    assert read == []  # no write held a null: nothing read
+    # a write whose rows hold a null records it; the plan then finds it, naming it
+    t.append_episode({"x": np.arange(4.0), "y": [0.0, None, 2.0, 3.0]}, episode="late", fps=10)
+    comp = td.Component(t, td.Windows({"x": td.Rows([0]), "y": td.Rows([0])}))
+    with pytest.raises(td.PlanError, match="'y' of table 't' is null at episode 'late', frame 1"):
+        td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+    assert read == ["y"]
+    # update() may not put a null where no plan looks for one ...
+    with pytest.raises(td.SchemaMismatch, match="column 'x' holds no null values"):
+        t.update({"x": None}, where="episode = 'e0'")
+    # ... and may where one does: the recorded column
+    t.update({"y": None}, where="episode = 'e0' AND frame = 2")
+    comp = td.Component(t, td.Windows({"y": td.Rows([0])}), where="episode != 'late'")
+    with pytest.raises(td.PlanError, match="episode 'e0', frame 2"):
+        td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+
+
+def test_delete_counts_each_episode_once_and_nothing_is_no_commit(tmp_path):
+    """A name given twice was one episode deleted and a commit saying 'delete 2
+    episodes'; an empty list made an empty commit."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    for e in "abc":
+        t.append_episode({"x": np.arange(3.0)}, episode=e)
+    t.delete_episodes(["a", "a"])
+    assert t.branch.head().summary == "t: delete 1 episode"
+    head = t.branch.commit_id
+    with pytest.warns(UserWarning, match="no episodes to delete"):
+        assert t.delete_episodes([]) is None
+    assert t.branch.commit_id == head
+
+
+def test_update_of_an_image_column_takes_only_images_td_video_reads(tmp_path):
+    """update() stored a null, junk bytes, a 16-bit PNG among 8-bit ones or an image of
+    another size in a camera column: each stopped training at the step that drew it."""
+    import io
+
+    from PIL import Image
+
+    def png(a):
+        out = io.BytesIO()
+        Image.fromarray(a).save(out, "PNG")
+        return out.getvalue()
+
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"cam": [png(np.full((8, 8, 3), i, np.uint8)) for i in range(4)]},
+                     episode="a", fps=10)  # fmt: skip
+    head = t.branch.commit_id
+    bad = [None, b"junk", png(np.zeros((8, 8), np.uint16)), png(np.zeros((16, 8, 3), np.uint8))]
+    for value in bad:
+        with pytest.raises((SchemaMismatch, td.CorruptData), match="column 'cam'"):
+            t.update({"cam": value}, where="frame = 2")
+    assert t.branch.commit_id == head
+    t.update({"cam": png(np.full((8, 8, 3), 200, np.uint8))}, where="frame = 2")
+    comp = td.Component(t, td.Windows({"cam": td.Video([0])}))
+    got = next(iter(td.EvalLoader(comp, 4)))["cam"]
+    assert got[:, 0, 0, 0, 0].tolist() == [0, 1, 200, 3]
+
+
+def test_a_pinned_version_says_where_changes_go(tmp_path):
+    """t.pin().update(...) (a pinned run's table) was a bare AttributeError."""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a")
+    pinned = t.pin()
+    for name in ("update", "add_column", "delete_episodes", "append_episode"):
+        with pytest.raises(AttributeError, match=rf"never changes.*branch.table\('t'\).{name}"):
+            getattr(pinned, name)
+    with pytest.raises(AttributeError, match="'Table' object has no attribute 'nope'"):
+        pinned.nope  # noqa: B018
+    assert not hasattr(pinned, "update") and hasattr(pinned, "to_arrow")
 
 
 def test_spans_are_exact_and_frames_work(tmp_path):
@@ -203,6 +345,7 @@ BAD = [
     (SchemaMismatch, lambda t: t.update({"frame": 1})),
     (NotFound, lambda t: t.delete_episodes(["zz"])),
     (SchemaMismatch, lambda t: t.update({"x": "text"})),
+    (SchemaMismatch, lambda t: t.update({"v": None}, where="frame = 0")),  # a tensor: no nulls
     (NotFound, lambda t: t.drop_columns(["nope"])),
     (SchemaMismatch, lambda t: t.drop_columns(["episode"])),
     (InvalidName, lambda t: t.rename_columns({"x": "_x"})),
@@ -216,7 +359,9 @@ def small(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad")
     t = td.Client(str(root)).project("p").branch().table("t")
     for e in "abc":
-        t.append_episode({"x": np.arange(5.0), "y": np.zeros(5)}, episode=e, fps=10)
+        t.append_episode(
+            {"x": np.arange(5.0), "y": np.zeros(5), "v": np.zeros((5, 2))}, episode=e, fps=10
+        )
     nofps = td.Client(str(root)).project("p").branch().table("nofps")
     nofps.append_episode({"x": np.arange(5.0)}, episode="a")
     return t, nofps

@@ -280,6 +280,38 @@ def test_bad_images_are_named_errors(tmp_path):
         branch.table("bomb").append_episode({"cam": [bomb]}, episode="a")
 
 
+def test_values_td_video_cannot_read_are_plan_errors_unless_left_out(tmp_path):
+    """A null, a value that is not an image, or an image of the other bit depth in an image
+    column was a CorruptData at whatever step first drew it; the plan now refuses a window
+    that reads it, naming the episode and frame, and plans those that leave it out."""
+    branch = td.Client(str(tmp_path), create=True).project("p").branch("main")
+    rng = np.random.default_rng(2)
+    jpegs = [_pil(_picture(rng), "JPEG") for _ in range(4)]
+    gif = _pil(_picture(rng), "GIF")
+    bad = {"null": [jpegs[0], None, *jpegs[2:]], "gif": [*jpegs[:3], gif],
+           "deep": [_png16(rng)] * 2 + [_pil(_picture(rng)[..., 0], "PNG")] * 2}  # fmt: skip
+    found = {"null": r"is null at episode 'b', frame 1", "gif": r"'b', frame 3, not a JPEG",
+             "deep": r"'b', frame 2, an 8-bit image among 16-bit ones"}  # fmt: skip
+    for name, values in bad.items():
+        t = branch.table(name)
+        good = values[:1] * 4
+        t.append_episode({"cam": good, "x": np.arange(4)}, episode="a", fps=10)
+        t.append_episode({"cam": values, "x": np.arange(4)}, episode="b", fps=10)
+        ch = 1 if name == "deep" else 3
+
+        def plan(spec, t=t, **kw):
+            comp = td.Component(t, td.Windows({"cam": spec}), **kw)
+            return td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+
+        with pytest.raises(PlanError, match=found[name]):
+            plan(td.Video([0], channels=ch))
+        if name == "gif":  # frame 3 reached by padding only: offset 5 from frame 0
+            with pytest.raises(PlanError, match=found[name]):
+                plan(td.Video([0, 5], pad=True), where="frame = 0 AND episode = 'b'")
+        left_out = plan(td.Video([0], channels=ch), episodes=["a"])
+        assert len(list(td.TrainLoader(left_out, steps=2))) == 2
+
+
 @contextlib.contextmanager
 def _unchecked():
     """Rows written with no write-time header check: what an older treadle wrote."""

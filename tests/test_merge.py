@@ -120,6 +120,27 @@ def test_diff_and_cli(tmp_path, capsys):
     assert [k[0].split()[0] for k in kinds] == ["delete_episodes", "append", "add_column"]
 
 
+def test_diff_names_columns_whose_values_were_updated(tmp_path, capsys):
+    """A relabelling branch (update only) showed as 'changed' and nothing else: the
+    columns an update set, on either side since the other, are named."""
+    root = str(tmp_path)
+    p = project_with_table(root)
+    p.branch().table("t").add_column("ok", {"a": True})
+    fix = p.create_branch("fix", from_="main")
+    fix.table("t").update({"x": -1.0}, where="frame = 0")
+    fix.table("t").update({"ok": False})
+    d = p.diff("main", "fix").tables["t"]
+    assert d.columns_updated == ["ok", "x"] and d.columns_added == {}
+    assert p.diff("fix", "main").tables["t"].columns_updated == ["ok", "x"]
+    p.branch().table("t").update({"ok": False}, where="frame = 1")  # main moves too
+    assert p.diff("main", "fix").tables["t"].columns_updated == ["ok", "x"]
+    assert cli_main(["diff", "p", "main", "fix", "--root", root]) == 0
+    assert "~values ok, x" in capsys.readouterr().out
+    fix.table("t").add_column("new", {"a": 1})
+    fix.table("t").update({"new": 2})  # added on that side: a new column, not an update
+    assert "new" not in p.diff("main", "fix").tables["t"].columns_updated
+
+
 def test_delete_then_appends_on_both_sides_merge(any_root):
     root, options = any_root
     p = project_with_table(root, options)

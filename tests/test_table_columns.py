@@ -144,5 +144,18 @@ def test_null_scalars_are_refused_not_read_as_nan(local_root):
     branch = td.Client(local_root).project("p").branch("main")
     branch.table("t").append({"n": pa.array([1, None, 3], pa.int64())})
     recipe = td.Recipe(seed=0, batch_size=3, components=[td.Component(branch.table("t"))])
+    # the write recorded the null (table/null_columns.py): the plan refuses it, before step 0
+    with pytest.raises(td.PlanError, match=r"column 'n' of table 't' is null at episode"):
+        next(iter(td.TrainLoader(recipe)))
+
+
+def test_null_scalars_of_a_table_with_no_record_are_refused_when_read(local_root, monkeypatch):
+    """A table written before writes recorded their nulls: the read still refuses them."""
+    import treadle.table.write as write
+
+    monkeypatch.setattr(write, "with_nulls", lambda schema, rows: schema)
+    branch = td.Client(local_root).project("p").branch("main")
+    branch.table("t").append({"n": pa.array([1, None, 3], pa.int64())})
+    recipe = td.Recipe(seed=0, batch_size=3, components=[td.Component(branch.table("t"))])
     with pytest.raises(CorruptData, match=r"table 't'.*column 'n'.*null"):
         next(iter(td.TrainLoader(recipe)))

@@ -1,9 +1,10 @@
 """What changed between two commits, table by table (``project.diff(a, b) -> td.Diff``).
 
 Per table: episodes added and removed (names), columns added, removed and changed (names
-and types), moments before and after. ``a`` and ``b`` are commit ids (or unique
-prefixes), branch names or tags. Reads the two versions' schemas and episode indexes
-only (O(episodes)), never a row.
+and types), columns whose values were updated, moments before and after. ``a`` and ``b``
+are commit ids (or unique prefixes), branch names or tags. Reads the two versions' schemas
+and episode indexes (O(episodes)), never a row, and the commits on either side since the
+other (what each recorded it did, ``Commit.changes``: ``update <column>``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class TableDiff:
     columns_added: dict[str, str] = field(default_factory=dict)  # name -> type
     columns_removed: dict[str, str] = field(default_factory=dict)
     columns_changed: dict[str, list[str]] = field(default_factory=dict)  # name -> [old, new]
+    columns_updated: list[str] = field(default_factory=list)  # values set by update()
 
     def line(self) -> str:
         """One line: what changed."""
@@ -43,7 +45,8 @@ class TableDiff:
         for what, items in (("+episodes", self.episodes_added), ("-episodes", self.episodes_removed),
                             ("+columns", list(self.columns_added)),
                             ("-columns", list(self.columns_removed)),
-                            ("~columns", list(self.columns_changed))):  # fmt: skip
+                            ("~columns", list(self.columns_changed)),
+                            ("~values", self.columns_updated)):  # fmt: skip
             if items:
                 shown = ", ".join(items[:5]) + (f", ... ({len(items)})" if len(items) > 5 else "")
                 parts.append(f"{what} {shown}")
@@ -109,8 +112,35 @@ def _episodes(table: Table | None) -> list[str]:
     return [] if table is None or not table.is_time_indexed else list(table.episodes().names)
 
 
-def table_diff(name: str, before: Table | None, after: Table | None) -> TableDiff:
-    """How table ``name`` differs between two pinned versions (None: absent)."""
+def _ancestors(project: Merging, commit_id: str) -> set[str]:
+    seen, todo = {commit_id}, [commit_id]
+    while todo:
+        for p in project.load_commit(todo.pop()).parents:
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return seen
+
+
+def updated_columns(project: Merging, a: Commit, b: Commit) -> dict[str, set[str]]:
+    """Per table, the columns an ``update`` set in a commit on one side but not the other
+    (the columns whose values may differ beyond what the schemas and episodes say)."""
+    left, right = _ancestors(project, a.id), _ancestors(project, b.id)
+    out: dict[str, set[str]] = {}
+    for cid in left ^ right:
+        for table, changes in project.load_commit(cid).changes.items():
+            for change in changes:
+                kind, _, column = change.partition(" ")
+                if kind == "update" and column:
+                    out.setdefault(table, set()).add(column)
+    return out
+
+
+def table_diff(
+    name: str, before: Table | None, after: Table | None, updated: set[str] | None = None
+) -> TableDiff:
+    """How table ``name`` differs between two pinned versions (None: absent); ``updated``:
+    the columns an ``update`` set on either side."""
     if before is not None and after is not None and before.version == after.version:
         n = before.num_moments
         return TableDiff(name, "same", n, n)
@@ -128,12 +158,14 @@ def table_diff(name: str, before: Table | None, after: Table | None) -> TableDif
         {c: t for c, t in new_cols.items() if c not in old_cols},
         {c: t for c, t in old_cols.items() if c not in new_cols},
         {c: [old_cols[c], t] for c, t in new_cols.items() if c in old_cols and old_cols[c] != t},
+        sorted(c for c in updated or () if c in old_cols and c in new_cols),
     )
 
 
 def diff(project: Merging, a: str, b: str) -> Diff:
     """:class:`Diff` of two commits, branches or tags of ``project``."""
     ca, cb = resolve(project, a), resolve(project, b)
+    updated = updated_columns(project, ca, cb) if ca.id != cb.id else {}
     out: dict[str, TableDiff] = {}
     for name in sorted(set(ca.tables) | set(cb.tables)):
         va, vb = ca.tables.get(name), cb.tables.get(name)
@@ -141,5 +173,5 @@ def diff(project: Merging, a: str, b: str) -> Diff:
             continue
         before = None if va is None else Table(project, name, va, ca.id)
         after = None if vb is None else Table(project, name, vb, cb.id)
-        out[name] = table_diff(name, before, after)
+        out[name] = table_diff(name, before, after, updated.get(name))
     return Diff(ca.id, cb.id, out)

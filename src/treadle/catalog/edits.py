@@ -23,10 +23,13 @@ from treadle.names import check_name
 from treadle.plan.reserved import reserved
 from treadle.table import evolve
 from treadle.table.casts import exact_cast
-from treadle.table.defaults import NO_DEFAULT, added_field
+from treadle.table.defaults import NO_DEFAULT, added_field, is_added
 from treadle.table.episodes import EPISODE, FRAME
+from treadle.table.image_sizes import recorded_images
 from treadle.table.labels import per_episode, per_moment, spans
-from treadle.table.tensors import is_video
+from treadle.table.null_columns import recorded_nulls
+from treadle.table.tensors import is_video, tensor_shape
+from treadle.video.image_decode import image_header
 
 if TYPE_CHECKING:
     import lance
@@ -164,8 +167,15 @@ class TableEdits:
             raise SchemaMismatch(f"{here}: update takes {{column: value}}")
         for col in values:
             self._existing(table, col, "update")
-            if col in (EPISODE, FRAME) or is_video(table.schema.field(col)):
+            field = table.schema.field(col)
+            if col in (EPISODE, FRAME) or is_video(field):
                 raise SchemaMismatch(f"{here}: column {col!r} cannot be updated")
+            _check_image_value(table, col, values[col], f"{here}: column {col!r}")
+            if values[col] is None and not _may_hold_null(table, field):
+                raise SchemaMismatch(  # a batch cannot hold it, and no plan would look for it
+                    f"{here}: column {col!r} holds no null values (a batch cannot hold one): "
+                    "set a value, or delete those rows; nothing was written"
+                )
         try:
             rows = table.matching_rows(where)
         except ValueError as e:  # Lance: a where that does not parse, an unknown column
@@ -229,6 +239,11 @@ class TableEdits:
         table = self._table()
         if isinstance(episodes, str):
             episodes = [episodes]
+        episodes = list(dict.fromkeys(episodes))  # a name given twice is one episode
+        if not episodes:
+            warnings.warn(f"{self._where()}: no episodes to delete; nothing was written",
+                          stacklevel=3)  # fmt: skip
+            return
         if not table.is_time_indexed:
             raise SchemaMismatch(f"{self._where()} has no episodes (no episode/frame columns)")
         index = table.episodes()
@@ -247,6 +262,33 @@ class TableEdits:
         (same rows, order and values); False when there was nothing to do."""
         self._table()
         return self.tx._apply_edit(self.name, "compact", lambda ds, w: evolve.compact(ds, w))
+
+
+def _check_image_value(table: Table, col: str, value: Any, where: str) -> None:
+    """A column of images (as its writes recorded) takes only an image td.Video reads
+    beside the others: a null or other bytes would stop a run at the step that draws it."""
+    recorded = recorded_images(table.schema).get(col)
+    if recorded is None:
+        return
+    if value is None or not isinstance(value, (bytes, bytearray, memoryview)):
+        raise SchemaMismatch(
+            f"{where} holds images that td.Video reads: {reprlib.repr(value)} is not one "
+            "(delete the episode, or leave its moments out of a plan with where=); "
+            "nothing was written"
+        )
+    head = image_header(value, f"{where}, the new value")  # CorruptData: not an image
+    depth16 = recorded.get("depth16")
+    if depth16 is not None and head.depth16 != depth16:
+        bits = "16-bit" if depth16 else "8-bit"
+        raise SchemaMismatch(f"{where} holds {bits} images; the new value is not one; "
+                             "nothing was written")  # fmt: skip
+    sizes = {(w, h) for w, h, _ in recorded.get("sizes") or []}
+    if not recorded.get("more") and (head.width, head.height) not in sizes:
+        have = ", ".join(f"{w}x{h}" for w, h in sorted(sizes))
+        raise SchemaMismatch(
+            f"{where} holds images of {have}; the new value is {head.width}x{head.height} "
+            "(resize it to one of them); nothing was written"
+        )
 
 
 def _one_value(value: Any, typ: pa.DataType, where: str) -> pa.Array:
@@ -296,3 +338,13 @@ def _delete(drop: np.ndarray) -> Change:
         return evolve.delete_rows(ds, parts, before_write)
 
     return change
+
+
+def _may_hold_null(table: Table, field: pa.Field) -> bool:
+    """Whether ``update`` may set ``field`` to null: a plan looks for nulls there (an added
+    column, or one a write recorded a null in), or a batch holds it as a list (text, bytes),
+    not as a tensor."""
+    if is_added(field) or field.name in recorded_nulls(table.schema):
+        return True
+    return not (tensor_shape(field) or pa.types.is_integer(field.type)
+                or pa.types.is_floating(field.type) or pa.types.is_boolean(field.type))  # fmt: skip

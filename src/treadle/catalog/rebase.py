@@ -22,6 +22,7 @@ from treadle.table.defaults import is_added
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.evolve import defaults_for
 from treadle.table.image_sizes import merge_images
+from treadle.table.null_columns import merge_nulls
 from treadle.table.tensors import schema_difference
 from treadle.table.write import StagedTable
 
@@ -61,7 +62,8 @@ def check_base(
             )
         st.fragments = defaults_for(ds, st.fragments, added, before_write)
         st.schema = pa.schema(list(ds.schema), metadata=st.schema.metadata)
-    st.schema = merge_images(st.schema, ds.schema)  # sizes another writer recorded, kept
+    # the image sizes and null columns another writer recorded, kept
+    st.schema = merge_nulls(merge_images(st.schema, ds.schema), ds.schema)
     if st.episodes and EPISODE in ds.schema.names and FRAME in ds.schema.names:
         # the names each fragment's stored episode index holds, not the rows: O(fragments)
         version = f"table {name!r} of project {project.name!r} (v{ds.version})"

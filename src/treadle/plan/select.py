@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treadle.errors import PlanError
+from treadle.plan.null_rows import check_null_rows
 from treadle.plan.windows import Windows
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ def component_runs(
         except PlanError as e:
             raise PlanError(f"{label}: {e}") from None
         runs = intersect_runs(runs, selected)
+    check_null_rows(table, episodes, windows, runs, label)
     return runs
 
 

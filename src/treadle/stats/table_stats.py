@@ -196,7 +196,10 @@ def _accumulate(
     for batch in scan_batches(table, names, where, rows, fragments):
         for c in names:
             f = schema.field(c)
-            x = to_numpy(batch.column(c), f, f"table {table.name!r}")
+            col = batch.column(c)
+            if col.null_count:  # rows without a value (appended after an added column): none
+                col = col.drop_null()
+            x = to_numpy(col, f, f"table {table.name!r}")
             # column-major float64 in one pass: the moments reduce and the sketch sorts
             # each element's values contiguously (the sketch keeps this array)
             x = x.reshape(len(x), elements[c]).T.astype(np.float64, order="C").T

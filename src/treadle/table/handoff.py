@@ -17,6 +17,7 @@ from lance.fragment import FragmentMetadata
 
 from treadle.errors import SchemaMismatch
 from treadle.table.image_sizes import merge_images, without_images
+from treadle.table.null_columns import merge_nulls, without_nulls
 from treadle.table.write import StagedTable
 
 
@@ -75,15 +76,20 @@ def add_staged(tw: Stager, staged: StagedFragments) -> None:
     where = tw._where()
     if st.schema is None:
         st.schema = staged.schema
-    elif not without_images(st.schema).equals(without_images(staged.schema), check_metadata=True):
+    elif not _bare(st.schema).equals(_bare(staged.schema), check_metadata=True):
         raise SchemaMismatch(
             f"{where}: rows staged elsewhere have schema {staged.schema}, the table has {st.schema}"
         )
-    else:  # the image sizes each process saw (table/image_sizes.py): both kept
-        st.schema = merge_images(st.schema, staged.schema)
+    else:  # the image sizes and nulls each process saw (image_sizes, null_columns): both kept
+        st.schema = merge_nulls(merge_images(st.schema, staged.schema), staged.schema)
     st.check_new_episodes(staged.episodes, where)
     tw._flush()
     st.fragments.extend(staged.fragments)
     st.rows += staged.rows
     st.episodes.update(staged.episodes)
     tw._add_media(staged.media)
+
+
+def _bare(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without what each process records of its own rows (to compare them)."""
+    return without_nulls(without_images(schema))

@@ -4,9 +4,12 @@ Every write (``append``, ``append_episode``, the importers through them) reads t
 of each value of a binary column whose first value is a JPEG, PNG or WebP, and keeps in
 the table's schema metadata (``treadle:images``, so it travels with every Lance version)
 per column: the format of its first image and each distinct size with the first episode
-that has it (at most :data:`MAX_SIZES` sizes; ``more`` says others were seen). A plan then
-knows, before step 0, that a column holds more than one size (see
-:mod:`treadle.plan.image_columns`), without reading a frame.
+that has it (at most :data:`MAX_SIZES` sizes; ``more`` says others were seen), whether the
+first is 16-bit, whether a value is null (``nulls``), and the first value a ``td.Video``
+cannot read beside the others (``odd``: episode, frame and what it is: not an image, or of
+the other bit depth). A plan then knows, before step 0, that a column holds more than one
+size (see :mod:`treadle.plan.image_columns`), or that a window reads a value it cannot
+decode (:mod:`treadle.plan.null_rows`), without reading a frame.
 
 An image column also gets Lance's ``lance-encoding:compression: none`` field hint: encoded
 images do not compress, yet Lance 2.2 zstd-compresses large binary values that compress a
@@ -22,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from treadle.table.episodes import EPISODE
+from treadle.table.episodes import EPISODE, FRAME
 from treadle.video.image_decode import image_header, signature
 
 IMAGES_KEY = b"treadle:images"
@@ -60,8 +63,7 @@ def with_image_sizes(schema: pa.Schema, rows: pa.Table, where: str) -> pa.Schema
         entry = have.get(f.name)
         if entry is None and not _starts_with_image(col):
             continue
-        episodes = rows.column(EPISODE) if EPISODE in rows.column_names else None
-        entry = _merged(entry, col, episodes, f"{where}, column {f.name!r}")
+        entry = _merged(entry, col, rows, f"{where}, column {f.name!r}")
         if entry is not None:
             have[f.name], changed = entry, True
     if not changed:
@@ -95,32 +97,49 @@ def _starts_with_image(col: pa.ChunkedArray) -> bool:
 
 
 def _merged(
-    entry: dict[str, Any] | None, col: pa.ChunkedArray, episodes: Any, where: str
+    entry: dict[str, Any] | None, col: pa.ChunkedArray, rows: pa.Table, where: str
 ) -> dict[str, Any] | None:
     entry = dict(entry or {"sizes": [], "more": False})
     sizes = [tuple(s) for s in entry["sizes"]]
     seen = {(w, h) for w, h, _ in sizes}
-    before = (len(sizes), entry.get("format"), entry["more"])
-    names = episodes.to_pylist() if episodes is not None else None
-    row = 0
+    before = (len(sizes), entry.get("format"), entry["more"], entry.get("odd"), entry.get("nulls"))
+    names = rows.column(EPISODE).to_pylist() if EPISODE in rows.column_names else None
+    frames = rows.column(FRAME).to_pylist() if FRAME in rows.column_names else None
+    row = -1
     for chunk in col.chunks:
         for v in chunk:
-            if v.is_valid:
-                data = v.as_buffer()
-                if signature(data) is None:
-                    row += 1
-                    continue  # not an image: a td.Video over it says so when it reads it
-                head = image_header(data, f"{where}, row {row} of the write")
-                entry.setdefault("format", head.format)
-                if (head.width, head.height) not in seen:
-                    if len(sizes) < MAX_SIZES:
-                        sizes.append((head.width, head.height, names[row] if names else None))
-                        seen.add((head.width, head.height))
-                    else:
-                        entry["more"] = True
             row += 1
+            if not v.is_valid:
+                entry.setdefault("nulls", True)
+                continue
+            data = v.as_buffer()
+            if signature(data) is None:
+                _odd(entry, names, frames, row, "not a JPEG, PNG or WebP image")
+                continue  # a td.Video over it is refused when planned (plan.image_columns)
+            head = image_header(data, f"{where}, row {row} of the write")
+            entry.setdefault("format", head.format)
+            entry.setdefault("depth16", head.depth16)
+            if head.depth16 != entry["depth16"]:
+                what = "a 16-bit image among 8-bit ones" if head.depth16 else "an 8-bit image"
+                _odd(
+                    entry, names, frames, row, what + ("" if head.depth16 else " among 16-bit ones")
+                )
+            if (head.width, head.height) not in seen:
+                if len(sizes) < MAX_SIZES:
+                    sizes.append((head.width, head.height, names[row] if names else None))
+                    seen.add((head.width, head.height))
+                else:
+                    entry["more"] = True
     entry["sizes"] = [list(s) for s in sizes]
-    return entry if (len(sizes), entry.get("format"), entry["more"]) != before else None
+    after = (len(sizes), entry.get("format"), entry["more"], entry.get("odd"), entry.get("nulls"))
+    return entry if after != before else None
+
+
+def _odd(entry: dict[str, Any], names: Any, frames: Any, row: int, what: str) -> None:
+    """Keep the first value a td.Video cannot read beside the others: its episode, frame
+    (None where the rows have no such column) and what it is."""
+    if "odd" not in entry:
+        entry["odd"] = [names[row] if names else None, frames[row] if frames else None, what]
 
 
 def without_images(schema: pa.Schema) -> pa.Schema:
@@ -151,6 +170,9 @@ def merge_images(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
             else:
                 entry["more"] = True
         entry["more"] = bool(entry["more"] or rec.get("more"))
+        for key in ("odd", "nulls", "depth16"):  # the first writer's, as for the format
+            if key in rec and key not in entry:
+                entry[key] = rec[key]
     meta = dict(schema.metadata or {})
     meta[IMAGES_KEY] = json.dumps(mine, sort_keys=True, separators=(",", ":")).encode()
     return schema.with_metadata(meta)

@@ -100,6 +100,10 @@ class ScanRequest:
     filter: str | None = None
 
 
+_WRITES = frozenset({"append", "append_episode", "add_column", "annotate", "update",
+                     "rename_columns", "drop_columns", "delete_episodes", "compact"})  # fmt: skip
+
+
 class Table:
     """One table pinned to one Lance version (immutable; reads never see later commits)."""
 
@@ -112,6 +116,15 @@ class Table:
     def __repr__(self) -> str:
         at = self.commit_id[:8] if self.commit_id else "?"
         return f"Table({self.project.name}/{self.name} @ {at} v{self.version})"
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in _WRITES:  # a pinned version never changes: say where changes go
+            raise AttributeError(
+                f"{self!r} is one pinned version, which never changes (a run pinned to it "
+                f"reads it as it is): {attr}() is a change of the table on a branch, "
+                f"branch.table({self.name!r}).{attr}(...), a new version"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     @property
     def uri(self) -> str:

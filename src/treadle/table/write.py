@@ -29,6 +29,7 @@ from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.fps import episode_fps, schema_fps, with_fps
 from treadle.table.image_sizes import with_image_sizes
 from treadle.table.lanceerror import lance_error
+from treadle.table.null_columns import with_nulls
 from treadle.table.tensors import column_from_values, conform, normalise_column
 from treadle.video.encode import encode_value
 from treadle.video.geometry import check_geometry
@@ -64,7 +65,7 @@ class StagedTable:
             if fps is not None:  # the first write naming an fps sets it; another is refused
                 self.schema = with_fps(self.schema, fps, where)
             table = conform(table, self.schema, where)
-        self.schema = with_image_sizes(self.schema, table, where)
+        self.schema = with_nulls(with_image_sizes(self.schema, table, where), table)
         self.check_new_episodes(episodes, where)
         self.episodes.update(episodes)
         self.pending.append(table)
