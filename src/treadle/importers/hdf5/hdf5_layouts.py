@@ -15,7 +15,9 @@
   (:mod:`~treadle.importers.hdf5.aloha_jpeg`).
 
 Every dataset's size is known before it is read: a demo larger than ``max_episode_bytes``
-is refused before anything is allocated.
+is refused before anything is allocated. Only the file's own bytes are read: an external
+link, a virtual dataset or a dataset stored in external files (which would copy other files
+of this machine, any file its user can read, into the table) is :class:`UnsafeInput`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from treadle.errors import CorruptData, SchemaMismatch
+from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput
 from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera
 
 _DEMO = re.compile(r"demo_(\d+)")
@@ -55,18 +57,44 @@ def open_h5(path: str, where: str) -> Any:
         raise CorruptData(f"{where} is not a readable HDF5 file: {e}") from None
 
 
+def own(obj: Any, f: Any, where: str, path: str) -> Any:
+    """``obj`` (at ``path``, None or an object of ``f``) when its bytes are ``f``'s own;
+    else :class:`UnsafeInput`: an external link (or a soft link through one), a virtual
+    dataset, or a dataset whose bytes are in external files reads other files of this
+    machine."""
+    import h5py
+
+    if obj is None:
+        return None
+    if obj.file != f:
+        why = f"a link to {obj.file.filename!r}"
+    elif isinstance(obj, h5py.Dataset) and obj.is_virtual:
+        why = "a virtual dataset (its bytes are in other files)"
+    elif isinstance(obj, h5py.Dataset) and obj.external:
+        why = f"stored in external files ({obj.external[0][0]!r}, ...)"
+    else:
+        return obj
+    raise UnsafeInput(
+        f"{where}: {path!r} is {why}; only the file's own bytes are imported (an HDF5 file "
+        "may not read other files of this machine into a table)"
+    )
+
+
 def read_layout(f: Any, where: str) -> Hdf5File:
     """The layout of the open file ``f`` (``where`` names it in errors)."""
     import h5py
 
-    data = f.get("data")
+    data = own(f.get("data"), f, where, "data")
     if isinstance(data, h5py.Group):
         demos = [k for k in data.keys() if _DEMO.fullmatch(k)]
         if not demos:
             raise CorruptData(f"{where}: group 'data' has no demo_<n> groups")
         demos.sort(key=lambda k: int(k[5:]))
-        return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data), _masks(f, where))
-    if isinstance(f.get("observations"), h5py.Group) and isinstance(f.get("action"), h5py.Dataset):
+        masks = _masks(f, where, len(demos))
+        return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data), masks)
+    obs = own(f.get("observations"), f, where, "observations")
+    action = own(f.get("action"), f, where, "action")
+    if isinstance(obs, h5py.Group) and isinstance(action, h5py.Dataset):
         return Hdf5File("aloha", ["/"], attrs(f), compressed=bool(f.attrs.get("compress")))
     raise CorruptData(
         f"{where}: no 'data' group of demo_<n> groups (robomimic, LIBERO) and no "
@@ -90,17 +118,24 @@ def attrs(obj: Any) -> dict[str, Any]:
     return {str(k): _value(v) for k, v in obj.attrs.items()}
 
 
-def _masks(f: Any, where: str) -> dict[str, list[str]]:
-    """robomimic's filter keys: ``mask/<key>`` -> demo names (stored as byte strings)."""
+def _masks(f: Any, where: str, demos: int) -> dict[str, list[str]]:
+    """robomimic's filter keys: ``mask/<key>`` -> demo names (stored as byte strings); a
+    key may not list more names than the file has ``demos`` (each is read whole)."""
     import h5py
 
-    mask = f.get("mask")
+    mask = own(f.get("mask"), f, where, "mask")
     if not isinstance(mask, h5py.Group):
         return {}
     out = {}
-    for key, ds in mask.items():
+    for key in mask.keys():
+        ds = own(mask.get(key), f, where, f"mask/{key}")
         if not isinstance(ds, h5py.Dataset) or ds.dtype.kind not in "SOU" or ds.ndim != 1:
             raise CorruptData(f"{where}: filter key mask/{key} is not a list of demo names")
+        if ds.shape[0] > demos:
+            raise CorruptData(
+                f"{where}: filter key mask/{key} lists {ds.shape[0]} names, the file has "
+                f"{demos} demos"
+            )
         out[key] = [_value(x) if isinstance(x, bytes) else str(x) for x in ds[()]]
     return out
 
@@ -122,7 +157,7 @@ def datasets(group: Any, next_obs: bool) -> list[tuple[str, Any]]:
 def demo_length(group: Any, layout: str, where: str) -> int:
     """A demo's number of moments (see the module doc)."""
     key = "action" if layout == "aloha" else "actions"
-    ds = group.get(key)
+    ds = own(group.get(key), group.file, where, key)
     declared = group.attrs.get("num_samples")
     if ds is not None and getattr(ds, "ndim", 0) >= 1:
         n = int(ds.shape[0])
@@ -157,6 +192,7 @@ def demo_columns(
         if compressed and path == LENGTHS:
             continue
         at = f"{where}, dataset {path!r}"
+        own(ds, group.file, where, path)
         if ds.dtype.kind not in "biuf":
             raise SchemaMismatch(f"{at}: {ds.dtype} is not numeric (numbers or bools only)")
         if ds.ndim == 0 or ds.shape[0] != n:
@@ -195,7 +231,7 @@ def control_freq(metadata: dict[str, Any]) -> float | None:
         return None
 
 
-def iter_demo_groups(f: Any, info: Hdf5File) -> Iterator[tuple[str, Any]]:
-    """``(demo name, group)`` per episode of the file, in order."""
+def iter_demo_groups(f: Any, info: Hdf5File, where: str) -> Iterator[tuple[str, Any]]:
+    """``(demo name, group)`` per episode of the file, in order (``where`` names the file)."""
     for path in info.demos:
-        yield (path.rsplit("/", 1)[-1] if path != "/" else ""), f[path]
+        yield (path.rsplit("/", 1)[-1] if path != "/" else ""), own(f[path], f, where, path)
