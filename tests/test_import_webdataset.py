@@ -462,6 +462,23 @@ def test_decode_look_ahead_is_bounded_in_bytes():
     assert yielded == list(range(len(weights))) and 0 < worst <= 400
 
 
+def test_sparse_members_are_refused(tmp_path, client):
+    # 10 KiB on disk, 64 MiB of zeros per member when read: a plain tar that inflates
+    shard = tmp_path / "sparse.tar"
+    with tarfile.open(shard, "w", format=tarfile.PAX_FORMAT) as tar:
+        for ext in ("json", "b0", "b1", "b2", "b3"):
+            ti = tarfile.TarInfo(f"s.{ext}")
+            ti.size = 1
+            if ext != "json":
+                ti.pax_headers = {"GNU.sparse.map": f"{(64 << 20) - 1},1",
+                                  "GNU.sparse.size": str(64 << 20)}  # fmt: skip
+            tar.addfile(ti, io.BytesIO(b"1"))
+    with pytest.raises(UnsafeInput, match=r"sparse.tar: member 's.b0' is a sparse file: "
+                       r"67,108,864 bytes"):  # fmt: skip
+        import_wds(str(shard), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
 @pytest.mark.slow  # a memory-capped subprocess
 def test_tar_gz_bomb_of_many_members_stops_at_max_shard_bytes(tmp_path, local_root):
     bomb = tar_gz_bomb(tmp_path / "many.tar.gz", 1 << 20, members=256)  # 256 MiB inflated
