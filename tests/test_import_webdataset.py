@@ -462,6 +462,31 @@ def test_decode_look_ahead_is_bounded_in_bytes():
     assert yielded == list(range(len(weights))) and 0 < worst <= 400
 
 
+def _tga_bytes():
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (4, 3), (9, 8, 7)).save(out, format="TGA")
+    return out.getvalue()
+
+
+_EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 4 4\n0 0 moveto showpage\n%%EOF\n"
+
+
+@pytest.mark.parametrize("data", [_tga_bytes(), _EPS], ids=["tga", "eps"])
+def test_only_image_formats_are_decoded_whatever_the_bytes(tmp_path, client, data):
+    # the bytes pick Pillow's plugin, not the member's name: EPS runs Ghostscript
+    shard = tmp_path / "odd.tar"
+    with tarfile.open(shard, "w") as tar:
+        for name, value in (("s.jpg", data), ("s.cls", b"1")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(value)
+            tar.addfile(ti, io.BytesIO(value))
+    with pytest.raises(CorruptData, match=r"odd.tar.* .jpg: cannot decode jpg: not a JPEG, PNG"):
+        import_wds(str(shard), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
 def test_sparse_members_are_refused(tmp_path, client):
     # 10 KiB on disk, 64 MiB of zeros per member when read: a plain tar that inflates
     shard = tmp_path / "sparse.tar"
