@@ -488,10 +488,31 @@ def test_a_compressed_chunk_inflates_only_to_max_episode_bytes(tmp_path):
     # rosbags inflates a chunk whole: a bag of a few KB could take any amount of memory
     bomb = _mcap_bomb(tmp_path / "bomb.mcap", 64 << 20)
     assert bomb.stat().st_size < 64 << 10
-    with pytest.raises(UnsafeInput, match=r"bomb.mcap: a MCAP zstd chunk inflates past "
+    with pytest.raises(UnsafeInput, match=r"bomb.mcap: an MCAP zstd chunk inflates past "
                        r"max_episode_bytes \(16,777,216 bytes"):  # fmt: skip
         _import(bomb, tmp_path, topics={"/cmd": "cmd"}, align={}, max_episode_bytes=16 << 20)
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
+def test_a_sqlite_bag_of_compressed_messages_inflates_through_the_cap(tmp_path):
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
+
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    f64 = ts.types["std_msgs/msg/Float64"]
+    path = tmp_path / "zmsgs"
+    w = Writer(path, version=9, storage_plugin=StoragePlugin.SQLITE3)
+    w.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    with w:
+        conn = w.add_connection("/cmd", "std_msgs/msg/Float64", typestore=ts)
+        for i in range(20):
+            raw = ts.serialize_cdr(f64(data=float(i)), "std_msgs/msg/Float64")
+            w.write(conn, 10**9 + i * 10**8, raw)
+    kw = {"topics": {"/cmd": "cmd"}, "fps": 10, "align": {}, "stamp": {"/cmd": "log"}}
+    with pytest.raises(UnsafeInput, match="zmsgs: a zstd-compressed message inflates past"):
+        _import(path, tmp_path / "small", max_episode_bytes=4, **kw)
+    _, t = _import(path, tmp_path, **kw)
+    np.testing.assert_array_equal(_column(t, "cmd"), np.arange(20.0))
 
 
 def test_rerun_is_a_no_op_and_cli(bags, tmp_path, capsys):

@@ -34,7 +34,7 @@ def _bounded(new: Callable[[], Any], data: bytes, stated: int | None, fmt: str) 
     if len(out) > most:
         what = "max_episode_bytes" if most == limit else f"its stated {stated:,} bytes"
         raise UnsafeInput(
-            f"{where}: a {fmt} chunk inflates past {what} ({most:,} bytes; a decompression "
+            f"{where}: {fmt} inflates past {what} ({most:,} bytes; a decompression "
             "bomb, or raise max_episode_bytes if the bag is real)"
         )
     return out
@@ -55,7 +55,9 @@ class _Zstd:
 
     def __init__(self, module: Any):
         self._module = module
-        self.decompress = _wrap(module.decompress, module.ZstdDecompressor, "zstd message")
+        self.decompress = _wrap(
+            module.decompress, module.ZstdDecompressor, "a zstd-compressed message"
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
@@ -73,11 +75,11 @@ def _install() -> None:
 
     zstd = bag2.zstd
     for name, new in (("zstd", zstd.ZstdDecompressor), ("lz4", LZ4FrameDecompressor)):
-        mcap.DECOMPRESSORS[name] = _wrap(mcap.DECOMPRESSORS[name], new, f"MCAP {name}")
+        mcap.DECOMPRESSORS[name] = _wrap(mcap.DECOMPRESSORS[name], new, f"an MCAP {name} chunk")
     import bz2
 
     for name, new in (("bz2", bz2.BZ2Decompressor), ("lz4", LZ4FrameDecompressor)):
-        bag1.decompressors[name] = _wrap(bag1.decompressors[name], new, f"ROS 1 {name}")
+        bag1.decompressors[name] = _wrap(bag1.decompressors[name], new, f"a ROS 1 {name} chunk")
     if not isinstance(bag2.zstd, _Zstd):
         bag2.zstd = _Zstd(zstd)  # type: ignore[assignment]
     _installed = True
