@@ -359,6 +359,25 @@ def test_a_filter_key_longer_than_the_demos_is_refused_before_it_is_read(tmp_pat
     assert nothing_committed(client.project("p"))
 
 
+def test_moments_count_against_max_episode_bytes_and_need_values(tmp_path):
+    # a demo of 2**20 one-byte moments is 1 MiB of data, and ~30 MiB once a table's rows
+    def edit(f):
+        for demo, n in (("demo_0", 1 << 20), ("demo_1", 4)):
+            del f[f"data/{demo}"]
+            f.create_dataset(f"data/{demo}/actions", shape=(n, 1), dtype="u1", chunks=True)
+
+    path = _bad(tmp_path, edit)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match=r"demo_0: its 1048576 moments and datasets hold over "
+                       r"16777216 bytes \(max_episode_bytes; 32 a moment"):  # fmt: skip
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False,
+                    max_episode_bytes=16 << 20)  # fmt: skip
+    path = _bad(tmp_path / "empty", lambda f: f.create_dataset("data/demo_1/obs/none", (4, 0)))
+    with pytest.raises(SchemaMismatch, match=r"demo_1, dataset 'obs/none' is \(4, 0\): no values"):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
 def test_demos_without_actions_are_num_samples_long(tmp_path):
     def drop(f):
         for demo in ("demo_0", "demo_1"):

@@ -34,6 +34,9 @@ from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput
 from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera
 
 _DEMO = re.compile(r"demo_(\d+)")
+#: bytes a moment costs besides its datasets' (the episode and frame columns, offsets):
+#: counted against ``max_episode_bytes``, so a demo of many empty moments is bounded too
+ROW_BYTES = 32
 
 
 @dataclass
@@ -187,7 +190,7 @@ def demo_columns(
     ``compressed``: an ALOHA file of JPEG cameras, whose ``compress_len`` is no column."""
     from treadle.importers.cameras import is_camera
 
-    out, total = [], 0
+    out, total = [], n * ROW_BYTES
     for path, ds in datasets(group, next_obs):
         if compressed and path == LENGTHS:
             continue
@@ -198,12 +201,15 @@ def demo_columns(
         if ds.ndim == 0 or ds.shape[0] != n:
             first = "a scalar" if ds.ndim == 0 else f"{ds.shape[0]} rows"
             raise CorruptData(f"{at} has {first}, the demo has {n} moments")
+        if 0 in ds.shape[1:]:
+            raise SchemaMismatch(f"{at} is {ds.shape}: no values per moment")
         nbytes = int(np.prod(ds.shape, dtype=np.float64) * ds.dtype.itemsize)
         total += nbytes
         if total > limit:
             raise CorruptData(
-                f"{where}: its datasets hold over {limit} bytes (max_episode_bytes); "
-                f"{path!r} alone is {ds.shape} {ds.dtype}"
+                f"{where}: its {n} moments and datasets hold over {limit} bytes "
+                f"(max_episode_bytes; {ROW_BYTES} a moment besides the data); {path!r} "
+                f"alone is {ds.shape} {ds.dtype}"
             )
         packed = compressed and is_packed_camera(path, ds.shape, ds.dtype)
         out.append(Column(path, ds, nbytes, packed or is_camera(ds.shape, ds.dtype), packed))
