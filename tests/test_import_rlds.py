@@ -288,6 +288,20 @@ def test_unsupported_feature_type(tmp_path):
     _refused(tmp_path, folder, UnsupportedFormat, "'reward' is a TFDS Audio")
 
 
+def test_a_feature_of_no_values_per_step_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    doc = json.loads((folder / "features.json").read_text())
+    steps = doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]
+    steps["features"]["action"]["tensor"]["shape"]["dimensions"] = ["0", "7"]
+    (folder / "features.json").write_text(json.dumps(doc))
+    _refused(
+        tmp_path,
+        folder,
+        UnsupportedFormat,
+        r"features.json: feature 'action' has shape \[0, 7\]: no values",
+    )
+
+
 def _records(path: Path) -> list[bytes]:
     with open(path, "rb") as f:
         return list(iter_records(f, path.stat().st_size, str(path)))
