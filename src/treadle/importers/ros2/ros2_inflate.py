@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,7 @@ _CAP: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
     "treadle_bag_cap", default=None
 )
 _installed = False
+_lock = threading.Lock()
 
 
 def _bounded(new: Callable[[], Any], data: bytes, stated: int | None, fmt: str) -> bytes:
@@ -46,7 +48,6 @@ def _wrap(original: Callable[..., bytes], new: Callable[[], Any], fmt: str) -> C
             return original(data) if stated is None else original(data, stated)
         return _bounded(new, data, stated, fmt)
 
-    decompress.treadle_capped = True  # type: ignore[attr-defined]
     return decompress
 
 
@@ -64,25 +65,27 @@ class _Zstd:
 
 
 def _install() -> None:
-    """Swap rosbags' decompressors for capped ones (once per process)."""
+    """Swap rosbags' decompressors for capped ones (once per process, under a lock)."""
     global _installed
-    if _installed:
-        return
-    from lz4.frame import LZ4FrameDecompressor
-    from rosbags.rosbag1 import reader as bag1
-    from rosbags.rosbag2 import reader as bag2
-    from rosbags.rosbag2 import storage_mcap as mcap
+    with _lock:
+        if _installed:
+            return
+        import bz2
 
-    zstd = bag2.zstd
-    for name, new in (("zstd", zstd.ZstdDecompressor), ("lz4", LZ4FrameDecompressor)):
-        mcap.DECOMPRESSORS[name] = _wrap(mcap.DECOMPRESSORS[name], new, f"an MCAP {name} chunk")
-    import bz2
+        from lz4.frame import LZ4FrameDecompressor
+        from rosbags.rosbag1 import reader as bag1
+        from rosbags.rosbag2 import reader as bag2
+        from rosbags.rosbag2 import storage_mcap as mcap
 
-    for name, new in (("bz2", bz2.BZ2Decompressor), ("lz4", LZ4FrameDecompressor)):
-        bag1.decompressors[name] = _wrap(bag1.decompressors[name], new, f"a ROS 1 {name} chunk")
-    if not isinstance(bag2.zstd, _Zstd):
+        zstd = bag2.zstd
+        for table, kind, news in (
+            (mcap.DECOMPRESSORS, "an MCAP", {"zstd": zstd.ZstdDecompressor}),
+            (bag1.decompressors, "a ROS 1", {"bz2": bz2.BZ2Decompressor}),
+        ):
+            for name, new in {**news, "lz4": LZ4FrameDecompressor}.items():
+                table[name] = _wrap(table[name], new, f"{kind} {name} chunk")
         bag2.zstd = _Zstd(zstd)  # type: ignore[assignment]
-    _installed = True
+        _installed = True
 
 
 @contextlib.contextmanager
