@@ -311,15 +311,19 @@ def make_rosbag2(path: Path, storage: str = "mcap", seed: int = 0) -> Path:
     return path
 
 
-def make_rosbag1(path: Path, seed: int = 0) -> Path:
-    """A ROS 1 .bag written by rosbags' rosbag1 Writer (joints, gripper and task only)."""
+def make_rosbag1(path: Path, seed: int = 0, compression: str | None = None) -> Path:
+    """A ROS 1 .bag written by rosbags' rosbag1 Writer (joints, gripper and task only),
+    its chunks compressed when ``compression`` is ``"bz2"`` or ``"lz4"``."""
     from rosbags.rosbag1 import Writer
     from rosbags.typesys import Stores, get_typestore
 
     ts = get_typestore(Stores.ROS1_NOETIC)
     path.parent.mkdir(parents=True, exist_ok=True)
     keep = ("/joint_states", "/gripper", "/task")
-    with Writer(path) as w:
+    w = Writer(path)
+    if compression is not None:
+        w.set_compression(Writer.CompressionFormat[compression.upper()])
+    with w:
         conns = {}
         for topic, msgtype, _, log, build in ros_messages(seed):
             if topic not in keep:

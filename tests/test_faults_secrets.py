@@ -141,3 +141,32 @@ def test_proxy_password_stays_out_of_reprs(secret_server):
     assert [t for t in texts if SECRET in t] == []
     assert "proxy_url" in repr(client) and "127.0.0.1:3128" in repr(client)  # the rest is shown
     assert client.storage_options["proxy_url"] == opts["proxy_url"]  # still usable
+
+
+@pytest.mark.parametrize(
+    ("root", "shown"),
+    [
+        (f"s3://AKIDEXAMPLE:{SECRET}@bucket/prefix", "s3://***@bucket/prefix"),
+        (f"gs://user:{SECRET}@bucket/p", "gs://***@bucket/p"),
+        (f"az://container/prefix?sv=2022-11-02&sig={SECRET}", "az://container/prefix?***"),
+        (f"s3://bucket/prefix?X-Amz-Signature={SECRET}", "s3://bucket/prefix?***"),
+        (f"https://acct.blob.core.windows.net/c?sig={SECRET}", "https://acct.blob.core.windows.net/c?***"),
+        (f"http://user:{SECRET}@127.0.0.1:9/store", "http://***@127.0.0.1:9/store"),
+    ],
+)  # fmt: skip
+def test_a_root_url_with_credentials_is_refused_without_showing_them(root, shown, tmp_path):
+    # s3:// took the user:password@ part silently (and ignored it), then printed it in the
+    # client's repr, every storage error and the run records; a SAS token likewise
+    with pytest.raises(td.errors.StorageError) as e:
+        td.Client(root, storage_options={"aws_access_key_id": "a", "aws_secret_access_key": "b"})
+    assert [t for t in _texts_of(e.value) if SECRET in t] == []
+    assert repr(shown) in str(e.value) and "storage_options" in str(e.value)
+    with pytest.raises(td.errors.StorageError) as e:  # an importer's source URL, too
+        td.importers.webdataset(f"{root}/shard.tar", td.Client(str(tmp_path)).project("p"), "t")
+    assert [t for t in _texts_of(e.value) if SECRET in t] == []
+
+
+def test_a_container_at_an_account_is_no_credential():
+    from treadle.storage.cloud import check_root_url
+
+    check_root_url("abfss://container@account.dfs.core.windows.net/prefix")  # no password

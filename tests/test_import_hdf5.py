@@ -17,7 +17,7 @@ from robot_fixtures import (
     make_robomimic,
 )
 from treadle.catalog import Client
-from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers import hdf5 as import_hdf5
 from treadle.table.tensors import to_numpy
 
@@ -296,6 +296,84 @@ def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
     path = _bad(tmp_path, edit)
     client = Client(str(tmp_path / "store"), create=True)
     with pytest.raises(error, match=match):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def _other_files(tmp_path, kind):
+    """An edit that makes both demos read bytes of a file beside the HDF5 file."""
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"AWS_SECRET_ACCESS_KEY=not-for-a-table-0123456789")
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as g:
+        g.create_dataset("x", data=np.arange(4.0))
+        g.create_group("data/demo_0").create_dataset("actions", data=np.zeros((3, 7)))
+
+    def edit(f):
+        for demo, n in (("demo_0", 3), ("demo_1", 4)):
+            g = f[f"data/{demo}"]
+            if kind == "external":
+                g.create_dataset("leak", (n, 12), "u1", external=[(str(secret), 0, 48)])
+            elif kind == "virtual":
+                layout = h5py.VirtualLayout(shape=(n,), dtype="f8")
+                layout[:n] = h5py.VirtualSource(str(other), "x", shape=(4,))[:n]
+                g.create_virtual_dataset("leak", layout)
+        if kind == "link":
+            del f["data/demo_0"]
+            f["data/demo_0"] = h5py.ExternalLink(str(other), "/data/demo_0")
+        if kind == "soft":
+            f["elsewhere"] = h5py.ExternalLink(str(other), "/data")
+            del f["mask"]
+            f["mask"] = h5py.SoftLink("/elsewhere")
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("external", r"demo_0: 'leak' is stored in external files \('.*secret.txt'"),
+        ("virtual", r"demo_0: 'leak' is a virtual dataset"),
+        ("link", r"bad.hdf5: 'data/demo_0' is a link to '.*other.h5'"),
+        ("soft", r"bad.hdf5: 'mask' is a link to '.*other.h5'"),
+    ],
+)
+def test_only_the_files_own_bytes_are_read(tmp_path, kind, match):
+    # a hostile file could copy any file its user can read (keys, other datasets) into a table
+    path = _bad(tmp_path, _other_files(tmp_path, kind))
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(UnsafeInput, match=match):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_a_filter_key_longer_than_the_demos_is_refused_before_it_is_read(tmp_path):
+    def edit(f):  # 64 GiB if read: HDF5 stores none of it (never written, chunked)
+        f["mask"].create_dataset("big", shape=(1 << 33,), dtype="S8", chunks=(1 << 16,))
+
+    path = _bad(tmp_path, edit)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match="filter key mask/big lists 8589934592 names, the file "
+                       "has 2 demos"):  # fmt: skip
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_moments_count_against_max_episode_bytes_and_need_values(tmp_path):
+    # a demo of 2**20 one-byte moments is 1 MiB of data, and ~30 MiB once a table's rows
+    def edit(f):
+        for demo, n in (("demo_0", 1 << 20), ("demo_1", 4)):
+            del f[f"data/{demo}"]
+            f.create_dataset(f"data/{demo}/actions", shape=(n, 1), dtype="u1", chunks=True)
+
+    path = _bad(tmp_path, edit)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match=r"demo_0: its 1048576 moments and datasets hold over "
+                       r"16777216 bytes \(max_episode_bytes; 32 a moment"):  # fmt: skip
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False,
+                    max_episode_bytes=16 << 20)  # fmt: skip
+    path = _bad(tmp_path / "empty", lambda f: f.create_dataset("data/demo_1/obs/none", (4, 0)))
+    with pytest.raises(SchemaMismatch, match=r"demo_1, dataset 'obs/none' is \(4, 0\): no values"):
         import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
 

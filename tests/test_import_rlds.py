@@ -10,6 +10,7 @@ byte and decoded pixel the import stores is compared with those, on a local root
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import struct
@@ -287,6 +288,20 @@ def test_unsupported_feature_type(tmp_path):
     _refused(tmp_path, folder, UnsupportedFormat, "'reward' is a TFDS Audio")
 
 
+def test_a_feature_of_no_values_per_step_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    doc = json.loads((folder / "features.json").read_text())
+    steps = doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]
+    steps["features"]["action"]["tensor"]["shape"]["dimensions"] = ["0", "7"]
+    (folder / "features.json").write_text(json.dumps(doc))
+    _refused(
+        tmp_path,
+        folder,
+        UnsupportedFormat,
+        r"features.json: feature 'action' has shape \[0, 7\]: no values",
+    )
+
+
 def _records(path: Path) -> list[bytes]:
     with open(path, "rb") as f:
         return list(iter_records(f, path.stat().st_size, str(path)))
@@ -325,6 +340,25 @@ def test_huge_length_is_refused_before_any_allocation(tmp_path):
     length = struct.pack("<Q", 1 << 60)
     _shard(folder, 0).write_bytes(length + struct.pack("<I", masked_crc32c(length)) + b"x" * 64)
     _refused(tmp_path, folder, UnsafeInput, r"record 0 at byte 0: record of 1152921504606846976")
+
+
+def test_a_record_of_too_many_strings_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    # 2 bytes on the wire, ~70 in memory: a 1 GiB record of empty strings needed ~70 GiB
+    example_proto = importlib.import_module("treadle.importers.rlds.example_proto")
+    monkeypatch.setattr(example_proto, "MAX_BYTES_ENTRIES", 1000, raising=False)
+    folder = _copy(tmp_path)
+    _rewrite(_shard(folder, 0), lambda ex: ex.features.feature["steps/is_first"].bytes_list
+             .value.extend([b""] * 1001))  # fmt: skip
+    _refused(tmp_path, folder, UnsafeInput, r"record 0.*: over 1,000 bytes_list entries")
+    real = _records(_shard(_copy(tmp_path / "real"), 0))[0]
+    assert 0 < example_proto.count_bytes_entries(real, "r") <= 1000  # the fixture passes
+
+
+def test_a_record_that_is_no_message_is_corrupt():
+    from treadle.importers.rlds.example_proto import parse_example
+
+    with pytest.raises(CorruptData, match=r"rec: not a tf.train.Example"):
+        parse_example(b"\x0a\xff\xff\xff\x0f", "rec")  # a length past the end
 
 
 def test_undeclared_feature(tmp_path):

@@ -15,7 +15,7 @@ import treadle as td
 from importer_fixtures import nothing_committed
 from robot_fixtures import make_rosbag1, make_rosbag2
 from treadle.catalog import Client
-from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers import ros2 as import_ros2
 from treadle.table.tensors import to_numpy
 
@@ -233,8 +233,9 @@ def test_video_reports_psnr(bags, tmp_path):
     assert _column(t, "depth").dtype == np.uint16  # depth is never video
 
 
-def test_rosbag1_file(tmp_path):
-    bag = make_rosbag1(tmp_path / "run1.bag")
+@pytest.mark.parametrize("compression", [None, "bz2", "lz4"])
+def test_rosbag1_file(tmp_path, compression):
+    bag = make_rosbag1(tmp_path / "run1.bag", compression=compression)
     topics = {"/joint_states": "joints", "/gripper": "gripper", "/task": "task"}
     res, t = _import(bag, tmp_path, topics=topics, align={}, stamp={"/gripper": "log"})
     assert list(t.episodes().names) == ["run1"] and res.rows == t.num_moments > 10
@@ -246,12 +247,14 @@ def test_rosbag1_file(tmp_path):
     np.testing.assert_array_equal(_column(t, "gripper"), _brute(gtimes, gvalues, ticks, "hold")[0])
 
 
-def test_mcap_file_from_mcap_ros2_writer(tmp_path):
+@pytest.mark.parametrize("compression", ["zstd", "lz4"])
+def test_mcap_file_from_mcap_ros2_writer(tmp_path, compression):
+    from mcap.writer import CompressionType
     from mcap_ros2.writer import Writer
 
     path = tmp_path / "cmds.mcap"
-    with open(path, "wb") as f:
-        w = Writer(f)
+    with open(path, "wb") as f:  # chunks of 200 bytes: they inflate through the capped path
+        w = Writer(f, chunk_size=200, compression=CompressionType[compression.upper()])
         schema = w.register_msgdef("std_msgs/msg/Float64", "float64 data")
         tschema = w.register_msgdef("std_msgs/msg/String", "string data")
         w.write_message("/task", tschema, {"data": "wipe"}, log_time=10**9, publish_time=10**9)
@@ -455,6 +458,61 @@ def test_a_bag_over_max_episode_bytes_is_refused(bags, tmp_path):
     with pytest.raises(CorruptData, match="over 3000 bytes"):
         _import(bags / "ep_a", tmp_path, max_episode_bytes=3000)
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
+def _mcap_bomb(path: Path, inflated: int) -> Path:
+    """An MCAP file of one zstd chunk of ``inflated`` zero bytes (stated as such): a few KB."""
+    import struct
+
+    from backports import zstd
+
+    def record(op, body):
+        return bytes([op]) + struct.pack("<Q", len(body)) + body
+
+    def string(text):
+        return struct.pack("<I", len(text)) + text.encode()
+
+    z = zstd.ZstdCompressor()
+    data = b"".join(z.compress(bytes(1 << 20)) for _ in range(inflated >> 20)) + z.flush()
+    chunk = struct.pack("<QQQI", 0, 0, inflated, 0) + string("zstd")
+    chunk += struct.pack("<Q", len(data)) + data
+    magic = b"\x89MCAP0\r\n"
+    path.write_bytes(
+        magic + record(1, string("ros2") + string("bomb")) + record(6, chunk)
+        + record(0x0F, bytes(4)) + record(2, bytes(20)) + magic
+    )  # fmt: skip
+    return path
+
+
+def test_a_compressed_chunk_inflates_only_to_max_episode_bytes(tmp_path):
+    # rosbags inflates a chunk whole: a bag of a few KB could take any amount of memory
+    bomb = _mcap_bomb(tmp_path / "bomb.mcap", 64 << 20)
+    assert bomb.stat().st_size < 64 << 10
+    with pytest.raises(UnsafeInput, match=r"bomb.mcap: an MCAP zstd chunk inflates past "
+                       r"max_episode_bytes \(16,777,216 bytes"):  # fmt: skip
+        _import(bomb, tmp_path, topics={"/cmd": "cmd"}, align={}, max_episode_bytes=16 << 20)
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
+def test_a_sqlite_bag_of_compressed_messages_inflates_through_the_cap(tmp_path):
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
+
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    f64 = ts.types["std_msgs/msg/Float64"]
+    path = tmp_path / "zmsgs"
+    w = Writer(path, version=9, storage_plugin=StoragePlugin.SQLITE3)
+    w.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    with w:
+        conn = w.add_connection("/cmd", "std_msgs/msg/Float64", typestore=ts)
+        for i in range(20):
+            raw = ts.serialize_cdr(f64(data=float(i)), "std_msgs/msg/Float64")
+            w.write(conn, 10**9 + i * 10**8, raw)
+    kw = {"topics": {"/cmd": "cmd"}, "fps": 10, "align": {}, "stamp": {"/cmd": "log"}}
+    with pytest.raises(UnsafeInput, match="zmsgs: a zstd-compressed message inflates past"):
+        _import(path, tmp_path / "small", max_episode_bytes=4, **kw)
+    _, t = _import(path, tmp_path, **kw)
+    np.testing.assert_array_equal(_column(t, "cmd"), np.arange(20.0))
 
 
 def test_rerun_is_a_no_op_and_cli(bags, tmp_path, capsys):

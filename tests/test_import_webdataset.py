@@ -462,6 +462,93 @@ def test_decode_look_ahead_is_bounded_in_bytes():
     assert yielded == list(range(len(weights))) and 0 < worst <= 400
 
 
+def _tga_bytes():
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (4, 3), (9, 8, 7)).save(out, format="TGA")
+    return out.getvalue()
+
+
+_EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 4 4\n0 0 moveto showpage\n%%EOF\n"
+
+
+@pytest.mark.parametrize("data", [_tga_bytes(), _EPS], ids=["tga", "eps"])
+def test_only_image_formats_are_decoded_whatever_the_bytes(tmp_path, client, data):
+    # the bytes pick Pillow's plugin, not the member's name: EPS runs Ghostscript
+    shard = tmp_path / "odd.tar"
+    with tarfile.open(shard, "w") as tar:
+        for name, value in (("s.jpg", data), ("s.cls", b"1")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(value)
+            tar.addfile(ti, io.BytesIO(value))
+    with pytest.raises(CorruptData, match=r"odd.tar.* .jpg: cannot decode jpg: not a JPEG, PNG"):
+        import_wds(str(shard), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def _npy_header(descr, shape, payload=64):
+    head = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}".encode()
+    head += b" " * (63 - (len(head) + 10) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head + bytes(payload)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (_npy_header("|u1", (1 << 44,)), r"\[17592186044416\] uint8 \(17,592,186,044,416 bytes\), "
+                                         r"it holds 64 bytes"),
+        (_npy_header("|S0", (1 << 40,)), r"\[1099511627776\] \|S0 \(0 bytes\)"),
+        (_npy_header("<f4", (4,), 12), r"\[4\] float32 \(16 bytes\), it holds 12 bytes"),
+    ],
+)  # fmt: skip
+def test_npy_headers_are_checked_against_their_bytes(tmp_path, client, data, match):
+    # NumPy allocated the claimed 16 TiB (a MemoryError), and an S0 array of 2**40 empty
+    # strings hung the import in np.stack
+    shard = tmp_path / "npy.tar"
+    with tarfile.open(shard, "w") as tar:
+        for name, value in (("s.npy", data), ("s.cls", b"1")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(value)
+            tar.addfile(ti, io.BytesIO(value))
+    with pytest.raises(
+        CorruptData, match=r"npy.tar, sample 's': member .npy: its header says " + match
+    ):
+        import_wds(str(shard), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_an_object_npy_is_refused_as_a_pickle(tmp_path, client):
+    out = io.BytesIO()
+    np.save(out, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    shard = tmp_path / "obj.tar"
+    with tarfile.open(shard, "w") as tar:
+        for name, value in (("s.npy", out.getvalue()), ("s.cls", b"1")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(value)
+            tar.addfile(ti, io.BytesIO(value))
+    with pytest.raises(UnsafeInput, match=r"member .npy is an object array \(a pickle\)"):
+        import_wds(str(shard), client.project("p"), "t", progress=False, allow_pickle=True)
+    assert nothing_committed(client.project("p"))
+
+
+def test_sparse_members_are_refused(tmp_path, client):
+    # 10 KiB on disk, 64 MiB of zeros per member when read: a plain tar that inflates
+    shard = tmp_path / "sparse.tar"
+    with tarfile.open(shard, "w", format=tarfile.PAX_FORMAT) as tar:
+        for ext in ("json", "b0", "b1", "b2", "b3"):
+            ti = tarfile.TarInfo(f"s.{ext}")
+            ti.size = 1
+            if ext != "json":
+                ti.pax_headers = {"GNU.sparse.map": f"{(64 << 20) - 1},1",
+                                  "GNU.sparse.size": str(64 << 20)}  # fmt: skip
+            tar.addfile(ti, io.BytesIO(b"1"))
+    with pytest.raises(UnsafeInput, match=r"sparse.tar: member 's.b0' is a sparse file: "
+                       r"67,108,864 bytes"):  # fmt: skip
+        import_wds(str(shard), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
 @pytest.mark.slow  # a memory-capped subprocess
 def test_tar_gz_bomb_of_many_members_stops_at_max_shard_bytes(tmp_path, local_root):
     bomb = tar_gz_bomb(tmp_path / "many.tar.gz", 1 << 20, members=256)  # 256 MiB inflated

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -10,7 +11,13 @@ import pytest
 from importer_fixtures import nothing_committed
 from robot_fixtures import make_replay_buffer, make_umi_zip
 from treadle.catalog import Client
-from treadle.errors import CorruptData, MissingDependency, UnsupportedFormat
+from treadle.errors import (
+    CorruptData,
+    InvalidName,
+    MissingDependency,
+    SchemaMismatch,
+    UnsupportedFormat,
+)
 from treadle.importers import zarr as import_zarr
 from treadle.table.tensors import to_numpy
 
@@ -133,6 +140,35 @@ def test_hostile_episode_size_is_refused_before_reading(tmp_path):
     _rewrite_ends(path, [1 << 30])
     client = Client(str(tmp_path / "store"), create=True)
     with pytest.raises(CorruptData, match="over max_episode_bytes"):
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_moments_count_against_max_episode_bytes_and_need_values(tmp_path):
+    path = make_replay_buffer(tmp_path / "b.zarr", lengths=(2,))
+    g = zarr.open_group(str(path), mode="a")
+    for key in ("img", "state", "action", "n_contacts"):
+        del g[f"data/{key}"]
+    g["data"].create_array("flag", shape=(1 << 20, 1), dtype="u1", chunks=(1 << 16, 1))
+    _rewrite_ends(path, [1 << 20])
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match=r"34603008 bytes, over max_episode_bytes"):
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False,
+                    max_episode_bytes=16 << 20)  # fmt: skip
+    g["data"].create_array("none", shape=(1 << 20, 0), dtype="f4")
+    with pytest.raises(SchemaMismatch, match=r"array data/none is \(1048576, 0\): no values"):
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_a_folder_linked_out_of_the_store_is_refused(tmp_path):
+    # zarr opens data/n_contacts/0.0 itself: through a linked folder it read any file
+    path = make_replay_buffer(tmp_path / "b.zarr")
+    outside = tmp_path / "outside"
+    shutil.move(path / "data" / "n_contacts", outside)
+    (path / "data" / "n_contacts").symlink_to(outside, target_is_directory=True)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(InvalidName, match=r"path 'data/n_contacts' escapes the source root"):
         import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
 

@@ -159,3 +159,11 @@ def test_null_scalars_of_a_table_with_no_record_are_refused_when_read(local_root
     recipe = td.Recipe(seed=0, batch_size=3, components=[td.Component(branch.table("t"))])
     with pytest.raises(CorruptData, match=r"table 't'.*column 'n'.*null"):
         next(iter(td.TrainLoader(recipe)))
+
+
+def test_a_tensor_of_no_values_per_moment_is_named(tmp_path):
+    # was pyarrow's "list_size needs to be a strict positive integer", naming nothing
+    table = td.Client(str(tmp_path)).project("p").branch("main").table("t")
+    with pytest.raises(td.errors.SchemaMismatch, match=r"column 'a' has shape \[2, 0\] per moment"):
+        table.append_episode({"a": np.zeros((3, 2, 0), np.float32)}, episode="e")
+    assert td.Client(str(tmp_path)).project("p").branch("main").tables() == []

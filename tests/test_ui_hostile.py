@@ -92,6 +92,19 @@ def viewer(store):
     proc.wait(10)
 
 
+@pytest.mark.parametrize(
+    ("header", "loopback"),
+    [("127.0.0.1:8765", True), ("LOCALHOST:9", True), ("[::1]:1", True), ("[::1]", True),
+     ("localhost.", False), ("127.0.0.1.nip.io", False), ("", False), ("[::1]evil.com", False),
+     ("[::1]:80evil", False), ("[::1", False), ("127.0.0.1:1:2", False),
+     ("127.0.0.1@evil.com", False), ("[::ffff:127.0.0.1]", False)],
+)  # fmt: skip
+def test_host_names_that_only_look_loopback_are_not(header, loopback):
+    from treadle.ui.gates import LOOPBACK, host_name
+
+    assert (host_name(header) in LOOPBACK) is loopback
+
+
 def test_port_0_prints_the_port_it_bound(viewer):
     assert not viewer.endswith(":0") and ask(viewer, "/")[0] == 200
 

@@ -81,9 +81,9 @@ def inflate(algo: str, data: bytes, raw_size: int, where: str) -> bytes:
     name = algo.split(":")[0]
     try:
         if name == "gz":
-            out = _inflate_streams(lambda: zlib.decompressobj(32 + zlib.MAX_WBITS), data, raw_size)
+            out = inflate_streams(lambda: zlib.decompressobj(32 + zlib.MAX_WBITS), data, raw_size)
         elif name == "bz2":
-            out = _inflate_streams(bz2.BZ2Decompressor, data, raw_size)
+            out = inflate_streams(bz2.BZ2Decompressor, data, raw_size)
         else:
             out = _inflate_arrow(name, data, raw_size, where)
     except CorruptData:
@@ -95,7 +95,7 @@ def inflate(algo: str, data: bytes, raw_size: int, where: str) -> bytes:
     return out
 
 
-def _inflate_streams(new: Any, data: bytes, raw_size: int) -> bytes:
+def inflate_streams(new: Any, data: bytes, raw_size: int) -> bytes:
     """Concatenated gzip/bzip2 streams, at most ``raw_size + 1`` bytes of output."""
     parts, n, rest = [], 0, data
     while rest and n <= raw_size:

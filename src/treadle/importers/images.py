@@ -22,6 +22,9 @@ def check_images(images: str) -> None:
 
 
 IMAGE_EXTS = {"jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "pbm", "pnm", "tif", "tiff"}
+#: the formats Pillow may decode here: a source's bytes choose Pillow's plugin, whatever
+#: their name, and others (EPS runs Ghostscript; rarely used plugins) are refused
+PIL_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "PPM", "TIFF", "GIF")
 _AV_CODEC = {"jpg": "mjpeg", "jpeg": "mjpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
 
 
@@ -29,8 +32,9 @@ def decode_image(data: bytes, ext: str, where: str) -> np.ndarray:
     """Encoded image bytes -> ``uint8 [H, W, 3]`` RGB (``[H, W]`` kept for 8-bit grey).
 
     Pillow decodes when it is installed (the decoder WebDataset, MDS and ``datasets``
-    use, so decoded pixels equal theirs exactly, JPEG included); otherwise FFmpeg
-    (PyAV, a treadle dependency) decodes JPEG/PNG/WebP/BMP.
+    use, so decoded pixels equal theirs exactly, JPEG included), only the
+    :data:`PIL_FORMATS`; otherwise FFmpeg (PyAV, a treadle dependency) decodes
+    JPEG/PNG/WebP/BMP.
     """
     ext = ext.lower().rsplit(".", 1)[-1]
     try:
@@ -39,9 +43,13 @@ def decode_image(data: bytes, ext: str, where: str) -> np.ndarray:
         Image = None  # noqa: N806
     if Image is not None:
         try:
-            img = Image.open(io.BytesIO(bytes(data)))
+            img = Image.open(io.BytesIO(bytes(data)), formats=PIL_FORMATS)
             img = img.convert("L" if img.mode in ("L", "1") else "RGB")
             return np.asarray(img)
+        except Image.UnidentifiedImageError:
+            raise CorruptData(
+                f"{where}: cannot decode {ext or 'image'}: not a {', '.join(PIL_FORMATS)} image"
+            ) from None
         except Exception as e:
             raise CorruptData(f"{where}: cannot decode {ext or 'image'}: {e}") from None
     codec = _AV_CODEC.get(ext) or _sniff(data)

@@ -169,15 +169,18 @@ class Source:
         return io.BufferedReader(_RangeReader(self._store, key, self._store.size(key)), 1 << 20)
 
     def list(self, rel: str = "") -> list[str]:
-        """Files under ``rel`` (recursive), relative to the root, sorted."""
+        """Files under ``rel`` (recursive), relative to the root, sorted; a link (to a file
+        or a folder) that leaves a local root is :class:`InvalidName`."""
         if self._local is not None:
             base = self._local / self._check(rel) if rel else self._local
             if not base.exists():
                 return []
+            found = list(base.rglob("*"))
+            for p in found:  # a reader (zarr) opens paths under a linked folder itself
+                if p.is_symlink():
+                    self.local_path(str(p.relative_to(self._local)).replace(os.sep, "/"))
             return sorted(
-                str(p.relative_to(self._local)).replace(os.sep, "/")
-                for p in base.rglob("*")
-                if p.is_file()
+                str(p.relative_to(self._local)).replace(os.sep, "/") for p in found if p.is_file()
             )
         prefix = self._check(rel) if rel else ""
         return self._store.list(prefix)

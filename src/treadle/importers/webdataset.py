@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pickle
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,26 @@ def decode_sample(
     return out
 
 
+def _npy(data: bytes, where: str) -> np.ndarray:
+    """A ``.npy`` member, its header checked against its bytes before anything is allocated
+    (NumPy allocates the shape a header claims, and loops over zero-byte elements)."""
+    from numpy.lib import format as npy
+
+    f = io.BytesIO(data)
+    version = npy.read_magic(f)
+    read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    shape, _, dtype = read(f)
+    if dtype.hasobject:
+        raise UnsafeInput(f"{where} is an object array (a pickle) and is refused")
+    need = math.prod(shape) * dtype.itemsize
+    if dtype.itemsize == 0 or need != len(data) - f.tell():
+        raise CorruptData(
+            f"{where}: its header says {list(shape)} {dtype} ({need:,} bytes), it holds "
+            f"{len(data) - f.tell():,} bytes"
+        )
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
 def _decode_member(last: str, data: bytes, where: str, ext: str, opts: ImportOptions) -> Any:
     if last in PICKLE_EXTS or last in TORCH_EXTS:
         if not opts.allow_pickle:
@@ -151,14 +172,7 @@ def _decode_member(last: str, data: bytes, where: str, ext: str, opts: ImportOpt
         value = json.loads(text)  # checked even when kept as text
         return text if opts.json_as == "text" else value
     if last == "npy":
-        try:
-            return np.load(io.BytesIO(data), allow_pickle=False)
-        except ValueError as e:
-            if "allow_pickle" in str(e):
-                raise UnsafeInput(
-                    f"{where}: member .{ext} is an object array (a pickle) and is refused"
-                ) from None
-            raise
+        return _npy(data, f"{where}: member .{ext}")
     if last in IMAGE_EXTS and opts.images == "decoded":
         return decode_image(data, last, f"{where} .{ext}")
     return bytes(data)

@@ -5,7 +5,8 @@ or compressed tar, forward-only, bounded memory). Members are grouped into sampl
 key (the member path up to the first dot of its base name, as WebDataset does).
 
 A member is read whole, so one larger than ``max_member_bytes`` (default 1 GiB) is
-refused from its tar header, before it is read; a compressed shard (``.tar.gz``,
+refused from its tar header, before it is read, and so is a sparse member (a few bytes in
+the shard, up to ``max_member_bytes`` of zeros each when read); a compressed shard (``.tar.gz``,
 ``.tar.bz2``, ``.tar.xz``) is refused once it inflates past ``max_shard_bytes``
 (default 2 GiB). Both errors (:class:`UnsafeInput`) name the shard. A truncated or
 corrupt tar is :class:`CorruptData` naming the shard and the last sample read.
@@ -100,12 +101,7 @@ def iter_raw_samples(
                     key, ext = split_key(member.name)
                     if not ext or key.rsplit("/", 1)[-1].startswith("__"):
                         continue  # no extension or a WebDataset metadata member
-                    if member.size > max_member_bytes:
-                        raise UnsafeInput(
-                            f"shard {where}: member {member.name!r} holds {member.size:,} bytes, "
-                            f"more than max_member_bytes={max_member_bytes:,} (raise it if you "
-                            "trust this shard)"
-                        )
+                    _check_member(member, where, max_member_bytes)
                     fobj = tar.extractfile(member)
                     data = fobj.read() if fobj is not None else b""
                     if len(data) != member.size:
@@ -135,6 +131,22 @@ def iter_raw_samples(
         ) from None
     if current is not None:
         yield current
+
+
+def _check_member(member: tarfile.TarInfo, where: str, max_member_bytes: int) -> None:
+    """Refuse, from its header, a member over ``max_member_bytes`` or a sparse one."""
+    if member.issparse():
+        raise UnsafeInput(
+            f"shard {where}: member {member.name!r} is a sparse file: {member.size:,} bytes "
+            "mostly absent from the shard, filled in as zeros when read (a bomb: WebDataset "
+            "shards hold no sparse members)"
+        )
+    if member.size > max_member_bytes:
+        raise UnsafeInput(
+            f"shard {where}: member {member.name!r} holds {member.size:,} bytes, "
+            f"more than max_member_bytes={max_member_bytes:,} (raise it if you "
+            "trust this shard)"
+        )
 
 
 _ZERO_BLOCK = bytes(tarfile.BLOCKSIZE)

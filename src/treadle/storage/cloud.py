@@ -10,6 +10,7 @@ import os
 import re
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from obstore.store import from_url
 
@@ -49,6 +50,27 @@ def redact(options: dict[str, Any] | None) -> dict[str, Any]:
         secret = any(h in lk for h in _SECRET_HINTS) and "region" not in lk
         out[k] = "***" if secret else _URL_USERINFO.sub("***@", v) if isinstance(v, str) else v
     return out
+
+
+def shown_root(root: str) -> str:
+    """``root`` safe to print: a ``user:password@`` part and a query (a SAS token, a
+    presigned signature) masked."""
+    shown = _URL_USERINFO.sub(lambda m: "***@" if ":" in m.group(0) else m.group(0), root)
+    return shown.split("?", 1)[0] + "?***" if "?" in shown else shown
+
+
+def check_root_url(root: str) -> None:
+    """Refuse a URL root that carries credentials (``user:password@``, a ``?query`` such as
+    an Azure SAS token): a root is printed, logged and stored in run records and cards,
+    and treadle never reads credentials from it. ``abfs://container@account...`` (no
+    password) is a container, not a credential."""
+    parts = urlsplit(root)
+    if ":" in parts.netloc.rpartition("@")[0] or parts.query or parts.fragment:
+        raise StorageError(
+            f"root {shown_root(root)!r} carries credentials or a query in its URL: give the "
+            "bare URL, and credentials in storage_options or the environment (a root is "
+            "printed and stored, so it may not hold a secret)"
+        )
 
 
 def _option_value(v: Any) -> str:

@@ -27,7 +27,7 @@ from obstore.store import LocalStore
 
 from treadle.errors import CredentialsError, NotFound, StorageError
 from treadle.storage.after_fork import claim
-from treadle.storage.cloud import _CLOUD_SCHEMES, open_cloud
+from treadle.storage.cloud import _CLOUD_SCHEMES, check_root_url, open_cloud, shown_root
 from treadle.storage.loop import _Loop, request
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,
@@ -94,9 +94,10 @@ class Store:
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
             path = Path(parsed.path if parsed.scheme == "file" else root).expanduser().resolve()
             return cls._open_local(path, create)
+        check_root_url(root)
         if parsed.scheme not in _CLOUD_SCHEMES:
             raise StorageError(
-                f"unsupported root {root!r}: use a path or s3://, gs://, az://, file://"
+                f"unsupported root {shown_root(root)!r}: use a path or s3://, gs://, az://, file://"
             )
         inner, lance_options = open_cloud(root, parsed.scheme, options)
         return cls(root.rstrip("/"), inner, root.rstrip("/"), lance_options)

@@ -103,6 +103,11 @@ def tensor_column(name: str, stack: np.ndarray) -> tuple[pa.Field, pa.Array]:
     """``[n, *shape]`` numpy (``shape`` non-empty) -> a tensor field and its flat
     fixed-size-list array (zero-copy for contiguous input)."""
     shape = tuple(int(s) for s in stack.shape[1:])
+    if math.prod(shape) == 0:
+        raise SchemaMismatch(
+            f"column {name!r} has shape {list(shape)} per moment: no values (a dimension of "
+            "size 0); drop the column or give every dimension a size"
+        )
     flat = np.ascontiguousarray(stack).reshape(-1)
     array = pa.FixedSizeListArray.from_arrays(pa.array(flat), math.prod(shape))
     return tensor_field(name, stack.dtype, shape), array

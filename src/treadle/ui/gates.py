@@ -36,8 +36,10 @@ def _headers(scope: dict[str, Any]) -> dict[str, str]:
 def host_name(header: str) -> str:
     """The name of a ``Host`` header, lower case, without its port (``[::1]`` kept whole)."""
     h = header.strip().lower()
-    if h.startswith("["):
-        return h[: h.find("]") + 1] if "]" in h else h
+    if h.startswith("["):  # only a port may follow "]": "[::1]evil.com" is no loopback
+        name, bracket, port = h.partition("]")
+        ok = bracket and (not port or (port[0] == ":" and port[1:].isdigit()))
+        return name + bracket if ok else h
     return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
 
 

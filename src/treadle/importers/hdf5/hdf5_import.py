@@ -39,6 +39,7 @@ from treadle.importers.hdf5.hdf5_layouts import (
     demo_length,
     iter_demo_groups,
     open_h5,
+    own,
     read_layout,
     task_of,
 )
@@ -184,7 +185,7 @@ def _survey(
             rates[where] = control_freq(info.metadata)
             demos = {
                 demo: _episode_name(name, demo, info, folder)
-                for demo, _ in iter_demo_groups(f, info)
+                for demo, _ in iter_demo_groups(f, info, where)
             }
             for ep in demos.values():
                 if ep in episodes:
@@ -237,7 +238,7 @@ def _episodes(
         with open_h5(copies.path(names[i]), where) as f:
             info = read_layout(f, where)
             task = task_of(info.metadata)
-            for demo, group in iter_demo_groups(f, info):
+            for demo, group in iter_demo_groups(f, info, where):
                 episode = _episode_name(names[i], demo, info, settings.folder)
                 at = f"{where}, {demo}" if demo else where
                 yield _demo(group, info, episode, at, task, settings, report)
@@ -295,8 +296,10 @@ def _jpeg_camera(
     """One camera of a compressed ALOHA file: its JPEG bytes as they are (``"encoded"``),
     else decoded as any JPEG (Pillow: RGB, what LeRobot's converter gets from
     ``cv2.imdecode`` and ``COLOR_BGR2RGB``) and stored by ``images``."""
-    lengths = group.get(LENGTHS)
+    lengths = own(group.get(LENGTHS), group.file, where, LENGTHS)
     at = f"{where}, camera {name!r}"
+    if lengths is not None and lengths.size > 64 * padded.shape[0]:  # read whole: bounded
+        raise CorruptData(f"{at}: /{LENGTHS} is {list(lengths.shape)}, for {len(padded)} frames")
     jpegs = jpeg_frames(padded, None if lengths is None else lengths[()], at)
     nbytes = sum(len(b) for b in jpegs)
     if settings.images == "encoded":

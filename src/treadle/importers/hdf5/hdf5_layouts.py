@@ -15,7 +15,9 @@
   (:mod:`~treadle.importers.hdf5.aloha_jpeg`).
 
 Every dataset's size is known before it is read: a demo larger than ``max_episode_bytes``
-is refused before anything is allocated.
+is refused before anything is allocated. Only the file's own bytes are read: an external
+link, a virtual dataset or a dataset stored in external files (which would copy other files
+of this machine, any file its user can read, into the table) is :class:`UnsafeInput`.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from treadle.errors import CorruptData, SchemaMismatch
+from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput
 from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera
 
 _DEMO = re.compile(r"demo_(\d+)")
+#: bytes a moment costs besides its datasets' (the episode and frame columns, offsets):
+#: counted against ``max_episode_bytes``, so a demo of many empty moments is bounded too
+ROW_BYTES = 32
 
 
 @dataclass
@@ -55,18 +60,44 @@ def open_h5(path: str, where: str) -> Any:
         raise CorruptData(f"{where} is not a readable HDF5 file: {e}") from None
 
 
+def own(obj: Any, f: Any, where: str, path: str) -> Any:
+    """``obj`` (at ``path``, None or an object of ``f``) when its bytes are ``f``'s own;
+    else :class:`UnsafeInput`: an external link (or a soft link through one), a virtual
+    dataset, or a dataset whose bytes are in external files reads other files of this
+    machine."""
+    import h5py
+
+    if obj is None:
+        return None
+    if obj.file != f:
+        why = f"a link to {obj.file.filename!r}"
+    elif isinstance(obj, h5py.Dataset) and obj.is_virtual:
+        why = "a virtual dataset (its bytes are in other files)"
+    elif isinstance(obj, h5py.Dataset) and obj.external:
+        why = f"stored in external files ({obj.external[0][0]!r}, ...)"
+    else:
+        return obj
+    raise UnsafeInput(
+        f"{where}: {path!r} is {why}; only the file's own bytes are imported (an HDF5 file "
+        "may not read other files of this machine into a table)"
+    )
+
+
 def read_layout(f: Any, where: str) -> Hdf5File:
     """The layout of the open file ``f`` (``where`` names it in errors)."""
     import h5py
 
-    data = f.get("data")
+    data = own(f.get("data"), f, where, "data")
     if isinstance(data, h5py.Group):
         demos = [k for k in data.keys() if _DEMO.fullmatch(k)]
         if not demos:
             raise CorruptData(f"{where}: group 'data' has no demo_<n> groups")
         demos.sort(key=lambda k: int(k[5:]))
-        return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data), _masks(f, where))
-    if isinstance(f.get("observations"), h5py.Group) and isinstance(f.get("action"), h5py.Dataset):
+        masks = _masks(f, where, len(demos))
+        return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data), masks)
+    obs = own(f.get("observations"), f, where, "observations")
+    action = own(f.get("action"), f, where, "action")
+    if isinstance(obs, h5py.Group) and isinstance(action, h5py.Dataset):
         return Hdf5File("aloha", ["/"], attrs(f), compressed=bool(f.attrs.get("compress")))
     raise CorruptData(
         f"{where}: no 'data' group of demo_<n> groups (robomimic, LIBERO) and no "
@@ -90,17 +121,24 @@ def attrs(obj: Any) -> dict[str, Any]:
     return {str(k): _value(v) for k, v in obj.attrs.items()}
 
 
-def _masks(f: Any, where: str) -> dict[str, list[str]]:
-    """robomimic's filter keys: ``mask/<key>`` -> demo names (stored as byte strings)."""
+def _masks(f: Any, where: str, demos: int) -> dict[str, list[str]]:
+    """robomimic's filter keys: ``mask/<key>`` -> demo names (stored as byte strings); a
+    key may not list more names than the file has ``demos`` (each is read whole)."""
     import h5py
 
-    mask = f.get("mask")
+    mask = own(f.get("mask"), f, where, "mask")
     if not isinstance(mask, h5py.Group):
         return {}
     out = {}
-    for key, ds in mask.items():
+    for key in mask.keys():
+        ds = own(mask.get(key), f, where, f"mask/{key}")
         if not isinstance(ds, h5py.Dataset) or ds.dtype.kind not in "SOU" or ds.ndim != 1:
             raise CorruptData(f"{where}: filter key mask/{key} is not a list of demo names")
+        if ds.shape[0] > demos:
+            raise CorruptData(
+                f"{where}: filter key mask/{key} lists {ds.shape[0]} names, the file has "
+                f"{demos} demos"
+            )
         out[key] = [_value(x) if isinstance(x, bytes) else str(x) for x in ds[()]]
     return out
 
@@ -122,7 +160,7 @@ def datasets(group: Any, next_obs: bool) -> list[tuple[str, Any]]:
 def demo_length(group: Any, layout: str, where: str) -> int:
     """A demo's number of moments (see the module doc)."""
     key = "action" if layout == "aloha" else "actions"
-    ds = group.get(key)
+    ds = own(group.get(key), group.file, where, key)
     declared = group.attrs.get("num_samples")
     if ds is not None and getattr(ds, "ndim", 0) >= 1:
         n = int(ds.shape[0])
@@ -152,22 +190,26 @@ def demo_columns(
     ``compressed``: an ALOHA file of JPEG cameras, whose ``compress_len`` is no column."""
     from treadle.importers.cameras import is_camera
 
-    out, total = [], 0
+    out, total = [], n * ROW_BYTES
     for path, ds in datasets(group, next_obs):
         if compressed and path == LENGTHS:
             continue
         at = f"{where}, dataset {path!r}"
+        own(ds, group.file, where, path)
         if ds.dtype.kind not in "biuf":
             raise SchemaMismatch(f"{at}: {ds.dtype} is not numeric (numbers or bools only)")
         if ds.ndim == 0 or ds.shape[0] != n:
             first = "a scalar" if ds.ndim == 0 else f"{ds.shape[0]} rows"
             raise CorruptData(f"{at} has {first}, the demo has {n} moments")
+        if 0 in ds.shape[1:]:
+            raise SchemaMismatch(f"{at} is {ds.shape}: no values per moment")
         nbytes = int(np.prod(ds.shape, dtype=np.float64) * ds.dtype.itemsize)
         total += nbytes
         if total > limit:
             raise CorruptData(
-                f"{where}: its datasets hold over {limit} bytes (max_episode_bytes); "
-                f"{path!r} alone is {ds.shape} {ds.dtype}"
+                f"{where}: its {n} moments and datasets hold over {limit} bytes "
+                f"(max_episode_bytes; {ROW_BYTES} a moment besides the data); {path!r} "
+                f"alone is {ds.shape} {ds.dtype}"
             )
         packed = compressed and is_packed_camera(path, ds.shape, ds.dtype)
         out.append(Column(path, ds, nbytes, packed or is_camera(ds.shape, ds.dtype), packed))
@@ -195,7 +237,7 @@ def control_freq(metadata: dict[str, Any]) -> float | None:
         return None
 
 
-def iter_demo_groups(f: Any, info: Hdf5File) -> Iterator[tuple[str, Any]]:
-    """``(demo name, group)`` per episode of the file, in order."""
+def iter_demo_groups(f: Any, info: Hdf5File, where: str) -> Iterator[tuple[str, Any]]:
+    """``(demo name, group)`` per episode of the file, in order (``where`` names the file)."""
     for path in info.demos:
-        yield (path.rsplit("/", 1)[-1] if path != "/" else ""), f[path]
+        yield (path.rsplit("/", 1)[-1] if path != "/" else ""), own(f[path], f, where, path)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from treadle.errors import CorruptData, MissingDependency
+from treadle.errors import CorruptData, MissingDependency, UnsafeInput
 from treadle.importers.rlds.tfrecord import RLDS_INSTALL
 
 _LIST_FIELD = {"bytes": 12, "float": 2, "int64": 3}  # FieldDescriptorProto.Type numbers
@@ -82,11 +82,79 @@ def example_class() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.Example"))
 
 
+#: the most ``bytes_list`` entries one record may hold: protobuf keeps ~32 bytes per entry
+#: and Python ~40 more, from 2 bytes on the wire (an empty string), so entries, not the
+#: record's size, bound the memory a parse takes (an RLDS episode holds one per step and
+#: camera: thousands)
+MAX_BYTES_ENTRIES = 4_000_000
+
+
+def _varint(buf: memoryview, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf) or shift > 63:
+            raise ValueError("a varint runs past its message")
+        byte = buf[i]
+        value |= (byte & 0x7F) << shift
+        i, shift = i + 1, shift + 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _delimited(buf: memoryview, field: int) -> list[memoryview]:
+    """The payloads of the length-delimited ``field`` of one message (wire format)."""
+    out, i = [], 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            i = _varint(buf, i)[1]
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            if key >> 3 == field:
+                out.append(buf[i : i + n])
+            i += n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if i > len(buf):
+            raise ValueError("a field runs past its message")
+    return out
+
+
+def count_bytes_entries(data: bytes, where: str, limit: int | None = None) -> int:
+    """The ``bytes_list`` entries of a serialized ``Example``, counted on the wire before
+    protobuf parses it; over ``limit`` (:data:`MAX_BYTES_ENTRIES`) is :class:`UnsafeInput`
+    naming ``where``."""
+    limit = MAX_BYTES_ENTRIES if limit is None else limit
+    total = 0
+    try:
+        for features in _delimited(memoryview(data), 1):
+            for entry in _delimited(features, 1):
+                for feature in _delimited(entry, 2):
+                    for blist in _delimited(feature, 1):
+                        total += len(_delimited(blist, 1))
+                        if total > limit:
+                            raise UnsafeInput(
+                                f"{where}: over {limit:,} bytes_list entries in one record "
+                                "(each costs ~70 bytes of memory to parse; a record built to "
+                                "exhaust memory)"
+                            )
+    except UnsafeInput:
+        raise
+    except ValueError as e:
+        raise CorruptData(f"{where}: not a tf.train.Example ({e})") from None
+    return total
+
+
 def parse_example(data: bytes, where: str) -> dict[str, tuple[str, Any]]:
     """One serialized ``tf.train.Example`` -> ``{feature name: (kind, values)}``.
 
-    A record that is not a valid ``Example`` is :class:`CorruptData` naming ``where``.
+    A record that is not a valid ``Example`` is :class:`CorruptData` naming ``where``; one
+    of over :data:`MAX_BYTES_ENTRIES` strings is :class:`UnsafeInput`, before parsing.
     """
+    count_bytes_entries(data, where)
     msg = example_class()()
     try:
         msg.ParseFromString(data)

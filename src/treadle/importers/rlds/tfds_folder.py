@@ -206,4 +206,6 @@ def _shape(shape: dict[str, Any], path: str, where: str) -> tuple[int, ...]:
     dims = tuple(int(d) for d in shape.get("dimensions", []))
     if any(d < 0 for d in dims):
         raise UnsupportedFormat(f"{where}: feature {path!r} has a dynamic shape {list(dims)}")
+    if 0 in dims:
+        raise UnsupportedFormat(f"{where}: feature {path!r} has shape {list(dims)}: no values")
     return dims

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from treadle.errors import CorruptData, MissingDependency, NotFound
+from treadle.errors import CorruptData, MissingDependency, NotFound, UnsafeInput
+from treadle.importers.ros2.ros2_inflate import capped
 from treadle.importers.ros2.ros2_messages import Converter, converter, header_stamp
 from treadle.importers.sources import Source, split_url
 
@@ -123,9 +124,12 @@ def read_bag(
     reader_cls = require_rosbags()
     data = [TopicData(s) for s in specs]
     try:
-        with reader_cls(
-            [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
-        ) as reader:
+        with (
+            capped(where, limit),
+            reader_cls(
+                [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
+            ) as reader,
+        ):
             by_topic = _connections(reader, specs, where)
             total = 0
             for conn, logtime, raw in reader.messages(
@@ -147,7 +151,7 @@ def read_bag(
                             where,
                             (joints or {}).get(conn.topic),
                         )
-    except (CorruptData, NotFound, MissingDependency):
+    except (CorruptData, NotFound, MissingDependency, UnsafeInput):
         raise
     except Exception as e:  # rosbags' reader errors are many types: name the bag
         if type(e).__module__.startswith("treadle"):
@@ -190,17 +194,22 @@ def _add(
     d.values.append(None if d.conv.kind in HEAVY else d.conv.value(msg))
 
 
-def first_joint_names(local: str, specs: Sequence[TopicSpec], where: str) -> dict[str, list[str]]:
+def first_joint_names(
+    local: str, specs: Sequence[TopicSpec], where: str, limit: int
+) -> dict[str, list[str]]:
     """Per selected JointState topic, the joint names of its first message in this bag:
-    the order of the values in every bag of the import."""
+    the order of the values in every bag of the import (chunks inflate to ``limit`` bytes)."""
     from rosbags.typesys import Stores, get_typestore
 
     topics = {s.topic for s in specs if s.field is None}
     out: dict[str, list[str]] = {}
     try:
-        with require_rosbags()(
-            [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
-        ) as reader:
+        with (
+            capped(where, limit),
+            require_rosbags()(
+                [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
+            ) as reader,
+        ):
             conns = [
                 c for c in reader.connections if c.topic in topics and c.msgtype == JOINT_STATE
             ]
@@ -212,6 +221,8 @@ def first_joint_names(local: str, specs: Sequence[TopicSpec], where: str) -> dic
                     out[conn.topic] = [str(n) for n in reader.deserialize(raw, conn.msgtype).name]
                 if out.keys() >= wanted:
                     break
+    except UnsafeInput:
+        raise
     except Exception as e:  # rosbags' errors are many types: name the bag
         raise CorruptData(f"{where} cannot be read as a ROS bag: {type(e).__name__}: {e}") from None
     return out
@@ -232,9 +243,12 @@ def load_values(
     topics = {data[j].spec.topic for j in heavy}
     seen = dict.fromkeys(topics, -1)
     total = 0
-    with require_rosbags()(
-        [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
-    ) as reader:
+    with (
+        capped(where, limit),
+        require_rosbags()(
+            [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
+        ) as reader,
+    ):
         conns = [c for c in reader.connections if c.topic in topics]
         for conn, _, raw in reader.messages(connections=conns):
             seen[conn.topic] += 1

@@ -161,7 +161,9 @@ def _joint_order(
     settings, in the table's metadata (``joint_names``: ``{column: [joint, ...]}``) and as
     the column metadata (``joint_names``) of ``<col>_position``, ``_velocity``, ``_effort``."""
     where = f"bag {source.describe(first.path)}"
-    joints = first_joint_names(_local(copies, first), settings.specs, where)
+    joints = first_joint_names(
+        _local(copies, first), settings.specs, where, settings.max_episode_bytes
+    )
     columns = {s.topic: s.column for s in settings.specs if s.field is None}
     names = {columns[t]: n for t, n in joints.items()}
     meta = SourceMeta({"joint_names": names} if names else {}, {}, "ros2")

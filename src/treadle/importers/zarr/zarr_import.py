@@ -38,6 +38,8 @@ INSTALL = "pip install 'treadle[zarr]'"
 MAX_EPISODE_BYTES = 4 << 30
 #: episodes per executor task (each task opens the store once: on an object store, a copy)
 EPISODES_PER_TASK = 16
+#: bytes a moment costs besides its arrays' (counted against ``max_episode_bytes``)
+ROW_BYTES = 32
 #: the most episodes ``meta/episode_ends`` may list (it is read whole)
 MAX_EPISODES = 10_000_000
 
@@ -264,6 +266,8 @@ def _layout(group: Any, where: str) -> tuple[dict[str, Any], np.ndarray, dict[st
     for k, a in arrays.items():
         if a.dtype.kind not in "biuf":
             raise SchemaMismatch(f"{where}: array data/{k} is {a.dtype}, not numeric")
+        if 0 in a.shape[1:]:
+            raise SchemaMismatch(f"{where}: array data/{k} is {a.shape}: no values per moment")
         if lengths[k] != n:
             raise CorruptData(f"{where}: arrays of different lengths: {lengths}")
     ends_arr = _array(group, "meta/episode_ends", where)
@@ -319,7 +323,7 @@ def _episode(
     report: Reports | None,
 ) -> Episode:
     at = f"{where}, {episode} (rows {start}..{end - 1})"
-    per_row = sum(
+    per_row = ROW_BYTES + sum(
         int(np.prod(a.shape[1:], dtype=np.float64)) * a.dtype.itemsize for a in arrays.values()
     )
     if per_row * (end - start) > settings.max_episode_bytes:

@@ -1,0 +1,99 @@
+"""A bag's compressed chunks, inflated with a cap (rosbags inflates them whole, unbounded).
+
+rosbags decompresses each MCAP chunk (zstd, lz4), each ROS 1 chunk (bz2, lz4) and each
+rosbag2 SQLite message (zstd) in one call with no bound on the output: a bag of 100 KB can
+ask for any amount of memory before a message is seen (zeros inflate about 30,000:1 with
+zstd). While treadle reads a bag (:func:`capped`), those calls go through decompressors that
+stop once the output passes the import's ``max_episode_bytes`` (or an MCAP chunk's stated
+size): :class:`~treadle.errors.UnsafeInput` naming the bag. Elsewhere in the process
+rosbags decompresses as it always does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from treadle.errors import UnsafeInput
+from treadle.importers._inflate import inflate_streams
+
+#: (where, limit) of the bag being read in this thread, else None
+_CAP: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "treadle_bag_cap", default=None
+)
+_installed = False
+_lock = threading.Lock()
+
+
+def _bounded(new: Callable[[], Any], data: bytes, stated: int | None, fmt: str) -> bytes:
+    """``data`` inflated by ``new()`` decompressors, refused past the cap or ``stated``."""
+    where, limit = _CAP.get()  # type: ignore[misc]
+    most = limit if stated is None else min(limit, stated)
+    out = inflate_streams(new, bytes(data), most)
+    if len(out) > most:
+        what = "max_episode_bytes" if most == limit else f"its stated {stated:,} bytes"
+        raise UnsafeInput(
+            f"{where}: {fmt} inflates past {what} ({most:,} bytes; a decompression "
+            "bomb, or raise max_episode_bytes if the bag is real)"
+        )
+    return out
+
+
+def _wrap(original: Callable[..., bytes], new: Callable[[], Any], fmt: str) -> Callable[..., Any]:
+    def decompress(data: bytes, stated: int | None = None) -> bytes:
+        if _CAP.get() is None:
+            return original(data) if stated is None else original(data, stated)
+        return _bounded(new, data, stated, fmt)
+
+    return decompress
+
+
+class _Zstd:
+    """rosbag2 reader's ``zstd`` module, its ``decompress`` capped (the rest as it is)."""
+
+    def __init__(self, module: Any):
+        self._module = module
+        self.decompress = _wrap(
+            module.decompress, module.ZstdDecompressor, "a zstd-compressed message"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def _install() -> None:
+    """Swap rosbags' decompressors for capped ones (once per process, under a lock)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        import bz2
+
+        from lz4.frame import LZ4FrameDecompressor
+        from rosbags.rosbag1 import reader as bag1
+        from rosbags.rosbag2 import reader as bag2
+        from rosbags.rosbag2 import storage_mcap as mcap
+
+        zstd = bag2.zstd
+        for table, kind, news in (
+            (mcap.DECOMPRESSORS, "an MCAP", {"zstd": zstd.ZstdDecompressor}),
+            (bag1.decompressors, "a ROS 1", {"bz2": bz2.BZ2Decompressor}),
+        ):
+            for name, new in {**news, "lz4": LZ4FrameDecompressor}.items():
+                table[name] = _wrap(table[name], new, f"{kind} {name} chunk")
+        bag2.zstd = _Zstd(zstd)  # type: ignore[assignment]
+        _installed = True
+
+
+@contextlib.contextmanager
+def capped(where: str, limit: int) -> Iterator[None]:
+    """Within: rosbags inflates at most ``limit`` bytes per chunk (``where`` names the bag)."""
+    _install()
+    token = _CAP.set((where, int(limit)))
+    try:
+        yield
+    finally:
+        _CAP.reset(token)
