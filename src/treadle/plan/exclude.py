@@ -26,7 +26,7 @@ redraws of the exclusions that started at or before it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -165,7 +165,8 @@ def exclusion_of(
             out.append((table, tuple(sorted(new))))
     if not out:
         raise PlanError(f"exclude: run {parent} already excludes every episode named")
-    stages = () if earlier is None else earlier.stages
+    # flat: each earlier stage once, without its own earlier ones (a chain does not read back)
+    stages = () if earlier is None else tuple(replace(e, earlier=()) for e in earlier.stages)
     return Exclusion(parent, int(from_step), tuple(sorted(out)), moments, stages)
 
 
