@@ -123,6 +123,30 @@ def test_naming_only_excluded_episodes_or_too_many_is_refused(runs):
         first.exclude(episodes={"grasps": ["ep2", "ep3"]}, from_step=40)
 
 
+def test_an_excluded_episode_named_again_from_an_earlier_step_goes_from_that_step(runs):
+    """first excludes grasps' ep1 from step 30; naming it again from step 10 excludes it from
+    step 10. It was taken as already excluded and left out, so steps 10..29 still drew it
+    (and naming only it was refused as changing nothing)."""
+    parent, first, _ = runs
+    again = first.exclude(episodes={"grasps": ["ep1"]}, from_step=10)
+    assert again.record.to_dict()["derived"]["episodes"] == {"grasps": ["ep1"]}
+    both = first.exclude(episodes={"grasps": ["ep1", "ep3"]}, from_step=10)
+    assert both.record.to_dict()["derived"]["episodes"] == {"grasps": ["ep1", "ep3"]}
+    changed = 0
+    for step in [*range(0, 40), 10**12]:
+        f, a = first.batch(step), again.batch(step)
+        if step < 10:
+            assert np.array_equal(f.moment, a.moment)
+            continue
+        assert not _in(a, grasps=["ep1"]).any() and not _in(both.batch(step), grasps=["ep1"]).any()
+        bad = _in(f, grasps=["ep1"])
+        assert np.array_equal(f.moment[~bad], a.moment[~bad])  # only ep1's slots change
+        changed += int(bad.sum())
+    assert changed > 0
+    with pytest.raises(PlanError, match="already excludes every episode named"):
+        first.exclude(episodes={"grasps": ["ep1"]}, from_step=S1)  # from the same step: nothing
+
+
 @pytest.fixture(scope="module")
 def robots(tmp_path_factory):
     from embodiment_helpers import make_robots

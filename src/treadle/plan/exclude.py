@@ -124,8 +124,9 @@ def exclusion_of(
     each episode; no ``plan``: every row is one). An episode the
     run never draws (outside ``episodes=``, no row matching ``where=``, shorter than the
     windows) is an error, as one already excluded is. ``earlier``: the exclusion of the run
-    this one derives from (names it already excludes are left out of the new stage; naming
-    only those is an error)."""
+    this one derives from (names it already excludes from ``from_step`` or before are left
+    out of the new stage; naming only those is an error; one it excludes only from a later
+    step is this stage's too, so it goes from ``from_step``)."""
     if isinstance(from_step, bool) or not isinstance(from_step, (int, np.integer)):
         raise PlanError(f"from_step must be an integer >= 0, got {from_step!r}")
     if from_step < 0:
@@ -133,7 +134,7 @@ def exclusion_of(
     if not isinstance(episodes, Mapping) or not episodes:
         raise PlanError(f"episodes must be {{table: [episode names]}}, got {episodes!r}")
     out, moments = [], 0
-    before = {} if earlier is None else earlier.cumulative()
+    before = {} if earlier is None else excluded_since(earlier)
     for table, names in episodes.items():
         if table not in table_names:
             raise PlanError(f"exclude: table {table!r} is not read by this run ({table_names})")
@@ -146,7 +147,7 @@ def exclusion_of(
         for n in dict.fromkeys(names):  # an episode named twice is excluded (and counted) once
             if not any(n in k for k in known):
                 raise PlanError(f"exclude: table {table!r} has no episode {n!r}")
-            if n not in before.get(table, ()):
+            if before.get((table, n), from_step + 1) > from_step:  # not yet excluded by then
                 drawn = 0
                 for i, k in zip(pinned, known):
                     if n in k:
@@ -168,6 +169,16 @@ def exclusion_of(
     # flat: each earlier stage once, without its own earlier ones (a chain does not read back)
     stages = () if earlier is None else tuple(replace(e, earlier=()) for e in earlier.stages)
     return Exclusion(parent, int(from_step), tuple(sorted(out)), moments, stages)
+
+
+def excluded_since(exclusion: Exclusion) -> dict[tuple[str, str], int]:
+    """(table, episode) -> the first step from which a stage of ``exclusion`` excludes it."""
+    out: dict[tuple[str, str], int] = {}
+    for st in exclusion.stages:
+        for t, names in st.episodes:
+            for n in names:
+                out[(t, n)] = min(out.get((t, n), st.from_step), st.from_step)
+    return out
 
 
 def anchors_in(plan: Any, table: int, lo: int, hi: int) -> int:
