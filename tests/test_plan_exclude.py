@@ -132,3 +132,23 @@ def test_a_name_read_on_two_branches_excludes_its_episodes_from_each(shuffle):
     assert changed > 0
     stats_view = drawn_from(derived)
     assert [stats_view.eligible(c) for c in range(2)] == [20, 24]
+
+
+def test_the_loader_drops_an_episode_of_a_name_read_on_two_branches(tmp_path):
+    """The same through the loader, on real tables: main's and exp's `a` (other episodes)."""
+    project = td.Client(str(tmp_path), create=True).project("p")
+    main = project.branch()
+    main.table("other").append({"x": np.zeros(1, np.float32)})
+    exp = project.create_branch("exp", from_="main")
+    for tag, branch, lengths in ((0, main, [3, 5, 2]), (1, exp, [6, 1, 4, 2])):
+        for e, n in enumerate(lengths):
+            value = np.stack([np.full(n, tag), np.full(n, e), np.arange(n)], 1)
+            branch.table("a").append_episode({"v": value.astype(np.float32)}, episode=f"e{e}")
+    w = td.Windows({"v": td.Rows([0])})
+    comps = [td.Component(main.table("a"), w), td.Component(exp.table("a"), w)]
+    plan = td.Recipe(seed=1, batch_size=6, components=comps).plan()
+    derived = plan.exclude(episodes={"a": ["e1"]}, from_step=2)
+    for step, batch in enumerate(td.TrainLoader(derived, steps=8)):
+        v = batch["v"][:, 0].numpy()
+        assert np.array_equal(v[:, 0], batch["_component"].numpy())  # each its own table
+        assert step < 2 or not (v[:, 1] == 1).any()
