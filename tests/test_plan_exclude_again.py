@@ -96,12 +96,55 @@ def test_the_record_chains_resumes_and_says_so(runs):
     assert (third.batch(61).moment[third.batch(61).component == 1] < 30).all()
 
 
+def test_a_thrice_derived_run_resumes_from_its_record(runs):
+    """The record lists every stage once, flat: a third derivation wrote the second stage
+    with its own earlier stages inside, a chain its own record refused to read back, so a
+    run derived three times could not resume (nor checkpoint, nor feed workers)."""
+    _, first, tables = runs
+    second = first.exclude(episodes={"grasps": ["ep3"]}, from_step=50)
+    third = second.exclude(episodes={"pushes": ["ep1"]}, from_step=60)
+    fourth = third.exclude(episodes={"grasps": ["ep0"]}, from_step=40)
+    for run in (third, fourth):
+        d = run.record.to_dict()["derived"]
+        assert all("earlier" not in e for e in d["earlier"])
+        assert [e["from_step"] for e in d["earlier"]] == [S1, 50, 60][: len(d["earlier"])]
+        again = Plan.from_record(RunRecord.from_json(run.record.to_json()), FakeClient(tables))
+        assert again.run_id == run.run_id
+        for step in (0, 45, 55, 61, 10**12):
+            assert np.array_equal(again.batch(step).moment, run.batch(step).moment)
+    assert not _in(fourth.batch(61), grasps=["ep0", "ep1", "ep3"], pushes=["ep1"]).any()
+
+
 def test_naming_only_excluded_episodes_or_too_many_is_refused(runs):
     _, first, _ = runs
     with pytest.raises(PlanError, match="already excludes every episode named"):
         first.exclude(episodes={"grasps": ["ep1"]}, from_step=40)
     with pytest.raises(PlanError, match="component 2 .* no moments left"):
         first.exclude(episodes={"grasps": ["ep2", "ep3"]}, from_step=40)
+
+
+def test_an_excluded_episode_named_again_from_an_earlier_step_goes_from_that_step(runs):
+    """first excludes grasps' ep1 from step 30; naming it again from step 10 excludes it from
+    step 10. It was taken as already excluded and left out, so steps 10..29 still drew it
+    (and naming only it was refused as changing nothing)."""
+    parent, first, _ = runs
+    again = first.exclude(episodes={"grasps": ["ep1"]}, from_step=10)
+    assert again.record.to_dict()["derived"]["episodes"] == {"grasps": ["ep1"]}
+    both = first.exclude(episodes={"grasps": ["ep1", "ep3"]}, from_step=10)
+    assert both.record.to_dict()["derived"]["episodes"] == {"grasps": ["ep1", "ep3"]}
+    changed = 0
+    for step in [*range(0, 40), 10**12]:
+        f, a = first.batch(step), again.batch(step)
+        if step < 10:
+            assert np.array_equal(f.moment, a.moment)
+            continue
+        assert not _in(a, grasps=["ep1"]).any() and not _in(both.batch(step), grasps=["ep1"]).any()
+        bad = _in(f, grasps=["ep1"])
+        assert np.array_equal(f.moment[~bad], a.moment[~bad])  # only ep1's slots change
+        changed += int(bad.sum())
+    assert changed > 0
+    with pytest.raises(PlanError, match="already excludes every episode named"):
+        first.exclude(episodes={"grasps": ["ep1"]}, from_step=S1)  # from the same step: nothing
 
 
 @pytest.fixture(scope="module")

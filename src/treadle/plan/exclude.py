@@ -26,7 +26,7 @@ redraws of the exclusions that started at or before it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -124,8 +124,9 @@ def exclusion_of(
     each episode; no ``plan``: every row is one). An episode the
     run never draws (outside ``episodes=``, no row matching ``where=``, shorter than the
     windows) is an error, as one already excluded is. ``earlier``: the exclusion of the run
-    this one derives from (names it already excludes are left out of the new stage; naming
-    only those is an error)."""
+    this one derives from (names it already excludes from ``from_step`` or before are left
+    out of the new stage; naming only those is an error; one it excludes only from a later
+    step is this stage's too, so it goes from ``from_step``)."""
     if isinstance(from_step, bool) or not isinstance(from_step, (int, np.integer)):
         raise PlanError(f"from_step must be an integer >= 0, got {from_step!r}")
     if from_step < 0:
@@ -133,22 +134,26 @@ def exclusion_of(
     if not isinstance(episodes, Mapping) or not episodes:
         raise PlanError(f"episodes must be {{table: [episode names]}}, got {episodes!r}")
     out, moments = [], 0
-    before = {} if earlier is None else earlier.cumulative()
+    before = {} if earlier is None else excluded_since(earlier)
     for table, names in episodes.items():
         if table not in table_names:
             raise PlanError(f"exclude: table {table!r} is not read by this run ({table_names})")
         if isinstance(names, (str, bytes)) or not isinstance(names, Sequence) or not names:
             raise PlanError(f"exclude: episodes of {table!r} must be a list of names")
-        idx = episode_index[table_names.index(table)]
-        known = {n: i for i, n in enumerate(idx.names)}
+        # a name pinned twice (two branches or versions): the episode goes from each of them
+        pinned = [i for i, t in enumerate(table_names) if t == table]
+        known = [{n: e for e, n in enumerate(episode_index[i].names)} for i in pinned]
         new = []
         for n in dict.fromkeys(names):  # an episode named twice is excluded (and counted) once
-            if n not in known:
+            if not any(n in k for k in known):
                 raise PlanError(f"exclude: table {table!r} has no episode {n!r}")
-            if n not in before.get(table, ()):
-                lo = int(idx.starts[known[n]])
-                hi = lo + int(idx.lengths[known[n]])
-                drawn = hi - lo if plan is None else anchors_in(plan, table, lo, hi)
+            if before.get((table, n), from_step + 1) > from_step:  # not yet excluded by then
+                drawn = 0
+                for i, k in zip(pinned, known):
+                    if n in k:
+                        lo = int(episode_index[i].starts[k[n]])
+                        hi = lo + int(episode_index[i].lengths[k[n]])
+                        drawn += hi - lo if plan is None else anchors_in(plan, i, lo, hi)
                 if not drawn:
                     raise PlanError(
                         f"exclude: episode {n!r} of table {table!r}: run {parent} never draws "
@@ -161,16 +166,28 @@ def exclusion_of(
             out.append((table, tuple(sorted(new))))
     if not out:
         raise PlanError(f"exclude: run {parent} already excludes every episode named")
-    stages = () if earlier is None else earlier.stages
+    # flat: each earlier stage once, without its own earlier ones (a chain does not read back)
+    stages = () if earlier is None else tuple(replace(e, earlier=()) for e in earlier.stages)
     return Exclusion(parent, int(from_step), tuple(sorted(out)), moments, stages)
 
 
-def anchors_in(plan: Any, table: str, lo: int, hi: int) -> int:
-    """Moments among rows ``lo .. hi-1`` of ``table`` that are an eligible anchor of some
-    component of ``plan`` reading it (each counted once): what excluding them removes."""
+def excluded_since(exclusion: Exclusion) -> dict[tuple[str, str], int]:
+    """(table, episode) -> the first step from which a stage of ``exclusion`` excludes it."""
+    out: dict[tuple[str, str], int] = {}
+    for st in exclusion.stages:
+        for t, names in st.episodes:
+            for n in names:
+                out[(t, n)] = min(out.get((t, n), st.from_step), st.from_step)
+    return out
+
+
+def anchors_in(plan: Any, table: int, lo: int, hi: int) -> int:
+    """Moments among rows ``lo .. hi-1`` of the run's ``table``-th pinned table that are an
+    eligible anchor of some component of ``plan`` reading it (each counted once): what
+    excluding them removes."""
     firsts, stops = [], []
     for c, comp in enumerate(plan.record.components):
-        if plan.record.tables[comp.table].name == table:
+        if comp.table == table:
             first, stop = plan.anchor_runs(c)
             i0 = max(int(np.searchsorted(first, lo, side="right")) - 1, 0)
             i1 = int(np.searchsorted(first, hi, side="left"))
@@ -191,7 +208,7 @@ class Redraw:
         exclusion: Exclusion,
         seed: int,
         component_tables: Sequence[str],
-        episode_of: Mapping[str, Any],
+        component_episodes: Sequence[Any],
         anchors: Sequence[tuple[np.ndarray, np.ndarray]],
         stage: int = 0,
         near: Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None = None,
@@ -201,8 +218,8 @@ class Redraw:
         stage's slots are the earlier stage's to redraw, from its own step)."""
         self.from_step = exclusion.stages[stage].from_step
         own = dict(exclusion.stages[stage].episodes)
-        self.hits = _ranges(component_tables, episode_of, own)
-        ranges = _ranges(component_tables, episode_of, exclusion.cumulative(stage))
+        self.hits = _ranges(component_tables, component_episodes, own)
+        ranges = _ranges(component_tables, component_episodes, exclusion.cumulative(stage))
         self._out, self._near = ranges, near  # near(comp, draw, attempt): a block shuffle's
         firsts, begins, ends, kept = [], [], [], []
         base = 0
@@ -275,15 +292,19 @@ Ranges = tuple[np.ndarray, np.ndarray]
 
 
 def _ranges(
-    component_tables: Sequence[str], episode_of: Mapping[str, Any], names: Mapping[str, Any]
+    component_tables: Sequence[str], component_episodes: Sequence[Any], names: Mapping[str, Any]
 ) -> dict[int, Ranges]:
-    """Per component reading a table of ``names``, its episodes' rows as sorted ranges."""
+    """Per component reading a table of ``names``, the rows of those of its episodes that its
+    own pinned table has (a name pinned twice may have an episode in one only), as sorted
+    ranges."""
     out = {}
     for c, table in enumerate(component_tables):
         if table in names:
-            idx = episode_of[table]
+            idx = component_episodes[c]
             pos = {n: i for i, n in enumerate(idx.names)}
-            rows = [pos[n] for n in names[table]]
+            rows = [pos[n] for n in names[table] if n in pos]
+            if not rows:
+                continue
             lo = np.asarray(idx.starts, np.int64)[rows]
             hi = lo + np.asarray(idx.lengths, np.int64)[rows]
             order = np.argsort(lo)
@@ -316,7 +337,7 @@ class KeptView:
                 starts = np.asarray(eps.starts, np.int64)
                 pos = {n: i for i, n in enumerate(eps.names)}
                 out = np.isin(np.searchsorted(starts, first, side="right") - 1,
-                              [pos[n] for n in names[table]])  # fmt: skip
+                              [pos[n] for n in names[table] if n in pos])  # fmt: skip
                 first, stop = first[~out], stop[~out]
             self._runs.append((first, stop))
 

@@ -136,12 +136,14 @@ class Plan:
 
     def _redraws(self) -> list[Redraw]:  # one per exclusion stage, oldest first
         names = [t.name for t in self._record.tables]
-        episode_of = dict(zip(names, self._table_episodes()))
+        episodes = self._table_episodes()
+        # each component's own pinned table: two of one name (branches, versions) differ
+        of = [episodes[c.table] for c in self._record.components]
         tables = [names[c.table] for c in self._record.components]
         assert (d := self._record.derived) is not None
         anchors = [self.anchor_runs(c) for c in range(len(tables))]
         near = None if self._record.shuffle is None else self._near  # within the segment
-        return [Redraw(d, self._record.seed, tables, episode_of, anchors, stage=k, near=near)
+        return [Redraw(d, self._record.seed, tables, of, anchors, stage=k, near=near)
                 for k in range(len(d.stages))]  # fmt: skip
 
     def _near(self, comp: np.ndarray, draw: np.ndarray, attempt: int) -> np.ndarray:
