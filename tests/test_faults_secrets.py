@@ -153,6 +153,7 @@ def test_proxy_password_stays_out_of_reprs(secret_server):
         (f"https://acct.blob.core.windows.net/c?sig={SECRET}", "https://acct.blob.core.windows.net/c?***"),
         (f"http://user:{SECRET}@127.0.0.1:9/store", "http://***@127.0.0.1:9/store"),
     ],
+    ids=["s3-userinfo", "gs-userinfo", "az-sas", "s3-presigned", "https-sas", "http-userinfo"],
 )  # fmt: skip
 def test_a_root_url_with_credentials_is_refused_without_showing_them(root, shown, tmp_path):
     # s3:// took the user:password@ part silently (and ignored it), then printed it in the
