@@ -17,6 +17,8 @@ import json
 
 import pyarrow as pa
 
+from treadle.table.defaults import is_added
+
 __all__ = ["NULLS_KEY", "merge_nulls", "recorded_nulls", "with_nulls", "without_nulls"]
 
 NULLS_KEY = b"treadle:nulls"
@@ -35,9 +37,16 @@ def _recording(schema: pa.Schema, names: set[str]) -> pa.Schema:
 
 
 def with_nulls(schema: pa.Schema, rows: pa.Table) -> pa.Schema:
-    """``schema`` recording the columns of ``rows`` that hold a null."""
+    """``schema`` recording the columns of ``rows`` that hold a null, but added ones (a plan
+    reads those for nulls anyway, and an append leaves them null where it has no value:
+    recording them would change the schema's metadata on such appends, which a table whose
+    columns were dropped cannot take before it is compacted)."""
     have = recorded_nulls(schema)
-    new = {name for name, col in zip(rows.column_names, rows.columns) if col.null_count}
+    new = {
+        name
+        for name, col in zip(rows.column_names, rows.columns)
+        if col.null_count and not (name in schema.names and is_added(schema.field(name)))
+    }
     return schema if new <= have else _recording(schema, have | new)
 
 
