@@ -476,12 +476,7 @@ _EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 4 4\n0 0 moveto showpage\n%
 @pytest.mark.parametrize("data", [_tga_bytes(), _EPS], ids=["tga", "eps"])
 def test_only_image_formats_are_decoded_whatever_the_bytes(tmp_path, client, data):
     # the bytes pick Pillow's plugin, not the member's name: EPS runs Ghostscript
-    shard = tmp_path / "odd.tar"
-    with tarfile.open(shard, "w") as tar:
-        for name, value in (("s.jpg", data), ("s.cls", b"1")):
-            ti = tarfile.TarInfo(name)
-            ti.size = len(value)
-            tar.addfile(ti, io.BytesIO(value))
+    shard = _tar(tmp_path / "odd.tar", {"s.jpg": data, "s.cls": b"1"})
     with pytest.raises(CorruptData, match=r"odd.tar.* .jpg: cannot decode jpg: not a JPEG, PNG"):
         import_wds(str(shard), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
@@ -505,12 +500,7 @@ def _npy_header(descr, shape, payload=64):
 def test_npy_headers_are_checked_against_their_bytes(tmp_path, client, data, match):
     # NumPy allocated the claimed 16 TiB (a MemoryError), and an S0 array of 2**40 empty
     # strings hung the import in np.stack
-    shard = tmp_path / "npy.tar"
-    with tarfile.open(shard, "w") as tar:
-        for name, value in (("s.npy", data), ("s.cls", b"1")):
-            ti = tarfile.TarInfo(name)
-            ti.size = len(value)
-            tar.addfile(ti, io.BytesIO(value))
+    shard = _tar(tmp_path / "npy.tar", {"s.npy": data, "s.cls": b"1"})
     with pytest.raises(
         CorruptData, match=r"npy.tar, sample 's': member .npy: its header says " + match
     ):
