@@ -440,3 +440,18 @@ def test_lerobot_windows_read_image_features_as_cameras(store):
     m = moments[3]
     want = torch.from_numpy(_rgb(values[m]).copy()).permute(2, 0, 1).float() / 255
     np.testing.assert_array_equal(got["cam"][3, 1], want.numpy())
+
+
+def test_only_jpeg_png_and_webp_reach_pillow_plugins(monkeypatch):
+    """Pillow picks its plugin from the bytes: a value holding EPS reached the EPS plugin
+    (which hands files to Ghostscript) before the format was checked."""
+    from PIL import EpsImagePlugin
+
+    from treadle.video.image_decode import image_header
+
+    reached = []
+    monkeypatch.setattr(EpsImagePlugin.EpsImageFile, "_open", lambda self: reached.append(1))
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 4 4\n0 0 moveto showpage\n%%EOF\n"
+    with pytest.raises(CorruptData, match="frame 3: not a decodable image"):
+        image_header(eps, "frame 3")
+    assert reached == []

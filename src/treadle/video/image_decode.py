@@ -80,7 +80,7 @@ def _open(data: Any, where: str) -> Any:
     try:
         with warnings.catch_warnings():  # the bound below refuses bombs, not Pillow's warning
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
+            img = Image.open(io.BytesIO(data), formats=FORMATS)  # EPS: Ghostscript
     except Image.DecompressionBombError as e:
         raise CorruptData(f"{where}: refused, a possible decompression bomb ({e})") from None
     except Exception as e:  # Pillow raises many types for damaged bytes
