@@ -279,6 +279,32 @@ def test_an_append_after_a_drop_leaves_an_added_column_null_without_a_conflict(t
         td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
 
 
+def test_a_store_made_again_at_its_path_is_looked_at_again_for_nulls(tmp_path):
+    """Null rows found once were kept per process by (table URI, version, column): a store
+    removed and written again at its path, to the same version, was judged by the first
+    one's nulls (here a null that is no longer there refused the plan)."""
+    import shutil
+
+    def plan(t):
+        comp = td.Component(t, td.Windows({"label": td.Rows([0])}))
+        return td.Recipe(seed=0, batch_size=2, components=[comp]).plan()
+
+    (tmp_path / "s").mkdir()
+    t = td.Client(str(tmp_path / "s")).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(4.0)}, episode="e0", fps=10)
+    t.add_column("label", {"e0": 1.0})
+    t.append_episode({"x": np.arange(4.0)}, episode="late", fps=10)  # label: null
+    with pytest.raises(td.PlanError, match="'label' of table 't' is null at episode 'late'"):
+        plan(t)
+    shutil.rmtree(tmp_path / "s")
+    (tmp_path / "s").mkdir()
+    t = td.Client(str(tmp_path / "s")).project("p").branch().table("t")
+    t.append_episode({"x": np.arange(4.0)}, episode="e0", fps=10)
+    t.append_episode({"x": np.arange(4.0)}, episode="late", fps=10)
+    t.add_column("label", {"e0": 1.0, "late": 2.0})  # the same version number, no null
+    assert plan(t).eligible(0) == 8
+
+
 def test_delete_counts_each_episode_once_and_nothing_is_no_commit(tmp_path):
     """A name given twice was one episode deleted and a commit saying 'delete 2
     episodes'; an empty list made an empty commit."""

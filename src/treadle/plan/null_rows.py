@@ -13,14 +13,15 @@ recorded by a write that held one (:mod:`treadle.table.null_columns`: Arrow's nu
 no row read), so a plan over columns that never held one reads nothing; image columns read by
 ``td.Video`` only when their writes recorded a null (:mod:`treadle.table.image_sizes`),
 which also records the first value that is not an image, or not of the first one's bit
-depth: a window that reads it is refused too. A table version is immutable: what a version
-holds is kept per process, keyed by its URI, version and column.
+depth: a window that reads it is refused too. What a column holds is kept with the pinned
+:class:`~treadle.table.table.Table` it was read through (a version is immutable; a URI and a
+version number are not enough: a store removed and written again reuses them).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +30,7 @@ import pyarrow as pa
 from treadle.errors import PlanError, TreadleError
 from treadle.plan.column_kinds import batch_column_kind, default_columns
 from treadle.plan.windows import Rows, Video, Windows
-from treadle.table.defaults import ADDED_KEY
+from treadle.table.defaults import is_added
 from treadle.table.image_sizes import recorded_images
 from treadle.table.null_columns import recorded_nulls
 
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
 
 Runs = tuple[np.ndarray, np.ndarray]
 
-_MAX_KEPT = 256
-_kept: OrderedDict[tuple[str, int, str], Runs] = OrderedDict()
+_kept: weakref.WeakKeyDictionary[Table, dict[str, Runs]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -68,7 +68,7 @@ def _reads(table: Table, windows: Windows | None) -> list[tuple[str, tuple[int, 
             kind = batch_column_kind(table, field)
         except TreadleError:
             continue  # check_windows says so, naming the component
-        maybe = ADDED_KEY in (field.metadata or {}) or col in written
+        maybe = is_added(field) or col in written
         if kind in ("scalar", "tensor") and maybe:
             out.append((col, tuple(offsets), bool(pad)))
     return out
@@ -76,9 +76,8 @@ def _reads(table: Table, windows: Windows | None) -> list[tuple[str, tuple[int, 
 
 def null_runs(table: Table, column: str) -> Runs:
     """The rows of ``column`` that are null, as sorted runs ``(begin, end)``."""
-    key = (str(table.uri), int(table.version), column)
     with _lock:
-        hit = _kept.get(key)
+        hit = _kept.get(table, {}).get(column)
     if hit is not None:
         return hit
     begins, ends, base = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
@@ -95,9 +94,7 @@ def null_runs(table: Table, column: str) -> Runs:
         raise table.read_error(e, f"reading column {column!r} of {table!r}") from None
     runs = (np.concatenate(begins), np.concatenate(ends))
     with _lock:
-        _kept[key] = runs
-        while len(_kept) > _MAX_KEPT:
-            _kept.popitem(last=False)
+        _kept.setdefault(table, {})[column] = runs
     return runs
 
 
@@ -145,7 +142,7 @@ def check_null_rows(
         row = min(found)
         i = int(np.searchsorted(starts, row, side="right")) - 1
         total = int((nulls[1] - nulls[0]).sum())
-        added = ADDED_KEY in (table.schema.field(col).metadata or {})
+        added = is_added(table.schema.field(col))
         why = " (it was added without default=, then episodes were appended)" if added else ""
         raise PlanError(
             f"{label}: column {col!r} of table {table.name!r} is null at episode "
