@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("treadle")
 
+#: bytes a moment costs besides its values (the episode and frame columns, offsets): the
+#: HDF5 and Zarr importers count it against ``max_episode_bytes``, so a source of many
+#: empty moments is bounded too
+ROW_BYTES = 32
 #: (episode name, columns for append_episode, rows, bytes read)
 Episode = tuple[str, dict[str, Any], int, int]
 #: episodes(unit indices, local copies, camera report) -> episodes in order; a unit is a

@@ -31,12 +31,10 @@ from typing import Any
 import numpy as np
 
 from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput
+from treadle.importers.episodic import ROW_BYTES
 from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera
 
 _DEMO = re.compile(r"demo_(\d+)")
-#: bytes a moment costs besides its datasets' (the episode and frame columns, offsets):
-#: counted against ``max_episode_bytes``, so a demo of many empty moments is bounded too
-ROW_BYTES = 32
 
 
 @dataclass

@@ -26,7 +26,13 @@ import numpy as np
 from treadle.errors import CorruptData, MissingDependency, SchemaMismatch, UnsupportedFormat
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.cameras import Reports, camera_value, check_camera_mode, is_camera
-from treadle.importers.episodic import Episode, LocalCopies, SourceMeta, import_episodes
+from treadle.importers.episodic import (
+    ROW_BYTES,
+    Episode,
+    LocalCopies,
+    SourceMeta,
+    import_episodes,
+)
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source, split_url
 
@@ -38,8 +44,6 @@ INSTALL = "pip install 'treadle[zarr]'"
 MAX_EPISODE_BYTES = 4 << 30
 #: episodes per executor task (each task opens the store once: on an object store, a copy)
 EPISODES_PER_TASK = 16
-#: bytes a moment costs besides its arrays' (counted against ``max_episode_bytes``)
-ROW_BYTES = 32
 #: the most episodes ``meta/episode_ends`` may list (it is read whole)
 MAX_EPISODES = 10_000_000
 
