@@ -144,9 +144,9 @@ class _Racing:
     def __init__(self, store, after):
         self.store, self.after, self.url = store, after, store.url
 
-    def get_ranges(self, reqs):
+    def get_ranges(self, reqs, copy=True):
         self.after()
-        return self.store.get_ranges(reqs)
+        return self.store.get_ranges(reqs, copy)
 
 
 def test_a_fetch_cut_by_forget_keeps_the_bound(source, boot, tmp_path):

@@ -207,7 +207,7 @@ def test_two_processes_share_one_folder(source, tmp_path):
 class _Failing:
     url = "failing://"
 
-    def get_ranges(self, reqs):
+    def get_ranges(self, reqs, copy=True):
         raise OSError("link down")
 
 

@@ -2,6 +2,7 @@
 end in the order they were reserved; a failure and a close give the room back."""
 
 import threading
+from collections import deque
 
 import pytest
 
@@ -146,3 +147,28 @@ def test_a_close_tells_no_round_past_one_never_fetched():
     d.join(10)
     assert got == [(1, None)]
     assert store.abandoned == [[("obj", [2])], [("obj", [])]]
+
+
+class _CountedRounds(deque):
+    """The rounds' queue, counting its walks (each idle thread woken walks it once)."""
+
+    walks = 0
+
+    def __iter__(self):
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_a_round_with_nothing_to_fetch_wakes_no_download_thread():
+    """Most rounds fetch nothing (every chunk present); each woke all eight idle threads,
+    each of which took the GIL from the reader to find nothing to do (issue 48's bench)."""
+    got, _, ended = ended_log()
+    d = Downloads(Store(), ended, threads=8)
+    threading.Event().wait(0.2)  # every thread waits for a round
+    d._rounds = _CountedRounds(d._rounds)
+    for last in range(50):
+        d.submit(last, [("s", [("obj", [])])])  # nothing to fetch
+        threading.Event().wait(0.002)  # room for any thread woken to look
+    d.close()
+    assert got == [(last, None) for last in range(50)]
+    assert _CountedRounds.walks < 10  # a thread at close; before: 8 a round (400)

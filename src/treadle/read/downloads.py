@@ -48,7 +48,12 @@ class Downloads:
     def __init__(self, chunks: ChunkStore, ended: Callable[[int, BaseException | None], None],
                  threads: int = IN_FLIGHT) -> None:  # fmt: skip
         self.chunks, self._ended = chunks, ended
-        self._cond = threading.Condition()
+        # one lock, two conditions: a round queued wakes one idle thread (waking all of them
+        # for every round, most of which fetch nothing, took the GIL from the reader a
+        # dozen times a step); a round's end wakes the stage's thread (room, drain)
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._queued = threading.Condition(lock)
         self._rounds: deque[_Round] = deque()
         self._stop = False
         self._threads = [
@@ -71,7 +76,8 @@ class Downloads:
                 self._rounds.append(_Round(last, reserved, state=2 if empty else 0))
                 if empty:
                     self._end_in_order()
-                self._cond.notify_all()
+                else:
+                    self._queued.notify()
                 return
         self.abandon(reserved)
 
@@ -100,6 +106,7 @@ class Downloads:
             cut = next((i for i, r in enumerate(self._rounds) if r.state == 0), len(self._rounds))
             dropped = [self._rounds.pop() for _ in range(len(self._rounds) - cut)][::-1]
             self._cond.notify_all()
+            self._queued.notify_all()
         for r in dropped:
             self.abandon(r.reserved)
 
@@ -110,7 +117,7 @@ class Downloads:
     def _work(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._stop or any(r.state == 0 for r in self._rounds))
+                self._queued.wait_for(lambda: self._stop or any(r.state == 0 for r in self._rounds))
                 todo = next((r for r in self._rounds if r.state == 0), None)
                 if todo is None:  # stopped, nothing queued
                     return

@@ -280,7 +280,7 @@ class ChunkStore:
             return
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         try:
-            for obj, r, buf in zip(where, reqs, store.get_ranges(reqs)):
+            for obj, r, buf in zip(where, reqs, store.get_ranges(reqs, copy=False)):
                 os.pwrite(obj.fd, buf, r.start)
             if self._flush:  # else the folder is of this boot only (chunkfiles.same_boot)
                 for obj, _ in reserved:

@@ -296,8 +296,10 @@ class Store:
             if not missing_object(e):
                 raise self._error("delete", key, e) from None
 
-    def get_ranges(self, requests: Sequence[RangeRequest]) -> list[bytes]:
-        """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced."""
+    def get_ranges(self, requests: Sequence[RangeRequest], copy: bool = True) -> list[Any]:
+        """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced.
+        ``copy=False``: obstore's buffers (any bytes-like use, e.g. ``os.pwrite``), not ``bytes``
+        (a copy of each, made holding the GIL)."""
         self._claim("read", requests[0].key if requests else "")
         if not requests:
             return []
@@ -320,7 +322,7 @@ class Store:
         out: list[bytes] = [b""] * len(requests)
         for idx, bufs in _Loop.run(_Loop.gather([one(k, v) for k, v in by_key.items()])):
             for i, b in zip(idx, bufs):
-                out[i] = b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
+                out[i] = b if not copy else b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
         return out
 
     def download(self, key: str, fd: int, size: int, part: int, parallel: int) -> None:
