@@ -490,3 +490,27 @@ def test_the_report_says_how_long_the_reader_waited_for_fetches(roots, small_cac
     assert lookahead_mod.LAST == loader.lookahead_stage.report() | {
         "reader_waited": lookahead_mod.LAST["reader_waited"]
     }  # the rest as counted
+
+
+@pytest.mark.s3
+def test_a_steps_chunks_of_every_table_are_reserved_under_one_lock(roots, small_caches,
+                                                                  monkeypatch):  # fmt: skip
+    """A step's chunks of both tables are reserved in one call (one lock of the node's
+    folder, a few system calls each of which lets other threads take the GIL): it was one a
+    table, 26 a step for an OXE-sized mix. Batches are those of local disk."""
+    from treadle.storage import chunkstore
+
+    local, s3 = roots
+    real, calls = chunkstore.ChunkStore.reserve, []
+
+    def reserve(self, wanted, now, at=None, defer=False):
+        calls.append((at, len(wanted)))
+        return real(self, wanted, now, at, defer)
+
+    monkeypatch.setattr(chunkstore.ChunkStore, "reserve", reserve)
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 * CHUNK))
+    loader, got = _run(s3, 12, lookahead=2)
+    same_batches(got, _run(local, 12)[1])
+    steps = [at for at, _ in calls if at is not None]
+    assert sorted(steps) == list(range(12))  # one reservation a step
+    assert max(n for at, n in calls if at is not None) == 2  # both tables' chunks at once

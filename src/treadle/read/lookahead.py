@@ -288,8 +288,8 @@ class Lookahead:
         return dict(zip(steps, needs))
 
     def _fetch(self, steps: list[int], now: int) -> Fetches:
-        """Reserve the chunks of ``steps`` (each held for its step): what to download, in
-        one round of range requests per store."""
+        """Reserve the chunks of ``steps`` (each held for its step; a step's objects under
+        one lock of the folder): what to download, in one round of range requests per store."""
         reserved = self.owed.take()  # for owed chunks: nearer steps than those entering
         try:
             if unplanned := [st for st in steps if st not in self._planned]:
@@ -298,13 +298,13 @@ class Lookahead:
                 need = self._planned.pop(step)
                 with self._cond:
                     self._needs[step] = need
-                for store, obj, ids in need:
-                    got, skip = self.chunks.reserve([(obj, ids.tolist(), [step] * len(ids))],
-                                                    now, at=step, defer=True)  # fmt: skip
-                    reserved.setdefault(id(store), (store, []))[1].append((obj, got[0]))
-                    self.owed.add(step, store, obj, skip[0])
+                wanted = [(obj, ids.tolist(), [step] * len(ids)) for _, obj, ids in need]
+                got, skip = self.chunks.reserve(wanted, now, at=step, defer=True)
+                for (store, obj, ids), kept, skipped in zip(need, got, skip):
+                    reserved.setdefault(id(store), (store, []))[1].append((obj, kept))
+                    self.owed.add(step, store, obj, skipped)
                     self._asked += len(ids)
-                    self._skipped += len(skip[0])
+                    self._skipped += len(skipped)
         except BaseException:
             self._downloads.abandon(list(reserved.values()))
             raise
