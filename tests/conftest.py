@@ -19,6 +19,10 @@ HF_HOME = tempfile.mkdtemp(prefix="treadle-tests-hf-")
 os.environ["HF_HOME"] = HF_HOME
 os.environ["HF_DATASETS_CACHE"] = os.path.join(HF_HOME, "datasets")
 os.environ["HF_LEROBOT_HOME"] = os.path.join(HF_HOME, "lerobot")
+# torch's compile cache too, inherited by the processes tests start: it was
+# /tmp/torchinductor_<user> (made when torchvision, Lightning or torch.compile first asks)
+INDUCTOR = tempfile.mkdtemp(prefix="treadle-tests-inductor-")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = INDUCTOR
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -103,6 +107,7 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     shutil.rmtree(HF_HOME, ignore_errors=True)
+    shutil.rmtree(INDUCTOR, ignore_errors=True)
 
 
 _AZURITE = Path(__file__).parent / "azurite" / "node_modules" / ".bin" / "azurite-blob"

@@ -23,7 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.s3
 def test_bench_tiny_end_to_end(tmp_path):
     out = tmp_path / "results"
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    # its temporary files in the test's folder: MosaicML Streaming's file locks
+    # (/tmp/000000_cache_filelock, ...) and SPDL's glog files (/tmp/__main__.py.<host>.*,
+    # named after `python -m`'s __main__.py) were left in /tmp ("t": a short path, as
+    # SeaweedFS's unix sockets in it must be)
+    (tmp_path / "t").mkdir()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "TMPDIR": str(tmp_path / "t")}
     cmd = [sys.executable, "-m", "treadle.cli", "bench", "--tiny", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -305,6 +305,40 @@ def test_a_store_made_again_at_its_path_is_looked_at_again_for_nulls(tmp_path):
     assert plan(t).eligible(0) == 8
 
 
+def test_a_scan_over_nulls_is_refused_before_its_first_batch(tmp_path):
+    """ScanDataset over a column added without default= (then episodes appended) or set
+    null by update() read batches until the first null row, then failed mid-epoch with an
+    error naming neither episode nor row; it is refused when made, naming them, and a
+    filter that leaves the nulls out scans. Strings arrive as None. (EvalLoader plans its
+    component, so it was refused already.)"""
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    for e in range(3):
+        t.append_episode({"x": np.arange(4.0)}, episode=f"e{e}", fps=10)
+    t.add_column("score", {f"e{e}": float(e) for e in range(3)})
+    t.add_column("vec", np.ones((12, 2), np.float32))
+    t.add_column("label", {f"e{e}": "a" for e in range(3)})
+    t.append_episode({"x": np.arange(4.0)}, episode="late", fps=10)
+    for col in ("score", "vec"):
+        with pytest.raises(
+            td.PlanError, match=f"'{col}' of table 't' is null at episode 'late', frame 0 .row 12"
+        ):
+            td.ScanDataset(t.pin().scan_request(["x", col]), batch_size=4)
+    with pytest.raises(td.PlanError, match="'score' of table 't' is null at episode 'late'"):
+        td.EvalLoader(td.Component(t, td.Windows({"score": td.Rows([0])})), 4)
+    ok = td.ScanDataset(t.pin().scan_request(["score"], filter="score IS NOT NULL"), 4)
+    assert torch.cat([b["score"] for b in ok]).tolist() == [0.0] * 4 + [1.0] * 4 + [2.0] * 4
+    labels = [v for b in td.ScanDataset(t.pin().scan_request(["label"]), 4) for v in b["label"]]
+    assert labels == ["a"] * 12 + [None] * 4
+    t.update({"score": 7.0}, where="score IS NULL")
+    t.update({"score": None}, where="episode = 'e1' AND frame = 2")
+    with pytest.raises(td.PlanError, match="'score' .* null at episode 'e1', frame 2 .row 6"):
+        td.ScanDataset(t.pin().scan_request(["score"]), batch_size=4, shuffle=True)
+    scan = td.ScanDataset(t.pin().scan_request(["score"], filter="episode != 'e1'"), 4)
+    assert (
+        sorted(torch.cat([b["score"] for b in scan]).tolist()) == [0.0] * 4 + [2.0] * 4 + [7.0] * 4
+    )
+
+
 def test_delete_counts_each_episode_once_and_nothing_is_no_commit(tmp_path):
     """A name given twice was one episode deleted and a commit saying 'delete 2
     episodes'; an empty list made an empty commit."""

@@ -515,6 +515,45 @@ def test_a_sqlite_bag_of_compressed_messages_inflates_through_the_cap(tmp_path):
     np.testing.assert_array_equal(_column(t, "cmd"), np.arange(20.0))
 
 
+@pytest.mark.parametrize("storage", ["SQLITE3", "MCAP"])
+def test_a_file_compressed_bag_inflates_to_a_capped_temporary_file(tmp_path, monkeypatch, storage):
+    """A rosbag2 bag in "file" compression (each storage file zstd-compressed whole) was
+    inflated to a temporary file with no bound: a few KB could fill the disk. It inflates to
+    at most 4 x max_episode_bytes (the file holds topics the import leaves out too); past
+    that, an UnsafeInput naming the bag and its file, and the temporary file is gone."""
+    import tempfile
+
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.rosbag2.enums import CompressionFormat, CompressionMode
+
+    ts = get_typestore(Stores.ROS2_HUMBLE)
+    f64, u8 = "std_msgs/msg/Float64", "std_msgs/msg/UInt8MultiArray"
+    path = tmp_path / "zfile"
+    w = Writer(path, version=9, storage_plugin=StoragePlugin[storage])
+    w.set_compression(CompressionMode.FILE, CompressionFormat.ZSTD)
+    with w:
+        conn = w.add_connection("/cmd", f64, typestore=ts)
+        big = w.add_connection("/big", u8, typestore=ts)  # a topic the import leaves out
+        for i in range(20):
+            w.write(conn, 10**9 + i * 10**8, ts.serialize_cdr(ts.types[f64](data=float(i)), f64))
+        zeros = ts.types[u8](layout=ts.types["std_msgs/msg/MultiArrayLayout"](dim=[],
+                             data_offset=0), data=np.zeros(4 << 20, np.uint8))  # fmt: skip
+        w.write(big, 10**9, ts.serialize_cdr(zeros, u8))
+    assert sum(f.stat().st_size for f in path.iterdir()) < 64 << 10
+    temp = tmp_path / "temp"  # where rosbags makes its temporary folder
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    kw = {"topics": {"/cmd": "cmd"}, "fps": 10, "align": {}, "stamp": {"/cmd": "log"}}
+    with pytest.raises(UnsafeInput, match=r"zfile: its file zfile\.\w+\.zstd inflates "
+                       r"past 4 x max_episode_bytes \(4,194,304 bytes"):  # fmt: skip
+        _import(path, tmp_path / "small", max_episode_bytes=1 << 20, **kw)
+    assert list(temp.iterdir()) == []
+    assert nothing_committed(Client(str(tmp_path / "small" / "store")).project("p"))
+    _, t = _import(path, tmp_path, **kw)
+    np.testing.assert_array_equal(_column(t, "cmd"), np.arange(20.0))
+    assert list(temp.iterdir()) == []
+
+
 def test_rerun_is_a_no_op_and_cli(bags, tmp_path, capsys):
     from treadle.cli import main
 

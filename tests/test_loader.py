@@ -103,6 +103,21 @@ def test_state_dict_resume_and_refusal(project):
             td.TrainLoader.from_state(bad, td.Client(root))
 
 
+def test_a_resumed_loader_needs_steps_again_and_its_docs_say_so(project):
+    """A state is {record, step}: a loader resumed without steps= ran forever, though the
+    original had steps=6, and neither state_dict's nor from_state's docstring said so."""
+    import re
+
+    root, branch = project
+    state = td.TrainLoader(recipe(branch).plan(), steps=6).state_dict()
+    state["step"] = 4
+    assert len(td.TrainLoader.from_state(state, td.Client(root), steps=6)) == 2
+    with pytest.raises(TypeError, match="without steps= has no length"):
+        len(td.TrainLoader.from_state(state, td.Client(root)))  # unbounded
+    for doc in (td.TrainLoader.state_dict.__doc__, td.TrainLoader.from_state.__doc__):
+        assert re.search(r"steps=.*again.*runs forever", " ".join(doc.split()))
+
+
 def test_workers_give_the_same_batches(project):
     _, branch = project
     plan = recipe(branch).plan()

@@ -76,3 +76,17 @@ def test_a_stopped_seaweed_leaves_no_sockets_in_tmp():
         folder = Path(s3.dir)
     left = [p for p in Path("/tmp").glob("seaweedfs-*.sock") if p.stem.rsplit("-", 1)[1] in ports]
     assert left == [] and not folder.exists()
+
+
+def test_a_seaweed_server_writes_its_logs_in_its_own_folder(tmp_path, monkeypatch):
+    """``weed`` writes glog files (``weed.<host>.<user>.log.INFO.<time>.<pid>``, links
+    ``weed.INFO``, ``weed.WARNING``) to the temporary folder unless given ``-logdir``: every
+    server of the suite left them in /tmp. Here the server's temporary folder is a test's."""
+    temp, own = tmp_path / "temp", tmp_path / "own"
+    temp.mkdir()
+    own.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # weed's (Go's os.TempDir), not this process's
+    with SeaweedS3(bucket="logs", workdir=str(own)) as s3:
+        Store.open(s3.url("x"), s3.storage_options()).put("o", b"x")
+        assert list(Path(s3.dir).glob("weed.*.log.INFO.*"))  # glog's files: here
+    assert list(temp.iterdir()) == []

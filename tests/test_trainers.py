@@ -20,8 +20,13 @@ BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow  # each test starts processes
 
 
-def _run(cmd: list[str], ok: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def _run(
+    cmd: list[str], tmp: Path, ok: bool = True, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """``cmd`` with ``tmp`` as its temporary folder: torchrun made /tmp/torchelastic_* (its
+    workers' log folder) and left it there."""
+    (tmp / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp / "tmp")}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
     if ok:
         assert out.returncode == 0, (cmd, out.stdout[-2000:], out.stderr[-4000:])
@@ -42,9 +47,10 @@ def test_torchrun_ddp_train_and_eval_with_a_collective_per_batch(tmp_path):
     """73 eval moments, batch 8, 2 ranks: the ranks had 10 and 9 batches (the per-batch
     all_reduce hung); now both have 10 and the metric equals one process's."""
     root = str(tmp_path / "store")
-    _run([sys.executable, str(EX / "ddp.py"), "--root", root, "--out", str(tmp_path / "1.json")])
+    _run([sys.executable, str(EX / "ddp.py"), "--root", root, "--out", str(tmp_path / "1.json")],
+         tmp_path)  # fmt: skip
     _run(_torchrun(2) + [str(EX / "ddp.py"), "--root", root, "--out", str(tmp_path / "2.json")],
-         timeout=240)  # fmt: skip
+         tmp_path, timeout=240)  # fmt: skip
     one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in (1, 2))
     assert (one["world"], two["world"]) == (1, 2)
     assert one["eval_samples"] == two["eval_samples"] == 73
@@ -57,11 +63,11 @@ def test_accelerate_two_processes_read_the_single_process_batches(tmp_path):
         pytest.skip("accelerate is not installed")
     root = str(tmp_path / "store")
     script = str(EX / "accelerate_train.py")
-    _run([sys.executable, script, "--root", root, "--out", str(tmp_path / "one")])
+    _run([sys.executable, script, "--root", root, "--out", str(tmp_path / "one")], tmp_path)
     launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
               "--main_process_port", _free_port()]  # fmt: skip
-    out = _run(launch + [script, "--root", root, "--out", str(tmp_path / "two")])
+    out = _run(launch + [script, "--root", root, "--out", str(tmp_path / "two")], tmp_path)
     assert "prepare(TrainLoader) returns it unchanged" in out.stdout + out.stderr
     one = json.loads((tmp_path / "one" / "rank0.json").read_text())
     parts = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -101,12 +107,12 @@ def test_lightning_resumes_mid_epoch_on_exactly_the_uninterrupted_batches(tmp_pa
     root = str(tmp_path / "store")
     script = [sys.executable, str(EX / "lightning_train.py"), "--root", root,
               "--devices", str(devices), "--out", str(tmp_path / "cut")]  # fmt: skip
-    killed = _run(script + ["--kill-at", "6"], ok=False)
+    killed = _run(script + ["--kill-at", "6"], tmp_path, ok=False)
     assert killed.returncode != 0  # os._exit(3) after step 6
     ckpts = sorted(p.name for p in (tmp_path / "cut" / "ckpt").glob("*.ckpt"))
     assert ckpts == ["epoch=0-step=4.ckpt"]
     before = {r: _steps(tmp_path / "cut" / f"rank{r}.jsonl") for r in range(devices)}
-    _run(script + ["--resume"])
+    _run(script + ["--resume"], tmp_path)
     for r in range(devices):
         want = _plan_batches(root, r, devices)
         assert before[r] == {s: want[s] for s in range(6)}

@@ -222,6 +222,7 @@ class SeaweedS3(_Server):
         )
         args = [
             weed_binary(),
+            f"-logdir={self.dir}",  # glog's files, else in /tmp (weed.<host>.<user>.log.*)
             "mini",
             f"-dir={self.dir}",
             "-ip=127.0.0.1",

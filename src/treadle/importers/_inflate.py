@@ -53,6 +53,13 @@ class _Capped(io.RawIOBase):
         super().close()
 
 
+def cap_stream(inner: Any, limit: int, too_big: str) -> BinaryIO:
+    """``inner`` (a readable binary stream) read through a buffer, raising
+    :class:`UnsafeInput` (``too_big``) once more than ``limit`` bytes came out of it;
+    closing it closes ``inner``."""
+    return io.BufferedReader(_Capped(inner, limit, too_big), 1 << 20)
+
+
 def open_capped(f: io.BufferedReader, limit: int, where: str, option: str) -> BinaryIO:
     """``f``, decompressed if it starts with a gzip/bzip2/xz header, capped at ``limit`` bytes.
 
@@ -69,7 +76,7 @@ def open_capped(f: io.BufferedReader, limit: int, where: str, option: str) -> Bi
         f"{where} ({kind}) inflates to more than {limit:,} bytes ({option}); refused as a "
         f"possible decompression bomb (raise {option} if you trust it)"
     )
-    return io.BufferedReader(_Capped(inner, limit, msg), 1 << 20)
+    return cap_stream(inner, limit, msg)
 
 
 def inflate(algo: str, data: bytes, raw_size: int, where: str) -> bytes:

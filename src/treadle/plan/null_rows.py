@@ -122,10 +122,18 @@ def _first_read(
 
 
 def check_null_rows(
-    table: Table, episodes: Any, windows: Windows | None, anchors: Runs, label: str
+    table: Table,
+    episodes: Any,
+    windows: Windows | None,
+    anchors: Runs,
+    label: str,
+    *,
+    reader: str = "a window",
+    out: str = "leave those moments out (where=, episodes=)",
 ) -> None:
     """:class:`PlanError` when a window of one of ``anchors`` reads a null value of a
-    number or tensor column (which a batch cannot hold), naming the episode and frame."""
+    number or tensor column (which a batch cannot hold), naming the episode, frame and row
+    (``reader`` and ``out``: what reads it and the way out, in that error)."""
     if not len(anchors[0]) or not hasattr(type(table), "dataset"):
         return  # a stand-in with no rows (simulate's tables, the planner's tests)
     starts = np.asarray(episodes.starts, np.int64)
@@ -146,11 +154,28 @@ def check_null_rows(
         why = " (it was added without default=, then episodes were appended)" if added else ""
         raise PlanError(
             f"{label}: column {col!r} of table {table.name!r} is null at episode "
-            f"{episodes.names[i]!r}, frame {row - int(starts[i])} (null rows in version "
-            f"{table.version}: {total}){why}, and a window reads it, which a batch cannot "
-            f'hold: fill them (table.update({{{col!r}: value}}, where="{col} IS NULL")), '
-            "or leave those moments out (where=, episodes=)"
+            f"{episodes.names[i]!r}, frame {row - int(starts[i])} (row {row}; null rows in "
+            f"version {table.version}: {total}){why}, and {reader} reads it, which a batch "
+            f'cannot hold: fill them (table.update({{{col!r}: value}}, where="{col} IS '
+            f'NULL")), or {out}'
         )
+
+
+def check_scan_rows(table: Table, columns: list[str], rows: np.ndarray, label: str) -> None:
+    """:class:`PlanError` when one of ``rows`` (sorted row ids) is null in one of ``columns``
+    that a batch holds as a tensor (a scan's columns, each at the row itself), naming the
+    column, episode, frame and row; columns read as for a plan (those that may hold one)."""
+    rows = np.asarray(rows, np.int64)
+    tensors = [c for c in columns if c not in table.video_columns]
+    if not len(rows) or not tensors or not hasattr(type(table), "dataset"):
+        return
+    windows = Windows({c: Rows([0]) for c in tensors})
+    if not _reads(table, windows):
+        return  # no column that may hold a null: the episode index is not needed either
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    runs = (rows[np.concatenate([[0], cut])], rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1)
+    out = "leave those rows out (scan_request(columns, filter=...))"
+    check_null_rows(table, table.episodes(), windows, runs, label, reader="the scan", out=out)
 
 
 def _check_odd_images(

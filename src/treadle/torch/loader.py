@@ -104,7 +104,10 @@ class TrainLoader(StepLoader):
         return self.plan.run_id
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable ``{"record": <run record>, "step": <next step not yet delivered>}``."""
+        """JSON-serialisable ``{"record": <run record>, "step": <next step not yet delivered>}``.
+
+        ``steps=`` is not in it (it is no part of the run): pass it to
+        :meth:`from_state` again, or the resumed loader runs forever."""
         return {"record": self.plan.record.to_dict(), "step": self._next_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -120,7 +123,12 @@ class TrainLoader(StepLoader):
 
     @classmethod
     def from_state(cls, state: dict[str, Any], client: Any, **kwargs: Any) -> TrainLoader:
-        """A loader for the run in ``state`` (its pinned versions), continuing at its step."""
+        """A loader for the run in ``state`` (its pinned versions), continuing at its step.
+
+        ``kwargs`` are ``TrainLoader``'s (``device``, ``rank``, ``world_size``, ...), none of
+        them kept in ``state``: pass ``steps=`` again (the same total, counted from step 0,
+        not the steps left), or the resumed loader runs forever. It cannot warn: a state
+        looks the same whether its loader had ``steps=`` or none."""
         record, step = check_state(state)
         loader = cls(Plan.from_record(record, client), **kwargs)
         loader._next_step = step

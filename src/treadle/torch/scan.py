@@ -11,6 +11,11 @@ Workers must be started with ``spawn`` or ``forkserver``
 forked worker (Linux's default context forks) fails at once with a ``RuntimeError``
 saying so instead of hanging.
 
+A number or tensor column that is null at a row the scan reads (a column added without
+``default=``, then episodes appended; ``update({col: None})``) is a ``PlanError`` when the
+dataset is made, naming the column, episode, frame and row, as a plan's is
+(:func:`~treadle.plan.null_rows.check_scan_rows`); strings and bytes arrive as ``None``.
+
 ``state_dict``/``load_state_dict`` follow torchdata's ``StatefulDataLoader`` protocol:
 each worker's dataset copy reports how many of its batches it has yielded.
 """
@@ -26,6 +31,7 @@ import torch
 
 from treadle import reaper
 from treadle.errors import PlanError
+from treadle.plan.null_rows import check_scan_rows
 from treadle.plan.permute import Domain, Domains, derive_key, permute
 from treadle.read.columns import moment_columns
 from treadle.read.sample_reader import SampleArrays, SampleReader
@@ -73,6 +79,8 @@ class ScanDataset(torch.utils.data.IterableDataset):
         self._where = (table.project.name, table.name, table.version, table.commit_id)
         self._columns = list(scan.columns)
         self._rows = table.matching_rows(scan.filter)
+        # a null a batch cannot hold: refused now, naming it, not at the batch that reads it
+        check_scan_rows(table, self._columns, self._rows, "ScanDataset")
         self._table = None  # opened lazily in whichever process iterates
         # The process this copy was built or unpickled in. A forked worker inherits the
         # object without unpickling it, whatever the start method reads as (Linux's default

@@ -5,8 +5,11 @@ rosbag2 SQLite message (zstd) in one call with no bound on the output: a bag of 
 ask for any amount of memory before a message is seen (zeros inflate about 30,000:1 with
 zstd). While treadle reads a bag (:func:`capped`), those calls go through decompressors that
 stop once the output passes the import's ``max_episode_bytes`` (or an MCAP chunk's stated
-size): :class:`~treadle.errors.UnsafeInput` naming the bag. Elsewhere in the process
-rosbags decompresses as it always does.
+size): :class:`~treadle.errors.UnsafeInput` naming the bag. A rosbag2 bag in ``file``
+compression (each ``.db3``/``.mcap`` zstd-compressed whole) is inflated by rosbags to a
+temporary file when opened: that stream stops past :data:`FILE_FACTOR` times
+``max_episode_bytes`` (a file holds the topics an import leaves out too), and rosbags then
+removes its temporary folder. Elsewhere in the process rosbags decompresses as it always does.
 """
 
 from __future__ import annotations
@@ -15,16 +18,19 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from treadle.errors import UnsafeInput
-from treadle.importers._inflate import inflate_streams
+from treadle.importers._inflate import cap_stream, inflate_streams
 
 #: (where, limit) of the bag being read in this thread, else None
 _CAP: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
     "treadle_bag_cap", default=None
 )
 _installed = False
+#: a file-compressed bag's storage file inflates to at most this times max_episode_bytes
+FILE_FACTOR = 4
 _lock = threading.Lock()
 
 
@@ -59,6 +65,20 @@ class _Zstd:
         self.decompress = _wrap(
             module.decompress, module.ZstdDecompressor, "a zstd-compressed message"
         )
+
+    def open(self, file: Any, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        """``zstd.open``; reading a bag's file (within :func:`capped`), capped."""
+        inner = self._module.open(file, mode, *args, **kwargs)
+        cap = _CAP.get()
+        if cap is None or "r" not in mode:
+            return inner
+        where, limit = cap
+        most = FILE_FACTOR * limit
+        name = Path(str(getattr(file, "name", file))).name
+        return cap_stream(inner, most, (
+            f"{where}: its file {name} inflates past {FILE_FACTOR} x max_episode_bytes "
+            f"({most:,} bytes; a decompression bomb, or raise max_episode_bytes if the bag is "
+            "real)"))  # fmt: skip
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
