@@ -198,8 +198,9 @@ def test_exclude_redraws_within_the_segment(tables):
 
 
 def test_default_blocks_fit_half_the_cache(tmp_path, monkeypatch):
-    """BlockShuffle() sizes blocks so that sum (w + 1) * block bytes <= half the cache bound,
-    counting video packets; the card states the cache it needs."""
+    """BlockShuffle() sizes blocks so that sum 2 * block bytes (the rows of the segment read
+    and of the next) <= half the cache bound, counting video packets; the card states the
+    cache it needs."""
     from treadle.video.values import VideoFrames
 
     client = td.Client(str(tmp_path), create=True)
@@ -217,6 +218,9 @@ def test_default_blocks_fit_half_the_cache(tmp_path, monkeypatch):
     assert sh.window_blocks == 4 and sh.partitions == 1 and sh.row_bytes is not None
     assert sh.row_bytes[0] > 500  # the video packets of a 32x32 noise frame are counted
     assert sh.cache_needed() <= (256 << 10) // 2
+    share = (256 << 10) // 2 // 2 // 2  # a block's bytes: half the cache, 2 tables, 2 blocks
+    # (w + 1) blocks gave 2.5x fewer rows; a block is at most its component (180 moments)
+    assert sh.block_rows == tuple(min(180, share // b) for b in sh.row_bytes)
     assert 1 <= sh.block_rows[0] < sh.block_rows[1] <= 180
     assert "cache needed:" in render_card(plan.record)
     again = Plan.from_record(plan.record.to_json(), client)  # the sizes are the record's now
@@ -227,10 +231,10 @@ def test_default_blocks_fit_half_the_cache(tmp_path, monkeypatch):
         td.Recipe(3, 8, comps, shuffle=td.BlockShuffle()).plan()
 
 
-def test_the_card_counts_the_open_blocks_as_its_cache_figure_does(tmp_path, monkeypatch):
+def test_the_card_counts_the_rows_in_use_as_its_cache_figure_does(tmp_path, monkeypatch):
     """The card said "4 open per component" beside a cache figure of 5 blocks a component:
-    at most ``w`` are read at once, and the cache holds ``w + 1`` (the next one, fetched
-    ahead); both lines say which."""
+    a segment reads a contiguous 1/w of each of its w open blocks, one block's rows, and the
+    next segment is fetched ahead: the figure counts two blocks' rows, and says why."""
     from treadle.plan.card import _bytes_text
 
     client = td.Client(str(tmp_path), create=True)
@@ -238,16 +242,17 @@ def test_the_card_counts_the_open_blocks_as_its_cache_figure_does(tmp_path, monk
     rng = np.random.default_rng(0)
     for i in range(3):
         acts.append_episode({"action": rng.random((60, 7), np.float32)}, episode=f"a{i}")
-    monkeypatch.setenv("TREADLE_CACHE_BYTES", "8K")
+    monkeypatch.setenv("TREADLE_CACHE_BYTES", "3K")
     plan = td.Recipe(3, 8, [td.Component(acts)], shuffle=td.BlockShuffle()).plan()
     sh = plan.record.shuffle
     assert sh.block_rows[0] < 180 // 5  # several blocks: w of them open at once
-    assert sh.cache_needed() == 5 * sh.block_rows[0] * sh.row_bytes[0]
+    assert sh.cache_needed() == 2 * sh.block_rows[0] * sh.row_bytes[0]
     card = render_card(plan.record)
     assert f"blocks of {sh.block_rows[0]} rows, at most 4 open at once per component, " in card
     assert (
-        f"cache needed: {_bytes_text(sh.cache_needed())} for up to 5 blocks per component "
-        "(4 open and the next, fetched ahead), per partition a node reads"
+        f"cache needed: {_bytes_text(sh.cache_needed())} for two blocks' rows per component "
+        "(a segment reads 1/4 of each of its 4 open blocks; the next segment is fetched ahead), "
+        "per partition a node reads; twice that with the chunks they straddle"
     ) in card
 
 
@@ -283,7 +288,7 @@ def test_a_block_past_the_component_is_recorded_as_it_and_the_card_says_so(tmp_p
     plan = td.Recipe(3, 8, comps, shuffle=td.BlockShuffle()).plan()
     sh = plan.record.shuffle
     assert sh.block_rows == (180,) and sh.cache_needed([180]) == 180 * sh.row_bytes[0]
-    assert f"cache needed: {_bytes_text(180 * sh.row_bytes[0])} for up to 5 blocks" in (
+    assert f"cache needed: {_bytes_text(180 * sh.row_bytes[0])} for two blocks' rows" in (
         render_card(plan.record)
     )
 

@@ -273,9 +273,10 @@ def shuffle_lines(record: RunRecord) -> list[str]:
             f"an epoch {reads}" + ("" if w == 1 else ", shuffled within each")
         )
     need = sh.cache_needed(eligible)
-    if need is not None:  # w blocks are read at once; the lookahead reaches into the next
+    if need is not None:  # a segment reads 1/w of each open block; the next is fetched ahead
         lines.append(
-            f"   cache needed: {_bytes_text(need)} for up to {w + 1} blocks per component "
-            f"({w} open and the next, fetched ahead), per partition a node reads"
+            f"   cache needed: {_bytes_text(need)} for two blocks' rows per component (a "
+            f"segment reads 1/{w} of each of its {w} open blocks; the next segment is fetched "
+            "ahead), per partition a node reads; twice that with the chunks they straddle"
         )
     return lines
