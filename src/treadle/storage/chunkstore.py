@@ -67,6 +67,7 @@ from treadle.storage.chunkobject import ObjectChunks
 from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
+from treadle.storage.fileio import write_at
 from treadle.storage.folderlock import folder_lock
 from treadle.storage.store import RangeRequest
 
@@ -281,7 +282,7 @@ class ChunkStore:
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         try:
             for obj, r, buf in zip(where, reqs, store.get_ranges(reqs)):
-                os.pwrite(obj.fd, buf, r.start)
+                write_at(obj.fd, buf, r.start)  # all of it, or an error: never a hole
             if self._flush:  # else the folder is of this boot only (chunkfiles.same_boot)
                 for obj, _ in reserved:
                     os.fdatasync(obj.fd)
