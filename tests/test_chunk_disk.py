@@ -28,9 +28,10 @@ def source(tmp_path_factory):
 
 @pytest.fixture
 def full_disk(monkeypatch):
-    """``os.pwrite`` as Linux's on a disk with ``room[0]`` bytes free: a write that does not
-    fit writes what does and returns that count (no error); once full, ``ENOSPC``."""
-    real, room = os.pwrite, [0]
+    """``os.pwrite`` as Linux's on a disk with ``room[0]`` bytes free (1 GiB until set): a
+    write that does not fit writes what does and returns that count (no error); once full,
+    ``ENOSPC``."""
+    real, room = os.pwrite, [1 << 30]
 
     def pwrite(fd, data, offset):
         data = memoryview(data).cast("B")
@@ -79,3 +80,84 @@ def test_a_copy_cut_short_by_a_full_disk_is_never_kept(source, tmp_path, full_di
     got = cache.open(store, "data/o.lance", len(blob))
     assert got.path.read_bytes() == blob
     got.close()
+
+
+def _present_then_damaged(source, tmp_path, damage) -> tuple[ChunkStore, object]:
+    """A chunk fetched by a process that ended, ``damage(data file)`` done to its data
+    file, then the object as a new process's store opens it."""
+    root, blob = source
+    store = Store.open(root)
+    old = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
+    obj = old.object(store, "data/o.lance", len(blob))
+    assert old.fetch(store, obj, [0, 1], [5, 5], now=0) == []
+    data = tmp_path / "chunks" / f"{obj.name}.data"
+    obj.close()
+    damage(data)
+    new = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
+    new._objects.clear()  # another process: none of this one's mappings
+    return new, new.object(store, "data/o.lance", len(blob))
+
+
+@pytest.mark.parametrize("damage", ["removed", "truncated"])
+def test_a_lost_or_cut_data_file_is_never_read_as_present(source, tmp_path, damage):
+    """A chunk's data file removed or cut (a cleaner of old files, ``truncate``) while its
+    state file says present: the next process made it anew at the object's size (a sparse
+    file of zeros) and read those zeros as the chunks' bytes. Its chunks are absent now,
+    fetched again."""
+    blob = source[1]
+
+    def cut(path):
+        if damage == "removed":
+            path.unlink()
+        else:
+            os.truncate(path, CHUNK // 2)
+
+    cs, obj = _present_then_damaged(source, tmp_path, cut)
+    assert cs.read(obj, 0, CHUNK) is None and cs.read(obj, CHUNK, 2 * CHUNK) is None
+    assert cs.used() == 0  # nothing counted that is not there
+    assert cs.fetch(Store.open(source[0]), obj, [0, 1], [5, 5], now=0) == []
+    assert cs.read(obj, 0, 2 * CHUNK) == blob[: 2 * CHUNK]
+
+
+def test_a_state_file_holds_its_blocks(source, tmp_path):
+    """An object's state words are written through a shared mapping: made by ``ftruncate``
+    (a hole), the first word written on a full disk killed the process with ``SIGBUS``, no
+    message. Its blocks are written when it is made, where a full disk is ``OSError``."""
+    root, blob = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
+    obj = cs.object(store, "data/o.lance", len(blob))
+    state = os.stat(tmp_path / "chunks" / f"{obj.name}.state")
+    assert state.st_size == obj.count * 24 and state.st_blocks * 512 >= state.st_size
+
+
+def test_a_full_disk_when_an_object_is_made_is_an_error_and_its_rows_are_taken(
+    source, tmp_path, full_disk, monkeypatch
+):
+    """A data file whose chunk files cannot be made (the disk is full) is read as without
+    ``lookahead``: its rows are taken, and the ``chunk cache`` fast path says why."""
+    import pyarrow as pa
+    from lance.file import LanceFileWriter
+
+    from treadle import fastpaths
+    from treadle.read.chunk_rows import ChunkedColumn, DataFile
+
+    monkeypatch.setattr(fastpaths, "_OFF", {})
+    root, blob = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
+    full_disk[0] = 0
+    with pytest.raises(OSError) as err:
+        cs.object(store, "data/o.lance", len(blob))
+    assert err.value.errno == errno.ENOSPC
+    t = pa.table({"x": pa.array(np.arange(100, dtype=np.int64))})
+    path = tmp_path / "f.lance"
+    with LanceFileWriter(str(path), t.schema) as w:
+        w.write_batch(t)
+    files = [DataFile(0, 100, str(path), "f.lance", path.stat().st_size, 0)]
+    col = ChunkedColumn("table 't' column 'x'", files, np.dtype(np.int64), (), store, cs,
+                        lambda page, dtype, n: (0, 100))  # fmt: skip
+    col.resolve([0])
+    assert col._pages[0] is None  # its rows are taken
+    why = fastpaths.reasons()["chunk cache"]
+    assert "its chunk files could not be made" in why and "No space left" in why

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from treadle.storage.fileio import write_at
+
 __all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of"]
 
 STATE_MASK = 3
@@ -78,23 +80,35 @@ class ObjectFiles:
         chunk absent) where missing or left by a removal that did not finish."""
         state = self.directory / f"{self.name}.state"
         data = self.directory / f"{self.name}.data"
-        want = self.count * 3 * 8
         while True:
             fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 if not _marked_removed(fd):
-                    if os.fstat(fd).st_size != want:
-                        os.ftruncate(fd, want)  # zeros: every chunk absent
-                    break
+                    return self._open_files(fd, state, data)
             finally:
                 os.close(fd)
             _unlink(data)  # a removal cut short: finished, then made anew
             _unlink(state)
-        # a plain array over the mapping: a memmap's indexing is several times slower
-        words = np.memmap(state, np.int64, "r+", shape=(self.count, 3)).view(np.ndarray)
+
+    def _open_files(self, state_fd: int, state: Path, data: Path) -> tuple[np.ndarray, int]:
+        """:meth:`_open` of the state file ``state`` (open: ``state_fd``, not removed). A
+        state file of the wrong size (new, or torn) or one whose data file is not the
+        object's size (lost, or cut: a hole's zeros where its words say present) is made
+        anew: every chunk absent, its blocks written (a word written through the mapping
+        into a hole of a full disk kills the process with ``SIGBUS``; ``OSError`` here)."""
+        want = self.count * 3 * 8
         fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(fd).st_size != self.size:
-            os.ftruncate(fd, self.size)  # sparse: holds no bytes until chunks are written
+        try:
+            if os.fstat(state_fd).st_size != want or os.fstat(fd).st_size != self.size:
+                write_at(state_fd, bytes(want), 0)
+                os.ftruncate(state_fd, want)
+                os.ftruncate(fd, 0)  # no bytes left that no chunk counts
+                os.ftruncate(fd, self.size)  # sparse: no bytes until chunks are written
+            # a plain array over the mapping: a memmap's indexing is several times slower
+            words = np.memmap(state, np.int64, "r+", shape=(self.count, 3)).view(np.ndarray)
+        except BaseException:
+            os.close(fd)
+            raise
         return words, fd
 
     def removed(self) -> bool:
