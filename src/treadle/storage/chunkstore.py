@@ -34,7 +34,7 @@ again: first). Over chunks of one size that is Belady's optimal policy
   hole punched in the file); a reader checks the state words before and after it copies
   bytes out, and uses them only when nothing changed. A chunk needed by a step
   in the window is never evicted for one needed later. A fetch of a process that died is
-  reclaimed by the next one that makes room.
+  reclaimed by the next one that makes room or needs the chunk (which fetches it again).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import numpy as np
 
 from treadle import fastpaths
 from treadle.fork_locks import renew_lock_in_child
-from treadle.storage.chunkfiles import NO_BOOT_ID, chunk_bytes_setting, same_boot
+from treadle.storage.chunkfiles import NO_BOOT_ID, alive, chunk_bytes_setting, same_boot
 from treadle.storage.chunkfiles import punch as _punch
 from treadle.storage.chunkfolder import (
     ABSENT,
@@ -194,6 +194,8 @@ class ChunkStore:
                 obj.reopen()
             for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
                 w = obj.words[c]
+                if _dead_fetch(w):  # never present: fetched again (its room reused)
+                    _evict(obj, c)
                 if int(w[0]) & _STATE_MASK == ABSENT:
                     misses.append((n, i, c))
                     continue
@@ -280,6 +282,7 @@ class ChunkStore:
         if not reqs:
             return
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
+        marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
             for obj, r, buf in zip(where, reqs, store.get_ranges(reqs)):
                 write_at(obj.fd, buf, r.start)  # all of it, or an error: never a hole
@@ -298,8 +301,8 @@ class ChunkStore:
                 if obj.media:
                     self.stats.media_requests += len(sent)
                     self.stats.media_fetched_bytes += sent_bytes
-        for (obj, chunks), words in zip(reserved, maps):
-            self._set(obj, chunks, PRESENT, words)
+        for (obj, chunks), words, before in zip(reserved, maps, marks):
+            self._set(obj, chunks, PRESENT, words, before)
 
     def abandon(self, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Give back the room of reserved chunks that will not be downloaded."""
@@ -307,13 +310,19 @@ class ChunkStore:
             self._set(obj, chunks, ABSENT)
 
     def _set(self, obj: ObjectChunks, chunks: list[int], state: int,
-             words: np.ndarray | None = None) -> None:  # fmt: skip
+             words: np.ndarray | None = None, marks: list[int] | None = None) -> None:  # fmt: skip
+        """``state`` for the chunks this process still fetches in ``words`` (its mapping
+        when reserved) whose words are still ``marks`` (before their bytes were written): a
+        fetch taken for a dead one's (another pid namespace) was evicted, its bytes punched."""
+        me = os.getpid()
         with self._folder_lock:
             if obj.removed() or (words is not None and obj.words is not words):
                 return  # its files were removed (a folder emptied: same_boot), maybe made anew
-            for c in chunks:
+            for i, c in enumerate(chunks):
                 w = int(obj.words[c, 0])
-                if w & _STATE_MASK == FETCHING:  # else reserved in files since removed
+                if w & _STATE_MASK != FETCHING or int(obj.words[c, 2]) != me:
+                    continue  # reserved in files since removed, or evicted as a dead fetch
+                if marks is None or w == marks[i]:
                     obj.words[c, 0] = (w & ~_STATE_MASK) | state
                     obj.words[c, 2] = 0
 
@@ -334,6 +343,12 @@ def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
     it holds is stale (before ``now``) or the use at ``done`` (this one), else the nearer."""
     held = int(w[1])
     w[1] = step if held < now or held == done else min(held, step)
+
+
+def _dead_fetch(w: np.ndarray) -> bool:
+    """Whether a chunk's words say a dead process fetches it (killed: never present)."""
+    pid = int(w[2])
+    return int(w[0]) & _STATE_MASK == FETCHING and pid != os.getpid() and not alive(w[2:])[0]
 
 
 def _evict(obj: ObjectChunks, c: int) -> None:
