@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from treadle.storage import Store, chunkroom, chunkstore
+from treadle.storage import Store, chunkfiles, chunkroom, chunkstore
 from treadle.storage.chunkstore import FETCHING, NEVER, ChunkStore
 
 CHUNK = 4096
@@ -110,3 +110,28 @@ def test_a_restart_fetches_what_a_killed_process_was_fetching(source, tmp_path):
     assert cs.read(obj, 0, 3 * CHUNK) == blob[: 3 * CHUNK]
     assert (cs.stats.hits, cs.stats.misses) == (0, 3)
     assert cs.used() == 3 * CHUNK
+
+
+@pytest.mark.parametrize("recorded", ["process id", "fetcher id"])
+def test_a_fetch_left_by_an_earlier_process_with_this_ones_id_is_reclaimed(
+    source, tmp_path, recorded
+):
+    """A container restarted on the same cache folder (a new pid namespace: its processes
+    get the same small ids) meets the chunks its killed predecessor was fetching under this
+    process's own id. They were taken for this process's own fetches, alive: never fetched,
+    never evicted, the cache short of their room for the whole run. A fetcher is its id
+    and its start time: they are a dead process's, fetched again and reclaimed."""
+    root, blob = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 2 * CHUNK, CHUNK)
+    obj = cs.object(store, "data/o.lance", len(blob))
+    assert cs.reserve([(obj, [0, 1], [5, 5])], now=0) == ([[0, 1]], [[]])
+    earlier = os.getpid()  # as the process before this one recorded them: its id alone
+    if recorded == "fetcher id":  # (a treadle before fetcher ids), or with its start time
+        earlier |= (chunkfiles.fetcher_id() >> chunkfiles.PID_BITS) - 1 << chunkfiles.PID_BITS
+    obj.words[0:2, 2] = earlier
+    assert cs.fetch(store, obj, [2], [3], now=0) == []  # room: their fetches were dead
+    assert cs.read(obj, 2 * CHUNK, 3 * CHUNK) == blob[2 * CHUNK : 3 * CHUNK]
+    assert cs.fetch(store, obj, [0], [4], now=0) == []  # fetched again, not a hit
+    assert cs.read(obj, 0, CHUNK) == blob[:CHUNK]
+    assert cs.used() <= cs.max_bytes

@@ -11,11 +11,11 @@ again: first). Over chunks of one size that is Belady's optimal policy
   size, then the chunk size: stores of other chunk sizes share the folder and its bound):
   ``<name>.data``, a sparse file of the object's size, and ``<name>.state``, per chunk a
   state word (absent, fetching or present, and a generation that counts evictions), the step
-  that next needs it and the id of the process fetching it. Every process of the node maps the
-  same files, so ranks of one node never fetch a chunk twice. A process keeps the objects it
-  reads mapped (one store per process, :func:`chunk_store`); other processes' objects are read
-  (a copy of their state words) to make room, and mapped only to evict their chunks (at most
-  :data:`MAX_FOREIGN` of those stay mapped between scans).
+  that next needs it and the process fetching it (id and start time). Every process of the
+  node maps the same files, so ranks of one node never fetch a chunk twice. A process keeps
+  the objects it reads mapped (one store per process, :func:`chunk_store`); other processes'
+  objects are read (a copy of their state words) to make room, and mapped only to evict
+  their chunks (at most :data:`MAX_FOREIGN` of those stay mapped between scans).
 - **Index**: an object's files exist only while it holds chunks (or until the next scan after
   it was opened or emptied): a scan removes those that hold none, so it visits only objects
   that hold bytes and the folder's files stay bounded (:mod:`~treadle.storage.chunkfolder`).
@@ -51,7 +51,13 @@ import numpy as np
 
 from treadle import fastpaths
 from treadle.fork_locks import renew_lock_in_child
-from treadle.storage.chunkfiles import NO_BOOT_ID, alive, chunk_bytes_setting, same_boot
+from treadle.storage.chunkfiles import (
+    NO_BOOT_ID,
+    chunk_bytes_setting,
+    dead_fetch,
+    fetcher_id,
+    same_boot,
+)
 from treadle.storage.chunkfiles import punch as _punch
 from treadle.storage.chunkfolder import (
     ABSENT,
@@ -194,7 +200,7 @@ class ChunkStore:
                 obj.reopen()
             for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
                 w = obj.words[c]
-                if _dead_fetch(w):  # never present: fetched again (its room reused)
+                if dead_fetch(w):  # never present: fetched again (its room reused)
                     _evict(obj, c)
                 if int(w[0]) & _STATE_MASK == ABSENT:
                     misses.append((n, i, c))
@@ -212,7 +218,7 @@ class ChunkStore:
                 if obj.removed():  # by that scan: it held nothing yet
                     obj.reopen()
                 w = obj.words[c]
-                w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, os.getpid()
+                w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, fetcher_id()
                 w[1] = n if at is None else at
             (reserved if kept else skipped)[i].append(c)
             if kept or not defer:  # deferred: asked for again, or counted by unserved()
@@ -314,7 +320,7 @@ class ChunkStore:
         """``state`` for the chunks this process still fetches in ``words`` (its mapping
         when reserved) whose words are still ``marks`` (before their bytes were written): a
         fetch taken for a dead one's (another pid namespace) was evicted, its bytes punched."""
-        me = os.getpid()
+        me = fetcher_id()
         with self._folder_lock:
             if obj.removed() or (words is not None and obj.words is not words):
                 return  # its files were removed (a folder emptied: same_boot), maybe made anew
@@ -343,12 +349,6 @@ def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
     it holds is stale (before ``now``) or the use at ``done`` (this one), else the nearer."""
     held = int(w[1])
     w[1] = step if held < now or held == done else min(held, step)
-
-
-def _dead_fetch(w: np.ndarray) -> bool:
-    """Whether a chunk's words say a dead process fetches it (killed: never present)."""
-    pid = int(w[2])
-    return int(w[0]) & _STATE_MASK == FETCHING and pid != os.getpid() and not alive(w[2:])[0]
 
 
 def _evict(obj: ObjectChunks, c: int) -> None:
