@@ -135,3 +135,28 @@ def test_a_fetch_left_by_an_earlier_process_with_this_ones_id_is_reclaimed(
     assert cs.fetch(store, obj, [0], [4], now=0) == []  # fetched again, not a hit
     assert cs.read(obj, 0, CHUNK) == blob[:CHUNK]
     assert cs.used() <= cs.max_bytes
+
+
+def test_a_purge_marks_the_chunk_files_removed_for_processes_that_map_them(
+    source, tmp_path, monkeypatch
+):
+    """``forget_copies`` (a purge) unlinked an object's chunk files without the folder's
+    lock or the removed mark: a process that mapped them went on fetching into files no
+    scan lists, bytes outside the bound for its life. It marks them removed first, as a
+    scan does: the process opens them anew, and what it fetches counts."""
+    from treadle.storage.filecache import forget_copies
+
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    root, blob = source
+    store = Store.open(root)
+    folder = tmp_path / "objects" / "chunks"
+    cs = ChunkStore(folder, 8 * CHUNK, CHUNK)
+    obj = cs.object(store, "data/o.lance", len(blob))
+    assert cs.fetch(store, obj, [0], [5], now=0) == []
+    forget_copies(store, "data/o.lance", len(blob))
+    assert not list(folder.glob("*.state")) and obj.removed()
+    assert cs.read(obj, 0, CHUNK) is None
+    assert cs.fetch(store, obj, [1], [5], now=0) == []
+    other = ChunkStore(folder, 8 * CHUNK, CHUNK)  # another process counts what it holds
+    assert other.used() == CHUNK
+    assert cs.read(obj, CHUNK, 2 * CHUNK) == blob[CHUNK : 2 * CHUNK]

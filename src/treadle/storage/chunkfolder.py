@@ -28,7 +28,7 @@ import numpy as np
 
 from treadle.storage.fileio import write_at
 
-__all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of"]
+__all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of", "remove_named"]
 
 STATE_MASK = 3
 ABSENT, FETCHING, PRESENT = 0, 1, 2
@@ -254,3 +254,20 @@ class ChunkFolder:
         objects of other processes beyond ``max_foreign`` (no reader holds them)."""
         while len(self.foreign) > self.max_foreign:
             self.foreign.popitem(last=False)[1].close()
+
+
+def remove_named(directory: Path, stem: str) -> None:
+    """Under the folder's lock: remove the files of the objects named ``stem`` whatever
+    their chunks' states (a purge's data files: every chunk size's, and a name without
+    one), each marked removed first, as a scan does: a process that maps them opens them
+    anew instead of fetching into files no scan lists."""
+    folder = ChunkFolder(directory, 1, 0)
+    for state in [*directory.glob(f"{stem}_*.state"), directory / f"{stem}.state"]:
+        try:
+            raw = state.read_bytes()
+        except FileNotFoundError:
+            continue
+        words = np.frombuffer(raw[: len(raw) // 24 * 24], np.int64).reshape(-1, 3)
+        folder._remove(SeenObject(state.name.removesuffix(".state"), 0, 1, words))
+    for data in [*directory.glob(f"{stem}_*.data"), directory / f"{stem}.data"]:
+        _unlink(data)
