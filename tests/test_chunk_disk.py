@@ -161,3 +161,32 @@ def test_a_full_disk_when_an_object_is_made_is_an_error_and_its_rows_are_taken(
     assert col._pages[0] is None  # its rows are taken
     why = fastpaths.reasons()["chunk cache"]
     assert "its chunk files could not be made" in why and "No space left" in why
+
+
+def test_an_object_whose_files_cannot_be_made_again_is_read_another_way(
+    source, tmp_path, full_disk
+):
+    """An object whose files a scan removed (it held no chunk) is made anew when it is next
+    released, reserved or read. On a full disk that raised ``OSError`` in the lookahead's
+    release of a step read, which ended its thread and failed the loader's next batch. Its
+    chunks are now not kept, nor read (taken as without ``lookahead``) until room is back."""
+    from treadle.storage.chunkstore import NEVER
+
+    root, blob = source
+    store = Store.open(root)
+    store.put("data/p.lance", blob[: 2 * CHUNK])
+    cs = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)
+    x = cs.object(store, "data/o.lance", len(blob))
+    y = cs.object(store, "data/p.lance", 2 * CHUNK)
+    assert cs.fetch(store, x, [0], [NEVER], now=0) == []
+    assert cs.fetch(store, y, [0], [1], now=0) == []  # x's chunk evicted
+    assert cs.used() == CHUNK and x.removed()  # that scan removed x's files
+    full_disk[0] = 0
+    cs.release(x, [0], 1, [5])
+    assert cs.reserve([(x, [0, 1], [2, 2])], now=1) == ([[]], [[0, 1]])
+    out = np.zeros((1, 10), np.uint8)
+    assert x.copy_rows(np.array([0]), out).tolist() == [False]
+    assert cs.read(x, 0, 10) is None
+    full_disk[0] = 1 << 30  # room again: made anew and fetched
+    assert cs.fetch(store, x, [0], [3], now=2) == []
+    assert cs.read(x, 0, CHUNK) == blob[:CHUNK] and cs.used() == CHUNK

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from treadle.storage.chunkfolder import FETCHING, STATE_MASK
+from treadle.storage.chunkfolder import ABSENT, FETCHING, STATE_MASK, ObjectFiles
 from treadle.storage.filecache import parse_bytes
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "boot_id",
     "chunk_bytes_setting",
     "dead_fetch",
+    "evict",
     "fetcher_id",
     "punch",
     "same_boot",
@@ -79,6 +80,15 @@ def alive(ids: np.ndarray) -> np.ndarray:
 def dead_fetch(w: np.ndarray) -> bool:
     """Whether a chunk's state words say a dead process fetches it (killed: never present)."""
     return int(w[0]) & STATE_MASK == FETCHING and not alive(w[2:])[0]
+
+
+def evict(obj: ObjectFiles, c: int) -> None:
+    """Mark chunk ``c`` of ``obj`` absent with a new generation (readers that copied it in
+    between see the change), then free its bytes."""
+    gen = (int(obj.words[c, 0]) >> 2) + 1
+    obj.words[c, 0] = gen << 2 | ABSENT
+    obj.words[c, 2] = 0
+    punch(obj.fd, c * obj.chunk, obj.chunk_size(c))
 
 
 def _alive(v: int) -> bool:

@@ -123,7 +123,10 @@ class ObjectFiles:
         sees them removed."""
         if not create and not (self.directory / f"{self.name}.state").exists():
             return False
-        words, fd = self._open()
+        try:
+            words, fd = self._open()
+        except OSError:  # a full disk: it stays removed (read and fetched another way)
+            return False
         os.dup2(fd, self.fd, inheritable=False)  # as os.open makes it
         os.close(fd)
         self.words = words

@@ -58,7 +58,7 @@ from treadle.storage.chunkfiles import (
     fetcher_id,
     same_boot,
 )
-from treadle.storage.chunkfiles import punch as _punch
+from treadle.storage.chunkfiles import evict as _evict
 from treadle.storage.chunkfolder import (
     ABSENT,
     FETCHING,
@@ -195,11 +195,15 @@ class ChunkStore:
         """Under the folder's lock: count hits and record their next use, then reserve room
         for the misses, nearest next use first; per object, (reserved, not kept)."""
         misses: list[tuple[int, int, int]] = []
+        unusable = set()  # objects whose files could not be made anew (a full disk)
         for i, (obj, chunks, nexts) in enumerate(wanted):
-            if obj.removed():  # its files were removed (it held no chunk): made anew
-                obj.reopen()
+            if obj.removed() and not obj.reopen():  # removed (it held no chunk): made anew
+                unusable.add(i)
             for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
                 w = obj.words[c]
+                if i in unusable:
+                    misses.append((n, i, c))
+                    continue
                 if dead_fetch(w):  # never present: fetched again (its room reused)
                     _evict(obj, c)
                 if int(w[0]) & _STATE_MASK == ABSENT:
@@ -213,10 +217,12 @@ class ChunkStore:
         room = self._room(now)
         for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
             obj = wanted[i][0]
-            kept = room.make(obj.chunk_size(c), n)
+            kept = i not in unusable and room.make(obj.chunk_size(c), n)
+            if kept and obj.removed() and not obj.reopen():  # by that scan: it held nothing
+                room.used -= obj.chunk_size(c)
+                unusable.add(i)
+                kept = False
             if kept:
-                if obj.removed():  # by that scan: it held nothing yet
-                    obj.reopen()
                 w = obj.words[c]
                 w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, fetcher_id()
                 w[1] = n if at is None else at
@@ -349,15 +355,6 @@ def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
     it holds is stale (before ``now``) or the use at ``done`` (this one), else the nearer."""
     held = int(w[1])
     w[1] = step if held < now or held == done else min(held, step)
-
-
-def _evict(obj: ObjectChunks, c: int) -> None:
-    """Mark chunk ``c`` absent with a new generation (readers that copied it in between see
-    the change), then free its bytes."""
-    gen = (int(obj.words[c, 0]) >> 2) + 1
-    obj.words[c, 0] = gen << 2 | ABSENT
-    obj.words[c, 2] = 0
-    _punch(obj.fd, c * obj.chunk, obj.chunk_size(c))
 
 
 def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> ChunkStore | str:
