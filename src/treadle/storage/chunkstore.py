@@ -195,7 +195,7 @@ class ChunkStore:
         """Under the folder's lock: count hits and record their next use, then reserve room
         for the misses, nearest next use first; per object, (reserved, not kept)."""
         misses: list[tuple[int, int, int]] = []
-        unusable = set()  # objects whose files could not be made anew (a full disk)
+        unusable: set[int] = set()  # objects whose files could not be made anew (a full disk)
         for i, (obj, chunks, nexts) in enumerate(wanted):
             if obj.removed() and not obj.reopen():  # removed (it held no chunk): made anew
                 unusable.add(i)
