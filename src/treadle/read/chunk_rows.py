@@ -115,7 +115,10 @@ class ChunkedColumn:
             at += span[1]
         if at != df.first_row + df.rows:
             return "its pages miss rows"
-        self.objects[i] = self.chunks.object(self.store, df.key, size)
+        try:
+            self.objects[i] = self.chunks.object(self.store, df.key, size)
+        except OSError as e:  # a full disk: read as without the cache
+            return f"its chunk files could not be made ({e})"
         return np.asarray(starts, np.int64), np.asarray(positions, np.int64)
 
     def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

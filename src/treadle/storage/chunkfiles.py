@@ -14,9 +14,19 @@ from pathlib import Path
 
 import numpy as np
 
+from treadle.storage.chunkfolder import ABSENT, FETCHING, STATE_MASK, ObjectFiles
 from treadle.storage.filecache import parse_bytes
 
-__all__ = ["alive", "boot_id", "chunk_bytes_setting", "punch", "same_boot"]
+__all__ = [
+    "alive",
+    "boot_id",
+    "chunk_bytes_setting",
+    "dead_fetch",
+    "evict",
+    "fetcher_id",
+    "punch",
+    "same_boot",
+]
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 """Linux's id of this boot of the machine (containers share their host's)."""
@@ -24,19 +34,80 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (Linux)
 
 
-def alive(pids: np.ndarray) -> np.ndarray:
-    """Whether each process id (0: none) is a live process."""
-    out = np.zeros(pids.shape, bool)
-    for i, p in enumerate(pids.tolist()):
-        if p:
-            try:
-                os.kill(int(p), 0)
-                out[i] = True
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                out[i] = True
+PID_BITS = 22
+"""A fetcher's id (a chunk's third state word): its process id in the low ``PID_BITS``
+bits (Linux's largest), its start time above them. A process id alone is reused: a
+container restarted on the same folder gives its processes the ids its killed ones had."""
+_PID_MASK = (1 << PID_BITS) - 1
+_ME: tuple[int, int] = (0, 0)  # (process id, fetcher id), made again in a forked child
+
+
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None where ``/proc`` does
+    not say (not Linux, hidden); -1 where there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return -1 if os.path.isdir("/proc/self") else None
+    except OSError:
+        return None
+    return int(raw.rpartition(b")")[2].split()[19])  # field 22, after the command's name
+
+
+def fetcher_id() -> int:
+    """This process's fetcher id (its start time unknown: its process id alone)."""
+    global _ME
+    pid = os.getpid()
+    if _ME[0] != pid:
+        start = _start_time(pid)
+        _ME = (pid, (start << PID_BITS | pid) if start is not None and start > 0 else pid)
+    return _ME[1]
+
+
+def alive(ids: np.ndarray) -> np.ndarray:
+    """Whether each fetcher id (0: none; :func:`fetcher_id`) is a live process's."""
+    out = np.zeros(ids.shape, bool)
+    seen: dict[int, bool] = {}
+    for i, v in enumerate(ids.tolist()):
+        if v:
+            if v not in seen:
+                seen[v] = _alive(int(v))
+            out[i] = seen[v]
     return out
+
+
+def dead_fetch(w: np.ndarray) -> bool:
+    """Whether a chunk's state words say a dead process fetches it (killed: never present)."""
+    return int(w[0]) & STATE_MASK == FETCHING and not alive(w[2:])[0]
+
+
+def evict(obj: ObjectFiles, c: int) -> None:
+    """Mark chunk ``c`` of ``obj`` absent with a new generation (readers that copied it in
+    between see the change), then free its bytes."""
+    gen = (int(obj.words[c, 0]) >> 2) + 1
+    obj.words[c, 0] = gen << 2 | ABSENT
+    obj.words[c, 2] = 0
+    punch(obj.fd, c * obj.chunk, obj.chunk_size(c))
+
+
+def _alive(v: int) -> bool:
+    pid, start = v & _PID_MASK, v >> PID_BITS
+    if v == fetcher_id():
+        return True
+    if pid == os.getpid():  # this id, another start: a process before this one
+        return False
+    if start:
+        now = _start_time(pid)
+        if now is not None:
+            return now == start
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 _LIBC = None

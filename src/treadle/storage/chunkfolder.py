@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of"]
+from treadle.storage.fileio import write_at
+
+__all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of", "remove_named"]
 
 STATE_MASK = 3
 ABSENT, FETCHING, PRESENT = 0, 1, 2
@@ -78,23 +80,35 @@ class ObjectFiles:
         chunk absent) where missing or left by a removal that did not finish."""
         state = self.directory / f"{self.name}.state"
         data = self.directory / f"{self.name}.data"
-        want = self.count * 3 * 8
         while True:
             fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 if not _marked_removed(fd):
-                    if os.fstat(fd).st_size != want:
-                        os.ftruncate(fd, want)  # zeros: every chunk absent
-                    break
+                    return self._open_files(fd, state, data)
             finally:
                 os.close(fd)
             _unlink(data)  # a removal cut short: finished, then made anew
             _unlink(state)
-        # a plain array over the mapping: a memmap's indexing is several times slower
-        words = np.memmap(state, np.int64, "r+", shape=(self.count, 3)).view(np.ndarray)
+
+    def _open_files(self, state_fd: int, state: Path, data: Path) -> tuple[np.ndarray, int]:
+        """:meth:`_open` of the state file ``state`` (open: ``state_fd``, not removed). A
+        state file of the wrong size (new, or torn) or one whose data file is not the
+        object's size (lost, or cut: a hole's zeros where its words say present) is made
+        anew: every chunk absent, its blocks written (a word written through the mapping
+        into a hole of a full disk kills the process with ``SIGBUS``; ``OSError`` here)."""
+        want = self.count * 3 * 8
         fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(fd).st_size != self.size:
-            os.ftruncate(fd, self.size)  # sparse: holds no bytes until chunks are written
+        try:
+            if os.fstat(state_fd).st_size != want or os.fstat(fd).st_size != self.size:
+                write_at(state_fd, bytes(want), 0)
+                os.ftruncate(state_fd, want)
+                os.ftruncate(fd, 0)  # no bytes left that no chunk counts
+                os.ftruncate(fd, self.size)  # sparse: no bytes until chunks are written
+            # a plain array over the mapping: a memmap's indexing is several times slower
+            words = np.memmap(state, np.int64, "r+", shape=(self.count, 3)).view(np.ndarray)
+        except BaseException:
+            os.close(fd)
+            raise
         return words, fd
 
     def removed(self) -> bool:
@@ -109,7 +123,10 @@ class ObjectFiles:
         sees them removed."""
         if not create and not (self.directory / f"{self.name}.state").exists():
             return False
-        words, fd = self._open()
+        try:
+            words, fd = self._open()
+        except OSError:  # a full disk: it stays removed (read and fetched another way)
+            return False
         os.dup2(fd, self.fd, inheritable=False)  # as os.open makes it
         os.close(fd)
         self.words = words
@@ -240,3 +257,20 @@ class ChunkFolder:
         objects of other processes beyond ``max_foreign`` (no reader holds them)."""
         while len(self.foreign) > self.max_foreign:
             self.foreign.popitem(last=False)[1].close()
+
+
+def remove_named(directory: Path, stem: str) -> None:
+    """Under the folder's lock: remove the files of the objects named ``stem`` whatever
+    their chunks' states (a purge's data files: every chunk size's, and a name without
+    one), each marked removed first, as a scan does: a process that maps them opens them
+    anew instead of fetching into files no scan lists."""
+    folder = ChunkFolder(directory, 1, 0)
+    for state in [*directory.glob(f"{stem}_*.state"), directory / f"{stem}.state"]:
+        try:
+            raw = state.read_bytes()
+        except FileNotFoundError:
+            continue
+        words = np.frombuffer(raw[: len(raw) // 24 * 24], np.int64).reshape(-1, 3)
+        folder._remove(SeenObject(state.name.removesuffix(".state"), 0, 1, words))
+    for data in [*directory.glob(f"{stem}_*.data"), directory / f"{stem}.data"]:
+        _unlink(data)

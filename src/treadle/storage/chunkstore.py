@@ -11,11 +11,11 @@ again: first). Over chunks of one size that is Belady's optimal policy
   size, then the chunk size: stores of other chunk sizes share the folder and its bound):
   ``<name>.data``, a sparse file of the object's size, and ``<name>.state``, per chunk a
   state word (absent, fetching or present, and a generation that counts evictions), the step
-  that next needs it and the id of the process fetching it. Every process of the node maps the
-  same files, so ranks of one node never fetch a chunk twice. A process keeps the objects it
-  reads mapped (one store per process, :func:`chunk_store`); other processes' objects are read
-  (a copy of their state words) to make room, and mapped only to evict their chunks (at most
-  :data:`MAX_FOREIGN` of those stay mapped between scans).
+  that next needs it and the process fetching it (id and start time). Every process of the
+  node maps the same files, so ranks of one node never fetch a chunk twice. A process keeps
+  the objects it reads mapped (one store per process, :func:`chunk_store`); other processes'
+  objects are read (a copy of their state words) to make room, and mapped only to evict
+  their chunks (at most :data:`MAX_FOREIGN` of those stay mapped between scans).
 - **Index**: an object's files exist only while it holds chunks (or until the next scan after
   it was opened or emptied): a scan removes those that hold none, so it visits only objects
   that hold bytes and the folder's files stay bounded (:mod:`~treadle.storage.chunkfolder`).
@@ -34,7 +34,7 @@ again: first). Over chunks of one size that is Belady's optimal policy
   hole punched in the file); a reader checks the state words before and after it copies
   bytes out, and uses them only when nothing changed. A chunk needed by a step
   in the window is never evicted for one needed later. A fetch of a process that died is
-  reclaimed by the next one that makes room.
+  reclaimed by the next one that makes room or needs the chunk (which fetches it again).
 """
 
 from __future__ import annotations
@@ -51,8 +51,14 @@ import numpy as np
 
 from treadle import fastpaths
 from treadle.fork_locks import renew_lock_in_child
-from treadle.storage.chunkfiles import NO_BOOT_ID, chunk_bytes_setting, same_boot
-from treadle.storage.chunkfiles import punch as _punch
+from treadle.storage.chunkfiles import (
+    NO_BOOT_ID,
+    chunk_bytes_setting,
+    dead_fetch,
+    fetcher_id,
+    same_boot,
+)
+from treadle.storage.chunkfiles import evict as _evict
 from treadle.storage.chunkfolder import (
     ABSENT,
     FETCHING,
@@ -67,6 +73,7 @@ from treadle.storage.chunkobject import ObjectChunks
 from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.coalesce import coalesced
+from treadle.storage.fileio import write_at
 from treadle.storage.folderlock import folder_lock
 from treadle.storage.store import RangeRequest
 
@@ -188,11 +195,17 @@ class ChunkStore:
         """Under the folder's lock: count hits and record their next use, then reserve room
         for the misses, nearest next use first; per object, (reserved, not kept)."""
         misses: list[tuple[int, int, int]] = []
+        unusable: set[int] = set()  # objects whose files could not be made anew (a full disk)
         for i, (obj, chunks, nexts) in enumerate(wanted):
-            if obj.removed():  # its files were removed (it held no chunk): made anew
-                obj.reopen()
+            if obj.removed() and not obj.reopen():  # removed (it held no chunk): made anew
+                unusable.add(i)
             for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
                 w = obj.words[c]
+                if i in unusable:
+                    misses.append((n, i, c))
+                    continue
+                if dead_fetch(w):  # never present: fetched again (its room reused)
+                    _evict(obj, c)
                 if int(w[0]) & _STATE_MASK == ABSENT:
                     misses.append((n, i, c))
                     continue
@@ -204,12 +217,14 @@ class ChunkStore:
         room = self._room(now)
         for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
             obj = wanted[i][0]
-            kept = room.make(obj.chunk_size(c), n)
+            kept = i not in unusable and room.make(obj.chunk_size(c), n)
+            if kept and obj.removed() and not obj.reopen():  # by that scan: it held nothing
+                room.used -= obj.chunk_size(c)
+                unusable.add(i)
+                kept = False
             if kept:
-                if obj.removed():  # by that scan: it held nothing yet
-                    obj.reopen()
                 w = obj.words[c]
-                w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, os.getpid()
+                w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, fetcher_id()
                 w[1] = n if at is None else at
             (reserved if kept else skipped)[i].append(c)
             if kept or not defer:  # deferred: asked for again, or counted by unserved()
@@ -279,9 +294,10 @@ class ChunkStore:
         if not reqs:
             return
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
+        marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
             for obj, r, buf in zip(where, reqs, store.get_ranges(reqs, copy=False)):
-                os.pwrite(obj.fd, buf, r.start)
+                write_at(obj.fd, buf, r.start)  # all of it, or an error: never a hole
             if self._flush:  # else the folder is of this boot only (chunkfiles.same_boot)
                 for obj, _ in reserved:
                     os.fdatasync(obj.fd)
@@ -297,8 +313,8 @@ class ChunkStore:
                 if obj.media:
                     self.stats.media_requests += len(sent)
                     self.stats.media_fetched_bytes += sent_bytes
-        for (obj, chunks), words in zip(reserved, maps):
-            self._set(obj, chunks, PRESENT, words)
+        for (obj, chunks), words, before in zip(reserved, maps, marks):
+            self._set(obj, chunks, PRESENT, words, before)
 
     def abandon(self, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Give back the room of reserved chunks that will not be downloaded."""
@@ -306,13 +322,19 @@ class ChunkStore:
             self._set(obj, chunks, ABSENT)
 
     def _set(self, obj: ObjectChunks, chunks: list[int], state: int,
-             words: np.ndarray | None = None) -> None:  # fmt: skip
+             words: np.ndarray | None = None, marks: list[int] | None = None) -> None:  # fmt: skip
+        """``state`` for the chunks this process still fetches in ``words`` (its mapping
+        when reserved) whose words are still ``marks`` (before their bytes were written): a
+        fetch taken for a dead one's (another pid namespace) was evicted, its bytes punched."""
+        me = fetcher_id()
         with self._folder_lock:
             if obj.removed() or (words is not None and obj.words is not words):
                 return  # its files were removed (a folder emptied: same_boot), maybe made anew
-            for c in chunks:
+            for i, c in enumerate(chunks):
                 w = int(obj.words[c, 0])
-                if w & _STATE_MASK == FETCHING:  # else reserved in files since removed
+                if w & _STATE_MASK != FETCHING or int(obj.words[c, 2]) != me:
+                    continue  # reserved in files since removed, or evicted as a dead fetch
+                if marks is None or w == marks[i]:
                     obj.words[c, 0] = (w & ~_STATE_MASK) | state
                     obj.words[c, 2] = 0
 
@@ -333,15 +355,6 @@ def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
     it holds is stale (before ``now``) or the use at ``done`` (this one), else the nearer."""
     held = int(w[1])
     w[1] = step if held < now or held == done else min(held, step)
-
-
-def _evict(obj: ObjectChunks, c: int) -> None:
-    """Mark chunk ``c`` absent with a new generation (readers that copied it in between see
-    the change), then free its bytes."""
-    gen = (int(obj.words[c, 0]) >> 2) + 1
-    obj.words[c, 0] = gen << 2 | ABSENT
-    obj.words[c, 2] = 0
-    _punch(obj.fd, c * obj.chunk, obj.chunk_size(c))
 
 
 def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> ChunkStore | str:

@@ -266,9 +266,12 @@ def forget_copies(store: Store, key: str, size: int) -> None:
     if (where / name).exists():
         _evict(where / name)
     chunks = where / "chunks"  # every chunk size's files (chunkfolder.chunk_of), and older names
-    for path in [*chunks.glob(f"{name}_*.*"), chunks / f"{name}.data", chunks / f"{name}.state"]:
-        if path.suffix in (".data", ".state"):
-            path.unlink(missing_ok=True)
+    if chunks.is_dir():
+        from treadle.storage.chunkfolder import remove_named
+        from treadle.storage.folderlock import folder_lock
+
+        with folder_lock(chunks):
+            remove_named(chunks, name)
 
 
 def _evict(path: Path) -> bool:

@@ -28,6 +28,7 @@ from obstore.store import LocalStore
 from treadle.errors import CredentialsError, NotFound, StorageError
 from treadle.storage.after_fork import claim
 from treadle.storage.cloud import _CLOUD_SCHEMES, check_root_url, open_cloud, shown_root
+from treadle.storage.fileio import write_at
 from treadle.storage.loop import _Loop, request
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,
@@ -340,7 +341,7 @@ class Store:
                 )  # fmt: skip
                 if len(buf) != end - start:
                     raise await self._short_or(key, end, None)
-                os.pwrite(fd, memoryview(buf), start)
+                write_at(fd, memoryview(buf), start)  # a short write: an error, not a hole
 
         if size:
             _Loop.run(_Loop.gather([one(s) for s in range(0, size, part)]))
