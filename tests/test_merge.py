@@ -198,3 +198,20 @@ def test_criss_cross_merge_names_its_common_ancestors(tmp_path):
     with pytest.raises(td.MergeConflict, match=f"{x1[:8]}|{y1[:8]}"):
         p.merge("y", into="x")
     assert refs(p) == before
+
+
+def test_their_appended_fragment_goes_after_ours_whatever_its_id(tmp_path):
+    """Their appended fragment (id 3) was re-listed by a Lance Append that kept its id,
+    and Lance orders fragments by id: the merged table read c, a, b, d while its episode
+    index said a, b, d, c (fails before: every moment id of the merge read another row)."""
+    p = project_with_table(str(tmp_path))
+    p.branch().table("t").append_episode({"x": np.arange(3.0) + 10}, episode="b")
+    side = p.create_branch("side", from_="main")
+    side.table("t").append_episode({"x": np.arange(2.0) + 20}, episode="c")
+    p.branch().table("t").append_episode({"x": np.arange(2.0) + 30}, episode="d")
+    p.merge("side", into="main")
+    t = p.branch().table("t").pin()
+    assert list(t.episodes().names) == ["a", "b", "d", "c"]
+    check_rows(t)
+    x = [0, 1, 2, 10, 11, 12, 30, 31, 20, 21]
+    assert t.to_arrow(["x"]).column(0).to_pylist() == x
