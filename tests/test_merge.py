@@ -215,3 +215,22 @@ def test_their_appended_fragment_goes_after_ours_whatever_its_id(tmp_path):
     check_rows(t)
     x = [0, 1, 2, 10, 11, 12, 30, 31, 20, 21]
     assert t.to_arrow(["x"]).column(0).to_pylist() == x
+
+
+def test_a_merge_that_kept_our_version_of_a_table_did_nothing_to_it(tmp_path):
+    """A merge commit whose table is one parent's version counted as an 'unknown' change
+    of it (its other parent's version differed), and a later merge of appends on both
+    sides was refused (fails before)."""
+    p = project_with_table(str(tmp_path))
+    side = p.create_branch("side", from_="main")
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="b")
+    side.table("u").append_episode({"y": np.arange(2.0)}, episode="q", fps=10)
+    p.merge("side", into="main")  # three-way: t is main's version
+    s2 = p.create_branch("s2", from_="side")
+    p.branch().table("t").append_episode({"x": np.arange(2.0) + 5}, episode="c")
+    s2.table("t").append_episode({"x": np.arange(2.0) + 7}, episode="d")
+    p.merge("s2", into="main")
+    t = p.branch().table("t").pin()
+    assert list(t.episodes().names) == ["a", "b", "c", "d"]
+    check_rows(t)
+    assert t.to_arrow(["x"]).column(0).to_pylist() == [0, 1, 2, 0, 1, 5, 6, 7, 8]

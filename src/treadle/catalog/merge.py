@@ -68,7 +68,9 @@ def merge_base(project: Merging, ours: str, theirs: str) -> str:
 
 def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
     """Per table, the operation kinds the commits after ``base`` up to ``head`` applied
-    (``"unknown"`` for a commit that changed a table and recorded nothing)."""
+    (``"unknown"`` for a commit that changed a table and recorded nothing). A merge commit
+    that kept one parent's version of a table did nothing to it: the commits that made that
+    version are on this side too, and count for themselves."""
     before = ancestors(project, base)
     kinds: dict[str, list[str]] = {}
     for cid in ancestors(project, head):
@@ -77,7 +79,7 @@ def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
         c = project.load_commit(cid)
         parents = [project.load_commit(p) for p in c.parents]
         for name, v in c.tables.items():
-            if parents and all(p.tables.get(name) == v for p in parents):
+            if parents and any(p.tables.get(name) == v for p in parents):
                 continue
             got = c.kinds(name) or ["unknown"]
             kinds.setdefault(name, [])
