@@ -23,7 +23,7 @@ from treadle.catalog.purge import Purges
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
-from treadle.errors import AlreadyExists, ExpiredCommit, InvalidName, NotFound, StorageError
+from treadle.errors import ExpiredCommit, InvalidName, NotFound, StorageError
 from treadle.names import check_name
 from treadle.stats.plan_stats import plan_stats
 from treadle.stats.table_stats import table_stats
@@ -198,13 +198,13 @@ class Project(MergesAndDiffs, Purges):
         return Branch(self, name)
 
     def create_branch(self, name: str, from_: str = "main") -> Branch:
-        """A new branch at the head of ``from_`` (a branch name or a commit id/prefix)."""
+        """A new branch at the head of ``from_`` (a branch name or a commit id/prefix); a
+        commit retention expired is :class:`ExpiredCommit`."""
         check_name(name, "branch")
         self.create()
         head = self.refs.head(from_) if _is_name(from_) else None
         commit_id = head.commit_id if head else self.commit(from_).id
-        if self.refs.head(name) is not None or not self.refs.try_advance(name, 0, commit_id):
-            raise AlreadyExists(f"branch {name!r} already exists in project {self.name!r}")
+        retention.branch(self.place, self.refs, name, commit_id)
         return Branch(self, name)
 
     def branches(self) -> list[str]:

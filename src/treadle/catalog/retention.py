@@ -66,6 +66,22 @@ def tag(place: ProjectPlace, name: str, commit_id: str) -> str:
     return commit_id
 
 
+def branch(place: ProjectPlace, refs: Any, name: str, commit_id: str) -> None:
+    """Make branch ``name`` at ``commit_id`` (a full id) in ``refs`` (a
+    :class:`~treadle.catalog.refs.RefLog`): :class:`AlreadyExists` if it exists,
+    :class:`ExpiredCommit` if retention expired the commit (a head is a pin, as a tag is:
+    one made while a gc decides is settled the same way, and refs are never deleted)."""
+    if place.store.exists(expired_key(place.prefix, commit_id)):
+        raise ExpiredCommit(expired_message(place, commit_id, None))
+    if refs.head(name) is not None or not refs.try_advance(name, 0, commit_id):
+        raise AlreadyExists(f"branch {name!r} already exists in project {place.name!r}")
+    if settle(place, [commit_id]):  # a gc expired it before it saw the new branch
+        raise ExpiredCommit(
+            f"branch {name!r} was made, but at the same time a gc expired its commit: "
+            + expired_message(place, commit_id, None)
+        )
+
+
 def tags(place: ProjectPlace) -> dict[str, str]:
     """Tag name -> full commit id."""
     store, out = place.store, {}
