@@ -234,3 +234,22 @@ def test_a_merge_that_kept_our_version_of_a_table_did_nothing_to_it(tmp_path):
     assert list(t.episodes().names) == ["a", "b", "c", "d"]
     check_rows(t)
     assert t.to_arrow(["x"]).column(0).to_pylist() == [0, 1, 2, 0, 1, 5, 6, 7, 8]
+
+
+def test_finding_the_merge_base_walks_the_history_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """merge_base walked the ancestors of every common commit: quadratic in the history's
+    length (fails before: one walk per commit of the history)."""
+    import treadle.catalog.merge as merge
+
+    p = project_with_table(str(tmp_path))
+    for i in range(30):
+        p.branch().table("u").append({"y": [float(i)]})
+    side = p.create_branch("side", from_="main")
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="m")
+    side.table("t").append_episode({"x": np.arange(2.0)}, episode="s")
+    walks = []
+    real = merge.ancestors
+    monkeypatch.setattr(merge, "ancestors", lambda *a: walks.append(a) or real(*a))
+    p.merge("side", into="main")
+    assert len(walks) <= 8
+    assert list(p.branch().table("t").pin().episodes().names) == ["a", "m", "s"]
