@@ -355,3 +355,23 @@ def test_compaction_rewrites_each_row_a_logarithmic_number_of_times():
             rows[j:], runs[j:] = [len(merged)], [merged]
         assert len(rows) <= 12  # log2(2000) + 1
     assert max(rewrites) <= 11
+
+
+def test_a_long_lived_writer_keeps_a_bounded_number_of_commits(tmp_path, monkeypatch):
+    """Every commit a project saved or loaded stayed in a dict for the process's life: a
+    writer making a commit a write grew without bound (fails before: all 13 kept). The
+    history still reads back whole."""
+    import treadle.catalog.client as client
+
+    monkeypatch.setattr(client, "_COMMITS_KEPT", 4, raising=False)
+    project = td.Client(str(tmp_path)).project("p")
+    t = project.branch().table("t")
+    for i in range(12):
+        t.append({"x": [i]})
+    assert len(project._commits) <= 4
+    log = project.branch().log()
+    assert len(log) == 13 and len(project._commits) <= 4
+    assert [c.tables.get("t") for c in log][:-1] == sorted(
+        {c.tables["t"] for c in log[:-1]}, reverse=True
+    )
+    assert t.to_arrow(["x"]).column(0).to_pylist() == list(range(12))

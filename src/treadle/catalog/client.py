@@ -17,6 +17,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.expiry import expired_error
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
+from treadle.catalog.lru import Lru
 from treadle.catalog.merge import MergesAndDiffs
 from treadle.catalog.place import ProjectPlace
 from treadle.catalog.purge import Purges
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     import lance
 
 MARKER = layout.MARKER  # written at a root on its first write: "this folder is a treadle store"
+_COMMITS_KEPT = 16384  # commits a project keeps loaded (a long-lived writer makes one a write)
 _LAYOUT = {MARKER, "projects"}  # what a root holds; a root with anything else is not ours
 
 
@@ -143,9 +145,8 @@ class Project(MergesAndDiffs, Purges):
         self.prefix = layout.project_prefix(name)
         self.place = ProjectPlace(client.store, self.prefix, name)  # what gc, retention see
         self.refs = RefLog(client.store, self.prefix)
-        self._commits: dict[str, Commit] = {}
+        self._commits: Lru[str, Commit] = Lru(_COMMITS_KEPT)  # a writer's: bounded
         self.lance = LanceTables(self.place, self._absent)  # every Lance call on its tables
-        self._lock = threading.Lock()
         self._exists = False
 
     def __repr__(self) -> str:
@@ -215,17 +216,13 @@ class Project(MergesAndDiffs, Purges):
         self.client.store.put(
             layout.commit_key(self.prefix, commit.id), commit.to_bytes(), if_absent=True
         )
-        with self._lock:
-            self._commits[commit.id] = commit
+        self._commits.setdefault(commit.id, commit)
 
     def load_commit(self, commit_id: str) -> Commit:
-        with self._lock:
-            c = self._commits.get(commit_id)
+        c = self._commits.get(commit_id)
         if c is None:
             data = self.client.store.get(layout.commit_key(self.prefix, commit_id))
-            c = Commit.from_bytes(data, expect_id=commit_id)
-            with self._lock:
-                self._commits[commit_id] = c
+            c = self._commits.setdefault(commit_id, Commit.from_bytes(data, expect_id=commit_id))
         return c
 
     def commit(self, id_or_prefix: str) -> Commit:
