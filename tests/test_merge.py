@@ -253,3 +253,44 @@ def test_finding_the_merge_base_walks_the_history_a_bounded_number_of_times(tmp_
     p.merge("side", into="main")
     assert len(walks) <= 8
     assert list(p.branch().table("t").pin().episodes().names) == ["a", "m", "s"]
+
+
+def _expired_side(root):
+    """main: a; side: c (commit c1), d; main moves on (table u); gc expires c1 and a's."""
+    from datetime import timedelta
+
+    p = project_with_table(root)
+    side = p.create_branch("side", from_="main")
+    c1 = side.table("t").append_episode({"x": np.arange(2.0)}, episode="c")
+    side.table("t").append_episode({"x": np.arange(2.0)}, episode="d")
+    return p, c1, lambda: p.gc(older_than=timedelta(0), keep_days=0).expired_commits
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_merging_an_expired_commit_moves_no_branch(tmp_path, fast_forward):
+    """Merging a commit retention expired fast-forwarded the branch to it, or (three-way)
+    committed its gone table version: the branch's head then read nothing (fails before)."""
+    p, c1, gc = _expired_side(str(tmp_path))
+    if not fast_forward:
+        p.branch().table("u").append({"y": [1.0]})
+    assert c1.id in gc()
+    fresh = td.Client(str(tmp_path)).project("p")
+    before = refs(fresh)
+    with pytest.raises(td.ExpiredCommit, match=rf"merging '{c1.id}' into 'main'.*{c1.id[:8]}"):
+        fresh.merge(c1.id, into="main")
+    assert refs(fresh) == before
+    assert fresh.branch().table("t").to_arrow(["x"]).num_rows == 3
+
+
+def test_a_merge_whose_common_ancestor_expired_says_so(tmp_path):
+    """Both branches appended since a common ancestor retention expired: the merge needs
+    its row count; it said a Lance manifest was not found (fails before)."""
+    p, _, gc = _expired_side(str(tmp_path))
+    base = p.branch().commit_id
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="m")
+    assert base in gc()
+    fresh = td.Client(str(tmp_path)).project("p")
+    before = refs(fresh)
+    with pytest.raises(td.ExpiredCommit, match=rf"merging 'side' into 'main'.*{base[:8]}"):
+        fresh.merge("side", into="main")
+    assert refs(fresh) == before
