@@ -375,3 +375,28 @@ def test_a_long_lived_writer_keeps_a_bounded_number_of_commits(tmp_path, monkeyp
         {c.tables["t"] for c in log[:-1]}, reverse=True
     )
     assert t.to_arrow(["x"]).column(0).to_pylist() == list(range(12))
+
+
+def test_finding_a_branch_head_lists_no_refs(tmp_path, monkeypatch):
+    """A first lookup of a branch, and one after it moved more than four commits, LISTed
+    every ref it ever had: O(history) a commit for a writer beside busy others (fails
+    before). The head is found by reads, and is the right one."""
+    from treadle.storage import Store
+
+    root = str(tmp_path)
+    mine = td.Client(root).project("p")
+    t = mine.branch().table("t")
+    t.append({"x": [0]})
+    other = td.Client(root).project("p").branch().table("t")
+    for i in range(1, 22):
+        other.append({"x": [i]})
+    listed: list[str] = []
+    real = Store.list
+    monkeypatch.setattr(Store, "list", lambda s, prefix: listed.append(prefix) or real(s, prefix))
+    want = other.branch.commit_id
+    assert mine.branch().commit_id == want
+    assert td.Client(root).project("p").branch().commit_id == want
+    t.append({"x": [22]})
+    assert not [k for k in listed if "/refs" in k], listed
+    assert t.to_arrow(["x"]).column(0).to_pylist() == list(range(23))
+    assert mine.refs.head("nope") is None
