@@ -400,3 +400,21 @@ def test_finding_a_branch_head_lists_no_refs(tmp_path, monkeypatch):
     assert not [k for k in listed if "/refs" in k], listed
     assert t.to_arrow(["x"]).column(0).to_pylist() == list(range(23))
     assert mine.refs.head("nope") is None
+
+
+def test_names_that_differ_only_in_case_are_refused(tmp_path):
+    """Tables 't' and 'T', or branches 'exp' and 'Exp', were two folders here and one on a
+    store that folds case (macOS, Windows): one table's commits wrote into the other's Lance
+    dataset and gc removed its versions (fails before: both were made)."""
+    p = td.Client(str(tmp_path)).project("p")
+    p.branch().table("t").append({"x": [1]})
+    head = p.branch().commit_id
+    with pytest.raises(td.AlreadyExists, match="table 't'.*'T' differs only in case"):
+        p.branch().table("T").append({"x": [2]})
+    assert p.branch().commit_id == head
+    p.create_branch("exp")
+    with pytest.raises(td.AlreadyExists, match="branch 'exp'.*'Exp' differs only in case"):
+        p.create_branch("Exp")
+    assert sorted(p.branches()) == ["exp", "main"]
+    p.branch().table("t").append({"x": [3]})  # the same name again is the same table
+    assert p.branch().table("t").num_moments == 2
