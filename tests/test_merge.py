@@ -294,3 +294,27 @@ def test_a_merge_whose_common_ancestor_expired_says_so(tmp_path):
     with pytest.raises(td.ExpiredCommit, match=rf"merging 'side' into 'main'.*{base[:8]}"):
         fresh.merge("side", into="main")
     assert refs(fresh) == before
+
+
+@pytest.mark.parametrize("labels_on_main", [False, True])
+def test_a_merge_keeps_the_nulls_the_other_side_recorded(tmp_path, labels_on_main):
+    """Their appended rows held a null, recorded in their schema; the merged version took
+    ours' schema without it, so a plan no longer refused the null before step 0 and a batch
+    failed mid-epoch (fails before)."""
+    import pyarrow as pa
+
+    from treadle.table.null_columns import recorded_nulls
+
+    p = project_with_table(str(tmp_path))
+    side = p.create_branch("side", from_="main")
+    rows = {"episode": ["b"] * 3, "frame": [0, 1, 2], "x": [0.0, None, 2.0]}
+    side.table("t").append(pa.table(rows))
+    if labels_on_main:  # main only added a column: "columns+appends"
+        p.branch().table("t").add_column("ok", {"a": True})
+    else:  # main appended too: "appends"
+        p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="c")
+    p.merge("side", into="main")
+    t = p.branch().table("t")
+    assert "x" in recorded_nulls(t.pin().schema)
+    with pytest.raises(td.PlanError, match="'x'.*episode 'b', frame 1"):
+        td.Recipe(seed=1, batch_size=2, components=[td.Component(t)]).plan()

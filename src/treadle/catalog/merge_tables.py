@@ -20,6 +20,8 @@ from treadle.catalog.history import Merging
 from treadle.errors import MergeConflict
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE
+from treadle.table.image_sizes import merge_images
+from treadle.table.null_columns import merge_nulls
 from treadle.table.tensors import conform, schema_difference
 
 if TYPE_CHECKING:
@@ -147,8 +149,10 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
         target = plan.ours if col_ours else plan.theirs
         source = plan.theirs if col_ours else plan.ours
         reuse = False
-    ds = _open(project, plan, target)
-    tail = _tail(_open(project, plan, source), nb, reuse)
+    ds, src = _open(project, plan, target), _open(project, plan, source)
+    tail = _tail(src, nb, reuse)
+    # the image sizes and null columns the other side recorded, kept (as a rebase does)
+    schema = merge_nulls(merge_images(ds.schema, src.schema), src.schema)
     note = None
     if isinstance(tail, pa.Table):
         where = f"merging table {plan.name!r}"
@@ -158,7 +162,7 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
             note = (f"table {plan.name}: {rows.num_rows} appended moments take the default "
                     f"or null of {', '.join(added)}")  # fmt: skip
         tail = lance.write_fragments(rows, ds) if rows.num_rows else []
-    version = lance.commit(plan.name, ds.schema, ds, tail, lambda: None)
+    version = lance.commit(plan.name, schema, ds, tail, lambda: None)
     stored = store_episode_index(project, plan.name, version, target)
     lance.episode_names.remember(plan.name, stored)
     return version, note
