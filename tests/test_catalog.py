@@ -418,3 +418,23 @@ def test_names_that_differ_only_in_case_are_refused(tmp_path):
     assert sorted(p.branches()) == ["exp", "main"]
     p.branch().table("t").append({"x": [3]})  # the same name again is the same table
     assert p.branch().table("t").num_moments == 2
+
+
+def test_an_imports_metadata_is_read_from_the_tables_own_history(tmp_path):
+    """Branches share a table's Lance dataset: main's table read the metadata and episode
+    sets another branch's import kept at a higher version number (fails before: main said
+    {'env': 'exp'} and lost its 'train' set)."""
+    from treadle.table.source_meta import put_source_meta
+
+    p = td.Client(str(tmp_path)).project("p")
+    t = p.branch().table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a", fps=10)
+    put_source_meta(t.pin(), {"env": "main"}, {"train": ["a"]}, "hdf5")
+    exp = p.create_branch("exp", from_="main")
+    exp.table("t").append_episode({"x": np.arange(3.0)}, episode="b")
+    put_source_meta(exp.table("t").pin(), {"env": "exp"}, {"valid": ["b"]}, "hdf5")
+    t.append_episode({"x": np.arange(3.0)}, episode="c")
+    assert (t.metadata, t.episode_sets()) == ({"env": "main"}, {"train": ["a"]})
+    assert exp.table("t").metadata == {"env": "exp"}
+    p.merge("exp", into="main")  # the newest import on main's history now: exp's
+    assert t.metadata == {"env": "exp"} and t.episode_sets() == {"valid": ["b"]}
