@@ -355,3 +355,86 @@ def test_compaction_rewrites_each_row_a_logarithmic_number_of_times():
             rows[j:], runs[j:] = [len(merged)], [merged]
         assert len(rows) <= 12  # log2(2000) + 1
     assert max(rewrites) <= 11
+
+
+def test_a_long_lived_writer_keeps_a_bounded_number_of_commits(tmp_path, monkeypatch):
+    """Every commit a project saved or loaded stayed in a dict for the process's life: a
+    writer making a commit a write grew without bound (fails before: all 13 kept). The
+    history still reads back whole."""
+    import treadle.catalog.client as client
+
+    monkeypatch.setattr(client, "_COMMITS_KEPT", 4, raising=False)
+    project = td.Client(str(tmp_path)).project("p")
+    t = project.branch().table("t")
+    for i in range(12):
+        t.append({"x": [i]})
+    assert len(project._commits) <= 4
+    log = project.branch().log()
+    assert len(log) == 13 and len(project._commits) <= 4
+    assert [c.tables.get("t") for c in log][:-1] == sorted(
+        {c.tables["t"] for c in log[:-1]}, reverse=True
+    )
+    assert t.to_arrow(["x"]).column(0).to_pylist() == list(range(12))
+
+
+def test_finding_a_branch_head_lists_no_refs(tmp_path, monkeypatch):
+    """A first lookup of a branch, and one after it moved more than four commits, LISTed
+    every ref it ever had: O(history) a commit for a writer beside busy others (fails
+    before). The head is found by reads, and is the right one."""
+    from treadle.storage import Store
+
+    root = str(tmp_path)
+    mine = td.Client(root).project("p")
+    t = mine.branch().table("t")
+    t.append({"x": [0]})
+    other = td.Client(root).project("p").branch().table("t")
+    for i in range(1, 22):
+        other.append({"x": [i]})
+    listed: list[str] = []
+    real = Store.list
+    monkeypatch.setattr(Store, "list", lambda s, prefix: listed.append(prefix) or real(s, prefix))
+    want = other.branch.commit_id
+    assert mine.branch().commit_id == want
+    assert td.Client(root).project("p").branch().commit_id == want
+    t.append({"x": [22]})
+    assert not [k for k in listed if "/refs" in k], listed
+    assert t.to_arrow(["x"]).column(0).to_pylist() == list(range(23))
+    assert mine.refs.head("nope") is None
+
+
+def test_names_that_differ_only_in_case_are_refused(tmp_path):
+    """Tables 't' and 'T', or branches 'exp' and 'Exp', were two folders here and one on a
+    store that folds case (macOS, Windows): one table's commits wrote into the other's Lance
+    dataset and gc removed its versions (fails before: both were made)."""
+    p = td.Client(str(tmp_path)).project("p")
+    p.branch().table("t").append({"x": [1]})
+    head = p.branch().commit_id
+    with pytest.raises(td.AlreadyExists, match="table 't'.*'T' differs only in case"):
+        p.branch().table("T").append({"x": [2]})
+    assert p.branch().commit_id == head
+    p.create_branch("exp")
+    with pytest.raises(td.AlreadyExists, match="branch 'exp'.*'Exp' differs only in case"):
+        p.create_branch("Exp")
+    assert sorted(p.branches()) == ["exp", "main"]
+    p.branch().table("t").append({"x": [3]})  # the same name again is the same table
+    assert p.branch().table("t").num_moments == 2
+
+
+def test_an_imports_metadata_is_read_from_the_tables_own_history(tmp_path):
+    """Branches share a table's Lance dataset: main's table read the metadata and episode
+    sets another branch's import kept at a higher version number (fails before: main said
+    {'env': 'exp'} and lost its 'train' set)."""
+    from treadle.table.source_meta import put_source_meta
+
+    p = td.Client(str(tmp_path)).project("p")
+    t = p.branch().table("t")
+    t.append_episode({"x": np.arange(3.0)}, episode="a", fps=10)
+    put_source_meta(t.pin(), {"env": "main"}, {"train": ["a"]}, "hdf5")
+    exp = p.create_branch("exp", from_="main")
+    exp.table("t").append_episode({"x": np.arange(3.0)}, episode="b")
+    put_source_meta(exp.table("t").pin(), {"env": "exp"}, {"valid": ["b"]}, "hdf5")
+    t.append_episode({"x": np.arange(3.0)}, episode="c")
+    assert (t.metadata, t.episode_sets()) == ({"env": "main"}, {"train": ["a"]})
+    assert exp.table("t").metadata == {"env": "exp"}
+    p.merge("exp", into="main")  # the newest import on main's history now: exp's
+    assert t.metadata == {"env": "exp"} and t.episode_sets() == {"valid": ["b"]}

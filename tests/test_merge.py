@@ -198,3 +198,123 @@ def test_criss_cross_merge_names_its_common_ancestors(tmp_path):
     with pytest.raises(td.MergeConflict, match=f"{x1[:8]}|{y1[:8]}"):
         p.merge("y", into="x")
     assert refs(p) == before
+
+
+def test_their_appended_fragment_goes_after_ours_whatever_its_id(tmp_path):
+    """Their appended fragment (id 3) was re-listed by a Lance Append that kept its id,
+    and Lance orders fragments by id: the merged table read c, a, b, d while its episode
+    index said a, b, d, c (fails before: every moment id of the merge read another row)."""
+    p = project_with_table(str(tmp_path))
+    p.branch().table("t").append_episode({"x": np.arange(3.0) + 10}, episode="b")
+    side = p.create_branch("side", from_="main")
+    side.table("t").append_episode({"x": np.arange(2.0) + 20}, episode="c")
+    p.branch().table("t").append_episode({"x": np.arange(2.0) + 30}, episode="d")
+    p.merge("side", into="main")
+    t = p.branch().table("t").pin()
+    assert list(t.episodes().names) == ["a", "b", "d", "c"]
+    check_rows(t)
+    x = [0, 1, 2, 10, 11, 12, 30, 31, 20, 21]
+    assert t.to_arrow(["x"]).column(0).to_pylist() == x
+
+
+def test_a_merge_that_kept_our_version_of_a_table_did_nothing_to_it(tmp_path):
+    """A merge commit whose table is one parent's version counted as an 'unknown' change
+    of it (its other parent's version differed), and a later merge of appends on both
+    sides was refused (fails before)."""
+    p = project_with_table(str(tmp_path))
+    side = p.create_branch("side", from_="main")
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="b")
+    side.table("u").append_episode({"y": np.arange(2.0)}, episode="q", fps=10)
+    p.merge("side", into="main")  # three-way: t is main's version
+    s2 = p.create_branch("s2", from_="side")
+    p.branch().table("t").append_episode({"x": np.arange(2.0) + 5}, episode="c")
+    s2.table("t").append_episode({"x": np.arange(2.0) + 7}, episode="d")
+    p.merge("s2", into="main")
+    t = p.branch().table("t").pin()
+    assert list(t.episodes().names) == ["a", "b", "c", "d"]
+    check_rows(t)
+    assert t.to_arrow(["x"]).column(0).to_pylist() == [0, 1, 2, 0, 1, 5, 6, 7, 8]
+
+
+def test_finding_the_merge_base_walks_the_history_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """merge_base walked the ancestors of every common commit: quadratic in the history's
+    length (fails before: one walk per commit of the history)."""
+    import treadle.catalog.merge as merge
+
+    p = project_with_table(str(tmp_path))
+    for i in range(30):
+        p.branch().table("u").append({"y": [float(i)]})
+    side = p.create_branch("side", from_="main")
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="m")
+    side.table("t").append_episode({"x": np.arange(2.0)}, episode="s")
+    walks = []
+    real = merge.ancestors
+    monkeypatch.setattr(merge, "ancestors", lambda *a: walks.append(a) or real(*a))
+    p.merge("side", into="main")
+    assert len(walks) <= 8
+    assert list(p.branch().table("t").pin().episodes().names) == ["a", "m", "s"]
+
+
+def _expired_side(root):
+    """main: a; side: c (commit c1), d; main moves on (table u); gc expires c1 and a's."""
+    from datetime import timedelta
+
+    p = project_with_table(root)
+    side = p.create_branch("side", from_="main")
+    c1 = side.table("t").append_episode({"x": np.arange(2.0)}, episode="c")
+    side.table("t").append_episode({"x": np.arange(2.0)}, episode="d")
+    return p, c1, lambda: p.gc(older_than=timedelta(0), keep_days=0).expired_commits
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_merging_an_expired_commit_moves_no_branch(tmp_path, fast_forward):
+    """Merging a commit retention expired fast-forwarded the branch to it, or (three-way)
+    committed its gone table version: the branch's head then read nothing (fails before)."""
+    p, c1, gc = _expired_side(str(tmp_path))
+    if not fast_forward:
+        p.branch().table("u").append({"y": [1.0]})
+    assert c1.id in gc()
+    fresh = td.Client(str(tmp_path)).project("p")
+    before = refs(fresh)
+    with pytest.raises(td.ExpiredCommit, match=rf"merging '{c1.id}' into 'main'.*{c1.id[:8]}"):
+        fresh.merge(c1.id, into="main")
+    assert refs(fresh) == before
+    assert fresh.branch().table("t").to_arrow(["x"]).num_rows == 3
+
+
+def test_a_merge_whose_common_ancestor_expired_says_so(tmp_path):
+    """Both branches appended since a common ancestor retention expired: the merge needs
+    its row count; it said a Lance manifest was not found (fails before)."""
+    p, _, gc = _expired_side(str(tmp_path))
+    base = p.branch().commit_id
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="m")
+    assert base in gc()
+    fresh = td.Client(str(tmp_path)).project("p")
+    before = refs(fresh)
+    with pytest.raises(td.ExpiredCommit, match=rf"merging 'side' into 'main'.*{base[:8]}"):
+        fresh.merge("side", into="main")
+    assert refs(fresh) == before
+
+
+@pytest.mark.parametrize("labels_on_main", [False, True])
+def test_a_merge_keeps_the_nulls_the_other_side_recorded(tmp_path, labels_on_main):
+    """Their appended rows held a null, recorded in their schema; the merged version took
+    ours' schema without it, so a plan no longer refused the null before step 0 and a batch
+    failed mid-epoch (fails before)."""
+    import pyarrow as pa
+
+    from treadle.table.null_columns import recorded_nulls
+
+    p = project_with_table(str(tmp_path))
+    side = p.create_branch("side", from_="main")
+    rows = {"episode": ["b"] * 3, "frame": [0, 1, 2], "x": [0.0, None, 2.0]}
+    side.table("t").append(pa.table(rows))
+    if labels_on_main:  # main only added a column: "columns+appends"
+        p.branch().table("t").add_column("ok", {"a": True})
+    else:  # main appended too: "appends"
+        p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="c")
+    p.merge("side", into="main")
+    t = p.branch().table("t")
+    assert "x" in recorded_nulls(t.pin().schema)
+    with pytest.raises(td.PlanError, match="'x'.*episode 'b', frame 1"):
+        td.Recipe(seed=1, batch_size=2, components=[td.Component(t)]).plan()

@@ -364,3 +364,35 @@ def test_a_process_that_opened_a_version_before_the_purge_is_told(tmp_path):
         old.to_arrow(["act", "note", "blob"])
     fresh = td.Client(str(tmp_path)).project("p").branch().table("t").at(old.version)
     assert fresh.to_arrow(["act"], filter="episode = 'a'").num_rows == 6
+
+
+def test_a_purge_beside_an_appending_writer_deletes_on_its_head(tmp_path, monkeypatch):
+    """Another writer appended while the purge deleted on a branch: the purge raised the
+    edit's CommitConflict ('nothing was committed', though branches before it kept their
+    deletions), and a purge beside a steady importer never finished (fails before). It
+    deletes on the new head; the writer's episode stays."""
+    from treadle.catalog import transaction
+
+    root = str(tmp_path)
+    p = td.Client(root).project("p")
+    for i in range(3):
+        p.branch().table("t").append_episode({"x": np.full(3, float(i))}, episode=f"e{i}", fps=10)
+    old = p.branch().commit_id
+    real = transaction.Transaction._check_edited
+    raced: list[str] = []
+
+    def racing(self, head, versions):
+        if self._edited and not raced:  # another writer's append lands before its commit
+            raced.append("")
+            other = td.Client(root).project("p").branch().table("t")
+            raced[0] = other.append_episode({"x": np.full(2, 9.0)}, episode="late").id
+            head = self.project.load_commit(raced[0])
+        return real(self, head, versions)
+
+    monkeypatch.setattr(transaction.Transaction, "_check_edited", racing)
+    commit = p.purge("t", ["e1"], reason="consent withdrawn")
+    assert raced and commit.parents == (raced[0],)
+    t = p.branch().table("t").pin()
+    assert list(t.episodes().names) == ["e0", "e2", "late"]
+    with pytest.raises(td.Purged, match="consent withdrawn"):
+        p.branch().table("t").at(old).to_arrow(filter="episode = 'e1'")

@@ -242,3 +242,41 @@ def test_tag_made_after_gc_decided_is_refused_and_removed(local_root, monkeypatc
     assert c2.id in report.expired_commits
     assert len(errors) == 1 and isinstance(errors[0], td.ExpiredCommit), errors
     assert c2.id[:8] in str(errors[0]) and project.tags() == {}
+
+
+def test_a_branch_from_an_expired_commit_is_refused(local_root, monkeypatch):
+    """create_branch from an expired commit made a branch whose head read nothing (an append
+    on it failed on a missing data file); it is ExpiredCommit naming the commit, and no
+    branch. One made after a gc decided is told so (its ref stays: refs are never deleted).
+    Fails before: the branch was made both times, silently."""
+    import threading
+
+    import treadle.catalog.gc as gc
+    from treadle import layout
+
+    project, c2, _, _ = _run_on_c2(local_root, None)
+    errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+    key = layout.ref_key(project.prefix, "late", 0)
+
+    def branch() -> None:
+        try:
+            td.Client(local_root).project("p").create_branch("late", from_=c2.id)
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            errors.append(e)
+
+    def seam(point: str) -> None:
+        if point == "decided":
+            threads.append(threading.Thread(target=branch))
+            threads[0].start()
+            while not project.client.store.exists(key) and threads[0].is_alive():
+                threading.Event().wait(0.01)
+
+    monkeypatch.setattr(gc, "_at", seam)
+    assert c2.id in project.gc(older_than=timedelta(0), keep_days=0).expired_commits
+    threads[0].join()
+    assert len(errors) == 1 and isinstance(errors[0], td.ExpiredCommit), errors
+    assert "'late' was made" in str(errors[0]) and c2.id[:8] in str(errors[0])
+    with pytest.raises(td.ExpiredCommit, match=c2.id[:8]):
+        project.create_branch("old", from_=c2.id)
+    assert "old" not in project.branches()

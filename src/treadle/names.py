@@ -7,8 +7,9 @@ able to climb out of it: no separators, no ``..``, no control characters.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-from treadle.errors import InvalidName
+from treadle.errors import AlreadyExists, InvalidName
 
 #: Endings of the per-column keys a batch generates (``<col>_is_pad`` ...): no column may
 #: have one (:mod:`treadle.plan.reserved`); a name starting with ``_`` is refused anyway.
@@ -34,6 +35,18 @@ def check_name(name: object, kind: str) -> str:
             "field); use '_' instead"
         )
     return name
+
+
+def check_case_apart(name: str, existing: Iterable[str], kind: str, where: str) -> None:
+    """:class:`AlreadyExists` if a new ``name`` differs from one of ``existing`` only in
+    case: on a store that folds case (macOS and Windows disks) both would be one folder,
+    and writes and gc of one would act on the other's files."""
+    for other in existing:
+        if other != name and other.lower() == name.lower():
+            raise AlreadyExists(
+                f"{where} already has {kind} {other!r}; {name!r} differs only in case, and "
+                f"would share its folder on a store that ignores case: use another name"
+            )
 
 
 def reserved_column_reason(name: str) -> str | None:

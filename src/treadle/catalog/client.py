@@ -17,13 +17,14 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.expiry import expired_error
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
+from treadle.catalog.lru import Lru
 from treadle.catalog.merge import MergesAndDiffs
 from treadle.catalog.place import ProjectPlace
 from treadle.catalog.purge import Purges
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
-from treadle.errors import AlreadyExists, ExpiredCommit, InvalidName, NotFound, StorageError
+from treadle.errors import ExpiredCommit, InvalidName, NotFound, StorageError
 from treadle.names import check_name
 from treadle.stats.plan_stats import plan_stats
 from treadle.stats.table_stats import table_stats
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     import lance
 
 MARKER = layout.MARKER  # written at a root on its first write: "this folder is a treadle store"
+_COMMITS_KEPT = 16384  # commits a project keeps loaded (a long-lived writer makes one a write)
 _LAYOUT = {MARKER, "projects"}  # what a root holds; a root with anything else is not ours
 
 
@@ -143,9 +145,8 @@ class Project(MergesAndDiffs, Purges):
         self.prefix = layout.project_prefix(name)
         self.place = ProjectPlace(client.store, self.prefix, name)  # what gc, retention see
         self.refs = RefLog(client.store, self.prefix)
-        self._commits: dict[str, Commit] = {}
+        self._commits: Lru[str, Commit] = Lru(_COMMITS_KEPT)  # a writer's: bounded
         self.lance = LanceTables(self.place, self._absent)  # every Lance call on its tables
-        self._lock = threading.Lock()
         self._exists = False
 
     def __repr__(self) -> str:
@@ -198,13 +199,13 @@ class Project(MergesAndDiffs, Purges):
         return Branch(self, name)
 
     def create_branch(self, name: str, from_: str = "main") -> Branch:
-        """A new branch at the head of ``from_`` (a branch name or a commit id/prefix)."""
+        """A new branch at the head of ``from_`` (a branch name or a commit id/prefix); a
+        commit retention expired is :class:`ExpiredCommit`."""
         check_name(name, "branch")
         self.create()
         head = self.refs.head(from_) if _is_name(from_) else None
         commit_id = head.commit_id if head else self.commit(from_).id
-        if self.refs.head(name) is not None or not self.refs.try_advance(name, 0, commit_id):
-            raise AlreadyExists(f"branch {name!r} already exists in project {self.name!r}")
+        retention.branch(self.place, self.refs, name, commit_id)
         return Branch(self, name)
 
     def branches(self) -> list[str]:
@@ -215,17 +216,13 @@ class Project(MergesAndDiffs, Purges):
         self.client.store.put(
             layout.commit_key(self.prefix, commit.id), commit.to_bytes(), if_absent=True
         )
-        with self._lock:
-            self._commits[commit.id] = commit
+        self._commits.setdefault(commit.id, commit)
 
     def load_commit(self, commit_id: str) -> Commit:
-        with self._lock:
-            c = self._commits.get(commit_id)
+        c = self._commits.get(commit_id)
         if c is None:
             data = self.client.store.get(layout.commit_key(self.prefix, commit_id))
-            c = Commit.from_bytes(data, expect_id=commit_id)
-            with self._lock:
-                self._commits[commit_id] = c
+            c = self._commits.setdefault(commit_id, Commit.from_bytes(data, expect_id=commit_id))
         return c
 
     def commit(self, id_or_prefix: str) -> Commit:

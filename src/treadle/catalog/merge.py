@@ -15,6 +15,11 @@ add_column, update, ...), never guessed from fragments (tail compaction rewrites
 - anything else changed on both sides is a :class:`MergeConflict` naming the table and
   what each side did. Nothing is written and no branch moves.
 
+Merging a commit retention expired, or one whose common ancestor it expired where the rows
+must be counted (appends on both sides), is an :class:`ExpiredCommit` naming it; nothing
+moves (a branch fast-forwarded to an expired commit, or a merge naming its gone table
+version, would read nothing).
+
 The merge commit has two parents (target head, source head) and moves the target with
 one compare-and-swap; a target that moved meanwhile is merged again (a few times).
 """
@@ -26,9 +31,10 @@ from typing import Any
 
 from treadle.catalog.commit import Commit
 from treadle.catalog.diff import Diff, diff, resolve
+from treadle.catalog.expiry import expired_error, settle
 from treadle.catalog.history import Merging
 from treadle.catalog.merge_tables import merged_version, plan_table
-from treadle.errors import CommitConflict, MergeConflict, NotFound
+from treadle.errors import CommitConflict, ExpiredCommit, MergeConflict, NotFound
 from treadle.names import check_name
 
 _ATTEMPTS = 5
@@ -54,9 +60,9 @@ def merge_base(project: Merging, ours: str, theirs: str) -> str:
     common = set(a) & set(b)
     if not common:
         raise MergeConflict(f"commits {ours[:8]} and {theirs[:8]} have no common ancestor")
-    below = set()
-    for c in common:
-        below.update(x for x in ancestors(project, c) if x != c)
+    # ancestors of a common ancestor are common too, so one is below another exactly when
+    # it is a parent of a common one: no walk per common commit (quadratic in history)
+    below = {p for c in common for p in project.load_commit(c).parents}
     best = sorted(common - below)
     if len(best) > 1:
         raise MergeConflict(
@@ -68,7 +74,9 @@ def merge_base(project: Merging, ours: str, theirs: str) -> str:
 
 def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
     """Per table, the operation kinds the commits after ``base`` up to ``head`` applied
-    (``"unknown"`` for a commit that changed a table and recorded nothing)."""
+    (``"unknown"`` for a commit that changed a table and recorded nothing). A merge commit
+    that kept one parent's version of a table did nothing to it: the commits that made that
+    version are on this side too, and count for themselves."""
     before = ancestors(project, base)
     kinds: dict[str, list[str]] = {}
     for cid in ancestors(project, head):
@@ -77,7 +85,7 @@ def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
         c = project.load_commit(cid)
         parents = [project.load_commit(p) for p in c.parents]
         for name, v in c.tables.items():
-            if parents and all(p.tables.get(name) == v for p in parents):
+            if parents and any(p.tables.get(name) == v for p in parents):
                 continue
             got = c.kinds(name) or ["unknown"]
             kinds.setdefault(name, [])
@@ -90,6 +98,7 @@ class MergesAndDiffs:
 
     name: str
     refs: Any
+    place: Any
 
     def diff(self, a: str, b: str) -> Diff:
         """What changed from ``a`` to ``b`` (commit ids or prefixes, branch names, tags),
@@ -106,7 +115,13 @@ class MergesAndDiffs:
             if head is None:
                 raise NotFound(f"branch {into!r} not found in project {self.name!r}")
             theirs = resolve(self, branch)
-            done = self._merge_once(head, theirs, branch, into, message)
+            try:
+                done = self._merge_once(head, theirs, branch, into, message)
+            except ExpiredCommit as e:
+                raise ExpiredCommit(
+                    f"merging {branch!r} into {into!r}: {e}; nothing was written and no "
+                    "branch moved"
+                ) from None
             if done is not None:
                 return done
         raise CommitConflict(
@@ -122,8 +137,19 @@ class MergesAndDiffs:
         base = merge_base(project, ours.id, theirs.id)
         if base == theirs.id:
             return ours  # already merged
+        gone = expired_error(self.place, theirs.id, None)
+        if gone is not None:  # its versions are gone: the target would read nothing
+            raise gone
         if base == ours.id:  # fast-forward
-            return theirs if self.refs.try_advance(into, head.seq + 1, theirs.id) else None
+            if not self.refs.try_advance(into, head.seq + 1, theirs.id):
+                return None
+            if settle(self.place, [theirs.id]):  # a gc expired it before it saw the new head
+                raise CommitConflict(
+                    f"branch {into!r} of project {self.name!r} was fast-forwarded to commit "
+                    f"{theirs.short_id}, which a gc expired at the same time: its head reads "
+                    "nothing; merge a commit that is kept (a branch head or a tag)"
+                )
+            return theirs
         base_c = project.load_commit(base)
         our_kinds, their_kinds = (
             side_kinds(project, ours.id, base),

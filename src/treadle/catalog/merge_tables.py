@@ -20,6 +20,8 @@ from treadle.catalog.history import Merging
 from treadle.errors import MergeConflict
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE
+from treadle.table.image_sizes import merge_images
+from treadle.table.null_columns import merge_nulls
 from treadle.table.tensors import conform, schema_difference
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class TablePlan:
     theirs: int | None = None
     kinds: list[str] = field(default_factory=list)
     columns_side: str = ""  # "ours" or "theirs" for "columns+appends"
+    commits: dict[int | None, str] = field(default_factory=dict)  # version -> a commit naming it
 
 
 def _conflict(name: str, why: str, ok: list[str], tk: list[str]) -> MergeConflict:
@@ -68,7 +71,7 @@ def plan_table(
         return TablePlan(name, "theirs", b, o, t, list(tk))
     if b is None:
         raise _conflict(name, "was created on both sides", ok, tk)
-    plan = TablePlan(name, None, b, o, t, [APPEND])
+    plan = TablePlan(name, None, b, o, t, [APPEND], commits={b: base.id, o: ours.id, t: theirs.id})
     if set(ok) == {APPEND} and set(tk) == {APPEND}:
         plan.take = "appends"
         _check_appends(project, plan, ok, tk)
@@ -81,25 +84,38 @@ def plan_table(
     return plan
 
 
-def _rows(project: Merging, name: str, version: int) -> int:
-    return project.table_at(name, version).num_moments
+def _open(project: Merging, plan: TablePlan, version: int | None) -> Any:
+    """Version ``version`` of the plan's table, read through the commit that names it
+    (:class:`ExpiredCommit` naming it when retention took it, not a missing manifest)."""
+    assert version is not None
+    return project.lance.open(plan.name, version, plan.commits.get(version))
 
 
-def _appended_names(project: Merging, name: str, version: int, after: int) -> list[str]:
-    idx = project.table_at(name, version).episodes()
+def _table(project: Merging, plan: TablePlan, version: int | None) -> Any:
+    assert version is not None
+    return project.table_at(plan.name, version, plan.commits.get(version))
+
+
+def _rows(project: Merging, plan: TablePlan, version: int | None) -> int:
+    return _table(project, plan, version).num_moments
+
+
+def _appended_names(
+    project: Merging, plan: TablePlan, version: int | None, after: int
+) -> list[str]:
+    idx = _table(project, plan, version).episodes()
     return [n for n, s in zip(idx.names, idx.starts.tolist(), strict=True) if s >= after]
 
 
 def _check_appends(project: Merging, plan: TablePlan, ok: list[str], tk: list[str]) -> None:
-    ds_o = project.lance.open(plan.name, plan.ours)
-    ds_t = project.lance.open(plan.name, plan.theirs)
+    ds_o, ds_t = _open(project, plan, plan.ours), _open(project, plan, plan.theirs)
     if schema_difference(ds_o.schema, ds_t.schema) is not None:
         raise _conflict(plan.name, "was appended to with different schemas", ok, tk)
     if EPISODE not in ds_o.schema.names:
         return
-    nb = _rows(project, plan.name, plan.base)
-    both = set(_appended_names(project, plan.name, plan.ours, nb)) & set(
-        _appended_names(project, plan.name, plan.theirs, nb)
+    nb = _rows(project, plan, plan.base)
+    both = set(_appended_names(project, plan, plan.ours, nb)) & set(
+        _appended_names(project, plan, plan.theirs, nb)
     )
     if both:
         raise _conflict(plan.name, f"got episode {sorted(both)[0]!r} on both sides", ok, tk)
@@ -125,7 +141,7 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
         assert plan.theirs is not None
         return plan.theirs, None
     lance = project.lance
-    nb = _rows(project, plan.name, plan.base)
+    nb = _rows(project, plan, plan.base)
     if plan.take == "appends":
         target, source, reuse = plan.ours, plan.theirs, True
     else:
@@ -133,8 +149,10 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
         target = plan.ours if col_ours else plan.theirs
         source = plan.theirs if col_ours else plan.ours
         reuse = False
-    ds = lance.open(plan.name, target)
-    tail = _tail(lance.open(plan.name, source), nb, reuse)
+    ds, src = _open(project, plan, target), _open(project, plan, source)
+    tail = _tail(src, nb, reuse)
+    # the image sizes and null columns the other side recorded, kept (as a rebase does)
+    schema = merge_nulls(merge_images(ds.schema, src.schema), src.schema)
     note = None
     if isinstance(tail, pa.Table):
         where = f"merging table {plan.name!r}"
@@ -144,7 +162,7 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
             note = (f"table {plan.name}: {rows.num_rows} appended moments take the default "
                     f"or null of {', '.join(added)}")  # fmt: skip
         tail = lance.write_fragments(rows, ds) if rows.num_rows else []
-    version = lance.commit(plan.name, ds.schema, ds, tail, lambda: None)
+    version = lance.commit(plan.name, schema, ds, tail, lambda: None)
     stored = store_episode_index(project, plan.name, version, target)
     lance.episode_names.remember(plan.name, stored)
     return version, note

@@ -43,6 +43,8 @@ from treadle.table.episodes import EPISODE
 from treadle.table.scrub import scrub_version
 from treadle.table.tensors import is_video
 
+_ATTEMPTS = 20  # deletions on one branch raced by other writers before a purge gives up
+
 
 class PurgeOf(Merging, Protocol):
     """What a purge uses of its project (a :class:`treadle.Project`, which mixes
@@ -170,18 +172,36 @@ def _commit_deletions(
     message = f"purge {table}: {reason}"
     ours: Commit | None = None
     for name in sorted(project.branches()):
+        commit = _delete_on(project, name, table, wanted, message)
+        if name == branch:
+            ours = commit
+    return ours if ours is not None else _empty_commit(project, branch, message)
+
+
+def _delete_on(
+    project: PurgeOf, name: str, table: str, wanted: set[str], message: str
+) -> Commit | None:
+    """Delete the episodes of ``wanted`` branch ``name``'s head holds (None: it holds none);
+    a writer that changed the table meanwhile is not an error: delete on its head."""
+    for _ in range(_ATTEMPTS):
         head = project.load_commit(project.refs.head(name).commit_id)  # type: ignore[union-attr]
         if table not in head.tables:
-            continue
+            return None
         have = set(project.table_at(table, head.tables[table], head.id).episodes().names)
         present = sorted(wanted & have)
         if not present:
+            return None
+        try:
+            with project.branch(name).transaction(message) as tx:
+                tx.table(table).delete_episodes(present)
+        except CommitConflict:
             continue
-        with project.branch(name).transaction(message) as tx:
-            tx.table(table).delete_episodes(present)
-        if name == branch:
-            ours = tx.commit
-    return ours if ours is not None else _empty_commit(project, branch, message)
+        return tx.commit
+    raise CommitConflict(
+        f"table {table!r} of project {project.name!r}: branch {name!r} kept changing while "
+        f"the purge deleted {sorted(wanted)[:5]} on it ({_ATTEMPTS} attempts); the branches "
+        "done so far keep their deletions; purge again"
+    )
 
 
 def _empty_commit(project: PurgeOf, branch: str, message: str) -> Commit:

@@ -5,11 +5,12 @@ seq is the head. Moving a branch from seq ``n`` writes ``n + 1`` with
 put-if-absent, which both local disk and S3 (``If-None-Match: *``) do atomically:
 of two writers racing from ``n`` exactly one wins, and nothing is ever overwritten.
 
-Finding the head: the first lookup of a branch LISTs its refs; after that the last
-seq seen is cached and the head is found by reading ``seq + 1, seq + 2, ...`` until
-one is missing (one GET when nothing moved), falling back to a LIST when the branch
-moved more than a few steps. Ref objects are never deleted, so a seq once seen
-stays valid. A put-if-absent whose response was lost (a retried request that finds
+Finding the head: seqs are contiguous from 0 (a seq is only written after the one
+before it was read) and ref objects are never deleted, so the head is the last seq
+present: from the last seq seen (cached; 0 on a first lookup) reads ``seq + 1, + 2,
++ 4, ...`` until one is missing, then bisects between (one GET when nothing moved,
+O(log n) after n commits). A LIST of the branch's refs would cost O(history) on every
+first lookup and whenever the branch moved more than a few steps. A put-if-absent whose response was lost (a retried request that finds
 its own earlier write) counts as won: the stored commit id is compared with ours.
 """
 
@@ -25,8 +26,6 @@ from treadle import layout
 from treadle.errors import CorruptData, NotFound
 from treadle.storage import Store
 
-_PROBES = 4  # GETs past the cached head before falling back to a LIST
-_REF_NAME = re.compile(r"[0-9]{16}\.json")
 _COMMIT_ID = re.compile(r"[0-9a-f]{64}")
 
 
@@ -55,22 +54,22 @@ class RefLog:
     def head(self, branch: str) -> Head | None:
         with self._lock:
             known = self._known.get(branch)
-        if known is not None:
-            head = known
-            for _ in range(_PROBES):
-                nxt = self._read(branch, head.seq + 1)
-                if nxt is None:
-                    return self._remember(branch, head)
-                head = nxt
-        keys = [k for k in self.store.list(f"{self.prefix}/{branch}") if k.endswith(".json")]
-        if not keys:
+        head = known or self._read(branch, 0)
+        if head is None:
             return None
-        key = keys[-1]  # zero-padded: lexicographic order is numeric order
-        name = key.rsplit("/", 1)[-1]
-        if not _REF_NAME.fullmatch(name):
-            raise CorruptData(f"ref object {key} is not a ref (refs are <16 digits>.json)")
-        seq = int(name[:-5])
-        head = self._parse(key, seq, self.store.get(key))
+        step, missing = 1, None
+        while missing is None:  # gallop: the last seq present is in (head, missing)
+            nxt = self._read(branch, head.seq + step)
+            if nxt is None:
+                missing = head.seq + step
+            else:
+                head, step = nxt, step * 2
+        while missing - head.seq > 1:
+            mid = self._read(branch, (head.seq + missing) // 2)
+            if mid is None:
+                missing = (head.seq + missing) // 2
+            else:
+                head = mid
         return self._remember(branch, head)
 
     def try_advance(self, branch: str, seq: int, commit_id: str) -> bool:

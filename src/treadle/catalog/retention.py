@@ -32,7 +32,7 @@ from treadle import layout
 from treadle.catalog.expiry import expired_key, expired_message, settle
 from treadle.catalog.place import ProjectPlace
 from treadle.errors import AlreadyExists, CorruptData, ExpiredCommit, NotFound
-from treadle.names import check_name
+from treadle.names import check_case_apart, check_name
 
 if TYPE_CHECKING:
     from treadle.catalog.commit import Commit
@@ -64,6 +64,23 @@ def tag(place: ProjectPlace, name: str, commit_id: str) -> str:
         store.delete(key)
         raise ExpiredCommit(expired_message(place, commit_id, None))
     return commit_id
+
+
+def branch(place: ProjectPlace, refs: Any, name: str, commit_id: str) -> None:
+    """Make branch ``name`` at ``commit_id`` (a full id) in ``refs`` (a
+    :class:`~treadle.catalog.refs.RefLog`): :class:`AlreadyExists` if it exists,
+    :class:`ExpiredCommit` if retention expired the commit (a head is a pin, as a tag is:
+    one made while a gc decides is settled the same way, and refs are never deleted)."""
+    if place.store.exists(expired_key(place.prefix, commit_id)):
+        raise ExpiredCommit(expired_message(place, commit_id, None))
+    check_case_apart(name, refs.branches(), "branch", f"project {place.name!r}")
+    if refs.head(name) is not None or not refs.try_advance(name, 0, commit_id):
+        raise AlreadyExists(f"branch {name!r} already exists in project {place.name!r}")
+    if settle(place, [commit_id]):  # a gc expired it before it saw the new branch
+        raise ExpiredCommit(
+            f"branch {name!r} was made, but at the same time a gc expired its commit: "
+            + expired_message(place, commit_id, None)
+        )
 
 
 def tags(place: ProjectPlace) -> dict[str, str]:

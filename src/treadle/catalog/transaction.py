@@ -33,7 +33,7 @@ from treadle.catalog.edits import Change, TableEdits
 from treadle.catalog.leases import Borrowed, Lease, mark_used, sweeping
 from treadle.catalog.rebase import check_base
 from treadle.errors import CommitConflict, NotFound, StorageError, TreadleError
-from treadle.names import check_name
+from treadle.names import check_case_apart, check_name
 from treadle.table.episode_store import store_episode_index
 from treadle.table.lanceerror import lance_error
 from treadle.table.table import Table
@@ -293,6 +293,8 @@ class Transaction:
             head_commit = project.load_commit(head.commit_id)
             for name, st in touched.items():
                 now = head_commit.tables.get(name)
+                if now is None:
+                    check_case_apart(name, head_commit.tables, "table", f"project {project.name!r}")
                 if now != bases[name] or name not in versions:
                     versions[name] = self._version(name, st, now, head.commit_id)
                     bases[name] = now

@@ -146,7 +146,12 @@ def _append(
     the latest version keeps Lance from listing ``_versions/`` before the commit. Lance
     itself finds any version written after ``base`` (a conflict raises; an ``Append``
     rebases on it): such a version's number is not ``base + 1``, so it is not ours.
+    A fragment that already has an id (one of another version's, re-listed by a merge) is
+    not appended: Lance keeps that id and orders fragments by id, which would put its rows
+    before the base's.
     """
+    if any(f.id != 0 for f in new):
+        return None
     try:
         ds = lance.LanceDataset.commit(
             base,
