@@ -53,19 +53,20 @@ def test_garbage_ref_object_is_corrupt_data(tmp_path, garbage):
         td.Client(root).project("p").branch().head()
 
 
-def test_a_stray_object_among_refs_is_never_taken_for_the_head(tmp_path):
-    """Heads are found by reading seqs, not by listing (refs.py): a stray object sorting
-    after the refs (it was read as the head, hence CorruptData) changes nothing; a ref
-    object that is not a ref is still CorruptData naming it."""
+def test_a_stray_object_among_refs_is_corrupt_data(tmp_path):
+    """A first lookup LISTs the refs: a stray object sorting after them is CorruptData
+    naming it; a ref object that is not a ref, once the head is known, too."""
     root = str(tmp_path / "store")
     p = td.Client(root, create=True).project("p")
     p.create()
-    head = p.branch().commit_id
+    branch = p.branch()
     Path(root, "projects/p/refs/main/zz-notes.json").write_text("{}")
-    assert td.Client(root).project("p").branch().commit_id == head
+    with pytest.raises(td.CorruptData, match="zz-notes.json"):
+        td.Client(root).project("p").branch()
+    Path(root, "projects/p/refs/main/zz-notes.json").unlink()
     Path(root, "projects/p/refs/main/0000000000000001.json").write_text("{}")
     with pytest.raises(td.CorruptData, match="0000000000000001.json"):
-        td.Client(root).project("p").branch().head()
+        branch.head()
 
 
 def test_wrong_bucket_is_named(s3_server):

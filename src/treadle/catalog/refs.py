@@ -7,11 +7,13 @@ of two writers racing from ``n`` exactly one wins, and nothing is ever overwritt
 
 Finding the head: seqs are contiguous from 0 (a seq is only written after the one
 before it was read) and ref objects are never deleted, so the head is the last seq
-present: from the last seq seen (cached; 0 on a first lookup) reads ``seq + 1, + 2,
-+ 4, ...`` until one is missing, then bisects between (one GET when nothing moved,
-O(log n) after n commits). A LIST of the branch's refs would cost O(history) on every
-first lookup and whenever the branch moved more than a few steps. A put-if-absent whose response was lost (a retried request that finds
-its own earlier write) counts as won: the stored commit id is compared with ours.
+present. A first lookup LISTs the branch's refs (one request a thousand refs: fewer round
+trips than reading seqs for any history short of tens of thousands of commits); after
+that the last seq seen is cached, and the head is found by reading ``seq + 1, + 2, + 4,
+...`` until one is missing, then bisecting between (one GET when nothing moved, O(log k)
+after others made k commits: it LISTed every ref after four, O(history) a commit for a
+writer beside busy ones). A put-if-absent whose response was lost (a retried request that
+finds its own earlier write) counts as won: the stored commit id is compared with ours.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from treadle import layout
 from treadle.errors import CorruptData, NotFound
 from treadle.storage import Store
 
+_REF_NAME = re.compile(r"[0-9]{16}\.json")
 _COMMIT_ID = re.compile(r"[0-9a-f]{64}")
 
 
@@ -54,7 +57,7 @@ class RefLog:
     def head(self, branch: str) -> Head | None:
         with self._lock:
             known = self._known.get(branch)
-        head = known or self._read(branch, 0)
+        head = known or self._listed(branch)
         if head is None:
             return None
         step, missing = 1, None
@@ -71,6 +74,17 @@ class RefLog:
             else:
                 head = mid
         return self._remember(branch, head)
+
+    def _listed(self, branch: str) -> Head | None:
+        """The last ref a LIST of the branch's refs shows (None: no ref), read."""
+        keys = [k for k in self.store.list(f"{self.prefix}/{branch}") if k.endswith(".json")]
+        if not keys:
+            return None
+        key = keys[-1]  # zero-padded: lexicographic order is numeric order
+        name = key.rsplit("/", 1)[-1]
+        if not _REF_NAME.fullmatch(name):
+            raise CorruptData(f"ref object {key} is not a ref (refs are <16 digits>.json)")
+        return self._parse(key, int(name[:-5]), self.store.get(key))
 
     def try_advance(self, branch: str, seq: int, commit_id: str) -> bool:
         """Write ``seq`` -> ``commit_id``; False when another writer already took ``seq``."""
