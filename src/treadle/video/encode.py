@@ -24,6 +24,7 @@ from av.video.reformatter import VideoReformatter
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
+from treadle.video.geometry import check_pixels
 from treadle.video.remux import TrimmedByEditList, check_decodes, container_fps, remux_h264
 from treadle.video.stream import (
     COLOUR_TAGS,
@@ -209,6 +210,7 @@ def _reencode(
         raise VideoError(f"video {label}: no frames decoded")
     # the size FFmpeg decodes to (a left crop it keeps included), not the container's
     width, height = int(first.width), int(first.height)
+    check_pixels((width, height), f"video {label}")
     if width < 2 or height < 2 or width % 2 or height % 2:
         raise VideoError(
             f"video {label}: frame size {height}x{width} (HxW) must be even to re-encode to H.264"
