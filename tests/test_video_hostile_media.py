@@ -1,9 +1,14 @@
-"""A video whose SPS claims huge frames is refused at write time, naming table, episode and
-column, before anything is decoded.
+"""Hostile or unusual H.264 files given to ``td.VideoFile``.
 
-Before: a 1.5 KB MKV whose SPS claimed 12000x8000 frames was stored, its first GOP decoded
-(FFmpeg concealing the missing macroblocks), and every window of it allocated 288 MB a
-frame of grey: a batch of 90-frame windows asked for more memory than any host has.
+A video whose SPS claims huge frames is refused at write time, naming table, episode and
+column, before anything is decoded. Before: a 1.5 KB MKV whose SPS claimed 12000x8000
+frames was stored, its first GOP decoded (FFmpeg concealing the missing macroblocks), and
+every window of it allocated 288 MB a frame of grey.
+
+A gradual-refresh stream (x264 ``intra-refresh``: keyframes are recovery points whose
+pictures are clean only some frames later) is re-encoded, and every window reads. Before:
+it was stored as it was, and a window whose frames were the first after such a keyframe
+failed mid-training with ``CorruptData ... decoder produced no picture``.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import io
 from fractions import Fraction
 
 import av
+import numpy as np
 import pytest
 
 import treadle as td
 from treadle.errors import VideoError
 from treadle.video import nal
-from treadle.video._testing import make_mp4, synthetic_frames
+from treadle.video._testing import make_mp4, reference_decode, synthetic_frames
 from treadle.video.encode import encode_frames
 
 
@@ -119,3 +125,40 @@ def test_a_reencoded_video_over_the_limit_is_refused(branch, monkeypatch):
     ok = make_mp4(synthetic_frames(3, 32, 32), codec="mpeg4", fmt="matroska")
     _append(branch, td.VideoFile(ok))
     assert branch.tables() == ["t"]
+
+
+_REFRESH = "intra-refresh=1:keyint=10:bframes=0:scenecut=0"
+
+
+@pytest.mark.parametrize("fmt", ["matroska", "mp4"])
+def test_a_gradual_refresh_stream_reads_every_window(branch, fmt):
+    frames = synthetic_frames(30, 64, 64)
+    data = make_mp4(frames, fmt=fmt, options={"x264-params": _REFRESH})
+    with av.open(io.BytesIO(data)) as c:
+        keys = [k for k, p in enumerate(q for q in c.demux(c.streams.video[0]) if q.size)
+                if p.is_keyframe]  # fmt: skip
+    assert keys == [0, 10, 20]  # recovery points flagged as keyframes
+    ref = reference_decode(data)
+    _append(branch, td.VideoFile(data))
+    windows = td.Windows({"cam": td.Video(range(2))})
+    recipe = td.Recipe(seed=0, batch_size=29, components=[td.Component(branch.table("t"), windows)])
+    batch = next(iter(td.TrainLoader(recipe, steps=1)))
+    got, anchors = batch["cam"].numpy().astype(int), batch["_frame"].numpy()
+    assert sorted(anchors.tolist()) == list(range(29))
+    for cam, f in zip(got, anchors):
+        assert np.abs(cam - ref[f : f + 2]).mean() < 4  # re-encoded: lossy, same frames
+
+
+def test_an_open_gop_stream_is_still_stored_as_it_is():
+    from treadle.video import nal
+    from treadle.video.encode import from_container
+
+    params = "bframes=3:keyint=10:open-gop=1:scenecut=0"
+    data = make_mp4(synthetic_frames(30, 64, 64), options={"x264-params": params})
+    stream = from_container(data)
+    counts = {
+        nal.recovery_frame_count(u) for t, u in nal.nal_units(stream.data) if t == nal.NAL_SEI
+    }
+    assert 0 in counts and not counts - {0, None}
+    # its own packets: B-frames (decode order != display order), not treadle's re-encode
+    assert len(stream.index) == 30 and (stream.index.decode != np.arange(30)).any()

@@ -25,7 +25,7 @@ from treadle.concurrency import CONCURRENCY
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
 from treadle.video.geometry import check_pixels
-from treadle.video.remux import TrimmedByEditList, check_decodes, container_fps, remux_h264
+from treadle.video.remux import NotRemuxable, check_decodes, container_fps, remux_h264
 from treadle.video.stream import (
     COLOUR_TAGS,
     EncodedStream,
@@ -152,7 +152,8 @@ def from_container(
 
     H.264 is remuxed to Annex-B with ``h264_mp4toannexb`` (bit-exact, no re-encode; SPS/PPS
     are inserted before any keyframe that lacks them), except when the file's edit list
-    hides decoded frames (then it is re-encoded like other codecs). Other codecs are decoded and
+    hides decoded frames or its keyframes refresh gradually (intra refresh: clean only some
+    frames later); then it is re-encoded like other codecs. Other codecs are decoded and
     re-encoded to H.264 (``gop``/``crf``/``preset``; timestamps become ``0..N-1`` at the
     stream's average rate). A raw Annex-B ``.h264`` file (no timestamps) is indexed by one
     decode pass. ``fps`` overrides the container's rate (raw streams have none; FFmpeg
@@ -171,7 +172,7 @@ def from_container(
         if codec == "h264":
             try:
                 result = remux_h264(container, stream, label, fps)
-            except TrimmedByEditList:
+            except NotRemuxable:
                 container.close()
                 container = _open(source, label)
                 stream = container.streams.video[0]
