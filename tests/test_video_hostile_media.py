@@ -162,3 +162,18 @@ def test_an_open_gop_stream_is_still_stored_as_it_is():
     assert 0 in counts and not counts - {0, None}
     # its own packets: B-frames (decode order != display order), not treadle's re-encode
     assert len(stream.index) == 30 and (stream.index.decode != np.arange(30)).any()
+
+
+def test_a_span_from_a_gradual_refresh_keyframe_is_decoded_from_further_back():
+    """LeRobot v3.0's many-episode files: a span starting at an intra-refresh keyframe.
+    Before: its packets were copied (a file whose first pictures FFmpeg withholds), and
+    decoding it from that keyframe was short of those frames (CorruptData)."""
+    from treadle.video.span import decode_span, span_value
+
+    frames = synthetic_frames(40, 64, 64)
+    data = make_mp4(frames, options={"x264-params": _REFRESH})
+    ref = reference_decode(data)
+    value = span_value(data, (20 / 30, 28 / 30), np.arange(8) / 30, 30.0, 1e-4, "ep")
+    assert isinstance(value, td.VideoFrames)
+    np.testing.assert_array_equal(value.frames, ref[20:28])
+    np.testing.assert_array_equal(decode_span(data, 21 / 30, 5, 30.0, 1e-4, "ep"), ref[21:26])

@@ -279,3 +279,11 @@ def recovery_frame_count(sei: bytes) -> int | None:
                 return None
         i += size
     return None
+
+
+def refreshes_gradually(units: list[tuple[int, bytes]]) -> bool:
+    """Whether a keyframe's ``(type, unit)`` NAL units are a non-IDR picture with a recovery
+    point SEI whose ``recovery_frame_cnt`` is over 0 (an open GOP's I picture has 0)."""
+    if any(t == NAL_IDR for t, _ in units):
+        return False
+    return any(t == NAL_SEI and (recovery_frame_count(u) or 0) > 0 for t, u in units)

@@ -22,13 +22,11 @@ from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, describe, stream_tags
 from treadle.video.geometry import sps_geometry
 from treadle.video.nal import (
-    NAL_IDR,
     NAL_PPS,
-    NAL_SEI,
     NAL_SPS,
     nal_units,
     parse_sps,
-    recovery_frame_count,
+    refreshes_gradually,
 )
 from treadle.video.stream import EncodedStream, Packet, StreamMeta, frame_rate, index_packets
 
@@ -44,14 +42,6 @@ class TrimmedByEditList(NotRemuxable):
 class GradualRefresh(NotRemuxable):
     """A keyframe is a recovery point whose pictures are clean only some frames after it
     (intra refresh): a window read from it would get no picture for its first frames."""
-
-
-def _refreshes_gradually(units: list[tuple[int, bytes]]) -> bool:
-    """Whether a keyframe's units are a non-IDR picture with a recovery point SEI whose
-    ``recovery_frame_cnt`` is over 0 (an open GOP's I picture has 0: clean at once)."""
-    if any(t == NAL_IDR for t, _ in units):
-        return False
-    return any(t == NAL_SEI and (recovery_frame_count(u) or 0) > 0 for t, u in units)
 
 
 def container_fps(stream: Any) -> float:
@@ -103,7 +93,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
                 if t == NAL_SPS:
                     all_sps.setdefault(u)
             key = bool(q.is_keyframe)
-            if key and _refreshes_gradually(units):
+            if key and refreshes_gradually(units):
                 raise GradualRefresh
             if key and not {NAL_SPS, NAL_PPS} <= types:
                 if {NAL_SPS, NAL_PPS} - params.keys():
