@@ -177,3 +177,36 @@ def test_a_span_from_a_gradual_refresh_keyframe_is_decoded_from_further_back():
     assert isinstance(value, td.VideoFrames)
     np.testing.assert_array_equal(value.frames, ref[20:28])
     np.testing.assert_array_equal(decode_span(data, 21 / 30, 5, 30.0, 1e-4, "ep"), ref[21:26])
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    """A video outside the dataset's folder, and the dataset's folder."""
+    base = tmp_path_factory.mktemp("playlists")
+    (base / "outside").mkdir()
+    (base / "data").mkdir()
+    secret = base / "outside" / "secret.ts"
+    secret.write_bytes(make_mp4(synthetic_frames(6, 32, 32, seed=9), fmt="mpegts"))
+    (base / "data" / "beside.ts").write_bytes(secret.read_bytes())
+    return secret, base / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        (
+            "clip.m3u8",
+            "#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:1.0,\n{secret}\n#EXT-X-ENDLIST\n",
+        ),
+        ("clip.ffconcat", "ffconcat version 1.0\nfile 'beside.ts'\n"),
+    ],
+)
+def test_a_playlist_given_as_a_video_is_refused(branch, outside, name, body):
+    """Before: FFmpeg's HLS demuxer read the video the playlist named (any local path), and
+    its frames were stored as the episode's; a concat list likewise."""
+    secret, data = outside
+    path = data / name
+    path.write_text(body.format(secret=secret))
+    with pytest.raises(VideoError, match=r"column 'cam'.*is a \w+ playlist, which names other"):
+        _append(branch, td.VideoFile(path))
+    assert branch.tables() == []

@@ -9,7 +9,6 @@ tags) and the index records it exactly, colour tags included
 
 from __future__ import annotations
 
-import io
 import itertools
 import os
 from collections.abc import Iterable, Iterator
@@ -25,6 +24,7 @@ from treadle.concurrency import CONCURRENCY
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
 from treadle.video.geometry import check_pixels
+from treadle.video.media_open import open_media
 from treadle.video.remux import NotRemuxable, check_decodes, container_fps, remux_h264
 from treadle.video.stream import (
     COLOUR_TAGS,
@@ -190,7 +190,7 @@ def from_container(
 
 def _open(source: str | os.PathLike[str] | bytes, label: str) -> Any:
     try:
-        return av.open(io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source))
+        return open_media(source, label)
     except (av.FFmpegError, OSError, ValueError) as e:
         raise VideoError(f"cannot open video {label}: {e}") from None
 

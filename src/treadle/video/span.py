@@ -19,6 +19,7 @@ import av
 import numpy as np
 
 from treadle.errors import CorruptData
+from treadle.video.media_open import open_media
 from treadle.video.nal import (
     NAL_PPS,
     NAL_SPS,
@@ -116,7 +117,7 @@ def _decode_from(
     count = len(want)
     out: list[np.ndarray | None] = [None] * count
     try:
-        with _open(data) as c:
+        with _open(data, where) as c:
             stream = c.streams.video[0]
             stream.thread_type = "AUTO"
             tb = float(stream.time_base)
@@ -179,7 +180,7 @@ def cut_span(
     end = start + (count - 1) / fps + half
     horizon = end + max(2.0, _REORDER_FRAMES / fps)
     try:
-        with _open(data) as c:
+        with _open(data, where) as c:
             stream = c.streams.video[0]
             if stream.codec_context.name != "h264":
                 return None  # re-encoded either way: decoding the span is simpler
@@ -236,7 +237,7 @@ def _standalone_params(stream: Any, payload: bytes) -> tuple[int, list[bytes]] |
 def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
     """Video frames (packets) in a file and its codec, without decoding."""
     try:
-        with _open(data) as c:
+        with _open(data, where) as c:
             s = c.streams.video[0]
             n = sum(1 for p in c.demux(s) if p.size)
             return n, s.codec_context.name
@@ -244,8 +245,8 @@ def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
         raise CorruptData(f"{where}: cannot read video: {e}") from None
 
 
-def _open(data: bytes | str) -> Any:
-    return av.open(io.BytesIO(data) if isinstance(data, bytes) else data)
+def _open(data: bytes | str, where: str) -> Any:
+    return open_media(data, where)
 
 
 def _seek(c: Any, stream: Any, t: float, tb: float, where: str) -> None:
