@@ -210,3 +210,32 @@ def test_a_playlist_given_as_a_video_is_refused(branch, outside, name, body):
     with pytest.raises(VideoError, match=r"column 'cam'.*is a \w+ playlist, which names other"):
         _append(branch, td.VideoFile(path))
     assert branch.tables() == []
+
+
+def _ts(frames: np.ndarray, shift: int = 0) -> bytes:
+    """An MPEG-TS of ``frames`` (B-frames), its timestamps moved by ``shift`` (90 kHz)."""
+    opts = {"x264-params": "keyint=5:scenecut=0:bframes=2"}
+    made = make_mp4(frames, fmt="mpegts", options=opts)
+    buf = io.BytesIO()
+    with av.open(io.BytesIO(made)) as c, av.open(buf, "w", format="mpegts") as o:
+        src = c.streams.video[0]
+        dst = o.add_stream_from_template(src)
+        for p in (q for q in c.demux(src) if q.size):
+            p.stream = dst
+            p.pts += shift
+            p.dts += shift
+            o.mux(p)
+    return buf.getvalue()
+
+
+def test_concatenated_recordings_whose_timestamps_restart_are_refused(branch):
+    """``cat a.ts b.ts``: b's timestamps start again, half a frame after a's. Before: the
+    episode's frames were ordered by timestamp, a's and b's interleaved (frame 1 was b's
+    first), where a decoder shows a then b."""
+    a, b = synthetic_frames(15, 32, 32, seed=1), synthetic_frames(15, 32, 32, seed=2)
+    data = _ts(a) + _ts(b, shift=1500)
+    assert len(reference_decode(data)) == 30
+    with pytest.raises(VideoError, match=r"column 'cam'.*timestamps go back at the keyframe 15"):
+        _append(branch, td.VideoFile(data))
+    _append(branch, td.VideoFile(_ts(a)))  # one recording: stored
+    assert branch.tables() == ["t"]
