@@ -10,7 +10,6 @@ PSNR below LeRobot's own decode of the source).
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import av
@@ -18,6 +17,7 @@ import av
 from treadle.errors import CorruptData
 from treadle.importers.arrow import column_name
 from treadle.video import VideoFile, VideoFrames
+from treadle.video.media_open import open_media
 
 __all__ = ["VideoCodecs"]
 
@@ -42,9 +42,9 @@ class VideoCodecs:
                 data: Any = (
                     str(self.source.local_path(name))
                     if not self.source.url
-                    else io.BytesIO(self.source.read(name))
+                    else self.source.read(name)
                 )
-                with av.open(data) as c:
+                with open_media(data, self.source.describe(name)) as c:
                     codec = c.streams.video[
                         0
                     ].codec_context.codec  # canonical: "av1", not "libdav1d"

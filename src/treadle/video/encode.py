@@ -9,7 +9,6 @@ tags) and the index records it exactly, colour tags included
 
 from __future__ import annotations
 
-import io
 import itertools
 import os
 from collections.abc import Iterable, Iterator
@@ -24,7 +23,9 @@ from av.video.reformatter import VideoReformatter
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
-from treadle.video.remux import TrimmedByEditList, check_decodes, container_fps, remux_h264
+from treadle.video.geometry import check_pixels
+from treadle.video.media_open import open_media
+from treadle.video.remux import NotRemuxable, check_decodes, container_fps, remux_h264
 from treadle.video.stream import (
     COLOUR_TAGS,
     EncodedStream,
@@ -151,7 +152,8 @@ def from_container(
 
     H.264 is remuxed to Annex-B with ``h264_mp4toannexb`` (bit-exact, no re-encode; SPS/PPS
     are inserted before any keyframe that lacks them), except when the file's edit list
-    hides decoded frames (then it is re-encoded like other codecs). Other codecs are decoded and
+    hides decoded frames or its keyframes refresh gradually (intra refresh: clean only some
+    frames later); then it is re-encoded like other codecs. Other codecs are decoded and
     re-encoded to H.264 (``gop``/``crf``/``preset``; timestamps become ``0..N-1`` at the
     stream's average rate). A raw Annex-B ``.h264`` file (no timestamps) is indexed by one
     decode pass. ``fps`` overrides the container's rate (raw streams have none; FFmpeg
@@ -170,7 +172,7 @@ def from_container(
         if codec == "h264":
             try:
                 result = remux_h264(container, stream, label, fps)
-            except TrimmedByEditList:
+            except NotRemuxable:
                 container.close()
                 container = _open(source, label)
                 stream = container.streams.video[0]
@@ -188,7 +190,7 @@ def from_container(
 
 def _open(source: str | os.PathLike[str] | bytes, label: str) -> Any:
     try:
-        return av.open(io.BytesIO(source) if isinstance(source, bytes) else os.fspath(source))
+        return open_media(source, label)
     except (av.FFmpegError, OSError, ValueError) as e:
         raise VideoError(f"cannot open video {label}: {e}") from None
 
@@ -209,6 +211,7 @@ def _reencode(
         raise VideoError(f"video {label}: no frames decoded")
     # the size FFmpeg decodes to (a left crop it keeps included), not the container's
     width, height = int(first.width), int(first.height)
+    check_pixels((width, height), f"video {label}")
     if width < 2 or height < 2 or width % 2 or height % 2:
         raise VideoError(
             f"video {label}: frame size {height}x{width} (HxW) must be even to re-encode to H.264"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from treadle.errors import VideoError
+from treadle.video.image_decode import MAX_PIXELS
 from treadle.video.nal import Sps, iter_sps_spans, parse_sps
 from treadle.video.stream import EncodedStream
 
@@ -65,12 +66,26 @@ def describe_sps(sps: Sps) -> str:
 
 
 def sps_geometry(unit: bytes, where: str) -> tuple[tuple[int, int], Sps]:
-    """``((width, height) FFmpeg decodes, parsed SPS)`` of one SPS unit, or :class:`VideoError`."""
+    """``((width, height) FFmpeg decodes, parsed SPS)`` of one SPS unit, or :class:`VideoError`
+    (also for a size over :data:`~treadle.video.image_decode.MAX_PIXELS`, before any decode)."""
     try:
         sps = parse_sps(unit)
-        return decoded_size(sps), sps
+        size = decoded_size(sps)
     except (ValueError, IndexError) as e:
         raise VideoError(f"{where}: unreadable H.264 SPS ({e})") from None
+    check_pixels(size, where)
+    return size, sps
+
+
+def check_pixels(size: tuple[int, int], where: str) -> None:
+    """:class:`VideoError` for a frame of ``size`` (width, height) over ``MAX_PIXELS``: a few
+    bytes of stream can claim frames that every window would allocate in full."""
+    width, height = size
+    if width * height > MAX_PIXELS:
+        raise VideoError(
+            f"{where}: refused, its frames are {height}x{width} (HxW), more than "
+            f"{MAX_PIXELS:,} pixels (a possible decompression bomb); scale the video down"
+        )
 
 
 def check_geometry(stream: EncodedStream, where: str) -> None:

@@ -13,8 +13,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+NAL_IDR = 5
+NAL_SEI = 6
 NAL_SPS = 7
 NAL_PPS = 8
+_SEI_RECOVERY_POINT = 6
 _HIGH_PROFILES = (100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135)
 
 
@@ -244,3 +247,43 @@ def first_sps(annexb: bytes | memoryview) -> Sps | None:
         if t == NAL_SPS:
             return parse_sps(unit)
     return None
+
+
+def recovery_frame_count(sei: bytes) -> int | None:
+    """``recovery_frame_cnt`` of the recovery point message (D.1.8) in an SEI unit (header
+    byte first), or ``None`` when it has none. Greater than 0: decoding from this picture
+    gives clean pictures only that many frames later (gradual decoding refresh, as in
+    x264's ``intra-refresh``); 0: from this picture on (an open GOP's I picture)."""
+    rbsp = sei[1:].replace(b"\x00\x00\x03", b"\x00\x00")
+    i = 0
+    while i < len(rbsp) and rbsp[i] != 0x80:  # 0x80: the rbsp trailing bits
+        kind = size = 0
+        for field in (0, 1):
+            while i < len(rbsp) and rbsp[i] == 0xFF:
+                i += 1
+                if field:
+                    size += 255
+                else:
+                    kind += 255
+            if i >= len(rbsp):
+                return None
+            if field:
+                size += rbsp[i]
+            else:
+                kind += rbsp[i]
+            i += 1
+        if kind == _SEI_RECOVERY_POINT:
+            try:
+                return _Bits(rbsp[i : i + size]).ue()
+            except ValueError:
+                return None
+        i += size
+    return None
+
+
+def refreshes_gradually(units: list[tuple[int, bytes]]) -> bool:
+    """Whether a keyframe's ``(type, unit)`` NAL units are a non-IDR picture with a recovery
+    point SEI whose ``recovery_frame_cnt`` is over 0 (an open GOP's I picture has 0)."""
+    if any(t == NAL_IDR for t, _ in units):
+        return False
+    return any(t == NAL_SEI and (recovery_frame_count(u) or 0) > 0 for t, u in units)

@@ -21,12 +21,27 @@ import av
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, describe, stream_tags
 from treadle.video.geometry import sps_geometry
-from treadle.video.nal import NAL_PPS, NAL_SPS, nal_units, parse_sps
+from treadle.video.nal import (
+    NAL_PPS,
+    NAL_SPS,
+    nal_units,
+    parse_sps,
+    refreshes_gradually,
+)
 from treadle.video.stream import EncodedStream, Packet, StreamMeta, frame_rate, index_packets
 
 
-class TrimmedByEditList(Exception):
+class NotRemuxable(Exception):
+    """The file's packets cannot be stored as they are: it is re-encoded instead."""
+
+
+class TrimmedByEditList(NotRemuxable):
     """The file's edit list hides some packets: its presented frames are not its packets."""
+
+
+class GradualRefresh(NotRemuxable):
+    """A keyframe is a recovery point whose pictures are clean only some frames after it
+    (intra refresh): a window read from it would get no picture for its first frames."""
 
 
 def container_fps(stream: Any) -> float:
@@ -78,6 +93,8 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
                 if t == NAL_SPS:
                     all_sps.setdefault(u)
             key = bool(q.is_keyframe)
+            if key and refreshes_gradually(units):
+                raise GradualRefresh
             if key and not {NAL_SPS, NAL_PPS} <= types:
                 if {NAL_SPS, NAL_PPS} - params.keys():
                     raise VideoError(f"video {label}: keyframe without SPS/PPS")
@@ -89,7 +106,8 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
             continue
         if pkt.is_discard:
             # One index row per stored packet cannot hide frames that are decoded but
-            # not shown, so such files are re-encoded to exactly their presented frames.
+            # not shown, so such files are re-encoded to exactly their presented frames
+            # (and so are gradual-refresh streams: the index has no recovery counts).
             raise TrimmedByEditList
         take(bsf.filter(pkt))
     take(bsf.filter(None))

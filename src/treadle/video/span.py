@@ -19,7 +19,14 @@ import av
 import numpy as np
 
 from treadle.errors import CorruptData
-from treadle.video.nal import NAL_PPS, NAL_SPS, avcc_params, iter_length_prefixed
+from treadle.video.media_open import open_media
+from treadle.video.nal import (
+    NAL_PPS,
+    NAL_SPS,
+    avcc_params,
+    iter_length_prefixed,
+    refreshes_gradually,
+)
 from treadle.video.values import VideoFile, VideoFrames
 
 #: H.264 reorders at most 16 frames: a span's packets all come within this many frame
@@ -78,14 +85,44 @@ def decode_span(
     """Decode the ``count`` frames at ``start + k/fps`` from a video (``uint8 [T, H, W, 3]``)."""
     half = max(tol, 0.5 / fps)
     want = start + np.arange(count) / fps
+    back = 0.0
+    while True:
+        out = _decode_from(data, start, want, fps, half, back, where)
+        if all(f is not None for f in out) or start - half - back <= 0:
+            break
+        # a keyframe whose pictures are clean only later (intra refresh): FFmpeg withholds
+        # them, so the decode starts from a keyframe further back
+        back = max(2 * back, 1.0)
+    missing = [k for k, f in enumerate(out) if f is None]
+    if missing:
+        got = count - len(missing)
+        raise CorruptData(
+            f"{where}: video has {got} frames for the episode's {count} rows (no frame at "
+            f"{want[missing[0]]:.4f}s for row {missing[0]})"
+        )
+    return np.stack(out)
+
+
+def _decode_from(
+    data: bytes | str,
+    start: float,
+    want: np.ndarray,
+    fps: float,
+    half: float,
+    back: float,
+    where: str,
+) -> list[np.ndarray | None]:
+    """The frames shown at ``want`` (None where none is), decoded from a keyframe shown at
+    least ``back`` seconds before ``start``."""
+    count = len(want)
     out: list[np.ndarray | None] = [None] * count
     try:
-        with _open(data) as c:
+        with _open(data, where) as c:
             stream = c.streams.video[0]
             stream.thread_type = "AUTO"
             tb = float(stream.time_base)
-            frames = (f for p in _packets_from(c, stream, start, half, where) for f in p.decode())
-            for frame in frames:
+            packets = _packets_from(c, stream, start - back, half, where)
+            for frame in (f for p in packets for f in p.decode()):
                 if frame.pts is None:
                     continue
                 t = frame.pts * tb
@@ -96,14 +133,7 @@ def decode_span(
                     out[k] = frame.to_ndarray(format="rgb24")
     except av.error.FFmpegError as e:
         raise CorruptData(f"{where}: cannot decode video: {e}") from None
-    missing = [k for k, f in enumerate(out) if f is None]
-    if missing:
-        got = count - len(missing)
-        raise CorruptData(
-            f"{where}: video has {got} frames for the episode's {count} rows (no frame at "
-            f"{want[missing[0]]:.4f}s for row {missing[0]})"
-        )
-    return np.stack(out)
+    return out
 
 
 def _packets_from(c: Any, stream: Any, start: float, half: float, where: str) -> Iterator[Any]:
@@ -150,7 +180,7 @@ def cut_span(
     end = start + (count - 1) / fps + half
     horizon = end + max(2.0, _REORDER_FRAMES / fps)
     try:
-        with _open(data) as c:
+        with _open(data, where) as c:
             stream = c.streams.video[0]
             if stream.codec_context.name != "h264":
                 return None  # re-encoded either way: decoding the span is simpler
@@ -176,7 +206,7 @@ def cut_span(
             if not seq[first].is_keyframe or min(seq[i].pts for i in idx) < seq[first].pts:
                 return None
             payloads = [bytes(seq[i]) for i in idx]
-            params = avcc_params(bytes(stream.codec_context.extradata or b""))
+            params = _standalone_params(stream, payloads[0])
             if params is None:
                 return None
             payloads[0] = _with_params(payloads[0], *params)
@@ -194,10 +224,20 @@ def cut_span(
         raise CorruptData(f"{where}: cannot read video: {e}") from None
 
 
+def _standalone_params(stream: Any, payload: bytes) -> tuple[int, list[bytes]] | None:
+    """The stream's avcC parameters (length size, SPS/PPS units), or None when it has none
+    or when ``payload`` (the span's keyframe) refreshes gradually (intra refresh: its first
+    pictures need the packets before it)."""
+    params = avcc_params(bytes(stream.codec_context.extradata or b""))
+    if params is None or refreshes_gradually(list(iter_length_prefixed(payload, params[0]))):
+        return None
+    return params
+
+
 def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
     """Video frames (packets) in a file and its codec, without decoding."""
     try:
-        with _open(data) as c:
+        with _open(data, where) as c:
             s = c.streams.video[0]
             n = sum(1 for p in c.demux(s) if p.size)
             return n, s.codec_context.name
@@ -205,8 +245,8 @@ def count_frames(data: bytes | str, where: str) -> tuple[int, str]:
         raise CorruptData(f"{where}: cannot read video: {e}") from None
 
 
-def _open(data: bytes | str) -> Any:
-    return av.open(io.BytesIO(data) if isinstance(data, bytes) else data)
+def _open(data: bytes | str, where: str) -> Any:
+    return open_media(data, where)
 
 
 def _seek(c: Any, stream: Any, t: float, tb: float, where: str) -> None:

@@ -150,6 +150,26 @@ def frame_rate(fps: float) -> Fraction:
     return Fraction(fps).limit_denominator(1001)
 
 
+def _check_keyframes_follow(pts: np.ndarray, keys: np.ndarray, where: str) -> None:
+    """Every packet decoded before a keyframe is shown before it (``pts``, ``keys`` in
+    decode order), else :class:`VideoError`: display order by timestamps would interleave
+    the pictures of two recordings joined in one file (concatenated ``.ts`` files whose
+    timestamps restart), where a decoder shows one after the other."""
+    at = np.flatnonzero(keys)[1:]
+    if not len(at):
+        return
+    before = np.maximum.accumulate(pts)[at - 1]
+    back = at[before >= pts[at]]
+    if len(back):
+        d = int(back[0])
+        raise VideoError(
+            f"{where}: timestamps go back at the keyframe {d} packets in (decode order): it "
+            f"is shown at {int(pts[d])}, before packets decoded ahead of it (up to "
+            f"{int(before[at == d][0])}); the file joins recordings whose timestamps restart "
+            "(concatenated .ts files?): split it there, or remux it with continuous timestamps"
+        )
+
+
 def index_packets(packets: list[Packet], meta: StreamMeta, where: str) -> EncodedStream:
     """Concatenate packets (decode order) and index them in display order."""
     n = len(packets)
@@ -170,6 +190,7 @@ def index_packets(packets: list[Packet], meta: StreamMeta, where: str) -> Encode
     crcs = np.fromiter((zlib.crc32(b) for b, *_ in packets), dtype=np.uint32, count=n)
     if not keys[0]:
         raise VideoError(f"{where}: the first packet is not a keyframe")
+    _check_keyframes_follow(pts, keys, where)
     order = np.argsort(pts, kind="stable")  # display index -> decode position
     index = StreamIndex(
         offset=offsets[order],
