@@ -162,3 +162,37 @@ def test_workers_run_the_main_module_only_for_what_their_job_defines_there(tmp_p
     again = [line.split() for line in after.splitlines()]
     assert [n for n, _ in again] == ["__mp_main__"] * 2, again
     assert len({p for _, p in again} | {main_pid}) == 3, again
+
+
+_GUARDED = """
+import sys
+
+import numpy as np
+
+import treadle as td
+
+if __name__ == "__main__":
+
+    def plus_one(batch, seeds):  # defined in the guard: the workers' main module lacks it
+        batch["x"] = batch["x"] + 1
+        return batch
+
+    branch = td.Client(sys.argv[1], create=True).project("p").branch()
+    branch.table("t").append({"x": np.arange(40, dtype=np.float32).reshape(20, 2)})
+    recipe = td.Recipe(seed=1, batch_size=4, components=[td.Component(branch.table("t"), None)])
+    try:
+        list(td.TrainLoader(recipe, steps=4, workers=1, transform=plus_one))
+    except Exception as e:
+        print("ERROR", e)
+"""
+
+
+@pytest.mark.slow  # worker processes
+def test_a_transform_the_workers_cannot_load_is_named_in_the_training_process(tmp_path):
+    """A transform defined under the script's ``if __name__ == "__main__":`` pickles here
+    but not in a worker, whose main module runs without the guard: the worker exited
+    (code 1), its reason on stderr only; the error now says which transform and why."""
+    out = run_script(tmp_path, _GUARDED, tmp_path / "store", name="train.py", timeout=300)
+    said = out.stdout
+    assert said.startswith("ERROR treadle worker process 0 cannot load the loader's transform")
+    assert "plus_one" in said and 'if __name__ == "__main__":' in said, said

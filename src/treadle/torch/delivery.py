@@ -40,6 +40,7 @@ from treadle.torch.device_steps import Sampler, finish_for, plan_reader
 from treadle.torch.hook import Transform, check_transform
 from treadle.workers.processes import Job, check_workers, read_in_processes
 from treadle.workers.processes import context as worker_context
+from treadle.workers.worker import pack_finish
 
 if TYPE_CHECKING:
     from treadle.storage.chunkstore import ChunkStore
@@ -250,10 +251,11 @@ class StepLoader:
         if workers < 1:
             return iter(())
         client = self.plan.table(0).project.client
+        finish = pack_finish(finish_for(self.plan, self.transform, self.label))
         job = Job(self.plan.record.to_json(), client.root, client.storage_options,
                   self.sampler, self.rank, self.world_size, start, stop,
-                  self.video_threads, finish_for(self.plan, self.transform, self.label),
-                  self.prefetch, self.read_ahead, resident_bytes=self._resident_bytes)  # fmt: skip
+                  self.video_threads, finish, self.prefetch, self.read_ahead,
+                  resident_bytes=self._resident_bytes)  # fmt: skip
         chunks = self._chunk_store()
         # without a transform (which runs in the workers), this process reads the first step
         # while the workers start: it does not wait for their server's imports

@@ -42,12 +42,33 @@ class Job:
     start: int
     stop: int | None
     video_threads: int
-    finish: Finish | None
+    finish: bytes | None  # the steps' Finish, pickled (pack_finish): unpickled in the worker
     depth: int
     read_ahead: int | None = None
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ), repr=False)
     chunks: tuple[str, int, int] | None = None  # lookahead: the chunk store (folder, bytes, chunk)
     resident_bytes: int | None = None  # the readers' budget for resident columns (None: default)
+
+
+def pack_finish(finish: Finish | None) -> bytes | None:
+    """``finish`` (a loader's transform) pickled for :class:`Job`: each worker unpickles it
+    itself, so one its process cannot load is an error naming it in the training process;
+    unpickled by multiprocessing, the worker exited (code 1) with the reason on stderr."""
+    return None if finish is None else bytes(reduction.ForkingPickler.dumps(finish))
+
+
+def _unpack_finish(raw: bytes | None, k: int) -> Finish | None:
+    if raw is None:
+        return None
+    try:
+        return reduction.ForkingPickler.loads(raw)
+    except Exception as e:
+        raise TreadleError(
+            f"treadle worker process {k} cannot load the loader's transform "
+            f"({type(e).__name__}: {e}): a worker process imports it by name, so define it "
+            "at the top level of a module, not inside a function nor under "
+            '`if __name__ == "__main__":` (or use workers=0)'
+        ) from None
 
 
 def _portable(e: BaseException, k: int) -> BaseException:
@@ -102,7 +123,8 @@ def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot],
     first = job.start + k
     mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
     steps = mine if window is None else window.gate(mine, k)
-    batches = read_steps(plan, job.sampler, reader, steps, job.rank, job.world, job.finish)
+    finish = _unpack_finish(job.finish, k)
+    batches = read_steps(plan, job.sampler, reader, steps, job.rank, job.world, finish)
     if window is not None:  # each step read moves the stage on (its chunks not held)
         batches = window.reading(k, first, n, batches)
     free = deque(range(len(slots)))
