@@ -471,3 +471,24 @@ def test_gc_and_retention_need_only_the_projects_history(tmp_path):
     fresh = td.Client(str(tmp_path)).project("p").branch()  # no version opened before gc
     with pytest.raises(td.ExpiredCommit, match="expired by retention"):
         fresh.table("t").at(log[1].id).to_arrow()
+
+
+def test_a_table_folder_a_killed_writer_left_without_a_file_is_removed(tmp_path):
+    """A writer killed after Lance made a new table's folders, before its first file, left
+    ``tables/<name>.lance/...`` with no file in it: gc lists files only, so it never saw
+    the folder (CI's killed-writer test found one). Old empty folders of tables no commit
+    names go; a table a commit names keeps its folders."""
+    root = tmp_path / "store"
+    project = td.Client(str(root), create=True).project("p")
+    project.branch().table("kept").append({"x": np.arange(3)})
+    tables = root / "projects" / "p" / "tables"
+    ghost = tables / "ghost.lance"
+    for sub in ("_versions", "data", "_transactions"):
+        (ghost / sub).mkdir(parents=True)
+    old = time.time() - 3600
+    for d in (ghost, *ghost.iterdir()):
+        os.utime(d, (old, old))
+    collect_garbage(project, timedelta(0), now=datetime.now(UTC) + LEASE_TTL + timedelta(minutes=1))
+    assert not ghost.exists()
+    assert (tables / "kept.lance").is_dir()
+    assert project.branch().table("kept").to_arrow(["x"]).column(0).to_pylist() == [0, 1, 2]

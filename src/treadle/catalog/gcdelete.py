@@ -173,6 +173,12 @@ def collect_unreachable_tables(
             if store.is_local:  # the folders a local store leaves behind
                 _prune_empty(Path(store.url) / history.place.prefix / "tables" / folder)
             out.tables.append(name)
+    if store.is_local:  # a writer killed after making its table's folders, before a file
+        for d in (Path(store.url) / history.place.prefix / "tables").glob("*.lance"):
+            if d.name not in listed.tables and d.name[: -len(".lance")] not in keep:
+                with suppress(OSError):
+                    if datetime.fromtimestamp(d.stat().st_mtime, UTC) < cutoff:
+                        _prune_empty(d)  # empty folders only: a file in it stays
 
 
 def collect_media(
