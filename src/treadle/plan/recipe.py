@@ -27,6 +27,7 @@ from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, rea
 from treadle.plan.shuffle import BlockShuffle, resolve
 from treadle.plan.stages import Schedule, check_schedule
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
+from treadle.table.off_grid import recorded_off_grid
 
 if TYPE_CHECKING:
     from treadle.table.table import Table
@@ -279,9 +280,10 @@ def _component_entry(
     realised) and anchor runs, its windows and selection checked."""
     where = f"component {i} (table {table.name!r})"
     # seconds -> this table's frame offsets; the record keeps both
-    windows = (
-        None if comp.windows is None else comp.windows.at_fps(getattr(table, "fps", None), where)
-    )
+    windows = None
+    if comp.windows is not None:
+        off_grid = recorded_off_grid(getattr(table, "schema", None))
+        windows = comp.windows.at_fps(getattr(table, "fps", None), where, off_grid)
     check_windows(windows, table, where)
     check_rename(comp.rename, table, windows, where)
     check_batch_keys(table, windows, comp.rename, where)

@@ -94,6 +94,21 @@ def frame_offsets(
     return _offsets(out, where)
 
 
+def _check_on_grid(spec: Video, rec: Mapping[str, Any], fps: float | None, where: str) -> None:
+    dev = float(rec["deviation_s"])
+    if dev <= spec.tolerance_s:
+        return
+    rate = "its fps" if fps is None else f"{fps:g} fps"
+    raise PlanError(
+        f"{where}: seconds={list(spec.seconds or ())[:5]} cannot be read from this column: "
+        f"episode {rec['episode']!r} shows its frames up to {dev:.6g} s away from the frame "
+        f"times at {rate} (a variable-frame-rate video, or timestamps that do not follow its "
+        f"rate), more than tolerance_s={spec.tolerance_s:g}; frame k is row k, so a time "
+        "would pick a frame shown at another time. Give frame offsets instead, or re-encode "
+        "the video at a constant rate"
+    )
+
+
 def _offsets_json(offsets: tuple[int, ...]) -> Any:
     """Compact form: a contiguous ascending run is stored as [start, stop)."""
     if len(offsets) > 2 and offsets == tuple(range(offsets[0], offsets[-1] + 1)):
@@ -359,8 +374,19 @@ class Windows:
         """:meth:`span` of the unpadded specs: a moment is eligible when it fits."""
         return self.span(padded=False)
 
-    def at_fps(self, fps: float | None, where: str) -> Windows:
-        """These windows with offsets in seconds converted at ``fps`` (:func:`frame_offsets`)."""
+    def at_fps(
+        self, fps: float | None, where: str, off_grid: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> Windows:
+        """These windows with offsets in seconds converted at ``fps`` (:func:`frame_offsets`).
+
+        ``off_grid``: the table's video columns whose frames are not shown at ``k / fps``
+        (:mod:`treadle.table.off_grid`); a :class:`Video` spec in seconds over one further
+        off than its ``tolerance_s`` is a :class:`PlanError` naming the column, the episode
+        and the deviation."""
+        for c, s in self.specs:
+            rec = (off_grid or {}).get(c)
+            if isinstance(s, Video) and s.seconds is not None and rec is not None:
+                _check_on_grid(s, rec, fps, f"{where}, column {c!r}")
         return Windows({c: s.at_fps(fps, f"{where}, column {c!r}") for c, s in self.specs})
 
     def to_json(self) -> dict[str, Any]:

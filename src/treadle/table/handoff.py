@@ -18,6 +18,7 @@ from lance.fragment import FragmentMetadata
 from treadle.errors import SchemaMismatch
 from treadle.table.image_sizes import merge_images, without_images
 from treadle.table.null_columns import merge_nulls, without_nulls
+from treadle.table.off_grid import merge_off_grid, without_off_grid
 from treadle.table.write import StagedTable
 
 
@@ -82,6 +83,7 @@ def add_staged(tw: Stager, staged: StagedFragments) -> None:
         )
     else:  # the image sizes and nulls each process saw (image_sizes, null_columns): both kept
         st.schema = merge_nulls(merge_images(st.schema, staged.schema), staged.schema)
+        st.schema = merge_off_grid(st.schema, staged.schema)
     st.check_new_episodes(staged.episodes, where)
     tw._flush()
     st.fragments.extend(staged.fragments)
@@ -92,4 +94,4 @@ def add_staged(tw: Stager, staged: StagedFragments) -> None:
 
 def _bare(schema: pa.Schema) -> pa.Schema:
     """``schema`` without what each process records of its own rows (to compare them)."""
-    return without_nulls(without_images(schema))
+    return without_off_grid(without_nulls(without_images(schema)))

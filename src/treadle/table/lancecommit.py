@@ -79,7 +79,7 @@ def _ids_of(base: lance.LanceDataset | None, schema: pa.Schema) -> Any:
         return schema  # only the metadata changed (a first fps), ids as an Arrow schema's
     raise CommitConflict(
         f"{uri_name(base)}: a write that changes the schema's metadata (a first fps, an image "
-        "size or a null value recorded) of a table whose columns were dropped; compact() the "
+        "size, a null value or an off-grid video recorded) of a table whose columns were dropped; compact() the "
         "table first; nothing was committed"
     )
 

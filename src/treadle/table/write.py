@@ -30,6 +30,7 @@ from treadle.table.fps import episode_fps, schema_fps, with_fps
 from treadle.table.image_sizes import with_image_sizes
 from treadle.table.lanceerror import lance_error
 from treadle.table.null_columns import with_nulls
+from treadle.table.off_grid import merge_off_grid, with_off_grid
 from treadle.table.tensors import column_from_values, conform, normalise_column
 from treadle.video.encode import encode_value
 from treadle.video.geometry import check_geometry
@@ -64,6 +65,7 @@ class StagedTable:
             fps = schema_fps(table.schema)
             if fps is not None:  # the first write naming an fps sets it; another is refused
                 self.schema = with_fps(self.schema, fps, where)
+            self.schema = merge_off_grid(self.schema, table.schema)
             table = conform(table, self.schema, where)
         self.schema = with_nulls(with_image_sizes(self.schema, table, where), table)
         self.check_new_episodes(episodes, where)
@@ -181,8 +183,11 @@ def episode_rows(
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
     where = f"table {name!r}, episode {episode!r}"
     rate = episode_fps(fps, {c: v.meta.fps for c, v in encoded.items()}, where)
-    if rate is not None:
-        table = table.replace_schema_metadata(with_fps(table.schema, rate, where).metadata)
+    schema = table.schema if rate is None else with_fps(table.schema, rate, where)
+    for col, stream in encoded.items():  # streams whose frames are not shown at k / fps
+        schema = with_off_grid(schema, col, stream.meta.grid_deviation_s, episode)
+    if schema.metadata != table.schema.metadata:
+        table = table.replace_schema_metadata(schema.metadata)
     return table, episode
 
 

@@ -9,6 +9,7 @@ tags) and the index records it exactly, colour tags included
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Iterable, Iterator
@@ -23,6 +24,7 @@ from av.video.reformatter import VideoReformatter
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, sws_color_range, sws_colorspace
+from treadle.video.frame_grid import grid_deviation
 from treadle.video.geometry import check_pixels
 from treadle.video.media_open import open_media
 from treadle.video.remux import NotRemuxable, check_decodes, container_fps, remux_h264
@@ -218,7 +220,7 @@ def _reencode(
         )
     reformatter = VideoReformatter()
 
-    def yuv() -> Iterator[av.VideoFrame]:
+    def yuv() -> Iterator[tuple[int | None, av.VideoFrame]]:
         for n, frame in enumerate(itertools.chain([first], frames)):
             if (frame.width, frame.height) != (width, height):
                 raise VideoError(
@@ -227,28 +229,41 @@ def _reencode(
                     f"size; split the video at frame {n} or re-encode it to one size"
                 )
             check_matrix(frame.colorspace, f"video {label}")
-            yield reformatter.reformat(
-                frame,
-                format="yuv420p",
-                # a fresh decode of the file: its frames carry the file's own tags
-                src_colorspace=sws_colorspace(frame.colorspace),
-                src_color_range=sws_color_range(frame.color_range),
-                dst_colorspace="ITU601",
-                dst_color_range="MPEG",
-                interpolation="BILINEAR",
-                threads=1,
+            yield (
+                frame.pts,
+                reformatter.reformat(
+                    frame,
+                    format="yuv420p",
+                    # a fresh decode of the file: its frames carry the file's own tags
+                    src_colorspace=sws_colorspace(frame.colorspace),
+                    src_color_range=sws_color_range(frame.color_range),
+                    dst_colorspace="ITU601",
+                    dst_color_range="MPEG",
+                    interpolation="BILINEAR",
+                    threads=1,
+                ),
             )
 
+    ticks: list[int] = []  # the source frames' times: re-encoding puts them on the grid
+    base = first.time_base or stream.time_base  # before the encoder retimes the frames
+    rate = fps or container_fps(stream)
     out = _encode_yuv(
-        yuv(),
-        width=width,
-        height=height,
-        fps=fps or container_fps(stream),
-        gop=gop,
-        crf=crf,
-        preset=preset,
+        _timed(yuv(), ticks), width=width, height=height, fps=rate, gop=gop, crf=crf, preset=preset
     )
-    return out
+    dev = 0.0
+    if len(ticks) == out.num_frames and base:
+        dev = grid_deviation(np.array(ticks), Fraction(base), rate, own_rate=fps is not None)
+    return dataclasses.replace(out, meta=dataclasses.replace(out.meta, grid_deviation_s=dev))
+
+
+def _timed(
+    frames: Iterator[tuple[int | None, av.VideoFrame]], ticks: list[int]
+) -> Iterator[av.VideoFrame]:
+    """``frames`` without their source timestamps, which go to ``ticks`` (none if unknown)."""
+    for pts, frame in frames:
+        if pts is not None:
+            ticks.append(int(pts))
+        yield frame
 
 
 def _decoded(container: Any, stream: Any, label: str) -> Iterator[av.VideoFrame]:

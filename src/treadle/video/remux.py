@@ -20,6 +20,7 @@ import av
 
 from treadle.errors import VideoError
 from treadle.video.colour_tags import check_matrix, describe, stream_tags
+from treadle.video.frame_grid import grid_deviation
 from treadle.video.geometry import sps_geometry
 from treadle.video.nal import (
     NAL_PPS,
@@ -121,7 +122,10 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
         # display order, so number the packets in decode order and decode once.
         packets = _timestamps_by_decoding(packets, label)
         meta = dataclasses.replace(meta, time_base=1 / frame_rate(meta.fps))
-    return index_packets(packets, meta, where=f"video {label}")
+        return index_packets(packets, meta, where=f"video {label}")  # on its grid
+    out = index_packets(packets, meta, where=f"video {label}")
+    dev = grid_deviation(out.index.pts, meta.time_base, meta.fps, own_rate=fps is not None)
+    return dataclasses.replace(out, meta=dataclasses.replace(meta, grid_deviation_s=dev))
 
 
 def _remux_colour(meta: StreamMeta, sps_units: set[bytes], label: str) -> dict[str, int]:

@@ -31,7 +31,8 @@ COLOUR_TAGS = {"colorspace": 6, "color_primaries": 6, "color_trc": 6, "color_ran
 
 @dataclass(frozen=True)
 class StreamMeta:
-    """Per-stream facts: codec, size, rate, pixel format and colour tags (FFmpeg enum values)."""
+    """Per-stream facts: codec, size, rate, pixel format, colour tags (FFmpeg enum values)
+    and how far the frames' times are off the constant-rate grid at ``fps``."""
 
     codec: str
     width: int
@@ -44,6 +45,8 @@ class StreamMeta:
     color_range: int
     num_frames: int
     time_base: Fraction
+    #: seconds the frame times are off the ``fps`` grid (:mod:`treadle.video.frame_grid`)
+    grid_deviation_s: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
