@@ -36,7 +36,7 @@ import numpy as np
 from treadle.errors import PlanError
 from treadle.plan.nextuse import node_slots
 from treadle.plan.simcache import Replay, belady, lookahead, lru, rank_next_uses
-from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes
+from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes, window_rows
 from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
 
 if TYPE_CHECKING:
@@ -167,10 +167,6 @@ def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Seq
     """Per node, the chunks of each step per rank (rows', and video windows' of ``media``),
     and the bytes its samples read."""
     media = MediaObjects(None, 0) if media is None else media
-    spans = []
-    for c in range(plan.num_components):
-        w = plan.windows(c)
-        spans.append((0, 0) if w is None else w.eligible_span())
     table_of = [plan.record.components[c].table for c in range(plan.num_components)]
     slots = {n: rank_slots(plan.batch_size, setup, n) for n in nodes}
     out: dict[int, Walk] = {n: ([], 0) for n in nodes}
@@ -182,12 +178,10 @@ def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Seq
                 comp, moment = whole.component[mine], whole.moment[mine]
                 parts = []
                 for c in np.unique(comp).tolist():
-                    m = moment[comp == c]
-                    lo, hi = spans[c]
-                    tb = layout[table_of[c]]
-                    rows = (m[:, None] + np.arange(lo, hi + 1)[None, :]).reshape(-1)
-                    parts.append(tb.chunks(rows, setup.chunk_bytes))
-                    read += m.size * (hi - lo + 1) * sum(col.row_bytes for col in tb.columns)
+                    got, nbytes = _row_chunks(plan, c, layout[table_of[c]], moment[comp == c],
+                                              setup.chunk_bytes)  # fmt: skip
+                    parts += got
+                    read += nbytes
                 windows, nbytes = media.chunks(comp, moment, setup.chunk_bytes)
                 parts += windows
                 read += nbytes
@@ -198,6 +192,19 @@ def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Seq
             chunks.append(per_rank)
             out[n] = (chunks, total + read)
     return out
+
+
+def _row_chunks(plan: Any, c: int, tb: TableBytes, moments: np.ndarray, chunk: int
+                ) -> tuple[list[np.ndarray], int]:  # fmt: skip
+    """The chunks component ``c``'s samples at ``moments`` read of each chunked column of
+    its table, each column at its own window's rows (:func:`window_rows`), and their bytes."""
+    table, windows = plan.tables[plan.record.components[c].table], plan.windows(c)
+    parts, nbytes = [], 0
+    for col in tb.columns:
+        rows = window_rows(table, windows, col.column, moments)
+        parts.append(tb.chunks(rows, chunk, [col]))
+        nbytes += rows.size * col.row_bytes
+    return parts, nbytes
 
 
 def _fetches(mine: np.ndarray, sizes: np.ndarray, chunk: int, gap: int
