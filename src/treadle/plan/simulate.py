@@ -358,6 +358,9 @@ def simulate(plan: Any, tables: Sequence[Table], setup: Setup, link: Link,
     table's true pages: :func:`treadle.read.simpages.page_layout`). ``media``: the video
     windows' byte ranges (:func:`treadle.read.simpages.media_windows`; None: no video)."""
     world = setup.nodes * setup.ranks_per_node
+    if setup.cache_bytes < setup.chunk_bytes:  # the loader's chunk store refuses it
+        raise PlanError(f"cache_bytes {setup.cache_bytes:,} is less than one chunk "
+                        f"(chunk_bytes {setup.chunk_bytes:,})")  # fmt: skip
     if plan.batch_size % world:
         raise PlanError(
             f"batch size {plan.batch_size} is not divisible by {setup.nodes} nodes x "
