@@ -53,14 +53,19 @@ def _recipe_of(windows):
     return recipe
 
 
-@pytest.mark.parametrize("name", sorted(WINDOWS))
-def test_windowed_columns_are_read_at_their_own_offsets(remote, tmp_path, monkeypatch, name):
+@pytest.mark.parametrize("name, ranks", [("sparse", 1), ("padded", 1), ("padded", 2)])
+def test_windowed_columns_are_read_at_their_own_offsets(remote, tmp_path, monkeypatch, name,
+                                                        ranks):  # fmt: skip
+    """(Two ranks: ``LOCAL_WORLD_SIZE=2``, each also opening the other's data files.)"""
+    if ranks > 1:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
     recipe = _recipe_of(WINDOWS[name])
-    measured, _ = _measure(remote, tmp_path, monkeypatch, 1, None, recipe=recipe, chunk=CHUNK)
+    measured, _ = _measure(remote, tmp_path, monkeypatch, ranks, None, recipe=recipe,
+                           chunk=CHUNK)  # fmt: skip
     url, options, _ = remote
     plan = recipe(td.Client(url, storage_options=options), None).plan()
     layout = page_layout(plan.tables, ChunkStore(tmp_path / "layout", 1 << 30, CHUNK))
     assert len(layout[0].columns) == 2  # image and state, both through the chunk cache
-    setup = Setup(1, 1, 1 << 30, CHUNK, lookahead=1, sample_nodes=1, read_ahead=READ_AHEAD)
+    setup = Setup(1, ranks, 1 << 30, CHUNK, lookahead=1, sample_nodes=1, read_ahead=READ_AHEAD)
     (rep,) = simulate(plan, plan.tables, setup, Link(1e9, 0.03), range(STEPS), layout)
-    assert measured[0] == (rep.rank_gets[0], rep.rank_fetched[0])
+    assert measured == list(zip(rep.rank_gets, rep.rank_fetched))
