@@ -158,6 +158,18 @@ def test_cli_names_a_nonsense_size_or_latency_as_a_usage_error(capsys, flag, val
     assert f"argument {flag}: {said}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("sizes", [["--cache-bytes", "5"], ["--chunk-bytes", "2G"]])
+def test_cli_refuses_a_cache_smaller_than_one_chunk(capsys, sizes):
+    """A cache of 5 bytes was modelled as one 1 MiB chunk (Belady 80%, 0 for the loader's
+    replay), where the loader's chunk store refuses a bound under one chunk."""
+    argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
+            "--cache-bytes", "1G", "--bandwidth", "1G", "--latency", "30ms", "--steps", "2",
+            *sizes]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "is less than one chunk" in err and "--chunk-bytes" in err and "--cache-bytes" in err
+
+
 def test_the_report_prints_sizes_in_the_binary_units_its_flags_take(capsys):
     """``--cache-bytes 2T --bandwidth 3G --chunk-bytes 4M`` (binary: 3G is 3 x 2**30) printed
     "cache 2.2 TB per node in 4.19 MB chunks · link 3.22 GB/s"."""

@@ -189,6 +189,10 @@ def simulate_command(args: argparse.Namespace) -> int:
         for name in _REQUIRED:  # required, checked here (argparse would parse them first)
             if getattr(args, name.replace("-", "_"), None) is None:
                 raise PlanError(f"--{name} is required")
+        if args.cache_bytes < args.chunk_bytes:  # was modelled as one chunk, silently
+            raise PlanError(f"--cache-bytes {args.cache_bytes:,} B is less than one chunk "
+                            f"(--chunk-bytes {args.chunk_bytes:,} B): a loader's chunk cache "
+                            "is off then, every row a Lance take")  # fmt: skip
         recipe = _recipe(args)
         saved = os.environ.get("TREADLE_CACHE_BYTES")
         os.environ["TREADLE_CACHE_BYTES"] = str(args.cache_bytes)  # BlockShuffle()'s sizing

@@ -57,17 +57,19 @@ def node_batch(plan: Any, step: int, rank: int, world_size: int,
 class NodeNextUse:
     """``next_use(key, step)``: the first step after ``step``, within ``horizon`` steps, at
     which any rank of ``rank``'s node reads a sample that ``keys`` maps to ``key`` (``keys``:
-    ``(component, moment)`` arrays -> the keys they need, e.g. chunk ids); else :data:`NEVER`.
+    ``(component, moment)`` arrays -> the keys they need, e.g. chunk ids), before ``stop``
+    (the run's end); else :data:`NEVER`.
     Each step's keys are computed once and kept while in the window."""
 
     def __init__(self, plan: Any, rank: int, world_size: int, ranks_per_node: int,
                  keys: Callable[[np.ndarray, np.ndarray], Iterable[Hashable]],
-                 horizon: int) -> None:  # fmt: skip
+                 horizon: int, stop: int | None = None) -> None:  # fmt: skip
         node_ranks(rank, world_size, ranks_per_node)  # validates
         if horizon < 0:
             raise PlanError(f"horizon must be >= 0 steps, got {horizon}")
         self.plan, self.rank, self.world_size = plan, rank, world_size
         self.ranks_per_node, self.keys, self.horizon = ranks_per_node, keys, horizon
+        self.stop = stop  # the run's end: no step from it on is read (None: none)
         self._steps: OrderedDict[int, frozenset[Hashable]] = OrderedDict()
 
     def uses(self, step: int) -> frozenset[Hashable]:
@@ -82,7 +84,8 @@ class NodeNextUse:
         return got
 
     def next_use(self, key: Hashable, step: int) -> int:
-        for s in range(step + 1, step + 1 + self.horizon):
+        end = step + 1 + self.horizon  # past the run: uses not read (their footers neither)
+        for s in range(step + 1, end if self.stop is None else min(end, self.stop)):
             if key in self.uses(s):
                 return s
         return NEVER

@@ -13,16 +13,18 @@ objects of consecutive rows (its fragments, or a stand-in's ``rows_per_object``)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treadle.errors import PlanError
 from treadle.plan.shuffle import row_bytes
 
 if TYPE_CHECKING:
+    from treadle.plan.windows import Windows
     from treadle.table.table import Table
 
-__all__ = ["CHUNK_BITS", "FOOTER_BYTES", "Pages", "TableBytes"]
+__all__ = ["CHUNK_BITS", "FOOTER_BYTES", "Pages", "TableBytes", "window_rows"]
 
 CHUNK_BITS = 28
 """A chunk id is ``object << CHUNK_BITS | chunk index``."""
@@ -32,12 +34,14 @@ FOOTER_BYTES = 64 << 10
 
 @dataclass
 class Pages:
-    """One chunked column: per page its first row, object (of the table) and byte offset."""
+    """One chunked column: per page its first row, object (of the table) and byte offset;
+    ``column``: its name ("": all of a row's columns, :meth:`TableBytes.of`)."""
 
     starts: np.ndarray
     objects: np.ndarray
     positions: np.ndarray
     row_bytes: int
+    column: str = ""
 
 
 @dataclass
@@ -72,11 +76,12 @@ class TableBytes:
     def num_objects(self) -> int:
         return len(self.object_bytes)
 
-    def chunks(self, rows: np.ndarray, chunk: int) -> np.ndarray:
-        """Distinct chunk ids the rows' bytes touch, in every chunked column."""
+    def chunks(self, rows: np.ndarray, chunk: int, columns: list[Pages] | None = None
+               ) -> np.ndarray:  # fmt: skip
+        """Distinct chunk ids the rows' bytes touch, in every chunked column (or ``columns``)."""
         rows = np.unique(np.clip(rows, 0, max(self.rows - 1, 0)))
         parts = []
-        for col in self.columns:
+        for col in self.columns if columns is None else columns:
             page = np.searchsorted(col.starts, rows, side="right") - 1
             start = col.positions[page] + (rows - col.starts[page]) * col.row_bytes
             first, last = start // chunk, (start + col.row_bytes - 1) // chunk
@@ -85,3 +90,30 @@ class TableBytes:
             base = np.repeat(ids + first, count)
             parts.append(base + np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
         return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+
+
+def window_rows(table: Table, windows: Windows | None, column: str, moments: np.ndarray
+                ) -> np.ndarray:  # fmt: skip
+    """The rows a reader reads of ``column`` for ``moments``, as
+    :func:`treadle.read.chunk_needs.chunked_rows` takes them: offset 0 without windows; with
+    windows, a column's own window's offsets (none: a column they do not name is not read),
+    a padded window's rows clamped to the moment's episode. ``column`` "" (all of a row's
+    columns, :meth:`TableBytes.of`): every window's offsets and 0."""
+    specs: list[Any] = [None]  # None: offset 0
+    if windows is not None and windows.specs:  # only the columns they name are read
+        named = [s for c, s in windows.specs if column in ("", c)]
+        specs = [*named, None] if column == "" else named
+    parts = [np.empty(0, np.int64)]
+    for spec in specs:
+        if spec is not None and spec.offsets is None:
+            raise PlanError("window offsets in seconds are not converted to frames yet")
+        offsets = np.asarray([0] if spec is None else spec.offsets, np.int64)
+        rows = moments[:, None] + offsets[None, :]
+        if spec is not None and spec.pad:
+            episodes = table.episodes()
+            starts = np.asarray(episodes.starts, np.int64)
+            e = np.searchsorted(starts, moments, side="right") - 1
+            last = starts[e] + np.asarray(episodes.lengths, np.int64)[e] - 1
+            rows = np.clip(rows, starts[e][:, None], last[:, None])
+        parts.append(rows.reshape(-1))
+    return np.concatenate(parts)

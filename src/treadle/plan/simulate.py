@@ -36,7 +36,7 @@ import numpy as np
 from treadle.errors import PlanError
 from treadle.plan.nextuse import node_slots
 from treadle.plan.simcache import Replay, belady, lookahead, lru, rank_next_uses
-from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes
+from treadle.plan.simlayout import CHUNK_BITS, FOOTER_BYTES, TableBytes, window_rows
 from treadle.storage.coalesce import OBSTORE_COALESCE, coalesced
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ class Setup:
     sample_nodes: int = 4
     coalesce: int = OBSTORE_COALESCE  # ranges of one object this close are one request
     read_ahead: int = 0  # the reader's batches read ahead (8 on an object store)
+    node_uses: bool = True  # a chunk's next use by any rank of the node (LOCAL_WORLD_SIZE)
 
     @property
     def window(self) -> int:
@@ -167,10 +168,6 @@ def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Seq
     """Per node, the chunks of each step per rank (rows', and video windows' of ``media``),
     and the bytes its samples read."""
     media = MediaObjects(None, 0) if media is None else media
-    spans = []
-    for c in range(plan.num_components):
-        w = plan.windows(c)
-        spans.append((0, 0) if w is None else w.eligible_span())
     table_of = [plan.record.components[c].table for c in range(plan.num_components)]
     slots = {n: rank_slots(plan.batch_size, setup, n) for n in nodes}
     out: dict[int, Walk] = {n: ([], 0) for n in nodes}
@@ -182,12 +179,10 @@ def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Seq
                 comp, moment = whole.component[mine], whole.moment[mine]
                 parts = []
                 for c in np.unique(comp).tolist():
-                    m = moment[comp == c]
-                    lo, hi = spans[c]
-                    tb = layout[table_of[c]]
-                    rows = (m[:, None] + np.arange(lo, hi + 1)[None, :]).reshape(-1)
-                    parts.append(tb.chunks(rows, setup.chunk_bytes))
-                    read += m.size * (hi - lo + 1) * sum(col.row_bytes for col in tb.columns)
+                    got, nbytes = _row_chunks(plan, c, layout[table_of[c]], moment[comp == c],
+                                              setup.chunk_bytes)  # fmt: skip
+                    parts += got
+                    read += nbytes
                 windows, nbytes = media.chunks(comp, moment, setup.chunk_bytes)
                 parts += windows
                 read += nbytes
@@ -198,6 +193,19 @@ def node_steps(plan: Any, layout: Sequence[TableBytes], setup: Setup, steps: Seq
             chunks.append(per_rank)
             out[n] = (chunks, total + read)
     return out
+
+
+def _row_chunks(plan: Any, c: int, tb: TableBytes, moments: np.ndarray, chunk: int
+                ) -> tuple[list[np.ndarray], int]:  # fmt: skip
+    """The chunks component ``c``'s samples at ``moments`` read of each chunked column of
+    its table, each column at its own window's rows (:func:`window_rows`), and their bytes."""
+    table, windows = plan.tables[plan.record.components[c].table], plan.windows(c)
+    parts, nbytes = [], 0
+    for col in tb.columns:
+        rows = window_rows(table, windows, col.column, moments)
+        parts.append(tb.chunks(rows, chunk, [col]))
+        nbytes += rows.size * col.row_bytes
+    return parts, nbytes
 
 
 def _fetches(mine: np.ndarray, sizes: np.ndarray, chunk: int, gap: int
@@ -236,15 +244,16 @@ def _opening(rep: NodeReport, tb: TableBytes, rank: int, objects: np.ndarray | N
 
 def _round(rep: NodeReport, per_rank: list[np.ndarray], missed: np.ndarray,
            layout: Sequence[TableBytes], sizes: np.ndarray, setup: Setup,
-           opened: list[np.ndarray]) -> tuple[int, int]:  # fmt: skip
+           opened: list[np.ndarray], node: np.ndarray) -> tuple[int, int]:  # fmt: skip
     """One fetch round: each rank in turn reads the footers of the data files it needs a
-    chunk of for the first time (``opened[r]``: those it read) and fetches the missed chunks
-    it needs that no rank before it fetched; (bytes, requests)."""
+    chunk of for the first time, or the node's ranks' next uses do (``node``: objects;
+    ``opened[r]``: those it read) and fetches the missed chunks it needs that no rank
+    before it fetched; (bytes, requests)."""
     bounds = [tb.first_object for tb in layout]
     streams = layout[-1].first_object + layout[-1].num_objects if layout else 0
     total = [0, 0]
     for r, need in enumerate(per_rank):
-        new = np.setdiff1d(np.unique(need >> CHUNK_BITS), opened[r])
+        new = np.setdiff1d(np.union1d(need >> CHUNK_BITS, node), opened[r])
         new = new[new < streams]  # a stream (media) has no footer
         opened[r] = np.union1d(opened[r], new)
         table = np.searchsorted(bounds, new, side="right") - 1
@@ -288,6 +297,7 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
     rep.rank_fetched = [0] * setup.ranks_per_node
     rep.rank_gets = [0] * setup.ranks_per_node
     opened = [np.empty(0, np.int64) for _ in range(setup.ranks_per_node)]
+    node = _node_objects(steps, setup)
     for i, group in enumerate(fetch_rounds(range(len(steps)), setup.window)):
         per_rank = [np.unique(np.concatenate([steps[s][r] for s in group]))
                     for r in range(setup.ranks_per_node)]  # fmt: skip
@@ -298,11 +308,32 @@ def replay_node(node: int, walk: Walk, samples: int, layout: Sequence[TableBytes
                 for tb in layout:
                     got = [a + b for a, b in zip(got, _opening(rep, tb, r, None))]
         got = [a + b for a, b in zip(got, _round(rep, per_rank, missed, layout, sizes, setup,
-                                                  opened))]  # fmt: skip
+                                                  opened, node(group[-1])))]  # fmt: skip
         rep.fetched.append(got[0])
         rep.gets.append(got[1])
     _time(rep, setup, link)
     return rep
+
+
+def _node_objects(steps: list[list[np.ndarray]], setup: Setup) -> Callable[[int], np.ndarray]:
+    """The objects whose footers a rank has read for its node's next uses by the round that
+    fetches up to step ``last``: with several ranks a node, a step read (``window`` steps
+    before) gives its chunks their next use by any rank within the horizon
+    (:class:`~treadle.plan.nextuse.NodeNextUse`), which maps the node's samples of those
+    steps (to the walk's end: the run's) to chunks, their data files' footers read."""
+    horizon = max(setup.window, FETCH_HORIZON)
+    seen, upto = [np.empty(0, np.int64)], [0]
+
+    def objects(last: int) -> np.ndarray:
+        if setup.ranks_per_node == 1 or not setup.node_uses or last < setup.window:
+            return seen[0][:0]
+        stop = min(last - setup.window + horizon, len(steps) - 1) + 1
+        if stop > upto[0]:
+            parts = [r >> CHUNK_BITS for ranks in steps[upto[0] : stop] for r in ranks]
+            seen[0], upto[0] = np.union1d(seen[0], np.concatenate(parts)), stop
+        return seen[0]
+
+    return objects
 
 
 def _chunk_size(sizes: np.ndarray, chunk: int) -> Callable[[int], int]:
@@ -351,6 +382,9 @@ def simulate(plan: Any, tables: Sequence[Table], setup: Setup, link: Link,
     table's true pages: :func:`treadle.read.simpages.page_layout`). ``media``: the video
     windows' byte ranges (:func:`treadle.read.simpages.media_windows`; None: no video)."""
     world = setup.nodes * setup.ranks_per_node
+    if setup.cache_bytes < setup.chunk_bytes:  # the loader's chunk store refuses it
+        raise PlanError(f"cache_bytes {setup.cache_bytes:,} is less than one chunk "
+                        f"(chunk_bytes {setup.chunk_bytes:,})")  # fmt: skip
     if plan.batch_size % world:
         raise PlanError(
             f"batch size {plan.batch_size} is not divisible by {setup.nodes} nodes x "

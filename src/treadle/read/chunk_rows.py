@@ -93,17 +93,25 @@ class ChunkedColumn:
         """The data files (indices into :attr:`files`) holding ``rows``."""
         return np.unique(np.searchsorted(self.file_starts, rows, side="right") - 1)
 
-    def _read_pages(self, i: int) -> Pages | str:
-        """Data file ``i``'s pages from its footer (its chunks' object made), or why its
-        rows cannot be read from chunks."""
+    def _footer(self, i: int) -> Any:
+        """Data file ``i``'s footer (Lance's file metadata), or why it could not be read."""
         from lance.file import LanceFileReader
 
-        df = self.files[i]
-        size = df.size or int(self.store.size(df.key))
         try:
-            meta = LanceFileReader(df.uri, storage_options=self.store.lance_options).metadata()
+            uri, options = self.files[i].uri, self.store.lance_options
+            return LanceFileReader(uri, storage_options=options).metadata()
         except (OSError, ValueError, RuntimeError) as e:
             return f"its footer could not be read ({type(e).__name__}: {e})"
+
+    def _read_pages(self, i: int, meta: Any = None) -> Pages | str:
+        """Data file ``i``'s pages from its footer (``meta``: read already, by another
+        column of the file), its chunks' object made; or why its rows cannot be read from
+        chunks."""
+        df = self.files[i]
+        size = df.size or int(self.store.size(df.key))
+        meta = self._footer(i) if meta is None else meta
+        if isinstance(meta, str):
+            return meta
         starts, positions, at = [], [], df.first_row
         n = math.prod(self.shape)
         for page in meta.columns[df.column].pages:
@@ -224,12 +232,17 @@ def read_footers(wanted: Iterable[tuple[ChunkedColumn, Iterable[int]]]) -> None:
                        if i not in col._pages}.values(), key=lambda t: (id(t[0]), t[1]))  # fmt: skip
         if not todo:  # another thread read them meanwhile
             return
-        if len(todo) == 1:
-            got = [todo[0][0]._read_pages(todo[0][1])]
+        # a footer once per data file, whichever of its columns ask (each file's first asker)
+        files = {col.files[i].uri: (col, i) for col, i in reversed(todo)}
+        first = list(files.values())
+        if len(first) == 1:
+            metas = [first[0][0]._footer(first[0][1])]
         else:
-            width = min(len(todo), CONCURRENCY.footers_in_flight)
+            width = min(len(first), CONCURRENCY.footers_in_flight)
             with ThreadPoolExecutor(width, thread_name_prefix="treadle-footer") as pool:
-                got = list(pool.map(lambda t: t[0]._read_pages(t[1]), todo))
+                metas = list(pool.map(lambda t: t[0]._footer(t[1]), first))
+        meta = dict(zip(files, metas))
+        got = [col._read_pages(i, meta[col.files[i].uri]) for col, i in todo]
         for (col, i), pages in zip(todo, got):
             if isinstance(pages, str):
                 fastpaths.off("chunk cache", f"{col.where}, data file {col.files[i].key!r}: "

@@ -65,7 +65,9 @@ def page_layout(tables: Sequence[Table], chunks: ChunkStore,
                     sizes.append(obj.size)
                     keys.append(obj.key)
                 ids.append(objects[obj.name])
-            columns.append(Pages(starts, np.asarray(ids, np.int64), positions, col.row_bytes))
+            columns.append(
+                Pages(starts, np.asarray(ids, np.int64), positions, col.row_bytes, f.name)
+            )
         layout = TableBytes(table.name, int(table.num_moments), columns,
                             np.asarray(sizes, np.int64), first, _manifest_bytes(table),
                             keys=keys)  # fmt: skip

@@ -243,7 +243,9 @@ class StepLoader:
         per_node = _whole_env("LOCAL_WORLD_SIZE")
         if per_node <= 1 or self.world_size % per_node or self.sampler is not train_samples:
             return None  # its own uses (a loader of its own world: world_size=1, say)
-        return partial(NodeNextUse, self.plan, self.rank, self.world_size, per_node)
+        return partial(
+            NodeNextUse, self.plan, self.rank, self.world_size, per_node, stop=self.steps
+        )
 
     def _processes(self) -> Iterator[dict[str, Any]]:
         start, stop = self._next_step, self.steps
