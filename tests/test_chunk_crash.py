@@ -10,19 +10,14 @@ import os
 import numpy as np
 import pytest
 
+from chunk_fixtures import CHUNK, make_source
 from treadle.storage import Store, chunkfiles, chunkroom, chunkstore
 from treadle.storage.chunkstore import FETCHING, NEVER, ChunkStore
-
-CHUNK = 4096
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("src")
-    store = Store.open(str(root), create=True)
-    blob = np.random.default_rng(0).integers(1, 256, 8 * CHUNK, dtype=np.uint8).tobytes()
-    store.put("data/o.lance", blob)
-    return str(root), blob
+    return make_source(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,15 @@ import os
 import numpy as np
 import pytest
 
+from chunk_fixtures import CHUNK, make_source
 from treadle.storage import Store
 from treadle.storage.chunkstore import ChunkStore
 from treadle.storage.filecache import FileCache
 
-CHUNK = 4096
-
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("src")
-    store = Store.open(str(root), create=True)
-    blob = np.random.default_rng(0).integers(1, 256, 8 * CHUNK, dtype=np.uint8).tobytes()
-    store.put("data/o.lance", blob)
-    return str(root), blob
+    return make_source(tmp_path_factory)
 
 
 @pytest.fixture

@@ -211,9 +211,10 @@ def test_checkpoint_of_an_expired_commit_is_refused(local_root):
     assert project.branch().commit_id == head
 
 
-def test_tag_made_after_gc_decided_is_refused_and_removed(local_root, monkeypatch):
-    """A tag written after gc's last read of the pins cannot save the commit: the tagger
-    gets ExpiredCommit naming it, and the tag does not stay behind naming a gone commit."""
+def _pin_while_gc_decides(local_root, monkeypatch, pin, key):
+    """gc of ``_run_on_c2``'s store, ``pin(project, c2)`` run on a thread of its own once
+    gc has decided to expire c2, until ``key`` is written: (project, c2, gc's report, the
+    errors ``pin`` raised)."""
     import threading
 
     import treadle.catalog.gc as gc
@@ -221,24 +222,34 @@ def test_tag_made_after_gc_decided_is_refused_and_removed(local_root, monkeypatc
     project, c2, _, _ = _run_on_c2(local_root, None)
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []
-    key = f"{project.prefix}/tags/late.json"
+    where = key(project)
 
-    def tag() -> None:
+    def run() -> None:
         try:
-            td.Client(local_root).project("p").tag("late", c2.id)
-        except BaseException as e:  # noqa: BLE001 - asserted below
+            pin(td.Client(local_root).project("p"), c2)
+        except BaseException as e:  # noqa: BLE001 - asserted by the callers
             errors.append(e)
 
     def seam(point: str) -> None:
         if point == "decided":
-            threads.append(threading.Thread(target=tag))
+            threads.append(threading.Thread(target=run))
             threads[0].start()
-            while not project.client.store.exists(key) and threads[0].is_alive():
+            while not project.client.store.exists(where) and threads[0].is_alive():
                 threading.Event().wait(0.01)
 
     monkeypatch.setattr(gc, "_at", seam)
     report = project.gc(older_than=timedelta(0), keep_days=0)
     threads[0].join()
+    return project, c2, report, errors
+
+
+def test_tag_made_after_gc_decided_is_refused_and_removed(local_root, monkeypatch):
+    """A tag written after gc's last read of the pins cannot save the commit: the tagger
+    gets ExpiredCommit naming it, and the tag does not stay behind naming a gone commit."""
+    project, c2, report, errors = _pin_while_gc_decides(
+        local_root, monkeypatch, lambda p, c2: p.tag("late", c2.id),
+        lambda project: f"{project.prefix}/tags/late.json",
+    )  # fmt: skip
     assert c2.id in report.expired_commits
     assert len(errors) == 1 and isinstance(errors[0], td.ExpiredCommit), errors
     assert c2.id[:8] in str(errors[0]) and project.tags() == {}
@@ -249,32 +260,13 @@ def test_a_branch_from_an_expired_commit_is_refused(local_root, monkeypatch):
     on it failed on a missing data file); it is ExpiredCommit naming the commit, and no
     branch. One made after a gc decided is told so (its ref stays: refs are never deleted).
     Fails before: the branch was made both times, silently."""
-    import threading
-
-    import treadle.catalog.gc as gc
     from treadle import layout
 
-    project, c2, _, _ = _run_on_c2(local_root, None)
-    errors: list[BaseException] = []
-    threads: list[threading.Thread] = []
-    key = layout.ref_key(project.prefix, "late", 0)
-
-    def branch() -> None:
-        try:
-            td.Client(local_root).project("p").create_branch("late", from_=c2.id)
-        except BaseException as e:  # noqa: BLE001 - asserted below
-            errors.append(e)
-
-    def seam(point: str) -> None:
-        if point == "decided":
-            threads.append(threading.Thread(target=branch))
-            threads[0].start()
-            while not project.client.store.exists(key) and threads[0].is_alive():
-                threading.Event().wait(0.01)
-
-    monkeypatch.setattr(gc, "_at", seam)
-    assert c2.id in project.gc(older_than=timedelta(0), keep_days=0).expired_commits
-    threads[0].join()
+    project, c2, report, errors = _pin_while_gc_decides(
+        local_root, monkeypatch, lambda p, c2: p.create_branch("late", from_=c2.id),
+        lambda project: layout.ref_key(project.prefix, "late", 0),
+    )  # fmt: skip
+    assert c2.id in report.expired_commits
     assert len(errors) == 1 and isinstance(errors[0], td.ExpiredCommit), errors
     assert "'late' was made" in str(errors[0]) and c2.id[:8] in str(errors[0])
     with pytest.raises(td.ExpiredCommit, match=c2.id[:8]):
