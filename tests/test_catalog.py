@@ -420,6 +420,10 @@ def test_names_that_differ_only_in_case_are_refused(tmp_path):
     assert sorted(p.branches()) == ["exp", "main"]
     p.branch().table("t").append({"x": [3]})  # the same name again is the same table
     assert p.branch().table("t").num_moments == 2
+    client = td.Client(str(tmp_path))
+    with pytest.raises(td.AlreadyExists, match="project 'p'.*'P' differs only in case"):
+        client.project("P").branch().table("t").append({"x": [4]})
+    assert client.projects() == ["p"]
 
 
 def test_an_imports_metadata_is_read_from_the_tables_own_history(tmp_path):

@@ -25,7 +25,7 @@ from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
 from treadle.errors import ExpiredCommit, InvalidName, NotFound, StorageError
-from treadle.names import check_name
+from treadle.names import check_case_apart, check_name
 from treadle.stats.plan_stats import plan_stats
 from treadle.stats.table_stats import table_stats
 from treadle.storage import Store, redact
@@ -179,6 +179,7 @@ class Project(MergesAndDiffs, Purges):
         self.client.prepare_write()
         if self.exists():
             return
+        check_case_apart(self.name, self.client.projects(), "project", "this root")
         root = Commit.create([], f"create project {self.name}", {})
         self.save_commit(root)
         self.refs.try_advance("main", 0, root.id)  # a racing creator may win: fine
