@@ -492,3 +492,19 @@ def test_a_table_folder_a_killed_writer_left_without_a_file_is_removed(tmp_path)
     assert not ghost.exists()
     assert (tables / "kept.lance").is_dir()
     assert project.branch().table("kept").to_arrow(["x"]).column(0).to_pylist() == [0, 1, 2]
+
+
+def test_a_version_gc_removed_is_named_with_the_versions_there_are(tmp_path):
+    """``table.at(version)`` of a version no commit names, after gc, said only that Lance's
+    manifest file was not found; it says why, and which versions the branch's commits name."""
+    project = td.Client(str(tmp_path), create=True).project("p")
+    table = project.branch().table("t")
+    for x in range(3):
+        table.append({"x": [x]})
+    named = [c.tables["t"] for c in project.branch().log() if "t" in c.tables]
+    gone = next(v for v in range(1, max(named)) if v not in named)
+    project.gc(older_than=timedelta(0))
+    with pytest.raises(td.NotFound, match=rf"has no version {gone}: gc removes") as e:
+        project.branch().table("t").at(gone)
+    assert f"newest first: {named}" in str(e.value)
+    assert project.branch().table("t").at(named[0]).num_moments == 3

@@ -61,8 +61,28 @@ class TableRef(EditsInOneCommit):
     def at(self, commit_or_version: str | int) -> Table:
         """The table as of a commit (id or unique prefix) or a Lance version number."""
         if isinstance(commit_or_version, int) and not isinstance(commit_or_version, bool):
-            return self.branch.project.table_at(self.name, commit_or_version)
+            try:
+                return self.branch.project.table_at(self.name, commit_or_version)
+            except NotFound as e:
+                raise NotFound(self._no_version(commit_or_version, e)) from None
         return self._from_commit(self.branch.project.commit(str(commit_or_version)))
+
+    def _no_version(self, version: int, e: NotFound) -> str:
+        """Why Lance ``version`` of this table cannot be read, with the versions that can."""
+        named: list[int] = []
+        for c in self.branch.log():  # newest first: the versions this branch's commits name
+            v = c.tables.get(self.name)
+            if v is not None and v not in named:
+                named.append(v)
+            if len(named) == 10:
+                break
+        return (
+            f"table {self.name!r} of project {self.branch.project.name!r} has no version "
+            f"{version}: gc removes a version no commit names (a write inside a transaction, "
+            f"a compaction's step), and some were never made; versions "
+            f"branch {self.branch.name!r}'s commits name, newest first: {named} "
+            f"(Lance said: {str(e)[:200]})"
+        )
 
     def _from_commit(self, commit: Commit) -> Table:
         if self.name not in commit.tables:
