@@ -76,6 +76,9 @@ def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: in
         return np.asarray(a, np.float64).reshape(shape)
 
     std = np.sqrt(np.maximum(mom.m2 / mom.n, 0.0))
+    # a NaN value (min is NaN): NaN quantiles, as numpy's exact ones (a compacted sketch
+    # sorts NaN to its end and would give finite ones)
+    qs = [np.where(np.isnan(mom.lo), np.nan, q) for q in qs]
     return ColumnStats(np.asarray(mom.n, np.int64), r(mom.mean), r(std), r(mom.lo), r(mom.hi),
                        r(qs[0]), r(qs[1]), rank_error=err)  # fmt: skip
 

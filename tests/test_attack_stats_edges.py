@@ -1,0 +1,55 @@
+"""table.stats at numeric edges, against numpy over the same rows read with Lance."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import treadle as td
+from treadle.stats import table_stats as st
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory):
+    rng = np.random.default_rng(3)
+    n = 400
+    cols = {
+        "big": 1e9 + rng.standard_normal(n) * 1e-3,  # naive E[x^2] - E[x]^2 gives garbage
+        "huge": rng.standard_normal(n) * 1e30,
+        "const": np.full(n, 3.3),
+        "i64": np.full(n, 2**62, np.int64) + rng.integers(0, 1000, n),
+        "f16": rng.standard_normal(n).astype(np.float16),
+    }
+    branch = td.Client(str(tmp_path_factory.mktemp("edges")), create=True).project("p").branch()
+    branch.table("t").append(pa.table({k: pa.array(v) for k, v in cols.items()}))
+    return branch.table("t").pin()
+
+
+@pytest.mark.parametrize("column", ["big", "huge", "const", "i64", "f16"])
+def test_edge_columns_match_numpy_on_the_rows_lance_reads(edges, column):
+    s = edges.stats([column])[column]
+    x = edges.dataset.to_table(columns=[column]).column(column).to_numpy().astype(np.float64)
+    assert int(s.count) == len(x)
+    np.testing.assert_allclose(s.mean, x.mean(), rtol=1e-14)
+    np.testing.assert_allclose(s.std, x.std(), rtol=1e-9, atol=1e-15 * abs(x.mean()))
+    assert float(s.min) == x.min() and float(s.max) == x.max()
+    np.testing.assert_allclose(s.q01, np.quantile(x, 0.01), rtol=1e-14)
+
+
+def test_a_nan_makes_the_quantiles_nan_also_once_the_sketch_compacts(tmp_path, monkeypatch):
+    # exact quantiles of a column with a NaN are NaN (numpy's); a compacted sketch sorted
+    # the NaN to its end and gave finite q01/q99 beside a NaN mean and min
+    monkeypatch.setattr(st, "SKETCH_VALUES", 64)
+    x = np.random.default_rng(0).standard_normal((300, 1))
+    x[7, 0] = np.nan
+    branch = td.Client(str(tmp_path), create=True).project("p").branch()
+    branch.table("a").append_episode({"action": x}, episode="e0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        s = branch.table("a").pin().stats(["action"])["action"]
+    assert s.rank_error > 0  # the sketch did compact
+    assert np.isnan(s.min).all() and np.isnan(s.mean).all()
+    assert np.isnan(s.q01).all() and np.isnan(s.q99).all()
