@@ -53,3 +53,28 @@ def test_a_nan_makes_the_quantiles_nan_also_once_the_sketch_compacts(tmp_path, m
     assert s.rank_error > 0  # the sketch did compact
     assert np.isnan(s.min).all() and np.isnan(s.mean).all()
     assert np.isnan(s.q01).all() and np.isnan(s.q99).all()
+
+
+def test_video_quantile_0_is_the_least_pixel_value_not_0(tmp_path):
+    # pool_hist took the first bin whose weight share reaches q: for q = 0 that was bin 0,
+    # which holds no pixel of a camera whose values are all above it
+    from treadle.read.steps import host_reader
+
+    branch = td.Client(str(tmp_path), create=True).project("p").branch()
+    frames = np.random.default_rng(0).integers(100, 150, (12, 16, 16, 3), dtype=np.uint8)
+    branch.table("v").append_episode({"cam": td.VideoFrames(frames, fps=10)}, episode="e0")
+    w = td.Windows({"cam": td.Video([0])})
+    plan = td.Recipe(seed=5, batch_size=4, components=[td.Component(branch.table("v"), w)]).plan()
+    s = plan.stats(["cam"], quantiles=(0.0, 0.01, 1.0))["cam"]
+    reader = host_reader(plan)
+    n = plan.eligible(0)
+    try:
+        got = reader.read(np.zeros(n, np.int64), plan.eligible_moments(0, np.arange(n)))
+    finally:
+        reader.close()
+    px = np.asarray(got["cam"]).reshape(-1, 3).astype(np.float64)
+    ones = np.ones(len(px))
+    for q in (0.0, 0.01, 1.0):
+        want = [np.quantile(px[:, c], q, weights=ones, method="inverted_cdf") for c in range(3)]
+        np.testing.assert_array_equal(s.quantile(q), want)
+    np.testing.assert_array_equal(s.quantile(0.0), s.min)

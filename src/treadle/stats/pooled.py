@@ -246,8 +246,9 @@ def pool_hist(parts: list[tuple[Weight, HistPart]], qs: tuple[float, ...]) -> Co
     exact = sum(p.hist.astype(np.int64).astype(object) * w for (_, p), w in zip(parts, ints))
     cum = np.cumsum(exact.reshape(-1, hist.shape[-1]), axis=1)  # Python integers: no overflow
     quant = {}
-    for q in qs:
-        idx = [min(int(np.argmax(shares_reach(cum[c], int(cum[c, -1]), np.float64(q)))), 255)
+    for q in qs:  # the least value held (count > 0: q = 0 is the least, not bin 0)
+        idx = [min(int(np.argmax(shares_reach(cum[c], int(cum[c, -1]), np.float64(q))
+                                 & (cum[c] > 0))), 255)
                if cum[c, -1] else 0 for c in range(len(cum))]  # fmt: skip
         quant[q] = np.asarray(idx, np.float64).reshape(hist.shape[:-1])
     mean, std, lo, hi = (v.reshape(hist.shape[:-1]) for v in (mean, std, lo, hi))
