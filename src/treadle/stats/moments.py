@@ -46,22 +46,36 @@ def rank_error_bound(n: int, k: int, levels: int) -> int:
 
 
 class Moments:
-    """count, mean, M2, min, max per element, merged batch by batch (Chan et al.)."""
+    """count, mean, M2, min, max per element, merged batch by batch (Chan et al.).
+
+    The mean is kept as ``shift + rel``: ``shift`` a value of the first batch (per element,
+    0 where not finite), ``rel`` the mean of ``x - shift``. Values far from 0 with a small
+    spread (``1e9 + noise``) keep their deviations: merged means differ by ``rel``s that
+    float64 holds to full precision, where means rounded at ``1e9`` would add their rounding
+    (``ulp(1e9) = 1.2e-7``) squared to the variance of every merge."""
 
     def __init__(self) -> None:
         self.n = 0
-        self.mean: np.ndarray | None = None
+        self.shift: np.ndarray | None = None
+        self.rel: np.ndarray | None = None
         self.m2: np.ndarray | None = None
         self.lo: np.ndarray | None = None
         self.hi: np.ndarray | None = None
+
+    @property
+    def mean(self) -> np.ndarray | None:
+        """The mean per element (``shift + rel``)."""
+        return None if self.rel is None else self.shift + self.rel
 
     def add(self, x: np.ndarray, times: int = 1) -> None:
         """Values ``x`` float64 ``[rows, E]`` (column-major is fastest), each counted
         ``times`` times (count and M2 times ``times``: the spread of that many copies)."""
         if len(x):
             part = Moments()
-            part.mean = x.mean(axis=0)
-            d = x - part.mean
+            part.shift = np.where(np.isfinite(x[0]), x[0], 0.0)
+            d = x - part.shift
+            part.rel = d.mean(axis=0)
+            d -= part.rel
             d *= d
             part.n, part.m2 = len(x) * times, d.sum(axis=0) * times
             part.lo, part.hi = x.min(axis=0), x.max(axis=0)
@@ -72,11 +86,12 @@ class Moments:
         if o.n == 0:
             return
         if self.n == 0:
-            self.n, self.mean, self.m2, self.lo, self.hi = o.n, o.mean, o.m2, o.lo, o.hi
+            self.n, self.shift, self.rel, self.m2 = o.n, o.shift, o.rel, o.m2
+            self.lo, self.hi = o.lo, o.hi
             return
         n = self.n + o.n
-        delta = o.mean - self.mean
-        self.mean = self.mean + delta * (o.n / n)
+        delta = (o.shift - self.shift) + (o.rel - self.rel)
+        self.rel = self.rel + delta * (o.n / n)
         self.m2 = self.m2 + o.m2 + delta**2 * (self.n * o.n / n)
         self.lo, self.hi, self.n = np.minimum(self.lo, o.lo), np.maximum(self.hi, o.hi), n
 

@@ -110,23 +110,28 @@ def pool(parts: list[tuple[Weight, Part]], qs: tuple[float, ...]) -> ColumnStats
     count = np.zeros((groups, e), np.int64)
     wsum, msum = np.zeros((groups, e)), np.zeros((groups, e))
     lo, hi = np.full((groups, e), np.inf), np.full((groups, e), -np.inf)
+    ref = np.full((groups, e), np.nan)  # a part's shift: means relative to it keep precision
     for a, p in ((float(a), p) for a, p in parts):
         for g, (mom, _) in enumerate(p.groups):
             if mom.n:
                 ix = p.index
+                ref[g, ix] = np.where(np.isnan(ref[g, ix]), mom.shift, ref[g, ix])
                 count[g, ix] += mom.n
                 wsum[g, ix] += a * mom.n
-                msum[g, ix] += a * mom.n * mom.mean
+                msum[g, ix] += a * mom.n * _rel(mom, ref[g, ix])
                 lo[g, ix] = np.minimum(lo[g, ix], mom.lo)
                 hi[g, ix] = np.maximum(hi[g, ix], mom.hi)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = msum / wsum
+        rel = msum / wsum
         m2 = np.zeros((groups, e))
         for a, p in ((float(a), p) for a, p in parts):
             for g, (mom, _) in enumerate(p.groups):
                 if mom.n:
-                    m2[g, p.index] += a * (mom.m2 + mom.n * (mom.mean - mean[g, p.index]) ** 2)
+                    ix = p.index
+                    dev = _rel(mom, ref[g, ix]) - rel[g, ix]
+                    m2[g, ix] += a * (mom.m2 + mom.n * dev**2)
         std = np.sqrt(np.maximum(m2 / wsum, 0.0))
+        mean = ref + rel
     empty = count == 0
     lo[empty], hi[empty] = np.nan, np.nan
     values, err = _quantiles(parts, qs, groups, e)
@@ -140,6 +145,11 @@ def pool(parts: list[tuple[Weight, Part]], qs: tuple[float, ...]) -> ColumnStats
     return ColumnStats(count.reshape(out_shape), r(mean), r(std), r(lo), r(hi), quant[0.01],
                        quant[0.99], rank_error=err, quantiles=quant,
                        samples=samples)  # fmt: skip
+
+
+def _rel(mom: Moments, ref: np.ndarray) -> np.ndarray:
+    """``mom``'s mean relative to ``ref`` (shifts of nearby values subtract exactly)."""
+    return (mom.shift - ref) + mom.rel
 
 
 def _quantiles(
