@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 READ_VALUES = 1 << 20  # values (rows x elements) per read batch
 SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of a column
 TASK_VALUES = 1 << 26  # values (rows x elements) an executor task reads, about
-_ALGO = 3  # bump when a statistic's definition changes: old cached results are ignored
+_ALGO = 4  # bump when a statistic's definition changes: old cached results are ignored
+# (4: shifted means, exact std far from 0; NaN quantiles of a compacted sketch)
 _QS = (0.01, 0.99)
 
 
