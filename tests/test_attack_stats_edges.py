@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -126,3 +127,26 @@ def test_pooled_components_of_values_far_from_0_keep_their_spread(offset):
         wts.append(np.full(len(v), float(plan.weights[c]) / plan.eligible(c)))
     np.testing.assert_allclose(s.std, _exact_std(np.concatenate(vals), np.concatenate(wts)),
                                rtol=1e-9)  # fmt: skip
+
+
+def _scaled(b, scale):
+    return b["action"] * scale
+
+
+class _Scale:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, b):
+        return b["action"] * self.k
+
+
+@pytest.mark.parametrize("make", [lambda k: partial(_scaled, scale=k), _Scale])
+def test_a_partial_or_callable_derive_is_keyed_by_its_arguments_and_state(offset, make):
+    # a functools.partial or a callable object has no __code__: it was keyed by the
+    # derive_version alone, so scale=3 silently read back the statistics of scale=2
+    w = td.Windows({"action": td.Rows([0])})
+    plan = td.Recipe(seed=1, batch_size=4, components=[td.Component(offset.table("a"), w)]).plan()
+    two = plan.stats(derive={"s": make(2)}, derive_version="v1")["s"]
+    three = plan.stats(derive={"s": make(3)}, derive_version="v1")["s"]
+    np.testing.assert_allclose(three.mean, two.mean * 1.5, rtol=1e-12)

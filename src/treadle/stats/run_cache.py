@@ -3,6 +3,7 @@ derive function is keyed, and the warning for dimensions no normaliser can divid
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import marshal
@@ -27,7 +28,7 @@ def code_key(fn: Any) -> str:
     their bytes, other objects by their pickled state); ``"unkeyed"`` when that cannot be
     said (then not kept)."""
     try:
-        return _function_key(fn, set())
+        return _callable_key(fn, set())
     except (_Unkeyed, RecursionError):  # a value that holds itself: not kept
         return "unkeyed"
 
@@ -55,6 +56,19 @@ def _names(code: Any) -> list[str]:
         if hasattr(const, "co_names"):
             out += _names(const)
     return out
+
+
+def _callable_key(fn: Any, seen: set[int]) -> str:
+    """A function's key; a ``functools.partial`` by its function and the arguments it binds,
+    an object with a Python ``__call__`` by that method bound to it (its state), so neither
+    is keyed by the derive_version alone (``scale=3`` read back the result of ``scale=2``)."""
+    if isinstance(fn, functools.partial):
+        bound = _value_key(list(fn.args), seen) + _value_key(dict(fn.keywords), seen)
+        return f"partial:{_callable_key(fn.func, seen)}:{bound}"
+    call = next((vars(c)["__call__"] for c in type(fn).__mro__ if "__call__" in vars(c)), None)
+    if getattr(fn, "__code__", None) is None and hasattr(call, "__code__"):
+        return _function_key(fn.__call__, seen)
+    return _function_key(fn, seen)
 
 
 def _function_key(fn: Any, seen: set[int]) -> str:
