@@ -20,9 +20,7 @@ from treadle.catalog.history import Merging
 from treadle.errors import MergeConflict
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE
-from treadle.table.image_sizes import merge_images
-from treadle.table.null_columns import merge_nulls
-from treadle.table.off_grid import merge_off_grid
+from treadle.table.schema_records import merge_records
 from treadle.table.tensors import conform, schema_difference
 
 if TYPE_CHECKING:
@@ -152,9 +150,8 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
         reuse = False
     ds, src = _open(project, plan, target), _open(project, plan, source)
     tail = _tail(src, nb, reuse)
-    # the image sizes and null columns the other side recorded, kept (as a rebase does)
-    schema = merge_nulls(merge_images(ds.schema, src.schema), src.schema)
-    schema = merge_off_grid(schema, src.schema)
+    # what the other side recorded of its rows (schema_records), kept (as a rebase does)
+    schema = merge_records(ds.schema, src.schema)
     note = None
     if isinstance(tail, pa.Table):
         where = f"merging table {plan.name!r}"

@@ -21,9 +21,7 @@ from treadle.errors import AlreadyExists, CommitConflict
 from treadle.table.defaults import is_added
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.evolve import defaults_for
-from treadle.table.image_sizes import merge_images
-from treadle.table.null_columns import merge_nulls
-from treadle.table.off_grid import merge_off_grid
+from treadle.table.schema_records import merge_records
 from treadle.table.tensors import schema_difference
 from treadle.table.write import StagedTable
 
@@ -63,10 +61,8 @@ def check_base(
             )
         st.fragments = defaults_for(ds, st.fragments, added, before_write)
         st.schema = pa.schema(list(ds.schema), metadata=st.schema.metadata)
-    # the image sizes and null columns another writer recorded, kept
-    st.schema = merge_off_grid(
-        merge_nulls(merge_images(st.schema, ds.schema), ds.schema), ds.schema
-    )
+    # what another writer recorded of its rows (schema_records), kept
+    st.schema = merge_records(st.schema, ds.schema)
     if st.episodes and EPISODE in ds.schema.names and FRAME in ds.schema.names:
         # the names each fragment's stored episode index holds, not the rows: O(fragments)
         version = f"table {name!r} of project {project.name!r} (v{ds.version})"

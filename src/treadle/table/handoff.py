@@ -16,9 +16,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata
 
 from treadle.errors import SchemaMismatch
-from treadle.table.image_sizes import merge_images, without_images
-from treadle.table.null_columns import merge_nulls, without_nulls
-from treadle.table.off_grid import merge_off_grid, without_off_grid
+from treadle.table.schema_records import merge_records, without_records
 from treadle.table.write import StagedTable
 
 
@@ -81,9 +79,8 @@ def add_staged(tw: Stager, staged: StagedFragments) -> None:
         raise SchemaMismatch(
             f"{where}: rows staged elsewhere have schema {staged.schema}, the table has {st.schema}"
         )
-    else:  # the image sizes and nulls each process saw (image_sizes, null_columns): both kept
-        st.schema = merge_nulls(merge_images(st.schema, staged.schema), staged.schema)
-        st.schema = merge_off_grid(st.schema, staged.schema)
+    else:  # what each process recorded of its rows (schema_records): both kept
+        st.schema = merge_records(st.schema, staged.schema)
     st.check_new_episodes(staged.episodes, where)
     tw._flush()
     st.fragments.extend(staged.fragments)
@@ -94,4 +91,4 @@ def add_staged(tw: Stager, staged: StagedFragments) -> None:
 
 def _bare(schema: pa.Schema) -> pa.Schema:
     """``schema`` without what each process records of its own rows (to compare them)."""
-    return without_off_grid(without_nulls(without_images(schema)))
+    return without_records(schema)

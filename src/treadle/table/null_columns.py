@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from treadle.table.defaults import is_added
 
-__all__ = ["NULLS_KEY", "merge_nulls", "recorded_nulls", "with_nulls", "without_nulls"]
+__all__ = ["NULLS_KEY", "merge_nulls", "recorded_nulls", "with_nulls"]
 
 NULLS_KEY = b"treadle:nulls"
 
@@ -54,11 +54,3 @@ def merge_nulls(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
     """``schema`` recording the columns either records (rows staged or committed apart)."""
     have, theirs = recorded_nulls(schema), recorded_nulls(other)
     return schema if theirs <= have else _recording(schema, have | theirs)
-
-
-def without_nulls(schema: pa.Schema) -> pa.Schema:
-    """``schema`` without the record (to compare schemas staged apart)."""
-    meta = dict(schema.metadata or {})
-    if meta.pop(NULLS_KEY, None) is None:
-        return schema
-    return schema.with_metadata(meta) if meta else schema.remove_metadata()

@@ -19,8 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["OFF_GRID_KEY", "merge_off_grid", "recorded_off_grid", "with_off_grid",
-           "without_off_grid"]  # fmt: skip
+__all__ = ["OFF_GRID_KEY", "merge_off_grid", "recorded_off_grid", "with_off_grid"]
 
 OFF_GRID_KEY = b"treadle:off_grid"
 
@@ -60,11 +59,3 @@ def merge_off_grid(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
     """``schema`` recording the off-grid columns of both (rows staged or committed apart)."""
     out = _merged(recorded_off_grid(schema), recorded_off_grid(other))
     return schema if out is None else _recording(schema, out)
-
-
-def without_off_grid(schema: pa.Schema) -> pa.Schema:
-    """``schema`` without the record (to compare schemas staged apart)."""
-    meta = dict(schema.metadata or {})
-    if meta.pop(OFF_GRID_KEY, None) is None:
-        return schema
-    return schema.with_metadata(meta) if meta else schema.remove_metadata()
