@@ -158,6 +158,17 @@ def test_cli_names_a_nonsense_size_or_latency_as_a_usage_error(capsys, flag, val
     assert f"argument {flag}: {said}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("1e-3", 1e-3), ("3e-2s", 0.03), ("30ms", 0.03), ("2.5E1ms", 0.025)]
+)
+def test_a_latency_may_be_written_with_an_exponent(text, seconds):
+    """``--latency 1e-3`` (a second's thousandth, as Python writes it) was refused as "not a
+    latency"."""
+    from treadle.cli.cmd_simulate import _latency
+
+    assert _latency(text) == pytest.approx(seconds, rel=1e-12)
+
+
 @pytest.mark.parametrize("sizes", [["--cache-bytes", "5"], ["--chunk-bytes", "2G"]])
 def test_cli_refuses_a_cache_smaller_than_one_chunk(capsys, sizes):
     """A cache of 5 bytes was modelled as one 1 MiB chunk (Belady 80%, 0 for the loader's

@@ -16,7 +16,7 @@ from treadle.cli.args import int_at_least
 from treadle.errors import PlanError, TreadleError
 
 _REQUIRED = ("nodes", "ranks-per-node", "cache-bytes", "bandwidth", "latency")
-_LATENCY = re.compile(r"^\s*([0-9.]+)\s*(ms|s)?\s*$")
+_LATENCY = re.compile(r"^\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
 
 
 _NEGATIVE = re.compile(r"^-[0-9.]+[A-Za-z]*$")
