@@ -3,6 +3,7 @@ Azure Blob emulator per session."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
 import sys
@@ -101,11 +102,20 @@ def _streaming_leftovers():
         fixtures.clean_streaming()
 
 
+#: After this long every process of the suite prints every thread's stack, and again each
+#: time as long again (a run takes ~15 min): each test has pytest-timeout's bound, but
+#: xdist's controller, which runs no test, had none, and a stalled CI run said nothing
+#: for 90 minutes
+SUITE_STACKS_AFTER_S = float(os.environ.get("TREADLE_SUITE_STACKS_AFTER_S", 2700))
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "azure: talks to the Azurite Azure Blob emulator")
+    faulthandler.dump_traceback_later(SUITE_STACKS_AFTER_S, repeat=True)
 
 
 def pytest_unconfigure(config):
+    faulthandler.cancel_dump_traceback_later()
     shutil.rmtree(HF_HOME, ignore_errors=True)
     shutil.rmtree(INDUCTOR, ignore_errors=True)
 
