@@ -136,11 +136,16 @@ def test_a_workers_loader_copies_before_its_first_batch(roots, cache_dir):
     client = td.Client(url, storage_options=server.storage_options())
     it = iter(td.TrainLoader(_recipe(client), steps=6, workers=2))
     first = dict(next(it))
+    # both copies are whole when the first batch is handed out; this process made them, or
+    # one of them while a worker, started meanwhile, waited on its lock or made the other
+    # (under load a worker can get there first: this process then maps that worker's copy)
     cache = file_cache()
-    assert isinstance(cache, FileCache) and cache.fetched == 2
-    assert len(_data_files(cache_dir)) == 2
+    assert isinstance(cache, FileCache) and cache.fetched >= 1
+    made = {n: (cache_dir / n).stat().st_ino for n in _data_files(cache_dir)}
+    assert len(made) == 2 and not [p for p in os.listdir(cache_dir) if p.endswith(".part")]
     same_batches([first, *(dict(b) for b in it)], _batches(local, 6))
-    assert cache.fetched == 2  # the workers found this process's copies
+    # the workers found those copies: none was made again
+    assert {n: (cache_dir / n).stat().st_ino for n in _data_files(cache_dir)} == made
 
 
 def test_one_step_views_copy_nothing(roots, cache_dir):
