@@ -141,13 +141,13 @@ class Lookahead:
                         q = self._uses.get((obj.name, c))
                         if q and q[0] == step:
                             q.popleft()
-                        if self.node is not None:  # any rank of the node's next use
-                            n.append(self.node.next_use((obj.name, c), step))
-                        else:
-                            n.append(q[0] if q else NEVER)
+                        n.append(q[0] if q else NEVER)
                         if q is not None and not q:
                             del self._uses[(obj.name, c)]
                     released.append((obj, ids.tolist(), step, n))
+        if (node := self.node) is not None:  # any rank's, not under the condition: it may
+            for obj, ids, step, n in released:  # read via the I/O loop, where close() may run
+                n[:] = [node.next_use((obj.name, c), step) for c in ids]
         self.chunks.release_many(released)
         for step in steps:
             self.owed.read(step)

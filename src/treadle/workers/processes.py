@@ -58,6 +58,12 @@ _PRELOAD = ["treadle.workers.serverinit"]
 
 _starting = threading.Lock()
 
+# The handles of each read_in_processes whose workers are not ended yet, reachable from here
+# until _end: a dropped loader's cycle, collected, would otherwise finalize its pipes and
+# processes (closing their descriptors) in the pass whose generator finalizer hands _end to
+# the reaper, which then closed those numbers again (by then perhaps another file's).
+_RUNNING: dict[int, list[_Handle]] = {}
+
 
 renew_lock_in_child(sys.modules[__name__], "_starting")
 
@@ -202,6 +208,7 @@ def read_in_processes(
                                name="treadle-worker-start", daemon=True)  # fmt: skip
     # stopped early (maybe by a finalizer, on any thread) the reaper ends the workers
     with reaper.closing(_end, starter, handles, window):
+        _RUNNING[id(handles)] = handles
         starter.start()
         if first is not None:
             yield first(job.start - 1)
@@ -215,12 +222,15 @@ def read_in_processes(
 
 def _end(starter: threading.Thread, handles: list[_Handle], window: SharedWindow | None) -> None:
     """Wait for the starter thread, then end every worker and free its slots."""
-    if starter.ident is not None:
-        starter.join()
-    for h in handles:
-        h.close()
-    if window is not None:
-        window.close()
+    try:
+        if starter.ident is not None:
+            starter.join()
+        for h in handles:
+            h.close()
+        if window is not None:
+            window.close()
+    finally:
+        _RUNNING.pop(id(handles), None)
 
 
 def _start(ctx: Any, job: Job, workers: int, handles: list[_Handle],
