@@ -3,6 +3,7 @@ with resume, errors, growth of the slots and early close."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -81,6 +82,38 @@ class FailAt:
         if int(seeds[0]) == self.seed:
             raise ValueError(f"bad sample with seed {self.seed}")
         return batch
+
+
+class SlowAt:
+    """A transform that takes ``seconds`` on the batch whose first sample has seed ``seed``."""
+
+    def __init__(self, seed: int, seconds: float):
+        self.seed, self.seconds = seed, seconds
+
+    def __call__(self, batch, seeds):
+        if int(seeds[0]) == self.seed:
+            time.sleep(self.seconds)
+        return batch
+
+
+def test_a_worker_slow_to_deliver_is_named_while_the_loader_waits(mix, monkeypatch, caplog):
+    """A worker that delivered nothing for minutes (hung in a read or a transform) left the
+    loader waiting without a word; it now says which worker, which step and how long, and
+    goes on waiting: the slow batch still comes, the batches are workers=0's."""
+    from treadle.workers import processes
+
+    _, rec = mix
+    seed = int(sample_seeds(rec.seed, np.array([2 * rec.batch_size]))[0])  # step 2's first
+    monkeypatch.setattr(processes, "STALL_WARN_S", 0.2)
+    caplog.set_level(logging.WARNING, logger="treadle.workers.processes")
+    got = list(td.TrainLoader(rec, steps=4, transform=SlowAt(seed, 3.0), workers=2))
+    _same(got, list(td.TrainLoader(rec, steps=4, transform=SlowAt(seed, 0.0))))
+    said = [
+        r.getMessage() for r in caplog.records if "has not delivered step 2 in" in r.getMessage()
+    ]
+    assert said, "nothing said of step 2"  # its worker, every 0.2 s of the 3 s it slept
+    assert "worker process 0 (pid " in said[0] and said[-1].endswith("s; still waiting")
+    assert [float(m.split(" in ")[1].split()[0]) for m in said][:2] in ([0.2], [0.2, 0.4])
 
 
 def test_mix_batches_are_copies_out_of_slots_equal_to_workers_0(mix):

@@ -22,6 +22,7 @@ error naming it. Closing the loader early (``break``) terminates its workers.
 from __future__ import annotations
 
 import itertools
+import logging
 import multiprocessing
 import os
 import sys
@@ -57,6 +58,12 @@ _PRELOAD = ["treadle.workers.serverinit"]
 
 
 _starting = threading.Lock()
+
+log = logging.getLogger(__name__)
+
+#: How long the loader waits for a worker's batch before it says so, again each time as long
+#: (it keeps waiting: a slow batch is no error, but a hung worker was a silent hang)
+STALL_WARN_S = 300.0
 
 # The handles of each read_in_processes whose workers are not ended yet, reachable from here
 # until _end: a dropped loader's cycle, collected, would otherwise finalize its pipes and
@@ -151,6 +158,7 @@ class _Handle:
     def take(self, step: int) -> dict[str, Any]:
         """The batch of ``step``, copied out of its slot; the slot goes back to the worker."""
         try:
+            self._wait(step)
             msg: messages.Message = self.inbox.recv()
         except (EOFError, OSError):
             self.proc.join(5)
@@ -170,6 +178,17 @@ class _Handle:
         except OSError:  # a worker done with its steps has gone: nothing to hand back
             pass
         return batch
+
+    def _wait(self, step: int) -> None:
+        """Until the worker has sent something (or ended: EOF), saying so every
+        :data:`STALL_WARN_S` while it is alive; ``EOFError`` if it is gone without a word."""
+        waited = 0.0
+        while not self.inbox.poll(STALL_WARN_S):
+            if not self.proc.is_alive():
+                raise EOFError
+            waited += STALL_WARN_S
+            log.warning("treadle: worker process %d (pid %s) has not delivered step %d in "
+                        "%.1f s; still waiting", self.k, self.proc.pid, step, waited)  # fmt: skip
 
     def close(self) -> None:
         for conn in (self.inbox, self.outbox):
