@@ -1,0 +1,71 @@
+"""treadle never closes, writes or maps a descriptor number it no longer owns.
+
+A number closed is soon another file's (the next ``open``, ``pipe`` or ``socket`` of any
+thread takes the lowest free one): a second close, or a write after the close, lands on
+that file (a pipe another thread waits on, a server's log, a chunk file). Each test frees
+a number the way treadle's code does, lets a fresh file take it, then checks that file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from treadle.storage.loop import _Loop
+from treadle.storage.store import Store
+
+
+class _GaveUp(BaseException):
+    """What a Ctrl-C is to the downloading thread (a signal handler's exception)."""
+
+
+def test_a_download_given_up_writes_no_part_into_the_file_that_took_its_number(tmp_path):
+    # The object cache closes its part file as soon as download() raises (Ctrl-C): a part
+    # whose bytes had already arrived still wrote them, through the closed number.
+    store = Store.open(tmp_path / "root", create=True)
+    part = 4096
+    release = threading.Event()
+
+    async def read(key, end, call):  # the one part: its bytes arrive as the caller gives up
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        release.wait(30)  # the loop thread is in this part until the caller has moved on
+        return b"x" * part
+
+    def give_up(*_):
+        raise _GaveUp
+
+    store._read = read
+    target = tmp_path / "object.part"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+    before = signal.signal(signal.SIGUSR1, give_up)
+    other = None
+    try:
+        with pytest.raises(_GaveUp):
+            store.download("key", fd, part, part, 1)
+        os.close(fd)  # as FileCache.open does when the download raises
+        other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT, 0o644)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        release.set()
+    _Loop.run(_noop())  # the part's step, queued before this, has run
+    try:
+        assert other == fd, "the test needs the freed number taken again"
+        written = os.fstat(other).st_size
+    finally:
+        os.close(other)
+    assert written == 0, f"a given-up download wrote {written} bytes into another file"
+
+
+async def _noop() -> None:
+    return None
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
