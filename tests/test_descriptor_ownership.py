@@ -12,10 +12,13 @@ import os
 import signal
 import threading
 
+import numpy as np
 import pytest
 
+from treadle.storage.chunkfolder import ObjectFiles
 from treadle.storage.loop import _Loop
 from treadle.storage.store import Store
+from treadle.workers.slots import Slot
 
 
 class _GaveUp(BaseException):
@@ -69,3 +72,45 @@ def _open(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_batch_slot_closed_twice_closes_its_descriptor_once():
+    slot = Slot(os.memfd_create("test-slot"))
+    slot.unpack(slot.pack({"a": np.arange(10.0)}))  # mapped, as a loader's slots are
+    slot.close()
+    others = [os.pipe() for _ in range(4)]  # files opened meanwhile take the freed number
+    slot.close()  # a handle closed again (_Handle.close runs for each of its slots)
+    lost = [fd for pair in others for fd in pair if not _open(fd)]
+    _close_all(others)
+    assert not lost, f"a slot closed twice closed descriptors it did not own: {lost}"
+
+
+def test_a_closed_batch_slot_never_maps_the_file_that_took_its_number():
+    slot = Slot(os.memfd_create("test-slot"))
+    layout = slot.pack({"a": np.arange(1024.0)})
+    slot.close()
+    other = os.memfd_create("someone-else")  # takes the freed number
+    try:
+        os.ftruncate(other, 1 << 16)
+        os.pwrite(other, b"\x07" * 8192, 0)
+        with pytest.raises(RuntimeError, match="closed"):
+            slot.unpack(layout)  # not another file's bytes as the batch
+    finally:
+        os.close(other)
+
+
+def test_an_object_files_closed_twice_closes_its_descriptor_once(tmp_path):
+    obj = ObjectFiles(tmp_path, "0" * 40 + "_4096", "key", 10_000, 4096)
+    obj.close()  # another process's object, let go (ChunkFolder.let_go, forget, _view)
+    others = [os.pipe() for _ in range(4)]
+    obj.close()
+    lost = [fd for pair in others for fd in pair if not _open(fd)]
+    _close_all(others)
+    assert not lost, f"an object's files closed twice closed descriptors it did not own: {lost}"
+
+
+def _close_all(pairs: list[tuple[int, int]]) -> None:
+    for pair in pairs:
+        for fd in pair:
+            if _open(fd):
+                os.close(fd)
