@@ -15,7 +15,9 @@ import threading
 import numpy as np
 import pytest
 
+from treadle.storage import folderlock
 from treadle.storage.chunkfolder import ObjectFiles
+from treadle.storage.folderlock import FolderLock
 from treadle.storage.loop import _Loop
 from treadle.storage.store import Store
 from treadle.workers.slots import Slot
@@ -114,3 +116,29 @@ def _close_all(pairs: list[tuple[int, int]]) -> None:
         for fd in pair:
             if _open(fd):
                 os.close(fd)
+
+
+def test_a_fork_while_the_folder_lock_closes_its_file_never_closes_another(tmp_path, monkeypatch):
+    # A thread lets the lock file go (removed while open: FolderLock._lock_file) while
+    # another forks: the child's at-fork handler sees the lock as it was at the fork.
+    lock = FolderLock(tmp_path / ".lock")
+    with lock:
+        pass
+    taken: list[tuple[int, int]] = []
+
+    class _ForkingAfterClose:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def close(self, fd):
+            os.close(fd)
+            if not taken:  # the forking thread's pipe takes the number, then the fork
+                taken.append(os.pipe())
+                lock._after_fork()  # what the child's handler does, in that state
+
+    monkeypatch.setattr(folderlock, "os", _ForkingAfterClose())
+    lock._close()
+    monkeypatch.undo()
+    lost = [fd for fd in taken[0] if not _open(fd)]
+    _close_all(taken)
+    assert not lost, f"the folder lock's at-fork close hit another file's descriptor: {lost}"
