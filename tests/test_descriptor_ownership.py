@@ -30,6 +30,8 @@ class _GaveUp(BaseException):
 def test_a_download_given_up_writes_no_part_into_the_file_that_took_its_number(tmp_path):
     # The object cache closes its part file as soon as download() raises (Ctrl-C): a part
     # whose bytes had already arrived still wrote them, through the closed number.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a signal handler's exception needs the main thread")
     store = Store.open(tmp_path / "root", create=True)
     part = 4096
     release = threading.Event()
@@ -62,6 +64,23 @@ def test_a_download_given_up_writes_no_part_into_the_file_that_took_its_number(t
     finally:
         os.close(other)
     assert written == 0, f"a given-up download wrote {written} bytes into another file"
+
+
+def test_a_download_closes_the_descriptor_its_parts_wrote_through(tmp_path):
+    store = Store.open(tmp_path / "root", create=True)
+    data = bytes(range(256)) * 40
+    store.put("obj", data)
+    fd = os.open(tmp_path / "copy", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        store.download("obj", fd, len(data), 4096, 2)  # the loop thread runs at this point
+        before = set(os.listdir("/proc/self/fd"))
+        store.download("obj", fd, len(data), 4096, 2)
+        _Loop.run(_noop())
+        left = set(os.listdir("/proc/self/fd")) - before
+        assert os.pread(fd, len(data) + 1, 0) == data
+    finally:
+        os.close(fd)
+    assert not left, f"a download left descriptors open: {sorted(left)}"
 
 
 async def _noop() -> None:
