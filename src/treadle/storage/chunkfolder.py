@@ -135,7 +135,9 @@ class ObjectFiles:
     def close(self) -> None:
         """Let the files go (an object of another process, mapped to evict its chunks)."""
         self.words = None  # type: ignore[assignment]  # its mapping closes with its last view
-        os.close(self.fd)
+        fd, self.fd = self.fd, -1  # closed once: a second close would hit a reused number
+        if fd >= 0:
+            os.close(fd)
 
 
 class SeenObject:

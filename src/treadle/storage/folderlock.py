@@ -71,9 +71,11 @@ class FolderLock:
             self._close()  # removed (or replaced) while it was open: lock the one there now
 
     def _close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # unlocks it, where this was its last open copy
-        self._fd, self._inode = -1, -1
+        # forgotten before it is closed: a child forked in between would otherwise close the
+        # number again (its at-fork handler), by then perhaps the forking thread's new pipe
+        fd, self._fd, self._inode = self._fd, -1, -1
+        if fd >= 0:
+            os.close(fd)  # unlocks it, where this was its last open copy
 
     def _after_fork(self) -> None:
         """In a forked child: a fresh thread lock, and its own open file when first used."""

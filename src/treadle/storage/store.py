@@ -330,7 +330,13 @@ class Store:
         """Write the ``size`` bytes of ``key`` into the open file ``fd`` (at their offsets):
         parts of ``part`` bytes, ``parallel`` of them in flight (one GET each, retried)."""
         self._claim("read", key)
+        if not size:
+            return
         limit = asyncio.Semaphore(max(1, parallel))
+        # The parts write through their own descriptor, closed on the loop once every part
+        # ended: a caller that gave up (Ctrl-C) closes ``fd`` at once, while a part whose
+        # bytes had arrived still wrote them, into whatever file took that number meanwhile.
+        own = os.dup(fd)
 
         async def one(start: int) -> None:
             end = min(size, start + part)
@@ -341,10 +347,15 @@ class Store:
                 )  # fmt: skip
                 if len(buf) != end - start:
                     raise await self._short_or(key, end, None)
-                write_at(fd, memoryview(buf), start)  # a short write: an error, not a hole
+                write_at(own, memoryview(buf), start)  # a short write: an error, not a hole
 
-        if size:
-            _Loop.run(_Loop.gather([one(s) for s in range(0, size, part)]))
+        async def every() -> None:
+            try:
+                await _Loop.gather([one(s) for s in range(0, size, part)])
+            finally:
+                os.close(own)
+
+        _Loop.run(every())
 
     async def _read(self, key: str, end: int, call: Callable[[], Awaitable[Any]]) -> Any:
         """``await call()``, one obstore read of ``key`` up to ``end``, retried while the

@@ -66,6 +66,8 @@ class Slot:
     def _mapping(self, size: int, grow: bool) -> mmap.mmap:
         if self._map is not None and len(self._map) >= size:
             return self._map
+        if self.fd < 0:  # its number may be another file's now: never mapped, nor grown
+            raise RuntimeError("batch slot used after it was closed")
         have = os.fstat(self.fd).st_size
         if have < size:
             if not grow:
@@ -119,7 +121,9 @@ class Slot:
         if self._map is not None:
             self._map.close()
             self._map = None
-        os.close(self.fd)
+        fd, self.fd = self.fd, -1  # closed once: a second close would hit a reused number
+        if fd >= 0:
+            os.close(fd)
 
 
 class SlotFd:

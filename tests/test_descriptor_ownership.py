@@ -1,0 +1,163 @@
+"""treadle never closes, writes or maps a descriptor number it no longer owns.
+
+A number closed is soon another file's (the next ``open``, ``pipe`` or ``socket`` of any
+thread takes the lowest free one): a second close, or a write after the close, lands on
+that file (a pipe another thread waits on, a server's log, a chunk file). Each test frees
+a number the way treadle's code does, lets a fresh file take it, then checks that file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+from treadle.storage import folderlock
+from treadle.storage.chunkfolder import ObjectFiles
+from treadle.storage.folderlock import FolderLock
+from treadle.storage.loop import _Loop
+from treadle.storage.store import Store
+from treadle.workers.slots import Slot
+
+
+class _GaveUp(BaseException):
+    """What a Ctrl-C is to the downloading thread (a signal handler's exception)."""
+
+
+def test_a_download_given_up_writes_no_part_into_the_file_that_took_its_number(tmp_path):
+    # The object cache closes its part file as soon as download() raises (Ctrl-C): a part
+    # whose bytes had already arrived still wrote them, through the closed number.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a signal handler's exception needs the main thread")
+    store = Store.open(tmp_path / "root", create=True)
+    part = 4096
+    release = threading.Event()
+
+    async def read(key, end, call):  # the one part: its bytes arrive as the caller gives up
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        release.wait(30)  # the loop thread is in this part until the caller has moved on
+        return b"x" * part
+
+    def give_up(*_):
+        raise _GaveUp
+
+    store._read = read
+    target = tmp_path / "object.part"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+    before = signal.signal(signal.SIGUSR1, give_up)
+    other = None
+    try:
+        with pytest.raises(_GaveUp):
+            store.download("key", fd, part, part, 1)
+        os.close(fd)  # as FileCache.open does when the download raises
+        other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT, 0o644)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        release.set()
+    _Loop.run(_noop())  # the part's step, queued before this, has run
+    try:
+        assert other == fd, "the test needs the freed number taken again"
+        written = os.fstat(other).st_size
+    finally:
+        os.close(other)
+    assert written == 0, f"a given-up download wrote {written} bytes into another file"
+
+
+def test_a_download_closes_the_descriptor_its_parts_wrote_through(tmp_path):
+    store = Store.open(tmp_path / "root", create=True)
+    data = bytes(range(256)) * 40
+    store.put("obj", data)
+    fd = os.open(tmp_path / "copy", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        store.download("obj", fd, len(data), 4096, 2)  # the loop thread runs at this point
+        before = set(os.listdir("/proc/self/fd"))
+        store.download("obj", fd, len(data), 4096, 2)
+        _Loop.run(_noop())
+        left = set(os.listdir("/proc/self/fd")) - before
+        assert os.pread(fd, len(data) + 1, 0) == data
+    finally:
+        os.close(fd)
+    assert not left, f"a download left descriptors open: {sorted(left)}"
+
+
+async def _noop() -> None:
+    return None
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_batch_slot_closed_twice_closes_its_descriptor_once():
+    slot = Slot(os.memfd_create("test-slot"))
+    slot.unpack(slot.pack({"a": np.arange(10.0)}))  # mapped, as a loader's slots are
+    slot.close()
+    others = [os.pipe() for _ in range(4)]  # files opened meanwhile take the freed number
+    slot.close()  # a handle closed again (_Handle.close runs for each of its slots)
+    lost = [fd for pair in others for fd in pair if not _open(fd)]
+    _close_all(others)
+    assert not lost, f"a slot closed twice closed descriptors it did not own: {lost}"
+
+
+def test_a_closed_batch_slot_never_maps_the_file_that_took_its_number():
+    slot = Slot(os.memfd_create("test-slot"))
+    layout = slot.pack({"a": np.arange(1024.0)})
+    slot.close()
+    other = os.memfd_create("someone-else")  # takes the freed number
+    try:
+        os.ftruncate(other, 1 << 16)
+        os.pwrite(other, b"\x07" * 8192, 0)
+        with pytest.raises(RuntimeError, match="closed"):
+            slot.unpack(layout)  # not another file's bytes as the batch
+    finally:
+        os.close(other)
+
+
+def test_an_object_files_closed_twice_closes_its_descriptor_once(tmp_path):
+    obj = ObjectFiles(tmp_path, "0" * 40 + "_4096", "key", 10_000, 4096)
+    obj.close()  # another process's object, let go (ChunkFolder.let_go, forget, _view)
+    others = [os.pipe() for _ in range(4)]
+    obj.close()
+    lost = [fd for pair in others for fd in pair if not _open(fd)]
+    _close_all(others)
+    assert not lost, f"an object's files closed twice closed descriptors it did not own: {lost}"
+
+
+def _close_all(pairs: list[tuple[int, int]]) -> None:
+    for pair in pairs:
+        for fd in pair:
+            if _open(fd):
+                os.close(fd)
+
+
+def test_a_fork_while_the_folder_lock_closes_its_file_never_closes_another(tmp_path, monkeypatch):
+    # A thread lets the lock file go (removed while open: FolderLock._lock_file) while
+    # another forks: the child's at-fork handler sees the lock as it was at the fork.
+    lock = FolderLock(tmp_path / ".lock")
+    with lock:
+        pass
+    taken: list[tuple[int, int]] = []
+
+    class _ForkingAfterClose:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def close(self, fd):
+            os.close(fd)
+            if not taken:  # the forking thread's pipe takes the number, then the fork
+                taken.append(os.pipe())
+                lock._after_fork()  # what the child's handler does, in that state
+
+    monkeypatch.setattr(folderlock, "os", _ForkingAfterClose())
+    lock._close()
+    monkeypatch.undo()
+    lost = [fd for fd in taken[0] if not _open(fd)]
+    _close_all(taken)
+    assert not lost, f"the folder lock's at-fork close hit another file's descriptor: {lost}"
