@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import sys
+import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
@@ -383,6 +384,7 @@ def test_bench_writes_under_its_dir_never_the_checkout(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "suite", fake)
     monkeypatch.setenv("TREADLE_BENCH_DATA", "")  # restored (unset) after the test
     monkeypatch.delenv("TREADLE_BENCH_DATA")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its folder: not left in /tmp
     assert main(["bench", "--tiny", "--cases", "plan"]) == 0
     out = Path(fake.argv[fake.argv.index("--out") + 1])
     assert checkout not in out.parents and checkout not in Path(fake.data).parents
