@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import treadle as td
+from descriptors import is_open
 from treadle import reaper
 
 
@@ -52,18 +53,10 @@ def test_a_collected_worker_loader_closes_each_descriptor_once(table, caplog):
     with caplog.at_level(logging.WARNING, logger="treadle"):
         gate.set()
         assert reaper.drain(60)
-    lost = [fd for pair in others for fd in pair if not _open(fd)]
+    lost = [fd for pair in others for fd in pair if not is_open(fd)]
     for pair in others:
         for fd in pair:
-            if _open(fd):
+            if is_open(fd):
                 os.close(fd)
     assert not lost, f"the reaper closed descriptors it did not own: {lost}"
     assert "cleanup handed to the reaper failed" not in caplog.text, caplog.text
-
-
-def _open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True

@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import pytest
 
+from descriptors import is_open
 from treadle.storage import folderlock
 from treadle.storage.chunkfolder import ObjectFiles
 from treadle.storage.folderlock import FolderLock
@@ -87,21 +88,13 @@ async def _noop() -> None:
     return None
 
 
-def _open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
-
-
 def test_a_batch_slot_closed_twice_closes_its_descriptor_once():
     slot = Slot(os.memfd_create("test-slot"))
     slot.unpack(slot.pack({"a": np.arange(10.0)}))  # mapped, as a loader's slots are
     slot.close()
     others = [os.pipe() for _ in range(4)]  # files opened meanwhile take the freed number
     slot.close()  # a handle closed again (_Handle.close runs for each of its slots)
-    lost = [fd for pair in others for fd in pair if not _open(fd)]
+    lost = [fd for pair in others for fd in pair if not is_open(fd)]
     _close_all(others)
     assert not lost, f"a slot closed twice closed descriptors it did not own: {lost}"
 
@@ -125,7 +118,7 @@ def test_an_object_files_closed_twice_closes_its_descriptor_once(tmp_path):
     obj.close()  # another process's object, let go (ChunkFolder.let_go, forget, _view)
     others = [os.pipe() for _ in range(4)]
     obj.close()
-    lost = [fd for pair in others for fd in pair if not _open(fd)]
+    lost = [fd for pair in others for fd in pair if not is_open(fd)]
     _close_all(others)
     assert not lost, f"an object's files closed twice closed descriptors it did not own: {lost}"
 
@@ -133,7 +126,7 @@ def test_an_object_files_closed_twice_closes_its_descriptor_once(tmp_path):
 def _close_all(pairs: list[tuple[int, int]]) -> None:
     for pair in pairs:
         for fd in pair:
-            if _open(fd):
+            if is_open(fd):
                 os.close(fd)
 
 
@@ -158,6 +151,6 @@ def test_a_fork_while_the_folder_lock_closes_its_file_never_closes_another(tmp_p
     monkeypatch.setattr(folderlock, "os", _ForkingAfterClose())
     lock._close()
     monkeypatch.undo()
-    lost = [fd for fd in taken[0] if not _open(fd)]
+    lost = [fd for fd in taken[0] if not is_open(fd)]
     _close_all(taken)
     assert not lost, f"the folder lock's at-fork close hit another file's descriptor: {lost}"
