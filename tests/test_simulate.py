@@ -142,6 +142,7 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     [("--cache-bytes", "inf", "'inf' is not a size"),  # was an OverflowError traceback
      ("--bandwidth", "nan", "'nan' is not a size"),
      ("--latency", "1.2.3", "'1.2.3' is not a latency"),  # was "invalid _latency value"
+     ("--latency", "1e400s", "'1e400s' is not a latency"),  # read as an infinite latency
      ("--latency", "30", "'30' is 30 seconds a request: write 30ms, or 30s"),  # was 30 s
      # was "expected one argument" (argparse took -5G for an option)
      ("--cache-bytes", "-5G", "'-5G' is negative: give a size of at least 1 byte"),

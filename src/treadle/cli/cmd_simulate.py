@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -44,7 +45,7 @@ def _latency(text: str) -> float:
         value = float(m.group(1)) if m else None
     except ValueError:  # digits and dots that are no number: "1.2.3"
         value = None
-    if value is None:
+    if value is None or not math.isfinite(value):  # "1e400s": an exponent past float's range
         raise argparse.ArgumentTypeError(f"{text!r} is not a latency (e.g. 30ms, 0.03)")
     if m and m.group(2) is None and value >= 1:  # "30" meant as ms modelled 30 s, silently
         raise argparse.ArgumentTypeError(
