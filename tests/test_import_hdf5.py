@@ -290,6 +290,13 @@ def _bad(tmp_path, edit):
         (lambda f: (f["data/demo_1"].__delitem__("actions"),
                     f["data/demo_1"].attrs.__delitem__("num_samples")), CorruptData,
          "demo_1: no 'actions' dataset and no num_samples attribute"),
+        # bytes that are not UTF-8 were stored with replacement characters ("caf\ufffd")
+        (lambda f: f["data/demo_1"].attrs.__setitem__("ep_meta", np.bytes_(b'{"l": "caf\xe9"}')),
+         CorruptData, r"demo_1: attribute 'ep_meta' of '/data/demo_1' is not UTF-8 text"),
+        (lambda f: f["data"].attrs.__setitem__("note", np.bytes_(b"\xff\xfe")), CorruptData,
+         r"attribute 'note' of '/data' is not UTF-8 text .*: b'\\xff\\xfe'"),
+        (lambda f: f["mask"].create_dataset("odd", data=np.array([b"demo_\xff"])), CorruptData,
+         r"filter key mask/odd is not UTF-8 text"),
     ],
 )  # fmt: skip
 def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
