@@ -290,6 +290,13 @@ def _bad(tmp_path, edit):
         (lambda f: (f["data/demo_1"].__delitem__("actions"),
                     f["data/demo_1"].attrs.__delitem__("num_samples")), CorruptData,
          "demo_1: no 'actions' dataset and no num_samples attribute"),
+        # bytes that are not UTF-8 were stored with replacement characters ("caf\ufffd")
+        (lambda f: f["data/demo_1"].attrs.__setitem__("ep_meta", np.bytes_(b'{"l": "caf\xe9"}')),
+         CorruptData, r"demo_1: attribute 'ep_meta' of '/data/demo_1' is not UTF-8 text"),
+        (lambda f: f["data"].attrs.__setitem__("note", np.bytes_(b"\xff\xfe")), CorruptData,
+         r"attribute 'note' of '/data' is not UTF-8 text .*: b'\\xff\\xfe'"),
+        (lambda f: f["mask"].create_dataset("odd", data=np.array([b"demo_\xff"])), CorruptData,
+         r"filter key mask/odd is not UTF-8 text"),
     ],
 )  # fmt: skip
 def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
@@ -438,3 +445,28 @@ def test_cli_import_hdf5(libero, tmp_path, capsys):
     assert out["episodes"] == 4 and [c["column"] for c in out["cameras"]] == ["obs_agentview_rgb"]
     assert main([*argv, "--images", "decoded"]) == 1  # the table holds video now
     assert "error" in capsys.readouterr().err
+
+
+def test_big_endian_datasets_are_read_as_h5py_reads_them(tmp_path):
+    # h5py hands big-endian datasets back as '>f4'/'>i8' arrays; Arrow holds native order
+    # only, and the import stopped on pyarrow's "Byte-swapped arrays not supported"
+    stamps = 1_700_000_000_123_456_789 + np.arange(7, dtype=np.int64) * 33_333_333
+
+    def edit(f):
+        for demo, (a, b) in (("demo_0", (0, 3)), ("demo_1", (3, 7))):
+            obs = f[f"data/{demo}/obs"]
+            obs.create_dataset(
+                "be_pos", data=np.arange(a * 2, b * 2).reshape(-1, 2) / 3, dtype=">f4"
+            )
+            obs.create_dataset("be_stamp", data=stamps[a:b], dtype=">i8")
+            obs.create_dataset("be_count", data=np.arange(a, b) + 65000, dtype=">u2")
+
+    path = _bad(tmp_path, edit)
+    _, t = _import_one(path, tmp_path)
+    with h5py.File(path, "r") as f:
+        for key in ("be_pos", "be_stamp", "be_count"):
+            want = np.concatenate([f[f"data/demo_{i}/obs/{key}"][()] for i in (0, 1)])
+            got = _column(t, f"obs_{key}")
+            assert got.dtype == want.dtype.newbyteorder("=")
+            np.testing.assert_array_equal(got, want)
+    assert _column(t, "obs_be_stamp").tolist() == stamps.tolist()

@@ -75,7 +75,8 @@ def test_reads_are_bounded_and_sketch_stays_within_its_rank_error(tmp_path, monk
     monkeypatch.setattr(st, "SKETCH_VALUES", 3 * 256)  # k = 256 items per element and level
     seen = []
     real = st._Moments.add
-    monkeypatch.setattr(st._Moments, "add", lambda self, x: (seen.append(len(x)), real(self, x)))
+    monkeypatch.setattr(st._Moments, "add",
+                        lambda self, x, **kw: (seen.append(len(x)), real(self, x, **kw)))  # fmt: skip
     s = table.stats()["action"]
     assert max(seen) <= 500 and sum(seen) == 20_000
     _check(s, values, exact_quantiles=False)

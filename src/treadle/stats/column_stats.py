@@ -12,6 +12,7 @@ import numpy as np
 from treadle.errors import PlanError
 
 FIELDS = ("count", "mean", "std", "min", "max", "q01", "q99")
+_INTEGERS = {f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64)}
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,9 @@ class ColumnStats:
     (``q01``/``q99`` always). ``video``: pixel units, values 0..255 per channel before the
     spec's dtype, ``/ 255`` or ``mean``/``std`` (the repr says so). ``samples``: the
     rows or frames the statistics are over (``count`` counts values per element: pixels
-    per channel for video)."""
+    per channel for video). ``min``/``max`` of an integer column are in its dtype, exact
+    (nanosecond timestamps past ``2**53`` included; float64 where an element has no
+    values); the other fields are float64."""
 
     count: np.ndarray
     mean: np.ndarray
@@ -85,12 +88,20 @@ class ColumnStats:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: np.asarray(getattr(self, k)).tolist() for k in FIELDS}
         out["quantiles"] = [[q, np.asarray(v).tolist()] for q, v in sorted(self.quantiles.items())]
+        kind = np.asarray(self.min).dtype
+        if kind.kind in "iu":
+            out["extremes_dtype"] = kind.name
         return {**out, "rank_error": int(self.rank_error), "source": self.source,
                 "video": self.video, "samples": self.samples}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ColumnStats:
         arrays = {k: np.asarray(d[k], np.int64 if k == "count" else np.float64) for k in FIELDS}
+        ints = d.get("extremes_dtype")  # an integer column's min/max: exact in JSON
+        if ints in _INTEGERS:
+            arrays["min"], arrays["max"] = (
+                np.asarray(d[k], np.dtype(ints)) for k in ("min", "max")
+            )
         qs = {float(q): np.asarray(v, np.float64) for q, v in d.get("quantiles", [])}
         samples = d.get("samples")
         return cls(**arrays, rank_error=int(d.get("rank_error", 0)),

@@ -48,6 +48,10 @@ def rank_error_bound(n: int, k: int, levels: int) -> int:
 class Moments:
     """count, mean, M2, min, max per element, merged batch by batch (Chan et al.).
 
+    min and max of integer values (given as ``raw``) are kept in their dtype, merged as
+    numpy promotes (int8 with int64: int64; int64 with uint64: float64, as
+    ``np.concatenate`` does), so they equal numpy's over the values, also past ``2**53``.
+
     The mean is kept as ``shift + rel``: ``shift`` a value of the first batch (per element,
     0 where not finite), ``rel`` the mean of ``x - shift``. Values far from 0 with a small
     spread (``1e9 + noise``) keep their deviations: merged means differ by ``rel``s that
@@ -67,9 +71,11 @@ class Moments:
         """The mean per element (``shift + rel``)."""
         return None if self.rel is None else self.shift + self.rel
 
-    def add(self, x: np.ndarray, times: int = 1) -> None:
+    def add(self, x: np.ndarray, times: int = 1, raw: np.ndarray | None = None) -> None:
         """Values ``x`` float64 ``[rows, E]`` (column-major is fastest), each counted
-        ``times`` times (count and M2 times ``times``: the spread of that many copies)."""
+        ``times`` times (count and M2 times ``times``: the spread of that many copies).
+        ``raw``: the same values as read; integers give min and max in their own dtype,
+        exact where float64 rounds them (timestamps in ns, past ``2**53``)."""
         if len(x):
             part = Moments()
             part.shift = np.where(np.isfinite(x[0]), x[0], 0.0)
@@ -78,7 +84,8 @@ class Moments:
             d -= part.rel
             d *= d
             part.n, part.m2 = len(x) * times, d.sum(axis=0) * times
-            part.lo, part.hi = x.min(axis=0), x.max(axis=0)
+            ext = raw if raw is not None and raw.dtype.kind in "iu" else x
+            part.lo, part.hi = ext.min(axis=0), ext.max(axis=0)
             self.merge(part)
 
     def merge(self, o: Moments) -> None:

@@ -81,8 +81,8 @@ from treadle.table.tensors import to_numpy
 SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's elements
 DEFAULT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 _ANCHORS = 256  # anchors per read on the batch path (derive=, video)
-_ALGO = 3  # bump when a statistic's definition changes: old kept results are ignored
-# (3: shifted means, exact std far from 0; the 0 quantile of video is its least value)
+_ALGO = 4  # bump when a statistic's definition changes: old kept results are ignored
+# (3: shifted means, exact std; video's 0 quantile its least value; 4: exact integer min/max)
 
 
 def plan_stats(

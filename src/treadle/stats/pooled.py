@@ -41,14 +41,15 @@ class Counted:
         of ``v`` copies) and sketch ``v``."""
         if w is None:
             rows = column_major(x)
-            mom.add(rows)
+            mom.add(rows, raw=np.asarray(x))
             self._of(1).add(rows)
             return
         for v in np.flatnonzero(np.bincount(w)).tolist():
             if v > 0:
                 mask = w == v
-                rows = column_major(x if mask.all() else np.compress(mask, x, axis=0))
-                mom.add(rows, v)
+                picked = x if mask.all() else np.compress(mask, x, axis=0)
+                rows = column_major(picked)
+                mom.add(rows, v, raw=np.asarray(picked))  # integers: exact min/max
                 self._of(v).add(rows)
 
     def _of(self, w: int) -> Sketch:
@@ -109,18 +110,19 @@ def pool(parts: list[tuple[Weight, Part]], qs: tuple[float, ...]) -> ColumnStats
     e = math.prod(shape)
     count = np.zeros((groups, e), np.int64)
     wsum, msum = np.zeros((groups, e)), np.zeros((groups, e))
-    lo, hi = np.full((groups, e), np.inf), np.full((groups, e), -np.inf)
+    lo: list[np.ndarray | None] = [None] * groups  # in the values' dtype: exact integers
+    hi: list[np.ndarray | None] = [None] * groups
     ref = np.full((groups, e), np.nan)  # a part's shift: means relative to it keep precision
     for a, p in ((float(a), p) for a, p in parts):
         for g, (mom, _) in enumerate(p.groups):
             if mom.n:
                 ix = p.index
                 ref[g, ix] = np.where(np.isnan(ref[g, ix]), mom.shift, ref[g, ix])
+                lo[g] = _fold(lo[g], count[g] > 0, ix, mom.lo, np.minimum)
+                hi[g] = _fold(hi[g], count[g] > 0, ix, mom.hi, np.maximum)
                 count[g, ix] += mom.n
                 wsum[g, ix] += a * mom.n
                 msum[g, ix] += a * mom.n * _rel(mom, ref[g, ix])
-                lo[g, ix] = np.minimum(lo[g, ix], mom.lo)
-                hi[g, ix] = np.maximum(hi[g, ix], mom.hi)
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = msum / wsum
         m2 = np.zeros((groups, e))
@@ -132,19 +134,47 @@ def pool(parts: list[tuple[Weight, Part]], qs: tuple[float, ...]) -> ColumnStats
                     m2[g, ix] += a * (mom.m2 + mom.n * dev**2)
         std = np.sqrt(np.maximum(m2 / wsum, 0.0))
         mean = ref + rel
-    empty = count == 0
-    lo[empty], hi[empty] = np.nan, np.nan
+    lo_all, hi_all = _extremes(lo, count == 0), _extremes(hi, count == 0)
     values, err = _quantiles(parts, qs, groups, e)
-    values[:, np.isnan(lo)] = np.nan  # a NaN value (min is NaN): NaN quantiles, as numpy's
+    values[:, np.isnan(lo_all.astype(np.float64))] = np.nan  # a NaN value: NaN quantiles
     out_shape = (groups, *shape) if groups > 1 or parts[0][1].per_offset else shape
     r = lambda x: np.asarray(x, np.float64).reshape(out_shape)  # noqa: E731
     quant = {q: r(values[i]) for i, q in enumerate(qs)}
     # LeRobot counts samples (frames, each the anchor of its window), not values: a row that
     # T windows take is one value T times
     samples = sum(p.anchors for _, p in parts)
-    return ColumnStats(count.reshape(out_shape), r(mean), r(std), r(lo), r(hi), quant[0.01],
+    return ColumnStats(count.reshape(out_shape), r(mean), r(std), lo_all.reshape(out_shape),
+                       hi_all.reshape(out_shape), quant[0.01],
                        quant[0.99], rank_error=err, quantiles=quant,
                        samples=samples)  # fmt: skip
+
+
+def _fold(
+    cur: np.ndarray | None, seen: np.ndarray, ix: np.ndarray, v: np.ndarray, pick: np.ufunc
+) -> np.ndarray:
+    """A group's min (or max) per element, ``cur``, with a part's ``v`` at elements ``ix``
+    (``seen``: elements that hold values already), in the dtype numpy's concatenation of the
+    values would have (integers stay exact)."""
+    dtype = np.result_type(v) if cur is None else np.result_type(cur, v)
+    out = np.zeros(len(seen), dtype) if cur is None else cur.astype(dtype, copy=False)
+    out[ix] = np.where(seen[ix], pick(out[ix], v), v)
+    return out
+
+
+def _extremes(per_group: list[np.ndarray | None], empty: np.ndarray) -> np.ndarray:
+    """``[groups, E]`` min (or max): float64 with NaN where an element has no values (or
+    where no group has any), else the values' dtype (integers exact)."""
+    got = [v for v in per_group if v is not None]
+    dtype = np.result_type(*got) if got else np.float64
+    if empty.any():
+        dtype = np.float64
+    out = np.zeros(empty.shape, dtype)
+    for g, v in enumerate(per_group):
+        if v is not None:
+            out[g] = v
+    if empty.any():
+        out[empty] = np.nan
+    return out
 
 
 def _rel(mom: Moments, ref: np.ndarray) -> np.ndarray:

@@ -4,7 +4,9 @@
   ``READ_VALUES`` values (so memory is bounded at any table size); per element, in float64:
   count, mean and population std (Chan's parallel merge of per-batch sums), min, max.
   These are exact up to float64 rounding (the order of additions differs from numpy's
-  pairwise sum: agreement to ~1e-12 relative).
+  pairwise sum: agreement to ~1e-12 relative). min and max of an integer column are its
+  values, in its dtype (exact past ``2**53``: nanosecond timestamps); mean, std and
+  quantiles are float64 (of integers past ``2**53``, rounded as float64 rounds them).
 - **Quantiles** ``q01``/``q99`` (numpy's default, linear interpolation): exact while a
   column has at most ``2k`` values per element (``k = max(64, SKETCH_VALUES // elements)``);
   beyond that a deterministic compactor sketch (KLL-style, no randomness) of at most
@@ -56,8 +58,9 @@ if TYPE_CHECKING:
 READ_VALUES = 1 << 20  # values (rows x elements) per read batch
 SKETCH_VALUES = 1 << 20  # quantile sketch items per level, over all elements of a column
 TASK_VALUES = 1 << 26  # values (rows x elements) an executor task reads, about
-_ALGO = 4  # bump when a statistic's definition changes: old cached results are ignored
-# (4: shifted means, exact std far from 0; NaN quantiles of a compacted sketch)
+_ALGO = 5  # bump when a statistic's definition changes: old cached results are ignored
+# (4: shifted means, exact std far from 0; NaN quantiles of a compacted sketch; 5: integer
+# min/max exact, in the column's dtype)
 _QS = (0.01, 0.99)
 
 
@@ -76,11 +79,15 @@ def _finish(mom: _Moments, qs: list[np.ndarray], shape: tuple[int, ...], err: in
     def r(a: np.ndarray) -> np.ndarray:
         return np.asarray(a, np.float64).reshape(shape)
 
+    def exact(a: np.ndarray) -> np.ndarray:  # integer min/max stay in their dtype
+        a = np.asarray(a)
+        return a.reshape(shape) if a.dtype.kind in "iu" else r(a)
+
     std = np.sqrt(np.maximum(mom.m2 / mom.n, 0.0))
     # a NaN value (min is NaN): NaN quantiles, as numpy's exact ones (a compacted sketch
     # sorts NaN to its end and would give finite ones)
     qs = [np.where(np.isnan(mom.lo), np.nan, q) for q in qs]
-    return ColumnStats(np.asarray(mom.n, np.int64), r(mom.mean), r(std), r(mom.lo), r(mom.hi),
+    return ColumnStats(np.asarray(mom.n, np.int64), r(mom.mean), r(std), exact(mom.lo), exact(mom.hi),
                        r(qs[0]), r(qs[1]), rank_error=err)  # fmt: skip
 
 
@@ -203,11 +210,11 @@ def _accumulate(
             col = batch.column(c)
             if col.null_count:  # rows without a value (appended after an added column): none
                 col = col.drop_null()
-            x = to_numpy(col, f, f"table {table.name!r}")
+            raw = to_numpy(col, f, f"table {table.name!r}").reshape(len(col), elements[c])
             # column-major float64 in one pass: the moments reduce and the sketch sorts
             # each element's values contiguously (the sketch keeps this array)
-            x = x.reshape(len(x), elements[c]).T.astype(np.float64, order="C").T
-            state[c][0].add(x)
+            x = raw.T.astype(np.float64, order="C").T
+            state[c][0].add(x, raw=raw)  # integers: min/max exact in their dtype
             state[c][1].add(x)
     return state
 

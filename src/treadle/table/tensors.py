@@ -134,6 +134,8 @@ def column_from_values(
             if probe is not None and probe.dtype.kind in "biuf" and probe.ndim >= 1:
                 values = probe
         if isinstance(values, np.ndarray):
+            if not values.dtype.isnative:  # big-endian HDF5/Zarr: Arrow holds native only
+                values = values.astype(values.dtype.newbyteorder("="))
             if values.ndim == 0:
                 raise SchemaMismatch(f"column {name!r}: expected one value per row, got a scalar")
             if values.dtype.kind not in "biufU" or values.dtype.kind == "c":

@@ -177,7 +177,20 @@ def stats_json(tab: Any) -> dict[str, Any]:
     """``table.stats()`` of a pinned table (computed on first ask and kept, as the API
     does: the viewer's one write, asked for by a POST)."""
     stats = tab.stats()
-    return {col: _jsonable(s) for col, s in stats.items()}
+    return {col: _js_exact(_jsonable(s)) for col, s in stats.items()}
+
+
+def _js_exact(value: Any) -> Any:
+    """Integers JavaScript's numbers cannot hold (past ``2**53``: an integer column's min
+    and max, nanosecond timestamps) as their decimal text, which the page shows as is;
+    as numbers, ``JSON.parse`` rounds them and the page showed the rounded integer."""
+    if isinstance(value, dict):
+        return {k: _js_exact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_js_exact(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        return str(value)
+    return value
 
 
 def numeric_columns(tab: Any) -> list[str]:

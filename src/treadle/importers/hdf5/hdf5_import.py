@@ -276,7 +276,7 @@ def _demo(
                 values, settings.images, settings.fps or 30.0, episode, name, report
             )
         cols[name] = values
-    ep_meta = attrs(group).get("ep_meta")
+    ep_meta = attrs(group, where).get("ep_meta")
     if isinstance(ep_meta, str) and "ep_meta" not in cols:
         cols["ep_meta"] = ep_meta
     if task is not None and "task" not in cols:

@@ -92,31 +92,37 @@ def read_layout(f: Any, where: str) -> Hdf5File:
             raise CorruptData(f"{where}: group 'data' has no demo_<n> groups")
         demos.sort(key=lambda k: int(k[5:]))
         masks = _masks(f, where, len(demos))
-        return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data), masks)
+        return Hdf5File("robomimic", [f"data/{k}" for k in demos], attrs(data, where), masks)
     obs = own(f.get("observations"), f, where, "observations")
     action = own(f.get("action"), f, where, "action")
     if isinstance(obs, h5py.Group) and isinstance(action, h5py.Dataset):
-        return Hdf5File("aloha", ["/"], attrs(f), compressed=bool(f.attrs.get("compress")))
+        return Hdf5File("aloha", ["/"], attrs(f, where), compressed=bool(f.attrs.get("compress")))
     raise CorruptData(
         f"{where}: no 'data' group of demo_<n> groups (robomimic, LIBERO) and no "
         "'/observations' group with an '/action' dataset (ALOHA)"
     )
 
 
-def _value(v: Any) -> Any:
-    """An HDF5 attribute as a JSON value (bytes as text, numpy as Python)."""
+def _value(v: Any, where: str) -> Any:
+    """An HDF5 attribute as a JSON value (bytes as text, numpy as Python); bytes that are not
+    UTF-8 are a :class:`CorruptData` naming ``where`` (decoded with replacement characters,
+    ``caf\xe9`` was stored as ``caf\ufffd``: a value h5py does not read)."""
     if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
+        try:
+            return v.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CorruptData(f"{where} is not UTF-8 text ({e}): {v[:40]!r}") from None
     if isinstance(v, np.ndarray):
-        return [_value(x) for x in v.tolist()] if v.dtype.kind in "OSU" else v.tolist()
+        return [_value(x, where) for x in v.tolist()] if v.dtype.kind in "OSU" else v.tolist()
     if isinstance(v, np.generic):
         return v.item()
     return v
 
 
-def attrs(obj: Any) -> dict[str, Any]:
-    """An HDF5 object's attributes as JSON values."""
-    return {str(k): _value(v) for k, v in obj.attrs.items()}
+def attrs(obj: Any, where: str) -> dict[str, Any]:
+    """An HDF5 object's attributes as JSON values (``where`` names the file in errors)."""
+    return {str(k): _value(v, f"{where}: attribute {k!r} of {obj.name!r}")
+            for k, v in obj.attrs.items()}  # fmt: skip
 
 
 def _masks(f: Any, where: str, demos: int) -> dict[str, list[str]]:
@@ -137,7 +143,8 @@ def _masks(f: Any, where: str, demos: int) -> dict[str, list[str]]:
                 f"{where}: filter key mask/{key} lists {ds.shape[0]} names, the file has "
                 f"{demos} demos"
             )
-        out[key] = [_value(x) if isinstance(x, bytes) else str(x) for x in ds[()]]
+        at = f"{where}: filter key mask/{key}"
+        out[key] = [_value(x, at) if isinstance(x, bytes) else str(x) for x in ds[()]]
     return out
 
 
