@@ -1,4 +1,5 @@
-"""treadle never closes, writes or maps a descriptor number it no longer owns.
+"""treadle never closes, writes or maps a descriptor number it no longer owns, and leaves
+none it made open when what it made them for fails.
 
 A number closed is soon another file's (the next ``open``, ``pipe`` or ``socket`` of any
 thread takes the lowest free one): a second close, or a write after the close, lands on
@@ -8,9 +9,11 @@ a number the way treadle's code does, lets a fresh file take it, then checks tha
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from treadle.storage.chunkfolder import ObjectFiles
 from treadle.storage.folderlock import FolderLock
 from treadle.storage.loop import _Loop
 from treadle.storage.store import Store
+from treadle.workers.processes import _Handle
 from treadle.workers.slots import Slot
 
 
@@ -157,3 +161,44 @@ def test_a_fork_while_the_folder_lock_closes_its_file_never_closes_another(tmp_p
     lost = [fd for fd in taken[0] if not is_open(fd)]
     _close_all(taken)
     assert not lost, f"the folder lock's at-fork close hit another file's descriptor: {lost}"
+
+
+class _FailingContext:
+    """A multiprocessing context whose ``fail`` call (``Pipe`` 2, ``Process``) raises
+    EMFILE, as a process out of descriptors does."""
+
+    def __init__(self, fail: str):
+        self.fail, self.pipes = fail, 0
+
+    def Pipe(self, duplex):  # noqa: N802 (multiprocessing's name)
+        self.pipes += 1
+        if self.fail == "Pipe" and self.pipes == 2:
+            raise OSError(24, "Too many open files")
+        return multiprocessing.Pipe(duplex)
+
+    def Process(self, **kwargs):  # noqa: N802
+        raise OSError(24, "Too many open files")
+
+
+@pytest.mark.parametrize("fail", ["Pipe", "Process"])
+def test_a_worker_handle_that_fails_to_start_leaves_no_descriptor_open(fail):
+    # its slots' memfds (and a first pipe) were made before the try that closes them
+    before = _open_files()
+    with pytest.raises(OSError, match="Too many open files"):
+        _Handle(_FailingContext(fail), SimpleNamespace(depth=2), 0, 1)
+    left = _open_files() - before
+    for fd, _ in left:
+        os.close(fd)
+    assert not left, f"a worker handle that failed left descriptors open: {sorted(left)}"
+
+
+def _open_files() -> set[tuple[int, str]]:
+    """This process's open descriptors and what each names (a number freed and taken again
+    by another file is a new entry)."""
+    files = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            files.add((int(name), os.readlink(f"/proc/self/fd/{name}")))
+        except OSError:  # listdir's own descriptor, closed since
+            continue
+    return files
