@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from descriptors import is_open
+from treadle.errors import StorageError
 from treadle.storage import folderlock
 from treadle.storage.chunkfolder import ObjectFiles
 from treadle.storage.folderlock import FolderLock
@@ -89,6 +90,46 @@ def test_a_download_closes_the_descriptor_its_parts_wrote_through(tmp_path):
     finally:
         os.close(fd)
     assert not left, f"a download left descriptors open: {sorted(left)}"
+
+
+@pytest.mark.parametrize("where", ["io thread", "ctrl-c"])
+def test_a_download_that_never_starts_its_parts_leaves_no_descriptor_open(
+    tmp_path, monkeypatch, where
+):
+    # the descriptor the parts write through was closed only by the parts' coroutine, which
+    # never runs when the call fails (or is interrupted) before the loop runs it
+    store = Store.open(tmp_path / "root", create=True)
+    store.put("obj", b"x" * 8192)
+    fd = os.open(tmp_path / "copy", os.O_RDWR | os.O_CREAT, 0o644)
+    failed: list[BaseException] = []
+
+    def download() -> None:
+        try:
+            store.download("obj", fd, 8192, 4096, 2)
+        except BaseException as e:
+            failed.append(e)
+
+    loop = _Loop.get()
+    before = _open_files()
+    try:
+        if where == "io thread":  # a finalizer run there: a named error, not a hang
+            done = threading.Event()
+            loop.call_soon_threadsafe(lambda: (download(), done.set()))
+            assert done.wait(30)
+        else:  # a Ctrl-C as the call is handed to the loop
+            monkeypatch.setattr(_Loop, "get", classmethod(_interrupted))
+            download()
+            monkeypatch.undo()
+        _Loop.run(_noop())
+        left = _open_files() - before
+    finally:
+        os.close(fd)
+    assert [type(e) for e in failed] == [StorageError if where == "io thread" else _GaveUp]
+    assert not left, f"a download that never started left descriptors open: {sorted(left)}"
+
+
+def _interrupted(cls):
+    raise _GaveUp
 
 
 async def _noop() -> None:
