@@ -1,4 +1,5 @@
-"""treadle never closes, writes or maps a descriptor number it no longer owns.
+"""treadle never closes, writes or maps a descriptor number it no longer owns, and leaves
+none it made open when what it made them for fails.
 
 A number closed is soon another file's (the next ``open``, ``pipe`` or ``socket`` of any
 thread takes the lowest free one): a second close, or a write after the close, lands on
@@ -8,19 +9,23 @@ a number the way treadle's code does, lets a fresh file take it, then checks tha
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from descriptors import is_open
+from treadle.errors import StorageError
 from treadle.storage import folderlock
 from treadle.storage.chunkfolder import ObjectFiles
 from treadle.storage.folderlock import FolderLock
 from treadle.storage.loop import _Loop
 from treadle.storage.store import Store
+from treadle.workers.processes import _Handle
 from treadle.workers.slots import Slot
 
 
@@ -85,6 +90,46 @@ def test_a_download_closes_the_descriptor_its_parts_wrote_through(tmp_path):
     finally:
         os.close(fd)
     assert not left, f"a download left descriptors open: {sorted(left)}"
+
+
+@pytest.mark.parametrize("where", ["io thread", "ctrl-c"])
+def test_a_download_that_never_starts_its_parts_leaves_no_descriptor_open(
+    tmp_path, monkeypatch, where
+):
+    # the descriptor the parts write through was closed only by the parts' coroutine, which
+    # never runs when the call fails (or is interrupted) before the loop runs it
+    store = Store.open(tmp_path / "root", create=True)
+    store.put("obj", b"x" * 8192)
+    fd = os.open(tmp_path / "copy", os.O_RDWR | os.O_CREAT, 0o644)
+    failed: list[BaseException] = []
+
+    def download() -> None:
+        try:
+            store.download("obj", fd, 8192, 4096, 2)
+        except BaseException as e:
+            failed.append(e)
+
+    loop = _Loop.get()
+    before = _open_files()
+    try:
+        if where == "io thread":  # a finalizer run there: a named error, not a hang
+            done = threading.Event()
+            loop.call_soon_threadsafe(lambda: (download(), done.set()))
+            assert done.wait(30)
+        else:  # a Ctrl-C as the call is handed to the loop
+            monkeypatch.setattr(_Loop, "get", classmethod(_interrupted))
+            download()
+            monkeypatch.undo()
+        _Loop.run(_noop())
+        left = _open_files() - before
+    finally:
+        os.close(fd)
+    assert [type(e) for e in failed] == [StorageError if where == "io thread" else _GaveUp]
+    assert not left, f"a download that never started left descriptors open: {sorted(left)}"
+
+
+def _interrupted(cls):
+    raise _GaveUp
 
 
 async def _noop() -> None:
@@ -157,3 +202,44 @@ def test_a_fork_while_the_folder_lock_closes_its_file_never_closes_another(tmp_p
     lost = [fd for fd in taken[0] if not is_open(fd)]
     _close_all(taken)
     assert not lost, f"the folder lock's at-fork close hit another file's descriptor: {lost}"
+
+
+class _FailingContext:
+    """A multiprocessing context whose ``fail`` call (``Pipe`` 2, ``Process``) raises
+    EMFILE, as a process out of descriptors does."""
+
+    def __init__(self, fail: str):
+        self.fail, self.pipes = fail, 0
+
+    def Pipe(self, duplex):  # noqa: N802 (multiprocessing's name)
+        self.pipes += 1
+        if self.fail == "Pipe" and self.pipes == 2:
+            raise OSError(24, "Too many open files")
+        return multiprocessing.Pipe(duplex)
+
+    def Process(self, **kwargs):  # noqa: N802
+        raise OSError(24, "Too many open files")
+
+
+@pytest.mark.parametrize("fail", ["Pipe", "Process"])
+def test_a_worker_handle_that_fails_to_start_leaves_no_descriptor_open(fail):
+    # its slots' memfds (and a first pipe) were made before the try that closes them
+    before = _open_files()
+    with pytest.raises(OSError, match="Too many open files"):
+        _Handle(_FailingContext(fail), SimpleNamespace(depth=2), 0, 1)
+    left = _open_files() - before
+    for fd, _ in left:
+        os.close(fd)
+    assert not left, f"a worker handle that failed left descriptors open: {sorted(left)}"
+
+
+def _open_files() -> set[tuple[int, str]]:
+    """This process's open descriptors and what each names (a number freed and taken again
+    by another file is a new entry)."""
+    files = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            files.add((int(name), os.readlink(f"/proc/self/fd/{name}")))
+        except OSError:  # listdir's own descriptor, closed since
+            continue
+    return files

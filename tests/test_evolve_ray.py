@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import treadle as td
+from ray_helpers import local_ray
 
 pytestmark = pytest.mark.filterwarnings("ignore:lance is not fork-safe")
 
@@ -25,7 +26,7 @@ def divide_by_zero(batch):
 
 @pytest.mark.slow
 def test_computed_column_on_ray_equals_one_process(tmp_path, monkeypatch):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     here = str(Path(__file__).parent)  # the workers import this module's fn
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
@@ -36,15 +37,12 @@ def test_computed_column_on_ray_equals_one_process(tmp_path, monkeypatch):
         frames = rng.integers(0, 255, (10, 16, 16, 3), dtype=np.uint8)
         t.append_episode({"cam": td.VideoFrames(frames, fps=10)}, episode=f"e{e}")
     t.add_column("here", fn=brightness, columns=["cam"], batch_rows=4, progress=False)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
+    with local_ray():
         t.add_column("ray", fn=brightness, columns=["cam"], batch_rows=4, progress=False,
                      executor=td.RayExecutor())  # fmt: skip
         with pytest.raises(Exception, match=r"table 't'.*column 'bad'.*ZeroDivisionError.*rows"):
             t.add_column("bad", fn=divide_by_zero, columns=["cam"], batch_rows=4, progress=False,
                          executor=td.RayExecutor())  # fmt: skip
-    finally:
-        ray.shutdown()
     got = t.to_arrow(["here", "ray"])
     assert got.column("ray").to_pylist() == got.column("here").to_pylist()
     assert len(set(got.column("ray").to_pylist())) > 3

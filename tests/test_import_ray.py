@@ -31,6 +31,7 @@ from importer_fixtures import (
     make_wds,
     nothing_committed,
 )
+from ray_helpers import local_ray
 from treadle import importers
 from treadle.catalog import Client
 from treadle.catalog.client import ProjectAddress
@@ -44,10 +45,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:lance is not fork-safe")  # Ray'
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    pytest.importorskip("ray")
+    with local_ray() as ray:
+        yield ray
 
 
 @pytest.fixture

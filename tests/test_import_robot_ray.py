@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import treadle as td
+from ray_helpers import local_ray
 from robot_fixtures import make_libero, make_replay_buffer, make_rosbag2
 from treadle import importers
 from treadle.catalog import Client
@@ -15,10 +16,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:lance is not 
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    pytest.importorskip("ray")
+    with local_ray() as ray:
+        yield ray
 
 
 def _same(client, one, res):

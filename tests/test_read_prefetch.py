@@ -12,6 +12,7 @@ import pytest
 import treadle
 from script_helpers import run_script
 from treadle import reaper
+from treadle.read import prefetch as prefetch_module
 from treadle.read.prefetch import ordered_map, prefetch
 
 
@@ -56,6 +57,35 @@ def test_prefetch_closed_early_closes_its_source_first():
     gen.close()  # hands the stop to the reaper (a close may be a finalizer: it never waits)
     assert reaper.drain(30)
     assert events == ["source closed on treadle-prefetch", "close"]
+
+
+def test_a_hung_producer_of_a_closed_prefetch_does_not_hold_later_cleanups(monkeypatch, caplog):
+    """A prefetch closed early (a finalizer) whose producer hangs in a read (a dead store):
+    the reaper gives up on it after :data:`CLOSED_WAIT_S`, with a warning naming the thread,
+    skips its ``close()`` (the producer may still use what it closes) and runs the next
+    cleanups. Before, it joined the producer with no bound: every later cleanup waited."""
+    monkeypatch.setattr(prefetch_module, "CLOSED_WAIT_S", 0.5)
+    release, closed = threading.Event(), []
+
+    def items():
+        yield 0
+        release.wait(120)  # a read hung on a dead store
+
+    gen = prefetch(items(), 1, close=lambda: closed.append(1), name="treadle-prefetch-hung")
+    assert next(gen) == 0
+    hung = next(t for t in prefetch_module._LIVE if t.name == "treadle-prefetch-hung")
+    try:
+        with caplog.at_level("WARNING", logger="treadle"):
+            gen.close()
+            after = threading.Event()
+            reaper.reap(after.set)
+            assert after.wait(60), "a later cleanup waited for the abandoned prefetch's producer"
+        assert "treadle-prefetch-hung" in caplog.text
+        assert closed == [], "close() ran under a producer still running"
+    finally:
+        release.set()
+        hung.join(30)
+        prefetch_module._LIVE.pop(hung, None)
 
 
 def test_ordered_map_runs_inline_items_here_in_order():

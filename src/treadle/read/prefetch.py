@@ -14,6 +14,7 @@ started and closes the iterator of items. Neither ever waits for a thread when i
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import queue
 import threading
@@ -27,6 +28,8 @@ from treadle import reaper
 from treadle.concurrency import CONCURRENCY
 
 T = TypeVar("T")
+
+_log = logging.getLogger("treadle")
 
 _END = object()
 
@@ -64,6 +67,12 @@ def _stop_live_producers(timeout_s: float = 10.0) -> None:
 #: obstore gives up on only after minutes) is left to end on its daemon thread.
 GIVE_UP_S = 5.0
 
+#: How long the reaper waits for the producer of a prefetch closed early (a dropped
+#: iterator, a ``break``) to finish the item it is on: every later cleanup the reaper runs
+#: waits behind it, so a producer hung in a read on a dead store is left to end on its
+#: daemon thread, without ``close()``, as one stopped by an interrupt is.
+CLOSED_WAIT_S = 30.0
+
 
 def default_threads() -> int:
     """Threads used for parallel work when the caller does not say (cores, at most
@@ -84,13 +93,15 @@ def prefetch(
     waited for and ``close()`` runs here. Stopped early (closing this generator, which the
     garbage collector may do on any thread, or an error or an interrupt) nothing waits here:
     the reaper (:mod:`treadle.reaper`) stops the producer after the item it is on, waits for
-    it (stopped by an error or an interrupt, at most :data:`GIVE_UP_S`: a producer still
-    running then is left, without ``close()``) and then runs ``close()``.
+    it (at most :data:`CLOSED_WAIT_S`; stopped by an error or an interrupt, at most
+    :data:`GIVE_UP_S`: a producer still running then is left, without ``close()``, and a
+    warning names it) and then runs ``close()``.
     """
     q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
     t = threading.Thread(target=_produce, args=(items, q, stop), name=name, daemon=True)
     live = _LIVE  # still bound if this generator is finalised in interpreter teardown
+    closed_wait = CLOSED_WAIT_S
     live[t] = stop
     reaper.start()
     t.start()
@@ -104,7 +115,7 @@ def prefetch(
             yield item
     except GeneratorExit:  # maybe a finalizer, on any thread: never wait here
         stop.set()
-        reaper.reap(_stop, t, stop, None, live, close)
+        reaper.reap(_stop, t, stop, closed_wait, live, close)
         raise
     except BaseException:  # a failure or an interrupt: a producer hung in a read is left
         stop.set()
@@ -147,7 +158,7 @@ def _produce(items: Iterable[Any], q: queue.Queue[tuple[bool, Any]],
 def _stop(
     t: threading.Thread,
     stop: threading.Event,
-    wait: float | None,
+    wait: float,
     live: dict[threading.Thread, threading.Event],
     close: Callable[[], None] | None,
 ) -> None:
@@ -155,10 +166,14 @@ def _stop(
     the cleanups the producer handed in while it stopped (its iterator's)."""
     stop.set()
     t.join(wait)
-    if not t.is_alive():  # else it still uses what close() closes: exit joins it
-        live.pop(t, None)
-        if close is not None:
-            reaper.reap(close)
+    if t.is_alive():  # it still uses what close() closes: exit joins it, close() never runs
+        _log.warning("treadle: prefetch thread %s still running %.1f s after it was told to "
+                     "stop (a read hung?): left to end on its own, its close() skipped",
+                     t.name, wait)  # fmt: skip
+        return
+    live.pop(t, None)
+    if close is not None:
+        reaper.reap(close)
 
 
 def ordered_map(

@@ -7,7 +7,7 @@ import atexit
 import os
 import threading
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -63,7 +63,11 @@ class _Loop:
 
     @classmethod
     def run(cls, coro):
-        loop = cls.get()
+        try:
+            loop = cls.get()
+        except BaseException:
+            coro.close()  # never handed to the loop: it never runs
+            raise
         if threading.current_thread() is cls._thread:
             coro.close()
             # it would wait for the thread it blocks: a hang, which a finalizer run by the
@@ -81,6 +85,32 @@ class _Loop:
             # else it retries on for minutes against a hung server, holding what it read.
             # Its obstore calls still run to their end (request() never cancels them).
             fut.cancel()
+            raise
+
+    @classmethod
+    def run_through_dup(cls, fd: int, work: Callable[[int], Awaitable[T]]) -> T | None:
+        """``await work(own)`` on the loop (:meth:`run`), ``own`` a duplicate of ``fd``.
+
+        ``own`` is closed on the loop once ``work`` has ended: a caller that gave up (Ctrl-C)
+        closes ``fd`` at once, while a part whose bytes had arrived still wrote them, into
+        whatever file took that number meanwhile. If ``work`` never started (a Ctrl-C or an
+        error before the loop ran it) ``own`` is closed here, and ``work`` never runs."""
+        started = threading.Lock()  # taken once: by the loop as work starts, or here
+
+        async def owned() -> T | None:
+            if not started.acquire(blocking=False):
+                return None  # the caller gave up first and closed ``own``
+            try:
+                return await work(own)
+            finally:
+                os.close(own)
+
+        own = os.dup(fd)
+        try:
+            return cls.run(owned())
+        except BaseException:
+            if started.acquire(blocking=False):  # work never ran, nor will
+                os.close(own)
             raise
 
     @staticmethod

@@ -333,12 +333,8 @@ class Store:
         if not size:
             return
         limit = asyncio.Semaphore(max(1, parallel))
-        # The parts write through their own descriptor, closed on the loop once every part
-        # ended: a caller that gave up (Ctrl-C) closes ``fd`` at once, while a part whose
-        # bytes had arrived still wrote them, into whatever file took that number meanwhile.
-        own = os.dup(fd)
 
-        async def one(start: int) -> None:
+        async def one(own: int, start: int) -> None:
             end = min(size, start + part)
             async with limit:
                 buf = await self._read(
@@ -349,13 +345,12 @@ class Store:
                     raise await self._short_or(key, end, None)
                 write_at(own, memoryview(buf), start)  # a short write: an error, not a hole
 
-        async def every() -> None:
-            try:
-                await _Loop.gather([one(s) for s in range(0, size, part)])
-            finally:
-                os.close(own)
+        async def every(own: int) -> None:
+            await _Loop.gather([one(own, s) for s in range(0, size, part)])
 
-        _Loop.run(every())
+        # the parts write through a duplicate of ``fd``, closed once they ended: a caller
+        # that gives up (Ctrl-C) closes ``fd`` at once, while a part may still write
+        _Loop.run_through_dup(fd, every)
 
     async def _read(self, key: str, end: int, call: Callable[[], Awaitable[Any]]) -> Any:
         """``await call()``, one obstore read of ``key`` up to ``end``, retried while the

@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -137,15 +138,28 @@ class _Handle:
     """The loader's side of one worker: its process, pipes and slots."""
 
     def __init__(self, ctx: Any, job: Job, k: int, n: int, window: int | None = None):
-        fds = [os.memfd_create(f"treadle-worker{k}-slot{i}") for i in range(job.depth + 1)]
-        self.slots = [Slot(fd) for fd in fds]
         self.k = k
-        self.inbox, out = ctx.Pipe(duplex=False)
-        back, self.outbox = ctx.Pipe(duplex=False)
-        shared = None if window is None else SlotFd(window)  # a lookahead's SharedWindow
-        self.proc = ctx.Process(target=work, args=(job, k, n, out, back, [SlotFd(f) for f in fds],
-                                                   shared),
-                                name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
+        made = ExitStack()  # closes each descriptor made here if the handle is not (EMFILE)
+        try:
+            fds: list[int] = []
+            for i in range(job.depth + 1):
+                fds.append(os.memfd_create(f"treadle-worker{k}-slot{i}"))
+                made.callback(os.close, fds[-1])
+            self.inbox, out = ctx.Pipe(duplex=False)
+            made.callback(self.inbox.close)
+            made.callback(out.close)
+            back, self.outbox = ctx.Pipe(duplex=False)
+            made.callback(back.close)
+            made.callback(self.outbox.close)
+            shared = None if window is None else SlotFd(window)  # a lookahead's SharedWindow
+            self.proc = ctx.Process(target=work, args=(job, k, n, out, back,
+                                                       [SlotFd(f) for f in fds], shared),
+                                    name=f"treadle-worker-{k}", daemon=True)  # fmt: skip
+        except BaseException:
+            made.close()
+            raise
+        made.pop_all()  # the slots and self.close() own them now
+        self.slots = [Slot(fd) for fd in fds]
         try:
             self.proc.start()
         except BaseException:
