@@ -41,6 +41,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.errors import TreadleError
 from treadle.table.defaults import default_column
+from treadle.table.schema_records import renamed_records
 
 _BATCH_ROWS = 65536  # rows per record batch handed to Lance
 _TOMBSTONE = -2  # Lance's field id of a column a data file still holds but no longer serves
@@ -152,16 +153,31 @@ def _scratch_schema(ds: lance.LanceDataset, change: Callable[[lance.LanceDataset
         return lance.dataset(d).lance_schema
 
 
+def _with_records(change: Callable[[Any], None], records: dict[str, str | None]) -> Callable:
+    """``change``, then the schema metadata's records of the columns it renames or drops."""
+
+    def run(s: Any) -> None:
+        change(s)
+        if records:
+            s.update_schema_metadata(records)
+
+    return run
+
+
 def rename_columns(ds: lance.LanceDataset, names: dict[str, str]) -> Edited:
-    """``ds`` with columns renamed (``{old: new}``); data files unchanged."""
+    """``ds`` with columns renamed (``{old: new}``), what the version records of them
+    renamed too; data files unchanged."""
     alter = [{"path": old, "name": new} for old, new in names.items()]
-    schema = _scratch_schema(ds, lambda s: s.alter_columns(*alter))
+    records = renamed_records(ds.schema, names)
+    schema = _scratch_schema(ds, _with_records(lambda s: s.alter_columns(*alter), records))
     return Edited(schema, [f.metadata for f in ds.get_fragments()])
 
 
 def drop_columns(ds: lance.LanceDataset, names: list[str]) -> Edited:
-    """``ds`` without ``names``; data files unchanged (compact() leaves the bytes out)."""
-    schema = _scratch_schema(ds, lambda s: s.drop_columns(list(names)))
+    """``ds`` without ``names`` nor what the version records of them; data files unchanged
+    (compact() leaves the bytes out)."""
+    records = renamed_records(ds.schema, dict.fromkeys(names))
+    schema = _scratch_schema(ds, _with_records(lambda s: s.drop_columns(list(names)), records))
     return Edited(schema, [f.metadata for f in ds.get_fragments()])
 
 

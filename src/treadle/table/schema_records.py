@@ -6,18 +6,23 @@ Three records travel with every Lance version: the image sizes of image columns
 the fps grid (:mod:`~treadle.table.off_grid`). Where rows written apart meet (a distributed
 import's processes, a transaction rebased on a newer version, a merge of two branches),
 both sides' records are kept (:func:`merge_records`); schemas staged apart are compared
-without them (:func:`without_records`). A fourth record joins here, once.
+without them (:func:`without_records`). Each record names its columns, so a renamed column's
+entries move with it and a dropped column's leave (:func:`renamed_records`). A fourth
+record joins here, once.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+
 import pyarrow as pa
 
-from treadle.table.image_sizes import merge_images, without_images
+from treadle.table.image_sizes import IMAGES_KEY, merge_images, without_images
 from treadle.table.null_columns import NULLS_KEY, merge_nulls
 from treadle.table.off_grid import OFF_GRID_KEY, merge_off_grid
 
-__all__ = ["merge_records", "without_records"]
+__all__ = ["merge_records", "renamed_records", "without_records"]
 
 
 def merge_records(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
@@ -33,3 +38,28 @@ def without_records(schema: pa.Schema) -> pa.Schema:
         return schema
     meta = {k: v for k, v in meta.items() if k not in (NULLS_KEY, OFF_GRID_KEY)}
     return schema.with_metadata(meta) if meta else schema.remove_metadata()
+
+
+def renamed_records(schema: pa.Schema, names: Mapping[str, str | None]) -> dict[str, str | None]:
+    """The schema metadata entries that change when columns are renamed (``{old: new}``) or
+    dropped (``{old: None}``): each record's entry of ``old`` under ``new``, or gone (a key
+    mapped to None: no entry left). Without this a renamed off-grid video was planned in
+    seconds, and a renamed column's nulls and image sizes went unchecked."""
+    meta = schema.metadata or {}
+    out: dict[str, str | None] = {}
+    for key in (IMAGES_KEY, OFF_GRID_KEY):
+        try:
+            record = json.loads(meta.get(key) or "null")
+        except ValueError:
+            continue  # a damaged image record is not trusted anyway (recorded_images)
+        if not isinstance(record, dict) or not set(record) & set(names):
+            continue
+        moved = {new: v for c, v in record.items() if (new := names.get(c, c)) is not None}
+        text = json.dumps(moved, sort_keys=True, separators=(",", ":"))
+        out[key.decode()] = text if moved else None
+    raw = meta.get(NULLS_KEY)
+    nulls = set(json.loads(raw)) if raw else set()
+    if nulls & set(names):
+        kept = sorted(new for c in nulls if (new := names.get(c, c)) is not None)
+        out[NULLS_KEY.decode()] = json.dumps(kept, separators=(",", ":")) if kept else None
+    return out
