@@ -72,3 +72,27 @@ def test_a_renamed_image_column_keeps_its_sizes(tmp_path):
         _plan(t, {"rgb": td.Video([0])})
     t.drop_columns(["rgb"])
     assert recorded_images(t.schema) == {}
+
+
+@pytest.mark.parametrize("leave_out", [{"episodes": ["e0", "e1"]}, {"where": "episode != 'e2'"}])
+def test_plan_stats_of_a_run_that_leaves_a_tables_nulls_out(tmp_path, leave_out):
+    # before: CorruptData ("column 'a' holds null values") though the run reads none, as
+    # the docs' remedy for nulls (leave those moments out) says; the run itself trained
+    t = td.Client(str(tmp_path)).project("p").branch().table("t")
+    for e in range(3):
+        t.append_episode({"x": np.arange(6, dtype=np.float32) + 10 * e}, episode=f"e{e}")
+    t.add_column("a", {"e0": 1.5, "e1": 2.0, "e2": 3.0})
+    t.update({"a": None}, where="episode = 'e2' AND frame > 1")
+    plan = _plan(t, {"a": td.Rows([0, 1]), "x": td.Rows([0])}, **leave_out)
+    got = plan.stats(["a", "x"])
+    rows = t.to_arrow(["episode", "frame", "a", "x"]).to_pydict()
+    anchors = [i for i, (e, f) in enumerate(zip(rows["episode"], rows["frame"], strict=True))
+               if e != "e2" and f < 5]  # fmt: skip
+    a = np.array([rows["a"][i + o] for i in anchors for o in (0, 1)], np.float64)
+    x = np.array([rows["x"][i] for i in anchors], np.float64)
+    assert got["a"].count == len(a) and got["x"].count == len(x)
+    np.testing.assert_allclose([got["a"].mean, got["a"].min, got["a"].max], [a.mean(), 1.5, 2.0])
+    np.testing.assert_allclose(got["x"].mean, x.mean())
+    t.update({"a": None}, where="episode = 'e1' AND frame = 5")  # a window reads it
+    with pytest.raises(PlanError, match="column 'a'.*episode 'e1', frame 5"):
+        _plan(t, {"a": td.Rows([0, 1])}, **leave_out)

@@ -16,6 +16,7 @@ import treadle as td
 import treadle.stats.plan_stats as planstats
 from embodiment_helpers import make_robots
 from treadle.read.steps import host_reader
+from treadle.stats.window_rows import Taken
 
 QS = (0.01, 0.10, 0.50, 0.90, 0.99)
 
@@ -363,7 +364,7 @@ def test_rows_taken_by_each_offset_match_a_row_by_row_lookup():
         lo = int(rng.integers(0, n_rows - 5))
         n = int(rng.integers(1, n_rows - lo + 1))
         a, b = sorted(rng.integers(-9, 10, size=2).tolist())
-        taken = planstats._Taken(lo, n, (a, b), first, stop, starts)
+        taken = Taken(lo, n, (a, b), first, stop, starts)
         rows = np.arange(lo, lo + n)
         for o in range(a, b + 1):
             anchor = rows - o

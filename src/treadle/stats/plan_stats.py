@@ -76,7 +76,7 @@ from treadle.stats.derived import derive_parts
 from treadle.stats.pooled import HistPart, Part, pool, pool_hist
 from treadle.stats.run_cache import RunCache, derive_keys, warn_flat
 from treadle.stats.table_stats import READ_VALUES, scan_batches
-from treadle.table.tensors import to_numpy
+from treadle.stats.window_rows import Taken, window_values
 
 SKETCH_VALUES = 1 << 21  # quantile items per level and group, over a column's elements
 DEFAULT_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
@@ -285,11 +285,13 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
     reach = (int(every.min()), int(every.max()))
     base = 0
     for batch in scan_batches(table, cols, None, max(1, READ_VALUES // max(1, per_row))):
-        taken = _Taken(base, batch.num_rows, reach, first, stop, starts)
+        taken = Taken(base, batch.num_rows, reach, first, stop, starts)
         base += batch.num_rows
         for n, p in placed.items():
             field = table.schema.field(p.column)
-            x = to_numpy(batch.column(p.column), field, f"table {table.name!r}")
+            x = window_values(batch.column(p.column), field, taken, offsets[n], table.name)
+            if x is None:
+                continue  # every row null, and no window of the run takes one
             x = x.reshape(len(x), -1)  # as read: rows are picked before the float64 pass
             if len(parts[n].groups) > 1:
                 for g, o in enumerate(offsets[n].tolist()):
@@ -297,60 +299,6 @@ def _scan_rows(plan: Any, c: int, names: list[str], per_offset: bool) -> dict[st
             else:
                 parts[n].add(0, x, taken.times(offsets[n]))
     return parts
-
-
-class _Taken:
-    """Which rows ``lo .. lo+n-1`` the window offset ``o`` of an anchor takes unpadded: the
-    row ``row - o`` is one of the component's anchors and lies in the row's episode (anchor
-    runs and episodes over the rows the offsets reach, built from the boundaries that fall
-    among them; each offset is then a slice)."""
-
-    def __init__(self, lo: int, n: int, reach: tuple[int, int], first: np.ndarray,
-                 stop: np.ndarray, starts: np.ndarray):  # fmt: skip
-        self.n, self.lo = n, lo
-        self.s0 = lo - max(reach[1], 0)  # positions s0 .. s1-1: the rows and every row - o
-        m = lo + n - min(reach[0], 0) - self.s0
-        self.ok = _inside(first, stop, self.s0, m)
-        self.episode = _segment(starts, self.s0, m)
-        self.own = self.episode[lo - self.s0 : lo - self.s0 + n]
-        self.memo: dict[int, np.ndarray] = {}
-
-    def by(self, o: int) -> np.ndarray:
-        if o not in self.memo:
-            at = self.lo - o - self.s0
-            s = slice(at, at + self.n)
-            self.memo[o] = self.ok[s] & (self.episode[s] == self.own)
-        return self.memo[o]
-
-    def times(self, offsets: np.ndarray) -> np.ndarray:
-        """How many of ``offsets`` take each row."""
-        out = np.zeros(self.n, np.int32)  # adds bools much faster than int64
-        for o in offsets.tolist():
-            out += self.by(o)
-        return out
-
-
-def _segment(starts: np.ndarray, s0: int, m: int) -> np.ndarray:
-    """The episode of each row ``s0 .. s0+m-1`` (``-1`` before the first): the index of the
-    last of the sorted ``starts`` at or before it, from the starts among those rows."""
-    e0 = int(np.searchsorted(starts, s0, side="right")) - 1
-    e1 = int(np.searchsorted(starts, s0 + m - 1, side="right"))
-    out = np.zeros(m, np.int64)
-    np.add.at(out, starts[e0 + 1 : e1] - s0, 1)
-    np.cumsum(out, out=out)
-    out += e0
-    return out
-
-
-def _inside(first: np.ndarray, stop: np.ndarray, s0: int, m: int) -> np.ndarray:
-    """Whether each row ``s0 .. s0+m-1`` lies in one of the sorted, disjoint runs
-    ``[first, stop)``, from the runs that reach those rows."""
-    r0 = max(int(np.searchsorted(first, s0, side="right")) - 1, 0)
-    r1 = int(np.searchsorted(first, s0 + m, side="left"))
-    edge = np.zeros(m + 1, np.int64)
-    np.add.at(edge, np.clip(first[r0:r1] - s0, 0, m), 1)
-    np.add.at(edge, np.clip(stop[r0:r1] - s0, 0, m), -1)
-    return np.cumsum(edge[:m]) > 0
 
 
 # -- the batch path: video samples and derived values ---------------------------------------
