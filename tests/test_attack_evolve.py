@@ -96,3 +96,20 @@ def test_plan_stats_of_a_run_that_leaves_a_tables_nulls_out(tmp_path, leave_out)
     t.update({"a": None}, where="episode = 'e1' AND frame = 5")  # a window reads it
     with pytest.raises(PlanError, match="column 'a'.*episode 'e1', frame 5"):
         _plan(t, {"a": td.Rows([0, 1])}, **leave_out)
+
+
+@pytest.mark.parametrize("names", [("t", "t"), ("t", "u")])
+def test_a_recipe_over_one_project_name_in_two_stores_is_refused(tmp_path, names):
+    # before: planned; tables of one name were pinned once, so the second store's component
+    # read the first store's rows (silently), and a resume read one store (NotFound)
+    refs = []
+    for i, name in enumerate(names):
+        root = tmp_path / f"store{i}"
+        root.mkdir()
+        t = td.Client(str(root)).project("p").branch().table(name)
+        t.append_episode({"x": np.arange(5, dtype=np.float32) + 100 * i}, episode="e0")
+        refs.append(t)
+    w = td.Windows({"x": td.Rows([0])})
+    recipe = td.Recipe(seed=0, batch_size=2, components=[td.Component(r, w) for r in refs])
+    with pytest.raises(PlanError, match="project 'p' of 2 stores"):
+        recipe.plan()

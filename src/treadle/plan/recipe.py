@@ -158,6 +158,14 @@ class Recipe:
         projects = sorted({t.project.name for t, _ in per_component})
         if len(projects) != 1:
             raise PlanError(f"components come from projects {projects}; a run reads one project")
+        # the record names a project, not its store: a resume reads one (a stand-in: None)
+        roots = sorted({str(getattr(t.project, "store", None) and t.project.store.url)
+                        for t, _ in per_component})  # fmt: skip
+        if len(roots) > 1:
+            raise PlanError(
+                f"components come from project {projects[0]!r} of {len(roots)} stores "
+                f"({', '.join(roots)}); a run reads one project of one store"
+            )
         tables, entries, episodes, table_of = _table_entries(per_component)
         comps, anchors = [], []
         for i, (comp, t) in enumerate(zip(self.components, table_of, strict=True)):
@@ -234,10 +242,12 @@ def _short(names: tuple[str, ...] | None) -> str:
 
 
 def _ref_key(ref: Any) -> Any:
-    """Pin each (project, branch, table) once per recipe, so shared refs agree."""
+    """Pin each (store, project, branch, table) once per recipe, so shared refs agree."""
     try:
         branch = ref.branch
-        return (getattr(branch.project, "name", None), branch.name, ref.name)
+        project = branch.project
+        url = getattr(getattr(project, "store", None), "url", None)
+        return (url, getattr(project, "name", None), branch.name, ref.name)
     except AttributeError:
         return id(ref)
 
