@@ -26,7 +26,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
     helps = {
-        "webdataset": "tar shards: paths, folders, s3://... URLs, brace patterns",
+        "webdataset": "tar shards: paths, folders, s3://... URLs (a prefix ends in /), brace patterns",
         "mds": "MosaicML Streaming folder or URL with index.json",
         "lerobot": "LeRobot dataset root (v3.0 or v2.1)",
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
