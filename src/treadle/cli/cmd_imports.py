@@ -254,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
         res = _import(args, common)
     except (TreadleError, ValueError) as e:  # one line, like argparse's errors, with its kind
         first = (str(e).strip().splitlines() or [""])[0]
+        if "client" in common:  # the root opened: an option the error asks for is the source's
+            first = first.replace("--storage-option", "--source-option")
         print(f"treadle import {args.format}: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
     summary = {

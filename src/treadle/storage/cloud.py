@@ -197,6 +197,7 @@ def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:
         return
     raise CredentialsError(
         f"no credentials for {root!r}: pass storage_options={{'aws_access_key_id': ..., "
-        "'aws_secret_access_key': ...} or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
-        "(or skip_signature='true' for a public bucket)"
+        "'aws_secret_access_key': ...} (--storage-option aws_access_key_id=... "
+        "--storage-option aws_secret_access_key=... on the command line) or set "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or skip_signature='true' for a public bucket)"
     )
