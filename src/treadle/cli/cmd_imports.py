@@ -258,6 +258,12 @@ def run(args: argparse.Namespace) -> int:
             first = first.replace("--storage-option", "--source-option")
         print(f"treadle import {args.format}: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
+    print(json.dumps(_summary(res)))
+    return 0
+
+
+def _summary(res: Any) -> dict[str, Any]:
+    """The JSON summary line of an import result."""
     summary = {
         "commit": res.commit.short_id if res.commit is not None else None,
         "table": res.table,
@@ -273,8 +279,7 @@ def run(args: argparse.Namespace) -> int:
         summary["cameras"] = res.cameras
     if res.topics:  # ROS bags: per bag and topic, messages, rate, gaps, messages used
         summary["topics"] = res.topics
-    print(json.dumps(summary))
-    return 0
+    return summary
 
 
 def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:
