@@ -94,6 +94,11 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
     Without credentials for ``s3://`` this raises :class:`CredentialsError` before any
     request is made; obstore's own failures (an unknown key) are :class:`StorageError`.
     """
+    if not urlsplit(root).netloc:  # s3:/bucket (one slash): object_store cannot parse it
+        raise StorageError(
+            f"root {shown_root(root)!r} names no bucket: an object-store root is "
+            f"{scheme}://BUCKET/PREFIX"
+        )
     if scheme == "s3":
         _require_s3_credentials(root, options)
     if _ENV_PREFIX.get(scheme) == "AZURE_":
