@@ -110,7 +110,11 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     if fmt == "hdf5":
         sp.add_argument("--next-obs", action="store_true", help="also import next_obs/*")
     if fmt == "hf":
-        sp.add_argument("--split", default=None, help="split of a DatasetDict")
+        sp.add_argument(
+            "--split",
+            default=None,
+            help="split of a DatasetDict (default: its only split, else train)",
+        )
     if fmt == "rlds":
         sp.add_argument("--split", default="train", help="the split (default train)")
         sp.add_argument(
