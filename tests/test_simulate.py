@@ -410,3 +410,14 @@ def test_a_chunk_that_finds_no_room_is_owed_and_fetched_later():
     assert [m.tolist() for m in got.misses] == [[1, 2], [], [3], []] and got.over == 0
     reading = lookahead(steps, 2, lambda c: 1, window=3, read_ahead=2)
     assert (reading.hits, reading.over) == (0, 2)
+
+
+def test_sizes_of_1000_to_1023_units_print_without_an_exponent():
+    # before: "peak in-flight bytes  1e+03 MiB" (format .3g of 1000.4)
+    from treadle.plan.simreport import size_text
+
+    assert size_text(1000.4 * (1 << 20)) == "1,000 MiB"
+    assert size_text(1023.9 * (1 << 30)) == "1,024 GiB"
+    assert size_text(999.4 * (1 << 20)) == "999 MiB"
+    assert size_text(1.5 * (1 << 20)) == "1.5 MiB"
+    assert size_text(5000 * (1 << 40)) == "5,000 TiB"
