@@ -134,7 +134,10 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     bad = [a if a != "--batch-per-rank" else "--block-rows" for a in argv]  # batch 64
     bad[bad.index("--nodes") + 1] = "3"
     assert main(bad) == 1
-    assert "batch size 64 is not divisible by 3 nodes x 2 ranks" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "batch size 64 is not divisible by 3 nodes x 2 ranks" in err
+    # before: nothing said how to simulate that recipe at 6 ranks
+    assert "give --batch-per-rank N (a global batch of N x 6)" in err
 
 
 @pytest.mark.parametrize(
