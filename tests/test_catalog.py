@@ -224,6 +224,16 @@ def test_roots(tmp_path, monkeypatch):
     assert td.Client(f"file://{tmp_path}").root == str(tmp_path)
     with pytest.raises(td.StorageError, match="unsupported root"):
         td.Client("ftp://host/x")
+    # before: 's3:/bucket/x' (one slash) said "no credentials" (with credentials: "Generic URL
+    # error: Unable to recognise URL"), never that the URL has no bucket
+    for typo in ("s3:/bucket/x", "s3:bucket", "gs:///x", "az:/container"):
+        with pytest.raises(td.StorageError, match=r"names no bucket.*://BUCKET/PREFIX") as err:
+            td.Client(
+                typo, storage_options={"aws_access_key_id": "a", "aws_secret_access_key": "b"}
+            )
+        assert type(err.value) is td.StorageError, typo
+        with pytest.raises(td.StorageError, match="names no bucket"):
+            td.Client(typo)
 
 
 def test_s3_credentials(s3_server, monkeypatch):

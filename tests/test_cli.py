@@ -399,3 +399,21 @@ def test_gc_json(local_root, capsys):
     assert main(["gc", "p", "--json", "--root", local_root]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["project"] == "p" and out["kept_versions"] == 1 and out["removed_versions"] == 0
+
+
+def test_missing_s3_credentials_name_the_flag_to_pass(local_root, monkeypatch, capsys):
+    # before: the command line said "pass storage_options={...}", a Python argument; for an
+    # import's source it needs --source-option, for the store --storage-option
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["--root", "s3://bucket/store", "projects"]) == 1
+    err = capsys.readouterr().err
+    assert "no credentials for 's3://bucket/store'" in err
+    assert "--storage-option aws_access_key_id=" in err and "--source-option" not in err
+    argv = ["import", "webdataset", "s3://bucket/shards/a.tar", "--project", "p", "--table", "t"]
+    assert main([*argv, "--root", local_root]) == 1
+    err = capsys.readouterr().err
+    assert "no credentials for 's3://bucket/shards'" in err
+    assert "--source-option aws_access_key_id=" in err and "--storage-option" not in err
+    with pytest.raises(td.CredentialsError, match=r"storage_options=\{'aws_access_key_id'"):
+        td.Client("s3://bucket/store")

@@ -245,3 +245,19 @@ def test_array_and_fixed_length_sequence_columns_are_tensors(tmp_path, client, l
         assert g.shape == grid.shape and s.shape == state.shape, name
         np.testing.assert_array_equal(g, grid)
         np.testing.assert_array_equal(s, state)
+
+
+def test_a_dataset_dict_without_a_split_given(tmp_path, client, capsys):
+    from treadle.cli import main
+
+    ds = datasets.load_from_disk(make_hf(tmp_path / "single", n=6))
+    datasets.DatasetDict({"train": ds, "test": ds.select(range(2))}).save_to_disk(tmp_path / "dd")
+    # the default, as `--help` says: the only split, else train
+    import_hf(str(tmp_path / "dd"), client.project("p"), "t", progress=False)
+    assert client.project("p").branch("main").table("t").num_moments == 6
+    datasets.DatasetDict({"a": ds, "b": ds}).save_to_disk(tmp_path / "ab")
+    # before: "pick one with split=...", a Python argument, on the command line too
+    argv = ["import", "hf", str(tmp_path / "ab"), "--project", "p", "--table", "u"]
+    assert main([*argv, "--root", client.root]) == 1
+    err = capsys.readouterr().err
+    assert "splits ['a', 'b']" in err and "--split" in err

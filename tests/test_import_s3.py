@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from importer_fixtures import make_hf, make_lerobot_v21, make_mds
+from importer_fixtures import make_hf, make_lerobot_v21, make_mds, make_wds
 from treadle.catalog import Client
+from treadle.errors import NotFound
 from treadle.importers import hf as import_hf
 from treadle.importers import lerobot as import_lerobot
 from treadle.importers import mds as import_mds
+from treadle.importers import webdataset as import_wds
 from treadle.storage import Store
 
 pytestmark = pytest.mark.s3
@@ -43,3 +45,23 @@ def test_import_from_and_into_s3(tmp_path, s3_server, s3_root, fmt):
     res = fn(src_url, client.project("p"), "t", source_options=opts, progress=False)
     assert res.rows == want
     assert client.project("p").branch("main").table("t").num_moments == want
+
+
+def test_webdataset_import_of_an_s3_prefix_reads_every_shard_under_it(tmp_path, s3_server, s3_root):
+    # before: `treadle import webdataset s3://bucket/shards/` (as docs/cli.md shows it) read
+    # the prefix as one shard named "shards" and said "no WebDataset shard s3://.../shards"
+    opts = s3_server.storage_options()
+    src_url = s3_server.url(f"wds-{tmp_path.name}")
+    make_wds(tmp_path / "src", n=60, per_shard=25)
+    _upload(tmp_path / "src", src_url, opts)
+    root, root_opts = s3_root
+    project = Client(root, root_opts).project("p")
+    res = import_wds(src_url + "/", project, "t", source_options=opts, progress=False)
+    assert res.rows == 60
+    keys = project.branch("main").table("t").to_arrow(["key"]).column("key").to_pylist()
+    assert keys == [f"sample{i:05d}" for i in range(60)]
+    # without the '/', the prefix is read as one shard: the error says how to name the prefix
+    with pytest.raises(NotFound, match=r"end it with '/': s3://.*/wds-"):
+        import_wds(src_url, project, "t2", source_options=opts, progress=False)
+    with pytest.raises(NotFound, match=r"no \.tar shards under .*empty/"):
+        import_wds(s3_server.url("empty") + "/", project, "u", source_options=opts, progress=False)

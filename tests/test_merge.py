@@ -318,3 +318,12 @@ def test_a_merge_keeps_the_nulls_the_other_side_recorded(tmp_path, labels_on_mai
     assert "x" in recorded_nulls(t.pin().schema)
     with pytest.raises(td.PlanError, match="'x'.*episode 'b', frame 1"):
         td.Recipe(seed=1, batch_size=2, components=[td.Component(t)]).plan()
+
+
+def test_a_diff_line_of_an_added_or_removed_table_shows_no_none():
+    # before: "t: added; moments None -> 4" (`treadle diff` of a release before a table existed)
+    from treadle.catalog.diff import TableDiff
+
+    assert TableDiff("t", "added", None, 4).line() == "t: added; 4 moments"
+    assert TableDiff("t", "removed", 1234, None).line() == "t: removed; had 1,234 moments"
+    assert TableDiff("t", "changed", 3, 2).line() == "t: changed; moments 3 -> 2"

@@ -134,7 +134,10 @@ def test_cli_reports_and_refuses_a_batch_the_ranks_do_not_divide(capsys):
     bad = [a if a != "--batch-per-rank" else "--block-rows" for a in argv]  # batch 64
     bad[bad.index("--nodes") + 1] = "3"
     assert main(bad) == 1
-    assert "batch size 64 is not divisible by 3 nodes x 2 ranks" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "batch size 64 is not divisible by 3 nodes x 2 ranks" in err
+    # before: nothing said how to simulate that recipe at 6 ranks
+    assert "give --batch-per-rank N (a global batch of N x 6)" in err
 
 
 @pytest.mark.parametrize(
@@ -410,3 +413,14 @@ def test_a_chunk_that_finds_no_room_is_owed_and_fetched_later():
     assert [m.tolist() for m in got.misses] == [[1, 2], [], [3], []] and got.over == 0
     reading = lookahead(steps, 2, lambda c: 1, window=3, read_ahead=2)
     assert (reading.hits, reading.over) == (0, 2)
+
+
+def test_sizes_of_1000_to_1023_units_print_without_an_exponent():
+    # before: "peak in-flight bytes  1e+03 MiB" (format .3g of 1000.4)
+    from treadle.plan.simreport import size_text
+
+    assert size_text(1000.4 * (1 << 20)) == "1,000 MiB"
+    assert size_text(1023.9 * (1 << 30)) == "1,024 GiB"
+    assert size_text(999.4 * (1 << 20)) == "999 MiB"
+    assert size_text(1.5 * (1 << 20)) == "1.5 MiB"
+    assert size_text(5000 * (1 << 40)) == "5,000 TiB"

@@ -368,3 +368,28 @@ def test_zarr_import_of_a_file_says_it_is_a_file_and_suggests_hdf5(tmp_path, cap
     assert main([*argv, "--project", "p", "--table", "t"]) == 1
     err = capsys.readouterr().err
     assert "lift_ph.hdf5: is a file, not a Zarr store" in err and "treadle import hdf5" in err
+
+
+def test_import_progress_lines_count_in_plurals_and_say_done_without_a_total(capsys):
+    # before: "started (3 episode to read)", "done: 3 episode/3 episode in 0.1 s", and for
+    # bytes "done: 1.5 MB/1.6 MB" (a file-size estimate beside what was read: not "stopped")
+    from treadle.importers.import_progress import Progress
+
+    bar = Progress(3, "import lerobot", "episode", None)
+    bar.update(1)
+    bar.update(2)
+    bar.close()
+    bar = Progress(1, "import x", "sample", None)
+    bar.close(ok=False)
+    bar = Progress(1_600_000, "import hdf5", "B", None)
+    bar.update(1_500_000)
+    bar.close()
+    lines = [re.sub(r"in \d+\.\d s", "in T", s) for s in capsys.readouterr().err.splitlines()]
+    assert lines == [
+        "import lerobot: started (3 episodes to read)",
+        "import lerobot: done: 3 episodes in T",
+        "import x: started (1 sample to read)",
+        "import x: stopped (nothing committed) after 0/1 sample in T",
+        "import hdf5: started (1.6 MB to read)",
+        "import hdf5: done: 1.5 MB in T",
+    ]

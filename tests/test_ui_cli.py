@@ -110,3 +110,18 @@ def test_show_out_to_a_missing_folder_is_one_line(root, capsys):
     assert main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "/nonexistent-treadle-folder" in err[0] and "Traceback" not in err[0]
+
+
+def test_show_takes_the_short_run_id_that_log_prints(root, tmp_path, capsys):
+    # before: `treadle log` names a checkpoint's run by 8 hex digits ("checkpoint run
+    # e70b8ec5 step 194"); `treadle show e70b8ec5 ...` said "is not a run id (16 hex digits)"
+    path, run_id = root
+    out = str(tmp_path / "s.html")
+    assert main(["show", run_id[:8], "--step", "1", "--out", out, "--root", path]) == 0
+    assert f"run {run_id} step 1" in capsys.readouterr().out and os.path.getsize(out) > 0
+    other = "0" * 8 if not run_id.startswith("0" * 8) else "f" * 8
+    assert main(["show", other, "--step", "1", "--json", "--root", path]) == 1
+    err = capsys.readouterr().err
+    assert f"no run {other}" in err or f"run {other!r} is not" in err
+    assert main(["show", "xyz", "--step", "1", "--json", "--root", path]) == 1
+    assert "unique prefix" in capsys.readouterr().err

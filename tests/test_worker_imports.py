@@ -196,3 +196,43 @@ def test_a_transform_the_workers_cannot_load_is_named_in_the_training_process(tm
     said = out.stdout
     assert said.startswith("ERROR treadle worker process 0 cannot load the loader's transform")
     assert "plus_one" in said and 'if __name__ == "__main__":' in said, said
+
+
+_UNGUARDED = """
+import sys
+
+import numpy as np
+
+import treadle as td
+
+
+def plus_one(batch, seeds):
+    batch["x"] = batch["x"] + 1
+    return batch
+
+
+client = td.Client(sys.argv[1], create=True)
+branch = client.project("p").branch()
+if "p" not in client.projects():  # the workers run this script again: write once
+    branch.table("t").append({"x": np.arange(40, dtype=np.float32).reshape(20, 2)})
+recipe = td.Recipe(seed=1, batch_size=4, components=[td.Component(branch.table("t"), None)])
+list(td.TrainLoader(recipe, steps=4, workers=1, transform=plus_one))  # no __main__ guard
+"""
+
+
+@pytest.mark.slow  # worker processes
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path):
+    # before: "cannot load the loader's transform (RuntimeError: An attempt has been made to
+    # start a new process before ...): ... define it at the top level of a module, not ...
+    # under `if __name__ == "__main__":`", the opposite of the fix (the transform was at the
+    # top level; the loop was not under the guard)
+    script = tmp_path / "train.py"
+    script.write_text(_UNGUARDED)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store")],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 1, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()
+    said = next(line for line in last if line.startswith("treadle.errors.TreadleError"))
+    assert "ran the script's own loader again" in said, said
+    assert "put the code that builds and iterates the loader under `if __name__ ==" in said
+    assert "not inside a function nor under" not in said

@@ -40,8 +40,13 @@ class TableDiff:
     def line(self) -> str:
         """One line: what changed."""
         parts = [f"{self.name}: {self.status}"]
-        if self.moments_before != self.moments_after:
-            parts.append(f"moments {self.moments_before} -> {self.moments_after}")
+        before, after = self.moments_before, self.moments_after
+        if before is None and after is not None:
+            parts.append(f"{after:,} moments")
+        elif after is None and before is not None:
+            parts.append(f"had {before:,} moments")
+        elif before != after:
+            parts.append(f"moments {before:,} -> {after:,}")
         for what, items in (("+episodes", self.episodes_added), ("-episodes", self.episodes_removed),
                             ("+columns", list(self.columns_added)),
                             ("-columns", list(self.columns_removed)),

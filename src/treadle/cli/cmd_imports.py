@@ -26,7 +26,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
     helps = {
-        "webdataset": "tar shards: paths, folders, s3://... URLs, brace patterns",
+        "webdataset": "tar shards: paths, folders, s3://... URLs (a prefix ends in /), brace patterns",
         "mds": "MosaicML Streaming folder or URL with index.json",
         "lerobot": "LeRobot dataset root (v3.0 or v2.1)",
         "hf": "Hugging Face save_to_disk folder, or parquet/arrow files",
@@ -110,7 +110,11 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     if fmt == "hdf5":
         sp.add_argument("--next-obs", action="store_true", help="also import next_obs/*")
     if fmt == "hf":
-        sp.add_argument("--split", default=None, help="split of a DatasetDict")
+        sp.add_argument(
+            "--split",
+            default=None,
+            help="split of a DatasetDict (default: its only split, else train)",
+        )
     if fmt == "rlds":
         sp.add_argument("--split", default="train", help="the split (default train)")
         sp.add_argument(
@@ -254,8 +258,16 @@ def run(args: argparse.Namespace) -> int:
         res = _import(args, common)
     except (TreadleError, ValueError) as e:  # one line, like argparse's errors, with its kind
         first = (str(e).strip().splitlines() or [""])[0]
+        if "client" in common:  # the root opened: an option the error asks for is the source's
+            first = first.replace("--storage-option", "--source-option")
         print(f"treadle import {args.format}: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
+    print(json.dumps(_summary(res)))
+    return 0
+
+
+def _summary(res: Any) -> dict[str, Any]:
+    """The JSON summary line of an import result."""
     summary = {
         "commit": res.commit.short_id if res.commit is not None else None,
         "table": res.table,
@@ -271,8 +283,7 @@ def run(args: argparse.Namespace) -> int:
         summary["cameras"] = res.cameras
     if res.topics:  # ROS bags: per bag and topic, messages, rate, gaps, messages used
         summary["topics"] = res.topics
-    print(json.dumps(summary))
-    return 0
+    return summary
 
 
 def _import(args: argparse.Namespace, common: dict[str, Any]) -> Any:

@@ -139,6 +139,10 @@ def _recipe(args: argparse.Namespace) -> Any:
         options = getattr(args, "storage_options", None) or None
         recipe = load_recipe(args.recipe, args.root, options)
     world = args.nodes * args.ranks_per_node
+    if args.batch_per_rank is None and recipe.batch_size % world:
+        raise PlanError(f"batch size {recipe.batch_size} is not divisible by {args.nodes} nodes "
+                        f"x {args.ranks_per_node} ranks = {world} ranks: give --batch-per-rank "
+                        f"N (a global batch of N x {world})")  # fmt: skip
     batch = recipe.batch_size if args.batch_per_rank is None else args.batch_per_rank * world
     shuffle = recipe.shuffle
     given = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from treadle.cli.args import int_at_least
@@ -26,16 +27,25 @@ def _cmd_ui(args: argparse.Namespace) -> int:
 
 
 def _find_run(client, run_id: str, project: str | None):
+    """The plan of the run whose id is ``run_id`` or starts with it (4 to 16 hex digits:
+    ``treadle log`` names a checkpoint's run by its first 8)."""
     from treadle.plan.plan import Plan
-    from treadle.ui.runs import Runs, check_run_id
+    from treadle.ui.runs import Runs
 
-    check_run_id(run_id)
+    if not re.fullmatch(r"[0-9a-f]{4,16}", run_id):
+        raise NotFound(
+            f"{run_id!r} is not a run id (16 hex digits, or a unique prefix of one such as "
+            "the 8 that treadle log prints)"
+        )
     runs = Runs(client)
-    names = [project] if project else client.projects()
-    for name in names:
+    hits = {}
+    for name in [project] if project else client.projects():
         found = runs.runs(name)  # tables that only look like run records are skipped
-        if run_id in found:
-            return Plan.from_record(found[run_id]["record"], client)
+        hits.update({rid: run for rid, run in found.items() if rid.startswith(run_id)})
+    if len(hits) > 1:
+        raise NotFound(f"run id prefix {run_id!r} is ambiguous: runs {', '.join(sorted(hits))}")
+    if hits:
+        return Plan.from_record(next(iter(hits.values()))["record"], client)
     where = f"project {project!r}" if project else "any project of this store"
     raise NotFound(f"run {run_id!r} is not in {where} (no checkpoint row or saved record)")
 
@@ -83,7 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("show", help="the exact samples of one step of a run (HTML or JSON)",
                        description="The samples of step N of a run, as a self-contained HTML "
                        "file (frames inlined) or as JSON.")  # fmt: skip
-    s.add_argument("run_id", help="the run id (16 hex digits)")
+    s.add_argument(
+        "run_id", help="the run id (16 hex digits, or a unique prefix: the 8 of treadle log)"
+    )
     s.add_argument("--step", type=int_at_least(0), default=None, help="the step (required)")
     s.add_argument("--rank", type=int_at_least(0), default=0, help="rank (default 0)")
     s.add_argument("--world-size", type=int_at_least(1), default=1, help="ranks (default 1)")

@@ -96,7 +96,7 @@ def _folder_files(src: Source, split: str | None, prefix: str = "") -> list[HfFi
             else:
                 raise SchemaMismatch(
                     f"{src.describe(prefix)} is a DatasetDict with splits {splits}: pick one "
-                    "with split=..."
+                    "with split=... (--split on the command line)"
                 )
         if split not in splits:
             raise NotFound(f"{src.describe(prefix)} has no split {split!r} (it has {splits})")
@@ -331,6 +331,8 @@ def import_hf(
     executor: Executor | None = None,
 ) -> ImportResult:
     """Import a ``save_to_disk`` folder (``split=`` for a DatasetDict) or parquet/arrow files.
+
+    A DatasetDict without ``split`` imports its only split, else ``train``.
 
     One commit on ``branch``. ``allow_pickle`` is accepted for a uniform CLI; nothing in
     these formats is ever unpickled. ``executor=td.RayExecutor()`` stages each file as a

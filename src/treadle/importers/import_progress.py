@@ -16,7 +16,7 @@ import time
 
 def _amount(n: int, unit: str) -> str:
     if unit != "B":
-        return f"{n} {unit}"
+        return f"{n} {unit}" + ("" if n == 1 else "s")
     size = float(n)
     for prefix in ("", "k", "M", "G", "T"):
         if size < 1000 or prefix == "T":
@@ -52,10 +52,13 @@ class Progress:
     def _line(self, what: str) -> None:
         print(f"{self._desc}: {what}", file=sys.stderr, flush=True)
 
-    def _so_far(self) -> str:
-        of = f"/{_amount(self._total, self._unit)}" if self._total is not None else ""
-        done = _amount(self._done, self._unit)
-        return f"{done}{of} in {time.monotonic() - self._t0:.1f} s"
+    def _so_far(self, total: bool = True) -> str:
+        took = f"in {time.monotonic() - self._t0:.1f} s"
+        if not total or self._total is None:
+            return f"{_amount(self._done, self._unit)} {took}"
+        if self._unit == "B":
+            return f"{_amount(self._done, 'B')}/{_amount(self._total, 'B')} {took}"
+        return f"{self._done}/{_amount(self._total, self._unit)} {took}"
 
     def update(self, n: int) -> None:
         with self._lock:
@@ -70,4 +73,7 @@ class Progress:
         """End the bar; the last line says whether the import finished or stopped."""
         self._bar.close()
         if self._lines:
-            self._line(("done: " if ok else "stopped (nothing committed) after ") + self._so_far())
+            # done: what was read, no total (for bytes a file-size estimate, which it may not
+            # match exactly)
+            done = "done: " + self._so_far(total=False)
+            self._line(done if ok else "stopped (nothing committed) after " + self._so_far())

@@ -69,11 +69,12 @@ from treadle.importers.run import (
     import_id,
     run_import,
 )
-from treadle.importers.sources import identities
+from treadle.importers.sources import identities, is_url
 from treadle.importers.webdataset_tar import (
     MAX_MEMBER_BYTES,
     MAX_SHARD_BYTES,
     Shard,
+    is_tar,
     iter_raw_samples,
     resolve_shards,
 )
@@ -275,7 +276,8 @@ def import_webdataset(
 
     Args:
         srcs: shard paths, folders, object-store URLs or brace patterns
-            (``s3://b/shard-{000000..000099}.tar``).
+            (``s3://b/shard-{000000..000099}.tar``); a URL ending in ``/`` is a prefix:
+            every ``.tar`` under it, in name order.
         project: a :class:`treadle.catalog.Project` or a project name (opened through
             ``client``, or a new ``Client(root, storage_options)``).
         table: the table to append to (created by the first import).
@@ -313,10 +315,11 @@ def _import(
     ids = identities(shards)
     missing = [s.describe() for s, i in zip(shards, ids) if i is None]
     if missing:
-        raise NotFound(
-            f"no WebDataset shard {missing[0]}"
-            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-        )
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        hint = ""
+        if is_url(missing[0]) and not is_tar(missing[0]):
+            hint = f"; for every shard under that prefix, end it with '/': {missing[0]}/"
+        raise NotFound(f"no WebDataset shard {missing[0]}{more}{hint}")
     sizes = [i[0] for i in ids if i is not None]
     names = [s.describe() for s in shards]
     options = opts.id_options("images", "allow_pickle", "rename", "json_as")

@@ -40,7 +40,8 @@ class Shard(SourceFile):
 def resolve_shards(
     srcs: Sequence[str] | str, storage_options: dict[str, Any] | None = None
 ) -> list[Shard]:
-    """Expand paths, folders (every ``*.tar`` in them), URLs and brace patterns to shards."""
+    """Expand paths, folders (every ``*.tar`` in them), URLs, URL prefixes ending in ``/``
+    (every ``*.tar`` under them) and brace patterns to shards."""
     if isinstance(srcs, str):
         srcs = [srcs]
     out: list[Shard] = []
@@ -49,11 +50,13 @@ def resolve_shards(
         if str(pattern).startswith("pipe:"):
             raise InvalidName(f"{pattern!r}: 'pipe:' sources run shell commands and are refused")
         for path in expand_braces(str(pattern)):
-            if not is_url(path) and os.path.isdir(path):
-                src = sources.setdefault(path, Source(path))
-                names = [n for n in src.list() if _is_tar(n)]
+            url = is_url(path)
+            if (not url and os.path.isdir(path)) or (url and path.endswith("/")):
+                src = sources.setdefault(path, Source(path, storage_options if url else None))
+                names = [n for n in src.list() if is_tar(n)]
                 if not names:
-                    raise NotFound(f"no .tar shards in folder {path!r}")
+                    where = f"under {path!r}" if url else f"in folder {path!r}"
+                    raise NotFound(f"no .tar shards {where}")
                 out.extend(Shard(src, n) for n in names)
                 continue
             root, name = split_url(path)
@@ -64,7 +67,8 @@ def resolve_shards(
     return out
 
 
-def _is_tar(name: str) -> bool:
+def is_tar(name: str) -> bool:
+    """True for a shard's name: ``.tar``, ``.tar.gz`` or ``.tgz``."""
     return name.endswith((".tar", ".tar.gz", ".tgz"))
 
 

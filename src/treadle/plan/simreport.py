@@ -15,7 +15,8 @@ def size_text(n: float) -> str:
     """Bytes in binary units, as the flags read them (``--bandwidth 1G`` is ``1 GiB/s``)."""
     for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
+            v = n / size  # .3g of 1000 and more is "1e+03"
+            return f"{v:.3g} {unit}" if abs(v) < 999.5 else f"{v:,.0f} {unit}"
     return f"{n:.0f} B"
 
 

@@ -105,6 +105,11 @@ def open_values(path: str, df: Any, field_id: int, rows: int) -> FileValues | st
     finally:
         os.close(fd)
     if any(p is None for p in pages) or sum(len(p.ends) - 1 for p in pages) != rows:  # type: ignore[union-attr]
+        if any("MiniBlockLayout" in page.encoding for page in meta.columns[column].pages):
+            return (
+                "a page is in Lance's mini-block layout, which Lance gives small values "
+                "(images of a few hundred bytes or less)"
+            )
         return "a page is not in Lance's plain full-zip layout (compressed, or nulls)"
     return FileValues(path, pages)  # type: ignore[arg-type]
 

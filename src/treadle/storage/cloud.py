@@ -94,6 +94,11 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
     Without credentials for ``s3://`` this raises :class:`CredentialsError` before any
     request is made; obstore's own failures (an unknown key) are :class:`StorageError`.
     """
+    if not urlsplit(root).netloc:  # s3:/bucket (one slash): object_store cannot parse it
+        raise StorageError(
+            f"root {shown_root(root)!r} names no bucket: an object-store root is "
+            f"{scheme}://BUCKET/PREFIX"
+        )
     if scheme == "s3":
         _require_s3_credentials(root, options)
     if _ENV_PREFIX.get(scheme) == "AZURE_":
@@ -197,6 +202,7 @@ def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:
         return
     raise CredentialsError(
         f"no credentials for {root!r}: pass storage_options={{'aws_access_key_id': ..., "
-        "'aws_secret_access_key': ...} or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
-        "(or skip_signature='true' for a public bucket)"
+        "'aws_secret_access_key': ...} (--storage-option aws_access_key_id=... "
+        "--storage-option aws_secret_access_key=... on the command line) or set "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or skip_signature='true' for a public bucket)"
     )

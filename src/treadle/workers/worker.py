@@ -63,6 +63,16 @@ def _unpack_finish(raw: bytes | None, k: int) -> Finish | None:
     try:
         return reduction.ForkingPickler.loads(raw)
     except Exception as e:
+        if isinstance(e, RuntimeError) and "bootstrapping phase" in str(e):
+            # multiprocessing's refusal: the main module, imported here for the transform,
+            # started processes (a script's loader, with no `if __name__ == "__main__":`)
+            raise TreadleError(
+                f"treadle worker process {k} cannot load the loader's transform: importing "
+                "the script that defines it ran the script's own loader again, which cannot "
+                "start processes in a worker: put the code that builds and iterates the "
+                'loader under `if __name__ == "__main__":` (the transform stays at the top '
+                "level), or use workers=0"
+            ) from None
         raise TreadleError(
             f"treadle worker process {k} cannot load the loader's transform "
             f"({type(e).__name__}: {e}): a worker process imports it by name, so define it "
