@@ -5,6 +5,7 @@ stream chunk is fetched once for all the samples that read it."""
 
 from __future__ import annotations
 
+import hashlib
 from functools import partial
 
 import numpy as np
@@ -207,3 +208,33 @@ def test_workers_with_a_small_cache_keep_its_bound_and_the_frames(roots, caches,
     windows += counts["windows_read"] + counts["windows_fetched"]
     assert windows == 2 * STEPS * BATCH and st.media_misses > 0
     assert counts["windows_read"] > 0, counts
+
+
+def test_a_purge_forgets_the_chunks_of_the_streams_it_deletes(s3_server, caches, monkeypatch):
+    """The purged episodes' streams leave this node's chunk cache with them: their frames
+    stayed on disk (in ``<name>.data`` files) after the purge deleted them from the store."""
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "4M")
+    url = s3_server.url(f"lookvideo-purge-{id(caches)}")
+    client = td.Client(url, storage_options=s3_server.storage_options())
+    branch = client.project("p").branch()
+    with branch.transaction("episodes") as tx:
+        for e in range(2):
+            cam = td.VideoFrames(synthetic_frames(FRAMES, 32, 32, seed=e), fps=10)
+            tx.table("v").append_episode({"cam0": cam}, episode=f"ep-{e}")
+    comp = td.Component(branch.table("v"), td.Windows({"cam0": td.Video([0, 1])}))
+    recipe = td.Recipe(seed=4, batch_size=BATCH, components=[comp])
+    loader = td.TrainLoader(recipe, steps=4, lookahead=2)
+    assert len([dict(b) for b in loader]) == 4
+    store, folder = client.store, loader.lookahead_stage.chunks.directory
+    sizes = {k: store.size(k) for k in store.list("") if k.endswith(".h264")}
+    stems = {k: hashlib.sha256(f"{store.url}\0{k}\0{n}".encode()).hexdigest()[:40]
+             for k, n in sizes.items()}  # fmt: skip
+    held = {k for k, s in stems.items() if any(folder.glob(f"{s}_*.state"))}
+    assert held == set(sizes) and len(held) == 2  # both streams' chunks were fetched
+    client.project("p").purge("v", ["ep-0"], reason="consent withdrawn")
+    gone = {k for k in sizes if not store.exists(k)}
+    assert len(gone) == 1
+    for k in gone:
+        assert not list(folder.glob(f"{stems[k]}_*")), k
+    for k in set(sizes) - gone:  # the kept episode's stream keeps its chunks
+        assert list(folder.glob(f"{stems[k]}_*.state")), k

@@ -5,10 +5,11 @@ For each replaced version: its manifest and its ``treadle-v<N>`` tag, its statis
 quantiles are values of its rows, and a run id does not say which tables it read; they
 are computed again when asked); for each replaced fragment: its data files (and this machine's
 cached copies of them) and its stored episode index; then the purged episodes' media
-streams that no row of another episode names. Media go the way gc's do: gc's sweep
-marker is up first, so a writer reusing a stream meanwhile either marked it used (it
-stays) or stores a copy of its own (:mod:`treadle.catalog.leases`). A stream reused in
-the last five minutes stays for gc, which removes it when no row names it.
+streams that no row of another episode names (and this machine's cached chunks of them).
+Media go the way gc's do: gc's sweep marker is up first, so a writer reusing a stream
+meanwhile either marked it used (it stays) or stores a copy of its own
+(:mod:`treadle.catalog.leases`). A stream reused in the last five minutes stays for gc,
+which removes it when no row names it.
 """
 
 from __future__ import annotations
@@ -128,6 +129,13 @@ def _delete_media(project: History, streams: set[str]) -> None:
             with suppress(NotFound):
                 if store.modified(used_key(prefix, full)) >= recent:
                     continue  # a writer may be storing this content again: gc decides later
+            try:
+                size = store.size(full)
+            except NotFound:
+                continue
             _delete(store, full)
+            # the purged frames in this node's chunk cache (named by the stream's extent: its
+            # packets end to end, the object's size)
+            forget_copies(store, full, size)
     finally:
         sweep.release()
