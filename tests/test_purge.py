@@ -9,6 +9,7 @@ retained commit reaches through the purge map."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 import treadle as td
 from loader_helpers import batch_hash
+from treadle import layout
 from treadle.storage.filecache import default_dir, file_cache
 from treadle.video.encode import encode_value
 
@@ -396,3 +398,44 @@ def test_a_purge_beside_an_appending_writer_deletes_on_its_head(tmp_path, monkey
     assert list(t.episodes().names) == ["e0", "e2", "late"]
     with pytest.raises(td.Purged, match="consent withdrawn"):
         p.branch().table("t").at(old).to_arrow(filter="episode = 'e1'")
+
+
+@pytest.mark.parametrize("dies_at", ["/stats/", "/data/"])
+def test_a_purge_that_died_while_deleting_is_finished_whole(tmp_path, monkeypatch, dies_at):
+    """A purge whose process died as it deleted the old version's statistics, or its first
+    data file, is finished by the next purge of the table: the statistics, the data files
+    and this machine's copies of them, the episodes' streams and their copies go. The
+    statistics, the data files' copies and the streams stayed."""
+    client = td.Client(str(tmp_path))
+    project = client.project("p")
+    fill(project.branch())
+    store = client.store
+    old = project.branch().table("t").pin()
+    old.stats(["act"])  # kept under stats/t/v<N>/: the purged rows' values are in it
+    cache = file_cache()
+    assert not isinstance(cache, str), cache
+    copies = {}
+    for key, info in store.list_info(project.prefix).items():
+        if "/data/" in key or "/media/" in key:
+            cache.path(store, key, info.size)
+            copies[key] = hashlib.sha256(f"{store.url}\0{key}\0{info.size}".encode()).hexdigest()
+    real = store.delete
+
+    def dies(key: str) -> None:
+        if dies_at in key:
+            raise KeyboardInterrupt  # the process dies here
+        real(key)
+
+    monkeypatch.setattr(store, "delete", dies)
+    with pytest.raises(KeyboardInterrupt):
+        project.purge("t", ["b", "d"], reason="first try")
+    monkeypatch.setattr(store, "delete", real)
+    media = set(store.list(f"{project.prefix}/media"))
+    project.purge("t", ["b", "d"], reason="first try")
+    assert holders(client, (MARK, TEXT.encode())) == []
+    gone = media - set(store.list(f"{project.prefix}/media"))
+    assert len(gone) == 1  # b's stream (d's is c's, which stays)
+    left = {p.name for p in Path(default_dir()).iterdir()}
+    assert not [k for k, name in copies.items() if not store.exists(k) and name[:40] in left]
+    assert store.list(layout.stats_folder(project.prefix, "t", old.version)) == []
+    assert old.to_arrow(["act"], filter="episode = 'a'").num_rows == 6

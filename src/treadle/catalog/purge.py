@@ -134,7 +134,8 @@ def purge_episodes(
         )
         eps = tuple(sorted(wanted))
         removed = tuple(sorted(old))
-        record = PurgeRecord(table, commit.id, reason, eps, replaced, time.time(), blanked, removed)
+        record = PurgeRecord(table, commit.id, reason, eps, replaced, time.time(), blanked, removed,
+                             tuple(sorted(streams)))  # fmt: skip
         write_record(project.place, record)
         project.lance.forget(table)
         for v in sorted(set(replaced.values())):
@@ -142,7 +143,7 @@ def purge_episodes(
         left = [v for v in _versions(project, table, where) if v not in replaced]
         keep = referenced_streams(project, table, left)
         delete_replaced(project, table, replaced, old, streams - keep, lease)
-        finish_earlier(project, table)
+        finish_earlier(project, table, keep, commit.id)
     finally:
         lease.release()
     return commit

@@ -10,6 +10,10 @@ Media go the way gc's do: gc's sweep marker is up first, so a writer reusing a s
 meanwhile either marked it used (it stays) or stores a copy of its own
 (:mod:`treadle.catalog.leases`). A stream reused in the last five minutes stays for gc,
 which removes it when no row names it.
+
+A purge interrupted once its record is stored is finished by the next purge of the table
+(:func:`finish_earlier`), which does the same from the record: the record names the
+replaced versions, the data files removed and the purged rows' streams.
 """
 
 from __future__ import annotations
@@ -95,24 +99,43 @@ def delete_replaced(
         _delete(store, fragment_key(prefix, table, meta))
         for df in meta.files:
             key = f"{base}/data/{df.path}"
-            _delete(store, key)
-            if df.file_size_bytes:
+            if df.file_size_bytes:  # first: a process dying after the delete leaves none
                 forget_copies(store, key, int(df.file_size_bytes))
+            _delete(store, key)
     _delete_media(project, streams)
 
 
-def finish_earlier(project: History, table: str) -> None:
-    """Delete what an earlier purge of ``table`` that was interrupted after storing its
-    record left: the manifests of the versions it replaced and the data files it removes
-    (deleting what is gone already costs one request each)."""
+def finish_earlier(project: History, table: str, keep: set[str], done: str) -> None:
+    """Delete what the earlier purges of ``table`` (all but commit ``done``'s) that were
+    interrupted after storing their records left, as :func:`delete_replaced` does: the
+    replaced versions' manifests, tags and statistics, the data files they removed (and
+    this machine's copies of them), and their episodes' streams no row names (not in
+    ``keep``). What is gone already costs one request (a size) per file and stream, and
+    one listing per table folder."""
     store, prefix = project.place.store, project.place.prefix
     base = layout.table_key(prefix, table)
-    for record in read_records(project.place, table):
+    records = [r for r in read_records(project.place, table) if r.commit != done]
+    versions = {v for r in records for v in r.versions}
+    if not versions:
+        return
+    tags = {f"{base}/_refs/tags/treadle-v{v}.json" for v in versions}
+    stats = tuple(layout.stats_folder(prefix, table, v) + "/" for v in versions)
+    for key in store.list(f"{base}/_refs/tags") + store.list(f"{prefix}/{layout.STATS}/{table}"):
+        if key in tags or key.startswith(stats):
+            _delete(store, key)
+    for record in records:
         for v in record.versions:
             for key in manifest_keys(base, v):
                 _delete(store, key)
         for path in record.removed:
-            _delete(store, f"{base}/data/{path}")
+            key = f"{base}/data/{path}"
+            try:
+                size = store.size(key)
+            except NotFound:
+                continue  # deleted by the purge, after its copies were forgotten
+            forget_copies(store, key, size)
+            _delete(store, key)
+    _delete_media(project, {s for r in records for s in r.streams} - keep)
 
 
 def _delete_media(project: History, streams: set[str]) -> None:
@@ -133,9 +156,9 @@ def _delete_media(project: History, streams: set[str]) -> None:
                 size = store.size(full)
             except NotFound:
                 continue
-            _delete(store, full)
             # the purged frames in this node's chunk cache (named by the stream's extent: its
-            # packets end to end, the object's size)
+            # packets end to end, the object's size); first, as for data files
             forget_copies(store, full, size)
+            _delete(store, full)
     finally:
         sweep.release()

@@ -32,6 +32,7 @@ class PurgeRecord:
     time: float = 0.0
     files: tuple[str, ...] = ()  # the data files holding the blanked rows (paths in data/)
     removed: tuple[str, ...] = ()  # the data files it deletes (a rerun finishes the job)
+    streams: tuple[str, ...] = ()  # the purged rows' media keys (those no row names go)
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -43,6 +44,7 @@ class PurgeRecord:
             "time": self.time,
             "files": list(self.files),
             "removed": list(self.removed),
+            "streams": list(self.streams),
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -59,6 +61,7 @@ class PurgeRecord:
                 float(b.get("time", 0.0)),
                 tuple(str(f) for f in b.get("files", ())),
                 tuple(str(f) for f in b.get("removed", ())),
+                tuple(str(s) for s in b.get("streams", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptData(f"purge record {key} cannot be parsed ({type(e).__name__})") from None
