@@ -29,6 +29,7 @@ from treadle import layout
 from treadle.catalog.leases import USED, used_key
 from treadle.errors import NotFound, TreadleError
 from treadle.storage import ObjectInfo, Store
+from treadle.storage.filecache import forget_copies
 
 if TYPE_CHECKING:
     import lance
@@ -197,6 +198,9 @@ def collect_media(
         with suppress(NotFound):
             if store.modified(marker) >= cutoff:
                 continue
+        # this node's chunk cache names a stream by its key and size (the listed one): its
+        # frames would stay on disk (first: a gc dying after the delete would leave them)
+        forget_copies(store, key, obj.size)
         store.delete(key)
         removed.add(key)
         out.media.append(key)
