@@ -455,3 +455,33 @@ def test_only_jpeg_png_and_webp_reach_pillow_plugins(monkeypatch):
     with pytest.raises(CorruptData, match="frame 3: not a decodable image"):
         image_header(eps, "frame 3")
     assert reached == []
+
+
+def test_a_purged_first_image_is_not_what_plans_and_the_viewer_remember(tmp_path):
+    """The first image's header (the frame size without a resize, the viewer's label) is
+    kept per table version in the process; a purge rewrites the version under the same
+    number. After purging the episode of that image, its size was still served: the
+    viewer named it, and a plan refused the kept episode's frames as another size. Read
+    afresh, row 0 of the old version (purged) raised td.Purged for a plan of the kept one."""
+    from treadle.plan.image_columns import first_header
+    from treadle.ui.image_frames import image_cameras
+
+    project = td.Client(str(tmp_path), create=True).project("p")
+    branch = project.branch("main")
+    rng = np.random.default_rng(3)
+    big = [_pil(_picture(rng, 64, 80), "JPEG") for _ in range(4)]
+    small = [_pil(_picture(rng), "JPEG") for _ in range(4)]
+    with _unchecked():  # written before sizes were recorded: the first image gives the size
+        branch.table("legacy").append_episode({"cam": big}, episode="a")
+        branch.table("legacy").append_episode({"cam": small}, episode="b")
+    before = branch.table("legacy").pin()
+    assert first_header(before, "cam").size == (64, 80)
+    assert image_cameras(before)["cam"].size == "80x64"
+    project.purge("legacy", ["a"], reason="consent withdrawn")
+    for table in (before, branch.table("legacy").pin()):  # the purged version, the head
+        assert first_header(table, "cam").size == (H, W)
+        assert image_cameras(table)["cam"].size == f"{W}x{H}"
+    for table in (branch.table("legacy"), before):  # the old version: its kept episode
+        comp = td.Component(table, td.Windows({"cam": td.Video([0])}), episodes=["b"])
+        got = list(td.EvalLoader(comp, 4))[0]["cam"]
+        np.testing.assert_array_equal(got[1, 0].numpy(), _rgb(small[1]))

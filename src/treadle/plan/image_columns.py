@@ -17,18 +17,20 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from treadle.errors import CorruptData, PlanError
 from treadle.table.image_sizes import is_binary, recorded_images
 from treadle.video.frame_spec import RAW16, FrameSpec
 from treadle.video.image_decode import ImageHeader, image_header, signature
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from treadle.plan.windows import Video
     from treadle.table.table import Table
 
-_headers: dict[tuple[str, int, str], ImageHeader] = {}  # (table uri, version, column)
+# (table uri, Lance version read, column): the version a purge wrote in place of the pinned
+# one, not the pinned number, which then reads other rows (the purged first image's size)
+_headers: dict[tuple[str, int, str], ImageHeader] = {}
 _lock = threading.Lock()
 
 
@@ -49,7 +51,7 @@ def is_image_candidate(field: pa.Field) -> bool:
 def first_header(table: Table, column: str) -> ImageHeader:
     """The header of the column's first value; :class:`PlanError` naming the column when it
     is not a JPEG/PNG/WebP image."""
-    key = (table.uri, table.version, column)
+    key = (table.uri, int(table.dataset.version), column)
     with _lock:
         hit = _headers.get(key)
     if hit is not None:
@@ -57,7 +59,10 @@ def first_header(table: Table, column: str) -> ImageHeader:
     where = f"column {column!r} of table {table.name!r}"
     if table.num_moments == 0:
         raise PlanError(f"{where}: the table is empty, there is no first image to read")
-    value = table.take([0], [column]).column(column)[0]
+    try:  # not table.take: a purged row 0 (blanked: null) would raise td.Purged
+        value = table.dataset.take([0], columns=[column]).column(column)[0]
+    except (OSError, pa.ArrowException) as e:
+        raise table.read_error(e, f"reading row 0 of {table!r}") from None
     if not value.is_valid:  # a camera that starts later (a latched ROS topic): its first image
         query = {"columns": [column], "filter": f"{_quoted(column)} IS NOT NULL", "limit": 1}
         found = table.dataset.scanner(**query).to_table().column(column)

@@ -45,14 +45,15 @@ class ImageCamera:
         return f"{self.format.lower()} {self.size}" + (" 16-bit" if self.depth16 else "")
 
 
-_found: dict[tuple[str, int], dict[str, ImageCamera]] = {}  # (table uri, version)
+# (table uri, Lance version read): a purge writes a new version in place of a pinned one
+_found: dict[tuple[str, int], dict[str, ImageCamera]] = {}
 _lock = threading.Lock()
 
 
 def image_cameras(tab: Any) -> dict[str, ImageCamera]:
     """The table's binary columns of images, in schema order (reads row 0 of a binary
-    column whose writes recorded nothing; kept per table version, a version never changes)."""
-    key = (tab.uri, int(tab.version))
+    column whose writes recorded nothing; kept per Lance version read, which never changes)."""
+    key = (tab.uri, int(tab.dataset.version))
     with _lock:
         hit = _found.get(key)
     if hit is None:
