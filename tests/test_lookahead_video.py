@@ -210,45 +210,11 @@ def test_workers_with_a_small_cache_keep_its_bound_and_the_frames(roots, caches,
     assert counts["windows_read"] > 0, counts
 
 
-def test_a_purge_forgets_the_chunks_of_the_streams_it_deletes(s3_server, caches, monkeypatch):
-    """The purged episodes' streams leave this node's chunk cache with them: their frames
-    stayed on disk (in ``<name>.data`` files) after the purge deleted them from the store."""
-    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "4M")
-    url = s3_server.url(f"lookvideo-purge-{id(caches)}")
-    client = td.Client(url, storage_options=s3_server.storage_options())
-    branch = client.project("p").branch()
-    with branch.transaction("episodes") as tx:
-        for e in range(2):
-            cam = td.VideoFrames(synthetic_frames(FRAMES, 32, 32, seed=e), fps=10)
-            tx.table("v").append_episode({"cam0": cam}, episode=f"ep-{e}")
-    comp = td.Component(branch.table("v"), td.Windows({"cam0": td.Video([0, 1])}))
-    recipe = td.Recipe(seed=4, batch_size=BATCH, components=[comp])
-    loader = td.TrainLoader(recipe, steps=4, lookahead=2)
-    assert len([dict(b) for b in loader]) == 4
-    store, folder = client.store, loader.lookahead_stage.chunks.directory
-    sizes = {k: store.size(k) for k in store.list("") if k.endswith(".h264")}
-    stems = {k: hashlib.sha256(f"{store.url}\0{k}\0{n}".encode()).hexdigest()[:40]
-             for k, n in sizes.items()}  # fmt: skip
-    held = {k for k, s in stems.items() if any(folder.glob(f"{s}_*.state"))}
-    assert held == set(sizes) and len(held) == 2  # both streams' chunks were fetched
-    client.project("p").purge("v", ["ep-0"], reason="consent withdrawn")
-    gone = {k for k in sizes if not store.exists(k)}
-    assert len(gone) == 1
-    for k in gone:
-        assert not list(folder.glob(f"{stems[k]}_*")), k
-    for k in set(sizes) - gone:  # the kept episode's stream keeps its chunks
-        assert list(folder.glob(f"{stems[k]}_*.state")), k
-
-
-def test_gc_forgets_the_chunks_of_the_streams_it_deletes(s3_server, caches, monkeypatch):
-    """A stream gc deletes (no row of a retained commit names it) leaves this node's chunk
-    cache with it: its frames stayed on disk after gc deleted it from the store."""
-    from datetime import UTC, datetime, timedelta
-
-    from treadle.catalog.gc import collect_garbage
-
-    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "4M")
-    url = s3_server.url(f"lookvideo-gc-{id(caches)}")
+def _two_streams_cached(s3_server, caches, name):
+    """A project on S3 with two episodes of one video column, each stream's chunks fetched
+    into this node's chunk cache by a lookahead loader: (client, project, the cache folder,
+    each stream's key -> the stem its chunk files are named by)."""
+    url = s3_server.url(f"lookvideo-{name}-{id(caches)}")
     client = td.Client(url, storage_options=s3_server.storage_options())
     project = client.project("p")
     branch = project.branch()
@@ -264,13 +230,42 @@ def test_gc_forgets_the_chunks_of_the_streams_it_deletes(s3_server, caches, monk
     sizes = {k: store.size(k) for k in store.list("") if k.endswith(".h264")}
     stems = {k: hashlib.sha256(f"{store.url}\0{k}\0{n}".encode()).hexdigest()[:40]
              for k, n in sizes.items()}  # fmt: skip
-    assert all(list(folder.glob(f"{s}_*.state")) for s in stems.values()) and len(stems) == 2
-    branch.table("v").delete_episodes(["ep-0"])
-    later = datetime.now(UTC) + timedelta(days=1)  # the first commit expires, its stream goes
-    report = collect_garbage(project, timedelta(0), keep_days=0, now=later)
-    gone = {k for k in sizes if not store.exists(k)}
-    assert len(gone) == 1 and len(report.removed_media) == 1
+    held = {k for k, s in stems.items() if any(folder.glob(f"{s}_*.state"))}
+    assert held == set(sizes) and len(held) == 2  # both streams' chunks were fetched
+    return client, project, folder, stems
+
+
+def _only_kept_streams_cached(store, folder, stems) -> set[str]:
+    """The streams gone from the store (asserted to have no chunk file left), each kept
+    stream asserted to keep its chunks."""
+    gone = {k for k in stems if not store.exists(k)}
     for k in gone:
         assert not list(folder.glob(f"{stems[k]}_*")), k
-    for k in set(sizes) - gone:  # the kept episode's stream keeps its chunks
+    for k in set(stems) - gone:  # the kept episode's stream keeps its chunks
         assert list(folder.glob(f"{stems[k]}_*.state")), k
+    return gone
+
+
+def test_a_purge_forgets_the_chunks_of_the_streams_it_deletes(s3_server, caches, monkeypatch):
+    """The purged episodes' streams leave this node's chunk cache with them: their frames
+    stayed on disk (in ``<name>.data`` files) after the purge deleted them from the store."""
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "4M")
+    client, project, folder, stems = _two_streams_cached(s3_server, caches, "purge")
+    project.purge("v", ["ep-0"], reason="consent withdrawn")
+    assert len(_only_kept_streams_cached(client.store, folder, stems)) == 1
+
+
+def test_gc_forgets_the_chunks_of_the_streams_it_deletes(s3_server, caches, monkeypatch):
+    """A stream gc deletes (no row of a retained commit names it) leaves this node's chunk
+    cache with it: its frames stayed on disk after gc deleted it from the store."""
+    from datetime import UTC, datetime, timedelta
+
+    from treadle.catalog.gc import collect_garbage
+
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "4M")
+    client, project, folder, stems = _two_streams_cached(s3_server, caches, "gc")
+    project.branch().table("v").delete_episodes(["ep-0"])
+    later = datetime.now(UTC) + timedelta(days=1)  # the first commit expires, its stream goes
+    report = collect_garbage(project, timedelta(0), keep_days=0, now=later)
+    assert len(_only_kept_streams_cached(client.store, folder, stems)) == 1
+    assert len(report.removed_media) == 1
