@@ -485,3 +485,68 @@ def test_a_purged_first_image_is_not_what_plans_and_the_viewer_remember(tmp_path
         comp = td.Component(table, td.Windows({"cam": td.Video([0])}), episodes=["b"])
         got = list(td.EvalLoader(comp, 4))[0]["cam"]
         np.testing.assert_array_equal(got[1, 0].numpy(), _rgb(small[1]))
+
+
+def _png16_colour(a):
+    """A 16-bit PNG of ``a`` (uint16 [H, W, 3] RGB, [H, W, 2] grey+alpha), written by hand:
+    Pillow writes neither."""
+    colour = {2: 4, 3: 2}[a.shape[2]]
+    rows = b"".join(b"\x00" + r.astype(">u2").tobytes() for r in a)
+
+    def chunk(kind, data):
+        return (
+            len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+        )
+
+    ihdr = (
+        a.shape[1].to_bytes(4, "big") + a.shape[0].to_bytes(4, "big") + bytes([16, colour, 0, 0, 0])
+    )
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))  # fmt: skip
+
+
+@pytest.mark.parametrize("channels,kind", [(3, "RGB"), (2, "grey\\+alpha")])
+def test_16_bit_colour_pngs_are_refused_not_cut_to_8_bits(tmp_path, channels, kind):
+    """Pillow opens a 16-bit RGB (or grey+alpha) PNG as 8-bit: its low bytes would be lost
+    silently while the docs promise a 16-bit PNG is never converted."""
+    branch = td.Client(str(tmp_path), create=True).project("p").branch("main")
+    rng = np.random.default_rng(3)
+    frames = [
+        _png16_colour(rng.integers(0, 65535, (H, W, channels)).astype(np.uint16)) for _ in range(2)
+    ]
+    refused = rf"a 16-bit {kind} PNG, which Pillow reads as 8-bit"
+    with pytest.raises(CorruptData, match=refused):
+        branch.table("t").append_episode({"cam": frames}, episode="a")
+    with _unchecked():  # written before the check: the plan and the decode refuse it too
+        branch.table("old").append_episode({"cam": frames}, episode="a")
+        branch.table("mixed").append_episode({"cam": [_pil(_picture(rng), "PNG"), frames[0]]},
+                                             episode="b")  # fmt: skip
+    comp = td.Component(branch.table("old"), td.Windows({"cam": td.Video([0], channels=1)}))
+    with pytest.raises(PlanError, match=refused):
+        list(td.EvalLoader(comp, 2))
+    comp = td.Component(branch.table("mixed"), td.Windows({"cam": td.Video([0])}))
+    with pytest.raises(CorruptData, match=r"episode 'b', column 'cam', frame 1: " + refused):
+        list(td.EvalLoader(comp, 2))
+
+
+def test_alpha_is_dropped_and_exif_orientation_is_not_applied(tmp_path):
+    """Two documented choices: an RGBA frame is its RGB (no compositing), and a JPEG tagged
+    to be shown rotated (EXIF orientation 6) arrives as stored, not turned to [W, H]."""
+    branch = td.Client(str(tmp_path), create=True).project("p").branch("main")
+    rng = np.random.default_rng(6)
+    rgb = _picture(rng)
+    clear = np.concatenate([rgb, np.zeros((H, W, 1), np.uint8)], -1)  # fully transparent
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    tagged = _pil(rgb, "JPEG", quality=95, exif=exif.tobytes())
+    branch.table("rgba").append_episode({"cam": [_pil(clear, "PNG")]}, episode="a")
+    branch.table("exif").append_episode({"cam": [tagged]}, episode="a")
+
+    def frame(table):
+        comp = td.Component(branch.table(table), td.Windows({"cam": td.Video([0])}))
+        return list(td.EvalLoader(comp, 1))[0]["cam"][0, 0].numpy()
+
+    np.testing.assert_array_equal(frame("rgba"), rgb)
+    got = frame("exif")
+    assert got.shape == (H, W, 3)
+    np.testing.assert_array_equal(got, np.asarray(Image.open(io.BytesIO(tagged))))

@@ -3,8 +3,9 @@
 Pillow is the reference decoder: an 8-bit frame is ``np.asarray(Image.open(b).convert("RGB"))``
 (``"L"`` with ``channels=1``), and ``size=(H, W)`` is ``resize((W, H), Image.BILINEAR)`` of
 that image, Pillow's own filter (not the YUV path video columns resize through). A 16-bit
-PNG (depth) is never converted: its ``I;16`` values are the frame (``channels=1``), resized
-with the same filter. EXIF orientation is not applied (Pillow applies it only through
+grey PNG (depth) is never converted: its ``I;16`` values are the frame (``channels=1``),
+resized with the same filter; a 16-bit RGB, RGBA or grey+alpha PNG, which Pillow reads as
+8-bit, is refused. EXIF orientation is not applied (Pillow applies it only through
 ``exif_transpose``).
 
 :func:`image_header` reads a value's format, size and depth from its header (no decode);
@@ -74,6 +75,15 @@ class ImageHeader:
         return (self.height, self.width)
 
 
+_PNG_COLOURS = {2: "RGB", 4: "grey+alpha", 6: "RGBA"}
+
+
+def _png_ihdr(data: Any) -> tuple[int, int]:
+    """A PNG's bit depth and colour type, from its IHDR chunk (always the first)."""
+    head = bytes(data[12:26])
+    return (head[12], head[13]) if len(head) == 14 and head[:4] == b"IHDR" else (0, -1)
+
+
 def _open(data: Any, where: str) -> Any:
     from PIL import Image
 
@@ -87,6 +97,13 @@ def _open(data: Any, where: str) -> Any:
         raise CorruptData(f"{where}: not a decodable image ({type(e).__name__}: {e})") from None
     if img.format not in FORMATS:
         raise CorruptData(f"{where}: a {img.format} image; image columns hold {FORMATS}")
+    depth, colour = _png_ihdr(data) if img.format == "PNG" else (0, -1)
+    if depth == 16 and img.mode not in _DEPTH16:  # Pillow keeps 16 bits of grey only
+        raise CorruptData(
+            f"{where}: a 16-bit {_PNG_COLOURS.get(colour, 'colour')} PNG, which "
+            "Pillow reads as 8-bit (its low bytes lost); image columns take 16 bits only as "
+            "single-channel grey PNGs (depth)"
+        )
     w, h = img.size
     if w * h > MAX_PIXELS:
         raise CorruptData(
