@@ -550,3 +550,22 @@ def test_alpha_is_dropped_and_exif_orientation_is_not_applied(tmp_path):
     got = frame("exif")
     assert got.shape == (H, W, 3)
     np.testing.assert_array_equal(got, np.asarray(Image.open(io.BytesIO(tagged))))
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_truncated_images_raise_even_when_pillow_is_told_to_load_them(tmp_path, monkeypatch, fmt):
+    """Training scripts often set PIL.ImageFile.LOAD_TRUNCATED_IMAGES = True; Pillow then
+    gave the missing rows of a truncated frame as grey (JPEG) or zeros (PNG), with no error.
+    The frame is CorruptData whatever the flag, and the flag the process set is kept."""
+    from PIL import ImageFile
+
+    branch = td.Client(str(tmp_path), create=True).project("p").branch("main")
+    rng = np.random.default_rng(9)
+    frames = [_pil(_picture(rng), fmt) for _ in range(3)]
+    frames[1] = frames[1][: len(frames[1]) // 2]
+    branch.table("t").append_episode({"cam": frames}, episode="a")
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    comp = td.Component(branch.table("t"), td.Windows({"cam": td.Video([0])}))
+    with pytest.raises(CorruptData, match=r"episode 'a', column 'cam', frame 1: .*truncated"):
+        list(td.EvalLoader(comp, 3))
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True

@@ -6,7 +6,8 @@ that image, Pillow's own filter (not the YUV path video columns resize through).
 grey PNG (depth) is never converted: its ``I;16`` values are the frame (``channels=1``),
 resized with the same filter; a 16-bit RGB, RGBA or grey+alpha PNG, which Pillow reads as
 8-bit, is refused. EXIF orientation is not applied (Pillow applies it only through
-``exif_transpose``).
+``exif_transpose``). Pillow's ``ImageFile.LOAD_TRUNCATED_IMAGES`` is held off while treadle
+decodes (:func:`_strict`): a truncated image is an error, never grey rows.
 
 :func:`image_header` reads a value's format, size and depth from its header (no decode);
 :func:`decode_frame` decodes one value into one frame of a window's output, checking its
@@ -17,8 +18,11 @@ naming the frame.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +88,35 @@ def _png_ihdr(data: Any) -> tuple[int, int]:
     return (head[12], head[13]) if len(head) == 14 and head[:4] == b"IHDR" else (0, -1)
 
 
+_strict_lock = threading.Lock()
+_strict_users = 0
+_user_truncated = False  # the process's LOAD_TRUNCATED_IMAGES while treadle's decodes hold it
+
+
+@contextlib.contextmanager
+def _strict() -> Iterator[None]:
+    """Pillow's ``ImageFile.LOAD_TRUNCATED_IMAGES`` off while treadle opens and decodes.
+
+    Training scripts often set it (for other data sets); Pillow then fills what a truncated
+    JPEG or PNG lacks with grey or zeros and skips PNG chunk CRCs: frames that are wrong
+    without an error. The flag is one process global, so the decode threads count
+    themselves in and the last one out restores the value the process had set."""
+    from PIL import ImageFile
+
+    global _strict_users, _user_truncated
+    with _strict_lock:
+        if ImageFile.LOAD_TRUNCATED_IMAGES:
+            _user_truncated, ImageFile.LOAD_TRUNCATED_IMAGES = True, False
+        _strict_users += 1
+    try:
+        yield
+    finally:
+        with _strict_lock:
+            _strict_users -= 1
+            if _strict_users == 0 and _user_truncated:
+                _user_truncated, ImageFile.LOAD_TRUNCATED_IMAGES = False, True
+
+
 def _open(data: Any, where: str) -> Any:
     from PIL import Image
 
@@ -116,7 +149,8 @@ def _open(data: Any, where: str) -> Any:
 def image_header(data: Any, where: str) -> ImageHeader:
     """The header of one encoded image (nothing is decoded); :class:`CorruptData` naming
     ``where`` when it is not a JPEG/PNG/WebP Pillow opens, or it is over :data:`MAX_PIXELS`."""
-    img = _open(data, where)
+    with _strict():
+        img = _open(data, where)
     return ImageHeader(img.format, img.size[0], img.size[1], img.mode in _DEPTH16)
 
 
@@ -124,7 +158,13 @@ def decode_frame(data: Any, spec: FrameSpec, first: ImageHeader, where: str) -> 
     """One encoded image as the frame ``spec`` asks for before layout and dtype: ``uint8
     [H, W, C]`` (``uint16 [H, W, 1]`` for a 16-bit column), resized by Pillow when ``spec``
     has a size. ``first`` is the column's first image: a frame of another depth, or of
-    another size when nothing resizes, is :class:`CorruptData` naming both."""
+    another size when nothing resizes, is :class:`CorruptData` naming both; so is a
+    truncated image, whatever Pillow's ``LOAD_TRUNCATED_IMAGES`` (:func:`_strict`)."""
+    with _strict():
+        return _decode(data, spec, first, where)
+
+
+def _decode(data: Any, spec: FrameSpec, first: ImageHeader, where: str) -> np.ndarray:
     from PIL import Image
 
     img = _open(data, where)
