@@ -530,8 +530,11 @@ def test_16_bit_colour_pngs_are_refused_not_cut_to_8_bits(tmp_path, channels, ki
 
 
 def test_alpha_is_dropped_and_exif_orientation_is_not_applied(tmp_path):
-    """Two documented choices: an RGBA frame is its RGB (no compositing), and a JPEG tagged
-    to be shown rotated (EXIF orientation 6) arrives as stored, not turned to [W, H]."""
+    """Documented choices: an RGBA frame is its RGB (no compositing), a JPEG tagged to be
+    shown rotated (EXIF orientation 6) arrives as stored, not turned to [W, H], and an
+    embedded ICC profile (here a Lab one, far from sRGB) is not applied."""
+    from PIL import ImageCms
+
     branch = td.Client(str(tmp_path), create=True).project("p").branch("main")
     rng = np.random.default_rng(6)
     rgb = _picture(rng)
@@ -541,12 +544,15 @@ def test_alpha_is_dropped_and_exif_orientation_is_not_applied(tmp_path):
     tagged = _pil(rgb, "JPEG", quality=95, exif=exif.tobytes())
     branch.table("rgba").append_episode({"cam": [_pil(clear, "PNG")]}, episode="a")
     branch.table("exif").append_episode({"cam": [tagged]}, episode="a")
+    lab = ImageCms.ImageCmsProfile(ImageCms.createProfile("LAB")).tobytes()
+    branch.table("icc").append_episode({"cam": [_pil(rgb, "PNG", icc_profile=lab)]}, episode="a")
 
     def frame(table):
         comp = td.Component(branch.table(table), td.Windows({"cam": td.Video([0])}))
         return list(td.EvalLoader(comp, 1))[0]["cam"][0, 0].numpy()
 
     np.testing.assert_array_equal(frame("rgba"), rgb)
+    np.testing.assert_array_equal(frame("icc"), rgb)
     got = frame("exif")
     assert got.shape == (H, W, 3)
     np.testing.assert_array_equal(got, np.asarray(Image.open(io.BytesIO(tagged))))
