@@ -186,3 +186,30 @@ def test_sps_scan_finds_every_sps_the_nal_parser_finds(size_change_h264):
     want = [(s, e) for t, s, e in iter_nal_spans(data) if t == NAL_SPS]
     assert list(iter_sps_spans(data)) == want and len(want) == 2 + 2 + 1  # 2 GOPs per half + 1
     assert data[want[-1][1] - 1] != 0
+
+
+def test_a_non_square_rotated_stream_arrives_at_its_stored_size(tmp_path):
+    """A documented choice: a stream's sample aspect ratio (here 2:1, shown 128x48) and its
+    display rotation (90 degrees) are not applied; frames are the stored 64x48 pixels, as
+    PyAV's ``to_ndarray`` gives them."""
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 255, (48, 64, 3), dtype=np.uint8) for _ in range(4)]
+    path = str(tmp_path / "sar.mp4")
+    with av.open(path, "w") as mp4:
+        s = mp4.add_stream("libx264", rate=10)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        s.codec_context.sample_aspect_ratio = Fraction(2, 1)
+        s.set_display_rotation(90)
+        for f in frames:
+            mp4.mux(s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")))
+        mp4.mux(s.encode())
+    with av.open(path) as c:
+        assert c.streams.video[0].codec_context.sample_aspect_ratio == Fraction(2, 1)
+        decoded = list(c.decode(video=0))
+        assert {f.rotation for f in decoded} == {90}
+        ref = [f.to_ndarray(format="rgb24") for f in decoded]
+    branch = td.Client(str(tmp_path / "r"), create=True).project("p").branch("main")
+    branch.table("v").append_episode({"cam": td.VideoFile(path)}, episode="a")
+    comp = td.Component(branch.table("v"), td.Windows({"cam": td.Video([0])}))
+    got = list(td.EvalLoader(comp, 4))[0]["cam"].numpy()[:, 0]
+    np.testing.assert_array_equal(got, np.stack(ref))
