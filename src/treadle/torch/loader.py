@@ -111,7 +111,10 @@ class TrainLoader(StepLoader):
         return {"record": self.plan.record.to_dict(), "step": self._next_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly at ``state["step"]``; the state must come from this run."""
+        """Continue exactly at ``state["step"]``; the state must come from this run.
+
+        Also inside the loop (a rollback): the live iterator drops what it read ahead and
+        goes on at that step."""
         record, step = check_state(state)
         if record.run_id != self.plan.run_id:
             raise PlanError(
