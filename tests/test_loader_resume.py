@@ -42,3 +42,27 @@ def test_load_state_dict_inside_the_loop_continues_at_its_step(plan, workers):
                 loader.load_state_dict(saved[back])
     assert got == want[:4] + want[2:] + want[1:]
     assert loader.state_dict()["step"] == 6
+
+
+def test_a_checkpoint_of_another_recipe_names_what_differs(tmp_path):
+    """A checkpoint row loaded into a loader of another recipe: the error named two run ids
+    and every field that could differ; now it names the ones that do."""
+    branch = td.Client(str(tmp_path / "s"), create=True).project("p").branch()
+    for name in ("a", "b"):
+        branch.table(name).append_episode({"x": np.arange(12, dtype=np.float32)}, episode="e")
+
+    def loader(weight):
+        comps = [td.Component(branch.table("a"), weight=weight), td.Component(branch.table("b"))]
+        return td.TrainLoader(td.Recipe(seed=1, batch_size=4, components=comps), steps=4)
+
+    run = loader(1.0)
+    next(iter(run))
+    td.Checkpoints(branch).save(1, {}, run)
+    state = td.Checkpoints(branch).latest().loader_state
+    with pytest.raises(
+        td.PlanError, match=r"components\[0\]\.weight: 1\.0 in the state, 3\.0 here"
+    ):
+        loader(3.0).load_state_dict(state)
+    branch.table("b").append_episode({"x": np.arange(5, dtype=np.float32)}, episode="f")
+    with pytest.raises(td.PlanError, match=r"tables\[1\]\.num_episodes: 1 in the state, 2 here"):
+        loader(1.0).load_state_dict(state)

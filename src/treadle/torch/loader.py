@@ -117,10 +117,11 @@ class TrainLoader(StepLoader):
         goes on at that step."""
         record, step = check_state(state)
         if record.run_id != self.plan.run_id:
+            differ = "; ".join(record_differences(record.to_dict(), self.plan.record.to_dict()))
             raise PlanError(
                 f"loader state is from run {record.run_id}, this loader plans run "
-                f"{self.plan.run_id} (seed, weights, windows, batch size or table versions "
-                "differ); build the loader with TrainLoader.from_state(state, client) instead"
+                f"{self.plan.run_id} ({differ or 'their records differ'}); build the loader "
+                "with TrainLoader.from_state(state, client) instead"
             )
         self._next_step = step
 
@@ -148,3 +149,29 @@ def check_state(
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise PlanError(f"{what} state step must be an integer >= 0, got {step!r}")
     return RunRecord.from_json(state["record"]), step
+
+
+def record_differences(theirs: Any, ours: Any, path: str = "", most: int = 4) -> list[str]:
+    """Where two run records differ (at most ``most``): ``"seed: 3 in the state, 4 here"``."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        pairs = [(f"{path}.{k}" if path else str(k), theirs.get(k), ours.get(k))
+                 for k in sorted(set(theirs) | set(ours)) if k != "run_id"]  # fmt: skip
+    elif isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours):
+        pairs = [(f"{path}[{i}]", a, b) for i, (a, b) in enumerate(zip(theirs, ours))]
+    else:
+        if theirs == ours:
+            return []
+        return [f"{path}: {_short(theirs)} in the state, {_short(ours)} here"]
+    out: list[str] = []
+    for where, a, b in pairs:
+        out += record_differences(a, b, where, most - len(out))
+        if len(out) >= most:
+            break
+    return out[:most]
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str) and len(value) > 16:  # a commit id
+        return repr(value[:12]) + "..."
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
