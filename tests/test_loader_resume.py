@@ -59,10 +59,8 @@ def test_a_checkpoint_of_another_recipe_names_what_differs(tmp_path):
     next(iter(run))
     td.Checkpoints(branch).save(1, {}, run)
     state = td.Checkpoints(branch).latest().loader_state
-    with pytest.raises(
-        td.PlanError, match=r"components\[0\]\.weight: 1\.0 in the state, 3\.0 here"
-    ):
+    with pytest.raises(td.PlanError, match=r"components\[0\]\.weight: 1 in the state, 3 here"):
         loader(3.0).load_state_dict(state)
     branch.table("b").append_episode({"x": np.arange(5, dtype=np.float32)}, episode="f")
-    with pytest.raises(td.PlanError, match=r"tables\[1\]\.num_episodes: 1 in the state, 2 here"):
+    with pytest.raises(td.PlanError, match=r"\(components\[1\]\.version: 1 in the state, 2 here\)"):
         loader(1.0).load_state_dict(state)

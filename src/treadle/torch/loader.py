@@ -117,7 +117,7 @@ class TrainLoader(StepLoader):
         goes on at that step."""
         record, step = check_state(state)
         if record.run_id != self.plan.run_id:
-            differ = "; ".join(record_differences(record.to_dict(), self.plan.record.to_dict()))
+            differ = "; ".join(record_differences(record.identity(), self.plan.record.identity()))
             raise PlanError(
                 f"loader state is from run {record.run_id}, this loader plans run "
                 f"{self.plan.run_id} ({differ or 'their records differ'}); build the loader "
@@ -152,7 +152,8 @@ def check_state(
 
 
 def record_differences(theirs: Any, ours: Any, path: str = "", most: int = 4) -> list[str]:
-    """Where two run records differ (at most ``most``): ``"seed: 3 in the state, 4 here"``."""
+    """Where two run identities (``RunRecord.identity()``) differ, at most ``most``:
+    ``"seed: 3 in the state, 4 here"``."""
     if isinstance(theirs, dict) and isinstance(ours, dict):
         pairs = [(f"{path}.{k}" if path else str(k), theirs.get(k), ours.get(k))
                  for k in sorted(set(theirs) | set(ours)) if k != "run_id"]  # fmt: skip
