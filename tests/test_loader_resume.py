@@ -64,3 +64,16 @@ def test_a_checkpoint_of_another_recipe_names_what_differs(tmp_path):
     branch.table("b").append_episode({"x": np.arange(5, dtype=np.float32)}, episode="f")
     with pytest.raises(td.PlanError, match=r"\(components\[1\]\.version: 1 in the state, 2 here\)"):
         loader(1.0).load_state_dict(state)
+
+
+def test_a_state_past_steps_is_refused(plan):
+    """steps= given as the steps left (2) to a state at step 4 of 6: the loader delivered
+    nothing, and a training loop over it ended at once without a word."""
+    state = td.TrainLoader(plan, steps=6).state_dict()
+    state["step"] = 4
+    client = plan.table(0).project.client
+    with pytest.raises(td.PlanError, match=r"step 4, past this loader's steps=2: .*total"):
+        td.TrainLoader.from_state(state, client, steps=2)
+    with pytest.raises(td.PlanError, match=r"step 4, past this loader's steps=3"):
+        td.TrainLoader(plan, steps=3).load_state_dict(state)
+    assert len(td.TrainLoader.from_state(state, client, steps=4)) == 0  # a finished run

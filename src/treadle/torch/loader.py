@@ -123,7 +123,7 @@ class TrainLoader(StepLoader):
                 f"{self.plan.run_id} ({differ or 'their records differ'}); build the loader "
                 "with TrainLoader.from_state(state, client) instead"
             )
-        self._next_step = step
+        self._resume_at(step)
 
     @classmethod
     def from_state(cls, state: dict[str, Any], client: Any, **kwargs: Any) -> TrainLoader:
@@ -135,8 +135,17 @@ class TrainLoader(StepLoader):
         looks the same whether its loader had ``steps=`` or none."""
         record, step = check_state(state)
         loader = cls(Plan.from_record(record, client), **kwargs)
-        loader._next_step = step
+        loader._resume_at(step)
         return loader
+
+    def _resume_at(self, step: int) -> None:
+        # a state past steps= delivered nothing, silently: steps= given as the steps left
+        if self.steps is not None and step > self.steps:
+            raise PlanError(
+                f"loader state is at step {step}, past this loader's steps={self.steps}: "
+                "steps= is the run's total, counted from step 0 (not the steps left)"
+            )
+        self._next_step = step
 
 
 def check_state(
