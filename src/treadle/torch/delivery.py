@@ -177,23 +177,36 @@ class StepLoader:
         # newer one also delivers (they share the step count), so it stops with an error.
         self._iterators += 1
         mine = self._iterators
-        source = self._processes() if self.workers else self._thread()
         pin = self.device.type == "cuda"
-        try:
-            for arrays in source:
-                if self._iterators != mine:
-                    raise PlanError(
-                        f"this {type(self).__name__} was iterated again (iter() at step "
-                        f"{self._next_step}): an older iterator of it cannot go on; use the "
-                        "newest one"
-                    )
-                batch = to_torch(arrays, self.device, pin)
-                self._next_step += 1
-                yield batch
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
+        at = self._next_step
+        while True:
+            source = self._processes() if self.workers else self._thread()
+            try:
+                for arrays in source:
+                    self._check_newest(mine)
+                    if self._next_step != at:
+                        break  # load_state_dict moved the position: read from there
+                    batch = to_torch(arrays, self.device, pin)
+                    self._next_step = at = at + 1
+                    yield batch
+            finally:
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
+            if self._next_step == at:
+                return
+            # a rollback inside the loop (load_state_dict of an earlier state): the batches
+            # read ahead were of the old position; what comes next is the state's step
+            self._check_newest(mine)
+            at = self._next_step
+
+    def _check_newest(self, mine: int) -> None:
+        if self._iterators != mine:
+            raise PlanError(
+                f"this {type(self).__name__} was iterated again (iter() at step "
+                f"{self._next_step}): an older iterator of it cannot go on; use the "
+                "newest one"
+            )
 
     def _steps(self) -> Iterable[int]:
         start = self._next_step

@@ -111,15 +111,19 @@ class TrainLoader(StepLoader):
         return {"record": self.plan.record.to_dict(), "step": self._next_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly at ``state["step"]``; the state must come from this run."""
+        """Continue exactly at ``state["step"]``; the state must come from this run.
+
+        Also inside the loop (a rollback): the live iterator drops what it read ahead and
+        goes on at that step."""
         record, step = check_state(state)
         if record.run_id != self.plan.run_id:
+            differ = "; ".join(record_differences(record.identity(), self.plan.record.identity()))
             raise PlanError(
                 f"loader state is from run {record.run_id}, this loader plans run "
-                f"{self.plan.run_id} (seed, weights, windows, batch size or table versions "
-                "differ); build the loader with TrainLoader.from_state(state, client) instead"
+                f"{self.plan.run_id} ({differ or 'their records differ'}); build the loader "
+                "with TrainLoader.from_state(state, client) instead"
             )
-        self._next_step = step
+        self._resume_at(step)
 
     @classmethod
     def from_state(cls, state: dict[str, Any], client: Any, **kwargs: Any) -> TrainLoader:
@@ -131,8 +135,17 @@ class TrainLoader(StepLoader):
         looks the same whether its loader had ``steps=`` or none."""
         record, step = check_state(state)
         loader = cls(Plan.from_record(record, client), **kwargs)
-        loader._next_step = step
+        loader._resume_at(step)
         return loader
+
+    def _resume_at(self, step: int) -> None:
+        # a state past steps= delivered nothing, silently: steps= given as the steps left
+        if self.steps is not None and step > self.steps:
+            raise PlanError(
+                f"loader state is at step {step}, past this loader's steps={self.steps}: "
+                "steps= is the run's total, counted from step 0 (not the steps left)"
+            )
+        self._next_step = step
 
 
 def check_state(
@@ -145,3 +158,30 @@ def check_state(
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise PlanError(f"{what} state step must be an integer >= 0, got {step!r}")
     return RunRecord.from_json(state["record"]), step
+
+
+def record_differences(theirs: Any, ours: Any, path: str = "", most: int = 4) -> list[str]:
+    """Where two run identities (``RunRecord.identity()``) differ, at most ``most``:
+    ``"seed: 3 in the state, 4 here"``."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        pairs = [(f"{path}.{k}" if path else str(k), theirs.get(k), ours.get(k))
+                 for k in sorted(set(theirs) | set(ours)) if k != "run_id"]  # fmt: skip
+    elif isinstance(theirs, list) and isinstance(ours, list) and len(theirs) == len(ours):
+        pairs = [(f"{path}[{i}]", a, b) for i, (a, b) in enumerate(zip(theirs, ours))]
+    else:
+        if theirs == ours:
+            return []
+        return [f"{path}: {_short(theirs)} in the state, {_short(ours)} here"]
+    out: list[str] = []
+    for where, a, b in pairs:
+        out += record_differences(a, b, where, most - len(out))
+        if len(out) >= most:
+            break
+    return out[:most]
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, str) and len(value) > 16:  # a commit id
+        return repr(value[:12]) + "..."
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
