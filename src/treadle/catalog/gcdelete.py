@@ -29,7 +29,7 @@ from treadle import layout
 from treadle.catalog.leases import USED, used_key
 from treadle.errors import NotFound, TreadleError
 from treadle.storage import ObjectInfo, Store
-from treadle.storage.filecache import forget_copies
+from treadle.storage.filecache import delete_forgetting_copies
 
 if TYPE_CHECKING:
     import lance
@@ -199,9 +199,8 @@ def collect_media(
             if store.modified(marker) >= cutoff:
                 continue
         # this node's chunk cache names a stream by its key and size (the listed one): its
-        # frames would stay on disk (first: a gc dying after the delete would leave them)
-        forget_copies(store, key, obj.size)
-        store.delete(key)
+        # frames would stay on disk
+        delete_forgetting_copies(store, key, obj.size)
         removed.add(key)
         out.media.append(key)
         out.bytes += obj.size

@@ -29,7 +29,7 @@ from treadle.catalog.leases import LEASE_TTL, SWEEPS, Lease, used_key
 from treadle.catalog.purgemap import read_records
 from treadle.errors import NotFound
 from treadle.storage import Store
-from treadle.storage.filecache import forget_copies
+from treadle.storage.filecache import delete_forgetting_copies
 from treadle.table.episode_store import fragment_key
 from treadle.table.tensors import is_video
 
@@ -67,9 +67,13 @@ def referenced_streams(project: History, table: str, versions: list[int]) -> set
     return out
 
 
-def _delete(store: Store, key: str) -> None:
+def _delete(store: Store, key: str, size: int | None = None) -> None:
+    """Delete ``key`` if it is there; with its ``size``, this machine's copies of it too."""
     with suppress(NotFound):
-        store.delete(key)
+        if size:
+            delete_forgetting_copies(store, key, size)
+        else:
+            store.delete(key)
 
 
 def delete_replaced(
@@ -98,10 +102,7 @@ def delete_replaced(
         lease.beat()
         _delete(store, fragment_key(prefix, table, meta))
         for df in meta.files:
-            key = f"{base}/data/{df.path}"
-            if df.file_size_bytes:  # first: a process dying after the delete leaves none
-                forget_copies(store, key, int(df.file_size_bytes))
-            _delete(store, key)
+            _delete(store, f"{base}/data/{df.path}", int(df.file_size_bytes or 0))
     _delete_media(project, streams)
 
 
@@ -133,8 +134,7 @@ def finish_earlier(project: History, table: str, keep: set[str], done: str) -> N
                 size = store.size(key)
             except NotFound:
                 continue  # deleted by the purge, after its copies were forgotten
-            forget_copies(store, key, size)
-            _delete(store, key)
+            _delete(store, key, size)
     _delete_media(project, {s for r in records for s in r.streams} - keep)
 
 
@@ -157,8 +157,7 @@ def _delete_media(project: History, streams: set[str]) -> None:
             except NotFound:
                 continue
             # the purged frames in this node's chunk cache (named by the stream's extent: its
-            # packets end to end, the object's size); first, as for data files
-            forget_copies(store, full, size)
-            _delete(store, full)
+            # packets end to end, the object's size)
+            _delete(store, full, size)
     finally:
         sweep.release()

@@ -48,7 +48,14 @@ except ImportError:  # not POSIX (Windows): no cache, and file_cache() says why
 if TYPE_CHECKING:
     from treadle.storage.store import Store
 
-__all__ = ["DEFAULT_BYTES", "CachedFile", "FileCache", "file_cache", "forget_copies"]
+__all__ = [
+    "DEFAULT_BYTES",
+    "CachedFile",
+    "FileCache",
+    "delete_forgetting_copies",
+    "file_cache",
+    "forget_copies",
+]
 
 DEFAULT_BYTES = 16 << 30
 """The cache's bound when ``$TREADLE_CACHE_BYTES`` is not set (16 GiB)."""
@@ -272,6 +279,17 @@ def forget_copies(store: Store, key: str, size: int) -> None:
 
         with folder_lock(chunks):
             remove_named(chunks, name)
+
+
+def delete_forgetting_copies(store: Store, key: str, size: int) -> None:
+    """Delete object ``key`` (``size`` bytes) and this machine's copies of it (purge, gc):
+    forgotten before the delete (a process dying in between leaves no copy of an object no
+    listing names any more) and again after (a reader that copied it in between)."""
+    forget_copies(store, key, size)
+    try:
+        store.delete(key)
+    finally:
+        forget_copies(store, key, size)
 
 
 def _evict(path: Path) -> bool:
