@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 from treadle.cli.args import int_at_least
@@ -30,13 +29,9 @@ def _find_run(client, run_id: str, project: str | None):
     """The plan of the run whose id is ``run_id`` or starts with it (4 to 16 hex digits:
     ``treadle log`` names a checkpoint's run by its first 8)."""
     from treadle.plan.plan import Plan
-    from treadle.ui.runs import Runs
+    from treadle.ui.runs import Runs, check_run_id_prefix
 
-    if not re.fullmatch(r"[0-9a-f]{4,16}", run_id):
-        raise NotFound(
-            f"{run_id!r} is not a run id (16 hex digits, or a unique prefix of one such as "
-            "the 8 that treadle log prints)"
-        )
+    check_run_id_prefix(run_id)
     runs = Runs(client)
     hits = {}
     for name in [project] if project else client.projects():

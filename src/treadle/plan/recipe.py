@@ -159,8 +159,7 @@ class Recipe:
         if len(projects) != 1:
             raise PlanError(f"components come from projects {projects}; a run reads one project")
         # the record names a project, not its store: a resume reads one (a stand-in: None)
-        roots = sorted({str(getattr(t.project, "store", None) and t.project.store.url)
-                        for t, _ in per_component})  # fmt: skip
+        roots = sorted({str(_store_url(t.project)) for t, _ in per_component})
         if len(roots) > 1:
             raise PlanError(
                 f"components come from project {projects[0]!r} of {len(roots)} stores "
@@ -241,13 +240,17 @@ def _short(names: tuple[str, ...] | None) -> str:
     return "[" + ", ".join(repr(n) for n in names[:5]) + more + "]"
 
 
+def _store_url(project: object) -> str | None:
+    """The root URL of the store a project is in (None: a stand-in without a store)."""
+    return getattr(getattr(project, "store", None), "url", None)
+
+
 def _ref_key(ref: Any) -> Any:
     """Pin each (store, project, branch, table) once per recipe, so shared refs agree."""
     try:
         branch = ref.branch
         project = branch.project
-        url = getattr(getattr(project, "store", None), "url", None)
-        return (url, getattr(project, "name", None), branch.name, ref.name)
+        return (_store_url(project), getattr(project, "name", None), branch.name, ref.name)
     except AttributeError:
         return id(ref)
 

@@ -25,12 +25,24 @@ if TYPE_CHECKING:
     from treadle.catalog.client import Project
 
 _RUN_ID = re.compile(r"[0-9a-f]{16}")
+_RUN_ID_PREFIX = re.compile(r"[0-9a-f]{4,16}")
 
 
 def check_run_id(run_id: str) -> str:
     """``run_id`` if it is 16 hex digits (as :attr:`RunRecord.run_id`), else NotFound."""
     if not _RUN_ID.fullmatch(run_id):
         raise NotFound(f"{run_id!r} is not a run id (16 hex digits)")
+    return run_id
+
+
+def check_run_id_prefix(run_id: str) -> str:
+    """``run_id`` if it is a run id or a prefix of one of 4 digits or more (``treadle log``
+    prints 8), else NotFound."""
+    if not _RUN_ID_PREFIX.fullmatch(run_id):
+        raise NotFound(
+            f"{run_id!r} is not a run id (16 hex digits, or a unique prefix of one such as "
+            "the 8 that treadle log prints)"
+        )
     return run_id
 
 
