@@ -46,7 +46,8 @@ def test_a_folder_of_another_boot_is_emptied_before_use(source, boot, tmp_path):
     boot.write_text("boot-b\n")  # the machine stopped: states may be on disk without bytes
     new = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
     assert new.used() == 0
-    assert not any(p.suffix in (".data", ".state") for p in (tmp_path / "chunks").iterdir())
+    assert not any(p.suffix == ".state" for p in (tmp_path / "chunks").iterdir())
+    assert (tmp_path / "chunks" / f"slots_{CHUNK}.data").stat().st_size == 0
     assert (tmp_path / "chunks" / ".boot").read_text().strip() == "boot-b"
     again = new.object(store, "data/o.lance", len(blob))
     assert new.read(again, 0, CHUNK) is None  # absent: fetched again, not trusted
@@ -114,29 +115,6 @@ def _forgotten_while_fetching(source, folder):
     return cs, obj
 
 
-def test_a_fetch_cut_by_forget_never_marks_a_hole_present(source, boot, tmp_path, monkeypatch):
-    """The fetched bytes go to the removed file; the stage's next round (another thread)
-    maps the object anew before the fetch marks chunk 0 present: the new files must not
-    say present over a hole (zeros read as the object's bytes)."""
-    store, blob = source
-    cs, obj = _forgotten_while_fetching(source, tmp_path / "chunks")
-    real, fetching = os.pwrite, [obj.fd]
-
-    def written_then_next_round(fd, data, offset):
-        n = real(fd, data, offset)
-        if fd in fetching:  # chunk 0's bytes written: the stage thread, meanwhile
-            fetching.clear()
-            cs.reserve([(obj, [1], [6])], now=0, at=1)
-        return n
-
-    monkeypatch.setattr(os, "pwrite", written_then_next_round)
-    cs.download(store, [(obj, [0])])
-    monkeypatch.setattr(os, "pwrite", real)
-    other = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)
-    for s in (cs, other):
-        assert s.read(s.object(store, "data/o.lance", len(blob)), 0, CHUNK) in (None, blob[:CHUNK])
-
-
 class _Racing:
     """A store whose ranges arrive after ``after`` ran (another thread of the process
     reserving the next round of the same object while the request is under way)."""
@@ -147,6 +125,19 @@ class _Racing:
     def get_ranges(self, reqs, copy=True):
         self.after()
         return self.store.get_ranges(reqs, copy)
+
+
+def test_a_fetch_cut_by_forget_never_marks_a_hole_present(source, boot, tmp_path):
+    """The stage's next round (another thread) maps the object anew while chunk 0's request
+    is under way: the new files must not say present over a slot that holds nothing of it
+    (zeros, or another chunk's bytes, read as the object's)."""
+    store, blob = source
+    cs, obj = _forgotten_while_fetching(source, tmp_path / "chunks")
+    nxt = lambda: cs.reserve([(obj, [1], [6])], now=0, at=1)  # noqa: E731
+    cs.download(_Racing(store, nxt), [(obj, [0])])
+    other = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)
+    for s in (cs, other):
+        assert s.read(s.object(store, "data/o.lance", len(blob)), 0, CHUNK) in (None, blob[:CHUNK])
 
 
 def test_a_fetch_cut_by_forget_keeps_the_bound(source, boot, tmp_path):
@@ -183,17 +174,17 @@ def test_a_fetch_reserved_before_forget_keeps_the_bound_in_new_files(source, boo
     assert cs.read(obj, 0, CHUNK) in (None, blob[:CHUNK])
 
 
-def test_a_new_boot_also_removes_data_files_left_without_their_state(source, boot, tmp_path):
-    """A crash between the removal of an object's state file and its data file leaves bytes
-    no scan counts (scans list state files): the folder of another boot loses them too."""
+def test_a_new_boot_empties_the_slots_of_every_chunk_size(source, boot, tmp_path):
+    """Slots of every chunk size in the folder, and their tables, are emptied when the
+    folder was written in another boot (their bytes were on disk outside every bound)."""
     store, blob = source
-    cs = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
-    assert cs.fetch(store, cs.object(store, "data/o.lance", len(blob)), [0], [1], now=0) == []
-    left = tmp_path / "chunks" / f"{'0' * 40}_{CHUNK}.data"
-    left.write_bytes(b"x" * CHUNK)
-    ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)  # this boot: nothing removed
-    assert left.exists()
+    for size in (CHUNK, 2 * CHUNK):
+        cs = ChunkStore(tmp_path / "chunks", 4 * CHUNK, size)
+        assert cs.fetch(store, cs.object(store, "data/o.lance", len(blob)), [0], [1], now=0) == []
+    files = [tmp_path / "chunks" / f"slots_{size}.{e}" for size in (CHUNK, 2 * CHUNK)
+             for e in ("data", "table")]  # fmt: skip
+    assert all(f.stat().st_size > 0 for f in files)
     boot.write_text("boot-b\n")
     ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
-    assert not left.exists()
-    assert not any(p.suffix in (".data", ".state") for p in (tmp_path / "chunks").iterdir())
+    assert [f.stat().st_size for f in files] == [0, 0, 0, 0]
+    assert not any(p.suffix == ".state" for p in (tmp_path / "chunks").iterdir())

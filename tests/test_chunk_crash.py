@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from chunk_fixtures import CHUNK, make_source
-from treadle.storage import Store, chunkfiles, chunkroom, chunkstore
+from treadle.storage import Store, chunkfiles, chunkroom
 from treadle.storage.chunkstore import FETCHING, NEVER, ChunkStore
 
 
@@ -33,10 +33,11 @@ def test_a_fetch_taken_over_is_not_marked_present_by_the_one_that_lost_it(
     source, tmp_path, monkeypatch
 ):
     """A fetch whose process is taken for dead (another pid namespace, a container beside
-    this one) is evicted (its bytes punched) and reserved again by another process while it
-    still writes. Marking present looked only for "being fetched", so the first fetch, once
-    written, marked the second one's chunk present: bytes punched after it wrote, zeros read
-    as data."""
+    this one) is evicted and its slot given to another chunk while its bytes are on the way.
+    Marking present looked only for "being fetched", so the first fetch, once written, marked
+    the second one's chunk present. With slots, its late bytes would also land in the slot
+    another chunk now holds: they are written under the folder's lock, only while the words
+    still say this fetch, so they never land."""
     root, blob = source
     store = Store.open(root)
     folder = tmp_path / "chunks"
@@ -45,24 +46,23 @@ def test_a_fetch_taken_over_is_not_marked_present_by_the_one_that_lost_it(
     obj = mine.object(store, "data/o.lance", len(blob))
     theirs = other.object(store, "data/o.lance", len(blob))
     assert mine.reserve([(obj, [0], [5])], now=0) == ([[0]], [[]])
-    real, calls = chunkstore.write_at, []
+    slot = int(obj.words[0, 3])
 
-    def written_then_taken_over(fd, data, offset):
-        real(fd, data, offset)
-        if calls:  # the other's own writes
-            return
-        calls.append(offset)
-        monkeypatch.setattr(chunkroom, "alive", lambda pids: np.zeros(len(pids), bool))
-        assert other.fetch(store, theirs, [1], [NEVER], now=0) == []  # evicts chunk 0
-        assert other.reserve([(theirs, [0], [3])], now=0) == ([[0]], [[]])  # evicts 1
-        monkeypatch.undo()
+    class TakenOverWhileFetching:
+        url = store.url
 
-    monkeypatch.setattr(chunkstore, "write_at", written_then_taken_over)
-    mine.download(store, [(obj, [0])])
-    monkeypatch.undo()
-    got = mine.read(obj, 0, CHUNK)
-    assert got is None or got == blob[:CHUNK]  # it was all zeros
-    other.download(store, [(theirs, [0])])
+        def get_ranges(self, reqs, copy=True):
+            got = store.get_ranges(reqs, copy=copy)
+            monkeypatch.setattr(chunkroom, "alive", lambda pids: np.zeros(len(pids), bool))
+            assert other.fetch(store, theirs, [1], [NEVER], now=0) == []  # evicts chunk 0
+            monkeypatch.undo()
+            return got
+
+    mine.download(TakenOverWhileFetching(), [(obj, [0])])
+    assert int(theirs.words[1, 3]) == slot  # chunk 1 took chunk 0's slot
+    assert mine.read(obj, 0, CHUNK) is None
+    assert mine.read(obj, CHUNK, 2 * CHUNK) == blob[CHUNK : 2 * CHUNK]  # not chunk 0's bytes
+    assert other.fetch(store, theirs, [0], [3], now=0) == []
     assert mine.read(obj, 0, CHUNK) == blob[:CHUNK]
     assert mine.used() == CHUNK
 
@@ -144,7 +144,7 @@ def test_a_purge_marks_the_chunk_files_removed_for_processes_that_map_them(
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
     root, blob = source
     store = Store.open(root)
-    folder = tmp_path / "objects" / "chunks"
+    folder = tmp_path / "objects" / "chunk-slots"
     cs = ChunkStore(folder, 8 * CHUNK, CHUNK)
     obj = cs.object(store, "data/o.lance", len(blob))
     assert cs.fetch(store, obj, [0], [5], now=0) == []

@@ -78,14 +78,14 @@ def test_a_copy_cut_short_by_a_full_disk_is_never_kept(source, tmp_path, full_di
 
 
 def _present_then_damaged(source, tmp_path, damage) -> tuple[ChunkStore, object]:
-    """A chunk fetched by a process that ended, ``damage(data file)`` done to its data
-    file, then the object as a new process's store opens it."""
+    """A chunk fetched by a process that ended, ``damage(slot file)`` done to the slot file
+    that holds its bytes, then the object as a new process's store opens it."""
     root, blob = source
     store = Store.open(root)
     old = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
     obj = old.object(store, "data/o.lance", len(blob))
     assert old.fetch(store, obj, [0, 1], [5, 5], now=0) == []
-    data = tmp_path / "chunks" / f"{obj.name}.data"
+    data = tmp_path / "chunks" / f"slots_{CHUNK}.data"
     obj.close()
     damage(data)
     new = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
@@ -95,10 +95,10 @@ def _present_then_damaged(source, tmp_path, damage) -> tuple[ChunkStore, object]
 
 @pytest.mark.parametrize("damage", ["removed", "truncated"])
 def test_a_lost_or_cut_data_file_is_never_read_as_present(source, tmp_path, damage):
-    """A chunk's data file removed or cut (a cleaner of old files, ``truncate``) while its
-    state file says present: the next process made it anew at the object's size (a sparse
-    file of zeros) and read those zeros as the chunks' bytes. Its chunks are absent now,
-    fetched again."""
+    """A chunk's slot file removed or cut (a cleaner of old files, ``truncate``) while its
+    state file says present: the next process must not read zeros (or the bytes of other
+    chunks written into a new file) as its bytes. The folder is emptied: its chunks are
+    absent, fetched again."""
     blob = source[1]
 
     def cut(path):
@@ -123,7 +123,7 @@ def test_a_state_file_holds_its_blocks(source, tmp_path):
     cs = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
     obj = cs.object(store, "data/o.lance", len(blob))
     state = os.stat(tmp_path / "chunks" / f"{obj.name}.state")
-    assert state.st_size == obj.count * 24 and state.st_blocks * 512 >= state.st_size
+    assert state.st_size == obj.count * 32 and state.st_blocks * 512 >= state.st_size
 
 
 def test_a_full_disk_when_an_object_is_made_is_an_error_and_its_rows_are_taken(

@@ -226,15 +226,15 @@ def test_failed_fetch_leaves_nothing_and_dead_fetch_is_reclaimed(source, tmp_pat
     dead.start()
     dead.join()
     assert cs.reserve([(obj, [0, 1], [5, 5])], now=0) == ([[0, 1]], [[]])  # made anew
-    obj.words[0] = [FETCHING, 5, dead.pid]
-    obj.words[1] = [FETCHING, 5, dead.pid]
+    obj.words[0, :3] = [FETCHING, 5, dead.pid]
+    obj.words[1, :3] = [FETCHING, 5, dead.pid]
     assert cs.used() == 2 * CHUNK
     assert cs.fetch(Store.open(root), obj, [2], [3], now=0) == []
     assert cs.read(obj, 2 * CHUNK, 3 * CHUNK) == blobs[key][2 * CHUNK : 3 * CHUNK]
     assert cs.used() <= cs.max_bytes
     # a chunk no step will need again (NEVER) still reclaims a dead fetch's room (one room
     # scan per reservation took candidates only while needed later than the miss)
-    obj.words[1] = [FETCHING, 5, dead.pid]
+    obj.words[1, :3] = [FETCHING, 5, dead.pid]
     assert cs.fetch(Store.open(root), obj, [3], [NEVER], now=0) == []
     assert cs.read(obj, 3 * CHUNK, 4 * CHUNK) == blobs[key][3 * CHUNK : 4 * CHUNK]
     assert not obj.present(1) and cs.used() <= cs.max_bytes
@@ -247,7 +247,7 @@ def test_chunk_store_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "64M")
     cs = chunk_store()
     assert isinstance(cs, ChunkStore)
-    assert cs.max_bytes == 64 << 20 and cs.directory == tmp_path / "objects" / "chunks"
+    assert cs.max_bytes == 64 << 20 and cs.directory == tmp_path / "objects" / "chunk-slots"
 
 
 def test_a_chunk_cache_bound_under_one_chunk_is_off_and_names_both_settings(tmp_path, monkeypatch):
@@ -272,9 +272,9 @@ def test_an_unusable_chunk_folder_is_named(tmp_path, monkeypatch):
     """It said "the chunk cache folder is not usable (Is a directory)": neither the folder nor
     the file in the way."""
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
-    (tmp_path / "objects" / "chunks" / ".boot").mkdir(parents=True)  # where the mark goes
+    (tmp_path / "objects" / "chunk-slots" / ".boot").mkdir(parents=True)  # where the mark goes
     why = chunk_store(64 << 20)
-    folder = tmp_path / "objects" / "chunks"
+    folder = tmp_path / "objects" / "chunk-slots"
     assert why.startswith(f"the chunk cache folder {str(folder)!r} is not usable (")
     assert ".boot" in why
 
@@ -296,7 +296,7 @@ def test_chunk_settings_that_are_not_sizes_name_themselves(tmp_path, monkeypatch
         monkeypatch.setenv("TREADLE_CHUNK_BYTES", raw)
         with pytest.raises(ValueError, match=f"^TREADLE_CHUNK_BYTES='{raw}' {why}"):
             chunk_store()
-    assert not (tmp_path / "objects" / "chunks").exists()  # nothing made
+    assert not (tmp_path / "objects" / "chunk-slots").exists()  # nothing made
 
 
 def test_a_chunk_size_without_a_unit_under_4k_is_refused(tmp_path, monkeypatch):
@@ -309,7 +309,7 @@ def test_a_chunk_size_without_a_unit_under_4k_is_refused(tmp_path, monkeypatch):
         monkeypatch.setenv("TREADLE_CHUNK_BYTES", raw)
         with pytest.raises(ValueError, match=f"^TREADLE_CHUNK_BYTES='{raw}' is .* at least 4096"):
             chunk_store()
-    assert not (tmp_path / "objects" / "chunks").exists()  # nothing made
+    assert not (tmp_path / "objects" / "chunk-slots").exists()  # nothing made
     monkeypatch.setenv("TREADLE_CHUNK_BYTES", "4")
     with pytest.raises(ValueError, match="write 4M for MiB, or 4B if 4-byte chunks are meant"):
         chunk_store()
@@ -336,7 +336,7 @@ def test_other_processes_objects_are_not_kept_mapped(source, tmp_path, monkeypat
     fds = len(os.listdir("/proc/self/fd"))
     cs = ChunkStore(tmp_path / "chunks", 6 * CHUNK, CHUNK)
     assert cs.used() == OBJECTS * CHUNK and not cs._foreign and not cs._objects  # read only
-    assert len(os.listdir("/proc/self/fd")) <= fds
+    assert len(os.listdir("/proc/self/fd")) <= fds + 3  # its slot file, slot table and its map
     key = "data/o0.lance"
     mine = cs.object(store, key, len(blobs[key]))
     cs.fetch(store, mine, [1, 2, 3, 4], [5, 5, 5, 5], now=1)  # room made from the others'
@@ -367,23 +367,47 @@ def test_processes_with_other_chunk_sizes_keep_their_own_files(source, tmp_path)
 
 
 def test_a_purge_forgets_the_chunks_of_every_chunk_size(source, tmp_path, monkeypatch):
-    """``forget_copies`` (a purge's old data files) removes an object's chunk files whatever
-    chunk size made them, and no other object's."""
+    """``forget_copies`` (a purge's old data files) removes an object's chunks whatever chunk
+    size made them, and no other object's: their state files go and no slot holds their
+    bytes."""
     from treadle.storage.filecache import forget_copies
 
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
     root, blobs = source
     store = Store.open(root)
-    folder = tmp_path / "objects" / "chunks"
+    folder = tmp_path / "objects" / "chunk-slots"
     for size in (CHUNK, 2 * CHUNK):
         cs = ChunkStore(folder, 1 << 20, size)
         for key in ("data/o0.lance", "data/o1.lance"):
             cs.fetch(store, cs.object(store, key, len(blobs[key])), [0], [1], now=0)
-    assert len(list(folder.glob("*.data"))) == 4
+    assert len(list(folder.glob("*.state"))) == 4
     forget_copies(store, "data/o0.lance", len(blobs["data/o0.lance"]))
     left = ChunkStore(folder, 1 << 20, CHUNK)
-    assert len(list(folder.glob("*.data"))) == len(list(folder.glob("*.state"))) == 2
+    assert len(list(folder.glob("*.state"))) == 2
     assert left.used() == CHUNK + 2 * CHUNK  # o1's chunk of each size
+    slots = b"".join(p.read_bytes() for p in folder.glob("slots_*.data"))
+    assert blobs["data/o0.lance"][:CHUNK] not in slots
+    assert blobs["data/o1.lance"][: 2 * CHUNK] in slots
+
+
+def test_a_purge_punches_a_slot_taken_for_another_objects_fetch(source, tmp_path, monkeypatch):
+    """A slot freed by an eviction keeps its bytes until the chunk that took it is written:
+    a purge in between punches them (the slot is tagged with the object whose bytes it
+    holds), and the fetch that took it still lands whole."""
+    from treadle.storage.filecache import forget_copies
+
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    root, blobs = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "objects" / "chunk-slots", CHUNK, CHUNK)
+    o0, o1 = (cs.object(store, k, len(blobs[k])) for k in ("data/o0.lance", "data/o1.lance"))
+    cs.fetch(store, o0, [0], [9], now=0)
+    assert cs.reserve([(o1, [0], [1])], now=0) == ([[0]], [[]])  # o0's chunk evicted
+    forget_copies(store, "data/o0.lance", len(blobs["data/o0.lance"]))
+    slots = (cs.directory / f"slots_{CHUNK}.data").read_bytes()
+    assert blobs["data/o0.lance"][:CHUNK] not in slots
+    cs.download(store, [(o1, [0])])
+    assert cs.read(o1, 0, CHUNK) == blobs["data/o1.lance"][:CHUNK]
 
 
 def test_a_reservation_scans_the_folder_once_and_evicts_farthest_first(source, tmp_path,
@@ -412,27 +436,34 @@ def test_a_reservation_scans_the_folder_once_and_evicts_farthest_first(source, t
     )
 
 
-def test_objects_named_before_the_chunk_size_are_removed(source, tmp_path):
-    """An object whose name holds no chunk size was made by an older treadle: no store reads
-    it now, so the next scan removes its files instead of leaving their bytes on disk outside
-    every bound (a 4 MiB-chunk object met by a 1 MiB store was skipped, forever)."""
-    from treadle.storage.chunkfolder import PRESENT, ObjectFiles
-
+def test_state_files_of_another_layout_are_removed(source, tmp_path):
+    """A state file whose name holds no object size, or whose words are laid out for
+    another count, was made by an older treadle: no store reads it now, so the next scan
+    removes it (a 4 MiB-chunk object met by a 1 MiB store was skipped, forever)."""
     root, blobs = source
     folder = tmp_path / "chunks"
     folder.mkdir()
-    old = ObjectFiles(folder, "ab" * 20, "data/o0.lance", len(blobs["data/o0.lance"]), 4 * CHUNK)
-    old.words[0, 0] = PRESENT
-    os.pwrite(old.fd, b"x" * CHUNK, 0)
-    old.close()
+    (folder / f"{'ab' * 20}_{4 * CHUNK}.state").write_bytes(b"\2" * 24)
+    (folder / f"{'cd' * 20}_{len(blobs['data/o0.lance'])}_{CHUNK}.state").write_bytes(b"\2" * 24)
     store = Store.open(root)
     cs = ChunkStore(folder, 8 * CHUNK, CHUNK)
     cs.fetch(store, cs.object(store, "data/o1.lance", len(blobs["data/o1.lance"])), [0], [1], now=0)
     assert cs.used() == CHUNK  # its own chunk only
-    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == sorted(
-        f"{cs.object(store, 'data/o1.lance', len(blobs['data/o1.lance'])).name}{s}"
-        for s in (".data", ".state")
-    )
+    assert [p.name for p in folder.glob("*.state")] == [
+        f"{cs.object(store, 'data/o1.lance', len(blobs['data/o1.lance'])).name}.state"
+    ]
+
+
+def test_the_chunk_folder_before_slots_is_removed(tmp_path, monkeypatch):
+    """The folder of the layout before slots (a sparse data file per object, ``chunks``)
+    is emptied when a store of this one opens: its bytes were outside every bound."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    old = tmp_path / "objects" / "chunks"
+    old.mkdir(parents=True)
+    for name in (f"{'ab' * 20}_{CHUNK}.state", f"{'ab' * 20}_{CHUNK}.data", "keep.txt"):
+        (old / name).write_bytes(b"x" * 100)
+    assert isinstance(chunk_store(64 << 20), ChunkStore)
+    assert sorted(p.name for p in old.iterdir() if not p.name.startswith(".")) == ["keep.txt"]
 
 
 def test_odd_names_and_torn_state_files_do_not_stop_a_scan(source, tmp_path):
@@ -441,7 +472,7 @@ def test_odd_names_and_torn_state_files_do_not_stop_a_scan(source, tmp_path):
     of 13 bytes raised in every reservation's scan."""
     from treadle.storage.chunkfolder import chunk_of
 
-    assert (chunk_of("ab" * 20 + "_1048576"), chunk_of("ab_²"), chunk_of("ab" * 20)) == (
+    assert (chunk_of("ab" * 20 + "_5000_1048576"), chunk_of("ab_²_3"), chunk_of("ab" * 20)) == (
         1 << 20,
         None,
         None,
@@ -449,9 +480,8 @@ def test_odd_names_and_torn_state_files_do_not_stop_a_scan(source, tmp_path):
     root, blobs = source
     folder = tmp_path / "chunks"
     folder.mkdir()
-    for name, state in (("cd_²", b"\0" * 24), (f"{'ef' * 20}_{CHUNK}", b"\0" * 13)):
+    for name, state in (("cd_5_²", b"\0" * 32), (f"{'ef' * 20}_5000_{CHUNK}", b"\0" * 13)):
         (folder / f"{name}.state").write_bytes(state)
-        (folder / f"{name}.data").write_bytes(b"")
     cs = ChunkStore(folder, 4 * CHUNK, CHUNK)
     store = Store.open(root)
     cs.fetch(store, cs.object(store, "data/o1.lance", len(blobs["data/o1.lance"])), [0], [1], now=0)

@@ -21,9 +21,9 @@ import pytest
 from descriptors import is_open
 from treadle.errors import StorageError
 from treadle.storage import folderlock
-from treadle.storage.chunkfolder import ObjectFiles
 from treadle.storage.folderlock import FolderLock
 from treadle.storage.loop import _Loop
+from treadle.storage.slotfile import SlotFile
 from treadle.storage.store import Store
 from treadle.workers.processes import _Handle
 from treadle.workers.slots import Slot
@@ -161,14 +161,14 @@ def test_a_closed_batch_slot_never_maps_the_file_that_took_its_number():
         os.close(other)
 
 
-def test_an_object_files_closed_twice_closes_its_descriptor_once(tmp_path):
-    obj = ObjectFiles(tmp_path, "0" * 40 + "_4096", "key", 10_000, 4096)
-    obj.close()  # another process's object, let go (ChunkFolder.let_go, forget, _view)
+def test_a_slot_file_closed_twice_closes_its_descriptors_once(tmp_path):
+    slots = SlotFile(tmp_path, 4096)
+    slots.close()  # a folder used for one purge (chunkfolder.remove_named)
     others = [os.pipe() for _ in range(4)]
-    obj.close()
+    slots.close()
     lost = [fd for pair in others for fd in pair if not is_open(fd)]
     _close_all(others)
-    assert not lost, f"an object's files closed twice closed descriptors it did not own: {lost}"
+    assert not lost, f"a slot file closed twice closed descriptors it did not own: {lost}"
 
 
 def _close_all(pairs: list[tuple[int, int]]) -> None:

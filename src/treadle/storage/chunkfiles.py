@@ -1,20 +1,17 @@
-"""File-level helpers of the chunk store (:mod:`treadle.storage.chunkstore`): freeing an
-evicted chunk's bytes (a hole in its sparse file), telling whether a fetching process
+"""File-level helpers of the chunk store (:mod:`treadle.storage.chunkstore`): evicting a
+chunk (its slot freed), telling whether a fetching process
 still lives, whether the folder's chunks were written since the machine booted, and what
 ``$TREADLE_CHUNK_BYTES`` says."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from treadle.storage.chunkfolder import ABSENT, FETCHING, STATE_MASK, ObjectFiles
+from treadle.storage.chunkfolder import ABSENT, FETCHING, PRESENT, STATE_MASK, ObjectFiles
 from treadle.storage.filecache import parse_bytes
 
 __all__ = [
@@ -24,15 +21,11 @@ __all__ = [
     "dead_fetch",
     "evict",
     "fetcher_id",
-    "punch",
     "same_boot",
 ]
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 """Linux's id of this boot of the machine (containers share their host's)."""
-
-_FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (Linux)
-
 
 PID_BITS = 22
 """A fetcher's id (a chunk's third state word): its process id in the low ``PID_BITS``
@@ -82,13 +75,22 @@ def dead_fetch(w: np.ndarray) -> bool:
     return int(w[0]) & STATE_MASK == FETCHING and not alive(w[2:])[0]
 
 
-def evict(obj: ObjectFiles, c: int) -> None:
-    """Mark chunk ``c`` of ``obj`` absent with a new generation (readers that copied it in
-    between see the change), then free its bytes."""
-    gen = (int(obj.words[c, 0]) >> 2) + 1
-    obj.words[c, 0] = gen << 2 | ABSENT
+def evict(obj: ObjectFiles, c: int, keep: bool = False) -> int:
+    """Under the folder's lock: mark chunk ``c`` of ``obj`` absent with a new generation
+    (readers that copied it in between see the change), then free its slot. ``keep``: a
+    present chunk's bytes stay in the slot, for the same reservation to write over (its
+    number is returned; :meth:`~treadle.storage.slotfile.SlotFile.settle` punches it if
+    not taken); else, or where the chunk was not present (a fetch cut short), they are
+    punched and -1 is returned."""
+    w = int(obj.words[c, 0])
+    slot = int(obj.words[c, 3])
+    obj.words[c, 0] = ((w >> 2) + 1) << 2 | ABSENT
     obj.words[c, 2] = 0
-    punch(obj.fd, c * obj.chunk, obj.chunk_size(c))
+    obj.words[c, 3] = -1
+    keep = keep and w & STATE_MASK == PRESENT
+    if slot >= 0:
+        obj.slots.free(slot, clean=not keep)
+    return slot if keep and slot >= 0 else -1
 
 
 def _alive(v: int) -> bool:
@@ -108,22 +110,6 @@ def _alive(v: int) -> bool:
         return False
     except PermissionError:
         return True
-
-
-_LIBC = None
-
-
-def punch(fd: int, offset: int, length: int) -> None:
-    """Free bytes of a file without changing its size (a hole), or zero them where the file
-    system cannot punch holes (then the disk space is freed only when the object goes)."""
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        _LIBC.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    with contextlib.suppress(AttributeError):
-        if _LIBC.fallocate(fd, _FALLOC_PUNCH, offset, length) == 0:
-            return
-    os.pwrite(fd, bytes(length), offset)
 
 
 def boot_id() -> str | None:

@@ -1,20 +1,22 @@
-"""The chunk store's folder (:mod:`treadle.storage.chunkstore`): which objects hold chunks, and
-the removal of those that hold none.
+"""The chunk store's folder (:mod:`treadle.storage.chunkstore`): which objects hold chunks,
+where their bytes are, and the removal of objects that hold none.
 
-The folder is its own index: an object's two files (``<name>.state``, ``<name>.data``) exist
-only while it holds chunks, or until the next scan after it was opened or emptied. A scan
-lists the folder and visits only those objects, so its cost follows the objects that hold
-bytes, not every object the node ever read, and the folder's file count stays bounded.
+Per object, ``<name>.state`` holds :data:`WORDS` words a chunk; a chunk's bytes are in a slot
+of the folder's slot file for its chunk size (:mod:`~treadle.storage.slotfile`), which its
+words name. The folder is its own index: an object's state file exists only while it holds
+chunks, or until the next scan after it was opened or emptied. A scan lists the folder and
+visits only those objects, so its cost follows the objects that hold bytes, not every object
+the node ever read, and the folder's file count stays bounded.
 
 **Removal**, under the folder's ``flock``, of an object whose every chunk is absent (none
 present, none being fetched: no process has it reserved): its state words are marked
-:data:`REMOVED` (in the file every process maps), then its data file and its state file are
-unlinked. A process that still maps the old files sees :data:`REMOVED` and re-opens the object
+:data:`REMOVED` (in the file every process maps), then its state file is unlinked. A process
+that still maps the old file sees :data:`REMOVED` and re-opens the object
 (:meth:`ObjectFiles.reopen`, under the lock) before it counts, reserves or reads; it never
-writes into removed files, so every present or fetching chunk is in a file the folder lists
-and the bound counts it. An old mapping never says present again, so a reader never takes
-bytes from it. A removal cut short by a crash leaves a state file marked removed (or one
-without its data file): the next scan or open finishes it.
+reserves through removed words, so every present or fetching chunk is in a file the folder
+lists and the bound counts it. An old mapping never says present again, so a reader never
+takes bytes through it. A removal cut short by a crash leaves a state file marked removed:
+the next scan or open finishes it.
 """
 
 from __future__ import annotations
@@ -27,8 +29,20 @@ from pathlib import Path
 import numpy as np
 
 from treadle.storage.fileio import write_at
+from treadle.storage.slotfile import SlotFile, tag_of
 
-__all__ = ["REMOVED", "ChunkFolder", "ObjectFiles", "SeenObject", "chunk_of", "remove_named"]
+__all__ = [
+    "LEGACY_FOLDER",
+    "REMOVED",
+    "WORDS",
+    "ChunkFolder",
+    "ObjectFiles",
+    "SeenObject",
+    "chunk_of",
+    "remove_legacy",
+    "remove_named",
+    "size_of",
+]
 
 STATE_MASK = 3
 ABSENT, FETCHING, PRESENT = 0, 1, 2
@@ -36,6 +50,11 @@ NEVER = 1 << 62
 """The next use of a chunk no known step needs."""
 REMOVED = 3
 """The state of every chunk of an object whose files were removed: re-open it."""
+
+
+WORDS = 4
+"""State words per chunk: its state (and generation), its next use, the process fetching it,
+its slot (:mod:`~treadle.storage.slotfile`; -1: none)."""
 
 
 def _unlink(path: Path) -> None:
@@ -48,19 +67,48 @@ def _marked_removed(fd: int) -> bool:
     return len(head) == 8 and int(np.frombuffer(head, np.int64)[0]) & STATE_MASK == REMOVED
 
 
+def _tail_number(part: str) -> int | None:
+    return int(part) if part.isascii() and part.isdigit() and int(part) > 0 else None
+
+
+def _numbers(name: str) -> tuple[int, int] | None:
+    """The object size and chunk size an object's name holds, or None for another name."""
+    parts = name.split("_")
+    if len(parts) != 3:
+        return None
+    size, chunk = _tail_number(parts[1]), _tail_number(parts[2])
+    return None if size is None or chunk is None else (size, chunk)
+
+
 def chunk_of(name: str) -> int | None:
-    """The chunk size an object's name ends with (``<hash>_<chunk bytes>``: processes of a
-    node with other ``$TREADLE_CHUNK_BYTES`` keep other files, and every store of the folder
-    counts them all in its bound), or None for a name made before names held it."""
-    tail = name.rpartition("_")[2]
-    ok = "_" in name and tail.isascii() and tail.isdigit()
-    return int(tail) if ok and int(tail) > 0 else None
+    """The chunk size an object's name ends with (``<hash>_<size>_<chunk bytes>``: processes
+    of a node with other ``$TREADLE_CHUNK_BYTES`` keep other files, and every store of the
+    folder counts them all in its bound), or None for a name not made so."""
+    got = _numbers(name)
+    return None if got is None else got[1]
+
+
+def size_of(name: str) -> int | None:
+    """The object size an object's name holds (see :func:`chunk_of`), or None."""
+    got = _numbers(name)
+    return None if got is None else got[0]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def _fresh_words(count: int) -> bytes:
+    words = np.zeros((count, WORDS), np.int64)
+    words[:, 3] = -1
+    return words.tobytes()
 
 
 class ObjectFiles:
-    """One object's files in the folder: its sparse data file and mapped state words."""
+    """One object's state words in the folder, mapped; its chunks' bytes are in ``slots``."""
 
-    def __init__(self, directory: Path, name: str, key: str, size: int, chunk: int):
+    def __init__(self, directory: Path, name: str, key: str, size: int, chunk: int,
+                 slots: SlotFile) -> None:  # fmt: skip
         self.directory, self.name, self.key, self.size, self.chunk = (
             directory,
             name,
@@ -68,76 +116,54 @@ class ObjectFiles:
             size,
             chunk,
         )
+        self.slots, self.tag = slots, tag_of(name)
         self.media = False  # a video stream (counted apart in ChunkStats' media_* fields)
         self.count = max(1, -(-size // chunk))
-        self.words, self.fd = self._open()
+        self.words = self._open()
 
     def chunk_size(self, index: int) -> int:
         return min(self.chunk, self.size - index * self.chunk)
 
-    def _open(self) -> tuple[np.ndarray, int]:
-        """Under the folder's lock: the state words, mapped, and the data file, made (every
-        chunk absent) where missing or left by a removal that did not finish."""
+    def _open(self) -> np.ndarray:
+        """Under the folder's lock: the state words, mapped; made (every chunk absent)
+        where missing, torn, or left by a removal that did not finish. A word written through
+        the mapping into a hole of a full disk kills the process with ``SIGBUS``, so a new
+        file's blocks are written first (``OSError`` here)."""
         state = self.directory / f"{self.name}.state"
-        data = self.directory / f"{self.name}.data"
+        want = self.count * WORDS * 8
         while True:
             fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 if not _marked_removed(fd):
-                    return self._open_files(fd, state, data)
+                    if os.fstat(fd).st_size != want:  # new or torn (its slots: SlotFile.repair)
+                        write_at(fd, _fresh_words(self.count), 0)
+                        os.ftruncate(fd, want)
+                    self.inode = os.fstat(fd).st_ino  # the file mapped (tests: still listed?)
+                    # a plain array over the mapping: a memmap's indexing is several times slower
+                    words = np.memmap(state, np.int64, "r+", shape=(self.count, WORDS))
+                    return words.view(np.ndarray)
             finally:
                 os.close(fd)
-            _unlink(data)  # a removal cut short: finished, then made anew
-            _unlink(state)
-
-    def _open_files(self, state_fd: int, state: Path, data: Path) -> tuple[np.ndarray, int]:
-        """:meth:`_open` of the state file ``state`` (open: ``state_fd``, not removed). A
-        state file of the wrong size (new, or torn) or one whose data file is not the
-        object's size (lost, or cut: a hole's zeros where its words say present) is made
-        anew: every chunk absent, its blocks written (a word written through the mapping
-        into a hole of a full disk kills the process with ``SIGBUS``; ``OSError`` here)."""
-        want = self.count * 3 * 8
-        fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if os.fstat(state_fd).st_size != want or os.fstat(fd).st_size != self.size:
-                write_at(state_fd, bytes(want), 0)
-                os.ftruncate(state_fd, want)
-                os.ftruncate(fd, 0)  # no bytes left that no chunk counts
-                os.ftruncate(fd, self.size)  # sparse: no bytes until chunks are written
-            # a plain array over the mapping: a memmap's indexing is several times slower
-            words = np.memmap(state, np.int64, "r+", shape=(self.count, 3)).view(np.ndarray)
-        except BaseException:
-            os.close(fd)
-            raise
-        return words, fd
+            _unlink(state)  # a removal cut short: finished, then made anew
 
     def removed(self) -> bool:
         """Whether the files mapped were removed (then :meth:`reopen` before any use)."""
         return int(self.words[0, 0]) & STATE_MASK == REMOVED
 
     def reopen(self, create: bool = True) -> bool:
-        """Under the folder's lock: map the object's files anew (made empty where none, or
-        only where some process made them: ``create=False``); whether they are mapped. The
-        data descriptor keeps its number, switched before the words: a reader in another
-        thread that sees the new words reads the new file, one that sees the old words
-        sees them removed."""
+        """Under the folder's lock: map the object's state words anew (made empty where none,
+        or only where some process made them: ``create=False``); whether they are mapped."""
         if not create and not (self.directory / f"{self.name}.state").exists():
             return False
         try:
-            words, fd = self._open()
+            self.words = self._open()
         except OSError:  # a full disk: it stays removed (read and fetched another way)
             return False
-        os.dup2(fd, self.fd, inheritable=False)  # as os.open makes it
-        os.close(fd)
-        self.words = words
         return True
 
     def close(self) -> None:
-        """Let the files go (an object of another process, mapped to evict its chunks)."""
+        """Let the words go (an object of another process, mapped to evict its chunks)."""
         self.words = None  # type: ignore[assignment]  # its mapping closes with its last view
-        fd, self.fd = self.fd, -1  # closed once: a second close would hit a reused number
-        if fd >= 0:
-            os.close(fd)
 
 
 class SeenObject:
@@ -154,18 +180,41 @@ class SeenObject:
 
 class ChunkFolder:
     """The objects of one chunk folder this process maps: its own (``objects``, kept) and
-    other processes' (``foreign``, mapped to evict, at most ``max_foreign`` kept)."""
+    other processes' (``foreign``, mapped to evict, at most ``max_foreign`` kept), and the
+    folder's slot files (one per chunk size, opened when first needed)."""
 
     def __init__(self, directory: Path, chunk: int, max_foreign: int):
         self.directory, self.chunk, self.max_foreign = directory, chunk, max_foreign
         self.objects: dict[str, ObjectFiles] = {}  # by name: this process's mappings
         self.foreign: OrderedDict[str, ObjectFiles] = OrderedDict()  # least recent first
+        self.slot_files: dict[int, SlotFile] = {}  # by chunk size
         self.scanned = 0  # objects the last scan visited (those holding chunks)
+
+    def slots(self, chunk: int) -> SlotFile:
+        """Under the folder's lock (or before any other thread sees the folder): the slot
+        file of chunk size ``chunk``."""
+        got = self.slot_files.get(chunk)
+        if got is None:
+            got = self.slot_files[chunk] = SlotFile(self.directory, chunk)
+        return got
+
+    def _slot_sizes(self) -> list[int]:
+        """The chunk sizes that have slot files in the folder."""
+        out = []
+        for e in os.scandir(self.directory):
+            if e.name.startswith("slots_") and e.name.endswith(".table"):
+                chunk = _tail_number(e.name[6:-6])
+                if chunk is not None:
+                    out.append(chunk)
+        return out
 
     def scan(self) -> list[tuple[ObjectFiles | SeenObject, np.ndarray]]:
         """Under the folder's lock: every object that holds chunks, with its states;
-        objects that hold none are removed (see the module's docstring)."""
+        objects that hold none are removed (see the module's docstring), and slots no
+        object's words name are freed (:meth:`SlotFile.repair`)."""
         out = []
+        held: dict[int, list[np.ndarray]] = {c: [] for c in self._slot_sizes()}
+        present: dict[int, list[np.ndarray]] = {c: [] for c in held}
         for e in os.scandir(self.directory):
             if not e.name.endswith(".state"):
                 continue
@@ -176,19 +225,27 @@ class ChunkFolder:
             if not np.any(states != ABSENT):
                 self._remove(obj)
                 continue
+            held.setdefault(obj.chunk, []).append(np.asarray(obj.words[states != ABSENT, 3]))
+            present.setdefault(obj.chunk, []).append(np.asarray(obj.words[states == PRESENT, 3]))
             out.append((obj, states))
+        for chunk, slots in held.items():
+            named, written = _joined(slots), _joined(present[chunk])
+            if not self.slots(chunk).repair(named, written):  # slot file removed or cut
+                self.forget()  # its chunks' words would say present over other bytes
+                out = []
+                break
         self.scanned = len(out)
         return out
 
     def forget(self) -> None:
-        """Under the folder's lock: remove every object's files whatever its chunks' states
-        (a folder written in another boot of the machine: ``chunkfiles.same_boot``)."""
+        """Under the folder's lock: remove every object's files and empty every slot,
+        whatever the chunks' states (a folder written in another boot of the machine:
+        ``chunkfiles.same_boot``)."""
         for e in list(os.scandir(self.directory)):
             if e.name.endswith(".state") and (obj := self._view(e.name[:-6])) is not None:
                 self._remove(obj)
-        for e in list(os.scandir(self.directory)):  # a data file whose state file is gone
-            if e.name.endswith(".data") and not os.path.exists(e.path[:-5] + ".state"):
-                _unlink(Path(e.path))  # (a crash between their removals): bytes nobody counts
+        for chunk in self._slot_sizes():
+            self.slots(chunk).forget()
         self.objects.clear()
         for obj in self.foreign.values():
             obj.close()
@@ -196,8 +253,8 @@ class ChunkFolder:
 
     def _view(self, name: str) -> ObjectFiles | SeenObject | None:
         """Object ``name`` as mapped here (re-opened where removed), else a copy of its
-        state words; None where its files are left by a removal or creation cut short, or
-        by a treadle before names held the chunk size (then removed)."""
+        state words; None where its file is torn, or not named as this treadle names them
+        (then removed)."""
         obj = self.objects.get(name)
         if obj is not None and (not obj.removed() or obj.reopen(create=False)):
             return obj
@@ -209,39 +266,44 @@ class ChunkFolder:
             self.foreign.pop(name).close()
         state = self.directory / f"{name}.state"
         try:
-            fd = os.open(state, os.O_RDONLY)
-            try:
-                # read-only: evictions write through a mapping (ChunkFolder.mapped)
-                raw = os.pread(fd, os.fstat(fd).st_size, 0)
-                words = np.frombuffer(raw[: len(raw) // 24 * 24], np.int64)  # torn: cut
-            finally:
-                os.close(fd)
-            size = os.stat(self.directory / f"{name}.data").st_size
+            with open(state, "rb") as f:  # read-only: evictions write through a mapping
+                raw = f.read()
         except FileNotFoundError:
-            _unlink(state)  # no data file: made or removed when a process died
             return None
-        chunk = chunk_of(name)
-        if chunk is None or len(words) != 3 * max(1, -(-size // chunk)):
-            # a treadle before names held the chunk size made it (nothing reads it now), or
-            # a torn file: its bytes would stay on disk outside every bound
-            self._remove(SeenObject(name, size, self.chunk, words))
+        words = np.frombuffer(raw[: len(raw) // 8 * 8], np.int64)
+        chunk, size = chunk_of(name), size_of(name)
+        if chunk is None or size is None or len(words) != WORDS * max(1, -(-size // chunk)):
+            # torn, or not a name of this layout: its slots are freed by SlotFile.repair
+            _unlink(state)
             return None
-        words = words.reshape(-1, 3)
+        words = words.reshape(-1, WORDS)
         if words[0, 0] & STATE_MASK == REMOVED:
             self._remove(SeenObject(name, size, chunk, words))
             return None
         return SeenObject(name, size, chunk, words)
 
     def _remove(self, obj: ObjectFiles | SeenObject) -> None:
+        """Under the folder's lock: mark ``obj``'s words removed (every mapping sees it: one
+        page cache) and naming no slot, then free its chunks' slots (their bytes punched)
+        and unlink its state file. Cut short after the mark, its slots are freed by the next
+        scan's :meth:`SlotFile.repair`; never freed twice (the words no longer name them)."""
         state = self.directory / f"{obj.name}.state"
-        marked = np.array(obj.words, np.int64).reshape(-1, 3)
-        marked[:, 0] = (marked[:, 0] & ~STATE_MASK) | REMOVED
-        fd = os.open(state, os.O_WRONLY)
-        try:  # every mapping of the file sees it (one page cache)
-            os.pwrite(fd, marked.tobytes(), 0)
+        words = np.array(obj.words, np.int64).reshape(-1, WORDS)
+        held = words[(words[:, 0] & STATE_MASK != ABSENT) & (words[:, 0] & STATE_MASK
+                                                              != REMOVED), 3]  # fmt: skip
+        words[:, 0] = (words[:, 0] & ~STATE_MASK) | REMOVED
+        words[:, 3] = -1
+        try:
+            fd = os.open(state, os.O_WRONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.pwrite(fd, words.tobytes(), 0)
         finally:
             os.close(fd)
-        _unlink(self.directory / f"{obj.name}.data")
+        slots = self.slots(obj.chunk)
+        for s in held.tolist():
+            slots.free(int(s), clean=True)
         _unlink(state)
 
     def mapped(self, obj: ObjectFiles | SeenObject) -> ObjectFiles:
@@ -250,7 +312,8 @@ class ChunkFolder:
             return obj
         hit = self.foreign.get(obj.name)
         if hit is None:
-            hit = ObjectFiles(self.directory, obj.name, "", obj.size, obj.chunk)
+            hit = ObjectFiles(self.directory, obj.name, "", obj.size, obj.chunk,
+                              self.slots(obj.chunk))  # fmt: skip
             self.foreign[obj.name] = hit
         return hit
 
@@ -260,19 +323,47 @@ class ChunkFolder:
         while len(self.foreign) > self.max_foreign:
             self.foreign.popitem(last=False)[1].close()
 
+    def close(self) -> None:
+        """Close the slot files opened (a folder used for one task: :func:`remove_named`)."""
+        for slots in self.slot_files.values():
+            slots.close()
+        self.slot_files.clear()
+
 
 def remove_named(directory: Path, stem: str) -> None:
-    """Under the folder's lock: remove the files of the objects named ``stem`` whatever
-    their chunks' states (a purge's data files: every chunk size's, and a name without
-    one), each marked removed first, as a scan does: a process that maps them opens them
-    anew instead of fetching into files no scan lists."""
+    """Under the folder's lock: remove the files of the objects named ``stem`` (a purge's
+    data files, of every chunk size) whatever their chunks' states, each marked removed
+    first, as a scan does (a process that maps them opens them anew instead of fetching
+    into slots no word names), and punch every slot that holds their bytes, also slots
+    freed or taken for another object's fetch since."""
     folder = ChunkFolder(directory, 1, 0)
-    for state in [*directory.glob(f"{stem}_*.state"), directory / f"{stem}.state"]:
-        try:
-            raw = state.read_bytes()
-        except FileNotFoundError:
-            continue
-        words = np.frombuffer(raw[: len(raw) // 24 * 24], np.int64).reshape(-1, 3)
-        folder._remove(SeenObject(state.name.removesuffix(".state"), 0, 1, words))
-    for data in [*directory.glob(f"{stem}_*.data"), directory / f"{stem}.data"]:
-        _unlink(data)
+    try:
+        for state in directory.glob(f"{stem}_*.state"):
+            name = state.name.removesuffix(".state")
+            obj = folder._view(name)  # torn or unnamed: unlinked (its slots punched below)
+            if isinstance(obj, SeenObject):
+                folder._remove(obj)
+        for chunk in folder._slot_sizes():
+            folder.slots(chunk).purge(tag_of(stem))
+    finally:
+        folder.close()
+
+
+LEGACY_FOLDER = "chunks"
+"""The chunk folder of treadle before slots (a sparse ``.data`` file per object), beside
+``chunk-slots`` in the object cache folder."""
+
+
+def remove_legacy(directory: Path, stem: str = "") -> None:
+    """Remove the files of the chunk folder before slots (``directory``: its path), of the
+    objects named ``stem`` (a purge), or all of them (``""``: a store of this treadle opened
+    on the node). A process of that treadle still running goes on with the files it holds."""
+    if not directory.is_dir():
+        return
+    from treadle.storage.folderlock import folder_lock
+
+    with folder_lock(directory):
+        for e in list(os.scandir(directory)):
+            if e.name.startswith(stem) and e.name.endswith((".state", ".data")):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(e.path)

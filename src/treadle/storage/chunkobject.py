@@ -1,10 +1,12 @@
 """One object's chunks as a reader of this process sees them (:mod:`treadle.storage.chunkstore`).
 
-Its files are :class:`~treadle.storage.chunkfolder.ObjectFiles`'. A reader copies rows out of
-present chunks with :meth:`ObjectChunks.copy_rows`: the state words of every row are checked
-at once, before and after the copy (an eviction between marks the chunk absent with a new
-generation, which the second check sees), and each row is read straight into its place in the
-batch (``preadv``: no bytes object, no second copy).
+Its state words are :class:`~treadle.storage.chunkfolder.ObjectFiles`'; each present chunk's
+bytes are in the slot its words name (:mod:`~treadle.storage.slotfile`). A reader copies rows
+out of present chunks with :meth:`ObjectChunks.copy_rows`: the state words of every row are
+checked at once, before and after the copy (an eviction between marks the chunk absent with a
+new generation, which the second check sees; its slot changes hands only after that), and
+each row is read straight into its place in the batch (``preadv``: no bytes object, no second
+copy), in one piece per chunk it touches.
 """
 
 from __future__ import annotations
@@ -52,14 +54,53 @@ class ObjectChunks(ObjectFiles):
         lo, hi = int(first.min()), int(last.max()) + 1  # the state words of the chunks in reach
         first, last = first - lo, last - lo
         before = words[lo:hi, 0].copy()
-        ok = _all_in_spans(before & _STATE_MASK == PRESENT, first, last)
+        slots = words[lo:hi, 3].copy()  # after the states: a slot changes hands after them
+        ok = _all_in_spans((before & _STATE_MASK == PRESENT) & (slots >= 0), first, last)
         idx = np.flatnonzero(ok)
-        for i, row, at in zip(idx.tolist(), into[idx].tolist(), starts[idx].tolist()):
-            if os.preadv(self.fd, [out[row]], at) != length:
+        fd, chunk = self.slots.fd, self.chunk
+        at = slots[first[idx]] * chunk + (starts[idx] - (first[idx] + lo) * chunk)
+        one = first[idx] == last[idx]
+        for i, row, pos in zip(idx[one].tolist(), into[idx[one]].tolist(), at[one].tolist()):
+            if os.preadv(fd, [out[row]], pos) != length:
                 ok[i] = False
+        for i in idx[~one].tolist():  # a row across chunks: a piece from each one's slot
+            ok[i] = self._copy_pieces(out[into[i]], int(starts[i]), slots, lo)
         if len(idx):  # evicted (and maybe fetched again) while copied: not trusted
             ok[idx] &= _all_in_spans(words[lo:hi, 0] == before, first[idx], last[idx])
         return ok
+
+    def _copy_pieces(self, row: np.ndarray, start: int, slots: np.ndarray, lo: int) -> bool:
+        """Copy bytes ``[start, start + len(row))`` into ``row``, a piece per chunk (its
+        slot: ``slots[chunk - lo]``); whether every piece was read whole."""
+        end, at = start + len(row), start
+        while at < end:
+            c = at // self.chunk
+            stop = min(end, (c + 1) * self.chunk)
+            if slots[c - lo] < 0:  # evicted since its state was read
+                return False
+            pos = int(slots[c - lo]) * self.chunk + (at - c * self.chunk)
+            if os.preadv(self.slots.fd, [row[at - start : stop - start]], pos) != stop - at:
+                return False
+            at = stop
+        return True
+
+    def read(self, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` when every chunk they touch is present (and stays so while
+        they are copied), else None."""
+        first, last = start // self.chunk, max(start, end - 1) // self.chunk
+        for _ in range(2):  # again once the files of a removed object were mapped anew
+            words = self.words  # one mapping for both checks (a re-open switches it)
+            before = words[first : last + 1, 0].tolist()  # 1-2 words: Python is quicker
+            if any(w & _STATE_MASK != PRESENT for w in before):
+                if self.removed() and self.reopen_removed():
+                    continue
+                return None
+            out = np.empty(end - start, np.uint8)
+            whole = self._copy_pieces(out, start, words[first : last + 1, 3].copy(), first)
+            if not whole or words[first : last + 1, 0].tolist() != before:
+                return None  # evicted (and maybe fetched again) while copied: not trusted
+            return out.tobytes()
+        return None
 
 
 def _all_in_spans(good: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:

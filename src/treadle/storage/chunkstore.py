@@ -7,11 +7,13 @@ next needs it, and room is made by evicting the chunk needed farthest in the fut
 again: first). Over chunks of one size that is Belady's optimal policy
 (:func:`treadle.plan.simcache.belady` computes the same optimum for ``treadle simulate``).
 
-- **Where**: ``<object cache folder>/chunks``. Per object (named by a hash of root URL, key and
-  size, then the chunk size: stores of other chunk sizes share the folder and its bound):
-  ``<name>.data``, a sparse file of the object's size, and ``<name>.state``, per chunk a
-  state word (absent, fetching or present, and a generation that counts evictions), the step
-  that next needs it and the process fetching it (id and start time). Every process of the
+- **Where**: ``<object cache folder>/chunk-slots``. Per object (named by a hash of root URL,
+  key and size, then its size and the chunk size: stores of other chunk sizes share the folder
+  and its bound), ``<name>.state``: per chunk a state word (absent, fetching or present, and a
+  generation that counts evictions), the step that next needs it, the process fetching it (id
+  and start time) and its slot. The bytes of every object's chunks of one size are in slots of
+  one file (:mod:`~treadle.storage.slotfile`): an evicted chunk's slot is written over by the
+  next fetch, in pages the page cache holds. Every process of the
   node maps the same files, so ranks of one node never fetch a chunk twice. A process keeps
   the objects it reads mapped (one store per process, :func:`chunk_store`); other processes'
   objects are read (a copy of their state words) to make room, and mapped only to evict
@@ -30,8 +32,10 @@ again: first). Over chunks of one size that is Belady's optimal policy
 - **Safe**: a chunk's bytes are written before its state says present, so a reader never
   sees a partial chunk; flushed to disk first only where the machine has no boot id, as a
   folder of another boot is emptied before use (:func:`~treadle.storage.chunkfiles.same_boot`).
-  An eviction first marks the chunk absent with a new generation, then frees its bytes (a
-  hole punched in the file); a reader checks the state words before and after it copies
+  Bytes are written into a slot, and the chunk marked present, under the lock and only while
+  its words still say this process fetches it (:mod:`~treadle.storage.chunkwrite`). An
+  eviction first marks the chunk absent with a new generation, then frees its slot (written
+  over in the same reservation, or punched); a reader checks the state words before and after it copies
   bytes out, and uses them only when nothing changed. A chunk needed by a step
   in the window is never evicted for one needed later. A fetch of a process that died is
   reclaimed by the next one that makes room or needs the chunk (which fetches it again).
@@ -62,20 +66,20 @@ from treadle.storage.chunkfiles import evict as _evict
 from treadle.storage.chunkfolder import (
     ABSENT,
     FETCHING,
+    LEGACY_FOLDER,
     NEVER,
-    PRESENT,
     ChunkFolder,
     ObjectFiles,
     SeenObject,
+    remove_legacy,
 )
 from treadle.storage.chunkfolder import STATE_MASK as _STATE_MASK
 from treadle.storage.chunkobject import ObjectChunks
 from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
+from treadle.storage.chunkwrite import chunk_views, give_back, range_requests, write_present
 from treadle.storage.coalesce import coalesced
-from treadle.storage.fileio import write_at
 from treadle.storage.folderlock import folder_lock
-from treadle.storage.store import RangeRequest
 
 if TYPE_CHECKING:
     from treadle.storage.store import Store
@@ -104,6 +108,9 @@ class ChunkStore:
         self._folder_lock = folder_lock(self.directory)  # the node's processes', held open
         with self._folder_lock:
             self._flush = not same_boot(self.directory, self._folder.forget)
+            self._slots = self._folder.slots(self.chunk_bytes)
+            self._folder.scan()  # slots named by words the table lost, a slot file cut: mended
+            self._folder.let_go()
         if self._flush:
             fastpaths.off("unflushed chunks", NO_BOOT_ID)
 
@@ -120,7 +127,8 @@ class ChunkStore:
                 with self._folder_lock:
                     if (seen := self._foreign.pop(name, None)) is not None:
                         seen.close()  # mapped to evict: mapped again as this process's
-                    hit = ObjectChunks(self.directory, name, key, size, self.chunk_bytes)
+                    hit = ObjectChunks(self.directory, name, key, size, self.chunk_bytes,
+                                       self._slots)  # fmt: skip
                     self._objects[name] = hit
             hit.key = key  # one first seen in the folder (another process's) has none yet
             hit.media = hit.media or media
@@ -136,11 +144,11 @@ class ChunkStore:
         return self.object(store, key, size, media)
 
     def _name(self, store: Store, key: str, size: int) -> str:
-        """An object's files' name: a hash of its root URL, key and size, then this store's
-        chunk size (:func:`~treadle.storage.chunkfolder.chunk_of`): one object's state words
-        never count chunks of two sizes."""
+        """An object's state file's name: a hash of its root URL, key and size, then its size
+        and this store's chunk size (:func:`~treadle.storage.chunkfolder.chunk_of`): one
+        object's state words never count chunks of two sizes."""
         digest = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
-        return f"{digest}_{self.chunk_bytes}"
+        return f"{digest}_{size}_{self.chunk_bytes}"
 
     def used(self) -> int:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""
@@ -214,7 +222,8 @@ class ChunkStore:
                 _need(w, now, n if at is None else at, now if at is None else at)
         reserved: list[list[int]] = [[] for _ in wanted]
         skipped: list[list[int]] = [[] for _ in wanted]
-        room = self._room(now)
+        spares: dict[int, list[int]] = {}  # per chunk size: slots freed to make room
+        room = self._room(now, spares)
         for n, i, c in sorted(misses):  # nearest first: each keeps what Belady keeps
             obj = wanted[i][0]
             kept = i not in unusable and room.make(obj.chunk_size(c), n)
@@ -224,19 +233,28 @@ class ChunkStore:
                 kept = False
             if kept:
                 w = obj.words[c]
+                w[3] = _take(obj, spares)
                 w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, fetcher_id()
                 w[1] = n if at is None else at
             (reserved if kept else skipped)[i].append(c)
             if kept or not defer:  # deferred: asked for again, or counted by unserved()
                 self.stats.misses += 1
                 self.stats.media_misses += obj.media
+        for chunk, slots in spares.items():
+            self._folder.slots(chunk).settle(slots)
         if room.scanned:
             self._folder.let_go()
         return reserved, skipped
 
-    def _room(self, now: int) -> Room:
-        """Under the folder's lock: room for one reservation's misses (one scan at most)."""
-        return Room(self._scan, self.max_bytes, now, lambda o, c: _evict(self._folder.mapped(o), c))
+    def _room(self, now: int, spares: dict[int, list[int]]) -> Room:
+        """Under the folder's lock: room for one reservation's misses (one scan at most);
+        the slots of present chunks evicted are kept in ``spares``, to be written over."""
+
+        def evict(o: ObjectFiles | SeenObject, c: int) -> None:
+            if (slot := _evict(self._folder.mapped(o), c, keep=True)) >= 0:
+                spares.setdefault(o.chunk, []).append(slot)
+
+        return Room(self._scan, self.max_bytes, now, evict)
 
     def release(self, obj: ObjectChunks, chunks: Sequence[int], at: int,
                 next_uses: Sequence[int]) -> None:  # fmt: skip
@@ -261,46 +279,24 @@ class ChunkStore:
     def read(self, obj: ObjectChunks, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of the object when every chunk they touch is present (and
         stays so while they are copied), else None."""
-        first, last = start // obj.chunk, max(start, end - 1) // obj.chunk
-        for _ in range(2):  # again once the files of a removed object were mapped anew
-            words = obj.words  # one mapping for both checks (a re-open switches it)
-            before = words[first : last + 1, 0].tolist()  # 1-2 words: Python is quicker
-            if any(w & _STATE_MASK != PRESENT for w in before):
-                if obj.removed() and obj.reopen_removed():
-                    continue
-                return None
-            data = os.pread(obj.fd, end - start, start)
-            if len(data) != end - start or words[first : last + 1, 0].tolist() != before:
-                return None  # evicted (and maybe fetched again) while copied: not trusted
-            return data
-        return None
+        return obj.read(start, end)
 
     def download(self, store: Store, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Fetch reserved chunks of objects of ``store``, all at once (runs of consecutive
-        ones: one range each), write and flush them, then mark them present; on failure,
-        give their room back."""
-        reqs: list[RangeRequest] = []
-        where: list[ObjectChunks] = []
-        for obj, chunks in reserved:
-            runs: list[tuple[int, int]] = []
-            for c in sorted(chunks):
-                if runs and runs[-1][1] == c:
-                    runs[-1] = (runs[-1][0], c + 1)
-                else:
-                    runs.append((c, c + 1))
-            for a, b in runs:
-                reqs.append(RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)))
-                where.append(obj)
+        ones: one range each), write them into their slots and mark them present
+        (:mod:`~treadle.storage.chunkwrite`); on failure, give their room back."""
+        reqs, where = range_requests(reserved)
         if not reqs:
             return
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
-            for obj, r, buf in zip(where, reqs, store.get_ranges(reqs, copy=False)):
-                write_at(obj.fd, buf, r.start)  # all of it, or an error: never a hole
-            if self._flush:  # else the folder is of this boot only (chunkfiles.same_boot)
-                for obj, _ in reserved:
-                    os.fdatasync(obj.fd)
+            bufs = store.get_ranges(reqs, copy=False)
+            with self._folder_lock:
+                for (obj, chunks), words, before in zip(reserved, maps, marks):
+                    mine = [k for k, o in enumerate(where) if o is obj]
+                    data = chunk_views(obj, [reqs[k] for k in mine], [bufs[k] for k in mine])
+                    write_present(obj, chunks, words, before, data, self._flush)
         except BaseException:
             self.abandon(reserved)
             raise
@@ -313,30 +309,12 @@ class ChunkStore:
                 if obj.media:
                     self.stats.media_requests += len(sent)
                     self.stats.media_fetched_bytes += sent_bytes
-        for (obj, chunks), words, before in zip(reserved, maps, marks):
-            self._set(obj, chunks, PRESENT, words, before)
 
     def abandon(self, reserved: Sequence[tuple[ObjectChunks, list[int]]]) -> None:
         """Give back the room of reserved chunks that will not be downloaded."""
-        for obj, chunks in reserved:
-            self._set(obj, chunks, ABSENT)
-
-    def _set(self, obj: ObjectChunks, chunks: list[int], state: int,
-             words: np.ndarray | None = None, marks: list[int] | None = None) -> None:  # fmt: skip
-        """``state`` for the chunks this process still fetches in ``words`` (its mapping
-        when reserved) whose words are still ``marks`` (before their bytes were written): a
-        fetch taken for a dead one's (another pid namespace) was evicted, its bytes punched."""
-        me = fetcher_id()
         with self._folder_lock:
-            if obj.removed() or (words is not None and obj.words is not words):
-                return  # its files were removed (a folder emptied: same_boot), maybe made anew
-            for i, c in enumerate(chunks):
-                w = int(obj.words[c, 0])
-                if w & _STATE_MASK != FETCHING or int(obj.words[c, 2]) != me:
-                    continue  # reserved in files since removed, or evicted as a dead fetch
-                if marks is None or w == marks[i]:
-                    obj.words[c, 0] = (w & ~_STATE_MASK) | state
-                    obj.words[c, 2] = 0
+            for obj, chunks in reserved:
+                give_back(obj, chunks)
 
     def _scan(self) -> list[tuple[ObjectFiles | SeenObject, np.ndarray, np.ndarray]]:
         """Under the folder's lock: every object of the folder that holds chunks (objects
@@ -348,6 +326,17 @@ class ChunkStore:
             sizes[-1] = obj.size - (obj.count - 1) * obj.chunk
             out.append((obj, states, np.where(states != ABSENT, sizes, 0)))
         return out
+
+
+def _take(obj: ObjectChunks, spares: dict[int, list[int]]) -> int:
+    """Under the folder's lock: a slot for a chunk of ``obj``: one freed to make room in this
+    reservation (its pages written over: no new page, no hole), else the lowest free one."""
+    mine = spares.get(obj.chunk)
+    if mine:
+        slot = mine.pop()
+        obj.slots.hold(slot)
+        return slot
+    return obj.slots.take()
 
 
 def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
@@ -381,10 +370,11 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
     if max_bytes < chunk_bytes:  # it would fetch nothing, every row a Lance take, silently
         return (f"the chunk cache's bound ({max_bytes:,} bytes, {bound_from}) is less than one "
                 f"chunk ({chunk_bytes:,} bytes, TREADLE_CHUNK_BYTES)")  # fmt: skip
-    key = (str(default_dir() / "chunks"), max_bytes, chunk_bytes)
+    key = (str(default_dir() / "chunk-slots"), max_bytes, chunk_bytes)
     with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
         try:
             if key not in _STORES:
+                remove_legacy(default_dir() / LEGACY_FOLDER)
                 _STORES[key] = ChunkStore(key[0], max_bytes, chunk_bytes)
         except OSError as e:
             return f"the chunk cache folder {key[0]!r} is not usable ({e.strerror}: {e.filename})"

@@ -272,13 +272,16 @@ def forget_copies(store: Store, key: str, size: int) -> None:
     where = default_dir()
     if (where / name).exists():
         _evict(where / name)
-    chunks = where / "chunks"  # every chunk size's files (chunkfolder.chunk_of), and older names
+    chunks = where / "chunk-slots"  # every chunk size's files (chunkfolder.chunk_of)
+    from treadle.storage.chunkfolder import LEGACY_FOLDER, remove_legacy
+
     if chunks.is_dir():
         from treadle.storage.chunkfolder import remove_named
         from treadle.storage.folderlock import folder_lock
 
         with folder_lock(chunks):
             remove_named(chunks, name)
+    remove_legacy(where / LEGACY_FOLDER, name)
 
 
 def delete_forgetting_copies(store: Store, key: str, size: int) -> None:

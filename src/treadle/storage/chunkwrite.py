@@ -1,0 +1,103 @@
+"""Fetched chunks written into their slots (:mod:`treadle.storage.chunkstore`), and reserved
+chunks given back.
+
+A chunk's bytes are written into its slot and marked present under the folder's lock, and
+only while its state words still say this process fetches it, as they said when it was
+reserved. A slot is freed and taken for another chunk only under that lock, so no write lands
+in a slot after it changed hands: not even one of a process taken for dead while it still
+ran (another pid namespace: ``chunkfiles.alive`` cannot see it), whose late bytes would be
+read as another object's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from treadle.storage.chunkfiles import fetcher_id
+from treadle.storage.chunkfolder import ABSENT, FETCHING, PRESENT, STATE_MASK
+from treadle.storage.fileio import write_at
+from treadle.storage.store import RangeRequest
+
+if TYPE_CHECKING:
+    from treadle.storage.chunkobject import ObjectChunks
+
+__all__ = ["chunk_views", "give_back", "range_requests", "write_present"]
+
+
+def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
+                   ) -> tuple[list[RangeRequest], list[ObjectChunks]]:  # fmt: skip
+    """One range request per run of consecutive reserved chunks of an object, and the
+    object of each."""
+    reqs: list[RangeRequest] = []
+    where: list[ObjectChunks] = []
+    for obj, chunks in reserved:
+        runs: list[tuple[int, int]] = []
+        for c in sorted(chunks):
+            if runs and runs[-1][1] == c:
+                runs[-1] = (runs[-1][0], c + 1)
+            else:
+                runs.append((c, c + 1))
+        for a, b in runs:
+            reqs.append(RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)))
+            where.append(obj)
+    return reqs, where
+
+
+def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[object]
+                ) -> dict[int, memoryview]:  # fmt: skip
+    """Each chunk's bytes within the fetched ranges ``reqs`` of ``obj`` (views, no copy)."""
+    out: dict[int, memoryview] = {}
+    for r, buf in zip(reqs, bufs):
+        view = memoryview(buf).cast("B")  # type: ignore[arg-type]
+        if len(view) != r.end - r.start:
+            raise OSError(f"a range of {obj.key!r} came back with {len(view)} of "
+                          f"{r.end - r.start} bytes")  # fmt: skip
+        for c in range(r.start // obj.chunk, -(-r.end // obj.chunk)):
+            lo = c * obj.chunk - r.start
+            out[c] = view[lo : lo + obj.chunk_size(c)]
+    return out
+
+
+def write_present(obj: ObjectChunks, chunks: Sequence[int], words: np.ndarray,
+                  marks: Sequence[int], data: dict[int, memoryview], flush: bool) -> None:  # fmt: skip
+    """Under the folder's lock: write each chunk's bytes into its slot and mark it present,
+    where ``obj`` still maps ``words`` (its mapping when reserved) and the chunk's words are
+    still ``marks`` and this process's fetch; ``flush``: ``fdatasync`` first."""
+    if obj.removed() or obj.words is not words:
+        return  # its files were removed (a purge, a folder emptied), maybe made anew
+    me, done = fetcher_id(), []
+    for c, mark in zip(map(int, chunks), marks):
+        w = int(words[c, 0])
+        if w & STATE_MASK != FETCHING or int(words[c, 2]) != me or w != mark:
+            continue  # evicted as a dead fetch (and maybe reserved again), or removed
+        slot = int(words[c, 3])
+        write_at(obj.slots.fd, data[c], slot * obj.chunk)  # all of it, or an error
+        obj.slots.written(slot, obj.tag, len(data[c]))
+        done.append((c, w))
+    if flush and done:  # else the folder is of this boot only (chunkfiles.same_boot)
+        os.fdatasync(obj.slots.fd)
+    for c, w in done:
+        words[c, 0] = (w & ~STATE_MASK) | PRESENT
+        words[c, 2] = 0
+
+
+def give_back(obj: ObjectChunks, chunks: Sequence[int]) -> None:
+    """Under the folder's lock: the chunks this process still fetches are absent again, their
+    slots freed and punched (a fetch that failed, or was written only in part)."""
+    if obj.removed():
+        return
+    me = fetcher_id()
+    for c in map(int, chunks):
+        w = int(obj.words[c, 0])
+        if w & STATE_MASK != FETCHING or int(obj.words[c, 2]) != me:
+            continue  # reserved in files since removed, or evicted as a dead fetch
+        slot = int(obj.words[c, 3])
+        obj.words[c, 0] = (w & ~STATE_MASK) | ABSENT
+        obj.words[c, 2] = 0
+        obj.words[c, 3] = -1
+        if slot >= 0:
+            obj.slots.free(slot, clean=True)

@@ -1,0 +1,162 @@
+"""The slots of one chunk size in the chunk folder (:mod:`treadle.storage.chunkstore`).
+
+Every chunk of that size, of any object, is kept in a **slot** of one shared file,
+``slots_<chunk>.data``: slot ``s`` is bytes ``[s * chunk, (s + 1) * chunk)``. An evicted
+chunk's slot is written over in place by the next chunk fetched, so the fetch's bytes go into
+pages the page cache already holds: writing into a freshly punched hole (the layout before,
+a sparse file per object) allocates new pages, which costs about 2.5 times the copy on the
+machines measured (issue 48, ``docs/scale.md``).
+
+``slots_<chunk>.table`` holds two words a slot, mapped by every process of the node and only
+read or written under the folder's lock:
+
+- **held**: 1 while a chunk's state words name the slot (fetching or present), else 0;
+- **tag**: whose bytes the slot holds (:func:`tag_of` of an object's name), 0 where it holds
+  none (never written, or punched). A slot taken for another object keeps the old tag until
+  the new bytes are written, so a purge (:func:`treadle.storage.chunkfolder.remove_named`)
+  finds every slot that still holds an object's bytes, held or free.
+
+A free slot holds no bytes between reservations: a slot freed to make room is taken again in
+the same reservation, or punched (:meth:`SlotFile.settle`). So the disk holds the bytes the
+bound counts (the tail of a short last chunk is punched as well), and nothing else.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from treadle.storage.fileio import punch
+
+__all__ = ["SlotFile", "tag_of"]
+
+_MIN_SLOTS = 64
+
+
+def tag_of(name: str) -> int:
+    """An object's tag in the slot tables: its name's hash (hex), as a nonzero int64."""
+    return (int(name[:15], 16) & ((1 << 60) - 1)) + 1
+
+
+class SlotFile:
+    """The slot file and slot table of chunk size ``chunk`` in ``directory``."""
+
+    def __init__(self, directory: Path, chunk: int) -> None:
+        self.directory, self.chunk = Path(directory), int(chunk)
+        self.fd = os.open(self.directory / f"slots_{chunk}.data", os.O_RDWR | os.O_CREAT, 0o644)
+        self._table_fd = os.open(self.directory / f"slots_{chunk}.table", os.O_RDWR | os.O_CREAT,
+                                 0o644)  # fmt: skip
+        self.table = np.zeros((0, 2), np.int64)
+        self._mapped = -1
+
+    def refresh(self) -> np.ndarray:
+        """Under the folder's lock: the table, mapped anew where another process grew it."""
+        size = os.fstat(self._table_fd).st_size // 16 * 16
+        if size != self._mapped:
+            if size:
+                mapping = mmap.mmap(self._table_fd, size)
+                self.table = np.frombuffer(mapping, np.int64).reshape(-1, 2)
+            else:
+                self.table = np.zeros((0, 2), np.int64)
+            self._mapped = size
+        return self.table
+
+    def take(self) -> int:
+        """Under the folder's lock: the lowest free slot, now held (its tag kept: the bytes
+        there are still another object's until the new ones are written)."""
+        table = self.refresh()
+        free = np.flatnonzero(table[:, 0] == 0)
+        if not len(free):
+            have = len(table)
+            self._grow(max(_MIN_SLOTS, 2 * have))
+            table, free = self.table, np.arange(have, len(self.table))
+        s = int(free[0])
+        table[s, 0] = 1
+        return s
+
+    def hold(self, s: int) -> None:
+        """Under the folder's lock: hold slot ``s`` again (freed to make room, taken back)."""
+        self.refresh()[s, 0] = 1
+
+    def written(self, s: int, tag: int, length: int) -> None:
+        """Under the folder's lock: slot ``s`` now holds ``length`` bytes of object ``tag``
+        (written at its start); the rest of the slot is punched (a short last chunk: no
+        other object's bytes stay behind it)."""
+        if length < self.chunk:
+            punch(self.fd, s * self.chunk + length, self.chunk - length)
+        self.refresh()[s, 1] = tag
+
+    def free(self, s: int, clean: bool) -> None:
+        """Under the folder's lock: slot ``s`` is free; ``clean``: its bytes punched (a
+        partial fetch, or a purge), else they stay for the same reservation to write over
+        (:meth:`settle` punches them if it does not)."""
+        table = self.refresh()
+        if s < 0 or s >= len(table):
+            return
+        table[s, 0] = 0
+        if clean:
+            self.clean(s)
+
+    def clean(self, s: int) -> None:
+        """Under the folder's lock: punch slot ``s``'s bytes (it then holds none)."""
+        punch(self.fd, s * self.chunk, self.chunk)
+        self.refresh()[s, 1] = 0
+
+    def settle(self, spares: list[int]) -> None:
+        """Under the folder's lock, at the end of a reservation: punch the slots freed to
+        make room that it did not take again."""
+        table = self.refresh()
+        for s in spares:
+            if table[s, 0] == 0 and table[s, 1] != 0:
+                self.clean(s)
+
+    def repair(self, held: np.ndarray, present: np.ndarray) -> bool:
+        """Under the folder's lock, after a scan of every object: ``held`` are the slots some
+        chunk's state words name (``present``: of present chunks); any other slot held or
+        holding bytes (left by a process killed between its table and its state words) is
+        freed and punched. False where the slot file does not reach every present chunk's
+        slot (removed or cut: then nothing is done)."""
+        if len(present) and os.fstat(self.fd).st_size <= int(present.max()) * self.chunk:
+            return False
+        table = self.refresh()
+        if len(held) and int(held.max()) >= len(table):  # the table lost or cut
+            self._grow(int(held.max()) + 1)
+            table = self.table
+        want = np.zeros(len(table), bool)
+        held = held[(held >= 0) & (held < len(table))]
+        want[held] = True
+        for s in np.flatnonzero(~want & ((table[:, 0] != 0) | (table[:, 1] != 0))).tolist():
+            table[s, 0] = 0
+            self.clean(s)
+        table[want, 0] = 1
+        return True
+
+    def forget(self) -> None:
+        """Under the folder's lock: every slot free and empty (a folder of another boot)."""
+        os.ftruncate(self.fd, 0)
+        os.ftruncate(self._table_fd, 0)
+        self.refresh()
+
+    def purge(self, tag: int) -> None:
+        """Under the folder's lock: punch every slot holding bytes of object ``tag``, held or
+        free (one held for another object's fetch is written over when that lands)."""
+        table = self.refresh()
+        for s in np.flatnonzero(table[:, 1] == tag).tolist():
+            self.clean(s)
+
+    def _grow(self, slots: int) -> None:
+        """Under the folder's lock: room in the table for ``slots`` slots (new ones free and
+        empty; the data file grows as slots are written)."""
+        os.ftruncate(self._table_fd, slots * 16)
+        self.refresh()
+
+    def close(self) -> None:
+        self.table = np.zeros((0, 2), np.int64)
+        self._mapped = -1
+        for fd in (self.fd, self._table_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self._table_fd = -1
