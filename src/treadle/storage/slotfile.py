@@ -51,6 +51,7 @@ class SlotFile:
                                  0o644)  # fmt: skip
         self.table = np.zeros((0, 2), np.int64)
         self._mapped = -1
+        self._hint = 0  # slots before it were held when this process last looked
 
     def refresh(self) -> np.ndarray:
         """Under the folder's lock: the table, mapped anew where another process grew it."""
@@ -65,16 +66,21 @@ class SlotFile:
         return self.table
 
     def take(self) -> int:
-        """Under the folder's lock: the lowest free slot, now held (its tag kept: the bytes
-        there are still another object's until the new ones are written)."""
+        """Under the folder's lock: a free slot, the lowest this process knows of, now held
+        (its tag kept: the bytes there are still another object's until the new ones are
+        written). The search starts where the last one ended (a table of a terabyte's
+        slots is not read whole per chunk), from the start again before the table grows."""
         table = self.refresh()
-        free = np.flatnonzero(table[:, 0] == 0)
+        free = np.flatnonzero(table[self._hint :, 0] == 0)[:1] + self._hint
+        if not len(free):
+            free = np.flatnonzero(table[: self._hint, 0] == 0)[:1]
         if not len(free):
             have = len(table)
             self._grow(max(_MIN_SLOTS, 2 * have))
-            table, free = self.table, np.arange(have, len(self.table))
+            table, free = self.table, np.array([have])
         s = int(free[0])
         table[s, 0] = 1
+        self._hint = s + 1
         return s
 
     def hold(self, s: int) -> None:
@@ -97,6 +103,7 @@ class SlotFile:
         if s < 0 or s >= len(table):
             return
         table[s, 0] = 0
+        self._hint = min(self._hint, s)
         if clean:
             self.clean(s)
 
@@ -132,12 +139,14 @@ class SlotFile:
             table[s, 0] = 0
             self.clean(s)
         table[want, 0] = 1
+        self._hint = 0
         return True
 
     def forget(self) -> None:
         """Under the folder's lock: every slot free and empty (a folder of another boot)."""
         os.ftruncate(self.fd, 0)
         os.ftruncate(self._table_fd, 0)
+        self._hint = 0
         self.refresh()
 
     def purge(self, tag: int) -> None:
