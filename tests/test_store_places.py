@@ -86,3 +86,32 @@ def test_a_place_names_the_endpoint_or_account_and_no_secret(monkeypatch):
     az = {"azure_storage_account_name": "acct", "azure_storage_account_key": "K3Y"}
     assert store_place("az://c/x", "az", az) == "az://c/x (account=acct)"
 
+
+def _state_after(t, steps: int):
+    loader = td.TrainLoader(td.Recipe(seed=3, batch_size=4, components=[td.Component(t)]))
+    it = iter(loader)
+    for _ in range(steps):
+        next(it)
+    return loader.state_dict(), [next(it)["x"].tolist() for _ in range(3)]
+
+
+def test_a_run_id_names_no_store_a_copys_resume_reads_by_commit(tmp_path):
+    """Pinned: the run id hashes the record, which names the project and each table's
+    commit, not the store. A copy of the store (another folder, bucket or server) holds the
+    same commits, so the run resumes there with the batches it would have had; a store whose
+    project has the same table and version number but another commit refuses the state."""
+    import shutil
+
+    a = td.Client(str(tmp_path / "a"), create=True).project("p").branch().table("t")
+    a.append({"x": np.arange(40, dtype=np.float32)})
+    state, rest = _state_after(a, 2)
+    shutil.copytree(tmp_path / "a", tmp_path / "copy")
+    copy = td.Client(str(tmp_path / "copy"))
+    resumed = td.TrainLoader.from_state(state, copy)
+    assert resumed.plan.tables[0].project.client.root == str(tmp_path / "copy")
+    assert [b["x"].tolist() for _, b in zip(range(3), resumed, strict=False)] == rest
+    other = td.Client(str(tmp_path / "b"), create=True).project("p").branch().table("t")
+    other.append({"x": np.arange(40, dtype=np.float32) + 1000})  # table t version 1 too
+    assert other.pin().version == a.pin().version
+    with pytest.raises(td.NotFound, match="commit"):
+        td.TrainLoader.from_state(state, other.branch.project.client)
