@@ -85,6 +85,10 @@ def test_a_place_names_the_endpoint_or_account_and_no_secret(monkeypatch):
     )
     az = {"azure_storage_account_name": "acct", "azure_storage_account_key": "K3Y"}
     assert store_place("az://c/x", "az", az) == "az://c/x (account=acct)"
+    monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", "http://127.0.0.1:10001")
+    emulated = store_place("az://c/x", "az", {"azure_storage_use_emulator": "true"})
+    assert emulated == "az://c/x (emulator=http://127.0.0.1:10001)"
+    assert store_place("az://c/x", "az", {"use_emulator": "false"}) == "az://c/x"
 
 
 def _state_after(t, steps: int):

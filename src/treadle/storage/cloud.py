@@ -233,5 +233,7 @@ def store_place(root: str, scheme: str, options: dict[str, Any]) -> str:
                 continue
             if name is not None and value and name not in place:
                 place[name] = _URL_USERINFO.sub("***@", value)
+    if "emulator" in place:  # every request goes to Azurite's URL (see above)
+        place["emulator"] = os.environ.get("AZURITE_BLOB_STORAGE_URL", "127.0.0.1:10000").lower()
     shown = ", ".join(f"{k}={v}" for k, v in sorted(place.items()))
     return f"{root} ({shown})" if shown else root
