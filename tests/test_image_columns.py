@@ -487,6 +487,30 @@ def test_a_purged_first_image_is_not_what_plans_and_the_viewer_remember(tmp_path
         np.testing.assert_array_equal(got[1, 0].numpy(), _rgb(small[1]))
 
 
+def test_a_project_made_again_at_its_root_is_not_served_the_old_headers(tmp_path):
+    """The first image's header was kept per (table URI, Lance version) for the process: a
+    project deleted and made again at the same root has another table at that URI and
+    version, and its plans and the viewer were served the deleted table's frame size."""
+    import shutil
+
+    from treadle.plan.image_columns import first_header
+    from treadle.ui.image_frames import image_cameras
+
+    rng = np.random.default_rng(5)
+    root = tmp_path / "store"
+    for h, w in ((64, 80), (H, W)):  # the deleted project's images, then the new one's
+        shutil.rmtree(root, ignore_errors=True)
+        branch = td.Client(str(root), create=True).project("p").branch("main")
+        frames = [_pil(_picture(rng, h, w), "JPEG") for _ in range(3)]
+        branch.table("t").append_episode({"cam": frames}, episode="a")
+        table = branch.table("t").pin()
+        assert (table.version, first_header(table, "cam").size) == (1, (h, w))
+        assert image_cameras(table)["cam"].size == f"{w}x{h}"
+        comp = td.Component(branch.table("t"), td.Windows({"cam": td.Video([0])}))
+        got = list(td.EvalLoader(comp, 3))[0]["cam"]
+        np.testing.assert_array_equal(got[2, 0].numpy(), _rgb(frames[2]))
+
+
 def _png16_colour(a):
     """A 16-bit PNG of ``a`` (uint16 [H, W, 3] RGB, [H, W, 2] grey+alpha), written by hand:
     Pillow writes neither."""

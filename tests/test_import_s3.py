@@ -65,3 +65,44 @@ def test_webdataset_import_of_an_s3_prefix_reads_every_shard_under_it(tmp_path, 
         import_wds(src_url, project, "t2", source_options=opts, progress=False)
     with pytest.raises(NotFound, match=r"no \.tar shards under .*empty/"):
         import_wds(s3_server.url("empty") + "/", project, "u", source_options=opts, progress=False)
+
+
+def _flags(flag: str, opts: dict) -> list[str]:
+    return [arg for k, v in opts.items() for arg in (flag, f"{k}={v}")]
+
+
+def test_credential_errors_name_the_option_of_the_store_they_are_about(
+    tmp_path, s3_server, s3_root, capsys, monkeypatch
+):
+    """treadle import rewrote --storage-option to --source-option in any error after the
+    store opened, whichever store it was about, and missed the rest of the text: a source
+    refused for its credentials said "check credentials in storage_options" (the store's).
+    Each error now names the options of the store it is about, where it is raised."""
+    from treadle.cli import main
+    from treadle.errors import CredentialsError
+
+    for var in [v for v in __import__("os").environ if v.startswith("AWS_")]:
+        monkeypatch.delenv(var)
+    opts = s3_server.storage_options()
+    wrong = {**opts, "aws_secret_access_key": "not-the-secret"}
+    src_url = s3_server.url(f"creds-{tmp_path.name}")
+    make_wds(tmp_path / "src", n=10, per_shard=10)
+    _upload(tmp_path / "src", src_url, opts)
+    shard = f"{src_url}/{sorted(p.name for p in (tmp_path / 'src').iterdir())[0]}"
+    local = tmp_path / "store"
+    argv = ["import", "webdataset", shard, "--project", "p", "--table", "t", "--no-progress"]
+    assert main([*argv, "--root", str(local), *_flags("--source-option", wrong)]) == 1
+    err = capsys.readouterr().err
+    assert "CredentialsError" in err and "access denied" in err, err
+    assert "--source-option" in err and "storage" not in err.replace(str(local), ""), err
+    with pytest.raises(CredentialsError, match="source_options") as e:
+        import_wds(
+            shard, Client(str(local)).project("p"), "t", source_options=wrong, progress=False
+        )
+    assert "storage" not in str(e.value)
+    root, root_opts = s3_root  # the store's credentials are wrong, the source's right
+    into = [*_flags("--storage-option", {**root_opts, "aws_secret_access_key": "not-it"})]
+    assert main([*argv, "--root", root, *into, *_flags("--source-option", opts)]) == 1
+    err = capsys.readouterr().err
+    assert "CredentialsError" in err and "access denied" in err, err
+    assert "--storage-option" in err and "source" not in err, err

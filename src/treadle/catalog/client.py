@@ -19,6 +19,7 @@ from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
 from treadle.catalog.lru import Lru
 from treadle.catalog.merge import MergesAndDiffs
+from treadle.catalog.pins import check_pinned
 from treadle.catalog.place import ProjectPlace
 from treadle.catalog.purge import Purges
 from treadle.catalog.refs import RefLog
@@ -214,9 +215,8 @@ class Project(MergesAndDiffs, Purges):
 
     # -- commits -----------------------------------------------------------------------
     def save_commit(self, commit: Commit) -> None:
-        self.client.store.put(
-            layout.commit_key(self.prefix, commit.id), commit.to_bytes(), if_absent=True
-        )
+        key = layout.commit_key(self.prefix, commit.id)
+        self.client.store.put(key, commit.to_bytes(), if_absent=True)
         self._commits.setdefault(commit.id, commit)
 
     def load_commit(self, commit_id: str) -> Commit:
@@ -272,8 +272,10 @@ class Project(MergesAndDiffs, Purges):
         return expired_error(self.place, commit_id, name)
 
     def table_at(self, name: str, version: int, commit_id: str | None = None) -> Table:
-        """Table ``name`` pinned at Lance ``version`` (what a run record names)."""
+        """Table ``name`` pinned at Lance ``version`` (what a run record names), through
+        ``commit_id`` if given: a commit of this project naming that version."""
         check_name(name, "table")
+        check_pinned(self, name, version, commit_id)  # not the version alone: another store's
         self.lance.open(name, version, commit_id)
         return Table(self, name, version, commit_id)
 

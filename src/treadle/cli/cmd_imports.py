@@ -257,9 +257,9 @@ def run(args: argparse.Namespace) -> int:
         common["client"] = Client(args.root, args.storage_options or None, create=True)
         res = _import(args, common)
     except (TreadleError, ValueError) as e:  # one line, like argparse's errors, with its kind
+        # an error of the source names --source-option itself (importers.sources), one of
+        # the store --storage-option: which store an error is about is known only where raised
         first = (str(e).strip().splitlines() or [""])[0]
-        if "client" in common:  # the root opened: an option the error asks for is the source's
-            first = first.replace("--storage-option", "--source-option")
         print(f"treadle import {args.format}: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
     print(json.dumps(_summary(res)))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
-from treadle.errors import CorruptData, InvalidName, NotFound, TreadleError
+from treadle.errors import CorruptData, InvalidName, NotFound, StorageError, TreadleError
 from treadle.read.prefetch import ordered_map
 
 if TYPE_CHECKING:
@@ -77,7 +77,11 @@ class Source:
         if self.url:
             from treadle.storage import Store
 
-            self._store = Store.open(self.root.rstrip("/"), storage_options)
+            try:
+                store = Store.open(self.root.rstrip("/"), storage_options)
+            except StorageError as e:
+                raise as_source_error(e) from None
+            self._store: Any = _SourceStore(store)
             self._local: Path | None = None
         else:
             p = self.root[7:] if self.root.startswith("file://") else self.root
@@ -218,6 +222,40 @@ class _RangeReader(io.RawIOBase):
         b[: len(data)] = data
         self._pos += len(data)
         return len(data)
+
+
+def as_source_error(e: StorageError) -> StorageError:
+    """``e`` (of a source's store) naming the source's options: an import's
+    ``storage_options``/``--storage-option`` are the destination's, its source's are
+    ``source_options``/``--source-option``."""
+    text = str(e)
+    if "storage_options" not in text and "--storage-option" not in text:
+        return e
+    text = text.replace("storage_options", "source_options")
+    try:
+        return type(e)(text.replace("--storage-option", "--source-option"))
+    except TypeError:  # an error class that takes more than its message: as it was
+        return e
+
+
+class _SourceStore:
+    """A source's :class:`Store`: its errors name the source's options (:func:`as_source_error`)."""
+
+    def __init__(self, store: Store):
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        got = getattr(self._store, name)
+        if not callable(got):
+            return got
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return got(*args, **kwargs)
+            except StorageError as e:
+                raise as_source_error(e) from None
+
+        return call
 
 
 def identities(files: Sequence[SourceFile]) -> list[tuple[int, str] | None]:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -28,9 +29,10 @@ if TYPE_CHECKING:
     from treadle.plan.windows import Video
     from treadle.table.table import Table
 
-# (table uri, Lance version read, column): the version a purge wrote in place of the pinned
-# one, not the pinned number, which then reads other rows (the purged first image's size)
-_headers: dict[tuple[str, int, str], ImageHeader] = {}
+# per Lance dataset opened (a version read: a purge's, not the pinned number, which then
+# reads other rows) and column. Not by (URI, version): a project deleted and made again at
+# its root, or one URL on two servers, has other images at the same URI and version
+_headers: weakref.WeakKeyDictionary[Any, dict[str, ImageHeader]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -51,21 +53,21 @@ def is_image_candidate(field: pa.Field) -> bool:
 def first_header(table: Table, column: str) -> ImageHeader:
     """The header of the column's first value; :class:`PlanError` naming the column when it
     is not a JPEG/PNG/WebP image."""
-    key = (table.uri, int(table.dataset.version), column)
+    dataset = table.dataset
     with _lock:
-        hit = _headers.get(key)
+        hit = _headers.get(dataset, {}).get(column)
     if hit is not None:
         return hit
     where = f"column {column!r} of table {table.name!r}"
     if table.num_moments == 0:
         raise PlanError(f"{where}: the table is empty, there is no first image to read")
     try:  # not table.take: a purged row 0 (blanked: null) would raise td.Purged
-        value = table.dataset.take([0], columns=[column]).column(column)[0]
+        value = dataset.take([0], columns=[column]).column(column)[0]
     except (OSError, pa.ArrowException) as e:
         raise table.read_error(e, f"reading row 0 of {table!r}") from None
     if not value.is_valid:  # a camera that starts later (a latched ROS topic): its first image
         query = {"columns": [column], "filter": f"{_quoted(column)} IS NOT NULL", "limit": 1}
-        found = table.dataset.scanner(**query).to_table().column(column)
+        found = dataset.scanner(**query).to_table().column(column)
         value = found[0] if len(found) else value
     data = value.as_buffer() if value.is_valid else None
     if data is None or signature(data) is None:
@@ -79,9 +81,7 @@ def first_header(table: Table, column: str) -> ImageHeader:
     except CorruptData as e:
         raise PlanError(f"td.Video over {e}") from None
     with _lock:
-        if len(_headers) > 1024:
-            _headers.clear()
-        _headers[key] = head
+        _headers.setdefault(dataset, {})[column] = head
     return head
 
 

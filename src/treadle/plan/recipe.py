@@ -241,8 +241,10 @@ def _short(names: tuple[str, ...] | None) -> str:
 
 
 def _store_url(project: object) -> str | None:
-    """The root URL of the store a project is in (None: a stand-in without a store)."""
-    return getattr(getattr(project, "store", None), "url", None)
+    """The store a project is in: its root URL and endpoint/account (``Store.place``: one
+    bucket name on two servers is two stores); None for a stand-in without a store."""
+    store = getattr(project, "store", None)
+    return getattr(store, "place", getattr(store, "url", None))
 
 
 def _ref_key(ref: Any) -> Any:

@@ -43,7 +43,6 @@ again: first). Over chunks of one size that is Belady's optimal policy
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import threading
@@ -79,6 +78,7 @@ from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.chunkwrite import chunk_views, give_back, range_requests, write_present
 from treadle.storage.coalesce import coalesced
+from treadle.storage.filecache import copy_name
 from treadle.storage.folderlock import folder_lock
 
 if TYPE_CHECKING:
@@ -144,11 +144,11 @@ class ChunkStore:
         return self.object(store, key, size, media)
 
     def _name(self, store: Store, key: str, size: int) -> str:
-        """An object's state file's name: a hash of its root URL, key and size, then its size
-        and this store's chunk size (:func:`~treadle.storage.chunkfolder.chunk_of`): one
-        object's state words never count chunks of two sizes."""
-        digest = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
-        return f"{digest}_{size}_{self.chunk_bytes}"
+        """An object's state file's name: the name of its copies (a hash of its place, key and
+        size: :func:`~treadle.storage.filecache.copy_name`), then its size and this store's
+        chunk size (:func:`~treadle.storage.chunkfolder.chunk_of`): one object's state words
+        never count chunks of two sizes, nor two servers' objects of one URL and key."""
+        return f"{copy_name(store, key, size)}_{size}_{self.chunk_bytes}"
 
     def used(self) -> int:
         """Bytes of present and fetching chunks of every object in the folder (all processes)."""

@@ -206,3 +206,34 @@ def _require_s3_credentials(root: str, options: dict[str, Any]) -> None:
         "--storage-option aws_secret_access_key=... on the command line) or set "
         "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or skip_signature='true' for a public bucket)"
     )
+
+
+def _place_name(key: str) -> str | None:
+    """``endpoint``, ``account`` or ``emulator`` for a key (option or environment variable,
+    lower case, without its prefix) that says where a bucket is; None for any other."""
+    if "key" in key or "secret" in key or "token" in key:
+        return None
+    if "endpoint" in key:
+        return "endpoint"
+    return "account" if "account_name" in key else "emulator" if "use_emulator" in key else None
+
+
+def store_place(root: str, scheme: str, options: dict[str, Any]) -> str:
+    """``root`` and the endpoint/account its options or environment name (never a secret):
+    what tells two stores apart whose URLs are the same (``s3://b`` on AWS and on MinIO,
+    ``az://c`` of two accounts). Caches and the one-store checks key by it."""
+    prefix = _ENV_PREFIX.get(scheme, "AWS_")
+    place: dict[str, str] = {}
+    env = {k[len(prefix) :]: v for k, v in os.environ.items() if k.startswith(prefix)}
+    for source in (options, env):  # an option wins over the environment (object_store's order)
+        for k, v in source.items():
+            name = _place_name(str(k).lower())
+            value = str(v).strip().rstrip("/").lower()
+            if name == "emulator" and not _as_bool(value):
+                continue
+            if name is not None and value and name not in place:
+                place[name] = _URL_USERINFO.sub("***@", value)
+    if "emulator" in place:  # every request goes to Azurite's URL (see above)
+        place["emulator"] = os.environ.get("AZURITE_BLOB_STORAGE_URL", "127.0.0.1:10000").lower()
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(place.items()))
+    return f"{root} ({shown})" if shown else root

@@ -17,11 +17,12 @@ copies, and :mod:`treadle.read.fixed` maps them as it maps the files of a local 
   (``$TREADLE_CACHE_MIN_FREE``, bytes or a size, replaces both); an object that
   does not fit is not cached, and its reader says why (``td.info()``, the ``cached reads``
   fast path) and reads it as before (a Lance take per batch).
-- **Safe**: an entry is named by a hash of (root URL, key, size); it is written to a
-  ``.part`` file under a lock of its own, flushed to disk, then renamed into place, so a
-  reader never sees a partial copy; one of the wrong size is fetched again. A copy a reader
-  maps is held (:class:`CachedFile`, a shared ``flock``) and never evicted: an unlinked
-  file that is still mapped would keep its bytes on disk beyond the bound.
+- **Safe**: an entry is named by a hash of (root URL with its endpoint or account, key,
+  size); it is written to a ``.part`` file under a lock of its own, flushed to disk, then
+  renamed into place, so a reader never sees a partial copy; one of the wrong size is
+  fetched again. A copy a reader maps is held (:class:`CachedFile`, a shared ``flock``)
+  and never evicted: an unlinked file that is still mapped would keep its bytes on disk
+  beyond the bound.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "CachedFile",
     "FileCache",
     "delete_forgetting_copies",
+    "copy_name",
     "file_cache",
     "forget_copies",
 ]
@@ -157,7 +159,7 @@ class FileCache:
                 f"an object of {size:,} bytes is larger than the object cache's bound "
                 f"({self.max_bytes:,} bytes, TREADLE_CACHE_BYTES)"
             )
-        name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+        name = copy_name(store, key, size)
         final = self.directory / name
         self.directory.mkdir(parents=True, exist_ok=True)  # removed since: made again
         with _locked(self.directory / f"{name}.lock"):
@@ -268,20 +270,30 @@ def forget_copies(store: Store, key: str, size: int) -> None:
     until it closes it, and its name is never used again)."""
     if fcntl is None:
         return
-    name = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+    name = copy_name(store, key, size)
     where = default_dir()
     if (where / name).exists():
         _evict(where / name)
     chunks = where / "chunk-slots"  # every chunk size's files (chunkfolder.chunk_of)
-    from treadle.storage.chunkfolder import LEGACY_FOLDER, remove_legacy
-
     if chunks.is_dir():
         from treadle.storage.chunkfolder import remove_named
         from treadle.storage.folderlock import folder_lock
 
         with folder_lock(chunks):
             remove_named(chunks, name)
-    remove_legacy(where / LEGACY_FOLDER, name)
+    from treadle.storage.chunkfolder import LEGACY_FOLDER, remove_legacy
+
+    # the folder before slots named an object by its root URL alone
+    by_url = hashlib.sha256(f"{store.url}\0{key}\0{size}".encode()).hexdigest()[:40]
+    remove_legacy(where / LEGACY_FOLDER, by_url)
+
+
+def copy_name(store: Store, key: str, size: int) -> str:
+    """The name of this machine's copy of object ``key`` (``size`` bytes) of ``store``: a hash
+    of its place (URL, endpoint, account: :attr:`Store.place`), key and size. Two servers
+    with one bucket name hold two objects of one key, never served for each other."""
+    place = getattr(store, "place", store.url)
+    return hashlib.sha256(f"{place}\0{key}\0{size}".encode()).hexdigest()[:40]
 
 
 def delete_forgetting_copies(store: Store, key: str, size: int) -> None:

@@ -26,6 +26,7 @@ from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionEr
 from obstore.store import LocalStore
 
 from treadle.errors import CredentialsError, NotFound, StorageError
+from treadle.storage import cloud
 from treadle.storage.after_fork import claim
 from treadle.storage.cloud import _CLOUD_SCHEMES, check_root_url, open_cloud, shown_root
 from treadle.storage.fileio import write_at
@@ -65,8 +66,11 @@ class RangeRequest:
 class Store:
     """An object-store root. Use :meth:`Store.open`."""
 
-    def __init__(self, url: str, inner: Any, lance_root: str, lance_options: dict[str, str]):
+    def __init__(self, url: str, inner: Any, lance_root: str, lance_options: dict[str, str],
+                 place: str | None = None):  # fmt: skip
         self.url = url
+        #: the URL and its endpoint/account (:func:`.cloud.store_place`): what caches key by
+        self.place = place or url
         self._inner = inner
         self._lance_root = lance_root.rstrip("/")
         self._lance_options = lance_options
@@ -101,7 +105,8 @@ class Store:
                 f"unsupported root {shown_root(root)!r}: use a path or s3://, gs://, az://, file://"
             )
         inner, lance_options = open_cloud(root, parsed.scheme, options)
-        return cls(root.rstrip("/"), inner, root.rstrip("/"), lance_options)
+        place = cloud.store_place(root.rstrip("/"), parsed.scheme, options)
+        return cls(root.rstrip("/"), inner, root.rstrip("/"), lance_options, place)
 
     @classmethod
     def _open_local(cls, path: Path, create: bool) -> Store:

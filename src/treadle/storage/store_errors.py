@@ -35,7 +35,7 @@ def store_error(url: str, op: str, key: str, e: Exception) -> Exception:
     if isinstance(e, (UnauthenticatedError, PermissionDeniedError)) or denied:
         return CredentialsError(
             f"{op} {where} refused: access denied (check credentials in storage_options "
-            "or the AWS_*/GOOGLE_*/AZURE_* environment)"
+            "(--storage-option on the command line) or the AWS_*/GOOGLE_*/AZURE_* environment)"
         )
     return StorageError(f"{op} {where} failed: {type(e).__name__}: {first_line(e)}")
 

@@ -30,8 +30,8 @@ def lance_error(e: BaseException, where: str) -> TreadleError:
         )
     if "necessary privileges" in low or "403 forbidden" in low or "accessdenied" in low:
         return CredentialsError(
-            f"{where}: access denied (check credentials in storage_options or the "
-            f"AWS_*/GOOGLE_*/AZURE_* environment): {text}"
+            f"{where}: access denied (check credentials in storage_options (--storage-option "
+            f"on the command line) or the AWS_*/GOOGLE_*/AZURE_* environment): {text}"
         )
     if "not found" in low or "does not exist" in low or "nosuchkey" in low:
         return NotFound(f"{where}: {text}")

@@ -152,13 +152,16 @@ class Checkpoints:
         ours = self.branch.project
         tables = getattr(getattr(loader, "plan", None), "tables", None) or ()
         theirs = getattr(tables[0], "project", None) if tables else None
-        root = getattr(getattr(theirs, "client", None), "root", None)
+        store = getattr(getattr(theirs, "client", None), "store", None)
+        # the place, not the root URL: one bucket name on two servers is two stores
+        root = getattr(store, "place", None)
+        here = ours.client.store.place
         name = record.get("project")
-        if (name is None or name == ours.name) and (root is None or root == ours.client.root):
+        if (name is None or name == ours.name) and (root is None or root == here):
             return
-        shown = f"project {name!r}" + (f" under {root!r}" if root != ours.client.root else "")
+        shown = f"project {name!r}" + (f" under {root!r}" if root != here else "")
         raise PlanError(
-            f"{self._where} (under {ours.client.root!r}): run {str(record.get('run_id', ''))[:8]}"
+            f"{self._where} (under {here!r}): run {str(record.get('run_id', ''))[:8]}"
             f" reads {shown}, so a checkpoint row here pins nothing (gc --keep-days could "
             "expire the commits the run resumes from); save its checkpoints in a branch of "
             "the run's own project"

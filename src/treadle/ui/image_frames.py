@@ -13,6 +13,7 @@ PNG (depth), each at its own size. One frame reads one row; an image over
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,22 +46,21 @@ class ImageCamera:
         return f"{self.format.lower()} {self.size}" + (" 16-bit" if self.depth16 else "")
 
 
-# (table uri, Lance version read): a purge writes a new version in place of a pinned one
-_found: dict[tuple[str, int], dict[str, ImageCamera]] = {}
+# per Lance dataset opened (a purge writes a new version in place of a pinned one), not by
+# (URI, version): a project deleted and made again at its root has other images there
+_found: weakref.WeakKeyDictionary[Any, dict[str, ImageCamera]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def image_cameras(tab: Any) -> dict[str, ImageCamera]:
     """The table's binary columns of images, in schema order (reads row 0 of a binary
     column whose writes recorded nothing; kept per Lance version read, which never changes)."""
-    key = (tab.uri, int(tab.dataset.version))
+    key = tab.dataset
     with _lock:
         hit = _found.get(key)
     if hit is None:
         hit = _find_cameras(tab)
         with _lock:
-            if len(_found) >= 256:
-                _found.clear()
             _found[key] = hit
     return dict(hit)
 

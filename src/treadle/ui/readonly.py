@@ -27,7 +27,8 @@ class ReadOnlyStore(Store):
     write nothing (what a read would have kept, it computes again next time)."""
 
     def __init__(self, store: Store):
-        super().__init__(store.url, store._inner, store._lance_root, store._lance_options)
+        super().__init__(store.url, store._inner, store._lance_root, store._lance_options,
+                         store.place)  # fmt: skip
         self.skipped = 0
         """Writes skipped so far (each read that wanted to keep something)."""
 
