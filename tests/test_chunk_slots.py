@@ -9,8 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from treadle.storage import Store, slotfile
-from treadle.storage.chunkstore import NEVER, ChunkStore
+from treadle.storage import Store, chunkfiles, chunkroom, slotfile
+from treadle.storage.chunkstore import FETCHING, NEVER, ChunkStore
+from treadle.storage.fileio import range_lock, range_unlock
 from treadle.storage.folderlock import folder_lock
 
 CHUNK = 4096  # a page: the disk's blocks count whole slots
@@ -152,3 +153,31 @@ def test_the_slot_table_grows_under_another_store(source, tmp_path, monkeypatch)
     for obj in _objects(b, store, blobs):
         assert b.read(obj, 0, obj.size) == blobs[obj.key]
     assert b.used() == bound - 1000
+
+
+def test_a_fetch_whose_writer_holds_its_slot_is_not_taken_for_dead(source, tmp_path, monkeypatch):
+    """A fetcher in another pid namespace looks dead to this one. While it writes its slot
+    (the slot's lock held) its chunk is neither evicted nor reclaimed, so its bytes never
+    land in a slot another chunk took; once it lets go, its fetch is reclaimed."""
+    store, blobs = source
+    mine = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)
+    other = ChunkStore(tmp_path / "chunks", CHUNK, CHUNK)  # another namespace's process
+    key = sorted(blobs)[0]
+    obj, theirs = (
+        mine.object(store, key, len(blobs[key])),
+        other.object(store, key, len(blobs[key])),
+    )
+    assert mine.reserve([(obj, [0], [5])], now=0) == ([[0]], [[]])
+    slot = int(obj.words[0, 3])
+    dead = lambda pids: np.zeros(len(pids), bool)  # noqa: E731
+    monkeypatch.setattr(chunkroom, "alive", dead)
+    monkeypatch.setattr(chunkfiles, "alive", dead)
+    range_lock(mine._slots.fd, slot * CHUNK, CHUNK)  # its writer is writing
+    try:
+        assert other.fetch(store, theirs, [1], [NEVER], now=0) == [1]  # no room made
+        assert other.reserve([(theirs, [0], [3])], now=0) == ([[]], [[]])  # a hit, as it is
+        assert int(obj.words[0, 0]) & 3 == FETCHING and int(obj.words[0, 3]) == slot
+    finally:
+        range_unlock(mine._slots.fd, slot * CHUNK, CHUNK)
+    assert other.fetch(store, theirs, [1], [NEVER], now=0) == []  # reclaimed now
+    assert other.read(theirs, CHUNK, 2 * CHUNK) == blobs[key][CHUNK : 2 * CHUNK]

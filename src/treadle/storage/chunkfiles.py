@@ -15,6 +15,7 @@ from treadle.storage.chunkfolder import ABSENT, FETCHING, PRESENT, STATE_MASK, O
 from treadle.storage.filecache import parse_bytes
 
 __all__ = [
+    "NOT_EVICTED",
     "alive",
     "boot_id",
     "chunk_bytes_setting",
@@ -75,22 +76,42 @@ def dead_fetch(w: np.ndarray) -> bool:
     return int(w[0]) & STATE_MASK == FETCHING and not alive(w[2:])[0]
 
 
+NOT_EVICTED = -2
+"""What :func:`evict` returns for a fetch whose writer holds its slot: alive, though taken
+for dead (another pid namespace)."""
+
+
 def evict(obj: ObjectFiles, c: int, keep: bool = False) -> int:
     """Under the folder's lock: mark chunk ``c`` of ``obj`` absent with a new generation
     (readers that copied it in between see the change), then free its slot. ``keep``: a
     present chunk's bytes stay in the slot, for the same reservation to write over (its
     number is returned; :meth:`~treadle.storage.slotfile.SlotFile.settle` punches it if
     not taken); else, or where the chunk was not present (a fetch cut short), they are
-    punched and -1 is returned."""
-    w = int(obj.words[c, 0])
-    slot = int(obj.words[c, 3])
+    punched and -1 is returned. A fetch whose writer holds the slot now is left as it is:
+    :data:`NOT_EVICTED`."""
+    w, slot = int(obj.words[c, 0]), int(obj.words[c, 3])
+    if slot < 0 or w & STATE_MASK == PRESENT:  # no fetch writes a present chunk's slot
+        _absent(obj, c, w)
+        if slot < 0:
+            return -1
+        obj.slots.free(slot)
+        if keep:
+            return slot
+        obj.slots.clean(slot)
+        return -1
+    with obj.slots.fenced(slot, wait=False) as free:
+        if not free:
+            return NOT_EVICTED
+        _absent(obj, c, w)
+        obj.slots.free(slot)
+        obj.slots.clean(slot)
+    return -1
+
+
+def _absent(obj: ObjectFiles, c: int, w: int) -> None:
     obj.words[c, 0] = ((w >> 2) + 1) << 2 | ABSENT
     obj.words[c, 2] = 0
     obj.words[c, 3] = -1
-    keep = keep and w & STATE_MASK == PRESENT
-    if slot >= 0:
-        obj.slots.free(slot, clean=not keep)
-    return slot if keep and slot >= 0 else -1
 
 
 def _alive(v: int) -> bool:

@@ -303,7 +303,9 @@ class ChunkFolder:
             os.close(fd)
         slots = self.slots(obj.chunk)
         for s in held.tolist():
-            slots.free(int(s), clean=True)
+            with slots.fenced(int(s)):  # a fetch writing it ends first (its words now removed)
+                slots.free(int(s))
+                slots.clean(int(s))
         _unlink(state)
 
     def mapped(self, obj: ObjectFiles | SeenObject) -> ObjectFiles:

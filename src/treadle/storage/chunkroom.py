@@ -27,11 +27,11 @@ Scan = list[tuple[Any, np.ndarray, np.ndarray]]  # (object, states, bytes held p
 
 class Room:
     """``scan()``: the folder's objects holding chunks (scanned when room is first short);
-    ``evict(object, chunk)``: evict one. ``now``: the earliest step not yet read (next uses
+    ``evict(object, chunk)``: evict one (whether it was: a fetch taken for dead may be alive). ``now``: the earliest step not yet read (next uses
     before it are stale: never)."""
 
     def __init__(self, scan: Callable[[], Scan], max_bytes: int, now: int,
-                 evict: Callable[[Any, int], None]) -> None:  # fmt: skip
+                 evict: Callable[[Any, int], bool]) -> None:  # fmt: skip
         self._scan_folder, self.max_bytes, self.now, self._evict = scan, max_bytes, now, evict
         self.scanned = False
         self.used = 0
@@ -64,9 +64,9 @@ class Room:
                 if nus[i] < NEVER:
                     break  # the rest are needed sooner than this chunk (dead ones come first)
             elif not self._gone[i]:
-                self._evict(self._scan[objs[i]][0], int(ids[i]))
-                self.used -= int(sizes[i])
-                self._gone[i] = True
+                if self._evict(self._scan[objs[i]][0], int(ids[i])):
+                    self.used -= int(sizes[i])
+                self._gone[i] = True  # or its fetch's writer is alive: left as it is
             i += 1
         while self._at < len(nus) and self._gone[self._at]:
             self._at += 1

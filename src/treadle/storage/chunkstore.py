@@ -32,8 +32,9 @@ again: first). Over chunks of one size that is Belady's optimal policy
 - **Safe**: a chunk's bytes are written before its state says present, so a reader never
   sees a partial chunk; flushed to disk first only where the machine has no boot id, as a
   folder of another boot is emptied before use (:func:`~treadle.storage.chunkfiles.same_boot`).
-  Bytes are written into a slot, and the chunk marked present, under the lock and only while
-  its words still say this process fetches it (:mod:`~treadle.storage.chunkwrite`). An
+  Bytes are written into a slot under the slot's lock, and the chunk marked present under the
+  folder's, each only while its words still say this process fetches it
+  (:mod:`~treadle.storage.chunkwrite`). An
   eviction first marks the chunk absent with a new generation, then frees its slot (written
   over in the same reservation, or punched); a reader checks the state words before and after it copies
   bytes out, and uses them only when nothing changed. A chunk needed by a step
@@ -43,6 +44,7 @@ again: first). Over chunks of one size that is Belady's optimal policy
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -56,6 +58,7 @@ from treadle import fastpaths
 from treadle.fork_locks import renew_lock_in_child
 from treadle.storage.chunkfiles import (
     NO_BOOT_ID,
+    NOT_EVICTED,
     chunk_bytes_setting,
     dead_fetch,
     fetcher_id,
@@ -76,9 +79,16 @@ from treadle.storage.chunkfolder import STATE_MASK as _STATE_MASK
 from treadle.storage.chunkobject import ObjectChunks
 from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
-from treadle.storage.chunkwrite import chunk_views, give_back, range_requests, write_present
+from treadle.storage.chunkwrite import (
+    chunk_views,
+    give_back,
+    mark_present,
+    range_requests,
+    write_chunks,
+)
 from treadle.storage.coalesce import coalesced
 from treadle.storage.filecache import copy_name
+from treadle.storage.fileio import RANGE_LOCKS
 from treadle.storage.folderlock import folder_lock
 
 if TYPE_CHECKING:
@@ -212,8 +222,8 @@ class ChunkStore:
                 if i in unusable:
                     misses.append((n, i, c))
                     continue
-                if dead_fetch(w):  # never present: fetched again (its room reused)
-                    _evict(obj, c)
+                if dead_fetch(w):  # never present: fetched again (its room reused), unless
+                    _evict(obj, c)  # its writer holds its slot (alive: a hit, as it is)
                 if int(w[0]) & _STATE_MASK == ABSENT:
                     misses.append((n, i, c))
                     continue
@@ -233,7 +243,7 @@ class ChunkStore:
                 kept = False
             if kept:
                 w = obj.words[c]
-                w[3] = _take(obj, spares)
+                w[3] = obj.slots.take(spares.get(obj.chunk))
                 w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, fetcher_id()
                 w[1] = n if at is None else at
             (reserved if kept else skipped)[i].append(c)
@@ -250,9 +260,10 @@ class ChunkStore:
         """Under the folder's lock: room for one reservation's misses (one scan at most);
         the slots of present chunks evicted are kept in ``spares``, to be written over."""
 
-        def evict(o: ObjectFiles | SeenObject, c: int) -> None:
+        def evict(o: ObjectFiles | SeenObject, c: int) -> bool:
             if (slot := _evict(self._folder.mapped(o), c, keep=True)) >= 0:
                 spares.setdefault(o.chunk, []).append(slot)
+            return slot != NOT_EVICTED
 
         return Room(self._scan, self.max_bytes, now, evict)
 
@@ -292,11 +303,17 @@ class ChunkStore:
         marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
             bufs = store.get_ranges(reqs, copy=False)
-            with self._folder_lock:
+            dones = []
+            with contextlib.nullcontext() if RANGE_LOCKS else self._folder_lock:
                 for (obj, chunks), words, before in zip(reserved, maps, marks):
                     mine = [k for k, o in enumerate(where) if o is obj]
                     data = chunk_views(obj, [reqs[k] for k in mine], [bufs[k] for k in mine])
-                    write_present(obj, chunks, words, before, data, self._flush)
+                    dones.append(write_chunks(obj, chunks, words, before, data))
+            if self._flush and any(dones):  # else the folder is of this boot only (same_boot)
+                os.fdatasync(self._slots.fd)
+            with self._folder_lock:
+                for (obj, _), words, done in zip(reserved, maps, dones):
+                    mark_present(obj, words, done)
         except BaseException:
             self.abandon(reserved)
             raise
@@ -326,17 +343,6 @@ class ChunkStore:
             sizes[-1] = obj.size - (obj.count - 1) * obj.chunk
             out.append((obj, states, np.where(states != ABSENT, sizes, 0)))
         return out
-
-
-def _take(obj: ObjectChunks, spares: dict[int, list[int]]) -> int:
-    """Under the folder's lock: a slot for a chunk of ``obj``: one freed to make room in this
-    reservation (its pages written over: no new page, no hole), else the lowest free one."""
-    mine = spares.get(obj.chunk)
-    if mine:
-        slot = mine.pop()
-        obj.slots.hold(slot)
-        return slot
-    return obj.slots.take()
 
 
 def _need(w: np.ndarray, now: int, step: int, done: int) -> None:

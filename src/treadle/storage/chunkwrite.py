@@ -1,17 +1,18 @@
 """Fetched chunks written into their slots (:mod:`treadle.storage.chunkstore`), and reserved
 chunks given back.
 
-A chunk's bytes are written into its slot and marked present under the folder's lock, and
-only while its state words still say this process fetches it, as they said when it was
-reserved. A slot is freed and taken for another chunk only under that lock, so no write lands
-in a slot after it changed hands: not even one of a process taken for dead while it still
-ran (another pid namespace: ``chunkfiles.alive`` cannot see it), whose late bytes would be
-read as another object's.
+A chunk's bytes are written into its slot under the slot's lock, only while its state words
+still say this process fetches it, as they said when it was reserved
+(:meth:`~treadle.storage.slotfile.SlotFile.write`); it is marked present after, under the
+folder's lock, where the words are still those. A slot a fetch may be writing changes hands
+only under the slot's lock, so no write lands in a slot after it changed hands: not even one
+of a process taken for dead while it still ran (another pid namespace: ``chunkfiles.alive``
+cannot see it), whose late bytes would be read as another object's. No folder lock is held
+while bytes are written (the stage's reservations and the reader's releases go on).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -19,13 +20,12 @@ import numpy as np
 
 from treadle.storage.chunkfiles import fetcher_id
 from treadle.storage.chunkfolder import ABSENT, FETCHING, PRESENT, STATE_MASK
-from treadle.storage.fileio import write_at
 from treadle.storage.store import RangeRequest
 
 if TYPE_CHECKING:
     from treadle.storage.chunkobject import ObjectChunks
 
-__all__ = ["chunk_views", "give_back", "range_requests", "write_present"]
+__all__ = ["chunk_views", "give_back", "mark_present", "range_requests", "write_chunks"]
 
 
 def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
@@ -62,27 +62,40 @@ def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[
     return out
 
 
-def write_present(obj: ObjectChunks, chunks: Sequence[int], words: np.ndarray,
-                  marks: Sequence[int], data: dict[int, memoryview], flush: bool) -> None:  # fmt: skip
-    """Under the folder's lock: write each chunk's bytes into its slot and mark it present,
-    where ``obj`` still maps ``words`` (its mapping when reserved) and the chunk's words are
-    still ``marks`` and this process's fetch; ``flush``: ``fdatasync`` first."""
-    if obj.removed() or obj.words is not words:
-        return  # its files were removed (a purge, a folder emptied), maybe made anew
+def write_chunks(obj: ObjectChunks, chunks: Sequence[int], words: np.ndarray,
+                 marks: Sequence[int], data: dict[int, memoryview]) -> list[tuple[int, int]]:  # fmt: skip
+    """Write each chunk's bytes into its slot where its words in ``words`` (``obj``'s mapping
+    when reserved) are still ``marks`` and this process's fetch; the ``(chunk, mark)`` of
+    those written (:func:`mark_present` them)."""
     me, done = fetcher_id(), []
     for c, mark in zip(map(int, chunks), marks):
-        w = int(words[c, 0])
-        if w & STATE_MASK != FETCHING or int(words[c, 2]) != me or w != mark:
-            continue  # evicted as a dead fetch (and maybe reserved again), or removed
         slot = int(words[c, 3])
-        write_at(obj.slots.fd, data[c], slot * obj.chunk)  # all of it, or an error
-        obj.slots.written(slot, obj.tag, len(data[c]))
-        done.append((c, w))
-    if flush and done:  # else the folder is of this boot only (chunkfiles.same_boot)
-        os.fdatasync(obj.slots.fd)
-    for c, w in done:
-        words[c, 0] = (w & ~STATE_MASK) | PRESENT
-        words[c, 2] = 0
+
+        def still(c: int = c, mark: int = mark, slot: int = slot) -> bool:
+            w = int(words[c, 0])
+            return (
+                w == mark
+                and w & STATE_MASK == FETCHING
+                and int(words[c, 2]) == me
+                and (int(words[c, 3]) == slot)
+            )
+
+        if slot >= 0 and obj.slots.write(slot, data[c], obj.tag, still):
+            done.append((c, mark))
+    return done
+
+
+def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int, int]]) -> None:
+    """Under the folder's lock: chunks written (:func:`write_chunks`) are present, where
+    ``obj`` still maps ``words`` and their words are still the marks they were written under
+    (else evicted as a dead fetch since, or removed: a purge, a folder emptied)."""
+    if obj.removed() or obj.words is not words:
+        return
+    me = fetcher_id()
+    for c, mark in done:
+        if int(words[c, 0]) == mark and int(words[c, 2]) == me:
+            words[c, 0] = (mark & ~STATE_MASK) | PRESENT
+            words[c, 2] = 0
 
 
 def give_back(obj: ObjectChunks, chunks: Sequence[int]) -> None:
@@ -99,5 +112,6 @@ def give_back(obj: ObjectChunks, chunks: Sequence[int]) -> None:
         obj.words[c, 0] = (w & ~STATE_MASK) | ABSENT
         obj.words[c, 2] = 0
         obj.words[c, 3] = -1
-        if slot >= 0:
-            obj.slots.free(slot, clean=True)
+        if slot >= 0:  # this process's own fetch: none of its writes is under way
+            obj.slots.free(slot)
+            obj.slots.clean(slot)

@@ -13,9 +13,11 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
+import struct
 
-__all__ = ["punch", "write_at"]
+__all__ = ["RANGE_LOCKS", "punch", "range_lock", "range_unlock", "write_at"]
 
 _FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (Linux)
 
@@ -45,3 +47,36 @@ def punch(fd: int, offset: int, length: int) -> None:
         if _LIBC.fallocate(fd, _FALLOC_PUNCH, offset, length) == 0:
             return
     os.pwrite(fd, bytes(length), offset)
+
+
+_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)
+_OFD_SETLKW = getattr(fcntl, "F_OFD_SETLKW", None)
+RANGE_LOCKS = _OFD_SETLK is not None
+"""Whether this system has open file description locks (Linux): byte-range locks held by an
+open file, not by a process, so two threads' or two processes' opens of a file exclude each
+other, and a lock goes when its holder dies (whatever pid namespace it ran in)."""
+
+
+def _flock(kind: int, start: int, length: int) -> bytes:
+    return struct.pack("hhqqi4x", kind, os.SEEK_SET, start, length, 0)  # struct flock, l_pid 0
+
+
+def range_lock(fd: int, start: int, length: int, wait: bool = True) -> bool:
+    """Lock bytes ``[start, start + length)`` of the file open as ``fd`` (0: to its end)
+    against every other open of it; ``wait=False``: whether it was free (else not taken).
+    True at once where the system has no such locks (:data:`RANGE_LOCKS`)."""
+    if _OFD_SETLK is None or _OFD_SETLKW is None:
+        return True
+    try:
+        fcntl.fcntl(fd, _OFD_SETLKW if wait else _OFD_SETLK, _flock(fcntl.F_WRLCK, start, length))
+    except OSError as e:
+        if not wait and e.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def range_unlock(fd: int, start: int, length: int) -> None:
+    """Let go of :func:`range_lock`'s lock."""
+    if _OFD_SETLKW is not None:
+        fcntl.fcntl(fd, _OFD_SETLKW, _flock(fcntl.F_UNLCK, start, length))

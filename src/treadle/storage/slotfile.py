@@ -23,13 +23,15 @@ bound counts (the tail of a short last chunk is punched as well), and nothing el
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from treadle.storage.fileio import punch
+from treadle.storage.fileio import RANGE_LOCKS, punch, range_lock, range_unlock, write_at
 
 __all__ = ["SlotFile", "tag_of"]
 
@@ -65,12 +67,18 @@ class SlotFile:
             self._mapped = size
         return self.table
 
-    def take(self) -> int:
-        """Under the folder's lock: a free slot, the lowest this process knows of, now held
-        (its tag kept: the bytes there are still another object's until the new ones are
-        written). The search starts where the last one ended (a table of a terabyte's
-        slots is not read whole per chunk), from the start again before the table grows."""
+    def take(self, spares: list[int] | None = None) -> int:
+        """Under the folder's lock: a slot for a chunk, now held (its tag kept: the bytes there
+        are still another object's until the new ones are written): one of ``spares`` (freed
+        to make room in this reservation: its pages written over, no new page, no hole), else
+        the lowest free one this process knows of. The search starts where the last one ended
+        (a table of a terabyte's slots is not read whole per chunk), from the start again
+        before the table grows."""
         table = self.refresh()
+        if spares:
+            s = spares.pop()
+            table[s, 0] = 1
+            return s
         free = np.flatnonzero(table[self._hint :, 0] == 0)[:1] + self._hint
         if not len(free):
             free = np.flatnonzero(table[: self._hint, 0] == 0)[:1]
@@ -83,34 +91,57 @@ class SlotFile:
         self._hint = s + 1
         return s
 
-    def hold(self, s: int) -> None:
-        """Under the folder's lock: hold slot ``s`` again (freed to make room, taken back)."""
-        self.refresh()[s, 0] = 1
+    def write(self, s: int, data: memoryview, tag: int, still: Callable[[], bool]) -> bool:
+        """Write a chunk's bytes ``data`` at the start of slot ``s`` (the rest of the slot
+        punched: a short last chunk leaves no other object's bytes behind it) and tag the
+        slot as object ``tag``'s, where ``still()``, asked under the slot's lock, says the
+        chunk's words still name this fetch; whether it did. No folder lock is held: a
+        slot changes hands while a fetch may write it only under its lock
+        (:meth:`fenced`), so no byte lands in a slot another chunk took."""
+        at = s * self.chunk
+        range_lock(self.fd, at, self.chunk)
+        try:
+            if not still():
+                return False
+            write_at(self.fd, data, at)  # all of it, or an error
+            if len(data) < self.chunk:
+                punch(self.fd, at + len(data), self.chunk - len(data))
+            self.refresh()[s, 1] = tag  # a purge takes the slot's lock to read it
+        finally:
+            range_unlock(self.fd, at, self.chunk)
+        return True
 
-    def written(self, s: int, tag: int, length: int) -> None:
-        """Under the folder's lock: slot ``s`` now holds ``length`` bytes of object ``tag``
-        (written at its start); the rest of the slot is punched (a short last chunk: no
-        other object's bytes stay behind it)."""
-        if length < self.chunk:
-            punch(self.fd, s * self.chunk + length, self.chunk - length)
-        self.refresh()[s, 1] = tag
-
-    def free(self, s: int, clean: bool) -> None:
-        """Under the folder's lock: slot ``s`` is free; ``clean``: its bytes punched (a
-        partial fetch, or a purge), else they stay for the same reservation to write over
-        (:meth:`settle` punches them if it does not)."""
-        table = self.refresh()
-        if s < 0 or s >= len(table):
+    @contextlib.contextmanager
+    def fenced(self, s: int | None, wait: bool = True) -> Iterator[bool]:
+        """Slot ``s`` (None: every slot) locked against every writer, this process's
+        threads too (an open of its own), while a chunk that may be fetching into it is
+        taken from it; yields whether no writer held it (``wait=False``: a fetch of a
+        process taken for dead that writes still, alive in another pid namespace)."""
+        if not RANGE_LOCKS:  # then fetches write under the folder's lock (chunkstore)
+            yield True
             return
-        table[s, 0] = 0
-        self._hint = min(self._hint, s)
-        if clean:
-            self.clean(s)
+        fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDWR)  # the file writers lock, anew
+        try:  # closing the file lets the lock go
+            yield range_lock(fd, 0 if s is None else s * self.chunk,
+                             0 if s is None else self.chunk, wait)  # fmt: skip
+        finally:
+            os.close(fd)
+
+    def free(self, s: int) -> None:
+        """Under the folder's lock: slot ``s`` is free (its bytes kept: :meth:`clean` them,
+        or let the same reservation write over them, :meth:`settle`)."""
+        table = self.refresh()
+        if 0 <= s < len(table):
+            table[s, 0] = 0
+            self._hint = min(self._hint, s)
 
     def clean(self, s: int) -> None:
-        """Under the folder's lock: punch slot ``s``'s bytes (it then holds none)."""
+        """Under the folder's lock: punch slot ``s``'s bytes (it then holds none); where a
+        fetch may be writing it, under :meth:`fenced`."""
         punch(self.fd, s * self.chunk, self.chunk)
-        self.refresh()[s, 1] = 0
+        table = self.refresh()
+        if s < len(table):
+            table[s, 1] = 0
 
     def settle(self, spares: list[int]) -> None:
         """Under the folder's lock, at the end of a reservation: punch the slots freed to
@@ -137,24 +168,28 @@ class SlotFile:
         want[held] = True
         for s in np.flatnonzero(~want & ((table[:, 0] != 0) | (table[:, 1] != 0))).tolist():
             table[s, 0] = 0
-            self.clean(s)
+            self.clean(s)  # no words name it: no fetch writes it
         table[want, 0] = 1
         self._hint = 0
         return True
 
     def forget(self) -> None:
-        """Under the folder's lock: every slot free and empty (a folder of another boot)."""
-        os.ftruncate(self.fd, 0)
-        os.ftruncate(self._table_fd, 0)
+        """Under the folder's lock: every slot free and empty (a folder of another boot, or
+        a slot file cut), once no fetch writes any."""
+        with self.fenced(None):
+            os.ftruncate(self.fd, 0)
+            os.ftruncate(self._table_fd, 0)
         self._hint = 0
         self.refresh()
 
     def purge(self, tag: int) -> None:
         """Under the folder's lock: punch every slot holding bytes of object ``tag``, held or
-        free (one held for another object's fetch is written over when that lands)."""
-        table = self.refresh()
-        for s in np.flatnonzero(table[:, 1] == tag).tolist():
-            self.clean(s)
+        free. A slot taken for another object's fetch is punched only before that fetch
+        writes it (its writer tags the slot under the slot's lock, which this takes)."""
+        for s in np.flatnonzero(self.refresh()[:, 1] == tag).tolist():
+            with self.fenced(s):
+                if self.refresh()[s, 1] == tag:
+                    self.clean(s)
 
     def _grow(self, slots: int) -> None:
         """Under the folder's lock: room in the table for ``slots`` slots (new ones free and
