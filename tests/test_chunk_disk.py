@@ -185,3 +185,26 @@ def test_an_object_whose_files_cannot_be_made_again_is_read_another_way(
     full_disk[0] = 1 << 30  # room again: made anew and fetched
     assert cs.fetch(store, x, [0], [3], now=2) == []
     assert cs.read(x, 0, CHUNK) == blob[:CHUNK] and cs.used() == CHUNK
+
+
+def test_a_slot_table_that_cannot_grow_keeps_nothing_and_leaves_nothing_fetching(
+    source, tmp_path, monkeypatch
+):
+    """The slot table grows (its blocks written) when every slot is held; on a full disk
+    the chunks that needed a new slot are not kept (read another way), and none is left
+    "being fetched" by this live process, holding room for the rest of the run."""
+    from treadle.storage import slotfile
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    root, blob = source
+    store = Store.open(root)
+    cs = ChunkStore(tmp_path / "chunks", 8 * CHUNK, CHUNK)
+    obj = cs.object(store, "data/o.lance", len(blob))
+    monkeypatch.setattr(slotfile, "write_at", full)  # the table's growth
+    assert cs.fetch(store, obj, [0, 1], [5, 5], now=0) == [0, 1]  # not kept
+    assert [int(w) & 3 for w in obj.words[:2, 0]] == [0, 0] and cs.used() == 0
+    monkeypatch.undo()
+    assert cs.fetch(store, obj, [0, 1], [5, 5], now=0) == []
+    assert cs.read(obj, 0, 2 * CHUNK) == blob[: 2 * CHUNK]

@@ -238,12 +238,14 @@ class ChunkStore:
             obj = wanted[i][0]
             kept = i not in unusable and room.make(obj.chunk_size(c), n)
             if kept and obj.removed() and not obj.reopen():  # by that scan: it held nothing
-                room.used -= obj.chunk_size(c)
                 unusable.add(i)
+            slot = obj.slots.take(spares.get(obj.chunk)) if kept and i not in unusable else -1
+            if kept and slot < 0:  # made anew on a full disk, or no slot (the table full)
+                room.used -= obj.chunk_size(c)
                 kept = False
             if kept:
                 w = obj.words[c]
-                w[3] = obj.slots.take(spares.get(obj.chunk))
+                w[3] = slot
                 w[0], w[2] = (int(w[0]) & ~_STATE_MASK) | FETCHING, fetcher_id()
                 w[1] = n if at is None else at
             (reserved if kept else skipped)[i].append(c)

@@ -7,8 +7,9 @@ pages the page cache already holds: writing into a freshly punched hole (the lay
 a sparse file per object) allocates new pages, which costs about 2.5 times the copy on the
 machines measured (issue 48, ``docs/scale.md``).
 
-``slots_<chunk>.table`` holds two words a slot, mapped by every process of the node and only
-read or written under the folder's lock:
+``slots_<chunk>.table`` holds two words a slot, mapped by every process of the node and read
+or written under the folder's lock (a fetch's writer sets its slot's tag under the slot's
+lock, :meth:`SlotFile.write`):
 
 - **held**: 1 while a chunk's state words name the slot (fetching or present), else 0;
 - **tag**: whose bytes the slot holds (:func:`tag_of` of an object's name), 0 where it holds
@@ -56,7 +57,8 @@ class SlotFile:
         self._hint = 0  # slots before it were held when this process last looked
 
     def refresh(self) -> np.ndarray:
-        """Under the folder's lock: the table, mapped anew where another process grew it."""
+        """Under the folder's lock (or a slot's, :meth:`write`): the table, mapped anew where
+        another process grew it (or emptied it: :meth:`forget`, under every slot's lock)."""
         size = os.fstat(self._table_fd).st_size // 16 * 16
         if size != self._mapped:
             if size:
@@ -73,7 +75,7 @@ class SlotFile:
         to make room in this reservation: its pages written over, no new page, no hole), else
         the lowest free one this process knows of. The search starts where the last one ended
         (a table of a terabyte's slots is not read whole per chunk), from the start again
-        before the table grows."""
+        before the table grows; -1 where it cannot grow (a full disk)."""
         table = self.refresh()
         if spares:
             s = spares.pop()
@@ -84,7 +86,10 @@ class SlotFile:
             free = np.flatnonzero(table[: self._hint, 0] == 0)[:1]
         if not len(free):
             have = len(table)
-            self._grow(max(_MIN_SLOTS, 2 * have))
+            try:
+                self._grow(max(_MIN_SLOTS, 2 * have))
+            except OSError:  # its chunk is not kept: read as without the cache
+                return -1
             table, free = self.table, np.array([have])
         s = int(free[0])
         table[s, 0] = 1
@@ -193,8 +198,12 @@ class SlotFile:
 
     def _grow(self, slots: int) -> None:
         """Under the folder's lock: room in the table for ``slots`` slots (new ones free and
-        empty; the data file grows as slots are written)."""
-        os.ftruncate(self._table_fd, slots * 16)
+        empty; the data file grows as slots are written). Its blocks are written, not left a
+        hole: a word written through the mapping into a hole of a full disk kills the
+        process with ``SIGBUS``, where this raises ``OSError``."""
+        have = os.fstat(self._table_fd).st_size
+        if slots * 16 > have:
+            write_at(self._table_fd, bytes(slots * 16 - have), have)
         self.refresh()
 
     def close(self) -> None:
