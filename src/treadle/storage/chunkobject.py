@@ -49,6 +49,12 @@ class ObjectChunks(ObjectFiles):
             self.reopen_removed()
         if not len(starts):
             return np.zeros(0, bool)
+        inside = (starts >= 0) & (starts + length <= self.size)
+        if not inside.all():  # past the object's end: its last slot's tail holds zeros
+            ok = np.zeros(len(starts), bool)
+            if inside.any():
+                ok[inside] = self.copy_rows(starts[inside], out, into[inside])
+            return ok
         words = self.words  # one mapping for both checks (a re-open switches it)
         first, last = starts // self.chunk, (starts + length - 1) // self.chunk
         lo, hi = int(first.min()), int(last.max()) + 1  # the state words of the chunks in reach
@@ -86,7 +92,10 @@ class ObjectChunks(ObjectFiles):
 
     def read(self, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` when every chunk they touch is present (and stays so while
-        they are copied), else None."""
+        they are copied), else None (also past the object's end: the tail of its last
+        chunk's slot holds zeros, not bytes of it)."""
+        if start < 0 or end > self.size:
+            return None
         first, last = start // self.chunk, max(start, end - 1) // self.chunk
         for _ in range(2):  # again once the files of a removed object were mapped anew
             words = self.words  # one mapping for both checks (a re-open switches it)

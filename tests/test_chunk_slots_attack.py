@@ -1,0 +1,61 @@
+"""Attacks on the chunk cache's slots (issue 48): whatever the schedule, a reader gets the
+object's bytes at that offset or nothing (never another chunk's, never zeros), the disk
+holds what the bound counts, and a purge leaves no byte of the object in any slot."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from treadle.storage import Store
+from treadle.storage.chunkstore import ChunkStore
+
+CHUNK = 4096
+
+
+@pytest.fixture()
+def source(tmp_path):
+    """A local root with objects o, p, q of four chunks of random non-zero bytes, and r of
+    two chunks, the last one short."""
+    store = Store.open(str(tmp_path / "src"), create=True)
+    rng = np.random.default_rng(0)
+    blobs = {k: rng.integers(1, 256, 4 * CHUNK, dtype=np.uint8).tobytes() for k in "opq"}
+    blobs["r"] = rng.integers(1, 256, CHUNK + 1000, dtype=np.uint8).tobytes()
+    for k, v in blobs.items():
+        store.put(k, v)
+    return store, blobs
+
+
+def _check(cs: ChunkStore, store: Store, blobs: dict[str, bytes], key: str) -> int:
+    """Read every chunk of ``key`` through ``cs``; each one read must be the object's.
+    Returns how many were read."""
+    obj, blob, read = cs.object(store, key, len(blobs[key])), blobs[key], 0
+    for c in range(obj.count):
+        a, b = c * CHUNK, min(len(blob), (c + 1) * CHUNK)
+        got = cs.read(obj, a, b)
+        assert got is None or got == blob[a:b], (key, c)
+        out = np.zeros((1, b - a), np.uint8)
+        if obj.copy_rows(np.array([a]), out)[0]:
+            assert out[0].tobytes() == blob[a:b], (key, c)
+        read += got is not None
+    return read
+
+
+def test_bytes_past_an_object_s_end_are_not_read_from_its_last_slot(source, tmp_path):
+    """A short last chunk's slot is a whole chunk: its tail holds zeros (punched), and the
+    slots of other objects follow it in the file. A read reaching past the object's end
+    returned those zeros as the object's bytes (its own sparse file, before, ended with the
+    object: a short read, None), and one past its last chunk raised IndexError. Now: None,
+    and such a row is not copied."""
+    store, blobs = source
+    cs = ChunkStore(tmp_path / "chunks", 1 << 20, CHUNK)
+    r, p = cs.object(store, "r", len(blobs["r"])), cs.object(store, "p", 4 * CHUNK)
+    assert cs.fetch(store, r, [0, 1], [5, 5], now=0) == []
+    assert cs.fetch(store, p, [0, 1], [5, 5], now=0) == []  # slots after r's
+    end = len(blobs["r"])
+    assert cs.read(r, end - 10, end) == blobs["r"][-10:]
+    assert cs.read(r, end - 10, end + 10) is None
+    assert cs.read(r, 2 * CHUNK, 2 * CHUNK + 10) is None
+    out = np.full((3, 20), 7, np.uint8)
+    assert r.copy_rows(np.array([end - 30, end - 10, 0]), out).tolist() == [True, False, True]
+    assert out[0].tobytes() == blobs["r"][-30:-10] and out[2].tobytes() == blobs["r"][:20]
