@@ -4,6 +4,9 @@ holds what the bound counts, and a purge leaves no byte of the object in any slo
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 
@@ -59,3 +62,31 @@ def test_bytes_past_an_object_s_end_are_not_read_from_its_last_slot(source, tmp_
     out = np.full((3, 20), 7, np.uint8)
     assert r.copy_rows(np.array([end - 30, end - 10, 0]), out).tolist() == [True, False, True]
     assert out[0].tobytes() == blobs["r"][-30:-10] and out[2].tobytes() == blobs["r"][:20]
+
+
+@pytest.mark.parametrize("removed", ["slot files", "folder"])
+def test_slot_files_removed_under_a_running_process_serve_no_other_chunk(source, tmp_path,
+                                                                          removed):  # fmt: skip
+    """The slot files (or the whole folder) removed while a process runs (a cache cleared
+    by hand): the process kept writing and reading the files it had open, a process started
+    after made new ones, and both marked chunks present in the same state words, each with
+    a slot of its own file. A chunk one marked was read by the other from the other file:
+    another object's bytes. A process now follows the files at the folder's paths (and lets
+    go of the words naming slots of the old ones); every chunk read is the object's."""
+    store, blobs = source
+    folder = tmp_path / "chunks"
+    a = ChunkStore(folder, 1 << 20, CHUNK)  # a store of its own: another process's files
+    assert a.fetch(store, a.object(store, "o", 4 * CHUNK), [0, 1], [5, 5], now=0) == []
+    if removed == "folder":
+        shutil.rmtree(folder)
+    else:
+        for f in folder.glob("slots_*"):
+            os.unlink(f)
+    b = ChunkStore(folder, 1 << 20, CHUNK)
+    assert b.fetch(store, b.object(store, "q", 4 * CHUNK), [0, 1, 2, 3], [5] * 4, now=0) == []
+    assert a.fetch(store, a.object(store, "p", 4 * CHUNK), [0], [5], now=0) == []
+    assert b.fetch(store, b.object(store, "o", 4 * CHUNK), [2], [5], now=0) == []
+    for cs in (a, b):
+        for key in "opq":
+            _check(cs, store, blobs, key)
+    assert _check(b, store, blobs, "p") == 1 and _check(a, store, blobs, "q") == 4

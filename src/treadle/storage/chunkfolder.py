@@ -131,6 +131,7 @@ class ObjectFiles:
         file's blocks are written first (``OSError`` here)."""
         state = self.directory / f"{self.name}.state"
         want = self.count * WORDS * 8
+        self.slots.follow()  # words of the folder's now name slots of the files there now
         while True:
             fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -195,8 +196,32 @@ class ChunkFolder:
         file of chunk size ``chunk``."""
         got = self.slot_files.get(chunk)
         if got is None:
-            got = self.slot_files[chunk] = SlotFile(self.directory, chunk)
+            got = self.slot_files[chunk] = SlotFile(self.directory, chunk, self._moved,
+                                                    self._made)  # fmt: skip
+            if got.made:
+                self._made(got)
         return got
+
+    def _moved(self, slots: SlotFile) -> None:
+        """Under the folder's lock: the slot files of ``slots.chunk`` this process had open
+        are no longer the folder's (removed, made anew): the words it maps of that chunk
+        size name their slots, so they are marked removed (re-opened before any use, as
+        after a removal; their files may be gone, or listed and removed by :meth:`_made`)."""
+        for obj in [*self.objects.values(), *self.foreign.values()]:
+            if obj.chunk == slots.chunk and obj.words is not None and not obj.removed():
+                obj.words[:, 0] = (obj.words[:, 0] & ~STATE_MASK) | REMOVED
+                obj.words[:, 3] = -1
+
+    def _made(self, slots: SlotFile) -> None:
+        """Under the folder's lock: the slot files of ``slots.chunk`` were made here, so no
+        chunk in the folder's words of that chunk size has its bytes in them: those objects
+        are removed, and the files emptied (one of the two may have been left)."""
+        for e in list(os.scandir(self.directory)):
+            name = e.name.removesuffix(".state")
+            if name != e.name and chunk_of(name) == slots.chunk:
+                if (obj := self._view(name)) is not None:
+                    self._remove(obj)
+        slots.forget()
 
     def _slot_sizes(self) -> list[int]:
         """The chunk sizes that have slot files in the folder."""
@@ -213,6 +238,8 @@ class ChunkFolder:
         objects that hold none are removed (see the module's docstring), and slots no
         object's words name are freed (:meth:`SlotFile.repair`)."""
         out = []
+        for slots in list(self.slot_files.values()):
+            slots.follow()  # removed or made anew since: the words this process maps let go
         held: dict[int, list[np.ndarray]] = {c: [] for c in self._slot_sizes()}
         present: dict[int, list[np.ndarray]] = {c: [] for c in held}
         for e in os.scandir(self.directory):

@@ -44,17 +44,67 @@ def tag_of(name: str) -> int:
     return (int(name[:15], 16) & ((1 << 60) - 1)) + 1
 
 
+def _none(_: SlotFile) -> None:
+    pass
+
+
 class SlotFile:
     """The slot file and slot table of chunk size ``chunk`` in ``directory``."""
 
-    def __init__(self, directory: Path, chunk: int) -> None:
+    def __init__(self, directory: Path, chunk: int, moved: Callable[[SlotFile], None] = _none,
+                 made: Callable[[SlotFile], None] = _none) -> None:  # fmt: skip
         self.directory, self.chunk = Path(directory), int(chunk)
-        self.fd = os.open(self.directory / f"slots_{chunk}.data", os.O_RDWR | os.O_CREAT, 0o644)
-        self._table_fd = os.open(self.directory / f"slots_{chunk}.table", os.O_RDWR | os.O_CREAT,
-                                 0o644)  # fmt: skip
+        self.moved, self.on_made = moved, made  # told of files replaced (:meth:`follow`)
+        self._gone: list[int] = []  # files no longer at their paths: a writer may hold one
         self.table = np.zeros((0, 2), np.int64)
         self._mapped = -1
         self._hint = 0  # slots before it were held when this process last looked
+        self.made = self._open_files()
+
+    def _paths(self) -> tuple[Path, Path]:
+        return (self.directory / f"slots_{self.chunk}.data",
+                self.directory / f"slots_{self.chunk}.table")  # fmt: skip
+
+    def _open_files(self) -> bool:
+        """Open the slot file and table at their paths; whether either was made here (then
+        no state words name a slot of it: :meth:`follow`)."""
+        made, fds = False, []
+        for path in self._paths():
+            while True:
+                try:
+                    fds.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+                    made = True
+                except FileExistsError:
+                    try:
+                        fds.append(os.open(path, os.O_RDWR))
+                    except FileNotFoundError:
+                        continue  # removed in between: made here
+                break
+        self.fd, self._table_fd = fds
+        self.table, self._mapped, self._hint = np.zeros((0, 2), np.int64), -1, 0
+        return made
+
+    def follow(self) -> bool:
+        """Under the folder's lock: where the files at the slot paths are no longer those
+        open (removed, or made anew by another process), open them; whether this made them.
+        ``moved`` is told first, once no writer writes the old files (the words this process
+        mapped name their slots: a slot of one file read in the other is another chunk's
+        bytes); ``made`` after, where this made them (the folder's words of this chunk size
+        name slots of files gone)."""
+        try:
+            same = all(os.stat(p).st_ino == os.fstat(fd).st_ino
+                       for p, fd in zip(self._paths(), (self.fd, self._table_fd)))  # fmt: skip
+        except FileNotFoundError:
+            same = False
+        if same:
+            return False
+        with self.fenced(None):  # a writer of the old files ends first (its words: removed)
+            self.moved(self)
+            self._gone += [self.fd, self._table_fd]
+            made = self._open_files()
+        if made:
+            self.on_made(self)
+        return made
 
     def refresh(self) -> np.ndarray:
         """Under the folder's lock (or a slot's, :meth:`write`): the table, mapped anew where
@@ -103,17 +153,17 @@ class SlotFile:
         chunk's words still name this fetch; whether it did. No folder lock is held: a
         slot changes hands while a fetch may write it only under its lock
         (:meth:`fenced`), so no byte lands in a slot another chunk took."""
-        at = s * self.chunk
-        range_lock(self.fd, at, self.chunk)
+        at, fd = s * self.chunk, self.fd  # the file the slot was taken in (follow: no other)
+        range_lock(fd, at, self.chunk)
         try:
             if not still():
                 return False
-            write_at(self.fd, data, at)  # all of it, or an error
+            write_at(fd, data, at)  # all of it, or an error
             if len(data) < self.chunk:
-                punch(self.fd, at + len(data), self.chunk - len(data))
+                punch(fd, at + len(data), self.chunk - len(data))
             self.refresh()[s, 1] = tag  # a purge takes the slot's lock to read it
         finally:
-            range_unlock(self.fd, at, self.chunk)
+            range_unlock(fd, at, self.chunk)
         return True
 
     @contextlib.contextmanager
@@ -209,7 +259,8 @@ class SlotFile:
     def close(self) -> None:
         self.table = np.zeros((0, 2), np.int64)
         self._mapped = -1
-        for fd in (self.fd, self._table_fd):
+        for fd in (self.fd, self._table_fd, *self._gone):
             if fd >= 0:
                 os.close(fd)
         self.fd = self._table_fd = -1
+        self._gone = []
