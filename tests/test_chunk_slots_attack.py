@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -90,3 +91,46 @@ def test_slot_files_removed_under_a_running_process_serve_no_other_chunk(source,
         for key in "opq":
             _check(cs, store, blobs, key)
     assert _check(b, store, blobs, "p") == 1 and _check(a, store, blobs, "q") == 4
+
+
+def _lock_fork_and_die(folder: str, pid_file: str) -> None:
+    """Hold slot 0's lock as a fetch writing it does, fork a child that lives on, and die
+    (SIGKILL) holding it."""
+    import signal
+
+    from treadle.storage.fileio import range_lock
+
+    cs = ChunkStore(folder, 1 << 20, CHUNK)
+    range_lock(cs._slots.fd, 0, CHUNK)
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    with open(pid_file, "w") as f:
+        f.write(str(child))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_slot_locked_by_a_killed_writer_is_not_held_by_its_forked_child(tmp_path):
+    """A slot's lock belongs to the open slot file, which a child forked while a fetch
+    wrote shares: the writer's process killed, the child held the slot locked for its
+    whole life, and every removal of a chunk fetching into that slot (a purge, a folder of
+    another boot) waited for it under the folder's lock, the node's cache with it. A
+    forked child now opens the slot files anew."""
+    import multiprocessing as mp
+
+    folder, pid_file = tmp_path / "chunks", tmp_path / "child.pid"
+    p = mp.get_context("spawn").Process(target=_lock_fork_and_die,
+                                        args=(str(folder), str(pid_file)))  # fmt: skip
+    p.start()
+    deadline = time.monotonic() + 60
+    while p.is_alive() and time.monotonic() < deadline:  # join() waits for the child too
+        time.sleep(0.05)
+    assert p.exitcode == -9
+    child = int(pid_file.read_text())
+    try:
+        cs = ChunkStore(folder, 1 << 20, CHUNK)
+        with cs._slots.fenced(0, wait=False) as free:
+            assert free
+    finally:
+        os.kill(child, 9)

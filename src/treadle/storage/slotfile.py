@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class SlotFile:
         self._mapped = -1
         self._hint = 0  # slots before it were held when this process last looked
         self.made = self._open_files()
+        _OPEN.add(self)
 
     def _paths(self) -> tuple[Path, Path]:
         return (self.directory / f"slots_{self.chunk}.data",
@@ -264,3 +266,22 @@ class SlotFile:
                 os.close(fd)
         self.fd = self._table_fd = -1
         self._gone = []
+
+
+_OPEN: weakref.WeakSet[SlotFile] = weakref.WeakSet()
+
+
+def _own_files_in_child() -> None:
+    """In a forked child: each slot file opened anew under its number. A slot's lock is
+    held by the open file, which a child forked while a fetch wrote shares with its parent:
+    the parent killed, the child would hold the slot locked, and every removal of a chunk
+    fetching into it, under the folder's lock, would wait for the child to end."""
+    for slots in list(_OPEN):
+        for fd in (slots.fd, *slots._gone):
+            if fd >= 0:
+                own = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)
+                os.dup2(own, fd, inheritable=False)
+                os.close(own)
+
+
+os.register_at_fork(after_in_child=_own_files_in_child)
