@@ -134,3 +134,91 @@ def test_a_slot_locked_by_a_killed_writer_is_not_held_by_its_forked_child(tmp_pa
             assert free
     finally:
         os.kill(child, 9)
+
+
+SIZES = (8 * CHUNK, 8 * CHUNK - 1000, 5000, 3 * CHUNK + 1)
+
+
+def _blobs() -> dict[str, bytes]:
+    rng = np.random.default_rng(3)
+    return {f"s{i}": rng.integers(1, 256, n, dtype=np.uint8).tobytes() for i, n in enumerate(SIZES)}
+
+
+def _stress(root: str, folder: str, seed: int, chunk: int, mode: str) -> int:
+    """One process of :func:`test_processes_fetching_reading_and_purging_read_only_the_objects_bytes`:
+    two threads fetch, read and copy rows of random objects (``mode``: also purge them, or
+    take every other process's fetch for dead); the count of wrong bytes read."""
+    import threading
+
+    from treadle.storage import chunkfiles, chunkroom
+    from treadle.storage.chunkfolder import remove_named
+    from treadle.storage.filecache import copy_name
+    from treadle.storage.folderlock import folder_lock
+
+    store, blobs, bad = Store.open(root), _blobs(), []
+    if mode == "paranoid":  # alive only itself (another pid namespace's view)
+        me = chunkfiles.fetcher_id()
+        chunkfiles.alive = chunkroom.alive = lambda ids: np.asarray(ids) == me
+    cs = ChunkStore(folder, 6 * chunk, chunk)
+
+    def run(rng: np.random.Generator) -> None:
+        for step in range(40):
+            key = f"s{int(rng.integers(len(SIZES)))}"
+            blob = blobs[key]
+            if mode == "purge" and rng.random() < 0.2:
+                with folder_lock(cs.directory):
+                    remove_named(cs.directory, copy_name(store, key, len(blob)))
+                continue
+            obj = cs.object(store, key, len(blob))
+            want = sorted(set(rng.integers(0, obj.count, 3).tolist()))
+            cs.fetch(store, obj, want, (step + rng.integers(1, 30, len(want))).tolist(), step)
+            a = int(rng.integers(0, len(blob)))
+            b = min(len(blob), a + int(rng.integers(1, 3 * chunk)))
+            got = cs.read(obj, a, b)
+            bad.append(got is not None and got != blob[a:b])
+            n = min(len(blob), int(rng.integers(1, 2 * chunk)))
+            starts = rng.integers(0, len(blob) - n + 1, 4)
+            out = np.zeros((4, n), np.uint8)
+            for i in np.flatnonzero(obj.copy_rows(starts, out)).tolist():
+                bad.append(out[i].tobytes() != blob[starts[i] : starts[i] + n])
+
+    threads = [threading.Thread(target=run, args=(np.random.default_rng(seed * 10 + t),))
+               for t in range(2)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(bad)
+
+
+@pytest.mark.slow  # three processes (~10 s)
+@pytest.mark.parametrize("chunk", [CHUNK, 1000])
+def test_processes_fetching_reading_and_purging_read_only_the_objects_bytes(tmp_path, chunk):
+    """Three processes of two threads fetch, read and copy rows of four objects (short last
+    chunks; chunks of a page and of 1000 bytes) under a bound of six chunks, one purging
+    them at random, one taking every other process's fetch for dead: every byte read is the
+    object's, the bound holds, and once every object is purged no slot holds a byte of any."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from treadle.storage.chunkfolder import remove_named
+    from treadle.storage.filecache import copy_name
+    from treadle.storage.folderlock import folder_lock
+
+    store, blobs = Store.open(str(tmp_path / "src"), create=True), _blobs()
+    for k, v in blobs.items():
+        store.put(k, v)
+    folder = str(tmp_path / "chunks")
+    ChunkStore(folder, 6 * chunk, chunk)
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(3, mp_context=mp.get_context("spawn")) as pool:
+        runs = [pool.submit(_stress, store.url, folder, i, chunk, mode)
+                for i, mode in enumerate(["plain", "purge", "paranoid"])]  # fmt: skip
+        assert [r.result(timeout=300) for r in runs] == [0, 0, 0]
+    cs = ChunkStore(folder, 6 * chunk, chunk)
+    assert cs.used() <= cs.max_bytes
+    with folder_lock(cs.directory):
+        for k, v in blobs.items():
+            remove_named(cs.directory, copy_name(store, k, len(v)))
+    for path in cs.directory.glob("slots_*.data"):
+        assert not any(path.read_bytes()), path.name
