@@ -222,3 +222,27 @@ def test_processes_fetching_reading_and_purging_read_only_the_objects_bytes(tmp_
             remove_named(cs.directory, copy_name(store, k, len(v)))
     for path in cs.directory.glob("slots_*.data"):
         assert not any(path.read_bytes()), path.name
+
+
+def test_a_table_grown_is_used_though_a_writer_s_thread_maps_an_older_one(tmp_path):
+    """A download thread's write maps the slot table anew where another process grew it,
+    with no folder lock: it may read the old size, and assign its mapping after a
+    reservation's thread grew the table and mapped it. The reservation then indexed the
+    writer's table (the attribute, read again) with the new slot: ``IndexError``, the
+    reservation lost. Each call now uses the table it mapped."""
+    from treadle.storage import slotfile
+
+    class Raced(slotfile.SlotFile):
+        stale: np.ndarray | None = None
+
+        def __setattr__(self, name: str, value: object) -> None:
+            super().__setattr__(name, value)
+            if name == "table" and self.stale is not None and len(value) > len(self.stale):
+                super().__setattr__("table", self.stale)  # the writer's thread, just after
+
+    slots = Raced(tmp_path, CHUNK)
+    taken = [slots.take() for _ in range(64)]
+    slots.stale = slots.table  # 64 slots: what the writer's thread mapped
+    assert slots.take() == 64 and sorted(taken) == list(range(64))
+    table = np.frombuffer((tmp_path / f"slots_{CHUNK}.table").read_bytes(), np.int64)
+    assert int(table[128]) == 1  # slot 64 held

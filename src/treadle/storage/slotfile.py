@@ -58,7 +58,7 @@ class SlotFile:
         self.moved, self.on_made = moved, made  # told of files replaced (:meth:`follow`)
         self._gone: list[int] = []  # files no longer at their paths: a writer may hold one
         self.table = np.zeros((0, 2), np.int64)
-        self._mapped = -1
+        self._map = (-1, self.table)  # (bytes mapped, table): one assignment, as threads read it
         self._hint = 0  # slots before it were held when this process last looked
         self.made = self._open_files()
         _OPEN.add(self)
@@ -83,7 +83,8 @@ class SlotFile:
                         continue  # removed in between: made here
                 break
         self.fd, self._table_fd = fds
-        self.table, self._mapped, self._hint = np.zeros((0, 2), np.int64), -1, 0
+        self.table, self._hint = np.zeros((0, 2), np.int64), 0
+        self._map = (-1, self.table)
         return made
 
     def follow(self) -> bool:
@@ -110,16 +111,18 @@ class SlotFile:
 
     def refresh(self) -> np.ndarray:
         """Under the folder's lock (or a slot's, :meth:`write`): the table, mapped anew where
-        another process grew it (or emptied it: :meth:`forget`, under every slot's lock)."""
+        another process grew it (or emptied it: :meth:`forget`, under every slot's lock). The
+        one this call mapped: a writer's thread may map an older size meanwhile (it read the
+        size before this one grew the table)."""
         size = os.fstat(self._table_fd).st_size // 16 * 16
-        if size != self._mapped:
+        mapped, table = self._map
+        if size != mapped:
             if size:
-                mapping = mmap.mmap(self._table_fd, size)
-                self.table = np.frombuffer(mapping, np.int64).reshape(-1, 2)
+                table = np.frombuffer(mmap.mmap(self._table_fd, size), np.int64).reshape(-1, 2)
             else:
-                self.table = np.zeros((0, 2), np.int64)
-            self._mapped = size
-        return self.table
+                table = np.zeros((0, 2), np.int64)
+            self._map, self.table = (size, table), table
+        return table
 
     def take(self, spares: list[int] | None = None) -> int:
         """Under the folder's lock: a slot for a chunk, now held (its tag kept: the bytes there
@@ -139,10 +142,10 @@ class SlotFile:
         if not len(free):
             have = len(table)
             try:
-                self._grow(max(_MIN_SLOTS, 2 * have))
+                table = self._grow(max(_MIN_SLOTS, 2 * have))
             except OSError:  # its chunk is not kept: read as without the cache
                 return -1
-            table, free = self.table, np.array([have])
+            free = np.array([have])
         s = int(free[0])
         table[s, 0] = 1
         self._hint = s + 1
@@ -218,8 +221,7 @@ class SlotFile:
             return False
         table = self.refresh()
         if len(held) and int(held.max()) >= len(table):  # the table lost or cut
-            self._grow(int(held.max()) + 1)
-            table = self.table
+            table = self._grow(int(held.max()) + 1)
         want = np.zeros(len(table), bool)
         held = held[(held >= 0) & (held < len(table))]
         want[held] = True
@@ -248,19 +250,19 @@ class SlotFile:
                 if self.refresh()[s, 1] == tag:
                     self.clean(s)
 
-    def _grow(self, slots: int) -> None:
+    def _grow(self, slots: int) -> np.ndarray:
         """Under the folder's lock: room in the table for ``slots`` slots (new ones free and
-        empty; the data file grows as slots are written). Its blocks are written, not left a
-        hole: a word written through the mapping into a hole of a full disk kills the
-        process with ``SIGBUS``, where this raises ``OSError``."""
+        empty; the data file grows as slots are written), and the table. Its blocks are
+        written, not left a hole: a word written through the mapping into a hole of a full
+        disk kills the process with ``SIGBUS``, where this raises ``OSError``."""
         have = os.fstat(self._table_fd).st_size
         if slots * 16 > have:
             write_at(self._table_fd, bytes(slots * 16 - have), have)
-        self.refresh()
+        return self.refresh()
 
     def close(self) -> None:
         self.table = np.zeros((0, 2), np.int64)
-        self._mapped = -1
+        self._map = (-1, self.table)
         for fd in (self.fd, self._table_fd, *self._gone):
             if fd >= 0:
                 os.close(fd)
