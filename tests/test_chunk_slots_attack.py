@@ -246,3 +246,53 @@ def test_a_table_grown_is_used_though_a_writer_s_thread_maps_an_older_one(tmp_pa
     assert slots.take() == 64 and sorted(taken) == list(range(64))
     table = np.frombuffer((tmp_path / f"slots_{CHUNK}.table").read_bytes(), np.int64)
     assert int(table[128]) == 1  # slot 64 held
+
+
+def _killed_in(root: str, folder: str, where: str) -> None:
+    """Fetch chunks 0-1 of object o (after chunks 0-3 of q, present) and die (SIGKILL) in
+    ``where``: half of chunk 0's bytes written into its slot, or both written and tagged,
+    not yet marked present."""
+    import signal
+
+    from treadle.storage import chunkstore, slotfile
+
+    store = Store.open(root)
+    cs = ChunkStore(folder, 6 * CHUNK, CHUNK)
+    cs.fetch(store, cs.object(store, "q", 4 * CHUNK), [0, 1, 2, 3], [9] * 4, now=0)
+    real = slotfile.write_at
+
+    def half(fd: int, data: memoryview, at: int) -> None:
+        real(fd, memoryview(data)[: len(data) // 2], at)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if where == "write":
+        slotfile.write_at = half
+    else:
+        chunkstore.mark_present = lambda *_: os.kill(os.getpid(), signal.SIGKILL)
+    cs.fetch(store, cs.object(store, "o", 4 * CHUNK), [0, 1], [1, 1], now=0)
+
+
+@pytest.mark.parametrize("where", ["write", "mark"])
+def test_a_process_killed_writing_a_slot_leaves_no_bytes_read_and_its_room(source, tmp_path,
+                                                                           where):  # fmt: skip
+    """SIGKILL while a fetch's bytes are written into their slot (half of them), or after
+    they are but before they are marked present: the next process reads none of them,
+    takes their room back (evicting q's chunks, needed later) and reads every chunk as the
+    object's; the bound and the disk hold."""
+    import multiprocessing as mp
+
+    store, blobs = source
+    folder = str(tmp_path / "chunks")
+    p = mp.get_context("spawn").Process(target=_killed_in, args=(store.url, folder, where))
+    p.start()
+    p.join(60)
+    assert p.exitcode == -9
+    cs = ChunkStore(folder, 6 * CHUNK, CHUNK)
+    o = cs.object(store, "o", 4 * CHUNK)
+    assert cs.read(o, 0, CHUNK) is None and cs.read(o, CHUNK, 2 * CHUNK) is None
+    assert cs.fetch(store, o, [0, 1, 2, 3], [1, 1, 1, 1], now=1) == []
+    assert _check(cs, store, blobs, "o") == 4 and _check(cs, store, blobs, "q") == 2
+    assert cs.used() <= cs.max_bytes
+    assert sum(os.stat(f).st_blocks * 512 for f in cs.directory.glob("slots_*.data")) <= (
+        cs.max_bytes
+    )
