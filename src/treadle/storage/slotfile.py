@@ -20,6 +20,12 @@ lock, :meth:`SlotFile.write`):
 A free slot holds no bytes between reservations: a slot freed to make room is taken again in
 the same reservation, or punched (:meth:`SlotFile.settle`). So the disk holds the bytes the
 bound counts (the tail of a short last chunk is punched as well), and nothing else.
+
+The files a process has open stay the folder's: removed under it (a cache cleared by hand)
+and made anew by another process, they are opened again at its next scan or object opened
+(:meth:`SlotFile.follow`), the words it mapped let go first; else two processes would
+name slots of two files in the same words. A forked child opens them anew: a slot's lock
+is held by the open file, which it would share with its parent.
 """
 
 from __future__ import annotations
