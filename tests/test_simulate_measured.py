@@ -27,7 +27,7 @@ from treadle.plan import simulate as simulate_mod
 from treadle.plan.simulate import FETCH_GROUP, FETCH_HORIZON, Link, Setup, simulate
 from treadle.read import lookahead as lookahead_mod
 from treadle.read.simpages import media_windows, page_layout
-from treadle.storage import Store
+from treadle.storage import Store, cloud
 from treadle.storage.chunkstore import ChunkStore
 from treadle.video._testing import synthetic_frames
 
@@ -126,6 +126,9 @@ def _measure(remote, tmp_path, monkeypatch, ranks: int, shuffle: object, cache: 
     monkeypatch.setenv("TREADLE_CHUNK_BYTES", f"{chunk}B")
     monkeypatch.setattr(fastpaths, "_OFF", {})
     monkeypatch.setattr(sample_reader, "FixedReader", partial(FixedReader, resident_bytes=64 << 10))
+    # each rank reaches the server through a proxy of its own (to count its requests); the
+    # ranks of a node reach one endpoint, whose objects they share in the chunk cache
+    monkeypatch.setattr(cloud, "store_place", lambda root, scheme, options: root)
     turns = Turns(ranks)
     turns.install(monkeypatch)
     proxies = [DelayProxy(server.endpoint, 0.0).start() for _ in range(ranks)]
