@@ -255,7 +255,8 @@ class TableEdits:
         for ep in episodes:
             s = int(index.starts[at[ep]])
             drop[s : s + int(index.lengths[at[ep]])] = True
-        self.tx._apply_edit(self.name, f"delete_episodes {len(episodes)}", _delete(drop))
+        kind = f"delete_episodes {len(episodes)}"
+        self.tx._apply_edit(self.name, kind, _delete(drop, episodes))
 
     def compact(self) -> bool:
         """Write each fragment spread over several data files after edits again as one
@@ -328,14 +329,14 @@ def _replace(col: str, value: pa.Array, rows: np.ndarray) -> Change:
     return change
 
 
-def _delete(drop: np.ndarray) -> Change:
+def _delete(drop: np.ndarray, episodes: list[str]) -> Change:
     def change(ds: lance.LanceDataset, before_write: Callable[[], None]) -> evolve.Edited:
         parts, at = {}, 0
         for i, n in enumerate(evolve.fragment_rows(ds)):
             if drop[at : at + n].any():
                 parts[i] = drop[at : at + n]
             at += n
-        return evolve.delete_rows(ds, parts, before_write)
+        return evolve.delete_rows(ds, parts, before_write, episodes)
 
     return change
 
