@@ -173,3 +173,16 @@ def test_a_purge_takes_the_names_out_of_every_versions_records(tmp_path):
     assert not [m for m in _metadata_of_every_version(t) if SECRET.encode() in m]
     assert recorded_off_grid(t.pin().schema) == {}
     assert [s[:2] for s in recorded_images(t.pin().schema)["rgb"]["sizes"]] == [[16, 16]]
+
+
+def test_an_append_staged_before_a_delete_does_not_bring_its_entry_back(tmp_path):
+    # before: the append, rebased on the head that deleted 'phone', merged its base's
+    # record (which named 'phone') into the head's, and the plan was refused again
+    t = _cams(str(tmp_path), {"phone": VFR_MS, "steady": CFR_MS})
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    with branch.transaction("late append") as tx:
+        tx.table("cams").append_episode({"cam": td.VideoFile(_file(WIDE_MS))}, episode="late")
+        t.delete_episodes(["phone"])  # lands first
+    assert list(t.pin().episodes().names) == ["steady", "late"]
+    rec = recorded_off_grid(t.pin().schema)["cam"]
+    assert list(rec["episodes"]) == ["late"] and rec["episode"] == "late"

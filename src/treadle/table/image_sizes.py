@@ -238,12 +238,13 @@ def images_without(schema: pa.Schema, episodes: Iterable[str]) -> str | None | b
     """The image record's text once ``episodes`` are deleted or purged (None: no record
     left; False: unchanged): their names go from every size (a size no episode holds any
     more goes too), and ``odd`` when its value was theirs."""
-    gone = set(episodes)
+    gone = set(episodes).__contains__
     raw = recorded_images(schema)
     out: dict[str, dict[str, Any]] = {}
     for col, rec in raw.items():
         named = {e for _, _, e in rec.get("sizes") or []} | {(rec.get("odd") or [None])[0]}
-        if not gone & (named | {n for v in (rec.get("names") or {}).values() for n in v}):
+        named |= {n for v in (rec.get("names") or {}).values() for n in v}
+        if not any(gone(n) for n in named):
             out[col] = rec
             continue
         entry = dict(rec)
@@ -251,14 +252,14 @@ def images_without(schema: pa.Schema, episodes: Iterable[str]) -> str | None | b
         sizes = []
         for w, h, e in entry.get("sizes") or []:
             key = _key(w, h)
-            left = [n for n in held.get(key, ()) if n not in gone]
+            left = [n for n in held.get(key, ()) if not gone(n)]
             if not left and key not in held_more:
                 held.pop(key, None)
                 continue  # every episode that held it is gone
             held[key] = left
-            sizes.append([w, h, (left[0] if left else None) if e in gone else e])
+            sizes.append([w, h, (left[0] if left else None) if gone(e) else e])
         entry["sizes"], entry["names"], entry["names_more"] = sizes, held, sorted(held_more)
-        if (entry.get("odd") or [None])[0] in gone:
+        if gone((entry.get("odd") or [None])[0]):
             del entry["odd"]
         out[col] = entry
     return False if out == raw else json.dumps(out, sort_keys=True, separators=(",", ":"))

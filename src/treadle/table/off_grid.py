@@ -159,13 +159,13 @@ def off_grid_without(schema: pa.Schema, episodes: Iterable[str]) -> str | None |
     """The record's text once ``episodes`` are deleted or purged (None: no record left;
     False: unchanged). Their entries go; a bound whose episode is one of them stays,
     without the name."""
-    gone = set(episodes)
+    gone = set(episodes).__contains__
     raw = _raw(schema)
     out: dict[str, dict[str, Any]] = {}
     for col, rec in raw.items():
         entry = _entry(rec)
-        entry["episodes"] = {k: v for k, v in entry["episodes"].items() if k not in gone}
-        if entry["more_episode"] in gone:
+        entry["episodes"] = {k: v for k, v in entry["episodes"].items() if not gone(k)}
+        if gone(entry["more_episode"]):
             entry["more_episode"] = None
         done = _finished(entry)
         if done is not None:
