@@ -186,3 +186,11 @@ def test_an_append_staged_before_a_delete_does_not_bring_its_entry_back(tmp_path
     assert list(t.pin().episodes().names) == ["steady", "late"]
     rec = recorded_off_grid(t.pin().schema)["cam"]
     assert list(rec["episodes"]) == ["late"] and rec["episode"] == "late"
+
+
+def test_a_size_an_update_wrote_stays_after_its_listed_episodes_go(tmp_path):
+    t = _images(str(tmp_path), {"a": (16, 16), "odd": (8, 24), "b": (16, 16)})
+    t.update({"rgb": _png(8, 24)}, where="episode = 'a' AND frame = 0")
+    t.delete_episodes(["odd"])  # 'a' holds an 8x24 image still
+    with pytest.raises(PlanError, match="more than one size"):
+        _plan_images(t)

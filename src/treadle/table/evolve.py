@@ -182,13 +182,18 @@ def drop_columns(ds: lance.LanceDataset, names: list[str]) -> Edited:
     return Edited(schema, [f.metadata for f in ds.get_fragments()])
 
 
-def schema_without(ds: lance.LanceDataset, episodes: Iterable[str]) -> Any:
-    """``ds``'s Lance schema once ``episodes`` are deleted or purged: what it records of
-    them gone (:func:`~treadle.table.schema_records.records_without`), field ids kept."""
-    records = records_without(ds.schema, episodes)
+def schema_with(ds: lance.LanceDataset, records: dict[str, str | None]) -> Any:
+    """``ds``'s Lance schema with its schema metadata entries ``records`` changed (None:
+    removed), field ids kept."""
     if not records:
         return ds.lance_schema
     return _scratch_schema(ds, lambda s: s.update_schema_metadata(records))
+
+
+def schema_without(ds: lance.LanceDataset, episodes: Iterable[str]) -> Any:
+    """``ds``'s Lance schema once ``episodes`` are deleted or purged: what it records of
+    them gone (:func:`~treadle.table.schema_records.records_without`), field ids kept."""
+    return schema_with(ds, records_without(ds.schema, episodes))
 
 
 def delete_rows(

@@ -263,3 +263,23 @@ def images_without(schema: pa.Schema, episodes: Iterable[str]) -> str | None | b
             del entry["odd"]
         out[col] = entry
     return False if out == raw else json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def images_updated(
+    schema: pa.Schema, column: str, width: int, height: int, episodes: Iterable[str]
+) -> str | bool:
+    """The image record's text once ``update`` wrote an image of ``width`` x ``height`` into
+    rows of ``episodes`` of ``column`` (False: unchanged): they hold that size too."""
+    raw = recorded_images(schema)
+    entry = raw.get(column)
+    key = _key(width, height)
+    if entry is None or [width, height] not in [s[:2] for s in entry.get("sizes") or []]:
+        return False  # a size not listed: "more" holds it (update refuses any other)
+    entry = dict(entry)
+    held, held_more = _holders(entry)
+    for episode in episodes:
+        _hold(held, held_more, key, episode)
+    entry["names"], entry["names_more"] = held, sorted(held_more)
+    if entry == raw[column]:
+        return False
+    return json.dumps({**raw, column: entry}, sort_keys=True, separators=(",", ":"))
