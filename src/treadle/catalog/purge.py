@@ -158,7 +158,7 @@ def purge_episodes(
         keep = _kept(project, table, where, set(replaced))
         delete_replaced(project, table, replaced, old, streams - keep, lease)
         earlier = [r for r in earlier if r.commit != commit.id]
-        finish_earlier(project, table, lambda: keep, earlier)
+        finish_earlier(project, table, lambda: _kept(project, table, where), earlier)
         write_record(project.place, dataclasses.replace(record, finished=True))
     finally:
         lease.release()

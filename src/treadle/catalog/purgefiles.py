@@ -120,7 +120,8 @@ def finish_earlier(
     interrupted after storing their records) left, as :func:`delete_replaced` does: the
     replaced versions' manifests, tags, statistics and stored episode indexes, the data
     files they removed (and this machine's copies of them), every kept ``plan.stats``
-    result, and their episodes' streams no row names (``keep()``: the streams rows name).
+    result, and their episodes' streams no row names (``keep()``: the streams the rows of
+    the versions left name, asked once their old versions' manifests are gone).
     Each is then marked finished, so a purge walks only the records not finished before
     it (what is gone already costs one request a file or stream, and one listing per
     table folder). A record written before its streams were kept names none: gc removes
@@ -131,12 +132,13 @@ def finish_earlier(
     store, prefix = project.place.store, project.place.prefix
     base = layout.table_key(prefix, table)
     versions = {v for r in records for v in r.versions}
-    tags = {f"{base}/_refs/tags/treadle-v{v}.json" for v in versions}
-    stats = tuple(layout.stats_folder(prefix, table, v) + "/" for v in versions)
-    for key in store.list(f"{base}/_refs/tags") + store.list(f"{prefix}/{layout.STATS}/{table}"):
-        if key in tags or key.startswith(stats):
-            _delete(store, key)
     if versions:
+        tags = {f"{base}/_refs/tags/treadle-v{v}.json" for v in versions}
+        stats = tuple(layout.stats_folder(prefix, table, v) + "/" for v in versions)
+        listed = store.list(f"{base}/_refs/tags") + store.list(f"{prefix}/{layout.STATS}/{table}")
+        for key in listed:
+            if key in tags or key.startswith(stats):
+                _delete(store, key)
         for key in store.list(layout.folder(prefix, layout.RUNSTATS)):
             _delete(store, key)
     for record in records:
