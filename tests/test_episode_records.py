@@ -194,3 +194,14 @@ def test_a_size_an_update_wrote_stays_after_its_listed_episodes_go(tmp_path):
     t.delete_episodes(["odd"])  # 'a' holds an 8x24 image still
     with pytest.raises(PlanError, match="more than one size"):
         _plan_images(t)
+
+
+def test_a_size_an_earlier_treadle_added_is_kept_by_a_delete():
+    from treadle.table.image_sizes import images_without
+
+    rec = {"format": "PNG", "more": False, "sizes": [[16, 16, "a"], [24, 8, "odd"], [8, 8, "x"]],
+           "names": {"16x16": ["a", "b"], "24x8": ["odd"]}, "names_more": []}  # fmt: skip
+    schema = pa.schema([pa.field("rgb", pa.binary())], metadata={IMAGES_KEY: json.dumps(
+        {"rgb": rec})})  # fmt: skip
+    left = json.loads(images_without(schema, ["odd", "x"]))["rgb"]
+    assert left["sizes"] == [[16, 16, "a"], [8, 8, None]]  # 8x8's other holders: unknown

@@ -111,12 +111,12 @@ def _key(w: int, h: int) -> str:
 
 
 def _holders(entry: dict[str, Any]) -> tuple[dict[str, list[str]], set[str]]:
-    """``(names, names_more)`` of ``entry``; every size of a record that kept no names (an
-    earlier treadle's) is one whose holders are not all known."""
-    if "names" not in entry:
-        return {}, {_key(w, h) for w, h, _ in entry.get("sizes") or []}
-    names = {k: list(v) for k, v in entry["names"].items()}
-    return names, set(entry.get("names_more") or ())
+    """``(names, names_more)`` of ``entry``; a size the record keeps no names of (an
+    earlier treadle's record, or a size an earlier treadle added to this one) is one whose
+    holders are not all known."""
+    names = {k: list(v) for k, v in (entry.get("names") or {}).items()}
+    unnamed = {_key(w, h) for w, h, _ in entry.get("sizes") or []} - names.keys()
+    return names, set(entry.get("names_more") or ()) | unnamed
 
 
 def _hold(names: dict[str, list[str]], more: set[str], key: str, episode: Any) -> None:
