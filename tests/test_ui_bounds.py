@@ -6,6 +6,9 @@ ranges are served without copying the video."""
 
 from __future__ import annotations
 
+import html
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -18,8 +21,9 @@ with warnings.catch_warnings():  # starlette 1.x asks for httpx2; httpx works th
 
 import treadle as td  # noqa: E402
 from treadle.table.table import Table  # noqa: E402
+from treadle.ui import app as ui_app  # noqa: E402
 from treadle.ui import episode  # noqa: E402
-from treadle.ui.app import create_app  # noqa: E402
+from treadle.ui.app import ByteLRU, create_app  # noqa: E402
 
 ROWS, DIMS = 3000, 300
 LOCAL = "http://127.0.0.1"
@@ -114,3 +118,95 @@ def test_past_the_plotted_frames_the_page_says_so_and_follows_the_cursor(store, 
             browser.close()
     finally:
         server.stop()
+
+
+def _ask_at_once(n: int, ask) -> list:
+    """``ask(i)`` in ``n`` threads started together; their results (or exceptions)."""
+    out: list = [None] * n
+
+    def one(i: int) -> None:
+        try:
+            out[i] = ask(i)
+        except Exception as e:  # noqa: BLE001 (the test reads it)
+            out[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def _blocking_make(calls: list, running: list, release: threading.Event, want: int):
+    """A ``make`` that counts its calls and the most running at once, and waits for
+    ``release`` (set once ``want`` calls have started, or after a second: a cache that
+    makes a key once never gets there)."""
+    lock = threading.Lock()
+
+    def make(value: bytes):
+        def run() -> bytes:
+            with lock:
+                calls.append(value)
+                running[0] += 1
+                running[1] = max(running[1], running[0])
+                if len(calls) >= want:
+                    release.set()
+            release.wait(1.0)
+            time.sleep(0.05)
+            with lock:
+                running[0] -= 1
+            return value
+
+        return run
+
+    return make
+
+
+def test_a_video_asked_for_at_once_is_made_once():
+    cache = ByteLRU(1 << 20)
+    calls: list = []
+    make = _blocking_make(calls, [0, 0], threading.Event(), want=8)
+    got = _ask_at_once(8, lambda i: cache.get("video", make(b"mp4")))
+    assert got == [b"mp4"] * 8 and len(calls) == 1
+
+
+def test_at_most_two_videos_are_made_at_a_time():
+    cache = ByteLRU(1 << 20)
+    calls: list = []
+    running = [0, 0]
+    make = _blocking_make(calls, running, threading.Event(), want=6)
+    got = _ask_at_once(6, lambda i: cache.get(i, make(bytes([i]))))
+    assert got == [bytes([i]) for i in range(6)] and len(calls) == 6 and running[1] <= 2
+
+
+def test_the_cache_counts_its_bytes_and_keeps_the_newest():
+    cache = ByteLRU(10)
+    for i in range(5):
+        cache.get(i, lambda i=i: bytes(4))
+    assert list(cache._items) == [3, 4]
+
+
+def test_a_video_over_the_cap_is_refused_naming_its_size(store):
+    http = TestClient(create_app(store[0], video_cache_bytes=100), base_url=LOCAL)
+    r = http.get("/p/w/t/cams/v/1/e/c0/video/cam.mp4")
+    assert r.status_code == 500, r.status_code
+    said = html.unescape(r.text)
+    assert "episode 'c0' of table 'cams' v1, column 'cam': its stored video is" in said
+    assert "the viewer plays at most 100 per episode" in said
+    ok = TestClient(create_app(store[0]), base_url=LOCAL).get("/p/w/t/cams/v/1/e/c0/video/cam.mp4")
+    assert ok.status_code == 200 and ok.content[4:8] == b"ftyp"
+
+
+def test_ranges_of_a_video_are_its_bytes(store, monkeypatch):
+    made = []
+    to_mp4 = ui_app.media.to_mp4
+    monkeypatch.setattr(ui_app.media, "to_mp4", lambda *a: made.append(1) or to_mp4(*a))
+    http = TestClient(create_app(store[0]), base_url=LOCAL)
+    path = "/p/w/t/cams/v/1/e/c0/video/cam.mp4"
+    whole = http.get(path).content
+    for rng, want in [("bytes=0-9", whole[:10]), ("bytes=-7", whole[-7:]),
+                      ("bytes=5-", whole[5:])]:  # fmt: skip
+        r = http.get(path, headers={"Range": rng})
+        assert r.status_code == 206 and r.content == want, rng
+    assert len(made) == 1

@@ -22,7 +22,7 @@ import av
 import numpy as np
 
 from treadle import layout
-from treadle.errors import CorruptData, NotFound
+from treadle.errors import CorruptData, NotFound, UnsafeInput
 from treadle.storage.store import RangeRequest
 from treadle.video.nal import NAL_PPS, NAL_SPS, iter_nal_units
 
@@ -70,6 +70,17 @@ def episode_video(table: Table, column: str, start: int, length: int) -> Episode
         height=int(arr["height"][0]),
         fps=float(arr["fps"][0]),
     )
+
+
+def check_video_size(video: EpisodeVideo, most: int, where: str) -> None:
+    """:class:`~treadle.errors.UnsafeInput` naming ``where`` when the stored bytes an
+    episode's MP4 is made of (read whole, then kept whole) are over ``most``."""
+    span = int((video.offset + video.size).max() - video.offset.min()) if len(video.size) else 0
+    if span > most:
+        raise UnsafeInput(
+            f"{where}: its stored video is {span:,} bytes; the viewer plays at most {most:,} "
+            "per episode (its video cache): step through it with the frame under the cursor"
+        )
 
 
 def _packets(store: Store, video: EpisodeVideo) -> list[bytes]:
