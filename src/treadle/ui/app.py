@@ -30,7 +30,7 @@ from treadle.errors import InvalidName, NotFound, PlanError, TreadleError
 from treadle.names import check_name
 from treadle.ui import browse, image_frames, media, runs, step
 from treadle.ui import episode as ep
-from treadle.ui.gates import LOOPBACK, HostGate, TokenGate, same_origin
+from treadle.ui.gates import LOOPBACK, HostGate, SiteGate, TokenGate, same_origin
 from treadle.ui.html import STATIC, error_page
 from treadle.ui.readonly import ViewerClient
 
@@ -326,5 +326,5 @@ def create_app(client: Any, token: str | None = None, *, allow_hosts: Iterable[s
     app = Starlette(routes=_routes(_State(client, video_cache_bytes)),
                     exception_handlers={404: _no_page})  # fmt: skip
     if token:
-        return TokenGate(app, token)
-    return HostGate(app, [*LOOPBACK, *allow_hosts])
+        return TokenGate(SiteGate(app), token)
+    return HostGate(SiteGate(app), [*LOOPBACK, *allow_hosts])

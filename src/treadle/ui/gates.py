@@ -10,8 +10,11 @@ rebinding), the token, and, for the one request that writes (a POST), a same-ori
   host do not log each other out), that cookie, or ``Authorization: Bearer``; compared in
   constant time; 401 otherwise. Cookies are parsed leniently: another localhost app's
   JSON-valued cookie does not hide the token.
-- **Writes.** :func:`same_origin` refuses a request whose ``Origin`` is another origin or
-  whose ``Sec-Fetch-Site`` says another site; curl and scripts send neither, and pass.
+- **Writes.** :func:`same_origin` refuses a request whose ``Origin`` (or ``Referer``, when
+  there is no ``Origin``) is another origin or whose ``Sec-Fetch-Site`` says another site;
+  curl and scripts send none, and pass.
+- **Other sites.** :class:`SiteGate`: another site's page may link to the viewer, but not
+  load its resources (no ``<img>`` of a frame, no ``fetch``), and may not frame it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from treadle.ui.html import error_page
 
@@ -125,16 +128,60 @@ class TokenGate:
         return await self.app(scope, receive, send_with_cookie)
 
 
+class SiteGate:
+    """ASGI middleware: 403 for a request another site's page made (``Sec-Fetch-Site``
+    ``cross-site`` or ``same-site``, e.g. an ``<img>``, ``<video>`` or ``fetch`` of a page
+    on ``attacker.example`` or ``localhost:3000``) unless it opens a page (a link
+    followed: ``Sec-Fetch-Mode: navigate`` into a document). Such a request could make the
+    viewer decode a step or remux a video, and its load or error event tells the other
+    page which projects, tables and episodes exist. Every answer forbids framing (the
+    stats button is a write) and MIME sniffing. Browsers that send no ``Sec-Fetch-*``
+    headers (and curl) pass."""
+
+    HEADERS = [(b"x-frame-options", b"DENY"),
+               (b"content-security-policy", b"frame-ancestors 'none'"),
+               (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]  # fmt: skip
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = _headers(scope)
+        site = headers.get("sec-fetch-site")
+        opens = (
+            headers.get("sec-fetch-mode") == "navigate"
+            and headers.get("sec-fetch-dest", "document") == "document"
+            and scope.get("method") in ("GET", "HEAD")
+        )
+        if site in ("cross-site", "same-site") and not opens:
+            msg = (f"Sec-Fetch-Site is {site!r}: another site's page may link to this viewer "
+                   "but not load its resources")  # fmt: skip
+            return await _refuse(send, 403, msg, self.HEADERS)
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+            await send(message)
+
+        return await self.app(scope, receive, send_with_headers)
+
+
 def same_origin(headers: Any) -> str | None:
-    """Why a state-changing request must be refused (None: it may go on). ``Origin`` must
-    be this viewer's own (``http://`` + its ``Host``); ``Sec-Fetch-Site``, when sent, must
-    be ``same-origin``. A request with neither header (curl, a script) may go on."""
+    """Why a state-changing request must be refused (None: it may go on). ``Origin`` (or,
+    when a browser sent none, the origin of ``Referer``) must be this viewer's own
+    (``http://`` + its ``Host``); ``Sec-Fetch-Site``, when sent, must be ``same-origin``.
+    A request with none of them (curl, a script) may go on."""
     site = headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return f"Sec-Fetch-Site is {site!r}: only a page of this viewer may ask"
-    origin = headers.get("origin")
+    origin, said = headers.get("origin"), "Origin"
+    if origin is None and headers.get("referer") is not None:
+        parts = urlsplit(headers["referer"])
+        origin, said = f"{parts.scheme}://{parts.netloc}", "Referer"
     if origin is not None:
         own = {f"http://{headers.get('host', '')}", f"https://{headers.get('host', '')}"}
         if origin.lower() not in {o.lower() for o in own}:
-            return f"Origin {origin!r} is not this viewer: only a page of this viewer may ask"
+            return f"{said} {origin!r} is not this viewer: only a page of this viewer may ask"
     return None

@@ -1,0 +1,92 @@
+"""What another site's page can make the viewer do (an outside review of ``treadle ui``):
+link to it (a page opens), but not load its resources (an ``<img>`` of a frame tells the
+other page that a project, table and episode exist, and a step or video costs a decode),
+not frame it, and not POST to it, even from a browser that sends a ``Referer`` and no
+``Origin``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("starlette")
+with warnings.catch_warnings():  # starlette 1.x asks for httpx2; httpx works the same here
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient  # noqa: E402
+
+import treadle as td  # noqa: E402
+from treadle.ui.app import create_app  # noqa: E402
+
+LOCAL = "http://127.0.0.1"
+E = "/p/w/t/cams/v/1/e/c0"
+FRAME = E + "/frame/cam/0.png"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    client = td.Client(str(tmp_path_factory.mktemp("sites") / "store"), create=True)
+    frames = np.zeros((4, 32, 32, 3), np.uint8)
+    client.project("w").branch().table("cams").append_episode(
+        {"cam": td.VideoFrames(frames, fps=10), "x": np.arange(4, dtype=np.float32)},
+        episode="c0",
+    )
+    return client
+
+
+@pytest.fixture(scope="module")
+def http(client):
+    return TestClient(create_app(client), base_url=LOCAL)
+
+
+def fetch(site: str, mode: str, dest: str) -> dict[str, str]:
+    return {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode, "Sec-Fetch-Dest": dest}
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [(fetch("cross-site", "no-cors", "image"), 403),  # <img src=...> on attacker.example
+     (fetch("same-site", "no-cors", "image"), 403),  # the same from localhost:3000
+     (fetch("cross-site", "cors", "empty"), 403),  # fetch()
+     (fetch("cross-site", "navigate", "iframe"), 403),  # framed
+     (fetch("cross-site", "navigate", "document"), 200),  # a link followed
+     (fetch("same-origin", "no-cors", "image"), 200),  # the viewer's own page
+     (fetch("none", "navigate", "document"), 200),  # typed or bookmarked
+     ({}, 200)],  # curl, or a browser without fetch metadata
+)  # fmt: skip
+def test_other_sites_may_link_to_the_viewer_but_not_load_from_it(http, headers, status):
+    r = http.get(FRAME, headers=headers)
+    assert r.status_code == status, (headers, r.text[:300])
+    page = http.get(E, headers=headers)
+    assert page.status_code == status, headers
+
+
+def test_a_form_posted_from_another_site_is_refused(client, http):
+    before = sorted(client.store.list(""))
+    nav = fetch("cross-site", "navigate", "document")
+    assert http.post("/p/w/t/cams/v/1/stats", headers=nav).status_code == 403
+    assert sorted(client.store.list("")) == before
+
+
+def test_a_post_whose_referer_is_another_site_is_refused(client, http):
+    before = sorted(client.store.list(""))
+    for referer in ["http://attacker.example/page", "http://localhost:3000/", "null"]:
+        r = http.post("/p/w/t/cams/v/1/stats", headers={"Referer": referer})
+        assert r.status_code == 403 and "Referer" in r.json()["error"], referer
+    assert sorted(client.store.list("")) == before
+    own = http.post("/p/w/t/cams/v/1/stats", headers={"Referer": f"{LOCAL}/p/w/t/cams/v/1"})
+    assert own.status_code == 200 and "x" in own.json()
+
+
+def test_every_answer_forbids_framing_and_sniffing(client, http):
+    gated = TestClient(create_app(client, "tok"), base_url=LOCAL)
+    answers = [http.get(E), http.get(FRAME), http.get("/no/such/page"), http.get("/static/viewer.js"),
+               http.get(FRAME, headers=fetch("cross-site", "no-cors", "image")),
+               gated.get(E, headers={"Authorization": "Bearer tok"})]  # fmt: skip
+    for r in answers:
+        assert r.headers["x-frame-options"] == "DENY", r.url
+        assert r.headers["content-security-policy"] == "frame-ancestors 'none'", r.url
+        assert r.headers["x-content-type-options"] == "nosniff", r.url
+    bearer = {"Authorization": "Bearer tok", **fetch("same-site", "no-cors", "image")}
+    assert gated.get(FRAME, headers=bearer).status_code == 403
