@@ -7,6 +7,7 @@ ranges are served without copying the video."""
 from __future__ import annotations
 
 import html
+import socket
 import threading
 import time
 import warnings
@@ -210,3 +211,42 @@ def test_ranges_of_a_video_are_its_bytes(store, monkeypatch):
         r = http.get(path, headers={"Range": rng})
         assert r.status_code == 206 and r.content == want, rng
     assert len(made) == 1
+
+
+def _closed_by_server(conn: socket.socket) -> bool:
+    """Whether the server closes ``conn`` (within a minute) without answering."""
+    conn.settimeout(60)
+    try:
+        return conn.recv(1024) == b""
+    except TimeoutError:
+        return False
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_a_client_slow_to_send_its_headers_is_closed(store):
+    from test_ui_hostile import ask, start_viewer
+    from treadle.ui.deadline import HEADER_SECONDS
+
+    proc, url = start_viewer(store[0].root)
+    try:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        assert ask(url, "/")[0] == 200
+        silent = socket.create_connection(("127.0.0.1", port))
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+        kept = socket.create_connection(("127.0.0.1", port))  # keep-alive: a 2nd request late
+        kept.sendall(b"GET /favicon.ico HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        got = b""
+        while b"</svg>" not in got:  # the whole first answer
+            got += kept.recv(4096)
+        assert got.startswith(b"HTTP/1.1 200")
+        kept.sendall(b"GET /favicon.ico HTTP/1.1\r\n")
+        assert HEADER_SECONDS < 60
+        assert _closed_by_server(silent) and _closed_by_server(slow)
+        assert _closed_by_server(kept)
+        assert ask(url, "/")[0] == 200  # the server still answers
+    finally:
+        proc.terminate()
+        proc.wait(10)
