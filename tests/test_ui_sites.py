@@ -90,3 +90,15 @@ def test_every_answer_forbids_framing_and_sniffing(client, http):
         assert r.headers["x-content-type-options"] == "nosniff", r.url
     bearer = {"Authorization": "Bearer tok", **fetch("same-site", "no-cors", "image")}
     assert gated.get(FRAME, headers=bearer).status_code == 403
+
+
+@pytest.mark.parametrize("token", [None, "tok"])
+def test_no_websocket_reaches_the_routes(client, token):
+    from starlette.websockets import WebSocketDisconnect
+
+    http = TestClient(create_app(client, token), base_url=LOCAL)
+    for path in ["/static/viewer.js", E, "/"]:
+        with pytest.raises(WebSocketDisconnect) as refused:
+            with http.websocket_connect(path, headers={"Host": "attacker.example"}):
+                pass
+        assert refused.value.code == 1008, path

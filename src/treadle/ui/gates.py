@@ -71,6 +71,16 @@ async def _refuse(send: Any, status: int, message: str, extra: list[tuple[bytes,
     await send({"type": "http.response.body", "body": body})
 
 
+async def _refuse_other(scope: dict[str, Any], send: Any) -> bool:
+    """Refuse (and say True for) a scope that is neither HTTP nor lifespan: the viewer
+    has no websocket, so none reaches its routes past the Host and token checks."""
+    if scope["type"] in ("http", "lifespan"):
+        return False
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+    return True
+
+
 class HostGate:
     """ASGI middleware: 403 for a ``Host`` not in ``allowed`` (names, any port)."""
 
@@ -79,6 +89,8 @@ class HostGate:
         self.allowed = {host_name(h) for h in allowed}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if await _refuse_other(scope, send):
+            return None
         if scope["type"] == "http":
             name = host_name(_headers(scope).get("host", ""))
             if name not in self.allowed:
@@ -110,6 +122,8 @@ class TokenGate:
         return (None if value is None else unquote(value)), False
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if await _refuse_other(scope, send):
+            return None
         if scope["type"] != "http" or scope.get("path") in self.OPEN:
             return await self.app(scope, receive, send)
         given, from_query = self._given(scope)
