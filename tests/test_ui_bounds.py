@@ -13,6 +13,7 @@ import time
 import warnings
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("starlette")
@@ -27,13 +28,15 @@ from treadle.ui import episode  # noqa: E402
 from treadle.ui.app import ByteLRU, create_app  # noqa: E402
 
 ROWS, DIMS = 3000, 300
+RECORDS = 2000
 LOCAL = "http://127.0.0.1"
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """Project ``w``: table ``emb`` (one episode of a 300-float embedding, a scalar and a
-    text column per row) and table ``cams`` (a video column and a scalar, 8 frames)."""
+    text column per row), table ``cams`` (a video column and a scalar, 8 frames) and
+    ``checkpoints`` (2000 rows of one run's record)."""
     client = td.Client(str(tmp_path_factory.mktemp("bounds") / "store"), create=True)
     branch = client.project("w").branch()
     rng = np.random.default_rng(0)
@@ -47,6 +50,10 @@ def store(tmp_path_factory):
     x = np.arange(8, dtype=np.float32)
     branch.table("cams").append_episode({"cam": td.VideoFrames(frames, fps=10), "x": x},
                                         episode="c0")  # fmt: skip
+    plan = td.Recipe(seed=1, batch_size=2, components=[td.Component(branch.table("cams"))]).plan()
+    rows = pa.table({"run_id": [plan.run_id] * RECORDS, "record": [plan.record.to_json()] * RECORDS,
+                     "step": list(range(RECORDS))})  # fmt: skip
+    branch.table("checkpoints").append(rows)
     return client, emb
 
 
@@ -250,3 +257,26 @@ def test_a_client_slow_to_send_its_headers_is_closed(store):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_table_of_run_records_is_read_in_blocks(store, http, monkeypatch):
+    from treadle.ui import runs
+
+    whole = store[0].project("w").table_at("checkpoints", 1).to_arrow().nbytes
+    read = []
+    take, to_arrow = Table.take, Table.to_arrow
+
+    def counting(fn):
+        def read_rows(self, *args, **kwargs):
+            out = fn(self, *args, **kwargs)
+            read.append(out.nbytes)
+            return out
+
+        return read_rows
+
+    monkeypatch.setattr(Table, "take", counting(take))
+    monkeypatch.setattr(Table, "to_arrow", counting(to_arrow))
+    monkeypatch.setattr(runs, "RECORD_BYTES", 20_000, raising=False)
+    page = http.get("/p/w/runs")
+    assert page.status_code == 200 and "1998, 1999" in page.text
+    assert whole > 20 * 20_000 and max(read) < whole / 10, (whole, max(read))
