@@ -102,3 +102,18 @@ def test_no_websocket_reaches_the_routes(client, token):
             with http.websocket_connect(path, headers={"Host": "attacker.example"}):
                 pass
         assert refused.value.code == 1008, path
+
+
+@pytest.mark.parametrize("value", ["http://devbox.lan", "", " ", "*", "devbox.lan/ui", "a b"])
+def test_an_allow_host_that_is_no_host_name_is_refused(client, value):
+    from treadle.errors import TreadleError
+
+    with pytest.raises(TreadleError, match="is not a host name"):
+        create_app(client, allow_hosts=[value])
+
+
+def test_allow_host_takes_a_name_with_a_port_or_brackets(client):
+    http = TestClient(create_app(client, allow_hosts=["DevBox.lan:8800", "[fd00::1]"]))
+    for host, status in [("devbox.lan:1", 200), ("[fd00::1]:8765", 200), ("devbox.lan.", 403),
+                         ("", 403), ("http", 403)]:  # fmt: skip
+        assert http.get("/", headers={"Host": host}).status_code == status, host

@@ -20,10 +20,12 @@ rebinding), the token, and, for the one request that writes (a POST), a same-ori
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from treadle.errors import TreadleError
 from treadle.ui.html import error_page
 
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -81,12 +83,27 @@ async def _refuse_other(scope: dict[str, Any], send: Any) -> bool:
     return True
 
 
+_HOST = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?\.?)(:[0-9]+)?")
+
+
+def allowed_host(value: str) -> str:
+    """The name of an ``--allow-host`` value (``devbox.lan``, ``devbox.lan:8800``,
+    ``[fd00::1]``), lower case; TreadleError naming anything else (a URL, an empty
+    value, a wildcard), which would answer another ``Host`` than the one meant or none."""
+    if not _HOST.fullmatch(value.strip()):
+        raise TreadleError(
+            f"--allow-host {value!r} is not a host name: give the name a browser sends, as "
+            "in its address bar without http:// or a path (devbox.lan, devbox.lan:8800)"
+        )
+    return host_name(value)
+
+
 class HostGate:
     """ASGI middleware: 403 for a ``Host`` not in ``allowed`` (names, any port)."""
 
     def __init__(self, app: Any, allowed: Iterable[str]):
         self.app = app
-        self.allowed = {host_name(h) for h in allowed}
+        self.allowed = {allowed_host(h) for h in allowed}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if await _refuse_other(scope, send):

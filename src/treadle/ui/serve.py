@@ -60,7 +60,10 @@ def serve(client: Any, host: str = "127.0.0.1", port: int = 8765, token: str | N
     import uvicorn
 
     from treadle.ui.app import create_app
+    from treadle.ui.gates import allowed_host
 
+    for name in allow_hosts:  # before the port is bound: a typo is one line, not a viewer
+        allowed_host(name)
     given = token
     token = check_host(host, token)
     sock = bind(host, port)
