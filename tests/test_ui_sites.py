@@ -22,16 +22,19 @@ from treadle.ui.app import create_app  # noqa: E402
 LOCAL = "http://127.0.0.1"
 E = "/p/w/t/cams/v/1/e/c0"
 FRAME = E + "/frame/cam/0.png"
+TASKS = ["pick \u202eup the cube", "place it", "wave"]
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
     client = td.Client(str(tmp_path_factory.mktemp("sites") / "store"), create=True)
     frames = np.zeros((4, 32, 32, 3), np.uint8)
+    tasks = np.array(TASKS + TASKS[:1], dtype=object)  # 3 distinct values over 4 frames
     client.project("w").branch().table("cams").append_episode(
-        {"cam": td.VideoFrames(frames, fps=10), "x": np.arange(4, dtype=np.float32)},
+        {"cam": td.VideoFrames(frames, fps=10), "x": np.arange(4, dtype=np.float32),
+         "task": tasks},
         episode="c0",
-    )
+    )  # fmt: skip
     return client
 
 
@@ -117,3 +120,29 @@ def test_allow_host_takes_a_name_with_a_port_or_brackets(client):
     for host, status in [("devbox.lan:1", 200), ("[fd00::1]:8765", 200), ("devbox.lan.", 403),
                          ("", 403), ("http", 403)]:  # fmt: skip
         assert http.get("/", headers={"Host": host}).status_code == status, host
+
+
+@pytest.mark.slow
+def test_text_with_a_right_to_left_override_cannot_reorder_other_text(client):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from test_ui_browser import ARGS, CHROMIUM, Server
+
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)")
+    server = Server(create_app(client))
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+            page = browser.new_page()
+            page.goto(server.url + E)
+            page.wait_for_selector("#tasks p.task")
+            isolated = page.locator("#tasks bdi").evaluate_all(
+                "bs => bs.map(b => [b.textContent, getComputedStyle(b).unicodeBidi])"
+            )
+            assert isolated == [[t, "isolate"] for t in sorted(TASKS)]
+            for sel in [".crumbs a", ".crumbs span"]:
+                style = page.locator(sel).last.evaluate("e => getComputedStyle(e).unicodeBidi")
+                assert style == "isolate", sel
+            browser.close()
+    finally:
+        server.stop()

@@ -154,7 +154,12 @@ async function episodePlayer(box) {
       canvases.push([c, name]);
     }
     const tasks = document.getElementById("tasks");
-    for (const [name, list] of Object.entries(data.tasks)) tasks.append(el("p", { class: "task" }, `${name}: ${list.join(" | ")}`));
+    for (const [name, list] of Object.entries(data.tasks)) {
+      // each value isolated: a right-to-left override in one cannot reorder the others
+      const p = el("p", { class: "task" }, `${name}: `);
+      list.forEach((v, i) => { if (i) p.append(" | "); p.append(el("bdi", {}, v)); });
+      tasks.append(p);
+    }
   } catch (err) { showError(plots, err); }
   seek(parseInt(box.dataset.frame) || 0);
 }
