@@ -280,3 +280,21 @@ def test_a_table_of_run_records_is_read_in_blocks(store, http, monkeypatch):
     page = http.get("/p/w/runs")
     assert page.status_code == 200 and "1998, 1999" in page.text
     assert whole > 20 * 20_000 and max(read) < whole / 10, (whole, max(read))
+
+
+@pytest.mark.parametrize(
+    ("header", "want"),
+    [("bytes=0-9", (0, 10)), ("bytes=-7", (93, 100)), ("bytes=5-", (5, 100)),
+     ("BYTES = 1 - 2", (1, 3)), ("bytes=0-999", (0, 100)), ("bytes=1_0-20", None),
+     ("bytes=+1-2", None), ("bytes=٣-5", None), ("bytes=-", None), ("bytes=-0", None),
+     ("bytes=0-1,2-3", None), ("items=0-1", None), ("bytes=100-", None), ("bytes=5-4", None),
+     ("bytes=" + "9" * 5000 + "-", None)],
+)  # fmt: skip
+def test_a_range_is_one_range_of_decimal_digits(header, want):
+    from treadle.ui.media import byte_range
+
+    if want is None:
+        with pytest.raises(ValueError):
+            byte_range(header, 100)
+    else:
+        assert byte_range(header, 100) == want

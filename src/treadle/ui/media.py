@@ -12,6 +12,7 @@ frame as PNG (the frame under the cursor: RGB, grey, or 16-bit grey) and HTTP by
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -134,20 +135,23 @@ def _mux(path: str, packets: list[bytes], video: EpisodeVideo, display: Any, del
             out.mux(pkt)
 
 
+_RANGE = re.compile(r"\s*bytes\s*=\s*([0-9]*)\s*-\s*([0-9]*)\s*", re.IGNORECASE)
+
+
 def byte_range(header: str | None, total: int) -> tuple[int, int] | None:
     """``(start, end)`` (end exclusive) of a ``Range: bytes=a-b`` header, None for the whole.
 
-    Raises ValueError for a range that cannot be served (the caller answers 416).
+    Raises ValueError for a range that cannot be served or is not one range of decimal
+    digits (``bytes=1_0-20`` and ``bytes=+1-2`` are no ranges; the caller answers 416).
     """
     if not header:
         return None
-    unit, _, spec = header.partition("=")
-    if unit.strip() != "bytes" or "," in spec:
+    found = _RANGE.fullmatch(header)
+    if not found or not any(found.groups()):
         raise ValueError(header)
-    first, _, last = spec.strip().partition("-")
+    first, last = found.groups()
     if first == "":
-        n = int(last)
-        start, end = max(0, total - n), total
+        start, end = max(0, total - int(last)), total
     else:
         start = int(first)
         end = min(total, int(last) + 1) if last else total
