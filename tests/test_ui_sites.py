@@ -146,3 +146,32 @@ def test_text_with_a_right_to_left_override_cannot_reorder_other_text(client):
             browser.close()
     finally:
         server.stop()
+
+
+def test_every_route_refuses_a_foreign_host_and_answers_a_loopback_one(client):
+    """Every route of the app (found by walking it: a route added later is covered), its
+    static files, a 404, a 405 and a trailing-slash redirect."""
+    from starlette.routing import Mount, Route
+
+    app = create_app(client)
+    values = {"project": "w", "table": "cams", "version": "1", "episode": "c0", "column": "cam",
+              "frame": "0", "run_id": "0" * 16, "n": "0", "k": "0", "commit": "abcd"}  # fmt: skip
+    asks = [("DELETE", "/"), ("GET", "/no/such/page"), ("GET", "/p/w/")]
+    for route in app.app.app.routes:  # HostGate(SiteGate(Starlette))
+        if isinstance(route, Mount):
+            asks.append(("GET", route.path + "/viewer.js"))
+            continue
+        assert isinstance(route, Route), route
+        path = route.path
+        for name, value in values.items():
+            path = path.replace("{" + name + "}", value)
+        assert "{" not in path, route.path
+        asks += [(method, path) for method in route.methods]
+    http = TestClient(app, base_url=LOCAL, follow_redirects=False)
+    for method, path in asks:
+        for host in ["attacker.example", "localhost.", "127.0.0.1.nip.io", "[::1]evil"]:
+            r = http.request(method, path, headers={"Host": host})
+            said = "this viewer answers only" in r.text or method == "HEAD"  # HEAD: no body
+            assert r.status_code == 403 and said, (method, path)
+        r = http.request(method, path, headers={"Host": "[::1]:8765"})
+        assert r.status_code != 403, (method, path, r.text[:300])
