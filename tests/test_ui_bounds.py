@@ -7,6 +7,7 @@ ranges are served without copying the video."""
 from __future__ import annotations
 
 import html
+import re
 import socket
 import threading
 import time
@@ -50,7 +51,7 @@ def store(tmp_path_factory):
     x = np.arange(8, dtype=np.float32)
     branch.table("cams").append_episode({"cam": td.VideoFrames(frames, fps=10), "x": x},
                                         episode="c0")  # fmt: skip
-    plan = td.Recipe(seed=1, batch_size=2, components=[td.Component(branch.table("cams"))]).plan()
+    plan = td.Recipe(seed=1, batch_size=8, components=[td.Component(branch.table("cams"))]).plan()
     rows = pa.table({"run_id": [plan.run_id] * RECORDS, "record": [plan.record.to_json()] * RECORDS,
                      "step": list(range(RECORDS))})  # fmt: skip
     branch.table("checkpoints").append(rows)
@@ -298,3 +299,30 @@ def test_a_range_is_one_range_of_decimal_digits(header, want):
             byte_range(header, 100)
     else:
         assert byte_range(header, 100) == want
+
+
+def test_a_step_is_shown_a_page_of_samples_at_a_time(store, http, monkeypatch):
+    from treadle.ui import step
+
+    monkeypatch.setattr(step, "PAGE", 3, raising=False)
+    plan = td.Plan.from_record(
+        td.RunRecord.from_json(store[0].project("w").table_at("checkpoints", 1).take([0])
+                               .column("record")[0].as_py()), store[0])  # fmt: skip
+    batch = plan.batch(5)
+    assert len(batch) == 8
+    base = f"/p/w/runs/{plan.run_id}/steps/5"
+    seen = []
+    for offset, shown in [
+        (0, "samples 1–3 of 8"),
+        (3, "samples 4–6 of 8"),
+        (6, "samples 7–8 of 8"),
+    ]:
+        page = http.get(base + "/samples", params={"offset": offset} if offset else None).text
+        assert shown in page, page[:500]
+        rows = page.split("<tbody>", 1)[1].count("<tr>")
+        assert rows == min(3, 8 - offset)
+        assert ("next samples" in page) == (offset < 6) and ("previous" in page) == (offset > 0)
+        seen += [int(m) for m in re.findall(r"<tr><td>(\d+)</td>", page.split("<tbody>", 1)[1])]
+    assert seen == list(range(8))  # slots, rank 0 of 1: every sample once
+    assert http.get(base + "/samples", params={"offset": 8}).status_code == 404
+    assert 'offset=3"' in http.get(base, params={"offset": 3}).text  # the shell loads that page

@@ -295,10 +295,12 @@ def _routes(state: Any) -> list[Any]:
                                                           q(req, "start", 0), q(req, "count", 200)),
             "json")),
         Route(s, endpoint(lambda req, project, run_id, n: step.step_shell(
-            r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1)))),
+            r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1),
+            q(req, "offset", 0)))),
         Route(s + "/samples", endpoint(lambda req, project, run_id, n: step.samples_table(
             step.read_step(r.plan(project, run_id), n, q(req, "rank", 0),
-                           q(req, "world_size", 1), anchors=True)))),
+                           q(req, "world_size", 1), anchors=True, first=q(req, "offset", 0),
+                           count=step.PAGE)))),
         Route(s + "/samples/{k}", endpoint(lambda req, project, run_id, n, k: step.sample_html(
             step.read_step(r.plan(project, run_id), n, q(req, "rank", 0),
                            q(req, "world_size", 1), sample=_path_int(k, "sample"))))),
