@@ -326,3 +326,18 @@ def test_a_step_is_shown_a_page_of_samples_at_a_time(store, http, monkeypatch):
     assert seen == list(range(8))  # slots, rank 0 of 1: every sample once
     assert http.get(base + "/samples", params={"offset": 8}).status_code == 404
     assert 'offset=3"' in http.get(base, params={"offset": 3}).text  # the shell loads that page
+
+
+def test_a_camera_read_without_a_window_is_shown_as_its_frame(store, http):
+    """``td.Component(table)`` with no windows reads each camera as the moment's frame,
+    ``[H, W, 3]``: an image on the step page, not a line plot of its pixel values."""
+    rec = store[0].project("w").table_at("checkpoints", 1).take([0]).column("record")[0]
+    plan = td.Plan.from_record(td.RunRecord.from_json(rec.as_py()), store[0])
+    page = http.get(f"/p/w/runs/{plan.run_id}/steps/1/samples").text
+    cells = page.split("<tbody>", 1)[1].split("<tr>")[1:]
+    assert len(cells) == 8
+    for cell in cells:
+        assert '<img class="anchor"' in cell and 'data-column="cam"' in cell, cell[:400]
+        assert "<b>cam</b> <small>" not in cell  # no plot of the pixels
+    one = http.get(f"/p/w/runs/{plan.run_id}/steps/1/samples/0").text
+    assert one.count('<div class="strip"><img') == 1 and 'data-column="cam"' in one

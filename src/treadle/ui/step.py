@@ -130,7 +130,10 @@ def step_json(view: StepView) -> dict[str, Any]:
 
 def _frames(arr: np.ndarray) -> np.ndarray | None:
     """``[T, H, W, C]`` frames of one sample's camera window: uint8 RGB (C 3) or grey
-    (C 1), or an image column's 16-bit values; None for float frames."""
+    (C 1), or an image column's 16-bit values (one frame with no time axis, ``[H, W, C]``
+    or ``[C, H, W]``, as ``T`` 1); None for float frames."""
+    if arr.dtype in (np.uint8, np.uint16) and arr.ndim == 3:
+        arr = arr[None]  # a camera read without a window: the moment's frame
     if arr.dtype not in (np.uint8, np.uint16) or arr.ndim != 4:
         return None
     if arr.shape[-1] in (1, 3):
