@@ -13,8 +13,8 @@ rebinding), the token, and, for the one request that writes (a POST), a same-ori
 - **Writes.** :func:`same_origin` refuses a request whose ``Origin`` (or ``Referer``, when
   there is no ``Origin``) is another origin or whose ``Sec-Fetch-Site`` says another site;
   curl and scripts send none, and pass.
-- **Other sites.** :class:`SiteGate`: another site's page may link to the viewer, but not
-  load its resources (no ``<img>`` of a frame, no ``fetch``), and may not frame it.
+- **Other sites.** :class:`SiteGate`: another site's page may link to the viewer (or frame
+  it), but not load its resources (no ``<img>`` of a frame, no ``fetch``).
 """
 
 from __future__ import annotations
@@ -163,15 +163,16 @@ class SiteGate:
     """ASGI middleware: 403 for a request another site's page made (``Sec-Fetch-Site``
     ``cross-site`` or ``same-site``, e.g. an ``<img>``, ``<video>`` or ``fetch`` of a page
     on ``attacker.example`` or ``localhost:3000``) unless it opens a page (a link
-    followed: ``Sec-Fetch-Mode: navigate`` into a document). Such a request could make the
-    viewer decode a step or remux a video, and its load or error event tells the other
-    page which projects, tables and episodes exist. Every answer forbids framing (the
-    stats button is a write) and MIME sniffing. Browsers that send no ``Sec-Fetch-*``
-    headers (and curl) pass."""
+    followed, or a frame: an editor's preview pane shows the viewer in one): a
+    ``Sec-Fetch-Mode: navigate`` GET. Such a request could make the viewer decode a step or
+    remux a video, and its load or error event tells the other page which projects, tables
+    and episodes exist (a frame's load event fires for a 404 page too). Every answer
+    forbids MIME sniffing and sends no ``Referer`` elsewhere. Browsers that send no
+    ``Sec-Fetch-*`` headers (and curl) pass."""
 
-    HEADERS = [(b"x-frame-options", b"DENY"),
-               (b"content-security-policy", b"frame-ancestors 'none'"),
-               (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]  # fmt: skip
+    HEADERS = [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]
+    PAGES = ("document", "iframe", "frame")
+    """``Sec-Fetch-Dest`` of a navigation another site's page may make."""
 
     def __init__(self, app: Any):
         self.app = app
@@ -183,7 +184,7 @@ class SiteGate:
         site = headers.get("sec-fetch-site")
         opens = (
             headers.get("sec-fetch-mode") == "navigate"
-            and headers.get("sec-fetch-dest", "document") == "document"
+            and headers.get("sec-fetch-dest", "document") in self.PAGES
             and scope.get("method") in ("GET", "HEAD")
         )
         if site in ("cross-site", "same-site") and not opens:
