@@ -176,7 +176,8 @@ class MergesAndDiffs:
             changes[plan.name] = plan.kinds
             notes.extend([note] if note else [])
         text = message or f"merge {branch} into {into}"
-        commit = Commit.create([ours.id, theirs.id], "; ".join([text, *notes]), tables, changes)
+        commit = Commit.create([ours.id, theirs.id], "; ".join([text, *notes]), tables, changes,
+                               max(ours.time, theirs.time))  # fmt: skip
         project.save_commit(commit)
         if not self.refs.try_advance(into, head.seq + 1, commit.id):
             return None
