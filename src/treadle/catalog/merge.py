@@ -12,6 +12,10 @@ add_column, update, ...), never guessed from fragments (tail compaction rewrites
   theirs (:mod:`treadle.catalog.merge_tables`);
 - one side only added columns, the other only appended: both; the appended episodes take
   each column's default or null, and the commit message says so;
+- both sides deleted the same episodes of the base (a purge deletes on every branch) and
+  otherwise only appended: ours, then their appended episodes;
+- rows the merge would copy that a purge blanked (a commit made before the purge, merged
+  after it) are :class:`~treadle.errors.Purged`;
 - anything else changed on both sides is a :class:`MergeConflict` naming the table and
   what each side did. Nothing is written and no branch moves.
 
