@@ -79,14 +79,19 @@ def merge_base(project: Merging, ours: str, theirs: str) -> str:
 def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
     """Per table, the operation kinds the commits after ``base`` up to ``head`` applied
     (``"unknown"`` for a commit that changed a table and recorded nothing). A merge commit
-    that kept one parent's version of a table did nothing to it: the commits that made that
-    version are on this side too, and count for themselves."""
+    does nothing of its own: it keeps one parent's version of a table or combines both
+    parents' changes, and the commits that made those are on this side too (or before
+    ``base``, whose version has them), and count for themselves. (A merge's recorded kinds
+    are what it did to its first parent: counted, a labels branch merged once was refused
+    its next merge, main having 'added' the labels' column.)"""
     before = ancestors(project, base)
     kinds: dict[str, list[str]] = {}
     for cid in ancestors(project, head):
         if cid in before:
             continue
         c = project.load_commit(cid)
+        if len(c.parents) > 1:
+            continue
         parents = [project.load_commit(p) for p in c.parents]
         for name, v in c.tables.items():
             if parents and any(p.tables.get(name) == v for p in parents):

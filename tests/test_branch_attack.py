@@ -1,0 +1,62 @@
+"""Branches, merges and refs under attack: what a demanding user does with them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import treadle as td
+from test_evolve import check_rows
+
+
+def refs(p):
+    return {b: p.branch(b).commit_id for b in p.branches()}
+
+
+def labelled(root):
+    """main: a; labels adds column ok; main appends b; labels merged into main once."""
+    p = td.Client(root).project("p")
+    p.branch().table("t").append_episode({"x": np.arange(3.0)}, episode="a", fps=10)
+    labels = p.create_branch("labels", from_="main")
+    labels.table("t").add_column("ok", {"a": True}, default=False)
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="b")
+    p.merge("labels", into="main")
+    return p, labels
+
+
+def got(p, columns):
+    t = p.branch().table("t").pin()
+    check_rows(t)
+    return t.to_arrow(columns).to_pydict()
+
+
+def test_a_labels_branch_merges_again_after_more_appends(tmp_path):
+    """The first merge's commit recorded add_column (what it did to main); the next merge
+    counted it as main's own change since the labels' commit and refused: 'main did
+    [add_column, append]' (fails before)."""
+    p, labels = labelled(str(tmp_path))
+    labels.table("t").append_episode({"x": [7.0], "ok": [True]}, episode="e")
+    p.branch().table("t").append_episode({"x": [8.0], "ok": [False]}, episode="f")
+    p.merge("labels", into="main")
+    assert got(p, ["episode", "ok"]) == {
+        "episode": ["a"] * 3 + ["b"] * 2 + ["f", "e"],
+        "ok": [True] * 3 + [False] * 3 + [True],
+    }
+
+
+def test_a_labels_branch_adds_another_column_and_merges_again(tmp_path):
+    p, labels = labelled(str(tmp_path))
+    labels.table("t").add_column("q", {"a": 1}, default=0)
+    p.branch().table("t").append_episode({"x": [8.0], "ok": [False]}, episode="f")
+    p.merge("labels", into="main")
+    assert got(p, ["episode", "ok", "q"]) == {
+        "episode": ["a"] * 3 + ["b"] * 2 + ["f"],
+        "ok": [True] * 3 + [False] * 3,
+        "q": [1] * 3 + [0] * 3,
+    }
+    labels.table("t").update({"q": 5})  # an update beside appends still does not combine
+    p.branch().table("t").append_episode({"x": [9.0], "ok": [False], "q": [0]}, episode="g")
+    before = refs(p)
+    with pytest.raises(td.MergeConflict, match=r"'main' did \['append'\].*'labels' did .*update"):
+        p.merge("labels", into="main")
+    assert refs(p) == before
