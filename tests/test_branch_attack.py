@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -60,3 +62,24 @@ def test_a_labels_branch_adds_another_column_and_merges_again(tmp_path):
     with pytest.raises(td.MergeConflict, match=r"'main' did \['append'\].*'labels' did .*update"):
         p.merge("labels", into="main")
     assert refs(p) == before
+
+
+def test_a_tag_and_a_branch_never_share_a_name(tmp_path):
+    """A tag named like a branch was made, and diff/merge of that name silently read the
+    branch (fails before): the tag, or the branch, is refused; a store that has both (made
+    before) makes diff say so."""
+    from treadle import layout
+
+    p, labels = labelled(str(tmp_path))
+    first = p.branch().log()[-1].id
+    with pytest.raises(td.AlreadyExists, match="branch named 'labels'"):
+        p.tag("labels", first)
+    p.tag("release", first)
+    with pytest.raises(td.AlreadyExists, match="tag named 'release'"):
+        p.create_branch("release", from_="main")
+    assert sorted(p.tags()) == ["release"] and "release" not in p.branches()
+    key = layout.tag_key(p.prefix, "labels")  # as an older treadle let it be written
+    p.store.put(key, json.dumps({"commit": first, "time": "x"}).encode())
+    with pytest.raises(td.InvalidName, match="names both a branch.*and a tag"):
+        p.diff("labels", "main")
+    assert p.diff(first, "release").tables == {}

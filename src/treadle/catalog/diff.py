@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from treadle.catalog.between import sides
-from treadle.errors import NotFound
+from treadle.errors import InvalidName, NotFound
 from treadle.names import check_name
 from treadle.table.table import Table
 
@@ -90,9 +90,14 @@ def resolve(project: Merging, ref: str) -> Commit:
         head = project.refs.head(ref)
     except Exception:
         head = None
+    tags = project.tags()
+    if head is not None and ref in tags and tags[ref] != head.commit_id:
+        raise InvalidName(
+            f"{ref!r} names both a branch (at {head.commit_id[:8]}) and a tag (at "
+            f"{tags[ref][:8]}) of project {project.name!r}: give the commit id"
+        )
     if head is not None:
         return project.load_commit(head.commit_id)
-    tags = project.tags()
     if ref in tags:
         return project.load_commit(tags[ref])
     try:
