@@ -83,3 +83,40 @@ def test_a_tag_and_a_branch_never_share_a_name(tmp_path):
     with pytest.raises(td.InvalidName, match="names both a branch.*and a tag"):
         p.diff("labels", "main")
     assert p.diff(first, "release").tables == {}
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_a_gc_that_expires_the_merged_commit_meanwhile_leaves_no_head_unreadable(
+    tmp_path, monkeypatch, fast_forward
+):
+    """A gc expired the merged commit (not a head, not tagged) between the merge's check and
+    its move of main: main's head named the deleted table version, every read of main failed
+    on a missing manifest (fails before; the fast-forward raised, main left unreadable). The
+    lost tables are put back to main's versions and CommitConflict says so."""
+    from datetime import timedelta
+
+    import treadle.catalog.merge as merge
+
+    root = str(tmp_path)
+    p = td.Client(root).project("p")
+    p.branch().table("t").append_episode({"x": np.arange(3.0)}, episode="a", fps=10)
+    side = p.create_branch("side", from_="main")
+    c1 = side.table("t").append_episode({"x": np.arange(2.0)}, episode="c")
+    side.table("t").append_episode({"x": np.arange(2.0)}, episode="d")
+    if not fast_forward:
+        p.branch().table("u").append({"y": [1.0]})
+    real, ran = merge.expired_error, []
+
+    def racing(place, cid, table):
+        out = real(place, cid, table)
+        if not ran:  # the gc decides after the check, before the branch moves
+            ran.append(td.Client(root).project("p").gc(older_than=timedelta(0), keep_days=0))
+        return out
+
+    monkeypatch.setattr(merge, "expired_error", racing)
+    with pytest.raises(td.CommitConflict, match=rf"{c1.id[:8]}.*tables \['t'\].*put back"):
+        p.merge(c1.id, into="main")
+    assert c1.id in ran[0].expired_commits
+    fresh = td.Client(root).project("p")
+    assert fresh.branch().table("t").to_arrow(["x"]).column(0).to_pylist() == [0.0, 1.0, 2.0]
+    assert fresh.branch().head().message.startswith("put back ['t']")
