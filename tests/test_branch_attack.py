@@ -120,3 +120,34 @@ def test_a_gc_that_expires_the_merged_commit_meanwhile_leaves_no_head_unreadable
     fresh = td.Client(root).project("p")
     assert fresh.branch().table("t").to_arrow(["x"]).column(0).to_pylist() == [0.0, 1.0, 2.0]
     assert fresh.branch().head().message.startswith("put back ['t']")
+
+
+@pytest.mark.parametrize("side_did", ["append", "add_column"])
+def test_a_gc_beside_a_merge_keeps_the_merged_version(tmp_path, monkeypatch, side_did):
+    """A merge wrote its merged Lance version holding no gc lease: a gc (grace 0) that ran
+    before the merge commit landed deleted the version, and main's head named it (fails
+    before: every read of main was a missing manifest)."""
+    from datetime import timedelta
+
+    root = str(tmp_path)
+    p = td.Client(root).project("p")
+    p.branch().table("t").append_episode({"x": np.arange(3.0)}, episode="a", fps=10)
+    side = p.create_branch("side", from_="main")
+    if side_did == "append":
+        side.table("t").append_episode({"x": np.arange(2.0)}, episode="s")
+    else:
+        side.table("t").add_column("ok", {"a": True}, default=False)
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="m")
+    real, ran = p.save_commit, []
+
+    def racing(commit):
+        if len(commit.parents) == 2 and not ran:
+            ran.append(td.Client(root).project("p").gc(older_than=timedelta(0)))
+        return real(commit)
+
+    monkeypatch.setattr(p, "save_commit", racing)
+    p.merge("side", into="main")
+    assert ran
+    t = td.Client(root).project("p").branch().table("t").pin()
+    check_rows(t)
+    assert list(t.episodes().names) == (["a", "m", "s"] if side_did == "append" else ["a", "m"])

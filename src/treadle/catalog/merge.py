@@ -40,6 +40,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.diff import Diff, diff, resolve
 from treadle.catalog.expiry import expired_error, settle
 from treadle.catalog.history import Merging
+from treadle.catalog.leases import Lease
 from treadle.catalog.merge_tables import merged_version, plan_table
 from treadle.errors import CommitConflict, ExpiredCommit, MergeConflict, NotFound, TreadleError
 from treadle.names import check_name
@@ -207,20 +208,26 @@ class MergesAndDiffs:
                 raise MergeConflict(
                     f"merging {branch!r} into {into!r} (common ancestor {base[:8]}): {why}"
                 ) from None
-        tables, changes, notes = dict(ours.tables), {}, []
-        for plan in plans:  # every table checked above: only now is anything written
-            if plan.take is None:
-                continue
-            version, note = merged_version(project, plan)
-            tables[plan.name] = version
-            changes[plan.name] = plan.kinds
-            notes.extend([note] if note else [])
-        text = message or f"merge {branch} into {into}"
-        commit = Commit.create([ours.id, theirs.id], "; ".join([text, *notes]), tables, changes,
-                               max(ours.time, theirs.time))  # fmt: skip
-        project.save_commit(commit)
-        if not self.refs.try_advance(into, head.seq + 1, commit.id):
-            return None
+        # a gc lease while the merged versions are unnamed: gc (any grace) keeps them
+        lease = Lease(self.place.store, self.place.prefix)
+        try:
+            lease.beat()
+            tables, changes, notes = dict(ours.tables), {}, []
+            for plan in plans:  # every table checked above: only now is anything written
+                if plan.take is None:
+                    continue
+                version, note = merged_version(project, plan, lease.beat)
+                tables[plan.name] = version
+                changes[plan.name] = plan.kinds
+                notes.extend([note] if note else [])
+            text = "; ".join([message or f"merge {branch} into {into}", *notes])
+            commit = Commit.create([ours.id, theirs.id], text, tables, changes,
+                                   max(ours.time, theirs.time))  # fmt: skip
+            project.save_commit(commit)
+            if not self.refs.try_advance(into, head.seq + 1, commit.id):
+                return None
+        finally:
+            lease.release()
         self._check_kept(into, commit, ours, theirs)
         for name, v in tables.items():
             if ours.tables.get(name) != v:

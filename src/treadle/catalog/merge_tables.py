@@ -13,6 +13,7 @@ are :class:`Purged`; nothing is written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -233,8 +234,11 @@ def _tail(ds: Any, after: int, reuse: bool) -> list[FragmentMetadata] | pa.Table
     return ds.take(list(range(after, ds.count_rows())))
 
 
-def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
-    """The Lance version the merge commits for one table, and a note for its message."""
+def merged_version(
+    project: Merging, plan: TablePlan, before_write: Callable[[], None]
+) -> tuple[int, str | None]:
+    """The Lance version the merge commits for one table, and a note for its message
+    (``before_write``: called before each object is written, the gc lease's beat)."""
     if plan.take == "theirs":
         assert plan.theirs is not None
         return plan.theirs, None
@@ -259,8 +263,9 @@ def merged_version(project: Merging, plan: TablePlan) -> tuple[int, str | None]:
         if added:
             note = (f"table {plan.name}: {rows.num_rows} appended moments take the default "
                     f"or null of {', '.join(added)}")  # fmt: skip
+        before_write()
         tail = lance.write_fragments(rows, ds) if rows.num_rows else []
-    version = lance.commit(plan.name, schema, ds, tail, lambda: None)
+    version = lance.commit(plan.name, schema, ds, tail, before_write)
     stored = store_episode_index(project, plan.name, version, target)
     lance.episode_names.remember(plan.name, stored)
     return version, note
