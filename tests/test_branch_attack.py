@@ -151,3 +151,29 @@ def test_a_gc_beside_a_merge_keeps_the_merged_version(tmp_path, monkeypatch, sid
     t = td.Client(root).project("p").branch().table("t").pin()
     check_rows(t)
     assert list(t.episodes().names) == (["a", "m", "s"] if side_did == "append" else ["a", "m"])
+
+
+def test_rows_written_apart_at_different_frame_rates_never_meet(tmp_path):
+    """Two branches (or two writers on one) appended the first episodes naming an fps, 10
+    on one and 30 on the other: the merge (and the later commit) kept one rate for all the
+    rows, so seconds became frames at the wrong rate for the others (fails before). The
+    merge is a MergeConflict, the commit a SchemaMismatch, both naming the two rates."""
+    root = str(tmp_path)
+    p = td.Client(root).project("p")
+    first = p.branch().table("t").append_episode({"x": np.arange(3.0)}, episode="a")
+    side = p.create_branch("side", from_="main")
+    side.table("t").append_episode({"x": np.arange(2.0)}, episode="s", fps=30)
+    p.branch().table("t").append_episode({"x": np.arange(2.0)}, episode="m", fps=10)
+    before = refs(p)
+    with pytest.raises(td.MergeConflict, match="10 fps on this side, 30 fps"):
+        p.merge("side", into="main")
+    assert refs(p) == before
+    other = p.create_branch("other", from_=first.id)
+    with pytest.raises(td.SchemaMismatch, match=r"table 't'.*30 and 10 fps"):
+        with other.transaction("tx") as tx:
+            tx.table("t").append_episode({"x": np.arange(2.0)}, episode="q", fps=30)
+            td.Client(root).project("p").branch("other").table("t").append_episode(
+                {"x": np.arange(2.0)}, episode="r", fps=10
+            )
+    t = p.branch("other").table("t").pin()
+    assert (t.fps, list(t.episodes().names)) == (10.0, ["a", "r"])

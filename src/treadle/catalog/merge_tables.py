@@ -24,6 +24,7 @@ from treadle.catalog.history import Merging
 from treadle.errors import MergeConflict, Purged
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE
+from treadle.table.fps import same_rate, schema_fps
 from treadle.table.schema_records import merge_records
 from treadle.table.tensors import conform, schema_difference
 
@@ -77,6 +78,10 @@ def plan_table(
     if b is None:
         raise _conflict(name, "was created on both sides", ok, tk)
     plan = TablePlan(name, None, b, o, t, [APPEND], commits={b: base.id, o: ours.id, t: theirs.id})
+    rates = [schema_fps(_open(project, plan, v).schema) for v in (o, t)]
+    if None not in rates and not same_rate(*rates):  # type: ignore[arg-type]
+        raise _conflict(name, f"has {rates[0]:g} fps on this side, {rates[1]:g} fps on the "
+                        "merged side (a table has one frame rate)", ok, tk)  # fmt: skip
     if set(ok) == {APPEND} and set(tk) == {APPEND}:
         plan.take = "appends"
         _check_appends(project, plan, ok, tk)

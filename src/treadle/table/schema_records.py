@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
+from treadle.table.fps import merge_fps
 from treadle.table.image_sizes import IMAGES_KEY, merge_images, without_images
 from treadle.table.null_columns import NULLS_KEY, merge_nulls
 from treadle.table.off_grid import OFF_GRID_KEY, merge_off_grid
@@ -26,8 +27,10 @@ __all__ = ["merge_records", "renamed_records", "without_records"]
 
 
 def merge_records(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
-    """``schema`` keeping what ``other`` recorded of its rows too (every record)."""
-    return merge_off_grid(merge_nulls(merge_images(schema, other), other), other)
+    """``schema`` keeping what ``other`` recorded of its rows too (every record, and the
+    frame rate: :class:`~treadle.errors.SchemaMismatch` when the two name different ones)."""
+    merged = merge_off_grid(merge_nulls(merge_images(schema, other), other), other)
+    return merge_fps(merged, other)
 
 
 def without_records(schema: pa.Schema) -> pa.Schema:
