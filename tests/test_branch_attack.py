@@ -78,6 +78,8 @@ def test_a_tag_and_a_branch_never_share_a_name(tmp_path):
     with pytest.raises(td.AlreadyExists, match="tag named 'release'"):
         p.create_branch("release", from_="main")
     assert sorted(p.tags()) == ["release"] and "release" not in p.branches()
+    fix = p.create_branch("fix", from_="release")  # a tag names where a branch starts
+    assert fix.commit_id == first  # (it was 'not a commit id or prefix' before)
     key = layout.tag_key(p.prefix, "labels")  # as an older treadle let it be written
     p.store.put(key, json.dumps({"commit": first, "time": "x"}).encode())
     with pytest.raises(td.InvalidName, match="names both a branch.*and a tag"):
