@@ -10,8 +10,9 @@ add_column, update, ...), never guessed from fragments (tail compaction rewrites
 - a table changed on one side only takes that side's version;
 - both sides only appended episodes (distinct names): the base's rows, then ours, then
   theirs (:mod:`treadle.catalog.merge_tables`);
-- one side only added columns, the other only appended: both; the appended episodes take
-  each column's default or null, and the commit message says so;
+- one side only added, renamed or dropped columns, the other only appended: both; the
+  appended episodes take the new names (:mod:`treadle.catalog.merge_columns`) and each
+  added column's default or null, and the commit message says so;
 - both sides deleted the same episodes of the base (a purge deletes on every branch) and
   otherwise only appended: ours, then their appended episodes;
 - rows the merge would copy that a purge blanked (a commit made before the purge, merged

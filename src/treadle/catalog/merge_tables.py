@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from treadle.catalog.commit import Commit
 from treadle.catalog.history import Merging
+from treadle.catalog.merge_columns import COLUMN_KINDS, column_map, renamed_rows, renamed_schema
 from treadle.errors import MergeConflict, Purged
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE
@@ -49,6 +50,7 @@ class TablePlan:
     columns_side: str = ""  # "ours" or "theirs" for "columns+appends"
     commits: dict[int | None, str] = field(default_factory=dict)  # version -> a commit naming it
     after: int | None = None  # leading rows both sides share ("appends"; None: the base's)
+    renames: dict[str, str | None] = field(default_factory=dict)  # base column -> new, or None
 
 
 def _conflict(name: str, why: str, ok: list[str], tk: list[str]) -> MergeConflict:
@@ -87,19 +89,40 @@ def plan_table(
         _check_appends(project, plan, ok, tk)
     elif DELETE in ok + tk and set(ok + tk) <= {APPEND, DELETE}:
         _plan_deletes(project, plan, base, ours, theirs, ok, tk)
-    elif set(ok) == {ADD_COLUMN} and set(tk) == {APPEND}:
-        plan.take, plan.columns_side, plan.kinds = "columns+appends", "ours", [ADD_COLUMN, APPEND]
-        _check_unpurged(
-            project, plan, t, _appended_names(project, plan, t, _rows(project, plan, b))
-        )
-    elif set(tk) == {ADD_COLUMN} and set(ok) == {APPEND}:
-        plan.take, plan.columns_side, plan.kinds = "columns+appends", "theirs", [ADD_COLUMN, APPEND]
-        _check_unpurged(
-            project, plan, o, _appended_names(project, plan, o, _rows(project, plan, b))
-        )
+    elif ok and set(ok) <= COLUMN_KINDS and set(tk) == {APPEND}:
+        _plan_columns(project, plan, (base, ours, theirs), "ours", ok, tk)
+    elif tk and set(tk) <= COLUMN_KINDS and set(ok) == {APPEND}:
+        _plan_columns(project, plan, (base, ours, theirs), "theirs", ok, tk)
     else:
         raise _conflict(name, "was changed on both sides", ok, tk)
     return plan
+
+
+def _plan_columns(
+    project: Merging,
+    plan: TablePlan,
+    commits: tuple[Commit, Commit, Commit],
+    side: str,
+    ok: list[str],
+    tk: list[str],
+) -> None:
+    """One side (``side``) only added, renamed or dropped columns, the other only appended:
+    the column side's version, then the appended rows renamed and cut to it (added columns
+    take their default or null). :class:`MergeConflict` when where a column went is not
+    known (a merge on the column side combined changes, say)."""
+    base, ours, theirs = commits
+    head, columns_v = (ours, plan.ours) if side == "ours" else (theirs, plan.theirs)
+    appends_v = plan.theirs if side == "ours" else plan.ours
+    before = _open(project, plan, plan.base).schema
+    after = _open(project, plan, columns_v).schema
+    names = column_map(project, plan.name, head, base, before, after)
+    if names is None or schema_difference(before, _open(project, plan, appends_v).schema):
+        raise _conflict(plan.name, "was changed on both sides (where its columns went is "
+                        "not known)", ok, tk)  # fmt: skip
+    plan.take, plan.columns_side, plan.renames = "columns+appends", side, names
+    plan.kinds = [*sorted(set(ok if side == "ours" else tk)), APPEND]
+    nb = _rows(project, plan, plan.base)
+    _check_unpurged(project, plan, appends_v, _appended_names(project, plan, appends_v, nb))
 
 
 def _open(project: Merging, plan: TablePlan, version: int | None) -> Any:
@@ -259,10 +282,11 @@ def merged_version(
     ds, src = _open(project, plan, target), _open(project, plan, source)
     tail = _tail(src, nb, reuse)
     # what the other side recorded of its rows (schema_records), kept (as a rebase does)
-    schema = merge_records(ds.schema, src.schema)
+    schema = merge_records(ds.schema, renamed_schema(src.schema, plan.renames))
     note = None
     if isinstance(tail, pa.Table):
         where = f"merging table {plan.name!r}"
+        tail = renamed_rows(tail, plan.renames)
         rows = conform(tail, ds.schema, where)
         added = [c for c in ds.schema.names if c not in tail.column_names]
         if added:
