@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 from treadle import layout
 from treadle.catalog.expiry import expired_key, expired_message, settle
 from treadle.catalog.place import ProjectPlace
-from treadle.catalog.refs import RefLog
 from treadle.errors import AlreadyExists, CorruptData, ExpiredCommit, NotFound
 from treadle.names import check_case_apart, check_name
 
@@ -48,8 +47,6 @@ def tag(place: ProjectPlace, name: str, commit_id: str) -> str:
     project exists (the caller created it)."""
     check_name(name, "tag")
     store = place.store
-    if RefLog(store, place.prefix).head(name) is not None:
-        raise AlreadyExists(_both(place, name, "tag", "a branch"))
     if store.exists(expired_key(place.prefix, commit_id)):
         raise ExpiredCommit(expired_message(place, commit_id, None))
     body = json.dumps({"commit": commit_id, "time": datetime.now(UTC).isoformat()}).encode()
@@ -77,8 +74,6 @@ def branch(place: ProjectPlace, refs: Any, name: str, commit_id: str) -> None:
     if place.store.exists(expired_key(place.prefix, commit_id)):
         raise ExpiredCommit(expired_message(place, commit_id, None))
     check_case_apart(name, refs.branches(), "branch", f"project {place.name!r}")
-    if place.store.exists(layout.tag_key(place.prefix, name)):
-        raise AlreadyExists(_both(place, name, "branch", "a tag"))
     if refs.head(name) is not None or not refs.try_advance(name, 0, commit_id):
         raise AlreadyExists(f"branch {name!r} already exists in project {place.name!r}")
     if settle(place, [commit_id]):  # a gc expired it before it saw the new branch
@@ -86,13 +81,6 @@ def branch(place: ProjectPlace, refs: Any, name: str, commit_id: str) -> None:
             f"branch {name!r} was made, but at the same time a gc expired its commit: "
             + expired_message(place, commit_id, None)
         )
-
-
-def _both(place: ProjectPlace, name: str, making: str, there: str) -> str:
-    return (
-        f"project {place.name!r} has {there} named {name!r}: a {making} of the same name "
-        "would make diff and merge read one of them for the other; use another name"
-    )
 
 
 def tags(place: ProjectPlace) -> dict[str, str]:
