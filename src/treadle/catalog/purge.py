@@ -265,8 +265,8 @@ def _empty_commit(project: PurgeOf, branch: str, message: str) -> Commit:
     for _ in range(20):
         head = project.refs.head(branch)
         assert head is not None
-        tables = project.load_commit(head.commit_id).tables
-        commit = Commit.create([head.commit_id], message, dict(tables))
+        parent = project.load_commit(head.commit_id)
+        commit = Commit.create([head.commit_id], message, dict(parent.tables), after=parent.time)
         project.save_commit(commit)
         if project.refs.try_advance(branch, head.seq + 1, commit.id):
             return commit

@@ -149,7 +149,12 @@ def replace_column(ds: lance.LanceDataset, name: str, new_values: dict[int, pa.A
 def _scratch_schema(ds: lance.LanceDataset, change: Callable[[lance.LanceDataset], None]) -> Any:
     """The Lance schema ``change`` makes of ``ds``'s, run on an empty local copy."""
     with tempfile.TemporaryDirectory(prefix="treadle-schema-") as d:
-        scratch = lance.LanceDataset.commit(d, lance.LanceOperation.Overwrite(ds.lance_schema, []))
+        lance.LanceDataset.commit(d, lance.LanceOperation.Overwrite(ds.lance_schema, []))
+        # a new dataset's first version numbers its fields 0..n-1: after a drop, the next
+        # rename or drop then named another column's data (the dropped one's) by a field;
+        # an overwrite of an existing dataset keeps the ids it is given
+        op = lance.LanceOperation.Overwrite(ds.lance_schema, [])
+        scratch = lance.LanceDataset.commit(d, op, read_version=1)
         change(scratch)
         return lance.dataset(d).lance_schema
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
+from treadle.table.fps import merge_fps
 from treadle.table.image_sizes import (
     IMAGES_KEY,
     images_without,
@@ -44,8 +45,10 @@ __all__ = [
 
 
 def merge_records(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
-    """``schema`` keeping what ``other`` recorded of its rows too (every record)."""
-    return merge_off_grid(merge_nulls(merge_images(schema, other), other), other)
+    """``schema`` keeping what ``other`` recorded of its rows too (every record, and the
+    frame rate: :class:`~treadle.errors.SchemaMismatch` when the two name different ones)."""
+    merged = merge_off_grid(merge_nulls(merge_images(schema, other), other), other)
+    return merge_fps(merged, other)
 
 
 def without_records(schema: pa.Schema) -> pa.Schema:
