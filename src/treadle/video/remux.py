@@ -25,6 +25,7 @@ from treadle.video.geometry import sps_geometry
 from treadle.video.nal import (
     NAL_PPS,
     NAL_SPS,
+    is_b_slice,
     nal_units,
     parse_sps,
     refreshes_gradually,
@@ -80,8 +81,10 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
     packets: list[Packet] = []
     params: dict[int, bytes] = {}  # latest SPS (7) / PPS (8) units seen
     all_sps: dict[bytes, None] = {}  # every SPS unit, first seen first
+    b_slices = False
 
     def take(pkts: Iterable[Any]) -> None:
+        nonlocal b_slices
         for q in pkts:
             b = bytes(q)
             if not b:
@@ -93,6 +96,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
                     params[t] = u
                 if t == NAL_SPS:
                     all_sps.setdefault(u)
+            b_slices = b_slices or is_b_slice(units)
             key = bool(q.is_keyframe)
             if key and refreshes_gradually(units):
                 raise GradualRefresh
@@ -120,9 +124,12 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
     if packets and any(p is None for _, p, _, _ in packets):
         # A raw elementary stream has no timestamps: the decoder's output order is the
         # display order, so number the packets in decode order and decode once.
-        packets = _timestamps_by_decoding(packets, label)
+        rank = _display_ranks(packets, label)
+        packets = [(b, rank[d], d, k) for d, (b, _, _, k) in enumerate(packets)]
         meta = dataclasses.replace(meta, time_base=1 / frame_rate(meta.fps))
         return index_packets(packets, meta, where=f"video {label}")  # on its grid
+    if b_slices and _stamped_in_decode_order(packets):
+        packets = _shown_in_decoded_order(packets, label)
     out = index_packets(packets, meta, where=f"video {label}")
     dev = grid_deviation(out.index.pts, meta.time_base, meta.fps, own_rate=fps is not None)
     return dataclasses.replace(out, meta=dataclasses.replace(meta, grid_deviation_s=dev))
@@ -153,7 +160,28 @@ def _remux_colour(meta: StreamMeta, sps_units: set[bytes], label: str) -> dict[s
     return {"colorspace": cs, "color_range": rng}
 
 
-def _timestamps_by_decoding(packets: list[Packet], label: str) -> list[Packet]:
+def _stamped_in_decode_order(packets: list[Packet]) -> bool:
+    """Whether the packets' times increase in decode order (no picture reordered)."""
+    pts = [p for _, p, _, _ in packets]
+    return all(a is not None and b is not None and a < b for a, b in zip(pts, pts[1:]))
+
+
+def _shown_in_decoded_order(packets: list[Packet], label: str) -> list[Packet]:
+    """``packets`` with their times handed out again in the order the decoder shows them.
+
+    A stream with B slices whose times never go back in decode order is stamped in decode
+    order (AVI stores no presentation times: FFmpeg stamps its packets as they come), and
+    sorting by those times would show every reordered picture at another's place. The
+    decoder's output order decides, once, at write; the times stay the file's own (the
+    k-th smallest for the k-th picture shown), so its frame rate is measured as before.
+    """
+    rank = _display_ranks(packets, label)
+    times = sorted(int(p) for _, p, _, _ in packets if p is not None)
+    return [(b, times[rank[d]], dts, k) for d, (b, _, dts, k) in enumerate(packets)]
+
+
+def _display_ranks(packets: list[Packet], label: str) -> list[int]:
+    """Each packet's (decode order) place in the decoder's output order: one decode pass."""
     ctx: Any = av.CodecContext.create("h264", "r")
     shown: list[int] = []
     try:
@@ -166,11 +194,14 @@ def _timestamps_by_decoding(packets: list[Packet], label: str) -> list[Packet]:
         raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
     if sorted(shown) != list(range(len(packets))):
         raise VideoError(
-            f"video {label}: raw H.264 without timestamps decodes to {len(shown)} pictures "
-            f"for {len(packets)} packets"
+            f"video {label}: H.264 whose order is found by decoding (no presentation times, "
+            f"or times in decode order) decodes to {len(shown)} pictures for {len(packets)} "
+            "packets"
         )
-    rank = {d: i for i, d in enumerate(shown)}
-    return [(b, rank[d], d, k) for d, (b, _, _, k) in enumerate(packets)]
+    rank = [0] * len(packets)
+    for i, d in enumerate(shown):
+        rank[d] = i
+    return rank
 
 
 def check_decodes(stream: EncodedStream, label: str) -> None:
