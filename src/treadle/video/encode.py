@@ -267,9 +267,26 @@ def _timed(
 
 
 def _decoded(container: Any, stream: Any, label: str) -> Iterator[av.VideoFrame]:
-    """The stream's presented frames, FFmpeg's errors as :class:`VideoError`."""
+    """The stream's presented frames, FFmpeg's errors as :class:`VideoError`, and so is a
+    packet the demuxer flags corrupt or a frame the decoder does (a truncated file's last
+    picture, concealed grey or smeared, would be encoded as if it were the recording)."""
+    n = 0
     try:
-        yield from container.decode(stream)
+        for packet in container.demux(stream):
+            if packet.is_corrupt:
+                raise VideoError(
+                    f"video {label}: a packet read after {n} frames decoded is damaged (the "
+                    "demuxer flags it corrupt: a truncated file, a piece of it missing?)"
+                )
+            for frame in packet.decode():
+                if frame.is_corrupt:
+                    raise VideoError(
+                        f"video {label}: frame {n} is damaged (FFmpeg conceals it and flags it "
+                        "corrupt: a truncated file, a recording cut off?); cut the file before "
+                        "it, or re-encode what plays"
+                    )
+                n += 1
+                yield frame
     except av.FFmpegError as e:
         name = stream.codec_context.name if stream.codec_context else "video"
         raise VideoError(f"video {label}: cannot decode {name}: {e}") from None

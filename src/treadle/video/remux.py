@@ -5,7 +5,8 @@ band before every keyframe that lacks them), takes the stream's colour tags from
 (else the container's), numbers a raw elementary stream's packets by decoding it once,
 and indexes the packets (:func:`treadle.video.stream.index_packets`) at the size FFmpeg
 decodes its first SPS to (:mod:`treadle.video.geometry`: not always the container's).
-:func:`check_decodes` decodes the first GOP at write time and checks its frames' size.
+:func:`check_decodes` decodes the first GOP and the last at write time and checks
+their frames' size and that none is damaged (a truncated last picture).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from treadle.video.nal import (
     refreshes_gradually,
 )
 from treadle.video.stream import EncodedStream, Packet, StreamMeta, frame_rate, index_packets
+from treadle.video.window_plan import plan_window
 
 
 class NotRemuxable(Exception):
@@ -82,6 +84,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
     params: dict[int, bytes] = {}  # latest SPS (7) / PPS (8) units seen
     all_sps: dict[bytes, None] = {}  # every SPS unit, first seen first
     b_slices = False
+    damaged: int | None = None  # the first packet the demuxer flags corrupt
 
     def take(pkts: Iterable[Any]) -> None:
         nonlocal b_slices
@@ -109,6 +112,8 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
     for pkt in container.demux(stream):
         if pkt.size == 0:
             continue
+        if pkt.is_corrupt and damaged is None:  # a piece lost (a TS packet, a cut-off file)
+            damaged = len(packets)
         if pkt.is_discard:
             # One index row per stored packet cannot hide frames that are decoded but
             # not shown, so such files are re-encoded to exactly their presented frames
@@ -121,6 +126,20 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
     if all_sps:  # the size FFmpeg decodes to (a left crop may be kept), not the container's
         (width, height), _ = sps_geometry(next(iter(all_sps)), f"video {label}")
         meta = dataclasses.replace(meta, width=width, height=height)
+    out = _indexed(packets, meta, label, own_rate=fps is not None, b_slices=b_slices)
+    if damaged is not None:  # after the index's checks, whose errors say more
+        raise VideoError(
+            f"video {label}: its packet {damaged} (decode order) is damaged (the demuxer "
+            "flags it corrupt: a piece of the file is missing); cut the file before it, or "
+            "re-encode what plays"
+        )
+    return out
+
+
+def _indexed(
+    packets: list[Packet], meta: StreamMeta, label: str, *, own_rate: bool, b_slices: bool
+) -> EncodedStream:
+    """The packets (decode order) indexed in the order the decoder shows them."""
     if packets and any(p is None for _, p, _, _ in packets):
         # A raw elementary stream has no timestamps: the decoder's output order is the
         # display order, so number the packets in decode order and decode once.
@@ -131,7 +150,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
     if b_slices and _stamped_in_decode_order(packets):
         packets = _shown_in_decoded_order(packets, label)
     out = index_packets(packets, meta, where=f"video {label}")
-    dev = grid_deviation(out.index.pts, meta.time_base, meta.fps, own_rate=fps is not None)
+    dev = grid_deviation(out.index.pts, meta.time_base, meta.fps, own_rate=own_rate)
     return dataclasses.replace(out, meta=dataclasses.replace(meta, grid_deviation_s=dev))
 
 
@@ -205,28 +224,24 @@ def _display_ranks(packets: list[Packet], label: str) -> list[int]:
 
 
 def check_decodes(stream: EncodedStream, label: str) -> None:
-    """Decode the first GOP: catches undecodable input at write time, cheaply, and checks
-    that its frames have the index's size (the SPS reading of :mod:`treadle.video.geometry`
-    against FFmpeg's decoder; :func:`~treadle.video.geometry.check_geometry` checks every
-    later SPS without decoding)."""
+    """Decode the first GOP and the last: catches undecodable input at write time, cheaply,
+    checks that their frames have the index's size (the SPS reading of
+    :mod:`treadle.video.geometry` against FFmpeg's decoder;
+    :func:`~treadle.video.geometry.check_geometry` checks every later SPS without decoding),
+    and that none is damaged: a file whose recording was cut off ends in a truncated
+    picture, which FFmpeg conceals (grey or smeared) and flags corrupt."""
     idx = stream.index
     keys = idx.key_decode_positions
-    end = int(keys[1]) if len(keys) > 1 else len(idx)
-    ctx: Any = av.CodecContext.create("h264", "r")
     dod = idx.display_of_decode
-    frames: list[Any] = []
-    try:
-        for d in range(end):
-            i = int(dod[d])
-            o = int(idx.offset[i])
-            pkt = av.Packet(stream.data[o : o + int(idx.size[i])])
-            pkt.pts = int(idx.pts[i])
-            frames.extend(ctx.decode(pkt))
-        frames.extend(ctx.decode(None))
-    except av.FFmpegError as e:
-        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
+    end = int(keys[1]) if len(keys) > 1 else len(idx)
+    frames = _decode_span(stream, 0, end, label)
     if not frames:
         raise VideoError(f"video {label}: H.264 stream decodes to no frames")
+    ends: list[Any] = []  # sizes of later GOPs: check_geometry reads every SPS
+    if end < len(idx):  # the last packet, from a keyframe it decodes from on its own
+        last = plan_window(idx, [int(dod[-1])])
+        at = int(idx.decode[last.frames[0]])
+        ends = [f for f in _decode_span(stream, at, len(idx), label) if f.pts >= last.pts[0]]
     rank = {int(p): i for i, p in enumerate(idx.pts.tolist())}
     for f in frames:
         if (f.width, f.height) != (idx.width, idx.height):
@@ -235,3 +250,29 @@ def check_decodes(stream: EncodedStream, label: str) -> None:
                 f"(HxW) but treadle reads {idx.height}x{idx.width} from its SPS; re-encode "
                 "the file (and report this FFmpeg build: its cropping differs)"
             )
+    for f in frames + ends:
+        if f.is_corrupt:
+            raise VideoError(
+                f"video {label}: frame {rank.get(f.pts, '?')} of {len(idx)} is damaged (FFmpeg "
+                "conceals it and flags it corrupt; a truncated file, a recording cut off?): "
+                "cut the file before it, or re-encode what plays"
+            )
+
+
+def _decode_span(stream: EncodedStream, start: int, end: int, label: str) -> list[Any]:
+    """The frames of the packets at decode positions ``start .. end - 1`` (from a keyframe)."""
+    idx = stream.index
+    dod = idx.display_of_decode
+    ctx: Any = av.CodecContext.create("h264", "r")
+    frames: list[Any] = []
+    try:
+        for d in range(start, end):
+            i = int(dod[d])
+            o = int(idx.offset[i])
+            pkt = av.Packet(stream.data[o : o + int(idx.size[i])])
+            pkt.pts = int(idx.pts[i])
+            frames.extend(ctx.decode(pkt))
+        frames.extend(ctx.decode(None))
+    except av.FFmpegError as e:
+        raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
+    return frames
