@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import treadle as td
-from treadle.errors import VideoError
+from treadle.errors import PlanError, VideoError
 from treadle.video import remux
 from treadle.video._testing import make_mp4, reference_decode, synthetic_frames
 from treadle.video.encode import from_container
@@ -120,3 +120,47 @@ def test_a_lost_transport_packet_is_refused_when_written(tmp_path):
     branch = td.Client(str(tmp_path)).project("p").branch()
     with pytest.raises(VideoError, match="is damaged"):
         branch.table("cams").append_episode({"cam": td.VideoFile(holed)}, episode="holed")
+
+
+def _cams(root, sizes: dict[str, tuple[str, tuple[int, int]]]) -> td.Branch:
+    """Episodes of 6 frames: ``{episode: (table, (H, W))}``."""
+    branch = td.Client(str(root)).project("p").branch()
+    for k, (name, (table, (h, w))) in enumerate(sizes.items()):
+        clip = td.VideoFrames(synthetic_frames(6, h, w, seed=k), fps=10)
+        branch.table(table).append_episode({"cam": clip}, episode=name)
+    return branch
+
+
+def _plan(*components):
+    return td.Recipe(seed=0, batch_size=4, components=list(components)).plan()
+
+
+def test_episodes_of_two_sizes_without_size_are_refused_when_planned(tmp_path):
+    # before: planned, and the loader stopped at the first step that drew both sizes
+    # (a random step of the run) with "decodes to (1, 32, 48, 3), the batch holds ..."
+    branch = _cams(tmp_path, {"a": ("t", (48, 64)), "b": ("t", (32, 48)), "c": ("t", (48, 64))})
+    table = branch.table("t")
+    with pytest.raises(PlanError) as e:
+        _plan(td.Component(table, td.Windows({"cam": td.Video([0])})))
+    msg = str(e.value)
+    assert "'cam'" in msg and "48x64" in msg and "episode 'a'" in msg and "32x48" in msg
+    assert "episode 'b'" in msg and "size=(H, W)" in msg
+    # what the run reads decides: one size selected, or one size asked for, plans and reads
+    one = _plan(td.Component(table, td.Windows({"cam": td.Video([0])}), episodes=["a", "c"]))
+    assert next(iter(td.TrainLoader(one, steps=1)))["cam"].shape == (4, 1, 48, 64, 3)
+    sized = _plan(td.Component(table, td.Windows({"cam": td.Video([0], size=(32, 48))})))
+    assert next(iter(td.TrainLoader(sized, steps=1)))["cam"].shape == (4, 1, 32, 48, 3)
+
+
+def test_tables_of_two_sizes_in_one_output_are_refused_when_planned(tmp_path):
+    branch = _cams(tmp_path, {"a": ("big", (48, 64)), "b": ("small", (32, 48))})
+    big, small = branch.table("big"), branch.table("small")
+    cam = td.Windows({"cam": td.Video([0])})
+    with pytest.raises(PlanError, match=r"table 'big'.*table 'small'"):
+        _plan(td.Component(big, cam), td.Component(small, cam))
+    sized = td.Windows({"cam": td.Video([0], size=(48, 64))})
+    with pytest.raises(PlanError, match=r"32x48 .*component 1, table 'small'"):
+        _plan(td.Component(big, sized), td.Component(small, cam))
+    # renamed apart, each output keeps its own size
+    plan = _plan(td.Component(big, cam), td.Component(small, cam, rename={"cam": "wrist"}))
+    assert plan.record.components[1].rename == (("cam", "wrist"),)
