@@ -164,3 +164,15 @@ def test_tables_of_two_sizes_in_one_output_are_refused_when_planned(tmp_path):
     # renamed apart, each output keeps its own size
     plan = _plan(td.Component(big, cam), td.Component(small, cam, rename={"cam": "wrist"}))
     assert plan.record.components[1].rename == (("cam", "wrist"),)
+
+
+def test_a_one_frame_transport_stream_gives_the_table_its_own_rate(tmp_path):
+    # a one-frame MPEG-TS has no average rate and FFmpeg guesses its field rate: before,
+    # the table's fps became 60, Video(seconds=[0, 1/30]) read frame offsets (0, 2), and the
+    # next 30 fps episode was refused ("has fps 60; this write gives fps 30")
+    frames = synthetic_frames(12, 32, 48, seed=12)
+    one, full = (make_mp4(f, fmt="mpegts") for f in (frames[:1], frames))
+    with av.open(io.BytesIO(one)) as c:
+        assert c.streams.video[0].average_rate is None  # what the test is about
+    table = _table(tmp_path, {"one": one, "full": full})
+    assert table.fps == 30.0 and table.num_moments == 13

@@ -49,8 +49,12 @@ class GradualRefresh(NotRemuxable):
 
 
 def container_fps(stream: Any) -> float:
-    """A container stream's frame rate: its average, guessed or base rate (else 30)."""
-    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+    """A container stream's frame rate: its average, else the codec's own (an H.264 SPS's
+    timing), else the guessed or base rate (else 30). A one-frame MPEG-TS has no average,
+    and FFmpeg guesses its field rate (60 for 30 fps): it set the table's fps to that."""
+    cc = stream.codec_context
+    own = cc.framerate if cc is not None else None
+    for rate in (stream.average_rate, own, stream.guessed_rate, stream.base_rate):
         if rate:
             f = float(rate)
             if math.isfinite(f) and f > 0:
