@@ -176,3 +176,46 @@ def test_a_one_frame_transport_stream_gives_the_table_its_own_rate(tmp_path):
         assert c.streams.video[0].average_rate is None  # what the test is about
     table = _table(tmp_path, {"one": one, "full": full})
     assert table.fps == 30.0 and table.num_moments == 13
+
+
+def _cut_at_second_keyframe(data: bytes) -> bytes:
+    """The packets of ``data`` from its second keyframe on, copied into an MKV as they are
+    (``ffmpeg -ss ... -c copy`` at a keyframe): no edit list hides what precedes it."""
+    buf = io.BytesIO()
+    with av.open(io.BytesIO(data)) as c, av.open(buf, "w", format="matroska") as out:
+        src = c.streams.video[0]
+        dst = out.add_stream_from_template(src)
+        keys = 0
+        for p in c.demux(src):
+            keys += bool(p.size and p.is_keyframe)
+            if p.size and keys >= 2:
+                p.stream = dst
+                out.mux(p)
+    return buf.getvalue()
+
+
+def test_a_file_cut_at_an_open_gops_i_picture_holds_what_pyav_shows(tmp_path):
+    # its first keyframe is a non-IDR I picture with SPS/PPS only in the MKV's header,
+    # followed (in decode order) by B pictures shown before it that reference pictures
+    # cut away. Before: refused ("keyframe without SPS/PPS"), though PyAV plays it; once
+    # the header's SPS/PPS were used, a row per packet kept those B pictures, which FFmpeg
+    # drops, and a window at frame 0 failed when read. They are re-encoded to the
+    # pictures FFmpeg shows.
+    frames = synthetic_frames(40, 48, 64, seed=13)
+    params = "keyint=10:min-keyint=10:scenecut=0:bframes=3:b-pyramid=normal:open-gop=1"
+    cut = _cut_at_second_keyframe(make_mp4(frames, fmt="matroska", options={"x264-params": params}))
+    ref = reference_decode(cut).astype(int)
+    got = _every_frame(_table(tmp_path, {"cut": cut}))[0].astype(int)
+    assert got.shape == ref.shape  # one row per picture PyAV shows
+    err = np.abs(got - ref).mean(axis=(1, 2, 3))
+    assert err.max() < 4  # re-encoded, frame k against PyAV's frame k
+    assert (err[:-1] < np.abs(got[:-1] - ref[1:]).mean(axis=(1, 2, 3))).all()  # in order
+
+
+def test_sps_and_pps_only_in_an_annexb_header_are_used(tmp_path):
+    # NUT keeps H.264's global header as Annex-B units, not an avcC record: before, every
+    # such file was refused ("keyframe without SPS/PPS")
+    frames = synthetic_frames(20, 32, 48, seed=14)
+    nut = make_mp4(frames, fmt="nut", options={"x264-params": BFRAMES})
+    got = _every_frame(_table(tmp_path, {"nut": nut}))[0]
+    np.testing.assert_array_equal(got, reference_decode(nut))

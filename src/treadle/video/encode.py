@@ -154,8 +154,9 @@ def from_container(
 
     H.264 is remuxed to Annex-B with ``h264_mp4toannexb`` (bit-exact, no re-encode; SPS/PPS
     are inserted before any keyframe that lacks them), except when the file's edit list
-    hides decoded frames or its keyframes refresh gradually (intra refresh: clean only some
-    frames later); then it is re-encoded like other codecs. Other codecs are decoded and
+    hides decoded frames, its keyframes refresh gradually (intra refresh: clean only some
+    frames later) or its first keyframe has pictures shown before it (an open GOP cut at its
+    I picture); then it is re-encoded like other codecs. Other codecs are decoded and
     re-encoded to H.264 (``gop``/``crf``/``preset``; timestamps become ``0..N-1`` at the
     stream's average rate). A raw Annex-B ``.h264`` file (no timestamps) is indexed by one
     decode pass. ``fps`` overrides the container's rate (raw streams have none; FFmpeg

@@ -26,6 +26,7 @@ from treadle.video.geometry import sps_geometry
 from treadle.video.nal import (
     NAL_PPS,
     NAL_SPS,
+    avcc_params,
     is_b_slice,
     nal_units,
     parse_sps,
@@ -41,6 +42,12 @@ class NotRemuxable(Exception):
 
 class TrimmedByEditList(NotRemuxable):
     """The file's edit list hides some packets: its presented frames are not its packets."""
+
+
+class LeadingFrames(NotRemuxable):
+    """Pictures shown before the first keyframe are decoded after it (an open GOP's I picture
+    the file was cut at): they reference pictures the file does not have, and FFmpeg drops
+    them, so the packets are not the presented frames."""
 
 
 class GradualRefresh(NotRemuxable):
@@ -89,6 +96,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
     all_sps: dict[bytes, None] = {}  # every SPS unit, first seen first
     b_slices = False
     damaged: int | None = None  # the first packet the demuxer flags corrupt
+    params.update(_extradata_params(stream))
 
     def take(pkts: Iterable[Any]) -> None:
         nonlocal b_slices
@@ -111,6 +119,7 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
                 if {NAL_SPS, NAL_PPS} - params.keys():
                     raise VideoError(f"video {label}: keyframe without SPS/PPS")
                 b = b"".join(b"\x00\x00\x00\x01" + params[t] for t in (NAL_SPS, NAL_PPS)) + b
+                all_sps.setdefault(params[NAL_SPS])
             packets.append((b, q.pts, q.dts, key))
 
     for pkt in container.demux(stream):
@@ -125,11 +134,9 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
             raise TrimmedByEditList
         take(bsf.filter(pkt))
     take(bsf.filter(None))
-    meta = _meta(stream, len(packets), fps or container_fps(stream))
-    meta = dataclasses.replace(meta, **_remux_colour(meta, set(all_sps), label))
-    if all_sps:  # the size FFmpeg decodes to (a left crop may be kept), not the container's
-        (width, height), _ = sps_geometry(next(iter(all_sps)), f"video {label}")
-        meta = dataclasses.replace(meta, width=width, height=height)
+    if _shown_before_first(packets):
+        raise LeadingFrames
+    meta = _stream_meta(stream, len(packets), list(all_sps), fps, label)
     out = _indexed(packets, meta, label, own_rate=fps is not None, b_slices=b_slices)
     if damaged is not None:  # after the index's checks, whose errors say more
         raise VideoError(
@@ -138,6 +145,25 @@ def remux_h264(container: Any, stream: Any, label: str, fps: float | None) -> En
             "re-encode what plays"
         )
     return out
+
+
+def _shown_before_first(packets: list[Packet]) -> bool:
+    """Whether a packet is shown before the first one (decode order), by their times."""
+    times = [p for _, p, _, _ in packets]
+    if not times or times[0] is None:
+        return False
+    return any(t is not None and t < times[0] for t in times)
+
+
+def _stream_meta(
+    stream: Any, n: int, all_sps: list[bytes], fps: float | None, label: str
+) -> StreamMeta:
+    meta = _meta(stream, n, fps or container_fps(stream))
+    meta = dataclasses.replace(meta, **_remux_colour(meta, set(all_sps), label))
+    if all_sps:  # the size FFmpeg decodes to (a left crop may be kept), not the container's
+        (width, height), _ = sps_geometry(all_sps[0], f"video {label}")
+        meta = dataclasses.replace(meta, width=width, height=height)
+    return meta
 
 
 def _indexed(
@@ -156,6 +182,22 @@ def _indexed(
     out = index_packets(packets, meta, where=f"video {label}")
     dev = grid_deviation(out.index.pts, meta.time_base, meta.fps, own_rate=own_rate)
     return dataclasses.replace(out, meta=dataclasses.replace(meta, grid_deviation_s=dev))
+
+
+def _extradata_params(stream: Any) -> dict[int, bytes]:
+    """The SPS and PPS of the stream's global header (an avcC record, or Annex-B units as
+    NUT keeps them): what a keyframe that carries none decodes with. ``h264_mp4toannexb``
+    puts them before IDR pictures only, so a file that starts at an open GOP's I picture
+    (cut with ``-c copy`` at a keyframe) has none in band before its first keyframe."""
+    extra = bytes(stream.codec_context.extradata or b"") if stream.codec_context else b""
+    record = avcc_params(extra)
+    units = [u for u in record[1]] if record else [u for _, u in nal_units(extra)]
+    out: dict[int, bytes] = {}
+    for unit in units:
+        t = unit[0] & 0x1F
+        if t in (NAL_SPS, NAL_PPS):
+            out.setdefault(t, unit)
+    return out
 
 
 def _remux_colour(meta: StreamMeta, sps_units: set[bytes], label: str) -> dict[str, int]:
