@@ -1,7 +1,9 @@
 """Files other tools write whose frames treadle once delivered wrong, or without a word:
 each video is written with PyAV, stored through ``td.VideoFile``, and every frame read back
 through the loader is compared with PyAV's own decode of the file (``to_ndarray("rgb24")``),
-or the file is refused with a :class:`~treadle.errors.VideoError` naming it."""
+or the file is refused with a :class:`~treadle.errors.VideoError` naming it. Also: frames
+of two sizes that one output would stack are a :class:`~treadle.errors.PlanError` when
+planned, and a one-frame file gives the table its own rate."""
 
 from __future__ import annotations
 
