@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from treadle.errors import PlanError
 from treadle.plan.windows import Video
@@ -87,18 +88,31 @@ def _sizes(table: Table, col: str, episodes: Any, runs: Any) -> list[tuple[tuple
         return []
     starts = np.asarray(episodes.starts, dtype=np.int64)
     begin = np.asarray(runs[0], dtype=np.int64)
-    eps = np.unique(np.searchsorted(starts, begin, side="right") - 1)
-    if not len(eps):
-        return []
-    try:  # not table.take: a purged episode's rows are null, and raise there
-        rows = dataset.take(starts[eps].tolist(), columns=[col]).column(col)
-    except (OSError, pa.ArrowException) as e:
-        raise table.read_error(e, f"reading the frame sizes of {col!r} in {table!r}") from None
-    index = rows.combine_chunks()
-    widths = index.field("width").to_pylist()
-    heights = index.field("height").to_pylist()
-    out: dict[tuple[int, int], str] = {}
-    for e, w, h in zip(eps.tolist(), widths, heights):
-        if w is not None and h is not None:
-            out.setdefault((int(h), int(w)), str(episodes.names[e]))
-    return list(out.items())
+    rows = starts[np.unique(np.searchsorted(starts, begin, side="right") - 1)]
+    # only the two sizes, a block of rows at a time: a million episodes' whole index rows
+    # (stream names, codecs) at once would not keep a plan's memory flat
+    columns = [f"{col}.width", f"{col}.height"] if "." not in col and "`" not in col else [col]
+    first: dict[tuple[int, int], int] = {}
+    for lo in range(0, len(rows), _BLOCK):
+        part = rows[lo : lo + _BLOCK]
+        try:  # not table.take: a purged episode's rows are null, and raise there
+            index = dataset.take(part.tolist(), columns=columns).column(col).combine_chunks()
+        except (OSError, pa.ArrowException) as e:
+            raise table.read_error(e, f"reading the frame sizes of {col!r} in {table!r}") from None
+        hw = np.stack([_field(index, "height"), _field(index, "width")], axis=1)
+        valid = (hw >= 0).all(axis=1)
+        pairs, at = np.unique(hw[valid], axis=0, return_index=True)
+        for pair, i in zip(pairs.tolist(), np.flatnonzero(valid)[at].tolist()):
+            first.setdefault((int(pair[0]), int(pair[1])), int(part[i]))
+    eps = np.searchsorted(starts, np.asarray(list(first.values()), np.int64), side="right") - 1
+    return [(hw, str(episodes.names[int(e)])) for hw, e in zip(first, eps.tolist())]
+
+
+_BLOCK = 1 << 16
+
+
+def _field(index: pa.Array, name: str) -> np.ndarray:
+    """Field ``name`` of a struct array as int64, -1 where the row (or the field) is null."""
+    return (
+        pc.struct_field(index, name).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    )
