@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
 
-from importer_fixtures import nothing_committed
+from importer_fixtures import nothing_committed, run_memory_capped
 from robot_fixtures import (
     ALOHA_CAMERAS,
     make_aloha,
@@ -470,3 +471,52 @@ def test_big_endian_datasets_are_read_as_h5py_reads_them(tmp_path):
             assert got.dtype == want.dtype.newbyteorder("=")
             np.testing.assert_array_equal(got, want)
     assert _column(t, "obs_be_stamp").tolist() == stamps.tolist()
+
+
+def _zlib_of_zeros(n: int) -> bytes:
+    """``n`` zero bytes through zlib (HDF5's deflate filter), a MiB at a time."""
+    import zlib
+
+    z, parts = zlib.compressobj(1), []
+    for start in range(0, n, 1 << 20):
+        parts.append(z.compress(bytes(min(1 << 20, n - start))))
+    return b"".join([*parts, z.flush()])
+
+
+def test_a_chunk_larger_than_its_dataset_counts_as_the_chunk(tmp_path, local_root):
+    """A 3-row dataset in one 1 GiB deflate chunk of zeros (1 MiB of file) took 1 GiB to
+    read, past max_episode_bytes: HDF5 inflates a whole chunk to read any of it."""
+    rows = 1 << 27  # float64: 1 GiB a chunk
+
+    def edit(f):
+        del f["data/demo_0/actions"]
+        ds = f.create_dataset("data/demo_0/actions", shape=(3,), maxshape=(None,),
+                              chunks=(rows,), dtype="f8", compression="gzip")  # fmt: skip
+        ds.id.write_direct_chunk((0,), _zlib_of_zeros(rows * 8))
+
+    path = _bad(tmp_path, edit)
+    assert path.stat().st_size < 8 << 20
+    call = (f"td.importers.hdf5({str(path)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False, max_episode_bytes=64 << 20)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=768 << 20)
+    assert out["error"] == "CorruptData", out
+    assert re.search(r"demo_0: .*'actions' alone is \(3,\) float64 in chunks of \(134217728,\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
+
+
+def test_a_dataset_hdf5_cannot_read_is_named(tmp_path):
+    def edit(f):
+        ds = f.create_dataset("data/demo_1/obs/noisy", data=np.random.rand(4, 50),
+                              chunks=(4, 50), compression="gzip")  # fmt: skip
+        offset = ds.id.get_chunk_info(0).byte_offset
+        f.flush()
+        with open(f.filename, "r+b") as raw:
+            raw.seek(offset + 10)
+            raw.write(b"\xff" * 40)
+
+    path = _bad(tmp_path, edit)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match=r"bad.hdf5, demo_1, dataset 'obs/noisy' cannot be read"):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))

@@ -31,6 +31,7 @@ from treadle.importers.episodic import (
 )
 from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera, jpeg_frames
 from treadle.importers.hdf5.hdf5_layouts import (
+    SMALL_BYTES,
     Hdf5File,
     attrs,
     control_freq,
@@ -41,6 +42,7 @@ from treadle.importers.hdf5.hdf5_layouts import (
     open_h5,
     own,
     read_layout,
+    read_whole,
     task_of,
 )
 from treadle.importers.images import decode_image
@@ -267,7 +269,7 @@ def _demo(
             raise SchemaMismatch(
                 f"{where}: datasets {c.path!r} and another both become column {name!r}"
             )
-        values = c.dataset[()]
+        values = read_whole(c.dataset, f"{where}, dataset {c.path!r}")
         nbytes += c.nbytes
         if c.packed:
             values = _jpeg_camera(group, values, settings, episode, name, report, where)
@@ -300,7 +302,8 @@ def _jpeg_camera(
     at = f"{where}, camera {name!r}"
     if lengths is not None and lengths.size > 64 * padded.shape[0]:  # read whole: bounded
         raise CorruptData(f"{at}: /{LENGTHS} is {list(lengths.shape)}, for {len(padded)} frames")
-    jpegs = jpeg_frames(padded, None if lengths is None else lengths[()], at)
+    table = None if lengths is None else read_whole(lengths, f"{at}: /{LENGTHS}", SMALL_BYTES)
+    jpegs = jpeg_frames(padded, table, at)
     nbytes = sum(len(b) for b in jpegs)
     if settings.images == "encoded":
         if report is not None:
