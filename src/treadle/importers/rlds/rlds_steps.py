@@ -18,7 +18,8 @@ are kept encoded and the report says why.
 
 Checks, each a named error (the shard, record and episode): a feature the record has that
 ``features.json`` does not declare, one it lacks, a list of the wrong value type, and step
-lists of different lengths.
+lists of different lengths. Episode-level values, copied onto every step, may make at most
+``max_record_bytes`` in all (a few KiB of them on a million one-byte steps made gigabytes).
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, SchemaMismatch, UnsupportedFormat
+from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput, UnsupportedFormat
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.camera_video import encode_camera
 from treadle.importers.images import decode_image
 from treadle.importers.rlds.tf_pixels import decode_like_tfds
 from treadle.importers.rlds.tfds_folder import Leaf, RldsFolder
+from treadle.importers.rlds.tfrecord import MAX_RECORD_BYTES
 
 _KIND_OF = {"text": "bytes", "bytes": "bytes", "image": "bytes"}
 _KEEP_ENCODED = "not 8-bit colour (H, W, 3): kept as encoded images"
@@ -64,8 +66,10 @@ class StepsMapping:
         images: str,
         rename: dict[str, str] | None,
         pixels: str = "pillow",
+        max_repeat_bytes: int = MAX_RECORD_BYTES,
     ):
         self.folder, self.images, self.pixels = folder, images, pixels
+        self.max_repeat_bytes = max_repeat_bytes
         where = f"RLDS dataset {folder.name!r}"
         rename = {k.replace("/", "_"): v for k, v in (rename or {}).items()}
         keys = [f"steps/{leaf.path}" for leaf in folder.steps] + [
@@ -123,6 +127,7 @@ class StepsMapping:
         if steps == 0:
             return cols, {}, 0
         cams: dict[str, tuple[int, Any, Any]] = {}
+        repeated = 0
         for key, leaf in self.leaf.items():
             kind, values = example[key]
             if kind not in (_list_kind(leaf), "empty"):
@@ -134,6 +139,13 @@ class StepsMapping:
                 cols[self.column[key]] = _values(leaf, values, steps, at)
             else:
                 one = _values(leaf, values, 1, at)
+                repeated += _nbytes(one) * steps
+                if repeated > self.max_repeat_bytes:
+                    raise UnsafeInput(
+                        f"{at}: {_nbytes(one):,} bytes, on each of the episode's {steps:,} "
+                        f"steps, make its episode-level values over {self.max_repeat_bytes:,} "
+                        "bytes (max_record_bytes)"
+                    )
                 cols[self.column[key]] = _repeat(one, steps)
         return cols, cams, steps
 
@@ -218,6 +230,13 @@ def _values(leaf: Leaf, values: Any, steps: int, where: str) -> Any:
     else:
         arr = arr.astype(np.dtype(leaf.dtype), copy=False)
     return arr.reshape((steps, *leaf.shape))
+
+
+def _nbytes(one: Any) -> int:
+    """The bytes of one episode-level value (an entry of :func:`_values`)."""
+    if isinstance(one, list):
+        return sum(len(v) for v in one)
+    return int(one.nbytes)
 
 
 def _repeat(one: Any, steps: int) -> Any:
