@@ -95,6 +95,31 @@ def test_truncated_arrow_file_nothing_committed(tmp_path, client):
     assert nothing_committed(client.project("p"))
 
 
+@pytest.mark.parametrize(
+    ("offsets", "match"),
+    [
+        ([51, 56, 61, 64, 1 << 20], "offset for slot 16 out of bounds: 1048576 > 68"),
+        ([51, 56, 1 << 30, 64, 68], "offset for slot 14 out of bounds: 1073741824 > 68"),
+    ],
+)
+def test_an_arrow_batch_whose_offsets_leave_its_data_is_named(tmp_path, client, offsets, match):
+    """A string offset past the column's data (a memory-mapped file's buffers are taken as
+    they are) was a bare ArrowInvalid or a Lance StorageError naming no file."""
+    import json
+
+    src = tmp_path / "hf"
+    text = ["hello", "world", "abc", "defg"] * 4
+    datasets.Dataset.from_dict({"text": text, "x": list(range(16))}).save_to_disk(str(src))
+    name = json.loads((src / "state.json").read_text())["_data_files"][0]["filename"]
+    raw = (src / name).read_bytes()
+    good = np.array([51, 56, 61, 64, 68], np.int32).tobytes()
+    assert raw.count(good) == 1
+    (src / name).write_bytes(raw.replace(good, np.array(offsets, np.int32).tobytes()))
+    with pytest.raises(CorruptData, match=rf"HF data file .*{name}, batch 0 is corrupt: .*{match}"):
+        import_hf(str(src), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
 def test_files_with_different_columns(tmp_path, client):
     a = datasets.Dataset.from_dict({"x": [1, 2]})
     b = datasets.Dataset.from_dict({"y": ["a"]})

@@ -160,7 +160,18 @@ def _array_shape(feature: Any) -> tuple[int, ...] | None:
 
 
 def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of one file (memory-mapped for local Arrow files)."""
+    """Record batches of one file (memory-mapped for local Arrow files), each validated: an
+    Arrow file's buffers are taken as they are, and an offset past its data would read
+    beyond it (a corrupt batch is :class:`CorruptData` naming the file and the batch)."""
+    for j, batch in enumerate(_file_batches(f, chunk_rows)):
+        try:
+            batch.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise CorruptData(f"HF data file {f.describe()}, batch {j} is corrupt: {e}") from None
+        yield batch
+
+
+def _file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
     where = f.describe()
     try:
         if f.kind == "parquet":
