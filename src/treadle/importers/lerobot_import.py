@@ -38,6 +38,7 @@ larger); every ``task_index`` must name a task.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ from treadle.importers.lerobot_meta import (
     read_source_stats,
 )
 from treadle.importers.lerobot_report import VideoCodecs
+from treadle.importers.parquet_bounded import check_footer
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
 from treadle.plan.component import lerobot_episode
@@ -84,8 +86,8 @@ __all__ = [
 class _DataFiles:
     """The data parquet file of the current episode(s); one file in memory at a time."""
 
-    def __init__(self, source: Source):
-        self.source = source
+    def __init__(self, source: Source, meta: LeRobotMeta):
+        self.source, self.meta = source, meta
         self.name: str | None = None
         self.table: pa.Table | None = None
         self.episodes: np.ndarray | None = None
@@ -100,6 +102,8 @@ class _DataFiles:
                 ) from None
             where = f"episode {ep.index}: data file {self.source.describe(ep.data_file)}"
             try:
+                rows = sum(e.length for e in self.meta.episodes if e.data_file == ep.data_file)
+                check_footer(pa.BufferReader(raw), where, rows, _values_per_row(self.meta))
                 table = pq.read_table(pa.BufferReader(raw))
             except (pa.ArrowException, OSError, ValueError) as e:
                 raise CorruptData(f"{where} is corrupt: {e}") from None
@@ -116,6 +120,19 @@ class _DataFiles:
         if "frame_index" in t.column_names:
             t = t.sort_by("frame_index")
         return t
+
+
+def _values_per_row(meta: LeRobotMeta) -> int:
+    """The most leaf values one column of a data file may have a row: the largest feature
+    (a camera's frames are in video files, an image is one value: its bytes)."""
+    sizes = [1]
+    for f in meta.features.values():
+        if f.get("dtype") in ("video", "image"):
+            continue
+        shape = f.get("shape")
+        if isinstance(shape, list) and all(isinstance(d, int) and d > 0 for d in shape):
+            sizes.append(math.prod(shape))
+    return max(sizes)
 
 
 #: Data columns the importer computes with: name -> whether floats are allowed.
@@ -165,7 +182,7 @@ def iter_episodes(
     Video decoding of upcoming episodes runs on a thread pool while earlier ones are written.
     """
     opts = opts or ImportOptions()
-    files = _DataFiles(source)
+    files = _DataFiles(source, meta)
 
     def build(item: tuple[Episode, pa.Table]) -> tuple[str, dict[str, Any], int]:
         return _episode(source, meta, *item, opts, tolerance_s)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from treadle.errors import CorruptData
 from treadle.importers.arrow import DEFAULT_CHUNK_BYTES
 
 
@@ -74,3 +75,25 @@ def _decoded(piece: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             col = col.dictionary_decode().cast(field.type)
         arrays.append(col)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def check_footer(handle: Any, where: str, rows: int, values_per_row: int) -> None:
+    """Refuse, from its footer alone, a parquet file read whole that would hold more than
+    ``rows`` rows or ``values_per_row`` values a row (leaf values: a list of 6 floats is 6).
+
+    Parquet's run-length encoding lets a few bytes stand for a billion rows or list entries,
+    and the reader stops at the count the footer states: so it bounds what reading allocates.
+    """
+    meta = pq.ParquetFile(handle).metadata
+    if meta.num_rows > rows:
+        raise CorruptData(f"{where} holds {meta.num_rows:,} rows; its episodes have {rows:,}")
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if chunk.num_values > max(group.num_rows, 1) * values_per_row:
+                raise CorruptData(
+                    f"{where}: column {chunk.path_in_schema!r} holds {chunk.num_values:,} values "
+                    f"in {group.num_rows:,} rows (row group {g}), over the {values_per_row:,} a "
+                    "row the features of meta/info.json allow"
+                )
