@@ -259,3 +259,30 @@ def test_a_chunk_that_cannot_be_decoded_names_the_array(tmp_path, zarr_format):
                        r"data/state cannot be read: \w+Error"):  # fmt: skip
         import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
+
+
+def test_a_zip_member_inflating_past_any_chunk_is_refused(tmp_path, local_root):
+    """A zip store's chunk member of 128 MiB of zeros (128 KB deflated) for a 4-row array
+    was inflated whole by zarr before its codec refused it."""
+    import zipfile
+
+    folder = make_replay_buffer(tmp_path / "b.zarr", lengths=(2, 3))
+    path = tmp_path / "bomb.zarr.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+            rel = f.relative_to(folder).as_posix()
+            if rel != "data/state/0.0":
+                z.write(f, rel)
+                continue
+            with z.open(rel, "w", force_zip64=True) as w:
+                for _ in range(128):
+                    w.write(bytes(1 << 20))
+    assert path.stat().st_size < 1 << 20
+    call = (f"td.importers.zarr({str(path)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=96 << 20)
+    assert out["error"] == "UnsafeInput", out
+    assert re.search(r"bomb.zarr.zip: zip member 'data/state/0.0' inflates to 134,217,728 bytes, "
+                     r"more than any chunk of the store needs \(6,912 bytes the largest\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20

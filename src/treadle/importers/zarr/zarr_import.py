@@ -37,7 +37,12 @@ from treadle.importers.episodic import (
 )
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source, split_url
-from treadle.importers.zarr.zarr_reads import describe_chunks, read_cost, read_rows
+from treadle.importers.zarr.zarr_reads import (
+    check_zip_members,
+    describe_chunks,
+    read_cost,
+    read_rows,
+)
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
@@ -283,6 +288,8 @@ def _layout(group: Any, where: str) -> tuple[dict[str, Any], np.ndarray, dict[st
             f"{where}: meta/episode_ends is {ends_arr.shape} {ends_arr.dtype}, not a list of "
             f"at most {MAX_EPISODES} integers"
         )
+    if isinstance(group.store, zarr.storage.ZipStore):
+        check_zip_members(str(group.store.path), [*arrays.values(), ends_arr], where)
     at = f"{where}: meta/episode_ends"
     if read_cost(ends_arr, 0, ends_arr.shape[0]) > 8 * MAX_EPISODES:
         raise CorruptData(f"{at} is {describe_chunks(ends_arr)}: chunks too large to read")

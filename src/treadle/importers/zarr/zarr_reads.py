@@ -6,15 +6,17 @@ once compressed. :func:`read_cost` is what reading rows ``start..end`` holds at 
 rows, or the chunks they overlap when those are larger, and a sharded array's shard index);
 the importer checks it against ``max_episode_bytes`` before reading. :func:`read_rows`
 names the array when a chunk cannot be decoded (a corrupt chunk raises the codec's own
-error: ``RuntimeError`` from Blosc or Zstd, ``zlib.error``, ...).
+error: ``RuntimeError`` from Blosc or Zstd, ``zlib.error``, ...). :func:`check_zip_members`
+bounds what a zip store's deflate may inflate a member to.
 """
 
 from __future__ import annotations
 
 import math
+import zipfile
 from typing import Any
 
-from treadle.errors import CorruptData, TreadleError
+from treadle.errors import CorruptData, TreadleError, UnsafeInput
 
 #: bytes of one entry of a shard's index (offset and length, two uint64)
 _INDEX_ENTRY = 16
@@ -58,3 +60,22 @@ def read_rows(arr: Any, start: int, end: int, at: str) -> Any:
         raise
     except Exception as e:  # each codec raises its own (RuntimeError, zlib.error, ...)
         raise CorruptData(f"{at} cannot be read: {type(e).__name__}: {e}") from None
+
+
+def check_zip_members(path: str, arrays: list[Any], where: str, slack: int = 16 << 20) -> None:
+    """Refuse a zip store whose member inflates to more than any chunk (or shard) of its
+    ``arrays`` could hold, twice over plus ``slack`` bytes (a codec never doubles a chunk;
+    metadata is small): zarr reads a member whole, and deflate turns a few MB of zeros into
+    gigabytes before any codec sees them."""
+    largest = max(
+        math.prod(getattr(a, "shards", None) or a.chunks) * a.dtype.itemsize for a in arrays
+    )
+    limit = 2 * largest + slack
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            if info.file_size > limit:
+                raise UnsafeInput(
+                    f"{where}: zip member {info.filename!r} inflates to {info.file_size:,} "
+                    f"bytes, more than any chunk of the store needs ({largest:,} bytes the "
+                    "largest): refused as a possible zip bomb"
+                )
