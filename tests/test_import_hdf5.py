@@ -298,6 +298,11 @@ def _bad(tmp_path, edit):
          r"attribute 'note' of '/data' is not UTF-8 text .*: b'\\xff\\xfe'"),
         (lambda f: f["mask"].create_dataset("odd", data=np.array([b"demo_\xff"])), CorruptData,
          r"filter key mask/odd is not UTF-8 text"),
+        # before: table.metadata got their repr ('<HDF5 object reference>', "b'\\x00\\x01'")
+        (lambda f: f["data"].attrs.__setitem__("r", f["data/demo_0"].ref), SchemaMismatch,
+         r"attribute 'r' of '/data' is Reference .*cannot hold"),
+        (lambda f: f["data"].attrs.__setitem__("o", np.void(b"\x00\x01")), SchemaMismatch,
+         r"attribute 'o' of '/data' is void .*cannot hold"),
     ],
 )  # fmt: skip
 def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
@@ -384,6 +389,12 @@ def test_moments_count_against_max_episode_bytes_and_need_values(tmp_path):
     with pytest.raises(SchemaMismatch, match=r"demo_1, dataset 'obs/none' is \(4, 0\): no values"):
         import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
+
+
+def test_an_empty_attribute_is_none(tmp_path):
+    path = _bad(tmp_path, lambda f: f["data"].attrs.__setitem__("none", h5py.Empty("f8")))
+    _, t = _import_one(path, tmp_path)
+    assert t.metadata["none"] is None
 
 
 def test_demos_without_actions_are_num_samples_long(tmp_path):

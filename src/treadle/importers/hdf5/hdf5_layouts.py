@@ -148,9 +148,28 @@ def _value(v: Any, where: str) -> Any:
 
 
 def attrs(obj: Any, where: str) -> dict[str, Any]:
-    """An HDF5 object's attributes as JSON values (``where`` names the file in errors)."""
-    return {str(k): _value(v, f"{where}: attribute {k!r} of {obj.name!r}")
-            for k, v in obj.attrs.items()}  # fmt: skip
+    """An HDF5 object's attributes as JSON values (``where`` names the file in errors); one
+    JSON cannot hold (an object reference, opaque bytes) is :class:`SchemaMismatch`, never
+    its ``repr`` (what ``table.metadata`` got before); an empty one is None."""
+    import h5py
+
+    out = {}
+    for k in obj.attrs.keys():
+        at = f"{where}: attribute {k!r} of {obj.name!r}"
+        try:
+            raw = obj.attrs[k]
+        except (OSError, TypeError, ValueError) as e:
+            raise CorruptData(f"{at} cannot be read: {e}") from None
+        value = None if isinstance(raw, h5py.Empty) else _value(raw, at)
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise SchemaMismatch(
+                f"{at} is {type(raw).__name__} {str(raw)[:60]!r}, which table.metadata (JSON) "
+                "cannot hold"
+            ) from None
+        out[str(k)] = value
+    return out
 
 
 def _masks(f: Any, where: str, demos: int) -> dict[str, list[str]]:
