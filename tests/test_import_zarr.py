@@ -17,6 +17,7 @@ from treadle.errors import (
     InvalidName,
     MissingDependency,
     SchemaMismatch,
+    UnsafeInput,
     UnsupportedFormat,
 )
 from treadle.importers import zarr as import_zarr
@@ -286,3 +287,24 @@ def test_a_zip_member_inflating_past_any_chunk_is_refused(tmp_path, local_root):
                      r"more than any chunk of the store needs \(6,912 bytes the largest\)",
                      out["message"])  # fmt: skip
     assert out["rss_growth"] < 64 << 20
+
+
+@pytest.mark.parametrize("where", ["filters", "compressor"])
+def test_a_pickle_codec_is_refused_and_nothing_is_unpickled(tmp_path, where, monkeypatch):
+    """An array whose filter (or compressor) is numcodecs' Pickle was reported as a codec to
+    install ("pip install imagecodecs"); it holds Python objects and is UnsafeInput."""
+    import pickle
+
+    def trap(*a, **k):
+        raise AssertionError("something was unpickled")
+
+    monkeypatch.setattr(pickle, "loads", trap)
+    path = make_replay_buffer(tmp_path / "b.zarr")
+    codec = {"id": "pickle", "protocol": 5}
+    _edit_array(path, "data/state", lambda z: z.update(
+        {where: [codec] if where == "filters" else codec}))  # fmt: skip
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(UnsafeInput, match=r"b.zarr: an array of 'data' holds Python objects "
+                       r"encoded with the 'pickle' object codec; refused"):  # fmt: skip
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))

@@ -17,6 +17,7 @@ the slice (:mod:`~treadle.importers.zarr.zarr_reads`). A codec that is not insta
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -25,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from treadle.errors import CorruptData, MissingDependency, SchemaMismatch, UnsupportedFormat
+from treadle.errors import (
+    CorruptData,
+    MissingDependency,
+    SchemaMismatch,
+    UnsafeInput,
+    UnsupportedFormat,
+)
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.cameras import Reports, camera_value, check_camera_mode, is_camera
 from treadle.importers.episodic import (
@@ -250,7 +257,15 @@ def _array(group: Any, path: str, where: str) -> Any:
 
 
 def _codec_error(e: ValueError, where: str) -> Exception:
-    """numcodecs' ``UnknownCodecError`` (a ``ValueError``) as :class:`MissingDependency`."""
+    """numcodecs' ``UnknownCodecError`` (a ``ValueError``) as :class:`MissingDependency`; an
+    object codec (``pickle``, ``json2``, ``msgpack2``: Python objects, which zarr 3 does not
+    read) is :class:`UnsafeInput`, not a codec to install."""
+    found = re.search(r"'object_codec_id': '([^']*)'", str(e))
+    if found:
+        return UnsafeInput(
+            f"{where} holds Python objects encoded with the {found.group(1)!r} object codec; "
+            "refused (nothing is unpickled, a ReplayBuffer holds numbers)"
+        )
     if "codec" in str(e).lower():
         return MissingDependency(
             f"{where} needs a codec that is not installed ({e}); JPEG XL (UMI) needs: "
