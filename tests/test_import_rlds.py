@@ -11,6 +11,7 @@ byte and decoded pixel the import stores is compared with those, on a local root
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import re
 import shutil
@@ -363,6 +364,33 @@ def test_episode_level_values_copied_onto_every_step_are_bounded(tmp_path, local
     importers.rlds(small, client.project("p"), "t", images="encoded", progress=False)
     t = client.project("p").branch("main").table("t").pin()
     assert _column(t, "episode_metadata_embedding").tolist() == [[1.0] * 3] * 5
+
+
+def test_an_image_larger_than_declared_is_refused_from_its_header(tmp_path, local_root):
+    """Every step's 32x40 JPEG replaced by a 4096x4096 PNG of zeros (50 KB, 50 MB decoded):
+    decoded and stacked, whatever features.json declared."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4096, 4096)).save(buf, "PNG")
+    big = buf.getvalue()
+    assert len(big) < 256 << 10
+    folder = _copy(tmp_path)
+
+    def huge(ex):
+        images = ex.features.feature["steps/observation/image"].bytes_list.value
+        for j in range(len(images)):
+            images[j] = big
+
+    _rewrite(_shard(folder, 0), huge)
+    call = (f"td.importers.rlds({str(folder)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=192 << 20)
+    assert out["error"] == "CorruptData", out
+    assert re.search(r"record 0 \(episode 0, episode_000000\), feature 'steps/observation/image'"
+                     r", step 0: a 4096x4096 image, features.json declares 40x32 "
+                     r"\(shape \[32, 40, 3\]\)", out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
 
 
 def _records(path: Path) -> list[bytes]:

@@ -18,7 +18,8 @@ are kept encoded and the report says why.
 
 Checks, each a named error (the shard, record and episode): a feature the record has that
 ``features.json`` does not declare, one it lacks, a list of the wrong value type, and step
-lists of different lengths. Episode-level values, copied onto every step, may make at most
+lists of different lengths, an image of another size than the one declared (from its header,
+before it is decoded). Episode-level values, copied onto every step, may make at most
 ``max_record_bytes`` in all (a few KiB of them on a million one-byte steps made gigabytes).
 """
 
@@ -38,6 +39,7 @@ from treadle.importers.images import decode_image
 from treadle.importers.rlds.tf_pixels import decode_like_tfds
 from treadle.importers.rlds.tfds_folder import Leaf, RldsFolder
 from treadle.importers.rlds.tfrecord import MAX_RECORD_BYTES
+from treadle.video.image_decode import image_header
 
 _KIND_OF = {"text": "bytes", "bytes": "bytes", "image": "bytes"}
 _KEEP_ENCODED = "not 8-bit colour (H, W, 3): kept as encoded images"
@@ -185,10 +187,25 @@ class StepsMapping:
     def _decode(self, leaf: Leaf, data: bytes, where: str) -> np.ndarray:
         """One image's pixels, ``[H, W, C]`` as TFDS gives them (grey keeps its ``1``)."""
         channels = leaf.image_shape[-1] if len(leaf.image_shape) == 3 else 3
+        _check_size(leaf, data, where)
         if self.pixels == "tfds":
             return decode_like_tfds(data, channels, where)
         pixels = decode_image(data, leaf.encoding or "", where)
         return pixels[..., None] if pixels.ndim == 2 else pixels
+
+
+def _check_size(leaf: Leaf, data: bytes, where: str) -> None:
+    """An image of a size ``features.json`` fixes has that size, read from its header before
+    anything is decoded (a small PNG of zeros may decode to gigabytes on every step)."""
+    if len(leaf.image_shape) < 2 or min(leaf.image_shape[:2]) < 1:
+        return
+    head = image_header(data, where)
+    if head.size != tuple(leaf.image_shape[:2]):
+        h, w = leaf.image_shape[:2]
+        raise CorruptData(
+            f"{where}: a {head.width}x{head.height} image, features.json declares {w}x{h} "
+            f"(shape {list(leaf.image_shape)})"
+        )
 
 
 def _is_colour(leaf: Leaf) -> bool:
