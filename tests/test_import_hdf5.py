@@ -531,3 +531,46 @@ def test_a_dataset_hdf5_cannot_read_is_named(tmp_path):
     with pytest.raises(CorruptData, match=r"bad.hdf5, demo_1, dataset 'obs/noisy' cannot be read"):
         import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
     assert nothing_committed(client.project("p"))
+
+
+def _aloha_with_frames(tmp_path, frames):
+    """A compressed ALOHA file (no compress_len) whose first camera holds ``frames``."""
+    pytest.importorskip("cv2")
+    path = make_aloha_compressed(tmp_path / "aloha" / "episode_0.hdf5", n=len(frames),
+                                 lengths=False)  # fmt: skip
+    with h5py.File(path, "a") as f:
+        cam = f"observations/images/{ALOHA_CAMERAS[0]}"
+        del f[cam]
+        arr = np.zeros((len(frames), max(len(b) for b in frames)), np.uint8)
+        for i, b in enumerate(frames):
+            arr[i, : len(b)] = np.frombuffer(b, np.uint8)
+        f.create_dataset(cam, data=arr)
+    return path
+
+
+def _jpeg(w, h):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (w, h)).save(buf, "JPEG", quality=50)
+    return buf.getvalue()
+
+
+def test_aloha_jpeg_frames_are_bounded_from_their_headers(tmp_path, local_root):
+    """6 JPEGs of 8000x8000 black (a few hundred KB) were decoded to 1.1 GB before
+    max_episode_bytes was consulted; frames of two sizes were a bare ValueError (np.stack)."""
+    path = _aloha_with_frames(tmp_path / "big", [_jpeg(8000, 8000)] * 6)
+    assert path.stat().st_size < 8 << 20
+    call = (f"td.importers.hdf5({str(path)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False, max_episode_bytes=256 << 20)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=384 << 20)
+    assert out["error"] == "CorruptData", out
+    assert re.search(r"episode_0.hdf5, camera '.*': 6 frames of 8000x8000 decode to "
+                     r"1,152,000,000 bytes, over max_episode_bytes \(268,435,456\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
+    path = _aloha_with_frames(tmp_path / "two", [_jpeg(40, 24), _jpeg(40, 24), _jpeg(20, 12)])
+    client = Client(str(tmp_path / "store2"), create=True)
+    with pytest.raises(CorruptData, match=r"camera '.*': frame 0 is 40x24, frame 2 20x12"):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))

@@ -48,6 +48,7 @@ from treadle.importers.hdf5.hdf5_layouts import (
 from treadle.importers.images import decode_image
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source
+from treadle.video.image_decode import image_header
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
@@ -309,8 +310,26 @@ def _jpeg_camera(
         if report is not None:
             report.camera(name).add(nbytes, None, None)
         return jpegs
+    _check_jpeg_sizes(jpegs, at, settings.max_episode_bytes)
     frames = np.stack([decode_image(b, "jpg", f"{at}, frame {i}") for i, b in enumerate(jpegs)])
     if frames.ndim != 4:  # grey JPEGs
         frames = np.repeat(frames[..., None], 3, axis=3)
     fps = settings.fps or 30.0
     return camera_value(frames, settings.images, fps, episode, name, report, nbytes)
+
+
+def _check_jpeg_sizes(jpegs: list[bytes], at: str, limit: int) -> None:
+    """One size for every frame, and their pixels within ``limit`` bytes, from the JPEG
+    headers: a few hundred KB of JPEG may decode to 300 MB a frame."""
+    sizes: dict[tuple[int, int], int] = {}
+    for i, b in enumerate(jpegs):
+        sizes.setdefault(image_header(b, f"{at}, frame {i}").size, i)
+    if len(sizes) > 1:
+        (a, i), (b, j) = list(sizes.items())[:2]
+        raise CorruptData(f"{at}: frame {i} is {a[1]}x{a[0]}, frame {j} {b[1]}x{b[0]}")
+    h, w = next(iter(sizes))
+    if len(jpegs) * h * w * 3 > limit:
+        raise CorruptData(
+            f"{at}: {len(jpegs)} frames of {w}x{h} decode to {len(jpegs) * h * w * 3:,} bytes, "
+            f"over max_episode_bytes ({limit:,})"
+        )
