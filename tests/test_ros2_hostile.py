@@ -140,3 +140,90 @@ def test_threads_reading_bags_at_once_keep_their_own_caps(tmp_path):
     assert got["plain"] > 1 << 20
     after = _decompressors()
     assert after[0] == before[0] and after[1] == before[1] and after[2] is before[2]
+
+
+BIG = 3 << 20  # bytes of the one big message
+
+
+def _big_bag(path: Path, kind: str, storage: str, compression: str | None) -> Path:
+    """``/cmd`` at 10 Hz and one big message on ``/big`` (an rgb8 Image, a CompressedImage,
+    a LaserScan of 8 ranges and :data:`BIG` bytes of intensities) of about :data:`BIG` bytes."""
+    header = G["std_msgs/msg/Header"](stamp=G["builtin_interfaces/msg/Time"](sec=1, nanosec=0),
+                                      frame_id="")  # fmt: skip
+    data = np.full(BIG, 7, np.uint8)
+    typ, msg = {
+        "image": ("sensor_msgs/msg/Image", lambda: G["sensor_msgs/msg/Image"](
+            header=header, height=BIG // 3072, width=1024, encoding="rgb8", is_bigendian=0,
+            step=3072, data=data)),
+        "jpeg": ("sensor_msgs/msg/CompressedImage", lambda: G["sensor_msgs/msg/CompressedImage"](
+            header=header, format="jpeg", data=data)),
+        "scan": ("sensor_msgs/msg/LaserScan", lambda: G["sensor_msgs/msg/LaserScan"](
+            header=header, angle_min=0.0, angle_max=1.0, angle_increment=0.1, time_increment=0.0,
+            scan_time=0.1, range_min=0.0, range_max=9.0, ranges=np.arange(8, dtype=np.float32),
+            intensities=np.full(BIG // 4, 0.5, np.float32))),
+    }[kind]  # fmt: skip
+    return _bag(path, storage, compression, extra=[("/big", typ, 10**9, msg())])
+
+
+@pytest.mark.parametrize("kind", ["image", "jpeg", "scan"])
+@pytest.mark.parametrize(
+    ("storage", "compression"),
+    [("MCAP", None), ("MCAP", "STORAGE"), ("SQLITE3", None), ("SQLITE3", "MESSAGE")],
+)
+def test_memory_per_message_is_bounded_by_its_size(tmp_path, kind, storage, compression):
+    """Reading a bag of one message of N bytes peaked at about 5 N (MCAP) or 3 N (SQLite):
+    rosbags copied each message once more to deserialize it (a slice of ``bytes``), a topic's
+    first image was converted only to learn its kind, and pixels were copied once more to
+    the dtype they had; a numeric field kept the whole message it was a view of. What is
+    left is rosbags' own reading (an MCAP chunk is held as read, inflated, and split into
+    messages)."""
+    import tracemalloc
+
+    from treadle.importers.ros2.ros2_bags import TopicSpec, load_values, read_bag
+
+    bag = _big_bag(tmp_path / "bag", kind, storage, compression)
+    field = "ranges" if kind == "scan" else None
+    specs = [
+        TopicSpec("/big", field, "big", "hold", "log"),
+        TopicSpec("/cmd", None, "cmd", "hold", "log"),
+    ]
+    limit = 1 << 30
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        data = read_bag(str(bag), specs, "bag", limit)
+        kept, first = (m - base for m in tracemalloc.get_traced_memory())
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        load_values(str(bag), data, [{0}, set()], "bag", limit)
+        second = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    # rosbags' own peak: an MCAP chunk as read, as split up, and the message; a SQLite row
+    # (and the inflating of a zstd-compressed one)
+    rosbags = 1 if (storage, compression) == ("SQLITE3", None) else 3
+    assert first < (rosbags + 0.25) * BIG  # nothing converted in the first pass
+    assert second < (rosbags + 1.25) * BIG  # a CompressedImage's bytes copied out once
+    if kind == "scan":  # 8 ranges kept, not the message they were a view of
+        assert kept < BIG / 4
+        np.testing.assert_array_equal(data[0].values[0][""], np.arange(8, dtype=np.float32))
+    else:
+        assert len(data[0].values[0][""]) * (1 if kind == "jpeg" else 3 * 1024) >= BIG
+
+
+def test_a_message_that_does_not_deserialize_names_its_topic(tmp_path):
+    """A message whose bytes are shorter than its type says (a Float64 of 4 bytes) named
+    the bag only; it names the topic, the type and the message's log time."""
+    from treadle.errors import CorruptData
+
+    path = tmp_path / "short"
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        a = w.add_connection("/cmd", F64, typestore=TS)
+        b = w.add_connection("/short", F64, typestore=TS)
+        for i in range(10):
+            t = 10**9 + i * 100 * MS
+            w.write(a, t, TS.serialize_cdr(G[F64](data=float(i)), F64))
+            w.write(b, t, bytes(TS.serialize_cdr(G[F64](data=float(i)), F64))[:8])
+    with pytest.raises(CorruptData, match=r"short, topic /short \(std_msgs/msg/Float64\): the "
+                       r"message logged at 1.000000000 s cannot be deserialized"):  # fmt: skip
+        _import(path, tmp_path / "store", topics={"/cmd": "cmd", "/short": "s"})
