@@ -211,6 +211,58 @@ def test_memory_per_message_is_bounded_by_its_size(tmp_path, kind, storage, comp
         assert len(data[0].values[0][""]) * (1 if kind == "jpeg" else 3 * 1024) >= BIG
 
 
+def _mixed(path: Path, storage: str) -> Path:
+    """``/cmd`` and ``/b``, whose messages are Float64 and Int32 by turns (two connections)."""
+    i32 = "std_msgs/msg/Int32"
+    extra = [
+        ("/b", i32, 10**9 + k * 100 * MS, G[i32](data=100 + k))
+        if k % 2
+        else ("/b", F64, 10**9 + k * 100 * MS, G[F64](data=k + 0.5))
+        for k in range(10)
+    ]
+    w = Writer(path, version=9, storage_plugin=StoragePlugin[storage])
+    with w:
+        conns = {
+            t: w.add_connection(t[0], t[1], typestore=TS) for t in {(e[0], e[1]) for e in extra}
+        }
+        conns[("/cmd", F64)] = w.add_connection("/cmd", F64, typestore=TS)
+        for i in range(10):
+            t = 10**9 + i * 100 * MS
+            w.write(conns["/cmd", F64], t, TS.serialize_cdr(G[F64](data=float(i)), F64))
+        for topic, typ, log, msg in extra:
+            w.write(conns[topic, typ], log, TS.serialize_cdr(msg, typ))
+    return path
+
+
+@pytest.mark.parametrize("storage", ["MCAP", "SQLITE3"])
+def test_a_topic_of_two_types_is_refused_by_name(tmp_path, storage):
+    """A topic recorded with two message types (two connections, one topic) made one column
+    of both types' values without a word ([0.5, 101.0, 2.5, 103.0, ...])."""
+    from treadle.errors import SchemaMismatch
+
+    bag = _mixed(tmp_path / "mixed", storage)
+    with pytest.raises(SchemaMismatch, match=r"mixed: topic /b has messages of two types, "
+                       r"std_msgs/msg/\w+ and std_msgs/msg/\w+"):  # fmt: skip
+        _import(bag, tmp_path / "store", topics={"/cmd": "cmd", "/b": "b"})
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
+def test_a_compressed_image_that_is_no_image_is_refused_under_encoded(tmp_path):
+    """images='encoded' stored a CompressedImage's bytes unchecked: garbage (or a PNG header
+    claiming a bomb's size) went into the table and failed only when a run read it."""
+    from treadle.errors import CorruptData
+
+    typ = "sensor_msgs/msg/CompressedImage"
+    header = G["std_msgs/msg/Header"](stamp=G["builtin_interfaces/msg/Time"](sec=1, nanosec=0),
+                                      frame_id="")  # fmt: skip
+    junk = G[typ](header=header, format="jpeg", data=np.frombuffer(b"garbage" * 9, np.uint8))
+    bag = _bag(tmp_path / "junk", extra=[("/c", typ, 10**9, junk)])
+    with pytest.raises(CorruptData, match=r"junk, column 'c' \(/c, a CompressedImage\): not a "
+                       r"decodable image"):  # fmt: skip
+        _import(bag, tmp_path / "store", topics={"/cmd": "cmd", "/c": "c"}, images="encoded")
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
 def test_a_message_that_does_not_deserialize_names_its_topic(tmp_path):
     """A message whose bytes are shorter than its type says (a Float64 of 4 bytes) named
     the bag only; it names the topic, the type and the message's log time."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from treadle.errors import CorruptData, MissingDependency, NotFound
+from treadle.errors import CorruptData, MissingDependency, NotFound, SchemaMismatch
 from treadle.importers.ros2.ros2_inflate import capped
 from treadle.importers.ros2.ros2_messages import Converter, converter, header_stamp
 from treadle.importers.sources import Source, split_url
@@ -196,6 +196,11 @@ def _add(
     if d.conv is None:
         d.msgtype = msgtype
         d.conv = converter(msgtype, d.spec.field, msg, at, joints)
+    elif msgtype != d.msgtype:  # else one column silently mixes the values of two types
+        raise SchemaMismatch(
+            f"{where}: topic {d.spec.topic} has messages of two types, {d.msgtype} and "
+            f"{msgtype}; a column holds values of one type (import another topic)"
+        )
     stamp = header_stamp(msg) if d.spec.stamp == "header" else None
     if stamp is not None and abs(stamp - logtime) > MAX_STAMP_SKEW_NS:
         raise CorruptData(

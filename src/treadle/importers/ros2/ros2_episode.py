@@ -28,6 +28,7 @@ from treadle.importers.ros2.ros2_align import (
     usage,
 )
 from treadle.importers.ros2.ros2_bags import TopicData
+from treadle.video.image_decode import image_header
 
 log = logging.getLogger("treadle")
 
@@ -192,7 +193,9 @@ def _media(
         return np.stack(picked)
     if kind == "image":
         nbytes = sum(len(b) for b in picked if b is not None)
-        if images == "encoded":
+        if images == "encoded":  # kept as they are, but each must be an image
+            for b in {id(b): b for b in picked if b is not None}.values():
+                image_header(b, f"{at} ({d.spec.topic}, a CompressedImage)")
             if report is not None:
                 report.camera(name).add(nbytes, None, None)
             return picked
