@@ -455,9 +455,12 @@ def test_only_the_images_the_clock_uses_are_converted(bags, tmp_path, monkeypatc
 
 
 def test_a_bag_over_max_episode_bytes_is_refused(bags, tmp_path):
-    with pytest.raises(CorruptData, match="over 3000 bytes"):
-        _import(bags / "ep_a", tmp_path, max_episode_bytes=3000)
+    with pytest.raises(CorruptData, match="over 3000 bytes"):  # SQLite: counted as read
+        _import(bags / "ep_b", tmp_path, max_episode_bytes=3000)
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+    # MCAP: its one chunk (every topic), refused from the index before it is read
+    with pytest.raises(UnsafeInput, match="over 3,000 bytes of its MCAP chunks inflated at once"):
+        _import(bags / "ep_a", tmp_path / "a", max_episode_bytes=3000)
 
 
 def _mcap_bomb(path: Path, inflated: int) -> Path:

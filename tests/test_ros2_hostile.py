@@ -279,3 +279,45 @@ def test_a_message_that_does_not_deserialize_names_its_topic(tmp_path):
     with pytest.raises(CorruptData, match=r"short, topic /short \(std_msgs/msg/Float64\): the "
                        r"message logged at 1.000000000 s cannot be deserialized"):  # fmt: skip
         _import(path, tmp_path / "store", topics={"/cmd": "cmd", "/short": "s"})
+
+
+def _overlapping_chunks(path: Path) -> Path:
+    """An MCAP file of a few KB: 6 zstd chunks of 3 messages of 2 MiB of zeros each, every
+    chunk spanning 1 s .. 10 s (rosbags holds them all inflated at once)."""
+    from mcap.writer import CompressionType
+    from mcap_ros2.writer import Writer as McapWriter
+
+    u8 = "std_msgs/msg/UInt8MultiArray"
+    with open(path, "wb") as f:
+        w = McapWriter(f, chunk_size=(4 << 20) + 1000, compression=CompressionType.ZSTD)
+        schema = w.register_msgdef(u8, TS.generate_msgdef(u8)[0])
+        blob = {"layout": {"dim": [], "data_offset": 0}, "data": bytes(2 << 20)}
+        for i in range(8):
+            for t in (10**9 + i, 10 * 10**9 - i):
+                w.write_message("/big", schema, blob, log_time=t, publish_time=t)
+        w.finish()
+    return path
+
+
+def test_mcap_chunks_overlapping_in_time_are_refused_before_they_inflate(tmp_path):
+    """Each chunk inflated within the cap, but rosbags inflates every chunk whose first time
+    has come and holds it to its last message: chunks that all span one interval were held at
+    once (77 MB for this 4 KB file; any number of caps for a bigger one)."""
+    import tracemalloc
+
+    from treadle.importers.ros2.ros2_bags import TopicSpec, read_bag
+
+    bag = _overlapping_chunks(tmp_path / "overlap.mcap")
+    assert bag.stat().st_size < 16 << 10
+    specs = [TopicSpec("/big", "data", "big", "hold", "log")]
+    tracemalloc.start()
+    try:
+        with pytest.raises(UnsafeInput, match=r"overlap.mcap: rosbags would hold over 16,777,216 "
+                           r"bytes of its MCAP chunks inflated at once"):  # fmt: skip
+            read_bag(str(bag), specs, f"bag {bag}", 16 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # refused from the index, before a chunk is inflated
+    data = read_bag(str(bag), specs, "bag", 64 << 20)  # under a cap they fit: read in full
+    assert len(data[0].times) == 16 and all(v[""].size == 2 << 20 for v in data[0].values)

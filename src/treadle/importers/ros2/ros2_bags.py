@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from treadle.errors import CorruptData, MissingDependency, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, MissingDependency, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers.ros2.ros2_inflate import capped
 from treadle.importers.ros2.ros2_messages import Converter, converter, header_stamp
 from treadle.importers.sources import Source, split_url
@@ -123,6 +123,7 @@ def read_bag(
     data = [TopicData(s) for s in specs]
     with open_bag(local, where, limit) as reader:
         by_topic = _connections(reader, specs, where)
+        check_chunks(reader, [c for cs in by_topic.values() for c in cs], where, limit)
         total = 0
         for conn, logtime, raw in reader.messages(
             connections=[c for cs in by_topic.values() for c in cs]
@@ -164,6 +165,39 @@ def open_bag(local: str, where: str, limit: int) -> Iterator[Any]:
         if type(e).__module__.startswith("treadle"):
             raise
         raise CorruptData(f"{where} cannot be read as a ROS bag: {type(e).__name__}: {e}") from None
+
+
+def check_chunks(reader: Any, conns: Sequence[Any], where: str, limit: int) -> None:
+    """Refuse, before any is read, MCAP chunks that rosbags would hold inflated at once past
+    ``limit`` bytes. rosbags merges chunks by time and inflates a chunk once its first time
+    comes up, keeping it until its last message is out: chunks that overlap in time are all
+    held at once (a bag of a few KB whose chunks all span one second, each inflating to just
+    under the cap, asked for any number of caps). The sizes are the MCAP index's."""
+    wanted = {(c.topic, c.msgtype) for c in conns}
+    for sub in getattr(reader, "readers", []):
+        storage = getattr(sub, "storage", None)
+        for st in getattr(storage, "storages", [storage]):
+            chunks = getattr(st, "chunks", None) or []
+            ids = {c.id for c in getattr(st, "connections", []) if (c.topic, c.msgtype) in wanted}
+            events = sorted(
+                e
+                for ch in chunks
+                if any(ch.channel_count.get(i, 0) for i in ids)
+                for e in (
+                    (ch.message_start_time, 0, ch.uncompressed_size),
+                    (ch.message_end_time, 1, -ch.uncompressed_size),
+                )
+            )  # a chunk that starts when another ends is held with it
+            held = 0
+            for _, _, size in events:
+                held += size
+                if held > limit:
+                    raise UnsafeInput(
+                        f"{where}: rosbags would hold over {limit:,} bytes of its MCAP chunks "
+                        "inflated at once (max_episode_bytes; a chunk that large, or chunks "
+                        "overlapping in time: a decompression bomb, or raise max_episode_bytes "
+                        "if the bag is real)"
+                    )
 
 
 def decode(reader: Any, raw: bytes, conn: Any, logtime: int, where: str) -> Any:
@@ -225,6 +259,7 @@ def first_joint_names(
         wanted = {c.topic for c in conns}
         if not conns:  # (no connections means every connection to rosbags)
             return out
+        check_chunks(reader, conns, where, limit)
         for conn, logtime, raw in reader.messages(connections=conns):
             if conn.topic not in out:
                 msg = decode(reader, raw, conn, logtime, where)
@@ -249,6 +284,7 @@ def load_values(
     total = 0
     with open_bag(local, where, limit) as reader:
         conns = [c for c in reader.connections if c.topic in topics]
+        check_chunks(reader, conns, where, limit)
         for conn, logtime, raw in reader.messages(connections=conns):
             seen[conn.topic] += 1
             k = seen[conn.topic]
