@@ -321,3 +321,31 @@ def test_mcap_chunks_overlapping_in_time_are_refused_before_they_inflate(tmp_pat
     assert peak < 1 << 20  # refused from the index, before a chunk is inflated
     data = read_bag(str(bag), specs, "bag", 64 << 20)  # under a cap they fit: read in full
     assert len(data[0].times) == 16 and all(v[""].size == 2 << 20 for v in data[0].values)
+
+
+@pytest.mark.parametrize(
+    "later", [["a", "a", "b"], ["b", "a", "b"]], ids=["first message", "later message"]
+)
+def test_a_joint_named_twice_is_refused(tmp_path, later):
+    """A JointState naming one joint twice put the first one's value in both places (the
+    column for the first message's order, found by list.index), without a word."""
+    from treadle.errors import CorruptData
+
+    js = "sensor_msgs/msg/JointState"
+
+    def joints(names, k):
+        header = G["std_msgs/msg/Header"](
+            stamp=G["builtin_interfaces/msg/Time"](sec=1, nanosec=k * 100 * MS), frame_id=""
+        )
+        pos = np.arange(len(names), dtype=np.float64) + k
+        return G[js](header=header, name=names, position=pos, velocity=np.zeros(0),
+                     effort=np.zeros(0))  # fmt: skip
+
+    first = later if later[0] == later[1] else ["a", "b"]
+    extra = [
+        ("/j", js, 10**9 + k * 100 * MS, joints(first if k < 3 else later, k)) for k in range(6)
+    ]
+    bag = _bag(tmp_path / "twice", extra=extra)
+    with pytest.raises(CorruptData, match=r"twice, topic /j .*JointState names joint '\w' twice"):
+        _import(bag, tmp_path / "store", topics={"/cmd": "cmd", "/j": "j"})
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))

@@ -114,13 +114,22 @@ def _compressed(msg: Any, where: str) -> bytes:
     return np.asarray(msg.data, np.uint8).tobytes()
 
 
+def _unique_joints(names: list[str], where: str) -> list[str]:
+    """``names``, or a named error for a joint named twice (whose value would be which?)."""
+    if len(set(names)) != len(names):
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise CorruptData(f"{where}: JointState names joint {twice!r} twice (joints {names})")
+    return names
+
+
 def _joint_value(msg: Any, names: list[str], where: str) -> dict[str, Any]:
     got = [str(n) for n in msg.name]
     if got != names:
-        missing = [n for n in names if n not in got]
+        at = {n: i for i, n in enumerate(_unique_joints(got, where))}
+        missing = [n for n in names if n not in at]
         if missing:
             raise CorruptData(f"{where}: JointState has no joint {missing[0]!r} (joints {names})")
-        pos = [got.index(n) for n in names]
+        pos = [at[n] for n in names]
     else:
         pos = list(range(len(names)))
     out = {}
@@ -181,6 +190,7 @@ def converter(
         )
     if msgtype == "sensor_msgs/msg/JointState":
         names = list(joints) if joints is not None else [str(n) for n in first.name]
+        _unique_joints(names, where)
         return Converter("float", lambda m: _joint_value(m, names, where), names)
     if msgtype == "sensor_msgs/msg/Image":
         kind = image_kind(first, where)
