@@ -506,14 +506,19 @@ def test_a_sqlite_bag_of_compressed_messages_inflates_through_the_cap(tmp_path):
     path = tmp_path / "zmsgs"
     w = Writer(path, version=9, storage_plugin=StoragePlugin.SQLITE3)
     w.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    u8 = "std_msgs/msg/UInt8MultiArray"
     with w:
         conn = w.add_connection("/cmd", "std_msgs/msg/Float64", typestore=ts)
         for i in range(20):
             raw = ts.serialize_cdr(f64(data=float(i)), "std_msgs/msg/Float64")
             w.write(conn, 10**9 + i * 10**8, raw)
+        zeros = ts.types[u8](layout=ts.types["std_msgs/msg/MultiArrayLayout"](dim=[],
+                             data_offset=0), data=np.zeros(1 << 16, np.uint8))  # fmt: skip
+        w.write(w.add_connection("/z", u8, typestore=ts), 10**9, ts.serialize_cdr(zeros, u8))
     kw = {"topics": {"/cmd": "cmd"}, "fps": 10, "align": {}, "stamp": {"/cmd": "log"}}
     with pytest.raises(UnsafeInput, match="zmsgs: a zstd-compressed message inflates past"):
-        _import(path, tmp_path / "small", max_episode_bytes=4, **kw)
+        small = {**kw, "topics": {"/cmd": "cmd", "/z:data": "z"}}  # 64 KiB in a few bytes
+        _import(path, tmp_path / "small", max_episode_bytes=1 << 12, **small)
     _, t = _import(path, tmp_path, **kw)
     np.testing.assert_array_equal(_column(t, "cmd"), np.arange(20.0))
 

@@ -169,7 +169,7 @@ def open_bag(local: str, where: str, limit: int) -> Iterator[Any]:
 
 def check_chunks(reader: Any, conns: Sequence[Any], where: str, limit: int) -> None:
     """Refuse, before any is read, MCAP chunks that rosbags would hold inflated at once past
-    ``limit`` bytes. rosbags merges chunks by time and inflates a chunk once its first time
+    ``limit`` bytes (and a SQLite bag's message larger than that). rosbags merges chunks by time and inflates a chunk once its first time
     comes up, keeping it until its last message is out: chunks that overlap in time are all
     held at once (a bag of a few KB whose chunks all span one second, each inflating to just
     under the cap, asked for any number of caps). The sizes are the MCAP index's."""
@@ -179,6 +179,8 @@ def check_chunks(reader: Any, conns: Sequence[Any], where: str, limit: int) -> N
         for st in getattr(storage, "storages", [storage]):
             chunks = getattr(st, "chunks", None) or []
             ids = {c.id for c in getattr(st, "connections", []) if (c.topic, c.msgtype) in wanted}
+            if getattr(st, "dbconn", None) is not None and ids:
+                _check_rows(st.dbconn, ids, where, limit)
             events = sorted(
                 e
                 for ch in chunks
@@ -198,6 +200,19 @@ def check_chunks(reader: Any, conns: Sequence[Any], where: str, limit: int) -> N
                         "overlapping in time: a decompression bomb, or raise max_episode_bytes "
                         "if the bag is real)"
                     )
+
+
+def _check_rows(db: Any, ids: set[int], where: str, limit: int) -> None:
+    """A SQLite bag's largest selected message, refused past ``limit`` before it is read
+    (SQLite reads a row whole; ``length()`` of a blob reads no content)."""
+    marks = ",".join("?" * len(ids))
+    query = f"SELECT max(length(data)) FROM messages WHERE topic_id IN ({marks})"  # noqa: S608
+    (largest,) = next(iter(db.execute(query, tuple(ids))))
+    if largest is not None and largest > limit:
+        raise UnsafeInput(
+            f"{where}: a selected message holds {largest:,} bytes, over max_episode_bytes "
+            f"({limit:,} bytes; raise it if the bag is real)"
+        )
 
 
 def decode(reader: Any, raw: bytes, conn: Any, logtime: int, where: str) -> Any:
