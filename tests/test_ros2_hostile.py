@@ -372,3 +372,29 @@ def test_a_sqlite_message_over_the_cap_is_refused_before_it_is_read(tmp_path, ki
     finally:
         tracemalloc.stop()
     assert peak < BIG / 4
+
+
+def test_a_damaged_mcap_chunk_that_rosbags_reads_short_is_refused(tmp_path):
+    """64 zeroed bytes inside an MCAP chunk (no CRC: rosbags' writer writes none): rosbags
+    stopped reading the chunk there without a word, after one garbage value, and the import
+    stored the first 1384 of 2000 messages (the last a garbage 7.7e-306). Fewer messages than
+    the index states is now a CorruptData naming the topic and both counts."""
+    from rosbags.highlevel import AnyReader
+
+    from treadle.errors import CorruptData
+
+    path = tmp_path / "flip"
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as w:
+        c = w.add_connection("/cmd", F64, typestore=TS)
+        for k in range(2000):
+            w.write(c, 10**9 + k * 10 * MS, TS.serialize_cdr(G[F64](data=float(k)), F64))
+    f = path / "flip.mcap"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+    f.write_bytes(bytes(data))
+    with AnyReader([path], default_typestore=TS) as r:  # rosbags reads it short, silently
+        assert 0 < sum(1 for _ in r.messages()) < 2000
+    with pytest.raises(CorruptData, match=r"flip: topic /cmd \(std_msgs/msg/Float64\) gave "
+                       r"\d+ messages, its index states 2000"):  # fmt: skip
+        _import(path, tmp_path / "store")
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))

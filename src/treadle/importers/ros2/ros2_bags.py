@@ -123,11 +123,11 @@ def read_bag(
     data = [TopicData(s) for s in specs]
     with open_bag(local, where, limit) as reader:
         by_topic = _connections(reader, specs, where)
-        check_chunks(reader, [c for cs in by_topic.values() for c in cs], where, limit)
-        total = 0
-        for conn, logtime, raw in reader.messages(
-            connections=[c for cs in by_topic.values() for c in cs]
-        ):
+        conns = [c for cs in by_topic.values() for c in cs]
+        check_chunks(reader, conns, where, limit)
+        total, counts = 0, dict.fromkeys(range(len(conns)), 0)
+        for conn, logtime, raw in reader.messages(connections=conns):
+            counts[conns.index(conn)] += 1
             msg = decode(reader, raw, conn, logtime, where)
             total += len(raw) if conn.msgtype not in _IMAGE_TYPES else 0
             if total > limit:
@@ -137,6 +137,7 @@ def read_bag(
             for d in data:
                 if d.spec.topic == conn.topic:
                     _add(d, conn.msgtype, msg, int(logtime), where, (joints or {}).get(conn.topic))
+        _check_counts(conns, counts, where)
     for d in data:
         if not d.times:
             raise CorruptData(
@@ -165,6 +166,19 @@ def open_bag(local: str, where: str, limit: int) -> Iterator[Any]:
         if type(e).__module__.startswith("treadle"):
             raise
         raise CorruptData(f"{where} cannot be read as a ROS bag: {type(e).__name__}: {e}") from None
+
+
+def _check_counts(conns: list[Any], counts: dict[int, int], where: str) -> None:
+    """Fewer messages read than the bag's index states is a damaged bag: rosbags stops
+    reading an MCAP chunk at a damaged record without a word (and may give a garbage value
+    before it). More than stated is let be (a recording cut short writes its counts early)."""
+    for i, conn in enumerate(conns):
+        stated = int(getattr(conn, "msgcount", 0) or 0)
+        if counts[i] < stated:
+            raise CorruptData(
+                f"{where}: topic {conn.topic} ({conn.msgtype}) gave {counts[i]} messages, "
+                f"its index states {stated} (a damaged or truncated bag)"
+            )
 
 
 def check_chunks(reader: Any, conns: Sequence[Any], where: str, limit: int) -> None:
