@@ -398,3 +398,26 @@ def test_a_damaged_mcap_chunk_that_rosbags_reads_short_is_refused(tmp_path):
                        r"\d+ messages, its index states 2000"):  # fmt: skip
         _import(path, tmp_path / "store")
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
+def test_compressed_images_that_decode_past_the_cap_are_refused_before_decoding(tmp_path):
+    """A PNG of a few KB decodes to 12 MB; held at 20 moments, it was decoded at each and
+    all were stacked: 480 MB for a bag of a few KB, whatever max_episode_bytes said. The
+    headers now state the decoded size first; each message is decoded once."""
+    import io
+
+    from PIL import Image
+
+    typ = "sensor_msgs/msg/CompressedImage"
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((2000, 2000, 3), np.uint8)).save(buf, format="PNG")
+    assert len(buf.getvalue()) < 64 << 10
+    header = G["std_msgs/msg/Header"](stamp=G["builtin_interfaces/msg/Time"](sec=1, nanosec=0),
+                                      frame_id="")  # fmt: skip
+    png = G[typ](header=header, format="png", data=np.frombuffer(buf.getvalue(), np.uint8))
+    bag = _bag(tmp_path / "pngs", extra=[("/c", typ, 10**9, png)])
+    kw = {"topics": {"/cmd": "cmd", "/c": "c"}, "images": "decoded"}
+    with pytest.raises(UnsafeInput, match=r"pngs, column 'c': its 20 moments' images decode to "
+                       r"240,000,000 bytes, over max_episode_bytes \(67,108,864"):  # fmt: skip
+        _import(bag, tmp_path / "store", max_episode_bytes=64 << 20, **kw)
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, SchemaMismatch
+from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput
 from treadle.importers.cameras import Reports, camera_value, encoded_image, png_bytes
 from treadle.importers.ros2.ros2_align import (
     NS,
@@ -75,7 +75,7 @@ def episode_columns(
     period = float(NS / fps)
     for (d, times, pos), picks in zip(ordered, picked):
         values = [d.values[i] for i in pos]
-        got = _values(d, values, picks, images, fps, (episode, where), report)
+        got = _values(d, values, picks, images, fps, (episode, where), report, limit)
         got["_age_s"] = picks.age_s
         for suffix, column in got.items():
             name = d.spec.column + suffix
@@ -143,6 +143,7 @@ def _values(
     fps: Fraction,
     names: tuple[str, str],
     report: Reports | None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Per column suffix, the picked values of one topic (``names``: its episode, its bag)."""
     assert d.conv is not None
@@ -151,7 +152,7 @@ def _values(
         name = d.spec.column + suffix
         if kind in MEDIA:
             picked = [values[i][suffix] if i >= 0 else None for i in picks.index]
-            out[suffix] = _media(d, picked, images, fps, names, name, report)
+            out[suffix] = _media(d, picked, images, fps, names, name, report, limit)
         elif picks.index.min() < 0:  # a latched topic before its message: nulls
             out[suffix] = _with_nulls([values[i][suffix] if i >= 0 else None for i in picks.index])
         elif picks.weight is not None:
@@ -174,6 +175,7 @@ def _media(
     names: tuple[str, str],
     name: str,
     report: Reports | None,
+    limit: int | None = None,
 ) -> Any:
     """One camera (encoded bytes or pixels) or depth column of the picked messages (None
     before a latched topic's message: only ``images="encoded"`` has a null for it)."""
@@ -199,7 +201,7 @@ def _media(
             if report is not None:
                 report.camera(name).add(nbytes, None, None)
             return picked
-        frames = np.stack([encoded_image(b, "decoded", at) for b in picked])
+        frames = _decoded(picked, at, limit)
         return camera_value(frames, images, float(fps), episode, name, report, nbytes)
     if before:  # raw pixels, images="encoded": PNG, null before the message
         have = [v for v in picked if v is not None]
@@ -207,6 +209,25 @@ def _media(
             report.camera(name).add(sum(v.nbytes for v in have), None, None)
         return [None if v is None else png_bytes(v) for v in picked]
     return camera_value(np.stack(picked), images, float(fps), episode, name, report)
+
+
+def _decoded(picked: list[bytes], at: str, limit: int | None) -> np.ndarray:
+    """The moments' frames of encoded images, each message decoded once (a held one is
+    picked at many moments). Their size is known from the images' headers before any is
+    decoded: past ``limit`` (a few KB of PNG can state 180 M pixels, and each moment holds
+    one) an error, before the memory is taken."""
+    heads = {id(b): image_header(b, at) for b in picked}
+    need = sum(heads[id(b)].width * heads[id(b)].height * 3 for b in picked)
+    if limit is not None and need > limit:
+        raise UnsafeInput(
+            f"{at}: its {len(picked)} moments' images decode to {need:,} bytes, over "
+            f"max_episode_bytes ({limit:,}; images that inflate past it, or raise it)"
+        )
+    frames: dict[int, np.ndarray] = {}
+    for b in picked:
+        if id(b) not in frames:
+            frames[id(b)] = encoded_image(b, "decoded", at)
+    return np.stack([frames[id(b)] for b in picked])
 
 
 def _with_nulls(items: list[Any]) -> Any:
