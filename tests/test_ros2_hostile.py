@@ -421,3 +421,19 @@ def test_compressed_images_that_decode_past_the_cap_are_refused_before_decoding(
                        r"240,000,000 bytes, over max_episode_bytes \(67,108,864"):  # fmt: skip
         _import(bag, tmp_path / "store", max_episode_bytes=64 << 20, **kw)
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+
+
+@pytest.mark.parametrize("kind", ["image", "jpeg"])
+def test_a_message_held_at_many_moments_is_bounded_by_the_cap(tmp_path, kind):
+    """One 3 MB message held at the clock's 20 moments made a column of 60 MB (one frame or
+    one copy of the bytes per moment) whatever max_episode_bytes said: a big image under a
+    fast clock asked for moments x its size. The column's size is now checked first."""
+    bag = _big_bag(tmp_path / "held", kind, "MCAP", None)
+    kw = {
+        "topics": {"/cmd": "cmd", "/big": "big"},
+        "images": "encoded" if kind == "jpeg" else "decoded",
+    }
+    with pytest.raises(UnsafeInput, match=r"held, column 'big': its 20 moments hold 62,914,560 "
+                       r"bytes, over max_episode_bytes \(33,554,432"):  # fmt: skip
+        _import(bag, tmp_path / "store", max_episode_bytes=32 << 20, **kw)
+    assert nothing_committed(Client(str(tmp_path / "store")).project("p"))

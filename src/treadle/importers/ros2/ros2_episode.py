@@ -150,6 +150,7 @@ def _values(
     kind, out = d.conv.kind, {}
     for suffix in next(v for v in values if v is not None):
         name = d.spec.column + suffix
+        _check_size([values[i][suffix] for i in picks.index if i >= 0], names[1], name, limit)
         if kind in MEDIA:
             picked = [values[i][suffix] if i >= 0 else None for i in picks.index]
             out[suffix] = _media(d, picked, images, fps, names, name, report, limit)
@@ -209,6 +210,22 @@ def _media(
             report.camera(name).add(sum(v.nbytes for v in have), None, None)
         return [None if v is None else png_bytes(v) for v in picked]
     return camera_value(np.stack(picked), images, float(fps), episode, name, report)
+
+
+def _check_size(picked: list[Any], where: str, name: str, limit: int | None) -> None:
+    """A column whose moments would hold more than ``limit`` bytes is refused before it is
+    made: a message is held at every moment until the next, so one large message (a raw
+    image, a long array) under a fast clock asks for moments x its size."""
+    if limit is None:
+        return
+    need = sum(v.nbytes if isinstance(v, np.ndarray) else len(v) if isinstance(v, bytes)
+               else 8 for v in picked)  # fmt: skip
+    if need > limit:
+        raise UnsafeInput(
+            f"{where}, column {name!r}: its {len(picked)} moments hold {need:,} bytes, over "
+            f"max_episode_bytes ({limit:,}; a message held at many moments: check fps, or "
+            "raise max_episode_bytes)"
+        )
 
 
 def _decoded(picked: list[bytes], at: str, limit: int | None) -> np.ndarray:
