@@ -183,10 +183,11 @@ def _check_counts(conns: list[Any], counts: dict[int, int], where: str) -> None:
 
 def check_chunks(reader: Any, conns: Sequence[Any], where: str, limit: int) -> None:
     """Refuse, before any is read, MCAP chunks that rosbags would hold inflated at once past
-    ``limit`` bytes (and a SQLite bag's message larger than that). rosbags merges chunks by time and inflates a chunk once its first time
-    comes up, keeping it until its last message is out: chunks that overlap in time are all
-    held at once (a bag of a few KB whose chunks all span one second, each inflating to just
-    under the cap, asked for any number of caps). The sizes are the MCAP index's."""
+    ``limit`` bytes (and a SQLite bag's message larger than that). rosbags merges chunks by
+    time and inflates a chunk once its first time comes up, keeping it until its last
+    message is out: chunks that overlap in time are all held at once (a bag of a few KB whose
+    chunks all span one second, each inflating to just under the cap, asked for any number
+    of caps). The sizes are the MCAP index's."""
     wanted = {(c.topic, c.msgtype) for c in conns}
     for sub in getattr(reader, "readers", []):
         storage = getattr(sub, "storage", None)
