@@ -115,6 +115,7 @@ def _install() -> None:
     from rosbags.rosbag2 import storage_mcap as mcap
 
     zstd = bag2.zstd
+    _swapped.clear()  # (left over if an earlier install failed half way)
     for table, kind, news in (
         (mcap.DECOMPRESSORS, "an MCAP", {"zstd": zstd.ZstdDecompressor}),
         (bag1.decompressors, "a ROS 1", {"bz2": bz2.BZ2Decompressor}),
