@@ -154,6 +154,29 @@ def test_episodes_of_two_sizes_without_size_are_refused_when_planned(tmp_path):
     assert next(iter(td.TrainLoader(sized, steps=1)))["cam"].shape == (4, 1, 32, 48, 3)
 
 
+def test_the_size_check_reads_only_the_index_sizes_a_block_at_a_time(tmp_path, monkeypatch):
+    """The plan reads the frame sizes of every episode its anchors reach: only the index's
+    width and height, in blocks (a million episodes' whole index rows at once broke the
+    plan's flat memory)."""
+    import lance
+
+    from treadle.plan import video_sizes
+
+    branch = _cams(tmp_path, {f"e{i}": ("t", (32, 48)) for i in range(5)})
+    asked, real = [], lance.LanceDataset.take
+    monkeypatch.setattr(video_sizes, "_BLOCK", 2)
+
+    def take(self, indices, columns=None, **kw):
+        asked.append((len(indices), columns))
+        return real(self, indices, columns=columns, **kw)
+
+    monkeypatch.setattr(lance.LanceDataset, "take", take)
+    _plan(td.Component(branch.table("t"), td.Windows({"cam": td.Video([0])})))
+    sizes = [a for a in asked if a[1] == ["cam.width", "cam.height"]]
+    assert [n for n, _ in sizes] == [2, 2, 1]
+    assert not [a for a in asked if a[1] == ["cam"]]
+
+
 def test_tables_of_two_sizes_in_one_output_are_refused_when_planned(tmp_path):
     branch = _cams(tmp_path, {"a": ("big", (48, 64)), "b": ("small", (32, 48))})
     big, small = branch.table("big"), branch.table("small")

@@ -102,7 +102,8 @@ def _sizes(table: Table, col: str, episodes: Any, runs: Any) -> list[tuple[tuple
         hw = np.stack([_field(index, "height"), _field(index, "width")], axis=1)
         valid = (hw >= 0).all(axis=1)
         pairs, at = np.unique(hw[valid], axis=0, return_index=True)
-        for pair, i in zip(pairs.tolist(), np.flatnonzero(valid)[at].tolist()):
+        order = np.argsort(at)  # in episode order, as first met
+        for pair, i in zip(pairs[order].tolist(), np.flatnonzero(valid)[at[order]].tolist()):
             first.setdefault((int(pair[0]), int(pair[1])), int(part[i]))
     eps = np.searchsorted(starts, np.asarray(list(first.values()), np.int64), side="right") - 1
     return [(hw, str(episodes.names[int(e)])) for hw, e in zip(first, eps.tolist())]
