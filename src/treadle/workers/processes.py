@@ -34,7 +34,7 @@ from typing import Any
 
 from treadle import reaper
 from treadle.errors import PlanError, TreadleError
-from treadle.fork_locks import renew_lock_in_child
+from treadle.fork_locks import check_not_forked, renew_lock_in_child
 from treadle.read.shared_window import SharedWindow
 from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
@@ -74,6 +74,21 @@ _RUNNING: dict[int, list[_Handle]] = {}
 
 
 renew_lock_in_child(sys.modules[__name__], "_starting")
+
+
+def _disown_in_child() -> None:
+    """In a forked child: the running loaders' workers are the parent's. multiprocessing
+    counts them among the child's own children, and a child that exits normally (its
+    ``atexit``) terminated them, under the parent's live loader ("worker process 0 exited
+    (code -15)"); the child's copies of their pipes kept a worker from seeing its loader's
+    end. They are dropped from its children and their descriptors closed here."""
+    for handles in list(_RUNNING.values()):
+        for h in list(handles):
+            multiprocessing.process._children.discard(h.proc)  # type: ignore[attr-defined]
+            h.close()  # this process's copies only (not its owner: no signal, no join)
+
+
+os.register_at_fork(after_in_child=_disown_in_child)
 
 
 def context() -> Any:
@@ -139,6 +154,7 @@ class _Handle:
 
     def __init__(self, ctx: Any, job: Job, k: int, n: int, window: int | None = None):
         self.k = k
+        self.home = os.getpid()  # the loader's process: a forked child's copy is not its owner
         made = ExitStack()  # closes each descriptor made here if the handle is not (EMFILE)
         try:
             fds: list[int] = []
@@ -171,6 +187,7 @@ class _Handle:
 
     def take(self, step: int) -> dict[str, Any]:
         """The batch of ``step``, copied out of its slot; the slot goes back to the worker."""
+        check_not_forked(self.home, f"a workers= loader's iterator (worker process {self.k})")
         try:
             self._wait(step)
             msg: messages.Message = self.inbox.recv()
@@ -207,7 +224,7 @@ class _Handle:
     def close(self) -> None:
         for conn in (self.inbox, self.outbox):
             conn.close()
-        if self.proc.pid is not None:  # started
+        if self.proc.pid is not None and os.getpid() == self.home:  # started, by this process
             if self.proc.is_alive():
                 self.proc.terminate()
             self.proc.join(10)
