@@ -21,6 +21,7 @@ error naming it. Closing the loader early (``break``) terminates its workers.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import multiprocessing
@@ -74,6 +75,11 @@ _RUNNING: dict[int, list[_Handle]] = {}
 
 
 renew_lock_in_child(sys.modules[__name__], "_starting")
+
+# Set when interpreter exit begins (before multiprocessing's exit hook, which terminates
+# the workers of loaders still running on other threads): see _Handle._gone
+_EXITING = threading.Event()
+_EXIT_HOOK: list[bool] = []
 
 
 def _disown_in_child() -> None:
@@ -192,7 +198,7 @@ class _Handle:
             self._wait(step)
             msg: messages.Message = self.inbox.recv()
         except (EOFError, OSError):
-            self.proc.join(5)
+            self._gone()
             raise TreadleError(
                 f"treadle worker process {self.k} exited (code {self.proc.exitcode}) before "
                 f"it delivered step {step}"
@@ -209,6 +215,16 @@ class _Handle:
         except OSError:  # a worker done with its steps has gone: nothing to hand back
             pass
         return batch
+
+    def _gone(self) -> None:
+        """The worker has gone: wait for its exit code. At interpreter exit, on a thread
+        other than the main one (a daemon thread: exit waited for the others), it was
+        ended by the exit (multiprocessing terminates the workers of a loader iterated
+        there): that thread waits for the exit to end it instead of printing a traceback
+        that says the worker died."""
+        self.proc.join(5)
+        if _EXITING.is_set() and threading.current_thread() is not threading.main_thread():
+            threading.Event().wait()
 
     def _wait(self, step: int) -> None:
         """Until the worker has sent something (or ended: EOF), saying so every
@@ -247,6 +263,9 @@ def read_in_processes(
     workers then take the steps after it and are started on a thread while ``first`` runs,
     so the first batch does not wait for the server's imports (issue 33: the cold start)."""
     ctx = context()
+    if not _EXIT_HOOK:  # after multiprocessing's (context() imported it): runs before it
+        atexit.register(_EXITING.set)
+        _EXIT_HOOK.append(True)
     if first is not None:
         job = replace(job, start=job.start + 1)
         if job.stop is not None:
