@@ -26,6 +26,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -113,10 +114,30 @@ def context() -> Any:
         # pyarrow without pandas (treadle.workers.nopandas); its workers restore the loader's
         os.environ[SERVER_ENV] = "1"
         try:
-            server.ensure_running()
+            _start_shielded(server)
         finally:
             os.environ.pop(SERVER_ENV, None)
     return ctx
+
+
+def _start_shielded(server: Any) -> None:
+    """``server.ensure_running()`` with SIGINT blocked while the server is spawned. It starts
+    with that mask, so a Ctrl-C while it imports (a second or more) waits until its preload
+    (:mod:`treadle.workers.serverinit`) drops it: the terminal's Ctrl-C, sent to the whole
+    process group, killed the server mid-import with a KeyboardInterrupt traceback (as
+    multiprocessing's resource tracker shields its own start). Blocked, not ignored: a
+    Ctrl-C meant for this process in that moment is delivered once it is unblocked."""
+    if not hasattr(signal, "pthread_sigmask"):
+        server.ensure_running()
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # first: its own start unblocks SIGINT after it
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        server.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def preload_workers(wait: bool = False) -> None:
