@@ -89,10 +89,14 @@ def _disown_in_child() -> None:
     ``atexit``) terminated them, under the parent's live loader ("worker process 0 exited
     (code -15)"); the child's copies of their pipes kept a worker from seeing its loader's
     end. They are dropped from its children and their descriptors closed here."""
-    for handles in list(_RUNNING.values()):
-        for h in list(handles):
-            multiprocessing.process._children.discard(h.proc)  # type: ignore[attr-defined]
+    mine = [h for handles in list(_RUNNING.values()) for h in list(handles)]
+    for h in mine:
+        multiprocessing.process._children.discard(h.proc)  # type: ignore[attr-defined]
+    for h in mine:
+        try:
             h.close()  # this process's copies only (not its owner: no signal, no join)
+        except Exception:  # (a slot's mapping still exported by a parent's thread's frame)
+            pass  # its descriptors close when this process exits
 
 
 os.register_at_fork(after_in_child=_disown_in_child)
