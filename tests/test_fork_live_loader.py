@@ -2,8 +2,8 @@
 the parent's iterators (a named ForkError, never a hang nor the parent's batches), and a
 child that exits normally leaves the parent's worker processes running.
 
-Before the fix a ``workers=0`` loader's iterator resumed in the child waited forever for a
-prefetch thread that is not there; a ``workers=2`` one took batches out of the parent's
+Before the fix a ``workers=0`` loader's (or a ``ScanDataset``'s) iterator resumed in the
+child waited forever for reader threads that are not there; a ``workers=2`` one took batches out of the parent's
 pipes (the parent then failed: "worker process 0 sent batch 5, not step 3"); and the child's
 ``atexit`` (multiprocessing's) sent SIGTERM to the parent's workers, so the parent's loader
 failed at its next batch from them ("worker process 0 exited (code -15)").
@@ -30,7 +30,9 @@ SCRIPT = textwrap.dedent(
     with branch.transaction("rows") as tx:
         for e in range(2):
             tx.table("t").append_episode(
-                {"action": np.arange(40, dtype=np.float32).reshape(20, 2)}, episode=f"e{e}"
+                {"action": np.arange(40, dtype=np.float32).reshape(20, 2),
+                 "cam": td.VideoFrames(np.zeros((20, 16, 16, 3), np.uint8), fps=30)},
+                episode=f"e{e}",
             )
     windows = td.Windows({"action": td.Rows(range(2))})
     recipe = td.Recipe(seed=1, batch_size=2, components=[td.Component(branch.table("t"), windows)])
@@ -38,6 +40,7 @@ SCRIPT = textwrap.dedent(
         "workers0": iter(td.TrainLoader(recipe, steps=1000)),
         "workers2": iter(td.TrainLoader(recipe, steps=1000, workers=2, prefetch=2)),
         "prefetch": prefetch(iter(range(1000)), 2),
+        "scan": iter(td.ScanDataset(branch.table("t").scan_request(["cam", "action"]), batch_size=2)),
     }
     for it in live.values():
         for _ in range(3):
@@ -74,7 +77,7 @@ def test_a_forked_child_cannot_use_the_parents_iterators_nor_end_its_workers(tmp
     proc = run_script(tmp_path, SCRIPT, tmp_path / "root", name="fork_live.py", timeout=240)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["status"] == 0, out  # the child was not killed by its alarm (a hang)
-    assert set(out["child"]) == {"workers0", "workers2", "prefetch"}, out
+    assert set(out["child"]) == {"workers0", "workers2", "prefetch", "scan"}, out
     for name, seen in out["child"].items():
         assert seen.startswith("ForkError: "), (name, seen)
         assert "forked" in seen and "'spawn'" in seen, (name, seen)

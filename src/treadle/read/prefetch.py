@@ -106,7 +106,7 @@ def prefetch(
     live[t] = stop
     reaper.start()
     t.start()
-    home = os.getpid()
+    home, getpid = os.getpid(), os.getpid  # (bound: finalised in teardown, os may be None)
     try:
         while True:
             check_not_forked(home, f"a prefetch iterator ({name})")  # else q.get() never returns
@@ -118,12 +118,12 @@ def prefetch(
             yield item
     except GeneratorExit:  # maybe a finalizer, on any thread: never wait here
         # (in a forked child the thread, and what close() ends, are the parent's)
-        if os.getpid() == home:
+        if getpid() == home:
             stop.set()
             reaper.reap(_stop, t, stop, closed_wait, live, close)
         raise
     except BaseException:  # a failure or an interrupt: a producer hung in a read is left
-        if os.getpid() == home:
+        if getpid() == home:
             stop.set()
             reaper.reap(_stop, t, stop, GIVE_UP_S, live, close)
         raise
@@ -215,7 +215,7 @@ def ordered_map(
     pending: deque[tuple[Future[T], int]] = deque()
     load = 0
     reaper.start()
-    home = os.getpid()
+    home, getpid, reap = os.getpid(), os.getpid, reaper.reap  # bound: finalised in teardown
     try:
         for item in it:
             w = weight(item) if weight is not None else 0
@@ -229,14 +229,14 @@ def ordered_map(
         while pending:
             yield _result(pending.popleft()[0], home)
     except GeneratorExit:  # closed early, maybe a finalizer on any thread: never wait here
-        if os.getpid() == home:  # a forked child's pool threads are the parent's
-            reaper.reap(_shut, pending, pool, it, True)
+        if getpid() == home:  # a forked child's pool threads are the parent's
+            reap(_shut, pending, pool, it, True)
         raise
     except BaseException:
         # A failure or an interrupt (Ctrl-C): items still running may be left to end on
         # their daemon threads, so a read hung on a dead server holds neither the caller
         # nor the interpreter's exit (a ThreadPoolExecutor waited for them, minutes).
-        if os.getpid() == home:
+        if getpid() == home:
             _shut(pending, pool, it, not leave_running)
         raise
     pool.shutdown(False)  # every item has ended: the threads just go

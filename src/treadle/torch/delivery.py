@@ -67,7 +67,9 @@ _OPEN: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
 _HOOKED: list[bool] = []
 
 
-def _close_at_exit(it: Iterator[Any]) -> None:
+def close_at_exit(it: Iterator[Any]) -> None:
+    """Close ``it`` (a loader's or dataset's iterator) at interpreter exit if it is not
+    finished by then."""
     # Registered at the first iteration, so it runs before (atexit is last-in, first-out)
     # the store's event-loop shutdown registered by the first store request.
     if not _HOOKED:
@@ -170,7 +172,7 @@ class StepLoader:
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         it = self._deliver()
-        _close_at_exit(it)
+        close_at_exit(it)
         return it
 
     def _deliver(self) -> Iterator[dict[str, torch.Tensor]]:
