@@ -21,11 +21,12 @@ ADD_COLUMN, RENAME, DROP = "add_column", "rename_columns", "drop_columns"
 COLUMN_KINDS = {ADD_COLUMN, RENAME, DROP}
 
 
-def _changes(project: Merging, name: str, head: Commit, base: Commit) -> list[str] | None:
-    """What the commits from ``base`` to ``head`` did to table ``name``, oldest first
-    (through the parent each version came from); None past a merge that combined
-    changes, or a walk that does not meet ``base``."""
-    done: list[tuple[str, ...]] = []
+def table_changes(project: Merging, name: str, head: Commit, base: Commit
+                  ) -> list[tuple[Commit, list[Commit]]] | None:  # fmt: skip
+    """The commits from ``head`` back to ``base`` that changed table ``name``, newest first,
+    each with its parents, walking through the parent each version came from; None where
+    the walk does not meet ``base``."""
+    out: list[tuple[Commit, list[Commit]]] = []
     cur = head
     while cur.id != base.id:
         if not cur.parents:
@@ -33,11 +34,18 @@ def _changes(project: Merging, name: str, head: Commit, base: Commit) -> list[st
         parents = [project.load_commit(p) for p in cur.parents]
         same = [p for p in parents if p.tables.get(name) == cur.tables.get(name)]
         if not same:
-            if len(parents) > 1:
-                return None
-            done.append(cur.changes.get(name, ("unknown",)))
+            out.append((cur, parents))
         cur = same[0] if same else parents[0]
-    return [c for commit in reversed(done) for c in commit]
+    return out
+
+
+def _changes(project: Merging, name: str, head: Commit, base: Commit) -> list[str] | None:
+    """What the commits from ``base`` to ``head`` did to table ``name``, oldest first; None
+    past a merge that combined changes, or a walk that does not meet ``base``."""
+    walk = table_changes(project, name, head, base)
+    if walk is None or any(len(parents) > 1 for _, parents in walk):
+        return None
+    return [c for cur, _ in reversed(walk) for c in cur.changes.get(name, ("unknown",))]
 
 
 def column_map(

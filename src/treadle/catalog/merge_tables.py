@@ -21,7 +21,13 @@ import pyarrow as pa
 
 from treadle.catalog.commit import Commit
 from treadle.catalog.history import Merging
-from treadle.catalog.merge_columns import COLUMN_KINDS, column_map, renamed_rows, renamed_schema
+from treadle.catalog.merge_columns import (
+    COLUMN_KINDS,
+    column_map,
+    renamed_rows,
+    renamed_schema,
+    table_changes,
+)
 from treadle.errors import MergeConflict, Purged
 from treadle.table.episode_store import store_episode_index
 from treadle.table.episodes import EPISODE
@@ -186,21 +192,17 @@ def _deleted(project: Merging, name: str, head: Commit, base: Commit) -> set[str
     """The episode names that ``head``'s side deleted since ``base`` (by ``delete_episodes``
     alone in a commit), when it otherwise only appended; None when it did anything else (or
     the walk back, through the parent each version came from, does not meet ``base``)."""
+    walk = table_changes(project, name, head, base)
+    if walk is None:
+        return None
     out: set[str] = set()
-    cur = head
-    while cur.id != base.id:
-        if not cur.parents:
+    for cur, parents in walk:
+        kinds = set(cur.kinds(name))
+        if kinds == {DELETE} and name in parents[0].tables:
+            before = _table_of(project, name, parents[0]).episodes().names
+            out |= set(before) - set(_table_of(project, name, cur).episodes().names)
+        elif kinds != {APPEND}:
             return None
-        parents = [project.load_commit(p) for p in cur.parents]
-        same = [p for p in parents if p.tables.get(name) == cur.tables.get(name)]
-        if not same:  # this commit changed the table
-            kinds = set(cur.kinds(name))
-            if kinds == {DELETE} and name in parents[0].tables:
-                before = _table_of(project, name, parents[0]).episodes().names
-                out |= set(before) - set(_table_of(project, name, cur).episodes().names)
-            elif kinds != {APPEND}:
-                return None
-        cur = same[0] if same else parents[0]
     return out
 
 
