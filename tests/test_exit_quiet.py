@@ -23,7 +23,11 @@ SCRIPT = textwrap.dedent(
     branch = td.Client(sys.argv[1], create=True).project("p").branch()
     with branch.transaction("rows") as tx:
         for e in range(2):
-            tx.table("t").append_episode({"action": np.zeros((6, 2), np.float32)}, episode=f"e{e}")
+            tx.table("t").append_episode(
+                {"action": np.zeros((6, 2), np.float32),
+                 "cam": td.VideoFrames(np.zeros((6, 16, 16, 3), np.uint8), fps=30)},
+                episode=f"e{e}",
+            )
     w = td.Windows({"action": td.Rows(range(2))})
     r = td.Recipe(seed=1, batch_size=2, components=[td.Component(branch.table("t"), w)])
     alive = []
@@ -31,6 +35,9 @@ SCRIPT = textwrap.dedent(
         it = iter(td.TrainLoader(r, steps=10, workers=workers))
         next(it)
         alive.append(it)
+    scan = iter(td.ScanDataset(branch.table("t").scan_request(["cam", "action"]), batch_size=2))
+    next(scan)  # (its video decode of the next batch waits on the reader's threads)
+    alive.append(scan)
     bare = prefetch(iter(range(100)), 2)
     next(bare)
     print("left alive", len(alive) + 1, flush=True)
@@ -41,5 +48,5 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_unfinished_loader_iterators_print_nothing_at_exit(tmp_path):
     proc = run_script(tmp_path, SCRIPT, tmp_path / "root", name="alive.py")
-    assert proc.stdout.strip() == "left alive 3"
+    assert proc.stdout.strip() == "left alive 4"
     assert proc.stderr == ""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
 
-from importer_fixtures import nothing_committed
+from importer_fixtures import nothing_committed, run_memory_capped
 from robot_fixtures import (
     ALOHA_CAMERAS,
     make_aloha,
@@ -297,6 +298,11 @@ def _bad(tmp_path, edit):
          r"attribute 'note' of '/data' is not UTF-8 text .*: b'\\xff\\xfe'"),
         (lambda f: f["mask"].create_dataset("odd", data=np.array([b"demo_\xff"])), CorruptData,
          r"filter key mask/odd is not UTF-8 text"),
+        # before: table.metadata got their repr ('<HDF5 object reference>', "b'\\x00\\x01'")
+        (lambda f: f["data"].attrs.__setitem__("r", f["data/demo_0"].ref), SchemaMismatch,
+         r"attribute 'r' of '/data' is Reference .*cannot hold"),
+        (lambda f: f["data"].attrs.__setitem__("o", np.void(b"\x00\x01")), SchemaMismatch,
+         r"attribute 'o' of '/data' is void .*cannot hold"),
     ],
 )  # fmt: skip
 def test_named_errors_and_nothing_committed(tmp_path, edit, error, match):
@@ -385,6 +391,12 @@ def test_moments_count_against_max_episode_bytes_and_need_values(tmp_path):
     assert nothing_committed(client.project("p"))
 
 
+def test_an_empty_attribute_is_none(tmp_path):
+    path = _bad(tmp_path, lambda f: f["data"].attrs.__setitem__("none", h5py.Empty("f8")))
+    _, t = _import_one(path, tmp_path)
+    assert t.metadata["none"] is None
+
+
 def test_demos_without_actions_are_num_samples_long(tmp_path):
     def drop(f):
         for demo in ("demo_0", "demo_1"):
@@ -470,3 +482,95 @@ def test_big_endian_datasets_are_read_as_h5py_reads_them(tmp_path):
             assert got.dtype == want.dtype.newbyteorder("=")
             np.testing.assert_array_equal(got, want)
     assert _column(t, "obs_be_stamp").tolist() == stamps.tolist()
+
+
+def _zlib_of_zeros(n: int) -> bytes:
+    """``n`` zero bytes through zlib (HDF5's deflate filter), a MiB at a time."""
+    import zlib
+
+    z, parts = zlib.compressobj(1), []
+    for start in range(0, n, 1 << 20):
+        parts.append(z.compress(bytes(min(1 << 20, n - start))))
+    return b"".join([*parts, z.flush()])
+
+
+def test_a_chunk_larger_than_its_dataset_counts_as_the_chunk(tmp_path, local_root):
+    """A 3-row dataset in one 1 GiB deflate chunk of zeros (1 MiB of file) took 1 GiB to
+    read, past max_episode_bytes: HDF5 inflates a whole chunk to read any of it."""
+    rows = 1 << 27  # float64: 1 GiB a chunk
+
+    def edit(f):
+        del f["data/demo_0/actions"]
+        ds = f.create_dataset("data/demo_0/actions", shape=(3,), maxshape=(None,),
+                              chunks=(rows,), dtype="f8", compression="gzip")  # fmt: skip
+        ds.id.write_direct_chunk((0,), _zlib_of_zeros(rows * 8))
+
+    path = _bad(tmp_path, edit)
+    assert path.stat().st_size < 8 << 20
+    call = (f"td.importers.hdf5({str(path)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False, max_episode_bytes=64 << 20)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=768 << 20)
+    assert out["error"] == "CorruptData", out
+    assert re.search(r"demo_0: .*'actions' alone is \(3,\) float64 in chunks of \(134217728,\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
+
+
+def test_a_dataset_hdf5_cannot_read_is_named(tmp_path):
+    def edit(f):
+        ds = f.create_dataset("data/demo_1/obs/noisy", data=np.random.rand(4, 50),
+                              chunks=(4, 50), compression="gzip")  # fmt: skip
+        offset = ds.id.get_chunk_info(0).byte_offset
+        f.flush()
+        with open(f.filename, "r+b") as raw:
+            raw.seek(offset + 10)
+            raw.write(b"\xff" * 40)
+
+    path = _bad(tmp_path, edit)
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match=r"bad.hdf5, demo_1, dataset 'obs/noisy' cannot be read"):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def _aloha_with_frames(tmp_path, frames):
+    """A compressed ALOHA file (no compress_len) whose first camera holds ``frames``."""
+    pytest.importorskip("cv2")
+    path = make_aloha_compressed(tmp_path / "aloha" / "episode_0.hdf5", n=len(frames),
+                                 lengths=False)  # fmt: skip
+    with h5py.File(path, "a") as f:
+        cam = f"observations/images/{ALOHA_CAMERAS[0]}"
+        del f[cam]
+        arr = np.zeros((len(frames), max(len(b) for b in frames)), np.uint8)
+        for i, b in enumerate(frames):
+            arr[i, : len(b)] = np.frombuffer(b, np.uint8)
+        f.create_dataset(cam, data=arr)
+    return path
+
+
+def _jpeg(w, h):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (w, h)).save(buf, "JPEG", quality=50)
+    return buf.getvalue()
+
+
+def test_aloha_jpeg_frames_are_bounded_from_their_headers(tmp_path, local_root):
+    """6 JPEGs of 8000x8000 black (a few hundred KB) were decoded to 1.1 GB before
+    max_episode_bytes was consulted; frames of two sizes were a bare ValueError (np.stack)."""
+    path = _aloha_with_frames(tmp_path / "big", [_jpeg(8000, 8000)] * 6)
+    assert path.stat().st_size < 8 << 20
+    call = (f"td.importers.hdf5({str(path)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False, max_episode_bytes=256 << 20)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=384 << 20)
+    assert out["error"] == "CorruptData", out
+    assert re.search(r"episode_0.hdf5, camera '.*': 6 frames of 8000x8000 decode to "
+                     r"1,152,000,000 bytes, over max_episode_bytes \(268,435,456\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
+    path = _aloha_with_frames(tmp_path / "two", [_jpeg(40, 24), _jpeg(40, 24), _jpeg(20, 12)])
+    client = Client(str(tmp_path / "store2"), create=True)
+    with pytest.raises(CorruptData, match=r"camera '.*': frame 0 is 40x24, frame 2 20x12"):
+        import_hdf5(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))

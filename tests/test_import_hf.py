@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from importer_fixtures import make_hf, nothing_committed
+from importer_fixtures import make_hf, nothing_committed, run_memory_capped
 from treadle.catalog import Client
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers import hf as import_hf
@@ -93,6 +93,55 @@ def test_truncated_arrow_file_nothing_committed(tmp_path, client):
     with pytest.raises(CorruptData, match=f.name):
         import_hf(folder, client.project("p"), "t", progress=False)
     assert nothing_committed(client.project("p"))
+
+
+@pytest.mark.parametrize(
+    ("offsets", "match"),
+    [
+        ([51, 56, 61, 64, 1 << 20], "offset for slot 16 out of bounds: 1048576 > 68"),
+        ([51, 56, 1 << 30, 64, 68], "offset for slot 14 out of bounds: 1073741824 > 68"),
+    ],
+)
+def test_an_arrow_batch_whose_offsets_leave_its_data_is_named(tmp_path, client, offsets, match):
+    """A string offset past the column's data (a memory-mapped file's buffers are taken as
+    they are) was a bare ArrowInvalid or a Lance StorageError naming no file."""
+    import json
+
+    src = tmp_path / "hf"
+    text = ["hello", "world", "abc", "defg"] * 4
+    datasets.Dataset.from_dict({"text": text, "x": list(range(16))}).save_to_disk(str(src))
+    name = json.loads((src / "state.json").read_text())["_data_files"][0]["filename"]
+    raw = (src / name).read_bytes()
+    good = np.array([51, 56, 61, 64, 68], np.int32).tobytes()
+    assert raw.count(good) == 1
+    (src / name).write_bytes(raw.replace(good, np.array(offsets, np.int32).tobytes()))
+    with pytest.raises(CorruptData, match=rf"HF data file .*{name}, batch 0 is corrupt: .*{match}"):
+        import_hf(str(src), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_a_dictionary_value_repeated_on_many_rows_is_read_in_bounded_memory(tmp_path, local_root):
+    """A parquet file of 600 rows, each the index of one 1 MB value (a few KB on disk), was
+    read a 1,024-row batch at a time: 600 MB at once. It is now read as a dictionary and
+    decoded 32 MB at a time; the values stored are the same."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows, value = 600, b"\x01" * (1 << 20)
+    blob = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([value]))
+    path = tmp_path / "bomb.parquet"
+    table = pa.table({"blob": blob, "i": pa.array(range(rows), pa.int64())})
+    pq.write_table(table, path, compression="zstd", store_schema=False)  # read back as binary
+    assert path.stat().st_size < 64 << 10
+    call = f"td.importers.hf({str(path)!r}, client.project('p'), 't', progress=False)"
+    out = run_memory_capped(call, local_root, tmp_path, headroom=512 << 20)
+    assert out["error"] is None, out
+    assert out["rss_growth"] < 384 << 20
+    t = Client(local_root).project("p").branch("main").table("t").pin()
+    got = t.to_arrow(["blob", "i"])
+    assert got.schema.field("blob").type == pa.binary()
+    assert got.column("i").to_pylist() == list(range(rows))
+    assert all(v == value for v in got.column("blob").to_pylist())
 
 
 def test_files_with_different_columns(tmp_path, client):

@@ -17,6 +17,7 @@ from importer_fixtures import (
     make_lerobot_v3,
     make_lerobot_v21,
     nothing_committed,
+    run_memory_capped,
 )
 from treadle.catalog import Client
 from treadle.errors import AlreadyExists, CorruptData, NotFound
@@ -192,6 +193,42 @@ def test_timestamp_drift_is_an_error(tmp_path, client):
         t.set_column(t.schema.get_field_index("timestamp"), "timestamp", pa.array(ts)), f
     )
     with pytest.raises(CorruptData, match=r"episode 1: timestamp drifts .* frame 3"):
+        import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_a_data_file_holding_more_than_its_episodes_is_refused_from_its_footer(
+    tmp_path, local_root
+):
+    """A data file is read whole, and run-length encoding lets a few KB of it hold a list of
+    2**26 floats (256 MB) in one row, or rows of episodes meta does not list: both are
+    refused from the footer, before a value is read."""
+    make_lerobot_v3(tmp_path / "ds", lengths=(4, 4))
+    data = tmp_path / "ds" / _DATA
+    t = pq.read_table(data)
+    state = [np.zeros(1 << 26, np.float32)] + [
+        np.asarray(v, np.float32) for v in t.column("observation.state").to_pylist()[1:]
+    ]  # built from offsets: pa.array of a 2**26-float list converts value by value (a minute)
+    offsets = np.concatenate([[0], np.cumsum([len(v) for v in state])]).astype(np.int32)
+    col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(state)))
+    pq.write_table(t.set_column(t.schema.get_field_index("observation.state"),
+                                "observation.state", col), data, compression="zstd")  # fmt: skip
+    assert data.stat().st_size < 1 << 20
+    call = (
+        f"td.importers.lerobot({str(tmp_path / 'ds')!r}, client.project('p'), 't', progress=False)"
+    )
+    out = run_memory_capped(call, local_root, tmp_path, headroom=192 << 20)
+    assert out["error"] == "CorruptData", out
+    assert (
+        "file-000.parquet: column 'observation.state.list.element' holds 67,108,906 values in 8 "
+        "rows (row group 0), over the 6 a row the features of meta/info.json allow"
+    ) in out["message"]
+    assert out["rss_growth"] < 64 << 20
+    rest = pq.read_table(data).slice(1)
+    more = pa.concat_tables([rest, rest])
+    pq.write_table(more, data)
+    client = Client(str(tmp_path / "other"), create=True)
+    with pytest.raises(CorruptData, match=r"file-000.parquet holds 14 rows; its episodes have 8"):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
     assert nothing_committed(client.project("p"))
 

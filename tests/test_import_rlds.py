@@ -11,7 +11,9 @@ byte and decoded pixel the import stores is compared with those, on a local root
 from __future__ import annotations
 
 import importlib
+import io
 import json
+import re
 import shutil
 import struct
 import sys
@@ -23,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from importer_fixtures import nothing_committed
+from importer_fixtures import nothing_committed, run_memory_capped
 from treadle import importers
 from treadle.catalog import Client
 from treadle.cli import main as cli_main
@@ -300,6 +302,95 @@ def test_a_feature_of_no_values_per_step_is_refused(tmp_path):
         UnsupportedFormat,
         r"features.json: feature 'action' has shape \[0, 7\]: no values",
     )
+
+
+def test_a_shape_whose_size_overflows_int64_is_refused(tmp_path):
+    # numpy's int64 product of [3, 6148914691236517206] wraps to 2: two values were taken as
+    # one step's, and the reshape failed with a bare ValueError
+    folder = _copy(tmp_path)
+    doc = json.loads((folder / "features.json").read_text())
+    steps = doc["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]
+    steps["features"]["action"]["tensor"]["shape"]["dimensions"] = ["3", "6148914691236517206"]
+    (folder / "features.json").write_text(json.dumps(doc))
+    _refused(tmp_path, folder, UnsupportedFormat,
+             r"feature 'action' has shape \[3, 6148914691236517206\]: "
+             r"18,446,744,073,709,551,618 values an entry")  # fmt: skip
+
+
+def _tiny_rlds(folder: Path, steps: int, meta: int) -> Path:
+    """An RLDS folder of one episode: ``steps`` bool steps (a byte each on the wire) and an
+    episode-level float32 ``[meta]`` (copied onto each step when imported)."""
+    tensor = "tensorflow_datasets.core.features.tensor_feature.Tensor"
+
+    def leaf(dtype, dims):
+        shape = {"dimensions": [str(d) for d in dims]}
+        return {"pythonClassName": tensor, "tensor": {"dtype": dtype, "encoding": "none",
+                                                      "shape": shape}}  # fmt: skip
+
+    features = {"featuresDict": {"features": {
+        "episode_metadata": {"featuresDict": {"features": {"embedding": leaf("float32", [meta])}}},
+        "steps": {"sequence": {"feature": {"featuresDict": {"features": {
+            "is_first": leaf("bool", [])}}}}},
+    }}}  # fmt: skip
+    folder.mkdir(parents=True)
+    (folder / "features.json").write_text(json.dumps(features))
+    info = {"name": "tiny", "splits": [{"name": "train", "shardLengths": ["1"]}]}
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    ex = example_class()()
+    ex.features.feature["steps/is_first"].int64_list.value.extend([0] * steps)
+    ex.features.feature["episode_metadata/embedding"].float_list.value.extend([1.0] * meta)
+    (folder / "tiny-train.tfrecord-00000-of-00001").write_bytes(
+        frame_record(ex.SerializeToString())
+    )
+    return folder
+
+
+def test_episode_level_values_copied_onto_every_step_are_bounded(tmp_path, local_root):
+    """160 KB of episode metadata on 4,000 one-byte steps (a 180 KB record) became 640 MB
+    of columns (2 GB at peak), whatever max_record_bytes said."""
+    folder = _tiny_rlds(tmp_path / "tiny" / "1.0.0", steps=4000, meta=40_000)
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 256 << 10
+    call = (f"td.importers.rlds({str(folder)!r}, client.project('p'), 't', images='encoded', "
+            "progress=False, max_record_bytes=16 << 20)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=384 << 20)
+    assert out["error"] == "UnsafeInput", out
+    assert re.search(r"record 0 \(episode 0, episode_000000\), feature 'episode_metadata/"
+                     r"embedding': 160,000 bytes, on each of the episode's 4,000 steps, make "
+                     r"its episode-level values over 16,777,216 bytes \(max_record_bytes\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
+    client = Client(str(tmp_path / "small"), create=True)  # a small episode still imports
+    small = _tiny_rlds(tmp_path / "small_src" / "1.0.0", steps=5, meta=3)
+    importers.rlds(small, client.project("p"), "t", images="encoded", progress=False)
+    t = client.project("p").branch("main").table("t").pin()
+    assert _column(t, "episode_metadata_embedding").tolist() == [[1.0] * 3] * 5
+
+
+def test_an_image_larger_than_declared_is_refused_from_its_header(tmp_path, local_root):
+    """Every step's 32x40 JPEG replaced by a 4096x4096 PNG of zeros (50 KB, 50 MB decoded):
+    decoded and stacked, whatever features.json declared."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (4096, 4096)).save(buf, "PNG")
+    big = buf.getvalue()
+    assert len(big) < 256 << 10
+    folder = _copy(tmp_path)
+
+    def huge(ex):
+        images = ex.features.feature["steps/observation/image"].bytes_list.value
+        for j in range(len(images)):
+            images[j] = big
+
+    _rewrite(_shard(folder, 0), huge)
+    call = (f"td.importers.rlds({str(folder)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=192 << 20)
+    assert out["error"] == "CorruptData", out
+    assert re.search(r"record 0 \(episode 0, episode_000000\), feature 'steps/observation/image'"
+                     r", step 0: a 4096x4096 image, features.json declares 40x32 "
+                     r"\(shape \[32, 40, 3\]\)", out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
 
 
 def _records(path: Path) -> list[bytes]:

@@ -451,13 +451,16 @@ def test_only_the_images_the_clock_uses_are_converted(bags, tmp_path, monkeypatc
     cam = next(r for r in res.topics if r["topic"] == "/camera/image_raw")
     used = cam["messages"] - cam["never_used"]
     assert t.num_moments == 2 and used == 2 and cam["messages"] == 16
-    assert len(calls) == used + 1  # + the first message, which names the encoding
+    assert len(calls) == used  # the first message's encoding is read, not its pixels
 
 
 def test_a_bag_over_max_episode_bytes_is_refused(bags, tmp_path):
-    with pytest.raises(CorruptData, match="over 3000 bytes"):
-        _import(bags / "ep_a", tmp_path, max_episode_bytes=3000)
+    with pytest.raises(CorruptData, match="over 3000 bytes"):  # SQLite: counted as read
+        _import(bags / "ep_b", tmp_path, max_episode_bytes=3000)
     assert nothing_committed(Client(str(tmp_path / "store")).project("p"))
+    # MCAP: its one chunk (every topic), refused from the index before it is read
+    with pytest.raises(UnsafeInput, match="over 3,000 bytes of its MCAP chunks inflated at once"):
+        _import(bags / "ep_a", tmp_path / "a", max_episode_bytes=3000)
 
 
 def _mcap_bomb(path: Path, inflated: int) -> Path:
@@ -503,14 +506,19 @@ def test_a_sqlite_bag_of_compressed_messages_inflates_through_the_cap(tmp_path):
     path = tmp_path / "zmsgs"
     w = Writer(path, version=9, storage_plugin=StoragePlugin.SQLITE3)
     w.set_compression(CompressionMode.MESSAGE, CompressionFormat.ZSTD)
+    u8 = "std_msgs/msg/UInt8MultiArray"
     with w:
         conn = w.add_connection("/cmd", "std_msgs/msg/Float64", typestore=ts)
         for i in range(20):
             raw = ts.serialize_cdr(f64(data=float(i)), "std_msgs/msg/Float64")
             w.write(conn, 10**9 + i * 10**8, raw)
+        zeros = ts.types[u8](layout=ts.types["std_msgs/msg/MultiArrayLayout"](dim=[],
+                             data_offset=0), data=np.zeros(1 << 16, np.uint8))  # fmt: skip
+        w.write(w.add_connection("/z", u8, typestore=ts), 10**9, ts.serialize_cdr(zeros, u8))
     kw = {"topics": {"/cmd": "cmd"}, "fps": 10, "align": {}, "stamp": {"/cmd": "log"}}
     with pytest.raises(UnsafeInput, match="zmsgs: a zstd-compressed message inflates past"):
-        _import(path, tmp_path / "small", max_episode_bytes=4, **kw)
+        small = {**kw, "topics": {"/cmd": "cmd", "/z:data": "z"}}  # 64 KiB in a few bytes
+        _import(path, tmp_path / "small", max_episode_bytes=1 << 12, **small)
     _, t = _import(path, tmp_path, **kw)
     np.testing.assert_array_equal(_column(t, "cmd"), np.arange(20.0))
 

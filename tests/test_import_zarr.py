@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
 import pytest
 
-from importer_fixtures import nothing_committed
+from importer_fixtures import nothing_committed, run_memory_capped
 from robot_fixtures import make_replay_buffer, make_umi_zip
 from treadle.catalog import Client
 from treadle.errors import (
@@ -16,6 +17,7 @@ from treadle.errors import (
     InvalidName,
     MissingDependency,
     SchemaMismatch,
+    UnsafeInput,
     UnsupportedFormat,
 )
 from treadle.importers import zarr as import_zarr
@@ -215,3 +217,94 @@ def test_cli_import_zarr(pusht, tmp_path, capsys):
     assert "SchemaMismatch" in capsys.readouterr().err
     assert main([*argv, "--images", "encoded"]) == 1
     assert "images='encoded'" in capsys.readouterr().err
+
+
+def test_a_chunk_larger_than_the_episode_counts_against_max_episode_bytes(tmp_path, local_root):
+    """A 2-row array in one 512 MiB zlib chunk of zeros (half a MiB of store) took the whole
+    chunk's memory to read, past max_episode_bytes: zarr inflates whole chunks."""
+    import zlib
+
+    path = make_replay_buffer(tmp_path / "b.zarr", lengths=(2,))
+    rows = 1 << 27  # float32 [rows, 1]: 512 MiB a chunk
+    _edit_array(path, "data/n_contacts", lambda z: z.update(
+        chunks=[rows, 1], compressor={"id": "zlib", "level": 1}, filters=None))  # fmt: skip
+    z = zlib.compressobj(1)
+    with open(path / "data" / "n_contacts" / "0.0", "wb") as f:
+        for _ in range(rows * 4 >> 20):
+            f.write(z.compress(bytes(1 << 20)))
+        f.write(z.flush())
+    call = (f"td.importers.zarr({str(path)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False, max_episode_bytes=64 << 20)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=384 << 20)
+    assert out["error"] == "CorruptData", out
+    assert re.search(r"episode_000000 \(rows 0..1\): \d+ bytes, over max_episode_bytes .*"
+                     r"data/n_contacts \(\(2, 1\) float32 in chunks of \(134217728, 1\)\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
+    _edit_array(path, "meta/episode_ends", lambda z: z.update(chunks=[1 << 30]))
+    client = Client(str(tmp_path / "other"), create=True)
+    with pytest.raises(CorruptData, match=r"meta/episode_ends is \(1,\) int64 in chunks of "
+                       r"\(1073741824,\): chunks too large"):  # fmt: skip
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_chunk_that_cannot_be_decoded_names_the_array(tmp_path, zarr_format):
+    path = make_replay_buffer(tmp_path / "b.zarr", zarr_format=zarr_format)
+    chunk = next(p for p in (path / "data" / "state").rglob("*") if p.is_file()
+                 and p.name not in (".zarray", ".zattrs", "zarr.json"))  # fmt: skip
+    chunk.write_bytes(chunk.read_bytes()[:12])  # cut inside the codec's header
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(CorruptData, match=r"b.zarr, episode_\d+ \(rows \d+..\d+\): array "
+                       r"data/state cannot be read: \w+Error"):  # fmt: skip
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+def test_a_zip_member_inflating_past_any_chunk_is_refused(tmp_path, local_root):
+    """A zip store's chunk member of 128 MiB of zeros (128 KB deflated) for a 4-row array
+    was inflated whole by zarr before its codec refused it."""
+    import zipfile
+
+    folder = make_replay_buffer(tmp_path / "b.zarr", lengths=(2, 3))
+    path = tmp_path / "bomb.zarr.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+            rel = f.relative_to(folder).as_posix()
+            if rel != "data/state/0.0":
+                z.write(f, rel)
+                continue
+            with z.open(rel, "w", force_zip64=True) as w:
+                for _ in range(128):
+                    w.write(bytes(1 << 20))
+    assert path.stat().st_size < 1 << 20
+    call = (f"td.importers.zarr({str(path)!r}, client.project('p'), 't', images='decoded', "
+            "progress=False)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=96 << 20)
+    assert out["error"] == "UnsafeInput", out
+    assert re.search(r"bomb.zarr.zip: zip member 'data/state/0.0' inflates to 134,217,728 bytes, "
+                     r"more than any chunk of the store needs \(6,912 bytes the largest\)",
+                     out["message"])  # fmt: skip
+    assert out["rss_growth"] < 64 << 20
+
+
+@pytest.mark.parametrize("where", ["filters", "compressor"])
+def test_a_pickle_codec_is_refused_and_nothing_is_unpickled(tmp_path, where, monkeypatch):
+    """An array whose filter (or compressor) is numcodecs' Pickle was reported as a codec to
+    install ("pip install imagecodecs"); it holds Python objects and is UnsafeInput."""
+    import pickle
+
+    def trap(*a, **k):
+        raise AssertionError("something was unpickled")
+
+    monkeypatch.setattr(pickle, "loads", trap)
+    path = make_replay_buffer(tmp_path / "b.zarr")
+    codec = {"id": "pickle", "protocol": 5}
+    _edit_array(path, "data/state", lambda z: z.update(
+        {where: [codec] if where == "filters" else codec}))  # fmt: skip
+    client = Client(str(tmp_path / "store"), create=True)
+    with pytest.raises(UnsafeInput, match=r"b.zarr: an array of 'data' holds Python objects "
+                       r"encoded with the 'pickle' object codec; refused"):  # fmt: skip
+        import_zarr(str(path), client.project("p"), "t", images="decoded", progress=False)
+    assert nothing_committed(client.project("p"))

@@ -222,6 +222,7 @@ def test_messages_travel_the_pipe_and_a_wrong_step_is_named():
 
     w = _Handle.__new__(_Handle)  # the loader's side of one worker, without a process
     w.k, w.proc, w.inbox, w.outbox, w.slots = 0, _Proc(), recv, send, []
+    w.home = os.getpid()  # the loader's process (a forked child's copy is not its owner)
     send.send(messages.batch(8, 0, None))
     with pytest.raises(td.TreadleError, match="worker process 0 sent batch 8, not step 7"):
         w.take(7)

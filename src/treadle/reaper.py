@@ -138,12 +138,14 @@ class closing:  # noqa: N801 (used as a statement, like contextlib.closing)
     collector finalizing the generator on any thread (a generator cannot tell them apart).
     Closing ``inner`` early hands its own cleanups to the reaper: ``cleanup``, which must
     follow them (a reader's ``close`` after its read-ahead pool stopped), goes there too,
-    after them (the exception is raised at once either way)."""
+    after them (the exception is raised at once either way). In a process forked while the
+    block ran, leaving it does nothing: its threads and processes are the parent's."""
 
     def __init__(
         self, cleanup: Callable[..., Any], *args: Any, inner: Generator[Any, Any, Any] | None = None
     ) -> None:
         self.cleanup, self.args, self.inner = cleanup, args, inner
+        self.home = os.getpid()
         start()
 
     def __enter__(self) -> closing:
@@ -152,6 +154,8 @@ class closing:  # noqa: N801 (used as a statement, like contextlib.closing)
     def __exit__(
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if os.getpid() != self.home:
+            return  # a forked child's copy: what the block started (threads, processes) is the parent's
         if self.inner is not None:
             self.inner.close()  # never waits: its cleanups go to the reaper
         if kind is None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from treadle import layout
 from treadle.catalog import retention
 from treadle.catalog.commit import Commit
+from treadle.catalog.diff import resolve
 from treadle.catalog.expiry import expired_error
 from treadle.catalog.gc import GcReport, collect_garbage
 from treadle.catalog.lance import LanceTables
@@ -25,7 +26,7 @@ from treadle.catalog.purge import Purges
 from treadle.catalog.refs import RefLog
 from treadle.catalog.tableref import TableRef
 from treadle.catalog.transaction import Transaction
-from treadle.errors import ExpiredCommit, InvalidName, NotFound, StorageError
+from treadle.errors import ExpiredCommit, NotFound, StorageError
 from treadle.names import check_case_apart, check_name
 from treadle.stats.plan_stats import plan_stats
 from treadle.stats.table_stats import table_stats
@@ -201,12 +202,11 @@ class Project(MergesAndDiffs, Purges):
         return Branch(self, name)
 
     def create_branch(self, name: str, from_: str = "main") -> Branch:
-        """A new branch at the head of ``from_`` (a branch name or a commit id/prefix); a
-        commit retention expired is :class:`ExpiredCommit`."""
+        """A new branch at ``from_``: a branch's head, a tag's commit or a commit id/prefix;
+        a commit retention expired is :class:`ExpiredCommit`."""
         check_name(name, "branch")
         self.create()
-        head = self.refs.head(from_) if _is_name(from_) else None
-        commit_id = head.commit_id if head else self.commit(from_).id
+        commit_id = resolve(self, from_).id
         retention.branch(self.place, self.refs, name, commit_id)
         return Branch(self, name)
 
@@ -390,11 +390,3 @@ class Branch:
         (the first write to a project not yet created creates it and marks the root)."""
         self.project.create()
         return Transaction(self, message)
-
-
-def _is_name(s: str) -> bool:
-    try:
-        check_name(s, "branch")
-        return True
-    except InvalidName:
-        return False

@@ -42,10 +42,17 @@ class Commit:
         message: str,
         tables: dict[str, int],
         changes: dict[str, list[str]] | None = None,
+        after: float = 0.0,
     ) -> Commit:
+        """A new commit; ``after``: the newest of its parents' times, which its own time
+        passes (by a microsecond if this machine's clock is behind), so that every commit
+        is newer than its parents and histories are walked newest first
+        (:mod:`treadle.catalog.between`)."""
         done = {k: tuple(v) for k, v in sorted((changes or {}).items()) if v}
-        c = cls(tuple(parents), str(message), round(time.time(), 6),
-                dict(sorted(tables.items())), "", done)  # fmt: skip
+        stamp = round(max(time.time(), after), 6)
+        while stamp <= after:
+            stamp = round(stamp + 1e-6, 6)
+        c = cls(tuple(parents), str(message), stamp, dict(sorted(tables.items())), "", done)
         return c._with_id()
 
     def _body(self) -> dict[str, Any]:

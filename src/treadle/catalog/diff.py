@@ -3,8 +3,9 @@
 Per table: episodes added and removed (names), columns added, removed and changed (names
 and types), columns whose values were updated, moments before and after. ``a`` and ``b``
 are commit ids (or unique prefixes), branch names or tags. Reads the two versions' schemas
-and episode indexes (O(episodes)), never a row, and the commits on either side since the
-other (what each recorded it did, ``Commit.changes``: ``update <column>``).
+and episode indexes (O(episodes)), never a row, and the commits on either side since their
+common ancestors (what each recorded it did, ``Commit.changes``: ``update <column>``), not
+the rest of the history.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from treadle.errors import NotFound
+from treadle.catalog.between import sides
+from treadle.errors import InvalidName, NotFound
 from treadle.names import check_name
 from treadle.table.table import Table
 
@@ -88,9 +90,14 @@ def resolve(project: Merging, ref: str) -> Commit:
         head = project.refs.head(ref)
     except Exception:
         head = None
+    tags = project.tags()
+    if head is not None and ref in tags and tags[ref] != head.commit_id:
+        raise InvalidName(
+            f"{ref!r} names both a branch (at {head.commit_id[:8]}) and a tag (at "
+            f"{tags[ref][:8]}) of project {project.name!r}: give the commit id"
+        )
     if head is not None:
         return project.load_commit(head.commit_id)
-    tags = project.tags()
     if ref in tags:
         return project.load_commit(tags[ref])
     try:
@@ -117,22 +124,14 @@ def _episodes(table: Table | None) -> list[str]:
     return [] if table is None or not table.is_time_indexed else list(table.episodes().names)
 
 
-def _ancestors(project: Merging, commit_id: str) -> set[str]:
-    seen, todo = {commit_id}, [commit_id]
-    while todo:
-        for p in project.load_commit(todo.pop()).parents:
-            if p not in seen:
-                seen.add(p)
-                todo.append(p)
-    return seen
-
-
 def updated_columns(project: Merging, a: Commit, b: Commit) -> dict[str, set[str]]:
     """Per table, the columns an ``update`` set in a commit on one side but not the other
-    (the columns whose values may differ beyond what the schemas and episodes say)."""
-    left, right = _ancestors(project, a.id), _ancestors(project, b.id)
+    (the columns whose values may differ beyond what the schemas and episodes say). Reads
+    the commits between ``a``, ``b`` and their common ancestors, not the whole history
+    (:mod:`treadle.catalog.between`)."""
+    walked = sides(project.load_commit, a.id, b.id)
     out: dict[str, set[str]] = {}
-    for cid in left ^ right:
+    for cid in walked.left | walked.right:
         for table, changes in project.load_commit(cid).changes.items():
             for change in changes:
                 kind, _, column = change.partition(" ")

@@ -25,7 +25,7 @@ from treadle.table import evolve
 from treadle.table.casts import exact_cast
 from treadle.table.defaults import NO_DEFAULT, added_field, is_added
 from treadle.table.episodes import EPISODE, FRAME
-from treadle.table.image_sizes import recorded_images
+from treadle.table.image_sizes import IMAGES_KEY, images_updated, recorded_images
 from treadle.table.labels import per_episode, per_moment, spans
 from treadle.table.null_columns import recorded_nulls
 from treadle.table.tensors import is_video, tensor_shape
@@ -192,7 +192,8 @@ class TableEdits:
             new = _one_value(
                 value, typ, f"{here}: value {reprlib.repr(value)} for column {col!r} of type {typ}"
             )
-            self.tx._apply_edit(self.name, f"update {col}", _replace(col, new, rows))
+            records = _updated_images(table, col, value, rows)
+            self.tx._apply_edit(self.name, f"update {col}", _replace(col, new, rows, records))
         return len(rows)
 
     def _existing(self, table: Table, col: str, what: str) -> None:
@@ -255,7 +256,8 @@ class TableEdits:
         for ep in episodes:
             s = int(index.starts[at[ep]])
             drop[s : s + int(index.lengths[at[ep]])] = True
-        self.tx._apply_edit(self.name, f"delete_episodes {len(episodes)}", _delete(drop))
+        kind = f"delete_episodes {len(episodes)}"
+        self.tx._apply_edit(self.name, kind, _delete(drop, episodes))
 
     def compact(self) -> bool:
         """Write each fragment spread over several data files after edits again as one
@@ -314,7 +316,20 @@ def _by_fragment(ds: lance.LanceDataset, rows: np.ndarray) -> dict[int, np.ndarr
     return out
 
 
-def _replace(col: str, value: pa.Array, rows: np.ndarray) -> Change:
+def _updated_images(table: Table, col: str, value: Any, rows: np.ndarray) -> dict[str, str]:
+    """The image record once ``value`` is written into ``rows`` of ``col``: the rows'
+    episodes hold its size too (else a delete of the size's listed episodes drops it)."""
+    if col not in recorded_images(table.schema) or not table.is_time_indexed:
+        return {}
+    head = image_header(value, f"{table.name}, column {col!r}")
+    idx = table.episodes()
+    which = np.unique(np.searchsorted(np.asarray(idx.starts), rows, side="right") - 1)
+    names = [idx.names[int(i)] for i in which]
+    text = images_updated(table.schema, col, head.width, head.height, names)
+    return {} if text is False else {IMAGES_KEY.decode(): str(text)}
+
+
+def _replace(col: str, value: pa.Array, rows: np.ndarray, records: dict[str, str | None]) -> Change:
     def change(ds: lance.LanceDataset, _: Callable[[], None]) -> evolve.Edited:
         new = {}
         frags = ds.get_fragments()
@@ -323,19 +338,20 @@ def _replace(col: str, value: pa.Array, rows: np.ndarray) -> Change:
             take = np.arange(len(old), dtype=np.int64)
             take[offsets] = len(old)  # the one new value, after the old ones
             new[i] = pa.concat_arrays([old, value.cast(old.type)]).take(pa.array(take))
-        return evolve.replace_column(ds, col, new)
+        edited = evolve.replace_column(ds, col, new)
+        return evolve.Edited(evolve.schema_with(ds, records), edited.fragments)
 
     return change
 
 
-def _delete(drop: np.ndarray) -> Change:
+def _delete(drop: np.ndarray, episodes: list[str]) -> Change:
     def change(ds: lance.LanceDataset, before_write: Callable[[], None]) -> evolve.Edited:
         parts, at = {}, 0
         for i, n in enumerate(evolve.fragment_rows(ds)):
             if drop[at : at + n].any():
                 parts[i] = drop[at : at + n]
             at += n
-        return evolve.delete_rows(ds, parts, before_write)
+        return evolve.delete_rows(ds, parts, before_write, episodes)
 
     return change
 

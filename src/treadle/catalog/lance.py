@@ -145,8 +145,8 @@ class LanceTables:
         before_write: Callable[[], None],
     ) -> int:
         """A new version of table ``name``: ``base``'s fragments + ``fragments``."""
-        if base is not None:
-            self.check_unblanked(name, [f.metadata for f in base.get_fragments()])
+        listed = list(fragments) + ([f.metadata for f in base.get_fragments()] if base else [])
+        self.check_unblanked(name, listed)  # a merge lists another version's fragments too
         # not cached: a dataset Lance returns from a commit shares its base's session,
         # whose caches would then hold every version this writer ever committed
         return commit_exactly(

@@ -10,15 +10,22 @@ add_column, update, ...), never guessed from fragments (tail compaction rewrites
 - a table changed on one side only takes that side's version;
 - both sides only appended episodes (distinct names): the base's rows, then ours, then
   theirs (:mod:`treadle.catalog.merge_tables`);
-- one side only added columns, the other only appended: both; the appended episodes take
-  each column's default or null, and the commit message says so;
+- one side only added, renamed or dropped columns, the other only appended: both; the
+  appended episodes take the new names (:mod:`treadle.catalog.merge_columns`) and each
+  added column's default or null, and the commit message says so;
+- both sides deleted the same episodes of the base (a purge deletes on every branch) and
+  otherwise only appended: ours, then their appended episodes;
+- rows the merge would copy that a purge blanked (a commit made before the purge, merged
+  after it) are :class:`~treadle.errors.Purged`;
 - anything else changed on both sides is a :class:`MergeConflict` naming the table and
   what each side did. Nothing is written and no branch moves.
 
 Merging a commit retention expired, or one whose common ancestor it expired where the rows
 must be counted (appends on both sides), is an :class:`ExpiredCommit` naming it; nothing
 moves (a branch fast-forwarded to an expired commit, or a merge naming its gone table
-version, would read nothing).
+version, would read nothing). A gc that expires it while the merge moves the branch is
+found after the move (:func:`~treadle.catalog.expiry.settle`, as for every pin): what it
+deleted is put back to the branch's versions, and :class:`CommitConflict` says so.
 
 The merge commit has two parents (target head, source head) and moves the target with
 one compare-and-swap; a target that moved meanwhile is merged again (a few times).
@@ -29,12 +36,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from treadle import layout
 from treadle.catalog.commit import Commit
 from treadle.catalog.diff import Diff, diff, resolve
 from treadle.catalog.expiry import expired_error, settle
 from treadle.catalog.history import Merging
+from treadle.catalog.leases import Lease
 from treadle.catalog.merge_tables import merged_version, plan_table
-from treadle.errors import CommitConflict, ExpiredCommit, MergeConflict, NotFound
+from treadle.errors import CommitConflict, ExpiredCommit, MergeConflict, NotFound, TreadleError
 from treadle.names import check_name
 
 _ATTEMPTS = 5
@@ -75,14 +84,19 @@ def merge_base(project: Merging, ours: str, theirs: str) -> str:
 def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
     """Per table, the operation kinds the commits after ``base`` up to ``head`` applied
     (``"unknown"`` for a commit that changed a table and recorded nothing). A merge commit
-    that kept one parent's version of a table did nothing to it: the commits that made that
-    version are on this side too, and count for themselves."""
+    does nothing of its own: it keeps one parent's version of a table or combines both
+    parents' changes, and the commits that made those are on this side too (or before
+    ``base``, whose version has them), and count for themselves. (A merge's recorded kinds
+    are what it did to its first parent: counted, a labels branch merged once was refused
+    its next merge, main having 'added' the labels' column.)"""
     before = ancestors(project, base)
     kinds: dict[str, list[str]] = {}
     for cid in ancestors(project, head):
         if cid in before:
             continue
         c = project.load_commit(cid)
+        if len(c.parents) > 1:
+            continue
         parents = [project.load_commit(p) for p in c.parents]
         for name, v in c.tables.items():
             if parents and any(p.tables.get(name) == v for p in parents):
@@ -91,6 +105,39 @@ def side_kinds(project: Merging, head: str, base: str) -> dict[str, list[str]]:
             kinds.setdefault(name, [])
             kinds[name].extend(k for k in got if k not in kinds[name])
     return kinds
+
+
+def readable(project: Merging, name: str, version: int) -> bool:
+    """Whether ``version`` of table ``name`` still has its manifest and data files."""
+    v = project.lance.resolve(name, version)
+    try:
+        ds = project.lance.load(name, v, f"table {name!r} version {v}")
+    except TreadleError:
+        return False
+    base = layout.table_key(project.place.prefix, name)
+    files = [df.path for f in ds.get_fragments() for df in f.metadata.files]
+    return all(project.place.store.exists(f"{base}/data/{p}") for p in files)
+
+
+def put_back(project: Merging, into: str, ours: Commit, lost: dict[str, int]) -> str:
+    """A commit on branch ``into`` whose tables ``lost`` (name -> the version a merge
+    brought) are ``ours``' again (absent where ``ours`` had none); its id."""
+    for _ in range(_ATTEMPTS):
+        head = project.refs.head(into)
+        assert head is not None
+        now = project.load_commit(head.commit_id)
+        tables = dict(now.tables)
+        for name, v in lost.items():
+            if tables.get(name) == v:
+                tables.pop(name)
+                if name in ours.tables:
+                    tables[name] = ours.tables[name]
+        text = f"put back {sorted(lost)}: a gc deleted what a merge brought"
+        c = Commit.create([now.id], text, tables, None, now.time)
+        project.save_commit(c)
+        if project.refs.try_advance(into, head.seq + 1, c.id):
+            return c.id
+    raise CommitConflict(f"branch {into!r} kept moving while a merge was put back")
 
 
 class MergesAndDiffs:
@@ -143,12 +190,7 @@ class MergesAndDiffs:
         if base == ours.id:  # fast-forward
             if not self.refs.try_advance(into, head.seq + 1, theirs.id):
                 return None
-            if settle(self.place, [theirs.id]):  # a gc expired it before it saw the new head
-                raise CommitConflict(
-                    f"branch {into!r} of project {self.name!r} was fast-forwarded to commit "
-                    f"{theirs.short_id}, which a gc expired at the same time: its head reads "
-                    "nothing; merge a commit that is kept (a branch head or a tag)"
-                )
+            self._check_kept(into, theirs, ours, theirs)
             return theirs
         base_c = project.load_commit(base)
         our_kinds, their_kinds = (
@@ -167,20 +209,48 @@ class MergesAndDiffs:
                 raise MergeConflict(
                     f"merging {branch!r} into {into!r} (common ancestor {base[:8]}): {why}"
                 ) from None
-        tables, changes, notes = dict(ours.tables), {}, []
-        for plan in plans:  # every table checked above: only now is anything written
-            if plan.take is None:
-                continue
-            version, note = merged_version(project, plan)
-            tables[plan.name] = version
-            changes[plan.name] = plan.kinds
-            notes.extend([note] if note else [])
-        text = message or f"merge {branch} into {into}"
-        commit = Commit.create([ours.id, theirs.id], "; ".join([text, *notes]), tables, changes)
-        project.save_commit(commit)
-        if not self.refs.try_advance(into, head.seq + 1, commit.id):
-            return None
+        # a gc lease while the merged versions are unnamed: gc (any grace) keeps them
+        lease = Lease(self.place.store, self.place.prefix)
+        try:
+            lease.beat()
+            tables, changes, notes = dict(ours.tables), {}, []
+            for plan in plans:  # every table checked above: only now is anything written
+                if plan.take is None:
+                    continue
+                version, note = merged_version(project, plan, lease.beat)
+                tables[plan.name] = version
+                changes[plan.name] = plan.kinds
+                notes.extend([note] if note else [])
+            text = "; ".join([message or f"merge {branch} into {into}", *notes])
+            commit = Commit.create([ours.id, theirs.id], text, tables, changes,
+                                   max(ours.time, theirs.time))  # fmt: skip
+            project.save_commit(commit)
+            if not self.refs.try_advance(into, head.seq + 1, commit.id):
+                return None
+        finally:
+            lease.release()
+        self._check_kept(into, commit, ours, theirs)
         for name, v in tables.items():
             if ours.tables.get(name) != v:
                 project.lance.protect(name, v)
         return commit
+
+    def _check_kept(self, into: str, moved: Commit, ours: Commit, theirs: Commit) -> None:
+        """After ``into`` moved from ``ours`` to ``moved``: a gc that expired ``theirs`` before
+        it saw the new head (:func:`settle`) may have deleted the table versions (or data
+        files) the merge brought. Those that are gone are put back to ``ours``' versions, one
+        commit on top, and :class:`CommitConflict` says so (the head read nothing before)."""
+        if not settle(self.place, [theirs.id]):
+            return
+        project: Any = self
+        lost = [n for n, v in moved.tables.items()
+                if ours.tables.get(n) != v and not readable(project, n, v)]  # fmt: skip
+        if not lost:
+            return
+        back = put_back(project, into, ours, {n: moved.tables[n] for n in lost})
+        raise CommitConflict(
+            f"merging {theirs.short_id} into {into!r} of project {self.name!r}: a gc expired "
+            f"that commit while the merge moved {into!r}, and deleted what it named of "
+            f"tables {lost}; {into!r} was put back to its versions before the merge (commit "
+            f"{back[:8]}); merge a commit that is kept (a branch head or a tag)"
+        )

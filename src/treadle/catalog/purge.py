@@ -17,15 +17,23 @@ size, so nothing is rewritten in place. A purge, in this order:
    the reason;
 5. deletes what held the rows (:mod:`treadle.catalog.purgefiles`): the old data files,
    the old versions' manifests and tags, their stored episode indexes and statistics, and
-   the episodes' media streams unless a row of another episode names the same stream.
+   the episodes' media streams unless a row of another episode names the same stream;
+   then what earlier purges of the table that died while deleting left, and marks the
+   records finished.
+
+A version a purge of the same episodes already replaced or wrote is not written again.
+Run again once everything is done (no version nor branch head holds an unblanked row of
+the episodes), a purge commits nothing: it finishes what an interrupted run left and
+returns the commit of the purge that removed them (the latest, if several did).
 
 Other episodes of the old versions read as before, value for value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -36,7 +44,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.history import Merging
 from treadle.catalog.leases import Lease
 from treadle.catalog.purgefiles import delete_replaced, finish_earlier, referenced_streams
-from treadle.catalog.purgemap import PurgeRecord, write_record
+from treadle.catalog.purgemap import PurgeRecord, read_records, write_record
 from treadle.errors import CommitConflict, NotFound, Purged, SchemaMismatch, TreadleError
 from treadle.names import check_name
 from treadle.table.episodes import EPISODE
@@ -83,16 +91,21 @@ class _Rows:
     def __init__(self, episodes: set[str]):
         self.episodes = episodes
         self.found: set[str] = set()
-        self._memo: dict[tuple[str, ...], np.ndarray] = {}
+        self._memo: dict[tuple[str, ...], tuple[np.ndarray, set[str]]] = {}
 
     def __call__(self, fragment: Any) -> np.ndarray:
+        return self.read(fragment)[0]
+
+    def read(self, fragment: Any) -> tuple[np.ndarray, set[str]]:
+        """The fragment's purged rows, and the episodes they are of."""
         key = tuple(sorted(df.path for df in fragment.metadata.files))
         got = self._memo.get(key)
         if got is None:
             names = fragment.to_table(columns=[EPISODE]).column(EPISODE)
             hit = pc.is_in(names, value_set=pa.array(sorted(self.episodes))).fill_null(False)
-            got = self._memo[key] = np.asarray(hit, dtype=bool)
-            self.found.update(pc.unique(names.filter(hit)).to_pylist())
+            here = set(pc.unique(names.filter(hit)).to_pylist())
+            got = self._memo[key] = (np.asarray(hit, dtype=bool), here)
+            self.found |= here
         return got
 
 
@@ -111,26 +124,28 @@ def purge_episodes(
     if project.refs.head(branch) is None:
         raise NotFound(f"branch {branch!r} not found in project {project.name!r}")
     rows = _Rows(wanted)
-    versions = _versions(project, table, where)
-    for v in versions:
-        ds = project.lance.load(table, v, f"{where} version {v}")
-        if EPISODE not in ds.schema.names:
-            raise SchemaMismatch(
-                f"{where} has no episodes (no episode column); nothing was written"
-            )
-        for frag in ds.get_fragments():
-            rows(frag)
+    found = _scan(project, table, rows, where)
     missing = sorted(wanted - rows.found)
     if missing:
         raise NotFound(
             f"{where} has no episode(s) {missing[:5]} in any version; nothing was written"
         )
-    commit = _commit_deletions(project, table, wanted, reason, branch)
+    earlier = read_records(project.place, table)
+    pending = _pending(found, earlier)
     lease = Lease(project.place.store, project.place.prefix)
+    if not pending and not any(_held(project, b, table, wanted) for b in project.branches()):
+        try:  # purged before: what a purge that died left is deleted, nothing committed
+            lease.beat()
+            finish_earlier(project, table, lambda: _kept(project, table, where), earlier)
+        finally:
+            lease.release()
+        last = [r for r in earlier if wanted & set(r.episodes)][-1]
+        return project.load_commit(last.commit)
+    commit = _commit_deletions(project, table, wanted, reason, branch)
     try:
         lease.beat()
         replaced, streams, old, blanked = _replace_versions(
-            project, table, rows, lease.beat, progress
+            project, table, rows, pending, lease.beat, progress
         )
         eps = tuple(sorted(wanted))
         removed = tuple(sorted(old))
@@ -140,13 +155,53 @@ def purge_episodes(
         project.lance.forget(table)
         for v in sorted(set(replaced.values())):
             project.lance.protect(table, v)
-        left = [v for v in _versions(project, table, where) if v not in replaced]
-        keep = referenced_streams(project, table, left)
+        keep = _kept(project, table, where, set(replaced))
         delete_replaced(project, table, replaced, old, streams - keep, lease)
-        finish_earlier(project, table, keep, commit.id)
+        earlier = [r for r in earlier if r.commit != commit.id]
+        finish_earlier(project, table, lambda: _kept(project, table, where), earlier)
+        write_record(project.place, dataclasses.replace(record, finished=True))
     finally:
         lease.release()
     return commit
+
+
+def _scan(project: PurgeOf, table: str, rows: _Rows, where: str) -> dict[int, set[str]]:
+    """``{version: the episodes of rows it holds}`` over every version in storage."""
+    found: dict[int, set[str]] = {}
+    for v in _versions(project, table, where):
+        ds = project.lance.load(table, v, f"{where} version {v}")
+        if EPISODE not in ds.schema.names:
+            raise SchemaMismatch(
+                f"{where} has no episodes (no episode column); nothing was written"
+            )
+        found[v] = set().union(*(rows.read(frag)[1] for frag in ds.get_fragments()))
+    return found
+
+
+def _pending(found: dict[int, set[str]], records: list[PurgeRecord]) -> list[int]:
+    """The versions holding rows of episodes no purge blanked in them: neither replaced by
+    a purge of those episodes (its old version, deleted once it finishes) nor written by
+    one (its replacement, or a replacement's replacement)."""
+    covered: dict[int, set[str]] = {}
+    for r in records:  # oldest first: a replacement inherits what its old version had
+        for old, new in r.versions.items():
+            covered.setdefault(old, set()).update(r.episodes)
+            covered.setdefault(new, set()).update(covered[old])
+    return sorted(v for v, names in found.items() if names - covered.get(v, set()))
+
+
+def _held(project: PurgeOf, name: str, table: str, wanted: set[str]) -> bool:
+    """Whether branch ``name``'s head holds one of ``wanted`` (the purge deletes it there)."""
+    head = project.load_commit(project.refs.head(name).commit_id)  # type: ignore[union-attr]
+    if table not in head.tables:
+        return False
+    return bool(wanted & set(project.table_at(table, head.tables[table], head.id).episodes().names))
+
+
+def _kept(project: PurgeOf, table: str, where: str, replaced: Collection[int] = ()) -> set[str]:
+    """The media keys the rows of the versions in storage (but ``replaced``) name."""
+    left = [v for v in _versions(project, table, where) if v not in replaced]
+    return referenced_streams(project, table, left)
 
 
 def _check_args(episodes: Sequence[str], reason: str) -> set[str]:
@@ -210,8 +265,8 @@ def _empty_commit(project: PurgeOf, branch: str, message: str) -> Commit:
     for _ in range(20):
         head = project.refs.head(branch)
         assert head is not None
-        tables = project.load_commit(head.commit_id).tables
-        commit = Commit.create([head.commit_id], message, dict(tables))
+        parent = project.load_commit(head.commit_id)
+        commit = Commit.create([head.commit_id], message, dict(parent.tables), after=parent.time)
         project.save_commit(commit)
         if project.refs.try_advance(branch, head.seq + 1, commit.id):
             return commit
@@ -219,9 +274,14 @@ def _empty_commit(project: PurgeOf, branch: str, message: str) -> Commit:
 
 
 def _replace_versions(
-    project: PurgeOf, table: str, rows: _Rows, beat: Any, progress: bool | None
+    project: PurgeOf,
+    table: str,
+    rows: _Rows,
+    versions: list[int],
+    beat: Any,
+    progress: bool | None,
 ) -> tuple[dict[int, int], set[str], dict[str, Any], tuple[str, ...]]:
-    """Every version still holding a purged row, committed again with them blanked:
+    """Each of ``versions`` (holding a purged row) committed again with them blanked:
     ``({old: replacement}, media keys the rows named, {data file path: old fragment},
     the new data files holding the blanked rows)``."""
     from tqdm import tqdm
@@ -233,7 +293,6 @@ def _replace_versions(
     old: dict[str, Any] = {}
     blanked: list[str] = []
     memo: dict[Any, Any] = {}  # a fragment several versions list is written once
-    versions = _versions(project, table, where)
     bar = tqdm(versions, desc=f"purge {table}", unit="version",
                disable=None if progress is None else not progress)  # fmt: skip
     for v in bar:

@@ -11,13 +11,18 @@ meanwhile either marked it used (it stays) or stores a copy of its own
 (:mod:`treadle.catalog.leases`). A stream reused in the last five minutes stays for gc,
 which removes it when no row names it.
 
-A purge interrupted once its record is stored is finished by the next purge of the table
-(:func:`finish_earlier`), which does the same from the record: the record names the
-replaced versions, the data files removed and the purged rows' streams.
+A purge interrupted once its record is stored is finished by the next purge of the table,
+or by running it again (:func:`finish_earlier`), which does the same from the record: the
+record names the replaced versions, the data files removed and the purged rows' streams.
+A record is marked ``finished`` once its deletions are done, so later purges walk only
+the records of purges that did not finish.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,7 +31,7 @@ import pyarrow.compute as pc
 
 from treadle import layout
 from treadle.catalog.leases import LEASE_TTL, SWEEPS, Lease, used_key
-from treadle.catalog.purgemap import read_records
+from treadle.catalog.purgemap import PurgeRecord, write_record
 from treadle.errors import NotFound
 from treadle.storage import Store
 from treadle.storage.filecache import delete_forgetting_copies
@@ -35,6 +40,8 @@ from treadle.table.tensors import is_video
 
 if TYPE_CHECKING:
     from treadle.catalog.history import History
+
+log = logging.getLogger("treadle")
 
 
 def manifest_keys(table_key: str, version: int) -> list[str]:
@@ -106,36 +113,55 @@ def delete_replaced(
     _delete_media(project, streams)
 
 
-def finish_earlier(project: History, table: str, keep: set[str], done: str) -> None:
-    """Delete what the earlier purges of ``table`` (all but commit ``done``'s) that were
-    interrupted after storing their records left, as :func:`delete_replaced` does: the
-    replaced versions' manifests, tags and statistics, the data files they removed (and
-    this machine's copies of them), and their episodes' streams no row names (not in
-    ``keep``). What is gone already costs one request (a size) per file and stream, and
-    one listing per table folder."""
+def finish_earlier(
+    project: History, table: str, keep: Callable[[], set[str]], records: list[PurgeRecord]
+) -> None:
+    """Delete what the purges of ``records`` not marked finished (earlier ones of ``table``
+    interrupted after storing their records) left, as :func:`delete_replaced` does: the
+    replaced versions' manifests, tags, statistics and stored episode indexes, the data
+    files they removed (and this machine's copies of them), every kept ``plan.stats``
+    result, and their episodes' streams no row names (``keep()``: the streams the rows of
+    the versions left name, asked once their old versions' manifests are gone).
+    Each is then marked finished, so a purge walks only the records not finished before
+    it (what is gone already costs one request a file or stream, and one listing per
+    table folder). A record written before its streams were kept names none: gc removes
+    them, once no row names them (they are blank)."""
+    records = [r for r in records if not r.finished]
+    if not records:
+        return
     store, prefix = project.place.store, project.place.prefix
     base = layout.table_key(prefix, table)
-    records = [r for r in read_records(project.place, table) if r.commit != done]
     versions = {v for r in records for v in r.versions}
-    if not versions:
-        return
-    tags = {f"{base}/_refs/tags/treadle-v{v}.json" for v in versions}
-    stats = tuple(layout.stats_folder(prefix, table, v) + "/" for v in versions)
-    for key in store.list(f"{base}/_refs/tags") + store.list(f"{prefix}/{layout.STATS}/{table}"):
-        if key in tags or key.startswith(stats):
+    if versions:
+        tags = {f"{base}/_refs/tags/treadle-v{v}.json" for v in versions}
+        stats = tuple(layout.stats_folder(prefix, table, v) + "/" for v in versions)
+        listed = store.list(f"{base}/_refs/tags") + store.list(f"{prefix}/{layout.STATS}/{table}")
+        for key in listed:
+            if key in tags or key.startswith(stats):
+                _delete(store, key)
+        for key in store.list(layout.folder(prefix, layout.RUNSTATS)):
             _delete(store, key)
     for record in records:
         for v in record.versions:
             for key in manifest_keys(base, v):
                 _delete(store, key)
         for path in record.removed:
+            stem = path.rsplit("/", 1)[-1]  # a fragment's index is named by its first file
+            _delete(store, layout.episodes_key(prefix, table, stem))
             key = f"{base}/data/{path}"
             try:
                 size = store.size(key)
             except NotFound:
                 continue  # deleted by the purge, after its copies were forgotten
             _delete(store, key, size)
-    _delete_media(project, {s for r in records for s in r.streams} - keep)
+    streams = {s for r in records for s in r.streams}
+    _delete_media(project, streams - keep() if streams else set())
+    unknown = [r.commit[:8] for r in records if not r.streams_known]
+    if unknown:
+        log.info("treadle: purges %s of table %r kept no list of their streams; gc removes "
+                 "those no row names", unknown, table)  # fmt: skip
+    for record in records:
+        write_record(project.place, dataclasses.replace(record, finished=True))
 
 
 def _delete_media(project: History, streams: set[str]) -> None:

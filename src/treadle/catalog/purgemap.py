@@ -33,6 +33,10 @@ class PurgeRecord:
     files: tuple[str, ...] = ()  # the data files holding the blanked rows (paths in data/)
     removed: tuple[str, ...] = ()  # the data files it deletes (a rerun finishes the job)
     streams: tuple[str, ...] = ()  # the purged rows' media keys (those no row names go)
+    finished: bool = False  # what it deletes is deleted: a later purge does not walk it again
+    #: False for a record written before ``streams`` was kept: its streams are not known
+    #: (gc removes them, as media no row names)
+    streams_known: bool = field(default=True, compare=False)
 
     def to_bytes(self) -> bytes:
         body: dict[str, Any] = {
@@ -45,6 +49,7 @@ class PurgeRecord:
             "files": list(self.files),
             "removed": list(self.removed),
             "streams": list(self.streams),
+            "finished": self.finished,
         }
         return json.dumps(body, sort_keys=True).encode()
 
@@ -62,6 +67,8 @@ class PurgeRecord:
                 tuple(str(f) for f in b.get("files", ())),
                 tuple(str(f) for f in b.get("removed", ())),
                 tuple(str(s) for s in b.get("streams", ())),
+                bool(b.get("finished", False)),
+                "streams" in b,
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptData(f"purge record {key} cannot be parsed ({type(e).__name__})") from None

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from treadle.errors import AlreadyExists, CommitConflict
+from treadle.errors import AlreadyExists, CommitConflict, SchemaMismatch
 from treadle.table.defaults import is_added
 from treadle.table.episodes import EPISODE, FRAME
 from treadle.table.evolve import defaults_for
-from treadle.table.schema_records import merge_records
+from treadle.table.schema_records import rebased_records
 from treadle.table.tensors import schema_difference
 from treadle.table.write import StagedTable
 
@@ -61,8 +61,12 @@ def check_base(
             )
         st.fragments = defaults_for(ds, st.fragments, added, before_write)
         st.schema = pa.schema(list(ds.schema), metadata=st.schema.metadata)
-    # what another writer recorded of its rows (schema_records), kept
-    st.schema = merge_records(st.schema, ds.schema)
+    # what another writer recorded of its rows (schema_records), kept; of the base's
+    # episodes, only what the head still records (a delete or purge since took some out)
+    try:
+        st.schema = rebased_records(st.schema, ds.schema, st.episodes)
+    except SchemaMismatch as e:  # another writer named another frame rate meanwhile
+        raise SchemaMismatch(f"{where}: {e}") from None
     if st.episodes and EPISODE in ds.schema.names and FRAME in ds.schema.names:
         # the names each fragment's stored episode index holds, not the rows: O(fragments)
         version = f"table {name!r} of project {project.name!r} (v{ds.version})"

@@ -305,7 +305,9 @@ class Transaction:
             tables.update(versions)
             changes = {n: ["append"] for n in touched}
             changes.update({n: kinds for n, (_, kinds) in self._edited.items()})
-            commit = Commit.create([head.commit_id], self.message, tables, changes)
+            commit = Commit.create(
+                [head.commit_id], self.message, tables, changes, head_commit.time
+            )
             self._check_staged(touched)
             project.save_commit(commit)
             if refs.try_advance(self.branch.name, head.seq + 1, commit.id):

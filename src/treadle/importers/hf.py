@@ -29,6 +29,7 @@ from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, check_rename, column_name
 from treadle.importers.executor import Executor, pick
 from treadle.importers.images import decode_image
+from treadle.importers.parquet_bounded import bounded_batches
 from treadle.importers.run import (
     ImportOptions,
     ImportResult,
@@ -160,12 +161,22 @@ def _array_shape(feature: Any) -> tuple[int, ...] | None:
 
 
 def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of one file (memory-mapped for local Arrow files)."""
+    """Record batches of one file (memory-mapped for local Arrow files), each validated: an
+    Arrow file's buffers are taken as they are, and an offset past its data would read
+    beyond it (a corrupt batch is :class:`CorruptData` naming the file and the batch)."""
+    for j, batch in enumerate(_file_batches(f, chunk_rows)):
+        try:
+            batch.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise CorruptData(f"HF data file {f.describe()}, batch {j} is corrupt: {e}") from None
+        yield batch
+
+
+def _file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
     where = f.describe()
     try:
         if f.kind == "parquet":
-            pf = pq.ParquetFile(_parquet_handle(f))
-            yield from pf.iter_batches(batch_size=chunk_rows)
+            yield from bounded_batches(_parquet_opener(f), chunk_rows)
             return
         if not f.source.url:
             mm = pa.memory_map(str(f.source.local_path(f.name)))
@@ -307,9 +318,16 @@ def iter_batches(
 
 
 def _parquet_handle(f: HfFile) -> Any:
+    return _parquet_opener(f)()
+
+
+def _parquet_opener(f: HfFile) -> Any:
+    """A function giving a fresh handle to the parquet file (an object is read once)."""
     if f.source.url:
-        return pa.BufferReader(f.source.read(f.name))
-    return str(f.source.local_path(f.name))
+        data = f.source.read(f.name)
+        return lambda: pa.BufferReader(data)
+    path = str(f.source.local_path(f.name))
+    return lambda: path
 
 
 def import_hf(

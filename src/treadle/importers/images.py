@@ -76,3 +76,16 @@ def _sniff(data: bytes) -> str | None:
 
 
 _BY_SIGNATURE = {"JPEG": "mjpeg", "PNG": "png", "WEBP": "webp"}
+
+
+def decoded_bytes(data: bytes) -> int:
+    """The bytes ``data`` (an encoded image) takes decoded to ``uint8 [H, W, 3]``, from its
+    header alone; ``len(data)`` when the header does not say (the decode will)."""
+    try:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(bytes(data))) as img:
+            w, h = img.size
+    except Exception:  # not an image Pillow reads (or a bomb it refuses): the decode says why
+        return len(data)
+    return max(len(data), w * h * 3)

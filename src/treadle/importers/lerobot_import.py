@@ -56,8 +56,11 @@ from treadle.importers.lerobot_meta import (
     LeRobotMeta,
     read_meta,
     read_source_stats,
+    rows_per_file,
+    values_per_row,
 )
 from treadle.importers.lerobot_report import VideoCodecs
+from treadle.importers.parquet_bounded import check_footer
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
 from treadle.plan.component import lerobot_episode
@@ -84,8 +87,8 @@ __all__ = [
 class _DataFiles:
     """The data parquet file of the current episode(s); one file in memory at a time."""
 
-    def __init__(self, source: Source):
-        self.source = source
+    def __init__(self, source: Source, meta: LeRobotMeta, file_rows: dict[str, int]):
+        self.source, self.meta, self.file_rows = source, meta, file_rows
         self.name: str | None = None
         self.table: pa.Table | None = None
         self.episodes: np.ndarray | None = None
@@ -100,6 +103,8 @@ class _DataFiles:
                 ) from None
             where = f"episode {ep.index}: data file {self.source.describe(ep.data_file)}"
             try:
+                rows = self.file_rows[ep.data_file]
+                check_footer(pa.BufferReader(raw), where, rows, values_per_row(self.meta))
                 table = pq.read_table(pa.BufferReader(raw))
             except (pa.ArrowException, OSError, ValueError) as e:
                 raise CorruptData(f"{where} is corrupt: {e}") from None
@@ -159,13 +164,17 @@ def iter_episodes(
     *,
     tolerance_s: float = 1e-4,
     threads: int | None = None,
+    file_rows: dict[str, int] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any], int]]:
     """``(episode name, columns for append_episode, bytes read)`` per episode, in order.
+
+    ``file_rows``: the rows of every episode of each data file (:func:`file_rows`; by
+    default those of ``meta.episodes``, which may be a part of the dataset's).
 
     Video decoding of upcoming episodes runs on a thread pool while earlier ones are written.
     """
     opts = opts or ImportOptions()
-    files = _DataFiles(source)
+    files = _DataFiles(source, meta, file_rows or rows_per_file(meta))
 
     def build(item: tuple[Episode, pa.Table]) -> tuple[str, dict[str, Any], int]:
         return _episode(source, meta, *item, opts, tolerance_s)
@@ -332,7 +341,9 @@ def _import(
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
         rows = eps = nbytes = 0
         part = meta if only is None else replace(meta, episodes=pick(meta.episodes, only))
-        episodes = iter_episodes(source, part, conv, tolerance_s=tolerance_s)
+        episodes = iter_episodes(
+            source, part, conv, tolerance_s=tolerance_s, file_rows=rows_per_file(meta)
+        )
         for (name, cols, n), ep in zip(prefetch(episodes, depth=1), part.episodes):
             videos.extend(codecs.report(name, ep, cols, meta, conv.rename))
             tw.append_episode(cols, episode=name, fps=meta.fps)

@@ -351,3 +351,24 @@ def read_source_stats(source: Source) -> dict[str, dict[str, list[Any]]]:
                 raise CorruptData(f"{where}: {feature}.{name} is not numbers") from None
             out.setdefault(feature, {})[name] = arr.tolist()
     return out
+
+
+def rows_per_file(meta: LeRobotMeta) -> dict[str, int]:
+    """Data file -> the rows its episodes have (what its footer may state)."""
+    out: dict[str, int] = {}
+    for e in meta.episodes:
+        out[e.data_file] = out.get(e.data_file, 0) + e.length
+    return out
+
+
+def values_per_row(meta: LeRobotMeta) -> int:
+    """The most leaf values one column of a data file may have a row: the largest feature
+    (a camera's frames are in video files, an image is one value: its bytes)."""
+    sizes = [1]
+    for f in meta.features.values():
+        if f.get("dtype") in ("video", "image"):
+            continue
+        shape = f.get("shape")
+        if isinstance(shape, list) and all(isinstance(d, int) and d > 0 for d in shape):
+            sizes.append(math.prod(shape))
+    return max(sizes)

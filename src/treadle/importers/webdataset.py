@@ -30,7 +30,8 @@ it cannot hold exactly (a float in an integer field, a key it does not have) rai
 are stored as floats when exact. ``json_as="text"`` keeps JSON members as their text.
 
 Bounded memory on any input: at most ``IN_FLIGHT_BYTES`` (512 MiB) of members are
-decoded at once, beyond one chunk; a member is read whole, so one larger than
+decoded at once, beyond one chunk (with ``images="decoded"``, an image counts as its pixels,
+read from its header); a member is read whole, so one larger than
 ``max_member_bytes`` (default 1 GiB) is refused from its tar header, before it is
 read; a compressed shard (``.tar.gz``, ``.tar.bz2``, ``.tar.xz``) is refused once it
 inflates past ``max_shard_bytes`` (default 2 GiB). Both errors
@@ -45,6 +46,7 @@ import json
 import math
 import pickle
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,7 +62,7 @@ from treadle.importers.arrow import (
     rows_to_table,
 )
 from treadle.importers.executor import Executor, pick
-from treadle.importers.images import IMAGE_EXTS, decode_image
+from treadle.importers.images import IMAGE_EXTS, decode_image, decoded_bytes
 from treadle.importers.run import (
     ImportOptions,
     ImportResult,
@@ -195,7 +197,8 @@ def iter_batches(
     opts = opts or ImportOptions()
     members: list[list[str]] = []  # the first sample's members
     limits = (max_member_bytes, max_shard_bytes)
-    raw = _raw_chunks(shards, opts.chunk_rows, limits, members, opts.rename)
+    weigh = partial(_bytes_of, decoded=opts.images == "decoded")
+    raw = _raw_chunks(shards, opts.chunk_rows, limits, members, opts.rename, weigh)
 
     def decode_chunk(chunk: _Chunk) -> tuple[list[str], list[dict[str, Any]]]:
         return [w for w, _ in chunk], [decode_sample(r, w, opts) for w, r in chunk]
@@ -203,7 +206,7 @@ def iter_batches(
     schema: pa.Schema | None = None
     hints: dict[str, str] = {}
     chunks = ordered_map(
-        decode_chunk, raw, threads, weight=_bytes_of, budget=IN_FLIGHT_BYTES, leave_running=True
+        decode_chunk, raw, threads, weight=weigh, budget=IN_FLIGHT_BYTES, leave_running=True
     )
     for wheres, rows in chunks:
         columns = [KEY_COLUMN] + [c for c in rows[0] if c != KEY_COLUMN]
@@ -222,6 +225,7 @@ def _raw_chunks(
     limits: tuple[int, int],
     members: list[list[str]],
     rename: dict[str, str] | None = None,
+    weigh: Any = None,
 ) -> Iterator[_Chunk]:
     """Raw samples ``(where, {ext: bytes})`` in chunks of ``chunk_rows`` (or 32 MiB); every
     sample's members checked against the first one's (kept in ``members``), and ``rename``
@@ -240,7 +244,7 @@ def _raw_chunks(
                     f"{where} has members {have}, earlier samples have {members[0]}"
                 )
             chunk.append((where, raw))
-            size += _bytes_of([(where, raw)])
+            size += (weigh or _bytes_of)([(where, raw)])
             if len(chunk) >= chunk_rows or size >= DEFAULT_CHUNK_BYTES:
                 yield chunk
                 chunk, size = [], 0
@@ -248,8 +252,16 @@ def _raw_chunks(
         yield chunk
 
 
-def _bytes_of(chunk: _Chunk) -> int:
-    return sum(len(v) for _, r in chunk for k, v in r.items() if k != "__key__")
+def _bytes_of(chunk: _Chunk, decoded: bool = False) -> int:
+    """The members' bytes, images counted as decoded (from their headers) when ``decoded``:
+    a 100 KB PNG of zeros may be 100 MB of pixels, and chunks and the decode budget are cut
+    by these bytes."""
+    return sum(
+        decoded_bytes(v) if decoded and k.rsplit(".", 1)[-1].lower() in IMAGE_EXTS else len(v)
+        for _, r in chunk
+        for k, v in r.items()
+        if k != "__key__"
+    )
 
 
 def import_webdataset(

@@ -26,6 +26,7 @@ from treadle.plan.select import component_runs
 from treadle.plan.shares import MAX_COMPONENTS, asked_shares, check_planned, realise_weights
 from treadle.plan.shuffle import BlockShuffle, resolve
 from treadle.plan.stages import Schedule, check_schedule
+from treadle.plan.video_sizes import check_video_sizes
 from treadle.plan.windows import Rows, Video, Windows, batch_column_kind, default_columns
 from treadle.table.off_grid import recorded_off_grid
 
@@ -171,6 +172,8 @@ class Recipe:
             entry, runs = _component_entry(comp, i, t, tables[t], episodes[t])
             comps.append(entry)
             anchors.append(runs)
+        on = [tables[t] for t in table_of]
+        check_video_sizes(self.components, on, [episodes[t] for t in table_of], anchors)
         weights = [c.weight for c in self.components]
         # weigh_by="moments": each weight times its eligible moments, as exact rationals
         sizes = None if self.weigh_by is None else [c.eligible for c in comps]

@@ -18,6 +18,7 @@ import numpy as np
 from treadle.errors import PlanError, VideoError
 from treadle.names import check_name
 from treadle.plan.column_kinds import batch_column_kind, default_columns
+from treadle.table.off_grid import check_on_grid
 from treadle.video.frame_spec import DTYPES, FrameSpec
 
 __all__ = ["Rows", "Video", "Windows", "batch_column_kind", "default_columns", "spec_from_json"]
@@ -92,21 +93,6 @@ def frame_offsets(
             )
         out.append(int(f))
     return _offsets(out, where)
-
-
-def _check_on_grid(spec: Video, rec: Mapping[str, Any], fps: float | None, where: str) -> None:
-    dev = float(rec["deviation_s"])
-    if dev <= spec.tolerance_s:
-        return
-    rate = "its fps" if fps is None else f"{fps:g} fps"
-    raise PlanError(
-        f"{where}: seconds={list(spec.seconds or ())[:5]} cannot be read from this column: "
-        f"episode {rec['episode']!r} shows its frames up to {dev:.6g} s away from the frame "
-        f"times at {rate} (a variable-frame-rate video, or timestamps that do not follow its "
-        f"rate), more than tolerance_s={spec.tolerance_s:g}; frame k is row k, so a time "
-        "would pick a frame shown at another time. Give frame offsets instead, or re-encode "
-        "the video at a constant rate"
-    )
 
 
 def _offsets_json(offsets: tuple[int, ...]) -> Any:
@@ -386,7 +372,7 @@ class Windows:
         for c, s in self.specs:
             rec = (off_grid or {}).get(c)
             if isinstance(s, Video) and s.seconds is not None and rec is not None:
-                _check_on_grid(s, rec, fps, f"{where}, column {c!r}")
+                check_on_grid(s.seconds, s.tolerance_s, rec, fps, f"{where}, column {c!r}")
         return Windows({c: s.at_fps(fps, f"{where}, column {c!r}") for c, s in self.specs})
 
     def to_json(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from treadle import reaper
 from treadle.concurrency import CONCURRENCY
+from treadle.fork_locks import check_not_forked
 
 T = TypeVar("T")
 
@@ -105,8 +106,10 @@ def prefetch(
     live[t] = stop
     reaper.start()
     t.start()
+    home, getpid = os.getpid(), os.getpid  # (bound: finalised in teardown, os may be None)
     try:
         while True:
+            check_not_forked(home, f"a prefetch iterator ({name})")  # else q.get() never returns
             ok, item = q.get()
             if not ok:
                 raise item
@@ -114,12 +117,15 @@ def prefetch(
                 break
             yield item
     except GeneratorExit:  # maybe a finalizer, on any thread: never wait here
-        stop.set()
-        reaper.reap(_stop, t, stop, closed_wait, live, close)
+        # (in a forked child the thread, and what close() ends, are the parent's)
+        if getpid() == home:
+            stop.set()
+            reaper.reap(_stop, t, stop, closed_wait, live, close)
         raise
     except BaseException:  # a failure or an interrupt: a producer hung in a read is left
-        stop.set()
-        reaper.reap(_stop, t, stop, GIVE_UP_S, live, close)
+        if getpid() == home:
+            stop.set()
+            reaper.reap(_stop, t, stop, GIVE_UP_S, live, close)
         raise
     stop.set()
     t.join()  # it has handed over its end: it is on its way out
@@ -209,6 +215,7 @@ def ordered_map(
     pending: deque[tuple[Future[T], int]] = deque()
     load = 0
     reaper.start()
+    home, getpid, reap = os.getpid(), os.getpid, reaper.reap  # bound: finalised in teardown
     try:
         for item in it:
             w = weight(item) if weight is not None else 0
@@ -218,21 +225,29 @@ def ordered_map(
             while pending and (len(pending) >= ahead or _over(load, budget)):
                 done, w = pending.popleft()
                 load -= w
-                yield done.result()
+                yield _result(done, home)
         while pending:
-            yield pending.popleft()[0].result()
+            yield _result(pending.popleft()[0], home)
     except GeneratorExit:  # closed early, maybe a finalizer on any thread: never wait here
-        reaper.reap(_shut, pending, pool, it, True)
+        if getpid() == home:  # a forked child's pool threads are the parent's
+            reap(_shut, pending, pool, it, True)
         raise
     except BaseException:
         # A failure or an interrupt (Ctrl-C): items still running may be left to end on
         # their daemon threads, so a read hung on a dead server holds neither the caller
         # nor the interpreter's exit (a ThreadPoolExecutor waited for them, minutes).
-        _shut(pending, pool, it, not leave_running)
+        if getpid() == home:
+            _shut(pending, pool, it, not leave_running)
         raise
     pool.shutdown(False)  # every item has ended: the threads just go
     if hasattr(it, "close"):
         it.close()
+
+
+def _result(done: Future[T], home: int) -> T:
+    """``done.result()``, a ForkError in a forked child (the threads it waits for are not there)."""
+    check_not_forked(home, "a thread-pool map (ordered_map)")
+    return done.result()
 
 
 def _shut(pending: deque[tuple[Future[Any], int]], pool: _DaemonPool, it: Iterator[Any],

@@ -16,7 +16,8 @@ changed version, which the caller commits exactly as it is
 - **rename / drop columns**: the schema only (the same Lance operations run on an empty
   scratch dataset to produce it); no data file is written.
 - **delete rows**: each fragment holding a deleted row is written again without them
-  (its columns, not the media objects video columns point at). Fragments never carry
+  (its columns, not the media objects video columns point at); what the schema records
+  of the deleted episodes (off-grid videos, image sizes) leaves with them. Fragments never carry
   Lance deletion files: a deletion file would switch off the mapped reads and cannot be
   listed by the explicit commits other branches make.
 - **added columns for staged rows**: rows staged against a version before an
@@ -30,7 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.errors import TreadleError
 from treadle.table.defaults import default_column
-from treadle.table.schema_records import renamed_records
+from treadle.table.schema_records import records_without, renamed_records
 
 _BATCH_ROWS = 65536  # rows per record batch handed to Lance
 _TOMBSTONE = -2  # Lance's field id of a column a data file still holds but no longer serves
@@ -148,7 +149,12 @@ def replace_column(ds: lance.LanceDataset, name: str, new_values: dict[int, pa.A
 def _scratch_schema(ds: lance.LanceDataset, change: Callable[[lance.LanceDataset], None]) -> Any:
     """The Lance schema ``change`` makes of ``ds``'s, run on an empty local copy."""
     with tempfile.TemporaryDirectory(prefix="treadle-schema-") as d:
-        scratch = lance.LanceDataset.commit(d, lance.LanceOperation.Overwrite(ds.lance_schema, []))
+        lance.LanceDataset.commit(d, lance.LanceOperation.Overwrite(ds.lance_schema, []))
+        # a new dataset's first version numbers its fields 0..n-1: after a drop, the next
+        # rename or drop then named another column's data (the dropped one's) by a field;
+        # an overwrite of an existing dataset keeps the ids it is given
+        op = lance.LanceOperation.Overwrite(ds.lance_schema, [])
+        scratch = lance.LanceDataset.commit(d, op, read_version=1)
         change(scratch)
         return lance.dataset(d).lance_schema
 
@@ -181,11 +187,29 @@ def drop_columns(ds: lance.LanceDataset, names: list[str]) -> Edited:
     return Edited(schema, [f.metadata for f in ds.get_fragments()])
 
 
+def schema_with(ds: lance.LanceDataset, records: dict[str, str | None]) -> Any:
+    """``ds``'s Lance schema with its schema metadata entries ``records`` changed (None:
+    removed), field ids kept."""
+    if not records:
+        return ds.lance_schema
+    return _scratch_schema(ds, lambda s: s.update_schema_metadata(records))
+
+
+def schema_without(ds: lance.LanceDataset, episodes: Iterable[str]) -> Any:
+    """``ds``'s Lance schema once ``episodes`` are deleted or purged: what it records of
+    them gone (:func:`~treadle.table.schema_records.records_without`), field ids kept."""
+    return schema_with(ds, records_without(ds.schema, episodes))
+
+
 def delete_rows(
-    ds: lance.LanceDataset, drop: dict[int, np.ndarray], before_write: Callable[[], None]
+    ds: lance.LanceDataset,
+    drop: dict[int, np.ndarray],
+    before_write: Callable[[], None],
+    episodes: Iterable[str] = (),
 ) -> Edited:
     """``ds`` without the rows ``drop[i]`` (bool, one per row) marks in fragment ``i``:
-    each such fragment written again without them; rows keep their order."""
+    each such fragment written again without them; rows keep their order. ``episodes``:
+    the episodes deleted, whose entries leave the schema's records."""
     metas: list[FragmentMetadata] = []
     for i, frag in enumerate(ds.get_fragments()):
         if i not in drop:
@@ -195,7 +219,7 @@ def delete_rows(
         if keep.num_rows:
             before_write()
             metas.extend(write_fragments(keep, ds, schema=ds.schema, max_rows_per_file=1 << 30))
-    return Edited(ds.lance_schema, metas)
+    return Edited(schema_without(ds, episodes), metas)
 
 
 def spread(meta: FragmentMetadata) -> bool:

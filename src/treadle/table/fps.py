@@ -64,3 +64,19 @@ def episode_fps(fps: object, video_rates: dict[str, float], where: str) -> float
                 f"{where}: video column {col!r} is {float(r):g} fps, the episode's fps is {rate:g}"
             )
     return rate
+
+
+def merge_fps(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
+    """``schema`` recording the fps ``other`` records too (rows written apart that meet: a
+    rebased transaction, a merge, an import's processes); :class:`SchemaMismatch` when
+    both record different ones (the table would claim one rate for rows of another)."""
+    mine, theirs = schema_fps(schema), schema_fps(other)
+    if theirs is None or (mine is not None and same_rate(mine, theirs)):
+        return schema
+    if mine is not None:
+        raise SchemaMismatch(
+            f"rows written apart name different frame rates, {mine:g} and {theirs:g} fps (a "
+            "table has one frame rate, set by its first write that names one); nothing was "
+            "committed"
+        )
+    return with_fps(schema, theirs, "")

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.table.episodes import EPISODE, FRAME
-from treadle.table.evolve import Edited
+from treadle.table.evolve import Edited, schema_without
 
 
 def _numeric(t: pa.DataType) -> bool:
@@ -117,6 +117,6 @@ def scrub_version(
         metas.extend(written)
         memo[key] = written
         out.written.extend(df.path for meta in written for df in meta.files)
-    if out.replaced:
-        out.edited = Edited(ds.lance_schema, metas)
+    if out.replaced:  # what the schema records of the purged episodes goes too
+        out.edited = Edited(schema_without(ds, episodes), metas)
     return out

@@ -27,6 +27,7 @@ import torch
 from treadle import reaper
 from treadle.concurrency import CONCURRENCY
 from treadle.errors import PlanError
+from treadle.fork_locks import check_not_forked
 from treadle.plan.nextuse import NodeNextUse
 from treadle.plan.plan import Plan
 from treadle.read.budget import check_batch_fits
@@ -66,7 +67,9 @@ _OPEN: weakref.WeakSet[Iterator[Any]] = weakref.WeakSet()
 _HOOKED: list[bool] = []
 
 
-def _close_at_exit(it: Iterator[Any]) -> None:
+def close_at_exit(it: Iterator[Any]) -> None:
+    """Close ``it`` (a loader's or dataset's iterator) at interpreter exit if it is not
+    finished by then."""
     # Registered at the first iteration, so it runs before (atexit is last-in, first-out)
     # the store's event-loop shutdown registered by the first store request.
     if not _HOOKED:
@@ -169,7 +172,7 @@ class StepLoader:
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         it = self._deliver()
-        _close_at_exit(it)
+        close_at_exit(it)
         return it
 
     def _deliver(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -179,6 +182,7 @@ class StepLoader:
         mine = self._iterators
         pin = self.device.type == "cuda"
         at = self._next_step
+        home = os.getpid()
         while True:
             source = self._processes() if self.workers else self._thread()
             try:
@@ -189,9 +193,12 @@ class StepLoader:
                     batch = to_torch(arrays, self.device, pin)
                     self._next_step = at = at + 1
                     yield batch
+                    # resumed in a forked child: its reader threads are not there and its
+                    # worker processes are the parent's (a hang, or the parent's batches)
+                    check_not_forked(home, f"this {type(self).__name__}'s iterator")
             finally:
                 close = getattr(source, "close", None)
-                if close is not None:
+                if close is not None and os.getpid() == home:
                     close()
             if self._next_step == at:
                 return

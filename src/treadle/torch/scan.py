@@ -31,13 +31,14 @@ import torch
 
 from treadle import reaper
 from treadle.errors import PlanError
+from treadle.fork_locks import check_not_forked
 from treadle.plan.null_rows import check_scan_rows
 from treadle.plan.permute import Domain, Domains, derive_key, permute
 from treadle.read.columns import moment_columns
 from treadle.read.sample_reader import SampleArrays, SampleReader
 from treadle.table.table import ScanRequest
 from treadle.torch.convert import to_torch
-from treadle.torch.delivery import default_rank_world
+from treadle.torch.delivery import close_at_exit, default_rank_world
 
 _SCAN_DOMAIN = 0x5CA11
 
@@ -133,6 +134,11 @@ class ScanDataset(torch.utils.data.IterableDataset):
         return self._rows[idx.astype(np.int64)]
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        it = self._batches()
+        close_at_exit(it)  # one left unfinished is closed while the interpreter still runs
+        return it
+
+    def _batches(self) -> Iterator[dict[str, torch.Tensor]]:
         info = torch.utils.data.get_worker_info()
         if os.getpid() != self._home_pid:
             raise RuntimeError(
@@ -149,10 +155,13 @@ class ScanDataset(torch.utils.data.IterableDataset):
         samples = (self._samples(order, i) for i in mine)
         batches = reader.read_many(samples)
         # closed early (maybe by a finalizer, on any thread) the reaper closes the reader
+        home = os.getpid()
         with reaper.closing(reader.close, inner=batches):
             for k, (_, out) in enumerate(batches, start=self._skip):
                 self._yielded = k + 1
                 yield to_torch(out)
+                # resumed in a forked child: the reader's threads are not there (a hang)
+                check_not_forked(home, "this ScanDataset's iterator")
         self._skip = 0
 
     def _samples(self, order: np.ndarray, i: int) -> SampleArrays:

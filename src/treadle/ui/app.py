@@ -30,7 +30,7 @@ from treadle.errors import InvalidName, NotFound, PlanError, TreadleError
 from treadle.names import check_name
 from treadle.ui import browse, image_frames, media, runs, step
 from treadle.ui import episode as ep
-from treadle.ui.gates import LOOPBACK, HostGate, TokenGate, same_origin
+from treadle.ui.gates import LOOPBACK, HostGate, SiteGate, TokenGate, same_origin
 from treadle.ui.html import STATIC, error_page
 from treadle.ui.readonly import ViewerClient
 
@@ -40,25 +40,46 @@ MAX_INT = 2**63 - 1
 
 
 class ByteLRU:
-    """A thread-safe LRU of byte strings bounded by their total size."""
+    """A thread-safe LRU of byte strings bounded by their total size. A value is made once
+    for concurrent askers of one key (a browser asks for a video in several ranges at
+    once), and at most ``builds`` values are made at a time."""
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, builds: int = 2):
         self.max_bytes = max_bytes
         self._items: OrderedDict[Any, bytes] = OrderedDict()
+        self._size = 0
         self._lock = threading.Lock()
+        self._making: dict[Any, threading.Lock] = {}
+        self._builds = threading.BoundedSemaphore(builds)
 
-    def get(self, key: Any, make: Callable[[], bytes]) -> bytes:
+    def _hit(self, key: Any) -> bytes | None:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        value = make()
+            return None
+
+    def get(self, key: Any, make: Callable[[], bytes]) -> bytes:
+        hit = self._hit(key)
+        if hit is not None:
+            return hit
         with self._lock:
-            self._items[key] = value
-            while (
-                sum(len(v) for v in self._items.values()) > self.max_bytes and len(self._items) > 1
-            ):
-                self._items.popitem(last=False)
+            making = self._making.setdefault(key, threading.Lock())
+        with making:  # another asker's make of this key: wait for it, then take its value
+            hit = self._hit(key)
+            if hit is not None:
+                return hit
+            try:
+                with self._builds:
+                    value = make()
+                with self._lock:
+                    self._items[key] = value
+                    self._size += len(value)
+                    while self._size > self.max_bytes and len(self._items) > 1:
+                        self._size -= len(self._items.popitem(last=False)[1])
+            finally:
+                with self._lock:
+                    self._making.pop(key, None)
         return value
 
 
@@ -154,7 +175,10 @@ def _video(app_state: Any, request: Request, project: str, table: str, version: 
     _, start, length = ep.find_episode(tab, episode_)
 
     def make() -> bytes:
-        return media.to_mp4(client.store, media.episode_video(tab, column, start, length))
+        video = media.episode_video(tab, column, start, length)
+        where = f"episode {episode_!r} of table {table!r} v{version}, column {column!r}"
+        media.check_video_size(video, app_state.videos.max_bytes, where)
+        return media.to_mp4(client.store, video)
 
     data = app_state.videos.get((project, table, version, episode_, column), make)
     headers = {"Accept-Ranges": "bytes", "Content-Type": "video/mp4",
@@ -167,7 +191,7 @@ def _video(app_state: Any, request: Request, project: str, table: str, version: 
         return Response(data, headers=headers)
     a, b = rng
     headers["Content-Range"] = f"bytes {a}-{b - 1}/{len(data)}"
-    return Response(data[a:b], status_code=206, headers=headers)
+    return Response(memoryview(data)[a:b], status_code=206, headers=headers)  # no copy
 
 
 def _frame_png(client: Any, project: str, table: str, version: int, episode_: str,
@@ -271,10 +295,12 @@ def _routes(state: Any) -> list[Any]:
                                                           q(req, "start", 0), q(req, "count", 200)),
             "json")),
         Route(s, endpoint(lambda req, project, run_id, n: step.step_shell(
-            r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1)))),
+            r.plan(project, run_id), n, q(req, "rank", 0), q(req, "world_size", 1),
+            q(req, "offset", 0)))),
         Route(s + "/samples", endpoint(lambda req, project, run_id, n: step.samples_table(
             step.read_step(r.plan(project, run_id), n, q(req, "rank", 0),
-                           q(req, "world_size", 1), anchors=True)))),
+                           q(req, "world_size", 1), anchors=True, first=q(req, "offset", 0),
+                           count=step.PAGE)))),
         Route(s + "/samples/{k}", endpoint(lambda req, project, run_id, n, k: step.sample_html(
             step.read_step(r.plan(project, run_id), n, q(req, "rank", 0),
                            q(req, "world_size", 1), sample=_path_int(k, "sample"))))),
@@ -302,5 +328,5 @@ def create_app(client: Any, token: str | None = None, *, allow_hosts: Iterable[s
     app = Starlette(routes=_routes(_State(client, video_cache_bytes)),
                     exception_handlers={404: _no_page})  # fmt: skip
     if token:
-        return TokenGate(app, token)
-    return HostGate(app, [*LOOPBACK, *allow_hosts])
+        return TokenGate(SiteGate(app), token)
+    return HostGate(SiteGate(app), [*LOOPBACK, *allow_hosts])

@@ -29,6 +29,15 @@ MAX_ROWS = 100_000
 "episode" of every row, and a page never reads a whole large table."""
 MAX_TEXTS, MAX_TEXT = 20, 200
 """Distinct values shown per text column, and characters shown of each."""
+MAX_PLOTTED = 2_000_000
+"""Values an episode's plots carry in all (rows x plotted dimensions): a table of many
+numeric columns plots its first ``MAX_PLOTTED // dimensions`` rows (``shown``; the page
+says so)."""
+READ_VALUES = 1 << 21
+"""Values read at once for the plots (rows x every dimension of the numeric columns): a
+wide column (an embedding of 2048 floats per row) is read in blocks of rows, never whole."""
+TEXT_BYTES = 16 << 20
+"""About how many bytes of text columns are read at once."""
 
 
 def check_episode_name(episode: str) -> str:
@@ -110,47 +119,85 @@ def _image_figures(tab: Any, base: str, query: str, frame: int) -> str:
     return "".join(out)
 
 
-def _as_series(column: pa.ChunkedArray) -> tuple[list[list[float | None]], int]:
-    """Per dimension, the values over time (a scalar column is one dimension; a null, NaN
-    or infinite value is None: strict JSON, a gap in the plot), and how many were NaN or
-    infinite."""
+def _as_series(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The first :data:`MAX_DIMS` dimensions of a numeric column as float64 ``[rows, d]``
+    (a scalar column is one dimension; null rows NaN) and its null rows."""
     arr = column.combine_chunks()
     is_list = pa.types.is_fixed_size_list(arr.type)
     n = arr.type.list_size if is_list else 1
     nulls = arr.is_null().to_numpy(zero_copy_only=False)
-    flat = np.full((len(arr), n), np.nan)  # an added column is null where never set
+    flat = np.full((len(arr), min(n, MAX_DIMS)), np.nan)  # an added column: null where never set
     values = arr.drop_null().flatten() if is_list else arr.drop_null()
-    flat[~nulls] = (
-        values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False).reshape(-1, n)
-    )
-    flat = flat[:, :MAX_DIMS]
-    bad = ~np.isfinite(flat)
-    nonfinite = int(bad[~nulls].sum())
-    series = flat.astype(object)
-    series[bad | nulls[:, None]] = None
-    return [series[:, d].tolist() for d in range(series.shape[1])], nonfinite
+    values = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    flat[~nulls] = values.reshape(-1, n)[:, :MAX_DIMS]
+    return flat, nulls
+
+
+def _width(t: pa.DataType) -> int:
+    return t.list_size if pa.types.is_fixed_size_list(t) else 1
+
+
+def _row_blocks(start: int, count: int, per_block: int) -> Any:
+    """Row numbers ``start .. start+count`` in blocks of at most ``per_block``."""
+    for a in range(0, count, per_block):
+        yield np.arange(start + a, start + min(count, a + per_block), dtype=np.int64)
+
+
+def _series(tab: Any, nums: list[str], start: int, shown: int) -> tuple[dict, dict]:
+    """Per numeric column and plotted dimension, the values of rows ``start..start+shown``
+    (a null, NaN or infinite value is None: strict JSON, a gap in the plot), and per
+    column how many were NaN or infinite. Read in blocks of :data:`READ_VALUES` values."""
+    width = sum(_width(tab.schema.field(c).type) for c in nums)
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in nums}
+    for rows in _row_blocks(start, shown if nums else 0, max(1, READ_VALUES // max(1, width))):
+        got = tab.take(rows, nums)
+        for c in nums:
+            parts[c].append(_as_series(got.column(c)))
+    series, nonfinite = {}, {}
+    for c, blocks in parts.items():
+        flat = np.concatenate([f for f, _ in blocks])
+        nulls = np.concatenate([n for _, n in blocks])
+        bad = ~np.isfinite(flat)
+        if int(bad[~nulls].sum()):
+            nonfinite[c] = int(bad[~nulls].sum())
+        values = flat.astype(object)
+        values[bad | nulls[:, None]] = None
+        series[c] = [values[:, d].tolist() for d in range(values.shape[1])]
+    return series, nonfinite
+
+
+def _texts(tab: Any, texts: list[str], start: int, count: int) -> dict[str, list[str]]:
+    """The first :data:`MAX_TEXTS` distinct values of each text column in rows
+    ``start..start+count`` (each cut to :data:`MAX_TEXT` characters), read in blocks of
+    about :data:`TEXT_BYTES` and only until each column has its :data:`MAX_TEXTS`."""
+    found: dict[str, dict[str, None]] = {c: {} for c in texts}
+    a, per_block = 0, 1024
+    while texts and a < count and any(len(v) < MAX_TEXTS for v in found.values()):
+        got = tab.take(np.arange(start + a, start + min(count, a + per_block), dtype=np.int64),
+                       texts)  # fmt: skip
+        for c in texts:
+            for v in got.column(c).unique().drop_null().to_pylist():
+                if len(found[c]) < MAX_TEXTS:
+                    found[c].setdefault(v)
+        a += got.num_rows
+        per_block = max(1, min(1 << 16, TEXT_BYTES * got.num_rows // max(1, got.nbytes)))
+    return {c: sorted(v[:MAX_TEXT] for v in values) for c, values in found.items()}
 
 
 def episode_data(client: Any, name: str, tname: str, version: int, episode: str) -> dict:
-    """The numbers and strings of one episode (one take of its rows)."""
+    """The numbers and strings of one episode: its first :data:`MAX_ROWS` rows, fewer
+    when its numeric columns plot more than :data:`MAX_PLOTTED` values (``shown``)."""
     tab = client.table(name, tname, version)
     _, start, length = find_episode(tab, episode)
     nums = numeric_columns(tab)
     texts = [f.name for f in tab.schema
              if f.name != "episode" and (pa.types.is_string(f.type)
                                          or pa.types.is_large_string(f.type))]  # fmt: skip
-    shown = min(length, MAX_ROWS)
-    rows = tab.take(np.arange(start, start + shown, dtype=np.int64), nums + texts)
-    got = {c: _as_series(rows.column(c)) for c in nums}
-    series = {c: s for c, (s, _) in got.items()}
-    nonfinite = {c: n for c, (_, n) in got.items() if n}
-    dims = {c: (rows.schema.field(c).type.list_size
-                if pa.types.is_fixed_size_list(rows.schema.field(c).type) else 1)
-            for c in nums}  # fmt: skip
-    tasks = {}
-    for c in texts:
-        values = rows.column(c).unique().drop_null().to_pylist()
-        tasks[c] = sorted(v[:MAX_TEXT] for v in values[:MAX_TEXTS])
+    dims = {c: _width(tab.schema.field(c).type) for c in nums}
+    plotted = sum(min(d, MAX_DIMS) for d in dims.values())
+    shown = min(length, MAX_ROWS, max(1, MAX_PLOTTED // max(1, plotted)))
+    series, nonfinite = _series(tab, nums, start, shown)
+    tasks = _texts(tab, texts, start, min(length, MAX_ROWS))
     return {"frames": length, "shown": shown, "fps": tab.fps or 30.0, "series": series,
             "dims": dims, "nonfinite": nonfinite, "tasks": tasks,
             "videos": list(tab.video_columns),

@@ -12,6 +12,7 @@ frame as PNG (the frame under the cursor: RGB, grey, or 16-bit grey) and HTTP by
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import av
 import numpy as np
 
 from treadle import layout
-from treadle.errors import CorruptData, NotFound
+from treadle.errors import CorruptData, NotFound, UnsafeInput
 from treadle.storage.store import RangeRequest
 from treadle.video.nal import NAL_PPS, NAL_SPS, iter_nal_units
 
@@ -70,6 +71,17 @@ def episode_video(table: Table, column: str, start: int, length: int) -> Episode
         height=int(arr["height"][0]),
         fps=float(arr["fps"][0]),
     )
+
+
+def check_video_size(video: EpisodeVideo, most: int, where: str) -> None:
+    """:class:`~treadle.errors.UnsafeInput` naming ``where`` when the stored bytes an
+    episode's MP4 is made of (read whole, then kept whole) are over ``most``."""
+    span = int((video.offset + video.size).max() - video.offset.min()) if len(video.size) else 0
+    if span > most:
+        raise UnsafeInput(
+            f"{where}: its stored video is {span:,} bytes; the viewer plays at most {most:,} "
+            "per episode (its video cache): step through it with the frame under the cursor"
+        )
 
 
 def _packets(store: Store, video: EpisodeVideo) -> list[bytes]:
@@ -123,20 +135,23 @@ def _mux(path: str, packets: list[bytes], video: EpisodeVideo, display: Any, del
             out.mux(pkt)
 
 
+_RANGE = re.compile(r"\s*bytes\s*=\s*([0-9]*)\s*-\s*([0-9]*)\s*", re.IGNORECASE)
+
+
 def byte_range(header: str | None, total: int) -> tuple[int, int] | None:
     """``(start, end)`` (end exclusive) of a ``Range: bytes=a-b`` header, None for the whole.
 
-    Raises ValueError for a range that cannot be served (the caller answers 416).
+    Raises ValueError for a range that cannot be served or is not one range of decimal
+    digits (``bytes=1_0-20`` and ``bytes=+1-2`` are no ranges; the caller answers 416).
     """
     if not header:
         return None
-    unit, _, spec = header.partition("=")
-    if unit.strip() != "bytes" or "," in spec:
+    found = _RANGE.fullmatch(header)
+    if not found or not any(found.groups()):
         raise ValueError(header)
-    first, _, last = spec.strip().partition("-")
+    first, last = found.groups()
     if first == "":
-        n = int(last)
-        start, end = max(0, total - n), total
+        start, end = max(0, total - int(last)), total
     else:
         start = int(first)
         end = min(total, int(last) + 1) if last else total

@@ -13,6 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from treadle.errors import NotFound, TreadleError
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from treadle.catalog.client import Project
 
 _RUN_ID = re.compile(r"[0-9a-f]{16}")
+RECORD_BYTES = 16 << 20
+"""About how many bytes of a run-record table the runs pages read at once."""
 _RUN_ID_PREFIX = re.compile(r"[0-9a-f]{4,16}")
 
 
@@ -72,13 +75,24 @@ def _step(value: Any) -> int | None:
     return value
 
 
+def _rows(tab: Any, cols: list[str]) -> Any:
+    """The rows of ``cols`` as dicts, read in blocks of about :data:`RECORD_BYTES` (a
+    table of records is read whole, but never held whole)."""
+    a, per_block, total = 0, 16, tab.num_moments
+    while a < total:
+        got = tab.take(np.arange(a, min(total, a + per_block), dtype=np.int64), cols)
+        yield from got.to_pylist()
+        a += got.num_rows
+        per_block = max(1, min(1 << 16, RECORD_BYTES * got.num_rows // max(1, got.nbytes)))
+
+
 def _table_runs(tab: Any, branch: str, runs: dict[str, dict[str, Any]]) -> int:
     """Add the run records of one table to ``runs``; how many rows hold none. ValueError
     (or what reading it raises) when the table only looks like run records."""
     cols = ["run_id", "record"] + (["step"] if "step" in tab.schema.names else [])
     found: dict[str, dict[str, Any]] = {}
     bad = 0
-    for row in tab.to_arrow(cols).to_pylist():
+    for row in _rows(tab, cols):
         run = found.get(row["run_id"]) or runs.get(row["run_id"])
         if run is None:
             record = _record(row["record"])

@@ -3,7 +3,8 @@
 The URL printed (and opened, unless ``open_browser=False``) carries the token when there
 is one (percent-encoded), and the port bound (``--port 0``: the one the system chose); a
 port in use is one line and exit 1. uvicorn's access log is off (a logged URL would show
-the token) and the viewer logs nothing of the store's options.
+the token) and the viewer logs nothing of the store's options; a client must send each
+request's headers within :data:`treadle.ui.deadline.HEADER_SECONDS` (slow-loris).
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def serve(client: Any, host: str = "127.0.0.1", port: int = 8765, token: str | N
     import uvicorn
 
     from treadle.ui.app import create_app
+    from treadle.ui.gates import allowed_host
 
+    for name in allow_hosts:  # before the port is bound: a typo is one line, not a viewer
+        allowed_host(name)
     given = token
     token = check_host(host, token)
     sock = bind(host, port)
@@ -71,5 +75,14 @@ def serve(client: Any, host: str = "127.0.0.1", port: int = 8765, token: str | N
     print(f"treadle ui: serving {link} (read-only; Ctrl-C stops)", flush=True)
     if open_browser:
         threading.Timer(1.0, lambda: webbrowser.open(link)).start()
-    config = uvicorn.Config(app, access_log=False, log_level="warning")
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(server_config(app)).run(sockets=[sock])
+
+
+def server_config(app: Any) -> Any:
+    """uvicorn's configuration of the viewer: no access log (a logged URL would show the
+    token), and a deadline for each request's headers (:mod:`treadle.ui.deadline`)."""
+    import uvicorn
+
+    from treadle.ui.deadline import DeadlineProtocol
+
+    return uvicorn.Config(app, access_log=False, log_level="warning", http=DeadlineProtocol)

@@ -36,6 +36,9 @@ from treadle.video.frame_spec import RAW16
 _IDS = ("_component", "_moment", "_episode", "_frame")
 THUMB = 128
 """The longest side, in pixels, of an anchor frame on a step page's first screen."""
+PAGE = 256
+"""Samples per page of a step in the viewer (a batch of 8192 is 32 pages, each read and
+decoded on its own; ``treadle show`` writes every sample)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class StepView:
     arrays: dict[str, np.ndarray]
     anchors: bool = False
     cameras: frozenset[str] = frozenset()  # batch columns of decoded frames (video, images)
+    total: int = 0  # samples of the step on this rank (``samples`` may be one page of them)
 
 
 def _anchor(cs: ColumnSpec) -> ColumnSpec:
@@ -80,11 +84,17 @@ def _reader(plan: Plan, anchors: bool) -> tuple[SampleReader, frozenset[str]]:
 
 
 def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1, *,
-              anchors: bool = False, sample: int | None = None) -> StepView:  # fmt: skip
-    """Plan the batch (pure), then read it with the loader's reader: every sample, or
-    the one at index ``sample``; ``anchors``: one frame per video window (first screen)."""
+              anchors: bool = False, sample: int | None = None, first: int = 0,
+              count: int | None = None) -> StepView:  # fmt: skip
+    """Plan the batch (pure), then read it with the loader's reader: every sample (or
+    ``count`` from index ``first``), or the one at index ``sample``; ``anchors``: one
+    frame per video window (first screen)."""
     batch = plan.batch(step, rank, world_size)
-    ks = np.arange(len(batch)) if sample is None else np.array([sample])
+    end = len(batch) if count is None else min(len(batch), max(0, first) + max(0, count))
+    ks = np.arange(max(0, first), end) if sample is None else np.array([sample])
+    if sample is None and first and not len(ks):
+        raise NotFound(f"step {batch.step} has samples 0..{len(batch) - 1} on rank {rank}, "
+                       f"none from {first}")  # fmt: skip
     if sample is not None and not 0 <= sample < len(batch):
         raise NotFound(f"step {batch.step} has samples 0..{len(batch) - 1} on rank "
                              f"{rank}, not sample {sample}")  # fmt: skip
@@ -107,7 +117,8 @@ def read_step(plan: Plan, step: int, rank: int = 0, world_size: int = 1, *,
             "frame": int(arrays["_frame"][i]), "moment": int(batch.moment[k]),
             "pad": {p[: -len("_is_pad")]: arrays[p][i].astype(bool).tolist() for p in pads},
         })  # fmt: skip
-    return StepView(plan, batch.step, rank, world_size, samples, arrays, anchors, cameras)
+    return StepView(plan, batch.step, rank, world_size, samples, arrays, anchors, cameras,
+                    len(batch))  # fmt: skip
 
 
 def step_json(view: StepView) -> dict[str, Any]:
@@ -119,7 +130,10 @@ def step_json(view: StepView) -> dict[str, Any]:
 
 def _frames(arr: np.ndarray) -> np.ndarray | None:
     """``[T, H, W, C]`` frames of one sample's camera window: uint8 RGB (C 3) or grey
-    (C 1), or an image column's 16-bit values; None for float frames."""
+    (C 1), or an image column's 16-bit values (one frame with no time axis, ``[H, W, C]``
+    or ``[C, H, W]``, as ``T`` 1); None for float frames."""
+    if arr.dtype in (np.uint8, np.uint16) and arr.ndim == 3:
+        arr = arr[None]  # a camera read without a window: the moment's frame
     if arr.dtype not in (np.uint8, np.uint16) or arr.ndim != 4:
         return None
     if arr.shape[-1] in (1, 3):
@@ -219,7 +233,24 @@ def samples_table(view: StepView, *, links: bool = True) -> str:
         rows.append([s["slot"], s["component"], esc(s["table"]), ep, s["frame"], s["moment"],
                      esc(pads), windows])  # fmt: skip
     head = ["slot", "component", "table", "episode", "frame", "moment", "padded", "windows"]
-    return table(head, rows, raw=True, id_="samples")
+    return _pager(view, links) + table(head, rows, raw=True, id_="samples")
+
+
+def _pager(view: StepView, links: bool) -> str:
+    """ "samples 257-512 of 8192" with links to the pages before and after, when the view
+    holds one page of the step's samples."""
+    if not view.samples or len(view.samples) == view.total:
+        return ""
+    a, b = view.samples[0]["index"], view.samples[-1]["index"] + 1
+    r = view.plan.record
+    pages = [
+        link(url("p", r.project, "runs", r.run_id, "steps", view.step, rank=view.rank,
+                 world_size=view.world_size, offset=o or None), label)
+        for o, label, show in ((max(0, a - PAGE), "← previous samples", a > 0),
+                               (b, "next samples →", b < view.total)) if show and links
+    ]  # fmt: skip
+    return (f'<p class="pager" id="samples-pager">samples {a + 1:,}–{b:,} of {view.total:,}'
+            f"{' · ' + ' · '.join(pages) if pages else ''}</p>")  # fmt: skip
 
 
 def sample_html(view: StepView) -> str:
@@ -260,12 +291,14 @@ def step_html(view: StepView, *, inline: bool = False) -> str:
     return _frame(view.plan, view.step, view.rank, view.world_size, body, inline)
 
 
-def step_shell(plan: Plan, step: int, rank: int = 0, world_size: int = 1) -> str:
+def step_shell(plan: Plan, step: int, rank: int = 0, world_size: int = 1,
+               offset: int = 0) -> str:  # fmt: skip
     """The step page before its samples are read: ``viewer.js`` loads the samples table
-    (``.../steps/N/samples``), so a slow store shows "loading…", never a blank page."""
+    (``.../steps/N/samples``: :data:`PAGE` samples from ``offset``), so a slow store shows
+    "loading…", never a blank page."""
     plan.batch(step, rank, world_size)  # a bad step, rank or world size fails here, not later
     r = plan.record
     src = url("p", r.project, "runs", r.run_id, "steps", step, "samples", rank=rank,
-              world_size=world_size)  # fmt: skip
+              world_size=world_size, offset=offset or None)  # fmt: skip
     body = f'<div id="step" data-src="{esc(src)}"><p class="muted">loading…</p></div>'
     return _frame(plan, step, rank, world_size, body, inline=False)

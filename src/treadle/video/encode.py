@@ -154,8 +154,9 @@ def from_container(
 
     H.264 is remuxed to Annex-B with ``h264_mp4toannexb`` (bit-exact, no re-encode; SPS/PPS
     are inserted before any keyframe that lacks them), except when the file's edit list
-    hides decoded frames or its keyframes refresh gradually (intra refresh: clean only some
-    frames later); then it is re-encoded like other codecs. Other codecs are decoded and
+    hides decoded frames, its keyframes refresh gradually (intra refresh: clean only some
+    frames later) or its first keyframe has pictures shown before it (an open GOP cut at its
+    I picture); then it is re-encoded like other codecs. Other codecs are decoded and
     re-encoded to H.264 (``gop``/``crf``/``preset``; timestamps become ``0..N-1`` at the
     stream's average rate). A raw Annex-B ``.h264`` file (no timestamps) is indexed by one
     decode pass. ``fps`` overrides the container's rate (raw streams have none; FFmpeg
@@ -267,9 +268,26 @@ def _timed(
 
 
 def _decoded(container: Any, stream: Any, label: str) -> Iterator[av.VideoFrame]:
-    """The stream's presented frames, FFmpeg's errors as :class:`VideoError`."""
+    """The stream's presented frames, FFmpeg's errors as :class:`VideoError`, and so is a
+    packet the demuxer flags corrupt or a frame the decoder does (a truncated file's last
+    picture, concealed grey or smeared, would be encoded as if it were the recording)."""
+    n = 0
     try:
-        yield from container.decode(stream)
+        for packet in container.demux(stream):
+            if packet.is_corrupt:
+                raise VideoError(
+                    f"video {label}: a packet read after {n} frames decoded is damaged (the "
+                    "demuxer flags it corrupt: a truncated file, a piece of it missing?)"
+                )
+            for frame in packet.decode():
+                if frame.is_corrupt:
+                    raise VideoError(
+                        f"video {label}: frame {n} is damaged (FFmpeg conceals it and flags it "
+                        "corrupt: a truncated file, a recording cut off?); cut the file before "
+                        "it, or re-encode what plays"
+                    )
+                n += 1
+                yield frame
     except av.FFmpegError as e:
         name = stream.codec_context.name if stream.codec_context else "video"
         raise VideoError(f"video {label}: cannot decode {name}: {e}") from None

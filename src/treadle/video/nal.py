@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+NAL_SLICE = 1
 NAL_IDR = 5
 NAL_SEI = 6
 NAL_SPS = 7
@@ -239,6 +240,21 @@ def _vui(b: _Bits) -> dict[str, int | bool]:
         vui["chroma_loc"] = b.ue() + 1
         b.ue()
     return vui
+
+
+def is_b_slice(units: list[tuple[int, bytes]]) -> bool:
+    """Whether a picture's ``(type, unit)`` NAL units start with a B slice (``slice_type``
+    1 or 6 in its first slice header, 7.3.3): a picture that may be shown before pictures
+    decoded ahead of it."""
+    for t, unit in units:
+        if t in (NAL_SLICE, NAL_IDR):
+            b = _Bits(unit[1:24].replace(b"\x00\x00\x03", b"\x00\x00"))
+            try:
+                b.ue()  # first_mb_in_slice
+                return b.ue() % 5 == 1
+            except ValueError:
+                return False
+    return False
 
 
 def first_sps(annexb: bytes | memoryview) -> Sps | None:

@@ -21,10 +21,12 @@ error naming it. Closing the loader early (``break``) terminates its workers.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -34,7 +36,7 @@ from typing import Any
 
 from treadle import reaper
 from treadle.errors import PlanError, TreadleError
-from treadle.fork_locks import renew_lock_in_child
+from treadle.fork_locks import check_not_forked, renew_lock_in_child
 from treadle.read.shared_window import SharedWindow
 from treadle.workers import messages
 from treadle.workers.nopandas import SERVER_ENV
@@ -75,6 +77,30 @@ _RUNNING: dict[int, list[_Handle]] = {}
 
 renew_lock_in_child(sys.modules[__name__], "_starting")
 
+# Set when interpreter exit begins (before multiprocessing's exit hook, which terminates
+# the workers of loaders still running on other threads): see _Handle._gone
+_EXITING = threading.Event()
+_EXIT_HOOK: list[bool] = []
+
+
+def _disown_in_child() -> None:
+    """In a forked child: the running loaders' workers are the parent's. multiprocessing
+    counts them among the child's own children, and a child that exits normally (its
+    ``atexit``) terminated them, under the parent's live loader ("worker process 0 exited
+    (code -15)"); the child's copies of their pipes kept a worker from seeing its loader's
+    end. They are dropped from its children and their descriptors closed here."""
+    mine = [h for handles in list(_RUNNING.values()) for h in list(handles)]
+    for h in mine:
+        multiprocessing.process._children.discard(h.proc)  # type: ignore[attr-defined]
+    for h in mine:
+        try:
+            h.close()  # this process's copies only (not its owner: no signal, no join)
+        except Exception:  # (a slot's mapping still exported by a parent's thread's frame)
+            pass  # its descriptors close when this process exits
+
+
+os.register_at_fork(after_in_child=_disown_in_child)
+
 
 def context() -> Any:
     """The multiprocessing context workers start from (a preloaded forkserver where there is
@@ -92,10 +118,30 @@ def context() -> Any:
         # pyarrow without pandas (treadle.workers.nopandas); its workers restore the loader's
         os.environ[SERVER_ENV] = "1"
         try:
-            server.ensure_running()
+            _start_shielded(server)
         finally:
             os.environ.pop(SERVER_ENV, None)
     return ctx
+
+
+def _start_shielded(server: Any) -> None:
+    """``server.ensure_running()`` with SIGINT blocked while the server is spawned. It starts
+    with that mask, so a Ctrl-C while it imports (a second or more) waits until its preload
+    (:mod:`treadle.workers.serverinit`) drops it: the terminal's Ctrl-C, sent to the whole
+    process group, killed the server mid-import with a KeyboardInterrupt traceback (as
+    multiprocessing's resource tracker shields its own start). Blocked, not ignored: a
+    Ctrl-C meant for this process in that moment is delivered once it is unblocked."""
+    if not hasattr(signal, "pthread_sigmask"):
+        server.ensure_running()
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # first: its own start unblocks SIGINT after it
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        server.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def preload_workers(wait: bool = False) -> None:
@@ -139,6 +185,7 @@ class _Handle:
 
     def __init__(self, ctx: Any, job: Job, k: int, n: int, window: int | None = None):
         self.k = k
+        self.home = os.getpid()  # the loader's process: a forked child's copy is not its owner
         made = ExitStack()  # closes each descriptor made here if the handle is not (EMFILE)
         try:
             fds: list[int] = []
@@ -171,11 +218,12 @@ class _Handle:
 
     def take(self, step: int) -> dict[str, Any]:
         """The batch of ``step``, copied out of its slot; the slot goes back to the worker."""
+        check_not_forked(self.home, f"a workers= loader's iterator (worker process {self.k})")
         try:
             self._wait(step)
             msg: messages.Message = self.inbox.recv()
         except (EOFError, OSError):
-            self.proc.join(5)
+            self._gone()
             raise TreadleError(
                 f"treadle worker process {self.k} exited (code {self.proc.exitcode}) before "
                 f"it delivered step {step}"
@@ -193,6 +241,16 @@ class _Handle:
             pass
         return batch
 
+    def _gone(self) -> None:
+        """The worker has gone: wait for its exit code. At interpreter exit, on a thread
+        other than the main one (a daemon thread: exit waited for the others), it was
+        ended by the exit (multiprocessing terminates the workers of a loader iterated
+        there): that thread waits for the exit to end it instead of printing a traceback
+        that says the worker died."""
+        self.proc.join(5)
+        if _EXITING.is_set() and threading.current_thread() is not threading.main_thread():
+            threading.Event().wait()
+
     def _wait(self, step: int) -> None:
         """Until the worker has sent something (or ended: EOF), saying so every
         :data:`STALL_WARN_S` while it is alive; ``EOFError`` if it is gone without a word."""
@@ -207,7 +265,7 @@ class _Handle:
     def close(self) -> None:
         for conn in (self.inbox, self.outbox):
             conn.close()
-        if self.proc.pid is not None:  # started
+        if self.proc.pid is not None and os.getpid() == self.home:  # started, by this process
             if self.proc.is_alive():
                 self.proc.terminate()
             self.proc.join(10)
@@ -230,6 +288,9 @@ def read_in_processes(
     workers then take the steps after it and are started on a thread while ``first`` runs,
     so the first batch does not wait for the server's imports (issue 33: the cold start)."""
     ctx = context()
+    if not _EXIT_HOOK:  # after multiprocessing's (context() imported it): runs before it
+        atexit.register(_EXITING.set)
+        _EXIT_HOOK.append(True)
     if first is not None:
         job = replace(job, start=job.start + 1)
         if job.stop is not None:

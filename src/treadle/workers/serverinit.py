@@ -17,6 +17,7 @@ multiprocessing would have (same ``sys.path``, ``argv``, directory, run as
 is unpickled.
 """
 
+import signal
 import sys
 import threading
 import types
@@ -27,6 +28,7 @@ from typing import Any
 import numpy.ma  # noqa: F401  (np.unique imports it on first use: in every worker, at its first batch)
 
 import treadle.workers.worker  # noqa: F401  (what the workers run)
+from treadle.workers.nopandas import in_worker_server
 
 warnings.filterwarnings("ignore", message="lance is not fork-safe")
 
@@ -87,3 +89,19 @@ def _prepare_lazily(data: dict[str, Any]) -> None:
 
 
 spawn.prepare = _prepare_lazily  # this server's children only: it runs no other code
+
+
+def _drop_early_interrupts() -> None:
+    """The server started with SIGINT blocked (``processes._start_shielded``): a Ctrl-C that
+    came while it imported is dropped (setting SIG_IGN discards a pending signal), then
+    SIGINT is unblocked with its handler as before; multiprocessing's server then ignores
+    it itself and gives its children that handler."""
+    if not in_worker_server() or not hasattr(signal, "pthread_sigmask"):
+        return
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, before)
+
+
+_drop_early_interrupts()

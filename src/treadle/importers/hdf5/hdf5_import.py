@@ -31,6 +31,7 @@ from treadle.importers.episodic import (
 )
 from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera, jpeg_frames
 from treadle.importers.hdf5.hdf5_layouts import (
+    SMALL_BYTES,
     Hdf5File,
     attrs,
     control_freq,
@@ -41,11 +42,13 @@ from treadle.importers.hdf5.hdf5_layouts import (
     open_h5,
     own,
     read_layout,
+    read_whole,
     task_of,
 )
 from treadle.importers.images import decode_image
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source
+from treadle.video.image_decode import image_header
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
@@ -267,7 +270,7 @@ def _demo(
             raise SchemaMismatch(
                 f"{where}: datasets {c.path!r} and another both become column {name!r}"
             )
-        values = c.dataset[()]
+        values = read_whole(c.dataset, f"{where}, dataset {c.path!r}")
         nbytes += c.nbytes
         if c.packed:
             values = _jpeg_camera(group, values, settings, episode, name, report, where)
@@ -300,14 +303,33 @@ def _jpeg_camera(
     at = f"{where}, camera {name!r}"
     if lengths is not None and lengths.size > 64 * padded.shape[0]:  # read whole: bounded
         raise CorruptData(f"{at}: /{LENGTHS} is {list(lengths.shape)}, for {len(padded)} frames")
-    jpegs = jpeg_frames(padded, None if lengths is None else lengths[()], at)
+    table = None if lengths is None else read_whole(lengths, f"{at}: /{LENGTHS}", SMALL_BYTES)
+    jpegs = jpeg_frames(padded, table, at)
     nbytes = sum(len(b) for b in jpegs)
     if settings.images == "encoded":
         if report is not None:
             report.camera(name).add(nbytes, None, None)
         return jpegs
+    _check_jpeg_sizes(jpegs, at, settings.max_episode_bytes)
     frames = np.stack([decode_image(b, "jpg", f"{at}, frame {i}") for i, b in enumerate(jpegs)])
     if frames.ndim != 4:  # grey JPEGs
         frames = np.repeat(frames[..., None], 3, axis=3)
     fps = settings.fps or 30.0
     return camera_value(frames, settings.images, fps, episode, name, report, nbytes)
+
+
+def _check_jpeg_sizes(jpegs: list[bytes], at: str, limit: int) -> None:
+    """One size for every frame, and their pixels within ``limit`` bytes, from the JPEG
+    headers: a few hundred KB of JPEG may decode to 300 MB a frame."""
+    sizes: dict[tuple[int, int], int] = {}
+    for i, b in enumerate(jpegs):
+        sizes.setdefault(image_header(b, f"{at}, frame {i}").size, i)
+    if len(sizes) > 1:
+        (a, i), (b, j) = list(sizes.items())[:2]
+        raise CorruptData(f"{at}: frame {i} is {a[1]}x{a[0]}, frame {j} {b[1]}x{b[0]}")
+    h, w = next(iter(sizes))
+    if len(jpegs) * h * w * 3 > limit:
+        raise CorruptData(
+            f"{at}: {len(jpegs)} frames of {w}x{h} decode to {len(jpegs) * h * w * 3:,} bytes, "
+            f"over max_episode_bytes ({limit:,})"
+        )

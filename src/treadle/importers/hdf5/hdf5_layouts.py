@@ -15,7 +15,11 @@
   (:mod:`~treadle.importers.hdf5.aloha_jpeg`).
 
 Every dataset's size is known before it is read: a demo larger than ``max_episode_bytes``
-is refused before anything is allocated. Only the file's own bytes are read: an external
+is refused before anything is allocated. A chunked dataset is inflated a whole chunk at a
+time, and a chunk may be far larger than the dataset (a 4-row dataset in one 1 GiB chunk of
+zeros takes a few kilobytes of file): such a dataset counts as its largest chunk. A dataset
+that cannot be read (a corrupt chunk, a filter that is not installed) is
+:class:`CorruptData` naming the file, the demo and the dataset. Only the file's own bytes are read: an external
 link, a virtual dataset or a dataset stored in external files (which would copy other files
 of this machine, any file its user can read, into the table) is :class:`UnsafeInput`.
 """
@@ -23,6 +27,7 @@ of this machine, any file its user can read, into the table) is :class:`UnsafeIn
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +40,8 @@ from treadle.importers.episodic import ROW_BYTES
 from treadle.importers.hdf5.aloha_jpeg import LENGTHS, is_packed_camera
 
 _DEMO = re.compile(r"demo_(\d+)")
+#: the most bytes a dataset read whole besides the columns may take (filter keys, lengths)
+SMALL_BYTES = 64 << 20
 
 
 @dataclass
@@ -81,6 +88,27 @@ def own(obj: Any, f: Any, where: str, path: str) -> Any:
     )
 
 
+def read_bytes(ds: Any) -> int:
+    """The bytes reading ``ds`` whole holds at once: its values, or one chunk when a chunk is
+    larger (a chunk is inflated whole, however few of its values the dataset has)."""
+    values = math.prod(ds.shape) * ds.dtype.itemsize
+    return max(values, math.prod(ds.chunks) * ds.dtype.itemsize if ds.chunks else 0)
+
+
+def read_whole(ds: Any, at: str, limit: int | None = None) -> Any:
+    """``ds[()]``; one over ``limit`` bytes (:func:`read_bytes`) or that HDF5 cannot read (a
+    corrupt chunk, a filter that is not installed) is :class:`CorruptData` naming ``at``."""
+    if limit is not None and read_bytes(ds) > limit:
+        raise CorruptData(
+            f"{at} is {ds.shape} {ds.dtype} in chunks of {ds.chunks}: reading it takes "
+            f"{read_bytes(ds):,} bytes, over {limit:,}"
+        )
+    try:
+        return ds[()]
+    except OSError as e:
+        raise CorruptData(f"{at} cannot be read (corrupt, or a filter missing): {e}") from None
+
+
 def read_layout(f: Any, where: str) -> Hdf5File:
     """The layout of the open file ``f`` (``where`` names it in errors)."""
     import h5py
@@ -120,9 +148,28 @@ def _value(v: Any, where: str) -> Any:
 
 
 def attrs(obj: Any, where: str) -> dict[str, Any]:
-    """An HDF5 object's attributes as JSON values (``where`` names the file in errors)."""
-    return {str(k): _value(v, f"{where}: attribute {k!r} of {obj.name!r}")
-            for k, v in obj.attrs.items()}  # fmt: skip
+    """An HDF5 object's attributes as JSON values (``where`` names the file in errors); one
+    JSON cannot hold (an object reference, opaque bytes) is :class:`SchemaMismatch`, never
+    its ``repr`` (what ``table.metadata`` got before); an empty one is None."""
+    import h5py
+
+    out = {}
+    for k in obj.attrs.keys():
+        at = f"{where}: attribute {k!r} of {obj.name!r}"
+        try:
+            raw = obj.attrs[k]
+        except (OSError, TypeError, ValueError) as e:
+            raise CorruptData(f"{at} cannot be read: {e}") from None
+        value = None if isinstance(raw, h5py.Empty) else _value(raw, at)
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise SchemaMismatch(
+                f"{at} is {type(raw).__name__} {str(raw)[:60]!r}, which table.metadata (JSON) "
+                "cannot hold"
+            ) from None
+        out[str(k)] = value
+    return out
 
 
 def _masks(f: Any, where: str, demos: int) -> dict[str, list[str]]:
@@ -144,7 +191,8 @@ def _masks(f: Any, where: str, demos: int) -> dict[str, list[str]]:
                 f"{demos} demos"
             )
         at = f"{where}: filter key mask/{key}"
-        out[key] = [_value(x, at) if isinstance(x, bytes) else str(x) for x in ds[()]]
+        names = read_whole(ds, at, SMALL_BYTES)
+        out[key] = [_value(x, at) if isinstance(x, bytes) else str(x) for x in names]
     return out
 
 
@@ -208,13 +256,14 @@ def demo_columns(
             raise CorruptData(f"{at} has {first}, the demo has {n} moments")
         if 0 in ds.shape[1:]:
             raise SchemaMismatch(f"{at} is {ds.shape}: no values per moment")
-        nbytes = int(np.prod(ds.shape, dtype=np.float64) * ds.dtype.itemsize)
-        total += nbytes
+        nbytes = math.prod(ds.shape) * ds.dtype.itemsize
+        total += read_bytes(ds)
         if total > limit:
+            chunks = f" in chunks of {ds.chunks}" if read_bytes(ds) > nbytes else ""
             raise CorruptData(
                 f"{where}: its {n} moments and datasets hold over {limit} bytes "
                 f"(max_episode_bytes; {ROW_BYTES} a moment besides the data); {path!r} "
-                f"alone is {ds.shape} {ds.dtype}"
+                f"alone is {ds.shape} {ds.dtype}{chunks}"
             )
         packed = compressed and is_packed_camera(path, ds.shape, ds.dtype)
         out.append(Column(path, ds, nbytes, packed or is_camera(ds.shape, ds.dtype), packed))

@@ -130,7 +130,8 @@ def import_rlds(
             ``"tfds"`` (TF's default fast IDCT: the pixels TFDS and ``tf.data`` pipelines
             give; :mod:`~treadle.importers.rlds.tf_pixels`).
         rename: column (``observation_image``, or its path ``observation/image``) -> column.
-        max_record_bytes: the largest record (one episode) read; each is held whole.
+        max_record_bytes: the largest record (one episode) read, each held whole; also the
+            most bytes its episode-level values make once copied onto every step.
         executor: ``td.RayExecutor()`` runs one Ray task per shard and commits once here.
 
     The other options are those every importer takes (:func:`treadle.importers.webdataset`).
@@ -172,7 +173,7 @@ def _import(
     example_class()  # protobuf is there (MissingDependency says how to install it)
     source = Source(str(src).rstrip("/"), opts.source_options)
     folder = read_folder(source, split)
-    mapping = StepsMapping(folder, images, opts.rename, pixels)
+    mapping = StepsMapping(folder, images, opts.rename, pixels, max_record_bytes)
     br = opts.open_branch(project)
     names = ["dataset_info.json", "features.json"] + [s.name for s in folder.shards]
     ids = identities([SourceFile(source, n) for n in names])

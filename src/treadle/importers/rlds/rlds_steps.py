@@ -18,7 +18,9 @@ are kept encoded and the report says why.
 
 Checks, each a named error (the shard, record and episode): a feature the record has that
 ``features.json`` does not declare, one it lacks, a list of the wrong value type, and step
-lists of different lengths.
+lists of different lengths, an image of another size than the one declared (from its header,
+before it is decoded). Episode-level values, copied onto every step, may make at most
+``max_record_bytes`` in all (a few KiB of them on a million one-byte steps made gigabytes).
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, SchemaMismatch, UnsupportedFormat
+from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput, UnsupportedFormat
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.camera_video import encode_camera
 from treadle.importers.images import decode_image
 from treadle.importers.rlds.tf_pixels import decode_like_tfds
 from treadle.importers.rlds.tfds_folder import Leaf, RldsFolder
+from treadle.importers.rlds.tfrecord import MAX_RECORD_BYTES
+from treadle.video.image_decode import image_header
 
 _KIND_OF = {"text": "bytes", "bytes": "bytes", "image": "bytes"}
 _KEEP_ENCODED = "not 8-bit colour (H, W, 3): kept as encoded images"
@@ -64,8 +68,10 @@ class StepsMapping:
         images: str,
         rename: dict[str, str] | None,
         pixels: str = "pillow",
+        max_repeat_bytes: int = MAX_RECORD_BYTES,
     ):
         self.folder, self.images, self.pixels = folder, images, pixels
+        self.max_repeat_bytes = max_repeat_bytes
         where = f"RLDS dataset {folder.name!r}"
         rename = {k.replace("/", "_"): v for k, v in (rename or {}).items()}
         keys = [f"steps/{leaf.path}" for leaf in folder.steps] + [
@@ -123,6 +129,7 @@ class StepsMapping:
         if steps == 0:
             return cols, {}, 0
         cams: dict[str, tuple[int, Any, Any]] = {}
+        repeated = 0
         for key, leaf in self.leaf.items():
             kind, values = example[key]
             if kind not in (_list_kind(leaf), "empty"):
@@ -134,6 +141,13 @@ class StepsMapping:
                 cols[self.column[key]] = _values(leaf, values, steps, at)
             else:
                 one = _values(leaf, values, 1, at)
+                repeated += _nbytes(one) * steps
+                if repeated > self.max_repeat_bytes:
+                    raise UnsafeInput(
+                        f"{at}: {_nbytes(one):,} bytes, on each of the episode's {steps:,} "
+                        f"steps, make its episode-level values over {self.max_repeat_bytes:,} "
+                        "bytes (max_record_bytes)"
+                    )
                 cols[self.column[key]] = _repeat(one, steps)
         return cols, cams, steps
 
@@ -173,10 +187,25 @@ class StepsMapping:
     def _decode(self, leaf: Leaf, data: bytes, where: str) -> np.ndarray:
         """One image's pixels, ``[H, W, C]`` as TFDS gives them (grey keeps its ``1``)."""
         channels = leaf.image_shape[-1] if len(leaf.image_shape) == 3 else 3
+        _check_size(leaf, data, where)
         if self.pixels == "tfds":
             return decode_like_tfds(data, channels, where)
         pixels = decode_image(data, leaf.encoding or "", where)
         return pixels[..., None] if pixels.ndim == 2 else pixels
+
+
+def _check_size(leaf: Leaf, data: bytes, where: str) -> None:
+    """An image of a size ``features.json`` fixes has that size, read from its header before
+    anything is decoded (a small PNG of zeros may decode to gigabytes on every step)."""
+    if len(leaf.image_shape) < 2 or min(leaf.image_shape[:2]) < 1:
+        return
+    head = image_header(data, where)
+    if head.size != tuple(leaf.image_shape[:2]):
+        h, w = leaf.image_shape[:2]
+        raise CorruptData(
+            f"{where}: a {head.width}x{head.height} image, features.json declares {w}x{h} "
+            f"(shape {list(leaf.image_shape)})"
+        )
 
 
 def _is_colour(leaf: Leaf) -> bool:
@@ -218,6 +247,13 @@ def _values(leaf: Leaf, values: Any, steps: int, where: str) -> Any:
     else:
         arr = arr.astype(np.dtype(leaf.dtype), copy=False)
     return arr.reshape((steps, *leaf.shape))
+
+
+def _nbytes(one: Any) -> int:
+    """The bytes of one episode-level value (an entry of :func:`_values`)."""
+    if isinstance(one, list):
+        return sum(len(v) for v in one)
+    return int(one.nbytes)
 
 
 def _repeat(one: Any, steps: int) -> Any:

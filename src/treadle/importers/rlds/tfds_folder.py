@@ -19,11 +19,10 @@ dynamic shapes) is
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from treadle.errors import CorruptData, NotFound, UnsupportedFormat
 from treadle.importers.sources import Source, parse_manifest
@@ -34,6 +33,9 @@ _DTYPES = {
     "float16", "bfloat16", "float32", "float64", "string",
 }  # fmt: skip
 _TEMPLATE_KEY = re.compile(r"\{([A-Z_]+)\}")
+#: the most values one entry of a tensor feature may hold (each takes a byte or more of a
+#: record, and a record of 4 GiB is past any real episode)
+MAX_VALUES = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class Leaf:
     @property
     def size(self) -> int:
         """Values per entry (1 for a scalar)."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact: numpy's int64 product wraps to 0 or a few
 
 
 @dataclass(frozen=True)
@@ -208,4 +210,9 @@ def _shape(shape: dict[str, Any], path: str, where: str) -> tuple[int, ...]:
         raise UnsupportedFormat(f"{where}: feature {path!r} has a dynamic shape {list(dims)}")
     if 0 in dims:
         raise UnsupportedFormat(f"{where}: feature {path!r} has shape {list(dims)}: no values")
+    if math.prod(dims) > MAX_VALUES:
+        raise UnsupportedFormat(
+            f"{where}: feature {path!r} has shape {list(dims)}: {math.prod(dims):,} values an "
+            f"entry, more than any record holds (at most {MAX_VALUES:,})"
+        )
     return dims

@@ -10,12 +10,13 @@ ROS install (an optional extra: ``pip install 'treadle[ros2]'``). A bag is read 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from treadle.errors import CorruptData, MissingDependency, NotFound, UnsafeInput
+from treadle.errors import CorruptData, MissingDependency, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers.ros2.ros2_inflate import capped
 from treadle.importers.ros2.ros2_messages import Converter, converter, header_stamp
 from treadle.importers.sources import Source, split_url
@@ -119,10 +120,40 @@ def read_bag(
 ) -> list[TopicData]:
     """Every message of the selected topics of the bag at ``local``, converted (JointState
     values in the order ``joints[topic]``)."""
+    data = [TopicData(s) for s in specs]
+    with open_bag(local, where, limit) as reader:
+        by_topic = _connections(reader, specs, where)
+        conns = [c for cs in by_topic.values() for c in cs]
+        check_chunks(reader, conns, where, limit)
+        total, counts = 0, dict.fromkeys(range(len(conns)), 0)
+        for conn, logtime, raw in reader.messages(connections=conns):
+            counts[conns.index(conn)] += 1
+            msg = decode(reader, raw, conn, logtime, where)
+            total += len(raw) if conn.msgtype not in _IMAGE_TYPES else 0
+            if total > limit:
+                raise CorruptData(
+                    f"{where}: the selected topics hold over {limit} bytes (max_episode_bytes)"
+                )
+            for d in data:
+                if d.spec.topic == conn.topic:
+                    _add(d, conn.msgtype, msg, int(logtime), where, (joints or {}).get(conn.topic))
+        _check_counts(conns, counts, where)
+    for d in data:
+        if not d.times:
+            raise CorruptData(
+                f"{where}: topic {d.spec.topic} ({d.msgtype or 'no type'}) has no message"
+            )
+    return data
+
+
+@contextlib.contextmanager
+def open_bag(local: str, where: str, limit: int) -> Iterator[Any]:
+    """rosbags' ``AnyReader`` over the bag at ``local``, its chunks inflating to at most
+    ``limit`` bytes (:func:`~treadle.importers.ros2.ros2_inflate.capped`); rosbags' errors,
+    of many types, become :class:`CorruptData` naming the bag (``where``)."""
     from rosbags.typesys import Stores, get_typestore
 
     reader_cls = require_rosbags()
-    data = [TopicData(s) for s in specs]
     try:
         with (
             capped(where, limit),
@@ -130,39 +161,86 @@ def read_bag(
                 [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
             ) as reader,
         ):
-            by_topic = _connections(reader, specs, where)
-            total = 0
-            for conn, logtime, raw in reader.messages(
-                connections=[c for cs in by_topic.values() for c in cs]
-            ):
-                msg = reader.deserialize(raw, conn.msgtype)
-                total += len(raw) if conn.msgtype not in _IMAGE_TYPES else 0
-                if total > limit:
-                    raise CorruptData(
-                        f"{where}: the selected topics hold over {limit} bytes (max_episode_bytes)"
-                    )
-                for d in data:
-                    if d.spec.topic == conn.topic:
-                        _add(
-                            d,
-                            conn.msgtype,
-                            msg,
-                            int(logtime),
-                            where,
-                            (joints or {}).get(conn.topic),
-                        )
-    except (CorruptData, NotFound, MissingDependency, UnsafeInput):
-        raise
-    except Exception as e:  # rosbags' reader errors are many types: name the bag
+            yield reader
+    except Exception as e:
         if type(e).__module__.startswith("treadle"):
             raise
         raise CorruptData(f"{where} cannot be read as a ROS bag: {type(e).__name__}: {e}") from None
-    for d in data:
-        if not d.times:
+
+
+def _check_counts(conns: list[Any], counts: dict[int, int], where: str) -> None:
+    """Fewer messages read than the bag's index states is a damaged bag: rosbags stops
+    reading an MCAP chunk at a damaged record without a word (and may give a garbage value
+    before it). More than stated is let be (a recording cut short writes its counts early)."""
+    for i, conn in enumerate(conns):
+        stated = int(getattr(conn, "msgcount", 0) or 0)
+        if counts[i] < stated:
             raise CorruptData(
-                f"{where}: topic {d.spec.topic} ({d.msgtype or 'no type'}) has no message"
+                f"{where}: topic {conn.topic} ({conn.msgtype}) gave {counts[i]} messages, "
+                f"its index states {stated} (a damaged or truncated bag)"
             )
-    return data
+
+
+def check_chunks(reader: Any, conns: Sequence[Any], where: str, limit: int) -> None:
+    """Refuse, before any is read, MCAP chunks that rosbags would hold inflated at once past
+    ``limit`` bytes (and a SQLite bag's message larger than that). rosbags merges chunks by
+    time and inflates a chunk once its first time comes up, keeping it until its last
+    message is out: chunks that overlap in time are all held at once (a bag of a few KB whose
+    chunks all span one second, each inflating to just under the cap, asked for any number
+    of caps). The sizes are the MCAP index's."""
+    wanted = {(c.topic, c.msgtype) for c in conns}
+    for sub in getattr(reader, "readers", []):
+        storage = getattr(sub, "storage", None)
+        for st in getattr(storage, "storages", [storage]):
+            chunks = getattr(st, "chunks", None) or []
+            ids = {c.id for c in getattr(st, "connections", []) if (c.topic, c.msgtype) in wanted}
+            if getattr(st, "dbconn", None) is not None and ids:
+                _check_rows(st.dbconn, ids, where, limit)
+            events = sorted(
+                e
+                for ch in chunks
+                if any(ch.channel_count.get(i, 0) for i in ids)
+                for e in (
+                    (ch.message_start_time, 0, ch.uncompressed_size),
+                    (ch.message_end_time, 1, -ch.uncompressed_size),
+                )
+            )  # a chunk that starts when another ends is held with it
+            held = 0
+            for _, _, size in events:
+                held += size
+                if held > limit:
+                    raise UnsafeInput(
+                        f"{where}: rosbags would hold over {limit:,} bytes of its MCAP chunks "
+                        "inflated at once (max_episode_bytes; a chunk that large, or chunks "
+                        "overlapping in time: a decompression bomb, or raise max_episode_bytes "
+                        "if the bag is real)"
+                    )
+
+
+def _check_rows(db: Any, ids: set[int], where: str, limit: int) -> None:
+    """A SQLite bag's largest selected message, refused past ``limit`` before it is read
+    (SQLite reads a row whole; ``length()`` of a blob reads no content)."""
+    marks = ",".join("?" * len(ids))
+    query = f"SELECT max(length(data)) FROM messages WHERE topic_id IN ({marks})"  # noqa: S608
+    (largest,) = next(iter(db.execute(query, tuple(ids))))
+    if largest is not None and largest > limit:
+        raise UnsafeInput(
+            f"{where}: a selected message holds {largest:,} bytes, over max_episode_bytes "
+            f"({limit:,} bytes; raise it if the bag is real)"
+        )
+
+
+def decode(reader: Any, raw: bytes, conn: Any, logtime: int, where: str) -> Any:
+    """One message of ``conn``, deserialized from a view of ``raw``: rosbags slices what it
+    is given, and a slice of ``bytes`` copies the whole message (a view's is free; arrays in
+    the message then are views of ``raw``). A message that cannot be read names its topic."""
+    try:
+        return reader.deserialize(memoryview(raw), conn.msgtype)
+    except Exception as e:  # rosbags raises several types for a damaged message
+        raise CorruptData(
+            f"{where}, topic {conn.topic} ({conn.msgtype}): the message logged at "
+            f"{int(logtime) / 1e9:.9f} s cannot be deserialized: {type(e).__name__}: {e}"
+        ) from None
 
 
 def _connections(reader: Any, specs: Sequence[TopicSpec], where: str) -> dict[str, list[Any]]:
@@ -182,6 +260,11 @@ def _add(
     if d.conv is None:
         d.msgtype = msgtype
         d.conv = converter(msgtype, d.spec.field, msg, at, joints)
+    elif msgtype != d.msgtype:  # else one column silently mixes the values of two types
+        raise SchemaMismatch(
+            f"{where}: topic {d.spec.topic} has messages of two types, {d.msgtype} and "
+            f"{msgtype}; a column holds values of one type (import another topic)"
+        )
     stamp = header_stamp(msg) if d.spec.stamp == "header" else None
     if stamp is not None and abs(stamp - logtime) > MAX_STAMP_SKEW_NS:
         raise CorruptData(
@@ -199,32 +282,20 @@ def first_joint_names(
 ) -> dict[str, list[str]]:
     """Per selected JointState topic, the joint names of its first message in this bag:
     the order of the values in every bag of the import (chunks inflate to ``limit`` bytes)."""
-    from rosbags.typesys import Stores, get_typestore
-
     topics = {s.topic for s in specs if s.field is None}
     out: dict[str, list[str]] = {}
-    try:
-        with (
-            capped(where, limit),
-            require_rosbags()(
-                [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
-            ) as reader,
-        ):
-            conns = [
-                c for c in reader.connections if c.topic in topics and c.msgtype == JOINT_STATE
-            ]
-            wanted = {c.topic for c in conns}
-            if not conns:  # (no connections means every connection to rosbags)
-                return out
-            for conn, _, raw in reader.messages(connections=conns):
-                if conn.topic not in out:
-                    out[conn.topic] = [str(n) for n in reader.deserialize(raw, conn.msgtype).name]
-                if out.keys() >= wanted:
-                    break
-    except UnsafeInput:
-        raise
-    except Exception as e:  # rosbags' errors are many types: name the bag
-        raise CorruptData(f"{where} cannot be read as a ROS bag: {type(e).__name__}: {e}") from None
+    with open_bag(local, where, limit) as reader:
+        conns = [c for c in reader.connections if c.topic in topics and c.msgtype == JOINT_STATE]
+        wanted = {c.topic for c in conns}
+        if not conns:  # (no connections means every connection to rosbags)
+            return out
+        check_chunks(reader, conns, where, limit)
+        for conn, logtime, raw in reader.messages(connections=conns):
+            if conn.topic not in out:
+                msg = decode(reader, raw, conn, logtime, where)
+                out[conn.topic] = [str(n) for n in msg.name]
+            if out.keys() >= wanted:
+                break
     return out
 
 
@@ -233,8 +304,6 @@ def load_values(
 ) -> None:
     """Second pass over the bag: the values of the image topics' messages at the log
     positions ``needed[j]`` of ``data[j]`` (at most ``limit`` bytes of them)."""
-    from rosbags.typesys import Stores, get_typestore
-
     heavy = {
         j for j, d in enumerate(data) if d.conv is not None and d.conv.kind in HEAVY and needed[j]
     }
@@ -243,20 +312,16 @@ def load_values(
     topics = {data[j].spec.topic for j in heavy}
     seen = dict.fromkeys(topics, -1)
     total = 0
-    with (
-        capped(where, limit),
-        require_rosbags()(
-            [Path(local)], default_typestore=get_typestore(Stores.ROS2_HUMBLE)
-        ) as reader,
-    ):
+    with open_bag(local, where, limit) as reader:
         conns = [c for c in reader.connections if c.topic in topics]
-        for conn, _, raw in reader.messages(connections=conns):
+        check_chunks(reader, conns, where, limit)
+        for conn, logtime, raw in reader.messages(connections=conns):
             seen[conn.topic] += 1
             k = seen[conn.topic]
             want = [j for j in heavy if data[j].spec.topic == conn.topic and k in needed[j]]
             if not want:
                 continue
-            msg = reader.deserialize(raw, conn.msgtype)
+            msg = decode(reader, raw, conn, logtime, where)
             total += len(raw)
             if total > limit:
                 raise CorruptData(

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from treadle.errors import CorruptData, SchemaMismatch
+from treadle.errors import CorruptData, SchemaMismatch, UnsafeInput
 from treadle.importers.cameras import Reports, camera_value, encoded_image, png_bytes
 from treadle.importers.ros2.ros2_align import (
     NS,
@@ -28,6 +28,7 @@ from treadle.importers.ros2.ros2_align import (
     usage,
 )
 from treadle.importers.ros2.ros2_bags import TopicData
+from treadle.video.image_decode import image_header
 
 log = logging.getLogger("treadle")
 
@@ -74,7 +75,7 @@ def episode_columns(
     period = float(NS / fps)
     for (d, times, pos), picks in zip(ordered, picked):
         values = [d.values[i] for i in pos]
-        got = _values(d, values, picks, images, fps, (episode, where), report)
+        got = _values(d, values, picks, images, fps, (episode, where), report, limit)
         got["_age_s"] = picks.age_s
         for suffix, column in got.items():
             name = d.spec.column + suffix
@@ -142,15 +143,17 @@ def _values(
     fps: Fraction,
     names: tuple[str, str],
     report: Reports | None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Per column suffix, the picked values of one topic (``names``: its episode, its bag)."""
     assert d.conv is not None
     kind, out = d.conv.kind, {}
     for suffix in next(v for v in values if v is not None):
         name = d.spec.column + suffix
+        _check_size([values[i][suffix] for i in picks.index if i >= 0], names[1], name, limit)
         if kind in MEDIA:
             picked = [values[i][suffix] if i >= 0 else None for i in picks.index]
-            out[suffix] = _media(d, picked, images, fps, names, name, report)
+            out[suffix] = _media(d, picked, images, fps, names, name, report, limit)
         elif picks.index.min() < 0:  # a latched topic before its message: nulls
             out[suffix] = _with_nulls([values[i][suffix] if i >= 0 else None for i in picks.index])
         elif picks.weight is not None:
@@ -173,6 +176,7 @@ def _media(
     names: tuple[str, str],
     name: str,
     report: Reports | None,
+    limit: int | None = None,
 ) -> Any:
     """One camera (encoded bytes or pixels) or depth column of the picked messages (None
     before a latched topic's message: only ``images="encoded"`` has a null for it)."""
@@ -192,11 +196,13 @@ def _media(
         return np.stack(picked)
     if kind == "image":
         nbytes = sum(len(b) for b in picked if b is not None)
-        if images == "encoded":
+        if images == "encoded":  # kept as they are, but each must be an image
+            for b in {id(b): b for b in picked if b is not None}.values():
+                image_header(b, f"{at} ({d.spec.topic}, a CompressedImage)")
             if report is not None:
                 report.camera(name).add(nbytes, None, None)
             return picked
-        frames = np.stack([encoded_image(b, "decoded", at) for b in picked])
+        frames = _decoded(picked, at, limit)
         return camera_value(frames, images, float(fps), episode, name, report, nbytes)
     if before:  # raw pixels, images="encoded": PNG, null before the message
         have = [v for v in picked if v is not None]
@@ -204,6 +210,41 @@ def _media(
             report.camera(name).add(sum(v.nbytes for v in have), None, None)
         return [None if v is None else png_bytes(v) for v in picked]
     return camera_value(np.stack(picked), images, float(fps), episode, name, report)
+
+
+def _check_size(picked: list[Any], where: str, name: str, limit: int | None) -> None:
+    """A column whose moments would hold more than ``limit`` bytes is refused before it is
+    made: a message is held at every moment until the next, so one large message (a raw
+    image, a long array) under a fast clock asks for moments x its size."""
+    if limit is None:
+        return
+    need = sum(v.nbytes if isinstance(v, np.ndarray) else len(v) if isinstance(v, bytes)
+               else 8 for v in picked)  # fmt: skip
+    if need > limit:
+        raise UnsafeInput(
+            f"{where}, column {name!r}: its {len(picked)} moments hold {need:,} bytes, over "
+            f"max_episode_bytes ({limit:,}; a message held at many moments: check fps, or "
+            "raise max_episode_bytes)"
+        )
+
+
+def _decoded(picked: list[bytes], at: str, limit: int | None) -> np.ndarray:
+    """The moments' frames of encoded images, each message decoded once (a held one is
+    picked at many moments). Their size is known from the images' headers before any is
+    decoded: past ``limit`` (a few KB of PNG can state 180 M pixels, and each moment holds
+    one) an error, before the memory is taken."""
+    heads = {id(b): image_header(b, at) for b in picked}
+    need = sum(heads[id(b)].width * heads[id(b)].height * 3 for b in picked)
+    if limit is not None and need > limit:
+        raise UnsafeInput(
+            f"{at}: its {len(picked)} moments' images decode to {need:,} bytes, over "
+            f"max_episode_bytes ({limit:,}; images that inflate past it, or raise it)"
+        )
+    frames: dict[int, np.ndarray] = {}
+    for b in picked:
+        if id(b) not in frames:
+            frames[id(b)] = encoded_image(b, "decoded", at)
+    return np.stack([frames[id(b)] for b in picked])
 
 
 def _with_nulls(items: list[Any]) -> Any:

@@ -66,12 +66,8 @@ def _geometry(msg: Any, field: str) -> np.ndarray:
 
 def image_pixels(msg: Any, where: str) -> tuple[np.ndarray, str]:
     """A ``sensor_msgs/Image`` as ``[H, W, C]`` pixels (RGB for colour) and its kind."""
-    enc = str(msg.encoding)
-    if enc not in _ENCODINGS:
-        raise SchemaMismatch(
-            f"{where}: Image encoding {enc!r} is not read (rgb8, bgr8, mono8, 16UC1, mono16, 32FC1)"
-        )
-    dtype, channels, kind = _ENCODINGS[enc]
+    kind, enc = image_kind(msg, where), str(msg.encoding)
+    dtype, channels, _ = _ENCODINGS[enc]
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     row = w * channels * np.dtype(dtype).itemsize
     data = np.asarray(msg.data, np.uint8)
@@ -79,7 +75,9 @@ def image_pixels(msg: Any, where: str) -> tuple[np.ndarray, str]:
         raise CorruptData(f"{where}: Image of {h}x{w} {enc} has {data.size} bytes, step {step}")
     rows = data.reshape(h, step)[:, :row]
     order = ">" if msg.is_bigendian else "<"
-    pixels = np.ascontiguousarray(rows).view(np.dtype(dtype).newbyteorder(order)).astype(dtype)
+    # no copy of native-order pixels: the value is a view of the message's bytes
+    pixels = np.ascontiguousarray(rows).view(np.dtype(dtype).newbyteorder(order))
+    pixels = pixels.astype(dtype, copy=False)
     pixels = pixels.reshape(h, w, channels)
     if enc == "bgr8":
         pixels = pixels[..., ::-1]
@@ -88,7 +86,19 @@ def image_pixels(msg: Any, where: str) -> tuple[np.ndarray, str]:
     return np.ascontiguousarray(pixels), kind
 
 
-def _compressed(msg: Any, where: str) -> bytes:
+def image_kind(msg: Any, where: str) -> str:
+    """The kind (``camera``, ``depth``) of a ``sensor_msgs/Image`` by its encoding, nothing
+    converted (a topic's first message says it; its pixels may never be used)."""
+    enc = str(msg.encoding)
+    if enc not in _ENCODINGS:
+        raise SchemaMismatch(
+            f"{where}: Image encoding {enc!r} is not read (rgb8, bgr8, mono8, 16UC1, mono16, 32FC1)"
+        )
+    return _ENCODINGS[enc][2]
+
+
+def _compressed_format(msg: Any, where: str) -> None:
+    """A ``CompressedImage`` of a format that is read, else a named error."""
     fmt = str(msg.format).lower()
     if "compresseddepth" in fmt:
         raise SchemaMismatch(
@@ -97,16 +107,29 @@ def _compressed(msg: Any, where: str) -> bytes:
         )
     if "jpeg" not in fmt and "jpg" not in fmt and "png" not in fmt:
         raise SchemaMismatch(f"{where}: CompressedImage format {msg.format!r} is not jpeg or png")
-    return bytes(np.asarray(msg.data, np.uint8).tobytes())
+
+
+def _compressed(msg: Any, where: str) -> bytes:
+    _compressed_format(msg, where)
+    return np.asarray(msg.data, np.uint8).tobytes()
+
+
+def _unique_joints(names: list[str], where: str) -> list[str]:
+    """``names``, or a named error for a joint named twice (whose value would be which?)."""
+    if len(set(names)) != len(names):
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise CorruptData(f"{where}: JointState names joint {twice!r} twice (joints {names})")
+    return names
 
 
 def _joint_value(msg: Any, names: list[str], where: str) -> dict[str, Any]:
     got = [str(n) for n in msg.name]
     if got != names:
-        missing = [n for n in names if n not in got]
+        at = {n: i for i, n in enumerate(_unique_joints(got, where))}
+        missing = [n for n in names if n not in at]
         if missing:
             raise CorruptData(f"{where}: JointState has no joint {missing[0]!r} (joints {names})")
-        pos = [got.index(n) for n in names]
+        pos = [at[n] for n in names]
     else:
         pos = list(range(len(names)))
     out = {}
@@ -143,7 +166,8 @@ def _plain(value: Any, where: str, field: str = "data") -> tuple[Any, str]:
     if isinstance(value, str):
         return value, "str"
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return value, "float" if value.dtype.kind == "f" else "int"
+        # a copy: rosbags' arrays are views of the whole message, which a view would keep
+        return value.copy(), "float" if value.dtype.kind == "f" else "int"
     if all(hasattr(value, a) for a in "xyz"):
         quat = hasattr(value, "w")
         vals = [value.x, value.y, value.z, *([value.w] if quat else [])]
@@ -166,12 +190,13 @@ def converter(
         )
     if msgtype == "sensor_msgs/msg/JointState":
         names = list(joints) if joints is not None else [str(n) for n in first.name]
+        _unique_joints(names, where)
         return Converter("float", lambda m: _joint_value(m, names, where), names)
     if msgtype == "sensor_msgs/msg/Image":
-        kind = image_pixels(first, where)[1]
+        kind = image_kind(first, where)
         return Converter(kind, lambda m: {"": image_pixels(m, where)[0]})
     if msgtype == "sensor_msgs/msg/CompressedImage":
-        _compressed(first, where)
+        _compressed_format(first, where)
         return Converter("image", lambda m: {"": _compressed(m, where)})
     if msgtype in _GEOMETRY:
         part, kind = _GEOMETRY[msgtype]

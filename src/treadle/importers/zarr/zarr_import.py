@@ -9,12 +9,15 @@ column, stored exactly; ``uint8 [N, H, W, 3]`` arrays are cameras (``images``, s
 3 are read by ``zarr`` (an optional extra: ``pip install 'treadle[zarr]'``), from a
 directory store or a ``.zip`` store, local or on an object store (copied to a temporary
 folder first). Each episode is read alone (a slice of each array): memory stays bounded by
-``max_episode_bytes``. A codec that is not installed (UMI's JPEG XL frames need
+``max_episode_bytes``, which counts the chunks a slice inflates when they are larger than
+the slice (:mod:`~treadle.importers.zarr.zarr_reads`). A codec that is not installed (UMI's JPEG XL frames need
 ``imagecodecs``) is a named error.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -23,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from treadle.errors import CorruptData, MissingDependency, SchemaMismatch, UnsupportedFormat
+from treadle.errors import (
+    CorruptData,
+    MissingDependency,
+    SchemaMismatch,
+    UnsafeInput,
+    UnsupportedFormat,
+)
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.cameras import Reports, camera_value, check_camera_mode, is_camera
 from treadle.importers.episodic import (
@@ -35,6 +44,12 @@ from treadle.importers.episodic import (
 )
 from treadle.importers.run import ImportOptions, ImportResult
 from treadle.importers.sources import Source, split_url
+from treadle.importers.zarr.zarr_reads import (
+    check_zip_members,
+    describe_chunks,
+    read_cost,
+    read_rows,
+)
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
@@ -242,7 +257,15 @@ def _array(group: Any, path: str, where: str) -> Any:
 
 
 def _codec_error(e: ValueError, where: str) -> Exception:
-    """numcodecs' ``UnknownCodecError`` (a ``ValueError``) as :class:`MissingDependency`."""
+    """numcodecs' ``UnknownCodecError`` (a ``ValueError``) as :class:`MissingDependency`; an
+    object codec (``pickle``, ``json2``, ``msgpack2``: Python objects, which zarr 3 does not
+    read) is :class:`UnsafeInput`, not a codec to install."""
+    found = re.search(r"'object_codec_id': '([^']*)'", str(e))
+    if found:
+        return UnsafeInput(
+            f"{where} holds Python objects encoded with the {found.group(1)!r} object codec; "
+            "refused (nothing is unpickled, a ReplayBuffer holds numbers)"
+        )
     if "codec" in str(e).lower():
         return MissingDependency(
             f"{where} needs a codec that is not installed ({e}); JPEG XL (UMI) needs: "
@@ -280,7 +303,12 @@ def _layout(group: Any, where: str) -> tuple[dict[str, Any], np.ndarray, dict[st
             f"{where}: meta/episode_ends is {ends_arr.shape} {ends_arr.dtype}, not a list of "
             f"at most {MAX_EPISODES} integers"
         )
-    ends = np.asarray(ends_arr[:], dtype=np.int64)
+    if isinstance(group.store, zarr.storage.ZipStore):
+        check_zip_members(str(group.store.path), [*arrays.values(), ends_arr], where)
+    at = f"{where}: meta/episode_ends"
+    if read_cost(ends_arr, 0, ends_arr.shape[0]) > 8 * MAX_EPISODES:
+        raise CorruptData(f"{at} is {describe_chunks(ends_arr)}: chunks too large to read")
+    ends = np.asarray(read_rows(ends_arr, 0, ends_arr.shape[0], at), dtype=np.int64)
     if ends.size == 0 or ends[0] <= 0 or np.any(np.diff(ends) <= 0):
         raise CorruptData(
             f"{where}: meta/episode_ends is not strictly increasing from > 0: {ends[:8]}"
@@ -327,17 +355,19 @@ def _episode(
     report: Reports | None,
 ) -> Episode:
     at = f"{where}, {episode} (rows {start}..{end - 1})"
-    per_row = ROW_BYTES + sum(
-        int(np.prod(a.shape[1:], dtype=np.float64)) * a.dtype.itemsize for a in arrays.values()
-    )
-    if per_row * (end - start) > settings.max_episode_bytes:
+    per_row = ROW_BYTES + sum(math.prod(a.shape[1:]) * a.dtype.itemsize for a in arrays.values())
+    costs = {k: read_cost(a, start, end) for k, a in arrays.items()}
+    total = ROW_BYTES * (end - start) + sum(costs.values())
+    if total > settings.max_episode_bytes:
+        worst = max(costs, key=costs.__getitem__)
         raise CorruptData(
-            f"{at}: {per_row * (end - start)} bytes, over max_episode_bytes ({settings.max_episode_bytes})"
+            f"{at}: {total} bytes, over max_episode_bytes ({settings.max_episode_bytes}); "
+            f"data/{worst} ({describe_chunks(arrays[worst])}) takes {costs[worst]}"
         )
     cols: dict[str, Any] = {}
     for key, arr in arrays.items():
         name = column_name(key, at, settings.rename)
-        values = arr[start:end]
+        values = read_rows(arr, start, end, f"{at}: array data/{key}")
         if is_camera(arr.shape, arr.dtype):
             values = camera_value(
                 values, settings.images, settings.fps or 30.0, episode, name, report

@@ -84,6 +84,8 @@ async function episodePlayer(box) {
     label.textContent = String(f); scrub.value = String(f);
     if (!data) return;
     canvases.forEach(([c, name]) => plotLines(c, data.series[name], { cursor: f }));
+    // data.json holds the first data.shown frames (a bound on what one page reads)
+    if (f >= data.shown && Object.keys(data.series).length) { values.textContent = `frame ${f}: the plots hold frames 0–${data.shown - 1} only`; return; }
     const rows = Object.entries(data.series).map(([name, s]) => `${name}: [${s.map((d) => d[f] === null ? "null" : d[f].toPrecision(4)).join(", ")}]`);
     values.textContent = rows.join("  ·  ");
   }
@@ -141,6 +143,9 @@ async function episodePlayer(box) {
   try {
     data = await getJSON(box.dataset.src);
     plots.replaceChildren();
+    if (data.shown < data.frames && Object.keys(data.series).length) {
+      plots.append(el("p", { class: "muted", id: "plots-shown" }, `plots of frames 0–${data.shown - 1} of ${data.frames} (the first ${data.shown}: a page reads at most so many values)`));
+    }
     for (const [name, series] of Object.entries(data.series)) {
       const fig = el("figure"), c = el("canvas", { class: "plot", width: "640", height: "120", "data-column": name });
       const bad = (data.nonfinite || {})[name];
@@ -149,7 +154,12 @@ async function episodePlayer(box) {
       canvases.push([c, name]);
     }
     const tasks = document.getElementById("tasks");
-    for (const [name, list] of Object.entries(data.tasks)) tasks.append(el("p", { class: "task" }, `${name}: ${list.join(" | ")}`));
+    for (const [name, list] of Object.entries(data.tasks)) {
+      // each value isolated: a right-to-left override in one cannot reorder the others
+      const p = el("p", { class: "task" }, `${name}: `);
+      list.forEach((v, i) => { if (i) p.append(" | "); p.append(el("bdi", {}, v)); });
+      tasks.append(p);
+    }
   } catch (err) { showError(plots, err); }
   seek(parseInt(box.dataset.frame) || 0);
 }

@@ -1,0 +1,99 @@
+"""Parquet record batches whose memory does not grow with what a dictionary repeats.
+
+A parquet column may be dictionary-encoded: each distinct value stored once, each row an
+index into them (run-length encoded, so a run of one index takes a few bytes). Read as a
+plain column, every row gets its own copy: a 3 KB file whose one 1 MB value is repeated on
+1,000 rows became a 1 GB batch (and a 100 MB value, 100 GB). Binary and string columns are
+read here as dictionaries, and each batch is cut into slices of at most ``budget`` decoded
+bytes (a single row may still be as large as one value) before its values are copied out,
+so memory stays bounded while the values delivered are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from treadle.errors import CorruptData
+from treadle.importers.arrow import DEFAULT_CHUNK_BYTES
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_string(t)
+        or (pa.types.is_large_string(t))
+    )
+
+
+def bounded_batches(
+    open_: Any, batch_rows: int, budget: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of a parquet file (``open_()`` gives a fresh handle to it), of at
+    most ``batch_rows`` rows and, beyond one row, ``budget`` bytes of binary and string
+    values; the schema is the file's own (its metadata kept)."""
+    schema = pq.ParquetFile(open_()).schema_arrow
+    names = [f.name for f in schema if _is_bytes(f.type)]
+    pf = pq.ParquetFile(open_(), read_dictionary=names) if names else pq.ParquetFile(open_())
+    for batch in pf.iter_batches(batch_size=batch_rows):
+        yield from _slices(batch, schema, names, budget)
+
+
+def _slices(
+    batch: pa.RecordBatch, schema: pa.Schema, names: list[str], budget: int
+) -> Iterator[pa.RecordBatch]:
+    """``batch`` in slices of at most ``budget`` decoded bytes (one row at least), each with
+    its dictionary columns decoded to the file's own types."""
+    n = batch.num_rows
+    sizes = np.zeros(n, np.int64)
+    for name in names:
+        col = batch.column(name)
+        if isinstance(col, pa.DictionaryArray):
+            lengths = pc.take(pc.binary_length(col.dictionary), col.indices)
+        else:
+            lengths = pc.binary_length(col)
+        sizes += lengths.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    ends = np.cumsum(sizes)
+    start = 0
+    while start < n:
+        before = int(ends[start - 1]) if start else 0
+        end = max(start + 1, int(np.searchsorted(ends, before + budget, side="right")))
+        yield _decoded(batch.slice(start, end - start), schema)
+        start = end
+
+
+def _decoded(piece: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    arrays = []
+    for field, col in zip(schema, piece.columns):
+        if isinstance(col, pa.DictionaryArray) and not pa.types.is_dictionary(field.type):
+            col = col.dictionary_decode().cast(field.type)
+        arrays.append(col)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def check_footer(handle: Any, where: str, rows: int, values_per_row: int) -> None:
+    """Refuse, from its footer alone, a parquet file read whole that would hold more than
+    ``rows`` rows or ``values_per_row`` values a row (leaf values: a list of 6 floats is 6).
+
+    Parquet's run-length encoding lets a few bytes stand for a billion rows or list entries,
+    and the reader stops at the count the footer states: so it bounds what reading allocates.
+    """
+    meta = pq.ParquetFile(handle).metadata
+    if meta.num_rows > rows:
+        raise CorruptData(f"{where} holds {meta.num_rows:,} rows; its episodes have {rows:,}")
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if chunk.num_values > max(group.num_rows, 1) * values_per_row:
+                raise CorruptData(
+                    f"{where}: column {chunk.path_in_schema!r} holds {chunk.num_values:,} values "
+                    f"in {group.num_rows:,} rows (row group {g}), over the {values_per_row:,} a "
+                    "row the features of meta/info.json allow"
+                )
