@@ -10,8 +10,15 @@ working mid-run: what the user is told.
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import hashlib
+import hmac
 import logging
+import time
+import traceback
 import uuid
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -39,3 +46,61 @@ def test_a_landed_commit_is_returned_though_its_lease_stays(s3_server, kind, cap
     after = td.Client(root, storage_options=opts).project("p").branch()
     assert after.table("t").to_arrow().num_rows == 6  # exactly once
     assert any("gc lease" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def _account_sas(az, expiry: dt.datetime) -> tuple[str, str]:
+    """An account SAS for Azurite's development account: (its signature, the token)."""
+    sv, sp, st = "2020-08-04", "rwdlacup", "2020-01-01T00:00:00Z"
+    se = expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
+    signed = "\n".join([az.account, sp, "b", "sco", st, se, "", "https,http", sv, ""])
+    mac = hmac.new(base64.b64decode(az.key), signed.encode(), hashlib.sha256)
+    sig = base64.b64encode(mac.digest()).decode()
+    token = f"sv={sv}&ss=b&srt=sco&sp={sp}&st={st}&se={se}&spr=https,http&sig={quote(sig, safe='')}"
+    return sig, token
+
+
+def _sas_options(az, token: str) -> dict[str, str]:
+    return {
+        "azure_storage_account_name": az.account,
+        "azure_storage_sas_key": token,
+        "azure_storage_endpoint": az.endpoint,
+        "allow_http": "true",
+    }
+
+
+@pytest.mark.azure
+def test_a_sas_token_expiring_mid_run_names_its_setting(az_server):
+    root = az_server.url(az_server.new_container("sas"))
+    td.Client(root, storage_options=az_server.storage_options()).project("p").branch().table(
+        "t"
+    ).append({"x": np.arange(3)})
+    expiry = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(seconds=3)
+    sig, token = _account_sas(az_server, expiry)
+    client = td.Client(root, storage_options=_sas_options(az_server, token))
+    table = client.project("p").branch().table("t").pin()
+    assert table.num_moments == 3  # the token works
+    while dt.datetime.now(dt.UTC) <= expiry + dt.timedelta(seconds=1):
+        time.sleep(0.2)
+    calls = [lambda: table.to_arrow(), lambda: client.store.get("treadle.json")]
+    calls.append(lambda: td.Client(root, storage_options=_sas_options(az_server, token)).projects())
+    for call in calls:
+        with pytest.raises(td.CredentialsError) as info:
+            call()
+        msg = str(info.value)
+        assert "SAS token given in storage_options 'azure_storage_sas_key'" in msg, msg
+        assert f"expired at {expiry:%Y-%m-%dT%H:%M:%SZ}" in msg, msg
+        shown = msg + repr(info.value) + "".join(traceback.format_exception(info.value))
+        assert sig not in shown and quote(sig, safe="") not in shown
+
+
+@pytest.mark.azure
+def test_a_refused_sas_token_from_the_environment_is_named(az_server, monkeypatch):
+    root = az_server.url(az_server.new_container("sasenv"))
+    sig, token = _account_sas(az_server, dt.datetime(2021, 1, 1, tzinfo=dt.UTC))
+    opts = _sas_options(az_server, token)
+    monkeypatch.setenv("AZURE_STORAGE_SAS_KEY", opts.pop("azure_storage_sas_key"))
+    with pytest.raises(td.CredentialsError) as info:
+        td.Client(root, storage_options=opts).projects()
+    msg = str(info.value)
+    assert "environment variable AZURE_STORAGE_SAS_KEY expired at 2021-01-01T00:00:00Z" in msg
+    assert sig not in msg and quote(sig, safe="") not in msg
