@@ -104,3 +104,36 @@ def test_a_refused_sas_token_from_the_environment_is_named(az_server, monkeypatc
     msg = str(info.value)
     assert "environment variable AZURE_STORAGE_SAS_KEY expired at 2021-01-01T00:00:00Z" in msg
     assert sig not in msg and quote(sig, safe="") not in msg
+
+
+@pytest.mark.timeout(300)
+def test_a_server_stalling_mid_body_is_an_error_not_a_hang(s3_server, monkeypatch):
+    """A GET whose body stops halfway on an open connection: Lance had no request timeout
+    and waited forever (a loader's reader with it). Now a named error, within bounds
+    (shortened here: the defaults are 30 s a request, 8 retries, 120 s)."""
+    from treadle.storage import cloud
+
+    short = {"timeout": "1s", "client_max_retries": "1", "client_retry_timeout": "3"}
+    monkeypatch.setattr(cloud, "_LANCE_CLIENT_DEFAULTS", short, raising=False)
+    root, opts = _s3_root(s3_server, "stall")
+    td.Client(root, storage_options=opts).project("p").branch().table("t").append(
+        {"x": np.arange(1000)}
+    )
+    with FaultProxy(s3_server.endpoint, kinds=("stall",), methods=("GET",), paths="/data/") as px:
+        table = td.Client(root, storage_options=px.options(opts)).project("p").branch().table("t")
+        table = table.pin()
+        px.rate = 1.0
+        with pytest.raises(td.StorageError, match=r"reading Table\(p/t") as info:
+            table.to_arrow()
+    assert px.counts["stall"] >= 1
+    assert not isinstance(info.value, td.CredentialsError)
+
+
+def test_lance_requests_are_bounded_unless_set(monkeypatch):
+    from treadle.storage import Store
+
+    opts = {"aws_access_key_id": "k", "aws_secret_access_key": "s", "aws_region": "us-east-1"}
+    assert Store.open("s3://bkt/x", opts).lance_options["timeout"] == "30s"
+    assert Store.open("s3://bkt/x", dict(opts, timeout="7s")).lance_options["timeout"] == "7s"
+    monkeypatch.setenv("AWS_TIMEOUT", "9s")  # the environment's setting, passed on
+    assert Store.open("s3://bkt/x", opts).lance_options["timeout"] == "9s"
