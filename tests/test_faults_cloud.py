@@ -137,3 +137,21 @@ def test_lance_requests_are_bounded_unless_set(monkeypatch):
     assert Store.open("s3://bkt/x", dict(opts, timeout="7s")).lance_options["timeout"] == "7s"
     monkeypatch.setenv("AWS_TIMEOUT", "9s")  # the environment's setting, passed on
     assert Store.open("s3://bkt/x", opts).lance_options["timeout"] == "9s"
+
+
+def test_a_read_that_fails_through_every_retry_says_how_many_tries(s3_server, monkeypatch):
+    """A GET whose body stalls each time (here past a 1 s request timeout) is retried, then
+    a ``StorageError`` naming the object, the store and the tries it took, never bytes
+    (treadle's retry budget shortened here from 60 s: obstore retries inside each try)."""
+    from treadle.storage import RangeRequest, Store, retry, store
+
+    for module in (retry, store):
+        monkeypatch.setattr(module, "_RETRY_BUDGET_S", 1.0)
+    root, opts = _s3_root(s3_server, "tries")
+    Store.open(root, opts).put("obj", bytes(range(256)) * 64)
+    with FaultProxy(s3_server.endpoint, kinds=("stall",), methods=("GET",), paths="/obj") as px:
+        s3 = Store.open(root, dict(px.options(opts), timeout="1s"))
+        px.rate = 1.0
+        with pytest.raises(td.StorageError, match=rf"read {root}/obj failed \(1 try in \d+ s\)"):
+            s3.get_ranges([RangeRequest("obj", 0, 100), RangeRequest("obj", 9000, 9100)])
+    assert px.counts["stall"] >= 1

@@ -38,6 +38,7 @@ from treadle.storage.retry import (
     _backoff,
     _transient,
     _with_retries,
+    spent,
 )
 from treadle.storage.store_errors import ShortObject, missing_object, store_error
 
@@ -348,15 +349,15 @@ class Store:
     async def _read(self, key: str, end: int, call: Callable[[], Awaitable[Any]]) -> Any:
         """``await call()``, one obstore read of ``key`` up to ``end``, retried while the
         error is transient (within the retry budget); else :meth:`_short_or`'s error."""
-        deadline = time.monotonic() + _RETRY_BUDGET_S
+        start = time.monotonic()
         for attempt in range(_RETRY_ATTEMPTS):
             try:
                 return await request(call())
             except Exception as e:
-                last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
+                last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= start + _RETRY_BUDGET_S
                 if last or not _transient(e):
                     # a range past the end: InvalidRange, a Rust panic when coalesced
-                    raise await self._short_or(key, end, e) from None
+                    raise await self._short_or(key, end, spent(e, attempt, start)) from None
             await asyncio.sleep(_backoff(attempt))
         raise AssertionError("unreachable: the last attempt raises")
 

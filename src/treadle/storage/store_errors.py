@@ -19,10 +19,23 @@ class ShortObject(CorruptData):
         self.key, self.size = key, size
 
 
+class RetriesSpent(Exception):
+    """A transient failure that lasted through every retry: the last error ``cause``,
+    ``tries`` made and ``seconds`` spent (named in the error the user sees)."""
+
+    def __init__(self, cause: BaseException, tries: int, seconds: float):
+        super().__init__(str(cause))
+        self.cause, self.tries, self.seconds = cause, tries, seconds
+
+
 def store_error(url: str, op: str, key: str, e: Exception, advice: str = "") -> Exception:
     """The error for ``op`` (read, write, list, ...) of ``key`` under root ``url`` failing;
     ``advice`` (:meth:`Store.denied_advice`) ends a refusal's message."""
     where = f"{url}/{key}"
+    tries = ""
+    if isinstance(e, RetriesSpent):
+        tries = f" ({e.tries} {'try' if e.tries == 1 else 'tries'} in {e.seconds:.0f} s)"
+        e = e.cause if isinstance(e.cause, Exception) else e
     bucket = missing_bucket(e)
     if bucket is not None:
         return StorageError(
@@ -37,7 +50,7 @@ def store_error(url: str, op: str, key: str, e: Exception, advice: str = "") -> 
         return CredentialsError(
             f"{op} {where} refused: access denied ({advice or CHECK_CREDENTIALS})"
         )
-    return StorageError(f"{op} {where} failed: {type(e).__name__}: {first_line(e)}")
+    return StorageError(f"{op} {where} failed{tries}: {type(e).__name__}: {first_line(e)}")
 
 
 CHECK_CREDENTIALS = (
