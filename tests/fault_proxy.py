@@ -11,7 +11,10 @@ still verify), except that a seeded fraction ``rate`` of requests meets a fault:
   the response: the client cannot tell whether its write landed;
 - ``403``: answered ``403 AccessDenied`` (a *permanent* fault, for fail-fast tests);
 - ``truncate``: forwarded, but only half of the response body is sent before the
-  connection is closed (only for responses with a body of 2+ bytes).
+  connection is closed (only for responses with a body of 2+ bytes);
+- ``stall``: forwarded, the headers and half of the body sent, then nothing more while
+  the connection stays open (a server that hangs mid-body), until the proxy stops;
+- ``500``: answered ``500 InternalError`` without being forwarded.
 
 Faults never reach the server before failing, except ``truncate`` (reads only) and
 ``delay``, so injected faults are transient by construction. ``counts`` records what
@@ -39,6 +42,16 @@ _SLOWDOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
     b"<Message>injected by fault proxy</Message></Error>"
 )
+
+_INTERNAL = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+    b"<Message>injected by fault proxy</Message></Error>"
+)
+_CANNED = {
+    "503": (_SLOWDOWN, "Slow Down"),
+    "403": (_DENIED, "Forbidden"),
+    "500": (_INTERNAL, "Internal Server Error"),
+}
 
 
 class FaultProxy:
@@ -69,6 +82,7 @@ class FaultProxy:
         self._local = threading.local()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()  # releases the stalled responses
 
     @property
     def endpoint(self) -> str:
@@ -90,6 +104,7 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -111,7 +126,7 @@ class FaultProxy:
             if not self.kinds or self._rng.random() >= self.rate:
                 return None
             kind = self._rng.choice(self.kinds)
-            if kind == "truncate" and method != "GET":
+            if kind in ("truncate", "stall") and method != "GET":
                 kind = "503"  # only reads have a body worth cutting
             self.counts[kind] += 1
             return kind
@@ -178,9 +193,9 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
-        if fault in ("503", "403"):
-            text = _SLOWDOWN if fault == "503" else _DENIED
-            self.send_response(int(fault), "Slow Down" if fault == "503" else "Forbidden")
+        if fault in ("503", "403", "500"):
+            text, reason = _CANNED[fault]
+            self.send_response(int(fault), reason)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(text)))
             self.end_headers()
@@ -199,9 +214,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (http.client.HTTPException, OSError):
             self.send_error(502)
             return
-        if fault == "truncate" and len(data) < 2:
+        if fault in ("truncate", "stall") and len(data) < 2:
             with p._lock:  # nothing to cut: not a fault after all
-                p.counts["truncate"] -= 1
+                p.counts[fault] -= 1
             fault = None
         if fault == "lost":
             self.close_connection = True
@@ -234,6 +249,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            return
+        if fault == "stall":
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            p._stopped.wait()
+            self.close_connection = True
             return
         self.wfile.write(data)
 

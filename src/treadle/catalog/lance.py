@@ -41,6 +41,7 @@ from treadle.catalog.lru import Lru
 from treadle.catalog.place import ProjectPlace
 from treadle.catalog.purgemap import PurgeMap, read_records
 from treadle.errors import Purged, TreadleError
+from treadle.storage.credsource import advice
 from treadle.table.episode_names import EpisodeNames
 from treadle.table.episode_store import compute_episode_index
 from treadle.table.episodes import EpisodeIndex
@@ -92,9 +93,8 @@ class LanceTables:
                 expired = expired_error(self.place, commit_id, name) if commit_id else None
                 if expired is not None:
                     raise expired from None
-                raise lance_error(
-                    e, f"table {name!r} version {version} of project {self.place.name!r}"
-                ) from None
+                where = f"table {name!r} version {version} of project {self.place.name!r}"
+                raise lance_error(e, where, advice(self.place.store.credentials)) from None
             ds = self._datasets.setdefault(key, ds)
         return ds
 
@@ -126,7 +126,7 @@ class LanceTables:
         try:
             return lance.dataset(self.uri(name), version=version, storage_options=self.options)
         except (OSError, ValueError, RuntimeError) as e:
-            raise lance_error(e, where) from None
+            raise lance_error(e, where, advice(self.place.store.credentials)) from None
 
     def episode_index(self, table: Table) -> EpisodeIndex:
         """The episode index of a pinned table, computed once per version."""

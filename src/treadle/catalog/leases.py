@@ -27,6 +27,7 @@ every object store, and cost one small request each.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -43,6 +44,7 @@ WRITERS = layout.GC_WRITERS
 USED = layout.GC_USED
 SWEEPS = layout.GC_SWEEPS
 _BEAT_S = 30.0
+_log = logging.getLogger("treadle")
 LEASE_TTL = timedelta(minutes=5)  # a lease whose newest marker is older is a dead writer's
 
 
@@ -96,14 +98,27 @@ class Lease:
         return self._last is not None
 
     def release(self) -> None:
-        """Drop the lease (the transaction committed or gave up)."""
+        """Drop the lease (the transaction committed or gave up).
+
+        Never raises: what it guarded is done (a commit landed, or failed with its own
+        error), and a lease that cannot be deleted (a store refusing or failing the
+        DELETE) expires by itself after :data:`LEASE_TTL`, as a crashed writer's does.
+        An error here would tell the user a landed commit failed, and a retry append twice.
+        """
         with self._lock:
             _BEATER.drop(self)
-            if self._beaten:
-                self.store.delete(f"{self.base}/beat")
-            if self._last is not None:
-                self.store.delete(f"{self.base}/start")
+            beaten, held = self._beaten, self._last is not None
             self._last, self._beaten = None, False
+            try:
+                if beaten:
+                    self.store.delete(f"{self.base}/beat")
+                if held:
+                    self.store.delete(f"{self.base}/start")
+            except TreadleError as e:
+                _log.warning(
+                    "could not drop the gc lease %s (it expires by itself in %s): %s",
+                    self.base, LEASE_TTL, e,
+                )  # fmt: skip
 
     def _refresh(self) -> None:
         """The background beat (a held lease only)."""

@@ -131,7 +131,26 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
     lance_options = {k: _option_value(v) for k, v in options.items()}
     if "allow_http" in client:
         lance_options["allow_http"] = client["allow_http"]
+    _bound_lance_requests(lance_options, scheme)
     return inner, lance_options
+
+
+#: Lance's client settings where neither an option nor the environment gives one: without a
+#: request timeout Lance waited forever on a server that stalled mid-body (a loader hung)
+_LANCE_CLIENT_DEFAULTS = {
+    "timeout": "30s",
+    "connect_timeout": "5s",
+    "client_max_retries": "8",
+    "client_retry_timeout": "120",
+}
+
+
+def _bound_lance_requests(lance_options: dict[str, str], scheme: str) -> None:
+    given = {k.lower() for k in lance_options}
+    prefix = _ENV_PREFIX.get(scheme, "AWS_")
+    for key, value in _LANCE_CLIENT_DEFAULTS.items():
+        if key not in given:  # Lance may not read the environment's client settings
+            lance_options[key] = os.environ.get(prefix + key.upper(), value)
 
 
 _ENDPOINT_KEYS = ("endpoint", "endpoint_url")

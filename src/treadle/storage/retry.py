@@ -16,6 +16,8 @@ from obstore.exceptions import (
     UnauthenticatedError,
 )
 
+from treadle.storage.store_errors import RetriesSpent
+
 # obstore retries 5xx, 429, timeouts and connection errors itself (``retry_config`` in
 # ``_open_cloud``), but not every failure while a response *body* streams in: a LIST
 # whose body is cut off surfaces as "error getting list response body", a cut GET as
@@ -73,14 +75,24 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0.0, min(2.0, 0.05 * 2**attempt))
 
 
+def spent(e: Exception, attempt: int, start: float) -> Exception:
+    """The error to raise once attempt ``attempt`` (from 0) failed for good: a transient
+    failure's :class:`RetriesSpent` (its tries and time named to the user), else ``e``."""
+    if not _transient(e):
+        return e
+    return RetriesSpent(e, attempt + 1, time.monotonic() - start)
+
+
 def _with_retries(fn: Callable[[], _T]) -> _T:
-    deadline = time.monotonic() + _RETRY_BUDGET_S
+    start = time.monotonic()
     for attempt in range(_RETRY_ATTEMPTS):
         try:
             return fn()
         except Exception as e:
-            last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
-            if last or not _transient(e):
+            last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= start + _RETRY_BUDGET_S
+            if not _transient(e):
                 raise
+            if last:
+                raise spent(e, attempt, start) from e
         time.sleep(_backoff(attempt))
     raise AssertionError("unreachable")

@@ -5,8 +5,8 @@ or ``az://``) opened through ``obstore``. Keys are ``/``-separated paths
 relative to the root. Lance opens the same root through :meth:`Store.lance_uri`
 and :attr:`Store.lance_options`, so both see one set of credentials.
 
-Credentials are held only in the store objects; they are never part of a
-``repr``, an error message or anything treadle writes.
+Credentials are held only in the store objects; they are never part of a ``repr``,
+an error message or anything treadle writes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,14 +28,17 @@ from treadle.errors import CredentialsError, NotFound, StorageError
 from treadle.storage import cloud
 from treadle.storage.after_fork import claim
 from treadle.storage.cloud import _CLOUD_SCHEMES, check_root_url, open_cloud, shown_root
+from treadle.storage.credsource import Credentials, advice, credentials_of
 from treadle.storage.fileio import write_at
 from treadle.storage.loop import _Loop, request
+from treadle.storage.objects import ObjectInfo, RangeRequest
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,
     _RETRY_BUDGET_S,
     _backoff,
     _transient,
     _with_retries,
+    spent,
 )
 from treadle.storage.store_errors import ShortObject, missing_object, store_error
 
@@ -44,23 +46,6 @@ from treadle.storage.store_errors import ShortObject, missing_object, store_erro
 def default_root() -> str:
     """``$TREADLE_ROOT`` if set, else ``~/.treadle``."""
     return os.environ.get("TREADLE_ROOT") or str(Path.home() / ".treadle")
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """Size and last-modified time (UTC, the store's clock) of one object."""
-
-    size: int
-    modified: datetime
-
-
-@dataclass(frozen=True)
-class RangeRequest:
-    """Bytes ``[start, end)`` of object ``key``."""
-
-    key: str
-    start: int
-    end: int
 
 
 class Store:
@@ -74,6 +59,8 @@ class Store:
         self._inner = inner
         self._lance_root = lance_root.rstrip("/")
         self._lance_options = lance_options
+        #: where the credentials came from (named when a request is refused), if known
+        self.credentials: Credentials | None = None
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -106,7 +93,9 @@ class Store:
             )
         inner, lance_options = open_cloud(root, parsed.scheme, options)
         place = cloud.store_place(root.rstrip("/"), parsed.scheme, options)
-        return cls(root.rstrip("/"), inner, root.rstrip("/"), lance_options, place)
+        store = cls(root.rstrip("/"), inner, root.rstrip("/"), lance_options, place)
+        store.credentials = credentials_of(parsed.scheme, options)
+        return store
 
     @classmethod
     def _open_local(cls, path: Path, create: bool) -> Store:
@@ -360,15 +349,15 @@ class Store:
     async def _read(self, key: str, end: int, call: Callable[[], Awaitable[Any]]) -> Any:
         """``await call()``, one obstore read of ``key`` up to ``end``, retried while the
         error is transient (within the retry budget); else :meth:`_short_or`'s error."""
-        deadline = time.monotonic() + _RETRY_BUDGET_S
+        start = time.monotonic()
         for attempt in range(_RETRY_ATTEMPTS):
             try:
                 return await request(call())
             except Exception as e:
-                last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= deadline
+                last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= start + _RETRY_BUDGET_S
                 if last or not _transient(e):
                     # a range past the end: InvalidRange, a Rust panic when coalesced
-                    raise await self._short_or(key, end, e) from None
+                    raise await self._short_or(key, end, spent(e, attempt, start)) from None
             await asyncio.sleep(_backoff(attempt))
         raise AssertionError("unreachable: the last attempt raises")
 
@@ -397,4 +386,4 @@ class Store:
         claim(f"{op} {self.url}/{key}")
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
-        return store_error(self.url, op, key, e)
+        return store_error(self.url, op, key, e, advice(self.credentials))

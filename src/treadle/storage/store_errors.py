@@ -19,9 +19,23 @@ class ShortObject(CorruptData):
         self.key, self.size = key, size
 
 
-def store_error(url: str, op: str, key: str, e: Exception) -> Exception:
-    """The error for ``op`` (read, write, list, ...) of ``key`` under root ``url`` failing."""
+class RetriesSpent(Exception):
+    """A transient failure that lasted through every retry: the last error ``cause``,
+    ``tries`` made and ``seconds`` spent (named in the error the user sees)."""
+
+    def __init__(self, cause: BaseException, tries: int, seconds: float):
+        super().__init__(str(cause))
+        self.cause, self.tries, self.seconds = cause, tries, seconds
+
+
+def store_error(url: str, op: str, key: str, e: Exception, advice: str = "") -> Exception:
+    """The error for ``op`` (read, write, list, ...) of ``key`` under root ``url`` failing;
+    ``advice`` (:meth:`Store.denied_advice`) ends a refusal's message."""
     where = f"{url}/{key}"
+    tries = ""
+    if isinstance(e, RetriesSpent):
+        tries = f" ({e.tries} {'try' if e.tries == 1 else 'tries'} in {e.seconds:.0f} s)"
+        e = e.cause if isinstance(e.cause, Exception) else e
     bucket = missing_bucket(e)
     if bucket is not None:
         return StorageError(
@@ -34,12 +48,15 @@ def store_error(url: str, op: str, key: str, e: Exception) -> Exception:
     denied = "403 Forbidden" in text or "401 Unauthorized" in text or "AccessDenied" in text
     if isinstance(e, (UnauthenticatedError, PermissionDeniedError)) or denied:
         return CredentialsError(
-            f"{op} {where} refused: access denied (check credentials in storage_options "
-            "(--storage-option on the command line) or the AWS_*/GOOGLE_*/AZURE_* environment)"
+            f"{op} {where} refused: access denied ({advice or CHECK_CREDENTIALS})"
         )
-    return StorageError(f"{op} {where} failed: {type(e).__name__}: {first_line(e)}")
+    return StorageError(f"{op} {where} failed{tries}: {type(e).__name__}: {first_line(e)}")
 
 
+CHECK_CREDENTIALS = (
+    "check credentials in storage_options (--storage-option on the command line) or the "
+    "AWS_*/GOOGLE_*/AZURE_* environment"
+)
 _XML_ERROR = re.compile(r"<\?xml[^>]*\?>\s*<Error>(.*?)</Error>", re.S)
 # S3's NoSuchBucket and Azure's ContainerNotFound (its XML body; a bulk DELETE's reason text)
 _NO_SUCH_BUCKET = re.compile(

@@ -8,17 +8,18 @@ expired commit, a project that does not exist, a damaged version gc stops on.
 from __future__ import annotations
 
 from treadle.errors import CredentialsError, NotFound, StorageError, TreadleError
-from treadle.storage.store_errors import first_line, missing_bucket
+from treadle.storage.store_errors import CHECK_CREDENTIALS, first_line, missing_bucket
 
 
-def lance_error(e: BaseException, where: str) -> TreadleError:
+def lance_error(e: BaseException, where: str, advice: str = "") -> TreadleError:
     """A Lance read/write failure as a treadle error naming ``where`` (table, version, ...).
 
     Lance raises ``OSError``/``ValueError``/``pyarrow.ArrowInvalid`` whose text carries
     object_store's cause; this maps "lacked the necessary privileges" to
     :class:`CredentialsError`, a missing object to :class:`NotFound`, anything else to
     :class:`StorageError`, keeping the first line of Lance's text (no credentials: Lance
-    never puts them in its messages; the endpoint URL may appear).
+    never puts them in its messages; the endpoint URL may appear). ``advice``
+    (:func:`treadle.storage.credsource.advice`) names the setting the credentials came from.
     """
     text = first_line(e) if isinstance(e, Exception) else str(e)
     low = text.lower()
@@ -29,10 +30,7 @@ def lance_error(e: BaseException, where: str) -> TreadleError:
             f"and the endpoint): {text}"
         )
     if "necessary privileges" in low or "403 forbidden" in low or "accessdenied" in low:
-        return CredentialsError(
-            f"{where}: access denied (check credentials in storage_options (--storage-option "
-            f"on the command line) or the AWS_*/GOOGLE_*/AZURE_* environment): {text}"
-        )
+        return CredentialsError(f"{where}: access denied ({advice or CHECK_CREDENTIALS}): {text}")
     if "not found" in low or "does not exist" in low or "nosuchkey" in low:
         return NotFound(f"{where}: {text}")
     return StorageError(f"{where}: {type(e).__name__}: {text}")

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle.errors import ExpiredCommit, NotFound, TreadleError
+from treadle.storage.credsource import advice
 from treadle.table.column_meta import column_metadata
 from treadle.table.episodes import EPISODE, FRAME, EpisodeIndex
 from treadle.table.fps import schema_fps
@@ -139,7 +140,7 @@ class Table:
         (:func:`lance_error`). A missing file is asked of the project only then: the
         handle was opened before gc expired this commit, and the error says so
         (:class:`~treadle.errors.ExpiredCommit`, naming the table and the commit)."""
-        return self.expired_instead(lance_error(e, where))
+        return self.expired_instead(lance_error(e, where, advice(self.project.store.credentials)))
 
     def expired_instead(self, err: TreadleError) -> TreadleError:
         """``err``, or the project's :class:`~treadle.errors.ExpiredCommit` where ``err``
