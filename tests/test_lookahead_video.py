@@ -5,7 +5,6 @@ stream chunk is fetched once for all the samples that read it."""
 
 from __future__ import annotations
 
-import hashlib
 from functools import partial
 
 import numpy as np
@@ -17,6 +16,7 @@ from treadle import fastpaths, reaper
 from treadle.read import lookahead as lookahead_mod
 from treadle.read.fixed import FixedReader
 from treadle.storage import Store
+from treadle.storage.filecache import copy_name
 from treadle.video._testing import synthetic_frames
 
 pytestmark = pytest.mark.s3
@@ -228,8 +228,7 @@ def _two_streams_cached(s3_server, caches, name):
     assert len([dict(b) for b in loader]) == 4
     store, folder = client.store, loader.lookahead_stage.chunks.directory
     sizes = {k: store.size(k) for k in store.list("") if k.endswith(".h264")}
-    stems = {k: hashlib.sha256(f"{store.url}\0{k}\0{n}".encode()).hexdigest()[:40]
-             for k, n in sizes.items()}  # fmt: skip
+    stems = {k: copy_name(store, k, n) for k, n in sizes.items()}
     held = {k for k, s in stems.items() if any(folder.glob(f"{s}_*.state"))}
     assert held == set(sizes) and len(held) == 2  # both streams' chunks were fetched
     return client, project, folder, stems
@@ -248,7 +247,7 @@ def _only_kept_streams_cached(store, folder, stems) -> set[str]:
 
 def test_a_purge_forgets_the_chunks_of_the_streams_it_deletes(s3_server, caches, monkeypatch):
     """The purged episodes' streams leave this node's chunk cache with them: their frames
-    stayed on disk (in ``<name>.data`` files) after the purge deleted them from the store."""
+    stayed on disk after the purge deleted them from the store."""
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "4M")
     client, project, folder, stems = _two_streams_cached(s3_server, caches, "purge")
     project.purge("v", ["ep-0"], reason="consent withdrawn")

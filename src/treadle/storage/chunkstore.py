@@ -119,8 +119,6 @@ class ChunkStore:
         with self._folder_lock:
             self._flush = not same_boot(self.directory, self._folder.forget)
             self._slots = self._folder.slots(self.chunk_bytes)
-            self._folder.scan()  # slots named by words the table lost, a slot file cut: mended
-            self._folder.let_go()
         if self._flush:
             fastpaths.off("unflushed chunks", NO_BOOT_ID)
 
