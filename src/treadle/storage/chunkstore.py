@@ -32,14 +32,14 @@ again: first). Over chunks of one size that is Belady's optimal policy
 - **Safe**: a chunk's bytes are written before its state says present, so a reader never
   sees a partial chunk; flushed to disk first only where the machine has no boot id, as a
   folder of another boot is emptied before use (:func:`~treadle.storage.chunkfiles.same_boot`).
-  Bytes are written into a slot under the slot's lock, and the chunk marked present under the
-  folder's, each only while its words still say this process fetches it
-  (:mod:`~treadle.storage.chunkwrite`). An
-  eviction first marks the chunk absent with a new generation, then frees its slot (written
-  over in the same reservation, or punched); a reader checks the state words before and after it copies
-  bytes out, and uses them only when nothing changed. A chunk needed by a step
-  in the window is never evicted for one needed later. A fetch of a process that died is
-  reclaimed by the next one that makes room or needs the chunk (which fetches it again).
+  Bytes are written into a slot under the slot's lock, and the chunk marked present under
+  the folder's, each only while its words still say this process fetches it
+  (:mod:`~treadle.storage.chunkwrite`). An eviction first marks the chunk absent with a new
+  generation, then frees its slot (written over in the same reservation, or punched); a
+  reader checks the state words before and after it copies bytes out, and uses them only
+  when nothing changed. A chunk needed by a step in the window is never evicted for one
+  needed later. A fetch of a process that died is reclaimed by the next one that makes room
+  or needs the chunk (which fetches it again).
 """
 
 from __future__ import annotations

@@ -286,10 +286,14 @@ def _own_files_in_child() -> None:
     fetching into it, under the folder's lock, would wait for the child to end."""
     for slots in list(_OPEN):
         for fd in (slots.fd, *slots._gone):
-            if fd >= 0:
+            if fd < 0:
+                continue
+            try:
                 own = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)
-                os.dup2(own, fd, inheritable=False)
-                os.close(own)
+            except OSError:  # no /proc (no slot locks either: fileio.RANGE_LOCKS)
+                continue
+            os.dup2(own, fd, inheritable=False)
+            os.close(own)
 
 
 os.register_at_fork(after_in_child=_own_files_in_child)
