@@ -94,17 +94,16 @@ def evict(obj: ObjectFiles, c: int, keep: bool = False) -> int:
         _absent(obj, c, w)
         if slot < 0:
             return -1
-        obj.slots.free(slot)
         if keep:
+            obj.slots.free(slot)
             return slot
-        obj.slots.clean(slot)
+        obj.slots.empty(slot)
         return -1
     with obj.slots.fenced(slot, wait=False) as free:
         if not free:
             return NOT_EVICTED
         _absent(obj, c, w)
-        obj.slots.free(slot)
-        obj.slots.clean(slot)
+        obj.slots.empty(slot)
     return -1
 
 

@@ -41,7 +41,6 @@ __all__ = [
     "chunk_of",
     "remove_legacy",
     "remove_named",
-    "size_of",
 ]
 
 STATE_MASK = 3
@@ -86,12 +85,6 @@ def chunk_of(name: str) -> int | None:
     folder counts them all in its bound), or None for a name not made so."""
     got = _numbers(name)
     return None if got is None else got[1]
-
-
-def size_of(name: str) -> int | None:
-    """The object size an object's name holds (see :func:`chunk_of`), or None."""
-    got = _numbers(name)
-    return None if got is None else got[0]
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -298,8 +291,9 @@ class ChunkFolder:
         except FileNotFoundError:
             return None
         words = np.frombuffer(raw[: len(raw) // 8 * 8], np.int64)
-        chunk, size = chunk_of(name), size_of(name)
-        if chunk is None or size is None or len(words) != WORDS * max(1, -(-size // chunk)):
+        numbers = _numbers(name)
+        size, chunk = numbers if numbers is not None else (0, 0)
+        if numbers is None or len(words) != WORDS * max(1, -(-size // chunk)):
             # torn, or not a name of this layout: its slots are freed by SlotFile.repair
             _unlink(state)
             return None
@@ -331,8 +325,7 @@ class ChunkFolder:
         slots = self.slots(obj.chunk)
         for s in held.tolist():
             with slots.fenced(int(s)):  # a fetch writing it ends first (its words now removed)
-                slots.free(int(s))
-                slots.clean(int(s))
+                slots.empty(int(s))
         _unlink(state)
 
     def mapped(self, obj: ObjectFiles | SeenObject) -> ObjectFiles:

@@ -113,5 +113,4 @@ def give_back(obj: ObjectChunks, chunks: Sequence[int]) -> None:
         obj.words[c, 2] = 0
         obj.words[c, 3] = -1
         if slot >= 0:  # this process's own fetch: none of its writes is under way
-            obj.slots.free(slot)
-            obj.slots.clean(slot)
+            obj.slots.empty(slot)

@@ -201,6 +201,12 @@ class SlotFile:
             table[s, 0] = 0
             self._hint = min(self._hint, s)
 
+    def empty(self, s: int) -> None:
+        """Under the folder's lock: :meth:`free` slot ``s`` and :meth:`clean` it (its chunk
+        gone, its bytes with it)."""
+        self.free(s)
+        self.clean(s)
+
     def clean(self, s: int) -> None:
         """Under the folder's lock: punch slot ``s``'s bytes (it then holds none); where a
         fetch may be writing it, under :meth:`fenced`."""
