@@ -320,6 +320,35 @@ def test_a_merge_keeps_the_nulls_the_other_side_recorded(tmp_path, labels_on_mai
         td.Recipe(seed=1, batch_size=2, components=[td.Component(t)]).plan()
 
 
+def test_a_null_recorded_on_a_table_with_a_dropped_column_merges_and_appends(tmp_path):
+    """Main dropped a column (its field ids are no longer 0..n-1); the side appended rows
+    holding a null, so the merged version records one more null column, a change of the
+    schema's metadata: a CommitConflict asked to compact() main, which renumbers nothing
+    (the merge, and an append of a null on main, had no way through; fails before). The
+    version now keeps the base's field ids under the new metadata."""
+    import pyarrow as pa
+
+    from treadle.table.null_columns import recorded_nulls
+
+    p = td.Client(str(tmp_path)).project("p")
+    p.branch().table("t").append_episode({"y": np.arange(3.0), "x": np.arange(3.0)},
+                                         episode="a", fps=10)  # fmt: skip
+    side = p.create_branch("side", from_="main")
+    p.branch().table("t").drop_columns(["y"])
+    rows = {"episode": ["b"] * 2, "frame": [0, 1], "y": [5.0, 6.0], "x": [None, 7.0]}
+    side.table("t").append(pa.table(rows))
+    c = p.merge("side", into="main")
+    assert c.parents[1] == side.commit_id
+    t = p.branch().table("t")
+    check_rows(t.pin())
+    assert t.to_arrow().to_pydict() == {"episode": ["a"] * 3 + ["b"] * 2,
+                                        "frame": [0, 1, 2, 0, 1],
+                                        "x": [0.0, 1.0, 2.0, None, 7.0]}  # fmt: skip
+    assert "x" in recorded_nulls(t.pin().schema)
+    t.append(pa.table({"episode": ["d"], "frame": [0], "x": pa.array([None], pa.float64())}))
+    assert t.to_arrow(["x"]).column(0).to_pylist()[-2:] == [7.0, None]
+
+
 def test_a_diff_line_of_an_added_or_removed_table_shows_no_none():
     # before: "t: added; moments None -> 4" (`treadle diff` of a release before a table existed)
     from treadle.catalog.diff import TableDiff

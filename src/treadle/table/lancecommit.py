@@ -32,6 +32,7 @@ import pyarrow as pa
 from lance.fragment import FragmentMetadata, write_fragments
 
 from treadle.errors import CommitConflict
+from treadle.table.evolve import schema_with
 
 MAX_ROWS = 1 << 20  # Lance's rows per data file: a merged run stays one fragment
 MAX_BYTES = 256 << 20
@@ -77,11 +78,24 @@ def _ids_of(base: lance.LanceDataset | None, schema: pa.Schema) -> Any:
         return base.lance_schema
     if dense_ids(base):
         return schema  # only the metadata changed (a first fps), ids as an Arrow schema's
+    if base.schema.equals(schema, check_metadata=False):
+        # a null, an image size or a first fps recorded on a table whose columns were
+        # dropped: the base's ids, the new metadata (compact() renumbers nothing, so a
+        # CommitConflict asking for it, as before, left no way through)
+        return schema_with(base, _metadata_change(base.schema, schema))
     raise CommitConflict(
-        f"{uri_name(base)}: a write that changes the schema's metadata (a first fps, an image "
-        "size, a null value or an off-grid video recorded) of a table whose columns were dropped; compact() the "
-        "table first; nothing was committed"
+        f"{uri_name(base)}: a write that lists the fragments of a table whose columns were "
+        f"dropped under other columns ({schema.names}, not {base.schema.names}); nothing "
+        "was committed"
     )
+
+
+def _metadata_change(old: pa.Schema, new: pa.Schema) -> dict[str, str | None]:
+    """The schema metadata entries ``new`` sets (None: removes) against ``old``."""
+    was, now = old.metadata or {}, new.metadata or {}
+    out: dict[str, str | None] = {k.decode(): v.decode() for k, v in now.items() if was.get(k) != v}
+    out.update({k.decode(): None for k in was if k not in now})
+    return out
 
 
 def dense_ids(ds: lance.LanceDataset) -> bool:

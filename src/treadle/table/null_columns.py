@@ -39,8 +39,8 @@ def _recording(schema: pa.Schema, names: set[str]) -> pa.Schema:
 def with_nulls(schema: pa.Schema, rows: pa.Table) -> pa.Schema:
     """``schema`` recording the columns of ``rows`` that hold a null, but added ones (a plan
     reads those for nulls anyway, and an append leaves them null where it has no value:
-    recording them would change the schema's metadata on such appends, which a table whose
-    columns were dropped cannot take before it is compacted)."""
+    recording them would change the schema's metadata, a new version of it, on such
+    appends)."""
     have = recorded_nulls(schema)
     new = {
         name
