@@ -25,6 +25,8 @@ GC_SWEEPS = "gc/sweeps"
 EXPIRED = "retention/expired"
 PENDING = "retention/pending"
 PURGES = "purges"
+MERGING = "running/merges"
+PURGING = "running/purges"
 
 LAYOUT: tuple[tuple[str, str], ...] = (
     (MARKER, "marker: this folder is a treadle store"),
@@ -44,6 +46,8 @@ LAYOUT: tuple[tuple[str, str], ...] = (
     ("projects/<project>/retention/pending/<commit>/<gc>.json", "commits a gc is expiring"),
     ("projects/<project>/retention/expired/<commit>.json", "commits retention expired"),
     ("projects/<project>/purges/<table>/<commit>.json", "a purge: episodes, reason, replaced versions"),
+    ("projects/<project>/running/merges/<id>/", "leases of running merges (a purge waits for them)"),
+    ("projects/<project>/running/purges/<table>/<id>/", "leases of running purges (merges refuse them)"),
 )  # fmt: skip
 """``(key pattern, what it holds)`` for every kind of object, as the docs show them."""
 

@@ -29,6 +29,10 @@ deleted is put back to the branch's versions, and :class:`CommitConflict` says s
 
 The merge commit has two parents (target head, source head) and moves the target with
 one compare-and-swap; a target that moved meanwhile is merged again (a few times).
+
+A merge that would change a table a purge is purging now is a :class:`CommitConflict`,
+and a purge that starts meanwhile waits for the merge to end
+(:mod:`treadle.catalog.purgeguard`): a merge beside a purge kept the purged rows.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from treadle.catalog.expiry import expired_error, settle
 from treadle.catalog.history import Merging
 from treadle.catalog.leases import Lease
 from treadle.catalog.merge_tables import merged_version, plan_table
+from treadle.catalog.purgeguard import merge_lease, refuse_running, running_purges
 from treadle.errors import CommitConflict, ExpiredCommit, MergeConflict, NotFound, TreadleError
 from treadle.names import check_name
 
@@ -157,27 +162,38 @@ class MergesAndDiffs:
         where possible, else a three-way merge by table (see :mod:`treadle.catalog.merge`).
         Returns the new head of ``into``; :class:`MergeConflict` writes nothing."""
         check_name(into, "branch")
-        for _ in range(_ATTEMPTS):
-            head = self.refs.head(into)
-            if head is None:
-                raise NotFound(f"branch {into!r} not found in project {self.name!r}")
-            theirs = resolve(self, branch)
-            try:
-                done = self._merge_once(head, theirs, branch, into, message)
-            except ExpiredCommit as e:
-                raise ExpiredCommit(
-                    f"merging {branch!r} into {into!r}: {e}; nothing was written and no "
-                    "branch moved"
-                ) from None
-            if done is not None:
-                return done
+        guard = merge_lease(self.place)  # before any head is read: see catalog/purgeguard.py
+        try:
+            purging = running_purges(self.place)
+            for _ in range(_ATTEMPTS):
+                head = self.refs.head(into)
+                if head is None:
+                    raise NotFound(f"branch {into!r} not found in project {self.name!r}")
+                theirs = resolve(self, branch)
+                try:
+                    done = self._merge_once(head, theirs, branch, into, message, purging)
+                except ExpiredCommit as e:
+                    raise ExpiredCommit(
+                        f"merging {branch!r} into {into!r}: {e}; nothing was written and no "
+                        "branch moved"
+                    ) from None
+                if done is not None:
+                    return done
+        finally:
+            guard.release()
         raise CommitConflict(
             f"branch {into!r} of project {self.name!r} kept moving while merging {branch!r}; "
             "nothing was committed"
         )
 
     def _merge_once(
-        self, head: Any, theirs: Commit, branch: str, into: str, message: str | None
+        self,
+        head: Any,
+        theirs: Commit,
+        branch: str,
+        into: str,
+        message: str | None,
+        purging: set[str],
     ) -> Commit | None:
         project: Any = self
         ours = project.load_commit(head.commit_id)
@@ -187,28 +203,17 @@ class MergesAndDiffs:
         gone = expired_error(self.place, theirs.id, None)
         if gone is not None:  # its versions are gone: the target would read nothing
             raise gone
+        merging = f"merging {branch!r} into {into!r}"
         if base == ours.id:  # fast-forward
+            moved = {n for n in {*ours.tables, *theirs.tables}
+                     if ours.tables.get(n) != theirs.tables.get(n)}  # fmt: skip
+            refuse_running(purging, moved, merging)
             if not self.refs.try_advance(into, head.seq + 1, theirs.id):
                 return None
             self._check_kept(into, theirs, ours, theirs)
             return theirs
-        base_c = project.load_commit(base)
-        our_kinds, their_kinds = (
-            side_kinds(project, ours.id, base),
-            side_kinds(project, theirs.id, base),
-        )
-        plans = []
-        for name in sorted(set(ours.tables) | set(theirs.tables)):
-            try:
-                plans.append(
-                    plan_table(project, name, base_c, ours, theirs, our_kinds, their_kinds)
-                )
-            except MergeConflict as e:  # name the sides (merge_tables says "this side")
-                why = str(e).replace("this side did", f"{into!r} did")
-                why = why.replace("the merged side did", f"{branch!r} did")
-                raise MergeConflict(
-                    f"merging {branch!r} into {into!r} (common ancestor {base[:8]}): {why}"
-                ) from None
+        plans = self._plans(base, ours, theirs, branch, into)
+        refuse_running(purging, {p.name for p in plans if p.take is not None}, merging)
         # a gc lease while the merged versions are unnamed: gc (any grace) keeps them
         lease = Lease(self.place.store, self.place.prefix)
         try:
@@ -234,6 +239,29 @@ class MergesAndDiffs:
             if ours.tables.get(name) != v:
                 project.lance.protect(name, v)
         return commit
+
+    def _plans(self, base: str, ours: Commit, theirs: Commit, branch: str, into: str) -> list[Any]:
+        """Each table's :class:`~treadle.catalog.merge_tables.TablePlan`, all checked before
+        anything is written (:class:`MergeConflict` naming the sides)."""
+        project: Any = self
+        base_c = project.load_commit(base)
+        our_kinds, their_kinds = (
+            side_kinds(project, ours.id, base),
+            side_kinds(project, theirs.id, base),
+        )
+        plans = []
+        for name in sorted(set(ours.tables) | set(theirs.tables)):
+            try:
+                plans.append(
+                    plan_table(project, name, base_c, ours, theirs, our_kinds, their_kinds)
+                )
+            except MergeConflict as e:  # name the sides (merge_tables says "this side")
+                why = str(e).replace("this side did", f"{into!r} did")
+                why = why.replace("the merged side did", f"{branch!r} did")
+                raise MergeConflict(
+                    f"merging {branch!r} into {into!r} (common ancestor {base[:8]}): {why}"
+                ) from None
+        return plans
 
     def _check_kept(self, into: str, moved: Commit, ours: Commit, theirs: Commit) -> None:
         """After ``into`` moved from ``ours`` to ``moved``: a gc that expired ``theirs`` before

@@ -22,6 +22,9 @@ size, so nothing is rewritten in place. A purge, in this order:
    records finished.
 
 A version a purge of the same episodes already replaced or wrote is not written again.
+While it runs, a merge that would change the table is refused, and a purge waits for the
+merges running when it starts (:mod:`treadle.catalog.purgeguard`).
+
 Run again once everything is done (no version nor branch head holds an unblanked row of
 the episodes), a purge commits nothing: it finishes what an interrupted run left and
 returns the commit of the purge that removed them (the latest, if several did).
@@ -44,6 +47,7 @@ from treadle.catalog.commit import Commit
 from treadle.catalog.history import Merging
 from treadle.catalog.leases import Lease
 from treadle.catalog.purgefiles import delete_replaced, finish_earlier, referenced_streams
+from treadle.catalog.purgeguard import purge_lease
 from treadle.catalog.purgemap import PurgeRecord, read_records, write_record
 from treadle.errors import CommitConflict, NotFound, Purged, SchemaMismatch, TreadleError
 from treadle.names import check_name
@@ -120,9 +124,25 @@ def purge_episodes(
     """:meth:`Purges.purge` (the steps in the module docstring)."""
     check_name(table, "table")
     wanted = _check_args(episodes, reason)
-    where = f"table {table!r} of project {project.name!r}"
     if project.refs.head(branch) is None:
         raise NotFound(f"branch {branch!r} not found in project {project.name!r}")
+    guard = purge_lease(project.place, table)  # before the scan: see catalog/purgeguard.py
+    try:
+        return _purge(project, table, wanted, reason, branch, progress)
+    finally:
+        guard.release()
+
+
+def _purge(
+    project: PurgeOf,
+    table: str,
+    wanted: set[str],
+    reason: str,
+    branch: str,
+    progress: bool | None,
+) -> Commit:
+    """:func:`purge_episodes` once it holds the table's purge lease."""
+    where = f"table {table!r} of project {project.name!r}"
     rows = _Rows(wanted)
     found = _scan(project, table, rows, where)
     missing = sorted(wanted - rows.found)
