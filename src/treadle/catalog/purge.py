@@ -29,7 +29,9 @@ Run again once everything is done (no version nor branch head holds an unblanked
 the episodes), a purge commits nothing: it finishes what an interrupted run left and
 returns the commit of the purge that removed them (the latest, if several did).
 
-Other episodes of the old versions read as before, value for value.
+Other episodes of the old versions read as before, value for value. The episodes' names
+stay in the footers of other data files written while a schema record named them (see
+``docs/api.md``, "What a purge does not erase").
 """
 
 from __future__ import annotations
