@@ -215,3 +215,23 @@ def test_a_purge_waits_for_a_running_merge_then_purges_what_it_merged(tmp_path, 
     with pytest.raises(td.Purged, match="consent withdrawn"):
         p.branch().table("t").at(merged[0].id).to_arrow(filter="episode = 's'")
     assert not held_anywhere(root, 777.0)
+
+
+def test_a_dead_purges_lease_neither_refuses_merges_nor_stays(tmp_path):
+    """A purge that died holding its lease (no beat for LEASE_TTL) did nothing more: a
+    merge goes on, and the lease's marker is deleted; a live one refuses the merge."""
+    import os
+    import time
+
+    root = str(tmp_path)
+    p = labelled_side(root)
+    lease = tmp_path / "projects" / "p" / "running" / "purges" / "t" / "dead"
+    lease.mkdir(parents=True)
+    (lease / "start").write_bytes(b"")
+    with pytest.raises(td.CommitConflict, match="purge of table 't' is running"):
+        p.merge("side", into="main")
+    old = time.time() - 6 * 60
+    os.utime(lease / "start", (old, old))
+    p.merge("side", into="main")
+    assert xs(p)[0] == ["a", "b", "c", "s"]
+    assert not (lease / "start").exists()

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
 from treadle import layout
 from treadle.catalog.leases import Lease, alive_after
 from treadle.catalog.place import ProjectPlace
-from treadle.errors import CommitConflict
+from treadle.errors import CommitConflict, TreadleError
 
 _POLL_S = 0.5
 _WAIT_S = 3600.0  # a purge gives up waiting for merges after this long (nothing written)
@@ -77,12 +78,18 @@ def refuse_running(purging: set[str], tables: set[str], merging: str) -> None:
 
 
 def _live(place: ProjectPlace, base: str) -> list[str]:
-    """The leases under ``base`` (folders) whose newest marker is live now."""
+    """The leases under ``base`` (folders) whose newest marker is live now; the markers of
+    dead ones are deleted (a process that died holding one)."""
     since = alive_after(datetime.now(UTC), timedelta(0))
+    listed = place.store.list_info(base)
     newest: dict[str, datetime] = {}
-    for key, info in place.store.list_info(base).items():
+    for key, info in listed.items():
         lease = key.rpartition("/")[0]
         newest[lease] = max(newest.get(lease, info.modified), info.modified)
+    for key in listed:
+        if newest[key.rpartition("/")[0]] < since:
+            with suppress(TreadleError):
+                place.store.delete(key)
     return sorted(lease for lease, t in newest.items() if t >= since)
 
 
