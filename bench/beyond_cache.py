@@ -19,7 +19,9 @@ the full shuffle, random single-sample range GETs, 64 in flight, through the pro
 ``--cpu`` (Linux) adds, for the link and each lookahead row, the CPU each party spent per
 sample delivered (the S3 server's processes, the proxy's thread, the loader: the rest of
 this process) from the first batch on, the cores they kept busy together, and the rate the
-machine's cores would allow at that cost: ``cores / (store + proxy + loader)``.
+machine's cores would allow at that cost: ``cores / (store + proxy + loader)``; and two ceilings: the rate the cores would allow a
+loader costing the local loader's CPU plus what fetching like the link (8 MiB GETs) or like
+what half the cache can keep in flight (1 MiB GETs) costs every party, every core busy.
 
     python bench/beyond_cache.py [--rows 12000] [--steps 60] [--rounds 2] [--lookahead 16]
                                  [--block-rows 512] [--window-blocks W] [--cache-part 8]
@@ -66,6 +68,10 @@ class CpuMeter:
         now = self._now()
         self.spent = tuple(b - a for a, b in zip(self._t0, now))  # type: ignore[assignment]
 
+    def costs(self, samples: int) -> tuple[float, float, float]:
+        """Seconds of CPU a sample: (store, proxy, client), of the last start..stop."""
+        return tuple(x / max(samples, 1) for x in self.spent[:3])  # type: ignore[return-value]
+
     def line(self, samples: int, limit: float) -> str:
         """Per sample: each party's CPU; the cores busy; the rate the cores allow."""
         store, proxy, loader, wall = self.spent
@@ -76,6 +82,18 @@ class CpuMeter:
                 f"{proxy / samples * 1e6:.1f} us, client {loader / samples * 1e6:.1f} us; "
                 f"{(store + proxy + loader) / wall:.2f} of {cores} cores busy; at this cost "
                 f"the cores allow {allow:,.0f} samples/s ({allow / limit:.2f}x limit)")  # fmt: skip
+
+
+def ceiling(local: float, fetch: tuple[float, float, float], limit: float, what: str) -> str:
+    """The rate the cores would allow a loader costing the local loader's CPU a sample
+    (``local`` s) plus what fetching its bytes like ``what`` costs the store, the proxy and
+    the client (``fetch``, s a sample), every core busy: the most this machine can show."""
+    cores = os.cpu_count() or 1
+    per = local + sum(fetch)
+    allow = cores / per
+    return (f"ceiling ({what}): local client {local * 1e6:.1f} + store {fetch[0] * 1e6:.1f} + "
+            f"proxy {fetch[1] * 1e6:.1f} + client {fetch[2] * 1e6:.1f} us a sample: {cores} "
+            f"cores allow {allow:,.0f} samples/s ({allow / limit:.2f}x limit)")  # fmt: skip
 
 
 def run(root: Path, s3: Proxied | None, steps: int, shuffle: object,
@@ -218,6 +236,7 @@ def main() -> None:
                 local, n_local = _local(root, a.steps, shuffle, meter)
                 if meter is not None:
                     print(f"round {r} local {name}: {meter.line(n_local, local)}", flush=True)
+                    local_cpu = meter.costs(n_local)[2]
                 if shuffle is None:
                     limit = random_limit(raw, files, samples, seed=r)
                     print(f"round {r} limit {name}: random single-sample GETs x64 "
@@ -231,6 +250,7 @@ def main() -> None:
                         meter.stop()
                         print(f"round {r} link: {meter.line(a.rows * len(cm.TABLES), limit)}",
                               flush=True)  # fmt: skip
+                        link_cpu = meter.costs(a.rows * len(cm.TABLES))
                     print(f"round {r} limit {name}: min(local {local:,.0f}, 8 MiB GETs x8 "
                           f"{link:,.0f}) samples/s", flush=True)  # fmt: skip
                     # the link with no more bytes in flight than half the cache bound (the
@@ -245,6 +265,10 @@ def main() -> None:
                         meter.stop()
                         print(f"round {r} 1 MiB GETs: {meter.line(a.rows * len(cm.TABLES), limit)}",
                               flush=True)  # fmt: skip
+                        held_cpu = meter.costs(a.rows * len(cm.TABLES))
+                        for what, cpu in (("8 MiB GETs x8", link_cpu),
+                                          (f"1 MiB GETs x{half}", held_cpu)):  # fmt: skip
+                            print(f"round {r} {ceiling(local_cpu, cpu, limit, what)}", flush=True)
                 looks = [None] if a.lookahead is None else [None, a.lookahead]
                 for look in looks:
                     label = name if look is None else f"{name} +L{look}"

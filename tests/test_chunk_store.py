@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from treadle.plan.simcache import _next_uses, belady, lru
 from treadle.storage import Store
@@ -255,10 +257,17 @@ def test_a_chunk_cache_bound_under_one_chunk_is_off_and_names_both_settings(tmp_
     said on (``TREADLE_CACHE_BYTES=1K`` with lookahead: every row a Lance take, silently)."""
     monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "10K")
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "1M")
     why = chunk_store()
     assert why == (
         "the chunk cache's bound (10,240 bytes, TREADLE_CHUNK_CACHE_BYTES) is less than one "
         "chunk (1,048,576 bytes, TREADLE_CHUNK_BYTES)"
+    )
+    monkeypatch.delenv("TREADLE_CHUNK_BYTES")
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "2K")  # under the least default chunk
+    assert chunk_store() == (
+        "the chunk cache's bound (2,048 bytes, TREADLE_CHUNK_CACHE_BYTES) is less than one "
+        "chunk (4,096 bytes, the least size unset)"
     )
     monkeypatch.delenv("TREADLE_CHUNK_CACHE_BYTES")
     monkeypatch.setenv("TREADLE_CACHE_BYTES", "1K")  # the default bound: the object cache's
@@ -266,6 +275,31 @@ def test_a_chunk_cache_bound_under_one_chunk_is_off_and_names_both_settings(tmp_
     assert "(1,024 bytes, TREADLE_CACHE_BYTES) is less than one chunk (4,096 bytes" in chunk_store()
     monkeypatch.setenv("TREADLE_CHUNK_BYTES", "1K")  # one chunk fits: a store
     assert isinstance(chunk_store(), ChunkStore)
+
+
+def test_a_small_bound_gets_small_chunks_not_a_cache_turned_off(tmp_path, monkeypatch):
+    """With 1 MiB chunks by default, a bound under 1 MiB (1/8 of 6.3 MB of video streams:
+    issue 48's video rows) turned the chunk cache off: every window a range request, at
+    0.14 requests a sample where the goal is 1/16. Without ``$TREADLE_CHUNK_BYTES`` the
+    chunks shrink to fit 16 in the bound; a set size is kept (and may still not fit)."""
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "objects"))
+    monkeypatch.delenv("TREADLE_CHUNK_BYTES", raising=False)
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "792975")
+    cs = chunk_store()
+    assert isinstance(cs, ChunkStore) and cs.chunk_bytes == 32 << 10
+    assert cs.max_bytes // cs.chunk_bytes >= 16
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", "64M")  # a bound of 16 MiB or more: 1 MiB
+    assert chunk_store().chunk_bytes == 1 << 20
+
+
+@given(st.integers(min_value=0, max_value=1 << 40))
+def test_the_default_chunk_size_fits_sixteen_chunks_or_is_the_least(bound):
+    from treadle.storage.chunkfiles import MIN_BARE_CHUNK_BYTES, default_chunk_bytes
+
+    size = default_chunk_bytes(bound)
+    assert size & (size - 1) == 0 and MIN_BARE_CHUNK_BYTES <= size <= 1 << 20
+    assert bound // size >= 16 or size == MIN_BARE_CHUNK_BYTES
+    assert size == 1 << 20 or bound // (2 * size) < 16  # the largest that fits 16
 
 
 def test_an_unusable_chunk_folder_is_named(tmp_path, monkeypatch):

@@ -185,6 +185,15 @@ def test_cli_refuses_a_cache_smaller_than_one_chunk(capsys, sizes):
     assert "is less than one chunk" in err and "--chunk-bytes" in err and "--cache-bytes" in err
 
 
+def test_cli_picks_the_chunk_size_a_loader_picks(capsys):
+    """``--chunk-bytes`` defaulted to 1 MiB whatever the cache: a cache under 1 MiB was
+    refused, where a loader with that bound picks smaller chunks (16 fit the bound)."""
+    argv = ["simulate", "synthetic:oxe", "--nodes", "1", "--ranks-per-node", "1",
+            "--cache-bytes", "512K", "--bandwidth", "1G", "--latency", "30ms", "--steps", "2"]  # fmt: skip
+    assert main(argv) == 0
+    assert "cache 512 KiB per node in 32 KiB chunks" in capsys.readouterr().out
+
+
 def test_the_report_prints_sizes_in_the_binary_units_its_flags_take(capsys):
     """``--cache-bytes 2T --bandwidth 3G --chunk-bytes 4M`` (binary: 3G is 3 x 2**30) printed
     "cache 2.2 TB per node in 4.19 MB chunks · link 3.22 GB/s"."""

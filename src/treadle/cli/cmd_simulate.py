@@ -74,7 +74,13 @@ _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
     ("--steps", int_at_least(1), 200, "steps per window (default 200)"),
     ("--windows", int_at_least(1), 1, "contiguous windows of --steps spread over --run-steps"),
     ("--run-steps", int_at_least(1), None, "the run's length, for --windows"),
-    ("--chunk-bytes", _size, 1 << 20, "cache chunk size (default 1M)"),
+    (
+        "--chunk-bytes",
+        _size,
+        None,
+        "cache chunk size (default 1M; under a 16M cache, the "
+        "largest power of two it holds 16 of, as a loader picks)",
+    ),
     ("--lookahead", int_at_least(0), 2, "steps fetched ahead (default 2)"),
     (
         "--read-ahead",
@@ -194,6 +200,10 @@ def simulate_command(args: argparse.Namespace) -> int:
         for name in _REQUIRED:  # required, checked here (argparse would parse them first)
             if getattr(args, name.replace("-", "_"), None) is None:
                 raise PlanError(f"--{name} is required")
+        if args.chunk_bytes is None:  # as the loader's chunk store picks it
+            from treadle.storage.chunkfiles import default_chunk_bytes
+
+            args.chunk_bytes = default_chunk_bytes(args.cache_bytes)
         if args.cache_bytes < args.chunk_bytes:  # was modelled as one chunk, silently
             raise PlanError(f"--cache-bytes {args.cache_bytes:,} B is less than one chunk "
                             f"(--chunk-bytes {args.chunk_bytes:,} B): a loader's chunk cache "

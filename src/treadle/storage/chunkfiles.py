@@ -169,6 +169,27 @@ def same_boot(directory: Path, forget: Callable[[], None]) -> bool:
 
 
 MIN_BARE_CHUNK_BYTES = 4096
+
+DEFAULT_CHUNK_BYTES = 1 << 20
+"""The chunk size with no ``$TREADLE_CHUNK_BYTES``, for a bound of :data:`MIN_CHUNKS`
+such chunks or more."""
+
+MIN_CHUNKS = 16
+"""Chunks a bound holds at least when the size is not set (Belady's choice needs several,
+and a bound under one chunk would turn the cache off)."""
+
+
+def default_chunk_bytes(max_bytes: int) -> int:
+    """The chunk size of a cache bounded by ``max_bytes`` when ``$TREADLE_CHUNK_BYTES`` is not
+    set: :data:`DEFAULT_CHUNK_BYTES`, or under a bound of :data:`MIN_CHUNKS` of those the
+    largest power of two of which it holds that many, at least :data:`MIN_BARE_CHUNK_BYTES`.
+    Every process of a node with the same bound picks the same size."""
+    if max_bytes >= MIN_CHUNKS * DEFAULT_CHUNK_BYTES:
+        return DEFAULT_CHUNK_BYTES
+    fits = max(1, max_bytes // MIN_CHUNKS)
+    return max(MIN_BARE_CHUNK_BYTES, 1 << (fits.bit_length() - 1))
+
+
 """The least ``$TREADLE_CHUNK_BYTES`` written without a unit: ``4`` (meant as ``4M``) made
 4-byte chunks, 24 bytes of state each, silently. A smaller chunk needs its unit (``256B``)."""
 

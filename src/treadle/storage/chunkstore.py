@@ -57,10 +57,12 @@ import numpy as np
 from treadle import fastpaths
 from treadle.fork_locks import renew_lock_in_child
 from treadle.storage.chunkfiles import (
+    DEFAULT_CHUNK_BYTES,
     NO_BOOT_ID,
     NOT_EVICTED,
     chunk_bytes_setting,
     dead_fetch,
+    default_chunk_bytes,
     fetcher_id,
     same_boot,
 )
@@ -96,7 +98,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHUNK_BYTES", "NEVER", "ChunkStore", "ChunkStats", "ObjectChunks"]
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = DEFAULT_CHUNK_BYTES
 MAX_FOREIGN = 128
 """Objects of other processes a store keeps mapped between scans of the folder."""
 
@@ -352,10 +354,12 @@ def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
     w[1] = step if held < now or held == done else min(held, step)
 
 
-def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> ChunkStore | str:
-    """The node's chunk store: ``<object cache folder>/chunks``, bounded by ``max_bytes``
+def chunk_store(max_bytes: int | None = None, chunk_bytes: int | None = None) -> ChunkStore | str:
+    """The node's chunk store: ``<object cache folder>/chunk-slots``, bounded by ``max_bytes``
     (default ``$TREADLE_CHUNK_CACHE_BYTES``, else the object cache's bound), of chunks of
-    ``$TREADLE_CHUNK_BYTES`` (default ``chunk_bytes``); or why there is none."""
+    ``$TREADLE_CHUNK_BYTES`` (default ``chunk_bytes``, else
+    :func:`~treadle.storage.chunkfiles.default_chunk_bytes` of the bound); or why there is
+    none."""
     from treadle.storage.filecache import default_dir, file_cache, parse_bytes
 
     bound_from = "max_bytes"
@@ -371,11 +375,14 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
             max_bytes = parse_bytes(raw, "TREADLE_CHUNK_CACHE_BYTES")
     if max_bytes <= 0:
         return "the chunk cache is off (TREADLE_CHUNK_CACHE_BYTES=0)"
+    chunk_from = "TREADLE_CHUNK_BYTES"
     if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
         chunk_bytes = chunk_bytes_setting(raw)
+    elif chunk_bytes is None:  # a small bound gets small chunks, not a cache turned off
+        chunk_bytes, chunk_from = default_chunk_bytes(max_bytes), "the least size unset"
     if max_bytes < chunk_bytes:  # it would fetch nothing, every row a Lance take, silently
         return (f"the chunk cache's bound ({max_bytes:,} bytes, {bound_from}) is less than one "
-                f"chunk ({chunk_bytes:,} bytes, TREADLE_CHUNK_BYTES)")  # fmt: skip
+                f"chunk ({chunk_bytes:,} bytes, {chunk_from})")  # fmt: skip
     key = (str(default_dir() / "chunk-slots"), max_bytes, chunk_bytes)
     with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
         try:
