@@ -9,6 +9,7 @@ import logging
 
 import lance
 import pytest
+import torch
 
 import treadle as td
 from test_video_adversarial import _cams, _plan
@@ -132,3 +133,22 @@ def test_a_merge_with_a_side_that_recorded_nothing_records_nothing():
     assert recorded_frame_sizes(merge_frame_sizes(pa.schema([field]), mine)) == {}
     other = pa.schema([pa.field("x", pa.int32())])  # no such column there: kept
     assert recorded_frame_sizes(merge_frame_sizes(mine, other)) == {"cam": {"held": {}, "more": []}}
+
+
+def test_a_scan_of_two_frame_sizes_says_what_it_takes_and_takes_size(tmp_path, takes):
+    # before: the first batch that met both sizes said "give the Video spec a size=(H, W)",
+    # which a ScanDataset has no way to take
+    branch = _cams(tmp_path, {"a": ("t", (48, 64)), "b": ("t", (32, 48)), "c": ("t", (48, 64))})
+    t = branch.table("t").pin()
+    with pytest.raises(PlanError, match=r"48x64 .*episode 'a'.*32x48 .*episode 'b'") as e:
+        td.ScanDataset(t.scan_request(["cam"]), batch_size=4)
+    assert "ScanDataset size=(H, W)" in str(e.value) and "filter=" in str(e.value)
+    assert takes == []  # from the record
+    batches = list(td.ScanDataset(t.scan_request(["cam"]), batch_size=18, size=(24, 32)))
+    assert [b["cam"].shape for b in batches] == [(18, 24, 32, 3)]
+    named = td.ScanDataset(t.scan_request(["cam"]), batch_size=18, size={"cam": (24, 32)})
+    assert torch.equal(next(iter(named))["cam"], batches[0]["cam"])
+    one = td.ScanDataset(t.scan_request(["cam"], filter="episode != 'b'"), batch_size=12)
+    assert next(iter(one))["cam"].shape == (12, 48, 64, 3)
+    with pytest.raises(PlanError, match=r"names \['frame'\], which are not video columns"):
+        td.ScanDataset(t.scan_request(["cam", "frame"]), batch_size=4, size={"frame": (2, 2)})

@@ -73,6 +73,29 @@ def check_video_sizes(
             )
 
 
+def check_scan_sizes(
+    table: Table, columns: Sequence[str], rows: np.ndarray, sized: Sequence[str], label: str
+) -> None:
+    """:class:`PlanError` when a scan's rows (sorted row ids) of one of the video
+    ``columns`` not in ``sized`` decode to two sizes (a batch stacks one frame per row)."""
+    rows = np.asarray(rows, np.int64)
+    video = [c for c in columns if c in table.video_columns and c not in sized]
+    if not len(rows) or not video or getattr(table, "dataset", None) is None:
+        return
+    episodes = table.episodes()
+    for col in video:
+        found = _sizes(table, col, episodes, (rows,))
+        if len(found) > 1:
+            (a, ea), (b, eb) = found[:2]
+            raise PlanError(
+                f"{label}: video column {col!r} holds frames of two sizes in the rows it "
+                f"reads: {_hw(a, ea)} (episode {ea!r}) and {_hw(b, eb)} (episode {eb!r}), "
+                "and a batch stacks one frame a row; give ScanDataset size=(H, W) (or "
+                f"size={{{col!r}: (H, W)}}) to resize them to one, or scan the episodes of "
+                "one size (scan_request(columns, filter=...))"
+            )
+
+
 def _hw(hw: tuple[int, int], episode: str) -> str:
     return f"{hw[0]}x{hw[1]} (HxW{', its size=' if episode == 'size=' else ''})"
 
