@@ -20,15 +20,16 @@ from treadle.table.frame_sizes import VIDEO_SIZES_KEY, merge_frame_sizes, record
 from treadle.video._testing import synthetic_frames
 
 CAM = td.Windows({"cam": td.Video([0])})
+VIDEO = {"cam", "wrist"}  # the video columns these tests name
 
 
 @pytest.fixture
 def takes(monkeypatch):
-    """The row counts of every Lance take that reads a frame size of ``cam``."""
+    """The row counts of every Lance take that reads a video column's index."""
     asked, real = [], lance.LanceDataset.take
 
     def take(self, indices, columns=None, **kw):
-        if columns and any(str(c).startswith("cam") for c in columns):
+        if columns and any(str(c).split(".")[0] in VIDEO for c in columns):
             asked.append(len(indices))
         return real(self, indices, columns=columns, **kw)
 
@@ -152,3 +153,18 @@ def test_a_scan_of_two_frame_sizes_says_what_it_takes_and_takes_size(tmp_path, t
     assert next(iter(one))["cam"].shape == (12, 48, 64, 3)
     with pytest.raises(PlanError, match=r"names \['frame'\], which are not video columns"):
         td.ScanDataset(t.scan_request(["cam", "frame"]), batch_size=4, size={"frame": (2, 2)})
+
+
+def test_an_append_rebased_past_a_delete_and_a_rename_keep_the_record_right(tmp_path, takes):
+    branch = _cams(tmp_path, {"a": ("t", (48, 64)), "odd": ("t", (32, 48))})
+    t = branch.table("t")
+    with branch.transaction("late append") as tx:
+        clip = td.VideoFrames(synthetic_frames(6, 48, 64, seed=5), fps=10)
+        tx.table("t").append_episode({"cam": clip}, episode="late")
+        t.delete_episodes(["odd"])  # lands first: the rebased append must not bring it back
+    assert _held(t) == {"64x48": ["a", "late"]}
+    t.rename_columns({"cam": "wrist"})
+    rec = recorded_frame_sizes(t.pin().schema)
+    assert list(rec) == ["wrist"] and rec["wrist"]["held"] == {"64x48": ["a", "late"]}
+    _plan(td.Component(t, td.Windows({"wrist": td.Video([0])})))
+    assert takes == []
