@@ -168,3 +168,19 @@ def test_an_append_rebased_past_a_delete_and_a_rename_keep_the_record_right(tmp_
     assert list(rec) == ["wrist"] and rec["wrist"]["held"] == {"64x48": ["a", "late"]}
     _plan(td.Component(t, td.Windows({"wrist": td.Video([0])})))
     assert takes == []
+
+
+def test_a_video_episode_appended_after_a_drop_records_its_size(tmp_path, takes):
+    # each new episode's name changes the record (the schema's metadata); after a column
+    # was dropped (field ids no longer 0..n-1) such a write was refused: "compact() first"
+    branch = td.Client(str(tmp_path)).project("p").branch()
+    clip = td.VideoFrames(synthetic_frames(6, 48, 64, seed=1), fps=10)
+    branch.table("t").append_episode({"x": [0.0] * 6, "cam": clip}, episode="a")
+    t = branch.table("t")
+    t.drop_columns(["x"])
+    clip = td.VideoFrames(synthetic_frames(6, 32, 48, seed=2), fps=10)
+    t.append_episode({"cam": clip}, episode="b")
+    assert _held(t) == {"64x48": ["a"], "48x32": ["b"]}
+    with pytest.raises(PlanError, match=r"32x48 .*episode 'b'"):
+        _plan(td.Component(t, CAM))
+    assert takes == []

@@ -77,6 +77,15 @@ def _ids_of(base: lance.LanceDataset | None, schema: pa.Schema) -> Any:
         return base.lance_schema
     if dense_ids(base):
         return schema  # only the metadata changed (a first fps), ids as an Arrow schema's
+    if base.schema.remove_metadata().equals(schema.remove_metadata(), check_metadata=True):
+        # only the schema's own metadata changed (what a write records of its episodes):
+        # the base's Lance schema with it, its field ids kept
+        from treadle.table.evolve import schema_with
+
+        old, new = base.schema.metadata or {}, schema.metadata or {}
+        changed = {k.decode(): None if v is None else v.decode()
+                   for k in old.keys() | new.keys() if (v := new.get(k)) != old.get(k)}  # fmt: skip
+        return schema_with(base, changed)
     raise CommitConflict(
         f"{uri_name(base)}: a write that changes the schema's metadata (a first fps, an image "
         "size, a null value or an off-grid video recorded) of a table whose columns were dropped; compact() the "
