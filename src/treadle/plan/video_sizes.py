@@ -82,6 +82,8 @@ def check_scan_sizes(
     video = [c for c in columns if c in table.video_columns and c not in sized]
     if not len(rows) or not video or getattr(table, "dataset", None) is None:
         return
+    if not getattr(table, "is_time_indexed", True):
+        return  # no episodes to name: the batch that meets two sizes says so
     episodes = table.episodes()
     for col in video:
         found = _sizes(table, col, episodes, (rows,))

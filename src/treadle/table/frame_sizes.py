@@ -81,16 +81,16 @@ def _with_record(schema: pa.Schema, record: dict[str, Any]) -> pa.Schema:
 
 def _hold(entry: dict[str, Any], key: str, episode: str | None) -> None:
     """Record that ``episode`` holds ``key`` (None: a row of no episode)."""
-    held, more = entry["held"], set(entry["more"])
+    held = entry["held"]
     if key not in held and len(held) >= MAX_SIZES:
         entry["many"] = True
         return
     names = held.setdefault(key, [])
     if episode is None or (episode not in names and len(names) >= MAX_NAMES):
-        more.add(key)
+        if key not in entry["more"]:
+            entry["more"] = sorted([*entry["more"], key])
     elif episode not in names:
         names.append(episode)
-    entry["more"] = sorted(more)
 
 
 def _runs(rows: pa.Table, column: str) -> Iterable[tuple[str | None, str]]:
