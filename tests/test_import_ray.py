@@ -166,6 +166,24 @@ def test_lerobot_on_ray_equals_one_process(tmp_path, client, ray_cluster, versio
             assert got == client.store.get(f"{ta.project.prefix}/{key}") and got
 
 
+def test_a_video_import_on_ray_stages_each_source_once(tmp_path, client, ray_cluster, monkeypatch):
+    # before: each task's schema records its own episodes' frame sizes, which differ from
+    # the first task's, and every task but one was staged a second time ("cast to the
+    # first one's schema"), though only what each recorded of its rows differed
+    src = tmp_path / "ds"
+    make_lerobot_v21(src, lengths=(10, 7, 8))
+    runs, real = [], td.RayExecutor._run_tasks
+
+    def counted(self, ray, submit, indices, *a, **kw):
+        runs.extend(indices)
+        return real(self, ray, submit, indices, *a, **kw)
+
+    monkeypatch.setattr(td.RayExecutor, "_run_tasks", counted)
+    importers.lerobot(str(src), client.project("ray"), "robot", executor=td.RayExecutor(),
+                      progress=False)  # fmt: skip
+    assert sorted(runs) == list(range(len(runs))) and len(runs) > 1
+
+
 @pytest.mark.slow
 def test_rlds_on_ray_equals_one_process(client, ray_cluster):
     """One task per TFRecord shard: episodes named from dataset_info.json's shard lengths."""

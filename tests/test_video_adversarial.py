@@ -155,14 +155,17 @@ def test_episodes_of_two_sizes_without_size_are_refused_when_planned(tmp_path):
 
 
 def test_the_size_check_reads_only_the_index_sizes_a_block_at_a_time(tmp_path, monkeypatch):
-    """The plan reads the frame sizes of every episode its anchors reach: only the index's
-    width and height, in blocks (a million episodes' whole index rows at once broke the
-    plan's flat memory)."""
+    """Of a table written before frame sizes were recorded, the plan reads the frame sizes
+    of every episode its anchors reach: only the index's width and height, in blocks (a
+    million episodes' whole index rows at once broke the plan's flat memory)."""
     import lance
 
     from treadle.plan import video_sizes
+    from treadle.table import write
 
-    branch = _cams(tmp_path, {f"e{i}": ("t", (32, 48)) for i in range(5)})
+    with monkeypatch.context() as m:  # as an earlier treadle wrote it
+        m.setattr(write, "with_frame_sizes", lambda schema, rows, fresh: schema)
+        branch = _cams(tmp_path, {f"e{i}": ("t", (32, 48)) for i in range(5)})
     asked, real = [], lance.LanceDataset.take
     monkeypatch.setattr(video_sizes, "_BLOCK", 2)
 

@@ -37,6 +37,9 @@ PATHS = {
     "(~10x the CPU of a copy; Lance-compressed or nullable pages, deletions: compact())",
     "chunk cache": "with lookahead, rows of tables past the object cache are read with a "
     "Lance take per batch (a request per row), video windows with a range request each",
+    "recorded video sizes": "plans read the frame size of each episode a run reaches from the "
+    "video index (a take per 65,536 episodes: scattered reads on object stores) of tables "
+    "written before treadle recorded them",
     "unflushed chunks": "each fetch of the chunk cache is flushed to disk (fdatasync) before "
     "its chunks are marked present (~10% of a fetch's time past the object cache)",
 }

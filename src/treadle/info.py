@@ -74,8 +74,8 @@ class Info:
 def info() -> Info:
     """Versions and the state of every fast path (native decode, the compiled window loop,
     direct conversion, fixed-width reads, NVDEC, cached reads, image reads, the chunk cache,
-    unflushed chunks), each probed now; a path that went off earlier in this process
-    (one configuration refused, say) is reported off with that reason."""
+    unflushed chunks, recorded video sizes), each probed now; a path that went off earlier
+    in this process (one configuration refused, say) is reported off with that reason."""
     probes = {
         "native decode": _native_decode,
         "compiled window loop": _compiled_window_loop,
@@ -86,6 +86,7 @@ def info() -> Info:
         "image reads": lambda: None,  # per table (its pages' layout): off once one is not
         "chunk cache": _chunk_cache,
         "unflushed chunks": _unflushed_chunks,
+        "recorded video sizes": lambda: None,  # per table: off once one plans without
     }
     found = {}
     for name, probe in probes.items():

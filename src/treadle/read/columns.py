@@ -10,6 +10,7 @@ samples stack into one batch.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -119,8 +120,13 @@ def _check_stackable(per: list[list[ColumnSpec]]) -> None:
                 )
 
 
-def moment_columns(table: Table, columns: list[str] | None = None) -> list[ColumnSpec]:
-    """Columns at the moment itself (no time axis), video columns decoded to one frame.
+def moment_columns(
+    table: Table,
+    columns: list[str] | None = None,
+    sizes: Mapping[str, tuple[int, int]] | None = None,
+) -> list[ColumnSpec]:
+    """Columns at the moment itself (no time axis), video columns decoded to one frame
+    (resized to ``sizes[column]``, ``(H, W)``, where given).
 
     ``columns=None`` means :func:`~treadle.plan.windows.default_columns`; a column a batch
     cannot hold is an error naming it, never left out silently.
@@ -132,7 +138,8 @@ def moment_columns(table: Table, columns: list[str] | None = None) -> list[Colum
             continue
         kind = batch_column_kind(table, f)
         if kind == "video":
-            out.append(ColumnSpec(f.name, Video([0]), True, at_moment=True))
+            size = (sizes or {}).get(f.name)
+            out.append(ColumnSpec(f.name, Video([0], size=size), True, at_moment=True))
         else:
             out.append(ColumnSpec(f.name, None, False, listed=kind == "list"))
     return out

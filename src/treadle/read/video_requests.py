@@ -145,8 +145,9 @@ def bind_requests(
             table, episode, _ = req.where
             raise PlanError(
                 f"column {cs.column!r}: episode {episode!r} of table {table!r} decodes to "
-                f"{shape}, the batch holds {tuple(target.shape)}; give the Video spec a "
-                "size=(H, W) to stack streams of different sizes"
+                f"{shape}, the batch holds {tuple(target.shape)}; give "
+                f"{'ScanDataset' if cs.at_moment else 'the Video spec'} a size=(H, W) to "
+                "stack streams of different sizes"
             )
         req = dataclasses.replace(req, out=target)
         bound.append(dataclasses.replace(r, request=req) if req is not r else req)

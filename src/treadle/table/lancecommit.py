@@ -78,10 +78,11 @@ def _ids_of(base: lance.LanceDataset | None, schema: pa.Schema) -> Any:
         return base.lance_schema
     if dense_ids(base):
         return schema  # only the metadata changed (a first fps), ids as an Arrow schema's
-    if base.schema.equals(schema, check_metadata=False):
-        # a null, an image size or a first fps recorded on a table whose columns were
-        # dropped: the base's ids, the new metadata (compact() renumbers nothing, so a
-        # CommitConflict asking for it, as before, left no way through)
+    if base.schema.remove_metadata().equals(schema.remove_metadata(), check_metadata=True):
+        # a null, an image size, a first fps or the episodes' records written on a table
+        # whose columns were dropped: the base's ids, the new schema metadata (compact()
+        # renumbers nothing, so a CommitConflict asking for it, as before, left no way
+        # through); a field's own metadata changed is not this case
         return schema_with(base, _metadata_change(base.schema, schema))
     raise CommitConflict(
         f"{uri_name(base)}: a write that lists the fragments of a table whose columns were "

@@ -1,15 +1,16 @@
 """What a write records of its own rows in a table's schema metadata, taken together.
 
-Three records travel with every Lance version: the image sizes of image columns
+Four records travel with every Lance version: the image sizes of image columns
 (:mod:`~treadle.table.image_sizes`), the columns a write put a null in
-(:mod:`~treadle.table.null_columns`) and the video columns whose frames are not shown on
-the fps grid (:mod:`~treadle.table.off_grid`). Where rows written apart meet (a distributed
+(:mod:`~treadle.table.null_columns`), the video columns whose frames are not shown on
+the fps grid (:mod:`~treadle.table.off_grid`) and the frame sizes of video columns
+(:mod:`~treadle.table.frame_sizes`). Where rows written apart meet (a distributed
 import's processes, a transaction rebased on a newer version, a merge of two branches),
 both sides' records are kept (:func:`merge_records`); schemas staged apart are compared
 without them (:func:`without_records`). Each record names its columns, so a renamed column's
-entries move with it and a dropped column's leave (:func:`renamed_records`); the off-grid
-and image records name episodes, whose entries leave with them when they are deleted or
-purged (:func:`records_without`). A fourth record joins here, once.
+entries move with it and a dropped column's leave (:func:`renamed_records`); the off-grid,
+image and frame-size records name episodes, whose entries leave with them when they are
+deleted or purged (:func:`records_without`). Another record joins here, once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 
 from treadle.table.fps import merge_fps
+from treadle.table.frame_sizes import (
+    VIDEO_SIZES_KEY,
+    frame_sizes_without,
+    merge_frame_sizes,
+    named_episodes,
+)
 from treadle.table.image_sizes import (
     IMAGES_KEY,
     images_without,
@@ -48,16 +55,16 @@ def merge_records(schema: pa.Schema, other: pa.Schema) -> pa.Schema:
     """``schema`` keeping what ``other`` recorded of its rows too (every record, and the
     frame rate: :class:`~treadle.errors.SchemaMismatch` when the two name different ones)."""
     merged = merge_off_grid(merge_nulls(merge_images(schema, other), other), other)
-    return merge_fps(merged, other)
+    return merge_fps(merge_frame_sizes(merged, other), other)
 
 
 def without_records(schema: pa.Schema) -> pa.Schema:
     """``schema`` without any record of its rows (to compare schemas staged apart)."""
     schema = without_images(schema)  # the image fields' hints too
     meta = dict(schema.metadata or {})
-    if not {NULLS_KEY, OFF_GRID_KEY} & meta.keys():
+    if not {NULLS_KEY, OFF_GRID_KEY, VIDEO_SIZES_KEY} & meta.keys():
         return schema
-    meta = {k: v for k, v in meta.items() if k not in (NULLS_KEY, OFF_GRID_KEY)}
+    meta = {k: v for k, v in meta.items() if k not in (NULLS_KEY, OFF_GRID_KEY, VIDEO_SIZES_KEY)}
     return schema.with_metadata(meta) if meta else schema.remove_metadata()
 
 
@@ -68,7 +75,7 @@ def renamed_records(schema: pa.Schema, names: Mapping[str, str | None]) -> dict[
     seconds, and a renamed column's nulls and image sizes went unchecked."""
     meta = schema.metadata or {}
     out: dict[str, str | None] = {}
-    for key in (IMAGES_KEY, OFF_GRID_KEY):
+    for key in (IMAGES_KEY, OFF_GRID_KEY, VIDEO_SIZES_KEY):
         try:
             record = json.loads(meta.get(key) or "null")
         except ValueError:
@@ -93,21 +100,22 @@ def records_without(schema: pa.Schema, episodes: Iterable[str]) -> dict[str, str
     gone = set(episodes)
     out: dict[str, str | None] = {}
     for key, text in ((OFF_GRID_KEY, off_grid_without(schema, gone)),
-                      (IMAGES_KEY, images_without(schema, gone))):  # fmt: skip
+                      (IMAGES_KEY, images_without(schema, gone)),
+                      (VIDEO_SIZES_KEY, frame_sizes_without(schema, gone))):  # fmt: skip
         if text is not False:
             out[key.decode()] = text
     return out
 
 
 def _named(schema: pa.Schema) -> set[str]:
-    """The episodes the off-grid and image records of ``schema`` name."""
+    """The episodes the off-grid, image and frame-size records of ``schema`` name."""
     out: set[str] = set()
     for rec in recorded_off_grid(schema).values():
         out |= set(rec["episodes"]) | {rec.get("more_episode")}
     for rec in recorded_images(schema).values():
         out |= {e for _, _, e in rec.get("sizes") or []} | {(rec.get("odd") or [None])[0]}
         out |= {n for v in (rec.get("names") or {}).values() for n in v}
-    return out - {None}
+    return (out | named_episodes(schema)) - {None}
 
 
 def rebased_records(staged: pa.Schema, head: pa.Schema, episodes: Iterable[str]) -> pa.Schema:

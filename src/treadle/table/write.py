@@ -27,6 +27,7 @@ from treadle.names import check_name, reserved_column_reason
 from treadle.table.column_meta import with_column_metadata
 from treadle.table.episodes import EPISODE, FRAME, episode_runs
 from treadle.table.fps import episode_fps, schema_fps, with_fps
+from treadle.table.frame_sizes import with_frame_sizes
 from treadle.table.image_sizes import with_image_sizes
 from treadle.table.lanceerror import lance_error
 from treadle.table.null_columns import with_nulls
@@ -59,6 +60,7 @@ class StagedTable:
     def add(self, table: pa.Table, episodes: list[str], where: str) -> bool:
         """Stage ``table`` (conformed to the schema) holding ``episodes``; True when the
         rows in memory should be written out (:meth:`write`)."""
+        fresh = self.schema is None  # these rows create the table: record every video size
         if self.schema is None:
             self.schema = table.schema
         else:
@@ -68,6 +70,7 @@ class StagedTable:
             self.schema = merge_off_grid(self.schema, table.schema)
             table = conform(table, self.schema, where)
         self.schema = with_nulls(with_image_sizes(self.schema, table, where), table)
+        self.schema = with_frame_sizes(self.schema, table, fresh)
         self.check_new_episodes(episodes, where)
         self.episodes.update(episodes)
         self.pending.append(table)

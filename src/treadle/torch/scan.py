@@ -23,7 +23,7 @@ each worker's dataset copy reports how many of its batches it has yielded.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -34,9 +34,10 @@ from treadle.errors import PlanError
 from treadle.fork_locks import check_not_forked
 from treadle.plan.null_rows import check_scan_rows
 from treadle.plan.permute import Domain, Domains, derive_key, permute
+from treadle.plan.video_sizes import check_scan_sizes
 from treadle.read.columns import moment_columns
 from treadle.read.sample_reader import SampleArrays, SampleReader
-from treadle.table.table import ScanRequest
+from treadle.table.table import ScanRequest, Table
 from treadle.torch.convert import to_torch
 from treadle.torch.delivery import close_at_exit, default_rank_world
 
@@ -44,7 +45,12 @@ _SCAN_DOMAIN = 0x5CA11
 
 
 class ScanDataset(torch.utils.data.IterableDataset):
-    """Batches ``dict[str, Tensor]`` of ``scan``'s columns (video: one frame per row)."""
+    """Batches ``dict[str, Tensor]`` of ``scan``'s columns (video: one frame per row).
+
+    A batch stacks one frame a row, so the scanned rows of a video column must decode to
+    one size, else a :class:`PlanError` when the dataset is made names two; ``size=(H, W)``
+    resizes every video column's frames to it (a ``{column: (H, W)}`` mapping: those
+    columns), as ``td.Video(size=...)`` does."""
 
     def __init__(
         self,
@@ -55,6 +61,7 @@ class ScanDataset(torch.utils.data.IterableDataset):
         seed: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        size: tuple[int, int] | Mapping[str, tuple[int, int]] | None = None,
     ):
         if not isinstance(scan, ScanRequest):
             raise PlanError("ScanDataset takes table.scan_request(columns)")
@@ -68,7 +75,8 @@ class ScanDataset(torch.utils.data.IterableDataset):
         if not 0 <= self.rank < self.world_size:
             raise PlanError(f"rank must be in 0..{self.world_size - 1}, got {self.rank}")
         table = scan.table
-        moment_columns(table, list(scan.columns))  # fail now on non-tensor columns
+        self._sizes = _video_sizes(table, list(scan.columns), size)
+        moment_columns(table, list(scan.columns), self._sizes)  # fail now: non-tensor columns
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
         self.seed = seed
@@ -82,6 +90,7 @@ class ScanDataset(torch.utils.data.IterableDataset):
         self._rows = table.matching_rows(scan.filter)
         # a null a batch cannot hold: refused now, naming it, not at the batch that reads it
         check_scan_rows(table, self._columns, self._rows, "ScanDataset")
+        check_scan_sizes(table, self._columns, self._rows, list(self._sizes), "ScanDataset")
         self._table = None  # opened lazily in whichever process iterates
         # The process this copy was built or unpickled in. A forked worker inherits the
         # object without unpickling it, whatever the start method reads as (Linux's default
@@ -151,7 +160,9 @@ class ScanDataset(torch.utils.data.IterableDataset):
         table = self._open()
         order = self._order()
         mine = range(me, len(self), readers)[self._skip :]  # the batches this copy delivers
-        reader = SampleReader([table], [moment_columns(table, self._columns)], ids=False)
+        reader = SampleReader(
+            [table], [moment_columns(table, self._columns, self._sizes)], ids=False
+        )
         samples = (self._samples(order, i) for i in mine)
         batches = reader.read_many(samples)
         # closed early (maybe by a finalizer, on any thread) the reaper closes the reader
@@ -168,3 +179,24 @@ class ScanDataset(torch.utils.data.IterableDataset):
         """Batch ``i`` of this epoch: its rows, all of the one component."""
         rows = order[i * self.batch_size : (i + 1) * self.batch_size]
         return SampleArrays(np.zeros(len(rows), np.int64), rows)
+
+
+def _video_sizes(
+    table: Table, columns: list[str], size: tuple[int, int] | Mapping[str, tuple[int, int]] | None
+) -> dict[str, tuple[int, int]]:
+    """``{video column: (H, W)}`` of ``size=``: one size for every video column scanned,
+    or a mapping naming some of them."""
+    video = [c for c in columns if c in table.video_columns]
+    if size is None:
+        return {}
+    if not isinstance(size, Mapping):
+        if not video:
+            raise PlanError(f"ScanDataset: size={size!r} given, but no column scanned is video")
+        return {c: size for c in video}  # type: ignore[misc]
+    other = sorted(set(size) - set(video))
+    if other:
+        raise PlanError(
+            f"ScanDataset: size= names {other}, which are not video columns scanned "
+            f"(those are {video})"
+        )
+    return dict(size)

@@ -267,11 +267,20 @@ def _timed(
         yield frame
 
 
+#: Decoders told to fail on damage they would skip silently (see :func:`_decoded`).
+_EXPLODE = frozenset({"hevc"})
+
+
 def _decoded(container: Any, stream: Any, label: str) -> Iterator[av.VideoFrame]:
     """The stream's presented frames, FFmpeg's errors as :class:`VideoError`, and so is a
     packet the demuxer flags corrupt or a frame the decoder does (a truncated file's last
-    picture, concealed grey or smeared, would be encoded as if it were the recording)."""
+    picture, concealed grey or smeared, would be encoded as if it were the recording), and
+    an HEVC picture whose slices do not decode (FFmpeg's decoder drops it unflagged)."""
     n = 0
+    if stream.codec_context is not None and stream.codec_context.name in _EXPLODE:
+        # FFmpeg's HEVC decoder skips a picture whose slice data is damaged (and those that
+        # reference it) without flagging anything: the episode would lose frames mid-stream
+        stream.codec_context.options = {"err_detect": "explode"}
     try:
         for packet in container.demux(stream):
             if packet.is_corrupt:

@@ -5,15 +5,16 @@ band before every keyframe that lacks them), takes the stream's colour tags from
 (else the container's), numbers a raw elementary stream's packets by decoding it once,
 and indexes the packets (:func:`treadle.video.stream.index_packets`) at the size FFmpeg
 decodes its first SPS to (:mod:`treadle.video.geometry`: not always the container's).
-:func:`check_decodes` decodes the first GOP and the last at write time and checks
-their frames' size and that none is damaged (a truncated last picture).
+:func:`check_decodes` decodes every packet at write time and checks the frames' size,
+that none is damaged (a truncated or corrupted picture FFmpeg conceals) and that each
+packet gives one picture.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -33,7 +34,6 @@ from treadle.video.nal import (
     refreshes_gradually,
 )
 from treadle.video.stream import EncodedStream, Packet, StreamMeta, frame_rate, index_packets
-from treadle.video.window_plan import plan_window
 
 
 class NotRemuxable(Exception):
@@ -270,55 +270,54 @@ def _display_ranks(packets: list[Packet], label: str) -> list[int]:
 
 
 def check_decodes(stream: EncodedStream, label: str) -> None:
-    """Decode the first GOP and the last: catches undecodable input at write time, cheaply,
-    checks that their frames have the index's size (the SPS reading of
-    :mod:`treadle.video.geometry` against FFmpeg's decoder;
-    :func:`~treadle.video.geometry.check_geometry` checks every later SPS without decoding),
-    and that none is damaged: a file whose recording was cut off ends in a truncated
-    picture, which FFmpeg conceals (grey or smeared) and flags corrupt."""
+    """Decode every packet at write time: catches undecodable input, checks that frames
+    have the index's size (the SPS reading of :mod:`treadle.video.geometry` against
+    FFmpeg's decoder), that none is damaged (FFmpeg conceals a truncated or corrupted
+    picture, grey or smeared, and flags it corrupt: a recording cut off, bytes lost or
+    changed mid-stream, which a remux stores as they are) and that each packet gives one
+    picture (a decoder that drops a damaged one says nothing else)."""
     idx = stream.index
-    keys = idx.key_decode_positions
-    dod = idx.display_of_decode
-    end = int(keys[1]) if len(keys) > 1 else len(idx)
-    frames = _decode_span(stream, 0, end, label)
-    if not frames:
-        raise VideoError(f"video {label}: H.264 stream decodes to no frames")
-    ends: list[Any] = []  # sizes of later GOPs: check_geometry reads every SPS
-    if end < len(idx):  # the last packet, from a keyframe it decodes from on its own
-        last = plan_window(idx, [int(dod[-1])])
-        at = int(idx.decode[last.frames[0]])
-        ends = [f for f in _decode_span(stream, at, len(idx), label) if f.pts >= last.pts[0]]
     rank = {int(p): i for i, p in enumerate(idx.pts.tolist())}
-    for f in frames:
-        if (f.width, f.height) != (idx.width, idx.height):
+    keys = idx.key_decode_positions
+    # the first GOP's frames: a later SPS's size change is check_geometry's to name
+    first = int(idx.display_of_decode[int(keys[1])]) if len(keys) > 1 else len(idx)
+    n = 0
+    for f in _decoded(stream, label):
+        at: Any = rank.get(f.pts, "?")
+        if (at == "?" or at < first) and (f.width, f.height) != (idx.width, idx.height):
             raise VideoError(
-                f"video {label}: frame {rank.get(f.pts, '?')} decodes to {f.height}x{f.width} "
+                f"video {label}: frame {at} decodes to {f.height}x{f.width} "
                 f"(HxW) but treadle reads {idx.height}x{idx.width} from its SPS; re-encode "
                 "the file (and report this FFmpeg build: its cropping differs)"
             )
-    for f in frames + ends:
         if f.is_corrupt:
             raise VideoError(
-                f"video {label}: frame {rank.get(f.pts, '?')} of {len(idx)} is damaged (FFmpeg "
-                "conceals it and flags it corrupt; a truncated file, a recording cut off?): "
-                "cut the file before it, or re-encode what plays"
+                f"video {label}: frame {at} of {len(idx)} is damaged (FFmpeg "
+                "conceals it and flags it corrupt; a truncated file, a recording cut off, bytes "
+                "lost mid-stream?): cut the file before it, or re-encode what plays"
             )
+        n += 1
+    if n == 0:
+        raise VideoError(f"video {label}: H.264 stream decodes to no frames")
+    if n != len(idx):
+        raise VideoError(
+            f"video {label}: its {len(idx)} packets decode to {n} pictures (FFmpeg drops a "
+            "damaged picture it cannot conceal); re-encode what plays"
+        )
 
 
-def _decode_span(stream: EncodedStream, start: int, end: int, label: str) -> list[Any]:
-    """The frames of the packets at decode positions ``start .. end - 1`` (from a keyframe)."""
+def _decoded(stream: EncodedStream, label: str) -> Iterator[Any]:
+    """Every frame of the stream, its packets fed in decode order."""
     idx = stream.index
     dod = idx.display_of_decode
     ctx: Any = av.CodecContext.create("h264", "r")
-    frames: list[Any] = []
     try:
-        for d in range(start, end):
+        for d in range(len(idx)):
             i = int(dod[d])
             o = int(idx.offset[i])
             pkt = av.Packet(stream.data[o : o + int(idx.size[i])])
             pkt.pts = int(idx.pts[i])
-            frames.extend(ctx.decode(pkt))
-        frames.extend(ctx.decode(None))
+            yield from ctx.decode(pkt)
+        yield from ctx.decode(None)
     except av.FFmpegError as e:
         raise VideoError(f"video {label}: H.264 stream does not decode: {e}") from None
-    return frames
