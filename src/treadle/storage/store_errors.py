@@ -19,6 +19,16 @@ class ShortObject(CorruptData):
         self.key, self.size = key, size
 
 
+class ChangedObject(CorruptData):
+    """An object replaced in the store while it was read in several requests (its ETag
+    changed): ``key``, the version a read first saw (``first``) and the one there now
+    (``now``, None if unknown). Bytes of both would mix, so none are returned."""
+
+    def __init__(self, message: str, key: str, first: str, now: str | None):
+        super().__init__(message)
+        self.key, self.first, self.now = key, first, now
+
+
 class RetriesSpent(Exception):
     """A transient failure that lasted through every retry: the last error ``cause``,
     ``tries`` made and ``seconds`` spent (named in the error the user sees)."""
