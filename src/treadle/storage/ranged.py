@@ -29,7 +29,7 @@ from treadle.storage.fileio import write_at
 from treadle.storage.loop import _Loop, request
 from treadle.storage.objects import RangeRequest
 from treadle.storage.retry import _RETRY_ATTEMPTS, _RETRY_BUDGET_S, _backoff, _transient, spent
-from treadle.storage.store_errors import ChangedObject, ShortObject
+from treadle.storage.store_errors import ChangedObject, ShortObject, no_answer
 
 #: requests of one object in flight per call (object_store's ``get_ranges`` sends 10)
 PARALLEL_RANGES = 10
@@ -57,6 +57,7 @@ class RangedReads:
 
     _inner: Any
     url: str
+    place: str
     _pins: Pins
 
     def _claim(self, op: str, key: str) -> None:
@@ -200,6 +201,8 @@ class RangedReads:
         ``end`` (cut short or replaced), else the error ``e`` was."""
         err = None if e is None else self._error("read", key, e)
         if isinstance(err, (NotFound, CredentialsError)):  # not a range: no HEAD to ask
+            return err
+        if err is not None and no_answer(e):  # a HEAD would wait as long again
             return err
         try:
             size = int((await request(obstore.head_async(self._inner, key)))["size"])

@@ -299,4 +299,4 @@ class Store(RangedReads):
         claim(f"{op} {self.url}/{key}")
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
-        return store_error(self.url, op, key, e, advice(self.credentials))
+        return store_error(self.url, op, key, e, advice(self.credentials), self.place)
