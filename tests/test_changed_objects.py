@@ -121,3 +121,17 @@ def test_a_store_that_gives_no_etag_is_read_unchecked(local_root, monkeypatch):
     assert store.get_ranges([RangeRequest("obj", 0, 4)]) == [OLD[:4]]
     store.put("obj", NEW)
     assert store.get_ranges([RangeRequest("obj", 0, 4)]) == [NEW[:4]]
+
+
+def test_a_range_past_the_end_is_a_short_object(any_root):
+    """Cut short (or replaced by a shorter one before any read): named, with its size."""
+    from treadle.storage.store_errors import ShortObject
+
+    store = _store(any_root)
+    store.put("obj", OLD[:100])
+    for start in (50, 150):  # through the end, and wholly past it
+        with pytest.raises(ShortObject, match=r"obj is 100 bytes, but a read asked") as e:
+            _store(any_root).get_ranges(
+                [RangeRequest("obj", 0, 10), RangeRequest("obj", start, 200)]
+            )
+        assert e.value.size == 100
