@@ -135,3 +135,11 @@ def test_a_range_past_the_end_is_a_short_object(any_root):
                 [RangeRequest("obj", 0, 10), RangeRequest("obj", start, 200)]
             )
         assert e.value.size == 100
+
+
+def test_a_range_that_ends_before_it_starts_is_refused(local_root):
+    store = Store.open(local_root)
+    store.put("obj", OLD)
+    for start, end in ((10, 5), (-1, 5)):
+        with pytest.raises(ValueError, match=r"no such range of .*/obj"):
+            store.get_ranges([RangeRequest("obj", start, end)])

@@ -15,7 +15,6 @@ not checked.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -36,19 +35,18 @@ PARALLEL_RANGES = 10
 
 
 class Pins:
-    """The ETag each key was first read at (thread-safe: readers share a store)."""
+    """The ETag each key was first read at. Readers on several threads share a store: a
+    ``dict.setdefault`` of a ``str`` key is atomic (no lock, so none a fork could copy held)."""
 
     def __init__(self) -> None:
         self._etags: dict[str, str] = {}
-        self._lock = threading.Lock()
 
     def get(self, key: str) -> str | None:
         return self._etags.get(key)
 
     def settle(self, key: str, etag: str) -> str:
         """The ETag ``key`` is pinned to: ``etag`` unless another read pinned it first."""
-        with self._lock:
-            return self._etags.setdefault(key, etag)
+        return self._etags.setdefault(key, etag)
 
 
 class RangedReads:
@@ -78,6 +76,8 @@ class RangedReads:
         _Loop.get()  # a StorageError after the exit hook, before any coroutine exists
         by_key: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
+            if not 0 <= r.start <= r.end:
+                raise ValueError(f"no such range of {self.url}/{r.key}: [{r.start}, {r.end})")
             by_key.setdefault(r.key, []).append(i)
 
         async def one(key: str, idx: list[int]) -> tuple[list[int], list[Any]]:
