@@ -14,7 +14,9 @@ still verify), except that a seeded fraction ``rate`` of requests meets a fault:
   connection is closed (only for responses with a body of 2+ bytes);
 - ``stall``: forwarded, the headers and half of the body sent, then nothing more while
   the connection stays open (a server that hangs mid-body), until the proxy stops;
-- ``500``: answered ``500 InternalError`` without being forwarded.
+- ``500``: answered ``500 InternalError`` without being forwarded;
+- ``mute``: not forwarded and never answered, the connection left open (a store that
+  accepts connections and then says nothing), until the proxy stops.
 
 Faults never reach the server before failing, except ``truncate`` (reads only) and
 ``delay``, so injected faults are transient by construction. ``counts`` records what
@@ -192,6 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            return
+        if fault == "mute":
+            p._stopped.wait()
+            self.close_connection = True
             return
         if fault in ("503", "403", "500"):
             text, reason = _CANNED[fault]

@@ -143,9 +143,9 @@ def test_a_read_that_fails_through_every_retry_says_how_many_tries(s3_server, mo
     """A GET whose body stalls each time (here past a 1 s request timeout) is retried, then
     a ``StorageError`` naming the object, the store and the tries it took, never bytes
     (treadle's retry budget shortened here from 60 s: obstore retries inside each try)."""
-    from treadle.storage import RangeRequest, Store, retry, store
+    from treadle.storage import RangeRequest, Store, ranged, retry
 
-    for module in (retry, store):
+    for module in (retry, ranged):
         monkeypatch.setattr(module, "_RETRY_BUDGET_S", 1.0)
     root, opts = _s3_root(s3_server, "tries")
     Store.open(root, opts).put("obj", bytes(range(256)) * 64)

@@ -72,6 +72,10 @@ class LanceTables:
         """``storage_options`` Lance opens the project's root with."""
         return self.place.store.lance_options
 
+    def _advice(self) -> tuple[str, str]:
+        """:func:`lance_error`'s ``advice`` and ``place`` for this project's store."""
+        return advice(self.place.store.credentials), self.place.store.place
+
     def uri(self, name: str) -> str:
         """Where table ``name``'s Lance dataset lives."""
         return self.place.store.lance_uri(layout.table_key(self.place.prefix, name))
@@ -94,7 +98,7 @@ class LanceTables:
                 if expired is not None:
                     raise expired from None
                 where = f"table {name!r} version {version} of project {self.place.name!r}"
-                raise lance_error(e, where, advice(self.place.store.credentials)) from None
+                raise lance_error(e, where, *self._advice()) from None
             ds = self._datasets.setdefault(key, ds)
         return ds
 
@@ -126,7 +130,7 @@ class LanceTables:
         try:
             return lance.dataset(self.uri(name), version=version, storage_options=self.options)
         except (OSError, ValueError, RuntimeError) as e:
-            raise lance_error(e, where, advice(self.place.store.credentials)) from None
+            raise lance_error(e, where, *self._advice()) from None
 
     def episode_index(self, table: Table) -> EpisodeIndex:
         """The episode index of a pinned table, computed once per version."""

@@ -170,7 +170,8 @@ class Source:
             except FileNotFoundError:
                 raise NotFound(f"no file {self.describe(rel)}") from None
         key = self._check(rel)
-        return io.BufferedReader(_RangeReader(self._store, key, self._store.size(key)), 1 << 20)
+        info = self._store.stat(key)  # every range of this version (replaced: ChangedObject)
+        return io.BufferedReader(_RangeReader(self._store, key, info.size, info.etag), 1 << 20)
 
     def list(self, rel: str = "") -> list[str]:
         """Files under ``rel`` (recursive), relative to the root, sorted; a link (to a file
@@ -206,8 +207,9 @@ class _RangeReader(io.RawIOBase):
 
     CHUNK = 8 << 20
 
-    def __init__(self, store: Store, key: str, size: int):
+    def __init__(self, store: Store, key: str, size: int, etag: str | None = None):
         self._store, self._key, self._size, self._pos = store, key, size, 0
+        self._etag = etag
 
     def readable(self) -> bool:
         return True
@@ -218,7 +220,9 @@ class _RangeReader(io.RawIOBase):
         n = min(len(b), self._size - self._pos, self.CHUNK)
         from treadle.storage import RangeRequest
 
-        data = self._store.get_ranges([RangeRequest(self._key, self._pos, self._pos + n)])[0]
+        data = self._store.get_ranges(
+            [RangeRequest(self._key, self._pos, self._pos + n, self._etag)]
+        )[0]
         b[: len(data)] = data
         self._pos += len(data)
         return len(data)

@@ -6,6 +6,7 @@ config; Lance gets the same options, so both see one set of credentials.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from datetime import timedelta
@@ -103,6 +104,8 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
         _require_s3_credentials(root, options)
     if _ENV_PREFIX.get(scheme) == "AZURE_":
         _refuse_emulator_with_endpoint(root, options)
+    retry_s = retry_timeout(options, scheme)
+    options = {k: v for k, v in options.items() if k.lower() != "retry_timeout"}
     client = {k: _option_value(v) for k, v in options.items() if k.lower() in _CLIENT_KEYS}
     config = {k: _option_value(v) for k, v in options.items() if k.lower() not in _CLIENT_KEYS}
     # obstore ignores the environment's client settings (AWS_ALLOW_HTTP=true, ...) once
@@ -122,7 +125,7 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
             "max_backoff": timedelta(seconds=5),
             "base": 2.0,
         },
-        "retry_timeout": timedelta(seconds=120),
+        "retry_timeout": timedelta(seconds=retry_s),
     }
     try:
         inner = from_url(root.rstrip("/"), config=config, client_options=client, retry_config=retry)
@@ -131,8 +134,43 @@ def open_cloud(root: str, scheme: str, options: dict[str, Any]) -> tuple[Any, di
     lance_options = {k: _option_value(v) for k, v in options.items()}
     if "allow_http" in client:
         lance_options["allow_http"] = client["allow_http"]
-    _bound_lance_requests(lance_options, scheme)
+    _bound_lance_requests(lance_options, scheme, retry_s)
     return inner, lance_options
+
+
+RETRY_TIMEOUT_S = 60.0
+"""How long one call to a cloud store retries (a store that never answers: a request waits
+``timeout``, 30 s, so two tries) where neither the storage option ``retry_timeout`` nor
+``<AWS_|AZURE_|GOOGLE_>RETRY_TIMEOUT`` says (obstore's ``retry_timeout``)."""
+REQUEST_TIMEOUT_S = 30.0
+"""How long one request waits (obstore's default ``timeout``; treadle gives Lance the same)."""
+
+
+def retry_timeout(options: dict[str, Any], scheme: str) -> float:
+    """Seconds of the ``retry_timeout`` storage option (``"90"``, ``"90s"``, ``"2m"``), else
+    of the environment's ``<prefix>RETRY_TIMEOUT``, else :data:`RETRY_TIMEOUT_S`."""
+    got = _seconds(options, scheme, "retry_timeout")
+    if got is None:
+        return RETRY_TIMEOUT_S
+    if isinstance(got, str):
+        raise StorageError(f"{got}: give seconds (e.g. 60 or 60s, or 2m)")
+    return got
+
+
+def _seconds(options: dict[str, Any], scheme: str, key: str) -> float | str | None:
+    """Seconds of storage option ``key``, else of ``<prefix><KEY>`` in the environment;
+    None if neither is set; what is wrong with it (a text) if it is no positive duration."""
+    given = next((v for k, v in options.items() if k.lower() == key), None)
+    name = f"storage option {key!r}"
+    if given is None:
+        env = _ENV_PREFIX.get(scheme, "AWS_") + key.upper()
+        given, name = os.environ.get(env), f"environment variable {env}"
+    if given is None:
+        return None
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(ms|s|m)?\s*", str(given))
+    if m is None or float(m.group(1)) <= 0:
+        return f"{name} is {given!r}"
+    return float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "m": 60.0}[m.group(2) or "s"]
 
 
 #: Lance's client settings where neither an option nor the environment gives one: without a
@@ -141,14 +179,19 @@ _LANCE_CLIENT_DEFAULTS = {
     "timeout": "30s",
     "connect_timeout": "5s",
     "client_max_retries": "8",
-    "client_retry_timeout": "120",
 }
 
 
-def _bound_lance_requests(lance_options: dict[str, str], scheme: str) -> None:
+def _bound_lance_requests(lance_options: dict[str, str], scheme: str, retry_s: float) -> None:
     given = {k.lower() for k in lance_options}
     prefix = _ENV_PREFIX.get(scheme, "AWS_")
-    for key, value in _LANCE_CLIENT_DEFAULTS.items():
+    # Lance tries a read again itself (4 tries of a stalled read, 6 of a listing, measured
+    # with pylance 14): its client retries each request for at most one request's timeout,
+    # so a store that never answers costs one wait per Lance try, not retry_timeout each
+    request_s = _seconds(lance_options, scheme, "timeout")
+    request_s = request_s if isinstance(request_s, float) else REQUEST_TIMEOUT_S
+    retry = {"client_retry_timeout": str(max(1, math.ceil(min(retry_s, request_s))))}
+    for key, value in (_LANCE_CLIENT_DEFAULTS | retry).items():
         if key not in given:  # Lance may not read the environment's client settings
             lance_options[key] = os.environ.get(prefix + key.upper(), value)
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,23 +23,21 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import LocalStore
 
-from treadle.errors import CredentialsError, NotFound, StorageError
+from treadle.errors import NotFound, StorageError
 from treadle.storage import cloud
 from treadle.storage.after_fork import claim
 from treadle.storage.cloud import _CLOUD_SCHEMES, check_root_url, open_cloud, shown_root
 from treadle.storage.credsource import Credentials, advice, credentials_of
-from treadle.storage.fileio import write_at
 from treadle.storage.loop import _Loop, request
-from treadle.storage.objects import ObjectInfo, RangeRequest
+from treadle.storage.objects import ObjectInfo, RangeRequest  # noqa: F401 - re-exported
+from treadle.storage.ranged import Pins, RangedReads
 from treadle.storage.retry import (
     _RETRY_ATTEMPTS,
-    _RETRY_BUDGET_S,
     _backoff,
     _transient,
     _with_retries,
-    spent,
 )
-from treadle.storage.store_errors import ShortObject, missing_object, store_error
+from treadle.storage.store_errors import missing_object, store_error
 
 
 def default_root() -> str:
@@ -48,7 +45,7 @@ def default_root() -> str:
     return os.environ.get("TREADLE_ROOT") or str(Path.home() / ".treadle")
 
 
-class Store:
+class Store(RangedReads):
     """An object-store root. Use :meth:`Store.open`."""
 
     def __init__(self, url: str, inner: Any, lance_root: str, lance_options: dict[str, str],
@@ -61,6 +58,7 @@ class Store:
         self._lance_options = lance_options
         #: where the credentials came from (named when a request is refused), if known
         self.credentials: Credentials | None = None
+        self._pins = Pins()  # the version (ETag) of each key its first ranged read saw
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -179,6 +177,11 @@ class Store:
         """When ``key`` was last written (UTC)."""
         return self._head(key)["last_modified"]
 
+    def stat(self, key: str) -> ObjectInfo:
+        """Size, last-modified time and ETag (None where the store gives none) of ``key``."""
+        h = self._head(key)
+        return ObjectInfo(int(h["size"]), h["last_modified"], h.get("e_tag"))
+
     def fingerprint(self, key: str) -> tuple[int, str]:
         """``(size, token)`` of ``key``: the token (its ETag, else its modification time)
         changes whenever its content does."""
@@ -291,99 +294,9 @@ class Store:
             if not missing_object(e):
                 raise self._error("delete", key, e) from None
 
-    def get_ranges(self, requests: Sequence[RangeRequest], copy: bool = True) -> list[Any]:
-        """Fetch many byte ranges, many requests in flight; ranges of one object are coalesced.
-        ``copy=False``: obstore's buffers (any bytes-like use, e.g. ``os.pwrite``), not ``bytes``
-        (a copy of each, made holding the GIL)."""
-        self._claim("read", requests[0].key if requests else "")
-        if not requests:
-            return []
-        _Loop.get()  # a StorageError after the exit hook, before any coroutine exists
-        by_key: dict[str, list[int]] = {}
-        for i, r in enumerate(requests):
-            by_key.setdefault(r.key, []).append(i)
-
-        async def one(key: str, idx: list[int]) -> tuple[list[int], list[Any]]:
-            starts = [requests[i].start for i in idx]
-            ends = [requests[i].end for i in idx]
-            bufs = await self._read(
-                key, max(ends), lambda: obstore.get_ranges_async(
-                    self._inner, key, starts=starts, ends=ends)
-            )  # fmt: skip
-            if any(len(b) != e - s for b, s, e in zip(bufs, starts, ends)):  # cut short
-                raise await self._short_or(key, max(ends), None)
-            return idx, bufs
-
-        out: list[bytes] = [b""] * len(requests)
-        for idx, bufs in _Loop.run(_Loop.gather([one(k, v) for k, v in by_key.items()])):
-            for i, b in zip(idx, bufs):
-                out[i] = b if not copy else b.to_bytes() if hasattr(b, "to_bytes") else bytes(b)
-        return out
-
-    def download(self, key: str, fd: int, size: int, part: int, parallel: int) -> None:
-        """Write the ``size`` bytes of ``key`` into the open file ``fd`` (at their offsets):
-        parts of ``part`` bytes, ``parallel`` of them in flight (one GET each, retried)."""
-        self._claim("read", key)
-        if not size:
-            return
-        limit = asyncio.Semaphore(max(1, parallel))
-
-        async def one(own: int, start: int) -> None:
-            end = min(size, start + part)
-            async with limit:
-                buf = await self._read(
-                    key, end, lambda: obstore.get_range_async(
-                        self._inner, key, start=start, end=end)
-                )  # fmt: skip
-                if len(buf) != end - start:
-                    raise await self._short_or(key, end, None)
-                write_at(own, memoryview(buf), start)  # a short write: an error, not a hole
-
-        async def every(own: int) -> None:
-            await _Loop.gather([one(own, s) for s in range(0, size, part)])
-
-        # the parts write through a duplicate of ``fd``, closed once they ended: a caller
-        # that gives up (Ctrl-C) closes ``fd`` at once, while a part may still write
-        _Loop.run_through_dup(fd, every)
-
-    async def _read(self, key: str, end: int, call: Callable[[], Awaitable[Any]]) -> Any:
-        """``await call()``, one obstore read of ``key`` up to ``end``, retried while the
-        error is transient (within the retry budget); else :meth:`_short_or`'s error."""
-        start = time.monotonic()
-        for attempt in range(_RETRY_ATTEMPTS):
-            try:
-                return await request(call())
-            except Exception as e:
-                last = attempt == _RETRY_ATTEMPTS - 1 or time.monotonic() >= start + _RETRY_BUDGET_S
-                if last or not _transient(e):
-                    # a range past the end: InvalidRange, a Rust panic when coalesced
-                    raise await self._short_or(key, end, spent(e, attempt, start)) from None
-            await asyncio.sleep(_backoff(attempt))
-        raise AssertionError("unreachable: the last attempt raises")
-
-    async def _short_or(self, key: str, end: int, e: Exception | None) -> Exception:
-        """:class:`ShortObject` (a ``CorruptData``) naming ``key`` when it is shorter than
-        ``end`` (cut short or replaced), else the error ``e`` was."""
-        err = None if e is None else self._error("read", key, e)
-        if isinstance(err, (NotFound, CredentialsError)):  # not a range: no HEAD to ask
-            return err
-        try:
-            size = int((await request(obstore.head_async(self._inner, key)))["size"])
-        except Exception as head:
-            return err if err is not None else self._error("stat", key, head)
-        if size >= end:
-            return err or StorageError(f"read {self.url}/{key} returned fewer bytes than asked")
-        return ShortObject(
-            f"object {self.url}/{key} is {size} bytes, but a read asked for bytes up to {end} "
-            "(what was written there): it was cut short or replaced after it was written "
-            "(write it again: re-append the episode that stored it)",
-            key,
-            size,
-        )
-
     def _claim(self, op: str, key: str) -> None:
         """A :class:`ForkError` (never a hang) in a process forked after a request."""
         claim(f"{op} {self.url}/{key}")
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
-        return store_error(self.url, op, key, e, advice(self.credentials))
+        return store_error(self.url, op, key, e, advice(self.credentials), self.place)

@@ -19,6 +19,16 @@ class ShortObject(CorruptData):
         self.key, self.size = key, size
 
 
+class ChangedObject(CorruptData):
+    """An object replaced in the store while it was read in several requests (its ETag
+    changed): ``key``, the version a read first saw (``first``) and the one there now
+    (``now``, None if unknown). Bytes of both would mix, so none are returned."""
+
+    def __init__(self, message: str, key: str, first: str, now: str | None):
+        super().__init__(message)
+        self.key, self.first, self.now = key, first, now
+
+
 class RetriesSpent(Exception):
     """A transient failure that lasted through every retry: the last error ``cause``,
     ``tries`` made and ``seconds`` spent (named in the error the user sees)."""
@@ -28,14 +38,24 @@ class RetriesSpent(Exception):
         self.cause, self.tries, self.seconds = cause, tries, seconds
 
 
-def store_error(url: str, op: str, key: str, e: Exception, advice: str = "") -> Exception:
+def store_error(url: str, op: str, key: str, e: Exception, advice: str = "",
+                place: str | None = None) -> Exception:  # fmt: skip
     """The error for ``op`` (read, write, list, ...) of ``key`` under root ``url`` failing;
-    ``advice`` (:meth:`Store.denied_advice`) ends a refusal's message."""
+    ``advice`` (:meth:`Store.denied_advice`) ends a refusal's message; ``place`` (the root
+    with its endpoint or account) names the store that did not answer, if none did."""
     where = f"{url}/{key}"
     tries = ""
+    waited = None
     if isinstance(e, RetriesSpent):
         tries = f" ({e.tries} {'try' if e.tries == 1 else 'tries'} in {e.seconds:.0f} s)"
+        waited = e.seconds
         e = e.cause if isinstance(e.cause, Exception) else e
+    if no_answer(e):
+        return StorageError(
+            f"{op} {where} failed{tries}: the store {place or url} did not answer in "
+            f"{waited if waited is not None else obstore_elapsed(e):.0f} s ({TIMEOUT_SETTINGS})"
+            f": {type(e).__name__}: {first_line(e)}"
+        )
     bucket = missing_bucket(e)
     if bucket is not None:
         return StorageError(
@@ -51,6 +71,30 @@ def store_error(url: str, op: str, key: str, e: Exception, advice: str = "") -> 
             f"{op} {where} refused: access denied ({advice or CHECK_CREDENTIALS})"
         )
     return StorageError(f"{op} {where} failed{tries}: {type(e).__name__}: {first_line(e)}")
+
+
+TIMEOUT_SETTINGS = (
+    "storage options 'timeout': how long a request waits, default 30s; 'retry_timeout': "
+    "how long a call retries, default 60s; or AWS_/AZURE_/GOOGLE_ variables: AWS_TIMEOUT, "
+    "AWS_RETRY_TIMEOUT, ..."
+)
+_NO_ANSWER = ("timedout", "timed out", "kind: timeout", "deadline has elapsed")
+_ELAPSED = re.compile(r"\bin ([0-9.]+)(ns|µs|us|ms|s)\b")
+_UNIT_S = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def no_answer(e: BaseException) -> bool:
+    """Whether ``e`` says a request timed out: the store (or something on the way) did not
+    answer, or not in time (object_store's and Lance's text: ``kind: Timeout``, ``TimedOut``)."""
+    text = str(e).lower()
+    return any(h in text for h in _NO_ANSWER)
+
+
+def obstore_elapsed(e: BaseException) -> float:
+    """The seconds object_store says a failed call took through its retries (``Error
+    performing GET ... in 61.2s, after 1 retries``), 0 where it does not say."""
+    m = _ELAPSED.search(str(e))
+    return float(m.group(1)) * _UNIT_S[m.group(2)] if m else 0.0
 
 
 CHECK_CREDENTIALS = (

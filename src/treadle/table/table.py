@@ -140,7 +140,8 @@ class Table:
         (:func:`lance_error`). A missing file is asked of the project only then: the
         handle was opened before gc expired this commit, and the error says so
         (:class:`~treadle.errors.ExpiredCommit`, naming the table and the commit)."""
-        return self.expired_instead(lance_error(e, where, advice(self.project.store.credentials)))
+        store = self.project.store
+        return self.expired_instead(lance_error(e, where, advice(store.credentials), store.place))
 
     def expired_instead(self, err: TreadleError) -> TreadleError:
         """``err``, or the project's :class:`~treadle.errors.ExpiredCommit` where ``err``
