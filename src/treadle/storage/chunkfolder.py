@@ -234,7 +234,6 @@ class ChunkFolder:
         for slots in list(self.slot_files.values()):
             slots.follow()  # removed or made anew since: the words this process maps let go
         held: dict[int, list[np.ndarray]] = {c: [] for c in self._slot_sizes()}
-        present: dict[int, list[np.ndarray]] = {c: [] for c in held}
         for e in os.scandir(self.directory):
             if not e.name.endswith(".state"):
                 continue
@@ -246,11 +245,9 @@ class ChunkFolder:
                 self._remove(obj)
                 continue
             held.setdefault(obj.chunk, []).append(np.asarray(obj.words[states != ABSENT, 3]))
-            present.setdefault(obj.chunk, []).append(np.asarray(obj.words[states == PRESENT, 3]))
             out.append((obj, states))
         for chunk, slots in held.items():
-            named, written = _joined(slots), _joined(present[chunk])
-            if not self.slots(chunk).repair(named, written):  # slot file removed or cut
+            if not self.slots(chunk).repair(_joined(slots)):  # slot file cut, table cut
                 self.forget()  # its chunks' words would say present over other bytes
                 out = []
                 break

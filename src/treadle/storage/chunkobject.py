@@ -70,14 +70,18 @@ class ObjectChunks(ObjectFiles):
             if os.preadv(fd, [out[row]], pos) != length:
                 ok[i] = False
         for i in idx[~one].tolist():  # a row across chunks: a piece from each one's slot
-            ok[i] = self._copy_pieces(out[into[i]], int(starts[i]), slots, lo)
+            ok[i] = self._copy_pieces(out[into[i]], int(starts[i]), slots, lo, fd)
+        if len(idx) and not self.slots.marked(int(slots.max()), fd):  # the file cut under
+            ok[idx] = False  # them: zeros, or bytes written since (SlotFile.marked)
         if len(idx):  # evicted (and maybe fetched again) while copied: not trusted
             ok[idx] &= _all_in_spans(words[lo:hi, 0] == before, first[idx], last[idx])
         return ok
 
-    def _copy_pieces(self, row: np.ndarray, start: int, slots: np.ndarray, lo: int) -> bool:
-        """Copy bytes ``[start, start + len(row))`` into ``row``, a piece per chunk (its
-        slot: ``slots[chunk - lo]``); whether every piece was read whole."""
+    def _copy_pieces(self, row: np.ndarray, start: int, slots: np.ndarray, lo: int,
+                     fd: int) -> bool:  # fmt: skip
+        """Copy bytes ``[start, start + len(row))`` of the slot file open as ``fd`` into
+        ``row``, a piece per chunk (its slot: ``slots[chunk - lo]``); whether every piece was
+        read whole."""
         end, at = start + len(row), start
         while at < end:
             c = at // self.chunk
@@ -85,7 +89,7 @@ class ObjectChunks(ObjectFiles):
             if slots[c - lo] < 0:  # evicted since its state was read
                 return False
             pos = int(slots[c - lo]) * self.chunk + (at - c * self.chunk)
-            if os.preadv(self.slots.fd, [row[at - start : stop - start]], pos) != stop - at:
+            if os.preadv(fd, [row[at - start : stop - start]], pos) != stop - at:
                 return False
             at = stop
         return True
@@ -104,8 +108,10 @@ class ObjectChunks(ObjectFiles):
                 if self.removed() and self.reopen_removed():
                     continue
                 return None
-            out = np.empty(end - start, np.uint8)
-            whole = self._copy_pieces(out, start, words[first : last + 1, 3].copy(), first)
+            out, fd = np.empty(end - start, np.uint8), self.slots.fd
+            slots = words[first : last + 1, 3].copy()
+            whole = self._copy_pieces(out, start, slots, first, fd)
+            whole = whole and self.slots.marked(int(slots.max()), fd)  # not cut under them
             if not whole or words[first : last + 1, 0].tolist() != before:
                 return None  # evicted (and maybe fetched again) while copied: not trusted
             return out.tobytes()

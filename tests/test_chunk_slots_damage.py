@@ -1,0 +1,74 @@
+"""The chunk folder damaged under live processes (a cache cleared in part by hand, files cut)
+and odd objects: a reader gets the object's bytes or nothing, never zeros nor another
+chunk's bytes, and the slots that damage leaves held are freed by the next scan."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from treadle.storage import Store
+from treadle.storage.chunkstore import ChunkStore
+
+CHUNK = 4096
+
+
+@pytest.fixture()
+def source(tmp_path):
+    """A local root with objects o, p, q of four chunks of random non-zero bytes, and an
+    empty object z."""
+    store = Store.open(str(tmp_path / "src"), create=True)
+    rng = np.random.default_rng(0)
+    blobs = {k: rng.integers(1, 256, 4 * CHUNK, dtype=np.uint8).tobytes() for k in "opq"}
+    blobs["z"] = b""
+    for k, v in blobs.items():
+        store.put(k, v)
+    return store, blobs
+
+
+def _check(cs: ChunkStore, store: Store, blobs: dict[str, bytes], key: str) -> int:
+    """Read every chunk of ``key`` through ``cs`` (``read`` and ``copy_rows``): each one read
+    must be the object's. Returns how many were read."""
+    obj, blob, read = cs.object(store, key, len(blobs[key])), blobs[key], 0
+    for c in range(obj.count):
+        a, b = c * CHUNK, min(len(blob), (c + 1) * CHUNK)
+        got = cs.read(obj, a, b)
+        assert got is None or got == blob[a:b], (key, c)
+        out = np.zeros((1, b - a), np.uint8)
+        if obj.copy_rows(np.array([a]), out)[0]:
+            assert out[0].tobytes() == blob[a:b], (key, c)
+        read += got is not None
+    return read
+
+
+def _data(cs: ChunkStore):
+    return cs.directory / f"slots_{CHUNK}.data"
+
+
+@pytest.mark.parametrize("cut", [0, CHUNK + 100])
+def test_a_slot_file_cut_and_regrown_by_another_process_serves_no_zeros(source, tmp_path, cut):
+    """The slot file cut (``truncate``) under a process whose chunks are present, then
+    regrown by another process's fetch (reserved before the cut, or after a scan that saw
+    a file long enough): the first process read the cut slots' zeros as its chunks' bytes.
+    Now every read is the object's or none, and the next scan forgets the folder's chunks
+    of that size (fetched again)."""
+    store, blobs = source
+    a = ChunkStore(tmp_path / "chunks", 1 << 20, CHUNK)
+    b = ChunkStore(tmp_path / "chunks", 1 << 20, CHUNK)  # another process's files
+    o = a.object(store, "o", 4 * CHUNK)
+    assert a.fetch(store, o, [0, 1], [5, 5], now=0) == []
+    q = b.object(store, "q", 4 * CHUNK)
+    assert b.reserve([(q, [0, 1, 2], [5] * 3)], now=0)[0] == [[0, 1, 2]]
+    os.truncate(_data(a), cut)
+    b.download(store, [(q, [0, 1, 2])])  # the file is regrown past o's slots
+    assert os.stat(_data(a)).st_size >= 5 * CHUNK
+    for cs in (a, b):
+        for key in "oq":
+            _check(cs, store, blobs, key)
+    assert a.used() == 0  # a scan: the chunks of the cut file are forgotten
+    assert a.fetch(store, o, [0, 1, 2, 3], [5] * 4, now=0) == []
+    assert _check(a, store, blobs, "o") == 4 and _check(b, store, blobs, "o") == 4
+    for cs in (a, b):
+        _check(cs, store, blobs, "q")
