@@ -9,8 +9,10 @@ import os
 import numpy as np
 import pytest
 
+from test_chunk_slots import slot_bytes_on_disk
 from treadle.storage import Store
 from treadle.storage.chunkstore import ChunkStore
+from treadle.storage.folderlock import folder_lock
 
 CHUNK = 4096
 
@@ -72,3 +74,65 @@ def test_a_slot_file_cut_and_regrown_by_another_process_serves_no_zeros(source, 
     assert _check(a, store, blobs, "o") == 4 and _check(b, store, blobs, "o") == 4
     for cs in (a, b):
         _check(cs, store, blobs, "q")
+
+
+def test_state_files_deleted_under_a_process_serve_no_other_chunk(source, tmp_path):
+    """Only the ``*.state`` files deleted (a cache cleared in part by hand) while a process
+    maps them: the next scan (of any process) freed the slots their words named, and
+    another process's fetches were written into them, while the first process still read
+    its chunks through the deleted words: another object's bytes. Now it reads only its
+    objects' bytes, and fetches them again into state files the folder lists."""
+    store, blobs = source
+    a = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    b = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)  # another process's mappings
+    o = a.object(store, "o", 4 * CHUNK)
+    assert a.fetch(store, o, [0, 1, 2, 3], [5] * 4, now=0) == []
+    for f in a.directory.glob("*.state"):
+        os.unlink(f)
+    q = b.object(store, "q", 4 * CHUNK)
+    assert b.fetch(store, q, [0, 1, 2, 3], [5] * 4, now=0) == []  # into o's slots
+    assert _check(b, store, blobs, "q") == 4
+    assert _check(a, store, blobs, "o") == 0
+    assert a.fetch(store, o, [0, 1], [1, 1], now=0) == []  # evicts two of q's chunks
+    assert _check(a, store, blobs, "o") == 2 and _check(b, store, blobs, "o") == 2
+    assert _check(a, store, blobs, "q") == 2 and a.used() == 4 * CHUNK
+
+
+def test_a_fetch_into_deleted_state_files_writes_no_slot_another_chunk_took(source, tmp_path):
+    """A fetch reserved in state words whose file is then deleted: the next scan of another
+    process frees its slot and fetches another object's chunk into it. The first fetch's
+    bytes then landed over that chunk's (read by the other process as its own). Now a fetch
+    writes only while its state file is the folder's."""
+    store, blobs = source
+    a = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    b = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    o = a.object(store, "o", 4 * CHUNK)
+    assert a.reserve([(o, [0, 1], [5, 5])], now=0)[0] == [[0, 1]]
+    for f in a.directory.glob("*.state"):
+        os.unlink(f)
+    q = b.object(store, "q", 4 * CHUNK)
+    assert b.fetch(store, q, [0, 1, 2, 3], [5] * 4, now=0) == []  # into o's slots
+    a.download(store, [(o, [0, 1])])
+    assert _check(b, store, blobs, "q") == 4 and _check(a, store, blobs, "q") == 4
+    assert _check(a, store, blobs, "o") == 0
+
+
+def test_slots_named_only_by_deleted_state_files_are_freed_by_the_next_scan(source, tmp_path):
+    """The slots of present and fetching chunks whose state files were deleted are named by
+    no listed file: the next scan frees and punches them (the bound counts none of them),
+    and the process whose words named them fetches its chunks again within the bound."""
+    store, blobs = source
+    cs = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    o = cs.object(store, "o", 4 * CHUNK)
+    assert cs.fetch(store, o, [0, 1], [5, 5], now=0) == []
+    assert cs.reserve([(o, [2], [5])], now=0)[0] == [[2]]  # fetching, not yet written
+    for f in cs.directory.glob("*.state"):
+        os.unlink(f)
+    assert cs.used() == 0  # a scan
+    with folder_lock(cs.directory):
+        table = cs._slots.refresh()
+        assert not np.any(table[table[:, 1] != -1])  # every slot free and empty, but marks
+    assert slot_bytes_on_disk(_data(cs)) == 0
+    cs.download(store, [(o, [2])])
+    assert cs.fetch(store, o, [0, 1, 2, 3], [5] * 4, now=0) == []
+    assert _check(cs, store, blobs, "o") == 4 and cs.used() == 4 * CHUNK

@@ -213,7 +213,7 @@ class ChunkStore:
         misses: list[tuple[int, int, int]] = []
         unusable: set[int] = set()  # objects whose files could not be made anew (a full disk)
         for i, (obj, chunks, nexts) in enumerate(wanted):
-            if obj.removed() and not obj.reopen():  # removed (it held no chunk): made anew
+            if not obj.renew():  # removed (it held no chunk), or deleted by hand: made anew
                 unusable.add(i)
             for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
                 w = obj.words[c]

@@ -78,6 +78,7 @@ def write_chunks(obj: ObjectChunks, chunks: Sequence[int], words: np.ndarray,
                 and w & STATE_MASK == FETCHING
                 and int(words[c, 2]) == me
                 and (int(words[c, 3]) == slot)
+                and obj.linked()  # its state file deleted: its slot may be another's now
             )
 
         if slot >= 0 and obj.slots.write(slot, data[c], obj.tag, still):
@@ -89,7 +90,7 @@ def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int,
     """Under the folder's lock: chunks written (:func:`write_chunks`) are present, where
     ``obj`` still maps ``words`` and their words are still the marks they were written under
     (else evicted as a dead fetch since, or removed: a purge, a folder emptied)."""
-    if obj.removed() or obj.words is not words:
+    if obj.removed() or obj.words is not words or not obj.linked():
         return
     me = fetcher_id()
     for c, mark in done:
