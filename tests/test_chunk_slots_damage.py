@@ -136,3 +136,16 @@ def test_slots_named_only_by_deleted_state_files_are_freed_by_the_next_scan(sour
     cs.download(store, [(o, [2])])
     assert cs.fetch(store, o, [0, 1, 2, 3], [5] * 4, now=0) == []
     assert _check(cs, store, blobs, "o") == 4 and cs.used() == 4 * CHUNK
+
+
+def test_an_empty_object_reads_as_empty(source, tmp_path):
+    """A zero-byte object through the chunk store: its fetch sent a range request of no
+    bytes, which the store refused (``StorageError``). It is now present at once, and reads
+    as empty."""
+    store, _ = source
+    cs = ChunkStore(tmp_path / "chunks", 4 * CHUNK, CHUNK)
+    z = cs.object(store, "z", 0)
+    assert cs.fetch(store, z, [0], [5], now=0) == []
+    assert cs.read(z, 0, 0) == b""
+    assert cs.stats.requests == 0 and cs.used() == 0
+    assert z.copy_rows(np.array([0]), np.zeros((1, 0), np.uint8)).tolist() == [True]

@@ -92,7 +92,7 @@ from treadle.storage.fileio import RANGE_LOCKS
 from treadle.storage.folderlock import folder_lock
 
 if TYPE_CHECKING:
-    from treadle.storage.store import Store
+    from treadle.storage.store import RangeRequest, Store
 
 __all__ = ["CHUNK_BYTES", "NEVER", "ChunkStore", "ChunkStats", "ObjectChunks"]
 
@@ -302,7 +302,7 @@ class ChunkStore:
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
-            bufs = store.get_ranges(reqs, copy=False)
+            bufs = _get_ranges(store, reqs)
             dones = []
             with contextlib.nullcontext() if RANGE_LOCKS else self._folder_lock:
                 for (obj, chunks), words, before in zip(reserved, maps, marks):
@@ -318,7 +318,8 @@ class ChunkStore:
             self.abandon(reserved)
             raise
         for obj in {id(o): o for o in where}.values():  # obstore merges ranges of one call
-            sent = coalesced([(r.start, r.end) for o, r in zip(where, reqs) if o is obj])
+            sent = coalesced([(r.start, r.end) for o, r in zip(where, reqs)
+                              if o is obj and r.end > r.start])  # fmt: skip
             sent_bytes = sum(b - a for a, b in sent)
             with self._lock:  # rounds download on several threads
                 self.stats.requests += len(sent)
@@ -343,6 +344,13 @@ class ChunkStore:
             sizes[-1] = obj.size - (obj.count - 1) * obj.chunk
             out.append((obj, states, np.where(states != ABSENT, sizes, 0)))
         return out
+
+
+def _get_ranges(store: Store, reqs: list[RangeRequest]) -> list[object]:
+    """Each range's bytes (no copy); one of no bytes (a zero-byte object's) is not sent."""
+    sent = [r for r in reqs if r.end > r.start]
+    got = iter(store.get_ranges(sent, copy=False) if sent else [])
+    return [next(got) if r.end > r.start else b"" for r in reqs]
 
 
 def _need(w: np.ndarray, now: int, step: int, done: int) -> None:

@@ -56,7 +56,8 @@ def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[
         if len(view) != r.end - r.start:
             raise OSError(f"a range of {obj.key!r} came back with {len(view)} of "
                           f"{r.end - r.start} bytes")  # fmt: skip
-        for c in range(r.start // obj.chunk, -(-r.end // obj.chunk)):
+        first = r.start // obj.chunk  # a range of no bytes: a zero-byte object's chunk
+        for c in range(first, max(first + 1, -(-r.end // obj.chunk))):
             lo = c * obj.chunk - r.start
             out[c] = view[lo : lo + obj.chunk_size(c)]
     return out
