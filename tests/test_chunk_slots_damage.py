@@ -149,3 +149,23 @@ def test_an_empty_object_reads_as_empty(source, tmp_path):
     assert cs.read(z, 0, 0) == b""
     assert cs.stats.requests == 0 and cs.used() == 0
     assert z.copy_rows(np.array([0]), np.zeros((1, 0), np.uint8)).tolist() == [True]
+
+
+def test_a_slot_table_cut_under_a_fetch_is_no_error_and_serves_no_other_chunk(source, tmp_path):
+    """The slot table cut (``truncate``) while a fetch is under way: writing its slot's tag
+    raised ``IndexError`` (the round's download lost with an error). Now the fetch is not
+    written, no chunk read is another's, and the next scan empties the folder's chunks of
+    that size (the table no longer says which slots are held)."""
+    store, blobs = source
+    a = ChunkStore(tmp_path / "chunks", 1 << 20, CHUNK)
+    b = ChunkStore(tmp_path / "chunks", 1 << 20, CHUNK)
+    o = a.object(store, "o", 4 * CHUNK)
+    assert a.fetch(store, o, [0, 1, 2, 3], [5] * 4, now=0) == []
+    q = b.object(store, "q", 4 * CHUNK)
+    assert b.reserve([(q, [0, 1], [5, 5])], now=0)[0] == [[0, 1]]
+    os.truncate(a.directory / f"slots_{CHUNK}.table", 0)
+    b.download(store, [(q, [0, 1])])
+    p = a.object(store, "p", 4 * CHUNK)
+    assert a.fetch(store, p, [0, 1, 2, 3], [5] * 4, now=0) == []  # a scan: forgotten, anew
+    for cs in (a, b):
+        assert [_check(cs, store, blobs, k) for k in "opq"] == [0, 4, 0]

@@ -205,12 +205,14 @@ class SlotFile:
         at, fd = s * self.chunk, self.fd  # the file the slot was taken in (follow: no other)
         range_lock(fd, at, self.chunk)
         try:
-            if not still():
+            if not still() or s >= len(self.refresh()):  # the table cut: its scan forgets
                 return False
             write_at(fd, data, at)  # all of it, or an error
             if len(data) < self.chunk:
                 punch(fd, at + len(data), self.chunk - len(data))
-            self.refresh()[s, 1] = tag  # a purge takes the slot's lock to read it
+            table = self.refresh()
+            if s < len(table):
+                table[s, 1] = tag  # a purge takes the slot's lock to read it
         finally:
             range_unlock(fd, at, self.chunk)
         return True
@@ -258,7 +260,7 @@ class SlotFile:
         make room that it did not take again."""
         table = self.refresh()
         for s in spares:
-            if table[s, 0] == 0 and table[s, 1] != 0:
+            if s < len(table) and table[s, 0] == 0 and table[s, 1] != 0:  # (not cut since)
                 self.clean(s)
 
     def repair(self, held: np.ndarray) -> bool:
@@ -318,7 +320,8 @@ class SlotFile:
         writes it (its writer tags the slot under the slot's lock, which this takes)."""
         for s in np.flatnonzero(self.refresh()[:, 1] == tag).tolist():
             with self.fenced(s):
-                if self.refresh()[s, 1] == tag:
+                table = self.refresh()
+                if s < len(table) and table[s, 1] == tag:
                     self.clean(s)
 
     def _grow(self, slots: int) -> np.ndarray:
