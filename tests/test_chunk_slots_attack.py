@@ -169,6 +169,8 @@ def _stress(root: str, folder: str, seed: int, chunk: int, mode: str) -> int:
                 with folder_lock(cs.directory):
                     remove_named(cs.directory, copy_name(store, key, len(blob)))
                 continue
+            if mode == "vandal" and rng.random() < 0.25:  # by hand, under every process
+                _vandal(cs.directory, chunk, rng)
             obj = cs.object(store, key, len(blob))
             want = sorted(set(rng.integers(0, obj.count, 3).tolist()))
             cs.fetch(store, obj, want, (step + rng.integers(1, 30, len(want))).tolist(), step)
@@ -189,6 +191,42 @@ def _stress(root: str, folder: str, seed: int, chunk: int, mode: str) -> int:
     for t in threads:
         t.join()
     return sum(bad)
+
+
+def _vandal(folder, chunk: int, rng: np.random.Generator) -> None:
+    """Delete a state file, or cut the slot file (``truncate``) to a random length."""
+    import contextlib
+    from pathlib import Path
+
+    states = sorted(Path(folder).glob("*.state"))
+    with contextlib.suppress(FileNotFoundError):
+        if states and rng.random() < 0.6:
+            os.unlink(states[int(rng.integers(len(states)))])
+        else:
+            data = Path(folder) / f"slots_{chunk}.data"
+            os.truncate(data, int(rng.integers(0, os.stat(data).st_size + 1)))
+
+
+@pytest.mark.slow  # three processes (~10 s)
+@pytest.mark.parametrize("chunk", [CHUNK, 1000])
+def test_processes_read_only_the_objects_bytes_while_files_are_cut_and_deleted(tmp_path, chunk):
+    """Three processes fetch, read and copy rows as below, one of them deleting state files
+    and cutting the slot file at random (a cache cleared in part by hand, ``truncate``):
+    every byte read is the object's. Before, zeros of cut slots and other objects' bytes in
+    slots freed under deleted state files were read."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    store, blobs = Store.open(str(tmp_path / "src"), create=True), _blobs()
+    for k, v in blobs.items():
+        store.put(k, v)
+    folder = str(tmp_path / "chunks")
+    ChunkStore(folder, 6 * chunk, chunk)
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(3, mp_context=mp.get_context("spawn")) as pool:
+        runs = [pool.submit(_stress, store.url, folder, i, chunk, mode)
+                for i, mode in enumerate(["plain", "vandal", "paranoid"])]  # fmt: skip
+        assert [r.result(timeout=300) for r in runs] == [0, 0, 0]
 
 
 @pytest.mark.slow  # three processes (~10 s)
