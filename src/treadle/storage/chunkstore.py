@@ -63,6 +63,7 @@ from treadle.storage.chunkfiles import (
     dead_fetch,
     fetcher_id,
     same_boot,
+    shared_file_system,
 )
 from treadle.storage.chunkfiles import evict as _evict
 from treadle.storage.chunkfolder import (
@@ -81,6 +82,7 @@ from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.chunkwrite import (
     chunk_views,
+    get_ranges,
     give_back,
     mark_present,
     range_requests,
@@ -92,7 +94,7 @@ from treadle.storage.fileio import RANGE_LOCKS
 from treadle.storage.folderlock import folder_lock
 
 if TYPE_CHECKING:
-    from treadle.storage.store import RangeRequest, Store
+    from treadle.storage.store import Store
 
 __all__ = ["CHUNK_BYTES", "NEVER", "ChunkStore", "ChunkStats", "ObjectChunks"]
 
@@ -302,7 +304,7 @@ class ChunkStore:
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
-            bufs = _get_ranges(store, reqs)
+            bufs = get_ranges(store, reqs)
             dones = []
             with contextlib.nullcontext() if RANGE_LOCKS else self._folder_lock:
                 for (obj, chunks), words, before in zip(reserved, maps, marks):
@@ -346,13 +348,6 @@ class ChunkStore:
         return out
 
 
-def _get_ranges(store: Store, reqs: list[RangeRequest]) -> list[object]:
-    """Each range's bytes (no copy); one of no bytes (a zero-byte object's) is not sent."""
-    sent = [r for r in reqs if r.end > r.start]
-    got = iter(store.get_ranges(sent, copy=False) if sent else [])
-    return [next(got) if r.end > r.start else b"" for r in reqs]
-
-
 def _need(w: np.ndarray, now: int, step: int, done: int) -> None:
     """Record that a chunk is needed at ``step``: its next use becomes ``step`` where the one
     it holds is stale (before ``now``) or the use at ``done`` (this one), else the nearer."""
@@ -385,6 +380,9 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int = CHUNK_BYTES) ->
         return (f"the chunk cache's bound ({max_bytes:,} bytes, {bound_from}) is less than one "
                 f"chunk ({chunk_bytes:,} bytes, TREADLE_CHUNK_BYTES)")  # fmt: skip
     key = (str(default_dir() / "chunk-slots"), max_bytes, chunk_bytes)
+    if kind := shared_file_system(default_dir()):  # other machines' words: bytes in no order
+        return (f"the chunk cache folder {key[0]!r} is on {kind}, which other machines may "
+                "share (set TREADLE_CACHE_DIR to a local disk)")  # fmt: skip
     with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
         try:
             if key not in _STORES:

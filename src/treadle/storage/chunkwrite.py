@@ -24,8 +24,16 @@ from treadle.storage.store import RangeRequest
 
 if TYPE_CHECKING:
     from treadle.storage.chunkobject import ObjectChunks
+    from treadle.storage.store import Store
 
-__all__ = ["chunk_views", "give_back", "mark_present", "range_requests", "write_chunks"]
+__all__ = [
+    "chunk_views",
+    "get_ranges",
+    "give_back",
+    "mark_present",
+    "range_requests",
+    "write_chunks",
+]
 
 
 def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
@@ -45,6 +53,14 @@ def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
             reqs.append(RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)))
             where.append(obj)
     return reqs, where
+
+
+def get_ranges(store: Store, reqs: Sequence[RangeRequest]) -> list[object]:
+    """Each range's bytes (no copy); one of no bytes (a zero-byte object's) is not sent: the
+    store refuses it."""
+    sent = [r for r in reqs if r.end > r.start]
+    got = iter(store.get_ranges(sent, copy=False) if sent else [])
+    return [next(got) if r.end > r.start else b"" for r in reqs]
 
 
 def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[object]
