@@ -313,6 +313,31 @@ def test_an_unusable_chunk_folder_is_named(tmp_path, monkeypatch):
     assert ".boot" in why
 
 
+def test_a_chunk_folder_on_a_file_system_machines_share_is_not_used(tmp_path, monkeypatch):
+    """The default cache folder is under ``~/.cache``, on NFS where a cluster shares its home
+    folders: the chunk cache marks chunks present with their bytes in one machine's page
+    cache, unflushed, so another machine read words and bytes written back in no order (and
+    its own cached pages of slots other chunks had taken). A folder on such a file system
+    turns the chunk cache off, naming it; a local one is used."""
+    from treadle.storage import chunkfiles
+
+    objects = tmp_path / "home" / "objects"
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(objects))
+    mounts = tmp_path / "mountinfo"
+    mounts.write_text(
+        "22 27 0:21 / / rw,relatime - ext4 /dev/sda1 rw\n"
+        f"40 22 0:50 / {tmp_path / 'home'} rw,relatime - nfs4 server:/home rw,vers=4.2\n"
+    )
+    monkeypatch.setattr(chunkfiles, "MOUNTINFO", mounts)
+    why = chunk_store(64 << 20)
+    assert why == (
+        f"the chunk cache folder {str(objects / 'chunk-slots')!r} is on nfs4, which other "
+        "machines may share (set TREADLE_CACHE_DIR to a local disk)"
+    )
+    monkeypatch.setenv("TREADLE_CACHE_DIR", str(tmp_path / "local"))
+    assert isinstance(chunk_store(64 << 20), ChunkStore)
+
+
 def test_chunk_settings_that_are_not_sizes_name_themselves(tmp_path, monkeypatch):
     """A wrong ``$TREADLE_CHUNK_BYTES`` or ``$TREADLE_CHUNK_CACHE_BYTES`` is an error naming
     that setting (they said ``TREADLE_CACHE_BYTES``), and chunks of 0 bytes are refused

@@ -23,6 +23,7 @@ __all__ = [
     "evict",
     "fetcher_id",
     "same_boot",
+    "shared_file_system",
 ]
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -166,6 +167,44 @@ def same_boot(directory: Path, forget: Callable[[], None]) -> bool:
         part.write_text(me + "\n")
         os.replace(part, mark)
     return True
+
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+"""Linux's mounts of this process: where each is, and its file system type."""
+
+SHARED_FILE_SYSTEMS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "lustre", "gpfs", "beegfs", "glusterfs",
+    "ocfs2", "gfs2", "afs", "panfs", "wekafs", "fuse.glusterfs", "fuse.ceph-fuse",
+    "fuse.sshfs", "fuse.gcsfuse", "fuse.s3fs", "fuse.juicefs", "fuse.rclone", "fuse.goofys",
+    "fuse.mountpoint-s3",
+})  # fmt: skip
+"""File systems that machines share (or an object store's mount): a chunk folder there is
+not safe (:func:`shared_file_system`)."""
+
+
+def shared_file_system(directory: Path) -> str | None:
+    """The type of the file system ``directory`` is on where other machines may share it
+    (:data:`SHARED_FILE_SYSTEMS`), else None (also where the system does not say). The chunk
+    cache relies on one page cache: its state words say present once the bytes are in this
+    machine's page cache, unflushed, and other processes read them from there. Over NFS (a
+    home folder shared by the nodes of a cluster, ``~/.cache``), another machine sees the
+    words and the bytes written back in no order, and reads its own cached pages of a slot
+    that another chunk has since taken: another chunk's bytes."""
+    try:
+        lines = MOUNTINFO.read_text().splitlines()
+    except OSError:
+        return None
+    path, best, kind = os.path.realpath(directory), "", None
+    for line in lines:
+        head, _, tail = line.partition(" - ")
+        fields = head.split()
+        if len(fields) < 5 or not tail:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, tail.split()[0]
+    return kind if kind in SHARED_FILE_SYSTEMS else None
 
 
 MIN_BARE_CHUNK_BYTES = 4096

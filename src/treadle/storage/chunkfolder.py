@@ -17,6 +17,13 @@ reserves through removed words, so every present or fetching chunk is in a file 
 lists and the bound counts it. An old mapping never says present again, so a reader never
 takes bytes through it. A removal cut short by a crash leaves a state file marked removed:
 the next scan or open finishes it.
+
+**State files deleted by hand** (a cache cleared in part): the next scan of any process frees
+the slots only their words named, and another fetch may take them, while a process still maps
+the deleted words. So a reader checks that its state file is still the folder's after it
+copies bytes, a writer before it writes a slot (:meth:`ObjectFiles.linked`), and a scan or
+reservation that finds a mapping not the folder's lets go of it (:meth:`ObjectFiles.let_go`)
+and maps the file listed.
 """
 
 from __future__ import annotations
@@ -28,10 +35,26 @@ from pathlib import Path
 
 import numpy as np
 
-from treadle.storage.fileio import write_at
+from treadle.storage.chunkstate import (
+    ABSENT,
+    FETCHING,
+    NEVER,
+    PRESENT,
+    REMOVED,
+    STATE_MASK,
+    WORDS,
+    ObjectFiles,
+    SeenObject,
+    _unlink,
+)
 from treadle.storage.slotfile import SlotFile, tag_of
 
 __all__ = [
+    "ABSENT",
+    "FETCHING",
+    "NEVER",
+    "PRESENT",
+    "STATE_MASK",
     "LEGACY_FOLDER",
     "REMOVED",
     "WORDS",
@@ -42,28 +65,6 @@ __all__ = [
     "remove_legacy",
     "remove_named",
 ]
-
-STATE_MASK = 3
-ABSENT, FETCHING, PRESENT = 0, 1, 2
-NEVER = 1 << 62
-"""The next use of a chunk no known step needs."""
-REMOVED = 3
-"""The state of every chunk of an object whose files were removed: re-open it."""
-
-
-WORDS = 4
-"""State words per chunk: its state (and generation), its next use, the process fetching it,
-its slot (:mod:`~treadle.storage.slotfile`; -1: none)."""
-
-
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def _marked_removed(fd: int) -> bool:
-    head = os.pread(fd, 8, 0)
-    return len(head) == 8 and int(np.frombuffer(head, np.int64)[0]) & STATE_MASK == REMOVED
 
 
 def _tail_number(part: str) -> int | None:
@@ -89,87 +90,6 @@ def chunk_of(name: str) -> int | None:
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
-
-
-def _fresh_words(count: int) -> bytes:
-    words = np.zeros((count, WORDS), np.int64)
-    words[:, 3] = -1
-    return words.tobytes()
-
-
-class ObjectFiles:
-    """One object's state words in the folder, mapped; its chunks' bytes are in ``slots``."""
-
-    def __init__(self, directory: Path, name: str, key: str, size: int, chunk: int,
-                 slots: SlotFile) -> None:  # fmt: skip
-        self.directory, self.name, self.key, self.size, self.chunk = (
-            directory,
-            name,
-            key,
-            size,
-            chunk,
-        )
-        self.slots, self.tag = slots, tag_of(name)
-        self.media = False  # a video stream (counted apart in ChunkStats' media_* fields)
-        self.count = max(1, -(-size // chunk))
-        self.words = self._open()
-
-    def chunk_size(self, index: int) -> int:
-        return min(self.chunk, self.size - index * self.chunk)
-
-    def _open(self) -> np.ndarray:
-        """Under the folder's lock: the state words, mapped; made (every chunk absent)
-        where missing, torn, or left by a removal that did not finish. A word written through
-        the mapping into a hole of a full disk kills the process with ``SIGBUS``, so a new
-        file's blocks are written first (``OSError`` here)."""
-        state = self.directory / f"{self.name}.state"
-        want = self.count * WORDS * 8
-        self.slots.follow()  # words of the folder's now name slots of the files there now
-        while True:
-            fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                if not _marked_removed(fd):
-                    if os.fstat(fd).st_size != want:  # new or torn (its slots: SlotFile.repair)
-                        write_at(fd, _fresh_words(self.count), 0)
-                        os.ftruncate(fd, want)
-                    self.inode = os.fstat(fd).st_ino  # the file mapped (tests: still listed?)
-                    # a plain array over the mapping: a memmap's indexing is several times slower
-                    words = np.memmap(state, np.int64, "r+", shape=(self.count, WORDS))
-                    return words.view(np.ndarray)
-            finally:
-                os.close(fd)
-            _unlink(state)  # a removal cut short: finished, then made anew
-
-    def removed(self) -> bool:
-        """Whether the files mapped were removed (then :meth:`reopen` before any use)."""
-        return int(self.words[0, 0]) & STATE_MASK == REMOVED
-
-    def reopen(self, create: bool = True) -> bool:
-        """Under the folder's lock: map the object's state words anew (made empty where none,
-        or only where some process made them: ``create=False``); whether they are mapped."""
-        if not create and not (self.directory / f"{self.name}.state").exists():
-            return False
-        try:
-            self.words = self._open()
-        except OSError:  # a full disk: it stays removed (read and fetched another way)
-            return False
-        return True
-
-    def close(self) -> None:
-        """Let the words go (an object of another process, mapped to evict its chunks)."""
-        self.words = None  # type: ignore[assignment]  # its mapping closes with its last view
-
-
-class SeenObject:
-    """Another process's object as a scan saw it: a copy of its state words, no file kept
-    open (:meth:`ChunkFolder.mapped` maps it to evict its chunks)."""
-
-    def __init__(self, name: str, size: int, chunk: int, words: np.ndarray):
-        self.name, self.key, self.size, self.chunk = name, "", size, chunk
-        self.count, self.words, self.media = len(words), words, False
-
-    def chunk_size(self, index: int) -> int:
-        return min(self.chunk, self.size - index * self.chunk)
 
 
 class ChunkFolder:
@@ -202,8 +122,7 @@ class ChunkFolder:
         after a removal; their files may be gone, or listed and removed by :meth:`_made`)."""
         for obj in [*self.objects.values(), *self.foreign.values()]:
             if obj.chunk == slots.chunk and obj.words is not None and not obj.removed():
-                obj.words[:, 0] = (obj.words[:, 0] & ~STATE_MASK) | REMOVED
-                obj.words[:, 3] = -1
+                obj.let_go()
 
     def _made(self, slots: SlotFile) -> None:
         """Under the folder's lock: the slot files of ``slots.chunk`` were made here, so no
@@ -234,11 +153,12 @@ class ChunkFolder:
         for slots in list(self.slot_files.values()):
             slots.follow()  # removed or made anew since: the words this process maps let go
         held: dict[int, list[np.ndarray]] = {c: [] for c in self._slot_sizes()}
-        present: dict[int, list[np.ndarray]] = {c: [] for c in held}
+        listed: dict[str, int] = {}
         for e in os.scandir(self.directory):
             if not e.name.endswith(".state"):
                 continue
-            obj = self._view(e.name.removesuffix(".state"))
+            listed[e.name.removesuffix(".state")] = e.inode()
+            obj = self._view(e.name.removesuffix(".state"), e.inode())
             if obj is None:
                 continue
             states = np.asarray(obj.words[:, 0]) & STATE_MASK
@@ -246,16 +166,28 @@ class ChunkFolder:
                 self._remove(obj)
                 continue
             held.setdefault(obj.chunk, []).append(np.asarray(obj.words[states != ABSENT, 3]))
-            present.setdefault(obj.chunk, []).append(np.asarray(obj.words[states == PRESENT, 3]))
             out.append((obj, states))
+        self._let_go_unlisted(listed)  # their slots are freed now: named by no file listed
         for chunk, slots in held.items():
-            named, written = _joined(slots), _joined(present[chunk])
-            if not self.slots(chunk).repair(named, written):  # slot file removed or cut
+            if not self.slots(chunk).repair(_joined(slots)):  # slot file cut, table cut
                 self.forget()  # its chunks' words would say present over other bytes
                 out = []
                 break
         self.scanned = len(out)
         return out
+
+    def _let_go_unlisted(self, listed: dict[str, int]) -> None:
+        """Under the folder's lock, in a scan: the objects this process maps whose state
+        files are not those ``listed`` (name: inode; deleted or replaced by hand) are let go
+        of (:meth:`ObjectFiles.let_go`; re-opened before any use), mapped or not."""
+        for obj in self.objects.values():
+            if listed.get(obj.name) != obj.inode and not obj.removed():
+                obj.let_go()
+        for name in [n for n, obj in self.foreign.items() if listed.get(n) != obj.inode]:
+            obj = self.foreign.pop(name)
+            if not obj.removed():
+                obj.let_go()
+            obj.close()
 
     def forget(self) -> None:
         """Under the folder's lock: remove every object's files and empty every slot,
@@ -271,18 +203,22 @@ class ChunkFolder:
             obj.close()
         self.foreign.clear()
 
-    def _view(self, name: str) -> ObjectFiles | SeenObject | None:
-        """Object ``name`` as mapped here (re-opened where removed), else a copy of its
-        state words; None where its file is torn, or not named as this treadle names them
-        (then removed)."""
+    def _view(self, name: str, inode: int | None = None) -> ObjectFiles | SeenObject | None:
+        """Object ``name`` as mapped here (re-opened where removed, or where its file is no
+        longer the one listed, of ``inode``), else a copy of its state words; None where its
+        file is torn, or not named as this treadle names them (then removed)."""
         obj = self.objects.get(name)
+        if obj is not None and inode is not None and obj.inode != inode and not obj.removed():
+            obj.let_go()  # its file deleted or replaced by hand: the one listed is mapped
         if obj is not None and (not obj.removed() or obj.reopen(create=False)):
             return obj
         hit = self.foreign.get(name)
         if hit is not None:
-            if not hit.removed():
+            if not hit.removed() and (inode is None or hit.inode == inode):
                 self.foreign.move_to_end(name)
                 return hit
+            if not hit.removed():
+                hit.let_go()
             self.foreign.pop(name).close()
         state = self.directory / f"{name}.state"
         try:

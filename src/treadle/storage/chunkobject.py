@@ -6,7 +6,9 @@ out of present chunks with :meth:`ObjectChunks.copy_rows`: the state words of ev
 checked at once, before and after the copy (an eviction between marks the chunk absent with a
 new generation, which the second check sees; its slot changes hands only after that), and
 each row is read straight into its place in the batch (``preadv``: no bytes object, no second
-copy), in one piece per chunk it touches.
+copy), in one piece per chunk it touches. After the copy, and before the second check, the
+slot file's mark (not cut under the bytes: :meth:`~treadle.storage.slotfile.SlotFile.marked`)
+and the state file (not deleted by hand: :meth:`ObjectChunks.linked`) are checked too.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ class ObjectChunks(ObjectFiles):
         return int(self.words[index, 0]) & _STATE_MASK == PRESENT
 
     def reopen_removed(self) -> bool:
-        """Under the folder's lock: whether this object, its files removed, is mapped anew
-        (where some process of the node made them again)."""
+        """Under the folder's lock: whether this object, its files removed (or deleted by
+        hand), is mapped anew (where some process of the node made them again)."""
         with folder_lock(self.directory):
+            if not self.removed() and not self.linked():
+                self.let_go()
             return self.removed() and self.reopen(create=False)
 
     def copy_rows(self, starts: np.ndarray, out: np.ndarray,
@@ -70,14 +74,21 @@ class ObjectChunks(ObjectFiles):
             if os.preadv(fd, [out[row]], pos) != length:
                 ok[i] = False
         for i in idx[~one].tolist():  # a row across chunks: a piece from each one's slot
-            ok[i] = self._copy_pieces(out[into[i]], int(starts[i]), slots, lo)
+            ok[i] = self._copy_pieces(out[into[i]], int(starts[i]), slots, lo, fd)
+        if len(idx) and not self.slots.marked(int(slots.max()), fd):  # the file cut under
+            ok[idx] = False  # them: zeros, or bytes written since (SlotFile.marked)
+        if len(idx) and not self.linked():  # state file deleted: its slots may be freed
+            ok[idx] = False
+            self.reopen_removed()
         if len(idx):  # evicted (and maybe fetched again) while copied: not trusted
             ok[idx] &= _all_in_spans(words[lo:hi, 0] == before, first[idx], last[idx])
         return ok
 
-    def _copy_pieces(self, row: np.ndarray, start: int, slots: np.ndarray, lo: int) -> bool:
-        """Copy bytes ``[start, start + len(row))`` into ``row``, a piece per chunk (its
-        slot: ``slots[chunk - lo]``); whether every piece was read whole."""
+    def _copy_pieces(self, row: np.ndarray, start: int, slots: np.ndarray, lo: int,
+                     fd: int) -> bool:  # fmt: skip
+        """Copy bytes ``[start, start + len(row))`` of the slot file open as ``fd`` into
+        ``row``, a piece per chunk (its slot: ``slots[chunk - lo]``); whether every piece was
+        read whole."""
         end, at = start + len(row), start
         while at < end:
             c = at // self.chunk
@@ -85,7 +96,7 @@ class ObjectChunks(ObjectFiles):
             if slots[c - lo] < 0:  # evicted since its state was read
                 return False
             pos = int(slots[c - lo]) * self.chunk + (at - c * self.chunk)
-            if os.preadv(self.slots.fd, [row[at - start : stop - start]], pos) != stop - at:
+            if os.preadv(fd, [row[at - start : stop - start]], pos) != stop - at:
                 return False
             at = stop
         return True
@@ -104,8 +115,14 @@ class ObjectChunks(ObjectFiles):
                 if self.removed() and self.reopen_removed():
                     continue
                 return None
-            out = np.empty(end - start, np.uint8)
-            whole = self._copy_pieces(out, start, words[first : last + 1, 3].copy(), first)
+            out, fd = np.empty(end - start, np.uint8), self.slots.fd
+            slots = words[first : last + 1, 3].copy()
+            whole = self._copy_pieces(out, start, slots, first, fd)
+            whole = whole and self.slots.marked(int(slots.max()), fd)  # not cut under them
+            if whole and not self.linked():  # its state file deleted: its slots may be freed
+                if self.reopen_removed():
+                    continue
+                return None
             if not whole or words[first : last + 1, 0].tolist() != before:
                 return None  # evicted (and maybe fetched again) while copied: not trusted
             return out.tobytes()

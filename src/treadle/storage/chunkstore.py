@@ -65,6 +65,7 @@ from treadle.storage.chunkfiles import (
     default_chunk_bytes,
     fetcher_id,
     same_boot,
+    shared_file_system,
 )
 from treadle.storage.chunkfiles import evict as _evict
 from treadle.storage.chunkfolder import (
@@ -83,6 +84,7 @@ from treadle.storage.chunkroom import Room
 from treadle.storage.chunkstats import ChunkStats
 from treadle.storage.chunkwrite import (
     chunk_views,
+    get_ranges,
     give_back,
     mark_present,
     range_requests,
@@ -215,7 +217,7 @@ class ChunkStore:
         misses: list[tuple[int, int, int]] = []
         unusable: set[int] = set()  # objects whose files could not be made anew (a full disk)
         for i, (obj, chunks, nexts) in enumerate(wanted):
-            if obj.removed() and not obj.reopen():  # removed (it held no chunk): made anew
+            if not obj.renew():  # removed (it held no chunk), or deleted by hand: made anew
                 unusable.add(i)
             for c, n in zip(map(int, chunks), np.asarray(nexts, np.int64).tolist()):
                 w = obj.words[c]
@@ -304,7 +306,7 @@ class ChunkStore:
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
-            bufs = store.get_ranges(reqs, copy=False)
+            bufs = get_ranges(store, reqs)
             dones = []
             with contextlib.nullcontext() if RANGE_LOCKS else self._folder_lock:
                 for (obj, chunks), words, before in zip(reserved, maps, marks):
@@ -320,7 +322,8 @@ class ChunkStore:
             self.abandon(reserved)
             raise
         for obj in {id(o): o for o in where}.values():  # obstore merges ranges of one call
-            sent = coalesced([(r.start, r.end) for o, r in zip(where, reqs) if o is obj])
+            sent = coalesced([(r.start, r.end) for o, r in zip(where, reqs)
+                              if o is obj and r.end > r.start])  # fmt: skip
             sent_bytes = sum(b - a for a, b in sent)
             with self._lock:  # rounds download on several threads
                 self.stats.requests += len(sent)
@@ -384,6 +387,9 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int | None = None) ->
         return (f"the chunk cache's bound ({max_bytes:,} bytes, {bound_from}) is less than one "
                 f"chunk ({chunk_bytes:,} bytes, {chunk_from})")  # fmt: skip
     key = (str(default_dir() / "chunk-slots"), max_bytes, chunk_bytes)
+    if kind := shared_file_system(default_dir()):  # other machines' words: bytes in no order
+        return (f"the chunk cache folder {key[0]!r} is on {kind}, which other machines may "
+                "share (set TREADLE_CACHE_DIR to a local disk)")  # fmt: skip
     with _STORES_LOCK:  # one per configuration and process: its objects stay mapped once
         try:
             if key not in _STORES:

@@ -24,8 +24,16 @@ from treadle.storage.store import RangeRequest
 
 if TYPE_CHECKING:
     from treadle.storage.chunkobject import ObjectChunks
+    from treadle.storage.store import Store
 
-__all__ = ["chunk_views", "give_back", "mark_present", "range_requests", "write_chunks"]
+__all__ = [
+    "chunk_views",
+    "get_ranges",
+    "give_back",
+    "mark_present",
+    "range_requests",
+    "write_chunks",
+]
 
 
 def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
@@ -47,6 +55,14 @@ def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
     return reqs, where
 
 
+def get_ranges(store: Store, reqs: Sequence[RangeRequest]) -> list[object]:
+    """Each range's bytes (no copy); one of no bytes (a zero-byte object's) is not sent: the
+    store refuses it."""
+    sent = [r for r in reqs if r.end > r.start]
+    got = iter(store.get_ranges(sent, copy=False) if sent else [])
+    return [next(got) if r.end > r.start else b"" for r in reqs]
+
+
 def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[object]
                 ) -> dict[int, memoryview]:  # fmt: skip
     """Each chunk's bytes within the fetched ranges ``reqs`` of ``obj`` (views, no copy)."""
@@ -56,7 +72,8 @@ def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[
         if len(view) != r.end - r.start:
             raise OSError(f"a range of {obj.key!r} came back with {len(view)} of "
                           f"{r.end - r.start} bytes")  # fmt: skip
-        for c in range(r.start // obj.chunk, -(-r.end // obj.chunk)):
+        first = r.start // obj.chunk  # a range of no bytes: a zero-byte object's chunk
+        for c in range(first, max(first + 1, -(-r.end // obj.chunk))):
             lo = c * obj.chunk - r.start
             out[c] = view[lo : lo + obj.chunk_size(c)]
     return out
@@ -78,6 +95,7 @@ def write_chunks(obj: ObjectChunks, chunks: Sequence[int], words: np.ndarray,
                 and w & STATE_MASK == FETCHING
                 and int(words[c, 2]) == me
                 and (int(words[c, 3]) == slot)
+                and obj.linked()  # its state file deleted: its slot may be another's now
             )
 
         if slot >= 0 and obj.slots.write(slot, data[c], obj.tag, still):
@@ -89,7 +107,7 @@ def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int,
     """Under the folder's lock: chunks written (:func:`write_chunks`) are present, where
     ``obj`` still maps ``words`` and their words are still the marks they were written under
     (else evicted as a dead fetch since, or removed: a purge, a folder emptied)."""
-    if obj.removed() or obj.words is not words:
+    if obj.removed() or obj.words is not words or not obj.linked():
         return
     me = fetcher_id()
     for c, mark in done:

@@ -19,7 +19,18 @@ lock, :meth:`SlotFile.write`):
 
 A free slot holds no bytes between reservations: a slot freed to make room is taken again in
 the same reservation, or punched (:meth:`SlotFile.settle`). So the disk holds the bytes the
-bound counts (the tail of a short last chunk is punched as well), and nothing else.
+bound counts (the tail of a short last chunk is punched as well), and a block per mark.
+
+**Marks**: the slots come in regions (``_MIN_SLOTS`` slots, then as many again, doubling: the
+table's sizes), and the last slot of each region is held by no chunk: its last bytes are a
+mark, written once, when the table grows into the region. A slot file cut (``truncate``)
+loses the mark of every region it cuts into, and nothing writes it again but a
+:meth:`SlotFile.forget` (after the words naming its slots were let go): writers write only
+the slots of chunks, which another process's fetch may write into a file cut under it,
+regrowing it with holes between. So a reader that finds its slot's region marked after it
+copied the bytes copied them before any cut (:meth:`SlotFile.marked`), and a scan that finds
+the files not as this layout leaves them empties the folder's chunks of the size
+(:meth:`SlotFile.repair`).
 
 The files a process has open stay the folder's: removed under it (a cache cleared by hand)
 and made anew by another process, they are opened again at its next scan or object opened
@@ -44,6 +55,29 @@ from treadle.storage.fileio import RANGE_LOCKS, punch, range_lock, range_unlock,
 __all__ = ["SlotFile", "tag_of"]
 
 _MIN_SLOTS = 64
+"""The first region's slots (:func:`_region_end`): the table's least size."""
+_MARK = bytes.fromhex("a5747265646c6501")  # nonzero: a cut file reads zeros where it was
+_MARK_TAG = -1
+"""The tag of a region's mark slot: held by no chunk, never freed, never punched."""
+
+
+def _region_end(s: int) -> int:
+    """The table size that covers slot ``s``: ``_MIN_SLOTS`` doubled until it is past ``s``
+    (its last slot is the region's mark)."""
+    end = _MIN_SLOTS
+    while end <= s:
+        end *= 2
+    return end
+
+
+def _mark_slots(start: int, end: int) -> list[int]:
+    """The mark slots in ``[start, end)``."""
+    out, m = [], _MIN_SLOTS
+    while m <= end:
+        if m - 1 >= start:
+            out.append(m - 1)
+        m *= 2
+    return out
 
 
 def tag_of(name: str) -> int:
@@ -91,6 +125,7 @@ class SlotFile:
         self.fd, self._table_fd = fds
         self.table, self._hint = np.zeros((0, 2), np.int64), 0
         self._map = (-1, self.table)
+        self._sound = 0 if made else -1  # the table size last found sound (take: no less)
         return made
 
     def follow(self) -> bool:
@@ -136,8 +171,11 @@ class SlotFile:
         to make room in this reservation: its pages written over, no new page, no hole), else
         the lowest free one this process knows of. The search starts where the last one ended
         (a table of a terabyte's slots is not read whole per chunk), from the start again
-        before the table grows; -1 where it cannot grow (a full disk)."""
+        before the table grows; -1 where it cannot grow (a full disk), or where the table is
+        shorter than the last scan found it (cut since: its held slots would be taken again)."""
         table = self.refresh()
+        if len(table) < self._sound or self._sound < 0:
+            return -1
         if spares:
             s = spares.pop()
             table[s, 0] = 1
@@ -167,12 +205,14 @@ class SlotFile:
         at, fd = s * self.chunk, self.fd  # the file the slot was taken in (follow: no other)
         range_lock(fd, at, self.chunk)
         try:
-            if not still():
+            if not still() or s >= len(self.refresh()):  # the table cut: its scan forgets
                 return False
             write_at(fd, data, at)  # all of it, or an error
             if len(data) < self.chunk:
                 punch(fd, at + len(data), self.chunk - len(data))
-            self.refresh()[s, 1] = tag  # a purge takes the slot's lock to read it
+            table = self.refresh()
+            if s < len(table):
+                table[s, 1] = tag  # a purge takes the slot's lock to read it
         finally:
             range_unlock(fd, at, self.chunk)
         return True
@@ -220,29 +260,50 @@ class SlotFile:
         make room that it did not take again."""
         table = self.refresh()
         for s in spares:
-            if table[s, 0] == 0 and table[s, 1] != 0:
+            if s < len(table) and table[s, 0] == 0 and table[s, 1] != 0:  # (not cut since)
                 self.clean(s)
 
-    def repair(self, held: np.ndarray, present: np.ndarray) -> bool:
+    def repair(self, held: np.ndarray) -> bool:
         """Under the folder's lock, after a scan of every object: ``held`` are the slots some
-        chunk's state words name (``present``: of present chunks); any other slot held or
-        holding bytes (left by a process killed between its table and its state words) is
-        freed and punched. False where the slot file does not reach every present chunk's
-        slot (removed or cut: then nothing is done)."""
-        if len(present) and os.fstat(self.fd).st_size <= int(present.max()) * self.chunk:
-            return False
+        chunk's state words name (fetching or present); any other slot held or holding bytes
+        (left by a process killed between its table and its state words, or named by state
+        files deleted since) is freed and punched, once no fetch writes it. False where the
+        files are not as this layout leaves them (a slot file cut or regrown, a table cut,
+        files of another layout: :meth:`sound`), or a slot named is not in the table: then
+        nothing is done (the caller empties the folder's chunks of this size)."""
         table = self.refresh()
-        if len(held) and int(held.max()) >= len(table):  # the table lost or cut
-            table = self._grow(int(held.max()) + 1)
+        if not self.sound() or (len(held) and int(held.max()) >= len(table)):
+            return False
         want = np.zeros(len(table), bool)
-        held = held[(held >= 0) & (held < len(table))]
-        want[held] = True
+        want[held[held >= 0]] = True
+        want[_mark_slots(0, len(table))] = True
         for s in np.flatnonzero(~want & ((table[:, 0] != 0) | (table[:, 1] != 0))).tolist():
-            table[s, 0] = 0
-            self.clean(s)  # no words name it: no fetch writes it
+            with self.fenced(s):  # a fetch through deleted state words writes it no more
+                table[s, 0] = 0
+                self.clean(s)
         table[want, 0] = 1
-        self._hint = 0
+        self._hint, self._sound = 0, len(table)
         return True
+
+    def sound(self) -> bool:
+        """Under the folder's lock: whether the files are as this layout leaves them: the
+        table a whole number of regions, the data file as long as its slots, and each
+        region's mark slot held and its mark in the data file."""
+        table = self.refresh()
+        n = len(table)
+        if os.fstat(self.fd).st_size != n * self.chunk or (n and _region_end(n - 1) != n):
+            return False
+        marks = _mark_slots(0, n)
+        return all(table[m, 1] == _MARK_TAG and table[m, 0] == 1 and self.marked(m, self.fd)
+                   for m in marks)  # fmt: skip
+
+    def marked(self, s: int, fd: int) -> bool:
+        """Whether the mark of slot ``s``'s region is in the slot file open as ``fd``: read
+        after a slot's bytes were copied, the file was not cut under them before (a cut
+        loses the marks past it; no one writes one again while words name its slots)."""
+        m = _region_end(s) - 1
+        size = min(len(_MARK), self.chunk)
+        return os.pread(fd, size, (m + 1) * self.chunk - size) == _MARK[:size]
 
     def forget(self) -> None:
         """Under the folder's lock: every slot free and empty (a folder of another boot, or
@@ -250,7 +311,7 @@ class SlotFile:
         with self.fenced(None):
             os.ftruncate(self.fd, 0)
             os.ftruncate(self._table_fd, 0)
-        self._hint = 0
+        self._hint, self._sound = 0, 0
         self.refresh()
 
     def purge(self, tag: int) -> None:
@@ -259,18 +320,32 @@ class SlotFile:
         writes it (its writer tags the slot under the slot's lock, which this takes)."""
         for s in np.flatnonzero(self.refresh()[:, 1] == tag).tolist():
             with self.fenced(s):
-                if self.refresh()[s, 1] == tag:
+                table = self.refresh()
+                if s < len(table) and table[s, 1] == tag:
                     self.clean(s)
 
     def _grow(self, slots: int) -> np.ndarray:
-        """Under the folder's lock: room in the table for ``slots`` slots (new ones free and
-        empty; the data file grows as slots are written), and the table. Its blocks are
-        written, not left a hole: a word written through the mapping into a hole of a full
-        disk kills the process with ``SIGBUS``, where this raises ``OSError``."""
-        have = os.fstat(self._table_fd).st_size
-        if slots * 16 > have:
-            write_at(self._table_fd, bytes(slots * 16 - have), have)
-        return self.refresh()
+        """Under the folder's lock: room in the table for ``slots`` slots, to the end of their
+        region (new ones free and empty; the data file grows as slots are written), and the
+        table. The marks of the regions entered are written first, past the data file's end
+        (``OSError`` where it does not end with the table's slots: cut, or the table cut). The
+        table's blocks are written, not left a hole: a word written through the mapping into
+        a hole of a full disk kills the process with ``SIGBUS``, where this raises
+        ``OSError``."""
+        have = os.fstat(self._table_fd).st_size // 16
+        end = _region_end(slots - 1)
+        if end <= have:
+            return self.refresh()
+        if os.fstat(self.fd).st_size != have * self.chunk:
+            raise OSError(f"the slot file {self._paths()[0]} is not as long as its table")
+        size = min(len(_MARK), self.chunk)
+        for m in _mark_slots(have, end):
+            write_at(self.fd, _MARK[:size], (m + 1) * self.chunk - size)
+        write_at(self._table_fd, bytes((end - have) * 16), have * 16)
+        table = self.refresh()
+        for m in _mark_slots(have, end):
+            table[m] = (1, _MARK_TAG)
+        return table
 
     def close(self) -> None:
         self.table = np.zeros((0, 2), np.int64)
