@@ -233,6 +233,17 @@ def default_chunk_bytes(max_bytes: int) -> int:
 4-byte chunks, 24 bytes of state each, silently. A smaller chunk needs its unit (``256B``)."""
 
 
+def chunk_bytes_for(max_bytes: int, given: int | None) -> tuple[int, str]:
+    """The chunk size of a store bounded by ``max_bytes``, and what set it:
+    ``$TREADLE_CHUNK_BYTES``, else ``given``, else :func:`default_chunk_bytes` (a small
+    bound gets small chunks, not a cache turned off)."""
+    if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
+        return chunk_bytes_setting(raw), "TREADLE_CHUNK_BYTES"
+    if given is not None:
+        return given, "chunk_bytes"
+    return default_chunk_bytes(max_bytes), "the least size unset"
+
+
 def chunk_bytes_setting(raw: str) -> int:
     """``$TREADLE_CHUNK_BYTES`` in bytes; a bare number under :data:`MIN_BARE_CHUNK_BYTES`
     is refused naming the setting (a unit forgotten, most likely)."""

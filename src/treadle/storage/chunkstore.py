@@ -1,11 +1,10 @@
 """A node-shared cache of fixed-size chunks of immutable objects, evicted by next use.
 
 The object cache (:mod:`treadle.storage.filecache`) copies whole data files: past its bound a
-table is read with a GET per row. This cache holds **chunks** of objects instead (``chunk_bytes``,
-1 MiB by default), so what is kept can follow the plan: every chunk carries the step that
-next needs it, and room is made by evicting the chunk needed farthest in the future (never
-again: first). Over chunks of one size that is Belady's optimal policy
-(:func:`treadle.plan.simcache.belady` computes the same optimum for ``treadle simulate``).
+table is read with a GET per row. This cache holds **chunks** of objects (``chunk_bytes``), so
+what is kept follows the plan: every chunk carries the step that next needs it, and room is
+made by evicting the one needed farthest ahead (never again: first), Belady's optimal policy
+over chunks of one size (:func:`treadle.plan.simcache.belady`, for ``treadle simulate``).
 
 - **Where**: ``<object cache folder>/chunk-slots``. Per object (named by a hash of root URL,
   key and size, then its size and the chunk size: stores of other chunk sizes share the folder
@@ -13,8 +12,8 @@ again: first). Over chunks of one size that is Belady's optimal policy
   generation that counts evictions), the step that next needs it, the process fetching it (id
   and start time) and its slot. The bytes of every object's chunks of one size are in slots of
   one file (:mod:`~treadle.storage.slotfile`): an evicted chunk's slot is written over by the
-  next fetch, in pages the page cache holds. Every process of the
-  node maps the same files, so ranks of one node never fetch a chunk twice. A process keeps
+  next fetch. Every process of the node maps the same files (ranks of one node never fetch
+  a chunk twice). A process keeps
   the objects it reads mapped (one store per process, :func:`chunk_store`); other processes'
   objects are read (a copy of their state words) to make room, and mapped only to evict
   their chunks (at most :data:`MAX_FOREIGN` of those stay mapped between scans).
@@ -60,9 +59,8 @@ from treadle.storage.chunkfiles import (
     DEFAULT_CHUNK_BYTES,
     NO_BOOT_ID,
     NOT_EVICTED,
-    chunk_bytes_setting,
+    chunk_bytes_for,
     dead_fetch,
-    default_chunk_bytes,
     fetcher_id,
     same_boot,
     shared_file_system,
@@ -378,11 +376,7 @@ def chunk_store(max_bytes: int | None = None, chunk_bytes: int | None = None) ->
             max_bytes = parse_bytes(raw, "TREADLE_CHUNK_CACHE_BYTES")
     if max_bytes <= 0:
         return "the chunk cache is off (TREADLE_CHUNK_CACHE_BYTES=0)"
-    chunk_from = "TREADLE_CHUNK_BYTES"
-    if raw := os.environ.get("TREADLE_CHUNK_BYTES"):
-        chunk_bytes = chunk_bytes_setting(raw)
-    elif chunk_bytes is None:  # a small bound gets small chunks, not a cache turned off
-        chunk_bytes, chunk_from = default_chunk_bytes(max_bytes), "the least size unset"
+    chunk_bytes, chunk_from = chunk_bytes_for(max_bytes, chunk_bytes)
     if max_bytes < chunk_bytes:  # it would fetch nothing, every row a Lance take, silently
         return (f"the chunk cache's bound ({max_bytes:,} bytes, {bound_from}) is less than one "
                 f"chunk ({chunk_bytes:,} bytes, {chunk_from})")  # fmt: skip
