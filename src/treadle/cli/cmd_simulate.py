@@ -1,7 +1,8 @@
 """``treadle simulate RECIPE --nodes N --ranks-per-node R --cache-bytes C --bandwidth B
---latency L``: walk a run's plan exactly and report, per node, what it asks of the object store
-(:mod:`treadle.plan.simulate`). ``RECIPE`` is a recipe file (as ``treadle plan`` reads) or
-``synthetic:oxe``, a 26-table mix the size of Open X-Embodiment (:mod:`treadle.plan.synthetic`)."""
+--latency L``: walk a run's plan exactly and report, per node, what it asks of the object
+store. ``RECIPE`` is a recipe file (as ``treadle plan`` reads) or ``synthetic:oxe``, a
+26-table mix the size of Open X-Embodiment. What it prints, and what to set at 8 to 4,096
+GPUs: docs/scale.md (the model: :mod:`treadle.plan.simulate`)."""
 
 from __future__ import annotations
 
