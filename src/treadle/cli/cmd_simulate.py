@@ -67,11 +67,11 @@ def _rate(text: str) -> float:
 
 
 _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
-    ("--nodes", int_at_least(1), None, "nodes (required)"),
-    ("--ranks-per-node", int_at_least(1), None, "ranks (GPUs) per node (required)"),
-    ("--cache-bytes", _size, None, "cache per node, e.g. 2T (required)"),
-    ("--bandwidth", _size, None, "bytes/s per node, e.g. 2G (required)"),
-    ("--latency", _latency, None, "per request, e.g. 30ms, 0.03 or 2s (required)"),
+    ("--nodes", int_at_least(1), None, "nodes"),
+    ("--ranks-per-node", int_at_least(1), None, "ranks (GPUs) per node"),
+    ("--cache-bytes", _size, None, "cache per node, e.g. 2T"),
+    ("--bandwidth", _size, None, "bytes/s per node, e.g. 2G"),
+    ("--latency", _latency, None, "per request, e.g. 30ms, 0.03 or 2s"),
     ("--steps", int_at_least(1), 200, "steps per window (default 200)"),
     ("--windows", int_at_least(1), 1, "contiguous windows of --steps spread over --run-steps"),
     ("--run-steps", int_at_least(1), None, "the run's length, for --windows"),
@@ -104,7 +104,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("recipe", help="a .toml or .py recipe, or synthetic:oxe")
     p.add_argument("--root", default=None, help="store root (overrides the TOML file's root)")
     for flag, kind, default, text in _OPTIONS:
-        p.add_argument(flag, type=kind, default=default, help=text)
+        p.add_argument(flag, type=kind, default=default, help=text,
+                       required=flag[2:] in _REQUIRED)  # fmt: skip
     p.add_argument(
         "--shuffle",
         choices=["recipe", "full", "block"],
@@ -192,9 +193,6 @@ def simulate_command(args: argparse.Namespace) -> int:
     from treadle.plan.simulate import Link, Setup, simulate
 
     try:
-        for name in _REQUIRED:  # required, checked here (argparse would parse them first)
-            if getattr(args, name.replace("-", "_"), None) is None:
-                raise PlanError(f"--{name} is required")
         if args.cache_bytes < args.chunk_bytes:  # was modelled as one chunk, silently
             raise PlanError(f"--cache-bytes {args.cache_bytes:,} B is less than one chunk "
                             f"(--chunk-bytes {args.chunk_bytes:,} B): a loader's chunk cache "
