@@ -95,8 +95,21 @@ def _required(leaf: argparse.ArgumentParser) -> list[str]:
         if not a.option_strings and a.nargs != "?":
             out.append("x")
         elif a.option_strings and a.required:
-            out += [a.option_strings[0], "x"]
+            out += [a.option_strings[0], _a_value(a)]
     return out
+
+
+def _a_value(action: argparse.Action) -> str:
+    """A value the option's type takes (``simulate --nodes`` takes a count, ``--latency`` a
+    time)."""
+    for text in ("x", "1", "30ms"):
+        try:
+            if action.type is not None:
+                action.type(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+        return text
+    raise AssertionError(f"no sample value for {action.option_strings[0]}")
 
 
 def _all_parsers(parser: argparse.ArgumentParser):
