@@ -35,7 +35,7 @@ def test_projects_log_tables(local_root, capsys):
     assert c.short_id in out and "append to flat" in out
     assert main(["--root", local_root, "tables", "robotics"]) == 0
     out = capsys.readouterr().out
-    assert "failed" in out and "5 moments" in out and "1 episodes" in out
+    assert "failed" in out and "5 moments" in out and "1 episode (" in out  # was "1 episodes"
     first = main_branch.log()[-1].short_id
     assert main(["--root", local_root, "tables", "robotics", "--at", first]) == 0
     assert "no tables" in capsys.readouterr().out
