@@ -344,6 +344,20 @@ def test_project_typo_is_not_found_with_a_suggestion(local_root, capsys):
     )
 
 
+def test_table_typo_is_not_found_with_a_suggestion(local_root, capsys):
+    # before: the list of tables only, where a project typo said "did you mean"
+    main_branch = td.Client(local_root).project("robotics").branch()
+    main_branch.table("failed_grasps").append({"x": [1]})
+    main_branch.table("nominal_grasps").append({"x": [1]})
+    with pytest.raises(td.NotFound, match="did you mean 'failed_grasps'\\?; tables: \\["):
+        main_branch.table("faild_grasps").num_moments
+    assert main(["--root", local_root, "stats", "robotics", "nominal_grasp"]) == 1
+    assert "did you mean 'nominal_grasps'?" in capsys.readouterr().err
+    with pytest.raises(td.NotFound) as far:
+        main_branch.table("zzz").num_moments
+    assert "did you mean" not in str(far.value) and "tables: ['failed_grasps'" in str(far.value)
+
+
 def test_a_folder_that_is_not_a_store_is_refused_on_first_write(tmp_path, capsys):
     other = tmp_path / "home"
     other.mkdir()
