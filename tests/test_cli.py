@@ -350,11 +350,11 @@ def test_table_typo_is_not_found_with_a_suggestion(local_root, capsys):
     main_branch.table("failed_grasps").append({"x": [1]})
     main_branch.table("nominal_grasps").append({"x": [1]})
     with pytest.raises(td.NotFound, match="did you mean 'failed_grasps'\\?; tables: \\["):
-        main_branch.table("faild_grasps").num_moments
+        main_branch.table("faild_grasps").pin()
     assert main(["--root", local_root, "stats", "robotics", "nominal_grasp"]) == 1
     assert "did you mean 'nominal_grasps'?" in capsys.readouterr().err
     with pytest.raises(td.NotFound) as far:
-        main_branch.table("zzz").num_moments
+        main_branch.table("zzz").pin()
     assert "did you mean" not in str(far.value) and "tables: ['failed_grasps'" in str(far.value)
 
 
