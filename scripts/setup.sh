@@ -29,6 +29,14 @@ if [ "$have" = "$want full" ] || [ "$have" = "$want $mode" ]; then
   exit 0
 fi
 cons=requirements/constraints.txt
+# pip runs quietly (its per-package lines would bury the demo): say what the wait is
+if [ "$mode" = runtime ]; then
+  echo "setup.sh: installing the runtime set into .venv (torch CPU, pylance, PyAV, ...;" \
+    "about 1.4 GB, a minute or so; skipped next time)" >&2
+else
+  echo "setup.sh: installing the test set and the peers into .venv (about 3 GB, a few" \
+    "minutes; skipped next time)" >&2
+fi
 if [ "$mode" = runtime ]; then
   # --no-compile: Python compiles only the modules it imports, on first import (~170 MB
   # of .pyc for every module of torch otherwise)

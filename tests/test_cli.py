@@ -35,7 +35,7 @@ def test_projects_log_tables(local_root, capsys):
     assert c.short_id in out and "append to flat" in out
     assert main(["--root", local_root, "tables", "robotics"]) == 0
     out = capsys.readouterr().out
-    assert "failed" in out and "5 moments" in out and "1 episodes" in out
+    assert "failed" in out and "5 moments" in out and "1 episode (" in out  # was "1 episodes"
     first = main_branch.log()[-1].short_id
     assert main(["--root", local_root, "tables", "robotics", "--at", first]) == 0
     assert "no tables" in capsys.readouterr().out
@@ -95,8 +95,21 @@ def _required(leaf: argparse.ArgumentParser) -> list[str]:
         if not a.option_strings and a.nargs != "?":
             out.append("x")
         elif a.option_strings and a.required:
-            out += [a.option_strings[0], "x"]
+            out += [a.option_strings[0], _a_value(a)]
     return out
+
+
+def _a_value(action: argparse.Action) -> str:
+    """A value the option's type takes (``simulate --nodes`` takes a count, ``--latency`` a
+    time)."""
+    for text in ("x", "1", "30ms"):
+        try:
+            if action.type is not None:
+                action.type(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+        return text
+    raise AssertionError(f"no sample value for {action.option_strings[0]}")
 
 
 def _all_parsers(parser: argparse.ArgumentParser):
@@ -329,6 +342,20 @@ def test_project_typo_is_not_found_with_a_suggestion(local_root, capsys):
     assert (
         client.projects() == ["robotcs", "robotics"] and typo.branch().table("t").num_moments == 2
     )
+
+
+def test_table_typo_is_not_found_with_a_suggestion(local_root, capsys):
+    # before: the list of tables only, where a project typo said "did you mean"
+    main_branch = td.Client(local_root).project("robotics").branch()
+    main_branch.table("failed_grasps").append({"x": [1]})
+    main_branch.table("nominal_grasps").append({"x": [1]})
+    with pytest.raises(td.NotFound, match="did you mean 'failed_grasps'\\?; tables: \\["):
+        main_branch.table("faild_grasps").pin()
+    assert main(["--root", local_root, "stats", "robotics", "nominal_grasp"]) == 1
+    assert "did you mean 'nominal_grasps'?" in capsys.readouterr().err
+    with pytest.raises(td.NotFound) as far:
+        main_branch.table("zzz").pin()
+    assert "did you mean" not in str(far.value) and "tables: ['failed_grasps'" in str(far.value)
 
 
 def test_a_folder_that_is_not_a_store_is_refused_on_first_write(tmp_path, capsys):

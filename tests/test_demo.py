@@ -37,3 +37,14 @@ def test_demo_trains_checkpoints_and_restarts_on_two_ranks(tmp_path, capsys):
     recipe_file = str(Path(__file__).parents[1] / "examples" / "demo_recipe.toml")
     assert main(["--root", root, "plan", recipe_file, "--world-size", "4"]) == 0
     assert f"Run record {run_id}" in capsys.readouterr().out
+
+
+def test_a_refused_root_prints_no_finished_phase(tmp_path, capsys):
+    # before: "creating demo episodes: 0/20 episodes (0.0 s)" above the error, read as a phase
+    # that had ended
+    other = tmp_path / "home"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["demo", "--steps", "2", "--root", str(other)]) == 1
+    out, err = capsys.readouterr()
+    assert "episodes" not in out and "is not a treadle store" in err

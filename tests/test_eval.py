@@ -55,6 +55,21 @@ def test_one_rank_reads_every_eligible_moment_once_in_table_order(project):
     assert len(loader) == 0
 
 
+def test_a_second_pass_over_one_loader_is_an_error_not_no_batches(project):
+    """``for b in val`` each epoch over one EvalLoader gave no batch from the second epoch
+    on, silently: a validation metric over nothing."""
+    root, branch = project
+    loader = td.EvalLoader(_component(branch), 4)
+    assert len(list(loader)) == 6
+    with pytest.raises(
+        td.PlanError, match="delivered its pass .6 batches of 21 moments.: make a new"
+    ):
+        iter(loader)
+    # a state restored at its pass's end still gives nothing (a resumed run's finished pass)
+    done = td.EvalLoader.from_state(loader.state_dict(), td.Client(root))
+    assert list(done) == []
+
+
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_ranks_partition_the_moments(project, world):
     root, branch = project

@@ -73,7 +73,7 @@ def test_toml_recipe_prints_the_card(root, tmp_path, capsys):
     assert plan_command(args) == 0
     out = capsys.readouterr().out
     assert f"failed_grasps  @ main ({head[:8]})" in out
-    assert "24 moments, 2 episodes" in out and "40 moments, 1 episodes" in out
+    assert "24 moments, 2 episodes" in out and "40 moments, 1 episode\n" in out  # was "1 episodes"
     assert (
         "weight 0.3 → share 3/10 = 0.3, exact" in out
         and "19 or 20 per batch" in out

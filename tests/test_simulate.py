@@ -433,3 +433,14 @@ def test_sizes_of_1000_to_1023_units_print_without_an_exponent():
     assert size_text(999.4 * (1 << 20)) == "999 MiB"
     assert size_text(1.5 * (1 << 20)) == "1.5 MiB"
     assert size_text(5000 * (1 << 40)) == "5,000 TiB"
+
+
+def test_cli_a_missing_required_option_is_a_usage_error(capsys):
+    """A missing ``--ranks-per-node`` exited 1, one option at a time, though a missing
+    argument is a usage error (exit 2), and the usage line showed every option as optional."""
+    with pytest.raises(SystemExit) as exited:
+        main(["simulate", "synthetic:oxe", "--nodes", "2"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "required: --ranks-per-node, --cache-bytes, --bandwidth, --latency" in err
+    assert "[--nodes NODES]" not in err and "--nodes NODES" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,43 @@ def test_a_window_kind_typo_names_the_kind_as_written(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "window 'action' needs kind = \"video\" or \"rows\", not 'rowz'" in err, err
     assert "'offsets': {" not in err
+
+
+def test_a_missing_root_names_the_command_line_fix(tmp_path, capsys):
+    # before: "root '...' does not exist (create it, or pass create=True)": an API hint
+    # where a command-line user has no create=True to pass
+    missing = tmp_path / "no-such-store"
+    assert main(["--root", str(missing), "projects"]) == 1
+    err = capsys.readouterr().err
+    assert str(missing) in err and "check the path" in err and "treadle import" in err
+    assert not missing.exists()
+
+
+def test_a_missing_extra_is_named_with_its_pip_line(tmp_path, monkeypatch, capsys):
+    # before: "install it, or the treadle extra that brings it", without naming the extra
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as in the runtime set: no treadle[ui]
+    assert main(["--root", str(tmp_path), "ui", "--no-open", "--port", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "needs the package 'uvicorn'" in err and "pip install 'treadle[ui]'" in err
+
+
+def test_help_summaries_are_current(capsys):
+    # before: `treadle --help` listed four import formats of eight, `simulate --help` showed
+    # ":mod:`treadle.plan.simulate`" and `demo --help` built "the seed page's recipe";
+    top = build_parser().format_help()
+    formats = next(a for a in build_parser()._actions if isinstance(a.choices, dict))
+    imports = formats.choices["import"]
+    names = next(a for a in imports._actions if isinstance(a.choices, dict)).choices
+    line = " ".join(top[top.index("    import ") :].split("\n    demo")[0].split())
+    for name in names:
+        shown = {"webdataset": "WebDataset", "mds": "MDS", "lerobot": "LeRobot",
+                 "hf": "Hugging Face", "rlds": "RLDS", "hdf5": "HDF5", "zarr": "Zarr",
+                 "ros2": "ROS"}[name]  # fmt: skip
+        assert shown in line, (name, line)
+    for parser in _parsers(build_parser()):
+        text = parser.format_help()
+        assert re.search(r":[a-z]+:`", text) is None, parser.prog
+        assert "seed page" not in text, parser.prog
+        # before: purge, diff, merge, plan, ui, show and info printed one line of 100-200
+        lines = (parser.description or "").splitlines()
+        assert max(map(len, lines), default=0) <= 90, parser.prog

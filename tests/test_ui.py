@@ -244,8 +244,11 @@ def test_show_html_is_bounded_and_each_sample_holds_the_loaders_pixels(proj, htt
 
 def test_show_needs_a_step_and_one_output(proj, capsys):
     run, root = proj.plan.run_id, proj.client.root
-    assert main(["show", run, "--json", "--root", root]) == 1
-    assert "--step N" in capsys.readouterr().err
+    # a missing --step is a usage error (exit 2, as documented); it was exit 1
+    with pytest.raises(SystemExit) as exited:
+        main(["show", run, "--json", "--root", root])
+    assert exited.value.code == 2
+    assert "the following arguments are required: --step" in capsys.readouterr().err
     assert main(["show", run, "--step", "0", "--root", root]) == 1
     assert "--out FILE.html" in capsys.readouterr().err
 

@@ -50,9 +50,11 @@ class Phase:
             yield item
             self.update()
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """End the bar; off a terminal, print the phase's line unless it ``failed`` (a
+        "0/20 episodes" line above the error read as a phase that had finished)."""
         self._bar.close()
-        if not self.quiet and self._bar.disable:
+        if not self.quiet and self._bar.disable and not failed:
             note = f", {self.note}" if self.note else ""
             secs = time.perf_counter() - self._t0
             print(f"{self.desc}: {self.done}/{self.total} {self.unit}{note} ({secs:.1f} s)")
@@ -61,8 +63,8 @@ class Phase:
     def __enter__(self) -> Phase:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self.close(failed=kind is not None)
 
 
 def _episode(rng: np.random.Generator, failed: bool) -> dict[str, Any]:

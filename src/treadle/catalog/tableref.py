@@ -6,6 +6,7 @@ head (or a commit, or a Lance version) to a pinned :class:`~treadle.table.table.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,9 +87,12 @@ class TableRef(EditsInOneCommit):
 
     def _from_commit(self, commit: Commit) -> Table:
         if self.name not in commit.tables:
+            close = difflib.get_close_matches(self.name, list(commit.tables), n=3, cutoff=0.8)
+            guess = "; did you mean " + " or ".join(map(repr, close)) + "?" if close else ""
             raise NotFound(
                 f"table {self.name!r} not found in project {self.branch.project.name!r} at "
-                f"{commit.short_id} (branch {self.branch.name!r}); tables: {sorted(commit.tables)}"
+                f"{commit.short_id} (branch {self.branch.name!r}){guess}; tables: "
+                f"{sorted(commit.tables)}"
             )
         return Table(self.branch.project, self.name, commit.tables[self.name], commit.id)
 

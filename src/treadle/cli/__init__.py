@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
+import textwrap
 
 from treadle import __version__
 from treadle.cli import args
@@ -43,10 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     for leaf in args.leaf_parsers(parser):
         leaf.epilog = leaf.epilog or args.EXIT_CODES
         leaf.formatter_class = argparse.RawDescriptionHelpFormatter
-    for p in _all_parsers(parser):  # docstrings become help: drop their reST ``code`` marks
-        p.description = p.description and p.description.replace("``", "")
+    for p in _all_parsers(parser):  # docstrings become help: plain text, lines wrapped
+        p.description = p.description and _plain(p.description)
     args.install(parser)
     return parser
+
+
+def _plain(text: str, width: int = 90) -> str:
+    """A docstring as help text: no reST marks (````code````, ``:mod:`name```), and a line
+    longer than ``width`` wrapped (a raw description keeps the docstring's own lines)."""
+    text = re.sub(r":[a-z]+:`([^`]*)`", r"\1", text.replace("``", ""))
+    return "\n".join(textwrap.fill(line, width) if len(line) > width else line
+                     for line in text.splitlines())  # fmt: skip
 
 
 def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -79,11 +89,17 @@ def unused_option(ns: argparse.Namespace) -> str | None:
     return None
 
 
+# the extra of pyproject.toml that brings a command's optional packages
+_EXTRAS = {"ui": "ui", "bench": "bench"}
+
+
 def missing_dependency(command: str, error: ModuleNotFoundError) -> MissingDependency:
     """``treadle COMMAND`` needs a package that is not installed: say which, and for what."""
+    extra = _EXTRAS.get(command)
+    fix = f"pip install 'treadle[{extra}]'" if extra else "the treadle extra that brings it"
     return MissingDependency(
         f"treadle {command} needs the package {error.name.split('.')[0]!r}, which is not "
-        f"installed ({error}); install it, or the treadle extra that brings it"
+        f"installed ({error}); install it with: {fix}"
     )
 
 

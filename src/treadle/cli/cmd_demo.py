@@ -3,7 +3,7 @@
 1. Creates (once) project ``robotics`` in the store with two time-indexed tables,
    ``failed_grasps`` and ``nominal_grasps``: synthetic episodes of an H.264 wrist
    camera (a dot moving with the action) and a 7-d action per moment.
-2. Builds the seed page's recipe (weights 0.3/0.7, seed 2048, windows of frames and
+2. Builds a recipe of both tables (weights 0.3/0.7, seed 2048, windows of frames and
    actions), pins it and prints the run record card.
 3. Trains a tiny policy on CPU, saving checkpoint rows. Progress is a bar on a terminal,
    one line per phase otherwise (a log file gets no carriage returns), none with ``--quiet``.

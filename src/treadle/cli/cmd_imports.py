@@ -19,7 +19,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``import`` command (with one sub-command per format) to ``subparsers``."""
     p = subparsers.add_parser(
         "import",
-        help="convert WebDataset / MDS / LeRobot / Hugging Face data into a table (one commit)",
+        help="convert WebDataset / MDS / LeRobot / Hugging Face / RLDS / HDF5 / Zarr / ROS bag "
+        "data into a table (one commit)",
         description="Import a dataset into a table of a project, as one commit. Re-running "
         "after a crash is safe: nothing is committed until the end, and an import already "
         "committed is not repeated.",

@@ -1,7 +1,8 @@
 """``treadle simulate RECIPE --nodes N --ranks-per-node R --cache-bytes C --bandwidth B
---latency L``: walk a run's plan exactly and report, per node, what it asks of the object store
-(:mod:`treadle.plan.simulate`). ``RECIPE`` is a recipe file (as ``treadle plan`` reads) or
-``synthetic:oxe``, a 26-table mix the size of Open X-Embodiment (:mod:`treadle.plan.synthetic`)."""
+--latency L``: walk a run's plan exactly and report, per node, what it asks of the object
+store. ``RECIPE`` is a recipe file (as ``treadle plan`` reads) or ``synthetic:oxe``, a
+26-table mix the size of Open X-Embodiment. What it prints, and what to set at 8 to 4,096
+GPUs: docs/scale.md (the model: :mod:`treadle.plan.simulate`)."""
 
 from __future__ import annotations
 
@@ -66,11 +67,11 @@ def _rate(text: str) -> float:
 
 
 _OPTIONS: tuple[tuple[str, Any, Any, str], ...] = (
-    ("--nodes", int_at_least(1), None, "nodes (required)"),
-    ("--ranks-per-node", int_at_least(1), None, "ranks (GPUs) per node (required)"),
-    ("--cache-bytes", _size, None, "cache per node, e.g. 2T (required)"),
-    ("--bandwidth", _size, None, "bytes/s per node, e.g. 2G (required)"),
-    ("--latency", _latency, None, "per request, e.g. 30ms, 0.03 or 2s (required)"),
+    ("--nodes", int_at_least(1), None, "nodes"),
+    ("--ranks-per-node", int_at_least(1), None, "ranks (GPUs) per node"),
+    ("--cache-bytes", _size, None, "cache per node, e.g. 2T"),
+    ("--bandwidth", _size, None, "bytes/s per node, e.g. 2G"),
+    ("--latency", _latency, None, "per request, e.g. 30ms, 0.03 or 2s"),
     ("--steps", int_at_least(1), 200, "steps per window (default 200)"),
     ("--windows", int_at_least(1), 1, "contiguous windows of --steps spread over --run-steps"),
     ("--run-steps", int_at_least(1), None, "the run's length, for --windows"),
@@ -109,7 +110,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("recipe", help="a .toml or .py recipe, or synthetic:oxe")
     p.add_argument("--root", default=None, help="store root (overrides the TOML file's root)")
     for flag, kind, default, text in _OPTIONS:
-        p.add_argument(flag, type=kind, default=default, help=text)
+        p.add_argument(flag, type=kind, default=default, help=text,
+                       required=flag[2:] in _REQUIRED)  # fmt: skip
     p.add_argument(
         "--shuffle",
         choices=["recipe", "full", "block"],
@@ -197,9 +199,6 @@ def simulate_command(args: argparse.Namespace) -> int:
     from treadle.plan.simulate import Link, Setup, simulate
 
     try:
-        for name in _REQUIRED:  # required, checked here (argparse would parse them first)
-            if getattr(args, name.replace("-", "_"), None) is None:
-                raise PlanError(f"--{name} is required")
         if args.chunk_bytes is None:  # as the loader's chunk store picks it
             from treadle.storage.chunkfiles import default_chunk_bytes
 

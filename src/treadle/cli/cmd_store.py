@@ -100,7 +100,8 @@ def _cmd_tables(args: argparse.Namespace) -> int:
         cols = ", ".join(c + (" [video]" if c in r["video_columns"] else "")
                          + (f" [{r['image_columns'][c]}]" if c in r["image_columns"] else "")
                          for c in r["columns"])  # fmt: skip
-        extra = "" if r["episodes"] is None else f", {r['episodes']} episodes"
+        n = r["episodes"]
+        extra = "" if n is None else f", {n:,} episode{'' if n == 1 else 's'}"
         print(
             f"  {r['name']:<24} v{r['version']:<5} {r['moments']:>10,} moments{extra} ({kind})"
             f"  {cols}"

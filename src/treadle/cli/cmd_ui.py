@@ -48,8 +48,6 @@ def _find_run(client, run_id: str, project: str | None):
 def _cmd_show(args: argparse.Namespace) -> int:
     from treadle.ui.step import read_step, step_html, step_json
 
-    if args.step is None:
-        raise TreadleError("treadle show: give the step: --step N")
     if bool(args.out) == bool(args.json):
         raise TreadleError("treadle show: give exactly one of --out FILE.html and --json")
     folder = os.path.dirname(os.path.abspath(args.out)) if args.out else None
@@ -91,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "run_id", help="the run id (16 hex digits, or a unique prefix: the 8 of treadle log)"
     )
-    s.add_argument("--step", type=int_at_least(0), default=None, help="the step (required)")
+    s.add_argument("--step", type=int_at_least(0), required=True, help="the step")
     s.add_argument("--rank", type=int_at_least(0), default=0, help="rank (default 0)")
     s.add_argument("--world-size", type=int_at_least(1), default=1, help="ranks (default 1)")
     s.add_argument("--project", default=None, help="the run's project (default: search all)")

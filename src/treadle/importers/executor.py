@@ -63,7 +63,8 @@ def require_ray() -> Any:
         import ray
     except ImportError as e:
         raise MissingDependency(
-            f"imports on Ray need the 'ray' package, which is not installed ({e}); "
+            f"td.RayExecutor (--ray on treadle import and treadle stats) needs the 'ray' "
+            f"package, which is not installed ({e}); "
             f"install it with: {RAY_INSTALL}"
         ) from None
     return ray

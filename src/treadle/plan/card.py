@@ -120,7 +120,7 @@ def _table_lines(record: RunRecord, width: int) -> list[str]:
         )
         lines.append(
             f"   {t.name:<{width}} @ {where} v{t.version} → {t.num_moments:,} moments, "
-            f"{t.num_episodes:,} episodes"
+            f"{t.num_episodes:,} episode{'' if t.num_episodes == 1 else 's'}"
         )
     return lines
 

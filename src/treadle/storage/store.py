@@ -100,7 +100,9 @@ class Store(RangedReads):
         if not path.exists():
             if not create:
                 raise StorageError(
-                    f"root {str(path)!r} does not exist (create it, or pass create=True)"
+                    f"root {str(path)!r} does not exist: check the path, or create it "
+                    "(td.Client(root, create=True); treadle import and treadle demo create "
+                    "their --root)"
                 )
             try:
                 path.mkdir(parents=True, exist_ok=True)
