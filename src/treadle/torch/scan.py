@@ -38,7 +38,7 @@ from treadle.read.columns import moment_columns
 from treadle.read.sample_reader import SampleArrays, SampleReader
 from treadle.table.table import ScanRequest
 from treadle.torch.convert import to_torch
-from treadle.torch.delivery import close_at_exit, default_rank_world
+from treadle.torch.delivery import close_at_exit, rank_world
 
 _SCAN_DOMAIN = 0x5CA11
 
@@ -62,9 +62,7 @@ class ScanDataset(torch.utils.data.IterableDataset):
             raise PlanError(f"batch_size must be a positive integer, got {batch_size!r}")
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
-        d_rank, d_world = default_rank_world()
-        self.rank = d_rank if rank is None else int(rank)
-        self.world_size = d_world if world_size is None else int(world_size)
+        self.rank, self.world_size = rank_world(rank, world_size)
         if not 0 <= self.rank < self.world_size:
             raise PlanError(f"rank must be in 0..{self.world_size - 1}, got {self.rank}")
         table = scan.table
