@@ -235,3 +235,34 @@ def test_a_loader_delivers_the_plans_batches_and_resumes_at_another_rank_count(
         assert len(got) == steps - 3
         for step, batch in enumerate(got, start=3):
             _check_values(run, batch, step, rank, then)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    b=st.one_of(st.integers(1, 8), st.integers(1, 320)),
+    w=st.sampled_from([1, 2, 7, 64, 1024]),
+    p=st.one_of(st.integers(1, 4), st.integers(1, 320)),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 2**40),
+)
+def test_block_orders_at_their_extremes_are_bijections_and_redraws_rotate_segments(
+    n, b, w, p, seed, epoch
+):
+    """``window_blocks`` past the blocks (up to 1024), partitions past the moments (empty
+    ones), blocks past their partition: each epoch, and each exclusion attempt's redraws, are
+    bijections of the component's eligible moments; with ``w = 1`` a redraw stays in its
+    block (its segment)."""
+    from treadle.plan.order_block import BlockOrder
+
+    order = BlockOrder(seed, [n], [b], w, p)
+    args = (np.zeros(n, np.int64), np.full(n, epoch, np.int64), np.arange(n, dtype=np.int64))
+    got = order.eligible(*args)
+    assert sorted(got.tolist()) == list(range(n))
+    for attempt in (0, 31):
+        moved = order.eligible(*args, attempt=attempt)
+        assert sorted(moved.tolist()) == list(range(n))
+        if w == 1:  # each partition's blocks of b rows, from the partition's first moment
+            part = np.arange(n) % p
+            start = part * (n // p) + np.minimum(part, n % p)
+            assert ((got - start) // b == (moved - start) // b).all()
