@@ -266,3 +266,19 @@ def test_block_orders_at_their_extremes_are_bijections_and_redraws_rotate_segmen
             part = np.arange(n) % p
             start = part * (n // p) + np.minimum(part, n % p)
             assert ((got - start) // b == (moved - start) // b).all()
+
+
+def test_the_card_counts_open_blocks_per_partition():
+    """With ``partitions=4`` the card said "at most 2 open at once per component": each
+    partition has its own open blocks, 8 of them in all for the component."""
+    from treadle.plan.card import render_card
+
+    t = FakeTable("t", [40, 40])
+    order = _recipe([t], [None], [1.0], 8, td.BlockShuffle(5, 2, 4), 0)
+    card = render_card(order.record)
+    assert "blocks of 5 rows, at most 2 open at once per partition of a component, 4 parti" in card
+    first = order.moments(0, np.arange(80))  # the component's first epoch
+    blocks = [set((first[i : i + 8] // 5).tolist()) for i in range(0, 73, 4)]
+    assert max(len(b) for b in blocks) > 2  # more than 2 blocks read within a few draws
+    one = render_card(_recipe([t], [None], [1.0], 8, td.BlockShuffle(5, 2), 0).record)
+    assert "blocks of 5 rows, at most 2 open at once per component, 1 partition\n" in one
