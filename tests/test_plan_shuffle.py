@@ -274,7 +274,8 @@ def test_a_block_past_the_component_is_recorded_as_it_and_the_card_says_so(tmp_p
         assert big.record.shuffle.block_rows == (size,)
         assert big.record.run_id == same.record.run_id
         card = render_card(big.record)
-        assert f"blocks of {size} rows, at most 4 open at once per component" in card
+        each = "partition of a component" if parts > 1 else "component"
+        assert f"blocks of {size} rows, at most 4 open at once per {each}" in card
         assert (
             "component 0: one block a partition (block_rows is capped at a partition's moments: "
             "a larger one draws the same); an epoch reads it in 4 parts in table order, "

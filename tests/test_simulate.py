@@ -247,8 +247,8 @@ def test_a_toml_recipe_names_its_shuffle_and_simulates(tmp_path, capsys):
     root = ["--root", str(tmp_path / "root")]
     assert main(["plan", str(recipe), *root]) == 0
     assert (
-        "treadle.block/1, blocks of 16 rows, at most 4 open at once per component, 4 partitions"
-        in (capsys.readouterr().out)
+        "treadle.block/1, blocks of 16 rows, at most 4 open at once per partition of a component, "
+        "4 partitions" in (capsys.readouterr().out)
     )
     argv = ["simulate", str(recipe), *root, "--nodes", "2", "--ranks-per-node", "2",
             "--cache-bytes", "1M", "--bandwidth", "1G", "--latency", "1ms", "--steps", "20"]  # fmt: skip

@@ -260,7 +260,8 @@ def shuffle_lines(record: RunRecord) -> list[str]:
     w = sh.window_blocks
     lines = [
         f"   shuffle: {sh.identity()['algorithm']}, blocks of {rows_text} rows, "
-        f"at most {w} open at once per component, {parts}"
+        f"at most {w} open at once per {'partition of a ' if sh.partitions > 1 else ''}"
+        f"component, {parts}"
     ]
     eligible = [c.eligible for c in record.components]
     whole = [i for i, k in enumerate(sh.blocks(eligible)) if k == 1]

@@ -46,7 +46,7 @@ from treadle.workers.worker import pack_finish
 if TYPE_CHECKING:
     from treadle.storage.chunkstore import ChunkStore
 
-__all__ = ["StepLoader", "default_rank_world", "plan_reader", "read_steps"]
+__all__ = ["StepLoader", "default_rank_world", "plan_reader", "rank_world", "read_steps"]
 
 
 def default_rank_world() -> tuple[int, int]:
@@ -58,6 +58,30 @@ def default_rank_world() -> tuple[int, int]:
         return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     except ValueError:
         raise PlanError("RANK and WORLD_SIZE must be integers") from None
+
+
+def rank_world(rank: Any, world_size: Any) -> tuple[int, int]:
+    """This process's (rank, world size): each given, else :func:`default_rank_world`'s.
+    A rank or world size that is not an integer is refused (``int(1.7)`` read rank 1), and
+    so is a world of several ranks when neither ``rank=``, torch.distributed nor ``RANK``
+    gives a rank: every process read rank 0's slots, and the rest of each batch none."""
+    rank = None if rank is None else _whole(rank, "rank", 0)
+    world_size = None if world_size is None else _whole(world_size, "world_size", 1)
+    d_rank, d_world = default_rank_world()
+    world = d_world if world_size is None else world_size
+    if rank is None:
+        dist = torch.distributed
+        if (
+            world > 1
+            and "RANK" not in os.environ
+            and not (dist.is_available() and dist.is_initialized())
+        ):
+            raise PlanError(
+                f"world size {world} but no rank: pass rank= (or run under torch.distributed, "
+                "or set RANK); without one every process would read rank 0's samples"
+            )
+        rank = d_rank
+    return rank, world
 
 
 # Iterators not yet finished: closed (their threads, workers and slots ended) before the
@@ -128,9 +152,7 @@ class StepLoader:
         if isinstance(workers, int) and workers > 0:
             worker_context()  # the process server imports while the plan is made
         plan = make_plan()
-        d_rank, d_world = default_rank_world()
-        self.rank = d_rank if rank is None else int(rank)
-        self.world_size = d_world if world_size is None else int(world_size)
+        self.rank, self.world_size = rank_world(rank, world_size)
         prefetch, workers = _whole(prefetch, "prefetch", 1), _whole(workers, "workers", 0)
         check_workers(workers, prefetch)
         self._check_world(plan)

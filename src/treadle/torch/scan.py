@@ -39,7 +39,7 @@ from treadle.read.columns import moment_columns
 from treadle.read.sample_reader import SampleArrays, SampleReader
 from treadle.table.table import ScanRequest, Table
 from treadle.torch.convert import to_torch
-from treadle.torch.delivery import close_at_exit, default_rank_world
+from treadle.torch.delivery import close_at_exit, rank_world
 
 _SCAN_DOMAIN = 0x5CA11
 
@@ -69,9 +69,7 @@ class ScanDataset(torch.utils.data.IterableDataset):
             raise PlanError(f"batch_size must be a positive integer, got {batch_size!r}")
         if not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise PlanError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
-        d_rank, d_world = default_rank_world()
-        self.rank = d_rank if rank is None else int(rank)
-        self.world_size = d_world if world_size is None else int(world_size)
+        self.rank, self.world_size = rank_world(rank, world_size)
         if not 0 <= self.rank < self.world_size:
             raise PlanError(f"rank must be in 0..{self.world_size - 1}, got {self.rank}")
         table = scan.table
@@ -96,10 +94,14 @@ class ScanDataset(torch.utils.data.IterableDataset):
         # object without unpickling it, whatever the start method reads as (Linux's default
         # context reports None, not "fork"), so a pid other than this one means a fork.
         self._home_pid = os.getpid()
+        self._sent = False
 
     def __getstate__(self) -> dict[str, Any]:
+        # sent to other processes (DataLoader workers): what they read is not counted here
+        self._sent = True
         state = dict(self.__dict__)
         state["_table"] = None
+        state["_sent"] = False  # the copy counts what it reads itself
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -117,6 +119,14 @@ class ScanDataset(torch.utils.data.IterableDataset):
         return -(-len(self._rows) // self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:
+        """``{"epoch", "yielded"}``: the batches this copy delivered in the epoch (read in
+        this process: ``num_workers=0``)."""
+        if self._sent:
+            raise PlanError(
+                "this ScanDataset was sent to other processes (DataLoader worker processes): "
+                "the batches they read are not counted here, so its state would resume at "
+                "the wrong batch; resume a position with num_workers=0"
+            )
         return {"epoch": self.epoch, "yielded": self._yielded}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -155,6 +165,12 @@ class ScanDataset(torch.utils.data.IterableDataset):
                 "not fork-safe): DataLoader(..., multiprocessing_context='spawn')"
             )
         wid, nw = (info.id, info.num_workers) if info else (0, 1)
+        if info is not None and self._skip:
+            raise PlanError(
+                f"this ScanDataset resumes after {self._skip} batches, but it is read by "
+                f"{nw} DataLoader worker processes, each of which would skip as many of its "
+                "own: resume a position with num_workers=0"
+            )
         readers = self.world_size * nw
         me = self.rank * nw + wid
         table = self._open()
