@@ -315,7 +315,7 @@ class ChunkStore:
                 os.fdatasync(self._slots.fd)
             with self._folder_lock:
                 for (obj, _), words, done in zip(reserved, maps, dones):
-                    mark_present(obj, words, done)
+                    mark_present(obj, words, done, store)
         except BaseException:
             self.abandon(reserved)
             raise

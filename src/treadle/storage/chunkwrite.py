@@ -38,11 +38,12 @@ __all__ = [
 
 def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
                    ) -> tuple[list[RangeRequest], list[ObjectChunks]]:  # fmt: skip
-    """One range request per run of consecutive reserved chunks of an object, and the
-    object of each."""
+    """One range request per run of consecutive reserved chunks of an object, of the version
+    its chunks are of (where a fetch recorded it), and the object of each."""
     reqs: list[RangeRequest] = []
     where: list[ObjectChunks] = []
     for obj, chunks in reserved:
+        etag = None if obj.removed() else obj.etag()  # removed: marked present by no fetch
         runs: list[tuple[int, int]] = []
         for c in sorted(chunks):
             if runs and runs[-1][1] == c:
@@ -50,14 +51,20 @@ def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
             else:
                 runs.append((c, c + 1))
         for a, b in runs:
-            reqs.append(RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)))
+            end = min(obj.size, b * obj.chunk)
+            reqs.append(RangeRequest(obj.key, a * obj.chunk, end, etag))
             where.append(obj)
     return reqs, where
 
 
 def get_ranges(store: Store, reqs: Sequence[RangeRequest]) -> list[object]:
     """Each range's bytes (no copy); one of no bytes (a zero-byte object's) is not sent: the
-    store refuses it."""
+    store refuses it. A range of a version recorded pins the store's reads of its object to
+    it first (:meth:`~treadle.storage.ranged.RangedReads.pin`: what :func:`mark_present`
+    compares); a store that cannot be pinned (no ETags) is not checked."""
+    if (pin := getattr(store, "pin", None)) is not None:
+        for key, etag in {(r.key, r.etag) for r in reqs if r.etag is not None}:
+            pin(key, etag)
     sent = [r for r in reqs if r.end > r.start]
     got = iter(store.get_ranges(sent, copy=False) if sent else [])
     return [next(got) if r.end > r.start else b"" for r in reqs]
@@ -103,12 +110,20 @@ def write_chunks(obj: ObjectChunks, chunks: Sequence[int], words: np.ndarray,
     return done
 
 
-def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int, int]]) -> None:
+def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int, int]],
+                 store: Store) -> None:  # fmt: skip
     """Under the folder's lock: chunks written (:func:`write_chunks`) are present, where
     ``obj`` still maps ``words`` and their words are still the marks they were written under
-    (else evicted as a dead fetch since, or removed: a purge, a folder emptied)."""
+    (else evicted as a dead fetch since, or removed: a purge, a folder emptied). They were
+    fetched of the version ``store``'s reads of the object are pinned to: the first such
+    fetch records it (:data:`~treadle.storage.chunkstate.ETAG_BYTES`); one of another version
+    than the one recorded (the object replaced since another process's fetch) is
+    :class:`~treadle.storage.store_errors.ChangedObject`, never chunks of two objects."""
     if obj.removed() or obj.words is not words or not obj.linked():
         return
+    pinned = getattr(store, "pinned", None)
+    if done and pinned is not None and (version := pinned(obj.key)) is not None:
+        store.pin(obj.key, obj.record_etag(version))  # another version recorded: raises
     me = fetcher_id()
     for c, mark in done:
         if int(words[c, 0]) == mark and int(words[c, 2]) == me:
