@@ -31,7 +31,7 @@ def test_a_chunk_fetched_by_another_process_pins_the_version(any_root, tmp_path)
     store_a.put("obj", NEW)  # replaced, same size
     store_b, b = _process(any_root, tmp_path / "chunks")
     obj_b = b.object(store_b, "obj", len(OLD))
-    with pytest.raises(ChangedObject, match="obj") as e:
+    with pytest.raises(ChangedObject, match=r"obj changed .* chunk cache, .*chunks") as e:
         b.fetch(store_b, obj_b, [1], [5], now=0)
     assert e.value.key == "obj" and e.value.first != e.value.now
     assert b.read(obj_b, 1000, 1100) is None  # no chunk of the new object kept
@@ -71,7 +71,7 @@ def test_two_first_fetches_of_two_versions_keep_one(s3_root, tmp_path):
         store_b.put("obj", NEW)
         assert b.fetch(store_b, obj_b, [1], [5], now=0) == []
 
-    with pytest.raises(ChangedObject, match="obj"):
+    with pytest.raises(ChangedObject, match=r"obj changed .* chunk cache"):
         a.fetch(_ReplacedMidFetch(store_a, replaced), obj_a, [0], [5], now=0)
     assert a.read(obj_a, 0, CHUNK) is None  # the old object's chunk: not kept
     assert b.read(obj_b, CHUNK, 2 * CHUNK) == NEW[CHUNK : 2 * CHUNK]

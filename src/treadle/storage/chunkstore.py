@@ -304,7 +304,7 @@ class ChunkStore:
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
-            bufs = get_ranges(store, reqs)
+            bufs = get_ranges(store, reqs, where)
             dones = []
             with contextlib.nullcontext() if RANGE_LOCKS else self._folder_lock:
                 for (obj, chunks), words, before in zip(reserved, maps, marks):

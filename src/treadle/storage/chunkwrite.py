@@ -14,6 +14,7 @@ while bytes are written (the stage's reservations and the reader's releases go o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from treadle.storage.chunkfiles import fetcher_id
 from treadle.storage.chunkfolder import ABSENT, FETCHING, PRESENT, STATE_MASK
 from treadle.storage.store import RangeRequest
+from treadle.storage.store_errors import ChangedObject
 
 if TYPE_CHECKING:
     from treadle.storage.chunkobject import ObjectChunks
@@ -57,17 +59,35 @@ def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
     return reqs, where
 
 
-def get_ranges(store: Store, reqs: Sequence[RangeRequest]) -> list[object]:
+def get_ranges(store: Store, reqs: Sequence[RangeRequest], where: Sequence[ObjectChunks]
+               ) -> list[object]:  # fmt: skip
     """Each range's bytes (no copy); one of no bytes (a zero-byte object's) is not sent: the
     store refuses it. A range of a version recorded pins the store's reads of its object to
     it first (:meth:`~treadle.storage.ranged.RangedReads.pin`: what :func:`mark_present`
     compares); a store that cannot be pinned (no ETags) is not checked."""
-    if (pin := getattr(store, "pin", None)) is not None:
-        for key, etag in {(r.key, r.etag) for r in reqs if r.etag is not None}:
-            pin(key, etag)
-    sent = [r for r in reqs if r.end > r.start]
-    got = iter(store.get_ranges(sent, copy=False) if sent else [])
+    try:
+        if (pin := getattr(store, "pin", None)) is not None:
+            for key, etag in {(r.key, r.etag) for r in reqs if r.etag is not None}:
+                pin(key, etag)
+        sent = [r for r in reqs if r.end > r.start]
+        got = iter(store.get_ranges(sent, copy=False) if sent else [])
+    except ChangedObject as e:
+        if not any(r.key == e.key and r.etag is not None for r in reqs):
+            raise  # not a version the cache recorded: the store's own check
+        raise _cached(e, where[0].directory) from None
     return [next(got) if r.end > r.start else b"" for r in reqs]
+
+
+def _cached(e: ChangedObject, directory: Path) -> ChangedObject:
+    """``e``, saying that the node's chunk cache holds chunks of the version first read."""
+    return ChangedObject(
+        f"{e} (the node's chunk cache, {directory}, holds chunks of the version its first "
+        "fetch saw: restored, the object is read again; else, with no loader running, "
+        "remove that folder's files to read the new one)",
+        e.key,
+        e.first,
+        e.now,
+    )
 
 
 def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[object]
@@ -123,7 +143,10 @@ def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int,
         return
     pinned = getattr(store, "pinned", None)
     if done and pinned is not None and (version := pinned(obj.key)) is not None:
-        store.pin(obj.key, obj.record_etag(version))  # another version recorded: raises
+        try:
+            store.pin(obj.key, obj.record_etag(version))  # another version recorded: raises
+        except ChangedObject as e:
+            raise _cached(e, obj.directory) from None
     me = fetcher_id()
     for c, mark in done:
         if int(words[c, 0]) == mark and int(words[c, 2]) == me:
