@@ -46,6 +46,7 @@ from treadle.storage.chunkstate import (
     ObjectFiles,
     SeenObject,
     _unlink,
+    state_bytes,
 )
 from treadle.storage.slotfile import SlotFile, tag_of
 
@@ -226,14 +227,14 @@ class ChunkFolder:
                 raw = f.read()
         except FileNotFoundError:
             return None
-        words = np.frombuffer(raw[: len(raw) // 8 * 8], np.int64)
         numbers = _numbers(name)
         size, chunk = numbers if numbers is not None else (0, 0)
-        if numbers is None or len(words) != WORDS * max(1, -(-size // chunk)):
+        count = max(1, -(-size // chunk)) if numbers is not None else 0
+        if numbers is None or len(raw) != state_bytes(count):
             # torn, or not a name of this layout: its slots are freed by SlotFile.repair
             _unlink(state)
             return None
-        words = words.reshape(-1, WORDS)
+        words = np.frombuffer(raw, np.int64, count * WORDS).reshape(-1, WORDS)
         if words[0, 0] & STATE_MASK == REMOVED:
             self._remove(SeenObject(name, size, chunk, words))
             return None

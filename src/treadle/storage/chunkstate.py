@@ -1,7 +1,8 @@
 """One object's state words in the chunk folder (:mod:`treadle.storage.chunkfolder`): per
 chunk :data:`WORDS` words (its state and generation, its next use, the process fetching it,
-its slot), mapped from ``<name>.state`` by every process that uses the object
-(:class:`ObjectFiles`), or copied by a scan (:class:`SeenObject`)."""
+its slot), then the version (ETag) its chunks are of (:data:`ETAG_BYTES`), mapped from
+``<name>.state`` by every process that uses the object (:class:`ObjectFiles`), or copied by
+a scan (:class:`SeenObject`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import numpy as np
 from treadle.storage.fileio import write_at
 from treadle.storage.slotfile import SlotFile, tag_of
 
-__all__ = ["ABSENT", "FETCHING", "NEVER", "PRESENT", "REMOVED", "STATE_MASK", "WORDS",
-           "ObjectFiles", "SeenObject"]  # fmt: skip
+__all__ = ["ABSENT", "ETAG_BYTES", "FETCHING", "NEVER", "PRESENT", "REMOVED", "STATE_MASK",
+           "WORDS", "ObjectFiles", "SeenObject", "state_bytes"]  # fmt: skip
 
 STATE_MASK = 3
 ABSENT, FETCHING, PRESENT = 0, 1, 2
@@ -29,6 +30,19 @@ REMOVED = 3
 WORDS = 4
 """State words per chunk: its state (and generation), its next use, the process fetching it,
 its slot (:mod:`~treadle.storage.slotfile`; -1: none)."""
+
+ETAG_BYTES = 256
+"""Bytes after an object's state words: the version (ETag) of the object every chunk marked
+present is of, recorded by its first fetch (a word: its length, 0 before; then its UTF-8).
+Every later fetch of its chunks, by any process, asks the store for that version
+(:mod:`~treadle.storage.chunkwrite`): an object replaced by another of its size is an error,
+never chunks of two objects. It lives as long as the state file (made anew with every chunk
+absent)."""
+
+
+def state_bytes(count: int) -> int:
+    """The size of the state file of an object of ``count`` chunks."""
+    return count * WORDS * 8 + ETAG_BYTES
 
 
 def _unlink(path: Path) -> None:
@@ -44,7 +58,7 @@ def _marked_removed(fd: int) -> bool:
 def _fresh_words(count: int) -> bytes:
     words = np.zeros((count, WORDS), np.int64)
     words[:, 3] = -1
-    return words.tobytes()
+    return words.tobytes() + bytes(ETAG_BYTES)
 
 
 class ObjectFiles:
@@ -73,7 +87,7 @@ class ObjectFiles:
         the mapping into a hole of a full disk kills the process with ``SIGBUS``, so a new
         file's blocks are written first (``OSError`` here)."""
         state = self.directory / f"{self.name}.state"
-        want = self.count * WORDS * 8
+        want = state_bytes(self.count)
         self.slots.follow()  # words of the folder's now name slots of the files there now
         while True:
             fd = os.open(state, os.O_RDWR | os.O_CREAT, 0o644)
@@ -85,11 +99,34 @@ class ObjectFiles:
                     self.inode = os.fstat(fd).st_ino  # the file mapped (:meth:`linked`)
                     # the file opened (not its path again: deleted or replaced in between, it
                     # would be another); a plain array: a memmap's indexing is several times slower
-                    words = np.frombuffer(mmap.mmap(fd, want), np.int64)
+                    mapped = mmap.mmap(fd, want)
+                    self._etag = np.frombuffer(mapped, np.uint8, offset=want - ETAG_BYTES)
+                    words = np.frombuffer(mapped, np.int64, self.count * WORDS)
                     return words.reshape(self.count, WORDS)
             finally:
                 os.close(fd)
             _unlink(state)  # a removal cut short: finished, then made anew
+
+    def etag(self) -> str | None:
+        """The version (ETag) of the object its chunks are of, once a fetch recorded it (see
+        :data:`ETAG_BYTES`; read before a fetch without the lock: :meth:`record_etag` writes
+        the length last)."""
+        n = int(self._etag[:8].view(np.int64)[0])
+        if not 0 < n <= ETAG_BYTES - 8:
+            return None
+        return bytes(self._etag[8 : 8 + n]).decode("utf-8", "surrogateescape")
+
+    def record_etag(self, etag: str) -> str:
+        """Under the folder's lock, before chunks fetched of version ``etag`` are marked
+        present: the version recorded (``etag``, where none was). One too long to keep is
+        not recorded (its chunks are then checked only within a process)."""
+        if (had := self.etag()) is not None:
+            return had
+        raw = etag.encode("utf-8", "surrogateescape")
+        if len(raw) <= ETAG_BYTES - 8:
+            self._etag[8 : 8 + len(raw)] = np.frombuffer(raw, np.uint8)
+            self._etag[:8].view(np.int64)[0] = len(raw)  # last: a reader sees it whole
+        return etag
 
     def linked(self) -> bool:
         """Whether the state file mapped is still the folder's: not deleted (or replaced)
@@ -132,7 +169,7 @@ class ObjectFiles:
 
     def close(self) -> None:
         """Let the words go (an object of another process, mapped to evict its chunks)."""
-        self.words = None  # type: ignore[assignment]  # its mapping closes with its last view
+        self.words = self._etag = None  # type: ignore[assignment]  # closes with its last view
 
 
 class SeenObject:

@@ -304,7 +304,7 @@ class ChunkStore:
         maps = [obj.words for obj, _ in reserved]  # the files the chunks were reserved in
         marks = [obj.words[list(chunks), 0].tolist() for obj, chunks in reserved]  # their words
         try:
-            bufs = get_ranges(store, reqs)
+            bufs = get_ranges(store, reqs, where)
             dones = []
             with contextlib.nullcontext() if RANGE_LOCKS else self._folder_lock:
                 for (obj, chunks), words, before in zip(reserved, maps, marks):
@@ -315,7 +315,7 @@ class ChunkStore:
                 os.fdatasync(self._slots.fd)
             with self._folder_lock:
                 for (obj, _), words, done in zip(reserved, maps, dones):
-                    mark_present(obj, words, done)
+                    mark_present(obj, words, done, store)
         except BaseException:
             self.abandon(reserved)
             raise

@@ -14,6 +14,7 @@ while bytes are written (the stage's reservations and the reader's releases go o
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from treadle.storage.chunkfiles import fetcher_id
 from treadle.storage.chunkfolder import ABSENT, FETCHING, PRESENT, STATE_MASK
 from treadle.storage.store import RangeRequest
+from treadle.storage.store_errors import ChangedObject
 
 if TYPE_CHECKING:
     from treadle.storage.chunkobject import ObjectChunks
@@ -38,11 +40,12 @@ __all__ = [
 
 def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
                    ) -> tuple[list[RangeRequest], list[ObjectChunks]]:  # fmt: skip
-    """One range request per run of consecutive reserved chunks of an object, and the
-    object of each."""
+    """One range request per run of consecutive reserved chunks of an object, of the version
+    its chunks are of (where a fetch recorded it), and the object of each."""
     reqs: list[RangeRequest] = []
     where: list[ObjectChunks] = []
     for obj, chunks in reserved:
+        etag = None if obj.removed() else obj.etag()  # removed: marked present by no fetch
         runs: list[tuple[int, int]] = []
         for c in sorted(chunks):
             if runs and runs[-1][1] == c:
@@ -50,17 +53,41 @@ def range_requests(reserved: Sequence[tuple[ObjectChunks, list[int]]]
             else:
                 runs.append((c, c + 1))
         for a, b in runs:
-            reqs.append(RangeRequest(obj.key, a * obj.chunk, min(obj.size, b * obj.chunk)))
+            end = min(obj.size, b * obj.chunk)
+            reqs.append(RangeRequest(obj.key, a * obj.chunk, end, etag))
             where.append(obj)
     return reqs, where
 
 
-def get_ranges(store: Store, reqs: Sequence[RangeRequest]) -> list[object]:
+def get_ranges(store: Store, reqs: Sequence[RangeRequest], where: Sequence[ObjectChunks]
+               ) -> list[object]:  # fmt: skip
     """Each range's bytes (no copy); one of no bytes (a zero-byte object's) is not sent: the
-    store refuses it."""
-    sent = [r for r in reqs if r.end > r.start]
-    got = iter(store.get_ranges(sent, copy=False) if sent else [])
+    store refuses it. A range of a version recorded pins the store's reads of its object to
+    it first (:meth:`~treadle.storage.ranged.RangedReads.pin`: what :func:`mark_present`
+    compares); a store that cannot be pinned (no ETags) is not checked."""
+    try:
+        if (pin := getattr(store, "pin", None)) is not None:
+            for key, etag in {(r.key, r.etag) for r in reqs if r.etag is not None}:
+                pin(key, etag)
+        sent = [r for r in reqs if r.end > r.start]
+        got = iter(store.get_ranges(sent, copy=False) if sent else [])
+    except ChangedObject as e:
+        if not any(r.key == e.key and r.etag is not None for r in reqs):
+            raise  # not a version the cache recorded: the store's own check
+        raise _cached(e, where[0].directory) from None
     return [next(got) if r.end > r.start else b"" for r in reqs]
+
+
+def _cached(e: ChangedObject, directory: Path) -> ChangedObject:
+    """``e``, saying that the node's chunk cache holds chunks of the version first read."""
+    return ChangedObject(
+        f"{e} (the node's chunk cache, {directory}, holds chunks of the version its first "
+        "fetch saw: restored, the object is read again; else, with no loader running, "
+        "remove that folder's files to read the new one)",
+        e.key,
+        e.first,
+        e.now,
+    )
 
 
 def chunk_views(obj: ObjectChunks, reqs: Sequence[RangeRequest], bufs: Sequence[object]
@@ -103,12 +130,23 @@ def write_chunks(obj: ObjectChunks, chunks: Sequence[int], words: np.ndarray,
     return done
 
 
-def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int, int]]) -> None:
+def mark_present(obj: ObjectChunks, words: np.ndarray, done: Sequence[tuple[int, int]],
+                 store: Store) -> None:  # fmt: skip
     """Under the folder's lock: chunks written (:func:`write_chunks`) are present, where
     ``obj`` still maps ``words`` and their words are still the marks they were written under
-    (else evicted as a dead fetch since, or removed: a purge, a folder emptied)."""
+    (else evicted as a dead fetch since, or removed: a purge, a folder emptied). They were
+    fetched of the version ``store``'s reads of the object are pinned to: the first such
+    fetch records it (:data:`~treadle.storage.chunkstate.ETAG_BYTES`); one of another version
+    than the one recorded (the object replaced since another process's fetch) is
+    :class:`~treadle.storage.store_errors.ChangedObject`, never chunks of two objects."""
     if obj.removed() or obj.words is not words or not obj.linked():
         return
+    pinned = getattr(store, "pinned", None)
+    if done and pinned is not None and (version := pinned(obj.key)) is not None:
+        try:
+            store.pin(obj.key, obj.record_etag(version))  # another version recorded: raises
+        except ChangedObject as e:
+            raise _cached(e, obj.directory) from None
     me = fetcher_id()
     for c, mark in done:
         if int(words[c, 0]) == mark and int(words[c, 2]) == me:

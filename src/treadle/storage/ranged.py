@@ -64,6 +64,18 @@ class RangedReads:
     def _error(self, op: str, key: str, e: Exception) -> Exception:
         raise NotImplementedError
 
+    def pinned(self, key: str) -> str | None:
+        """The version (ETag) this store's reads of ``key`` are of: the one its first read
+        saw, or :meth:`pin` named; None before any (or where the store gives no ETag)."""
+        return self._pins.get(key)
+
+    def pin(self, key: str, etag: str) -> None:
+        """Pin ``key`` to version ``etag``, one recorded elsewhere (the node's chunk cache,
+        by another process): later reads of it through this store ask for that version;
+        :class:`ChangedObject` where this store's reads saw another."""
+        if (had := self._pins.settle(key, etag)) != etag:
+            raise self._changed(key, had, etag)
+
     def get_ranges(self, requests: Sequence[RangeRequest], copy: bool = True) -> list[Any]:
         """Fetch many byte ranges, many requests in flight; ranges of one object closer than
         1 MiB are one request (:func:`~treadle.storage.coalesce.coalesced`). Every range of
