@@ -54,6 +54,20 @@ def test_projects_log_tables(local_root, capsys):
     assert {t["name"]: t["moments"] for t in doc["tables"]} == {"failed": 5, "flat": 2}
 
 
+def test_a_typo_in_treadle_root_is_an_error_as_one_in_root_is(local_root, capsys, monkeypatch):
+    """``$TREADLE_ROOT`` with a typo made an empty store there on a read command, and
+    ``treadle projects`` listed nothing, exit 0; ``--root`` with the same typo is an error."""
+    typo = str(Path(local_root).parent / "stroe")
+    monkeypatch.setenv("TREADLE_ROOT", typo)
+    for argv in (["projects"], ["log", "p"], ["tables", "p"], ["--root", typo, "projects"]):
+        assert main(argv) == 1
+        assert f"root {typo!r} does not exist" in capsys.readouterr().err
+    assert not Path(typo).exists()
+    monkeypatch.setenv("TREADLE_ROOT", local_root)  # an existing one is read as before
+    td.Client(local_root).project("p")
+    assert main(["projects"]) == 0 and "p" in capsys.readouterr().out
+
+
 def test_errors_are_one_line(local_root, capsys):
     assert main(["--root", local_root, "log", "nope"]) == 1
     err = capsys.readouterr().err

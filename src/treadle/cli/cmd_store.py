@@ -7,14 +7,14 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from treadle.cli.args import float_at_least, int_at_least
+from treadle.cli.args import float_at_least, int_at_least, read_root
 from treadle.errors import TreadleError
 
 
 def _client(args: argparse.Namespace):
     from treadle.catalog import Client
 
-    return Client(args.root, getattr(args, "storage_options", None) or None)
+    return Client(read_root(args.root), getattr(args, "storage_options", None) or None)
 
 
 def _print_json(data: object) -> None:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treadle.catalog import Client
+from treadle.cli.args import read_root
 from treadle.errors import PlanError, TreadleError
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.shuffle import BlockShuffle
@@ -174,7 +175,7 @@ def load_recipe(
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise PlanError(f"recipe {str(path)!r} is not valid TOML: {e}") from None
-    client = Client(root if root is not None else data.get("root"), storage_options)
+    client = Client(read_root(root if root is not None else data.get("root")), storage_options)
     try:
         return recipe_from_toml(data, client)
     except PlanError as e:  # name the file: "recipe 'r.toml' is missing 'seed'"
