@@ -35,7 +35,8 @@ def test_projects_log_tables(local_root, capsys):
     assert c.short_id in out and "append to flat" in out
     assert main(["--root", local_root, "tables", "robotics"]) == 0
     out = capsys.readouterr().out
-    assert "failed" in out and "5 moments" in out and "1 episode (" in out  # was "1 episodes"
+    assert "5 moments, 1 episode  action" in out  # was "1 episodes", then "1 episode (episodes)"
+    assert "2 moments (flat: no episodes)  x" in out  # was "2 moments (rows)"
     first = main_branch.log()[-1].short_id
     assert main(["--root", local_root, "tables", "robotics", "--at", first]) == 0
     assert "no tables" in capsys.readouterr().out
