@@ -459,3 +459,22 @@ def test_missing_s3_credentials_name_the_flag_to_pass(local_root, monkeypatch, c
     assert "--source-option aws_access_key_id=" in err and "--storage-option" not in err
     with pytest.raises(td.CredentialsError, match=r"storage_options=\{'aws_access_key_id'"):
         td.Client("s3://bucket/store")
+
+
+def test_an_unknown_window_key_in_a_recipe_lists_the_known_and_the_closest(tmp_path, capsys):
+    """``offset = [0]`` in a TOML recipe's window said "has unknown key 'offset'" and no more:
+    now it suggests 'offsets' and lists every key a window takes (and likewise for a
+    component's and the recipe's keys)."""
+    root = str(tmp_path / "root")
+    arm = td.Client(root, create=True).project("robotics").branch().table("arm")
+    arm.append_episode({"action": np.zeros((9, 7), np.float32)}, episode="e0")
+    recipe = tmp_path / "r.toml"
+    head = 'project = "robotics"\nseed = 1\nbatch_size = 2\n[[components]]\ntable = "arm"\n'
+    recipe.write_text(head + '[components.windows.action]\nkind = "rows"\noffset = [0]\n')
+    assert main(["plan", str(recipe), "--root", root]) == 1
+    err = capsys.readouterr().err
+    assert "window 'action' has unknown key 'offset'; did you mean 'offsets'?" in err
+    assert "(known: ['dtype', 'kind', 'layout', 'mean', 'offsets', " in err
+    recipe.write_text(head.replace("table =", "tabel = ") + 'table = "arm"\n')
+    assert main(["plan", str(recipe), "--root", root]) == 1
+    assert "unknown key 'tabel'; did you mean 'table'? (known: [" in capsys.readouterr().err
