@@ -15,7 +15,7 @@ import pytest
 
 import treadle as td
 from treadle.cli import args as cliargs
-from treadle.cli import build_parser, main
+from treadle.cli import build_parser, cmd_bench, main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from importer_fixtures import make_wds  # noqa: E402
@@ -420,14 +420,16 @@ class _FakeSuite:
         return 0
 
 
-def test_bench_writes_under_its_dir_never_the_checkout(tmp_path, monkeypatch):
+def test_bench_writes_under_its_dir_never_the_checkout(tmp_path, monkeypatch, capsys):
     checkout = Path(__file__).resolve().parents[1]
     fake = _FakeSuite()
     monkeypatch.setitem(sys.modules, "suite", fake)
     monkeypatch.setenv("TREADLE_BENCH_DATA", "")  # restored (unset) after the test
     monkeypatch.delenv("TREADLE_BENCH_DATA")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its folder: not left in /tmp
+    monkeypatch.setattr(cmd_bench, "missing_peers", lambda: [("spdl", "spdl", "SPDL")])
     assert main(["bench", "--tiny", "--cases", "plan"]) == 0
+    assert "not installed: SPDL (spdl)" in capsys.readouterr().err  # said before the suite ran
     out = Path(fake.argv[fake.argv.index("--out") + 1])
     assert checkout not in out.parents and checkout not in Path(fake.data).parents
     assert out.parent == Path(fake.data).parent  # one temporary folder for both
