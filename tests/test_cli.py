@@ -60,9 +60,11 @@ def test_a_typo_in_treadle_root_is_an_error_as_one_in_root_is(local_root, capsys
     ``treadle projects`` listed nothing, exit 0; ``--root`` with the same typo is an error."""
     typo = str(Path(local_root).parent / "stroe")
     monkeypatch.setenv("TREADLE_ROOT", typo)
-    for argv in (["projects"], ["log", "p"], ["tables", "p"], ["--root", typo, "projects"]):
+    for argv in (["projects"], ["log", "p"], ["tables", "p"], ["stats", "p", "t"]):
         assert main(argv) == 1
-        assert f"root {typo!r} does not exist" in capsys.readouterr().err
+        assert f"$TREADLE_ROOT {typo!r} does not exist: check" in capsys.readouterr().err
+    assert main(["--root", typo, "projects"]) == 1
+    assert f"root {typo!r} does not exist" in capsys.readouterr().err
     assert not Path(typo).exists()
     monkeypatch.setenv("TREADLE_ROOT", local_root)  # an existing one is read as before
     td.Client(local_root).project("p")

@@ -176,7 +176,15 @@ def read_root(root: str | None) -> str | None:
     """The root a command that only reads opens: ``root``, else ``$TREADLE_ROOT`` as if it
     were given with ``--root`` (a missing folder is an error: a typo in the variable made
     an empty store and listed nothing), else None (``~/.treadle``, made if missing)."""
-    return root if root is not None else (os.environ.get("TREADLE_ROOT") or None)
+    if root is not None:
+        return root
+    env = os.environ.get("TREADLE_ROOT") or None
+    if env is not None and "://" not in env and not os.path.exists(os.path.expanduser(env)):
+        raise ConfigError(
+            f"$TREADLE_ROOT {env!r} does not exist: check the variable (treadle import and "
+            "treadle demo create their root)"
+        )
+    return env
 
 
 def read_config(path: str) -> tuple[str | None, dict[str, Any]]:
