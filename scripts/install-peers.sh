@@ -72,5 +72,15 @@ if [ "$torch_before" != "none" ] && [ "$torch_before" != "$torch_after" ]; then
   echo "install-peers: torch changed from $torch_before to $torch_after" >&2
   exit 1
 fi
+# PyPI's torchvision is a CUDA build: beside the CPU torch its compiled ops do not load, and
+# `import torchvision` fails with "operator torchvision::nms does not exist". The bench, the
+# tests and the examples define the two schemas they need; anything else that imports
+# torchvision (torchmetrics, so Lightning) needs torchvision's CPU build.
+if ! "$PY" -c 'import torchvision' >/dev/null 2>&1; then
+  tv=$("$PY" -c 'from importlib.metadata import version; print(version("torchvision"))' 2>/dev/null || echo none)
+  echo "install-peers: torchvision $tv does not import beside torch $torch_after (a build for" \
+    "another torch: its compiled ops do not load). For a +cpu torch install torchvision's CPU" \
+    "build of the same version, with --no-deps, from https://download.pytorch.org/whl/cpu" >&2
+fi
 echo "$want" > "$stamp"
 echo "peers installed (torch $torch_after)"

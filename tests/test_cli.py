@@ -15,7 +15,7 @@ import pytest
 
 import treadle as td
 from treadle.cli import args as cliargs
-from treadle.cli import build_parser, main
+from treadle.cli import build_parser, cmd_bench, main
 
 sys.path.insert(0, str(Path(__file__).parent))
 from importer_fixtures import make_wds  # noqa: E402
@@ -35,7 +35,8 @@ def test_projects_log_tables(local_root, capsys):
     assert c.short_id in out and "append to flat" in out
     assert main(["--root", local_root, "tables", "robotics"]) == 0
     out = capsys.readouterr().out
-    assert "failed" in out and "5 moments" in out and "1 episode (" in out  # was "1 episodes"
+    assert "5 moments, 1 episode  action" in out  # was "1 episodes", then "1 episode (episodes)"
+    assert "2 moments (flat: no episodes)  x" in out  # was "2 moments (rows)"
     first = main_branch.log()[-1].short_id
     assert main(["--root", local_root, "tables", "robotics", "--at", first]) == 0
     assert "no tables" in capsys.readouterr().out
@@ -52,6 +53,22 @@ def test_projects_log_tables(local_root, capsys):
     assert main(["tables", "robotics", "--root", local_root, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {t["name"]: t["moments"] for t in doc["tables"]} == {"failed": 5, "flat": 2}
+
+
+def test_a_typo_in_treadle_root_is_an_error_as_one_in_root_is(local_root, capsys, monkeypatch):
+    """``$TREADLE_ROOT`` with a typo made an empty store there on a read command, and
+    ``treadle projects`` listed nothing, exit 0; ``--root`` with the same typo is an error."""
+    typo = str(Path(local_root).parent / "stroe")
+    monkeypatch.setenv("TREADLE_ROOT", typo)
+    for argv in (["projects"], ["log", "p"], ["tables", "p"], ["stats", "p", "t"]):
+        assert main(argv) == 1
+        assert f"$TREADLE_ROOT {typo!r} does not exist: check" in capsys.readouterr().err
+    assert main(["--root", typo, "projects"]) == 1
+    assert f"root {typo!r} does not exist" in capsys.readouterr().err
+    assert not Path(typo).exists()
+    monkeypatch.setenv("TREADLE_ROOT", local_root)  # an existing one is read as before
+    td.Client(local_root).project("p")
+    assert main(["projects"]) == 0 and "p" in capsys.readouterr().out
 
 
 def test_errors_are_one_line(local_root, capsys):
@@ -405,14 +422,16 @@ class _FakeSuite:
         return 0
 
 
-def test_bench_writes_under_its_dir_never_the_checkout(tmp_path, monkeypatch):
+def test_bench_writes_under_its_dir_never_the_checkout(tmp_path, monkeypatch, capsys):
     checkout = Path(__file__).resolve().parents[1]
     fake = _FakeSuite()
     monkeypatch.setitem(sys.modules, "suite", fake)
     monkeypatch.setenv("TREADLE_BENCH_DATA", "")  # restored (unset) after the test
     monkeypatch.delenv("TREADLE_BENCH_DATA")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its folder: not left in /tmp
+    monkeypatch.setattr(cmd_bench, "missing_peers", lambda: [("spdl", "spdl", "SPDL")])
     assert main(["bench", "--tiny", "--cases", "plan"]) == 0
+    assert "not installed: SPDL (spdl)" in capsys.readouterr().err  # said before the suite ran
     out = Path(fake.argv[fake.argv.index("--out") + 1])
     assert checkout not in out.parents and checkout not in Path(fake.data).parents
     assert out.parent == Path(fake.data).parent  # one temporary folder for both
@@ -444,3 +463,22 @@ def test_missing_s3_credentials_name_the_flag_to_pass(local_root, monkeypatch, c
     assert "--source-option aws_access_key_id=" in err and "--storage-option" not in err
     with pytest.raises(td.CredentialsError, match=r"storage_options=\{'aws_access_key_id'"):
         td.Client("s3://bucket/store")
+
+
+def test_an_unknown_window_key_in_a_recipe_lists_the_known_and_the_closest(tmp_path, capsys):
+    """``offset = [0]`` in a TOML recipe's window said "has unknown key 'offset'" and no more:
+    now it suggests 'offsets' and lists every key a window takes (and likewise for a
+    component's and the recipe's keys)."""
+    root = str(tmp_path / "root")
+    arm = td.Client(root, create=True).project("robotics").branch().table("arm")
+    arm.append_episode({"action": np.zeros((9, 7), np.float32)}, episode="e0")
+    recipe = tmp_path / "r.toml"
+    head = 'project = "robotics"\nseed = 1\nbatch_size = 2\n[[components]]\ntable = "arm"\n'
+    recipe.write_text(head + '[components.windows.action]\nkind = "rows"\noffset = [0]\n')
+    assert main(["plan", str(recipe), "--root", root]) == 1
+    err = capsys.readouterr().err
+    assert "window 'action' has unknown key 'offset'; did you mean 'offsets'?" in err
+    assert "(known: ['dtype', 'kind', 'layout', 'mean', 'offsets', " in err
+    recipe.write_text(head.replace("table =", "tabel = ") + 'table = "arm"\n')
+    assert main(["plan", str(recipe), "--root", root]) == 1
+    assert "unknown key 'tabel'; did you mean 'table'? (known: [" in capsys.readouterr().err

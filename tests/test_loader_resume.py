@@ -77,3 +77,26 @@ def test_a_state_past_steps_is_refused(plan):
     with pytest.raises(td.PlanError, match=r"step 4, past this loader's steps=3"):
         td.TrainLoader(plan, steps=3).load_state_dict(state)
     assert len(td.TrainLoader.from_state(state, client, steps=4)) == 0  # a finished run
+
+
+def test_iterating_a_finished_run_again_is_an_error_not_no_batches(plan):
+    """``for epoch in ...: for b in loader`` over one TrainLoader(steps=N) trained N steps,
+    then gave no batch at every later epoch, silently. A break mid-run, then iterating
+    again, still continues the run; a rollback still goes back."""
+    loader = td.TrainLoader(plan, steps=4)
+    first = []
+    for batch in loader:
+        first.append(batch["_moment"].tolist())
+        if loader.step == 2:
+            break
+    first += [b["_moment"].tolist() for b in loader]  # continues at step 2
+    assert len(first) == 4
+    with pytest.raises(td.PlanError, match=r"delivered its run \(steps=4\).*from_state"):
+        iter(loader)
+    state = loader.state_dict()
+    state["step"] = 3
+    loader.load_state_dict(state)
+    assert [b["_moment"].tolist() for b in loader] == first[3:]
+    client = plan.table(0).project.client
+    more = td.TrainLoader.from_state(loader.state_dict(), client, steps=5)
+    assert len(list(more)) == 1

@@ -214,3 +214,26 @@ def test_help_summaries_are_current(capsys):
         # before: purge, diff, merge, plan, ui, show and info printed one line of 100-200
         lines = (parser.description or "").splitlines()
         assert max(map(len, lines), default=0) <= 90, parser.prog
+
+
+def test_bench_says_up_front_which_peers_are_missing_and_how_to_install_them(monkeypatch):
+    """Without the peers, `treadle bench` ran for minutes and every peer row said "not
+    installed" at the end, with no word at the start. (The message only: no benchmark.)"""
+    import importlib.util
+
+    from treadle.cli import cmd_bench as bench
+
+    assert bench.peers_note([]) is None
+    absent = {"streaming", "spdl"}
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name in absent else real("json")
+    )
+    missing = bench.missing_peers()
+    assert [m[0] for m in missing] == ["streaming", "spdl"]
+    note = bench.peers_note(missing)
+    assert (
+        "2 of 6 peer loaders are not installed: MosaicML Streaming (mosaicml-streaming), " in note
+    )
+    assert "SPDL (spdl);" in note and "bash scripts/install-peers.sh" in note
+    assert "requirements/peers.txt" in note

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import tomllib
 from collections.abc import Callable
 from typing import Any
@@ -169,6 +170,21 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.root = root
     args.storage_options = options
     return args
+
+
+def read_root(root: str | None) -> str | None:
+    """The root a command that only reads opens: ``root``, else ``$TREADLE_ROOT`` as if it
+    were given with ``--root`` (a missing folder is an error: a typo in the variable made
+    an empty store and listed nothing), else None (``~/.treadle``, made if missing)."""
+    if root is not None:
+        return root
+    env = os.environ.get("TREADLE_ROOT") or None
+    if env is not None and "://" not in env and not os.path.exists(os.path.expanduser(env)):
+        raise ConfigError(
+            f"$TREADLE_ROOT {env!r} does not exist: check the variable (treadle import and "
+            "treadle demo create their root)"
+        )
+    return env
 
 
 def read_config(path: str) -> tuple[str | None, dict[str, Any]]:

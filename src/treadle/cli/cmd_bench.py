@@ -10,6 +10,7 @@ under ``--dir`` (default: a new temporary folder, printed), never into the check
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -22,6 +23,37 @@ DATA_ENV = "TREADLE_BENCH_DATA"  # bench/case_*.py generate their data under thi
 # bench/suite.py's CASES and OPT_IN (a test checks)
 CASES = ("mix", "video", "s3", "cloud", "plan", "cold")
 OPT_IN = ("import_ray", "augment", "memory", "contents", "images")
+
+
+# the peer loaders the cases compare with: (module, pip name, what the rows call it)
+PEERS = (
+    ("streaming", "mosaicml-streaming", "MosaicML Streaming"),
+    ("webdataset", "webdataset", "WebDataset"),
+    ("datasets", "datasets", "HF datasets"),
+    ("torchcodec", "torchcodec", "torchcodec"),
+    ("spdl", "spdl", "SPDL"),
+    ("lerobot", "lerobot", "LeRobotDataset"),
+)
+
+
+def missing_peers() -> list[tuple[str, str, str]]:
+    """The entries of :data:`PEERS` whose module is not installed (found, not imported)."""
+    return [p for p in PEERS if importlib.util.find_spec(p[0]) is None]
+
+
+def peers_note(missing: list[tuple[str, str, str]]) -> str | None:
+    """What ``treadle bench`` says before it starts when peers are missing (None: none is):
+    which, that their rows will only say "not installed", and how to install them."""
+    if not missing:
+        return None
+    names = ", ".join(f"{label} ({pip})" for _, pip, label in missing)
+    return (
+        f"treadle bench: {len(missing)} of {len(PEERS)} peer loaders are not installed: "
+        f'{names}; their rows will say "not installed" and have no numbers. Install '
+        "them from a checkout with: bash scripts/install-peers.sh (requirements/peers.txt, "
+        "pinned by requirements/constraints.txt; the treadle[bench] extra brings only the "
+        "chart and the S3 server)"
+    )
 
 
 def case_list(text: str) -> str:
@@ -88,6 +120,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     os.environ[DATA_ENV] = str(work / "data")  # spawned workers inherit it
     out = args.out or str(work / "results")
+    note = peers_note(missing_peers())
+    if note:
+        print(note, file=sys.stderr, flush=True)
     print(f"treadle bench: data in {work / 'data'}, results in {out}", flush=True)
     import suite  # bench/suite.py
 

@@ -10,8 +10,9 @@ from typing import Any
 
 def _project(args: argparse.Namespace) -> Any:
     from treadle.catalog import Client
+    from treadle.cli.args import read_root
 
-    client = Client(args.root, getattr(args, "storage_options", None) or None)
+    client = Client(read_root(args.root), getattr(args, "storage_options", None) or None)
     return client.project(args.project, create=False)
 
 

@@ -7,14 +7,14 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from treadle.cli.args import float_at_least, int_at_least
+from treadle.cli.args import float_at_least, int_at_least, read_root
 from treadle.errors import TreadleError
 
 
 def _client(args: argparse.Namespace):
     from treadle.catalog import Client
 
-    return Client(args.root, getattr(args, "storage_options", None) or None)
+    return Client(read_root(args.root), getattr(args, "storage_options", None) or None)
 
 
 def _print_json(data: object) -> None:
@@ -96,16 +96,12 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     if not rows:
         print("  no tables")
     for r in rows:
-        kind = "rows" if r["episodes"] is None else "episodes"
         cols = ", ".join(c + (" [video]" if c in r["video_columns"] else "")
                          + (f" [{r['image_columns'][c]}]" if c in r["image_columns"] else "")
                          for c in r["columns"])  # fmt: skip
         n = r["episodes"]
-        extra = "" if n is None else f", {n:,} episode{'' if n == 1 else 's'}"
-        print(
-            f"  {r['name']:<24} v{r['version']:<5} {r['moments']:>10,} moments{extra} ({kind})"
-            f"  {cols}"
-        )
+        extra = " (flat: no episodes)" if n is None else f", {n:,} episode{'' if n == 1 else 's'}"
+        print(f"  {r['name']:<24} v{r['version']:<5} {r['moments']:>10,} moments{extra}  {cols}")
     return 0
 
 

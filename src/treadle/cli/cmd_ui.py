@@ -7,14 +7,14 @@ import json
 import os
 import sys
 
-from treadle.cli.args import int_at_least
+from treadle.cli.args import int_at_least, read_root
 from treadle.errors import NotFound, TreadleError
 
 
 def _client(args: argparse.Namespace):
     from treadle.catalog import Client
 
-    return Client(args.root, getattr(args, "storage_options", None) or None)
+    return Client(read_root(args.root), getattr(args, "storage_options", None) or None)
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:

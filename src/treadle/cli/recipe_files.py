@@ -39,6 +39,7 @@ A Python recipe is a file that defines ``recipe`` (a ``td.Recipe``, or a functio
 
 from __future__ import annotations
 
+import difflib
 import runpy
 import tomllib
 import traceback
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treadle.catalog import Client
+from treadle.cli.args import read_root
 from treadle.errors import PlanError, TreadleError
 from treadle.plan.recipe import Component, Recipe
 from treadle.plan.shuffle import BlockShuffle
@@ -72,12 +74,19 @@ _SPEC = {
 }
 
 
+def _unknown_key(what: str, keys: set[str], known: set[str]) -> PlanError:
+    """``"<what> has unknown key 'offset'; did you mean 'offsets'? (known: [...])"``."""
+    key = sorted(keys)[0]
+    close = difflib.get_close_matches(key, sorted(known), n=2, cutoff=0.6)
+    guess = "; did you mean " + " or ".join(map(repr, close)) + "?" if close else ""
+    return PlanError(f"{what} has unknown key {key!r}{guess} (known: {sorted(known)})")
+
+
 def _window_spec(col: str, value: Any, where: str) -> Spec:
     if not isinstance(value, dict):
         raise PlanError(f'{where}: window {col!r} must be a table like {{ kind = "video", ... }}')
-    unknown = sorted(set(value) - _SPEC)
-    if unknown:
-        raise PlanError(f"{where}: window {col!r} has unknown key {unknown[0]!r}")
+    if set(value) - _SPEC:
+        raise _unknown_key(f"{where}: window {col!r}", set(value) - _SPEC, _SPEC)
     spec = dict(value)
     if "range" in spec:
         if "offsets" in spec:
@@ -100,9 +109,8 @@ def _window_spec(col: str, value: Any, where: str) -> Spec:
 
 def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
     """Build a :class:`Recipe` from a parsed TOML recipe (format in the module docstring)."""
-    unknown = sorted(set(data) - _TOP)
-    if unknown:
-        raise PlanError(f"recipe has unknown key {unknown[0]!r} (known: {sorted(_TOP)})")
+    if set(data) - _TOP:
+        raise _unknown_key("recipe", set(data) - _TOP, _TOP)
     for key in ("project", "seed", "batch_size", "components"):
         if key not in data:
             raise PlanError(f"recipe is missing {key!r}")
@@ -116,9 +124,8 @@ def recipe_from_toml(data: dict[str, Any], client: Any) -> Recipe:
         where = f"components[{i}]"
         if not isinstance(c, dict):
             raise PlanError(f"{where} must be a table")
-        bad = sorted(set(c) - _COMP)
-        if bad:
-            raise PlanError(f"{where} has unknown key {bad[0]!r} (known: {sorted(_COMP)})")
+        if set(c) - _COMP:
+            raise _unknown_key(where, set(c) - _COMP, _COMP)
         if "table" not in c:
             raise PlanError(f"{where} is missing 'table'")
         ref = project.branch(c.get("branch", default_branch)).table(c["table"])
@@ -174,7 +181,7 @@ def load_recipe(
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise PlanError(f"recipe {str(path)!r} is not valid TOML: {e}") from None
-    client = Client(root if root is not None else data.get("root"), storage_options)
+    client = Client(read_root(root if root is not None else data.get("root")), storage_options)
     try:
         return recipe_from_toml(data, client)
     except PlanError as e:  # name the file: "recipe 'r.toml' is missing 'seed'"
