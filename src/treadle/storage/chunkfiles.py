@@ -208,6 +208,8 @@ def shared_file_system(directory: Path) -> str | None:
 
 
 MIN_BARE_CHUNK_BYTES = 4096
+"""The least ``$TREADLE_CHUNK_BYTES`` written without a unit: ``4`` (meant as ``4M``) made
+4-byte chunks, 24 bytes of state each, silently. A smaller chunk needs its unit (``256B``)."""
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 """The chunk size with no ``$TREADLE_CHUNK_BYTES``, for a bound of :data:`MIN_CHUNKS`
@@ -227,10 +229,6 @@ def default_chunk_bytes(max_bytes: int) -> int:
         return DEFAULT_CHUNK_BYTES
     fits = max(1, max_bytes // MIN_CHUNKS)
     return max(MIN_BARE_CHUNK_BYTES, 1 << (fits.bit_length() - 1))
-
-
-"""The least ``$TREADLE_CHUNK_BYTES`` written without a unit: ``4`` (meant as ``4M``) made
-4-byte chunks, 24 bytes of state each, silently. A smaller chunk needs its unit (``256B``)."""
 
 
 def chunk_bytes_for(max_bytes: int, given: int | None) -> tuple[int, str]:
