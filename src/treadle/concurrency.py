@@ -7,7 +7,13 @@ field of :data:`CONCURRENCY`; a module never spells its own.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,3 +68,31 @@ class Concurrency:
 
 
 CONCURRENCY = Concurrency()
+
+
+def submit(pool: Executor, fn: Callable[..., T], *args: Any) -> Future[T]:
+    """``pool.submit(fn, *args)``, or once the interpreter is exiting, ``fn(*args)`` run on
+    this thread as a finished future (its result or its exception).
+
+    When the main thread has ended, Python shuts every ``concurrent.futures`` pool down
+    before it waits for the non-daemon threads still running, which may run for long (a
+    training thread): their pools' ``submit`` raised "cannot schedule new futures after
+    shutdown". A pool shut down otherwise (its reader closed) still raises."""
+    try:
+        return pool.submit(fn, *args)
+    except RuntimeError:
+        if not _exiting():
+            raise
+    done: Future[T] = Future()
+    try:
+        done.set_result(fn(*args))
+    except BaseException as e:  # raised where the caller takes the result, as from a pool
+        done.set_exception(e)
+    return done
+
+
+def _exiting() -> bool:
+    """Whether the interpreter's exit has begun (its pools refuse work)."""
+    from concurrent.futures import thread
+
+    return bool(getattr(thread, "_shutdown", False)) or not threading.main_thread().is_alive()

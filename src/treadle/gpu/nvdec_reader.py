@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from treadle.concurrency import CONCURRENCY
+from treadle.concurrency import CONCURRENCY, submit
 from treadle.errors import CorruptData, VideoError
 from treadle.gpu.fallback import warn_once
 from treadle.gpu.nvdec_decode import GPU_CODECS, NvdecDecoder, cpu_chroma_mode, decode_window_to
@@ -182,7 +182,7 @@ class GpuVideoReader:
 
         for w in windows:
             self._slots.acquire()
-            futures.append(self._pool.submit(self._one_slot, w))
+            futures.append(submit(self._pool, self._one_slot, w))
         for f in futures:  # callbacks after the list is complete
             f.add_done_callback(finished)
         return done

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treadle.concurrency import submit
 from treadle.errors import CorruptData, PlanError, TreadleError
 from treadle.read.buffers import BufferPool
 from treadle.read.cached_values import CachedValues
@@ -163,7 +164,7 @@ class ImageDecoder:
         groups = [
             windows[i : i + WINDOWS_PER_TASK] for i in range(0, len(windows), WINDOWS_PER_TASK)
         ]
-        futures = [self._pool.submit(_decode_group, g) for g in groups]
+        futures = [submit(self._pool, _decode_group, g) for g in groups]
         return lambda: _results(futures)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from treadle.errors import TreadleError
 from treadle.fastpaths import log
 
 __all__ = ["ReadFrontier", "SharedWindow"]
@@ -43,6 +44,7 @@ _NEXT, _SAMPLES = len(_COUNTS), len(_COUNTS) + 1  # per worker: first step not r
 _PER = len(_COUNTS) + 2
 _NONE = 1 << 62  # the loader's process reads no step (more)
 _FRONTIER_POLL_S = (0.001, 0.005)  # the read frontier's first and longest sleep
+_GONE_EVERY_S = 0.2  # how often a worker waiting for the stage asks whether the loader is there
 
 
 class SharedWindow:
@@ -83,16 +85,19 @@ class SharedWindow:
         self.words[_FETCHED] = fetched
         self.words[_STOP] = int(stopped)
 
-    def gate(self, steps: Iterable[int], worker: int | None = None) -> Iterator[int]:
+    def gate(self, steps: Iterable[int], worker: int | None = None,
+             gone: Callable[[], bool] | None = None) -> Iterator[int]:  # fmt: skip
         """``steps``, each once the stage fetched it or stopped. A step beyond the window
         is read at once (its rows taken, as :meth:`Lookahead.gate` does) by the slowest
         worker, whose reading moves the window; worker ``worker``, when it is ahead of the
         slowest (its next step past the stage's position), waits for the window to reach
-        it. Never waits for the loader to move."""
+        it. Never waits for the loader to move. ``gone()``: whether the loader's process
+        has gone (asked every :data:`_GONE_EVERY_S` of a wait): a :class:`TreadleError`,
+        since a dead loader never sets the words again (its workers waited here forever)."""
         w = self.words
         mine = None if worker is None else self.per[worker]
         for step in steps:
-            pause = _POLL_S[0]
+            pause, asked = _POLL_S[0], time.monotonic()
             while (
                 not w[_STOP]
                 and w[_FETCHED] < step
@@ -102,6 +107,13 @@ class SharedWindow:
             ):
                 time.sleep(pause)
                 pause = min(2 * pause, _POLL_S[1])
+                if gone is not None and time.monotonic() - asked > _GONE_EVERY_S:
+                    if gone():
+                        raise TreadleError(
+                            f"treadle worker process {worker}: the loader's process has gone "
+                            f"while step {step} waited for its lookahead's fetches"
+                        )
+                    asked = time.monotonic()
             yield step
 
     def reading(self, worker: int, first: int, every: int,

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from treadle import layout
-from treadle.concurrency import CONCURRENCY
+from treadle.concurrency import CONCURRENCY, submit
 from treadle.errors import CorruptData, NotFound
 from treadle.table.episodes import (
     EPISODE,
@@ -201,7 +201,12 @@ def _fragments_in_order(table: Table, one: Callable[[Any, str, Any], Any]) -> li
     with ThreadPoolExecutor(
         min(CONCURRENCY.episode_index_threads, len(frags)), thread_name_prefix="treadle-ep"
     ) as pool:
-        return [one(f, where, data) for f, data in zip(frags, pool.map(get, frags))]
+        futures = [submit(pool, get, f) for f in frags]  # (pool.map: no work after exit)
+        try:
+            return [one(f, where, done.result()) for f, done in zip(frags, futures)]
+        finally:
+            for done in futures:
+                done.cancel()  # after a failure: those not started never run
 
 
 @dataclass(frozen=True)

@@ -375,8 +375,13 @@ class StepLoader:
 
 def _closing(batches: Iterator[dict[str, Any]], stage: Lookahead) -> Iterator[dict[str, Any]]:
     """``batches``, stopping ``stage`` when they end or are closed (without waiting): the
-    workers' reads move it on (:class:`ReadFrontier`), not this loader's."""
+    workers' reads move it on (:class:`ReadFrontier`), not this loader's. A forked child's
+    copy, closed (its exit closes the iterators it inherited), leaves the stage alone: it is
+    the parent's, and its lock may have been held by a thread of the parent at the fork
+    (the child waited for it forever)."""
+    home = os.getpid()
     try:
         yield from batches
     finally:
-        stage.close()
+        if os.getpid() == home:
+            stage.close()

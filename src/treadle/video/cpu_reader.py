@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from treadle.concurrency import submit
 from treadle.errors import TreadleError, VideoError
 from treadle.storage import Store
 from treadle.video.cpu_decode import Decoder, decode_fetched
@@ -113,7 +114,7 @@ class VideoReader:
         # the others wait at the end of the batch; results stay in request order
         futures: list[Any] = [None] * len(windows)
         for i in sorted(range(len(windows)), key=lambda i: -windows[i].plan.num_packets):
-            futures[i] = self._pool.submit(self._one, windows[i])
+            futures[i] = submit(self._pool, self._one, windows[i])
         return lambda: _results(futures)
 
 

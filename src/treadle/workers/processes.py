@@ -38,7 +38,7 @@ from treadle import reaper
 from treadle.errors import PlanError, TreadleError
 from treadle.fork_locks import check_not_forked, renew_lock_in_child
 from treadle.read.shared_window import SharedWindow
-from treadle.workers import messages
+from treadle.workers import leftovers, messages
 from treadle.workers.nopandas import SERVER_ENV
 from treadle.workers.slots import Slot, SlotFd
 from treadle.workers.worker import Job, work
@@ -117,10 +117,13 @@ def context() -> Any:
         # the server inherits this environment when it starts (and only then): it imports
         # pyarrow without pandas (treadle.workers.nopandas); its workers restore the loader's
         os.environ[SERVER_ENV] = "1"
+        # and the folder of its socket, which it removes if this process dies without
+        os.environ[leftovers.FOLDER_ENV] = leftovers.handed_over()
         try:
             _start_shielded(server)
         finally:
             os.environ.pop(SERVER_ENV, None)
+            os.environ.pop(leftovers.FOLDER_ENV, None)
     return ctx
 
 
@@ -130,14 +133,17 @@ def _start_shielded(server: Any) -> None:
     (:mod:`treadle.workers.serverinit`) drops it: the terminal's Ctrl-C, sent to the whole
     process group, killed the server mid-import with a KeyboardInterrupt traceback (as
     multiprocessing's resource tracker shields its own start). Blocked, not ignored: a
-    Ctrl-C meant for this process in that moment is delivered once it is unblocked."""
+    Ctrl-C meant for this process in that moment is delivered once it is unblocked.
+    SIGTERM is blocked too, and kept pending in the server until it can remove the folder of
+    its socket (:mod:`treadle.workers.leftovers`): a process group's SIGTERM while it
+    imported killed it before, leaving the folder."""
     if not hasattr(signal, "pthread_sigmask"):
         server.ensure_running()
         return
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()  # first: its own start unblocks SIGINT after it
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         server.ensure_running()
     finally:

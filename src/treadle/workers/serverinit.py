@@ -28,6 +28,7 @@ from typing import Any
 import numpy.ma  # noqa: F401  (np.unique imports it on first use: in every worker, at its first batch)
 
 import treadle.workers.worker  # noqa: F401  (what the workers run)
+from treadle.workers import leftovers
 from treadle.workers.nopandas import in_worker_server
 
 warnings.filterwarnings("ignore", message="lance is not fork-safe")
@@ -80,7 +81,9 @@ def _run_main(
 
 
 def _prepare_lazily(data: dict[str, Any]) -> None:
-    """:func:`multiprocessing.spawn.prepare` with the main module made lazy."""
+    """:func:`multiprocessing.spawn.prepare` with the main module made lazy (and SIGTERM's
+    default action: the server's handler is its own)."""
+    leftovers.default_sigterm()
     main = {k: data[k] for k in _MAIN_KEYS if k in data}
     _prepare({k: v for k, v in data.items() if k not in _MAIN_KEYS})
     if main:
@@ -105,3 +108,5 @@ def _drop_early_interrupts() -> None:
 
 
 _drop_early_interrupts()
+if in_worker_server():
+    leftovers.remove_when_orphaned()

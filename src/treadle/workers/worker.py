@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import signal
 import sys
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import reduction
 from typing import Any
 
@@ -119,6 +121,14 @@ def work(job: Job, k: int, n: int, out: Any, back: Any, fds: list[int],
         os._exit(0)
 
 
+def _hung_up(conn: Any) -> bool:
+    """Whether every writer of ``conn`` (the loader's end of its pipe: only the loader holds
+    it) has closed it: the loader's process ended or closed this worker."""
+    poll = select.poll()
+    poll.register(conn.fileno(), select.POLLIN)
+    return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poll.poll(0))
+
+
 def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot],
            window_fd: int | None) -> None:  # fmt: skip
     from treadle.catalog import Client
@@ -132,7 +142,7 @@ def _serve(job: Job, k: int, n: int, out: Any, back: Any, slots: list[Slot],
                          resident_bytes=job.resident_bytes, chunks=chunks)  # fmt: skip
     first = job.start + k
     mine = itertools.count(first, n) if job.stop is None else range(first, job.stop, n)
-    steps = mine if window is None else window.gate(mine, k)
+    steps = mine if window is None else window.gate(mine, k, gone=partial(_hung_up, back))
     finish = _unpack_finish(job.finish, k)
     batches = read_steps(plan, job.sampler, reader, steps, job.rank, job.world, finish)
     if window is not None:  # each step read moves the stage on (its chunks not held)
