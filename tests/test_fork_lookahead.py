@@ -48,6 +48,9 @@ SCRIPT = textwrap.dedent(
     pid = os.fork()
     if pid == 0:
         signal.alarm(40)  # a hang ends the child (SIGALRM) instead of the test run
+        if os.environ.get("CLOSE_STAGE"):  # the stage closed itself (as ``tracked`` does)
+            stage.close()
+            os._exit(0)
         sys.exit(0)  # atexit closes the inherited iterator
     release.set()
     _, status = os.waitpid(pid, 0)
@@ -79,6 +82,24 @@ def test_a_forked_childs_exit_never_waits_for_the_parents_lookahead_stage(
     url, options = s3_table
     monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 << 20))
     monkeypatch.setenv("TREADLE_CHUNK_BYTES", "16KB")
+    proc = run_script(tmp_path, SCRIPT, url, json.dumps(options), name="fork_la.py", timeout=240)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] == 0, (out, proc.stderr[-3000:])  # not its alarm (-14: a hang)
+    assert out["rest"] == 57, out
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_forked_child_closing_the_stage_itself_neither_waits_nor_stops_it(
+    s3_table, tmp_path, monkeypatch
+):
+    """``Lookahead.close`` in a forked child (``tracked``'s ``finally``, any caller) took the
+    stage's lock that a thread of the parent held at the fork: the child hung."""
+    url, options = s3_table
+    monkeypatch.setenv("TREADLE_CHUNK_CACHE_BYTES", str(64 << 20))
+    monkeypatch.setenv("TREADLE_CHUNK_BYTES", "16KB")
+    monkeypatch.setenv("CLOSE_STAGE", "1")
     proc = run_script(tmp_path, SCRIPT, url, json.dumps(options), name="fork_la.py", timeout=240)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["status"] == 0, (out, proc.stderr[-3000:])  # not its alarm (-14: a hang)

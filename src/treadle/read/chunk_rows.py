@@ -19,6 +19,7 @@ loader's lookahead asks for a round of steps' footers at once). ``treadle simula
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,8 @@ import numpy as np
 import pyarrow as pa
 
 from treadle import fastpaths
-from treadle.concurrency import CONCURRENCY
+from treadle.concurrency import CONCURRENCY, submit
+from treadle.fork_locks import renew_lock_in_child
 from treadle.storage.chunkstore import ChunkStore, ObjectChunks
 
 if TYPE_CHECKING:
@@ -218,6 +220,11 @@ class ChunkedColumn:
 
 
 _FOOTERS = threading.Lock()  # one read of each footer, whichever thread asks first
+renew_lock_in_child(sys.modules[__name__], "_FOOTERS")
+
+
+def _footer(t: tuple[ChunkedColumn, int]) -> Any:
+    return t[0]._footer(t[1])
 
 
 def read_footers(wanted: Iterable[tuple[ChunkedColumn, Iterable[int]]]) -> None:
@@ -240,7 +247,8 @@ def read_footers(wanted: Iterable[tuple[ChunkedColumn, Iterable[int]]]) -> None:
         else:
             width = min(len(first), CONCURRENCY.footers_in_flight)
             with ThreadPoolExecutor(width, thread_name_prefix="treadle-footer") as pool:
-                metas = list(pool.map(lambda t: t[0]._footer(t[1]), first))
+                # submit: a training thread outliving the main one still reads them
+                metas = [f.result() for f in [submit(pool, _footer, t) for t in first]]
         meta = dict(zip(files, metas))
         got = [col._read_pages(i, meta[col.files[i].uri]) for col, i in todo]
         for (col, i), pages in zip(todo, got):

@@ -5,9 +5,8 @@ The plan knows every future sample, so a loader at step ``s`` knows which rows s
 loader's position and the plan decide what it fetches: a restart fetches exactly what its own
 steps need), maps each step's rows of chunked columns (:mod:`treadle.read.chunk_rows`) to the
 chunks of their data files and its video windows to chunks of their streams
-(:mod:`treadle.read.chunk_media`), and has the node's chunk store
-(:mod:`treadle.storage.chunkstore`) fetch the missing ones, in coalesced range requests,
-a few rounds at once (:mod:`treadle.read.downloads`), before the reader gets there. Each
+(:mod:`treadle.read.chunk_media`), and has the node's chunk store fetch the missing ones
+(coalesced range requests, a few rounds at once: :mod:`treadle.read.downloads`). Each
 chunk is held for the step that reads it, then takes its next use among the next
 :data:`HORIZON_STEPS` steps (none: it goes first; with ranks of a node sharing the folder,
 any rank's next use), so eviction follows the plan (Belady's policy over the steps it sees;
@@ -15,13 +14,14 @@ any rank's next use), so eviction follows the plan (Belady's policy over the ste
 no room when their step enters the window are asked for again (:mod:`treadle.read.owed`).
 
 It only fetches: a reader reads rows from present chunks and takes the others with Lance, so
-batches are the same with or without it (and when a fetch fails: it is logged once, and the
-reads that need those bytes raise the error, as before). Its thread never blocks a finalizer:
-:meth:`Lookahead.close` only flags it to stop.
+batches are the same with or without it (a fetch that fails is logged once, and the reads
+that need its bytes raise). Its thread never blocks a finalizer: :meth:`Lookahead.close`
+only flags it to stop (in a forked child, not even that: the stage is the parent's).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
@@ -51,12 +51,9 @@ LAST: dict[str, float] = {}
 """The last lookahead's :meth:`Lookahead.report` in this process (``td.info()``)."""
 
 GROUP_STEPS = 8
-"""At most this many steps' chunks are fetched in one round of requests (and at most this
-many more steps' uses are planned after it)."""
-HORIZON_STEPS = 64
-"""Steps ahead whose uses give a chunk its next use (the window's fetches: ``lookahead``)."""
-MIN_ASKED = 64
-"""Chunks asked for before the stage may decide that most find no room (and stop)."""
+"""Steps whose chunks one round of requests fetches at most (and plans the uses of after)."""
+HORIZON_STEPS = 64  # steps ahead whose uses give a chunk its next use
+MIN_ASKED = 64  # chunks asked for before the stage may decide that most find no room
 
 
 class Lookahead:
@@ -100,6 +97,7 @@ class Lookahead:
         self.node = None if node is None else node(self._keys, self.horizon)
         self._downloads = Downloads(chunks, self._round_ended)  # rounds fetched together
         self._thread = threading.Thread(target=self._run, name="treadle-lookahead", daemon=True)
+        self._home = os.getpid()  # a forked child's close() leaves the parent's stage alone
         reaper.start()  # close() hands the join to it
         self._thread.start()
 
@@ -155,6 +153,8 @@ class Lookahead:
     def close(self) -> None:
         """Stop the thread (it ends after the fetch under way); never waits here: the
         reaper joins it (``reaper.drain`` waits for that)."""
+        if os.getpid() != self._home:  # its lock may have been held by a thread at the fork
+            return
         with self._cond:
             self._stop = True
             reported, self._reported = self._reported, True
