@@ -12,6 +12,7 @@ import treadle.video as tv
 from treadle.errors import CorruptData, NotFound, VideoError
 from treadle.plan.windows import Video
 from treadle.storage import Store
+from treadle.storage.store_errors import ChangedObject
 from treadle.video._testing import (
     make_mp4,
     reference_decode,
@@ -241,8 +242,12 @@ def test_truncated_and_unchecked_corruption_is_named(store):
         a, b = int(idx.offset[30]), int(idx.offset[59] + idx.size[59])
         junk[a:b] = rng.integers(0, 256, b - a, dtype=np.uint8).tobytes()
         store.put(f"projects/p/{key}", bytes(junk))
-        with pytest.raises(CorruptData, match=where_re):
-            reader.read([tv.WindowRequest(key, nocrc, np.arange(35, 45), Video(range(10)), WHERE)])
+        window = tv.WindowRequest(key, nocrc, np.arange(35, 45), Video(range(10)), WHERE)
+        with pytest.raises(ChangedObject, match=where_re):  # replaced since this store read it
+            reader.read([window])
+        with tv.VideoReader(Store.open(store.url), prefix="projects/p") as fresh:
+            with pytest.raises(CorruptData, match=where_re):  # a new store: only garbage
+                fresh.read([window])
         store.delete(f"projects/p/{key}")
         with pytest.raises(NotFound, match=where_re):
             reader.read([tv.WindowRequest(key, idx, np.arange(5), Video(range(5)), WHERE)])
@@ -345,5 +350,8 @@ def test_windows_over_s3(s3_root):
             assert np.array_equal(out, ref[t : t + 15])
         assert stats.bytes_read < 4 * len(s.data)
         store.put(f"projects/p/{key}", s.data[: int(idx.offset[50])])
-        with pytest.raises(CorruptData, match="frame 50"):
+        with pytest.raises(ChangedObject, match="episode 'ep-0007'.*changed while it was"):
+            reader.read(reqs[3:])  # this store read the object before: replaced since
+    with tv.VideoReader(Store.open(root, options), prefix="projects/p", threads=2) as reader:
+        with pytest.raises(CorruptData, match="frame 50"):  # a new store: only cut short
             reader.read(reqs[3:])

@@ -18,7 +18,7 @@ import numpy as np
 
 from treadle.errors import CorruptData, NotFound, StorageError, VideoError
 from treadle.storage import RangeRequest, Store
-from treadle.storage.store_errors import ShortObject
+from treadle.storage.store_errors import ChangedObject, ShortObject
 from treadle.video.frame_spec import FrameSpec
 from treadle.video.stream import StreamIndex
 from treadle.video.window_plan import WindowPlan, plan_window
@@ -199,6 +199,10 @@ class WindowFetcher:
             return self.store.get_ranges(ranges)
         except ShortObject as e:
             raise _truncated(requests, plans, e, self.object_key) from None
+        except ChangedObject as e:  # replaced since this store first read it: named too
+            named = [where_text(r.where) for r in requests if self.object_key(r.key) == e.key]
+            where = (named or [where_text(requests[0].where)])[0]
+            raise ChangedObject(f"{where}: {e}", e.key, e.first, e.now) from None
         except (NotFound, StorageError) as e:
             msg = str(e)
             named = [where_text(r.where) for r in requests if self.object_key(r.key) in msg]
