@@ -144,6 +144,32 @@ def test_a_dictionary_value_repeated_on_many_rows_is_read_in_bounded_memory(tmp_
     assert all(v == value for v in got.column("blob").to_pylist())
 
 
+@pytest.mark.slow  # a memory-capped subprocess
+def test_decoded_images_are_decoded_a_budget_at_a_time(tmp_path, local_root):
+    """120 black 2000x2000 PNGs (a few KB each, 12 MB each decoded) in one parquet file were
+    decoded in one batch (its encoded bytes are small) and stacked: 2.9 GB at once (an error
+    under the cap). Batches are now cut by decoded bytes (read from each image's header) and
+    at most ``IN_FLIGHT_BYTES`` of them decode at once; the pixels stored are the same."""
+    from PIL import Image
+
+    feats = datasets.Features({"img": datasets.Image(), "i": datasets.Value("int64")})
+    black = Image.new("RGB", (2000, 2000))
+    ds = datasets.Dataset.from_dict({"img": [black] * 120, "i": list(range(120))}, feats)
+    path = tmp_path / "black.parquet"
+    ds.to_parquet(str(path))
+    assert path.stat().st_size < 4 << 20
+    call = ("import treadle.importers.hf as h; h.IN_FLIGHT_BYTES = 48 << 20; "
+            f"td.importers.hf({str(path)!r}, client.project('p'), 't', "
+            "images='decoded', progress=False)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=1 << 30)
+    assert out["error"] is None, out
+    assert out["rss_growth"] < 768 << 20, out
+    t = Client(local_root).project("p").branch("main").table("t").pin()
+    assert t.to_arrow(["i"]).column("i").to_pylist() == list(range(120))
+    last = to_numpy(t.to_arrow(["img"]).column("img"), t.schema.field("img"))[-1]
+    assert last.shape == (2000, 2000, 3) and not last.any()
+
+
 def test_files_with_different_columns(tmp_path, client):
     a = datasets.Dataset.from_dict({"x": [1, 2]})
     b = datasets.Dataset.from_dict({"y": ["a"]})
