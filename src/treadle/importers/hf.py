@@ -228,24 +228,26 @@ def iter_batches(
         if state["schema"] is None:
             state["schema"] = table.schema
         elif not table.schema.equals(state["schema"]):
-            have = state["schema"]
-            if table.schema.names != have.names:
-                raise SchemaMismatch(
-                    f"{where}: columns {table.schema} differ from earlier files' {have}"
-                )
-            table = pa.Table.from_arrays(
-                [
-                    exact_cast(
-                        table.column(f.name),
-                        f.type,
-                        f"{where}: field {f.name}",
-                        f" (the column type of earlier files is {f.type})",
-                    )
-                    for f in have
-                ],
-                schema=have,
-            )
+            table = _conform(table, state["schema"], where)
         yield table
+
+
+def _conform(table: pa.Table, have: pa.Schema, where: str) -> pa.Table:
+    """``table`` in the earlier files' schema ``have``, its values unchanged, else an error."""
+    if table.schema.names != have.names:
+        raise SchemaMismatch(f"{where}: columns {table.schema} differ from earlier files' {have}")
+    return pa.Table.from_arrays(
+        [
+            exact_cast(
+                table.column(f.name),
+                f.type,
+                f"{where}: field {f.name}",
+                f" (the column type of earlier files is {f.type})",
+            )
+            for f in have
+        ],
+        schema=have,
+    )
 
 
 def _parquet_handle(f: HfFile) -> Any:
