@@ -11,7 +11,7 @@ so memory stays bounded while the values delivered are the same.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from treadle.errors import CorruptData
+from treadle.errors import CorruptData, UnsafeInput
 from treadle.importers.arrow import DEFAULT_CHUNK_BYTES
 
 
@@ -97,3 +97,53 @@ def check_footer(handle: Any, where: str, rows: int, values_per_row: int) -> Non
                     f"in {group.num_rows:,} rows (row group {g}), over the {values_per_row:,} a "
                     "row the features of meta/info.json allow"
                 )
+
+
+def _width(t: pa.DataType) -> int:
+    """Bytes a value of a fixed-width type takes (8 for a variable-width one: its offset)."""
+    try:
+        return max(1, t.bit_width // 8)
+    except ValueError:
+        return 8
+
+
+def read_columns(
+    raw: bytes, where: str, columns: Sequence[str], limit: int, option: str
+) -> pa.Table:
+    """The scalar ``columns`` (those the file has, no others) of a parquet file held in
+    ``raw``, refused (:class:`UnsafeInput` naming ``option``) when their values would take
+    more than ``limit`` bytes: fixed-width values counted from the footer's row count,
+    binary and string values from their dictionary, before they are decoded (a dictionary
+    lets a few KB repeat a 1 MB value on a million rows). A nested column is
+    :class:`CorruptData` (its values are not counted by rows)."""
+    schema = pq.read_schema(pa.BufferReader(raw))
+    fields = [schema.field(c) for c in columns if c in schema.names]
+    for f in fields:
+        if pa.types.is_nested(f.type):
+            raise CorruptData(f"{where}: column {f.name!r} is {f.type}, not a single value a row")
+    strings = [f.name for f in fields if _is_bytes(f.type)]
+    pf = pq.ParquetFile(pa.BufferReader(raw), read_dictionary=strings)
+    rows = pf.metadata.num_rows
+    fixed = rows * sum(_width(f.type) for f in fields)
+    if fixed > limit:
+        raise UnsafeInput(
+            f"{where} holds {rows:,} rows: {fixed:,} bytes in columns {[f.name for f in fields]}, "
+            f"more than {option}={limit:,}; raise {option} if you trust it"
+        )
+    table = pf.read(columns=[f.name for f in fields])
+    for f in fields:
+        if f.name not in strings:
+            continue
+        col = table.column(f.name)
+        size = sum(
+            pc.sum(pc.take(pc.binary_length(c.dictionary), c.indices)).as_py() or 0
+            for c in col.chunks
+        )
+        fixed += size
+        if fixed > limit:
+            raise UnsafeInput(
+                f"{where}: column {f.name!r} holds {size:,} bytes of values, more than "
+                f"{option}={limit:,} with the other columns; raise {option} if you trust it"
+            )
+        table = table.set_column(table.schema.get_field_index(f.name), f, col.cast(f.type))
+    return table
