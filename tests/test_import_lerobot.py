@@ -321,6 +321,23 @@ def test_meta_json_files_over_max_meta_bytes_are_refused_before_parsing(tmp_path
     assert nothing_committed(client.project("p"))
 
 
+def test_a_data_file_page_over_the_bound_is_refused_from_its_header(tmp_path, client, monkeypatch):
+    """A data file's page states the size it decompresses to (up to 2 GiB, allocated whole
+    by the reader): one over ``MAX_PAGE_BYTES`` (1 GiB; lowered here) is refused from its
+    header, naming the file and the column."""
+    import treadle.importers.lerobot_import as li
+
+    make_lerobot_v3(tmp_path / "ds", lengths=(4, 4))
+    data = tmp_path / "ds" / _DATA
+    t = pq.read_table(data)
+    blob = pa.array([bytes(4 << 20)] * t.num_rows, pa.binary())
+    pq.write_table(t.append_column("blob", blob), data, compression="zstd", use_dictionary=False)
+    monkeypatch.setattr(li, "MAX_PAGE_BYTES", 1 << 20)
+    with pytest.raises(UnsafeInput, match=r"file-000.parquet: column 'blob', row group 0: a page"):
+        import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
 @pytest.mark.parametrize("version", ["v3.0", "v3.0-keyframes", "v2.1"])
 def test_video_with_fewer_frames_than_rows(tmp_path, client, version):
     root = tmp_path / "ds"

@@ -99,6 +99,26 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
 ROBOT_FORMATS = ("hdf5", "zarr", "ros2")
 
 
+def _add_hf_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--split",
+        default=None,
+        help="split of a DatasetDict (default: its only split, else train)",
+    )
+    sp.add_argument(
+        "--max-page-bytes",
+        type=byte_count,
+        default=None,
+        help="the largest parquet page read, uncompressed (default 1G)",
+    )
+    sp.add_argument(
+        "--max-row-bytes",
+        type=byte_count,
+        default=None,
+        help="the most a parquet row's list columns may make the reader hold (default 1G)",
+    )
+
+
 def _add_lerobot_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--tolerance-s",
@@ -127,11 +147,7 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     if fmt == "hdf5":
         sp.add_argument("--next-obs", action="store_true", help="also import next_obs/*")
     if fmt == "hf":
-        sp.add_argument(
-            "--split",
-            default=None,
-            help="split of a DatasetDict (default: its only split, else train)",
-        )
+        _add_hf_options(sp)
     if fmt == "rlds":
         sp.add_argument("--split", default="train", help="the split (default train)")
         sp.add_argument(
@@ -249,7 +265,14 @@ def run(args: argparse.Namespace) -> int:
         "allow_pickle": args.allow_pickle,
         "progress": False if args.no_progress or getattr(args, "quiet", False) else None,
     }
-    for opt in ("max_shard_bytes", "max_member_bytes", "max_meta_bytes", "json_as"):
+    for opt in (
+        "max_shard_bytes",
+        "max_member_bytes",
+        "max_meta_bytes",
+        "max_page_bytes",
+        "max_row_bytes",
+        "json_as",
+    ):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
     if args.format in ("mds", "lerobot", "rlds", *ROBOT_FORMATS) and len(args.src) != 1:

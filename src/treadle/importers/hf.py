@@ -30,7 +30,8 @@ from treadle.errors import CorruptData, NotFound, SchemaMismatch
 from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, IN_FLIGHT_BYTES, check_rename
 from treadle.importers.executor import Executor, pick
 from treadle.importers.hf_convert import convert_batch, pixel_slices
-from treadle.importers.parquet_bounded import bounded_batches
+from treadle.importers.parquet_bounded import MAX_ROW_BYTES, Limits, bounded_batches
+from treadle.importers.parquet_pages import MAX_PAGE_BYTES
 from treadle.importers.run import (
     ImportOptions,
     ImportResult,
@@ -138,11 +139,11 @@ def _class_labels(features: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+def file_batches(f: HfFile, chunk_rows: int, limits: Limits = Limits()) -> Iterator[pa.RecordBatch]:
     """Record batches of one file (memory-mapped for local Arrow files), each validated: an
     Arrow file's buffers are taken as they are, and an offset past its data would read
     beyond it (a corrupt batch is :class:`CorruptData` naming the file and the batch)."""
-    for j, batch in enumerate(_file_batches(f, chunk_rows)):
+    for j, batch in enumerate(_file_batches(f, chunk_rows, limits)):
         try:
             batch.validate(full=True)
         except pa.ArrowInvalid as e:
@@ -150,11 +151,13 @@ def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
         yield batch
 
 
-def _file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+def _file_batches(f: HfFile, chunk_rows: int, limits: Limits) -> Iterator[pa.RecordBatch]:
     where = f.describe()
     try:
         if f.kind == "parquet":
-            yield from bounded_batches(_parquet_opener(f), chunk_rows)
+            yield from bounded_batches(
+                _parquet_opener(f), chunk_rows, where=f"HF data file {where}", limits=limits
+            )
             return
         if not f.source.url:
             mm = pa.memory_map(str(f.source.local_path(f.name)))
@@ -177,9 +180,14 @@ def _file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
 
 
 def iter_batches(
-    files: Sequence[HfFile], opts: ImportOptions | None = None, *, threads: int | None = None
+    files: Sequence[HfFile],
+    opts: ImportOptions | None = None,
+    *,
+    threads: int | None = None,
+    limits: Limits = Limits(),
 ) -> Iterator[pa.Table]:
-    """Tables of the dataset's rows, file by file (zero-copy unless images are decoded)."""
+    """Tables of the dataset's rows, file by file (zero-copy unless images are decoded);
+    ``limits`` bound what a parquet file may make the reader hold."""
     opts = opts or ImportOptions()
     chunk_rows, images = opts.chunk_rows, opts.images
     state: dict[str, Any] = {"schema": None}
@@ -190,7 +198,7 @@ def iter_batches(
         nonlocal labels
         for f in files:
             features: dict[str, Any] | None = None
-            for j, b in enumerate(file_batches(f, chunk_rows)):
+            for j, b in enumerate(file_batches(f, chunk_rows, limits)):
                 if features is None:
                     if labels is None:  # every file has the first one's columns
                         check_rename(opts.rename, b.schema.names, f"HF file {f.describe()}")
@@ -280,20 +288,34 @@ def import_hf(
     allow_pickle: bool = False,
     rename: dict[str, str] | None = None,
     executor: Executor | None = None,
+    max_page_bytes: int = MAX_PAGE_BYTES,
+    max_row_bytes: int = MAX_ROW_BYTES,
 ) -> ImportResult:
     """Import a ``save_to_disk`` folder (``split=`` for a DatasetDict) or parquet/arrow files.
 
     A DatasetDict without ``split`` imports its only split, else ``train``.
 
+    A parquet page that decompresses to more than ``max_page_bytes`` (default 1 GiB), or a
+    row whose list columns make the reader hold more than ``max_row_bytes`` (default 1 GiB:
+    values at their width, a string at its dictionary page's size), stops the import with
+    :class:`~treadle.errors.UnsafeInput` naming the file, column and row group, before it is
+    decoded (a few KB of parquet may say either).
+
     One commit on ``branch``. ``allow_pickle`` is accepted for a uniform CLI; nothing in
     these formats is ever unpickled. ``executor=td.RayExecutor()`` stages each file as a
     Ray task and commits once here.
     """
-    return _import(paths, project, table, ImportOptions.of(locals()), split)
+    limits = Limits(max_page_bytes, max_row_bytes)
+    return _import(paths, project, table, ImportOptions.of(locals()), split, limits)
 
 
 def _import(
-    paths: Sequence[str] | str, project: Project, table: str, opts: ImportOptions, split: str | None
+    paths: Sequence[str] | str,
+    project: Project,
+    table: str,
+    opts: ImportOptions,
+    split: str | None,
+    limits: Limits = Limits(),
 ) -> ImportResult:
     files = resolve_files(paths, split, opts.source_options)
     br = opts.open_branch(project)
@@ -307,7 +329,7 @@ def _import(
     conv = opts.for_sources()
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
-        tables = iter_batches(pick(files, only), conv)
+        tables = iter_batches(pick(files, only), conv, limits=limits)
         return append_tables(tw, bar, tables), 0, sum(pick(sizes, only))
 
     return run_import(

@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.executor import Executor, pick
 from treadle.importers.images import decode_image
@@ -61,6 +61,7 @@ from treadle.importers.lerobot_meta import (
 from treadle.importers.lerobot_report import VideoCodecs
 from treadle.importers.lerobot_stats import STATS_SOURCE, read_source_stats
 from treadle.importers.parquet_bounded import check_footer
+from treadle.importers.parquet_pages import MAX_PAGE_BYTES, check_pages
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
 from treadle.plan.component import lerobot_episode
@@ -105,7 +106,10 @@ class _DataFiles:
             try:
                 rows = self.file_rows[ep.data_file]
                 check_footer(pa.BufferReader(raw), where, rows, values_per_row(self.meta))
+                check_pages(pa.BufferReader(raw), where, MAX_PAGE_BYTES)
                 table = pq.read_table(pa.BufferReader(raw))
+            except UnsafeInput:
+                raise
             except (pa.ArrowException, OSError, ValueError) as e:
                 raise CorruptData(f"{where} is corrupt: {e}") from None
             if "episode_index" not in table.column_names:

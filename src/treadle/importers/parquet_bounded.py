@@ -12,6 +12,7 @@ so memory stays bounded while the values delivered are the same.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,17 @@ import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, UnsafeInput
 from treadle.importers.arrow import DEFAULT_CHUNK_BYTES
+from treadle.importers.parquet_pages import (
+    MAX_PAGE_BYTES,
+    check_pages,
+    file_reader,
+    pages,
+    row_values,
+)
+
+#: default ``max_row_bytes``: the most one row of a parquet file's list columns may make the
+#: reader hold (its values at their width, with their levels), however few bytes store it
+MAX_ROW_BYTES = 1 << 30
 
 
 def _is_bytes(t: pa.DataType) -> bool:
@@ -32,17 +44,79 @@ def _is_bytes(t: pa.DataType) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one parquet file may make the reader hold (see :func:`bounded_batches`)."""
+
+    max_page_bytes: int = MAX_PAGE_BYTES
+    max_row_bytes: int = MAX_ROW_BYTES
+
+
 def bounded_batches(
-    open_: Any, batch_rows: int, budget: int = DEFAULT_CHUNK_BYTES
+    open_: Any,
+    batch_rows: int,
+    budget: int = DEFAULT_CHUNK_BYTES,
+    where: str = "parquet file",
+    limits: Limits = Limits(),
 ) -> Iterator[pa.RecordBatch]:
     """The record batches of a parquet file (``open_()`` gives a fresh handle to it), of at
     most ``batch_rows`` rows and, beyond one row, ``budget`` bytes of binary and string
-    values; the schema is the file's own (its metadata kept)."""
+    values; the schema is the file's own (its metadata kept).
+
+    Before anything is decoded, a page over ``limits.max_page_bytes`` is refused (from the
+    page headers), and so is a row of a list column holding more than
+    ``limits.max_row_bytes`` (its values counted from the pages' repetition levels, each
+    counted at its type's width, a string at its dictionary page's size); a row group whose
+    lists are long is read in fewer rows a batch."""
+    check_pages(open_(), where, limits.max_page_bytes)
     schema = pq.ParquetFile(open_()).schema_arrow
     names = [f.name for f in schema if _is_bytes(f.type)]
     pf = pq.ParquetFile(open_(), read_dictionary=names) if names else pq.ParquetFile(open_())
-    for batch in pf.iter_batches(batch_size=batch_rows):
-        yield from _slices(batch, schema, names, budget)
+    for g in range(pf.metadata.num_row_groups):
+        rows = _group_rows(open_, pf.metadata, g, batch_rows, budget, where, limits)
+        for batch in pf.iter_batches(batch_size=rows, row_groups=[g]):
+            yield from _slices(batch, schema, names, budget)
+
+
+def _group_rows(
+    open_: Any, meta: Any, g: int, batch_rows: int, budget: int, where: str, limits: Limits
+) -> int:
+    """Rows a batch of row group ``g``: ``batch_rows``, fewer when its lists are long."""
+    group = meta.row_group(g)
+    repeated = [
+        c for c in range(group.num_columns) if meta.schema.column(c).max_repetition_level > 0
+    ]
+    widths = {
+        c: _leaf_width(open_, group.column(c), meta.schema.column(c), where) for c in repeated
+    }
+    if sum(group.column(c).num_values * widths[c] for c in repeated) <= budget:
+        return batch_rows  # the whole row group's lists fit: no row can hold more
+    row = 0
+    for c in repeated:
+        at = f"{where}: column {group.column(c).path_in_schema!r}, row group {g}"
+        most = row_values(open_(), g, c, at)
+        row += most * widths[c]
+        if most * widths[c] > limits.max_row_bytes:
+            raise UnsafeInput(
+                f"{at}: a row holds {most:,} values, {most * widths[c]:,} bytes read, more "
+                f"than max_row_bytes={limits.max_row_bytes:,}; raise max_row_bytes if you "
+                "trust it"
+            )
+    return max(1, min(batch_rows, budget // max(row, 1)))
+
+
+def _leaf_width(open_: Any, chunk: Any, leaf: Any, where: str) -> int:
+    """Bytes the reader holds for one value of a leaf column: its width and two levels; a
+    dictionary-encoded string, its dictionary page's size (the largest a value may be)."""
+    if chunk.physical_type != "BYTE_ARRAY":
+        width = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT96": 12}.get(chunk.physical_type, 8)
+        if chunk.physical_type == "FIXED_LEN_BYTE_ARRAY":
+            width = max(1, leaf.length or 0)
+        return width + 4
+    if not chunk.has_dictionary_page:
+        return 16 + 4  # plain strings are in the pages themselves: bounded by their size
+    first = next(pages(file_reader(open_()), chunk, where), None)
+    return (first.size if first is not None and first.kind == 2 else 16) + 8
 
 
 def _slices(
@@ -122,6 +196,7 @@ def read_columns(
         if pa.types.is_nested(f.type):
             raise CorruptData(f"{where}: column {f.name!r} is {f.type}, not a single value a row")
     strings = [f.name for f in fields if _is_bytes(f.type)]
+    check_pages(pa.BufferReader(raw), where, limit, option, [f.name for f in fields])
     pf = pq.ParquetFile(pa.BufferReader(raw), read_dictionary=strings)
     rows = pf.metadata.num_rows
     fixed = rows * sum(_width(f.type) for f in fields)
