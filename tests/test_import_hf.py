@@ -210,6 +210,47 @@ def test_a_list_row_repeating_a_dictionary_value_is_refused_before_it_is_read(tm
     assert got.to_pylist() == [[value[0].as_py()] * 8] * 64
 
 
+_COMPRESSED_ROWS = """
+import sys
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# 512 distinct 1 MiB values, mostly zeros: zstd keeps a few hundred bytes of each, a page each
+vals = [i.to_bytes(8, "little") + bytes((1 << 20) - 8) for i in range(512)]
+table = pa.table({"blob": pa.array(vals, pa.binary()), "i": np.arange(512)})
+pq.write_table(table, sys.argv[1], compression="zstd", use_dictionary=False,
+               write_batch_size=1, data_page_size=1 << 16, store_schema=False)
+"""
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_values_compressed_away_are_read_a_few_rows_a_batch(tmp_path, local_root):
+    """512 distinct 1 MiB values that zstd stores in a few hundred bytes each (a 300 KB
+    file) were read as a dictionary, which grew over the row group's batches: 512 MiB at
+    once (a MemoryError under the cap). A column is read as a dictionary now only where its
+    pages hold dictionary indices, and a batch holds no more pages than 32 MiB decompress to
+    (each page's size, from its header); the values read are the same."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "zeros.parquet"
+    subprocess.run([sys.executable, "-c", _COMPRESSED_ROWS, str(path)], check=True, timeout=300)
+    assert path.stat().st_size < 1 << 20
+    call = (
+        "from treadle.importers.hf import iter_batches, resolve_files\n"
+        "    i = 0\n"
+        f"    for t in iter_batches(resolve_files({str(path)!r})):\n"
+        "        for b in t.column('blob').to_pylist():\n"
+        "            assert len(b) == 1 << 20 and b[:8] == i.to_bytes(8, 'little'), i\n"
+        "            i += 1\n"
+        "    assert i == 512, i"
+    )
+    out = run_memory_capped(call, local_root, tmp_path, headroom=384 << 20)
+    assert out["error"] is None, out
+    assert out["rss_growth"] < 192 << 20, out
+
+
 def test_a_page_over_max_page_bytes_is_refused_from_its_header(tmp_path, client):
     """A parquet page states the size it decompresses to (up to 2 GiB, allocated whole by
     the reader; a few KB of zstd may say it): one over ``max_page_bytes`` (default 1 GiB)

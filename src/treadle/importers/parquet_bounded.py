@@ -26,6 +26,7 @@ from treadle.importers.parquet_pages import (
     MAX_PAGE_BYTES,
     check_pages,
     file_reader,
+    page_spans,
     pages,
     row_values,
 )
@@ -69,13 +70,28 @@ def bounded_batches(
     counted at its type's width, a string at its dictionary page's size); a row group whose
     lists are long is read in fewer rows a batch."""
     check_pages(open_(), where, limits.max_page_bytes)
-    schema = pq.ParquetFile(open_()).schema_arrow
+    file = pq.ParquetFile(open_())
+    schema, meta = file.schema_arrow, file.metadata
     names = [f.name for f in schema if _is_bytes(f.type)]
-    pf = pq.ParquetFile(open_(), read_dictionary=names) if names else pq.ParquetFile(open_())
-    for g in range(pf.metadata.num_row_groups):
-        rows = _group_rows(open_, pf.metadata, g, batch_rows, budget, where, limits)
+    for g in range(meta.num_row_groups):
+        # only a chunk whose pages all hold dictionary indices: pyarrow's dictionary of
+        # plain values grows over the row group's batches (its distinct values, all held)
+        indexed = [n for n in names if _indexed(open_, meta, g, n, where)]
+        pf = pq.ParquetFile(open_(), read_dictionary=indexed) if indexed else file
+        rows = _group_rows(open_, meta, g, batch_rows, budget, where, limits)
+        rows = _plain_rows(open_, meta, g, rows, budget, where, set(indexed))
         for batch in pf.iter_batches(batch_size=rows, row_groups=[g]):
             yield from _slices(batch, schema, names, budget)
+
+
+def _indexed(open_: Any, meta: Any, g: int, name: str, where: str) -> bool:
+    """Whether top-level column ``name`` holds only dictionary indices in row group ``g``."""
+    c = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == name)
+    chunk = meta.row_group(g).column(c)
+    if not chunk.has_dictionary_page:
+        return False
+    at = f"{where}: column {name!r}, row group {g}"
+    return bool(page_spans(file_reader(open_()), chunk, at)[2].all())
 
 
 def _group_rows(
@@ -103,6 +119,48 @@ def _group_rows(
                 "trust it"
             )
     return max(1, min(batch_rows, budget // max(row, 1)))
+
+
+def _plain_rows(
+    open_: Any, meta: Any, g: int, rows: int, budget: int, where: str, strings: set[str]
+) -> int:
+    """``rows`` or fewer, so that no batch of row group ``g`` decodes more than ``budget``
+    bytes (one row at least) from the pages of its columns that are not repeated.
+
+    A page states what it decompresses to, and a page of a column that is not repeated holds
+    one value a row: a batch holds at most the pages it overlaps (values compressed away,
+    a few bytes of zstd a 1 MB value, are counted at their size). A page of dictionary
+    indices counts its rows at the value's width (a string column is read as a dictionary
+    and cut by its values' sizes after)."""
+    group = meta.row_group(g)
+    read = file_reader(open_())
+    spans = []
+    for c in range(group.num_columns):
+        leaf, chunk = meta.schema.column(c), group.column(c)
+        if leaf.max_repetition_level > 0:
+            continue
+        at = f"{where}: column {chunk.path_in_schema!r}, row group {g}"
+        counts, sizes, indexed = page_spans(read, chunk, at)
+        width = 4 if chunk.path_in_schema in strings else _leaf_width(open_, chunk, leaf, at)
+        sizes = np.where(indexed, counts * width, sizes + counts * 2)
+        spans.append(
+            (np.concatenate([[0], np.cumsum(counts)]), np.concatenate([[0], np.cumsum(sizes)]))
+        )
+    # the most any window of ``rows`` rows overlaps is reached by one starting on a page's
+    # last row (moving a start right only drops a page there): those starts are enough,
+    # however many rows the footer claims
+    starts = np.unique(np.concatenate([[0]] + [b[1:] - 1 for b, _ in spans]))
+    starts = starts[(starts >= 0) & (starts < group.num_rows)]
+    while rows > 1:
+        total = np.zeros(len(starts), np.int64)
+        for bounds, cum in spans:
+            lo = np.searchsorted(bounds, starts, side="right") - 1
+            hi = np.searchsorted(bounds, starts + rows, side="left")
+            total += cum[np.minimum(hi, len(cum) - 1)] - cum[np.clip(lo, 0, len(cum) - 1)]
+        if total.max(initial=0) <= budget:
+            break
+        rows //= 2
+    return rows
 
 
 def _leaf_width(open_: Any, chunk: Any, leaf: Any, where: str) -> int:

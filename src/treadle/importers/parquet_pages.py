@@ -294,3 +294,23 @@ def row_values(handle: Any, row_group: int, column: int, where: str) -> int:
                 most = max(most, int(np.diff(starts).max()))
             cur = len(run) - int(starts[-1])
     return max(most, cur)
+
+
+_DICTIONARY_ENCODINGS = (2, 8)  # PLAIN_DICTIONARY, RLE_DICTIONARY
+
+
+def page_spans(read: Read, chunk: Any, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each data page of a column chunk: its values (rows, in a column that is not
+    repeated), the bytes it decompresses to, and whether it holds dictionary indices."""
+    counts, sizes, indexed = [], [], []
+    for p in pages(read, chunk, where):
+        head = p.header.get(5) if p.kind == _DATA_PAGE else p.header.get(8)
+        if p.kind not in (_DATA_PAGE, _DATA_PAGE_V2) or not isinstance(head, dict):
+            continue
+        count, enc = head.get(1), head.get(2 if p.kind == _DATA_PAGE else 4)
+        if not isinstance(count, int) or count < 0:
+            raise CorruptData(f"{where}: a data page has no value count")
+        counts.append(count)
+        sizes.append(p.size)
+        indexed.append(enc in _DICTIONARY_ENCODINGS)
+    return np.array(counts, np.int64), np.array(sizes, np.int64), np.array(indexed, bool)
