@@ -9,7 +9,7 @@ import pytest
 
 from importer_fixtures import make_hf, nothing_committed, run_memory_capped
 from treadle.catalog import Client
-from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers import hf as import_hf
 from treadle.table.tensors import to_numpy
 
@@ -142,6 +142,139 @@ def test_a_dictionary_value_repeated_on_many_rows_is_read_in_bounded_memory(tmp_
     assert got.schema.field("blob").type == pa.binary()
     assert got.column("i").to_pylist() == list(range(rows))
     assert all(v == value for v in got.column("blob").to_pylist())
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_decoded_images_are_decoded_a_budget_at_a_time(tmp_path, local_root):
+    """120 black 2000x2000 PNGs (a few KB each, 12 MB each decoded) in one parquet file were
+    decoded in one batch (its encoded bytes are small) and stacked: 2.9 GB at once (an error
+    under the cap). Batches are now cut by decoded bytes (read from each image's header) and
+    at most ``IN_FLIGHT_BYTES`` of them decode at once; the pixels stored are the same."""
+    from PIL import Image
+
+    feats = datasets.Features({"img": datasets.Image(), "i": datasets.Value("int64")})
+    black = Image.new("RGB", (2000, 2000))
+    ds = datasets.Dataset.from_dict({"img": [black] * 120, "i": list(range(120))}, feats)
+    path = tmp_path / "black.parquet"
+    ds.to_parquet(str(path))
+    assert path.stat().st_size < 4 << 20
+    call = ("import treadle.importers.hf as h; h.IN_FLIGHT_BYTES = 48 << 20; "
+            f"td.importers.hf({str(path)!r}, client.project('p'), 't', "
+            "images='decoded', progress=False)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=1 << 30)
+    assert out["error"] is None, out
+    assert out["rss_growth"] < 768 << 20, out
+    t = Client(local_root).project("p").branch("main").table("t").pin()
+    assert t.to_arrow(["i"]).column("i").to_pylist() == list(range(120))
+    last = to_numpy(t.to_arrow(["img"]).column("img"), t.schema.field("img"))[-1]
+    assert last.shape == (2000, 2000, 3) and not last.any()
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_a_list_row_repeating_a_dictionary_value_is_refused_before_it_is_read(tmp_path, local_root):
+    """A parquet row whose list holds 4,096 indices of one 1 MiB dictionary value (a few KB
+    on disk) was read as 4 GiB of binary values (a MemoryError under the cap). Its values
+    are counted from the pages' repetition levels first: past ``max_row_bytes`` (default
+    1 GiB) it is refused, naming the file, column and row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from treadle.importers.parquet_bounded import MAX_ROW_BYTES
+
+    assert MAX_ROW_BYTES == 1 << 30  # as documented
+    n = 1 << 12
+    value = pa.array([b"\x01" * (1 << 20)])
+    tags = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n + 2, np.int32)), value)
+    lists = pa.ListArray.from_arrays(pa.array([0, n, n + 1, n + 2], pa.int32()), tags)
+    path = tmp_path / "lists.parquet"
+    pq.write_table(pa.table({"tags": lists, "i": [0, 1, 2]}), path, store_schema=False)
+    assert path.stat().st_size < 64 << 10
+    call = f"td.importers.hf({str(path)!r}, client.project('p'), 't', progress=False)"
+    out = run_memory_capped(call, local_root, tmp_path, headroom=512 << 20)
+    assert out["error"] == "UnsafeInput", out
+    assert (
+        "lists.parquet: column 'tags.list.element', row group 0: a row holds 4,096 values"
+        in (out["message"])
+    ), out
+    assert "max_row_bytes=1,073,741,824" in out["message"], out
+    assert out["rss_growth"] < 128 << 20, out
+    # rows of 8 such values are under a lower bound: read a few rows a batch, values the same
+    lists = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 8 * 65, 8), pa.int32()),
+        tags[:1].take(pa.array(np.zeros(8 * 64, np.int32))),
+    )
+    pq.write_table(pa.table({"tags": lists}), path, store_schema=False)
+    client = Client(local_root)
+    import_hf(str(path), client.project("q"), "t", progress=False)
+    got = client.project("q").branch("main").table("t").pin().to_arrow(["tags"]).column("tags")
+    assert got.to_pylist() == [[value[0].as_py()] * 8] * 64
+
+
+_COMPRESSED_ROWS = """
+import sys
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# 512 distinct 1 MiB values, mostly zeros: zstd keeps a few hundred bytes of each, a page each
+vals = [i.to_bytes(8, "little") + bytes((1 << 20) - 8) for i in range(512)]
+table = pa.table({"blob": pa.array(vals, pa.binary()), "i": np.arange(512)})
+pq.write_table(table, sys.argv[1], compression="zstd", use_dictionary=False,
+               write_batch_size=1, data_page_size=1 << 16, store_schema=False)
+"""
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_values_compressed_away_are_read_a_few_rows_a_batch(tmp_path, local_root):
+    """512 distinct 1 MiB values that zstd stores in a few hundred bytes each (a 300 KB
+    file) were read as a dictionary, which grew over the row group's batches: 512 MiB at
+    once (a MemoryError under the cap). A column is read as a dictionary now only where its
+    pages hold dictionary indices, and a batch holds no more pages than 32 MiB decompress to
+    (each page's size, from its header); the values read are the same."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "zeros.parquet"
+    subprocess.run([sys.executable, "-c", _COMPRESSED_ROWS, str(path)], check=True, timeout=300)
+    assert path.stat().st_size < 1 << 20
+    call = (
+        "from treadle.importers.hf import iter_batches, resolve_files\n"
+        "    i = 0\n"
+        f"    for t in iter_batches(resolve_files({str(path)!r})):\n"
+        "        for b in t.column('blob').to_pylist():\n"
+        "            assert len(b) == 1 << 20 and b[:8] == i.to_bytes(8, 'little'), i\n"
+        "            i += 1\n"
+        "    assert i == 512, i"
+    )
+    out = run_memory_capped(call, local_root, tmp_path, headroom=384 << 20)
+    assert out["error"] is None, out
+    assert out["rss_growth"] < 192 << 20, out
+
+
+def test_a_page_over_max_page_bytes_is_refused_from_its_header(tmp_path, client):
+    """A parquet page states the size it decompresses to (up to 2 GiB, allocated whole by
+    the reader; a few KB of zstd may say it): one over ``max_page_bytes`` (default 1 GiB)
+    is refused from its header, naming the file, column and row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from treadle.importers.parquet_pages import MAX_PAGE_BYTES
+
+    assert MAX_PAGE_BYTES == 1 << 30  # as documented
+    path = tmp_path / "page.parquet"
+    table = pa.table({"blob": [bytes(8 << 20)], "i": [1]})
+    pq.write_table(table, path, compression="zstd", use_dictionary=False)
+    assert path.stat().st_size < 64 << 10
+    with pytest.raises(
+        UnsafeInput,
+        match=r"page.parquet: column 'blob', row group 0: a page of 8,388,6\d\d bytes "
+        r"\(uncompressed\), more than max_page_bytes=4,194,304",
+    ):
+        import_hf(str(path), client.project("p"), "t", max_page_bytes=4 << 20, progress=False)
+    assert nothing_committed(client.project("p"))
+    import_hf(str(path), client.project("p"), "t", progress=False)  # under the default
+    t = client.project("p").branch("main").table("t").pin()
+    assert t.to_arrow(["blob"]).column("blob").to_pylist() == [bytes(8 << 20)]
 
 
 def test_files_with_different_columns(tmp_path, client):

@@ -23,7 +23,7 @@ from importer_fixtures import (
 )
 from treadle.catalog import Client
 from treadle.errors import AlreadyExists, CorruptData, NotFound
-from treadle.importers import UnsupportedFormat
+from treadle.importers import UnsafeInput, UnsupportedFormat
 from treadle.importers import lerobot as import_lerobot
 from treadle.table.tensors import to_numpy
 
@@ -245,6 +245,95 @@ def test_a_data_file_holding_more_than_its_episodes_is_refused_from_its_footer(
     pq.write_table(more, data)
     client = Client(str(tmp_path / "other"), create=True)
     with pytest.raises(CorruptData, match=r"file-000.parquet holds 14 rows; its episodes have 8"):
+        import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
+    assert nothing_committed(client.project("p"))
+
+
+_META_LIST_ROW = """
+import sys
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+path = sys.argv[1]
+t = pq.read_table(path)
+n = 1 << 25  # float64s in the first row, run-length encoded: a few KB on disk
+offsets = pa.array([0, n] + [n] * (t.num_rows - 1), pa.int32())
+col = pa.ListArray.from_arrays(offsets, pa.array(np.zeros(n)))
+pq.write_table(t.append_column("stats/observation.state/mean", col), path, compression="zstd")
+"""
+
+_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_episodes_meta_is_read_only_for_its_columns(tmp_path, local_root):
+    """meta/episodes parquet files were read whole: a per-episode stats list of 2**25
+    float64s (256 MB, a few KB on disk) in one row was read with the rest (a MemoryError
+    under the cap). Only the columns the importer uses are read now."""
+    make_lerobot_v3(tmp_path / "ds", lengths=(4, 4))
+    episodes = tmp_path / "ds" / _EPISODES
+    subprocess.run([sys.executable, "-c", _META_LIST_ROW, str(episodes)], check=True, timeout=300)
+    assert episodes.stat().st_size < 1 << 20
+    call = (
+        f"td.importers.lerobot({str(tmp_path / 'ds')!r}, client.project('p'), 't', progress=False)"
+    )
+    out = run_memory_capped(call, local_root, tmp_path, headroom=192 << 20)
+    assert out["error"] is None, out
+    assert out["rss_growth"] < 128 << 20, out
+    t = Client(local_root).project("p").branch("main").table("t").pin()
+    assert t.to_arrow(["frame"]).num_rows == 8
+
+
+@pytest.mark.slow  # a memory-capped subprocess
+def test_a_task_repeated_by_its_dictionary_is_refused_before_it_is_decoded(tmp_path, local_root):
+    """meta/tasks.parquet was read whole: a 1 MiB task on 4,096 rows by its dictionary (a few
+    KB on disk) became 4 GiB of strings. Its decoded bytes are counted from the dictionary
+    first, and past ``max_meta_bytes`` (default 256 MiB) it is refused, naming the file."""
+    from treadle.importers.lerobot_meta import MAX_META_BYTES
+
+    assert MAX_META_BYTES == 256 << 20  # as documented
+    make_lerobot_v3(tmp_path / "ds", lengths=(4, 4))
+    rows, task = 4096, "x" * (1 << 20)
+    col = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([task]))
+    tasks = pa.table({"task_index": pa.array(range(rows), pa.int64()), "task": col})
+    pq.write_table(tasks, tmp_path / "ds/meta/tasks.parquet", store_schema=False)
+    call = (
+        f"td.importers.lerobot({str(tmp_path / 'ds')!r}, client.project('p'), 't', progress=False)"
+    )
+    out = run_memory_capped(call, local_root, tmp_path, headroom=512 << 20)
+    assert out["error"] == "UnsafeInput", out
+    assert "meta/tasks.parquet" in out["message"] and "'task'" in out["message"], out
+    assert "4,294,967,296 bytes" in out["message"] and "max_meta_bytes" in out["message"], out
+    assert out["rss_growth"] < 128 << 20, out
+
+
+def test_meta_json_files_over_max_meta_bytes_are_refused_before_parsing(tmp_path, client):
+    """meta/stats.json (and info.json, the JSON-lines files) are parsed whole: one over
+    ``max_meta_bytes`` is refused from its size, naming it."""
+    make_lerobot_v3(tmp_path / "ds", lengths=(4, 4))
+    stats = {"observation.state": {"mean": [0.0] * 400_000}}
+    (tmp_path / "ds/meta/stats.json").write_text(json.dumps(stats))
+    with pytest.raises(UnsafeInput, match=r"meta/stats.json has [\d,]+ bytes.*max_meta_bytes="):
+        import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", max_meta_bytes=1 << 20)
+    with pytest.raises(UnsafeInput, match=r"meta/info.json has [\d,]+ bytes.*max_meta_bytes="):
+        import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", max_meta_bytes=1 << 10)
+    assert nothing_committed(client.project("p"))
+
+
+def test_a_data_file_page_over_the_bound_is_refused_from_its_header(tmp_path, client, monkeypatch):
+    """A data file's page states the size it decompresses to (up to 2 GiB, allocated whole
+    by the reader): one over ``MAX_PAGE_BYTES`` (1 GiB; lowered here) is refused from its
+    header, naming the file and the column."""
+    import treadle.importers.lerobot_import as li
+
+    make_lerobot_v3(tmp_path / "ds", lengths=(4, 4))
+    data = tmp_path / "ds" / _DATA
+    t = pq.read_table(data)
+    blob = pa.array([bytes(4 << 20)] * t.num_rows, pa.binary())
+    pq.write_table(t.append_column("blob", blob), data, compression="zstd", use_dictionary=False)
+    monkeypatch.setattr(li, "MAX_PAGE_BYTES", 1 << 20)
+    with pytest.raises(UnsafeInput, match=r"file-000.parquet: column 'blob', row group 0: a page"):
         import_lerobot(str(tmp_path / "ds"), client.project("p"), "t", progress=False)
     assert nothing_committed(client.project("p"))
 

@@ -257,6 +257,31 @@ def test_gz_shard_bomb_stops_under_a_memory_cap(tmp_path, local_root):
         import_mds(folder, Client(local_root).project("p"), "t", max_shard_bytes=32 << 20)
 
 
+@pytest.mark.slow  # a memory-capped subprocess
+def test_decoded_images_are_decoded_a_budget_at_a_time(tmp_path, local_root):
+    """120 black 2000x2000 PNGs (a few KB each, 12 MB each decoded) in one shard were decoded
+    a 1,024-sample chunk at a time: 1.4 GB of pixels at once (a MemoryError under the cap).
+    Chunks are now cut by decoded bytes (read from each image's header) and at most
+    ``IN_FLIGHT_BYTES`` of them decode at once; the pixels stored are the same."""
+    from PIL import Image
+
+    folder = tmp_path / "black"
+    with streaming.MDSWriter(out=str(folder), columns={"img": "png", "i": "int"}) as w:
+        for i in range(120):
+            w.write({"img": Image.new("RGB", (2000, 2000)), "i": i})
+    assert sum(f.stat().st_size for f in folder.iterdir()) < 4 << 20
+    call = ("import treadle.importers.mds as m; m.IN_FLIGHT_BYTES = 48 << 20; "
+            f"td.importers.mds({str(folder)!r}, client.project('p'), 't', "
+            "images='decoded', progress=False)")  # fmt: skip
+    out = run_memory_capped(call, local_root, tmp_path, headroom=1 << 30)
+    assert out["error"] is None, out
+    assert out["rss_growth"] < 768 << 20, out
+    t = Client(local_root).project("p").branch("main").table("t").pin()
+    assert t.to_arrow(["i"]).column("i").to_pylist() == list(range(120))
+    last = _column(t, "img")[-1]
+    assert last.shape == (2000, 2000, 3) and not last.any()
+
+
 def test_a_streaming_datasets_leftovers_are_removed(tmp_path):
     """A ``StreamingDataset`` leaves ``/tmp/<prefix>_cache_filelock`` (and the barrier's) and,
     where its process ends unclean, its shared memory in /dev/shm: every module's teardown

@@ -100,6 +100,43 @@ def _add_format(sub: Any, fmt: str, h: str) -> None:
 ROBOT_FORMATS = ("hdf5", "zarr", "ros2")
 
 
+def _add_hf_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--split",
+        default=None,
+        help="split of a DatasetDict (default: its only split, else train)",
+    )
+    sp.add_argument(
+        "--max-page-bytes",
+        type=byte_count,
+        default=None,
+        help="the largest parquet page read, uncompressed (default 1G)",
+    )
+    sp.add_argument(
+        "--max-row-bytes",
+        type=byte_count,
+        default=None,
+        help="the most a parquet row's list columns may make the reader hold (default 1G)",
+    )
+
+
+def _add_lerobot_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--tolerance-s",
+        type=float_at_least(0),
+        default=1e-4,
+        help="largest gap in seconds between a frame's timestamp and its video "
+        "frame's (>= 0; default 1e-4)",
+    )
+    sp.add_argument(
+        "--max-meta-bytes",
+        type=byte_count,
+        default=None,
+        help="the largest meta/ JSON file read (each is parsed whole), and the most a "
+        "metadata parquet file's columns used may decode to (default 256M)",
+    )
+
+
 def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     """The options only some formats take."""
     if fmt == "ros2":
@@ -111,11 +148,7 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
     if fmt == "hdf5":
         sp.add_argument("--next-obs", action="store_true", help="also import next_obs/*")
     if fmt == "hf":
-        sp.add_argument(
-            "--split",
-            default=None,
-            help="split of a DatasetDict (default: its only split, else train)",
-        )
+        _add_hf_options(sp)
     if fmt == "rlds":
         sp.add_argument("--split", default="train", help="the split (default train)")
         sp.add_argument(
@@ -132,13 +165,7 @@ def _add_format_options(sp: argparse.ArgumentParser, fmt: str) -> None:
             "TFDS does (TF's default fast IDCT, the pixels tf.data pipelines trained on)",
         )
     if fmt == "lerobot":
-        sp.add_argument(
-            "--tolerance-s",
-            type=float_at_least(0),
-            default=1e-4,
-            help="largest gap in seconds between a frame's timestamp and its video "
-            "frame's (>= 0; default 1e-4)",
-        )
+        _add_lerobot_options(sp)
     if fmt in ("webdataset", "mds"):
         sp.add_argument(
             "--json-as",
@@ -239,7 +266,14 @@ def run(args: argparse.Namespace) -> int:
         "allow_pickle": args.allow_pickle,
         "progress": False if args.no_progress or getattr(args, "quiet", False) else None,
     }
-    for opt in ("max_shard_bytes", "max_member_bytes", "json_as"):
+    for opt in (
+        "max_shard_bytes",
+        "max_member_bytes",
+        "max_meta_bytes",
+        "max_page_bytes",
+        "max_row_bytes",
+        "json_as",
+    ):
         if getattr(args, opt, None) is not None:
             common[opt] = getattr(args, opt)
     if args.format in ("mds", "lerobot", "rlds", *ROBOT_FORMATS) and len(args.src) != 1:

@@ -25,6 +25,9 @@ _COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 DEFAULT_CHUNK_ROWS = 1024
 #: bytes per appended chunk, whichever limit comes first
 DEFAULT_CHUNK_BYTES = 32 << 20
+#: the most decoded bytes (images counted as their pixels) an importer decodes at once,
+#: beyond one chunk
+IN_FLIGHT_BYTES = 512 << 20
 #: the end of an error about a JSON value that does not fit its column's type
 JSON_HINT = "; import with json_as='text' (--json-as text) to store this JSON as its text"
 

@@ -8,7 +8,9 @@ Arrow files are memory-mapped and their record batches go to the table as they a
 
 - ``Image`` features (``struct<bytes, path>``): ``images="encoded"`` keeps the encoded
   bytes as a ``large_binary`` column, ``images="decoded"`` stores ``uint8 [H, W, 3]``
-  tensors (one shape per column), decoded on a thread pool.
+  tensors (one shape per column), decoded on a thread pool: batches are cut at 32 MiB of
+  pixels (each image counted from its header) and at most ``IN_FLIGHT_BYTES`` (512 MiB)
+  decode at once; Pillow's own limit (``PIL.Image.MAX_IMAGE_PIXELS``) bounds one image.
 - Arrow extension types (``Array2D``...) are stored as their storage type.
 
 The Hugging Face schema metadata is dropped (the table has its own).
@@ -21,15 +23,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from treadle.errors import CorruptData, NotFound, SchemaMismatch
-from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, check_rename, column_name
+from treadle.importers.arrow import DEFAULT_CHUNK_ROWS, IN_FLIGHT_BYTES, check_rename
 from treadle.importers.executor import Executor, pick
-from treadle.importers.images import decode_image
-from treadle.importers.parquet_bounded import bounded_batches
+from treadle.importers.hf_convert import convert_batch, pixel_slices
+from treadle.importers.parquet_bounded import MAX_ROW_BYTES, Limits, bounded_batches
+from treadle.importers.parquet_pages import MAX_PAGE_BYTES
 from treadle.importers.run import (
     ImportOptions,
     ImportResult,
@@ -41,7 +43,6 @@ from treadle.importers.run import (
 from treadle.importers.sources import Source, SourceFile, identities, split_url
 from treadle.read.prefetch import ordered_map
 from treadle.table.casts import exact_cast
-from treadle.table.tensors import flat_tensor, tensor_column
 
 if TYPE_CHECKING:
     from treadle.catalog.client import Project
@@ -138,33 +139,11 @@ def _class_labels(features: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _is_image(feature: Any, typ: pa.DataType) -> bool:
-    return (
-        isinstance(feature, dict)
-        and feature.get("_type") == "Image"
-        and pa.types.is_struct(typ)
-        and typ.get_field_index("bytes") >= 0
-    )
-
-
-_ARRAY_TYPES = ("Array2D", "Array3D", "Array4D", "Array5D")
-
-
-def _array_shape(feature: Any) -> tuple[int, ...] | None:
-    """The fixed shape of an ``ArrayND`` feature (its first dimension fixed too), else None."""
-    if not isinstance(feature, dict) or feature.get("_type") not in _ARRAY_TYPES:
-        return None
-    shape = feature.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape):
-        return None  # a dynamic first dimension (None) is a ragged list: refused at plan time
-    return tuple(shape)
-
-
-def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+def file_batches(f: HfFile, chunk_rows: int, limits: Limits = Limits()) -> Iterator[pa.RecordBatch]:
     """Record batches of one file (memory-mapped for local Arrow files), each validated: an
     Arrow file's buffers are taken as they are, and an offset past its data would read
     beyond it (a corrupt batch is :class:`CorruptData` naming the file and the batch)."""
-    for j, batch in enumerate(_file_batches(f, chunk_rows)):
+    for j, batch in enumerate(_file_batches(f, chunk_rows, limits)):
         try:
             batch.validate(full=True)
         except pa.ArrowInvalid as e:
@@ -172,11 +151,13 @@ def file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
         yield batch
 
 
-def _file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+def _file_batches(f: HfFile, chunk_rows: int, limits: Limits) -> Iterator[pa.RecordBatch]:
     where = f.describe()
     try:
         if f.kind == "parquet":
-            yield from bounded_batches(_parquet_opener(f), chunk_rows)
+            yield from bounded_batches(
+                _parquet_opener(f), chunk_rows, where=f"HF data file {where}", limits=limits
+            )
             return
         if not f.source.url:
             mm = pa.memory_map(str(f.source.local_path(f.name)))
@@ -198,78 +179,26 @@ def _file_batches(f: HfFile, chunk_rows: int) -> Iterator[pa.RecordBatch]:
         raise CorruptData(f"HF data file {where} is corrupt or truncated: {e}") from None
 
 
-def convert_batch(
-    batch: pa.RecordBatch,
-    features: dict[str, Any],
-    images: str,
-    where: str,
-    rename: dict[str, str] | None = None,
-) -> pa.Table:
-    """One source batch -> a table batch (image columns mapped, extension types unwrapped)."""
-    fields, arrays = [], []
-    for i, field in enumerate(batch.schema):
-        name = column_name(field.name, where, rename)
-        col = batch.column(i)
-        shape = _array_shape(features.get(field.name))
-        if shape is not None:
-            # datasets stores ArrayND as variable-size lists (an extension type only where
-            # datasets is imported), the shape in its metadata: every row is checked
-            storage = col.storage if isinstance(col.type, pa.ExtensionType) else col
-            try:
-                f, a = flat_tensor(name, storage, shape)
-            except SchemaMismatch as e:
-                raise SchemaMismatch(f"{where}: {e}") from None
-            fields.append(f)
-            arrays.append(a)
-            continue
-        if isinstance(col.type, pa.ExtensionType):
-            col = col.storage
-        if _is_image(features.get(field.name), col.type):
-            raw = col.field("bytes")
-            if raw.null_count:
-                bad = next(j for j in range(len(raw)) if not raw[j].is_valid)
-                raise SchemaMismatch(
-                    f"{where}, row {bad}: image column {name!r} has no embedded bytes "
-                    "(only a path); save the dataset with embedded images"
-                )
-            if images == "decoded":
-                frames = [
-                    decode_image(b.as_py(), "", f"{where}, row {j}, column {name!r}")
-                    for j, b in enumerate(raw)
-                ]
-                shapes = {a.shape for a in frames}
-                if len(shapes) > 1:
-                    raise SchemaMismatch(
-                        f"{where}: image column {name!r} has several shapes {sorted(shapes)}; "
-                        "use images='encoded'"
-                    )
-                f, a = tensor_column(name, np.stack(frames))
-                fields.append(f)
-                arrays.append(a)
-            else:
-                fields.append(pa.field(name, pa.large_binary()))
-                arrays.append(raw.cast(pa.large_binary()))
-            continue
-        fields.append(pa.field(name, col.type))
-        arrays.append(col)
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
 def iter_batches(
-    files: Sequence[HfFile], opts: ImportOptions | None = None, *, threads: int | None = None
+    files: Sequence[HfFile],
+    opts: ImportOptions | None = None,
+    *,
+    threads: int | None = None,
+    limits: Limits = Limits(),
 ) -> Iterator[pa.Table]:
-    """Tables of the dataset's rows, file by file (zero-copy unless images are decoded)."""
+    """Tables of the dataset's rows, file by file (zero-copy unless images are decoded);
+    ``limits`` bound what a parquet file may make the reader hold."""
     opts = opts or ImportOptions()
     chunk_rows, images = opts.chunk_rows, opts.images
     state: dict[str, Any] = {"schema": None}
 
     labels: dict[str, Any] | None = None  # the first file's ClassLabel names per field
 
-    def batches() -> Iterator[tuple[pa.RecordBatch, dict[str, Any], str]]:
+    def batches() -> Iterator[tuple[pa.RecordBatch, dict[str, Any], str, int]]:
         nonlocal labels
         for f in files:
             features: dict[str, Any] | None = None
-            for j, b in enumerate(file_batches(f, chunk_rows)):
+            for j, b in enumerate(file_batches(f, chunk_rows, limits)):
                 if features is None:
                     if labels is None:  # every file has the first one's columns
                         check_rename(opts.rename, b.schema.names, f"HF file {f.describe()}")
@@ -285,36 +214,48 @@ def iter_batches(
                                 f"{mine[col]}, earlier files {labels[col]}: its integers mean "
                                 "other classes"
                             )
-                yield b, features, f"HF file {f.describe()}, batch {j}"
+                where = f"HF file {f.describe()}, batch {j}"
+                if images != "decoded":
+                    yield b, features, where, 0
+                    continue
+                for start, piece, size in pixel_slices(b, features):
+                    yield piece, features, f"{where}{f' from row {start}' if start else ''}", size
 
-    def conv(item: tuple[pa.RecordBatch, dict[str, Any], str]) -> tuple[pa.Table, str]:
-        b, features, where = item
+    def conv(item: tuple[pa.RecordBatch, dict[str, Any], str, int]) -> tuple[pa.Table, str]:
+        b, features, where, _ = item
         return convert_batch(b, features, images, where, opts.rename), where
 
     for table, where in ordered_map(
-        conv, batches(), threads if images == "decoded" else 1, leave_running=True
+        conv,
+        batches(),
+        threads if images == "decoded" else 1,
+        weight=lambda item: item[3],
+        budget=IN_FLIGHT_BYTES,
+        leave_running=True,
     ):
         if state["schema"] is None:
             state["schema"] = table.schema
         elif not table.schema.equals(state["schema"]):
-            have = state["schema"]
-            if table.schema.names != have.names:
-                raise SchemaMismatch(
-                    f"{where}: columns {table.schema} differ from earlier files' {have}"
-                )
-            table = pa.Table.from_arrays(
-                [
-                    exact_cast(
-                        table.column(f.name),
-                        f.type,
-                        f"{where}: field {f.name}",
-                        f" (the column type of earlier files is {f.type})",
-                    )
-                    for f in have
-                ],
-                schema=have,
-            )
+            table = _conform(table, state["schema"], where)
         yield table
+
+
+def _conform(table: pa.Table, have: pa.Schema, where: str) -> pa.Table:
+    """``table`` in the earlier files' schema ``have``, its values unchanged, else an error."""
+    if table.schema.names != have.names:
+        raise SchemaMismatch(f"{where}: columns {table.schema} differ from earlier files' {have}")
+    return pa.Table.from_arrays(
+        [
+            exact_cast(
+                table.column(f.name),
+                f.type,
+                f"{where}: field {f.name}",
+                f" (the column type of earlier files is {f.type})",
+            )
+            for f in have
+        ],
+        schema=have,
+    )
 
 
 def _parquet_handle(f: HfFile) -> Any:
@@ -347,20 +288,34 @@ def import_hf(
     allow_pickle: bool = False,
     rename: dict[str, str] | None = None,
     executor: Executor | None = None,
+    max_page_bytes: int = MAX_PAGE_BYTES,
+    max_row_bytes: int = MAX_ROW_BYTES,
 ) -> ImportResult:
     """Import a ``save_to_disk`` folder (``split=`` for a DatasetDict) or parquet/arrow files.
 
     A DatasetDict without ``split`` imports its only split, else ``train``.
 
+    A parquet page that decompresses to more than ``max_page_bytes`` (default 1 GiB), or a
+    row whose list columns make the reader hold more than ``max_row_bytes`` (default 1 GiB:
+    values at their width, a string at its dictionary page's size), stops the import with
+    :class:`~treadle.errors.UnsafeInput` naming the file, column and row group, before it is
+    decoded (a few KB of parquet may say either).
+
     One commit on ``branch``. ``allow_pickle`` is accepted for a uniform CLI; nothing in
     these formats is ever unpickled. ``executor=td.RayExecutor()`` stages each file as a
     Ray task and commits once here.
     """
-    return _import(paths, project, table, ImportOptions.of(locals()), split)
+    limits = Limits(max_page_bytes, max_row_bytes)
+    return _import(paths, project, table, ImportOptions.of(locals()), split, limits)
 
 
 def _import(
-    paths: Sequence[str] | str, project: Project, table: str, opts: ImportOptions, split: str | None
+    paths: Sequence[str] | str,
+    project: Project,
+    table: str,
+    opts: ImportOptions,
+    split: str | None,
+    limits: Limits = Limits(),
 ) -> ImportResult:
     files = resolve_files(paths, split, opts.source_options)
     br = opts.open_branch(project)
@@ -374,7 +329,7 @@ def _import(
     conv = opts.for_sources()
 
     def write(tw: Any, bar: Progress, only: Sequence[int] | None = None) -> tuple[int, int, int]:
-        tables = iter_batches(pick(files, only), conv)
+        tables = iter_batches(pick(files, only), conv, limits=limits)
         return append_tables(tw, bar, tables), 0, sum(pick(sizes, only))
 
     return run_import(

@@ -46,6 +46,8 @@ def decode_image(data: bytes, ext: str, where: str) -> np.ndarray:
             img = Image.open(io.BytesIO(bytes(data)), formats=PIL_FORMATS)
             img = img.convert("L" if img.mode in ("L", "1") else "RGB")
             return np.asarray(img)
+        except MemoryError:
+            raise  # not the image's fault: a corrupt-data error would hide it
         except Image.UnidentifiedImageError:
             raise CorruptData(
                 f"{where}: cannot decode {ext or 'image'}: not a {', '.join(PIL_FORMATS)} image"

@@ -46,21 +46,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from treadle.errors import CorruptData, NotFound, SchemaMismatch
+from treadle.errors import CorruptData, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers.arrow import check_rename, column_name
 from treadle.importers.executor import Executor, pick
 from treadle.importers.images import decode_image
 from treadle.importers.lerobot_meta import (
-    STATS_SOURCE,
+    MAX_META_BYTES,
     Episode,
     LeRobotMeta,
     read_meta,
-    read_source_stats,
     rows_per_file,
     values_per_row,
 )
 from treadle.importers.lerobot_report import VideoCodecs
+from treadle.importers.lerobot_stats import STATS_SOURCE, read_source_stats
 from treadle.importers.parquet_bounded import check_footer
+from treadle.importers.parquet_pages import MAX_PAGE_BYTES, check_pages
 from treadle.importers.run import ImportOptions, ImportResult, Progress, import_id, run_import
 from treadle.importers.sources import Source, SourceFile, identities
 from treadle.plan.component import lerobot_episode
@@ -105,7 +106,10 @@ class _DataFiles:
             try:
                 rows = self.file_rows[ep.data_file]
                 check_footer(pa.BufferReader(raw), where, rows, values_per_row(self.meta))
+                check_pages(pa.BufferReader(raw), where, MAX_PAGE_BYTES)
                 table = pq.read_table(pa.BufferReader(raw))
+            except UnsafeInput:
+                raise
             except (pa.ArrowException, OSError, ValueError) as e:
                 raise CorruptData(f"{where} is corrupt: {e}") from None
             if "episode_index" not in table.column_names:
@@ -306,24 +310,33 @@ def import_lerobot(
     allow_pickle: bool = False,
     rename: dict[str, str] | None = None,
     executor: Executor | None = None,
+    max_meta_bytes: int = MAX_META_BYTES,
 ) -> ImportResult:
     """Import a LeRobot v3.0 / v2.1 dataset folder (or URL) into ``table``; one commit.
 
     ``tolerance_s`` bounds timestamp drift (LeRobot's own default, 1e-4 s).
+    ``max_meta_bytes`` (default 256 MiB) bounds ``meta/``: a JSON file larger than that
+    (each is parsed whole), or a metadata parquet file whose columns used decode to more,
+    stops the import with :class:`~treadle.errors.UnsafeInput` naming the file.
     ``executor=td.RayExecutor()`` stages each episode as a Ray task (each reads its
     episode's data file and video spans) and commits once here.
     ``allow_pickle`` is accepted for a uniform CLI; LeRobot data is never unpickled.
     """
-    return _import(src, project, table, ImportOptions.of(locals()), tolerance_s)
+    return _import(src, project, table, ImportOptions.of(locals()), tolerance_s, max_meta_bytes)
 
 
 def _import(
-    src: str, project: Project, table: str, opts: ImportOptions, tolerance_s: float
+    src: str,
+    project: Project,
+    table: str,
+    opts: ImportOptions,
+    tolerance_s: float,
+    max_meta_bytes: int = MAX_META_BYTES,
 ) -> ImportResult:
     source = Source(str(src).rstrip("/"), opts.source_options)
-    meta = read_meta(source)
+    meta = read_meta(source, max_meta_bytes)
     check_rename(opts.rename, meta.features, f"LeRobot dataset {source.root} (meta/info.json)")
-    shipped = read_source_stats(source)
+    shipped = read_source_stats(source, max_meta_bytes)
     br = opts.open_branch(project)
     names = sorted({e.data_file for e in meta.episodes}) + sorted(
         {f for e in meta.episodes for f in e.video_files.values()}

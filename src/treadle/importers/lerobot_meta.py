@@ -5,6 +5,12 @@ checked for type and range, path templates (``data_path``/``video_path``) may on
 LeRobot's own fields with small integer widths (a width of two billion would make a
 2 GB string), and JSON nesting too deep to parse is refused. Anything wrong is
 :class:`CorruptData` naming the file and the field.
+
+Memory is bounded by ``max_meta_bytes`` (:data:`MAX_META_BYTES`, 256 MiB; an
+``import_lerobot`` option): a JSON file (parsed whole) larger than that, or parquet
+metadata whose columns used would decode to more (counted from the footer and the
+dictionaries, before decoding), is :class:`UnsafeInput` naming the file. Only the
+columns used are read from ``meta/episodes/*.parquet`` (not its per-episode statistics).
 """
 
 from __future__ import annotations
@@ -16,11 +22,11 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from treadle.errors import CorruptData, NotFound, TreadleError, UnsupportedFormat
+from treadle.errors import CorruptData, NotFound, TreadleError, UnsafeInput, UnsupportedFormat
+from treadle.importers.parquet_bounded import read_columns
 from treadle.importers.sources import Source, parse_manifest
 
 SUPPORTED = ("v3.0", "v2.1", "v2.0")
@@ -34,6 +40,9 @@ DEFAULT_V2_VIDEO = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episod
 _INT_SPEC = re.compile(r"(0?[1-9][0-9]?)?d?")
 _MAX_TEMPLATE = 1024
 _MAX_INDEX = 2**63 - 1
+#: default ``max_meta_bytes``: the largest JSON file of ``meta/`` read (each is parsed
+#: whole), and the most bytes the columns used of one metadata parquet file may decode to
+MAX_META_BYTES = 256 << 20
 
 
 @dataclass
@@ -60,13 +69,29 @@ class LeRobotMeta:
     episodes: list[Episode]
 
 
-def read_meta(source: Source) -> LeRobotMeta:
+def read_meta(source: Source, max_meta_bytes: int = MAX_META_BYTES) -> LeRobotMeta:
     """Parse ``meta/`` of a v3.0 or v2.1 dataset (:class:`UnsupportedFormat` otherwise).
 
     Malformed metadata (wrong types, missing keys, unsafe templates) is
-    :class:`CorruptData` naming the file and field.
+    :class:`CorruptData` naming the file and field; a file past ``max_meta_bytes`` is
+    :class:`UnsafeInput` (see the module's doc).
     """
-    return parse_manifest(lambda: _read_meta(source), source.describe("meta/"), "LeRobot metadata")
+    return parse_manifest(
+        lambda: _read_meta(source, max_meta_bytes), source.describe("meta/"), "LeRobot metadata"
+    )
+
+
+def read_meta_file(source: Source, name: str, limit: int) -> bytes:
+    """A JSON file of ``meta/``, refused from its size past ``limit`` (it is parsed whole:
+    a parse holds many times the bytes it reads)."""
+    size = source.size(name)
+    raw = source.read(name) if size <= limit else b""
+    if max(size, len(raw)) > limit:  # the file may have grown since
+        raise UnsafeInput(
+            f"{source.describe(name)} has {max(size, len(raw)):,} bytes, more than "
+            f"max_meta_bytes={limit:,} (it is parsed whole); raise max_meta_bytes if you trust it"
+        )
+    return raw
 
 
 def load_json(raw: bytes, where: str) -> Any:
@@ -77,10 +102,10 @@ def load_json(raw: bytes, where: str) -> Any:
         raise CorruptData(f"{where} is not valid JSON: {type(e).__name__}: {e}") from None
 
 
-def _read_meta(source: Source) -> LeRobotMeta:
+def _read_meta(source: Source, limit: int) -> LeRobotMeta:
     where = source.describe("meta/info.json")
     try:
-        raw = source.read("meta/info.json")
+        raw = read_meta_file(source, "meta/info.json", limit)
     except NotFound:
         raise NotFound(f"not a LeRobot dataset: {where} does not exist") from None
     info = load_json(raw, where)
@@ -104,11 +129,11 @@ def _read_meta(source: Source) -> LeRobotMeta:
     cameras = [k for k, f in features.items() if f.get("dtype") == "video"]
     images = [k for k, f in features.items() if f.get("dtype") == "image"]
     if version == "v3.0":
-        tasks = _tasks_v3(source)
-        episodes = _episodes_v3(source, info, cameras)
+        tasks = _tasks_v3(source, limit)
+        episodes = _episodes_v3(source, info, cameras, limit)
     else:
-        tasks = _tasks_v2(source)
-        episodes = _episodes_v2(source, info, cameras)
+        tasks = _tasks_v2(source, limit)
+        episodes = _episodes_v2(source, info, cameras, limit)
     seen: dict[int, str] = {}
     for e, where in episodes:
         if e.index in seen:
@@ -177,25 +202,31 @@ def _format(template: str, where: str, key: str, **values: Any) -> str:
         raise CorruptData(f"{where}: field {key!r} does not format: {e}") from None
 
 
-def _parquet(source: Source, name: str) -> pa.Table:
+def _parquet(source: Source, name: str, pick: Any, limit: int) -> pa.Table:
+    """The columns ``pick(the file's column names)`` of a metadata parquet file (those it
+    has), refused past ``limit`` bytes decoded (:func:`read_columns`)."""
     try:
-        return pq.read_table(pa.BufferReader(source.read(name)))
+        raw = source.read(name)
+        names = pq.read_schema(pa.BufferReader(raw)).names
+        return read_columns(raw, source.describe(name), pick(names), limit, "max_meta_bytes")
     except TreadleError:
         raise
     except (pa.ArrowException, OSError, ValueError) as e:
         raise CorruptData(f"{source.describe(name)} is not a readable parquet file: {e}") from None
 
 
-def _tasks_v3(source: Source) -> dict[int, str]:
+def _task_column(names: list[str]) -> str | None:
+    return "task" if "task" in names else next((n for n in names if n.startswith("__index")), None)
+
+
+def _tasks_v3(source: Source, limit: int) -> dict[int, str]:
     name = "meta/tasks.parquet"
     if not source.exists(name):
         return {}
     where = source.describe(name)
-    t = _parquet(source, name)
+    t = _parquet(source, name, lambda names: ["task_index", _task_column(names)], limit)
     names = t.column_names
-    task_col = (
-        "task" if "task" in names else next((n for n in names if n.startswith("__index")), None)
-    )
+    task_col = _task_column(names)
     if task_col is None or "task_index" not in names:
         raise CorruptData(f"{where}: no task/task_index columns")
     out = {}
@@ -206,10 +237,10 @@ def _tasks_v3(source: Source) -> dict[int, str]:
     return out
 
 
-def _jsonl(source: Source, name: str) -> list[tuple[str, dict[str, Any]]]:
+def _jsonl(source: Source, name: str, limit: int) -> list[tuple[str, dict[str, Any]]]:
     """``(where, object)`` for each non-blank line of a JSON-lines file."""
     out = []
-    for n, line in enumerate(source.read(name).splitlines(), 1):
+    for n, line in enumerate(read_meta_file(source, name, limit).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{source.describe(name)} line {n}"
@@ -220,11 +251,11 @@ def _jsonl(source: Source, name: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _tasks_v2(source: Source) -> dict[int, str]:
+def _tasks_v2(source: Source, limit: int) -> dict[int, str]:
     if not source.exists("meta/tasks.jsonl"):
         return {}
     out = {}
-    for where, d in _jsonl(source, "meta/tasks.jsonl"):
+    for where, d in _jsonl(source, "meta/tasks.jsonl", limit):
         task = d.get("task")
         if not isinstance(task, str):
             raise CorruptData(f"{where}: field 'task' must be a string, got {task!r:.40}")
@@ -244,7 +275,7 @@ def _span(row: dict[str, Any], cam: str, where: str) -> tuple[float, float]:
 
 
 def _episodes_v3(
-    source: Source, info: dict[str, Any], cameras: list[str]
+    source: Source, info: dict[str, Any], cameras: list[str], limit: int
 ) -> list[tuple[Episode, str]]:
     files = [n for n in source.list("meta/episodes") if n.endswith(".parquet")]
     if not files:
@@ -260,9 +291,14 @@ def _episodes_v3(
         {"chunk_index", "file_index", "video_key"},
         info_where,
     )
+    used = ["episode_index", "length", "data/chunk_index", "data/file_index"] + [
+        f"videos/{cam}/{k}"
+        for cam in cameras
+        for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+    ]
     out: list[tuple[Episode, str]] = []
     for name in files:
-        for n, r in enumerate(_parquet(source, name).to_pylist()):
+        for n, r in enumerate(_parquet(source, name, lambda _: used, limit).to_pylist()):
             where = f"{source.describe(name)} row {n}"
             e = Episode(
                 _index(r.get("episode_index"), where, "episode_index"),
@@ -294,7 +330,7 @@ def _episodes_v3(
 
 
 def _episodes_v2(
-    source: Source, info: dict[str, Any], cameras: list[str]
+    source: Source, info: dict[str, Any], cameras: list[str], limit: int
 ) -> list[tuple[Episode, str]]:
     if not source.exists("meta/episodes.jsonl"):
         raise NotFound(f"LeRobot {info.get('codebase_version')} dataset has no meta/episodes.jsonl")
@@ -304,7 +340,7 @@ def _episodes_v2(
     data_path = _template(info, "data_path", DEFAULT_V2_DATA, names, info_where)
     video_path = _template(info, "video_path", DEFAULT_V2_VIDEO, names | {"video_key"}, info_where)
     out = []
-    for where, d in _jsonl(source, "meta/episodes.jsonl"):
+    for where, d in _jsonl(source, "meta/episodes.jsonl", limit):
         ep = _index(d.get("episode_index"), where, "episode_index")
         e = Episode(
             ep,
@@ -323,33 +359,6 @@ def _episodes_v2(
                 episode_index=ep,
             )
         out.append((e, where))
-    return out
-
-
-STATS_SOURCE = "lerobot meta/stats.json"
-
-
-def read_source_stats(source: Source) -> dict[str, dict[str, list[Any]]]:
-    """``meta/stats.json`` (``{feature: {"mean": [...], "std": [...], ...}}``) as given, or {}
-    when the dataset has none; anything but numbers (nested lists) is :class:`CorruptData`."""
-    where = source.describe("meta/stats.json")
-    try:
-        raw = source.read("meta/stats.json")
-    except NotFound:
-        return {}
-    body = load_json(raw, where)
-    if not isinstance(body, dict):
-        raise CorruptData(f"{where} is not a JSON object")
-    out: dict[str, dict[str, list[Any]]] = {}
-    for feature, fields in body.items():
-        if not isinstance(fields, dict):
-            raise CorruptData(f"{where}: field {feature!r} is not an object")
-        for name, value in fields.items():
-            try:
-                arr = np.asarray(value, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise CorruptData(f"{where}: {feature}.{name} is not numbers") from None
-            out.setdefault(feature, {})[name] = arr.tolist()
     return out
 
 

@@ -23,6 +23,11 @@ Column encodings -> Arrow:
                                       ``json_as="text"``)
 ``pkl``                               refused unless ``allow_pickle=True``
 ====================================  =============================================
+
+With ``images="decoded"``, samples decode in chunks of at most 32 MiB of pixels (an image
+counted from its header: a small PNG of zeros may be 100 MB decoded; one sample at least)
+and at most ``IN_FLIGHT_BYTES`` (512 MiB) of chunks decode at once; Pillow's own limit
+(``PIL.Image.MAX_IMAGE_PIXELS``) bounds one image.
 """
 
 from __future__ import annotations
@@ -37,14 +42,16 @@ import pyarrow as pa
 
 from treadle.errors import CorruptData, UnsupportedFormat
 from treadle.importers.arrow import (
+    DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_ROWS,
+    IN_FLIGHT_BYTES,
     JSON_HINT,
     check_rename,
     column_name,
     rows_to_table,
 )
 from treadle.importers.executor import Executor, pick
-from treadle.importers.images import decode_image
+from treadle.importers.images import decode_image, decoded_bytes
 from treadle.importers.mds_index import (
     MAX_SHARD_BYTES,
     ND_DTYPES,
@@ -145,10 +152,8 @@ def _ndarray(args: str, b: memoryview) -> np.ndarray:
     return np.frombuffer(b[i:], dtype).reshape(shape)
 
 
-def decode_sample(
-    sample: memoryview, shard: MdsShard, where: str, images: str, json_as: str = "typed"
-) -> dict[str, Any]:
-    """One raw sample -> ``{column: value}``."""
+def _column_sizes(sample: memoryview, shard: MdsShard, where: str) -> tuple[int, list[int]]:
+    """Where the first column's bytes start in a raw sample, and each column's size."""
     sizes: list[int] = []
     pos = 0
     for s in shard.sizes:
@@ -163,6 +168,14 @@ def decode_sample(
         raise CorruptData(
             f"{where}: column sizes add up to {pos + sum(sizes)} bytes, the sample has {len(sample)}"
         )
+    return pos, sizes
+
+
+def decode_sample(
+    sample: memoryview, shard: MdsShard, where: str, images: str, json_as: str = "typed"
+) -> dict[str, Any]:
+    """One raw sample -> ``{column: value}``."""
+    pos, sizes = _column_sizes(sample, shard, where)
     out: dict[str, Any] = {}
     for col, enc, size in zip(shard.columns, shard.encodings, sizes):
         try:
@@ -200,8 +213,8 @@ def iter_batches(
         for lo in range(0, max(shard.samples, 1), step)
     )
 
-    def run(task: tuple[MdsShard, int, int, bytes]) -> tuple[list[str], list[dict[str, Any]]]:
-        shard, lo, hi, data = task
+    def run(task: _Task) -> tuple[list[str], list[dict[str, Any]]]:
+        shard, lo, hi, data, _ = task
         where_shard = source.describe(shard.raw_name)
         wheres, rows = [], []
         for i, b in shard_samples(data, shard, where_shard, lo, hi):
@@ -218,8 +231,10 @@ def iter_batches(
         for c, e in zip(first.columns, first.encodings)
         if e == "json" and opts.json_as == "typed"
     }
+    loaded = _with_data(tasks, source, max_shard_bytes, opts.images == "decoded")
+    weight, budget = (lambda t: t[4]), IN_FLIGHT_BYTES
     for wheres, rows in ordered_map(
-        run, _with_data(tasks, source, max_shard_bytes), threads, leave_running=True
+        run, loaded, threads, weight=weight, budget=budget, leave_running=True
     ):
         if not rows:
             continue
@@ -228,15 +243,45 @@ def iter_batches(
         yield t.rename_columns([names[c] for c in t.column_names])
 
 
+#: ``(shard, first sample, end, the shard's raw bytes, the bytes its samples decode to)``
+_Task = tuple[MdsShard, int, int, bytes, int]
+
+
 def _with_data(
-    tasks: Iterator[tuple[MdsShard, int, int]], source: Source, max_shard_bytes: int
-) -> Iterator[tuple[MdsShard, int, int, bytes]]:
+    tasks: Iterator[tuple[MdsShard, int, int]],
+    source: Source,
+    max_shard_bytes: int,
+    decoded: bool,
+) -> Iterator[_Task]:
     current, data = None, b""
     for shard, lo, hi in tasks:
         if shard.index != current:
             current, data = None, b""  # let the previous shard go before loading the next
             current, data = shard.index, load_shard(source, shard, max_shard_bytes)
-        yield shard, lo, hi, data
+        if decoded and any(e in _IMAGES for e in shard.encodings):
+            yield from _cut(shard, lo, hi, data, source.describe(shard.raw_name))
+        else:
+            yield shard, lo, hi, data, 0
+
+
+_IMAGES = ("jpeg", "png")
+
+
+def _cut(shard: MdsShard, lo: int, hi: int, data: bytes, where: str) -> Iterator[_Task]:
+    """Samples ``lo..hi`` in runs of at most ``DEFAULT_CHUNK_BYTES`` decoded (one sample at
+    least), each with its decoded bytes: an image counts as its pixels, read from its header
+    (a 10 KB PNG of zeros may be 100 MB of pixels)."""
+    start, size = lo, 0
+    for i, b in shard_samples(data, shard, where, lo, hi):
+        pos, sizes = _column_sizes(b, shard, f"MDS shard {where}, sample {i}")
+        for enc, n in zip(shard.encodings, sizes):
+            size += decoded_bytes(b[pos : pos + n]) if enc in _IMAGES else n
+            pos += n
+        if size >= DEFAULT_CHUNK_BYTES:
+            yield shard, start, i + 1, data, size
+            start, size = i + 1, 0
+    if start < hi:
+        yield shard, start, hi, data, size
 
 
 def import_mds(

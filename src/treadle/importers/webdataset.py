@@ -56,6 +56,7 @@ from treadle.errors import CorruptData, NotFound, SchemaMismatch, UnsafeInput
 from treadle.importers.arrow import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_CHUNK_ROWS,
+    IN_FLIGHT_BYTES,
     JSON_HINT,
     check_rename,
     column_name,
@@ -92,7 +93,6 @@ PICKLE_EXTS = {"pyd", "pickle", "pkl"}
 TORCH_EXTS = {"pth", "pt"}
 KEY_COLUMN = "key"
 #: member bytes being decoded at once (beyond one chunk): huge members do not pile up
-IN_FLIGHT_BYTES = 512 << 20
 
 _Chunk = list[tuple[str, dict[str, Any]]]
 
