@@ -10,7 +10,7 @@ on their decode threads (``zlib.crc32`` releases the GIL), before any byte is de
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -200,13 +200,17 @@ class WindowFetcher:
         except ShortObject as e:
             raise _truncated(requests, plans, e, self.object_key) from None
         except ChangedObject as e:  # replaced since this store first read it: named too
-            named = [where_text(r.where) for r in requests if self.object_key(r.key) == e.key]
-            where = (named or [where_text(requests[0].where)])[0]
+            where = self._where(requests, lambda key, changed=e.key: key == changed)
             raise ChangedObject(f"{where}: {e}", e.key, e.first, e.now) from None
         except (NotFound, StorageError) as e:
             msg = str(e)
-            named = [where_text(r.where) for r in requests if self.object_key(r.key) in msg]
-            raise type(e)(f"{(named or [where_text(requests[0].where)])[0]}: {msg}") from None
+            raise type(e)(f"{self._where(requests, lambda key: key in msg)}: {msg}") from None
+
+    def _where(self, requests: Sequence[WindowRequest], named: Callable[[str], bool]) -> str:
+        """The window of the first request whose object key ``named`` says an error is
+        about (else the first window)."""
+        hit = next((r for r in requests if named(self.object_key(r.key))), requests[0])
+        return where_text(hit.where)
 
 
 def chunked_fetcher(video_reader: Any, chunks: ChunkStore | None) -> WindowFetcher | None:
