@@ -15,6 +15,7 @@ not checked.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -116,9 +117,9 @@ class RangedReads:
                 return await self._range(key, a, b, named)
 
         bufs = await _Loop.gather([span(a, b) for a, b in spans])
-        out = []
+        starts, out = [a for a, _ in spans], []
         for r in reqs:
-            k = next(k for k, (a, b) in enumerate(spans) if a <= r.start and r.end <= b)
+            k = bisect.bisect_right(starts, r.start) - 1  # spans are sorted and disjoint
             a, b = spans[k]
             view = bufs[k] if (a, b) == (r.start, r.end) else memoryview(bufs[k])[r.start - a :]
             if len(view) < r.end - r.start:  # cut short
