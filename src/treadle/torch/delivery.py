@@ -193,9 +193,17 @@ class StepLoader:
         return max(0, self.steps - self._next_step)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        # A pass that delivered every step is over: iterating it again gave no batch,
+        # silently (an epoch loop around the training loop, a validation over nothing).
+        if self._iterators and self.steps and self._next_step >= self.steps:
+            raise PlanError(self._over())
         it = self._deliver()
         close_at_exit(it)
         return it
+
+    def _over(self) -> str:
+        """What to do instead of iterating again a loader that delivered all its steps."""
+        return f"this loader has delivered its {self.steps} steps: make a new one"
 
     def _deliver(self) -> Iterator[dict[str, torch.Tensor]]:
         # One live iterator: an older one that is still iterated would deliver steps the

@@ -21,7 +21,6 @@ index in ``plan.components``: a model trained on the mix evaluates on one robot 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -147,15 +146,11 @@ class EvalLoader(StepLoader):
         self.num_moments = drawn_from(plan).eligible(self.component)  # a derived run's: kept
         self.steps = eval_steps(self.batch_size, self.rank, self.world_size, self.num_moments)
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        # A pass this loader delivered is over: iterating it again gave no batch, silently
-        # (a validation metric over nothing); a restored state at its end still gives none.
-        if self._iterators and self.steps and self._next_step >= self.steps:
-            raise PlanError(
-                f"this EvalLoader has delivered its pass ({self.steps} batches of "
-                f"{self.num_moments} moments): make a new EvalLoader for each validation pass"
-            )
-        return super().__iter__()
+    def _over(self) -> str:
+        return (
+            f"this EvalLoader has delivered its pass ({self.steps} batches of "
+            f"{self.num_moments} moments): make a new EvalLoader for each validation pass"
+        )
 
     def _check_world(self, plan: Plan) -> None:
         """As a ``TrainLoader``'s, with this pass's batch size (a mix's may be its own)."""

@@ -24,7 +24,6 @@ batch, at any world size that divides the batch size.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -99,17 +98,13 @@ class TrainLoader(StepLoader):
         self.steps = None if steps is None else int(steps)
         self._columns = output_columns(self.plan)  # fail now on components that cannot stack
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        # A run this loader delivered is over: iterating it again (an epoch loop around
-        # the training loop) gave no batch, silently, and the training ended at once.
-        if self._iterators and self.steps and self._next_step >= self.steps:
-            raise PlanError(
-                f"this TrainLoader has delivered its run (steps={self.steps}): to train on, "
-                "make a loader with a larger steps= (TrainLoader.from_state(loader."
-                "state_dict(), client, steps=...) continues this run), or "
-                "load_state_dict() an earlier state to go back"
-            )
-        return super().__iter__()
+    def _over(self) -> str:
+        return (
+            f"this TrainLoader has delivered its run (steps={self.steps}): to train on, "
+            "make a loader with a larger steps= (TrainLoader.from_state(loader."
+            "state_dict(), client, steps=...) continues this run), or "
+            "load_state_dict() an earlier state to go back"
+        )
 
     # -- resume ------------------------------------------------------------------------
     @property
