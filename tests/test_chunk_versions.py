@@ -79,24 +79,8 @@ def test_two_first_fetches_of_two_versions_keep_one(s3_root, tmp_path):
     assert b.read(obj_b, 1000, 1100) == NEW[1000:1100]  # one version
 
 
-def test_a_store_that_gives_no_etag_is_fetched_unchecked(local_root, tmp_path, monkeypatch):
+def test_a_store_that_gives_no_etag_is_fetched_unchecked(local_root, tmp_path, no_etags):
     """Nothing to record: chunks are fetched as before, never a false alarm."""
-    from treadle.storage import ranged
-
-    real = ranged.obstore.get_async
-
-    async def no_etag(*args, **kwargs):
-        got = await real(*args, **kwargs)
-
-        class Result:
-            meta = dict(got.meta, e_tag=None)
-
-            async def bytes_async(self):
-                return await got.bytes_async()
-
-        return Result()
-
-    monkeypatch.setattr(ranged.obstore, "get_async", no_etag)
     store_a, a = _process((local_root, None), tmp_path / "chunks")
     store_a.put("obj", OLD)
     obj_a = a.object(store_a, "obj", len(OLD))
