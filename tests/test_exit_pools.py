@@ -35,18 +35,21 @@ SCRIPT = textwrap.dedent(
     w = td.Windows({"action": td.Rows(range(2)), "cam": td.Video(range(2))})
     r = td.Recipe(seed=1, batch_size=4, components=[td.Component(branch.table("t"), w)])
     daemon = sys.argv[2] == "daemon"
-    got = []
+    got, main_left = [], threading.Event()
 
     def run():
         for batch in td.TrainLoader(r, steps=100_000 if daemon else 40, video_threads=2):
             assert batch["cam"].shape == (4, 2, 16, 16, 3)
             got.append(1)
+            if len(got) == 3 and not daemon:  # the rest once the main thread is returning
+                main_left.wait()
         print("thread done", len(got), flush=True)
 
     threading.Thread(target=run, daemon=daemon).start()
     while len(got) < 3:
         time.sleep(0.01)
     print("main returns", flush=True)
+    main_left.set()
     """
 )
 
